@@ -1,0 +1,89 @@
+"""Compare a backend's output with the reference: a record, not a bool.
+
+Tolerance per dtype, and why (an element passes when
+|out - ref| <= atol + rtol * |ref|, as torch.allclose):
+
+- bfloat16: 8 mantissa bits, unit roundoff 2^-8 = 0.0039. Inputs are rounded
+  to bf16 before the reference sees them, so the only error left is the
+  backend's: P rounded to bf16 for the P@V product (relative 2^-8 per term,
+  averaging down over S terms) and the output rounded to bf16 (|o| < ~4 for
+  N(0,1) values: half an ulp is at most 2^-7 = 0.0078). atol 1.6e-2 = 2 ulps
+  at |o| ~ 2 plus accumulation slack; rtol 1.6e-2 likewise. A mask or paging
+  bug moves outputs by O(0.1).
+- float16: 11 mantissa bits, roundoff 2^-11 = 4.9e-4; same reasoning, 4x
+  finer: atol 4e-3, rtol 4e-3.
+- float32: kernels may use TF32 (10-bit mantissa) in tensor-core dot
+  products, so the bound is fp16-like, not fp32's 6e-8: atol 2e-3, rtol 2e-3.
+
+Any NaN or Inf in the output is a mismatch, whatever the tolerance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+TOLERANCES: dict[str, tuple[float, float]] = {  # dtype -> (atol, rtol); reasons above
+    "bfloat16": (1.6e-2, 1.6e-2),
+    "float16": (4e-3, 4e-3),
+    "float32": (2e-3, 2e-3),
+}
+
+
+@dataclass(frozen=True)
+class CorrectnessRecord:
+    """What one (case, backend) comparison found."""
+
+    passed: bool
+    max_abs_err: float                       # max |out - ref| over finite elements (inf if any non-finite)
+    max_rel_err: float                       # max |out - ref| / max(|ref|, atol)
+    mismatch_frac: float                     # fraction of elements outside tolerance (non-finite included)
+    atol: float
+    rtol: float
+    worst: tuple[int, int, int] | None       # (request, node, head) of the worst element
+    nonfinite: int                           # NaN/Inf elements in the output
+
+    def as_row(self) -> dict:
+        d = asdict(self)
+        d["worst"] = list(self.worst) if self.worst else None
+        return d
+
+
+def compare(out: torch.Tensor, ref: torch.Tensor, qo_indptr: torch.Tensor, dtype: str,
+            atol: float | None = None, rtol: float | None = None) -> CorrectnessRecord:
+    """Compares out (sum T_b, Hq, D) with ref of the same shape.
+
+    Args:
+        out: backend output, any float dtype, any device.
+        ref: float64 reference.
+        qo_indptr: (B+1,) prefix sums of T_b, to map the worst row to (request, node).
+        dtype: case dtype name, selects TOLERANCES unless atol/rtol are given.
+
+    Raises:
+        ValueError: shapes differ (the runner records it as an error).
+    """
+    if tuple(out.shape) != tuple(ref.shape):
+        raise ValueError(f"output shape {tuple(out.shape)} != expected {tuple(ref.shape)}")
+    a0, r0 = TOLERANCES[dtype]
+    atol = a0 if atol is None else atol
+    rtol = r0 if rtol is None else rtol
+    o, r = out.detach().to(ref.device, torch.float64), ref
+    finite = torch.isfinite(o)
+    diff = (o - r).abs().masked_fill(~finite, float("inf"))              # (sum T, Hq, D)
+    bad = diff > atol + rtol * r.abs()
+    rel = diff / r.abs().clamp_min(atol)
+    per_elem = torch.where(finite, rel, torch.full_like(rel, float("inf")))
+    flat = int(per_elem.reshape(-1).argmax()) if diff.numel() else 0
+    row, head = divmod(flat // out.shape[-1], out.shape[1])
+    ptr = qo_indptr.tolist()
+    req = max(i for i in range(len(ptr) - 1) if ptr[i] <= row) if diff.numel() else 0
+    n_bad = int(bad.sum())
+    return CorrectnessRecord(
+        passed=n_bad == 0,
+        max_abs_err=float(diff.max()) if diff.numel() else 0.0,
+        max_rel_err=float(per_elem.max()) if diff.numel() else 0.0,
+        mismatch_frac=n_bad / max(diff.numel(), 1),
+        atol=atol, rtol=rtol,
+        worst=(req, row - ptr[req], head) if diff.numel() else None,
+        nonfinite=int((~finite).sum()))

@@ -1,0 +1,35 @@
+"""The harness's exception tree (after httpx ``_exceptions.py``).
+
+::
+
+    HarnessError                 base of everything the harness raises on purpose
+    ├── ConfigError              bad input: tree spec, suite file, CLI value, case
+    │   └── TreeError            a malformed token tree
+    ├── BackendUnavailable       a backend cannot run on this machine
+    └── CorrectnessError         an output failed its comparison (used by callers
+                                 that want an exception instead of a record)
+
+The CLI turns ``ConfigError`` into one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+
+class HarnessError(Exception):
+    """Base class of the harness's deliberate errors."""
+
+
+class ConfigError(HarnessError):
+    """Bad user input; the message names the field and the fix."""
+
+
+class TreeError(ConfigError):
+    """A malformed token tree spec; the message names the problem."""
+
+
+class BackendUnavailable(HarnessError):
+    """A backend cannot be used here; the message gives the reason."""
+
+
+class CorrectnessError(HarnessError):
+    """A backend's output did not match the reference."""
