@@ -30,3 +30,9 @@ def time_callable(fn: Callable[[], torch.Tensor], *, device: torch.device | str 
         samples.append(dt)
         spent += dt
     return Timing(samples, "wall")
+
+
+def measure_peak_bandwidth(device: torch.device | str) -> float | None:
+    """Device-copy bandwidth in bytes/s (read + write), measured once per run;
+    None on the CPU. (SKELETON: the timing work item implements it.)"""
+    return None
