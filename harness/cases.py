@@ -18,6 +18,7 @@ from harness.trees import TokenTree, parse_tree
 DTYPES = ("bfloat16", "float16", "float32")
 LAYOUTS = ("contiguous", "shuffled", "interleaved")
 TREE_MODES = ("same", "mixed")
+PHYSICAL_AXES = ("layout", "page_size")  # how K/V are stored, not what they are
 
 
 @dataclass(frozen=True)
@@ -103,8 +104,16 @@ class Case:
                 f"{self.dtype}-{self.layout}-{h}")
 
     def rng(self, stream: str) -> random.Random:
-        """A Python RNG seeded by (seed, case axes, stream name): per-case, order-free."""
-        blob = json.dumps([self.axes, stream], sort_keys=True)
+        """A Python RNG seeded by (seed, case axes, stream name): per-case, order-free.
+
+        The physical layout (`layout`, `page_size`) feeds only the "layout" stream,
+        so one logical case (trees, context lengths, Q/K/V) is the same under every
+        layout and page size.
+        """
+        axes = self.axes
+        if stream != "layout":
+            axes = {k: v for k, v in axes.items() if k not in PHYSICAL_AXES}
+        blob = json.dumps([axes, stream], sort_keys=True)
         return random.Random(int(hashlib.sha1(blob.encode()).hexdigest()[:15], 16))
 
     def torch_seed(self, stream: str) -> int:
