@@ -1,0 +1,82 @@
+"""treebench: benchmark and correctness-validation harness for tree attention
+over a paged KV cache (see ../shared/DESIGN.md).
+
+The curated public API is `__all__` below (checked by tests/test_cli.py::
+test_public_api). Everything else in the package is internal. `write_report`
+(matplotlib, pandas, jinja2) and `main` (the CLI) are imported on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+
+from harness.backend import REGISTRY, Backend, Capabilities, load_backend, register
+from harness.cases import Case, expand_axes
+from harness.compare import TOLERANCES, CorrectnessRecord, compare
+from harness.errors import BackendUnavailable, ConfigError, CorrectnessError, HarnessError, TreeError
+from harness.metrics import case_metrics
+from harness.paged import BatchInputs, build_inputs
+from harness.reference import reference_attention
+from harness.runner import RunConfig, run_cases
+from harness.store import append_row, env_fingerprint, read_envs, read_rows, write_env
+from harness.suites import Suite, load_suite
+from harness.timing import Timing, measure_peak_bandwidth, time_callable
+from harness.trees import TokenTree, from_parents, parse_tree, render_tree, tree_summary
+
+try:
+    __version__ = importlib.metadata.version("treebench")
+except importlib.metadata.PackageNotFoundError:  # running from a checkout that is not installed
+    __version__ = "0.1.0"
+
+_LAZY = {"write_report": "harness.report", "main": "harness.cli"}  # name -> module, imported on first use
+
+
+def __getattr__(name: str):
+    """PEP 562: the heavy or entry-point names of `_LAZY`, imported on first access."""
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'harness' has no attribute {name!r}")
+
+
+__all__ = [
+    "Backend",
+    "BackendUnavailable",
+    "BatchInputs",
+    "Capabilities",
+    "Case",
+    "ConfigError",
+    "CorrectnessError",
+    "CorrectnessRecord",
+    "HarnessError",
+    "REGISTRY",
+    "RunConfig",
+    "Suite",
+    "TOLERANCES",
+    "Timing",
+    "TokenTree",
+    "TreeError",
+    "__version__",
+    "append_row",
+    "build_inputs",
+    "case_metrics",
+    "compare",
+    "env_fingerprint",
+    "expand_axes",
+    "from_parents",
+    "load_backend",
+    "load_suite",
+    "main",
+    "measure_peak_bandwidth",
+    "parse_tree",
+    "read_envs",
+    "read_rows",
+    "reference_attention",
+    "register",
+    "render_tree",
+    "run_cases",
+    "time_callable",
+    "tree_summary",
+    "write_env",
+    "write_report",
+]

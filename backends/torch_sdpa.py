@@ -1,0 +1,56 @@
+"""PyTorch SDPA over K/V gathered from the paged pool: the portable baseline."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from harness.backend import Backend, Capabilities, register
+from harness.paged import BatchInputs
+from harness.reference import request_mask
+
+
+@register
+class TorchSdpaBackend(Backend):
+    """Dense masked `torch.nn.functional.scaled_dot_product_attention`, one call per request.
+
+    For request b the timed callable gathers the ceil(S_b / P) pages named by
+    `block_table[b]` from the paged pool (never from `k_logical`), keeps the
+    first S_b tokens, and runs SDPA with a boolean (T_b, S_b) mask: every
+    context token [0, L_b) plus the tree's ancestor mask (`enable_gqa=True`:
+    query head h reads KV head h // G). The gather is inside the timed
+    callable, so the measured time includes copying each request's K/V out of
+    the pool; the masks and block-table slices are built untimed in `prepare`.
+    Runs on CPU and CUDA, any dtype, page size, head dim and GQA group.
+    """
+
+    name = "torch_sdpa"
+    capabilities = Capabilities(devices=("cpu", "cuda"))
+
+    def prepare(self, inputs: BatchInputs) -> Callable[[], torch.Tensor]:
+        """Builds per-request masks and page lists; returns the timed callable
+        producing (sum T_b, Hq, D) in inputs.dtype on inputs.device."""
+        ls, ts, ss = inputs.host_lists()
+        P, dev = inputs.page_size, inputs.device
+        plan = []
+        for b, tree in enumerate(inputs.trees):
+            pages = inputs.block_table[b, :-(-ss[b] // P)]                       # (ceil(S_b / P),) int32
+            mask = request_mask(tree.ancestor_mask, ls[b]).to(dev)               # (T_b, S_b) bool
+            plan.append((pages, ss[b], mask))
+        q_split = inputs.q.split(ts)                                              # B x (T_b, Hq, D)
+        k_cache, v_cache, scale = inputs.k_cache, inputs.v_cache, inputs.sm_scale
+
+        def run() -> torch.Tensor:
+            outs = []
+            for q, (pages, s, mask) in zip(q_split, plan):
+                k = k_cache.index_select(0, pages).flatten(0, 1)[:s]             # (S_b, Hkv, D)
+                v = v_cache.index_select(0, pages).flatten(0, 1)[:s]             # (S_b, Hkv, D)
+                o = F.scaled_dot_product_attention(
+                    q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
+                    attn_mask=mask, scale=scale, enable_gqa=True)                 # (1, Hq, T_b, D)
+                outs.append(o[0].transpose(0, 1))                                # (T_b, Hq, D)
+            return torch.cat(outs)                                               # (sum T_b, Hq, D)
+
+        return run

@@ -1,0 +1,259 @@
+"""The runner: every case x backend through availability -> supports -> prepare
+-> compare -> time, one result row each, appended to the store as it finishes.
+
+Per case the inputs are built once per device (harness.paged.build_inputs) and
+the float64 reference once per (device, mask kind): a backend whose
+``mask_kind == "causal"`` gets ``inputs.causal()`` (chains of the same T_b) and
+is compared with that batch's reference. Any exception raised by a backend
+becomes an ``error`` row whose reason is the exception type and the first line
+of its message; the sweep goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from harness.cases import Case
+from harness.compare import compare
+from harness.metrics import case_metrics
+from harness.paged import BatchInputs, build_inputs
+from harness.reference import reference_attention
+from harness.store import ROW_FIELDS, SCHEMA, append_row
+from harness.timing import time_callable
+
+log = logging.getLogger(__name__)
+
+MODES = ("run", "check")
+MASK_KINDS = ("tree", "causal")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """How run_cases runs and where its rows go."""
+
+    mode: str = "run"                   # "run": correctness then timing; "check": correctness only
+    store_path: Path | None = None      # results JSONL to append rows to; None: keep rows in memory only
+    run_id: str = ""                    # id shared by this run's rows ("" : a fresh one)
+    env_id: str | None = None           # env fingerprint id written into each row
+    device: str | None = None           # torch device for inputs; None: cuda when available, else cpu
+    peak_bytes_per_s: float | None = None  # measured peak bandwidth, for pct_peak_bw
+    timing_mode: str = "auto"           # harness.timing.time_callable's mode
+    quiet: bool = False                 # no progress bar
+
+
+def new_run_id() -> str:
+    """A fresh run id: UTC time plus 6 random hex digits."""
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
+
+
+def default_device() -> torch.device:
+    """cuda when torch sees a GPU, else cpu."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def error_reason(e: BaseException) -> str:
+    """'TypeName: first line of the message' for an error row."""
+    msg = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {msg[0]}" if msg else type(e).__name__
+
+
+def _device_for(backend, runner_device: torch.device) -> torch.device:
+    """The device a backend's inputs live on: its own preference, else the
+    runner's when its capabilities allow it, else its first listed device."""
+    pref = getattr(backend, "device", None)
+    if pref:
+        return torch.device(pref)
+    devices = getattr(getattr(backend, "capabilities", None), "devices", None)
+    if devices and runner_device.type not in devices:
+        return torch.device(devices[0])
+    return runner_device
+
+
+class CaseData:
+    """One case's inputs (per device) and references (per device and mask kind), built lazily once."""
+
+    def __init__(self, case: Case):
+        self.case = case
+        self._inputs: dict[str, BatchInputs] = {}
+        self._refs: dict[tuple[str, str], tuple[BatchInputs, torch.Tensor]] = {}
+
+    def get(self, device: torch.device, mask_kind: str) -> tuple[BatchInputs, torch.Tensor]:
+        """(inputs, reference (sum T_b, Hq, D) float64) for a backend on `device` with `mask_kind`.
+
+        Raises:
+            ValueError: unknown mask kind.
+        """
+        if mask_kind not in MASK_KINDS:
+            raise ValueError(f"mask_kind {mask_kind!r} is not one of {', '.join(MASK_KINDS)}")
+        key = (str(device), mask_kind)
+        if key not in self._refs:
+            if str(device) not in self._inputs:
+                self._inputs[str(device)] = build_inputs(self.case, device)
+            base = self._inputs[str(device)]
+            inputs = base.causal() if mask_kind == "causal" else base
+            self._refs[key] = (inputs, reference_attention(inputs))
+        return self._refs[key]
+
+
+def _base_row(backend_name: str, case: Case, config: RunConfig) -> dict:
+    """A row with every schema field, identity filled, results None."""
+    row = dict.fromkeys(ROW_FIELDS)
+    row.update(schema=SCHEMA, run_id=config.run_id, env=config.env_id, backend=backend_name,
+               case=case.axes, case_id=case.case_id, context_lens=case.context_lens(),
+               tree_sizes=[t.size for t in case.trees()])
+    return row
+
+
+def _check_output(out, inputs: BatchInputs) -> None:
+    """Raises TypeError/ValueError when `out` is not a (sum T_b, Hq, D) tensor in inputs.dtype."""
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"prepared callable returned {type(out).__name__}, expected a torch.Tensor")
+    if tuple(out.shape) != tuple(inputs.q.shape):
+        raise ValueError(f"output shape {tuple(out.shape)} != expected (sum T_b, Hq, D) = {tuple(inputs.q.shape)}")
+    if out.dtype != inputs.dtype:
+        raise TypeError(f"output dtype {out.dtype} != expected {inputs.dtype}")
+
+
+def _mismatch_reason(rec: dict) -> str:
+    """One line describing a failed comparison."""
+    worst = rec["worst"]
+    where = f" at (request {worst[0]}, node {worst[1]}, head {worst[2]})" if worst else ""
+    nonfinite = f", {rec['nonfinite']} non-finite" if rec["nonfinite"] else ""
+    return (f"max_abs_err {rec['max_abs_err']:.3g}{where}; "
+            f"{rec['mismatch_frac']:.1%} of elements out of tolerance{nonfinite}")
+
+
+def timing_fields(samples_us: Sequence[float]) -> dict:
+    """median_us, p25_us, p75_us, cv (std / mean) and n_samples of raw samples (us)."""
+    a = np.asarray(samples_us, dtype=float)
+    p25, med, p75 = np.percentile(a, [25, 50, 75])
+    cv = float(a.std() / a.mean()) if a.mean() > 0 else None
+    return {"median_us": float(med), "p25_us": float(p25), "p75_us": float(p75), "cv": cv,
+            "n_samples": int(a.size), "samples_us": [float(x) for x in a]}
+
+
+def _time_row(row: dict, fn: Callable, inputs: BatchInputs, config: RunConfig) -> None:
+    """Times `fn` and fills the timing and metric fields of `row`."""
+    timing = time_callable(fn, device=inputs.device, mode=config.timing_mode)
+    row.update(timer=timing.timer, timer_fallback=timing.fallback_reason, **timing_fields(timing.samples_us))
+    row.update(case_metrics(inputs, row["median_us"], config.peak_bytes_per_s))
+
+
+def _run_one(backend, case: Case, data: CaseData, device: torch.device, config: RunConfig, row: dict) -> None:
+    """Fills `row` for one available backend on one case; exceptions propagate."""
+    reason = backend.supports(case)
+    if reason:
+        row.update(status="skipped", reason=str(reason))
+        return
+    inputs, ref = data.get(device, getattr(backend, "mask_kind", "tree"))
+    fn = backend.prepare(inputs)
+    out = fn()
+    _check_output(out, inputs)
+    rec = compare(out, ref, inputs.qo_indptr, case.dtype).as_row()
+    passed = rec.pop("passed")
+    row.update(rec, status="pass" if passed else "mismatch", reason=None if passed else _mismatch_reason(rec))
+    del out
+    if config.mode == "run":
+        try:
+            _time_row(row, fn, inputs, config)
+        except Exception as e:  # noqa: BLE001 -- a failure while timing is the backend's error row
+            row.update(status="error", reason="while timing: " + error_reason(e))
+
+
+def run_case_backend(backend, case: Case, data: CaseData, availability: str | None,
+                     device: torch.device, config: RunConfig) -> dict:
+    """One result row: skipped (with reason), error (with reason), pass or mismatch.
+
+    Never raises for a backend's fault: any exception becomes an error row.
+    """
+    row = _base_row(getattr(backend, "name", type(backend).__name__), case, config)
+    if availability:
+        row.update(status="skipped", reason=availability)
+    else:
+        try:
+            _run_one(backend, case, data, device, config, row)
+        except Exception as e:  # noqa: BLE001 -- the contract: a backend's exception is an error row
+            log.debug("backend %s on %s raised", row["backend"], case.case_id, exc_info=True)
+            row.update(status="error", reason=error_reason(e))
+            if isinstance(e, torch.cuda.OutOfMemoryError):
+                torch.cuda.empty_cache()
+    row["timestamp"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return row
+
+
+def availabilities(backends: Sequence) -> dict[int, str | None]:
+    """id(backend) -> its availability() (an exception counts as the reason)."""
+    out: dict[int, str | None] = {}
+    for b in backends:
+        try:
+            out[id(b)] = b.availability()
+        except Exception as e:  # noqa: BLE001 -- a broken availability() is a reason to skip
+            out[id(b)] = "availability() raised " + error_reason(e)
+    return out
+
+
+def _progress(quiet: bool, console: Console | None) -> Progress:
+    """A progress bar: the case in flight, done / total, ETA (disabled when quiet)."""
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                    console=console or Console(stderr=True), transient=True, disable=quiet)
+
+
+def _log_row(row: dict) -> None:
+    level = logging.INFO if row["status"] in ("mismatch", "error") else logging.DEBUG
+    log.log(level, "%s on %s: %s%s", row["backend"], row["case_id"], row["status"],
+            f" ({row['reason']})" if row["reason"] else "")
+
+
+def run_cases(cases: Sequence[Case], backends: Sequence, config: RunConfig = RunConfig(),
+              console: Console | None = None) -> list[dict]:
+    """Runs every case x backend and returns the rows (also appended to config.store_path).
+
+    Args:
+        cases: the suite's cases.
+        backends: adapter instances (harness.backend.Backend or any object with
+            name, availability(), supports(case), prepare(inputs)).
+        config: mode, store path, run and env ids, device, peak bandwidth.
+        console: rich console (stderr) for the progress bar; shared with logging by the CLI.
+
+    Returns:
+        One row per (case, backend), in order, each with every ROW_FIELDS key.
+
+    Raises:
+        ValueError: unknown config.mode.
+        ConfigError: config.store_path cannot be appended to.
+    """
+    if config.mode not in MODES:
+        raise ValueError(f"mode {config.mode!r} is not one of {', '.join(MODES)}")
+    if not config.run_id:
+        config = replace(config, run_id=new_run_id())
+    device = torch.device(config.device) if config.device else default_device()
+    avail = availabilities(backends)
+    rows: list[dict] = []
+    t0 = time.perf_counter()
+    with _progress(config.quiet, console) as progress:
+        task = progress.add_task("starting", total=len(cases) * len(backends))
+        for case in cases:
+            data = CaseData(case)
+            for backend in backends:
+                progress.update(task, description=f"{case.case_id} | {getattr(backend, 'name', '?')}")
+                row = run_case_backend(backend, case, data, avail[id(backend)],
+                                       _device_for(backend, device), config)
+                if config.store_path is not None:
+                    append_row(config.store_path, row)
+                rows.append(row)
+                _log_row(row)
+                progress.advance(task)
+    log.debug("ran %d rows in %.1f s", len(rows), time.perf_counter() - t0)
+    return rows
+

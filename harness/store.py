@@ -1,0 +1,253 @@
+"""The results store: JSONL result rows plus one env fingerprint per run.
+
+Layout (after asv's ``results/<machine>/<commit>-<env>.json``): a run appends
+one JSON object per line to its results file (schema 1, fields in
+docs/architecture.md "Result rows and files") and writes its env fingerprint
+beside it as ``env-<env_id>.json``. Reports and the gate read only the store.
+
+Rows are appended with one ``os.write`` of one whole line on an ``O_APPEND``
+descriptor, then fsync'd: a killed run loses at most the row in flight, and
+existing files are never truncated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import logging
+import os
+import platform
+import socket
+import subprocess
+from pathlib import Path
+
+import torch
+
+from harness.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+SCHEMA = 1  # version of the row layout; read_rows refuses others
+ROW_FIELDS = (
+    "schema", "run_id", "env", "timestamp", "backend", "case", "case_id",
+    "context_lens", "tree_sizes", "status", "reason",
+    "max_abs_err", "max_rel_err", "mismatch_frac", "atol", "rtol", "worst", "nonfinite",
+    "timer", "timer_fallback", "median_us", "p25_us", "p75_us", "cv", "n_samples", "samples_us",
+    "flops", "bytes", "tflops", "tb_per_s", "pct_peak_bw",
+)
+STATUSES = ("pass", "mismatch", "error", "skipped")
+VOLATILE_ENV_FIELDS = ("env_id", "peak_bw_bytes_per_s")  # left out of env_id's hash
+PACKAGES = {  # env field -> distribution name, looked up without importing it
+    "torch": "torch", "triton": "triton", "xformers": "xformers", "flashinfer": "flashinfer-python",
+}
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def append_row(path: str | Path, row: dict) -> None:
+    """Appends `row` as one JSON line to `path`, atomically with respect to a crash.
+
+    One ``os.write`` of the whole line on an ``O_APPEND`` fd, then fsync. If the
+    file ends in a torn line (a run killed mid-write by something other than
+    this function), a newline is written first so the new row stays whole.
+
+    Raises:
+        ConfigError: the path cannot be opened for appending (a directory, no permission).
+    """
+    path = Path(path)
+    line = (json.dumps(row, sort_keys=False, allow_nan=True) + "\n").encode()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise ConfigError(f"results file {path}: cannot append ({e.strerror}); "
+                          "give --out a writable file path") from None
+    try:
+        if _ends_torn(path):
+            line = b"\n" + line
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _ends_torn(path: Path) -> bool:
+    """True when the file is non-empty and its last byte is not a newline."""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        if f.tell() == 0:
+            return False
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) != b"\n"
+
+
+def check_writable(path: str | Path) -> Path:
+    """Validates a results path before a run, creating parent folders and the
+    file (empty, or left as it is when it exists: never truncated).
+
+    Raises:
+        ConfigError: `path` is a directory or cannot be opened for appending.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"--out {path}: is a directory; give a file path such as {path / 'run.jsonl'}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
+    except OSError as e:
+        raise ConfigError(f"--out {path}: cannot write there ({e.strerror}); give a writable file path") from None
+    return path
+
+
+def _result_files(paths) -> list[Path]:
+    """Expands folders into their *.jsonl files (sorted); keeps files as given."""
+    out: list[Path] = []
+    for p in map(Path, [paths] if isinstance(paths, (str, Path)) else paths):
+        if p.is_dir():
+            out.extend(sorted(p.glob("*.jsonl")))
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise ConfigError(f"results path {p}: not found; give a .jsonl results file or a folder of them")
+    return out
+
+
+def read_rows(paths) -> list[dict]:
+    """Reads result rows from JSONL files (or folders of them), in file order.
+
+    A line that is not valid JSON (a torn line left by a killed run) is skipped
+    with a warning naming file and line.
+
+    Raises:
+        ConfigError: a path does not exist, or a row has a schema other than 1.
+    """
+    rows: list[dict] = []
+    for f in _result_files(paths):
+        with open(f, encoding="utf-8", errors="replace") as fh:
+            for n, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    log.warning("%s:%d: skipping a torn or malformed result line", f, n)
+                    continue
+                if not isinstance(row, dict) or row.get("schema") != SCHEMA:
+                    got = row.get("schema") if isinstance(row, dict) else type(row).__name__
+                    raise ConfigError(f"results file {f}:{n}: schema {got!r}, this treebench reads schema {SCHEMA}")
+                rows.append(row)
+    return rows
+
+
+def _version(dist: str) -> str | None:
+    """Installed version of a distribution, or None (never imports it)."""
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _git_commit() -> str | None:
+    """HEAD of the repository holding this harness, '+dirty' when it has changes; None outside git."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                              text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "") if head else None
+
+
+def _nvidia_driver() -> str | None:
+    """The NVIDIA driver version from nvidia-smi, or None."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.strip().splitlines()[0] if out.strip() else None
+
+
+def _gpu_fields(device: torch.device) -> dict:
+    """gpu_name, sm_count, driver, cuda for a CUDA device; Nones on the CPU."""
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return {"gpu_name": None, "sm_count": None, "driver": None, "cuda": torch.version.cuda}
+    props = torch.cuda.get_device_properties(device)
+    return {"gpu_name": props.name, "sm_count": props.multi_processor_count,
+            "driver": _nvidia_driver(), "cuda": torch.version.cuda}
+
+
+def env_id_of(env: dict) -> str:
+    """Short (12 hex) hash of an env fingerprint's stable fields."""
+    stable = {k: v for k, v in env.items() if k not in VOLATILE_ENV_FIELDS}
+    return hashlib.sha1(json.dumps(stable, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def env_fingerprint(device: str | torch.device, peak_bw_bytes_per_s: float | None = None) -> dict:
+    """The machine and software a run measured on.
+
+    Args:
+        device: the torch device the run uses ("cpu", "cuda", "cuda:1").
+        peak_bw_bytes_per_s: measured copy bandwidth, bytes/s; when None it is
+            measured with harness.timing.measure_peak_bandwidth(device) (None on the CPU).
+
+    Returns:
+        dict with env_id, gpu_name, sm_count, driver, cuda, python, torch, triton,
+        xformers, flashinfer (versions from importlib.metadata, None when absent),
+        git_commit, hostname, platform, peak_bw_bytes_per_s. env_id hashes all
+        fields but the measured peak.
+    """
+    from harness.timing import measure_peak_bandwidth
+
+    device = torch.device(device)
+    env = {**_gpu_fields(device), "python": platform.python_version()}
+    env.update({field: _version(dist) for field, dist in PACKAGES.items()})
+    env.update(git_commit=_git_commit(), hostname=socket.gethostname(), platform=platform.platform())
+    if peak_bw_bytes_per_s is None:
+        peak_bw_bytes_per_s = measure_peak_bandwidth(device)
+    env["peak_bw_bytes_per_s"] = peak_bw_bytes_per_s
+    return {"env_id": env_id_of(env), **env}
+
+
+def write_env(directory: str | Path, env: dict) -> Path:
+    """Writes `env` as <directory>/env-<env_id>.json (kept as it is when it exists) and returns the path."""
+    path = Path(directory) / f"env-{env['env_id']}.json"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(env, indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+    return path
+
+
+def _env_files(paths) -> list[Path]:
+    """env-*.json files named in `paths`, beside named .jsonl files, or inside named folders."""
+    out: list[Path] = []
+    for p in map(Path, [paths] if isinstance(paths, (str, Path)) else paths):
+        if p.is_dir():
+            out.extend(sorted(p.glob("env-*.json")))
+        elif p.suffix == ".json":
+            out.append(p)
+        else:
+            out.extend(sorted(p.parent.glob("env-*.json")))
+    return out
+
+
+def read_envs(paths) -> dict[str, dict]:
+    """Env fingerprints by env_id, from env files, folders, or results files (their folder's env files).
+
+    Raises:
+        ConfigError: an env file is not valid JSON or has no env_id.
+    """
+    envs: dict[str, dict] = {}
+    for f in dict.fromkeys(_env_files(paths)):
+        try:
+            env = json.loads(f.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise ConfigError(f"env file {f}: unreadable ({e}); delete it or rerun") from None
+        if not isinstance(env, dict) or "env_id" not in env:
+            raise ConfigError(f"env file {f}: no env_id field; it is not a treebench env fingerprint")
+        envs[env["env_id"]] = env
+    return envs
+

@@ -1,0 +1,208 @@
+"""The treebench CLI: exit codes 0/1/2, one-line errors, append-only result
+files, lazily wired subcommands, and the curated public API."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+import harness
+from harness.cli import main
+from harness.store import read_rows
+
+ROOT = Path(__file__).resolve().parent.parent
+BROKEN = ROOT / "tests" / "broken_backends.py"
+
+TINY = """
+[suite]
+name = "tiny"
+[axes]
+batch_size = [2]
+context_len = ["ragged:5-40"]
+tree = ["full:2:2"]
+num_q_heads = [4]
+num_kv_heads = [2]
+head_dim = [32]
+dtype = ["bfloat16"]
+page_size = [16]
+layout = ["shuffled", "interleaved"]
+"""
+
+
+@pytest.fixture
+def tiny(tmp_path) -> Path:
+    p = tmp_path / "tiny.toml"
+    p.write_text(TINY)
+    return p
+
+
+def _one_line_error(capsys) -> str:
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("treebench: error: ") and "Traceback" not in err
+    return lines[0]
+
+
+def test_public_api():
+    names = harness.__all__
+    assert len(names) == len(set(names)) and names == sorted(names)
+    for name in names:
+        obj = getattr(harness, name)
+        if callable(obj):
+            assert obj.__doc__, f"harness.{name} has no docstring"
+            assert obj.__module__.startswith("harness."), name
+    for required in ("Backend", "Capabilities", "register", "load_backend", "Case", "BatchInputs", "build_inputs",
+                     "reference_attention", "compare", "ConfigError", "TreeError", "load_suite", "run_cases",
+                     "read_rows", "append_row", "env_fingerprint", "parse_tree", "main"):
+        assert required in names
+    with pytest.raises(AttributeError):
+        harness.no_such_name  # noqa: B018
+
+
+def test_run_writes_rows_env_and_report(tiny, tmp_path, capsys):
+    out, report = tmp_path / "r" / "rows.jsonl", tmp_path / "rep" / "r.html"
+    rc = main(["run", "--suite", str(tiny), "--backends", "torch_sdpa", "--out", str(out),
+               "--report", str(report), "--quiet"])
+    assert rc == 0
+    rows = read_rows([out])
+    assert [r["status"] for r in rows] == ["pass", "pass"]
+    assert all(r["median_us"] > 0 for r in rows)
+    assert (out.parent / f"env-{rows[0]['env']}.json").is_file()
+    assert report.is_file() and report.stat().st_size > 0
+    stdout = capsys.readouterr().out
+    assert "torch_sdpa" in stdout and str(out) in stdout
+
+
+def test_failing_run_exits_1_and_keeps_the_existing_result_file(tiny, tmp_path):
+    out = tmp_path / "rows.jsonl"
+    rc = main(["run", "--suite", str(tiny), "--backends", "torch_sdpa", "--out", str(out),
+               "--report", str(tmp_path / "a.html"), "--quiet"])
+    assert rc == 0
+    before = out.read_bytes()
+    rc = main(["run", "--suite", str(tiny), "--backends", f"torch_sdpa,{BROKEN}:BrokenCausalMask",
+               "--out", str(out), "--report", str(tmp_path / "b.html"), "--quiet"])
+    assert rc == 1
+    assert out.read_bytes().startswith(before)
+    rows = read_rows([out])
+    assert len(rows) == 2 + 4
+    assert [r["status"] for r in rows[2:] if r["backend"] == "correct"] == ["mismatch", "mismatch"]
+
+
+def test_check_exit_codes(tiny, capsys):
+    assert main(["check", "--suite", str(tiny), "--backend", "torch_sdpa", "--quiet"]) == 0
+    assert main(["check", "--suite", str(tiny), "--backend", f"{BROKEN}:BrokenRootHidden", "--quiet"]) == 1
+    out = capsys.readouterr().out
+    assert "mismatch: correct on" in out
+
+
+def test_check_of_an_unavailable_backend_runs_nothing_and_says_so(tiny, tmp_path, caplog):
+    mod = tmp_path / "gpu_only.py"
+    mod.write_text("class GpuOnly:\n    name = 'gpu_only'\n    def availability(self): return 'needs a CUDA GPU'\n"
+                   "    def supports(self, case): return None\n    def prepare(self, inputs): raise AssertionError\n")
+    out = tmp_path / "rows.jsonl"
+    assert main(["check", "--suite", str(tiny), "--backend", f"{mod}:GpuOnly", "--out", str(out), "--quiet"]) == 0
+    assert {r["status"] for r in read_rows([out])} == {"skipped"}
+    assert any("no case ran: needs a CUDA GPU" in m for m in caplog.messages)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    ([], "required: COMMAND"),
+    (["bogus"], "invalid choice: 'bogus'"),
+    (["run", "--bogus"], "unrecognized arguments: --bogus"),
+    (["tree", "full:x"], "full:x"),
+    (["tree", "parents:-1,0,5"], "parents:-1,0,5"),
+    (["run", "--suite", "no_such_suite"], "unknown suite"),
+    (["run", "--suite", "missing/dir/s.toml"], "file not found"),
+    (["run", "--backends", "nope"], "unknown backend 'nope'"),
+    (["run", "--backends", ","], "--backends is empty"),
+    (["check"], "required: --backend"),
+    (["check", "--backend", "nope"], "unknown backend 'nope'"),
+    (["check", "--backend", "no/such/file.py:X"], "not found"),
+    (["check", "--backend", f"{BROKEN}:NoSuchClass"], "has no class NoSuchClass"),
+    (["check", "--backend", "no_such_package_xyz:Cls"], "cannot import"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
+    assert main(argv) == 2
+    assert needle in _one_line_error(capsys)
+
+
+def test_bad_out_and_report_paths_exit_2(tiny, tmp_path, capsys):
+    base = ["run", "--suite", str(tiny), "--backends", "torch_sdpa", "--quiet"]
+    assert main(base + ["--out", str(tmp_path)]) == 2
+    assert "is a directory" in _one_line_error(capsys)
+    assert main(base + ["--out", str(tmp_path / "r.jsonl"), "--report", str(tmp_path)]) == 2
+    assert "--report" in _one_line_error(capsys)
+    assert main(["check", "--suite", str(tiny), "--backend", "torch_sdpa", "--out", str(tmp_path)]) == 2
+    _one_line_error(capsys)
+
+
+def test_bad_suite_file_exits_2(tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[axes]\nbatch_size = [1]\nheads = [3]\n")
+    assert main(["check", "--suite", str(bad), "--backend", "torch_sdpa"]) == 2
+    assert "unknown axis 'heads'" in _one_line_error(capsys)
+
+
+def test_a_user_module_that_raises_on_import_is_bad_input(tmp_path, capsys):
+    mod = tmp_path / "bad_mod.py"
+    mod.write_text("raise RuntimeError('cannot load')\n")
+    assert main(["check", "--backend", f"{mod}:X"]) == 2
+    assert "RuntimeError: cannot load" in _one_line_error(capsys)
+
+
+def test_list_shows_backends_with_availability(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "torch_sdpa" in out and "reference" in out
+
+
+def test_tree_prints_parents_depths_and_mask(capsys):
+    assert main(["tree", "full:2:2"]) == 0
+    out = capsys.readouterr().out
+    assert "parents: -1 0 0 1 1 2 2" in out and "depths:  0 1 1 2 2 2 2" in out and "1101000" in out
+
+
+def test_tree_json(capsys):
+    assert main(["tree", "[(0,), (1,), (0, 0)]", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["parents"] == [-1, 0, 0, 1] and summary["depths"] == [0, 1, 1, 2]
+
+
+def test_help_exits_0(capsys):
+    assert main(["--help"]) == 0
+    assert "check" in capsys.readouterr().out
+
+
+def _fake_module(monkeypatch, name: str, **attrs) -> None:
+    monkeypatch.setitem(sys.modules, f"harness.{name}", types.SimpleNamespace(**attrs))
+
+
+def test_gate_and_report_are_wired_lazily(monkeypatch):
+    seen = {}
+
+    def add_arguments(parser):
+        parser.add_argument("--baseline", required=True)
+        parser.add_argument("paths", nargs="*")
+
+    def run(args):
+        seen.update(vars(args))
+        return 1
+
+    _fake_module(monkeypatch, "gate", add_arguments=add_arguments, run=run)
+    assert main(["gate", "--baseline", "A", "x.jsonl", "y.jsonl"]) == 1
+    assert seen == {"baseline": "A", "paths": ["x.jsonl", "y.jsonl"]}
+
+
+def test_lazy_subcommand_errors_are_one_line(monkeypatch, capsys):
+    _fake_module(monkeypatch, "report")
+    assert main(["report", "r.jsonl"]) == 2
+    assert "lacks add_arguments/run" in _one_line_error(capsys)
+    _fake_module(monkeypatch, "gate", add_arguments=lambda p: p.add_argument("--baseline", required=True),
+                 run=lambda a: 0)
+    assert main(["gate"]) == 2
+    assert "gate: the following arguments are required: --baseline" in _one_line_error(capsys)

@@ -1,0 +1,260 @@
+"""The runner with fake backends (plumbing on the CPU), and suite loading."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import backends  # noqa: F401  (registers torch_sdpa)
+from harness import runner
+from harness.backend import REGISTRY, Capabilities
+from harness.cases import Case
+from harness.errors import ConfigError
+from harness.reference import reference_attention
+from harness.runner import RunConfig, run_cases
+from harness.store import ROW_FIELDS, read_rows
+from harness.suites import available_suites, load_suite
+
+CASES = [Case(2, "ragged:3-37", "full:2:2", 4, 2, 32, "bfloat16", 16, "shuffled"),
+         Case(1, 16, "chain:3", 4, 1, 32, "float32", 8, "interleaved")]
+
+
+class Fake:
+    """A backend whose output is made by `make(inputs)`."""
+
+    mask_kind = "tree"
+    capabilities = Capabilities()
+
+    def __init__(self, name, make=None, available=None, unsupported=None):
+        self.name, self.make, self.available, self.unsupported = name, make, available, unsupported
+
+    def availability(self):
+        if isinstance(self.available, Exception):
+            raise self.available
+        return self.available
+
+    def supports(self, case):
+        return self.unsupported
+
+    def prepare(self, inputs):
+        return lambda: self.make(inputs)
+
+
+def _exact(inputs):
+    return reference_attention(inputs).to(inputs.dtype)
+
+
+def _boom(inputs):
+    raise RuntimeError("boom\nsecond line")
+
+
+def _by_backend(rows):
+    return {r["backend"]: r for r in rows}
+
+
+def _check(cases, bks, **kw):
+    return run_cases(cases, bks, RunConfig(mode="check", quiet=True, **kw))
+
+
+def test_faults_become_rows_with_reasons_and_the_sweep_goes_on():
+    bks = [Fake("raises", _boom),
+           Fake("shape", lambda i: _exact(i)[:-1]),
+           Fake("dtype", lambda i: _exact(i).double()),
+           Fake("not_tensor", lambda i: [1, 2]),
+           Fake("unavailable", _exact, available="needs a CUDA GPU"),
+           Fake("availability_raises", _exact, available=KeyError("x")),
+           Fake("unsupported", _exact, unsupported="page size 16 not supported"),
+           Fake("zeros", lambda i: torch.zeros_like(i.q)),
+           Fake("good", _exact)]
+    rows = _check(CASES, bks)
+    assert len(rows) == len(CASES) * len(bks)
+    for case_rows in (rows[:len(bks)], rows[len(bks):]):
+        by = _by_backend(case_rows)
+        assert by["raises"]["status"] == "error" and by["raises"]["reason"] == "RuntimeError: boom"
+        assert by["shape"]["status"] == "error" and "output shape" in by["shape"]["reason"]
+        assert by["dtype"]["status"] == "error" and "dtype torch.float64" in by["dtype"]["reason"]
+        assert by["not_tensor"]["status"] == "error" and "returned list" in by["not_tensor"]["reason"]
+        assert by["unavailable"]["status"] == "skipped" and by["unavailable"]["reason"] == "needs a CUDA GPU"
+        assert "availability() raised KeyError" in by["availability_raises"]["reason"]
+        assert by["unsupported"]["status"] == "skipped" and "page size 16" in by["unsupported"]["reason"]
+        assert by["zeros"]["status"] == "mismatch" and "max_abs_err" in by["zeros"]["reason"]
+        assert by["zeros"]["mismatch_frac"] > 0.5 and by["zeros"]["worst"] is not None
+        assert by["good"]["status"] == "pass" and by["good"]["reason"] is None
+
+
+def test_rows_carry_every_schema_field_and_identity():
+    rows = _check(CASES, [Fake("good", _exact), Fake("raises", _boom)], run_id="run-1", env_id="env-1")
+    for row, case in zip(rows[::2], CASES):
+        assert set(row) == set(ROW_FIELDS)
+        assert row["schema"] == 1 and row["run_id"] == "run-1" and row["env"] == "env-1"
+        assert row["case"] == case.axes and row["case_id"] == case.case_id
+        assert row["context_lens"] == case.context_lens()
+        assert row["tree_sizes"] == [t.size for t in case.trees()]
+        assert row["timestamp"] and row["median_us"] is None      # check mode: no timing
+
+
+def test_run_mode_times_passing_and_mismatching_rows_only():
+    bks = [Fake("good", _exact), Fake("zeros", lambda i: torch.zeros_like(i.q)), Fake("raises", _boom)]
+    rows = run_cases(CASES[:1], bks, RunConfig(mode="run", quiet=True, device="cpu"))
+    by = _by_backend(rows)
+    for name in ("good", "zeros"):
+        r = by[name]
+        assert r["timer"] == "wall" and r["n_samples"] == len(r["samples_us"]) >= 1
+        assert r["p25_us"] <= r["median_us"] <= r["p75_us"]
+        assert "tflops" in r and "tb_per_s" in r
+    assert by["raises"]["median_us"] is None and by["raises"]["timer"] is None
+
+
+def test_each_row_is_in_the_store_before_the_next_backend_runs(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    seen = []
+
+    def count_then_exact(inputs):
+        seen.append(len(read_rows([path])) if path.exists() else 0)
+        return _exact(inputs)
+
+    rows = _check(CASES, [Fake("a", _boom), Fake("b", count_then_exact)], store_path=path)
+    assert seen == [1, 3]
+    assert [r["backend"] for r in read_rows([path])] == [r["backend"] for r in rows]
+
+
+def test_inputs_and_reference_are_built_once_per_case(monkeypatch):
+    calls = {"inputs": 0, "ref": 0}
+    real_build, real_ref = runner.build_inputs, runner.reference_attention
+
+    def build(*a, **k):
+        calls["inputs"] += 1
+        return real_build(*a, **k)
+
+    def ref(*a, **k):
+        calls["ref"] += 1
+        return real_ref(*a, **k)
+
+    monkeypatch.setattr(runner, "build_inputs", build)
+    monkeypatch.setattr(runner, "reference_attention", ref)
+    _check(CASES, [Fake("a", _exact), Fake("b", _exact), Fake("c", _boom)])
+    assert calls == {"inputs": 2, "ref": 2}
+
+
+def test_causal_backends_get_the_causal_batch_and_reference():
+    seen = []
+
+    def chains_only(inputs):
+        seen.append([t.parents for t in inputs.trees])
+        return _exact(inputs)
+
+    causal = Fake("causal", chains_only)
+    causal.mask_kind = "causal"
+    rows = _check(CASES[:1], [causal, Fake("tree", _exact)])
+    assert [r["status"] for r in rows] == ["pass", "pass"]
+    assert all(p == tuple(range(-1, len(p) - 1)) for p in seen[0])
+
+
+def test_unknown_mask_kind_is_an_error_row():
+    odd = Fake("odd", _exact)
+    odd.mask_kind = "sliding"
+    (row,) = _check(CASES[:1], [odd])
+    assert row["status"] == "error" and "mask_kind 'sliding'" in row["reason"]
+
+
+def test_torch_sdpa_passes_on_cpu():
+    rows = _check(CASES, [REGISTRY["torch_sdpa"]()])
+    assert [r["status"] for r in rows] == ["pass", "pass"]
+
+
+@pytest.mark.gpu
+def test_torch_sdpa_runs_and_is_timed_on_cuda():
+    rows = run_cases(CASES, [REGISTRY["torch_sdpa"]()], RunConfig(mode="run", quiet=True, device="cuda"))
+    assert [r["status"] for r in rows] == ["pass", "pass"]
+    assert all(r["timer"] in ("cuda_graph", "cuda_event") and r["median_us"] > 0 for r in rows)
+
+
+def test_timing_fields_keep_every_sample():
+    f = runner.timing_fields([5.0, 1.0, 3.0, 2.0, 4.0])
+    assert f["median_us"] == 3.0 and f["p25_us"] == 2.0 and f["p75_us"] == 4.0
+    assert f["n_samples"] == 5 and f["samples_us"] == [5.0, 1.0, 3.0, 2.0, 4.0]
+
+
+# ---- suites -------------------------------------------------------------------------------
+
+GOOD_AXES = """
+batch_size = [1]
+context_len = [16]
+tree = ["full:2:1"]
+num_q_heads = [4]
+num_kv_heads = [2]
+head_dim = [32]
+"""
+
+
+def _suite(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "s.toml"
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def test_shipped_suites_load():
+    assert {"smoke", "check", "seed"} <= set(available_suites())
+    smoke = load_suite("smoke")
+    assert smoke.name == "smoke" and 1 <= len(smoke.cases) <= 16
+    seed = load_suite("seed")
+    assert {c.head_dim for c in seed.cases} == {128} and {c.page_size for c in seed.cases} == {16, 128}
+    assert {c.tree for c in seed.cases} >= {"full:3:0", "full:3:1", "full:3:2", "full:3:3"}
+
+
+def test_suite_with_one_axes_table(tmp_path):
+    s = load_suite(_suite(tmp_path, "[suite]\nname = 'mine'\ndescription = 'd'\n[axes]\n" + GOOD_AXES
+                          + "page_size = [8, 16]\n"))
+    assert (s.name, s.description, len(s.cases)) == ("mine", "d", 2)
+    assert [c.page_size for c in s.cases] == [8, 16]
+
+
+def test_suite_with_axes_groups_concatenates_and_drops_duplicates(tmp_path):
+    text = "[[axes]]\n" + GOOD_AXES + "[[axes]]\n" + GOOD_AXES + "layout = ['contiguous', 'interleaved']\n"
+    s = load_suite(_suite(tmp_path, text))
+    assert s.name == "s" and len(s.axes) == 2
+    assert [c.layout for c in s.cases] == ["shuffled", "contiguous", "interleaved"]
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("[axes\nbatch_size = [1]", "bad TOML"),
+    ("[suite]\nname = 's'\n", "no [axes] table"),
+    ("[axes]\n" + GOOD_AXES + "[extra]\nx = 1\n", "unknown top-level key 'extra'"),
+    ("suite = 3\n[axes]\n" + GOOD_AXES, "[suite] must be a table"),
+    ("[suite]\ncolour = 'red'\n[axes]\n" + GOOD_AXES, "unknown key 'colour'"),
+    ("[suite]\nname = 7\n[axes]\n" + GOOD_AXES, "[suite] name must be a string"),
+    ("axes = []\n", "[[axes]] is empty"),
+    ("axes = [3]\n", "axes group 0 must be a non-empty table"),
+    ("[axes]\n", "axes group 0 must be a non-empty table"),
+    ("[axes]\n" + GOOD_AXES + "heads = [4]\n", "unknown axis 'heads'"),
+    ("[axes]\n" + GOOD_AXES + "page_size = []\n", "axis 'page_size' is empty"),
+    ("[axes]\n" + GOOD_AXES + "page_size = ['16']\n", "axis page_size value '16' must be int"),
+    ("[axes]\n" + GOOD_AXES + "page_size = [true]\n", "axis page_size value True must be int"),
+    ("[axes]\n" + GOOD_AXES + "page_size = [16.5]\n", "axis page_size value 16.5 must be int"),
+    ("[axes]\n" + GOOD_AXES + "page_size = [0]\n", "page_size=0"),
+    ("[axes]\n" + GOOD_AXES + "dtype = ['float8']\n", "dtype='float8'"),
+    ("[axes]\n" + GOOD_AXES + "tree_per_request = ['some']\n", "tree_per_request"),
+    ("[axes]\n" + GOOD_AXES.replace("[2]", "[3]") + "\n", "not a multiple of num_kv_heads"),
+    ("[axes]\n" + GOOD_AXES.replace('"full:2:1"', '"full:x"'), "full:x"),
+    ("[axes]\n" + GOOD_AXES.replace('"full:2:1"', "5"), "axis tree value 5 must be str"),
+    ("[axes]\n" + GOOD_AXES.replace("[16]", '["ragged:9-2"]'), "ragged:9-2"),
+    ("[axes]\n" + GOOD_AXES.replace("[16]", "[1.5]"), "axis context_len value 1.5 must be int or str"),
+    ("[[axes]]\n" + GOOD_AXES + "[[axes]]\n" + GOOD_AXES + "seed = ['x']\n", "axes group 1: axis seed"),
+])
+def test_bad_suites_raise_config_error_naming_file_and_field(tmp_path, text, needle):
+    path = _suite(tmp_path, text)
+    with pytest.raises(ConfigError) as e:
+        load_suite(path)
+    assert str(path) in str(e.value) and needle in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("name, needle", [("no_such_suite", "unknown suite"), ("missing/s.toml", "file not found"),
+                                          ("gone.toml", "file not found")])
+def test_unknown_suite_names_and_missing_files(name, needle):
+    with pytest.raises(ConfigError, match=needle) as e:
+        load_suite(name)
+    assert "smoke" in str(e.value)             # lists the known suites

@@ -1,0 +1,148 @@
+"""The results store: atomic appends, torn lines, schema, env fingerprints."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import store
+from harness.errors import ConfigError
+from harness.store import (SCHEMA, append_row, check_writable, env_fingerprint, env_id_of, read_envs, read_rows,
+                           write_env)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _row(i: int, **extra) -> dict:
+    return {"schema": SCHEMA, "run_id": "r", "backend": "b", "case_id": f"c{i}", "status": "pass", **extra}
+
+
+def test_append_is_one_write_of_one_full_line(tmp_path, monkeypatch):
+    calls = []
+    real_write = os.write
+    monkeypatch.setattr(store.os, "write", lambda fd, data: calls.append(data) or real_write(fd, data))
+    path = tmp_path / "sub" / "r.jsonl"
+    for i in range(3):
+        append_row(path, _row(i, samples_us=[1.5] * 37))
+    assert len(calls) == 3
+    assert all(c.endswith(b"\n") and c.count(b"\n") == 1 for c in calls)
+    assert [r["case_id"] for r in read_rows([path])] == ["c0", "c1", "c2"]
+
+
+def test_append_never_truncates(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(_row(0)) + "\n")
+    before = path.read_bytes()
+    check_writable(path)
+    append_row(path, _row(1))
+    assert path.read_bytes().startswith(before)
+    assert len(read_rows([path])) == 2
+
+
+def test_torn_last_line_is_skipped_with_a_warning(tmp_path, caplog):
+    path = tmp_path / "r.jsonl"
+    append_row(path, _row(0))
+    with open(path, "ab") as f:
+        f.write(b'{"schema": 1, "run_id": "r", "backe')   # a run killed mid-row
+    with caplog.at_level(logging.WARNING, logger="harness.store"):
+        rows = read_rows([path])
+    assert [r["case_id"] for r in rows] == ["c0"]
+    assert any("r.jsonl:2" in m and "torn" in m for m in caplog.messages)
+
+
+def test_append_after_a_torn_line_keeps_the_new_row_whole(tmp_path, caplog):
+    path = tmp_path / "r.jsonl"
+    append_row(path, _row(0))
+    with open(path, "ab") as f:
+        f.write(b'{"schema": 1, "ca')
+    append_row(path, _row(1))
+    with caplog.at_level(logging.WARNING, logger="harness.store"):
+        rows = read_rows([path])
+    assert [r["case_id"] for r in rows] == ["c0", "c1"]
+    assert len(caplog.messages) == 1
+
+
+def test_killed_writer_leaves_only_whole_rows(tmp_path):
+    path = tmp_path / "r.jsonl"
+    code = ("import sys; from harness.store import append_row\n"
+            "for i in range(10**6): append_row(sys.argv[1], {'schema': 1, 'i': i, 'pad': 'x' * 3000})\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(path)], cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        deadline = time.monotonic() + 60
+        while (not path.exists() or path.stat().st_size < 200_000) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    rows = read_rows([path])
+    assert len(rows) >= 50
+    assert [r["i"] for r in rows] == list(range(len(rows)))
+
+
+@pytest.mark.parametrize("bad", [{"schema": 2}, {"no_schema": True}, [1, 2]])
+def test_unknown_schema_is_refused(tmp_path, bad):
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(_row(0)) + "\n" + json.dumps(bad) + "\n")
+    with pytest.raises(ConfigError, match=r"r\.jsonl:2: schema"):
+        read_rows([path])
+
+
+def test_read_rows_takes_folders_and_rejects_missing_paths(tmp_path):
+    append_row(tmp_path / "a.jsonl", _row(0))
+    append_row(tmp_path / "b.jsonl", _row(1))
+    assert [r["case_id"] for r in read_rows([tmp_path])] == ["c0", "c1"]
+    assert len(read_rows(tmp_path / "a.jsonl")) == 1
+    with pytest.raises(ConfigError, match="nope.jsonl: not found"):
+        read_rows([tmp_path / "nope.jsonl"])
+
+
+def test_check_writable_refuses_a_directory(tmp_path):
+    with pytest.raises(ConfigError, match="is a directory"):
+        check_writable(tmp_path)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(ConfigError, match="cannot write"):
+        check_writable(blocker / "r.jsonl")
+
+
+def test_env_fingerprint_on_cpu(monkeypatch):
+    monkeypatch.setitem(store.PACKAGES, "not_here", "treebench-no-such-distribution")
+    env = env_fingerprint("cpu", peak_bw_bytes_per_s=None)
+    for key in ("env_id", "gpu_name", "sm_count", "driver", "cuda", "python", "torch", "triton", "xformers",
+                "flashinfer", "git_commit", "hostname", "platform", "peak_bw_bytes_per_s"):
+        assert key in env
+    assert env["torch"] == importlib.metadata.version("torch")
+    assert env["not_here"] is None
+    assert env["gpu_name"] is None and env["peak_bw_bytes_per_s"] is None
+    assert env["env_id"] == env_id_of(env) == env_fingerprint("cpu")["env_id"]
+    assert "treebench-no-such-distribution" not in sys.modules
+
+
+def test_env_id_ignores_the_measured_peak_only():
+    env = {"torch": "2.6", "hostname": "h", "peak_bw_bytes_per_s": 1e12}
+    assert env_id_of(env) == env_id_of({**env, "peak_bw_bytes_per_s": 2e12})
+    assert env_id_of(env) != env_id_of({**env, "torch": "2.7"})
+    assert len(env_id_of(env)) == 12
+
+
+def test_env_files_round_trip(tmp_path):
+    env = {"env_id": "abc123", "torch": "2.6", "peak_bw_bytes_per_s": 1.0}
+    path = write_env(tmp_path, env)
+    assert path.name == "env-abc123.json"
+    write_env(tmp_path, {**env, "peak_bw_bytes_per_s": 9.0})           # kept as it was
+    append_row(tmp_path / "run.jsonl", _row(0, env="abc123"))
+    for source in ([path], [tmp_path], [tmp_path / "run.jsonl"]):
+        assert read_envs(source) == {"abc123": env}
+    (tmp_path / "env-bad.json").write_text("{not json")
+    with pytest.raises(ConfigError, match="env-bad.json"):
+        read_envs([tmp_path])
