@@ -1,38 +1,412 @@
-"""Timing (SKELETON: a plain host timer; the timing work item replaces the
-internals and keeps `time_callable`'s signature and `Timing`'s fields)."""
+"""Timing: one function returning raw per-call samples in microseconds.
+
+Timers (recorded in each result row as `timer`):
+
+- ``cuda_graph`` (default on a GPU): `fn` is captured in a CUDA graph, 32
+  calls per graph, each between its own pair of CUDA events recorded inside
+  the graph. What it measures: device time of the call's kernels, with the
+  host's launch work and the graph's own launch removed.
+- ``cuda_event``: CUDA events around each eager `fn()` call. Device time of one
+  call; host launch gaps show only when the host falls behind the device.
+- ``host_inclusive``: `time.perf_counter` around `fn()` plus a device
+  synchronize. Shows launch overhead (Python, planning, many small launches).
+- ``wall``: the CPU's only timer, `perf_counter` around `fn()`.
+
+``auto`` picks ``cuda_graph`` on a GPU, falling back to ``cuda_event`` with the
+reason recorded when the callable cannot be captured, and ``wall`` on the CPU.
+
+L2 flush and graph replay (`flush_l2=True`, the default on a GPU): the graph
+holds 32 x [flush, start event, fn, end event]. The flush zeroes a 256 MiB
+buffer (5x the H200's 50 MiB L2) *outside* the measured region, so every call
+starts with a cold L2, and the events enclose the call alone: neither the
+flush nor the graph launch is in a sample. The events are created with
+`external=True`, which makes their records event-record nodes of the graph;
+the host replays the graph, synchronizes and reads the 32 samples, until the
+budget is met. Where events cannot be recorded inside a graph, the timer
+falls back to events around whole replays of a one-call graph (each after a
+flush, queued behind a short `torch.cuda._sleep` cushion), which adds the
+graph's launch latency (~3 us on an H200) to every sample. With
+`flush_l2=False` the graph is the same without the flush (warm L2).
+
+Warmup and repetitions are set by time (`warmup_ms`, `rep_ms`) within
+[`min_reps`, `max_reps`] samples. Every sample is kept; statistics live in
+`harness.stats`.
+"""
 
 from __future__ import annotations
 
-import time
+import logging
+import math
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
+from time import perf_counter
 
 import torch
 
+from harness.errors import ConfigError
+from harness.stats import summarize
 
-@dataclass
+log = logging.getLogger(__name__)
+
+MODES = ("auto", "cuda_graph", "cuda_event", "host_inclusive")
+FLUSH_BYTES = 256 * 2**20          # L2 flush buffer: 256 MiB, >= 5x the L2 of any current GPU
+GPU_BUDGET_MS = (25.0, 100.0)      # default (warmup_ms, rep_ms) on a GPU (triton's do_bench uses 25, 100)
+CPU_BUDGET_MS = (5.0, 20.0)        # default on the CPU, where timing is a plumbing check
+CALLS_PER_GRAPH = 32               # timed calls captured in one graph, each between its own events
+MIN_REPLAY_US = 50.0               # fallback without in-graph events, flush_l2=False: a replay lasts >= this
+MAX_CALLS_PER_GRAPH = 64           # ... and holds at most this many calls
+CUSHION_MS = 2.0                   # device sleep queued before the timed loop
+
+
+@dataclass(frozen=True)
 class Timing:
-    samples_us: list[float]        # raw per-iteration samples, microseconds
-    timer: str                     # "cuda_graph" | "cuda_event" | "host_inclusive" | "wall"
-    fallback_reason: str | None = None  # why the requested timer was not used
+    """Raw samples of one timed callable."""
+
+    samples_us: list[float]              # per-call times, microseconds, in measurement order
+    timer: str                           # "cuda_graph" | "cuda_event" | "host_inclusive" | "wall"
+    fallback_reason: str | None = None   # why the requested timer was not used (None: it was)
+    l2_flushed: bool = False             # an L2 flush ran before every sample
+    calls_per_sample: int = 1            # calls averaged into one sample (graph replay of k calls)
+    warmup_calls: int = 0                # untimed calls made before the first sample
+
+    def as_row(self) -> dict:
+        """The result row's timing fields (architecture.md schema 1)."""
+        s = summarize(self.samples_us)
+        return {"timer": self.timer, "timer_fallback": self.fallback_reason,
+                "median_us": s.median_us, "p25_us": s.p25_us, "p75_us": s.p75_us,
+                "cv": s.cv, "n_samples": s.n, "samples_us": [round(x, 4) for x in self.samples_us]}
+
+
+@dataclass(frozen=True)
+class _Budget:
+    warmup_ms: float      # time spent warming up before the first sample
+    rep_ms: float         # time budget for the samples
+    min_reps: int         # at least this many samples, whatever the time
+    max_reps: int         # at most this many samples
+    flush_l2: bool        # flush the L2 before every sample (GPU only)
+
+    def reps(self, iter_ms: float) -> int:
+        """Samples that fit `rep_ms` at `iter_ms` per iteration, clamped to [min_reps, max_reps]."""
+        n = int(self.rep_ms / max(iter_ms, 1e-6))
+        return max(self.min_reps, min(self.max_reps, n))
+
+
+def _budget(device: torch.device, warmup_ms, rep_ms, min_reps, max_reps, flush_l2) -> _Budget:
+    """Validates the timing arguments (ConfigError names the field) and fills device defaults."""
+    w0, r0 = GPU_BUDGET_MS if device.type == "cuda" else CPU_BUDGET_MS
+    warmup_ms, rep_ms = (w0 if warmup_ms is None else warmup_ms), (r0 if rep_ms is None else rep_ms)
+    if not warmup_ms >= 0:
+        raise ConfigError(f"timing warmup_ms={warmup_ms}: must be >= 0")
+    if not rep_ms > 0:
+        raise ConfigError(f"timing rep_ms={rep_ms}: must be > 0")
+    if not (isinstance(min_reps, int) and min_reps >= 1):
+        raise ConfigError(f"timing min_reps={min_reps!r}: must be an integer >= 1")
+    if not (isinstance(max_reps, int) and max_reps >= min_reps):
+        raise ConfigError(f"timing max_reps={max_reps!r}: must be an integer >= min_reps ({min_reps})")
+    return _Budget(float(warmup_ms), float(rep_ms), min_reps, max_reps, bool(flush_l2))
 
 
 def time_callable(fn: Callable[[], torch.Tensor], *, device: torch.device | str = "cpu",
-                  mode: str = "auto", warmup_ms: float = 5.0, rep_ms: float = 20.0,
-                  min_reps: int = 3, max_reps: int = 1000, flush_l2: bool = True) -> Timing:
-    """Runs `fn` repeatedly and returns raw per-call samples in microseconds."""
-    fn()
-    samples, spent = [], 0.0
-    while len(samples) < min_reps or (spent < rep_ms * 1e3 and len(samples) < max_reps):
-        t0 = time.perf_counter()
+                  mode: str = "auto", warmup_ms: float | None = None, rep_ms: float | None = None,
+                  min_reps: int = 10, max_reps: int = 1000, flush_l2: bool = True) -> Timing:
+    """Runs `fn` repeatedly and returns raw per-call samples in microseconds.
+
+    Args:
+        fn: zero-argument callable launching the work (a backend's prepared callable).
+        device: where `fn` runs; a CUDA device enables the CUDA timers.
+        mode: "auto" | "cuda_graph" | "cuda_event" | "host_inclusive" (module docstring).
+            A CUDA timer asked for on the CPU falls back to "wall" with the reason.
+        warmup_ms: untimed warmup, milliseconds (default 25 on a GPU, 5 on the CPU).
+        rep_ms: time budget for the samples, milliseconds (default 100 GPU, 20 CPU).
+        min_reps, max_reps: bounds on the number of samples.
+        flush_l2: zero a 256 MiB buffer before each sample, outside the measured
+            region (GPU only; ignored on the CPU).
+
+    Returns:
+        Timing with every sample kept (no outlier dropping).
+
+    Raises:
+        ConfigError: unknown mode, bad budget, or a CUDA device torch cannot see.
+    """
+    if mode not in MODES:
+        raise ConfigError(f"timing mode={mode!r}: use one of {', '.join(MODES)}")
+    dev = torch.device(device)
+    budget = _budget(dev, warmup_ms, rep_ms, min_reps, max_reps, flush_l2)
+    if dev.type != "cuda":
+        reason = None if mode == "auto" else f"timer {mode!r} needs a CUDA device; {dev.type} has only the wall timer"
+        return _time_wall(fn, budget, reason)
+    if not torch.cuda.is_available():
+        raise ConfigError(f"timing device={dev}: torch sees no CUDA GPU; time on device='cpu'")
+    with torch.cuda.device(dev):
+        if mode == "host_inclusive":
+            return _time_host_inclusive(fn, budget)
+        if mode == "cuda_event":
+            return _time_events(fn, budget)
+        return _time_graph_or_fallback(fn, budget)
+
+
+# ---- CPU ---------------------------------------------------------------------------------
+
+def _time_wall(fn: Callable, budget: _Budget, reason: str | None) -> Timing:
+    """perf_counter around each call; warmup and reps by time."""
+    calls, iter_ms = _warmup(fn, budget.warmup_ms, sync=lambda: None)
+    samples = []
+    for _ in range(budget.reps(iter_ms)):
+        t0 = perf_counter()
         fn()
-        dt = (time.perf_counter() - t0) * 1e6
-        samples.append(dt)
-        spent += dt
-    return Timing(samples, "wall")
+        samples.append((perf_counter() - t0) * 1e6)
+    return Timing(samples, "wall", reason, warmup_calls=calls)
 
 
-def measure_peak_bandwidth(device: torch.device | str) -> float | None:
-    """Device-copy bandwidth in bytes/s (read + write), measured once per run;
-    None on the CPU. (SKELETON: the timing work item implements it.)"""
-    return None
+def _warmup(fn: Callable, warmup_ms: float, sync: Callable[[], None]) -> tuple[int, float]:
+    """Calls fn (at least once) until warmup_ms has passed; returns (calls, ms per call incl. sync)."""
+    calls, t0 = 0, perf_counter()
+    while True:
+        fn()
+        sync()
+        calls += 1
+        elapsed_ms = (perf_counter() - t0) * 1e3
+        if elapsed_ms >= warmup_ms:
+            return calls, elapsed_ms / calls
+
+
+# ---- GPU helpers -------------------------------------------------------------------------
+
+@cache
+def _flush_buffer(index: int) -> torch.Tensor:
+    """The L2 flush buffer of CUDA device `index` (allocated once, kept for the process)."""
+    return torch.empty(FLUSH_BYTES, dtype=torch.int8, device=torch.device("cuda", index))
+
+
+def _flusher(budget: _Budget) -> Callable[[], None]:
+    """A callable that flushes the L2 (a 256 MiB write), or does nothing when flush_l2 is off."""
+    if not budget.flush_l2:
+        return lambda: None
+    buf = _flush_buffer(torch.cuda.current_device())
+    return buf.zero_
+
+
+@cache
+def _sleep_cycles_per_ms(index: int) -> float:
+    """Clock cycles of `torch.cuda._sleep` per millisecond on device `index`, measured once."""
+    cycles = 1_000_000
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(cycles)  # first call loads the kernel
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    end.synchronize()
+    return cycles / max(start.elapsed_time(end), 1e-3)
+
+
+def _cushion() -> None:
+    """Queues CUSHION_MS of device sleep so the host can enqueue the timed loop ahead of the device."""
+    if hasattr(torch.cuda, "_sleep"):
+        torch.cuda._sleep(int(CUSHION_MS * _sleep_cycles_per_ms(torch.cuda.current_device())))
+
+
+def _event_loop(step: Callable[[], object], flush: Callable[[], None], reps: int) -> list[float]:
+    """`reps` samples of `step` between CUDA events, each after a flush; one sync at the end.
+
+    Returns:
+        Elapsed device time of each step, microseconds.
+    """
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(reps)]
+    torch.cuda.synchronize()
+    _cushion()
+    for start, end in events:
+        flush()                  # outside the measured region
+        start.record()
+        step()
+        end.record()
+    torch.cuda.synchronize()
+    return [start.elapsed_time(end) * 1e3 for start, end in events]  # ms -> us
+
+
+def _iter_ms(step: Callable[[], object], flush: Callable[[], None], n: int = 5) -> float:
+    """Host wall time of one flush + step iteration, ms (used to size the number of samples)."""
+    torch.cuda.synchronize()
+    t0 = perf_counter()
+    for _ in range(n):
+        flush()
+        step()
+    torch.cuda.synchronize()
+    return (perf_counter() - t0) * 1e3 / n
+
+
+# ---- GPU timers --------------------------------------------------------------------------
+
+def _time_events(fn: Callable, budget: _Budget, reason: str | None = None) -> Timing:
+    """CUDA events around each eager call."""
+    calls, _ = _warmup(fn, budget.warmup_ms, torch.cuda.synchronize)
+    flush = _flusher(budget)
+    samples = _event_loop(fn, flush, budget.reps(_iter_ms(fn, flush)))
+    return Timing(samples, "cuda_event", reason, budget.flush_l2, 1, calls)
+
+
+def _time_host_inclusive(fn: Callable, budget: _Budget) -> Timing:
+    """perf_counter around fn() + synchronize; the flush runs (and completes) before t0."""
+    calls, iter_ms = _warmup(fn, budget.warmup_ms, torch.cuda.synchronize)
+    flush, samples = _flusher(budget), []
+    for _ in range(budget.reps(iter_ms)):
+        flush()
+        torch.cuda.synchronize()
+        t0 = perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        samples.append((perf_counter() - t0) * 1e6)
+    return Timing(samples, "host_inclusive", None, budget.flush_l2, 1, calls)
+
+
+def _time_graph_or_fallback(fn: Callable, budget: _Budget) -> Timing:
+    """CUDA-graph timing; on a capture failure, CUDA events with the reason."""
+    try:
+        return _time_graph(fn, budget)
+    except Exception as e:  # noqa: BLE001 -- any capture failure means "not capturable"
+        reason = f"CUDA graph capture failed: {_root_cause(e)}"
+    log.info("%s; timing with CUDA events instead", reason)
+    torch.cuda.synchronize()
+    return _time_events(fn, budget, reason)
+
+
+def _root_cause(e: BaseException) -> str:
+    """'Type: first line' of the innermost exception in e's context chain."""
+    while e.__cause__ or e.__context__:
+        e = e.__cause__ or e.__context__
+    msg = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {msg[0] if msg else ''}"[:300]
+
+
+def _time_graph(fn: Callable, budget: _Budget) -> Timing:
+    """Times each call inside a CUDA graph of CALLS_PER_GRAPH x [flush, event, fn, event].
+
+    Falls back to events around whole replays (`_time_replays`) when timing
+    events cannot be recorded inside a graph here; raises when fn itself
+    cannot be captured.
+    """
+    calls = _warmup_side_stream(fn, budget.warmup_ms)
+    flush = _flusher(budget)
+    reps = budget.reps(_iter_ms(fn, flush))
+    try:
+        graph, events = _capture_timed(fn, flush, min(reps, CALLS_PER_GRAPH))
+        samples = []
+        graph.replay()                      # upload; the first replay is not kept
+        while len(samples) < reps:
+            torch.cuda.synchronize()
+            graph.replay()
+            torch.cuda.synchronize()
+            samples += [start.elapsed_time(end) * 1e3 for start, end in events]  # ms -> us
+        if min(samples) <= 0:
+            raise RuntimeError("non-positive elapsed time between events inside the graph")
+    except Exception as e:  # noqa: BLE001 -- in-graph events unsupported, or fn not capturable
+        log.info("timing inside a CUDA graph failed (%s); timing whole replays", _root_cause(e))
+        return _time_replays(fn, budget, calls)
+    return Timing(samples[:reps], "cuda_graph", None, budget.flush_l2, 1, calls)
+
+
+def _warmup_side_stream(fn: Callable, warmup_ms: float) -> int:
+    """Warms fn up on a side stream before capture (torch.cuda.graph's docs); returns the calls made."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        calls, _ = _warmup(fn, warmup_ms, torch.cuda.synchronize)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    return calls
+
+
+def _capture_timed(fn: Callable, flush: Callable[[], None], k: int):
+    """A graph of k x [flush, start event, fn, end event] and its k (start, end) events.
+
+    The events are created `external=True`, so recording them during capture
+    adds event-record nodes to the graph; every replay re-records them.
+    """
+    events = [(torch.cuda.Event(enable_timing=True, external=True),
+               torch.cuda.Event(enable_timing=True, external=True)) for _ in range(k)]
+
+    def body() -> None:
+        for start, end in events:
+            flush()                  # outside the measured region
+            start.record()
+            fn()
+            end.record()
+    return _capture(body), events
+
+
+def _time_replays(fn: Callable, budget: _Budget, calls: int) -> Timing:
+    """Events around whole replays of a graph of k calls (k = 1 with the L2 flush); sample = replay / k."""
+    k = 1 if budget.flush_l2 else _calls_per_graph(fn)
+    graph = _capture(lambda: [fn() for _ in range(k)])
+    flush = _flusher(budget)
+    _warmup(graph.replay, budget.warmup_ms / 2, torch.cuda.synchronize)
+    replays = _event_loop(graph.replay, flush, budget.reps(_iter_ms(graph.replay, flush)))
+    return Timing([r / k for r in replays], "cuda_graph", None, budget.flush_l2, k, calls)
+
+
+def _capture(body: Callable[[], object]) -> torch.cuda.CUDAGraph:
+    """A CUDA graph of one call of `body`.
+
+    A failed capture leaves torch in capture state: `torch.cuda.graph` does not
+    restore the current stream when `capture_end` raises, and the default CUDA
+    generator stays in capture mode (any later random op raises "Offset
+    increment outside graph capture"). Both are restored here before re-raising,
+    the generator with its seed and Philox offset from before the capture.
+    """
+    stream = torch.cuda.current_stream()
+    gen = torch.cuda.default_generators[torch.cuda.current_device()]
+    seed, offset = gen.initial_seed(), gen.get_offset()
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            body()
+    except Exception:
+        torch.cuda.set_stream(stream)
+        fresh = torch.Generator(device=gen.device)
+        fresh.manual_seed(seed)
+        fresh.set_offset(offset)
+        gen.graphsafe_set_state(fresh)
+        raise
+    return graph
+
+
+def _calls_per_graph(fn: Callable) -> int:
+    """k back-to-back calls so that one replay lasts >= MIN_REPLAY_US (at most MAX_CALLS_PER_GRAPH)."""
+    once = _event_loop(fn, lambda: None, 5)
+    call_us = max(statistics.median(once), 1e-3)
+    return max(1, min(MAX_CALLS_PER_GRAPH, math.ceil(MIN_REPLAY_US / call_us)))
+
+
+# ---- peak bandwidth ----------------------------------------------------------------------
+
+def measure_peak_bandwidth(device: torch.device | str, nbytes: int = 2 * 2**30, reps: int = 10) -> float | None:
+    """Device-to-device copy bandwidth in bytes/s, counting bytes read + written.
+
+    A `nbytes` copy (2 GiB by default, at most a quarter of free memory) is
+    timed `reps` times with CUDA events after 3 warmup copies; the median is
+    used. It is the achievable HBM bandwidth that `pct_peak_bw` refers to
+    (the datasheet figure is higher: 4.8 TB/s on an H200).
+
+    Returns:
+        bytes/s, or None on a device other than CUDA (the CPU has no such peak here).
+
+    Raises:
+        ConfigError: a CUDA device that torch cannot see.
+    """
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return None
+    if not torch.cuda.is_available():
+        raise ConfigError(f"peak bandwidth device={dev}: torch sees no CUDA GPU")
+    with torch.cuda.device(dev):
+        free, _ = torch.cuda.mem_get_info()
+        size = min(nbytes, free // 4) // 2**20 * 2**20          # whole MiB
+        src = torch.empty(size, dtype=torch.uint8, device=dev)
+        dst = torch.empty_like(src)
+        for _ in range(3):
+            dst.copy_(src)
+        samples_us = _event_loop(lambda: dst.copy_(src), lambda: None, reps)
+        del src, dst
+    return 2 * size / (statistics.median(samples_us) * 1e-6)   # read + write, per second

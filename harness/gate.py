@@ -1,0 +1,351 @@
+"""The regression gate: `treebench gate --baseline A --candidate B`.
+
+Per (case, backend), after asv's ``compare.py``: a candidate is *slower* only
+when the ratio of medians (candidate / baseline) exceeds 1 + threshold (5% by
+default) AND a one-sided Mann-Whitney U test on the raw samples agrees
+(p < alpha, 0.01 by default; `scipy.stats.mannwhitneyu`). Either alone is not
+enough: with hundreds of samples the test finds 1% drifts significant, and a
+ratio alone flags noise. A case that passed and now mismatches or errors is a
+*correctness loss* and always fails. New, missing, fixed, skipped, still
+failing and incomparable (different timers, too few samples) cases are
+reported apart and do not fail the gate.
+
+Env fingerprints (GPU, SM count, driver, CUDA, torch, triton, xformers,
+flashinfer) must match, else the comparison is refused (exit 2) unless
+`--allow-env-mismatch`. Output: a Markdown summary on stdout (fit for
+`$GITHUB_STEP_SUMMARY`), optionally JUnit XML. Exit 0 pass, 1 fail, 2 bad input
+(a ConfigError, turned into one line by the CLI).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import sys
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from scipy.stats import mannwhitneyu
+
+from harness.errors import ConfigError
+from harness.store import read_envs, read_rows
+
+log = logging.getLogger(__name__)
+
+FAILING = ("slower", "correctness_loss")
+KIND_TITLES = {  # display order of the summary
+    "correctness_loss": "Correctness lost (fails the gate)",
+    "slower": "Slower (fails the gate)",
+    "faster": "Faster",
+    "fixed": "Fixed",
+    "new": "New",
+    "missing": "Missing from the candidate",
+    "skipped": "Skipped in the candidate",
+    "still_failing": "Still failing",
+    "incomparable": "Incomparable",
+    "unchanged": "Unchanged",
+}
+ENV_FIELDS = ("gpu_name", "sm_count", "driver", "cuda", "torch", "triton", "xformers", "flashinfer")
+BAD = ("mismatch", "error")
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """Thresholds of the gate."""
+
+    threshold: float = 0.05   # slower when candidate / baseline median > 1 + threshold
+    alpha: float = 0.01       # ... and the one-sided Mann-Whitney U p-value < alpha
+    min_samples: int = 5      # fewer samples on either side: incomparable
+
+    def __post_init__(self) -> None:
+        if not 0 < self.threshold < 10:
+            raise ConfigError(f"gate --threshold {self.threshold}: give a fraction such as 0.05 (or 5%)")
+        if not 0 < self.alpha < 1:
+            raise ConfigError(f"gate --alpha {self.alpha}: must lie in (0, 1), e.g. 0.01")
+        if self.min_samples < 2:
+            raise ConfigError(f"gate --min-samples {self.min_samples}: must be >= 2")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the gate found for one (case, backend)."""
+
+    case_id: str
+    backend: str
+    kind: str                              # a key of KIND_TITLES
+    case: dict = field(default_factory=dict)  # the case axes (for display)
+    base_status: str | None = None
+    cand_status: str | None = None
+    base_median_us: float | None = None
+    cand_median_us: float | None = None
+    ratio: float | None = None             # candidate median / baseline median
+    p_value: float | None = None           # one-sided Mann-Whitney U, in the ratio's direction
+    detail: str = ""                       # one line: reason, error, or why incomparable
+
+    @property
+    def failed(self) -> bool:
+        return self.kind in FAILING
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """All verdicts of one comparison."""
+
+    verdicts: tuple[Verdict, ...]
+    config: GateConfig
+    env_notes: tuple[str, ...] = ()        # env differences that were allowed
+
+    @property
+    def failed(self) -> bool:
+        return any(v.failed for v in self.verdicts)
+
+    def of_kind(self, kind: str) -> list[Verdict]:
+        return [v for v in self.verdicts if v.kind == kind]
+
+    def counts(self) -> dict[str, int]:
+        return {k: len(self.of_kind(k)) for k in KIND_TITLES if self.of_kind(k)}
+
+
+# ---- comparison (pure) -----------------------------------------------------------------------
+
+def latest_rows(rows: Iterable[dict]) -> dict[tuple[str, str], dict]:
+    """(case_id, backend) -> the row with the latest timestamp (file order breaks ties)."""
+    out: dict[tuple[str, str], dict] = {}
+    for r in rows:
+        key = (r["case_id"], r["backend"])
+        if key not in out or str(r.get("timestamp") or "") >= str(out[key].get("timestamp") or ""):
+            out[key] = r
+    return out
+
+
+def compare_runs(base_rows: Iterable[dict], cand_rows: Iterable[dict], config: GateConfig = GateConfig(),
+                 env_notes: Sequence[str] = ()) -> GateResult:
+    """Verdicts for every (case, backend) in either result set, sorted by backend then case axes."""
+    base, cand = latest_rows(base_rows), latest_rows(cand_rows)
+    verdicts = [classify(base.get(k), cand.get(k), config) for k in set(base) | set(cand)]
+    return GateResult(tuple(sorted(verdicts, key=_order)), config, tuple(env_notes))
+
+
+def _order(v: Verdict) -> tuple:
+    """Sort key: backend, then B, L, tree as numbers where they are numbers."""
+    c = v.case
+    num = [x if isinstance(x, int) else math.inf for x in (c.get("batch_size"), c.get("context_len"))]
+    return (v.backend, *num, str(c.get("context_len")), str(c.get("tree")), v.case_id)
+
+
+def classify(base: dict | None, cand: dict | None, config: GateConfig) -> Verdict:
+    """The verdict for one (case, backend) from its baseline and candidate rows (either may be None)."""
+    some = cand or base
+    v = dict(case_id=some["case_id"], backend=some["backend"], case=some.get("case") or {},
+             base_status=base and base["status"], cand_status=cand and cand["status"])
+    if base is None:
+        return Verdict(kind="new", detail=_status_line(cand), **v)
+    if cand is None:
+        return Verdict(kind="missing", detail=f"baseline was {base['status']}", **v)
+    bs, cs = base["status"], cand["status"]
+    if bs == "pass" and cs in BAD:
+        return Verdict(kind="correctness_loss", detail=_status_line(cand), **v)
+    if cs == "skipped":
+        return Verdict(kind="skipped", detail=cand.get("reason") or "", **v)
+    if bs in BAD and cs == "pass":
+        return Verdict(kind="fixed", detail=f"baseline was {_status_line(base)}", **v)
+    if bs == "skipped":
+        return Verdict(kind="new", detail=f"{_status_line(cand)} (baseline skipped: {base.get('reason')})", **v)
+    if cs in BAD:
+        return Verdict(kind="still_failing", detail=_status_line(cand), **v)
+    return timing_verdict(base, cand, config, v)
+
+
+def _status_line(row: dict) -> str:
+    """'status: reason' of a row (just the status when there is no reason)."""
+    reason = row.get("reason")
+    return f"{row['status']}: {reason}" if reason else row["status"]
+
+
+def timing_verdict(base: dict, cand: dict, config: GateConfig, v: dict) -> Verdict:
+    """slower / faster / unchanged / incomparable for two passing rows."""
+    bm, cm = base.get("median_us"), cand.get("median_us")
+    if not bm or not cm:
+        return Verdict(kind="incomparable", detail="not timed on one side", **v)
+    v = {**v, "base_median_us": bm, "cand_median_us": cm, "ratio": cm / bm}
+    if base.get("timer") != cand.get("timer"):
+        return Verdict(kind="incomparable", detail=f"timer {base.get('timer')} vs {cand.get('timer')}", **v)
+    bs, cs = base.get("samples_us") or [], cand.get("samples_us") or []
+    if min(len(bs), len(cs)) < config.min_samples:
+        return Verdict(kind="incomparable", detail=f"fewer than {config.min_samples} samples "
+                       f"({len(bs)} vs {len(cs)})", **v)
+    ratio, up = cm / bm, 1 + config.threshold
+    direction = "greater" if ratio >= 1 else "less"
+    p = float(mannwhitneyu(cs, bs, alternative=direction).pvalue)
+    v["p_value"] = p
+    if ratio > up and p < config.alpha:
+        return Verdict(kind="slower", **v)
+    if ratio < 1 / up and p < config.alpha:
+        return Verdict(kind="faster", **v)
+    beyond = ratio > up or ratio < 1 / up
+    return Verdict(kind="unchanged", detail=f"ratio beyond threshold but p = {p:.2g}" if beyond else "", **v)
+
+
+def env_differences(base_envs: dict[str, dict], cand_envs: dict[str, dict],
+                    base_rows: Sequence[dict], cand_rows: Sequence[dict]) -> list[str]:
+    """One line per env field (ENV_FIELDS) whose values differ between the runs' fingerprints.
+
+    A row whose env fingerprint file is missing counts as a difference.
+    """
+    notes, sides = [], []
+    for envs, rows, name in ((base_envs, base_rows, "baseline"), (cand_envs, cand_rows, "candidate")):
+        ids = sorted({r.get("env") for r in rows if r.get("env")})
+        notes += [f"{name} env fingerprint env-{i}.json not found beside its results" for i in ids if i not in envs]
+        sides.append([envs[i] for i in ids if i in envs])
+    for f in ENV_FIELDS:
+        b, c = ({str(e.get(f)) for e in side} for side in sides)
+        if b and c and b != c:
+            notes.append(f"{f}: {', '.join(sorted(b))} -> {', '.join(sorted(c))}")
+    return notes
+
+
+# ---- rendering -----------------------------------------------------------------------------
+
+def _fmt(x: float | None, spec: str) -> str:
+    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def _case_cells(v: Verdict) -> list[str]:
+    c = v.case
+    return [v.backend, str(c.get("batch_size", "")), str(c.get("context_len", "")), str(c.get("tree", "")),
+            f"`{v.case_id}`"]
+
+
+def _md_table(verdicts: Sequence[Verdict], timed: bool, limit: int = 60) -> list[str]:
+    head = ["backend", "B", "L", "tree", "case"]
+    head += ["baseline µs", "candidate µs", "ratio", "p"] if timed else []
+    head += ["detail"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for v in verdicts[:limit]:
+        cells = _case_cells(v)
+        if timed:
+            cells += [_fmt(v.base_median_us, ".2f"), _fmt(v.cand_median_us, ".2f"), _fmt(v.ratio, ".3f"),
+                      _fmt(v.p_value, ".2g")]
+        lines.append("| " + " | ".join(cells + [v.detail.replace("|", "\\|")]) + " |")
+    if len(verdicts) > limit:
+        lines.append(f"\n… and {len(verdicts) - limit} more")
+    return lines
+
+
+def markdown(result: GateResult, baseline: str = "baseline", candidate: str = "candidate") -> str:
+    """The gate's Markdown summary (headline, counts, one table per kind; unchanged folded)."""
+    cfg, counts = result.config, result.counts()
+    fails = ", ".join(f"{counts.get(k, 0)} {KIND_TITLES[k].split(' (')[0].lower()}" for k in FAILING)
+    head = "❌ FAIL" if result.failed else "✅ PASS"
+    out = [f"## treebench gate: {head} ({fails})", "",
+           f"Baseline `{baseline}` vs candidate `{candidate}`: slower means median ratio > "
+           f"{1 + cfg.threshold:.3g} and one-sided Mann–Whitney U p < {cfg.alpha:g}.", "",
+           "| verdict | count |", "|---|---|", *[f"| {KIND_TITLES[k]} | {n} |" for k, n in counts.items()]]
+    if result.env_notes:
+        out += ["", "**Env differences (allowed):** " + "; ".join(result.env_notes)]
+    for kind, title in KIND_TITLES.items():
+        vs = result.of_kind(kind)
+        if not vs:
+            continue
+        timed = kind in ("slower", "faster", "unchanged", "incomparable")
+        table = _md_table(vs, timed)
+        if kind == "unchanged":
+            out += ["", f"<details><summary>{title} ({len(vs)})</summary>", "", *table, "", "</details>"]
+        else:
+            out += ["", f"### {title} ({len(vs)})", "", *table]
+    return "\n".join(out) + "\n"
+
+
+def junit_xml(result: GateResult) -> str:
+    """JUnit XML: one testcase per (case, backend); failure for slower and correctness loss,
+    skipped for everything that was not compared."""
+    suite = ET.Element("testsuite", name="treebench.gate", tests=str(len(result.verdicts)),
+                       failures=str(sum(v.failed for v in result.verdicts)),
+                       skipped=str(sum(v.kind not in ("unchanged", "faster", "fixed") and not v.failed
+                                       for v in result.verdicts)))
+    for v in result.verdicts:
+        tc = ET.SubElement(suite, "testcase", classname=f"treebench.{v.backend}", name=v.case_id)
+        msg = f"{v.kind}: ratio {_fmt(v.ratio, '.3f')} p {_fmt(v.p_value, '.2g')} {v.detail}".strip()
+        if v.failed:
+            ET.SubElement(tc, "failure", type=v.kind, message=msg)
+        elif v.kind not in ("unchanged", "faster", "fixed"):
+            ET.SubElement(tc, "skipped", message=msg)
+        else:
+            ET.SubElement(tc, "system-out").text = msg
+    return ET.tostring(ET.ElementTree(suite).getroot(), encoding="unicode", xml_declaration=True) + "\n"
+
+
+# ---- CLI -----------------------------------------------------------------------------------
+
+def _fraction(text: str) -> float:
+    """'5%' or '0.05' -> 0.05."""
+    t = text.strip()
+    try:
+        return float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise ConfigError(f"gate --threshold {text!r}: give a fraction such as 0.05 or a percentage such as 5%") from None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds `treebench gate`'s arguments to `parser`."""
+    parser.add_argument("--baseline", nargs="+", required=True, metavar="RESULTS",
+                        help="baseline results: .jsonl files or folders of them (env files beside)")
+    parser.add_argument("--candidate", nargs="+", required=True, metavar="RESULTS",
+                        help="candidate results: .jsonl files or folders of them")
+    parser.add_argument("--threshold", default="5%",
+                        help="slower when the median ratio exceeds 1 + this (default 5%%; 0.05 works too)")
+    parser.add_argument("--alpha", type=float, default=0.01,
+                        help="significance level of the one-sided Mann-Whitney U test (default 0.01)")
+    parser.add_argument("--min-samples", type=int, default=5, help="fewer samples: incomparable (default 5)")
+    parser.add_argument("--backends", default=None, help="compare only these backends (comma-separated)")
+    parser.add_argument("--allow-env-mismatch", action="store_true",
+                        help="compare even when GPU, driver or library versions differ")
+    parser.add_argument("--junit", metavar="PATH", help="also write JUnit XML here")
+    parser.add_argument("--summary", metavar="PATH",
+                        help="also append the Markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")
+
+
+def _load(paths: Sequence[str], flag: str, backends: set[str] | None) -> tuple[list[dict], dict[str, dict]]:
+    """Rows (filtered to `backends`) and env fingerprints of one side.
+
+    Raises:
+        ConfigError: a path is missing, or no rows remain.
+    """
+    rows = read_rows(paths)
+    if backends is not None:
+        rows = [r for r in rows if r["backend"] in backends]
+    if not rows:
+        what = f" for backends {', '.join(sorted(backends))}" if backends else ""
+        raise ConfigError(f"gate {flag} {' '.join(paths)}: no result rows{what}; point it at a run's .jsonl file or folder")
+    return rows, read_envs(paths)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs the gate; returns 0 (pass) or 1 (slower or correctness loss).
+
+    Raises:
+        ConfigError: bad flags, unreadable results, or env fingerprints that differ
+            without --allow-env-mismatch (the CLI exits 2).
+    """
+    config = GateConfig(_fraction(str(args.threshold)), args.alpha, args.min_samples)
+    backends = {b.strip() for b in args.backends.split(",") if b.strip()} if args.backends else None
+    base_rows, base_envs = _load(args.baseline, "--baseline", backends)
+    cand_rows, cand_envs = _load(args.candidate, "--candidate", backends)
+    notes = env_differences(base_envs, cand_envs, base_rows, cand_rows)
+    if notes and not args.allow_env_mismatch:
+        raise ConfigError(f"gate: env fingerprints differ ({'; '.join(notes)}); compare runs from the same "
+                          "GPU and software, or pass --allow-env-mismatch")
+    result = compare_runs(base_rows, cand_rows, config, notes)
+    text = markdown(result, " ".join(args.baseline), " ".join(args.candidate))
+    sys.stdout.write(text)
+    if args.summary:
+        with open(args.summary, "a", encoding="utf-8") as f:
+            f.write(text)
+    if args.junit:
+        Path(args.junit).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.junit).write_text(junit_xml(result), encoding="utf-8")
+    log.info("gate: %s", result.counts())
+    return 1 if result.failed else 0

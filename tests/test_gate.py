@@ -1,0 +1,191 @@
+"""The regression gate: ratio and significance together, correctness losses, env refusal.
+
+Stored runs (tests/data/make_results.py): a baseline, a same-code re-run with
+fresh noise, and a run with `triton_tree` planted 10% slower.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness import gate
+from harness.errors import ConfigError
+from harness.gate import GateConfig, classify, compare_runs
+from harness.store import read_rows
+
+DATA = Path(__file__).parent / "data" / "results"
+BASE, RERUN, SLOW = DATA / "h200-baseline", DATA / "h200-rerun", DATA / "h200-slow10"
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    gate.add_arguments(p)
+    return p.parse_args(list(argv))
+
+
+def _row(status="pass", median=100.0, n=50, seed=0, timer="cuda_graph", **kw) -> dict:
+    s = (median * np.random.default_rng(seed).lognormal(0, 0.01, n)).tolist() if status != "skipped" else None
+    return {"case_id": "c1", "backend": "k", "case": {"batch_size": 1, "context_len": 16, "tree": "chain:3"},
+            "status": status, "reason": kw.pop("reason", None), "timer": timer,
+            "median_us": float(np.median(s)) if s else None, "samples_us": s, **kw}
+
+
+# ---- the stored runs --------------------------------------------------------------------------
+
+def test_same_code_rerun_passes(capsys):
+    assert gate.run(_args("--baseline", str(BASE), "--candidate", str(RERUN))) == 0
+    out = capsys.readouterr().out
+    assert "✅ PASS" in out and "Slower" not in out
+
+
+def test_planted_ten_percent_slowdown_fails_on_every_case(capsys):
+    assert gate.run(_args("--baseline", str(BASE), "--candidate", str(SLOW))) == 1
+    res = compare_runs(read_rows(BASE), read_rows(SLOW))
+    slower = res.of_kind("slower")
+    assert len(slower) == 36 and {v.backend for v in slower} == {"triton_tree"}
+    assert all(1.05 < v.ratio < 1.2 and v.p_value < 0.01 for v in slower)
+    assert "❌ FAIL" in capsys.readouterr().out
+
+
+def test_threshold_is_settable():
+    # the planted slowdown is ~10% (8-13% with run noise): a 15% threshold lets it through
+    assert gate.run(_args("--baseline", str(BASE), "--candidate", str(SLOW), "--threshold", "15%")) == 0
+    assert gate.run(_args("--baseline", str(BASE), "--candidate", str(SLOW), "--threshold", "0.05")) == 1
+
+
+def test_backends_filter():
+    argv = ("--baseline", str(BASE), "--candidate", str(SLOW))
+    assert gate.run(_args(*argv, "--backends", "flashinfer_mask,xformers_tree")) == 0
+    with pytest.raises(ConfigError, match="no result rows for backends nope"):
+        gate.run(_args(*argv, "--backends", "nope"))
+
+
+def test_junit_and_summary_files(tmp_path, capsys):
+    junit, summary = tmp_path / "ci" / "gate.xml", tmp_path / "summary.md"
+    summary.write_text("earlier step\n")
+    gate.run(_args("--baseline", str(BASE), "--candidate", str(SLOW), "--junit", str(junit), "--summary", str(summary)))
+    suite = ET.parse(junit).getroot()
+    assert suite.tag == "testsuite" and suite.get("failures") == "36" and suite.get("tests") == "144"
+    failed = [tc for tc in suite.iter("testcase") if tc.find("failure") is not None]
+    assert {tc.get("classname") for tc in failed} == {"treebench.triton_tree"}
+    assert summary.read_text().startswith("earlier step\n## treebench gate: ❌ FAIL")
+    capsys.readouterr()
+
+
+# ---- verdicts ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("base, cand, kind", [
+    (_row(), _row(status="mismatch", reason="max_abs_err 0.3"), "correctness_loss"),
+    (_row(), _row(status="error", reason="RuntimeError: boom"), "correctness_loss"),
+    (_row(status="mismatch"), _row(), "fixed"),
+    (_row(status="error"), _row(status="mismatch"), "still_failing"),
+    (_row(), _row(status="skipped", reason="page size 32 not supported"), "skipped"),
+    (_row(status="skipped", reason="no GPU"), _row(), "new"),
+    (None, _row(), "new"),
+    (_row(), None, "missing"),
+    (_row(), _row(timer="cuda_event"), "incomparable"),
+    (_row(), _row(n=3), "incomparable"),
+    (_row(median=100), _row(median=110, seed=1), "slower"),
+    (_row(median=100), _row(median=90, seed=1), "faster"),
+    (_row(median=100), _row(median=102, seed=1), "unchanged"),
+])
+def test_classify(base, cand, kind):
+    v = classify(base, cand, GateConfig())
+    assert v.kind == kind
+    assert v.failed == (kind in ("slower", "correctness_loss"))
+
+
+def test_ratio_alone_is_not_a_regression():
+    # 10% slower median, but 5 wildly noisy samples: the test does not agree, so no failure
+    base = _row() | {"samples_us": [50.0, 150.0, 60.0, 140.0, 100.0], "median_us": 100.0}
+    cand = _row() | {"samples_us": [55.0, 165.0, 66.0, 154.0, 110.0], "median_us": 110.0}
+    v = classify(base, cand, GateConfig())
+    assert v.kind == "unchanged" and v.p_value > 0.01 and "beyond threshold" in v.detail
+
+
+def test_significance_alone_is_not_a_regression():
+    # 3% slower with tight samples: significant, but under the 5% threshold
+    v = classify(_row(median=100, n=500), _row(median=103, n=500, seed=1), GateConfig())
+    assert v.kind == "unchanged" and v.p_value < 1e-6
+
+
+def test_a_correctness_loss_in_stored_rows_fails_the_gate():
+    cand = copy.deepcopy(read_rows(RERUN))
+    victim = next(r for r in cand if r["backend"] == "xformers_tree" and r["status"] == "pass")
+    victim.update(status="mismatch", reason="max_abs_err 0.5 at (request 0, node 3, head 1)")
+    res = compare_runs(read_rows(BASE), cand)
+    assert res.failed and [v.case_id for v in res.of_kind("correctness_loss")] == [victim["case_id"]]
+    assert "Correctness lost (fails the gate) (1)" in gate.markdown(res)
+
+
+def test_latest_row_wins_when_a_case_repeats():
+    old, new = _row(median=100) | {"timestamp": "2025-01-01"}, _row(median=200) | {"timestamp": "2025-02-01"}
+    assert gate.latest_rows([new, old])[("c1", "k")] is new
+
+
+@pytest.mark.parametrize("kwargs, flag", [({"threshold": 0}, "--threshold"), ({"alpha": 1.5}, "--alpha"),
+                                          ({"min_samples": 1}, "--min-samples")])
+def test_bad_config_is_a_config_error(kwargs, flag):
+    with pytest.raises(ConfigError, match=flag):
+        GateConfig(**kwargs)
+
+
+def test_bad_threshold_text():
+    with pytest.raises(ConfigError, match="--threshold"):
+        gate.run(_args("--baseline", str(BASE), "--candidate", str(RERUN), "--threshold", "five"))
+
+
+# ---- env fingerprints -------------------------------------------------------------------------
+
+def _copy_run(src: Path, dst: Path, **env_changes) -> Path:
+    shutil.copytree(src, dst)
+    for f in dst.glob("env-*.json"):
+        env = json.loads(f.read_text())
+        env.update(env_changes)
+        f.write_text(json.dumps(env))
+    return dst
+
+
+def test_different_env_is_refused_unless_allowed(tmp_path, capsys):
+    other = _copy_run(RERUN, tmp_path / "other", driver="575.51.03", torch="2.10.0")
+    with pytest.raises(ConfigError, match=r"driver: 570.124.06 -> 575.51.03.*--allow-env-mismatch"):
+        gate.run(_args("--baseline", str(BASE), "--candidate", str(other)))
+    assert gate.run(_args("--baseline", str(BASE), "--candidate", str(other), "--allow-env-mismatch")) == 0
+    assert "Env differences (allowed)" in capsys.readouterr().out
+
+
+def test_missing_env_file_is_refused(tmp_path):
+    other = tmp_path / "noenv"
+    other.mkdir()
+    shutil.copy(RERUN / "seed.jsonl", other / "seed.jsonl")
+    with pytest.raises(ConfigError, match="not found beside its results"):
+        gate.run(_args("--baseline", str(BASE), "--candidate", str(other)))
+
+
+def test_missing_results_path(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        gate.run(_args("--baseline", str(tmp_path / "none"), "--candidate", str(RERUN)))
+
+
+# ---- through the CLI --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("candidate, code", [(RERUN, 0), (SLOW, 1)])
+def test_cli_gate_exit_codes(candidate, code, capsys):
+    cli = pytest.importorskip("harness.cli")
+    assert cli.main(["gate", "--baseline", str(BASE), "--candidate", str(candidate)]) == code
+    capsys.readouterr()
+
+
+def test_cli_gate_bad_input_exits_2(tmp_path, capsys):
+    cli = pytest.importorskip("harness.cli")
+    assert cli.main(["gate", "--baseline", str(tmp_path / "none"), "--candidate", str(RERUN)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "not found" in err

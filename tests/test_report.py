@@ -1,0 +1,266 @@
+"""The HTML report: built from stored results, opened in headless Chromium.
+
+The browser test drives Debian's `chromium` through the DevTools protocol over
+`--remote-debugging-pipe` (stdlib only: JSON messages ended by NUL on fds 3/4),
+takes a screenshot, and asserts no console errors or uncaught exceptions and
+that every image decoded. It skips when chromium is not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import fcntl
+import json
+import os
+import re
+import select
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness import report
+from harness.errors import ConfigError
+from harness.store import read_rows
+
+DATA = Path(__file__).parent / "data" / "results"
+BASE, SLOW = DATA / "h200-baseline", DATA / "h200-slow10"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+# ---- a minimal DevTools-protocol client over a pipe ----------------------------------------------
+
+class Chromium:
+    """Headless Chromium driven over --remote-debugging-pipe (fd 3: commands in, fd 4: replies out)."""
+
+    FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--remote-debugging-pipe", "--hide-scrollbars", "--window-size=1300,900")
+
+    def __init__(self, exe: str, profile: Path, timeout_s: float = 60.0):
+        cmd_r, self._cmd_w = os.pipe()      # we write commands, chromium reads fd 3
+        self._out_r, out_w = os.pipe()      # chromium writes fd 4, we read replies
+        def to_3_4():                       # in the child: move the ends to fds 3 and 4
+            a, b = fcntl.fcntl(cmd_r, fcntl.F_DUPFD, 10), fcntl.fcntl(out_w, fcntl.F_DUPFD, 10)
+            os.dup2(a, 3)
+            os.dup2(b, 4)
+        self.proc = subprocess.Popen([exe, *self.FLAGS, f"--user-data-dir={profile}", "about:blank"],
+                                     pass_fds=(3, 4), preexec_fn=to_3_4, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.close(cmd_r)
+        os.close(out_w)
+        self.timeout_s, self._buf, self._id, self.events = timeout_s, b"", 0, []
+
+    def send(self, method: str, params: dict | None = None, session: str | None = None) -> dict:
+        """Sends one command and returns its result (events seen meanwhile go to self.events)."""
+        self._id += 1
+        msg = {"id": self._id, "method": method, "params": params or {}}
+        if session:
+            msg["sessionId"] = session
+        os.write(self._cmd_w, json.dumps(msg).encode() + b"\0")
+        while True:
+            m = self._read()
+            if m.get("id") == self._id:
+                if "error" in m:
+                    raise RuntimeError(f"{method}: {m['error']}")
+                return m["result"]
+            self.events.append(m)
+
+    def wait_event(self, method: str) -> dict:
+        """Reads until an event named `method` arrives (or one already did)."""
+        for m in self.events:
+            if m.get("method") == method:
+                return m
+        while True:
+            m = self._read()
+            self.events.append(m)
+            if m.get("method") == method:
+                return m
+
+    def _read(self) -> dict:
+        deadline = time.monotonic() + self.timeout_s
+        while b"\0" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self._out_r], [], [], left)[0]:
+                raise TimeoutError("chromium did not answer in time")
+            chunk = os.read(self._out_r, 1 << 20)
+            if not chunk:
+                raise RuntimeError("chromium closed the DevTools pipe")
+            self._buf += chunk
+        msg, self._buf = self._buf.split(b"\0", 1)
+        return json.loads(msg)
+
+    def close(self) -> None:
+        try:
+            self.send("Browser.close")
+        except Exception:  # noqa: BLE001 -- already gone
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self._cmd_w)
+        os.close(self._out_r)
+
+
+IMAGES_JS = """Promise.all(Array.from(document.images).map(img =>
+    img.decode().then(() => img.complete && img.naturalWidth > 0, () => false)))"""
+
+
+def open_in_chromium(html: Path, shot: Path, full_page: bool = False) -> dict:
+    """Loads `html`, saves a PNG screenshot to `shot`; returns errors, image results and page facts."""
+    profile = shot.parent / "chromium-profile"
+    browser = Chromium(CHROMIUM, profile)
+    try:
+        target = browser.send("Target.createTarget", {"url": "about:blank"})["targetId"]
+        s = browser.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        for domain in ("Runtime", "Log", "Page"):
+            browser.send(f"{domain}.enable", session=s)
+        browser.send("Page.navigate", {"url": html.resolve().as_uri()}, session=s)
+        browser.wait_event("Page.loadEventFired")
+        images = browser.send("Runtime.evaluate", {"expression": IMAGES_JS, "awaitPromise": True,
+                                                   "returnByValue": True}, session=s)["result"]["value"]
+        facts = browser.send("Runtime.evaluate", {"expression": "JSON.stringify({title: document.title, "
+                             "h2: Array.from(document.querySelectorAll('h2')).map(h => h.textContent), "
+                             "height: document.documentElement.scrollHeight})", "returnByValue": True},
+                             session=s)["result"]["value"]
+        # click a sortable header: the page's only script must run without errors
+        browser.send("Runtime.evaluate", {"expression": "document.querySelector('table.sortable th').click()"},
+                     session=s)
+        params = {"format": "png"}
+        if full_page:
+            h = json.loads(facts)["height"]
+            params.update(captureBeyondViewport=True, clip={"x": 0, "y": 0, "width": 1300, "height": h, "scale": 1})
+        shot.write_bytes(base64.b64decode(browser.send("Page.captureScreenshot", params, session=s)["data"]))
+        time.sleep(0.2)  # let late console messages arrive
+        browser.send("Runtime.evaluate", {"expression": "1"}, session=s)
+    finally:
+        browser.close()
+    errors = [e for e in browser.events if _is_error(e)]
+    return {"errors": errors, "images": images, **json.loads(facts)}
+
+
+def _is_error(event: dict) -> bool:
+    """Uncaught exceptions, console.error/assert, and error log entries (e.g. failed loads)."""
+    m, p = event.get("method"), event.get("params", {})
+    return (m == "Runtime.exceptionThrown"
+            or (m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"))
+            or (m == "Log.entryAdded" and p.get("entry", {}).get("level") == "error"))
+
+
+# ---- tests --------------------------------------------------------------------------------------
+
+def _args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    report.add_arguments(p)
+    return p.parse_args(argv)
+
+
+@pytest.fixture(scope="module")
+def slow_report(tmp_path_factory) -> Path:
+    """The report of the planted-slowdown run, gated against the baseline (built once)."""
+    out = tmp_path_factory.mktemp("report") / "slow10.html"
+    assert report.run(_args([str(SLOW), "-o", str(out), "--against", str(BASE)])) == 0
+    return out
+
+
+def test_report_is_self_contained_with_every_section(slow_report):
+    html = slow_report.read_text()
+    for section in ("summary", "env", "seed", "speedup", "latency", "roofline", "correctness", "trees"):
+        assert f'<section id="{section}">' in html
+    assert not re.search(r'(src|href)="(https?:)?//', html), "the report must not load anything from the network"
+    imgs = re.findall(r'<img class="fig" src="data:image/png;base64,([^"]+)"', html)
+    # heatmaps, latency, roofline, and one figure per tree (full:3:0..3)
+    assert len(imgs) == 3 + 4
+    assert all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in imgs)
+
+
+def test_report_shows_gate_verdicts_and_mismatch_worst_element(slow_report):
+    html = slow_report.read_text()
+    assert "FAIL" in html and html.count("slower</span>") == 36      # triton_tree planted 10% slower, 36 cases
+    assert "b=37, i=12, h=5" in html                                  # the stored mismatch's worst element
+    assert "tree of 40 nodes exceeds the backend&#39;s maximum 32" in html
+
+
+def test_seed_table_has_the_seed_layout(slow_report):
+    html = slow_report.read_text()
+    head = re.search(r"Markdown of this table.*?<pre>(.*?)\n", html, re.S).group(1)
+    assert head == "| Backend | Batch Size | Sequence Position | Seqlen Q | Time (us) | Overhead (%) |"
+
+
+def test_write_report_without_causal_or_env(tmp_path):
+    rows = [r for r in read_rows(BASE) if r["backend"] in ("triton_tree", "flashinfer_mask")]
+    out = report.write_report(rows, {}, tmp_path / "sub" / "r.html", "two backends", baseline="triton_tree")
+    html = out.read_text()
+    assert "No causal_baseline rows" in html and "No env fingerprint" not in html  # ids listed as '?'
+    assert "flashinfer_mask" in html
+
+
+def test_causal_kernels_and_the_reference_do_not_compete():
+    assert report.non_contenders(["triton_tree", "triton_causal", "reference", "mine"], "causal_baseline") == {
+        "causal_baseline", "triton_causal", "reference"}
+    rows = read_rows(BASE)
+    fast_causal = [dict(r, backend="triton_causal", median_us=r["median_us"] / 2) for r in rows
+                   if r["backend"] == "causal_baseline"]
+    order = report.backend_order(rows + fast_causal, "flashinfer_mask", "causal_baseline")
+    skip = report.non_contenders(order, "causal_baseline")
+    summary = {s["backend"]: s for s in report.backend_summary(rows + fast_causal, order, pd.DataFrame(),
+                                                               report.mask_overhead_table(rows), skip)}
+    assert summary["triton_causal"]["wins"] is None and summary["causal_baseline"]["wins"] is None
+    assert summary["triton_tree"]["wins"] + summary["flashinfer_mask"]["wins"] + summary["xformers_tree"]["wins"] == 36
+
+
+def test_write_report_for_a_cpu_run_and_for_no_rows(tmp_path):
+    rows = [dict(r, env="cpu0", timer="wall") for r in read_rows(BASE)[:20]]
+    cpu_env = {"cpu0": {"env_id": "cpu0", "gpu_name": None, "peak_bw_bytes_per_s": None}}
+    html = report.write_report(rows, cpu_env, tmp_path / "cpu.html").read_text()
+    assert "· CPU ·" in html and "alt=\"roofline" in html and "measured peak (copy) TB/s" in html
+    empty = report.write_report([], {}, tmp_path / "empty.html").read_text()
+    assert "No passing timed rows." in empty and "<img" not in empty
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["--baseline-backend", "nope"], "--baseline-backend"),
+    (["-o", "report.txt"], "-o"),
+])
+def test_bad_input_is_a_config_error(tmp_path, argv, field):
+    with pytest.raises(ConfigError, match=re.escape(field)):
+        report.run(_args([str(BASE), *argv] if "-o" in argv else [str(BASE), "-o", str(tmp_path / "r.html"), *argv]))
+
+
+def test_missing_results_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        report.run(_args([str(tmp_path / "nothing.jsonl"), "-o", str(tmp_path / "r.html")]))
+
+
+def test_cli_report_subcommand(tmp_path):
+    cli = pytest.importorskip("harness.cli")
+    out = tmp_path / "cli.html"
+    assert cli.main(["report", str(BASE), "-o", str(out)]) in (0, None)
+    assert out.stat().st_size > 10_000
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (apt-get install chromium; .ci/run does)")
+def test_report_opens_in_headless_chromium(slow_report, tmp_path):
+    shot = tmp_path / "report.png"
+    page = open_in_chromium(slow_report, shot)
+    assert page["errors"] == [], f"console errors: {page['errors']}"
+    assert len(page["images"]) == 7 and all(page["images"]), f"images not decoded: {page['images']}"
+    assert page["title"].startswith("treebench") and "Correctness" in page["h2"]
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed")
+def test_chromium_check_catches_a_broken_page(tmp_path):
+    """The browser check itself can fail: a script error and an undecodable image are caught."""
+    bad = tmp_path / "bad.html"
+    bad.write_text('<!doctype html><title>bad</title><img src="data:image/png;base64,AAAA">'
+                   "<script>undefinedFunction()</script>")
+    page = open_in_chromium(bad, tmp_path / "bad.png")
+    assert any(e["method"] == "Runtime.exceptionThrown" for e in page["errors"])
+    assert page["images"] == [False]
