@@ -1,0 +1,131 @@
+"""PyTorch FlexAttention with a BlockMask built from a tree `mask_mod`.
+
+Upstream: `torch.nn.attention.flex_attention` (torch >= 2.5; checked with 2.11 on
+the GPU and 2.13 on the CPU). Compiled with `torch.compile` on the GPU; eager
+(the unfused reference path) on the CPU, for small cases only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import SimpleNamespace
+
+import torch
+
+from backends._conversions import (gather_kv, pad_ragged, padded_rows, padded_tree_masks, tree_mask_mod,
+                                  unpad)
+from harness.backend import Backend, Capabilities, capability_skip, register
+from harness.cases import Case
+from harness.paged import BatchInputs
+
+CPU_MAX_SCORES = 1 << 25  # eager CPU flex materialises (B, Hq, T_max, S_max) fp32 scores: <= 128 MiB
+BLOCK_SIZE = 128          # BlockMask block size (FlexAttention's default, both axes)
+RECOMPILE_LIMIT = 64      # dynamo's per-function recompile cap (default 8), raised so a sweep stays compiled
+
+_COMPILED: dict[str, Callable] = {}  # device type -> flex_attention, compiled once per process
+
+
+def _flex_for(device: torch.device) -> Callable:
+    """flex_attention compiled (CUDA) or eager (CPU), cached per device type.
+
+    Compiling uses dynamo's automatic dynamic shapes: the first shape compiles
+    statically, the next one recompiles with the changed dims symbolic. After
+    `recompile_limit` recompiles dynamo silently runs flex *eagerly*, so the
+    limit is raised to RECOMPILE_LIMIT (a process-wide dynamo setting).
+    (Marking B and H static, so that inductor may pick its flex-decoding
+    kernel, was tried on the H200 and ran the seed-size case 3x slower.)
+    """
+    from torch.nn.attention.flex_attention import flex_attention
+    if device.type != "cuda":
+        return flex_attention
+    if "cuda" not in _COMPILED:
+        cfg = torch._dynamo.config
+        cfg.recompile_limit = max(cfg.recompile_limit, RECOMPILE_LIMIT)
+        _COMPILED["cuda"] = torch.compile(flex_attention)
+    return _COMPILED["cuda"]
+
+
+@register
+class FlexTree(Backend):
+    """FlexAttention over K/V gathered out of the pages into a padded batch.
+
+    Pages are gathered, not read in place: the prepare step copies each
+    request's logical K/V [0, S_b) through the block table into zero-padded
+    (B, Hkv, S_max, D) tensors (untimed; it costs one extra copy of the batch's
+    K/V, 2 * sum S_b * Hkv * D elements read and B * S_max * Hkv * D written per
+    tensor, plus that memory). torch's experimental
+    `torch.nn.attention.experimental._paged_attention.PagedAttention` helper was
+    not used: it needs an HND pool (1, Hkv, N * P, D) (a full-pool transpose),
+    a KV block size equal to P, and it loads whole pages, so the NaN tail of a
+    last page reaches P @ V as 0 * NaN.
+
+    Timed: padding q to (B, Hq, T_max, D), the (compiled) `flex_attention` call
+    with `enable_gqa=True`, and unpadding the output to (sum T_b, Hq, D).
+    Setup (untimed): the K/V gather, `create_block_mask` (evaluates the tree
+    `mask_mod` once), and one warm-up call that triggers compilation.
+
+    Supports per-request trees, ragged contexts, every dtype and P. On the CPU
+    it runs eagerly and skips cases whose score matrix exceeds CPU_MAX_SCORES.
+    """
+
+    name = "flex"
+    capabilities = Capabilities(devices=("cpu", "cuda"))
+
+    @staticmethod
+    def _api() -> SimpleNamespace:
+        from torch.nn.attention.flex_attention import create_block_mask
+        return SimpleNamespace(create_block_mask=create_block_mask, flex_for=_flex_for)
+
+    def availability(self) -> str | None:
+        try:
+            self._api()
+        except ImportError as e:
+            return f"torch.nn.attention.flex_attention missing: needs torch >= 2.5 ({e})"
+        return super().availability()
+
+    def supports(self, case: Case) -> str | None:
+        reason = capability_skip(self.capabilities, case)
+        if reason or torch.cuda.is_available():
+            return reason
+        t_max = max(t.size for t in case.trees())
+        s_max = case.context_range()[1] + t_max
+        scores = case.batch_size * case.num_q_heads * t_max * s_max
+        if scores > CPU_MAX_SCORES:
+            return (f"eager FlexAttention on the CPU materialises {scores} scores "
+                    f"(B*Hq*T*S), above its limit {CPU_MAX_SCORES}; run it on a GPU")
+        return None
+
+    def prepare(self, inputs: BatchInputs) -> Callable[[], torch.Tensor]:
+        """Gathers K/V, builds the BlockMask, compiles; returns the timed call."""
+        api = self._api()
+        a = flex_arguments(inputs, api.create_block_mask)
+        flex = api.flex_for(inputs.device)
+        q, ts, t_max = inputs.q, a.tree_sizes, a.t_max
+        rows = padded_rows(ts, t_max, device=inputs.device)         # no host copy in the timed call
+
+        def run() -> torch.Tensor:
+            qp = pad_ragged(q, ts, t_max, rows=rows).transpose(1, 2)  # (B, Hq, T_max, D)
+            out = flex(qp, a.k, a.v, block_mask=a.block_mask, scale=inputs.sm_scale,
+                       enable_gqa=True)                                # (B, Hq, T_max, D)
+            return unpad(out.transpose(1, 2), ts, rows=rows)          # (sum T, Hq, D)
+
+        run()  # compile (GPU) outside the timed region
+        return run
+
+
+def flex_arguments(inputs: BatchInputs, create_block_mask) -> SimpleNamespace:
+    """K/V and BlockMask for `inputs` (pure conversion plus the mask build).
+
+    Returns:
+        namespace with k, v: (B, Hkv, S_max, D) zero-padded logical K/V;
+        block_mask over (T_max, S_max) from `tree_mask_mod`; tree_sizes [T_b];
+        t_max; mask_mod (for tests).
+    """
+    ls, ts, ss = inputs.host_lists()
+    t_max, s_max, dev = max(ts), max(ss), inputs.device
+    k, v = gather_kv(inputs.k_cache, inputs.v_cache, inputs.block_table, ss)   # (sum S, Hkv, D)
+    kp, vp = (pad_ragged(x, ss, s_max).transpose(1, 2).contiguous() for x in (k, v))  # (B, Hkv, S_max, D)
+    mask_mod = tree_mask_mod(torch.tensor(ls, device=dev), torch.tensor(ts, device=dev),
+                             padded_tree_masks(inputs.trees, t_max).to(dev))
+    block_mask = create_block_mask(mask_mod, len(ts), None, t_max, s_max, device=dev, BLOCK_SIZE=BLOCK_SIZE)
+    return SimpleNamespace(k=kp, v=vp, block_mask=block_mask, tree_sizes=ts, t_max=t_max, mask_mod=mask_mod)

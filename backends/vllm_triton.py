@@ -1,0 +1,123 @@
+"""vLLM's Triton `unified_attention` with a tree `qq_bias`.
+
+Upstream: `vllm/v1/attention/ops/triton_unified_attention.py` (older releases:
+`vllm/attention/ops/triton_unified_attention.py`), the kernel vLLM's Triton and
+tree-attention backends call. It is causal over the paged cache; `qq_bias`, a
+(T, T) float32 additive bias indexed [query, kv_position - L_b], masks the
+non-ancestor tree nodes that causality alone would let through (the reference
+timings in ../shared/reference used vLLM 0.33.0).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable
+
+import torch
+
+from backends._conversions import tree_additive_bias
+from harness.backend import Backend, Capabilities, register
+from harness.errors import BackendUnavailable, ConfigError
+from harness.paged import BatchInputs
+
+INSTALL_HINT = "vllm not installed: pip install vllm (needs its Triton unified_attention with qq_bias)"
+MODULES = ("vllm.v1.attention.ops.triton_unified_attention",   # vLLM >= 0.11 layout
+           "vllm.attention.ops.triton_unified_attention")      # earlier releases
+
+
+def _unified_attention() -> Callable:
+    """vLLM's unified_attention from whichever module path this release has.
+
+    Raises:
+        ImportError: vLLM missing, or its kernel lacks `qq_bias`.
+    """
+    errors = []
+    for name in MODULES:
+        try:
+            fn = importlib.import_module(name).unified_attention
+        except (ImportError, AttributeError) as e:
+            errors.append(f"{name}: {e}")
+            continue
+        if "qq_bias" not in inspect.signature(fn).parameters:
+            raise ImportError(f"{name}.unified_attention has no qq_bias argument (vLLM too old)")
+        return fn
+    raise ImportError("; ".join(errors))
+
+
+@register
+class VllmTriton(Backend):
+    """vLLM Triton unified attention, causal + one (T, T) tree bias for the batch.
+
+    Timed: one `unified_attention` call writing into a preallocated output.
+    Setup (untimed): the float32 (T, T) `qq_bias` (0 for ancestors, -inf
+    otherwise), the output buffer, unit K/V descales.
+
+    Limits: `qq_bias` is one (T, T) tensor shared by the batch (per-request trees
+    are a skip); fp16/bf16; sm80+. Reads the pool in place through the block
+    table at any P, masking positions >= S_b, so the NaN tails are never used.
+    """
+
+    name = "vllm_triton"
+    capabilities = Capabilities(devices=("cuda",), dtypes=("bfloat16", "float16"),
+                                per_request_trees=False, min_compute_capability=(8, 0))
+
+    @staticmethod
+    def _kernel() -> Callable:
+        return _unified_attention()
+
+    def availability(self) -> str | None:
+        reason = super().availability()
+        if reason:
+            return reason
+        try:
+            self._kernel()
+        except ImportError as e:
+            return f"{INSTALL_HINT} ({e})"
+        return None
+
+    def prepare(self, inputs: BatchInputs) -> Callable[[], torch.Tensor]:
+        """Builds qq_bias and the output buffer; returns the timed call.
+
+        Raises:
+            BackendUnavailable: vLLM cannot be imported.
+            ConfigError: the batch's trees differ.
+        """
+        try:
+            kernel = self._kernel()
+        except ImportError as e:
+            raise BackendUnavailable(f"{INSTALL_HINT} ({e})") from None
+        kw = vllm_arguments(inputs)
+
+        def run() -> torch.Tensor:
+            kernel(**kw)
+            return kw["out"]
+
+        return run
+
+
+def vllm_arguments(inputs: BatchInputs) -> dict:
+    """Keyword arguments of `unified_attention` for `inputs` (pure conversion).
+
+    q (sum T, Hq, D), k/v the (N, P, Hkv, D) pool, out (sum T, Hq, D),
+    cu_seqlens_q (B+1,) int32, seqused_k = S_b (B,) int32, block_table (B,
+    max_pages) int32, qq_bias (T, T) float32, k/v_descale (B, Hkv) float32 ones.
+
+    Raises:
+        ConfigError: requests carry different trees.
+    """
+    trees = inputs.trees
+    if any(t.parents != trees[0].parents for t in trees):
+        raise ConfigError("vllm_triton: tree_per_request='mixed' is not supported; "
+                          "qq_bias is shared by the batch (use tree_per_request='same')")
+    _, ts, ss = inputs.host_lists()
+    B, Hkv, dev = len(ts), inputs.k_cache.shape[2], inputs.device
+    descale = torch.ones(B, Hkv, dtype=torch.float32, device=dev)
+    return dict(
+        q=inputs.q, k=inputs.k_cache, v=inputs.v_cache, out=torch.empty_like(inputs.q),
+        cu_seqlens_q=inputs.qo_indptr.to(torch.int32), max_seqlen_q=max(ts),
+        seqused_k=inputs.seq_lens.to(torch.int32), max_seqlen_k=max(ss),
+        softmax_scale=inputs.sm_scale, causal=True, window_size=(-1, -1),
+        block_table=inputs.block_table, softcap=0.0, q_descale=None,
+        k_descale=descale, v_descale=descale,
+        qq_bias=tree_additive_bias(trees[0], torch.float32).to(dev).contiguous())
