@@ -1,0 +1,57 @@
+"""treebench's own Triton tree-attention kernel, per-request bitmask mode.
+
+Each request's tree mask is packed into int64 words, (sum T_b, ceil(T/64)),
+so every request in the batch may carry its own tree (EAGLE-2-style dynamic
+trees). The kernel is in kernels/tree_attention.py; docs/kernel.md explains it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import torch
+
+from harness.backend import Backend, Capabilities, register
+from harness.paged import BatchInputs
+
+TRITON_CAPABILITIES = Capabilities(
+    dtypes=("bfloat16", "float16"),
+    page_size_multiple=16,
+    head_dims=(32, 64, 128, 256),
+    max_tree_size=256,
+    min_compute_capability=(8, 0),          # bf16 tensor-core dot
+)
+
+
+def triton_availability() -> str | None:
+    """None when the Triton kernels can run here (a CUDA GPU, or TRITON_INTERPRET=1), else why not."""
+    if importlib.util.find_spec("triton") is None:
+        return "triton not installed: pip install triton"
+    if os.environ.get("TRITON_INTERPRET", "0") == "1":
+        return None
+    if not torch.cuda.is_available():
+        return "needs a CUDA GPU (or TRITON_INTERPRET=1 for the CPU interpreter)"
+    cc = torch.cuda.get_device_capability()
+    if cc < TRITON_CAPABILITIES.min_compute_capability:
+        return f"needs compute capability >= 8.0 (bf16 tensor cores), this GPU is {cc}"
+    return None
+
+
+@register
+class TritonTreeBackend(Backend):
+    """Our Triton kernel: GQA-packed rows, split-KV with an LSE merge, per-request bitmask trees."""
+
+    name = "triton_tree"
+    capabilities = TRITON_CAPABILITIES
+    mask_mode = "tree"
+
+    def availability(self) -> str | None:
+        return triton_availability()
+
+    def prepare(self, inputs: BatchInputs):
+        """Plans, packs the masks, allocates every buffer and launches once; returns
+        the launch object, a zero-argument callable returning (sum T_b, Hq, D)."""
+        from kernels.tree_attention import TreeAttention
+
+        return TreeAttention(inputs, self.mask_mode)

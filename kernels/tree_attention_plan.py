@@ -1,0 +1,163 @@
+"""Host-side planning for the tree-attention kernel: tile configs, split-KV and
+the tree masks in the kernel's formats.
+
+Pure Python and torch (no Triton import), so it is testable anywhere. Every
+choice here is made once in `prepare`, from host lists; nothing in the timed
+call looks at it again.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from harness.errors import ConfigError
+from harness.trees import TokenTree
+
+MASK_MODES = ("tree", "bias", "causal")        # kernel MASK_MODE 0, 1, 2
+HEAD_DIMS = (16, 32, 64, 128, 256)             # D: a power of 2 (tl.arange), >= 16 (tl.dot)
+DTYPES = (torch.bfloat16, torch.float16)
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """Tile shape and launch parameters of the forward kernel."""
+
+    block_m: int      # packed (node, g) rows per program; power of 2 >= 16
+    block_n: int      # KV tokens per tile; power of 2 >= 16
+    num_warps: int    # warps per program
+    num_stages: int   # software-pipelining depth of the K/V tile loads
+
+    def __post_init__(self) -> None:
+        for name in ("block_m", "block_n"):
+            v = getattr(self, name)
+            if v < 16 or v & (v - 1):
+                raise ConfigError(f"kernel config {name}={v}: must be a power of 2 >= 16")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one batch is cut into programs."""
+
+    config: KernelConfig
+    num_splits: int   # KV splits per (request, KV head); 1 = no split-KV, no merge kernel
+    m_tiles: int      # M-tiles per (request, KV head, split): ceil(G * max T_b / block_m)
+    num_programs: int  # forward grid: B * Hkv * num_splits * m_tiles
+
+
+# (rows bound, D bound) -> config; first row whose bounds hold wins. rows = G * max T_b.
+# Measured on the H200 with scripts/bench_kernel.py (docs/kernel.md, results/kernel-dev/).
+GPU_CONFIGS: tuple[tuple[int, int, KernelConfig], ...] = (
+    (16, 128, KernelConfig(16, 64, 2, 4)),
+    (16, 256, KernelConfig(16, 64, 4, 3)),
+    (32, 128, KernelConfig(32, 64, 4, 3)),
+    (32, 256, KernelConfig(32, 32, 4, 3)),
+    (64, 128, KernelConfig(64, 64, 4, 3)),
+    (64, 256, KernelConfig(64, 32, 8, 2)),
+    (1 << 30, 128, KernelConfig(64, 64, 4, 3)),
+    (1 << 30, 256, KernelConfig(64, 32, 8, 2)),
+)
+INTERPRET_CONFIG = KernelConfig(16, 16, 1, 1)   # the CPU interpreter: smallest tiles run fastest
+
+
+def next_pow2(n: int) -> int:
+    """Smallest power of 2 >= n (n >= 1)."""
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def choose_config(rows: int, head_dim: int, interpret: bool) -> KernelConfig:
+    """The tuned config for `rows` = G * max T_b packed rows and head dim D."""
+    if interpret:
+        return INTERPRET_CONFIG
+    for max_rows, max_d, cfg in GPU_CONFIGS:
+        if rows <= max_rows and head_dim <= max_d:
+            return cfg
+    raise ConfigError(f"head dim {head_dim}: the kernel supports D <= 256")
+
+
+def choose_num_splits(programs: int, kv_tiles: list[int], num_sms: int, block_m: int) -> int:
+    """KV splits per (request, KV head) so that the grid fills the GPU.
+
+    Args:
+        programs: B * Hkv * M-tiles, the grid without split-KV.
+        kv_tiles: ceil(S_b / BLOCK_N) per request.
+        num_sms: multiprocessors of the device (132 on an H200).
+        block_m: the config's BLOCK_M.
+
+    Returns:
+        1 when the grid already fills the GPU; else enough splits to reach
+        3 programs per SM for the memory-bound BLOCK_M 16 tiles, 1 for the
+        tensor-core-bound larger ones (measured on the H200, docs/kernel.md),
+        keeping at least MIN_TILES_PER_SPLIT tiles in each split (a split's
+        partial O costs BLOCK_M * D * 4 bytes to write and read back).
+    """
+    target = num_sms * (3 if block_m <= 16 else 1)
+    if programs >= target:
+        return 1
+    want = math.ceil(target / programs)
+    cap = max(1, max(kv_tiles) // MIN_TILES_PER_SPLIT)
+    return max(1, min(want, cap, MAX_SPLITS))
+
+
+MIN_TILES_PER_SPLIT = 3
+MAX_SPLITS = 64
+
+
+def make_plan(batch_size: int, num_kv_heads: int, group_size: int, tree_sizes: list[int],
+              seq_lens: list[int], head_dim: int, *, num_sms: int, interpret: bool,
+              config: KernelConfig | None = None, num_splits: int | None = None) -> Plan:
+    """Chooses the config (unless given), the M-tiling and split-KV for one batch.
+
+    Raises:
+        ConfigError: num_splits < 1.
+    """
+    cfg = config or choose_config(group_size * max(tree_sizes), head_dim, interpret)
+    m_tiles = math.ceil(group_size * max(tree_sizes) / cfg.block_m)
+    programs = batch_size * num_kv_heads * m_tiles
+    if num_splits is None:
+        tiles = [math.ceil(s / cfg.block_n) for s in seq_lens]
+        num_splits = 1 if interpret else choose_num_splits(programs, tiles, num_sms, cfg.block_m)
+    if num_splits < 1:
+        raise ConfigError(f"num_splits={num_splits}: must be >= 1 (1 turns split-KV off)")
+    return Plan(cfg, num_splits, m_tiles, programs * num_splits)
+
+
+def pack_tree_masks(trees: list[TokenTree]) -> torch.Tensor:
+    """The per-request bitmask the kernel reads: (sum T_b, W) int64 on the CPU,
+    W = ceil(max T_b / 64); bit j % 64 of word [qo_b + i, j // 64] is set iff
+    tree node j is node i or an ancestor of it (row i of `ancestor_mask`)."""
+    width = math.ceil(max(t.size for t in trees) / 64)
+    rows = []
+    for tree in trees:
+        m = np.zeros((tree.size, width * 64), dtype=bool)
+        m[:, :tree.size] = tree.ancestor_mask.numpy()
+        rows.append(np.packbits(m.reshape(tree.size, width, 64), axis=-1, bitorder="little"))
+    words = np.ascontiguousarray(np.concatenate(rows)).view("<i8")   # (sum T, W, 1)
+    return torch.from_numpy(words.reshape(-1, width).copy())
+
+
+def tree_bias(trees: list[TokenTree]) -> torch.Tensor:
+    """vLLM's shared `qq_bias`: (T, T) fp32, 0 where node j is i or an ancestor
+    of i, -inf elsewhere.
+
+    Raises:
+        ConfigError: the requests do not all share one tree.
+    """
+    if any(t.parents != trees[0].parents for t in trees):
+        raise ConfigError("tree_per_request: the shared qq_bias mode needs one tree for the whole batch "
+                          "(use tree_per_request = 'same', or the per-request bitmask backend triton_tree)")
+    bias = torch.zeros(trees[0].size, trees[0].size, dtype=torch.float32)
+    return bias.masked_fill(~trees[0].ancestor_mask, float("-inf"))
+
+
+def check_inputs(dtype: torch.dtype, head_dim: int, mask_mode: str) -> None:
+    """Raises ConfigError naming the field when the kernel cannot take these inputs."""
+    if dtype not in DTYPES:
+        raise ConfigError(f"dtype {dtype}: the Triton tree kernel takes bfloat16 or float16")
+    if head_dim not in HEAD_DIMS:
+        raise ConfigError(f"head dim {head_dim}: the Triton tree kernel takes D in {HEAD_DIMS}")
+    if mask_mode not in MASK_MODES:
+        raise ConfigError(f"mask_mode {mask_mode!r}: use one of {', '.join(MASK_MODES)}")

@@ -1,0 +1,91 @@
+"""Split-KV merge for the tree-attention kernel.
+
+Each of num_splits programs of one (request, KV head, M-tile) wrote a partial
+output O_s (normalised by its own softmax sum) and its LSE_s (natural log).
+The exact result is the LSE-weighted mean (FlashDecoding, Dao et al. 2023;
+FlashInfer's ``merge_states``):
+
+    LSE = log(sum_s exp(LSE_s)),  O = sum_s exp(LSE_s - LSE) * O_s.
+
+A split that saw no allowed column of a row has LSE_s = -inf and weight 0.
+
+Two forms: `tree_attn_merge_kernel`, a second launch over (token, KV head)
+programs (the default), and `merge_partials`, called by the forward kernel's
+last split program of a tile (one launch; fused_merge=True).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit(do_not_specialize=["stride_ps", "num_splits"])
+def tree_attn_merge_kernel(
+    O_PART, LSE_PART, O, LSE,
+    stride_ps, num_splits,                      # one split's plane (sum T * Hq); KV splits
+    HKV: tl.constexpr, G: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr,
+    WRITE_LSE: tl.constexpr,
+):
+    """Grid: (sum T * HKV,). Program (token, KV head) merges its G heads.
+
+    O_PART: (num_splits, sum T, Hq, D) fp32; LSE_PART: (num_splits, sum T, Hq) fp32;
+    O: (sum T, Hq, D) contiguous, the input dtype; LSE: (sum T, Hq) fp32.
+    """
+    pid = tl.program_id(0)
+    tok = pid // HKV
+    kh = pid % HKV
+    offs_g = tl.arange(0, BLOCK_G)
+    offs_d = tl.arange(0, D)
+    g_ok = offs_g < G
+    row = tok.to(tl.int64) * (HKV * G) + kh * G + offs_g      # (BLOCK_G,) index into (sum T, Hq)
+
+    m = tl.full((BLOCK_G,), float("-inf"), tl.float32)
+    for s in range(num_splits):                               # 1) the largest LSE per head
+        m = tl.maximum(m, tl.load(LSE_PART + s * stride_ps + row, mask=g_ok, other=float("-inf")))
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+
+    den = tl.zeros((BLOCK_G,), tl.float32)
+    acc = tl.zeros((BLOCK_G, D), tl.float32)
+    for s in range(num_splits):                               # 2) weighted sum of the partials
+        lse_s = tl.load(LSE_PART + s * stride_ps + row, mask=g_ok, other=float("-inf"))
+        w = tl.exp(lse_s - m_safe)                            # (BLOCK_G,)
+        o_s = tl.load(O_PART + (s * stride_ps + row)[:, None] * D + offs_d[None, :],
+                      mask=g_ok[:, None], other=0.0)          # (BLOCK_G, D)
+        den += w
+        acc += w[:, None] * o_s
+
+    out = acc / tl.where(den > 0.0, den, 1.0)[:, None]
+    tl.store(O + row[:, None] * D + offs_d[None, :], out.to(O.dtype.element_ty), mask=g_ok[:, None])
+    if WRITE_LSE:
+        tl.store(LSE + row, m_safe + tl.log(tl.where(den > 0.0, den, 1.0)), mask=g_ok)
+
+
+@triton.jit
+def merge_partials(O_PART, LSE_PART, O, LSE, o_off, lse_off, row_ok, stride_ps, num_splits,
+                   BLOCK_M: tl.constexpr, D: tl.constexpr, WRITE_LSE: tl.constexpr):
+    """Merges the num_splits partials of one M-tile's rows into O (and LSE).
+
+    o_off (BLOCK_M, D) / lse_off (BLOCK_M,): the rows' offsets into one split's
+    plane (stride_ps rows of D apart). Partials written by other programs of the
+    same launch are read through L2 (.cg), after the caller's acquire.
+    """
+    m = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    for s in range(num_splits):                               # 1) the largest LSE per row
+        plane = tl.cast(s, tl.int64) * stride_ps
+        m = tl.maximum(m, tl.load(LSE_PART + plane + lse_off, mask=row_ok, other=float("-inf"),
+                                  cache_modifier=".cg"))
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    den = tl.zeros((BLOCK_M,), tl.float32)
+    acc = tl.zeros((BLOCK_M, D), tl.float32)
+    for s in range(num_splits):                               # 2) weighted sum of the partials
+        plane = tl.cast(s, tl.int64) * stride_ps
+        w = tl.exp(tl.load(LSE_PART + plane + lse_off, mask=row_ok, other=float("-inf"),
+                           cache_modifier=".cg") - m_safe)
+        o_s = tl.load(O_PART + plane * D + o_off, mask=row_ok[:, None], other=0.0, cache_modifier=".cg")
+        den += w
+        acc += w[:, None] * o_s
+    out = acc / tl.where(den > 0.0, den, 1.0)[:, None]
+    tl.store(O + o_off, out.to(O.dtype.element_ty), mask=row_ok[:, None])
+    if WRITE_LSE:
+        tl.store(LSE + lse_off, m_safe + tl.log(tl.where(den > 0.0, den, 1.0)), mask=row_ok)

@@ -1,0 +1,437 @@
+"""Checks and times treebench's Triton tree-attention kernel on one GPU, in one call.
+
+    python scripts/bench_kernel.py [--out DIR] [--phases env,check,tune,seed] [--budget-s 420]
+    python scripts/bench_kernel.py report RUN.csv [--peers PEERS.csv]
+
+Phases:
+  env    versions, GPU, copy bandwidth (bytes read + written per second), launch overhead
+  check  correctness against the float64 reference over odd cases (ragged and
+         zero contexts, S_b an exact multiple of P, mixed per-request trees,
+         GQA G 1..8, D 64/128/256, P 16..256, bf16/fp16, LSE, split-KV on/off,
+         the three mask modes), each also replayed from a CUDA graph
+  tune   config x split variants of the target cases, each checked, then timed
+         with triton.testing.do_bench_cudagraph
+  seed   the seed grid (B 1/16/64 x L 16/1024/2048 x 7 trees x P 16/128) with the
+         tuned plan: checked, timed from a CUDA graph and host-inclusive
+
+Writes DIR/kernel.csv (one row per measurement, flushed as it goes, so a run
+cut short keeps what it measured) and prints a short table. The HBM floor of a
+case is its KV bytes (sum_b S_b * Hkv * D * 2 tensors * itemsize) over the
+measured copy bandwidth. `report` prints that table again from a CSV, with the
+best peer of each cell when given /work/shared/reference/peers-h200.csv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import logging
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness.cases import Case  # noqa: E402
+from harness.compare import compare  # noqa: E402
+from harness.paged import TORCH_DTYPES, BatchInputs, _page_order  # noqa: E402
+from harness.reference import reference_attention  # noqa: E402
+from kernels.tree_attention_plan import KernelConfig, make_plan  # noqa: E402
+
+log = logging.getLogger("bench_kernel")
+HEADS = dict(num_q_heads=32, num_kv_heads=8, head_dim=128)
+TARGET = dict(batch_size=64, context_len=2048, page_size=128, **HEADS)
+PR27 = "vllm:pr_27"
+FIELDS = ["phase", "tree", "B", "L", "T", "P", "D", "Hq", "Hkv", "dtype", "mode", "per_request", "block_m", "block_n",
+          "warps", "stages", "splits", "m_tiles", "fused", "fast_launch", "passed", "max_abs_err", "nonfinite",
+          "lse_err", "graph_ok", "median_us", "host_us", "kv_bytes", "floor_us", "pct_floor", "error"]
+SEED_TREES = ["full:3:0", "full:3:1", "full:3:2", "full:3:3", PR27, "eagle:mc_sim_7b_63", "medusa:mc_sim_7b_63"]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One thing to check (and maybe time): a case, a mask mode and plan overrides."""
+
+    phase: str
+    case: dict                                 # Case fields
+    mode: str = "tree"                         # tree | bias | causal
+    config: KernelConfig | None = None         # None: the tuned table's
+    splits: int | None = None                  # None: the heuristic's
+    lse: bool = False
+    fused: bool = False                        # split-KV merge in the forward kernel (else a 2nd kernel)
+    time_it: bool = True
+    host_time: bool = False
+
+    def compile_key(self) -> tuple:
+        c = self.case
+        return (c.get("page_size"), c.get("head_dim"), c.get("num_q_heads"), c.get("num_kv_heads"),
+                c.get("dtype"), self.mode, self.config, self.splits != 1, self.lse, self.fused)
+
+    def small(self) -> "Variant":
+        """The same kernel specialisation on a 2-request batch (for parallel compiling)."""
+        return dataclasses.replace(self, case={**self.case, "batch_size": min(2, self.case["batch_size"])})
+
+
+# ---- inputs ---------------------------------------------------------------------------
+
+
+def gpu_inputs(case: Case, device: str = "cuda") -> BatchInputs:
+    """harness.paged.build_inputs, drawn on the GPU (seconds instead of minutes for
+    the B 64 cells): same layout, NaN pool and fields; different random values."""
+    dtype, trees, lens = TORCH_DTYPES[case.dtype], case.trees(), case.context_lens()
+    seqs = [l + t.size for l, t in zip(lens, trees)]
+    P, Hkv, D = case.page_size, case.num_kv_heads, case.head_dim
+    pages = [-(-s // P) for s in seqs]
+    num_pages = sum(pages) + max(2, sum(pages) // 4)
+    order = _page_order(case, pages, num_pages)
+    free_page = min(set(range(num_pages)) - {p for row in order for p in row})
+    g = torch.Generator(device=device).manual_seed(case.torch_seed("qkv"))
+    q = torch.randn(sum(t.size for t in trees), case.num_q_heads, D, generator=g, device=device).to(dtype)
+    k_log = torch.randn(sum(seqs), Hkv, D, generator=g, device=device).to(dtype)       # (sum S, Hkv, D)
+    v_log = torch.randn(sum(seqs), Hkv, D, generator=g, device=device).to(dtype)
+    k_cache = torch.full((num_pages, P, Hkv, D), float("nan"), dtype=dtype, device=device)
+    v_cache = torch.full_like(k_cache, float("nan"))
+    bt = torch.full((len(trees), max(pages)), free_page, dtype=torch.int32)
+    for b, phys in enumerate(order):
+        bt[b, :len(phys)] = torch.tensor(phys, dtype=torch.int32)
+    kv_indptr = torch.tensor([0] + seqs).cumsum(0)
+    pos = torch.cat([torch.arange(s) for s in seqs])
+    phys_of = torch.cat([torch.tensor(o)[torch.arange(s) // P] for o, s in zip(order, seqs)])
+    k_cache[phys_of.to(device), (pos % P).to(device)] = k_log
+    v_cache[phys_of.to(device), (pos % P).to(device)] = v_log
+    qo = torch.tensor([0] + [t.size for t in trees]).cumsum(0).to(torch.int32)
+    return BatchInputs(q=q, k_cache=k_cache, v_cache=v_cache, block_table=bt.to(device),
+                       context_lens=torch.tensor(lens, dtype=torch.int32, device=device),
+                       seq_lens=torch.tensor(seqs, dtype=torch.int32, device=device),
+                       qo_indptr=qo.to(device), trees=trees, sm_scale=D ** -0.5, case=case,
+                       k_logical=k_log, v_logical=v_log, kv_indptr=kv_indptr)
+
+
+def kv_bytes(inputs: BatchInputs) -> int:
+    """Bytes of K and V the batch must read at least once: sum_b S_b * Hkv * D * 2 * itemsize."""
+    _, _, ss = inputs.host_lists()
+    _, _, hkv, d = inputs.k_cache.shape
+    return sum(ss) * hkv * d * 2 * inputs.k_cache.element_size()
+
+
+# ---- one variant ----------------------------------------------------------------------
+
+
+@dataclass
+class Bench:
+    """Shared state of a run: caches, output file, deadline."""
+
+    out_csv: Path
+    deadline: float
+    device: str = "cuda"
+    peak_bw: float = 4.3e12
+    rows: list = field(default_factory=list)
+    _inputs: dict = field(default_factory=dict)
+    _refs: dict = field(default_factory=dict)
+
+    def inputs(self, case_kw: dict, mode: str) -> BatchInputs:
+        key = (tuple(sorted(case_kw.items())), mode == "causal")
+        if key not in self._inputs:
+            if len(self._inputs) > 6:
+                self._inputs.clear()
+                self._refs.clear()
+            inp = gpu_inputs(Case(**case_kw), self.device)
+            self._inputs[key] = inp.causal() if mode == "causal" else inp
+        return self._inputs[key]
+
+    def reference(self, case_kw: dict, mode: str):
+        key = (tuple(sorted(case_kw.items())), mode == "causal")
+        if key not in self._refs:
+            self._refs[key] = reference_attention(self.inputs(case_kw, mode), return_lse=True)
+        return self._refs[key]
+
+    def write(self, row: dict) -> None:
+        self.rows.append(row)
+        new = not self.out_csv.exists()
+        with self.out_csv.open("a", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=FIELDS, restval="")
+            if new:
+                w.writeheader()
+            w.writerow(row)
+
+
+def graph_replay_ok(ta, expect: torch.Tensor) -> bool:
+    """Captures the prepared callable in a CUDA graph, poisons the output, replays, compares."""
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        ta()
+        with torch.cuda.graph(g, stream=s):
+            ta()
+    torch.cuda.current_stream().wait_stream(s)
+    ta.out.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    return bool(torch.equal(ta.out, expect))
+
+
+def run_variant(bench: Bench, v: Variant) -> dict:
+    """Checks one variant against the float64 reference, then times it."""
+    from kernels.tree_attention import TreeAttention
+    import triton.testing
+
+    case = Case(**v.case)
+    row = dict(phase=v.phase, fused=v.fused, tree=case.tree, B=case.batch_size, L=case.context_len, P=case.page_size,
+               D=case.head_dim, Hq=case.num_q_heads, Hkv=case.num_kv_heads, dtype=case.dtype, mode=v.mode,
+               per_request=case.tree_per_request)
+    try:
+        inp = bench.inputs(v.case, v.mode)
+        ta = TreeAttention(inp, v.mode, return_lse=v.lse, config=v.config, num_splits=v.splits,
+                           fused_merge=v.fused)
+        cfg, plan = ta.plan.config, ta.plan
+        row.update(T=max(t.size for t in inp.trees), block_m=cfg.block_m, block_n=cfg.block_n,
+                   warps=cfg.num_warps, stages=cfg.num_stages, splits=plan.num_splits, m_tiles=plan.m_tiles,
+                   fast_launch=ta.fast_launch)
+        ta.out.fill_(float("nan"))
+        out = ta().clone()
+        ref, ref_lse = bench.reference(v.case, v.mode)
+        rec = compare(out, ref, inp.qo_indptr, case.dtype)
+        row.update(passed=rec.passed, max_abs_err=f"{rec.max_abs_err:.3g}", nonfinite=rec.nonfinite,
+                   lse_err=f"{(ta.lse.double() - ref_lse).abs().max().item():.3g}" if v.lse else "")
+        row["graph_ok"] = graph_replay_ok(ta, out) if bench.device == "cuda" else ""
+        if v.time_it:
+            us = triton.testing.do_bench_cudagraph(ta, rep=40, return_mode="median") * 1e3
+            kb = kv_bytes(inp)
+            row.update(median_us=round(us, 2), kv_bytes=kb, floor_us=round(kb / bench.peak_bw * 1e6, 2),
+                       pct_floor=round(100 * kb / bench.peak_bw * 1e6 / us, 1))
+        if v.host_time:
+            row["host_us"] = round(triton.testing.do_bench(ta, warmup=25, rep=100, return_mode="median") * 1e3, 2)
+    except Exception as e:  # a failed variant is a row, not the end of the run
+        log.exception("variant failed: %s", v)
+        row.update(passed=False, error=f"{type(e).__name__}: {e}"[:300])
+    return row
+
+
+# ---- phases ---------------------------------------------------------------------------
+
+
+def phase_env(bench: Bench) -> None:
+    """Versions, copy bandwidth, launch overhead of the two launch paths."""
+    import triton
+    import triton.testing
+
+    props = torch.cuda.get_device_properties(0)
+    log.info("GPU %s, %d SMs, torch %s, triton %s", props.name, props.multi_processor_count,
+             torch.__version__, triton.__version__)
+    x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")   # 1 GiB
+    y = torch.empty_like(x)
+    ms = triton.testing.do_bench(lambda: y.copy_(x), warmup=25, rep=200, return_mode="median")
+    bench.peak_bw = 2 * x.numel() / (ms * 1e-3)
+    log.info("copy bandwidth %.3g B/s (read + write)", bench.peak_bw)
+    bench.write(dict(phase="env", tree="copy", median_us=round(ms * 1e3, 2), kv_bytes=2 * x.numel(),
+                     error=f"peak_bw={bench.peak_bw:.4g};gpu={props.name};sms={props.multi_processor_count};"
+                           f"torch={torch.__version__};triton={triton.__version__}"))
+    del x, y
+    launch_overhead(bench)
+
+
+def launch_overhead(bench: Bench) -> None:
+    """Host microseconds per call, ordinary Triton launch vs the compiled launcher (B 1, L 16)."""
+    from kernels.tree_attention import TreeAttention
+
+    inp = bench.inputs(dict(batch_size=1, context_len=16, tree="full:3:1", page_size=16, **HEADS), "tree")
+    for fast, splits, fused in ((False, 1, True), (True, 1, True), (True, 4, True), (True, 4, False)):
+        ta = TreeAttention(inp, "tree", fast_launch=fast, num_splits=splits, fused_merge=fused)
+        for _ in range(50):
+            ta()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(2000):
+            ta()
+        torch.cuda.synchronize()
+        us = (time.perf_counter() - t0) / 2000 * 1e6
+        used = ta.fast_launch
+        log.info("launch: fast_launch=%s (used %s), splits %d, fused %s: %.2f us per call", fast, used, splits,
+                 fused, us)
+        bench.write(dict(phase="launch", tree="full:3:1", B=1, L=16, splits=splits, fused=fused, fast_launch=used,
+                         host_us=round(us, 2)))
+
+
+def check_variants() -> list[Variant]:
+    """Odd cases for correctness (timed only in passing)."""
+    out = []
+    small = dict(num_q_heads=16, num_kv_heads=4, head_dim=128)
+    for P in (16, 32, 48, 64, 128, 256):
+        for per in ("same", "mixed"):
+            c = dict(batch_size=7, context_len="ragged:0-700", tree="random:30:5", page_size=P,
+                     tree_per_request=per, **small)
+            out.append(Variant("check", c, splits=1, lse=True, time_it=False))
+            out.append(Variant("check", c, splits=5, lse=True, time_it=False))
+            out.append(Variant("check", c, splits=7, lse=True, time_it=False, fused=False))
+    for hq, hkv in ((8, 8), (16, 8), (32, 8), (64, 8), (12, 4)):
+        for d in (64, 128, 256):
+            c = dict(batch_size=3, context_len="ragged:0-300", tree="random:70:2", tree_per_request="mixed",
+                     page_size=16, num_q_heads=hq, num_kv_heads=hkv, head_dim=d, dtype="float16")
+            out.append(Variant("check", c, lse=True, time_it=False))
+    for mode in ("bias", "causal"):
+        for P in (16, 128):
+            c = dict(batch_size=5, context_len="ragged:0-1000", tree="full:3:3", page_size=P, **small)
+            out.append(Variant("check", c, mode=mode, lse=True, time_it=False))
+            out.append(Variant("check", c, mode=mode, splits=3, time_it=False))
+    big = dict(batch_size=4, context_len="ragged:1000-3000", tree="random:250:9", tree_per_request="mixed",
+               page_size=64, **HEADS)
+    out.append(Variant("check", big, lse=True, time_it=False))
+    out.append(Variant("check", {**big, "context_len": 128, "page_size": 128}, time_it=False))  # S_b = 128 + T_b
+    return out
+
+
+def tune_variants() -> list[Variant]:
+    """Split-KV merge in the forward kernel (one launch) against a second merge kernel,
+    on the cells that split; graph and host-inclusive timing."""
+    out = []
+    for b, l, tree in ((1, 2048, PR27), (1, 2048, "full:3:1"), (1, 2048, "full:3:3"), (1, 1024, "full:3:0"),
+                       (16, 2048, "full:3:1"), (16, 1024, PR27)):
+        for fused in (True, False):
+            c = dict(TARGET, batch_size=b, context_len=l, tree=tree)
+            out.append(Variant("tune", c, fused=fused, host_time=True))
+    return out
+
+
+def seed_variants() -> list[Variant]:
+    return [Variant("seed", dict(batch_size=b, context_len=l, tree=t, page_size=p, **HEADS), host_time=True)
+            for p in (128, 16) for t in SEED_TREES for b in (1, 16, 64) for l in (16, 1024, 2048)]
+
+
+def _compile_one(v: Variant) -> str:
+    """Worker: builds the variant's kernels on a 2-request batch (fills Triton's disk cache)."""
+    from kernels.tree_attention import TreeAttention
+
+    try:
+        inp = gpu_inputs(Case(**v.case))
+        TreeAttention(inp.causal() if v.mode == "causal" else inp, v.mode, return_lse=v.lse,
+                      config=v.config, num_splits=v.splits, fast_launch=False, fused_merge=v.fused)
+        torch.cuda.synchronize()
+        return ""
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"[:200]
+
+
+def resolve(v: Variant, num_sms: int) -> Variant:
+    """The variant with the config and split count its own batch would get (a
+    2-request copy of it must compile the same specialisation)."""
+    case = Case(**v.case)
+    trees, lens = case.trees(), case.context_lens()
+    plan = make_plan(case.batch_size, case.num_kv_heads, case.group_size, [t.size for t in trees],
+                     [l + t.size for l, t in zip(lens, trees)], case.head_dim, num_sms=num_sms,
+                     interpret=False, config=v.config, num_splits=v.splits)
+    return dataclasses.replace(v, config=plan.config, splits=plan.num_splits)
+
+
+def precompile(variants: list[Variant], workers: int) -> None:
+    """Compiles every distinct kernel specialisation in parallel processes."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    todo = {}
+    for v in variants:
+        r = resolve(v, sms)
+        todo.setdefault(r.compile_key(), r.small())
+    t0 = time.time()
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+        errors = [e for e in pool.map(_compile_one, todo.values()) if e]
+    log.info("precompiled %d specialisations in %.1f s (%d errors %s)", len(todo), time.time() - t0,
+             len(errors), errors[:3])
+
+
+def smoke(out_dir: Path) -> int:
+    """Runs three tiny check variants on the CPU under the interpreter (no timing):
+    the script's plumbing, testable without a GPU."""
+    os.environ["TRITON_INTERPRET"] = "1"
+    bench = Bench(out_dir / "kernel-smoke.csv", time.time() + 600, device="cpu")
+    tiny = dict(batch_size=2, context_len="ragged:0-40", tree="full:2:2", num_q_heads=4, num_kv_heads=2,
+                head_dim=64, tree_per_request="mixed", page_size=16)
+    rows = [run_variant(bench, Variant("smoke", tiny, mode=m, splits=s, lse=True, time_it=False))
+            for m, s in (("tree", 1), ("tree", 2), ("causal", 1))]
+    for row in rows:
+        bench.write(row)
+    log.info("smoke: %s", [(r["mode"], r.get("splits"), r["passed"], r.get("error", "")) for r in rows])
+    return 0 if all(r["passed"] for r in rows) else 1
+
+
+# ---- report ---------------------------------------------------------------------------
+
+
+def report(csv_path: str, peers_path: str | None) -> None:
+    """Prints the tune winners and the seed grid (with the best peer when given)."""
+    import pandas as pd
+
+    df = pd.read_csv(csv_path)
+    pd.set_option("display.width", 200)
+    pd.set_option("display.max_rows", 500)
+    bad = df[(df.phase.isin(["check", "tune", "seed"])) & (df.passed != True)]  # noqa: E712
+    print(f"rows {len(df)}, failed {len(bad)}")
+    if len(bad):
+        print(bad[["phase", "tree", "B", "L", "P", "D", "Hq", "mode", "splits", "max_abs_err", "error"]])
+    tune = df[df.phase == "tune"].dropna(subset=["median_us"])
+    if len(tune):
+        cols = ["tree", "B", "P", "block_m", "block_n", "warps", "stages", "splits", "median_us", "pct_floor"]
+        print(tune.sort_values("median_us").groupby(["tree", "B", "P"]).head(3)[cols].to_string())
+    seed = df[df.phase == "seed"].copy()
+    seed["L"] = pd.to_numeric(seed.L, errors="coerce")
+    if len(seed) and peers_path:
+        seed = seed.merge(best_peers(peers_path), on=["tree", "B", "L", "P"], how="left")
+        seed["vs_graph_peer"] = (seed.median_us / seed.peer_graph_us).round(2)
+        seed["vs_host_peer"] = (seed.host_us / seed.peer_host_us).round(2)
+    if len(seed):
+        keep = [c for c in ["tree", "P", "B", "L", "splits", "median_us", "pct_floor", "host_us", "peer_graph_us",
+                            "vs_graph_peer", "peer_host_us", "vs_host_peer"] if c in seed]
+        print(seed[keep].to_string())
+
+
+def best_peers(path: str):
+    """Best peer median per (tree, B, L, P), one column per timer."""
+    import pandas as pd
+
+    p = pd.read_csv(path).replace({"tree": {"vllm_pr_27_node_tree": PR27}})
+    best = p.groupby(["tree", "batch_size", "context_len", "page_size", "timer"]).median_us.min().unstack("timer")
+    best = best.rename(columns={"cuda_graph": "peer_graph_us", "host_inclusive": "peer_host_us"}).reset_index()
+    return best.rename(columns={"batch_size": "B", "context_len": "L", "page_size": "P"})
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("cmd", nargs="?", default="run", choices=["run", "report"])
+    ap.add_argument("csv", nargs="?", help="report: the CSV to read")
+    ap.add_argument("--peers", help="report: peers-h200.csv")
+    ap.add_argument("--out", default=os.environ.get("OUT", "results/kernel-dev"))
+    ap.add_argument("--phases", default="env,check,tune,seed")
+    ap.add_argument("--budget-s", type=float, default=420.0, help="stop starting variants after this")
+    ap.add_argument("--workers", type=int, default=max(1, min(15, (os.cpu_count() or 2) - 1)))
+    ap.add_argument("--smoke", action="store_true", help="a few tiny checks on the CPU (TRITON_INTERPRET=1)")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    if args.cmd == "report":
+        report(args.csv, args.peers)
+        return 0
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    if args.smoke:
+        return smoke(Path(args.out))
+    bench = Bench(Path(args.out) / "kernel.csv", time.time() + args.budget_s)
+    phases = args.phases.split(",")
+    plan = {"check": check_variants, "tune": tune_variants, "seed": seed_variants}
+    variants = [v for p in phases if p in plan for v in plan[p]()]
+    if "env" in phases:
+        phase_env(bench)
+    precompile(variants, args.workers)
+    for v in variants:
+        if time.time() > bench.deadline:
+            log.warning("budget spent: %d variants not run", len(variants) - len(bench.rows))
+            break
+        bench.write(run_variant(bench, v))
+    report(str(bench.out_csv), None)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

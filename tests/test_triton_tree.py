@@ -1,0 +1,235 @@
+"""treebench's Triton tree-attention kernel and its three backends.
+
+On a machine without CUDA the kernel tests run under Triton's CPU interpreter
+(TRITON_INTERPRET=1, set below before Triton is imported); tiny cases only, a
+few seconds in all. The `gpu` tests run the kernel compiled on a CUDA GPU.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from harness.cases import Case  # noqa: E402
+from harness.compare import compare  # noqa: E402
+from harness.errors import ConfigError  # noqa: E402
+from harness.paged import build_inputs  # noqa: E402
+from harness.reference import reference_attention  # noqa: E402
+from harness.trees import parse_tree  # noqa: E402
+from kernels.tree_attention_plan import (KernelConfig, choose_num_splits, make_plan,  # noqa: E402
+                                         pack_tree_masks, tree_bias)
+
+triton = pytest.importorskip("triton")
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+if DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+    pytest.skip("no CUDA GPU and TRITON_INTERPRET is not 1", allow_module_level=True)
+
+from kernels.tree_attention import TreeAttention  # noqa: E402
+
+TINY = dict(num_q_heads=4, num_kv_heads=2, head_dim=64)    # G 2 with Hkv 2
+
+
+def check(case: Case, mode: str = "tree", **kw) -> TreeAttention:
+    """Runs the kernel on `case` and asserts output and LSE against the float64 reference."""
+    inputs = build_inputs(case, DEVICE)
+    if mode == "causal":
+        inputs = inputs.causal()
+    ta = TreeAttention(inputs, mode, return_lse=True, **kw)
+    ta.out.fill_(float("nan"))                               # every element must be written
+    out = ta()
+    ref, ref_lse = reference_attention(inputs, return_lse=True)
+    rec = compare(out, ref, inputs.qo_indptr, case.dtype)
+    assert rec.passed, rec
+    torch.testing.assert_close(ta.lse.double(), ref_lse, atol=1e-4, rtol=1e-4)
+    return ta
+
+
+# ---- mask packing and planning (no kernel) -------------------------------------------
+
+
+@pytest.mark.parametrize("spec", ["full:3:0", "full:2:2", "random:63:1", "random:64:2", "random:150:3"])
+def test_pack_tree_masks_round_trips_the_ancestor_mask(spec):
+    trees = [parse_tree(spec), parse_tree("chain:5")]
+    words = pack_tree_masks(trees)                            # (sum T, W) int64
+    width = words.shape[1]
+    assert width == -(-max(t.size for t in trees) // 64)
+    row = 0
+    for tree in trees:
+        for i in range(tree.size):
+            bits = [(int(words[row, j // 64]) >> (j % 64)) & 1 for j in range(width * 64)]
+            expect = tree.ancestor_mask[i].tolist() + [False] * (width * 64 - tree.size)
+            assert bits == [int(x) for x in expect]
+            row += 1
+
+
+def test_tree_bias_is_zero_on_ancestors_and_rejects_mixed_trees():
+    tree = parse_tree("full:2:2")
+    bias = tree_bias([tree, tree])
+    assert torch.equal(bias == 0, tree.ancestor_mask)
+    assert torch.isinf(bias[~tree.ancestor_mask]).all()
+    with pytest.raises(ConfigError, match="tree_per_request"):
+        tree_bias([tree, parse_tree("chain:6")])
+
+
+@pytest.mark.parametrize("programs,tiles,block_m,expect", [
+    (512, [33], 16, 1),        # B 64: the grid already fills 132 SMs three times
+    (128, [33], 16, 4),        # B 16, memory-bound tiles: ~3 programs per SM
+    (8, [33], 16, 11),         # B 1: capped at 3 KV tiles per split
+    (16, [33], 64, 9),         # B 1, tensor-core-bound tiles: ~1 program per SM
+    (8, [1], 16, 1),           # one tile: nothing to split
+])
+def test_choose_num_splits(programs, tiles, block_m, expect):
+    assert choose_num_splits(programs, tiles, 132, block_m) == expect
+
+
+def test_make_plan_tiles_rows_and_rejects_bad_splits():
+    plan = make_plan(2, 8, 4, [40, 13], [2088, 30], 128, num_sms=132, interpret=False)
+    assert plan.m_tiles == -(-4 * 40 // plan.config.block_m)
+    assert plan.num_programs == 2 * 8 * plan.m_tiles * plan.num_splits
+    with pytest.raises(ConfigError, match="num_splits"):
+        make_plan(1, 1, 1, [3], [5], 64, num_sms=1, interpret=True, num_splits=0)
+    with pytest.raises(ConfigError, match="block_n"):
+        KernelConfig(16, 24, 4, 2)
+
+
+# ---- the kernel ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("page_size,tree", [(16, "full:2:2"), (32, "full:3:2")])   # G * T = 14 and 26 rows
+def test_kernel_ragged_contexts_mixed_trees(dtype, page_size, tree):
+    """B 3, L_b drawn in [0, 40], per-request random trees (one or two M-tiles of 16 rows)."""
+    case = Case(batch_size=3, context_len="ragged:0-40", tree=tree, tree_per_request="mixed",
+                page_size=page_size, dtype=dtype, **TINY)
+    check(case)
+
+
+def test_kernel_zero_context():
+    """L_b = 0: only the tree's own K/V; with split-KV some splits see nothing of a row."""
+    case = Case(batch_size=2, context_len=0, tree="full:2:2", tree_per_request="mixed", page_size=16, **TINY)
+    check(case, num_splits=2)
+
+
+@pytest.mark.parametrize("splits,fused", [(1, True), (3, True), (3, False)])
+def test_kernel_split_kv_on_and_off(splits, fused):
+    """S_b = 25 + 7 = 32, an exact multiple of P = 16: the block-table entry after the
+    last page points at a NaN page; splits merge in the kernel or in a second one."""
+    case = Case(batch_size=2, context_len=25, tree="full:2:2", page_size=16, **TINY)
+    ta = check(case, num_splits=splits, fused_merge=fused)
+    assert ta.plan.num_splits == splits
+    assert len(ta._launches) == (2 if splits > 1 and not fused else 1)
+
+
+def test_kernel_tree_wider_than_one_mask_word():
+    """T = 71 > 64: two int64 words per node; bit 63 is the sign bit."""
+    case = Case(batch_size=2, context_len=5, tree="random:70:4", tree_per_request="mixed", page_size=16,
+                num_q_heads=2, num_kv_heads=2, head_dim=32)
+    check(case, config=KernelConfig(32, 64, 1, 1))
+
+
+@pytest.mark.parametrize("mode", ["bias", "causal"])
+def test_kernel_bias_and_causal_modes(mode):
+    case = Case(batch_size=2, context_len=19, tree="full:2:2", page_size=16, **TINY)
+    check(case, mode, num_splits=2)
+
+
+def test_kernel_gqa_group_of_eight_with_one_kv_head():
+    case = Case(batch_size=2, context_len=32, tree="full:2:1", page_size=32, num_q_heads=8, num_kv_heads=1,
+                head_dim=32, dtype="float16")
+    check(case, config=KernelConfig(16, 32, 1, 1))
+
+
+def test_kernel_rejects_unsupported_inputs():
+    case = Case(batch_size=1, context_len=4, tree="chain:2", page_size=16, dtype="float32", **TINY)
+    with pytest.raises(ConfigError, match="dtype"):
+        TreeAttention(build_inputs(case, DEVICE))
+    case = Case(batch_size=1, context_len=4, tree="chain:2", page_size=16, num_q_heads=2, num_kv_heads=1,
+                head_dim=48)
+    with pytest.raises(ConfigError, match="head dim"):
+        TreeAttention(build_inputs(case, DEVICE))
+    mixed = Case(batch_size=2, context_len=4, tree="full:2:1", tree_per_request="mixed", page_size=16, **TINY)
+    with pytest.raises(ConfigError, match="tree_per_request"):
+        TreeAttention(build_inputs(mixed, DEVICE), "bias")
+
+
+# ---- the backends ----------------------------------------------------------------------
+
+
+def test_backends_register_and_declare_their_modes():
+    from backends.triton_causal import TritonCausalBackend
+    from backends.triton_tree import TritonTreeBackend
+    from backends.triton_tree_bias import TritonTreeBiasBackend
+
+    assert (TritonTreeBackend.name, TritonTreeBackend.mask_kind) == ("triton_tree", "tree")
+    assert TritonCausalBackend.mask_kind == "causal"
+    mixed = Case(batch_size=2, context_len=4, tree="full:2:1", tree_per_request="mixed", page_size=16, **TINY)
+    assert TritonTreeBiasBackend().supports(mixed) is not None
+    assert TritonTreeBackend().supports(mixed) is None
+    assert TritonTreeBackend().supports(Case(batch_size=1, context_len=4, tree="chain:1", page_size=24)) \
+        is not None                                           # P not a multiple of 16
+    assert TritonTreeBackend().availability() is None
+
+
+def test_backend_prepare_returns_a_callable_with_the_output():
+    from backends.triton_tree import TritonTreeBackend
+
+    case = Case(batch_size=2, context_len="ragged:0-20", tree="full:2:1", page_size=16, **TINY)
+    inputs = build_inputs(case, DEVICE)
+    fn = TritonTreeBackend().prepare(inputs)
+    out = fn()
+    assert out.shape == inputs.q.shape and out.dtype == inputs.dtype
+    assert compare(out, reference_attention(inputs), inputs.qo_indptr, case.dtype).passed
+
+
+def test_availability_reasons(monkeypatch):
+    import importlib.util
+
+    from backends.triton_tree import triton_availability
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert triton_availability() == "triton not installed: pip install triton"
+    monkeypatch.undo()
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert triton_availability() == "needs a CUDA GPU (or TRITON_INTERPRET=1 for the CPU interpreter)"
+
+
+# ---- GPU only --------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("splits", [1, 4])
+def test_callable_replays_from_a_cuda_graph(splits):
+    case = Case(batch_size=3, context_len="ragged:0-300", tree="full:3:2", tree_per_request="mixed",
+                page_size=16, num_q_heads=8, num_kv_heads=2, head_dim=128)
+    inputs = build_inputs(case, "cuda")
+    ta = TreeAttention(inputs, num_splits=splits)
+    expect = ta().clone()
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        ta()
+        with torch.cuda.graph(graph, stream=stream):
+            ta()
+    torch.cuda.current_stream().wait_stream(stream)
+    for _ in range(3):                                        # the split counters reset every launch
+        ta.out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(ta.out, expect)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("page_size", [16, 48, 128, 256])
+@pytest.mark.parametrize("head_dim,gqa", [(64, (8, 8)), (128, (32, 8)), (256, (16, 2))])
+def test_kernel_on_gpu(page_size, head_dim, gqa):
+    case = Case(batch_size=5, context_len="ragged:0-900", tree="random:40:3", tree_per_request="mixed",
+                page_size=page_size, num_q_heads=gqa[0], num_kv_heads=gqa[1], head_dim=head_dim)
+    check(case)
