@@ -101,46 +101,43 @@ def _page_order(case: Case, pages: list[int], num_pages: int) -> list[list[int]]
 def build_inputs(case: Case, device: str | torch.device = "cpu") -> BatchInputs:
     """Builds the batch for `case` on `device`, deterministically from the case seed.
 
-    Q/K/V are drawn from N(0, 1) in float32 on the CPU and cast to the case dtype.
+    Q/K/V are drawn from N(0, 1) in float32 by a generator on `device` (seeded from
+    the case, so every GPU draws the same values; the CPU draws other ones) and
+    cast to the case dtype; the pool is filled with one vectorised scatter.
 
     Returns:
         BatchInputs with the pool holding N = used pages + spare free pages, spare
         pages and unused slots filled with NaN.
     """
-    dtype = TORCH_DTYPES[case.dtype]
+    dev, dtype = torch.device(device), TORCH_DTYPES[case.dtype]
     trees, lens = case.trees(), case.context_lens()
     seqs = [l + t.size for l, t in zip(lens, trees)]
     P, Hkv, D = case.page_size, case.num_kv_heads, case.head_dim
     pages = [-(-s // P) for s in seqs]                      # ceil(S_b / P)
     num_pages = sum(pages) + max(2, sum(pages) // 4)        # spare NaN pages
     order = _page_order(case, pages, num_pages)
-    used = {p for row in order for p in row}
-    free_page = min(set(range(num_pages)) - used)           # padding target: a NaN page
+    free_page = min(set(range(num_pages)) - {p for row in order for p in row})  # padding target: a NaN page
 
-    g = torch.Generator().manual_seed(case.torch_seed("qkv"))
-    total_t, total_s = sum(t.size for t in trees), sum(seqs)
-    q = torch.randn(total_t, case.num_q_heads, D, generator=g).to(dtype)     # (sum T, Hq, D)
-    k_log = torch.randn(total_s, Hkv, D, generator=g).to(dtype)              # (sum S, Hkv, D)
-    v_log = torch.randn(total_s, Hkv, D, generator=g).to(dtype)              # (sum S, Hkv, D)
+    g = torch.Generator(device=dev).manual_seed(case.torch_seed("qkv"))
+    def draw(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g, device=dev).to(dtype)
+    q = draw(sum(t.size for t in trees), case.num_q_heads, D)                 # (sum T, Hq, D)
+    k_log, v_log = draw(sum(seqs), Hkv, D), draw(sum(seqs), Hkv, D)          # (sum S, Hkv, D)
 
-    k_cache = torch.full((num_pages, P, Hkv, D), float("nan"), dtype=dtype)  # (N, P, Hkv, D)
-    v_cache = torch.full_like(k_cache, float("nan"))
     block_table = torch.full((len(trees), max(pages)), free_page, dtype=torch.int32)
-    kv_indptr = torch.tensor([0] + seqs).cumsum(0)
     for b, phys in enumerate(order):
         block_table[b, :len(phys)] = torch.tensor(phys, dtype=torch.int32)
-        s0, s = int(kv_indptr[b]), seqs[b]
-        pos = torch.arange(s)
-        pg = torch.tensor(phys)[pos // P]
-        k_cache[pg, pos % P] = k_log[s0:s0 + s]
-        v_cache[pg, pos % P] = v_log[s0:s0 + s]
+    pos = torch.cat([torch.arange(s) for s in seqs])                         # (sum S,) logical position
+    page = torch.cat([torch.tensor(o)[torch.arange(s) // P] for o, s in zip(order, seqs)])  # (sum S,) physical page
+    slot = (page.to(dev), (pos % P).to(dev))
+    k_cache = torch.full((num_pages, P, Hkv, D), float("nan"), dtype=dtype, device=dev)  # (N, P, Hkv, D)
+    v_cache = torch.full_like(k_cache, float("nan"))
+    k_cache[slot], v_cache[slot] = k_log, v_log
 
     qo = torch.tensor([0] + [t.size for t in trees]).cumsum(0).to(torch.int32)
-    dev = torch.device(device)
     return BatchInputs(
-        q=q.to(dev), k_cache=k_cache.to(dev), v_cache=v_cache.to(dev),
-        block_table=block_table.to(dev),
+        q=q, k_cache=k_cache, v_cache=v_cache, block_table=block_table.to(dev),
         context_lens=torch.tensor(lens, dtype=torch.int32, device=dev),
         seq_lens=torch.tensor(seqs, dtype=torch.int32, device=dev),
         qo_indptr=qo.to(dev), trees=trees, sm_scale=case.head_dim ** -0.5, case=case,
-        k_logical=k_log.to(dev), v_logical=v_log.to(dev), kv_indptr=kv_indptr)
+        k_logical=k_log, v_logical=v_log, kv_indptr=torch.tensor([0] + seqs).cumsum(0))

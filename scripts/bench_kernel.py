@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.cases import Case  # noqa: E402
 from harness.compare import compare  # noqa: E402
-from harness.paged import TORCH_DTYPES, BatchInputs, _page_order  # noqa: E402
+from harness.paged import BatchInputs, build_inputs  # noqa: E402
 from harness.reference import reference_attention  # noqa: E402
 from kernels.tree_attention_plan import KernelConfig, make_plan  # noqa: E402
 
@@ -83,35 +83,8 @@ class Variant:
 
 
 def gpu_inputs(case: Case, device: str = "cuda") -> BatchInputs:
-    """harness.paged.build_inputs, drawn on the GPU (seconds instead of minutes for
-    the B 64 cells): same layout, NaN pool and fields; different random values."""
-    dtype, trees, lens = TORCH_DTYPES[case.dtype], case.trees(), case.context_lens()
-    seqs = [l + t.size for l, t in zip(lens, trees)]
-    P, Hkv, D = case.page_size, case.num_kv_heads, case.head_dim
-    pages = [-(-s // P) for s in seqs]
-    num_pages = sum(pages) + max(2, sum(pages) // 4)
-    order = _page_order(case, pages, num_pages)
-    free_page = min(set(range(num_pages)) - {p for row in order for p in row})
-    g = torch.Generator(device=device).manual_seed(case.torch_seed("qkv"))
-    q = torch.randn(sum(t.size for t in trees), case.num_q_heads, D, generator=g, device=device).to(dtype)
-    k_log = torch.randn(sum(seqs), Hkv, D, generator=g, device=device).to(dtype)       # (sum S, Hkv, D)
-    v_log = torch.randn(sum(seqs), Hkv, D, generator=g, device=device).to(dtype)
-    k_cache = torch.full((num_pages, P, Hkv, D), float("nan"), dtype=dtype, device=device)
-    v_cache = torch.full_like(k_cache, float("nan"))
-    bt = torch.full((len(trees), max(pages)), free_page, dtype=torch.int32)
-    for b, phys in enumerate(order):
-        bt[b, :len(phys)] = torch.tensor(phys, dtype=torch.int32)
-    kv_indptr = torch.tensor([0] + seqs).cumsum(0)
-    pos = torch.cat([torch.arange(s) for s in seqs])
-    phys_of = torch.cat([torch.tensor(o)[torch.arange(s) // P] for o, s in zip(order, seqs)])
-    k_cache[phys_of.to(device), (pos % P).to(device)] = k_log
-    v_cache[phys_of.to(device), (pos % P).to(device)] = v_log
-    qo = torch.tensor([0] + [t.size for t in trees]).cumsum(0).to(torch.int32)
-    return BatchInputs(q=q, k_cache=k_cache, v_cache=v_cache, block_table=bt.to(device),
-                       context_lens=torch.tensor(lens, dtype=torch.int32, device=device),
-                       seq_lens=torch.tensor(seqs, dtype=torch.int32, device=device),
-                       qo_indptr=qo.to(device), trees=trees, sm_scale=D ** -0.5, case=case,
-                       k_logical=k_log, v_logical=v_log, kv_indptr=kv_indptr)
+    """harness.paged.build_inputs on the GPU (it draws on the device)."""
+    return build_inputs(case, device)
 
 
 def kv_bytes(inputs: BatchInputs) -> int:
