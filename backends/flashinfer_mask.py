@@ -15,7 +15,6 @@ import torch
 
 from backends._conversions import flashinfer_page_metadata, flattened_tree_mask
 from harness.backend import Backend, Capabilities, register
-from harness.errors import BackendUnavailable
 from harness.paged import BatchInputs
 
 INSTALL_HINT = "flashinfer not installed: pip install 'treebench[gpu]'"
@@ -44,6 +43,7 @@ class FlashInferMask(Backend):
     Supports per-request trees and ragged contexts; fp16/bf16; sm80+.
     """
 
+    install_hint = INSTALL_HINT
     name = "flashinfer_mask"
     capabilities = Capabilities(
         devices=("cuda",),
@@ -61,15 +61,8 @@ class FlashInferMask(Backend):
         from flashinfer import BatchPrefillWithPagedKVCacheWrapper
         return SimpleNamespace(Wrapper=BatchPrefillWithPagedKVCacheWrapper)
 
-    def availability(self) -> str | None:
-        reason = super().availability()
-        if reason:
-            return reason
-        try:
-            self._flashinfer()
-        except ImportError as e:
-            return f"{INSTALL_HINT} ({e})"
-        return None
+    def load_optional(self) -> object:
+        return self._flashinfer()
 
     def _workspace_on(self, device: torch.device) -> torch.Tensor:
         """One 128 MiB uint8 float workspace per adapter, reused across cases."""
@@ -83,10 +76,7 @@ class FlashInferMask(Backend):
         Raises:
             BackendUnavailable: flashinfer cannot be imported.
         """
-        try:
-            fi = self._flashinfer()
-        except ImportError as e:
-            raise BackendUnavailable(f"{INSTALL_HINT} ({e})") from None
+        fi = self.optional()
         plan = flashinfer_plan_arguments(inputs)
         wrapper = fi.Wrapper(self._workspace_on(inputs.device), "NHD")
         wrapper.plan(*plan.positional, **plan.keywords)

@@ -18,7 +18,7 @@ import torch
 
 from backends._conversions import tree_additive_bias
 from harness.backend import Backend, Capabilities, register
-from harness.errors import BackendUnavailable, ConfigError
+from harness.errors import ConfigError
 from harness.paged import BatchInputs
 
 INSTALL_HINT = "vllm not installed: pip install vllm (needs its Triton unified_attention with qq_bias)"
@@ -58,6 +58,7 @@ class VllmTriton(Backend):
     table at any P, masking positions >= S_b, so the NaN tails are never used.
     """
 
+    install_hint = INSTALL_HINT
     name = "vllm_triton"
     capabilities = Capabilities(devices=("cuda",), dtypes=("bfloat16", "float16"),
                                 per_request_trees=False, min_compute_capability=(8, 0))
@@ -66,15 +67,8 @@ class VllmTriton(Backend):
     def _kernel() -> Callable:
         return _unified_attention()
 
-    def availability(self) -> str | None:
-        reason = super().availability()
-        if reason:
-            return reason
-        try:
-            self._kernel()
-        except ImportError as e:
-            return f"{INSTALL_HINT} ({e})"
-        return None
+    def load_optional(self) -> object:
+        return self._kernel()
 
     def prepare(self, inputs: BatchInputs) -> Callable[[], torch.Tensor]:
         """Builds qq_bias and the output buffer; returns the timed call.
@@ -83,10 +77,7 @@ class VllmTriton(Backend):
             BackendUnavailable: vLLM cannot be imported.
             ConfigError: the batch's trees differ.
         """
-        try:
-            kernel = self._kernel()
-        except ImportError as e:
-            raise BackendUnavailable(f"{INSTALL_HINT} ({e})") from None
+        kernel = self.optional()
         kw = vllm_arguments(inputs)
 
         def run() -> torch.Tensor:

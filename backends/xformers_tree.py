@@ -19,7 +19,7 @@ import torch
 
 from backends._conversions import gather_tokens, token_slots, tree_additive_bias
 from harness.backend import Backend, Capabilities, register
-from harness.errors import BackendUnavailable, ConfigError
+from harness.errors import ConfigError
 from harness.paged import BatchInputs
 
 INSTALL_HINT = "xformers not installed: pip install 'treebench[gpu]'"
@@ -43,6 +43,7 @@ class XformersTree(Backend):
     on CUDA for paged biases.
     """
 
+    install_hint = INSTALL_HINT
     name = "xformers_tree"
     capabilities = Capabilities(
         devices=("cuda",),
@@ -62,15 +63,8 @@ class XformersTree(Backend):
         return SimpleNamespace(tree_attention=tree_attention, prefix_op=triton_splitk.FwOp,
                                paged_bias=PagedBlockDiagonalPaddedKeysMask)
 
-    def availability(self) -> str | None:
-        reason = super().availability()
-        if reason:
-            return reason
-        try:
-            self._ops()
-        except ImportError as e:
-            return f"{INSTALL_HINT} ({e})"
-        return None
+    def load_optional(self) -> object:
+        return self._ops()
 
     def prepare(self, inputs: BatchInputs) -> Callable[[], torch.Tensor]:
         """Builds the dense tree K/V and both biases; returns the timed call.
@@ -79,10 +73,7 @@ class XformersTree(Backend):
             BackendUnavailable: xformers cannot be imported.
             ConfigError: the batch's trees differ (one tree bias serves the batch).
         """
-        try:
-            ops = self._ops()
-        except ImportError as e:
-            raise BackendUnavailable(f"{INSTALL_HINT} ({e})") from None
+        ops = self.optional()
         args = xformers_arguments(inputs, ops.paged_bias)
 
         def run() -> torch.Tensor:

@@ -19,7 +19,7 @@ from typing import ClassVar
 import torch
 
 from harness.cases import Case
-from harness.errors import ConfigError
+from harness.errors import BackendUnavailable, ConfigError
 from harness.paged import BatchInputs
 
 REGISTRY: dict[str, type["Backend"]] = {}
@@ -52,6 +52,7 @@ class Backend:
     capabilities: ClassVar[Capabilities] = Capabilities()
     mask_kind: ClassVar[str] = "tree"   # "tree", or "causal": checked against a causal reference
     device: ClassVar[str | None] = None  # preferred torch device type; None = the runner's
+    install_hint: ClassVar[str] = ""     # how to get the optional package, prefixed to its ImportError
 
     def availability(self) -> str | None:
         """None when usable here, else the reason (missing package + install hint, no GPU, ...)."""
@@ -62,7 +63,30 @@ class Backend:
             cc = torch.cuda.get_device_capability()
             if cc < caps.min_compute_capability:
                 return f"needs compute capability >= {caps.min_compute_capability}, this GPU is {cc}"
+        try:
+            self.load_optional()
+        except ImportError as e:
+            return f"{self.install_hint} ({e})"
         return None
+
+    def load_optional(self) -> object:
+        """Imports the adapter's optional package and returns its entry points.
+
+        Override in adapters of an optional package (imports stay inside, so a
+        missing package is a skip, not an import crash). Raises ImportError.
+        """
+        return None
+
+    def optional(self) -> object:
+        """`load_optional()` for `prepare`.
+
+        Raises:
+            BackendUnavailable: the package is missing (message: install_hint + cause).
+        """
+        try:
+            return self.load_optional()
+        except ImportError as e:
+            raise BackendUnavailable(f"{self.install_hint} ({e})") from None
 
     def supports(self, case: Case) -> str | None:
         """None when `case` can run, else the reason; default reads `capabilities`."""

@@ -408,5 +408,4 @@ def measure_peak_bandwidth(device: torch.device | str, nbytes: int = 2 * 2**30, 
         for _ in range(3):
             dst.copy_(src)
         samples_us = _event_loop(lambda: dst.copy_(src), lambda: None, reps)
-        del src, dst
     return 2 * size / (statistics.median(samples_us) * 1e-6)   # read + write, per second
