@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 import json
 import random
 from dataclasses import asdict, dataclass, fields
@@ -141,6 +142,8 @@ class Case:
 
 
 CASE_FIELDS = tuple(f.name for f in fields(Case))
+REQUIRED_AXES = ("batch_size", "context_len", "tree")  # the fields without a default
+MAX_CASES = 100_000  # a product of axes larger than this is a typo, not a sweep
 
 
 def expand_axes(axes: dict) -> list[Case]:
@@ -160,4 +163,10 @@ def expand_axes(axes: dict) -> list[Case]:
     for n, v in zip(names, values):
         if not v:
             raise ConfigError(f"suite axis {n!r} is empty: give at least one value")
+    missing = [f for f in REQUIRED_AXES if f not in axes]
+    if missing:
+        raise ConfigError(f"suite axes: axis {missing[0]!r} is required (one of {', '.join(REQUIRED_AXES)})")
+    count = math.prod(len(v) for v in values)
+    if count > MAX_CASES:
+        raise ConfigError(f"suite axes: {count} cases, more than {MAX_CASES}; split the suite or use fewer values")
     return [Case(**dict(zip(names, combo))) for combo in itertools.product(*values)]

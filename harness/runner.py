@@ -7,6 +7,14 @@ the float64 reference once per (device, mask kind): a backend whose
 is compared with that batch's reference. Any exception raised by a backend
 becomes an ``error`` row whose reason is the exception type and the first line
 of its message; the sweep goes on.
+
+Before a backend runs, harness.memory predicts the pair's device memory and
+skips it with the reason when it cannot fit. With ``RunConfig.determinism`` the
+prepared callable runs twice and the outputs are compared bitwise (row field
+``deterministic``). With ``RunConfig.isolate`` every pair runs in a worker
+subprocess (harness.isolate) under a per-case time limit, so a crash, a hang or
+a lost CUDA context is an error row too. Pairs in ``RunConfig.skip`` (rows a
+``--resume`` found already stored) are not run at all.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from harness.cases import Case
 from harness.compare import compare
+from harness.memory import fit_reason
 from harness.metrics import case_metrics
 from harness.paged import BatchInputs, build_inputs
 from harness.reference import reference_attention
@@ -50,6 +59,11 @@ class RunConfig:
     peak_bytes_per_s: float | None = None  # measured peak bandwidth, for pct_peak_bw
     timing_mode: str = "auto"           # harness.timing.time_callable's mode
     quiet: bool = False                 # no progress bar
+    determinism: bool = False           # run the prepared callable twice and compare the outputs bitwise
+    check_memory: bool = True           # skip a pair whose predicted device memory exceeds the free memory
+    isolate: bool = False               # run every pair in a worker subprocess (harness.isolate)
+    case_timeout_s: float | None = None  # per-pair time limit in seconds (isolated runs only); None: no limit
+    skip: frozenset = frozenset()       # (case_id, backend) pairs not to run (already stored: --resume)
 
 
 def new_run_id() -> str:
@@ -88,6 +102,10 @@ class CaseData:
         self._inputs: dict[str, BatchInputs] = {}
         self._refs: dict[tuple[str, str], tuple[BatchInputs, torch.Tensor]] = {}
 
+    def built(self, device: torch.device, mask_kind: str) -> tuple[bool, bool]:
+        """(inputs built, reference built) on `device` for `mask_kind`: what a memory check need not count."""
+        return str(device) in self._inputs, (str(device), mask_kind) in self._refs
+
     def get(self, device: torch.device, mask_kind: str) -> tuple[BatchInputs, torch.Tensor]:
         """(inputs, reference (sum T_b, Hq, D) float64) for a backend on `device` with `mask_kind`.
 
@@ -106,7 +124,7 @@ class CaseData:
         return self._refs[key]
 
 
-def _base_row(backend_name: str, case: Case, config: RunConfig) -> dict:
+def base_row(backend_name: str, case: Case, config: RunConfig) -> dict:
     """A row with every schema field, identity filled, results None."""
     row = dict.fromkeys(ROW_FIELDS)
     row.update(schema=SCHEMA, run_id=config.run_id, env=config.env_id, backend=backend_name,
@@ -123,6 +141,34 @@ def _check_output(out, inputs: BatchInputs) -> None:
         raise ValueError(f"output shape {tuple(out.shape)} != expected (sum T_b, Hq, D) = {tuple(inputs.q.shape)}")
     if out.dtype != inputs.dtype:
         raise TypeError(f"output dtype {out.dtype} != expected {inputs.dtype}")
+
+
+def bitwise_diff_count(a: torch.Tensor, b: torch.Tensor) -> int:
+    """Elements of `a` and `b` (same shape and dtype) whose bit patterns differ (NaN == NaN when the bits match)."""
+    as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+    return int((a.contiguous().view(as_int) != b.contiguous().view(as_int)).sum())
+
+
+def _determinism(fn: Callable, out: torch.Tensor, inputs: BatchInputs, row: dict) -> tuple[torch.Tensor, str | None]:
+    """Calls `fn` a second time and compares bitwise with `out`; sets row["deterministic"].
+
+    Returns:
+        (a copy of the first output, None or the nondeterminism reason).
+    """
+    first = out.clone()  # the callable may hand back one persistent buffer: keep the first call's bits
+    again = fn()
+    _check_output(again, inputs)
+    n = bitwise_diff_count(first, again)
+    row["deterministic"] = n == 0
+    if n == 0:
+        return first, None
+    return first, f"nondeterministic: {n} of {first.numel()} output elements differ bitwise between two calls"
+
+
+def _join(*reasons: str | None) -> str | None:
+    """'a; b' of the reasons that are not None, or None."""
+    kept = [r for r in reasons if r]
+    return "; ".join(kept) if kept else None
 
 
 def _mismatch_reason(rec: dict) -> str:
@@ -152,17 +198,22 @@ def _time_row(row: dict, fn: Callable, inputs: BatchInputs, config: RunConfig) -
 
 def _run_one(backend, case: Case, data: CaseData, device: torch.device, config: RunConfig, row: dict) -> None:
     """Fills `row` for one available backend on one case; exceptions propagate."""
-    reason = backend.supports(case)
+    mask_kind = getattr(backend, "mask_kind", "tree")
+    reason = backend.supports(case) or _memory_reason(backend, case, data, device, mask_kind, config)
     if reason:
         row.update(status="skipped", reason=str(reason))
         return
-    inputs, ref = data.get(device, getattr(backend, "mask_kind", "tree"))
+    inputs, ref = data.get(device, mask_kind)
     fn = backend.prepare(inputs)
     out = fn()
     _check_output(out, inputs)
+    nondet = None
+    if config.determinism:
+        out, nondet = _determinism(fn, out, inputs, row)
     rec = compare(out, ref, inputs.qo_indptr, case.dtype).as_row()
     passed = rec.pop("passed")
-    row.update(rec, status="pass" if passed else "mismatch", reason=None if passed else _mismatch_reason(rec))
+    row.update(rec, status="pass" if passed else "mismatch",
+               reason=_join(None if passed else _mismatch_reason(rec), nondet))
     del out
     if config.mode == "run":
         try:
@@ -171,13 +222,22 @@ def _run_one(backend, case: Case, data: CaseData, device: torch.device, config: 
             row.update(status="error", reason="while timing: " + error_reason(e))
 
 
+def _memory_reason(backend, case: Case, data: CaseData, device: torch.device, mask_kind: str,
+                   config: RunConfig) -> str | None:
+    """harness.memory.fit_reason for this pair (None when the check is off or it fits)."""
+    if not config.check_memory or mask_kind not in MASK_KINDS:
+        return None
+    inputs_built, reference_built = data.built(device, mask_kind)
+    return fit_reason(case, backend, device, config.mode, config.determinism, inputs_built, reference_built)
+
+
 def run_case_backend(backend, case: Case, data: CaseData, availability: str | None,
                      device: torch.device, config: RunConfig) -> dict:
     """One result row: skipped (with reason), error (with reason), pass or mismatch.
 
     Never raises for a backend's fault: any exception becomes an error row.
     """
-    row = _base_row(getattr(backend, "name", type(backend).__name__), case, config)
+    row = base_row(getattr(backend, "name", type(backend).__name__), case, config)
     if availability:
         row.update(status="skipped", reason=availability)
     else:
@@ -215,6 +275,28 @@ def _log_row(row: dict) -> None:
             f" ({row['reason']})" if row["reason"] else "")
 
 
+def _name(backend) -> str:
+    return getattr(backend, "name", type(backend).__name__)
+
+
+def _pairs(cases: Sequence[Case], backends: Sequence, skip: frozenset) -> list[tuple[Case, object]]:
+    """(case, backend) pairs to run, case-major, without the (case_id, backend) pairs in `skip`."""
+    return [(c, b) for c in cases for b in backends if (c.case_id, _name(b)) not in skip]
+
+
+def _check_config(config: RunConfig) -> RunConfig:
+    """Validates `config` and fills in a fresh run id.
+
+    Raises:
+        ValueError: unknown mode, or a case time limit that is not a positive number.
+    """
+    if config.mode not in MODES:
+        raise ValueError(f"mode {config.mode!r} is not one of {', '.join(MODES)}")
+    if config.case_timeout_s is not None and not config.case_timeout_s > 0:
+        raise ValueError(f"case_timeout_s={config.case_timeout_s!r}: must be a positive number of seconds")
+    return config if config.run_id else replace(config, run_id=new_run_id())
+
+
 def run_cases(cases: Sequence[Case], backends: Sequence, config: RunConfig = RunConfig(),
               console: Console | None = None) -> list[dict]:
     """Runs every case x backend and returns the rows (also appended to config.store_path).
@@ -222,38 +304,50 @@ def run_cases(cases: Sequence[Case], backends: Sequence, config: RunConfig = Run
     Args:
         cases: the suite's cases.
         backends: adapter instances (harness.backend.Backend or any object with
-            name, availability(), supports(case), prepare(inputs)).
-        config: mode, store path, run and env ids, device, peak bandwidth.
+            name, availability(), supports(case), prepare(inputs)). Isolated runs
+            send each to its worker as harness.isolate.backend_spec says.
+        config: mode, store path, run and env ids, device, peak bandwidth,
+            determinism, memory check, isolation and time limit, pairs to skip.
         console: rich console (stderr) for the progress bar; shared with logging by the CLI.
 
     Returns:
-        One row per (case, backend), in order, each with every ROW_FIELDS key.
+        One row per (case, backend) not in config.skip, in order, each with every ROW_FIELDS key.
 
     Raises:
-        ValueError: unknown config.mode.
+        ValueError: unknown config.mode or a bad case_timeout_s.
         ConfigError: config.store_path cannot be appended to.
     """
-    if config.mode not in MODES:
-        raise ValueError(f"mode {config.mode!r} is not one of {', '.join(MODES)}")
-    if not config.run_id:
-        config = replace(config, run_id=new_run_id())
+    config = _check_config(config)
     device = torch.device(config.device) if config.device else default_device()
     avail = availabilities(backends)
+    todo = _pairs(cases, backends, config.skip)
+    pool = None
+    if config.isolate:
+        from harness.isolate import WorkerPool
+
+        pool = WorkerPool(device, config.case_timeout_s)
     rows: list[dict] = []
     t0 = time.perf_counter()
-    with _progress(config.quiet, console) as progress:
-        task = progress.add_task("starting", total=len(cases) * len(backends))
-        for case in cases:
-            data = CaseData(case)
-            for backend in backends:
-                progress.update(task, description=f"{case.case_id} | {getattr(backend, 'name', '?')}")
-                row = run_case_backend(backend, case, data, avail[id(backend)],
-                                       _device_for(backend, device), config)
+    try:
+        with _progress(config.quiet, console) as progress:
+            task = progress.add_task("starting", total=len(todo))
+            data: CaseData | None = None
+            for case, backend in todo:
+                data = data if data is not None and data.case is case else CaseData(case)
+                progress.update(task, description=f"{case.case_id} | {_name(backend)}")
+                pair_device = _device_for(backend, device)
+                if pool is not None and avail[id(backend)] is None:
+                    row = pool.run(backend, case, pair_device, config)
+                else:
+                    row = run_case_backend(backend, case, data, avail[id(backend)], pair_device, config)
                 if config.store_path is not None:
                     append_row(config.store_path, row)
                 rows.append(row)
                 _log_row(row)
                 progress.advance(task)
-    log.debug("ran %d rows in %.1f s", len(rows), time.perf_counter() - t0)
+    finally:
+        if pool is not None:
+            pool.close()
+    log.debug("ran %d rows in %.1f s (%d pairs skipped as stored)", len(rows), time.perf_counter() - t0,
+              len(cases) * len(backends) - len(todo))
     return rows
-

@@ -7,7 +7,8 @@ beside it as ``env-<env_id>.json``. Reports and the gate read only the store.
 
 Rows are appended with one ``os.write`` of one whole line on an ``O_APPEND``
 descriptor, then fsync'd: a killed run loses at most the row in flight, and
-existing files are never truncated.
+existing files are never truncated. A row is identified by ``row_key``:
+(case_id, backend, env); ``stored_keys`` gives the keys a ``--resume`` skips.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ ROW_FIELDS = (
     "max_abs_err", "max_rel_err", "mismatch_frac", "atol", "rtol", "worst", "nonfinite",
     "timer", "timer_fallback", "median_us", "p25_us", "p75_us", "cv", "n_samples", "samples_us",
     "flops", "bytes", "tflops", "tb_per_s", "pct_peak_bw",
+    "deterministic",
 )
 STATUSES = ("pass", "mismatch", "error", "skipped")
 VOLATILE_ENV_FIELDS = ("env_id", "peak_bw_bytes_per_s")  # left out of env_id's hash
@@ -71,6 +73,49 @@ def append_row(path: str | Path, row: dict) -> None:
         os.close(fd)
 
 
+def append_rows(path: str | Path, rows: list[dict]) -> None:
+    """Appends many rows with one buffered write and one fsync (merges of thousands of rows).
+
+    A kill mid-write leaves at most one torn last line, which read_rows skips and
+    the next append closes with a newline; whole rows already in the file are untouched.
+
+    Raises:
+        ConfigError: the path cannot be opened for appending.
+    """
+    if not rows:
+        return
+    path = Path(path)
+    blob = "".join(json.dumps(r, sort_keys=False, allow_nan=True) + "\n" for r in rows).encode()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise ConfigError(f"results file {path}: cannot append ({e.strerror}); give a writable file path") from None
+    try:
+        view = memoryview(b"\n" + blob if _ends_torn(path) else blob)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def row_key(row: dict, with_run: bool = False) -> tuple:
+    """A row's identity: (case_id, backend, env), with run_id first when `with_run`."""
+    key = (row.get("case_id"), row.get("backend"), row.get("env"))
+    return (row.get("run_id"), *key) if with_run else key
+
+
+def stored_keys(paths, env_id: str | None) -> set[tuple[str, str]]:
+    """(case_id, backend) of the rows in `paths` (missing files count as empty) measured in env `env_id`.
+
+    Raises:
+        ConfigError: a file holds rows of another schema.
+    """
+    existing = [p for p in map(Path, paths) if p.exists()]
+    return {(r.get("case_id"), r.get("backend")) for r in read_rows(existing) if r.get("env") == env_id}
+
+
 def _ends_torn(path: Path) -> bool:
     """True when the file is non-empty and its last byte is not a newline."""
     with open(path, "rb") as f:
@@ -81,22 +126,46 @@ def _ends_torn(path: Path) -> bool:
         return f.read(1) != b"\n"
 
 
-def check_writable(path: str | Path) -> Path:
+def check_writable(path: str | Path, create: bool = True, what: str = "--out") -> Path:
     """Validates a results path before a run, creating parent folders and the
     file (empty, or left as it is when it exists: never truncated).
 
+    Args:
+        create: False checks only what can be checked without writing (a dry run).
+        what: how the message names the path (the option or argument it came from).
+
     Raises:
-        ConfigError: `path` is a directory or cannot be opened for appending.
+        ConfigError: `path` is a directory, holds something other than result
+            rows, or cannot be opened for appending.
     """
     path = Path(path)
     if path.is_dir():
-        raise ConfigError(f"--out {path}: is a directory; give a file path such as {path / 'run.jsonl'}")
+        raise ConfigError(f"{what} {path}: is a directory; give a file path such as {path / 'run.jsonl'}")
+    _check_results_file(path, what)
+    if not create:
+        return path
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
     except OSError as e:
-        raise ConfigError(f"--out {path}: cannot write there ({e.strerror}); give a writable file path") from None
+        raise ConfigError(f"{what} {path}: cannot write there ({e.strerror}); give a writable file path") from None
     return path
+
+
+def _check_results_file(path: Path, what: str) -> None:
+    """Refuses to append rows to an existing file whose first line does not start a JSON object.
+
+    Raises:
+        ConfigError: `path` holds something else (a suite, a report): appending would damage it.
+    """
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(1 << 20).strip()
+    except OSError:
+        return  # missing or unreadable: the open for appending reports it
+    if first and not first.startswith(b"{"):  # a row, even one torn by a kill, starts with "{"
+        raise ConfigError(f"{what} {path}: not a treebench results file (its first line is not a JSON row); "
+                          "give a new path or an existing .jsonl results file")
 
 
 def _result_files(paths) -> list[Path]:

@@ -1,0 +1,269 @@
+"""The sweep subcommands of the `treebench` CLI: run, check and merge, with the
+backend loading and summary printing they share.
+
+harness.cli owns argument parsing and exit codes and wires these in; the sweep
+itself (shards, torchrun ranks, --resume, isolation) is harness.sweep. Exit
+codes: 0 success; 1 a failed row (mismatch or error), a nondeterministic row
+under --determinism, or torchrun ranks whose rows could not be merged; bad
+input raises ConfigError (the CLI's exit 2).
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from datetime import datetime, timezone
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from harness.errors import ConfigError
+
+log = logging.getLogger("harness.cli")
+
+FAILED = ("mismatch", "error")
+
+
+# ---- backends and paths --------------------------------------------------------------
+
+
+def load_one(spec: str):
+    """A backend instance from a registry name, pkg.mod:Class or path/file.py:Class.
+
+    Raises:
+        ConfigError: unknown or unloadable backend (also when loading its module raised).
+    """
+    from harness.backend import load_backend
+    from harness.isolate import SPEC_ATTR
+
+    try:
+        backend = load_backend(spec)
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 -- a user's module that fails to import is bad input
+        raise ConfigError(f"--backend {spec!r}: loading it raised {type(e).__name__}: {e}") from None
+    try:
+        setattr(backend, SPEC_ATTR, spec)  # how an --isolate worker loads it again
+    except AttributeError:
+        pass  # __slots__: the worker gets the pickled instance instead
+    return backend
+
+
+def resolve_backends(spec: str | None) -> list:
+    """Backends for `run`: None -> every available built-in; "all" -> every built-in;
+    else a comma-separated list of names or class specs.
+
+    Raises:
+        ConfigError: an empty list or an unknown or unloadable backend.
+    """
+    import backends  # noqa: F401  (registers the built-in adapters)
+    from harness.backend import REGISTRY
+
+    if spec is None:
+        found = [REGISTRY[n]() for n in sorted(REGISTRY)]
+        return [b for b in found if availability_of(b) is None]
+    if spec.strip() == "all":
+        return [REGISTRY[n]() for n in sorted(REGISTRY)]
+    names = list(dict.fromkeys(s.strip() for s in spec.split(",") if s.strip()))
+    if not names:
+        raise ConfigError("--backends is empty: give names such as torch_sdpa,reference, or all")
+    return [load_one(n) for n in names]
+
+
+def availability_of(backend) -> str | None:
+    """backend.availability(), with an exception turned into the reason."""
+    try:
+        return backend.availability()
+    except Exception as e:  # noqa: BLE001
+        return f"availability() raised {type(e).__name__}: {e}"
+
+
+def _stamp() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def _report_path(path: str | None, suite: str) -> Path:
+    """The report path (default reports/local/<suite>-<UTC time>.html), checked before the run.
+
+    Raises:
+        ConfigError: the path is a directory or its folder cannot be made.
+    """
+    p = Path(path) if path else Path("reports/local") / f"{suite}-{_stamp()}.html"
+    if p.is_dir():
+        raise ConfigError(f"--report {p}: is a directory; give a file path such as {p / 'report.html'}")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--report {p}: cannot create its folder ({e.strerror})") from None
+    return p
+
+
+# ---- output -----------------------------------------------------------------------------
+
+
+def _summary_table(rows: list[dict], title: str) -> Table:
+    """Per-backend counts of each status and the median of the timed medians (us)."""
+    table = Table(title=title)
+    for col in ("backend", "pass", "mismatch", "error", "skipped", "median_us"):
+        table.add_column(col, justify="left" if col == "backend" else "right")
+    for name in dict.fromkeys(r["backend"] for r in rows):
+        mine = [r for r in rows if r["backend"] == name]
+        counts = [str(sum(r["status"] == s for r in mine)) for s in ("pass", "mismatch", "error", "skipped")]
+        timed = [r["median_us"] for r in mine if r.get("median_us") is not None]
+        table.add_row(name, *counts, f"{statistics.median(timed):.1f}" if timed else "-")
+    return table
+
+
+def _print_summary(rows: list[dict], title: str, max_lines: int = 20) -> None:
+    """Prints the summary table, then one line per failed row (at most `max_lines`)."""
+    out = Console()
+    out.print(_summary_table(rows, title))
+    failed = [r for r in rows if r["status"] in FAILED]
+    for r in failed[:max_lines]:
+        out.print(f"{r['status']}: {r['backend']} on {r['case_id']}: {r['reason']}", markup=False, highlight=False)
+    if len(failed) > max_lines:
+        out.print(f"... and {len(failed) - max_lines} more failed rows", markup=False)
+    nondet = [r for r in rows if r.get("deterministic") is False]
+    for name in dict.fromkeys(r["backend"] for r in nondet):
+        n = sum(r["backend"] == name for r in nondet)
+        out.print(f"nondeterministic: {name} on {n} case(s): two calls gave bitwise different outputs",
+                  markup=False, highlight=False)
+
+
+# ---- run, check, merge ------------------------------------------------------------------
+
+
+def _sweep_options(args, mode: str, out: Path | None):
+    """SweepOptions from the run/check arguments."""
+    from harness.shard import parse_shard
+    from harness.sweep import SweepOptions
+
+    return SweepOptions(mode=mode, out=out, quiet=args.quiet, determinism=args.determinism,
+                        check_memory=not args.no_memory_check, isolate=args.isolate,
+                        case_timeout_s=args.case_timeout, resume=args.resume,
+                        shard=parse_shard(args.shard) if args.shard else None,
+                        merge_timeout_s=args.merge_timeout, dry_run=args.dry_run)
+
+
+def _exit_code(result, determinism: bool) -> int:
+    """1 when a row failed, a rank's rows could not be merged, or (with --determinism) a row was
+    nondeterministic; else 0."""
+    bad = any(r["status"] in FAILED for r in result.rows) or result.missing_ranks
+    return 1 if bad or (determinism and any(r.get("deterministic") is False for r in result.rows)) else 0
+
+
+def _print_plan(suite, backends, result) -> None:
+    """The --dry-run line: how many pairs this process would run and how many --resume skips."""
+    Console().print(f"dry run: suite {suite.name}, {len(suite.cases)} cases x {len(backends)} backends: "
+                    f"{result.planned} pairs to run here, {result.resumed} already stored", markup=False,
+                    highlight=False)
+
+
+def _write_report(rows: list[dict], out: Path, report: Path, title: str) -> bool:
+    """Writes the HTML report from `rows` and the env files beside `out`; False (logged) on failure."""
+    from harness.store import read_envs
+
+    try:
+        from harness.report import write_report
+
+        write_report(rows, read_envs([out]), report, title=title)
+        return True
+    except Exception as e:  # noqa: BLE001 -- the rows are safe in the store; say so and fail
+        log.error("report not written (%s: %s); the rows are in %s", type(e).__name__, e, out)
+        return False
+
+
+def _check_gpus(n: int) -> None:
+    """Raises ConfigError when `--gpus n` cannot be honoured: under torchrun already, or fewer visible GPUs."""
+    import torch
+
+    from harness.shard import torchrun_rank
+
+    if torchrun_rank() is not None:
+        raise ConfigError("--gpus: already running under torchrun; drop --gpus (torchrun chose the ranks)")
+    found = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if n > found:
+        raise ConfigError(f"--gpus {n}: torch sees {found} CUDA GPU(s); ask for at most {found}")
+
+
+def _launch_gpus(args, suite) -> int:
+    """`run --gpus N` (N > 1): relaunches this command line under torchrun, with --out and --report
+    filled in so that every rank uses the same files; returns torchrun's exit code."""
+    from harness.shard import launch_torchrun, strip_option
+
+    argv = strip_option(args.argv, "--gpus")
+    if args.out is None:  # every rank must append to the same file
+        argv += ["--out", str(Path("results/local") / f"{suite.name}-{_stamp()}.jsonl")]
+    if args.report is None:
+        argv += ["--report", str(_report_path(None, suite.name))]
+    return launch_torchrun(args.gpus, argv)
+
+
+def cmd_run(args, console: Console) -> int:
+    """`treebench run`: correctness then timing; rows, env file, HTML report; exit 1 on any failed row."""
+    from harness.store import check_writable
+    from harness.suites import load_suite
+    from harness.sweep import execute
+
+    suite = load_suite(args.suite)
+    backends = resolve_backends(args.backends)
+    if args.resume and args.out is None:
+        raise ConfigError("--resume needs --out: the results file whose rows are skipped")
+    if args.gpus:
+        _check_gpus(args.gpus)
+        if args.gpus > 1 and not args.dry_run:
+            return _launch_gpus(args, suite)
+    out = check_writable(args.out or Path("results/local") / f"{suite.name}-{_stamp()}.jsonl", not args.dry_run)
+    if args.dry_run:
+        _print_plan(suite, backends, execute(suite.cases, backends, _sweep_options(args, "run", out), console))
+        return 0
+    report = _report_path(args.report, suite.name)
+    result = execute(suite.cases, backends, _sweep_options(args, "run", out), console)
+    if not result.primary:
+        return 0  # torchrun rank > 0: rank 0 merges, reports and sets the exit code
+    code = _exit_code(result, args.determinism)
+    if not _write_report(result.rows, out, report, f"treebench {suite.name}"):
+        code = 1
+    _print_summary(result.rows, f"treebench run: suite {suite.name}, {len(suite.cases)} cases")
+    Console().print(f"rows: {out}\nreport: {report}", markup=False, highlight=False)
+    return code
+
+
+def cmd_check(args, console: Console) -> int:
+    """`treebench check`: correctness only for one backend; exit 0 iff every case that ran passed."""
+    from harness.store import check_writable
+    from harness.suites import load_suite
+    from harness.sweep import execute
+
+    suite = load_suite(args.suite)
+    backend = load_one(args.backend)
+    out = check_writable(args.out, not args.dry_run) if args.out else None
+    result = execute(suite.cases, [backend], _sweep_options(args, "check", out), console)
+    if args.dry_run:
+        _print_plan(suite, [backend], result)
+        return 0
+    if not result.primary:
+        return 0
+    rows = result.rows
+    if not [r for r in rows if r["status"] != "skipped"]:
+        log.warning("no case ran: %s", rows[0]["reason"] if rows else "nothing left to run")
+    _print_summary(rows, f"treebench check: suite {suite.name}, backend {rows[0]['backend'] if rows else args.backend}")
+    return _exit_code(result, args.determinism)
+
+
+def cmd_merge(args, console: Console) -> int:
+    """`treebench merge OUT INPUT...`: appends the inputs' rows not yet in OUT (key: case_id,
+    backend, env) and copies their env files beside OUT."""
+    from harness.shard import merge_results
+    from harness.store import check_writable, read_rows
+
+    out = check_writable(args.out, what="merge OUT")
+    inputs = [Path(p) for p in args.inputs]
+    added = merge_results(out, inputs)
+    total = len(read_rows(inputs))
+    Console().print(f"merged {len(added)} rows into {out} ({total - len(added)} duplicates dropped)",
+                    markup=False, highlight=False)
+    return 0
+
+

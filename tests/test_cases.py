@@ -1,0 +1,66 @@
+"""Case validation and axis expansion."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from harness.cases import MAX_CASES, Case, expand_axes
+from harness.errors import ConfigError, TreeError
+
+BASE = dict(batch_size=2, context_len=8, tree="full:2:1")
+
+
+@pytest.mark.parametrize("field, value, fragment", [
+    ("batch_size", 0, "positive integer"),
+    ("head_dim", 37.5, "positive integer"),
+    ("num_q_heads", 6, "multiple of num_kv_heads"),
+    ("dtype", "float8", "use one of"),
+    ("layout", "random", "use one of"),
+    ("tree_per_request", "some", "'same' or 'mixed'"),
+    ("context_len", -1, ">= 0"),
+    ("context_len", "ragged:9-3", "LO <= HI"),
+    ("context_len", "ragged:x", "ragged:LO-HI"),
+    ("context_len", 2.5, "integer >= 0"),
+])
+def test_bad_fields_raise_config_error(field, value, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        Case(**{**BASE, field: value, "num_kv_heads": 4 if field == "num_q_heads" else 8})
+
+
+def test_bad_tree_is_a_tree_error():
+    with pytest.raises(TreeError):
+        Case(**{**BASE, "tree": "full:3"})
+
+
+def test_ragged_context_lengths_are_drawn_in_range_and_fixed_per_case():
+    c = Case(**{**BASE, "batch_size": 37, "context_len": "ragged:5-232"})
+    lens = c.context_lens()
+    assert len(lens) == 37 and all(5 <= x <= 232 for x in lens) and len(set(lens)) > 1
+    assert lens == c.context_lens()
+    assert lens == dataclasses.replace(c, layout="interleaved", page_size=32).context_lens()
+
+
+def test_mixed_trees_vary_and_keep_request_zero():
+    c = Case(**{**BASE, "batch_size": 9, "tree": "full:3:2", "tree_per_request": "mixed"})
+    trees = c.trees()
+    assert trees[0].size == 13 and all(1 <= t.size <= 13 for t in trees)
+    assert len({t.parents for t in trees}) > 2
+
+
+def test_expand_axes_is_the_product():
+    cases = expand_axes({"batch_size": [1, 3], "context_len": [0, 16, 232], "tree": ["chain:2"]})
+    assert len(cases) == 6 and len({c.case_id for c in cases}) == 6
+
+
+@pytest.mark.parametrize("axes, fragment", [
+    ({"batch_size": [1], "tree": ["chain:1"]}, "'context_len' is required"),
+    ({"batch_size": [1], "context_len": [1], "tree": []}, "is empty"),
+    ({"batch_size": [1], "context_len": [1], "tree": ["chain:1"], "heads": [2]}, "unknown axis 'heads'"),
+    ({"batch_size": list(range(1, 1001)), "context_len": list(range(MAX_CASES // 1000 + 1)),
+      "tree": ["chain:1"]}, "more than"),
+])
+def test_expand_axes_rejects(axes, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        expand_axes(axes)

@@ -1,0 +1,105 @@
+"""--determinism: each pair's prepared callable runs twice and the outputs are
+compared bit for bit; a nondeterministic backend keeps its status but gets a
+reason, `deterministic: false`, a summary line and exit code 1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.cases import Case
+from harness.cli import load_one, main
+from harness.runner import RunConfig, bitwise_diff_count, run_cases
+from harness.store import read_rows
+
+ROOT = Path(__file__).resolve().parent.parent
+FAULTS = ROOT / "tests" / "fault_backends.py"
+CASES = [Case(2, "ragged:3-37", "full:2:2", 4, 2, 32, "bfloat16", 16, "shuffled"),
+         Case(1, 16, "chain:3", 4, 1, 32, "float32", 8, "interleaved"),
+         Case(3, 5, "full:3:1", 2, 2, 16, "float16", 16, "contiguous")]
+
+
+def _rows(names, determinism=True, mode="check"):
+    bks = [load_one(f"{FAULTS}:{n}") for n in names]
+    return run_cases(CASES, bks, RunConfig(mode=mode, quiet=True, device="cpu", determinism=determinism))
+
+
+def test_deterministic_backends_are_marked_so():
+    rows = _rows(["Exact", "PersistentBuffer"])
+    assert [(r["status"], r["deterministic"], r["reason"]) for r in rows] == [("pass", True, None)] * 6
+
+
+def test_a_nondeterministic_backend_is_caught_even_through_one_reused_buffer():
+    rows = _rows(["Nondeterministic"], mode="run")
+    for r in rows:
+        assert r["status"] == "pass" and r["deterministic"] is False   # within tolerance, yet not reproducible
+        assert r["reason"].startswith("nondeterministic: 1 of ") and "differ bitwise between two calls" in r["reason"]
+        assert r["median_us"] > 0
+
+
+def test_off_by_default_calls_once_and_leaves_the_field_empty():
+    calls = []
+
+    class Once:
+        name, mask_kind = "once", "tree"
+
+        def availability(self):
+            return None
+
+        def supports(self, case):
+            return None
+
+        def prepare(self, inputs):
+            from harness.reference import reference_attention
+
+            out = reference_attention(inputs).to(inputs.dtype)
+            return lambda: calls.append(1) or out
+
+    rows = run_cases(CASES[:1], [Once()], RunConfig(mode="check", quiet=True, device="cpu"))
+    assert rows[0]["deterministic"] is None and len(calls) == 1
+    rows = run_cases(CASES[:1], [Once()], RunConfig(mode="check", quiet=True, device="cpu", determinism=True))
+    assert rows[0]["deterministic"] is True and len(calls) == 3
+
+
+def test_a_mismatch_keeps_its_reason_and_adds_the_nondeterminism():
+    class WrongAndNoisy:
+        name, mask_kind = "wrong_and_noisy", "tree"
+
+        def availability(self):
+            return None
+
+        def supports(self, case):
+            return None
+
+        def prepare(self, inputs):
+            return lambda: torch.randn(inputs.q.shape).to(inputs.dtype)
+
+    (row,) = run_cases(CASES[:1], [WrongAndNoisy()], RunConfig(mode="check", quiet=True, determinism=True))
+    assert row["status"] == "mismatch" and row["deterministic"] is False
+    assert row["reason"].startswith("max_abs_err ") and "; nondeterministic: " in row["reason"]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+def test_bitwise_diff_count(dtype):
+    a = torch.tensor([0.0, 1.5, float("nan"), -2.0, float("inf")], dtype=dtype)
+    assert bitwise_diff_count(a, a.clone()) == 0                         # NaN == NaN bit for bit
+    b = a.clone()
+    b[0] = -0.0                                                          # equal as numbers, not as bits
+    b[3] = torch.nextafter(b[3:4], torch.zeros(1, dtype=dtype))[0]      # one ulp towards 0
+    assert bitwise_diff_count(a, b) == 2
+    assert bitwise_diff_count(a[::2], b[::2]) == 1                       # strided views
+
+
+def test_cli_determinism_exit_codes_and_summary(tmp_path, capsys):
+    suite = tmp_path / "s.toml"
+    suite.write_text("[axes]\nbatch_size = [1, 2]\ncontext_len = [9]\ntree = ['full:2:1']\nnum_q_heads = [2]\n"
+                     "num_kv_heads = [1]\nhead_dim = [16]\n")
+    out = tmp_path / "rows.jsonl"
+    base = ["check", "--suite", str(suite), "--out", str(out), "--quiet", "--determinism", "--backend"]
+    assert main(base + [f"{FAULTS}:PersistentBuffer"]) == 0
+    assert main(base + [f"{FAULTS}:Nondeterministic"]) == 1
+    assert "nondeterministic: nondeterministic on 2 case(s)" in capsys.readouterr().out
+    assert main(["check", "--suite", str(suite), "--quiet", "--backend", f"{FAULTS}:Nondeterministic"]) == 0
+    assert [r["deterministic"] for r in read_rows([out])] == [True, True, False, False]

@@ -1,0 +1,214 @@
+"""--isolate: every fault a backend can have becomes an error row with its cause,
+and the sweep goes on in a fresh worker when the old one is gone.
+
+CPU only except the last test: the sticky illegal memory access needs a GPU
+(tests/gpu_illegal_access.py); on the CPU it is imitated by a backend raising
+the error text torch gives for it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import isolate
+from harness.cases import Case
+from harness.cli import load_one, main
+from harness.isolate import WorkerPool, backend_spec, describe_exit
+from harness.runner import RunConfig, run_cases
+from harness.store import read_rows
+
+ROOT = Path(__file__).resolve().parent.parent
+FAULTS = ROOT / "tests" / "fault_backends.py"
+CASE = Case(2, "ragged:3-37", "full:2:2", 4, 2, 32, "bfloat16", 16, "shuffled")
+CHECK = RunConfig(mode="check", quiet=True, device="cpu", run_id="r", env_id="e")
+TIMEOUT_S = 4.0
+
+
+def _fault(cls: str):
+    return load_one(f"{FAULTS}:{cls}")
+
+
+def test_a_pool_turns_each_fault_into_an_error_row_and_restarts_only_after_a_lost_worker():
+    pool = WorkerPool("cpu", case_timeout_s=TIMEOUT_S)
+    expect = [  # backend, status, words in the reason, workers started once its row is back
+        ("Exact", "pass", None, 1),
+        ("Raises", "error", "RuntimeError: kernel launch failed", 1),
+        ("WrongShape", "error", "output shape (14, 3, 32)", 1),
+        ("WrongDtype", "error", "output dtype torch.float64", 1),
+        ("Hangs", "error", f"timed out after {TIMEOUT_S:g}s", 1),
+        ("Exact", "pass", None, 2),
+        ("ExitsHard", "error", "the worker died with exit code 7", 2),
+        ("Segfaults", "error", f"the worker died with signal SIGSEGV (-{int(signal.SIGSEGV)})", 3),
+        ("LosesContext", "error", "illegal memory access was encountered (CUDA context lost", 4),
+        ("Exact", "pass", None, 5),
+    ]
+    try:
+        for cls, status, words, started in expect:
+            row = pool.run(_fault(cls), CASE, "cpu", CHECK)
+            assert (row["status"], pool.started) == (status, started), (cls, row["reason"])
+            assert words is None and row["reason"] is None or words in row["reason"]
+            assert row["case_id"] == CASE.case_id and row["run_id"] == "r" and row["env"] == "e"
+            assert row["timestamp"]
+    finally:
+        pool.close()
+    assert pool._proc is None
+
+
+def test_run_cases_isolated_keeps_going_and_appends_every_row(tmp_path):
+    cases = [CASE, Case(1, 16, "chain:3", 4, 1, 32, "float32", 8, "interleaved")]
+    out = tmp_path / "rows.jsonl"
+    bks = [_fault("Raises"), _fault("WrongDtype"), _fault("Exact")]
+    config = RunConfig(mode="check", quiet=True, device="cpu", store_path=out, isolate=True, case_timeout_s=60)
+    rows = run_cases(cases, bks, config)
+    assert [r["status"] for r in rows] == ["error", "error", "pass"] * 2
+    assert [(r["case_id"], r["backend"]) for r in read_rows([out])] == [(r["case_id"], r["backend"]) for r in rows]
+
+
+def test_cli_isolate_runs_and_times_in_the_worker(tmp_path):
+    suite = tmp_path / "s.toml"
+    suite.write_text("[axes]\nbatch_size = [1]\ncontext_len = [9]\ntree = ['full:2:1']\nnum_q_heads = [2]\n"
+                     "num_kv_heads = [1]\nhead_dim = [16]\n")
+    out = tmp_path / "rows.jsonl"
+    rc = main(["run", "--suite", str(suite), "--backends", f"{FAULTS}:Exact,{FAULTS}:Raises", "--out", str(out),
+               "--report", str(tmp_path / "r.html"), "--isolate", "--quiet"])
+    assert rc == 1
+    exact, raises = read_rows([out])
+    assert exact["status"] == "pass" and exact["timer"] == "wall" and exact["median_us"] > 0
+    assert raises["status"] == "error" and raises["reason"].startswith("RuntimeError: kernel launch failed")
+
+
+def test_an_unavailable_backend_is_skipped_without_a_worker(monkeypatch):
+    def no_pool(*a, **k):
+        raise AssertionError("a worker was asked for")
+
+    monkeypatch.setattr(WorkerPool, "run", no_pool)
+    b = _fault("Exact")
+    b.availability = lambda: "needs a CUDA GPU"
+    (row,) = run_cases([CASE], [b], RunConfig(mode="check", quiet=True, device="cpu", isolate=True))
+    assert (row["status"], row["reason"]) == ("skipped", "needs a CUDA GPU")
+
+
+class _Unpicklable:
+    name = "unpicklable"
+
+    def __init__(self):
+        self.fn = lambda: None  # a lambda cannot be pickled
+
+    def availability(self):
+        return None
+
+    def supports(self, case):
+        return None
+
+    def prepare(self, inputs):
+        raise AssertionError
+
+
+def test_a_backend_that_cannot_reach_a_worker_is_an_error_row_and_no_worker_starts():
+    pool = WorkerPool("cpu")
+    row = pool.run(_Unpicklable(), CASE, "cpu", CHECK)
+    assert row["status"] == "error" and row["backend"] == "unpicklable"
+    assert "cannot send the backend to a worker" in row["reason"] and "path/file.py:Class" in row["reason"]
+    assert pool.started == 0
+
+
+def test_backend_spec_prefers_the_loaded_spec_then_the_registry_name():
+    import backends  # noqa: F401
+    from harness.backend import REGISTRY
+
+    assert backend_spec(_fault("Exact")) == f"{FAULTS}:Exact"
+    assert backend_spec(REGISTRY["torch_sdpa"]()) == "torch_sdpa"
+    odd = _Unpicklable()
+    assert backend_spec(odd) is odd
+
+
+@pytest.mark.parametrize("code, words", [(7, "exit code 7"), (-signal.SIGKILL, "signal SIGKILL (-9)"),
+                                         (-signal.SIGSEGV, f"signal SIGSEGV (-{int(signal.SIGSEGV)})"),
+                                         (None, "an unknown exit status"), (-250, "signal 250")])
+def test_describe_exit(code, words):
+    assert describe_exit(code) == words
+
+
+@pytest.mark.parametrize("reason, lost", [
+    ("RuntimeError: CUDA error: an illegal memory access was encountered", True),
+    ("RuntimeError: Triton Error [CUDA]: an illegal memory access was encountered", True),
+    ("RuntimeError: CUDA error: unspecified launch failure", True),
+    ("RuntimeError: CUDA error: device-side assert triggered", True),
+    ("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB", False),
+    ("ValueError: output shape (3, 4) != expected", False),
+])
+def test_context_lost_reads_sticky_cuda_errors(reason, lost):
+    import torch
+
+    assert isolate.context_lost({"status": "error", "reason": reason}, torch.device("cpu")) is lost
+    assert isolate.context_lost({"status": "pass", "reason": reason}, torch.device("cpu")) is False
+
+
+def test_a_zero_case_timeout_is_refused():
+    with pytest.raises(ValueError, match="case_timeout_s"):
+        run_cases([CASE], [_fault("Exact")], RunConfig(mode="check", quiet=True, isolate=True, case_timeout_s=0))
+
+
+def _dead(pid: int) -> bool:
+    """True when `pid` is gone or a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
+def test_a_hung_worker_dies_with_a_sigkilled_sweep(tmp_path):
+    """No orphan: a worker stuck in a hung kernel must not outlive its killed parent (it could hold a GPU)."""
+    mark = tmp_path / "hanging.pid"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TREEBENCH_TEST_HANG_MARK": str(mark)}
+    cmd = [sys.executable, "-m", "harness.cli", "check", "--suite", "check", "--backend", f"{FAULTS}:Hangs",
+           "--isolate", "--quiet"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not mark.exists() or not mark.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        worker = int(mark.read_text())
+        assert worker != proc.pid and not _dead(worker)
+        proc.kill()
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while not _dead(worker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _dead(worker)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.gpu
+def test_a_sticky_illegal_memory_access_is_an_error_row_and_the_next_case_runs(tmp_path):
+    """A Triton kernel storing far out of bounds poisons its CUDA context; under --isolate the
+    row names the fault and the next pairs (same case, next case) run in a fresh worker."""
+    triton = pytest.importorskip("triton")  # noqa: F841
+    suite = tmp_path / "s.toml"
+    suite.write_text("[axes]\nbatch_size = [1, 2]\ncontext_len = [40]\ntree = ['full:2:2']\nnum_q_heads = [4]\n"
+                     "num_kv_heads = [2]\nhead_dim = [64]\ndtype = ['bfloat16']\npage_size = [16]\n")
+    out = tmp_path / "rows.jsonl"
+    bad = ROOT / "tests" / "gpu_illegal_access.py"
+    rc = main(["check", "--suite", str(suite), "--backend", f"{bad}:IllegalAccess", "--out", str(out),
+               "--case-timeout", "300", "--quiet"])
+    assert rc == 1
+    rows = read_rows([out])
+    assert [r["status"] for r in rows] == ["error", "error"]
+    assert all("illegal memory access" in r["reason"] and "CUDA context lost" in r["reason"] for r in rows)
+    rc = main(["run", "--suite", str(suite), "--backends", f"{bad}:IllegalAccess,torch_sdpa", "--out", str(out),
+               "--report", str(tmp_path / "r.html"), "--isolate", "--quiet"])
+    rows = read_rows([out])[2:]
+    assert [(r["backend"], r["status"]) for r in rows] == [("illegal_access", "error"), ("torch_sdpa", "pass")] * 2
+    assert all(r["median_us"] > 0 for r in rows if r["backend"] == "torch_sdpa")

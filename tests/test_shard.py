@@ -1,0 +1,265 @@
+"""Sharding and merging: --shard i/n, torchrun ranks with per-rank files and rank
+0's merge, `treebench merge`, and results that do not depend on how many
+processes ran them."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harness import shard
+from harness.cli import main
+from harness.errors import ConfigError
+from harness.shard import Rank, Shard, merge_results, parse_shard, rank_path, strip_option, torchrun_rank
+from harness.store import ROW_FIELDS, SCHEMA, read_rows
+
+ROOT = Path(__file__).resolve().parent.parent
+SUITE = """
+[axes]
+batch_size = [1, 3]
+context_len = [7, "ragged:1-40"]
+tree = ["full:2:1", "chain:3", "random:5:1"]
+num_q_heads = [4]
+num_kv_heads = [2]
+head_dim = [16]
+"""
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_RUN_ID", shard.RUN_ID_ENV)
+
+
+@pytest.fixture
+def suite(tmp_path) -> Path:
+    p = tmp_path / "s.toml"
+    p.write_text(SUITE)
+    return p
+
+
+@pytest.fixture(autouse=True)
+def _no_torchrun_env(monkeypatch):
+    for name in TORCHRUN_VARS:
+        monkeypatch.delenv(name, raising=False)
+
+
+def _results(paths) -> dict:
+    """(case_id, backend) -> (status, max_abs_err, mismatch_frac): what must not depend on the process count."""
+    rows = read_rows(paths)
+    keys = [(r["case_id"], r["backend"]) for r in rows]
+    assert len(keys) == len(set(keys)), "duplicate rows"
+    return {(r["case_id"], r["backend"]): (r["status"], r["max_abs_err"], r["mismatch_frac"]) for r in rows}
+
+
+def _check(suite, out, *extra) -> int:
+    return main(["check", "--suite", str(suite), "--backend", "torch_sdpa", "--out", str(out), "--quiet", *extra])
+
+
+# ---- selection ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, want", [("0/1", Shard(0, 1)), ("3/4", Shard(3, 4)), (" 1 / 2 ", Shard(1, 2))])
+def test_parse_shard(text, want):
+    assert parse_shard(text) == want
+
+
+@pytest.mark.parametrize("text", ["", "1", "2/2", "-1/2", "1/0", "a/b", "1/2/3", "0.5/2", "1/-2"])
+def test_bad_shards_are_one_line_config_errors(text):
+    with pytest.raises(ConfigError, match="--shard") as e:
+        parse_shard(text)
+    assert "\n" not in str(e.value)
+
+
+@given(n_items=st.integers(0, 60), count=st.integers(1, 9))
+def test_shards_partition_the_cases_in_order(n_items, count):
+    items = list(range(n_items))
+    parts = [Shard(i, count).select(items) for i in range(count)]
+    assert sorted(x for p in parts for x in p) == items
+    assert all(p == sorted(p) for p in parts)
+    assert max(map(len, parts)) - min(map(len, parts)) <= 1           # round robin: balanced
+
+
+def test_torchrun_rank_from_the_environment():
+    assert torchrun_rank({}) is None
+    assert torchrun_rank({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}) == Rank(3, 4, 1)
+    assert torchrun_rank({"RANK": "1", "WORLD_SIZE": "2"}) == Rank(1, 2, 1)
+    for env in ({"RANK": "2", "WORLD_SIZE": "2"}, {"RANK": "x", "WORLD_SIZE": "2"}, {"WORLD_SIZE": "2"},
+                {"RANK": "0", "WORLD_SIZE": "0"}, {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "-1"}):
+        with pytest.raises(ConfigError, match="torchrun environment"):
+            torchrun_rank(env)
+
+
+def test_rank_files_sit_beside_out(tmp_path):
+    out = tmp_path / "sweep.jsonl"
+    assert rank_path(out, Rank(1, 8, 1)) == tmp_path / "sweep.rank1-of-8.jsonl"
+    assert shard.done_path(out, Rank(0, 2, 0)) == tmp_path / "sweep.rank0-of-2.done"
+    for name in ("sweep.rank1-of-8.jsonl", "sweep.rank0-of-3.jsonl", "other.rank0-of-2.jsonl"):
+        (tmp_path / name).write_text("")
+    assert [p.name for p in shard.rank_files(out)] == ["sweep.rank0-of-3.jsonl", "sweep.rank1-of-8.jsonl"]
+
+
+def test_torchrun_command_and_strip_option():
+    argv = ["run", "--gpus", "2", "--suite", "seed", "--gpus=4", "--quiet"]
+    assert strip_option(argv, "--gpus") == ["run", "--suite", "seed", "--quiet"]
+    cmd = shard.torchrun_command(2, ["run", "--suite", "seed"])
+    assert cmd[1:] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "harness.cli",
+                       "run", "--suite", "seed"]
+
+
+# ---- merge ----------------------------------------------------------------------------------
+
+
+def _row(case_id, backend="b", env="e1", run_id="r1", status="pass"):
+    return {"schema": SCHEMA, "run_id": run_id, "env": env, "backend": backend, "case_id": case_id,
+            "status": status}
+
+
+def _write(path: Path, rows) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_merge_drops_rows_already_stored_and_copies_env_files(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "env-e2.json").write_text(json.dumps({"env_id": "e2", "gpu_name": "H200"}))
+    out = _write(tmp_path / "out.jsonl", [_row("c0")])
+    a = _write(tmp_path / "a" / "a.jsonl", [_row("c0", run_id="r2"), _row("c1"), _row("c1", env="e2")])
+    b = _write(tmp_path / "b.jsonl", [_row("c1"), _row("c2", backend="x")])
+    before = out.read_bytes()
+    added = merge_results(out, [a, b])
+    assert [(r["case_id"], r["env"]) for r in added] == [("c1", "e1"), ("c1", "e2"), ("c2", "e1")]
+    assert out.read_bytes().startswith(before) and len(read_rows([out])) == 4
+    assert json.loads((tmp_path / "env-e2.json").read_text())["gpu_name"] == "H200"
+    assert merge_results(out, [a, b]) == []                           # idempotent
+
+
+def test_merge_with_run_ids_keeps_repeated_measurements(tmp_path):
+    out = _write(tmp_path / "out.jsonl", [_row("c0")])
+    a = _write(tmp_path / "a.jsonl", [_row("c0"), _row("c0", run_id="r2")])
+    assert [r["run_id"] for r in merge_results(out, [a], with_run=True)] == ["r2"]
+
+
+def test_merge_validates_every_input_before_writing(tmp_path, capsys):
+    out = _write(tmp_path / "out.jsonl", [_row("c0")])
+    good = _write(tmp_path / "good.jsonl", [_row("c1")])
+    bad = _write(tmp_path / "bad.jsonl", [{"schema": 99, "case_id": "x"}])
+    before = out.read_bytes()
+    assert main(["merge", str(out), str(good), str(bad)]) == 2
+    assert main(["merge", str(out), str(good), str(tmp_path / "missing.jsonl")]) == 2
+    assert main(["merge", str(out), str(out)]) == 2
+    toml = tmp_path / "s.toml"
+    toml.write_text("[axes]\nbatch_size = [1]\n")
+    assert main(["merge", str(toml), str(good)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 4 and all(line.startswith("treebench: error: ") for line in err)
+    assert "schema 99" in err[0] and "not found" in err[1] and "both the output and an input" in err[2]
+    assert "not a treebench results file" in err[3]
+    assert out.read_bytes() == before and toml.read_text() == "[axes]\nbatch_size = [1]\n"
+
+
+def test_shards_merged_equal_one_run(suite, tmp_path, capsys):
+    assert _check(suite, tmp_path / "all.jsonl") == 0
+    for i in range(3):
+        assert _check(suite, tmp_path / f"part{i}.jsonl", "--shard", f"{i}/3") == 0
+    parts = [tmp_path / f"part{i}.jsonl" for i in range(3)]
+    assert [len(read_rows([p])) for p in parts] == [4, 4, 4]
+    assert main(["merge", str(tmp_path / "merged.jsonl"), *map(str, parts)]) == 0
+    assert "merged 12 rows" in capsys.readouterr().out
+    assert _results([tmp_path / "merged.jsonl"]) == _results([tmp_path / "all.jsonl"])
+
+
+# ---- torchrun ranks ------------------------------------------------------------------------
+
+
+def _as_rank(monkeypatch, rank, world, run_id="launch-1"):
+    monkeypatch.setenv("RANK", str(rank))
+    monkeypatch.setenv("WORLD_SIZE", str(world))
+    monkeypatch.setenv("LOCAL_RANK", str(rank))
+    monkeypatch.setenv(shard.RUN_ID_ENV, run_id)
+
+
+def test_ranks_write_their_own_files_and_rank_0_merges(suite, tmp_path, monkeypatch):
+    assert _check(suite, tmp_path / "one.jsonl") == 0
+    out = tmp_path / "two.jsonl"
+    _as_rank(monkeypatch, 1, 2)
+    assert _check(suite, out) == 0
+    assert not out.exists() or not read_rows([out])
+    assert len(read_rows([tmp_path / "two.rank1-of-2.jsonl"])) == 6
+    assert (tmp_path / "two.rank1-of-2.done").is_file()
+    _as_rank(monkeypatch, 0, 2)
+    assert _check(suite, out) == 0
+    rows = read_rows([out])
+    assert len(rows) == 12 and {r["run_id"] for r in rows} == {"launch-1"}
+    assert all(set(r) == set(ROW_FIELDS) for r in rows)
+    assert _results([out]) == _results([tmp_path / "one.jsonl"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["s.toml", "one.jsonl", "two.jsonl",
+                                                                  *(p.name for p in tmp_path.glob("env-*.json"))])
+
+
+def test_rank_0_gives_up_waiting_without_losing_rows(suite, tmp_path, monkeypatch, caplog):
+    out = tmp_path / "two.jsonl"
+    _as_rank(monkeypatch, 0, 2)
+    assert _check(suite, out, "--merge-timeout", "0.3") == 1
+    assert not read_rows([out])
+    assert len(read_rows([tmp_path / "two.rank0-of-2.jsonl"])) == 6
+    assert any("ranks [1] not done" in m and "treebench merge" in m for m in caplog.messages)
+
+
+def test_a_stale_done_marker_of_another_launch_is_not_taken_for_this_one(suite, tmp_path, monkeypatch):
+    out = tmp_path / "two.jsonl"
+    shard.mark_done(out, Rank(1, 2, 1), "launch-0", 6)                   # left by an earlier launch
+    _as_rank(monkeypatch, 0, 2, run_id="launch-1")
+    assert _check(suite, out, "--merge-timeout", "0.3") == 1
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["run", "--gpus", "2"], "torch sees 0 CUDA GPU(s)"),
+    (["run", "--gpus", "0"], "'0' is not a GPU count"),
+    (["check", "--backend", "torch_sdpa", "--shard", "2/2"], "--shard 2/2"),
+])
+def test_bad_scale_options_exit_2(argv, words, capsys, monkeypatch):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0]
+
+
+def test_under_torchrun_out_is_required_and_gpus_refused(monkeypatch, capsys):
+    _as_rank(monkeypatch, 0, 2)
+    assert main(["check", "--backend", "torch_sdpa", "--quiet"]) == 2
+    assert "under torchrun give --out" in capsys.readouterr().err
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    assert main(["run", "--gpus", "2", "--quiet"]) == 2
+    assert "already running under torchrun" in capsys.readouterr().err
+
+
+def test_torchrun_with_two_processes_matches_one(suite, tmp_path):
+    """The real launcher (python -m torch.distributed.run, two CPU processes) against one process."""
+    assert _check(suite, tmp_path / "one.jsonl") == 0
+    out = tmp_path / "two.jsonl"
+    env_before = dict(os.environ)
+    rc = shard.launch_torchrun(2, ["check", "--suite", str(suite), "--backend", "torch_sdpa", "--out", str(out),
+                                   "--quiet"])
+    assert dict(os.environ) == env_before
+    assert rc == 0
+    rows = read_rows([out])
+    assert len(rows) == 12 and len({r["run_id"] for r in rows}) == 1
+    assert _results([out]) == _results([tmp_path / "one.jsonl"])
+    assert not shard.rank_files(out) and not list(tmp_path.glob("*.done"))
+
+
+def test_gpus_relaunches_the_command_line_under_torchrun(suite, tmp_path, monkeypatch):
+    from harness import cli_sweep
+
+    launched = []
+    monkeypatch.setattr(cli_sweep, "_check_gpus", lambda n: None)
+    monkeypatch.setattr(shard, "launch_torchrun", lambda n, argv: launched.append((n, argv)) or 7)
+    monkeypatch.chdir(tmp_path)
+    argv = ["run", "--suite", str(suite), "--gpus", "2", "--backends", "torch_sdpa", "--quiet"]
+    assert main(argv) == 7                                             # torchrun's exit code is ours
+    ((n, relaunched),) = launched
+    assert n == 2 and relaunched[:6] == ["run", "--suite", str(suite), "--backends", "torch_sdpa", "--quiet"]
+    assert relaunched[6] == "--out" and relaunched[7].startswith("results/local/s-")   # one file for all ranks
+    assert relaunched[8] == "--report" and relaunched[9].startswith("reports/local/s-")
+    assert main(["run", "--suite", str(suite), "--gp", "2"]) == 2        # no abbreviations: they would survive
