@@ -27,7 +27,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-import numpy as np
 import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -180,19 +179,10 @@ def _mismatch_reason(rec: dict) -> str:
             f"{rec['mismatch_frac']:.1%} of elements out of tolerance{nonfinite}")
 
 
-def timing_fields(samples_us: Sequence[float]) -> dict:
-    """median_us, p25_us, p75_us, cv (std / mean) and n_samples of raw samples (us)."""
-    a = np.asarray(samples_us, dtype=float)
-    p25, med, p75 = np.percentile(a, [25, 50, 75])
-    cv = float(a.std() / a.mean()) if a.mean() > 0 else None
-    return {"median_us": float(med), "p25_us": float(p25), "p75_us": float(p75), "cv": cv,
-            "n_samples": int(a.size), "samples_us": [float(x) for x in a]}
-
-
 def _time_row(row: dict, fn: Callable, inputs: BatchInputs, config: RunConfig) -> None:
     """Times `fn` and fills the timing and metric fields of `row`."""
     timing = time_callable(fn, device=inputs.device, mode=config.timing_mode)
-    row.update(timer=timing.timer, timer_fallback=timing.fallback_reason, **timing_fields(timing.samples_us))
+    row.update(timing.as_row())
     row.update(case_metrics(inputs, row["median_us"], config.peak_bytes_per_s))
 
 

@@ -6,6 +6,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+from harness.timing import Timing
 import torch
 
 import backends  # noqa: F401  (registers torch_sdpa)
@@ -173,7 +175,7 @@ def test_torch_sdpa_runs_and_is_timed_on_cuda():
 
 
 def test_timing_fields_keep_every_sample():
-    f = runner.timing_fields([5.0, 1.0, 3.0, 2.0, 4.0])
+    f = Timing([5.0, 1.0, 3.0, 2.0, 4.0], "wall").as_row()
     assert f["median_us"] == 3.0 and f["p25_us"] == 2.0 and f["p75_us"] == 4.0
     assert f["n_samples"] == 5 and f["samples_us"] == [5.0, 1.0, 3.0, 2.0, 4.0]
 
