@@ -207,7 +207,6 @@ def phase_env(bench: Bench) -> None:
     bench.write(dict(phase="env", tree="copy", median_us=round(ms * 1e3, 2), kv_bytes=2 * x.numel(),
                      error=f"peak_bw={bench.peak_bw:.4g};gpu={props.name};sms={props.multi_processor_count};"
                            f"torch={torch.__version__};triton={triton.__version__}"))
-    del x, y
     launch_overhead(bench)
 
 

@@ -261,7 +261,7 @@ def fake_flash_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, block_table, 
     """flash_attn_with_kvcache semantics: (B, Tq) queries, bottom-right causal
     against each request's first cache_seqlens[b] paged tokens."""
     assert causal
-    B, tq, p = q.shape[0], q.shape[1], k_cache.shape[1]
+    tq, p = q.shape[1], k_cache.shape[1]
     out = torch.empty(q.shape, dtype=torch.float64)
     for b, s in enumerate(cache_seqlens.tolist()):
         pos = torch.arange(s)

@@ -219,7 +219,7 @@ def test_root_only_trees():
 
 def test_max_nodes_is_accepted():
     assert parse_tree(f"random:{MAX_NODES - 1}:3").size == MAX_NODES
-    assert parse_tree(f"full:2:9").size == 1023
+    assert parse_tree("full:2:9").size == 1023
 
 
 # --------------------------------------------------------------------------- errors
