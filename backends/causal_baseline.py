@@ -88,9 +88,13 @@ class CausalBaseline(Backend):
         """Builds the chosen path's arguments; returns the timed call."""
         path = self.kernel_path(inputs.case)
         if path == "flash_attn_with_kvcache":
-            return _prepare_flash_attn(inputs, _flash_attn_with_kvcache())
+            flash = _flash_attn_with_kvcache()
+            assert flash is not None  # kernel_path chose it because it imports
+            return _prepare_flash_attn(inputs, flash)
         if path == "torch_varlen_flash":
-            return _prepare_varlen(inputs, _varlen_attn())
+            varlen = _varlen_attn()
+            assert varlen is not None  # kernel_path chose it because it imports
+            return _prepare_varlen(inputs, varlen)
         return _prepare_sdpa(inputs)
 
 

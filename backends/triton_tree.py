@@ -33,6 +33,7 @@ def triton_availability() -> str | None:
     if not torch.cuda.is_available():
         return "needs a CUDA GPU (or TRITON_INTERPRET=1 for the CPU interpreter)"
     cc = torch.cuda.get_device_capability()
+    assert TRITON_CAPABILITIES.min_compute_capability is not None
     if cc < TRITON_CAPABILITIES.min_compute_capability:
         return f"needs compute capability >= 8.0 (bf16 tensor cores), this GPU is {cc}"
     return None

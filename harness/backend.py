@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -77,7 +77,7 @@ class Backend:
         """
         return None
 
-    def optional(self) -> object:
+    def optional(self) -> Any:
         """`load_optional()` for `prepare`.
 
         Raises:
@@ -144,6 +144,8 @@ def _load_class(spec: str) -> type:
             raise ConfigError(f"--backend {spec!r}: file {target} not found")
         mod_name = f"treebench_user_{abs(hash(str(path.resolve())))}"
         s = importlib.util.spec_from_file_location(mod_name, path)
+        if s is None or s.loader is None:
+            raise ConfigError(f"--backend {spec!r}: {target} is not a Python file (.py)")
         module = importlib.util.module_from_spec(s)
         sys.modules[mod_name] = module
         s.loader.exec_module(module)

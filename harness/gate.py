@@ -27,6 +27,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 from scipy.stats import mannwhitneyu
 
@@ -139,9 +140,11 @@ def _order(v: Verdict) -> tuple:
 def classify(base: dict | None, cand: dict | None, config: GateConfig) -> Verdict:
     """The verdict for one (case, backend) from its baseline and candidate rows (either may be None)."""
     some = cand or base
+    assert some is not None, "classify needs a baseline or a candidate row"
     v = dict(case_id=some["case_id"], backend=some["backend"], case=some.get("case") or {},
              base_status=base and base["status"], cand_status=cand and cand["status"])
     if base is None:
+        assert cand is not None
         return Verdict(kind="new", detail=_status_line(cand), **v)
     if cand is None:
         return Verdict(kind="missing", detail=f"baseline was {base['status']}", **v)
@@ -197,7 +200,7 @@ def env_differences(base_envs: dict[str, dict], cand_envs: dict[str, dict],
     """
     notes, sides = [], []
     for envs, rows, name in ((base_envs, base_rows, "baseline"), (cand_envs, cand_rows, "candidate")):
-        ids = sorted({r.get("env") for r in rows if r.get("env")})
+        ids = sorted(cast("set[str]", {r.get("env") for r in rows if r.get("env")}))
         notes += [f"{name} env fingerprint env-{i}.json not found beside its results" for i in ids if i not in envs]
         sides.append([envs[i] for i in ids if i in envs])
     for f in ENV_FIELDS:
@@ -275,7 +278,8 @@ def junit_xml(result: GateResult) -> str:
             ET.SubElement(tc, "skipped", message=msg)
         else:
             ET.SubElement(tc, "system-out").text = msg
-    return ET.tostring(ET.ElementTree(suite).getroot(), encoding="unicode", xml_declaration=True) + "\n"
+    return ET.tostring(cast(ET.Element, ET.ElementTree(suite).getroot()), encoding="unicode",
+                       xml_declaration=True) + "\n"
 
 
 # ---- CLI -----------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ import signal
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
 from multiprocessing.reduction import ForkingPickler
 
 import torch
@@ -220,7 +221,7 @@ class WorkerPool:
         self.start_timeout_s = start_timeout_s
         self.started = 0
         self._ctx = multiprocessing.get_context("spawn")
-        self._proc = None
+        self._proc: BaseProcess | None = None
         self._conn: Connection | None = None
 
     # -- lifecycle --
@@ -262,6 +263,7 @@ class WorkerPool:
         """Asks the worker to exit, SIGKILLs it after CLOSE_TIMEOUT_S."""
         if self._proc is None:
             return
+        assert self._conn is not None  # set with _proc
         try:
             self._conn.send(None)
         except (OSError, ValueError):
@@ -291,7 +293,7 @@ class WorkerPool:
             return _error_row(name, case, config, f"isolated worker: {e}")
         return self._answer(name, case, config)
 
-    def _send(self, payload: bytes) -> None:
+    def _send(self, payload: bytes | memoryview) -> None:
         """Sends one pickled Task, starting a worker if none runs; a worker found dead is replaced once.
 
         Raises:
@@ -301,6 +303,7 @@ class WorkerPool:
         for attempt in range(2):
             if self._proc is None:
                 self._start()
+            assert self._conn is not None  # set with _proc
             try:
                 self._conn.send_bytes(payload)
                 return
@@ -311,6 +314,7 @@ class WorkerPool:
 
     def _answer(self, name: str, case: Case, config: RunConfig) -> dict:
         """Waits for the row within the case time limit; turns a hang or a death into an error row."""
+        assert self._conn is not None and self._proc is not None  # _send started a worker
         ready = wait([self._conn, self._proc.sentinel], self.case_timeout_s)
         if self._conn in ready:
             try:

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any, cast
 
 import jinja2
 import pandas as pd
@@ -97,7 +98,7 @@ def non_contenders(names: Sequence[str], causal: str) -> set[str]:
 def backend_order(rows: Sequence[dict], baseline: str | None, causal: str) -> list[str]:
     """Causal baseline first, then the speedup baseline, then the others alphabetically."""
     names = sorted({r["backend"] for r in rows})
-    first = [b for b in (causal, baseline) if b in names]
+    first = [b for b in (causal, baseline) if b is not None and b in names]
     return first + [b for b in names if b not in first]
 
 
@@ -153,7 +154,7 @@ ENV_ROWS = ("gpu_name", "sm_count", "driver", "cuda", "python", "torch", "triton
 
 def env_table(envs: dict[str, dict], rows: Sequence[dict]) -> tuple[list[str], list[tuple[str, list[str]]]]:
     """(env ids used by `rows`, [(field, value per env)]); missing env files show as '?'."""
-    ids = sorted({r.get("env") for r in rows if r.get("env")})
+    ids = sorted(cast("set[str]", {r.get("env") for r in rows if r.get("env")}))
     table = []
     for f in ENV_ROWS:
         vals = [envs.get(i, {}).get(f, "?") if i in envs else "?" for i in ids]
@@ -196,7 +197,8 @@ def roofline_points(rows: Sequence[dict], envs: dict[str, dict]) -> pd.DataFrame
         if r.get("status") != "pass" or not r.get("median_us"):
             continue
         flops, nbytes = row_work(r)
-        peak = envs.get(r.get("env"), {}).get("peak_bw_bytes_per_s")
+        env_id: Any = r.get("env")  # None (no env) finds no peak
+        peak = envs.get(env_id, {}).get("peak_bw_bytes_per_s")
         recs.append({"backend": r["backend"], "flops": flops, "bytes": nbytes,
                      **rates(flops, nbytes, r["median_us"], peak)})
     return pd.DataFrame.from_records(recs)

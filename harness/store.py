@@ -106,7 +106,7 @@ def row_key(row: dict, with_run: bool = False) -> tuple:
     return (row.get("run_id"), *key) if with_run else key
 
 
-def stored_keys(paths, env_id: str | None) -> set[tuple[str, str]]:
+def stored_keys(paths, env_id: str | None) -> set[tuple[str | None, str | None]]:
     """(case_id, backend) of the rows in `paths` (missing files count as empty) measured in env `env_id`.
 
     Raises:

@@ -89,6 +89,7 @@ def _resume_skip(opts: SweepOptions, env_id: str, rank: Rank | None) -> frozense
     """
     if not opts.resume:
         return frozenset()
+    assert opts.out is not None  # _check_options: --resume needs --out
     if rank is None and not opts.dry_run and rank_files(opts.out):
         log.info("merged %d rows left in rank files into %s", len(merge_ranks(opts.out)), opts.out)
     return frozenset(stored_keys([opts.out, *rank_files(opts.out)], env_id))
@@ -128,12 +129,14 @@ def execute(cases, backends, opts: SweepOptions, console: Console | None = None)
     if opts.out is not None:
         write_env(opts.out.parent, env)
     if rank:
+        assert opts.out is not None  # _check_options: torchrun needs --out
         clear_done(opts.out, rank)
     config = _config(opts, env, device, store, skip, opts.quiet or not result.primary)
     result.rows, result.store_path = run_cases(mine, backends, config, console=console), store
     if rank:
         _finish_rank(opts, rank, config.run_id, result)
     if opts.resume and result.primary:
+        assert opts.out is not None  # _check_options: --resume needs --out
         shard_cases = select_cases(cases, opts.shard, None)  # rank 0 reports every rank's cases
         result.rows = _with_stored(opts.out, env["env_id"], shard_cases, names, result.rows)
     return result
@@ -149,6 +152,7 @@ def _release_cached(device: str) -> None:
 
 def _finish_rank(opts: SweepOptions, rank: Rank, run_id: str, result: SweepResult) -> None:
     """Marks this rank done; on rank 0 waits for all ranks and merges their files into --out."""
+    assert opts.out is not None  # _check_options: torchrun needs --out
     mark_done(opts.out, rank, run_id, len(result.rows))
     if not rank.primary:
         log.info("rank %d of %d: %d rows in %s", rank.rank, rank.world, len(result.rows), result.store_path)

@@ -42,6 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from time import perf_counter
+from typing import cast
 
 import torch
 
@@ -180,7 +181,7 @@ def _flush_buffer(index: int) -> torch.Tensor:
     return torch.empty(FLUSH_BYTES, dtype=torch.int8, device=torch.device("cuda", index))
 
 
-def _flusher(budget: _Budget) -> Callable[[], None]:
+def _flusher(budget: _Budget) -> Callable[[], object]:
     """A callable that flushes the L2 (a 256 MiB write), or does nothing when flush_l2 is off."""
     if not budget.flush_l2:
         return lambda: None
@@ -207,7 +208,7 @@ def _cushion() -> None:
         torch.cuda._sleep(int(CUSHION_MS * _sleep_cycles_per_ms(torch.cuda.current_device())))
 
 
-def _event_loop(step: Callable[[], object], flush: Callable[[], None], reps: int) -> list[float]:
+def _event_loop(step: Callable[[], object], flush: Callable[[], object], reps: int) -> list[float]:
     """`reps` samples of `step` between CUDA events, each after a flush; one sync at the end.
 
     Returns:
@@ -226,7 +227,7 @@ def _event_loop(step: Callable[[], object], flush: Callable[[], None], reps: int
     return [start.elapsed_time(end) * 1e3 for start, end in events]  # ms -> us
 
 
-def _iter_ms(step: Callable[[], object], flush: Callable[[], None], n: int = 5) -> float:
+def _iter_ms(step: Callable[[], object], flush: Callable[[], object], n: int = 5) -> float:
     """Host wall time of one flush + step iteration, ms (used to size the number of samples)."""
     torch.cuda.synchronize()
     t0 = perf_counter()
@@ -275,7 +276,7 @@ def _time_graph_or_fallback(fn: Callable, budget: _Budget) -> Timing:
 def _root_cause(e: BaseException) -> str:
     """'Type: first line' of the innermost exception in e's context chain."""
     while e.__cause__ or e.__context__:
-        e = e.__cause__ or e.__context__
+        e = cast(BaseException, e.__cause__ or e.__context__)  # the loop condition: one is set
     msg = str(e).strip().splitlines()
     return f"{type(e).__name__}: {msg[0] if msg else ''}"[:300]
 
@@ -292,7 +293,7 @@ def _time_graph(fn: Callable, budget: _Budget) -> Timing:
     reps = budget.reps(_iter_ms(fn, flush))
     try:
         graph, events = _capture_timed(fn, flush, min(reps, CALLS_PER_GRAPH))
-        samples = []
+        samples: list[float] = []
         graph.replay()                      # upload; the first replay is not kept
         while len(samples) < reps:
             torch.cuda.synchronize()
@@ -318,7 +319,7 @@ def _warmup_side_stream(fn: Callable, warmup_ms: float) -> int:
     return calls
 
 
-def _capture_timed(fn: Callable, flush: Callable[[], None], k: int):
+def _capture_timed(fn: Callable, flush: Callable[[], object], k: int):
     """A graph of k x [flush, start event, fn, end event] and its k (start, end) events.
 
     The events are created `external=True`, so recording them during capture
