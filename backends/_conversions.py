@@ -8,7 +8,7 @@ through the block table, ragged <-> padded layouts, and the FlexAttention
 hand-computed cases.
 
 Glossary letters (B, L_b, T_b, S_b, Hq, Hkv, G, D, P, N) are those of
-../shared/DESIGN.md. Index tensors are mappings:
+docs/design.md. Index tensors are mappings:
 `block_table: [b, logical_page] -> physical_page`.
 """
 

@@ -1,5 +1,5 @@
 """treebench: benchmark and correctness-validation harness for tree attention
-over a paged KV cache (see ../shared/DESIGN.md).
+over a paged KV cache (see docs/design.md).
 
 The curated public API is `__all__` below (checked by tests/test_cli.py::
 test_public_api). Everything else in the package is internal. `write_report`

@@ -1,7 +1,7 @@
 """The adapter contract (public: users plug in their own kernels) and the registry.
 
 A backend is a class with `name`, `availability()`, `supports(case)` and
-`prepare(inputs) -> Callable[[], Tensor]` (see ../shared/DESIGN.md). Register
+`prepare(inputs) -> Callable[[], Tensor]` (see docs/design.md). Register
 it with `@register`; load a user's with `load_backend("pkg.mod:Class")` or
 `load_backend("path/file.py:Class")`.
 """
@@ -57,16 +57,16 @@ class Backend:
     def availability(self) -> str | None:
         """None when usable here, else the reason (missing package + install hint, no GPU, ...)."""
         caps = self.capabilities
+        try:  # the missing package first: its install hint is the first thing to fix
+            self.load_optional()
+        except ImportError as e:
+            return f"{self.install_hint} ({e})"
         if "cpu" not in caps.devices and not torch.cuda.is_available():
             return "needs a CUDA GPU; none is visible to torch"
         if caps.min_compute_capability and torch.cuda.is_available():
             cc = torch.cuda.get_device_capability()
             if cc < caps.min_compute_capability:
                 return f"needs compute capability >= {caps.min_compute_capability}, this GPU is {cc}"
-        try:
-            self.load_optional()
-        except ImportError as e:
-            return f"{self.install_hint} ({e})"
         return None
 
     def load_optional(self) -> object:
@@ -178,4 +178,23 @@ def load_backend(spec: str) -> Backend:
     for attr in ("name", "availability", "supports", "prepare"):
         if not hasattr(cls, attr):
             raise ConfigError(f"--backend {spec!r}: {cls.__name__} lacks `{attr}` of the adapter contract")
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"--backend {spec!r}: {getattr(cls, '__name__', cls)!r}.name is {name!r}; "
+                          "set `name` to a non-empty string")
     return cls()
+
+
+def check_unique_names(backends) -> None:
+    """Refuses two backends of one name in a run (their rows would be merged under that name).
+
+    Raises:
+        ConfigError: naming the duplicate and the classes that share it.
+    """
+    seen: dict[str, object] = {}
+    for b in backends:
+        name = getattr(b, "name", type(b).__name__)
+        if name in seen:
+            raise ConfigError(f"backend name {name!r} is used by both {type(seen[name]).__name__} and "
+                              f"{type(b).__name__}; give each backend class its own `name`")
+        seen[name] = b

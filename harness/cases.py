@@ -1,7 +1,7 @@
 """Cases: one point of a suite's axes, frozen and validated.
 
 The runner alone expands a suite's axes into cases (`expand_axes`); suites only
-declare axes (see suites/*.toml and ../shared/DESIGN.md "Suite file").
+declare axes (see suites/*.toml and docs/design.md "Suite file").
 """
 
 from __future__ import annotations
@@ -20,6 +20,9 @@ DTYPES = ("bfloat16", "float16", "float32")
 LAYOUTS = ("contiguous", "shuffled", "interleaved")
 TREE_MODES = ("same", "mixed")
 PHYSICAL_AXES = ("layout", "page_size")  # how K/V are stored, not what they are
+# Upper bounds: a value past these is a typo (1e9 requests would hang in context_lens before any memory check).
+MAX_AXIS = {"batch_size": 65536, "num_q_heads": 1024, "num_kv_heads": 1024, "head_dim": 1024, "page_size": 4096}
+MAX_CONTEXT_LEN = 2**24
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,8 @@ class Case:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"case field {name}={v!r}: must be a positive integer")
+            if v > MAX_AXIS[name]:
+                raise ConfigError(f"case field {name}={v}: exceeds the limit {MAX_AXIS[name]}; use a value <= {MAX_AXIS[name]}")
         if self.num_q_heads % self.num_kv_heads:
             raise ConfigError(
                 f"case num_q_heads={self.num_q_heads} is not a multiple of num_kv_heads={self.num_kv_heads}: GQA needs Hq % Hkv == 0")
@@ -74,6 +79,8 @@ class Case:
         if isinstance(c, int) and not isinstance(c, bool):
             if c < 0:
                 raise ConfigError(f"case field context_len={c}: must be >= 0")
+            if c > MAX_CONTEXT_LEN:
+                raise ConfigError(f"case field context_len={c}: exceeds the limit 2**24 = {MAX_CONTEXT_LEN}")
             return c, c
         if isinstance(c, str) and c.startswith("ragged:"):
             try:
@@ -82,6 +89,8 @@ class Case:
                 raise ConfigError(f"case field context_len={c!r}: write ragged:LO-HI, e.g. ragged:16-2048") from None
             if not 0 <= lo <= hi:
                 raise ConfigError(f"case field context_len={c!r}: need 0 <= LO <= HI")
+            if hi > MAX_CONTEXT_LEN:
+                raise ConfigError(f"case field context_len={c!r}: HI exceeds the limit 2**24 = {MAX_CONTEXT_LEN}")
             return lo, hi
         raise ConfigError(f"case field context_len={c!r}: an integer >= 0 or 'ragged:LO-HI'")
 

@@ -157,7 +157,7 @@ def _add_sweep_options(p) -> None:
     p.add_argument("--resume", action="store_true",
                    help="skip case x backend pairs already stored in --out for this env (needs --out)")
     p.add_argument("--shard", default=None, metavar="I/N",
-                   help="run only the cases whose suite index is I mod N (cluster job arrays); "
+                   help="run only the cases whose suite index is I mod N, I 0-based (0 <= I < N; cluster job arrays); "
                         "merge the files with `treebench merge`")
     p.add_argument("--merge-timeout", type=_positive_seconds, default=24 * 3600.0, metavar="SECONDS",
                    help="under torchrun: how long rank 0 waits for the other ranks before giving up the merge")
@@ -166,7 +166,8 @@ def _add_sweep_options(p) -> None:
 
 
 def _add_run(sub) -> None:
-    p = sub.add_parser("run", help="correctness then timing for every case x backend; appends rows, writes a report",
+    text = "correctness then timing for every case x backend; appends rows, writes a report"
+    p = sub.add_parser("run", help=text, description=text[:1].upper() + text[1:] + ".",
                        allow_abbrev=False)  # --gpus relaunches the command line: options must be spelled out
     p.add_argument("--suite", default="smoke", help="suite name (suites/NAME.toml) or TOML file (default: smoke)")
     p.add_argument("--backends", default=None,
@@ -192,6 +193,28 @@ def _add_merge(sub) -> None:
     p = sub.add_parser("merge", help="append result files (e.g. --shard job outputs) to OUT, dropping duplicates")
     p.add_argument("out", metavar="OUT", help="results JSONL to append to (created if missing)")
     p.add_argument("inputs", metavar="INPUT", nargs="+", help="result files or folders of them")
+
+
+VALUE_OPTIONS_DASHED = ("--shard",)  # options whose value may start with "-" (--shard -1/2 gets a clear error)
+
+
+def _join_option_values(argv: list[str]) -> list[str]:
+    """`--shard -1/2` -> `--shard=-1/2`, so argparse takes the value (and parse_shard explains
+    what is wrong) instead of reading it as an option and saying "expected one argument"."""
+    out: list[str] = []
+    it = iter(range(len(argv)))
+    for i in it:
+        a = argv[i]
+        if a == "--":
+            out.extend(argv[i:])
+            break
+        if a in VALUE_OPTIONS_DASHED and i + 1 < len(argv) and argv[i + 1].startswith("-") \
+                and not argv[i + 1].startswith("--"):
+            out.append(f"{a}={argv[i + 1]}")
+            next(it, None)
+        else:
+            out.append(a)
+    return out
 
 
 def build_parser() -> Parser:
@@ -222,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(stderr=True)
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        args, extra = build_parser().parse_known_args(argv)
+        args, extra = build_parser().parse_known_args(_join_option_values(argv))
         args.argv = argv  # `run --gpus` relaunches this command line
         if args.command in LAZY_COMMANDS:
             _setup_logging(False, console)

@@ -11,6 +11,8 @@ input raises ConfigError (the CLI's exit 2).
 from __future__ import annotations
 
 import logging
+import os
+import re
 import statistics
 from datetime import datetime, timezone
 from pathlib import Path
@@ -83,19 +85,66 @@ def _stamp() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
-def _report_path(path: str | None, suite: str) -> Path:
+def safe_name(name: str, path: Path | None = None) -> str:
+    """`name` made safe for a default file name: only [A-Za-z0-9._-] (others become "_"), no
+    leading dots; else the suite file's stem, made safe the same way; else "suite"."""
+    for candidate in (name, path.stem if path is not None else ""):
+        cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", str(candidate or "")).lstrip("._-")
+        if cleaned:
+            return cleaned
+    return "suite"
+
+
+def _suite_name(suite) -> str:
+    return safe_name(suite.name, getattr(suite, "path", None))
+
+
+def _nonempty(value: str | None, option: str) -> str | None:
+    """Raises ConfigError for an option given as an empty string (it would silently mean the default)."""
+    if value is not None and not value.strip():
+        raise ConfigError(f"{option} is empty: give a value, or leave the option out for its default")
+    return value
+
+
+def _check_suite_arg(suite: str) -> None:
+    """Raises ConfigError when --suite names a directory."""
+    if not suite.strip():
+        raise ConfigError("--suite is empty: give a suite name such as smoke or a TOML file path")
+    if Path(suite).is_dir():
+        raise ConfigError(f"--suite {suite}: is a directory; give a suite TOML file (e.g. {Path(suite) / 'NAME.toml'}) "
+                          "or a suite name")
+
+
+def _report_path(path: str | None, suite: str, out: str | Path | None = None) -> Path:
     """The report path (default reports/local/<suite>-<UTC time>.html), checked before the run.
 
     Raises:
-        ConfigError: the path is a directory or its folder cannot be made.
+        ConfigError: not an .html/.htm path, an existing file that is not HTML, the --out file,
+            a directory, or a folder that cannot be made or written.
     """
     p = Path(path) if path else Path("reports/local") / f"{suite}-{_stamp()}.html"
     if p.is_dir():
         raise ConfigError(f"--report {p}: is a directory; give a file path such as {p / 'report.html'}")
+    if p.suffix.lower() not in (".html", ".htm"):
+        raise ConfigError(f"--report {p}: give an .html path, e.g. reports/local/{suite}.html")
+    if out is not None and p.resolve() == Path(out).resolve():
+        raise ConfigError(f"--report {p}: is the --out results file; give a separate .html path")
+    if p.exists():
+        if not p.is_file():
+            raise ConfigError(f"--report {p}: is not a regular file; give an .html file path")
+        try:
+            with open(p, "rb") as f:
+                head = f.read(4096).lstrip()
+        except OSError as e:
+            raise ConfigError(f"--report {p}: cannot read it ({e.strerror}); give a writable .html path") from None
+        if head and not head.startswith(b"<"):
+            raise ConfigError(f"--report {p}: exists and is not an HTML file; give a new .html path")
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ConfigError(f"--report {p}: cannot create its folder ({e.strerror})") from None
+    if not os.access(p.parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise ConfigError(f"--report {p}: cannot write there (permission denied); give a writable .html path")
     return p
 
 
@@ -193,10 +242,16 @@ def _launch_gpus(args, suite) -> int:
     from harness.shard import launch_torchrun, strip_option
 
     argv = strip_option(args.argv, "--gpus")
+    from harness.store import check_writable
+
+    name = _suite_name(suite)
+    out = args.out or str(Path("results/local") / f"{name}-{_stamp()}.jsonl")
+    report = _report_path(args.report, name, out)
+    check_writable(out, create=False)
     if args.out is None:  # every rank must append to the same file
-        argv += ["--out", str(Path("results/local") / f"{suite.name}-{_stamp()}.jsonl")]
+        argv += ["--out", out]
     if args.report is None:
-        argv += ["--report", str(_report_path(None, suite.name))]
+        argv += ["--report", str(report)]
     return launch_torchrun(args.gpus, argv)
 
 
@@ -206,6 +261,10 @@ def cmd_run(args, console: Console) -> int:
     from harness.suites import load_suite
     from harness.sweep import execute
 
+    _check_suite_arg(args.suite)
+    _nonempty(args.out, "--out")
+    _nonempty(args.report, "--report")
+    _nonempty(args.shard, "--shard")
     suite = load_suite(args.suite)
     backends = resolve_backends(args.backends)
     if args.resume and args.out is None:
@@ -214,11 +273,14 @@ def cmd_run(args, console: Console) -> int:
         _check_gpus(args.gpus)
         if args.gpus > 1 and not args.dry_run:
             return _launch_gpus(args, suite)
-    out = check_writable(args.out or Path("results/local") / f"{suite.name}-{_stamp()}.jsonl", not args.dry_run)
+    name = _suite_name(suite)
+    out_path = args.out or Path("results/local") / f"{name}-{_stamp()}.jsonl"
+    report = None if args.dry_run else _report_path(args.report, name, out_path)  # before anything is written
+    out = check_writable(out_path, not args.dry_run)
     if args.dry_run:
         _print_plan(suite, backends, execute(suite.cases, backends, _sweep_options(args, "run", out), console))
         return 0
-    report = _report_path(args.report, suite.name)
+    assert report is not None
     result = execute(suite.cases, backends, _sweep_options(args, "run", out), console)
     if not result.primary:
         return 0  # torchrun rank > 0: rank 0 merges, reports and sets the exit code
@@ -236,6 +298,9 @@ def cmd_check(args, console: Console) -> int:
     from harness.suites import load_suite
     from harness.sweep import execute
 
+    _check_suite_arg(args.suite)
+    _nonempty(args.out, "--out")
+    _nonempty(args.shard, "--shard")
     suite = load_suite(args.suite)
     backend = load_one(args.backend)
     out = check_writable(args.out, not args.dry_run) if args.out else None
@@ -255,13 +320,15 @@ def cmd_check(args, console: Console) -> int:
 def cmd_merge(args, console: Console) -> int:
     """`treebench merge OUT INPUT...`: appends the inputs' rows not yet in OUT (key: case_id,
     backend, env) and copies their env files beside OUT."""
-    from harness.shard import merge_results
-    from harness.store import check_writable, read_rows
+    from harness.shard import merge_results, merge_row_inputs
+    from harness.store import read_rows
 
-    out = check_writable(args.out, what="merge OUT")
+    if not args.out.strip():
+        raise ConfigError("merge OUT is empty: give a results file path such as results/merged.jsonl")
+    out = Path(args.out)
     inputs = [Path(p) for p in args.inputs]
-    added = merge_results(out, inputs)
-    total = len(read_rows(inputs))
+    added = merge_results(out, inputs)  # validates OUT and every input before writing anything
+    total = len(read_rows(merge_row_inputs(inputs)))
     Console().print(f"merged {len(added)} rows into {out} ({total - len(added)} duplicates dropped)",
                     markup=False, highlight=False)
     return 0

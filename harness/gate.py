@@ -8,7 +8,11 @@ enough: with hundreds of samples the test finds 1% drifts significant, and a
 ratio alone flags noise. A case that passed and now mismatches or errors is a
 *correctness loss* and always fails. New, missing, fixed, skipped, still
 failing and incomparable (different timers, too few samples) cases are
-reported apart and do not fail the gate.
+reported apart and do not fail the gate, except: a baseline (case, backend)
+the candidate lacks ("missing") fails unless `--allow-missing`, and a
+comparison where no (case, backend) pair could be compared at all fails.
+Timings whose spread is high (CV > 0.1 or IQR/median > 0.2,
+`harness.stats.is_noisy`) are flagged "noisy" in the Markdown.
 
 Env fingerprints (GPU, SM count, driver, CUDA, torch, triton, xformers,
 flashinfer) must match, else the comparison is refused (exit 2) unless
@@ -20,8 +24,11 @@ flashinfer) must match, else the comparison is refused (exit 2) unless
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import logging
 import math
+import os
 import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
@@ -32,7 +39,8 @@ from typing import cast
 from scipy.stats import mannwhitneyu
 
 from harness.errors import ConfigError
-from harness.store import read_envs, read_rows
+from harness.stats import NOISE_RULE, is_noisy
+from harness.store import _result_files, read_envs, read_rows
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +51,13 @@ KIND_TITLES = {  # display order of the summary
     "faster": "Faster",
     "fixed": "Fixed",
     "new": "New",
-    "missing": "Missing from the candidate",
+    "missing": "Missing from the candidate (fails the gate unless --allow-missing)",
     "skipped": "Skipped in the candidate",
     "still_failing": "Still failing",
     "incomparable": "Incomparable",
     "unchanged": "Unchanged",
 }
+COMPARED = ("correctness_loss", "slower", "faster", "fixed", "still_failing", "unchanged")
 ENV_FIELDS = ("gpu_name", "sm_count", "driver", "cuda", "torch", "triton", "xformers", "flashinfer")
 BAD = ("mismatch", "error")
 
@@ -60,6 +69,7 @@ class GateConfig:
     threshold: float = 0.05   # slower when candidate / baseline median > 1 + threshold
     alpha: float = 0.01       # ... and the one-sided Mann-Whitney U p-value < alpha
     min_samples: int = 5      # fewer samples on either side: incomparable
+    allow_missing: bool = False  # a baseline pair the candidate lacks does not fail the gate
 
     def __post_init__(self) -> None:
         if not 0 < self.threshold < 10:
@@ -85,10 +95,12 @@ class Verdict:
     ratio: float | None = None             # candidate median / baseline median
     p_value: float | None = None           # one-sided Mann-Whitney U, in the ratio's direction
     detail: str = ""                       # one line: reason, error, or why incomparable
+    blocking: bool = False                 # fails the gate although its kind alone does not (missing)
+    noisy: bool = False                    # a timed side has high spread (harness.stats.is_noisy)
 
     @property
     def failed(self) -> bool:
-        return self.kind in FAILING
+        return self.kind in FAILING or self.blocking
 
 
 @dataclass(frozen=True)
@@ -100,8 +112,13 @@ class GateResult:
     env_notes: tuple[str, ...] = ()        # env differences that were allowed
 
     @property
+    def comparable(self) -> int:
+        """How many (case, backend) pairs were actually compared (timing or correctness)."""
+        return sum(v.kind in COMPARED for v in self.verdicts)
+
+    @property
     def failed(self) -> bool:
-        return any(v.failed for v in self.verdicts)
+        return any(v.failed for v in self.verdicts) or self.comparable == 0
 
     def of_kind(self, kind: str) -> list[Verdict]:
         return [v for v in self.verdicts if v.kind == kind]
@@ -127,6 +144,8 @@ def compare_runs(base_rows: Iterable[dict], cand_rows: Iterable[dict], config: G
     """Verdicts for every (case, backend) in either result set, sorted by backend then case axes."""
     base, cand = latest_rows(base_rows), latest_rows(cand_rows)
     verdicts = [classify(base.get(k), cand.get(k), config) for k in set(base) | set(cand)]
+    if not config.allow_missing:
+        verdicts = [dataclasses.replace(v, blocking=True) if v.kind == "missing" else v for v in verdicts]
     return GateResult(tuple(sorted(verdicts, key=_order)), config, tuple(env_notes))
 
 
@@ -173,7 +192,17 @@ def timing_verdict(base: dict, cand: dict, config: GateConfig, v: dict) -> Verdi
     bm, cm = base.get("median_us"), cand.get("median_us")
     if not bm or not cm:
         return Verdict(kind="incomparable", detail="not timed on one side", **v)
-    v = {**v, "base_median_us": bm, "cand_median_us": cm, "ratio": cm / bm}
+    noisy = [side for side, r in (("baseline", base), ("candidate", cand)) if is_noisy(r)]
+    v = {**v, "base_median_us": bm, "cand_median_us": cm, "ratio": cm / bm, "noisy": bool(noisy)}
+    verdict = _timing_kind(base, cand, config, v)
+    if noisy:
+        note = f"noisy {' and '.join(noisy)} timing ({NOISE_RULE})"
+        verdict = dataclasses.replace(verdict, detail=f"{verdict.detail}; {note}" if verdict.detail else note)
+    return verdict
+
+
+def _timing_kind(base: dict, cand: dict, config: GateConfig, v: dict) -> Verdict:
+    bm, cm = base["median_us"], cand["median_us"]
     if base.get("timer") != cand.get("timer"):
         return Verdict(kind="incomparable", detail=f"timer {base.get('timer')} vs {cand.get('timer')}", **v)
     bs, cs = base.get("samples_us") or [], cand.get("samples_us") or []
@@ -242,11 +271,25 @@ def markdown(result: GateResult, baseline: str = "baseline", candidate: str = "c
     """The gate's Markdown summary (headline, counts, one table per kind; unchanged folded)."""
     cfg, counts = result.config, result.counts()
     fails = ", ".join(f"{counts.get(k, 0)} {KIND_TITLES[k].split(' (')[0].lower()}" for k in FAILING)
+    if not cfg.allow_missing:
+        fails += f", {counts.get('missing', 0)} missing"
     head = "❌ FAIL" if result.failed else "✅ PASS"
-    out = [f"## treebench gate: {head} ({fails})", "",
-           f"Baseline `{baseline}` vs candidate `{candidate}`: slower means median ratio > "
-           f"{1 + cfg.threshold:.3g} and one-sided Mann–Whitney U p < {cfg.alpha:g}.", "",
-           "| verdict | count |", "|---|---|", *[f"| {KIND_TITLES[k]} | {n} |" for k, n in counts.items()]]
+    out = [f"## treebench gate: {head} ({fails})", ""]
+    if result.comparable == 0:
+        what = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in counts.items()) or "no rows"
+        out += [f"**Nothing was compared:** no (case, backend) pair of the baseline could be compared with the "
+                f"candidate ({what}); check that both runs cover the same cases and backends with enough samples.",
+                ""]
+    if counts.get("missing") and not cfg.allow_missing:
+        out += [f"**{counts['missing']} baseline pair(s) missing from the candidate** fail the gate; "
+                "pass --allow-missing to accept a partial candidate.", ""]
+    noisy = [v for v in result.verdicts if v.noisy]
+    if noisy:
+        out += [f"⚠ **{len(noisy)} comparison(s) involve noisy timings** ({NOISE_RULE}); their verdicts are less "
+                "reliable (see the detail column).", ""]
+    out += [f"Baseline `{baseline}` vs candidate `{candidate}`: slower means median ratio > "
+            f"{1 + cfg.threshold:.3g} and one-sided Mann–Whitney U p < {cfg.alpha:g}.", "",
+            "| verdict | count |", "|---|---|", *[f"| {KIND_TITLES[k]} | {n} |" for k, n in counts.items()]]
     if result.env_notes:
         out += ["", "**Env differences (allowed):** " + "; ".join(result.env_notes)]
     for kind, title in KIND_TITLES.items():
@@ -285,12 +328,93 @@ def junit_xml(result: GateResult) -> str:
 # ---- CLI -----------------------------------------------------------------------------------
 
 def _fraction(text: str) -> float:
-    """'5%' or '0.05' -> 0.05."""
+    """'5%' or '0.05' -> 0.05; a bare number >= 1 (ambiguous: '5' could mean 5% or 500%) is refused.
+
+    Raises:
+        ConfigError: not a number, not positive, or a bare number >= 1.
+    """
     t = text.strip()
     try:
-        return float(t[:-1]) / 100 if t.endswith("%") else float(t)
+        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
     except ValueError:
         raise ConfigError(f"gate --threshold {text!r}: give a fraction such as 0.05 or a percentage such as 5%") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"gate --threshold {text!r}: must be positive, e.g. 5% or 0.05")
+    if not t.endswith("%") and value >= 1:
+        raise ConfigError(f"gate --threshold {text!r}: a bare number must be a fraction below 1; "
+                          f"write {t}% for {t} percent, or a fraction such as 0.05 for 5%")
+    return value
+
+
+REQUIRED_FIELDS = {"backend": str, "case": dict, "case_id": str, "status": str}
+STATUSES = ("pass", "mismatch", "error", "skipped")
+
+
+def row_problem(row: dict) -> str | None:
+    """What is wrong with a result row's fields (None when the gate and report can read it)."""
+    for name, typ in REQUIRED_FIELDS.items():
+        if name not in row or row[name] is None:
+            return f"field {name!r} is missing"
+        if not isinstance(row[name], typ):
+            return f"field {name!r} is {type(row[name]).__name__}, expected {typ.__name__}"
+    if row["status"] not in STATUSES:
+        return f"field 'status' is {row['status']!r}, expected one of {', '.join(STATUSES)}"
+    for name in ("median_us", "p25_us", "p75_us", "cv"):
+        x = row.get(name)
+        if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float))):
+            return f"field {name!r} is {type(x).__name__}, expected a number"
+    samples = row.get("samples_us")
+    if samples is not None and (not isinstance(samples, list)
+                                or any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in samples)):
+        return "field 'samples_us' must be a list of numbers"
+    return None
+
+
+def read_checked_rows(paths: Sequence[str], command: str) -> list[dict]:
+    """`harness.store.read_rows(paths)`, each row checked by `row_problem`.
+
+    Raises:
+        ConfigError: as read_rows, or a row lacks a required field (names file, line and field).
+    """
+    rows = read_rows(paths)
+    if all(row_problem(r) is None for r in rows):
+        return rows
+    for f in _result_files(paths):  # find where the bad row is, for the message
+        with open(f, encoding="utf-8", errors="replace") as fh:
+            for n, line in enumerate(fh, start=1):
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                problem = row_problem(row) if isinstance(row, dict) else None
+                if problem:
+                    raise ConfigError(f"{command}: results file {f}:{n}: {problem}; every row needs "
+                                      f"{', '.join(REQUIRED_FIELDS)} (case a JSON object), as `treebench run` writes")
+    raise ConfigError(f"{command}: a result row lacks one of {', '.join(REQUIRED_FIELDS)}")
+
+
+def check_output_path(path: str | Path, flag: str) -> Path:
+    """Checks up front that `path` can be written (nothing is created).
+
+    Raises:
+        ConfigError: `path` is a folder, an existing file that cannot be written, or lies
+            under a non-folder or an unwritable folder.
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{flag} {p}: is a folder; give a file path")
+    if p.exists():
+        if not os.access(p, os.W_OK):
+            raise ConfigError(f"{flag} {p}: file is not writable; choose another path or fix its permissions")
+        return p
+    parent = p.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{flag} {p}: {parent} is not a folder; choose another path")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {p}: folder {parent} is not writable; choose another path")
+    return p
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -307,6 +431,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backends", default=None, help="compare only these backends (comma-separated)")
     parser.add_argument("--allow-env-mismatch", action="store_true",
                         help="compare even when GPU, driver or library versions differ")
+    parser.add_argument("--allow-missing", action="store_true",
+                        help="pass even when the candidate lacks (case, backend) pairs of the baseline")
     parser.add_argument("--junit", metavar="PATH", help="also write JUnit XML here")
     parser.add_argument("--summary", metavar="PATH",
                         help="also append the Markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")
@@ -318,7 +444,7 @@ def _load(paths: Sequence[str], flag: str, backends: set[str] | None) -> tuple[l
     Raises:
         ConfigError: a path is missing, or no rows remain.
     """
-    rows = read_rows(paths)
+    rows = read_checked_rows(paths, f"gate {flag}")
     if backends is not None:
         rows = [r for r in rows if r["backend"] in backends]
     if not rows:
@@ -334,7 +460,11 @@ def run(args: argparse.Namespace) -> int:
         ConfigError: bad flags, unreadable results, or env fingerprints that differ
             without --allow-env-mismatch (the CLI exits 2).
     """
-    config = GateConfig(_fraction(str(args.threshold)), args.alpha, args.min_samples)
+    config = GateConfig(_fraction(str(args.threshold)), args.alpha, args.min_samples,
+                        bool(getattr(args, "allow_missing", False)))
+    for flag, path in (("gate --summary", args.summary), ("gate --junit", args.junit)):
+        if path:
+            check_output_path(path, flag)
     backends = {b.strip() for b in args.backends.split(",") if b.strip()} if args.backends else None
     base_rows, base_envs = _load(args.baseline, "--baseline", backends)
     cand_rows, cand_envs = _load(args.candidate, "--candidate", backends)
@@ -344,12 +474,17 @@ def run(args: argparse.Namespace) -> int:
                           "GPU and software, or pass --allow-env-mismatch")
     result = compare_runs(base_rows, cand_rows, config, notes)
     text = markdown(result, " ".join(args.baseline), " ".join(args.candidate))
+    try:
+        if args.summary:
+            with open(args.summary, "a", encoding="utf-8") as f:
+                f.write(text)
+        if args.junit:
+            Path(args.junit).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.junit).write_text(junit_xml(result), encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"gate: cannot write {e.filename}: {e.strerror}; choose another path") from None
     sys.stdout.write(text)
-    if args.summary:
-        with open(args.summary, "a", encoding="utf-8") as f:
-            f.write(text)
-    if args.junit:
-        Path(args.junit).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.junit).write_text(junit_xml(result), encoding="utf-8")
+    if result.comparable == 0:
+        log.warning("gate: no (case, backend) pair could be compared; failing")
     log.info("gate: %s", result.counts())
     return 1 if result.failed else 0

@@ -127,7 +127,7 @@ class _WorkerState:
         case, device = Case(**task.case_axes), torch.device(task.device)
         try:
             backend = self.backend(task.backend)
-        except Exception as e:  # noqa: BLE001 -- a backend that cannot load in the worker is its error row
+        except (Exception, SystemExit) as e:  # noqa: BLE001 -- a backend that cannot load in the worker is its error row
             name = task.backend if isinstance(task.backend, str) else type(task.backend).__name__
             row = _error_row(name, case, task.config, "loading the backend in the worker: " + error_reason(e))
             return row, False

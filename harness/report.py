@@ -30,8 +30,8 @@ from harness import report_plots as plots
 from harness.errors import ConfigError
 from harness.metrics import (device_peak, mask_overhead_table, rates, row_work, speedup_table, timed_frame,
                              varying_axes)
-from harness.stats import geometric_mean
-from harness.store import read_envs, read_rows
+from harness.stats import NOISE_RULE, geometric_mean, is_noisy
+from harness.store import read_envs
 from harness.trees import parse_tree
 
 log = logging.getLogger(__name__)
@@ -159,8 +159,10 @@ def env_table(envs: dict[str, dict], rows: Sequence[dict]) -> tuple[list[str], l
     for f in ENV_ROWS:
         vals = [envs.get(i, {}).get(f, "?") if i in envs else "?" for i in ids]
         if f == "peak_bw_bytes_per_s":
-            f, vals = "measured peak (copy) TB/s", [_num(v / 1e12, ".3f") if isinstance(v, (int, float)) else str(v)
-                                                    for v in vals]
+            f, vals = "measured peak (copy) TB/s", [
+                _num(v / 1e12, ".3f") if isinstance(v, (int, float)) else
+                (("not measured (CPU)" if not envs.get(i, {}).get("gpu_name") else "not measured")
+                 if v is None else str(v)) for i, v in zip(ids, vals)]
         table.append((f, ["" if v is None else str(v) for v in vals]))
     return ids, table
 
@@ -204,13 +206,23 @@ def roofline_points(rows: Sequence[dict], envs: dict[str, dict]) -> pd.DataFrame
     return pd.DataFrame.from_records(recs)
 
 
-def time_pivot(df: pd.DataFrame, order: Sequence[str]) -> pd.DataFrame:
-    """Median µs per case (rows: B, L, T and any varying axis) and backend (columns)."""
+def noisy_rows(rows: Sequence[dict]) -> list[dict]:
+    """Passing timed rows whose timing spread is high (`harness.stats.is_noisy`)."""
+    return [r for r in rows if r.get("status") == "pass" and r.get("median_us") is not None and is_noisy(r)]
+
+
+def time_pivot(df: pd.DataFrame, order: Sequence[str], values: str = "median_us") -> pd.DataFrame:
+    """Median µs per case (rows: B, L, T and any varying axis) and backend (columns).
+
+    `values` picks another column of `df` to pivot the same way (e.g. a 0/1 'noisy' flag).
+    """
     if df.empty:
         return df
-    keys = ["batch_size", "context_len", "T", *varying_axes(df, exclude=("batch_size", "context_len", "tree", "T"))]
+    keys = ["batch_size", "context_len", "T", *varying_axes(df, exclude=("batch_size", "context_len", "tree", "T",
+                                                                         "noisy"))]
     df = df.assign(context_len=df["context_len"].astype(str))
-    p = df.pivot_table(index=keys, columns="backend", values="median_us", aggfunc="median", sort=False)
+    p = df.pivot_table(index=keys, columns="backend", values=values, aggfunc="max" if values != "median_us"
+                       else "median", sort=False)
     p = p.reset_index().sort_values(["batch_size", "context_len", "T"],
                                     key=lambda c: c.map(lambda v: (0, int(v)) if str(v).isdigit() else (1, str(v))))
     return p[[*keys, *[b for b in order if b in p.columns]]].rename(
@@ -225,15 +237,27 @@ class Table:
     rows: list[list[tuple[str, str]]]
 
 
-def pivot_table_cells(pivot: pd.DataFrame, order: Sequence[str], skip: set[str]) -> Table:
-    """The time pivot with the fastest backend of each case (backends in `skip` aside) marked 'best'."""
+def pivot_table_cells(pivot: pd.DataFrame, order: Sequence[str], skip: set[str],
+                      noisy: pd.DataFrame | None = None) -> Table:
+    """The time pivot with the fastest backend of each case (backends in `skip` aside) marked 'best'
+    and noisy timings (`noisy`: the same pivot of a 0/1 flag) marked '(noisy)'."""
     times = [c for c in pivot.columns if c in order]
+    flags = noisy.to_dict("records") if noisy is not None and len(noisy) == len(pivot) else [{}] * len(pivot)
     rows = []
-    for rec in pivot.to_dict("records"):
+    for rec, flag in zip(pivot.to_dict("records"), flags):
         vals = [rec[b] for b in times if rec[b] == rec[b] and b not in skip]   # NaN != NaN: not timed
         fastest = min(vals) if len(vals) > 1 else None
-        rows.append([(_us(rec[c]), "n best" if rec[c] == fastest else "n") if c in times else (str(rec[c]), "")
-                     for c in pivot.columns])
+        cells = []
+        for c in pivot.columns:
+            if c not in times:
+                cells.append((str(rec[c]), ""))
+                continue
+            cls = "n best" if rec[c] == fastest else "n"
+            if flag.get(c) == 1:
+                cells.append((f"{_us(rec[c])} ⚠noisy", cls + " noisy"))
+            else:
+                cells.append((_us(rec[c]), cls))
+        rows.append(cells)
     return Table([(c, "n" if c in times else "") for c in pivot.columns], rows)
 
 
@@ -280,6 +304,14 @@ def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, titl
     sp = speedup_table(rows, baseline, exclude=sorted(skip)) if baseline else pd.DataFrame()
     overhead = mask_overhead_table(rows, causal_backend)
     summary = backend_summary(rows, order, sp, overhead, skip)
+    noisy = noisy_rows(rows)
+    noisy_keys = {(r["case_id"], r["backend"]) for r in noisy}
+    verdicts = verdict_lines(summary, baseline, causal_backend, len({r["case_id"] for r in rows}))
+    if noisy:
+        verdicts.append(("warn", f"{len(noisy)} timed row(s) are noisy ({NOISE_RULE}); marked ⚠noisy in the "
+                                 "time table — rerun them on a quieter GPU before trusting small differences."))
+    noisy_pivot = (time_pivot(df.assign(noisy=[int((c, b) in noisy_keys) for c, b in zip(df["case_id"], df["backend"])]),
+                              order, values="noisy") if not df.empty else None)
     ids, env_rows = env_table(envs, rows)
     gpu = next((envs[i].get("gpu_name") for i in ids if i in envs and envs[i].get("gpu_name")), None)
     peak_bw = next((envs[i].get("peak_bw_bytes_per_s") for i in ids if i in envs), None)
@@ -288,8 +320,8 @@ def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, titl
         title=title, generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), sources=list(sources),
         gpu=gpu or "CPU", n_rows=len(rows), n_cases=n_cases, order=order, baseline=baseline,
         causal=causal_backend, has_causal=causal_backend in order, summary=summary, skip=sorted(skip & set(order)),
-        verdicts=verdict_lines(summary, baseline, causal_backend, n_cases), gate=gate,
-        env_ids=ids, env_rows=env_rows, pivot=pivot_table_cells(time_pivot(df, order), order, skip),
+        verdicts=verdicts, gate=gate, n_noisy=len(noisy), noise_rule=NOISE_RULE,
+        env_ids=ids, env_rows=env_rows, pivot=pivot_table_cells(time_pivot(df, order), order, skip, noisy_pivot),
         seed=seed_table_cells(overhead),
         seed_md=markdown_table(overhead) if not overhead.empty else "",
         failures=failure_rows(rows), skips=skip_reasons(rows),
@@ -299,8 +331,11 @@ def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, titl
         peak=device_peak(gpu), peak_bw=peak_bw, trees=tree_images(rows))
     html = _environment().get_template("report.html.j2").render(**ctx)
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(html, encoding="utf-8")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(html, encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"report -o {p}: cannot write ({e.strerror}); choose another path") from None
     log.info("report written to %s (%d rows, %.0f kB)", p, len(rows), len(html) / 1e3)
     return p
 
@@ -329,12 +364,15 @@ def run(args: argparse.Namespace) -> int:
         ConfigError: missing results, no rows, bad --baseline-backend, or (with
             --against) env fingerprints that differ (the CLI exits 2).
     """
-    rows, envs = read_rows(args.results), read_envs(args.results)
+    from harness.gate import check_output_path, read_checked_rows
+
+    rows, envs = read_checked_rows(args.results, "report"), read_envs(args.results)
     if not rows:
         raise ConfigError(f"report {' '.join(args.results)}: no result rows; give a run's .jsonl file or folder")
     out = Path(args.output or Path("reports/local") / f"{Path(args.results[0]).stem}.html")
     if out.suffix.lower() not in (".html", ".htm"):
         raise ConfigError(f"report -o {out}: give an .html path, e.g. reports/NAME.html")
+    check_output_path(out, "report -o")
     gate = _gate(args, rows, envs) if args.against else None
     title = args.title or "treebench — " + ", ".join(Path(p).name for p in args.results)
     path = write_report(rows, envs, out, title, baseline=args.baseline_backend, causal_backend=args.causal_backend,
@@ -347,7 +385,7 @@ def _gate(args: argparse.Namespace, rows: list[dict], envs: dict[str, dict]):
     """GateResult of these rows against --against's baseline results."""
     from harness import gate
 
-    base_rows, base_envs = read_rows(args.against), read_envs(args.against)
+    base_rows, base_envs = gate.read_checked_rows(args.against, "report --against"), read_envs(args.against)
     notes = gate.env_differences(base_envs, envs, base_rows, rows)
     if notes and not args.allow_env_mismatch:
         raise ConfigError(f"report --against: env fingerprints differ ({'; '.join(notes)}); "

@@ -76,9 +76,80 @@ def default_device() -> torch.device:
 
 
 def error_reason(e: BaseException) -> str:
-    """'TypeName: first line of the message' for an error row."""
-    msg = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {msg[0]}" if msg else type(e).__name__
+    """'TypeName: first line of the message' for an error row; just the type name when
+    the exception's __str__ itself raises (a backend's exception is untrusted)."""
+    name = type(e).__name__
+    if isinstance(e, SystemExit):
+        return f"backend called sys.exit({e.code!r})"
+    try:
+        msg = str(e).strip().splitlines()
+    except BaseException:  # noqa: BLE001 -- a broken __str__ must not lose the row
+        return f"{name} (its message could not be formatted)"
+    return f"{name}: {msg[0]}" if msg else name
+
+
+def row_satisfies(row: dict, mode: str) -> bool:
+    """True when a stored row makes a --resume skip its (case_id, backend) pair in `mode`.
+
+    check: any row. run: a row with timings (pass/mismatch with median_us set), or a
+    skipped/error row; an untimed pass/mismatch row (written by `check`) is run again.
+    """
+    if mode != "run":
+        return True
+    status = row.get("status")
+    if status in ("skipped", "error"):
+        return True
+    return status in ("pass", "mismatch") and row.get("median_us") is not None
+
+
+# Input tensors a backend may read but must not write. Small ones are kept as a clone and
+# compared bitwise (NaN-aware: the K/V page tails are NaN); ones above SNAPSHOT_MAX_ELEMS
+# are fingerprinted by float64 nansum + NaN count + a bitwise strided sample of
+# FINGERPRINT_SAMPLES elements, which catches zeroing, scaling or overwriting at a
+# fraction of a copy's memory.
+INPUT_FIELDS = ("q", "k_cache", "v_cache", "block_table", "context_lens", "seq_lens", "qo_indptr")
+SNAPSHOT_MAX_ELEMS = 1 << 22
+FINGERPRINT_SAMPLES = 1 << 16
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
+    return t.contiguous().view(as_int)
+
+
+def _fingerprint(t: torch.Tensor) -> tuple:
+    if t.numel() <= SNAPSHOT_MAX_ELEMS:
+        return ("copy", t.detach().clone())
+    flat = t.detach().reshape(-1)
+    step = max(1, flat.numel() // FINGERPRINT_SAMPLES)
+    d = flat.double()
+    return ("sig", float(torch.nansum(d)), int(torch.isnan(d).sum()), _bits(flat[::step]).clone())
+
+
+def _same(t: torch.Tensor, fp: tuple) -> bool:
+    if t.numel() <= SNAPSHOT_MAX_ELEMS:
+        ref = fp[1]
+        return t.shape == ref.shape and t.dtype == ref.dtype and bool(torch.equal(_bits(t), _bits(ref)))
+    again = _fingerprint(t)
+    return again[1:3] == fp[1:3] and bool(torch.equal(again[3], fp[3]))
+
+
+def input_fingerprints(inputs: BatchInputs) -> dict:
+    """field -> fingerprint of the input tensors a backend must leave unchanged."""
+    return {f: _fingerprint(getattr(inputs, f)) for f in INPUT_FIELDS
+            if isinstance(getattr(inputs, f, None), torch.Tensor)}
+
+
+def mutated_inputs(inputs: BatchInputs, fps: dict) -> list[str]:
+    """The fields whose tensors changed since `fps` was taken."""
+    return [f for f, fp in fps.items() if not _same(getattr(inputs, f), fp)]
+
+
+class InputsMutated(RuntimeError):
+    """A backend wrote into the shared inputs."""
+
+    def __init__(self, fields: list[str]):
+        super().__init__(f"backend mutated its inputs ({'/'.join(fields)})")
 
 
 def _device_for(backend, runner_device: torch.device) -> torch.device:
@@ -121,6 +192,12 @@ class CaseData:
             inputs = base.causal() if mask_kind == "causal" else base
             self._refs[key] = (inputs, reference_attention(inputs))
         return self._refs[key]
+
+    def invalidate(self, device: torch.device) -> None:
+        """Drops the inputs and references on `device` (a backend wrote into them): rebuilt on next get."""
+        self._inputs.pop(str(device), None)
+        for key in [k for k in self._refs if k[0] == str(device)]:
+            del self._refs[key]
 
 
 def base_row(backend_name: str, case: Case, config: RunConfig) -> dict:
@@ -194,12 +271,27 @@ def _run_one(backend, case: Case, data: CaseData, device: torch.device, config: 
         row.update(status="skipped", reason=str(reason))
         return
     inputs, ref = data.get(device, mask_kind)
-    fn = backend.prepare(inputs)
-    out = fn()
+    fps = input_fingerprints(inputs)
+
+    def check_inputs() -> None:
+        changed = mutated_inputs(inputs, fps)
+        if changed:
+            data.invalidate(device)  # the next backend gets freshly built inputs and reference
+            raise InputsMutated(changed)
+
+    try:
+        fn = backend.prepare(inputs)
+        out = fn()
+    except BaseException:
+        if mutated_inputs(inputs, fps):
+            data.invalidate(device)
+        raise
+    check_inputs()
     _check_output(out, inputs)
     nondet = None
     if config.determinism:
         out, nondet = _determinism(fn, out, inputs, row)
+        check_inputs()
     rec = compare(out, ref, inputs.qo_indptr, case.dtype).as_row()
     passed = rec.pop("passed")
     row.update(rec, status="pass" if passed else "mismatch",
@@ -208,8 +300,9 @@ def _run_one(backend, case: Case, data: CaseData, device: torch.device, config: 
     if config.mode == "run":
         try:
             _time_row(row, fn, inputs, config)
-        except Exception as e:  # noqa: BLE001 -- a failure while timing is the backend's error row
+        except (Exception, SystemExit) as e:  # noqa: BLE001 -- a failure while timing is the backend's error row
             row.update(status="error", reason="while timing: " + error_reason(e))
+        check_inputs()
 
 
 def _memory_reason(backend, case: Case, data: CaseData, device: torch.device, mask_kind: str,
@@ -233,9 +326,13 @@ def run_case_backend(backend, case: Case, data: CaseData, availability: str | No
     else:
         try:
             _run_one(backend, case, data, device, config, row)
-        except Exception as e:  # noqa: BLE001 -- the contract: a backend's exception is an error row
+        except (Exception, SystemExit) as e:  # noqa: BLE001 -- the contract: a backend's exception (or
+            # sys.exit) is an error row; KeyboardInterrupt still stops the sweep
             log.debug("backend %s on %s raised", row["backend"], case.case_id, exc_info=True)
             row.update(status="error", reason=error_reason(e))
+            if isinstance(e, InputsMutated):  # its timings (if any) describe a run on changed inputs
+                row.update(dict.fromkeys(("median_us", "p25_us", "p75_us", "cv", "n_samples", "samples_us",
+                                          "tflops", "tb_per_s", "pct_peak_bw"), None))
             if isinstance(e, torch.cuda.OutOfMemoryError):
                 torch.cuda.empty_cache()
     row["timestamp"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -248,7 +345,7 @@ def availabilities(backends: Sequence) -> dict[int, str | None]:
     for b in backends:
         try:
             out[id(b)] = b.availability()
-        except Exception as e:  # noqa: BLE001 -- a broken availability() is a reason to skip
+        except (Exception, SystemExit) as e:  # noqa: BLE001 -- a broken availability() is a reason to skip
             out[id(b)] = "availability() raised " + error_reason(e)
     return out
 
@@ -308,6 +405,9 @@ def run_cases(cases: Sequence[Case], backends: Sequence, config: RunConfig = Run
         ConfigError: config.store_path cannot be appended to.
     """
     config = _check_config(config)
+    from harness.backend import check_unique_names
+
+    check_unique_names(backends)
     device = torch.device(config.device) if config.device else default_device()
     avail = availabilities(backends)
     todo = _pairs(cases, backends, config.skip)

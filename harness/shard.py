@@ -33,13 +33,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import ConfigError
-from harness.store import append_rows, read_envs, read_rows, row_key, write_env
+from harness.store import (ENV_FILE_RE, append_rows, check_results_file, check_writable, read_envs, read_rows,
+                           row_key, write_env)
 
 log = logging.getLogger(__name__)
 
 RUN_ID_ENV = "TREEBENCH_RUN_ID"          # shared run id of every rank (set by --gpus; else torchrun's)
 POLL_S = 0.2                             # rank 0's poll period while waiting for done markers
-_SHARD_RE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+_SHARD_RE = re.compile(r"^\s*(-?\d+)\s*/\s*(-?\d+)\s*$")
 
 
 @dataclass(frozen=True)
@@ -60,12 +61,15 @@ def parse_shard(text: str) -> Shard:
     Raises:
         ConfigError: not two integers, n < 1, or i outside [0, n).
     """
+    if not str(text).strip():
+        raise ConfigError("--shard is empty: write INDEX/COUNT with 0 <= INDEX < COUNT, e.g. --shard 0/4")
     m = _SHARD_RE.match(str(text))
     if not m:
         raise ConfigError(f"--shard {text!r}: write INDEX/COUNT with integers, e.g. --shard 0/4 (indices start at 0)")
     i, n = int(m.group(1)), int(m.group(2))
     if n < 1 or not 0 <= i < n:
-        raise ConfigError(f"--shard {text}: need 0 <= INDEX < COUNT, e.g. --shard 0/{max(n, 2)}")
+        raise ConfigError(f"--shard {text.strip()}: need 0 <= INDEX < COUNT (INDEX is 0-based), "
+                          f"e.g. --shard 0/{max(n, 2)}")
     return Shard(i, n)
 
 
@@ -201,6 +205,23 @@ def merge_ranks(out: Path) -> list[dict]:
 # ---- merging ------------------------------------------------------------------------------
 
 
+def merge_row_inputs(inputs: Sequence[Path]) -> list[Path]:
+    """The inputs that hold rows: env-*.json files (env fingerprints, merged separately) are left
+    out; every other file must be a results file.
+
+    Raises:
+        ConfigError: a missing input, or a file that is not a treebench results file.
+    """
+    out = []
+    for p in map(Path, inputs):
+        if p.is_file() and ENV_FILE_RE.fullmatch(p.name):
+            continue
+        if p.is_file():
+            check_results_file(p, "merge INPUT")
+        out.append(p)
+    return out
+
+
 def merge_results(out: Path, inputs: Sequence[Path], with_run: bool = False) -> list[dict]:
     """Appends to `out` every row of `inputs` whose key is not yet in `out` or an earlier input.
 
@@ -217,8 +238,11 @@ def merge_results(out: Path, inputs: Sequence[Path], with_run: bool = False) -> 
     out = Path(out)
     if any(Path(p).resolve() == out.resolve() for p in inputs):
         raise ConfigError(f"merge: {out} is both the output and an input; give a new output file")
-    incoming = read_rows(list(inputs))
+    check_writable(out, create=False, what="merge OUT")
+    result_inputs = merge_row_inputs(inputs)
+    incoming = read_rows(result_inputs)
     envs = read_envs(list(inputs))
+    check_writable(out, what="merge OUT")  # created (empty) only once every input was read
     seen = {row_key(r, with_run) for r in (read_rows([out]) if out.exists() else [])}
     added = []
     for row in incoming:

@@ -91,3 +91,32 @@ def geometric_mean(values: Sequence[float]) -> float:
     if np.any(a <= 0):
         raise ValueError("geometric mean needs positive values")
     return float(np.exp(np.log(a).mean()))
+
+
+NOISY_CV = 0.1          # a row is noisy when its CV exceeds this ...
+NOISY_IQR_RATIO = 0.2   # ... or its IQR / median exceeds this
+NOISE_RULE = f"CV > {NOISY_CV:g} or IQR/median > {NOISY_IQR_RATIO:g}"
+
+
+def is_noisy(row: dict) -> bool:
+    """Whether a result row's timing spread is high: CV > NOISY_CV or (p75 - p25) / median > NOISY_IQR_RATIO.
+
+    Uses the row's stored cv / quartiles, or its samples when those are absent; a row
+    without timing is not noisy.
+    """
+    cv, med, p25, p75 = (row.get(k) for k in ("cv", "median_us", "p25_us", "p75_us"))
+    samples = row.get("samples_us")
+    if (cv is None or p25 is None or p75 is None) and isinstance(samples, list) and len(samples) > 1:
+        try:
+            s = summarize(samples)
+        except (ValueError, TypeError):
+            return False
+        cv = s.cv if cv is None else cv
+        med, p25, p75 = (s.median_us if med is None else med), s.p25_us, s.p75_us
+    num = (int, float)
+    if isinstance(cv, num) and not isinstance(cv, bool) and cv > NOISY_CV:
+        return True
+    if (isinstance(med, num) and isinstance(p25, num) and isinstance(p75, num)
+            and not any(isinstance(x, bool) for x in (med, p25, p75)) and med > 0):
+        return (p75 - p25) / med > NOISY_IQR_RATIO
+    return False

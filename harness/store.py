@@ -13,6 +13,9 @@ existing files are never truncated. A row is identified by ``row_key``:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import errno
 import hashlib
 import importlib.metadata
 import json
@@ -20,6 +23,7 @@ import logging
 import os
 import platform
 import socket
+import re
 import subprocess
 from pathlib import Path
 
@@ -43,6 +47,7 @@ VOLATILE_ENV_FIELDS = ("env_id", "peak_bw_bytes_per_s")  # left out of env_id's 
 PACKAGES = {  # env field -> distribution name, looked up without importing it
     "torch": "torch", "triton": "triton", "xformers": "xformers", "flashinfer": "flashinfer-python",
 }
+ENV_FILE_RE = re.compile(r"env-.*\.json")  # env fingerprint files beside the results
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -68,7 +73,7 @@ def append_row(path: str | Path, row: dict) -> None:
         if _ends_torn(path):
             line = b"\n" + line
         os.write(fd, line)
-        os.fsync(fd)
+        _fsync(fd)
     finally:
         os.close(fd)
 
@@ -95,9 +100,18 @@ def append_rows(path: str | Path, rows: list[dict]) -> None:
         view = memoryview(b"\n" + blob if _ends_torn(path) else blob)
         while view:
             view = view[os.write(fd, view):]
-        os.fsync(fd)
+        _fsync(fd)
     finally:
         os.close(fd)
+
+
+def _fsync(fd: int) -> None:
+    """os.fsync, ignoring EINVAL/ENOTSUP from files that cannot be synced (a pipe, /dev/null)."""
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EROFS):
+            raise
 
 
 def row_key(row: dict, with_run: bool = False) -> tuple:
@@ -106,14 +120,17 @@ def row_key(row: dict, with_run: bool = False) -> tuple:
     return (row.get("run_id"), *key) if with_run else key
 
 
-def stored_keys(paths, env_id: str | None) -> set[tuple[str | None, str | None]]:
-    """(case_id, backend) of the rows in `paths` (missing files count as empty) measured in env `env_id`.
+def stored_keys(paths, env_id: str | None,
+                keep: Callable[[dict], bool] | None = None) -> set[tuple[str | None, str | None]]:
+    """(case_id, backend) of the rows in `paths` (missing files count as empty) measured in env
+    `env_id`, and, when `keep` is given, for which keep(row) is true.
 
     Raises:
         ConfigError: a file holds rows of another schema.
     """
     existing = [p for p in map(Path, paths) if p.exists()]
-    return {(r.get("case_id"), r.get("backend")) for r in read_rows(existing) if r.get("env") == env_id}
+    return {(r.get("case_id"), r.get("backend")) for r in read_rows(existing)
+            if r.get("env") == env_id and (keep is None or keep(r))}
 
 
 def _ends_torn(path: Path) -> bool:
@@ -139,9 +156,17 @@ def check_writable(path: str | Path, create: bool = True, what: str = "--out") -
             rows, or cannot be opened for appending.
     """
     path = Path(path)
+    if not str(path).strip():
+        raise ConfigError(f"{what} is empty: give a results file path such as results/local/run.jsonl")
     if path.is_dir():
         raise ConfigError(f"{what} {path}: is a directory; give a file path such as {path / 'run.jsonl'}")
-    _check_results_file(path, what)
+    if path.exists() and not path.is_file():
+        raise ConfigError(f"{what} {path}: is not a regular file (a device, pipe or socket); "
+                          "give a results file path such as results/local/run.jsonl")
+    if ENV_FILE_RE.fullmatch(path.name):
+        raise ConfigError(f"{what} {path}: is an env fingerprint file, not a results file; "
+                          "give a .jsonl results path")
+    check_results_file(path, what)
     if not create:
         return path
     try:
@@ -152,20 +177,39 @@ def check_writable(path: str | Path, create: bool = True, what: str = "--out") -
     return path
 
 
-def _check_results_file(path: Path, what: str) -> None:
-    """Refuses to append rows to an existing file whose first line does not start a JSON object.
+def _is_torn_row(line: bytes) -> bool:
+    """A line cut short by a killed writer: the start of a schema-1 row."""
+    return line.startswith(b'{"schema": 1')
+
+
+def check_results_file(path: str | Path, what: str) -> None:
+    """Refuses an existing file that holds anything but schema-1 result rows (blank lines and rows
+    torn by a killed writer allowed); a missing or empty file passes.
 
     Raises:
-        ConfigError: `path` holds something else (a suite, a report): appending would damage it.
+        ConfigError: `path` holds something else (a suite, a report, a config, rows of another
+            schema): appending to it would damage it, reading it would mislead.
     """
+    path = Path(path)
     try:
-        with open(path, "rb") as f:
-            first = f.readline(1 << 20).strip()
+        fh = open(path, "rb")
     except OSError:
         return  # missing or unreadable: the open for appending reports it
-    if first and not first.startswith(b"{"):  # a row, even one torn by a kill, starts with "{"
-        raise ConfigError(f"{what} {path}: not a treebench results file (its first line is not a JSON row); "
-                          "give a new path or an existing .jsonl results file")
+    with fh:
+        for n, raw in enumerate(fh, start=1):
+            line = raw.strip()
+            if not line:
+                continue
+            try:
+                row = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                if _is_torn_row(line):
+                    continue
+                row = None
+            if not isinstance(row, dict) or row.get("schema") != SCHEMA:
+                got = f"schema {row.get('schema')!r}" if isinstance(row, dict) else "not a result row"
+                raise ConfigError(f"{what} {path}: not a treebench results file (line {n}: {got}; "
+                                  f"schema-{SCHEMA} JSON rows expected); give a new path or a .jsonl results file")
 
 
 def _result_files(paths) -> list[Path]:
@@ -199,6 +243,10 @@ def read_rows(paths) -> list[dict]:
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError:
+                    if not line.lstrip().startswith("{"):  # a torn row still starts with "{"
+                        raise ConfigError(f"results file {f}:{n}: not a JSON result row; {f} is not a "
+                                          "treebench results file (give .jsonl files written by treebench run)"
+                                          ) from None
                     log.warning("%s:%d: skipping a torn or malformed result line", f, n)
                     continue
                 if not isinstance(row, dict) or row.get("schema") != SCHEMA:

@@ -1,4 +1,4 @@
-"""Suite files: TOML sweep definitions (see ../shared/DESIGN.md "Suite file").
+"""Suite files: TOML sweep definitions (see docs/design.md "Suite file").
 
 A suite declares axes only; harness.cases.expand_axes turns them into cases.
 Two forms are accepted:
@@ -135,6 +135,8 @@ def _read_toml(path: Path) -> dict:
             return tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"suite {path}: bad TOML ({e})") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"suite {path}: not UTF-8 text ({e.reason} at byte {e.start}); save it as UTF-8") from None
     except OSError as e:
         raise ConfigError(f"suite {path}: cannot read ({e.strerror})") from None
 

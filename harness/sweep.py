@@ -9,6 +9,8 @@ module holds the logic so that it can be tested without a command line.
 
 from __future__ import annotations
 
+import functools
+
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +18,7 @@ from pathlib import Path
 from rich.console import Console
 
 from harness.errors import ConfigError
-from harness.runner import RunConfig, default_device, new_run_id, run_cases
+from harness.runner import RunConfig, default_device, new_run_id, row_satisfies, run_cases
 from harness.shard import (
     Rank,
     Shard,
@@ -92,7 +94,8 @@ def _resume_skip(opts: SweepOptions, env_id: str, rank: Rank | None) -> frozense
     assert opts.out is not None  # _check_options: --resume needs --out
     if rank is None and not opts.dry_run and rank_files(opts.out):
         log.info("merged %d rows left in rank files into %s", len(merge_ranks(opts.out)), opts.out)
-    return frozenset(stored_keys([opts.out, *rank_files(opts.out)], env_id))
+    done = functools.partial(row_satisfies, mode=opts.mode)   # run mode re-runs untimed check rows
+    return frozenset(stored_keys([opts.out, *rank_files(opts.out)], env_id, keep=done))
 
 
 def _config(opts: SweepOptions, env: dict, device: str, store: Path | None, skip: frozenset,

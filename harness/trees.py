@@ -4,7 +4,7 @@ A tree has node 0 = the root (the last accepted token) and draft nodes in
 breadth-first order, sorted by (depth, path), where a node's path is the tuple
 of its ancestors' and its own sibling ranks (EAGLE/Medusa "choices"). Node i
 sits at position L_b + depth(i); query i attends to tree node j iff j is an
-ancestor of i or i itself (see ../shared/DESIGN.md).
+ancestor of i or i itself (see docs/design.md).
 
 Formats read by ``parse_tree`` (every format ends in the same canonical form):
 
@@ -289,7 +289,7 @@ def _capped(counts: Iterable[int], spec: str) -> Iterable[int]:
     for k, c in enumerate(counts, start=1):
         width *= c
         total += width
-        if total > MAX_NODES:
+        if c > MAX_NODES or total > MAX_NODES:
             raise TreeError(f"tree {spec!r}: more than MAX_NODES = {MAX_NODES} nodes by depth {k}; "
                             "use fewer levels or fewer children")
         yield c
@@ -297,13 +297,13 @@ def _capped(counts: Iterable[int], spec: str) -> Iterable[int]:
 
 def _gen_chain(rest: str, spec: str) -> TokenTree:
     (n,) = _args(rest, 1, "chain:N (N draft tokens)", spec)
-    return _levels_tree(itertools.repeat(1, _int_arg(n, "chain N", 0, spec)), spec)
+    return _levels_tree(itertools.repeat(1, min(_int_arg(n, "chain N", 0, spec), MAX_NODES + 1)), spec)
 
 
 def _gen_full(rest: str, spec: str) -> TokenTree:
     b, d = _args(rest, 2, "full:BRANCHING:DEPTH, e.g. full:3:2", spec)
     branching = _int_arg(b, "full BRANCHING", 1, spec)
-    return _levels_tree(itertools.repeat(branching, _int_arg(d, "full DEPTH", 0, spec)), spec)
+    return _levels_tree(itertools.repeat(branching, min(_int_arg(d, "full DEPTH", 0, spec), MAX_NODES + 1)), spec)
 
 
 def _gen_levels(rest: str, spec: str) -> TokenTree:

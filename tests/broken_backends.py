@@ -99,6 +99,7 @@ class Correct:
 
 class BrokenIgnoresBlockTable(Correct):
     """Assumes request b's pages are contiguous, right after request b-1's."""
+    name = "broken_ignores_block_table"
 
     def page_ids(self, inputs, b, n_pages):
         P = inputs.page_size
@@ -108,6 +109,7 @@ class BrokenIgnoresBlockTable(Correct):
 
 class BrokenReadsPastEnd(Correct):
     """Reads the whole last page, past S_b, as if it were full."""
+    name = "broken_reads_past_end"
 
     def kv_span(self, inputs, b):
         s, l = super().kv_span(inputs, b)
@@ -119,6 +121,7 @@ class BrokenExtraPageAtMultiple(Correct):
     """pages = S_b // P + 1 with last-page length `S_b % P or P`: one page too
     many when S_b is an exact multiple of P; the tree's offset is then derived
     as (tokens read) - T_b."""
+    name = "broken_extra_page_at_multiple"
 
     def kv_span(self, inputs, b):
         s, _ = super().kv_span(inputs, b)
@@ -129,6 +132,7 @@ class BrokenExtraPageAtMultiple(Correct):
 
 class BrokenSiblingsSeeEachOther(Correct):
     """Lets tree nodes at the same depth (siblings, cousins) see each other."""
+    name = "broken_siblings_see_each_other"
 
     def tree_mask(self, inputs, b):
         d = torch.tensor(inputs.trees[b].depths)
@@ -137,6 +141,7 @@ class BrokenSiblingsSeeEachOther(Correct):
 
 class BrokenCausalMask(Correct):
     """Plain causal mask over the T_b tree tokens instead of the tree mask."""
+    name = "broken_causal_mask"
 
     def tree_mask(self, inputs, b):
         t = inputs.trees[b].size
@@ -145,6 +150,7 @@ class BrokenCausalMask(Correct):
 
 class BrokenRootHidden(Correct):
     """Hides the root (node 0) from its descendants."""
+    name = "broken_root_hidden"
 
     def tree_mask(self, inputs, b):
         m = super().tree_mask(inputs, b).clone()
@@ -154,6 +160,7 @@ class BrokenRootHidden(Correct):
 
 class BrokenGqaMapping(Correct):
     """Query head h reads KV head h % Hkv instead of h // G."""
+    name = "broken_gqa_mapping"
 
     def kv_head(self, h, num_q_heads, num_kv_heads):
         return h % num_kv_heads
@@ -161,6 +168,7 @@ class BrokenGqaMapping(Correct):
 
 class BrokenSoftmaxScale(Correct):
     """Scales scores by 1/D instead of 1/sqrt(D)."""
+    name = "broken_softmax_scale"
 
     def scale(self, inputs):
         return inputs.sm_scale ** 2
@@ -168,6 +176,7 @@ class BrokenSoftmaxScale(Correct):
 
 class BrokenRequest0Context(Correct):
     """Reuses request 0's context length (and so its mask offset) for every request."""
+    name = "broken_request0_context"
 
     def kv_span(self, inputs, b):
         l0 = int(inputs.context_lens[0])
@@ -176,6 +185,7 @@ class BrokenRequest0Context(Correct):
 
 class BrokenRequest0Tree(Correct):
     """Uses request 0's tree mask for every request (cut or causally padded to T_b)."""
+    name = "broken_request0_tree"
 
     def tree_mask(self, inputs, b):
         t = inputs.trees[b].size
@@ -188,6 +198,7 @@ class BrokenRequest0Tree(Correct):
 
 class BrokenDropsLastContext(Correct):
     """Never attends to the last context token (position L_b - 1)."""
+    name = "broken_drops_last_context"
 
     def context_visible(self, n_ctx):
         m = super().context_visible(n_ctx)

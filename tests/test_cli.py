@@ -90,14 +90,14 @@ def test_failing_run_exits_1_and_keeps_the_existing_result_file(tiny, tmp_path):
     assert out.read_bytes().startswith(before)
     rows = read_rows([out])
     assert len(rows) == 2 + 4
-    assert [r["status"] for r in rows[2:] if r["backend"] == "correct"] == ["mismatch", "mismatch"]
+    assert [r["status"] for r in rows[2:] if r["backend"] == "broken_causal_mask"] == ["mismatch", "mismatch"]
 
 
 def test_check_exit_codes(tiny, capsys):
     assert main(["check", "--suite", str(tiny), "--backend", "torch_sdpa", "--quiet"]) == 0
     assert main(["check", "--suite", str(tiny), "--backend", f"{BROKEN}:BrokenRootHidden", "--quiet"]) == 1
     out = capsys.readouterr().out
-    assert "mismatch: correct on" in out
+    assert "mismatch: broken_root_hidden on" in out
 
 
 def test_check_of_an_unavailable_backend_runs_nothing_and_says_so(tiny, tmp_path, caplog):

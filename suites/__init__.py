@@ -1,0 +1,2 @@
+"""Suite files (TOML). A package only so that a non-editable install ships them
+beside `harness/`; harness.suites looks them up as <install root>/suites/NAME.toml."""

@@ -1,0 +1,157 @@
+"""Regression tests for bad or incomplete inputs to `treebench gate` and `treebench report`
+(new-user findings): partial candidates, --threshold units, rows missing fields, unwritable
+outputs, the CPU peak cell, and noisy timings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness import cli, gate, report
+from harness.gate import GateConfig, compare_runs
+from harness.stats import is_noisy
+
+DATA = Path(__file__).parent / "data" / "results"
+BASE = DATA / "h200-baseline"
+
+
+def _row(case_id="c1", backend="k", median=100.0, spread=0.01, n=50, seed=0, **kw) -> dict:
+    s = (median * np.random.default_rng(seed).lognormal(0, spread, n)).tolist()
+    p25, med, p75 = np.percentile(s, [25, 50, 75])
+    return {"schema": 1, "case_id": case_id, "backend": backend,
+            "case": {"batch_size": 1, "context_len": 16, "tree": "chain:3"}, "status": "pass", "reason": None,
+            "timer": "cuda_graph", "median_us": float(med), "p25_us": float(p25), "p75_us": float(p75),
+            "cv": float(np.std(s, ddof=1) / np.mean(s)), "samples_us": s, **kw}
+
+
+def _write(path: Path, rows) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def _main(capsys, *argv: str) -> tuple[int, str, str]:
+    rc = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+# ---- 1. incomplete candidates ------------------------------------------------------------------
+
+def test_missing_pairs_fail_unless_allowed(tmp_path, capsys):
+    base = _write(tmp_path / "b.jsonl", [_row("c1"), _row("c2", seed=1)])
+    cand = _write(tmp_path / "c.jsonl", [_row("c1", seed=2)])
+    rc, out, _ = _main(capsys, "gate", "--baseline", str(base), "--candidate", str(cand))
+    assert rc == 1 and "FAIL" in out and "1 missing" in out and "--allow-missing" in out
+    rc, out, _ = _main(capsys, "gate", "--baseline", str(base), "--candidate", str(cand), "--allow-missing")
+    assert rc == 0 and "PASS" in out
+
+
+def test_no_overlap_fails_even_with_allow_missing(tmp_path, capsys):
+    base = _write(tmp_path / "b.jsonl", [_row("c1")])
+    cand = _write(tmp_path / "c.jsonl", [_row("c9")])
+    rc, out, _ = _main(capsys, "gate", "--baseline", str(base), "--candidate", str(cand), "--allow-missing")
+    assert rc == 1 and "Nothing was compared" in out
+
+
+def test_everything_incomparable_fails(tmp_path, capsys):
+    base = _write(tmp_path / "b.jsonl", [_row("c1")])
+    cand = _write(tmp_path / "c.jsonl", [_row("c1", seed=3)])
+    rc, out, _ = _main(capsys, "gate", "--baseline", str(base), "--candidate", str(cand), "--min-samples", "100000")
+    assert rc == 1 and "Nothing was compared" in out
+    result = compare_runs([_row("c1")], [_row("c1", seed=3)], GateConfig(min_samples=100000))
+    assert result.failed and result.comparable == 0
+
+
+# ---- 2. --threshold units --------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, value", [("5%", 0.05), ("0.05", 0.05), ("12.5%", 0.125), (" 0.1 ", 0.1)])
+def test_threshold_accepts_percent_or_fraction(text, value):
+    assert gate._fraction(text) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("text", ["5", "1", "20"])
+def test_bare_threshold_of_one_or_more_is_refused(tmp_path, capsys, text):
+    base = _write(tmp_path / "b.jsonl", [_row("c1")])
+    rc, out, err = _main(capsys, "gate", "--baseline", str(base), "--candidate", str(base), "--threshold", text)
+    assert rc == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("treebench: error:") and "--threshold" in err
+    assert f"{text}%" in err and "0.05" in err and "Traceback" not in err
+
+
+# ---- 3. rows missing fields ------------------------------------------------------------------
+
+@pytest.mark.parametrize("row, field", [({"schema": 1}, "backend"),
+                                        ({**_row(), "case": "x"}, "case"),
+                                        ({k: v for k, v in _row().items() if k != "case_id"}, "case_id"),
+                                        ({k: v for k, v in _row().items() if k != "status"}, "status")])
+@pytest.mark.parametrize("command", ["gate", "report"])
+def test_rows_missing_fields_are_one_line(tmp_path, capsys, row, field, command):
+    good = _write(tmp_path / "good.jsonl", [_row("c1")])
+    bad = _write(tmp_path / "m.jsonl", [_row("c2"), row])
+    argv = (["gate", "--baseline", str(good), "--candidate", str(bad)] if command == "gate"
+            else ["report", str(bad), "-o", str(tmp_path / "r.html")])
+    rc, _, err = _main(capsys, *argv)
+    assert rc == 2 and err.count("\n") == 1 and err.startswith("treebench: error:")
+    assert f"{bad}:2" in err and repr(field) in err and "Traceback" not in err
+    assert not (tmp_path / "r.html").exists()
+
+
+# ---- 4. unwritable outputs ---------------------------------------------------------------------
+
+def test_report_to_unwritable_path_is_one_line(tmp_path, capsys):
+    blocker = tmp_path / "afile"
+    blocker.write_text("keep me", encoding="utf-8")
+    rc, _, err = _main(capsys, "report", str(BASE), "-o", str(blocker / "r.html"))
+    assert rc == 2 and err.count("\n") == 1 and "report -o" in err
+    assert blocker.read_text(encoding="utf-8") == "keep me"
+
+
+@pytest.mark.parametrize("flag", ["--junit", "--summary"])
+def test_gate_unwritable_output_is_checked_first(tmp_path, capsys, flag):
+    blocker = tmp_path / "afile"
+    blocker.write_text("keep me", encoding="utf-8")
+    rc, out, err = _main(capsys, "gate", "--baseline", str(BASE), "--candidate", str(BASE),
+                         flag, str(blocker / "x" / "out"))
+    assert rc == 2 and out == "" and err.count("\n") == 1 and flag in err
+    assert blocker.read_text(encoding="utf-8") == "keep me"
+
+
+def test_gate_output_to_a_folder_is_refused(tmp_path, capsys):
+    rc, out, err = _main(capsys, "gate", "--baseline", str(BASE), "--candidate", str(BASE), "--junit", str(tmp_path))
+    assert rc == 2 and out == "" and "--junit" in err and "folder" in err
+
+
+# ---- 5. the CPU peak cell -----------------------------------------------------------------------
+
+def test_env_table_says_peak_not_measured_on_cpu():
+    envs = {"e1": {"gpu_name": None, "peak_bw_bytes_per_s": None}}
+    _, table = report.env_table(envs, [{"env": "e1"}])
+    peak = dict(table)["measured peak (copy) TB/s"]
+    assert peak == ["not measured (CPU)"]
+    assert "None" not in [v for _, vals in table for v in vals]
+
+
+# ---- 6. noisy timings ---------------------------------------------------------------------------
+
+def test_is_noisy():
+    assert not is_noisy(_row(spread=0.01))
+    assert is_noisy(_row(spread=0.3))
+    assert is_noisy({"median_us": 100.0, "p25_us": 80.0, "p75_us": 130.0, "cv": 0.05})
+    assert not is_noisy({"status": "skipped"})
+
+
+def test_gate_markdown_mentions_noise(tmp_path):
+    result = compare_runs([_row(spread=0.3)], [_row(spread=0.01, seed=1)])
+    text = gate.markdown(result)
+    assert "noisy" in text and result.verdicts[0].noisy and "noisy baseline" in result.verdicts[0].detail
+    quiet = gate.markdown(compare_runs([_row()], [_row(seed=1)]))
+    assert "noisy" not in quiet
+
+
+def test_report_marks_noisy_rows(tmp_path):
+    rows = [_row("c1", "a", spread=0.3), _row("c1", "b", spread=0.01, seed=1)]
+    html = report.write_report(rows, {}, tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "⚠noisy" in html and "1 timed row(s) are noisy" in html

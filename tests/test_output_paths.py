@@ -1,0 +1,202 @@
+"""Output paths of run / check / merge: --report and --out must never damage a file that is not
+theirs, default paths stay inside results/local and reports/local, empty values are errors."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.cli_sweep import safe_name
+from harness.store import SCHEMA, append_row
+
+TINY = """
+[suite]
+name = "{name}"
+[axes]
+batch_size = [1]
+context_len = [8]
+tree = ["chain:2"]
+num_q_heads = [2]
+num_kv_heads = [1]
+head_dim = [16]
+dtype = ["float32"]
+page_size = [16]
+"""
+
+
+@pytest.fixture
+def tiny(tmp_path) -> Path:
+    p = tmp_path / "tiny.toml"
+    p.write_text(TINY.format(name="tiny"))
+    return p
+
+
+def _one_line_error(capsys) -> str:
+    _, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("treebench: error: ") and "Traceback" not in err
+    return lines[0]
+
+
+def _row(i: int) -> dict:
+    return {"schema": SCHEMA, "run_id": "r", "env": "e", "case_id": f"c{i}", "backend": "b", "status": "pass"}
+
+
+def _run(suite, *extra) -> list[str]:
+    return ["run", "--suite", str(suite), "--backends", "reference", "--quiet", *extra]
+
+
+@pytest.mark.parametrize("report_name", ["same", "old.jsonl", "suite.toml", "notes.html"])
+def test_report_path_that_is_not_html_is_refused_and_left_alone(tiny, tmp_path, capsys, report_name):
+    out = tmp_path / "x.jsonl"
+    append_row(out, _row(0))
+    report = out if report_name == "same" else tmp_path / report_name
+    if report_name != "same":
+        report.write_text("[suite]\nname = 'keep me'\n")
+    before = report.read_bytes()
+    assert main(_run(tiny, "--out", str(out), "--report", str(report))) == 2
+    assert "--report" in _one_line_error(capsys)
+    assert report.read_bytes() == before
+    assert len(out.read_text().splitlines()) == 1
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores permissions")
+def test_unwritable_report_folder_is_refused_before_the_sweep(tiny, tmp_path, capsys):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    out = tmp_path / "r.jsonl"
+    try:
+        assert main(_run(tiny, "--out", str(out), "--report", str(ro / "r.html"))) == 2
+    finally:
+        ro.chmod(0o700)
+    assert "--report" in _one_line_error(capsys)
+    assert not out.exists() or out.read_bytes() == b""
+
+
+@pytest.mark.parametrize("content", ['{"a": 1}\n', '{\n  "a": 1\n}\n', '{"schema": 2, "x": 1}\n',
+                                     json.dumps(_row(0)) + '\n{"other": true}\n'])
+def test_out_that_holds_something_else_is_refused(tiny, tmp_path, capsys, content):
+    out = tmp_path / "some_config.json"
+    out.write_text(content)
+    assert main(_run(tiny, "--out", str(out))) == 2
+    assert "--out" in _one_line_error(capsys)
+    assert out.read_text() == content
+
+
+def test_env_file_as_out_is_refused(tiny, tmp_path, capsys):
+    env = tmp_path / "env-0123456789ab.json"
+    env.write_text('{"env_id": "0123456789ab"}\n')
+    assert main(_run(tiny, "--out", str(env))) == 2
+    assert "env fingerprint" in _one_line_error(capsys)
+
+
+def test_merge_refuses_env_file_as_out_and_html_inputs(tmp_path, capsys):
+    a = tmp_path / "a.jsonl"
+    append_row(a, _row(0))
+    env = tmp_path / "env-0123456789ab.json"
+    env.write_text('{"env_id": "0123456789ab"}\n')
+    before = env.read_bytes()
+    assert main(["merge", str(env), str(a)]) == 2          # `merge results/local/*` with env-* sorted first
+    assert "env fingerprint" in _one_line_error(capsys)
+    assert env.read_bytes() == before
+    html = tmp_path / "r.html"
+    html.write_text("<html>\n" + "<p>x</p>\n" * 300 + "</html>\n")
+    out = tmp_path / "m.jsonl"
+    assert main(["merge", str(out), str(a), str(html)]) == 2
+    assert "not a treebench results file" in _one_line_error(capsys)
+    assert not out.exists()
+
+
+def test_merge_takes_env_inputs_quietly(tmp_path, capsys):
+    a = tmp_path / "a.jsonl"
+    append_row(a, _row(0))
+    env = tmp_path / "env-0123456789ab.json"
+    env.write_text('{"env_id": "0123456789ab"}\n')
+    out = tmp_path / "m" / "m.jsonl"
+    assert main(["merge", str(out), str(env), str(a)]) == 0
+    assert "WARNING" not in capsys.readouterr().err
+    assert len(out.read_text().splitlines()) == 1
+    assert (out.parent / env.name).exists()
+
+
+def test_merge_with_a_missing_input_creates_nothing(tmp_path, capsys):
+    out = tmp_path / "m.jsonl"
+    assert main(["merge", str(out), str(tmp_path / "missing.jsonl")]) == 2
+    _one_line_error(capsys)
+    assert not out.exists()
+
+
+def test_out_dev_null_is_refused_up_front(tiny, capsys):
+    assert main(_run(tiny, "--out", "/dev/null")) == 2
+    assert "not a regular file" in _one_line_error(capsys)
+
+
+def test_fsync_einval_is_tolerated(monkeypatch, tmp_path):
+    import errno
+
+    from harness import store
+
+    def bad_fsync(fd):
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    monkeypatch.setattr(store.os, "fsync", bad_fsync)
+    append_row(tmp_path / "r.jsonl", _row(0))
+    store.append_rows(tmp_path / "r.jsonl", [_row(1)])
+    assert len((tmp_path / "r.jsonl").read_text().splitlines()) == 2
+
+
+@pytest.mark.parametrize("name, stem, want", [("../../../tmp/t/evil", "s", "tmp_t_evil"), ("", "my-suite", "my-suite"),
+                                              ("..", "..", "suite"), ("ok.v1_x", "s", "ok.v1_x")])
+def test_safe_name(name, stem, want):
+    assert safe_name(name, Path(f"/x/{stem}.toml")) == want
+
+
+def test_evil_suite_name_stays_in_results_local(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    suite = tmp_path / "evil.toml"
+    suite.write_text(TINY.format(name="../../escape"))
+    assert main(_run(suite)) == 0
+    assert not (tmp_path.parent.parent / "escape").exists()
+    assert [p.name.split("-")[0] for p in (tmp_path / "results" / "local").glob("*.jsonl")] == ["escape"]
+    assert list((tmp_path / "reports" / "local").glob("escape-*.html"))
+
+
+@pytest.mark.parametrize("option", ["--out", "--shard", "--report"])
+def test_empty_values_are_errors(tiny, capsys, option):
+    assert main(_run(tiny, option, "")) == 2
+    assert option in _one_line_error(capsys)
+
+
+def test_negative_shard_gets_a_clear_message(tiny, capsys):
+    assert main(_run(tiny, "--shard", "-1/2", "--dry-run")) == 2
+    line = _one_line_error(capsys)
+    assert "0 <= INDEX < COUNT" in line and "expected one argument" not in line
+
+
+def test_shard_help_says_zero_based(capsys):
+    assert main(["run", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "0-based" in out and "Correctness then timing" in out
+
+
+def test_suite_directory_is_named_as_such(tmp_path, capsys):
+    assert main(["run", "--suite", str(tmp_path), "--backends", "reference"]) == 2
+    assert "is a directory" in _one_line_error(capsys)
+
+
+def test_unwritable_report_folder_via_access(tiny, tmp_path, capsys, monkeypatch):
+    import harness.cli_sweep as cs
+
+    real = os.access
+    monkeypatch.setattr(cs.os, "access", lambda p, m: False if Path(p) == tmp_path / "ro" else real(p, m))
+    (tmp_path / "ro").mkdir()
+    out = tmp_path / "r.jsonl"
+    assert main(_run(tiny, "--out", str(out), "--report", str(tmp_path / "ro" / "r.html"))) == 2
+    assert "cannot write there" in _one_line_error(capsys)
+    assert not out.exists()

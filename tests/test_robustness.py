@@ -1,0 +1,174 @@
+"""Regressions from the new-user robustness test: mutating backends, resume of check rows,
+sys.exit in a backend, duplicate names, huge axes, overflowing trees, non-UTF-8 suites,
+unnamed backends, unprintable exceptions, availability order."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from harness.backend import Backend, check_unique_names, load_backend
+from harness.cases import Case
+from harness.errors import ConfigError, TreeError
+from harness.runner import RunConfig, error_reason, row_satisfies, run_cases
+from harness.trees import parse_tree
+from tests.broken_backends import BrokenCausalMask, Correct
+
+CASE = Case(batch_size=2, context_len=5, tree="chain:2", num_q_heads=2, num_kv_heads=1, head_dim=8,
+            dtype="float32", page_size=4)
+CFG = RunConfig(mode="check", device="cpu", quiet=True, check_memory=False)
+
+
+class Mutates(Correct):
+    name = "mutates"
+
+    def prepare(self, inputs):
+        fn = super().prepare(inputs)
+
+        def run():
+            out = fn()
+            inputs.q.zero_()
+            inputs.k_cache.zero_()
+            return out
+        return run
+
+
+class Exits(Correct):
+    name = "exits"
+
+    def prepare(self, inputs):
+        sys.exit(3)
+
+
+class Interrupts(Correct):
+    name = "interrupts"
+
+    def prepare(self, inputs):
+        raise KeyboardInterrupt
+
+
+class _BadStr(Exception):
+    def __str__(self):
+        raise RuntimeError("no str")
+
+
+class BadStr(Correct):
+    name = "badstr"
+
+    def prepare(self, inputs):
+        raise _BadStr()
+
+
+def test_mutating_backend_is_error_and_next_backend_gets_fresh_inputs():
+    rows = run_cases([CASE], [Mutates(), Correct()], CFG)
+    assert rows[0]["status"] == "error" and "mutated its inputs" in rows[0]["reason"]
+    assert "q" in rows[0]["reason"] and "k_cache" in rows[0]["reason"]
+    assert rows[1]["status"] == "pass"
+
+
+def test_mutating_backend_is_flagged_under_isolate():
+    rows = run_cases([CASE], [Mutates(), Correct()], RunConfig(mode="check", device="cpu", quiet=True,
+                                                               check_memory=False, isolate=True))
+    assert rows[0]["status"] == "error" and "mutated its inputs" in rows[0]["reason"]
+    assert rows[1]["status"] == "pass"
+
+
+def test_row_satisfies_only_timed_rows_in_run_mode():
+    assert not row_satisfies({"status": "pass", "median_us": None}, "run")
+    assert row_satisfies({"status": "pass", "median_us": 3.0}, "run")
+    assert row_satisfies({"status": "error", "median_us": None}, "run")
+    assert row_satisfies({"status": "skipped"}, "run")
+    assert row_satisfies({"status": "pass", "median_us": None}, "check")
+
+
+def test_sys_exit_in_backend_is_error_row_and_keyboard_interrupt_stops():
+    rows = run_cases([CASE], [Exits(), Correct()], CFG)
+    assert rows[0]["status"] == "error" and rows[0]["reason"] == "backend called sys.exit(3)"
+    assert rows[1]["status"] == "pass"
+    with pytest.raises(KeyboardInterrupt):
+        run_cases([CASE], [Interrupts()], CFG)
+
+
+def test_duplicate_backend_names_are_refused():
+    assert BrokenCausalMask.name != Correct.name
+    with pytest.raises(ConfigError, match="'correct'"):
+        check_unique_names([Correct(), Correct()])
+    with pytest.raises(ConfigError):
+        run_cases([CASE], [Correct(), Correct()], CFG)
+
+
+@pytest.mark.parametrize("field,value", [("batch_size", 10**9), ("head_dim", 2048), ("page_size", 8192),
+                                         ("num_q_heads", 4096), ("context_len", 2**25),
+                                         ("context_len", "ragged:1-100000000")])
+def test_huge_axes_are_config_errors(field, value):
+    axes = dict(CASE.axes, **{field: value})
+    with pytest.raises(ConfigError, match="limit"):
+        Case(**axes)
+
+
+@pytest.mark.parametrize("spec", ["chain:99999999999999999999", "full:1:99999999999999999999"])
+def test_overflowing_tree_is_tree_error(spec):
+    with pytest.raises(TreeError):
+        parse_tree(spec)
+
+
+def test_non_utf8_suite_is_config_error(tmp_path):
+    from harness.suites import load_suite
+
+    p = tmp_path / "bad.toml"
+    p.write_bytes(b"[suite]\nname = \"\xff\xfe\"\n")
+    with pytest.raises(ConfigError, match="UTF-8"):
+        load_suite(str(p))
+
+
+def test_backend_without_string_name_is_config_error(tmp_path):
+    f = tmp_path / "b.py"
+    f.write_text("from tests.broken_backends import Correct\n"
+                 "class NoName(Correct):\n    name = None\n"
+                 "class EmptyName(Correct):\n    name = ''\n")
+    for cls in ("NoName", "EmptyName"):
+        with pytest.raises(ConfigError, match="name"):
+            load_backend(f"{f}:{cls}")
+
+
+def test_unprintable_exception_still_gives_a_reason():
+    assert error_reason(_BadStr()).startswith("_BadStr")
+    rows = run_cases([CASE], [BadStr()], CFG)
+    assert rows[0]["status"] == "error" and rows[0]["reason"].startswith("_BadStr")
+
+
+def test_unprintable_exception_under_isolate():
+    rows = run_cases([CASE], [BadStr()], RunConfig(mode="check", device="cpu", quiet=True,
+                                                   check_memory=False, isolate=True))
+    assert rows[0]["status"] == "error" and rows[0]["reason"].startswith("_BadStr"), rows[0]["reason"]
+
+
+def test_availability_reports_missing_package_before_device():
+    class NeedsPkg(Backend):
+        name = "needspkg"
+        install_hint = "pip install nothere"
+        from harness.backend import Capabilities
+        capabilities = Capabilities(devices=("cuda",))
+
+        def load_optional(self):
+            raise ImportError("No module named 'nothere'")
+
+    assert NeedsPkg().availability().startswith("pip install nothere")
+
+
+def test_run_resume_reruns_untimed_check_rows(tmp_path):
+    """A `check` row (no timings) does not satisfy `run --resume`; it does satisfy `check --resume`."""
+    from harness.cli import main
+    from harness.store import read_rows
+
+    out = tmp_path / "r.jsonl"
+    assert main(["check", "--suite", "smoke", "--backend", "reference", "--out", str(out), "--quiet"]) == 0
+    n_check = len(read_rows([out]))
+    assert main(["check", "--suite", "smoke", "--backend", "reference", "--out", str(out), "--resume",
+                 "--quiet"]) == 0
+    assert len(read_rows([out])) == n_check
+    assert main(["run", "--suite", "smoke", "--backends", "reference", "--out", str(out), "--resume",
+                 "--report", str(tmp_path / "r.html"), "--quiet"]) == 0
+    rows = read_rows([out])
+    assert len(rows) == 2 * n_check and all(r["median_us"] is not None for r in rows[n_check:])
