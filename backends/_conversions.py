@@ -209,3 +209,14 @@ def tree_mask_mod(context_lens: torch.Tensor, tree_sizes: torch.Tensor,
         return in_ctx | (in_tree & anc)
 
     return mask_mod
+
+
+def require_shared_tree(inputs, backend: str, what: str) -> None:
+    """Raises ConfigError unless every request carries the same tree (a backend
+    whose mask is one (T, T) bias shared by the batch: `what` names that bias)."""
+    from harness.errors import ConfigError
+
+    trees = inputs.trees
+    if any(t.parents != trees[0].parents for t in trees):
+        raise ConfigError(f"{backend}: tree_per_request='mixed' is not supported; {what} is shared by "
+                          "the batch (use tree_per_request='same')")

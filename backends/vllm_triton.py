@@ -16,9 +16,8 @@ from collections.abc import Callable
 
 import torch
 
-from backends._conversions import tree_additive_bias
+from backends._conversions import require_shared_tree, tree_additive_bias
 from harness.backend import Backend, Capabilities, register
-from harness.errors import ConfigError
 from harness.paged import BatchInputs
 
 INSTALL_HINT = "vllm not installed: pip install vllm (needs its Triton unified_attention with qq_bias)"
@@ -97,10 +96,8 @@ def vllm_arguments(inputs: BatchInputs) -> dict:
     Raises:
         ConfigError: requests carry different trees.
     """
+    require_shared_tree(inputs, "vllm_triton", "qq_bias")
     trees = inputs.trees
-    if any(t.parents != trees[0].parents for t in trees):
-        raise ConfigError("vllm_triton: tree_per_request='mixed' is not supported; "
-                          "qq_bias is shared by the batch (use tree_per_request='same')")
     _, ts, ss = inputs.host_lists()
     B, Hkv, dev = len(ts), inputs.k_cache.shape[2], inputs.device
     descale = torch.ones(B, Hkv, dtype=torch.float32, device=dev)

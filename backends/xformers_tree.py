@@ -17,9 +17,8 @@ from types import SimpleNamespace
 
 import torch
 
-from backends._conversions import gather_tokens, token_slots, tree_additive_bias
+from backends._conversions import require_shared_tree, gather_tokens, token_slots, tree_additive_bias
 from harness.backend import Backend, Capabilities, register
-from harness.errors import ConfigError
 from harness.paged import BatchInputs
 
 INSTALL_HINT = "xformers not installed: pip install 'treebench[gpu]'"
@@ -98,10 +97,8 @@ def xformers_arguments(inputs: BatchInputs, paged_bias_cls) -> SimpleNamespace:
     Raises:
         ConfigError: requests carry different trees.
     """
+    require_shared_tree(inputs, "xformers_tree", "its tree bias")
     trees = inputs.trees
-    if any(t.parents != trees[0].parents for t in trees):
-        raise ConfigError("xformers_tree: tree_per_request='mixed' is not supported; "
-                          "its tree bias is shared by the batch (use tree_per_request='same')")
     ls, ts, _ = inputs.host_lists()
     B, T = len(trees), ts[0]
     N, P, Hkv, D = inputs.k_cache.shape
