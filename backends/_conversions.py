@@ -171,8 +171,7 @@ def tree_additive_bias(tree: TokenTree, dtype: torch.dtype = torch.float32) -> t
     The form xformers' `tree_attention` (`spec_attn_bias`, as its
     `TreeAttnMetadata.attention_bias`) and vLLM's `qq_bias` take.
     """
-    zero = torch.zeros(tree.size, tree.size, dtype=dtype)
-    return zero.masked_fill(~tree.ancestor_mask, float("-inf"))
+    return tree.additive_bias(dtype)
 
 
 def padded_tree_masks(trees: Sequence[TokenTree], max_nodes: int) -> torch.Tensor:

@@ -81,6 +81,12 @@ class TokenTree:
             m[i, i] = True
         return m
 
+    def additive_bias(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """(T, T) additive attention bias on the CPU: 0 where node j is node i or an
+        ancestor of i, -inf elsewhere (the form of vLLM's `qq_bias` and xformers'
+        `spec_attn_bias`)."""
+        return torch.zeros(self.size, self.size, dtype=dtype).masked_fill(~self.ancestor_mask, float("-inf"))
+
     @cached_property
     def children(self) -> tuple[tuple[int, ...], ...]:
         """children[i]: child node indices of node i, in canonical order."""

@@ -149,8 +149,7 @@ def tree_bias(trees: list[TokenTree]) -> torch.Tensor:
     if any(t.parents != trees[0].parents for t in trees):
         raise ConfigError("tree_per_request: the shared qq_bias mode needs one tree for the whole batch "
                           "(use tree_per_request = 'same', or the per-request bitmask backend triton_tree)")
-    bias = torch.zeros(trees[0].size, trees[0].size, dtype=torch.float32)
-    return bias.masked_fill(~trees[0].ancestor_mask, float("-inf"))
+    return trees[0].additive_bias(torch.float32)
 
 
 def check_inputs(dtype: torch.dtype, head_dim: int, mask_mode: str) -> None:
