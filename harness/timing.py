@@ -38,6 +38,7 @@ from __future__ import annotations
 import logging
 import math
 import statistics
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -361,8 +362,14 @@ def _capture(body: Callable[[], object]) -> torch.cuda.CUDAGraph:
     seed, offset = gen.initial_seed(), gen.get_offset()
     graph = torch.cuda.CUDAGraph()
     try:
-        with torch.cuda.graph(graph):
-            body()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with torch.cuda.graph(graph):
+                body()
+        if any("Graph is empty" in str(w.message) for w in caught):
+            # body ran but queued nothing on the capturing stream (work on another
+            # stream, or host-only work): replaying it would time nothing
+            raise RuntimeError("the captured graph is empty: the callable launched no work on the current stream")
     except Exception:
         torch.cuda.set_stream(stream)
         fresh = torch.Generator(device=gen.device)

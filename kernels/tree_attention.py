@@ -319,8 +319,8 @@ class TreeAttention:
             dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))
         if not split or fused:
             return [fwd]
-        merge = FixedLaunch(tree_attn_merge_kernel, (q.shape[0] * hkv,),
-                        [o_part, lse_part, self.out, lse, rows, plan.num_splits],
-                        dict(HKV=hkv, G=g, BLOCK_G=next_pow2(g), D=d, WRITE_LSE=self.lse is not None),
-                        dict(num_warps=4 if g * d >= 512 else 2, num_stages=1))
+        merge = FixedLaunch(tree_attn_merge_kernel, (rows,),
+                            [o_part, lse_part, self.out, lse, rows, plan.num_splits],
+                            dict(BLOCK_S=next_pow2(plan.num_splits), D=d, WRITE_LSE=self.lse is not None),
+                            dict(num_warps=4 if plan.num_splits * d >= 2048 else 2, num_stages=1))
         return [fwd, merge]

@@ -88,21 +88,28 @@ def choose_num_splits(programs: int, kv_tiles: list[int], num_sms: int, block_m:
         block_m: the config's BLOCK_M.
 
     Returns:
-        1 when the grid already fills the GPU; else enough splits to reach
-        3 programs per SM for the memory-bound BLOCK_M 16 tiles, 1 for the
-        tensor-core-bound larger ones (measured on the H200, docs/kernel.md),
-        keeping at least MIN_TILES_PER_SPLIT tiles in each split (a split's
-        partial O costs BLOCK_M * D * 4 bytes to write and read back).
+        1 when the grid already fills the GPU. Else, for the memory-bound
+        BLOCK_M 16 tiles, enough splits for 3 programs per SM, down to one KV
+        tile per split (at most STREAM_MAX_SPLITS): short splits hide the
+        latency of a small batch. For the tensor-core-bound larger tiles, as
+        many splits as fit one wave at 2 programs per SM (their occupancy),
+        keeping at least MIN_TILES_PER_SPLIT tiles in each split. Chosen from
+        the split sweep on the H200 (scripts/splits_sweep.py,
+        results/kernel-dev/run4-splits.csv, docs/kernel.md).
     """
-    target = num_sms * (3 if block_m <= 16 else 1)
-    if programs >= target:
+    if programs >= num_sms:
         return 1
-    want = math.ceil(target / programs)
-    cap = max(1, max(kv_tiles) // MIN_TILES_PER_SPLIT)
+    if block_m <= 16:
+        want = math.ceil(3 * num_sms / programs)
+        cap = min(max(kv_tiles), STREAM_MAX_SPLITS)
+    else:
+        want = (2 * num_sms) // programs
+        cap = max(kv_tiles) // MIN_TILES_PER_SPLIT
     return max(1, min(want, cap, MAX_SPLITS))
 
 
-MIN_TILES_PER_SPLIT = 3
+MIN_TILES_PER_SPLIT = 3     # tensor-core-bound tiles: fewer made B 1 slower (run 4)
+STREAM_MAX_SPLITS = 24      # memory-bound tiles: the largest split count measured (run 4)
 MAX_SPLITS = 64
 
 

@@ -9,8 +9,8 @@ FlashInfer's ``merge_states``):
 
 A split that saw no allowed column of a row has LSE_s = -inf and weight 0.
 
-Two forms: `tree_attn_merge_kernel`, a second launch over (token, KV head)
-programs (the default), and `merge_partials`, called by the forward kernel's
+Two forms: `tree_attn_merge_kernel`, a second launch with one program per
+(token, query head) row (the default), and `merge_partials`, called by the forward kernel's
 last split program of a tile (one launch; fused_merge=True).
 """
 
@@ -24,41 +24,34 @@ import triton.language as tl
 def tree_attn_merge_kernel(
     O_PART, LSE_PART, O, LSE,
     stride_ps, num_splits,                      # one split's plane (sum T * Hq); KV splits
-    HKV: tl.constexpr, G: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr,
-    WRITE_LSE: tl.constexpr,
+    BLOCK_S: tl.constexpr, D: tl.constexpr, WRITE_LSE: tl.constexpr,
 ):
-    """Grid: (sum T * HKV,). Program (token, KV head) merges its G heads.
+    """Grid: (sum T * Hq,). Program r merges row r of (sum T, Hq) over its splits.
+
+    Every split's LSE and partial O of the row are loaded at once, as a
+    (BLOCK_S,) and a (BLOCK_S, D) tile (BLOCK_S = next power of 2 >= num_splits),
+    so the merge costs two dependent memory latencies whatever the split count
+    (a loop over splits costs two per split).
 
     O_PART: (num_splits, sum T, Hq, D) fp32; LSE_PART: (num_splits, sum T, Hq) fp32;
     O: (sum T, Hq, D) contiguous, the input dtype; LSE: (sum T, Hq) fp32.
     """
-    pid = tl.program_id(0)
-    tok = pid // HKV
-    kh = pid % HKV
-    offs_g = tl.arange(0, BLOCK_G)
+    row = tl.program_id(0).to(tl.int64)
+    offs_s = tl.arange(0, BLOCK_S)
     offs_d = tl.arange(0, D)
-    g_ok = offs_g < G
-    row = tok.to(tl.int64) * (HKV * G) + kh * G + offs_g      # (BLOCK_G,) index into (sum T, Hq)
-
-    m = tl.full((BLOCK_G,), float("-inf"), tl.float32)
-    for s in range(num_splits):                               # 1) the largest LSE per head
-        m = tl.maximum(m, tl.load(LSE_PART + s * stride_ps + row, mask=g_ok, other=float("-inf")))
+    s_ok = offs_s < num_splits
+    plane = offs_s.to(tl.int64) * stride_ps + row                # (BLOCK_S,) into one split's plane
+    lse_s = tl.load(LSE_PART + plane, mask=s_ok, other=float("-inf"))
+    o_s = tl.load(O_PART + plane[:, None] * D + offs_d[None, :], mask=s_ok[:, None], other=0.0)
+    m = tl.max(lse_s, 0)
     m_safe = tl.where(m == float("-inf"), 0.0, m)
-
-    den = tl.zeros((BLOCK_G,), tl.float32)
-    acc = tl.zeros((BLOCK_G, D), tl.float32)
-    for s in range(num_splits):                               # 2) weighted sum of the partials
-        lse_s = tl.load(LSE_PART + s * stride_ps + row, mask=g_ok, other=float("-inf"))
-        w = tl.exp(lse_s - m_safe)                            # (BLOCK_G,)
-        o_s = tl.load(O_PART + (s * stride_ps + row)[:, None] * D + offs_d[None, :],
-                      mask=g_ok[:, None], other=0.0)          # (BLOCK_G, D)
-        den += w
-        acc += w[:, None] * o_s
-
-    out = acc / tl.where(den > 0.0, den, 1.0)[:, None]
-    tl.store(O + row[:, None] * D + offs_d[None, :], out.to(O.dtype.element_ty), mask=g_ok[:, None])
+    w = tl.exp(lse_s - m_safe)                                   # 0 for a split that saw nothing
+    den = tl.sum(w, 0)
+    den_safe = tl.where(den > 0.0, den, 1.0)
+    out = tl.sum(w[:, None] * o_s, 0) / den_safe                 # (D,)
+    tl.store(O + row * D + offs_d, out.to(O.dtype.element_ty))
     if WRITE_LSE:
-        tl.store(LSE + row, m_safe + tl.log(tl.where(den > 0.0, den, 1.0)), mask=g_ok)
+        tl.store(LSE + row, m_safe + tl.log(den_safe))
 
 
 @triton.jit

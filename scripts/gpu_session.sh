@@ -10,8 +10,10 @@
 #   B: `treebench run --suite seed --backends all` + its HTML report (~6-8 min)
 #   C: the seed suite on 1 GPU vs 2 GPUs (torchrun), triton_tree and
 #      torch_sdpa, with wall times and identical-correctness check (~4 min)
+#   D: split-KV sweep at small batch + kernel/timer gpu tests + check_p64 (~5 min)
+#   E: the seed suite, our kernels and the peers side by side, + report (~6 min)
 set -uo pipefail
-stage=${1:?stage A, B or C}
+stage=${1:?stage A, B, C, D or E}
 source .gpu/env.sh
 export PYTHONPATH=.:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 if [ -f .fi-cache/fi-cache.tgz ]; then   # FlashInfer's prebuilt bf16 kernels: skips ~70 s of JIT
@@ -19,12 +21,18 @@ if [ -f .fi-cache/fi-cache.tgz ]; then   # FlashInfer's prebuilt bf16 kernels: s
   tar xzf .fi-cache/fi-cache.tgz --strip-components=5 -C /tmp/gpu-site/flashinfer/data/aot || true
 fi
 R=/tmp/h200-$stage; mkdir -p "$R"
-tb() { python3 -m harness.cli "$@"; }
+# Every step runs under `timeout` against one deadline per call, so the tarball
+# below is always written and comes back even when a step runs long.
+DEADLINE=$(( $(date +%s) + ${STAGE_BUDGET_S:-540} ))
+left() { local l=$(( DEADLINE - $(date +%s) - ${1:-0} )); [ "$l" -gt 5 ] && echo "$l" || echo 5; }
+tb() { timeout "$(left)" python3 -m harness.cli "$@"; }
+# B resumes from a carried partial run (results/h200-partial/seed.jsonl), if one is there
+[ -f results/h200-partial/seed.jsonl ] && cp results/h200-partial/seed.jsonl "$R/seed.jsonl" && RESUME=--resume
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$R/nvidia-smi.csv"
 case $stage in
   A)
     tb list > "$R/list.txt" 2>&1
-    python3 -m pytest -q -m gpu tests > "$R/pytest-gpu.txt" 2>&1
+    timeout 150 python3 -m pytest -q -m gpu tests > "$R/pytest-gpu.txt" 2>&1
     for s in check seed random; do
       tb check --suite $s --backend triton_tree --out "$R/check-triton_tree-$s.jsonl" > "$R/check-triton_tree-$s.txt" 2>&1
       echo "check $s triton_tree exit $?" >> "$R/exit-codes.txt"
@@ -33,14 +41,35 @@ case $stage in
       tb check --suite check --backend $b --out "$R/check-peers.jsonl" > "$R/check-$b.txt" 2>&1
       echo "check check $b exit $?" >> "$R/exit-codes.txt"
     done
-    timeout 120 python3 scripts/timing_fidelity.py --backends triton_tree,flashinfer_mask > "$R/fidelity.md" 2>&1
+    timeout "$(left 10)" python3 scripts/timing_fidelity.py --backends triton_tree,flashinfer_mask > "$R/fidelity.md" 2>&1
     ;;
   B)
-    tb run --suite seed --backends all --out "$R/seed.jsonl" --report "$R/seed.html" --quiet > "$R/seed.txt" 2>&1
+    tb run --suite seed --backends all --out "$R/seed.jsonl" --report "$R/seed.html" --quiet ${RESUME:-} > "$R/seed.txt" 2>&1
     echo "run seed exit $?" >> "$R/exit-codes.txt"
     ;;
+  D)  # split-KV sweep at small B (scripts/splits_sweep.py), the gpu tests of the kernel and
+      # timer, and every adapter on the check suite at P 64 (xformers skips P 16)
+    timeout "$(left 200)" python3 scripts/splits_sweep.py --out "$R" --budget-s 240 > "$R/sweep.log" 2>&1
+    echo "sweep exit $?" >> "$R/exit-codes.txt"
+    timeout "$(left 90)" python3 -m pytest -q -m gpu tests/test_timing.py tests/test_triton_tree.py > "$R/pytest-gpu.txt" 2>&1
+    echo "pytest exit $?" >> "$R/exit-codes.txt"
+    for b in triton_tree xformers_tree flashinfer_mask flex causal_baseline; do
+      tb check --suite check_p64 --backend $b --out "$R/check_p64.jsonl" > "$R/check_p64-$b.txt" 2>&1
+      echo "check check_p64 $b exit $?" >> "$R/exit-codes.txt"
+    done
+    ;;
+  E)  # the seed suite, our kernels and every peer side by side (no reference/torch_sdpa timing), + report
+    tb run --suite seed --backends triton_tree,triton_tree_bias,triton_causal,xformers_tree,flashinfer_mask,flex,causal_baseline,vllm_triton \
+      --out "$R/seed.jsonl" --report "$R/seed.html" --quiet ${RESUME:-} > "$R/seed.txt" 2>&1
+    echo "run seed exit $?" >> "$R/exit-codes.txt"
+    for s in check random; do
+      tb check --suite $s --backend triton_tree --out "$R/check-triton_tree-$s.jsonl" > "$R/check-triton_tree-$s.txt" 2>&1
+      echo "check $s triton_tree exit $?" >> "$R/exit-codes.txt"
+    done
+    timeout "$(left 10)" python3 scripts/timing_fidelity.py --backends triton_tree,flashinfer_mask > "$R/fidelity.md" 2>&1
+    ;;
   C)
-    OUT_SAVE=$OUT; OUT=$R/scaling BACKENDS=triton_tree,torch_sdpa bash scripts/multi_gpu_bench.sh > "$R/scaling.txt" 2>&1
+    OUT_SAVE=$OUT; OUT=$R/scaling BACKENDS=triton_tree,torch_sdpa timeout "$(left 90)" bash scripts/multi_gpu_bench.sh > "$R/scaling.txt" 2>&1
     echo "scaling exit $?" >> "$R/exit-codes.txt"; OUT=$OUT_SAVE
     tb run --suite check --backends triton_tree --isolate --quiet --out "$R/isolate.jsonl" > "$R/isolate.txt" 2>&1
     ;;

@@ -64,3 +64,13 @@ def test_expand_axes_is_the_product():
 def test_expand_axes_rejects(axes, fragment):
     with pytest.raises(ConfigError, match=fragment):
         expand_axes(axes)
+
+
+def test_check_p64_is_the_check_suite_at_page_size_64():
+    """suites/check_p64.toml: the same cases as `check` but P 64 (xformers' paged path)."""
+    from dataclasses import replace
+
+    from harness.suites import load_suite
+    check, p64 = load_suite("check").cases, load_suite("check_p64").cases
+    assert p64 and all(c.page_size == 64 for c in p64)
+    assert [replace(c, page_size=16) for c in p64] == list(check)

@@ -350,3 +350,26 @@ def test_cpu_availability_and_flex_size_limit():
     assert FlexTree().availability() is None
     big = Case(batch_size=64, context_len=2048, tree="full:3:3")
     assert "materialises" in FlexTree().supports(big)
+
+
+def test_flex_resets_dynamo_before_the_recompile_limit(monkeypatch):
+    """A sweep recompiles flex once per case; the adapter must drop dynamo's caches
+    before dynamo's recompile limit makes every later case run eagerly."""
+    import backends.flex as flex_mod
+
+    compiled, resets = [], []
+    monkeypatch.setattr(torch, "compile", lambda fn: compiled.append(fn) or fn)
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: resets.append(1))
+    monkeypatch.setattr(flex_mod, "_COMPILED", {})
+    monkeypatch.setattr(flex_mod, "_PREPARED", [0])
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 8)
+    for _ in range(3 * flex_mod.RECOMPILE_LIMIT):
+        flex_mod._flex_for(torch.device("cuda"))
+    assert torch._dynamo.config.recompile_limit == flex_mod.RECOMPILE_LIMIT
+    # never more prepares between two resets than half the limit, and one compile per reset
+    assert len(resets) >= 3 * flex_mod.RECOMPILE_LIMIT // (flex_mod.RECOMPILE_LIMIT // 2) - 1
+    assert len(compiled) == len(resets) + 1
+    before = flex_mod._PREPARED[0]
+    from torch.nn.attention.flex_attention import flex_attention
+    assert flex_mod._flex_for(torch.device("cpu")) is flex_attention     # eager on the CPU, not counted
+    assert flex_mod._PREPARED[0] == before

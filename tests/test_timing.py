@@ -191,3 +191,17 @@ def test_other_cuda_timers(mode):
 def test_peak_bandwidth_is_plausible():
     bw = measure_peak_bandwidth("cuda", nbytes=2**28, reps=5)
     assert 1e11 < bw < 2e13          # 0.1 to 20 TB/s: any current GPU
+
+
+@pytest.mark.gpu
+def test_empty_graph_is_not_timed(recwarn):
+    """A callable that queues no device work (host-only, or work on another
+    stream) captures an empty graph: it must be refused, not timed as an empty
+    replay, and torch's empty-graph warning is not passed on."""
+    a = torch.randn(512, 512, device="cuda")
+    with pytest.raises(RuntimeError, match="graph is empty"):
+        timing._capture(lambda: a)
+    assert not [w for w in recwarn if "Graph is empty" in str(w.message)]
+    torch.cuda.synchronize()
+    after = time_callable(_matmul(), device="cuda", warmup_ms=2, rep_ms=5, min_reps=5)
+    assert after.timer == "cuda_graph"

@@ -79,8 +79,11 @@ def test_tree_bias_is_zero_on_ancestors_and_rejects_mixed_trees():
 @pytest.mark.parametrize("programs,tiles,block_m,expect", [
     (512, [33], 16, 1),        # B 64: the grid already fills 132 SMs three times
     (128, [33], 16, 4),        # B 16, memory-bound tiles: ~3 programs per SM
-    (8, [33], 16, 11),         # B 1: capped at 3 KV tiles per split
-    (16, [33], 64, 9),         # B 1, tensor-core-bound tiles: ~1 program per SM
+    (8, [33], 16, 24),         # B 1: down to one KV tile per split, at most 24 splits
+    (8, [17], 16, 17),         # B 1, L 1024: one tile per split
+    (16, [33], 64, 11),        # B 1, tensor-core-bound tiles: capped at 3 KV tiles per split
+    (32, [33], 64, 8),         # B 1, 4 M-tiles: one wave at 2 programs per SM
+    (128, [33], 64, 2),        # B 16: one wave at 2 programs per SM
     (8, [1], 16, 1),           # one tile: nothing to split
 ])
 def test_choose_num_splits(programs, tiles, block_m, expect):
