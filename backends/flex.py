@@ -26,6 +26,8 @@ warnings.filterwarnings("ignore", message="flex_attention called without torch.c
 CPU_MAX_SCORES = 1 << 25  # eager CPU flex materialises (B, Hq, T_max, S_max) fp32 scores: <= 128 MiB
 BLOCK_SIZE = 128          # BlockMask block size (FlexAttention's default, both axes)
 RECOMPILE_LIMIT = 64      # dynamo's per-function recompile cap (default 8), raised so a sweep stays compiled
+DYNAMIC = True            # symbolic shapes from the first compile: a static first compile of some
+                          # shapes fails in inductor (suites/findings/flex_static_no_choices.toml)
 
 _COMPILED: dict[str, Callable] = {}  # device type -> flex_attention, compiled once per process
 _PREPARED = [0]                      # GPU prepares since the last dynamo reset
@@ -34,8 +36,11 @@ _PREPARED = [0]                      # GPU prepares since the last dynamo reset
 def _flex_for(device: torch.device) -> Callable:
     """flex_attention compiled (CUDA) or eager (CPU), cached per device type.
 
-    Compiling uses dynamo's automatic dynamic shapes: the first shape compiles
-    statically, the next one recompiles with the changed dims symbolic. After
+    Compiled with `dynamic=True`: every shape is symbolic from the first
+    compile. (With dynamo's default, the first shape after a reset compiles
+    statically, and on the H200 with torch 2.11 that static compile raised
+    inductor's NoValidChoicesError for B 16, T 40 and B 64, T 64 of the seed
+    suite: suites/findings/flex_static_no_choices.toml.) After
     `recompile_limit` recompiles dynamo silently runs flex *eagerly*, so the
     limit is raised to RECOMPILE_LIMIT (a process-wide dynamo setting) and
     dynamo's caches are reset every RECOMPILE_LIMIT // 2 GPU prepares (a sweep
@@ -58,7 +63,7 @@ def _flex_for(device: torch.device) -> Callable:
     if "cuda" not in _COMPILED:
         cfg = torch._dynamo.config
         cfg.recompile_limit = max(cfg.recompile_limit, RECOMPILE_LIMIT)
-        _COMPILED["cuda"] = torch.compile(flex_attention)
+        _COMPILED["cuda"] = torch.compile(flex_attention, dynamic=DYNAMIC)
     return _COMPILED["cuda"]
 
 

@@ -358,7 +358,11 @@ def test_flex_resets_dynamo_before_the_recompile_limit(monkeypatch):
     import backends.flex as flex_mod
 
     compiled, resets = [], []
-    monkeypatch.setattr(torch, "compile", lambda fn: compiled.append(fn) or fn)
+    def fake_compile(fn, dynamic=None):
+        assert dynamic is True, "flex must compile with symbolic shapes (static first compiles fail)"
+        compiled.append(fn)
+        return fn
+    monkeypatch.setattr(torch, "compile", fake_compile)
     monkeypatch.setattr(torch._dynamo, "reset", lambda: resets.append(1))
     monkeypatch.setattr(flex_mod, "_COMPILED", {})
     monkeypatch.setattr(flex_mod, "_PREPARED", [0])
