@@ -67,6 +67,14 @@ class CausalBaseline(Backend):
     capabilities = Capabilities(devices=("cuda",), dtypes=("bfloat16", "float16"),
                                 min_compute_capability=(8, 0))
 
+    def note(self) -> str:
+        """The path cases take here, for `treebench list` (it names a missing flash_attn)."""
+        torch_path = "torch varlen_attn (FA2) over gathered K/V" if _varlen_attn() else \
+            "torch SDPA flash over gathered K/V (equal L_b and T_b only)"
+        if _flash_attn_with_kvcache() is None:
+            return f"flash_attn not installed (pip install flash-attn): {torch_path}"
+        return f"flash_attn_with_kvcache when P % {FLASH_ATTN_PAGE_MULTIPLE} == 0, else {torch_path}"
+
     def kernel_path(self, case: Case) -> str:
         """'flash_attn_with_kvcache', 'torch_varlen_flash' or 'torch_sdpa_flash'."""
         if _flash_attn_with_kvcache() and case.page_size % FLASH_ATTN_PAGE_MULTIPLE == 0:

@@ -59,7 +59,8 @@ def _setup_logging(quiet: bool, console: Console) -> None:
 
 
 def cmd_list(args, console: Console) -> int:
-    """`treebench list`: every registered backend with its availability and reason."""
+    """`treebench list`: every registered backend with its availability and reason
+    (for an available backend, its optional `note()`: which path it takes here)."""
     import backends  # noqa: F401
     from harness.backend import REGISTRY
 
@@ -70,9 +71,19 @@ def cmd_list(args, console: Console) -> int:
         b = REGISTRY[name]()
         reason = availability_of(b)
         devices = ",".join(getattr(getattr(b, "capabilities", None), "devices", ()) or ())
-        table.add_row(name, "no" if reason else "yes", getattr(b, "mask_kind", "tree"), devices, reason or "")
+        note = getattr(b, "note", None)
+        detail = reason or (_safe_note(note) if callable(note) else "")
+        table.add_row(name, "no" if reason else "yes", getattr(b, "mask_kind", "tree"), devices, detail)
     Console().print(table)
     return 0
+
+
+def _safe_note(note) -> str:
+    """A backend's note() for `treebench list`; a raising note() becomes its error."""
+    try:
+        return str(note() or "")
+    except Exception as e:  # noqa: BLE001 -- a listing never fails on one backend
+        return f"note() raised {type(e).__name__}: {e}"
 
 
 def _fallback_summary(tree) -> dict:

@@ -377,3 +377,18 @@ def test_flex_resets_dynamo_before_the_recompile_limit(monkeypatch):
     from torch.nn.attention.flex_attention import flex_attention
     assert flex_mod._flex_for(torch.device("cpu")) is flex_attention     # eager on the CPU, not counted
     assert flex_mod._PREPARED[0] == before
+
+
+def test_list_names_the_missing_flash_attn_package(monkeypatch, capsys):
+    """`treebench list` shows, for causal_baseline, which path it takes and that
+    the flash_attn package is missing (issue: 'unavailable with the reason')."""
+    from harness.cli import main
+    monkeypatch.setattr(cb, "_flash_attn_with_kvcache", lambda: None)
+    monkeypatch.setattr(CausalBaseline, "availability", lambda self: None)
+    assert "flash_attn not installed" in CausalBaseline().note()
+    monkeypatch.setenv("COLUMNS", "400")
+    assert main(["list"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "causal_baseline" in line)
+    assert "flash_attn not installed" in row and " yes " in row
+    monkeypatch.setattr(cb, "_flash_attn_with_kvcache", lambda: (lambda *a, **k: None))
+    assert CausalBaseline().note().startswith("flash_attn_with_kvcache when P % 256 == 0")
