@@ -166,7 +166,7 @@ def _add_sweep_options(p) -> None:
     p.add_argument("--no-memory-check", action="store_true",
                    help="run pairs even when their predicted device memory exceeds the free memory")
     p.add_argument("--resume", action="store_true",
-                   help="skip case x backend pairs already stored in --out for this env (needs --out)")
+                   help="skip case x backend pairs already stored in --out for this env, whatever their status (error rows too; needs --out)")
     p.add_argument("--shard", default=None, metavar="I/N",
                    help="run only the cases whose suite index is I mod N, I 0-based (0 <= I < N; cluster job arrays); "
                         "merge the files with `treebench merge`")

@@ -205,7 +205,8 @@ def _exit_code(result, determinism: bool) -> int:
 def _print_plan(suite, backends, result) -> None:
     """The --dry-run line: how many pairs this process would run and how many --resume skips."""
     Console().print(f"dry run: suite {suite.name}, {len(suite.cases)} cases x {len(backends)} backends: "
-                    f"{result.planned} pairs to run here, {result.resumed} already stored", markup=False,
+                    f"{result.planned} pairs to run here ({result.will_skip} of them skipped rows: backend "
+                    f"unavailable or case unsupported), {result.resumed} already stored", markup=False,
                     highlight=False)
 
 

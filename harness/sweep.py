@@ -63,6 +63,7 @@ class SweepResult:
     rows: list[dict] = field(default_factory=list)   # rows to summarise: this run's (all ranks' on rank 0)
     planned: int = 0                                 # pairs this process was to run (after shard, rank, resume)
     resumed: int = 0                                 # pairs skipped as already stored
+    will_skip: int = 0                               # planned pairs that will be skipped rows (unavailable / unsupported)
     primary: bool = True                             # False on torchrun ranks > 0 (they report nothing)
     missing_ranks: list[int] = field(default_factory=list)  # ranks rank 0 gave up waiting for
     store_path: Path | None = None                   # where this process appended its rows
@@ -107,6 +108,19 @@ def _config(opts: SweepOptions, env: dict, device: str, store: Path | None, skip
                      skip=skip)
 
 
+def _count_skips(cases, backends, names, skip: frozenset) -> int:
+    """Pairs not yet stored whose backend is unavailable here or does not support the case
+    (what --dry-run reports as 'will be skipped'; memory prediction is not run)."""
+    def reason(call) -> bool:
+        try:
+            return bool(call())
+        except Exception:  # noqa: BLE001 -- a raising check is an error row later, not a skip
+            return False
+    down = {n for b, n in zip(backends, names) if reason(b.availability)}
+    return sum(1 for c in cases for b, n in zip(backends, names)
+               if (c.case_id, n) not in skip and (n in down or reason(lambda: b.supports(c))))
+
+
 def execute(cases, backends, opts: SweepOptions, console: Console | None = None) -> SweepResult:
     """Runs this process's share of cases x backends and returns what to report.
 
@@ -127,6 +141,7 @@ def execute(cases, backends, opts: SweepOptions, console: Console | None = None)
     result = SweepResult(planned=planned, resumed=len(mine) * len(names) - planned,
                          primary=rank is None or rank.primary, env_id=env["env_id"])
     if opts.dry_run:
+        result.will_skip = _count_skips(mine, backends, names, skip)
         return result
     store = rank_path(opts.out, rank) if rank and opts.out else opts.out
     if opts.out is not None:

@@ -94,7 +94,8 @@ def test_resume_of_a_finished_sweep_runs_nothing_and_reports_all(suite, tmp_path
     assert main(_check(suite, out)) == 0
     before = out.read_bytes()
     assert main(_check(suite, out, "--resume", "--dry-run")) == 0
-    assert "0 pairs to run here, 12 already stored" in capsys.readouterr().out
+    text = " ".join(capsys.readouterr().out.split())          # rich may wrap the line
+    assert "0 pairs to run here (0 of them skipped rows" in text and "12 already stored" in text
     assert main(_check(suite, out, "--resume")) == 0
     assert out.read_bytes() == before
     (line,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("│ exact ")]
@@ -129,3 +130,16 @@ def test_resume_needs_out(suite, capsys):
     assert main(["run", "--suite", str(suite), "--resume", "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--resume needs --out" in err[0]
+
+
+def test_dry_run_counts_the_pairs_that_will_be_skipped(suite, tmp_path, capsys):
+    """--dry-run says how many planned pairs will only be skipped rows (an
+    unavailable backend, an unsupported case), apart from those that will run."""
+    out = tmp_path / "r.jsonl"
+    args = ["run", "--suite", str(suite), "--backends", f"reference,{FAULTS}:Exact,xformers_tree",
+            "--out", str(out), "--quiet", "--dry-run"]
+    assert main(args) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    # xformers is not installed on the CPU (and needs CUDA): its 12 pairs are skips
+    assert "36 pairs to run here (12 of them skipped rows" in text
+    assert not out.exists()
