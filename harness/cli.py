@@ -22,6 +22,7 @@ import math
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 from rich.logging import RichHandler
 from rich.table import Table
 
@@ -73,7 +74,8 @@ def cmd_list(args, console: Console) -> int:
         devices = ",".join(getattr(getattr(b, "capabilities", None), "devices", ()) or ())
         note = getattr(b, "note", None)
         detail = reason or (_safe_note(note) if callable(note) else "")
-        table.add_row(name, "no" if reason else "yes", getattr(b, "mask_kind", "tree"), devices, detail)
+        table.add_row(name, "no" if reason else "yes", getattr(b, "mask_kind", "tree"), devices,
+                      escape(detail))   # install hints hold brackets: treebench[gpu]
     Console().print(table)
     return 0
 
@@ -180,8 +182,10 @@ def _add_run(sub) -> None:
     text = "correctness then timing for every case x backend; appends rows, writes a report"
     p = sub.add_parser("run", help=text, description=text[:1].upper() + text[1:] + ".",
                        allow_abbrev=False)  # --gpus relaunches the command line: options must be spelled out
-    p.add_argument("--suite", default="smoke", help="suite name (suites/NAME.toml) or TOML file (default: smoke)")
-    p.add_argument("--backends", default=None,
+    p.add_argument("--suite", default="smoke",
+                   help="a suite shipped with treebench (smoke, check, check_p64, seed, random) or a TOML file "
+                        "path (default: smoke)")
+    p.add_argument("--backends", "--backend", dest="backends", default=None,
                    help="comma-separated names, package.module:Class or path/file.py:Class, or 'all' "
                         "(default: every available built-in backend)")
     p.add_argument("--out", default=None,
@@ -194,8 +198,11 @@ def _add_run(sub) -> None:
 
 def _add_check(sub) -> None:
     p = sub.add_parser("check", help="correctness only for one backend: exit 0 pass, 1 mismatch/error, 2 bad input")
-    p.add_argument("--suite", default="check", help="suite name or TOML file (default: check)")
-    p.add_argument("--backend", required=True, help="registry name, package.module:Class or path/file.py:Class")
+    p.add_argument("--suite", default="check",
+                   help="a suite shipped with treebench (smoke, check, check_p64, seed, random) or a TOML file "
+                        "path (default: check)")
+    p.add_argument("--backend", "--backends", dest="backend", required=True,
+                   help="one backend: registry name, package.module:Class or path/file.py:Class")
     p.add_argument("--out", default=None, help="also append the rows to this results JSONL")
     _add_sweep_options(p)
 
@@ -272,7 +279,11 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # --help
         return e.code if isinstance(e.code, int) else 0
     except KeyboardInterrupt:
-        sys.stderr.write(f"{PROG}: interrupted; rows already written are kept\n")
+        from harness.cli_sweep import ACTIVE_OUT
+        out = ACTIVE_OUT[0]
+        where = (f" in {out}; to finish, run the same command with --out {out} --resume"
+                 if out is not None else "")
+        sys.stderr.write(f"{PROG}: interrupted; rows already written are kept{where}\n")
         return 130
 
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 import logging
 import os
 import re
+import secrets
 import statistics
+import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -82,7 +84,9 @@ def availability_of(backend) -> str | None:
 
 
 def _stamp() -> str:
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    """UTC time plus a random token: runs started in the same second (job-array shards)
+    get different default output files."""
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
 
 
 def safe_name(name: str, path: Path | None = None) -> str:
@@ -115,14 +119,14 @@ def _check_suite_arg(suite: str) -> None:
                           "or a suite name")
 
 
-def _report_path(path: str | None, suite: str, out: str | Path | None = None) -> Path:
+def _report_path(path: str | None, suite: str, out: str | Path | None = None, stamp: str | None = None) -> Path:
     """The report path (default reports/local/<suite>-<UTC time>.html), checked before the run.
 
     Raises:
         ConfigError: not an .html/.htm path, an existing file that is not HTML, the --out file,
             a directory, or a folder that cannot be made or written.
     """
-    p = Path(path) if path else Path("reports/local") / f"{suite}-{_stamp()}.html"
+    p = Path(path) if path else Path("reports/local") / f"{suite}-{stamp or _stamp()}.html"
     if p.is_dir():
         raise ConfigError(f"--report {p}: is a directory; give a file path such as {p / 'report.html'}")
     if p.suffix.lower() not in (".html", ".htm"):
@@ -145,7 +149,19 @@ def _report_path(path: str | None, suite: str, out: str | Path | None = None) ->
         raise ConfigError(f"--report {p}: cannot create its folder ({e.strerror})") from None
     if not os.access(p.parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise ConfigError(f"--report {p}: cannot write there (permission denied); give a writable .html path")
+    try:  # and a real write probe: os.access says yes to root on read-only file systems (/sys)
+        if p.exists():
+            with open(p, "ab"):
+                pass
+        else:
+            with tempfile.NamedTemporaryFile(dir=p.parent, prefix=".treebench-probe-", suffix=".html"):
+                pass
+    except OSError as e:
+        raise ConfigError(f"--report {p}: cannot write there ({e.strerror}); give a writable .html path") from None
     return p
+
+
+ACTIVE_OUT: list[Path | None] = [None]   # the results file of the run/check in progress (for Ctrl-C)
 
 
 # ---- output -----------------------------------------------------------------------------
@@ -170,14 +186,14 @@ def _print_summary(rows: list[dict], title: str, max_lines: int = 20) -> None:
     out.print(_summary_table(rows, title))
     failed = [r for r in rows if r["status"] in FAILED]
     for r in failed[:max_lines]:
-        out.print(f"{r['status']}: {r['backend']} on {r['case_id']}: {r['reason']}", markup=False, highlight=False)
+        out.print(f"{r['status']}: {r['backend']} on {r['case_id']}: {r['reason']}", markup=False, highlight=False, soft_wrap=True)
     if len(failed) > max_lines:
-        out.print(f"... and {len(failed) - max_lines} more failed rows", markup=False)
+        out.print(f"... and {len(failed) - max_lines} more failed rows", markup=False, soft_wrap=True)
     nondet = [r for r in rows if r.get("deterministic") is False]
     for name in dict.fromkeys(r["backend"] for r in nondet):
         n = sum(r["backend"] == name for r in nondet)
         out.print(f"nondeterministic: {name} on {n} case(s): two calls gave bitwise different outputs",
-                  markup=False, highlight=False)
+                  markup=False, highlight=False, soft_wrap=True)
 
 
 # ---- run, check, merge ------------------------------------------------------------------
@@ -207,7 +223,7 @@ def _print_plan(suite, backends, result) -> None:
     Console().print(f"dry run: suite {suite.name}, {len(suite.cases)} cases x {len(backends)} backends: "
                     f"{result.planned} pairs to run here ({result.will_skip} of them skipped rows: backend "
                     f"unavailable or case unsupported), {result.resumed} already stored", markup=False,
-                    highlight=False)
+                    highlight=False, soft_wrap=True)
 
 
 def _write_report(rows: list[dict], out: Path, report: Path, title: str) -> bool:
@@ -246,8 +262,9 @@ def _launch_gpus(args, suite) -> int:
     from harness.store import check_writable
 
     name = _suite_name(suite)
-    out = args.out or str(Path("results/local") / f"{name}-{_stamp()}.jsonl")
-    report = _report_path(args.report, name, out)
+    stamp = _stamp()
+    out = args.out or str(Path("results/local") / f"{name}-{stamp}.jsonl")
+    report = _report_path(args.report, name, out, stamp)
     check_writable(out, create=False)
     if args.out is None:  # every rank must append to the same file
         argv += ["--out", out]
@@ -275,9 +292,11 @@ def cmd_run(args, console: Console) -> int:
         if args.gpus > 1 and not args.dry_run:
             return _launch_gpus(args, suite)
     name = _suite_name(suite)
-    out_path = args.out or Path("results/local") / f"{name}-{_stamp()}.jsonl"
-    report = None if args.dry_run else _report_path(args.report, name, out_path)  # before anything is written
+    stamp = _stamp()
+    out_path = args.out or Path("results/local") / f"{name}-{stamp}.jsonl"
+    report = None if args.dry_run else _report_path(args.report, name, out_path, stamp)  # before anything is written
     out = check_writable(out_path, not args.dry_run)
+    ACTIVE_OUT[0] = None if args.dry_run else out
     if args.dry_run:
         _print_plan(suite, backends, execute(suite.cases, backends, _sweep_options(args, "run", out), console))
         return 0
@@ -289,7 +308,7 @@ def cmd_run(args, console: Console) -> int:
     if not _write_report(result.rows, out, report, f"treebench {suite.name}"):
         code = 1
     _print_summary(result.rows, f"treebench run: suite {suite.name}, {len(suite.cases)} cases")
-    Console().print(f"rows: {out}\nreport: {report}", markup=False, highlight=False)
+    Console().print(f"rows: {out}\nreport: {report}", markup=False, highlight=False, soft_wrap=True)
     return code
 
 
@@ -302,9 +321,13 @@ def cmd_check(args, console: Console) -> int:
     _check_suite_arg(args.suite)
     _nonempty(args.out, "--out")
     _nonempty(args.shard, "--shard")
+    if "," in args.backend:
+        raise ConfigError(f"check --backend {args.backend}: check takes one backend; run one check per "
+                          "backend, or `treebench run --backends a,b` for several")
     suite = load_suite(args.suite)
     backend = load_one(args.backend)
     out = check_writable(args.out, not args.dry_run) if args.out else None
+    ACTIVE_OUT[0] = None if args.dry_run else out
     result = execute(suite.cases, [backend], _sweep_options(args, "check", out), console)
     if args.dry_run:
         _print_plan(suite, [backend], result)
@@ -328,10 +351,13 @@ def cmd_merge(args, console: Console) -> int:
         raise ConfigError("merge OUT is empty: give a results file path such as results/merged.jsonl")
     out = Path(args.out)
     inputs = [Path(p) for p in args.inputs]
+    if not read_rows(merge_row_inputs(inputs)):
+        raise ConfigError(f"merge {' '.join(args.inputs)}: no result rows; point it at .jsonl result files "
+                          "or folders of them (folders are not searched recursively)")
     added = merge_results(out, inputs)  # validates OUT and every input before writing anything
     total = len(read_rows(merge_row_inputs(inputs)))
     Console().print(f"merged {len(added)} rows into {out} ({total - len(added)} duplicates dropped)",
-                    markup=False, highlight=False)
+                    markup=False, highlight=False, soft_wrap=True)
     return 0
 
 

@@ -52,7 +52,7 @@ KIND_TITLES = {  # display order of the summary
     "fixed": "Fixed",
     "new": "New",
     "missing": "Missing from the candidate (fails the gate unless --allow-missing)",
-    "skipped": "Skipped in the candidate",
+    "skipped": "Skipped in the candidate (each line says whether the baseline skipped it too)",
     "still_failing": "Still failing",
     "incomparable": "Incomparable",
     "unchanged": "Unchanged",
@@ -171,7 +171,8 @@ def classify(base: dict | None, cand: dict | None, config: GateConfig) -> Verdic
     if bs == "pass" and cs in BAD:
         return Verdict(kind="correctness_loss", detail=_status_line(cand), **v)
     if cs == "skipped":
-        return Verdict(kind="skipped", detail=cand.get("reason") or "", **v)
+        was = "skipped in both" if bs == "skipped" else f"newly skipped (baseline was {bs})"
+        return Verdict(kind="skipped", detail=f"{was}: {cand.get('reason') or ''}", **v)
     if bs in BAD and cs == "pass":
         return Verdict(kind="fixed", detail=f"baseline was {_status_line(base)}", **v)
     if bs == "skipped":
@@ -417,6 +418,21 @@ def check_output_path(path: str | Path, flag: str) -> Path:
     return p
 
 
+def refuse_input_path(path: str | Path, flag: str, inputs: Sequence[str | Path]) -> None:
+    """Refuses an output path that would overwrite or pollute the results being read.
+
+    Raises:
+        ConfigError: `path` is one of the input files, or a .jsonl file directly in an
+            input folder (it would be read as results next time).
+    """
+    out = Path(path).resolve()
+    for given in inputs:
+        p = Path(given).resolve()
+        if out == p or (p.is_dir() and out.parent == p and out.suffix == ".jsonl"):
+            raise ConfigError(f"{flag} {path}: is one of the results being compared ({given}); "
+                              "write it somewhere else")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds `treebench gate`'s arguments to `parser`."""
     parser.add_argument("--baseline", nargs="+", required=True, metavar="RESULTS",
@@ -449,7 +465,8 @@ def _load(paths: Sequence[str], flag: str, backends: set[str] | None) -> tuple[l
         rows = [r for r in rows if r["backend"] in backends]
     if not rows:
         what = f" for backends {', '.join(sorted(backends))}" if backends else ""
-        raise ConfigError(f"gate {flag} {' '.join(paths)}: no result rows{what}; point it at a run's .jsonl file or folder")
+        raise ConfigError(f"gate {flag} {' '.join(paths)}: no result rows{what}; point it at a run's .jsonl "
+                          "file or folder (folders are not searched recursively)")
     return rows, read_envs(paths)
 
 
@@ -465,6 +482,7 @@ def run(args: argparse.Namespace) -> int:
     for flag, path in (("gate --summary", args.summary), ("gate --junit", args.junit)):
         if path:
             check_output_path(path, flag)
+            refuse_input_path(path, flag, [*args.baseline, *args.candidate])
     backends = {b.strip() for b in args.backends.split(",") if b.strip()} if args.backends else None
     base_rows, base_envs = _load(args.baseline, "--baseline", backends)
     cand_rows, cand_envs = _load(args.candidate, "--candidate", backends)

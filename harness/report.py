@@ -368,7 +368,8 @@ def run(args: argparse.Namespace) -> int:
 
     rows, envs = read_checked_rows(args.results, "report"), read_envs(args.results)
     if not rows:
-        raise ConfigError(f"report {' '.join(args.results)}: no result rows; give a run's .jsonl file or folder")
+        raise ConfigError(f"report {' '.join(args.results)}: no result rows; give a run's .jsonl file or "
+                          "folder (folders are not searched recursively)")
     out = Path(args.output or Path("reports/local") / f"{Path(args.results[0]).stem}.html")
     if out.suffix.lower() not in (".html", ".htm"):
         raise ConfigError(f"report -o {out}: give an .html path, e.g. reports/NAME.html")

@@ -161,25 +161,31 @@ def roofline(points: pd.DataFrame, order: Sequence[str], measured_bw: float | No
 
 
 def _tree_xy(tree: TokenTree) -> tuple[list[float], list[int]]:
-    """Node x (leaves spaced 1 apart in DFS order, parents centred over children) and depth."""
-    x = [0.0] * tree.size
-    nxt = 0.0
+    """Node x (leaves spaced 1 apart in DFS order, parents centred over children) and depth.
 
-    def place(i: int) -> None:
-        nonlocal nxt
-        for c in tree.children[i]:
-            place(c)
+    Iterative (a chain of 1000 nodes is a valid tree, deeper than Python's recursion limit).
+    """
+    order, stack = [], [0]
+    while stack:                                   # pre-order DFS, children in index order
+        i = stack.pop()
+        order.append(i)
+        stack.extend(reversed(tree.children[i]))
+    x = [0.0] * tree.size
+    leaves = [i for i in order if not tree.children[i]]
+    for k, i in enumerate(leaves):
+        x[i] = float(k)
+    for i in reversed(order):                      # every node's descendants before the node
         if tree.children[i]:
             x[i] = sum(x[c] for c in tree.children[i]) / len(tree.children[i])
-        else:
-            x[i], nxt = nxt, nxt + 1
-    place(0)  # recursion depth = tree depth, small
     return x, list(tree.depths)
+
+
+MAX_TREE_FIG_HEIGHT = 9.0   # inches: deep trees (chains) are squeezed, not drawn 500 inches tall
 
 
 def tree_figure(tree: TokenTree, title: str) -> str:
     """The tree drawn (root at top) beside its (T, T) ancestor mask."""
-    fig = Figure(figsize=(7.2, 1.4 + 0.55 * max(tree.depth, 2)), layout="constrained")
+    fig = Figure(figsize=(7.2, min(1.4 + 0.55 * max(tree.depth, 2), MAX_TREE_FIG_HEIGHT)), layout="constrained")
     ax, ax2 = fig.subplots(1, 2, width_ratios=[1.7, 1])
     x, d = _tree_xy(tree)
     for i, p in enumerate(tree.parents):
@@ -190,7 +196,9 @@ def tree_figure(tree: TokenTree, title: str) -> str:
         for i in range(tree.size):
             ax.text(x[i], -d[i], str(i), color="white", ha="center", va="center", fontsize=6, zorder=3)
     ax.set_title(f"{title}: T={tree.size}, depth {tree.depth}, {len(tree.leaves)} leaves", fontsize=9)
-    ax.set_yticks([-k for k in range(tree.depth + 1)], [f"depth {k}" for k in range(tree.depth + 1)], fontsize=7)
+    step = max(1, -(-(tree.depth + 1) // 16))     # at most ~16 depth labels
+    ticks = range(0, tree.depth + 1, step)
+    ax.set_yticks([-k for k in ticks], [f"depth {k}" for k in ticks], fontsize=7)
     ax.set_xticks([])
     ax.margins(0.08, 0.15)
     for s in ("top", "right", "bottom"):

@@ -225,6 +225,9 @@ def _result_files(paths) -> list[Path]:
     return out
 
 
+_WARNED: set[tuple[str, int]] = set()   # (file, line) of torn lines already warned about
+
+
 def read_rows(paths) -> list[dict]:
     """Reads result rows from JSONL files (or folders of them), in file order.
 
@@ -247,7 +250,9 @@ def read_rows(paths) -> list[dict]:
                         raise ConfigError(f"results file {f}:{n}: not a JSON result row; {f} is not a "
                                           "treebench results file (give .jsonl files written by treebench run)"
                                           ) from None
-                    log.warning("%s:%d: skipping a torn or malformed result line", f, n)
+                    if (str(f), n) not in _WARNED:   # files are often read twice (validate, then use)
+                        _WARNED.add((str(f), n))
+                        log.warning("%s:%d: skipping a torn or malformed result line", f, n)
                     continue
                 if not isinstance(row, dict) or row.get("schema") != SCHEMA:
                     got = row.get("schema") if isinstance(row, dict) else type(row).__name__

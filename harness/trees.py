@@ -342,6 +342,7 @@ _GENERATORS = {
     "random": _gen_random,
     "parents": _gen_parents,
 }
+GENERATORS = frozenset(_GENERATORS)   # the generator keywords (chain, full, levels, ...)
 
 
 # --------------------------------------------------------------------------- parsing

@@ -147,7 +147,7 @@ def summary(rows: list[dict]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="results/peers-dev", help="folder for check_peers.jsonl and the log")
+    ap.add_argument("--out", default="results/peers-dev", help="folder for check_peers.records.ndjson and the log")
     ap.add_argument("--budget-s", type=float, default=240.0, help="stop starting suite cases after this")
     ap.add_argument("--seed-cases", type=int, default=24, help="seed-suite cases to check (0: none)")
     ap.add_argument("--only", default="", help="comma-separated case labels (default: all)")
@@ -172,7 +172,7 @@ def main() -> int:
     if args.seed_cases:
         for r in suite_rows("seed", adapters, args.seed_cases, deadline):
             rows.append({**r, "group": "seed"})
-    with open(out / "check_peers.jsonl", "w") as f:
+    with open(out / "check_peers.records.ndjson", "w") as f:
         for r in rows:
             f.write(json.dumps({k: v for k, v in r.items() if k != "samples_us"}, default=str) + "\n")
     log.info("summary\n%s", summary(rows))

@@ -74,3 +74,14 @@ def test_check_p64_is_the_check_suite_at_page_size_64():
     check, p64 = load_suite("check").cases, load_suite("check_p64").cases
     assert p64 and all(c.page_size == 64 for c in p64)
     assert [replace(c, page_size=16) for c in p64] == list(check)
+
+
+def test_tree_spellings_that_parse_alike_share_one_case_id():
+    """' FULL:3:2 ' and 'full:3:2' are one tree: one case id, one seed (new-user finding)."""
+    from harness.cases import canonical_spec
+    a = Case(batch_size=2, context_len=8, tree=" FULL:3:2 ")
+    b = Case(batch_size=2, context_len=8, tree="full:3:2")
+    assert a.tree == "full:3:2" and a.case_id == b.case_id and a == b
+    assert canonical_spec("Chain: 4") == "chain:4"
+    assert canonical_spec(" eagle:mc_sim_7b_63 ") == "eagle:mc_sim_7b_63"   # names stay as written
+    assert canonical_spec("[(0,), (1,)]") == "[(0,), (1,)]"

@@ -155,3 +155,34 @@ def test_report_marks_noisy_rows(tmp_path):
     rows = [_row("c1", "a", spread=0.3), _row("c1", "b", spread=0.01, seed=1)]
     html = report.write_report(rows, {}, tmp_path / "r.html").read_text(encoding="utf-8")
     assert "⚠noisy" in html and "1 timed row(s) are noisy" in html
+
+
+@pytest.mark.parametrize("flag", ["--junit", "--summary"])
+def test_gate_refuses_to_write_over_its_inputs(tmp_path, capsys, flag):
+    """--junit / --summary naming an input file (or a .jsonl in an input folder) would
+    destroy or pollute the results: exit 2, the inputs unchanged (new-user finding)."""
+    a = _write(tmp_path / "a.jsonl", [_row()])
+    before = a.read_bytes()
+    rc, _, err = _main(capsys, "gate", "--baseline", str(a), "--candidate", str(a), flag, str(a))
+    assert rc == 2 and "is one of the results being compared" in err and a.read_bytes() == before
+    rc, _, err = _main(capsys, "gate", "--baseline", str(tmp_path), "--candidate", str(a),
+                       flag, str(tmp_path / "new.jsonl"))
+    assert rc == 2 and not (tmp_path / "new.jsonl").exists()
+    rc, _, _ = _main(capsys, "gate", "--baseline", str(a), "--candidate", str(a), flag, str(tmp_path / "g.xml"))
+    assert rc == 0 and (tmp_path / "g.xml").exists()
+
+
+def test_merge_of_nothing_is_bad_input_and_writes_nothing(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    out = tmp_path / "out.jsonl"
+    rc, _, err = _main(capsys, "merge", str(out), str(tmp_path / "empty"))
+    assert rc == 2 and "no result rows" in err and not out.exists()
+
+
+def test_gate_says_whether_a_skip_is_new():
+    """A pair skipped in both runs and one newly skipped read differently (new-user finding:
+    189 'Skipped in the candidate' lines when comparing a run with itself)."""
+    both = gate.classify(_row(status="skipped", reason="P 16"), _row(status="skipped", reason="P 16"), GateConfig())
+    new = gate.classify(_row(), _row(status="skipped", reason="no GPU"), GateConfig())
+    assert both.kind == new.kind == "skipped" and not both.failed
+    assert both.detail.startswith("skipped in both") and new.detail.startswith("newly skipped (baseline was pass)")

@@ -200,3 +200,48 @@ def test_unwritable_report_folder_via_access(tiny, tmp_path, capsys, monkeypatch
     assert main(_run(tiny, "--out", str(out), "--report", str(tmp_path / "ro" / "r.html"))) == 2
     assert "cannot write there" in _one_line_error(capsys)
     assert not out.exists()
+
+
+def test_unwritable_report_is_found_before_the_run(tiny, tmp_path, capsys, monkeypatch):
+    """The report folder is probed with a real write before any case runs (os.access
+    says yes to root on read-only file systems such as /sys): exit 2, no rows written."""
+    import harness.cli_sweep as cs
+
+    def refuse(*a, **k):
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(cs.tempfile, "NamedTemporaryFile", refuse)
+    out = tmp_path / "r.jsonl"
+    rc = main(["run", "--suite", str(tiny), "--backends", "reference", "--out", str(out),
+               "--report", str(tmp_path / "rep" / "r.html"), "--quiet"])
+    assert rc == 2 and "cannot write there" in _one_line_error(capsys)
+    assert not out.exists()
+
+
+def test_default_paths_of_runs_started_together_differ(tiny, tmp_path, monkeypatch):
+    """Two runs started in the same second (job-array shards without --out) must not
+    share their default results file or report; a run's two defaults share one token."""
+    monkeypatch.chdir(tmp_path)
+    for shard in ("0/2", "1/2"):
+        assert main(["run", "--suite", str(tiny), "--backends", "reference", "--shard", shard, "--quiet"]) == 0
+    results = sorted(p.stem for p in (tmp_path / "results/local").glob("tiny-*.jsonl"))
+    reports = sorted(p.stem for p in (tmp_path / "reports/local").glob("tiny-*.html"))
+    assert len(results) == 2 and results == reports
+
+
+def test_interrupt_names_the_results_file_and_how_to_resume(tiny, tmp_path, capsys, monkeypatch):
+    import harness.sweep
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(harness.sweep, "execute", interrupted)
+    out = tmp_path / "r.jsonl"
+    assert main(["run", "--suite", str(tiny), "--backends", "reference", "--out", str(out), "--quiet"]) == 130
+    err = capsys.readouterr().err
+    assert f"rows already written are kept in {out}" in err and f"--out {out} --resume" in err
+
+
+def test_backend_option_spellings(tiny, capsys):
+    """run takes --backend as well as --backends; check says it takes one backend."""
+    assert main(["run", "--suite", str(tiny), "--backend", "reference", "--dry-run"]) == 0
+    assert main(["check", "--suite", str(tiny), "--backends", "reference,flex"]) == 2
+    assert "check takes one backend" in _one_line_error(capsys)

@@ -264,3 +264,21 @@ def test_chromium_check_catches_a_broken_page(tmp_path):
     page = open_in_chromium(bad, tmp_path / "bad.png")
     assert any(e["method"] == "Runtime.exceptionThrown" for e in page["errors"])
     assert page["images"] == [False]
+
+
+def test_tree_layout_handles_deep_trees_and_centres_parents():
+    """A chain of 1000 nodes (valid: the limit is 1024) is laid out without recursion,
+    and a branching tree gets leaves 1 apart with parents centred over their children."""
+    from harness.report_plots import _tree_xy, tree_figure
+    from harness.trees import parse_tree
+    chain = parse_tree("chain:1000")
+    x, d = _tree_xy(chain)
+    assert d == list(range(chain.size)) and len(set(x)) == 1
+    assert tree_figure(chain, "chain").startswith("data:image/png;base64,")
+    t = parse_tree("full:2:2")            # root, 2 children, 4 grandchildren
+    x, d = _tree_xy(t)
+    leaves = sorted(x[i] for i in range(t.size) if not t.children[i])
+    assert leaves == [0.0, 1.0, 2.0, 3.0]
+    for i in range(t.size):
+        if t.children[i]:
+            assert x[i] == sum(x[c] for c in t.children[i]) / len(t.children[i])
