@@ -197,8 +197,8 @@ def tree_figure(tree: TokenTree, title: str) -> str:
             ax.text(x[i], -d[i], str(i), color="white", ha="center", va="center", fontsize=6, zorder=3)
     ax.set_title(f"{title}: T={tree.size}, depth {tree.depth}, {len(tree.leaves)} leaves", fontsize=9)
     step = max(1, -(-(tree.depth + 1) // 16))     # at most ~16 depth labels
-    ticks = range(0, tree.depth + 1, step)
-    ax.set_yticks([-k for k in ticks], [f"depth {k}" for k in ticks], fontsize=7)
+    levels = range(0, tree.depth + 1, step)
+    ax.set_yticks([-k for k in levels], [f"depth {k}" for k in levels], fontsize=7)
     ax.set_xticks([])
     ax.margins(0.08, 0.15)
     for s in ("top", "right", "bottom"):
