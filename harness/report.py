@@ -364,7 +364,7 @@ def run(args: argparse.Namespace) -> int:
         ConfigError: missing results, no rows, bad --baseline-backend, or (with
             --against) env fingerprints that differ (the CLI exits 2).
     """
-    from harness.gate import check_output_path, read_checked_rows
+    from harness.result_inputs import check_output_path, read_checked_rows
 
     rows, envs = read_checked_rows(args.results, "report"), read_envs(args.results)
     if not rows:
@@ -384,9 +384,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _gate(args: argparse.Namespace, rows: list[dict], envs: dict[str, dict]):
     """GateResult of these rows against --against's baseline results."""
-    from harness import gate
+    from harness import gate, result_inputs
 
-    base_rows, base_envs = gate.read_checked_rows(args.against, "report --against"), read_envs(args.against)
+    base_rows, base_envs = result_inputs.read_checked_rows(args.against, "report --against"), read_envs(args.against)
     notes = gate.env_differences(base_envs, envs, base_rows, rows)
     if notes and not args.allow_env_mismatch:
         raise ConfigError(f"report --against: env fingerprints differ ({'; '.join(notes)}); "

@@ -1,0 +1,98 @@
+"""Validation shared by `treebench gate` and `treebench report`: result rows read with
+every field they rely on checked, and output paths checked before anything is
+written (never over the results being read)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from harness.errors import ConfigError
+from harness.store import _result_files, read_rows
+
+REQUIRED_FIELDS = {"backend": str, "case": dict, "case_id": str, "status": str}
+STATUSES = ("pass", "mismatch", "error", "skipped")
+
+
+def row_problem(row: dict) -> str | None:
+    """What is wrong with a result row's fields (None when the gate and report can read it)."""
+    for name, typ in REQUIRED_FIELDS.items():
+        if name not in row or row[name] is None:
+            return f"field {name!r} is missing"
+        if not isinstance(row[name], typ):
+            return f"field {name!r} is {type(row[name]).__name__}, expected {typ.__name__}"
+    if row["status"] not in STATUSES:
+        return f"field 'status' is {row['status']!r}, expected one of {', '.join(STATUSES)}"
+    for name in ("median_us", "p25_us", "p75_us", "cv"):
+        x = row.get(name)
+        if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float))):
+            return f"field {name!r} is {type(x).__name__}, expected a number"
+    samples = row.get("samples_us")
+    if samples is not None and (not isinstance(samples, list)
+                                or any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in samples)):
+        return "field 'samples_us' must be a list of numbers"
+    return None
+
+
+def read_checked_rows(paths: Sequence[str], command: str) -> list[dict]:
+    """`harness.store.read_rows(paths)`, each row checked by `row_problem`.
+
+    Raises:
+        ConfigError: as read_rows, or a row lacks a required field (names file, line and field).
+    """
+    rows = read_rows(paths)
+    if all(row_problem(r) is None for r in rows):
+        return rows
+    for f in _result_files(paths):  # find where the bad row is, for the message
+        with open(f, encoding="utf-8", errors="replace") as fh:
+            for n, line in enumerate(fh, start=1):
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                problem = row_problem(row) if isinstance(row, dict) else None
+                if problem:
+                    raise ConfigError(f"{command}: results file {f}:{n}: {problem}; every row needs "
+                                      f"{', '.join(REQUIRED_FIELDS)} (case a JSON object), as `treebench run` writes")
+    raise ConfigError(f"{command}: a result row lacks one of {', '.join(REQUIRED_FIELDS)}")
+
+
+def check_output_path(path: str | Path, flag: str) -> Path:
+    """Checks up front that `path` can be written (nothing is created).
+
+    Raises:
+        ConfigError: `path` is a folder, an existing file that cannot be written, or lies
+            under a non-folder or an unwritable folder.
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{flag} {p}: is a folder; give a file path")
+    if p.exists():
+        if not os.access(p, os.W_OK):
+            raise ConfigError(f"{flag} {p}: file is not writable; choose another path or fix its permissions")
+        return p
+    parent = p.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{flag} {p}: {parent} is not a folder; choose another path")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {p}: folder {parent} is not writable; choose another path")
+    return p
+
+
+def refuse_input_path(path: str | Path, flag: str, inputs: Sequence[str | Path]) -> None:
+    """Refuses an output path that would overwrite or pollute the results being read.
+
+    Raises:
+        ConfigError: `path` is one of the input files, or a .jsonl file directly in an
+            input folder (it would be read as results next time).
+    """
+    out = Path(path).resolve()
+    for given in inputs:
+        p = Path(given).resolve()
+        if out == p or (p.is_dir() and out.parent == p and out.suffix == ".jsonl"):
+            raise ConfigError(f"{flag} {path}: is one of the results being compared ({given}); "
+                              "write it somewhere else")
