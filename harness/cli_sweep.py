@@ -273,12 +273,24 @@ def _launch_gpus(args, suite) -> int:
     return launch_torchrun(args.gpus, argv)
 
 
+def _given_once(argv, names: tuple[str, ...]) -> None:
+    """Refuses an option given more than once under its spellings (argparse keeps the last silently).
+
+    Raises:
+        ConfigError: two of `names` (or one twice) on the command line.
+    """
+    n = sum(a in names or a.split("=", 1)[0] in names for a in argv or [])
+    if n > 1:
+        raise ConfigError(f"{' / '.join(names)} given {n} times; give it once (comma-separate several backends)")
+
+
 def cmd_run(args, console: Console) -> int:
     """`treebench run`: correctness then timing; rows, env file, HTML report; exit 1 on any failed row."""
     from harness.store import check_writable
     from harness.suites import load_suite
     from harness.sweep import execute
 
+    _given_once(getattr(args, "argv", None), ("--backends", "--backend"))
     _check_suite_arg(args.suite)
     _nonempty(args.out, "--out")
     _nonempty(args.report, "--report")
@@ -321,7 +333,8 @@ def cmd_check(args, console: Console) -> int:
     _check_suite_arg(args.suite)
     _nonempty(args.out, "--out")
     _nonempty(args.shard, "--shard")
-    if "," in args.backend:
+    _given_once(getattr(args, "argv", None), ("--backend", "--backends"))
+    if "," in args.backend or args.backend.strip() == "all":
         raise ConfigError(f"check --backend {args.backend}: check takes one backend; run one check per "
                           "backend, or `treebench run --backends a,b` for several")
     suite = load_suite(args.suite)

@@ -396,6 +396,8 @@ def run(args: argparse.Namespace) -> int:
         if path:
             check_output_path(path, flag)
             refuse_input_path(path, flag, [*args.baseline, *args.candidate])
+    if args.summary and args.junit and Path(args.summary).resolve() == Path(args.junit).resolve():
+        raise ConfigError(f"gate --summary and --junit are the same file {args.junit}; give two paths")
     backends = {b.strip() for b in args.backends.split(",") if b.strip()} if args.backends else None
     base_rows, base_envs = _load(args.baseline, "--baseline", backends)
     cand_rows, cand_envs = _load(args.candidate, "--candidate", backends)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.errors import ConfigError
-from harness.store import _result_files, read_rows
+from harness.store import ENV_FILE_RE, _result_files, read_rows
 
 REQUIRED_FIELDS = {"backend": str, "case": dict, "case_id": str, "status": str}
 STATUSES = ("pass", "mismatch", "error", "skipped")
@@ -87,12 +87,15 @@ def refuse_input_path(path: str | Path, flag: str, inputs: Sequence[str | Path])
     """Refuses an output path that would overwrite or pollute the results being read.
 
     Raises:
-        ConfigError: `path` is one of the input files, or a .jsonl file directly in an
-            input folder (it would be read as results next time).
+        ConfigError: `path` is one of the input files, or a results (.jsonl) or env
+            (env-*.json) file in an input folder or beside an input file (it would be
+            overwritten, or read as results next time).
     """
     out = Path(path).resolve()
     for given in inputs:
         p = Path(given).resolve()
-        if out == p or (p.is_dir() and out.parent == p and out.suffix == ".jsonl"):
-            raise ConfigError(f"{flag} {path}: is one of the results being compared ({given}); "
-                              "write it somewhere else")
+        folder = p if p.is_dir() else p.parent
+        read_there = out.suffix == ".jsonl" or ENV_FILE_RE.fullmatch(out.name) is not None
+        if out == p or (out.parent == folder and read_there):
+            raise ConfigError(f"{flag} {path}: is one of the results being compared, or would be read "
+                              f"with them ({given}); write it somewhere else")

@@ -238,7 +238,12 @@ def merge_results(out: Path, inputs: Sequence[Path], with_run: bool = False) -> 
     out = Path(out)
     if any(Path(p).resolve() == out.resolve() for p in inputs):
         raise ConfigError(f"merge: {out} is both the output and an input; give a new output file")
+    if any(Path(p).is_dir() and out.resolve().parent == Path(p).resolve() for p in inputs):
+        raise ConfigError(f"merge: {out} lies in the input folder {out.parent}, so its rows would be read "
+                          "twice from then on; write it to another folder")
     check_writable(out, create=False, what="merge OUT")
+    if out.suffix != ".jsonl":
+        raise ConfigError(f"merge OUT {out}: give a .jsonl path (folders are read for *.jsonl files only)")
     result_inputs = merge_row_inputs(inputs)
     incoming = read_rows(result_inputs)
     envs = read_envs(list(inputs))

@@ -186,3 +186,56 @@ def test_gate_says_whether_a_skip_is_new():
     new = gate.classify(_row(), _row(status="skipped", reason="no GPU"), GateConfig())
     assert both.kind == new.kind == "skipped" and not both.failed
     assert both.detail.startswith("skipped in both") and new.detail.startswith("newly skipped (baseline was pass)")
+
+
+def test_gate_outputs_never_land_on_files_read_with_the_inputs(tmp_path, capsys):
+    """Second new-user pass: --junit/--summary on an env file beside the inputs, or both
+    on one path, are refused with exit 2 and every input file is left as it was."""
+    base = tmp_path / "base"
+    base.mkdir()
+    a = _write(base / "a.jsonl", [_row()])
+    env = base / "env-0123.json"
+    env.write_text("{}")
+    before = {p: p.read_bytes() for p in (a, env)}
+    for flag in ("--junit", "--summary"):
+        for inputs in ([str(base)], [str(a)]):
+            rc, _, err = _main(capsys, "gate", "--baseline", *inputs, "--candidate", str(a), flag, str(env))
+            assert rc == 2 and "write it somewhere else" in err
+    rc, _, err = _main(capsys, "gate", "--baseline", str(a), "--candidate", str(a),
+                       "--junit", str(tmp_path / "o.txt"), "--summary", str(tmp_path / "o.txt"))
+    assert rc == 2 and "same file" in err and not (tmp_path / "o.txt").exists()
+    assert {p: p.read_bytes() for p in (a, env)} == before
+
+
+def test_merge_out_must_be_a_jsonl_outside_the_input_folders(tmp_path, capsys):
+    src = tmp_path / "in"
+    src.mkdir()
+    a = _write(src / "a.jsonl", [_row()])
+    before = a.read_bytes()
+    for out in (src / "new.jsonl", src / "a.jsonl", tmp_path / "out.html"):
+        rc, _, err = _main(capsys, "merge", str(out), str(src))
+        assert rc == 2, out
+    assert sorted(p.name for p in src.iterdir()) == ["a.jsonl"] and a.read_bytes() == before
+    assert _main(capsys, "merge", str(tmp_path / "out.jsonl"), str(src))[0] == 0
+
+
+def test_backend_option_given_twice_is_refused(capsys):
+    rc, _, err = _main(capsys, "run", "--suite", "smoke", "--backends", "reference", "--backend", "flex", "--dry-run")
+    assert rc == 2 and "given 2 times" in err
+    rc, _, err = _main(capsys, "check", "--backend", "all")
+    assert rc == 2 and "check takes one backend" in err
+
+
+def test_ctrl_c_while_starting_is_one_line(monkeypatch, capsys):
+    """Ctrl-C while the console script imports torch and the harness: one line, exit 130."""
+    import sys
+    import types
+
+    from harness import entry
+
+    class Interrupting(types.ModuleType):
+        def __getattr__(self, name):
+            raise KeyboardInterrupt
+    monkeypatch.setitem(sys.modules, "harness.cli", Interrupting("harness.cli"))
+    assert entry.main() == 130
+    assert capsys.readouterr().err.strip() == "treebench: interrupted while starting; nothing was written"

@@ -1,0 +1,22 @@
+"""The `treebench` console script: `harness.cli.main`, with Ctrl-C during start-up
+(importing torch and the harness takes seconds) ending in the same one line and
+exit code 130 as Ctrl-C during a run, instead of a traceback."""
+
+from __future__ import annotations
+
+import sys
+
+INTERRUPTED = 130   # 128 + SIGINT, the shell's convention
+
+
+def main() -> int:
+    try:
+        from harness.cli import main as cli_main
+    except KeyboardInterrupt:
+        sys.stderr.write("treebench: interrupted while starting; nothing was written\n")
+        return INTERRUPTED
+    return cli_main()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
