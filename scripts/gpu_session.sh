@@ -12,8 +12,9 @@
 #      torch_sdpa, with wall times and identical-correctness check (~4 min)
 #   D: split-KV sweep at small batch + kernel/timer gpu tests + check_p64 (~5 min)
 #   E: the seed suite, our kernels and the peers side by side, + report (~6 min)
+#   F: the flex finding's repro + flex alone on the seed suite (~3 min)
 set -uo pipefail
-stage=${1:?stage A, B, C, D or E}
+stage=${1:?stage A, B, C, D, E or F}
 source .gpu/env.sh
 export PYTHONPATH=.:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 if [ -f .fi-cache/fi-cache.tgz ]; then   # FlashInfer's prebuilt bf16 kernels: skips ~70 s of JIT
@@ -67,6 +68,11 @@ case $stage in
       echo "check $s triton_tree exit $?" >> "$R/exit-codes.txt"
     done
     timeout "$(left 10)" python3 scripts/timing_fidelity.py --backends triton_tree,flashinfer_mask > "$R/fidelity.md" 2>&1
+    ;;
+  F)  # the flex finding reproduced in fresh processes, and flex alone on the seed suite
+    timeout "$(left 300)" python3 scripts/repro_flex_static.py > "$R/repro.txt" 2>&1
+    tb run --suite seed --backends flex --out "$R/flex-seed.jsonl" --quiet > "$R/flex-seed.txt" 2>&1
+    echo "run seed flex exit $?" >> "$R/exit-codes.txt"
     ;;
   C)
     OUT_SAVE=$OUT; OUT=$R/scaling BACKENDS=triton_tree,torch_sdpa timeout "$(left 90)" bash scripts/multi_gpu_bench.sh > "$R/scaling.txt" 2>&1
