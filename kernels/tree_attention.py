@@ -41,6 +41,7 @@ import torch
 import triton
 import triton.language as tl
 
+from harness.errors import ConfigError
 from harness.paged import BatchInputs
 from kernels.launch import FixedLaunch, verify_fast_path
 from kernels.tree_attention_plan import (MASK_MODES, KernelConfig, check_inputs, make_plan, next_pow2,
@@ -240,7 +241,7 @@ class TreeAttention:
 
     def __init__(self, inputs: BatchInputs, mask_mode: str = "tree", *, return_lse: bool = False,
                  config: KernelConfig | None = None, num_splits: int | None = None,
-                 fast_launch: bool = True, fused_merge: bool = False):
+                 fast_launch: bool = True, fused_merge: bool = False, merge_rows: int = 1):
         """Does all host work: checks, plan, mask packing, buffers, a warm-up launch.
 
         Args:
@@ -254,13 +255,19 @@ class TreeAttention:
             fused_merge: with split-KV, merge in the forward kernel's last split
                 program (one launch) instead of a second merge kernel; off by
                 default: its serial merge measured slower on the H200 (docs/kernel.md).
+            merge_rows: (sum T, Hq) rows per program of the split-KV merge kernel, a
+                power of 2 (1, the measured default; G groups a KV head's rows).
 
         Raises:
-            ConfigError: unsupported dtype, head dim, mask mode, or mixed trees in bias mode.
+            ConfigError: unsupported dtype, head dim, mask mode, mixed trees in bias mode, or
+                merge_rows not a power of 2.
         """
         check_inputs(inputs.dtype, inputs.q.shape[-1], mask_mode)
         self.inputs, self.mask_mode, self.return_lse = inputs, mask_mode, return_lse
         self.fused_merge = fused_merge
+        if merge_rows < 1 or merge_rows & (merge_rows - 1):
+            raise ConfigError(f"merge_rows={merge_rows}: must be a power of 2 >= 1")
+        self.merge_rows = merge_rows
         ls, ts, ss = inputs.host_lists()
         dev = inputs.device
         hq, d = inputs.q.shape[1], inputs.q.shape[2]
@@ -319,8 +326,9 @@ class TreeAttention:
             dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))
         if not split or fused:
             return [fwd]
-        merge = FixedLaunch(tree_attn_merge_kernel, (rows,),
+        per = self.merge_rows
+        merge = FixedLaunch(tree_attn_merge_kernel, (-(-rows // per),),
                             [o_part, lse_part, self.out, lse, rows, plan.num_splits],
-                            dict(BLOCK_S=next_pow2(plan.num_splits), D=d, WRITE_LSE=self.lse is not None),
-                            dict(num_warps=4 if plan.num_splits * d >= 2048 else 2, num_stages=1))
+                            dict(BLOCK_S=next_pow2(plan.num_splits), ROWS=per, D=d, WRITE_LSE=self.lse is not None),
+                            dict(num_warps=4 if plan.num_splits * per * d >= 2048 else 2, num_stages=1))
         return [fwd, merge]

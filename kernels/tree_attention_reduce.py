@@ -24,34 +24,38 @@ import triton.language as tl
 def tree_attn_merge_kernel(
     O_PART, LSE_PART, O, LSE,
     stride_ps, num_splits,                      # one split's plane (sum T * Hq); KV splits
-    BLOCK_S: tl.constexpr, D: tl.constexpr, WRITE_LSE: tl.constexpr,
+    BLOCK_S: tl.constexpr, ROWS: tl.constexpr, D: tl.constexpr, WRITE_LSE: tl.constexpr,
 ):
-    """Grid: (sum T * Hq,). Program r merges row r of (sum T, Hq) over its splits.
+    """Grid: (cdiv(sum T * Hq, ROWS),). Program p merges rows [p * ROWS, (p + 1) * ROWS)
+    of (sum T, Hq) over their splits.
 
-    Every split's LSE and partial O of the row are loaded at once, as a
-    (BLOCK_S,) and a (BLOCK_S, D) tile (BLOCK_S = next power of 2 >= num_splits),
-    so the merge costs two dependent memory latencies whatever the split count
-    (a loop over splits costs two per split).
+    Every split's LSE and partial O of those rows are loaded at once, as a
+    (BLOCK_S, ROWS) and a (BLOCK_S, ROWS, D) tile (BLOCK_S = next power of 2 >=
+    num_splits), so the merge costs two dependent memory latencies whatever the
+    split count (a loop over splits costs two per split). ROWS = 1 is the
+    measured default; more rows per program means fewer, larger programs (for
+    many rows and few splits, docs/kernel.md).
 
     O_PART: (num_splits, sum T, Hq, D) fp32; LSE_PART: (num_splits, sum T, Hq) fp32;
     O: (sum T, Hq, D) contiguous, the input dtype; LSE: (sum T, Hq) fp32.
     """
-    row = tl.program_id(0).to(tl.int64)
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)   # (ROWS,)
     offs_s = tl.arange(0, BLOCK_S)
     offs_d = tl.arange(0, D)
-    s_ok = offs_s < num_splits
-    plane = offs_s.to(tl.int64) * stride_ps + row                # (BLOCK_S,) into one split's plane
-    lse_s = tl.load(LSE_PART + plane, mask=s_ok, other=float("-inf"))
-    o_s = tl.load(O_PART + plane[:, None] * D + offs_d[None, :], mask=s_ok[:, None], other=0.0)
-    m = tl.max(lse_s, 0)
+    r_ok = rows < stride_ps
+    ok = (offs_s < num_splits)[:, None] & r_ok[None, :]                # (BLOCK_S, ROWS)
+    plane = offs_s.to(tl.int64)[:, None] * stride_ps + rows[None, :]  # into one split's plane
+    lse_s = tl.load(LSE_PART + plane, mask=ok, other=float("-inf"))
+    o_s = tl.load(O_PART + plane[:, :, None] * D + offs_d[None, None, :], mask=ok[:, :, None], other=0.0)
+    m = tl.max(lse_s, 0)                                               # (ROWS,)
     m_safe = tl.where(m == float("-inf"), 0.0, m)
-    w = tl.exp(lse_s - m_safe)                                   # 0 for a split that saw nothing
+    w = tl.exp(lse_s - m_safe[None, :])                                # 0 for a split that saw nothing
     den = tl.sum(w, 0)
     den_safe = tl.where(den > 0.0, den, 1.0)
-    out = tl.sum(w[:, None] * o_s, 0) / den_safe                 # (D,)
-    tl.store(O + row * D + offs_d, out.to(O.dtype.element_ty))
+    out = tl.sum(w[:, :, None] * o_s, 0) / den_safe[:, None]           # (ROWS, D)
+    tl.store(O + rows[:, None] * D + offs_d[None, :], out.to(O.dtype.element_ty), mask=r_ok[:, None])
     if WRITE_LSE:
-        tl.store(LSE + row, m_safe + tl.log(den_safe))
+        tl.store(LSE + rows, m_safe + tl.log(den_safe), mask=r_ok)
 
 
 @triton.jit

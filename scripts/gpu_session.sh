@@ -13,6 +13,7 @@
 #   D: split-KV sweep at small batch + kernel/timer gpu tests + check_p64 (~5 min)
 #   E: the seed suite, our kernels and the peers side by side, + report (~6 min)
 #   F: the flex finding's repro + flex alone on the seed suite (~3 min)
+#   (D again measures the merge kernel's rows-per-program variants: heuristic-rows2/4)
 set -uo pipefail
 stage=${1:?stage A, B, C, D, E or F}
 source .gpu/env.sh

@@ -7,7 +7,8 @@ every variant against the float64 reference, and times it with
 `harness.timing.time_callable` (CUDA graph, L2 flushed before each call): the
 heuristic's split count, fixed split counts, and the fused merge. One profiler
 pass per cell gives each kernel's duration (forward, merge) for the heuristic's
-variant. Used to choose `kernels/tree_attention_plan.choose_num_splits`
+variant, and the merge kernel with 2 and 4 rows per program. Used to choose
+`kernels/tree_attention_plan.choose_num_splits`
 (docs/kernel.md, results/kernel-dev/run4*).
 
     PYTHONPATH=. python scripts/splits_sweep.py --out $OUT     # on the H200
@@ -38,6 +39,7 @@ from kernels.tree_attention import TreeAttention  # noqa: E402
 TREES = ("full:3:0", "full:3:1", "full:3:2", "vllm:pr_27", "full:3:3", "medusa:mc_sim_7b_63")
 SPLITS = (4, 6, 8, 11, 16, 24)
 FUSED_SPLITS = (8, 16)
+MERGE_ROWS = (2, 4)      # rows per merge program (the default is 1); G = 4 groups a KV head's rows
 
 
 def cells() -> list[Case]:
@@ -85,12 +87,13 @@ def main() -> int:
             break
         inputs = build_inputs(case, "cuda")
         ref = reference_attention(inputs)
-        variants = [("heuristic", None, False)] + [(f"s{s}", s, False) for s in SPLITS] \
-            + [(f"s{s}-fused", s, True) for s in FUSED_SPLITS]
+        variants = [("heuristic", None, False, 1)] + [(f"s{s}", s, False, 1) for s in SPLITS] \
+            + [(f"s{s}-fused", s, True, 1) for s in FUSED_SPLITS] \
+            + [(f"heuristic-rows{r}", None, False, r) for r in MERGE_ROWS]
         base = [case.batch_size, case.context_len, case.tree, case.page_size]
-        for name, splits, fused in variants:
+        for name, splits, fused, merge_rows in variants:
             try:
-                ta = TreeAttention(inputs, num_splits=splits, fused_merge=fused)
+                ta = TreeAttention(inputs, num_splits=splits, fused_merge=fused, merge_rows=merge_rows)
                 rec = compare(ta(), ref, inputs.qo_indptr, case.dtype)
                 s = summarize(time_callable(ta, device="cuda").samples_us)
                 kt = kernel_times(ta) if name == "heuristic" else {}

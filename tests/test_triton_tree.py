@@ -236,3 +236,15 @@ def test_kernel_on_gpu(page_size, head_dim, gqa):
     case = Case(batch_size=5, context_len="ragged:0-900", tree="random:40:3", tree_per_request="mixed",
                 page_size=page_size, num_q_heads=gqa[0], num_kv_heads=gqa[1], head_dim=head_dim)
     check(case)
+
+
+@pytest.mark.parametrize("merge_rows", [1, 4, 8])
+def test_merge_kernel_rows_per_program(merge_rows):
+    """The split-KV merge with several (token, head) rows per program: rows past the
+    end (sum T * Hq not a multiple of merge_rows) are masked, results unchanged."""
+    case = Case(batch_size=3, context_len="ragged:0-40", tree="full:2:1", tree_per_request="mixed",
+                page_size=16, **TINY)
+    ta = check(case, num_splits=3, merge_rows=merge_rows)
+    assert ta._launches[1].grid[0] == -(-ta.out.shape[0] * ta.out.shape[1] // merge_rows)
+    with pytest.raises(ConfigError, match="merge_rows"):
+        TreeAttention(build_inputs(case, DEVICE), num_splits=3, merge_rows=3)
