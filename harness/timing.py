@@ -335,21 +335,27 @@ def _capture_timed(fn: Callable, flush: Callable[[], object], k: int):
             start.record()
             fn()
             end.record()
-    return _capture(body), events
+    return capture_graph(body), events
 
 
 def _time_replays(fn: Callable, budget: _Budget, calls: int) -> Timing:
     """Events around whole replays of a graph of k calls (k = 1 with the L2 flush); sample = replay / k."""
     k = 1 if budget.flush_l2 else _calls_per_graph(fn)
-    graph = _capture(lambda: [fn() for _ in range(k)])
+    graph = capture_graph(lambda: [fn() for _ in range(k)])
     flush = _flusher(budget)
     _warmup(graph.replay, budget.warmup_ms / 2, torch.cuda.synchronize)
     replays = _event_loop(graph.replay, flush, budget.reps(_iter_ms(graph.replay, flush)))
     return Timing([r / k for r in replays], "cuda_graph", None, budget.flush_l2, k, calls)
 
 
-def _capture(body: Callable[[], object]) -> torch.cuda.CUDAGraph:
-    """A CUDA graph of one call of `body`.
+def capture_graph(body: Callable[[], object]) -> torch.cuda.CUDAGraph:
+    """A CUDA graph of one call of `body`, captured on the current CUDA device.
+
+    `body` should have run once before (warm-up: compiles, allocator pools).
+
+    Raises:
+        RuntimeError (or torch's capture error): `body` cannot be captured, or it
+            queued no work on the capturing stream (an empty graph).
 
     A failed capture leaves torch in capture state: `torch.cuda.graph` does not
     restore the current stream when `capture_end` raises, and the default CUDA

@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.cases import Case  # noqa: E402
 from harness.compare import compare  # noqa: E402
+from harness.timing import capture_graph  # noqa: E402
 from harness.paged import BatchInputs, build_inputs  # noqa: E402
 from harness.reference import reference_attention  # noqa: E402
 from kernels.tree_attention_plan import KernelConfig, make_plan  # noqa: E402
@@ -137,14 +138,7 @@ class Bench:
 
 def graph_replay_ok(ta, expect: torch.Tensor) -> bool:
     """Captures the prepared callable in a CUDA graph, poisons the output, replays, compares."""
-    g = torch.cuda.CUDAGraph()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        ta()
-        with torch.cuda.graph(g, stream=s):
-            ta()
-    torch.cuda.current_stream().wait_stream(s)
+    g = capture_graph(ta)                  # ta was launched once in its constructor (warm)
     ta.out.fill_(float("nan"))
     g.replay()
     torch.cuda.synchronize()

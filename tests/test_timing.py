@@ -200,7 +200,7 @@ def test_empty_graph_is_not_timed(recwarn):
     replay, and torch's empty-graph warning is not passed on."""
     a = torch.randn(512, 512, device="cuda")
     with pytest.raises(RuntimeError, match="graph is empty"):
-        timing._capture(lambda: a)
+        timing.capture_graph(lambda: a)
     assert not [w for w in recwarn if "Graph is empty" in str(w.message)]
     torch.cuda.synchronize()
     after = time_callable(_matmul(), device="cuda", warmup_ms=2, rep_ms=5, min_reps=5)

@@ -17,6 +17,7 @@ if not torch.cuda.is_available():
 
 from harness.cases import Case  # noqa: E402
 from harness.compare import compare  # noqa: E402
+from harness.timing import capture_graph  # noqa: E402
 from harness.errors import ConfigError  # noqa: E402
 from harness.paged import build_inputs  # noqa: E402
 from harness.reference import reference_attention  # noqa: E402
@@ -214,13 +215,7 @@ def test_callable_replays_from_a_cuda_graph(splits):
     inputs = build_inputs(case, "cuda")
     ta = TreeAttention(inputs, num_splits=splits)
     expect = ta().clone()
-    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        ta()
-        with torch.cuda.graph(graph, stream=stream):
-            ta()
-    torch.cuda.current_stream().wait_stream(stream)
+    graph = capture_graph(ta)
     for _ in range(3):                                        # the split counters reset every launch
         ta.out.fill_(float("nan"))
         graph.replay()
