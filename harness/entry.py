@@ -10,6 +10,12 @@ INTERRUPTED = 130   # 128 + SIGINT, the shell's convention
 
 
 def main() -> int:
+    """Runs `treebench` (argv from sys.argv).
+
+    Returns:
+        harness.cli.main's exit code (0 ok, 1 failed rows or gate, 2 bad input,
+        130 interrupted); 130 also when interrupted while importing.
+    """
     try:
         from harness.cli import main as cli_main
     except KeyboardInterrupt:

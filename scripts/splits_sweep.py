@@ -43,6 +43,7 @@ MERGE_ROWS = (2, 4)      # rows per merge program (the default is 1); G = 4 grou
 
 
 def cells() -> list[Case]:
+    """The sweep's cases: B 1 over L 1024/2048 x TREES x P 128/16, and B 16 at P 128."""
     out = [Case(batch_size=1, context_len=L, tree=t, page_size=p)
            for p in (128, 16) for L in (1024, 2048) for t in TREES]
     out += [Case(batch_size=16, context_len=L, tree=t, page_size=128)
