@@ -18,7 +18,7 @@ from pathlib import Path
 from rich.console import Console
 
 from harness.errors import ConfigError
-from harness.runner import RunConfig, default_device, new_run_id, row_satisfies, run_cases
+from harness.runner import RunConfig, availabilities, default_device, new_run_id, row_satisfies, run_cases
 from harness.shard import (
     Rank,
     Shard,
@@ -109,16 +109,18 @@ def _config(opts: SweepOptions, env: dict, device: str, store: Path | None, skip
 
 
 def _count_skips(cases, backends, names, skip: frozenset) -> int:
-    """Pairs not yet stored whose backend is unavailable here or does not support the case
-    (what --dry-run reports as 'will be skipped'; memory prediction is not run)."""
-    def reason(call) -> bool:
+    """Pairs not yet stored that the runner will record as skipped: backend unavailable
+    here (`runner.availabilities`) or case not supported (what --dry-run reports;
+    memory prediction is not run)."""
+    down = availabilities(backends)
+
+    def unsupported(b, c) -> bool:
         try:
-            return bool(call())
-        except Exception:  # noqa: BLE001 -- a raising check is an error row later, not a skip
+            return bool(b.supports(c))
+        except Exception:  # noqa: BLE001 -- a raising supports() is an error row later, not a skip
             return False
-    down = {n for b, n in zip(backends, names) if reason(b.availability)}
     return sum(1 for c in cases for b, n in zip(backends, names)
-               if (c.case_id, n) not in skip and (n in down or reason(lambda: b.supports(c))))
+               if (c.case_id, n) not in skip and (down[id(b)] or unsupported(b, c)))
 
 
 def execute(cases, backends, opts: SweepOptions, console: Console | None = None) -> SweepResult:
