@@ -14,8 +14,7 @@ import random
 from dataclasses import asdict, dataclass, fields
 
 from harness.errors import ConfigError
-from harness.trees import GENERATORS as _TREE_GENERATORS
-from harness.trees import TokenTree, parse_tree
+from harness.trees import TokenTree, canonical_spec, parse_tree
 
 DTYPES = ("bfloat16", "float16", "float32")
 LAYOUTS = ("contiguous", "shuffled", "interleaved")
@@ -24,17 +23,6 @@ PHYSICAL_AXES = ("layout", "page_size")  # how K/V are stored, not what they are
 # Upper bounds: a value past these is a typo (1e9 requests would hang in context_lens before any memory check).
 MAX_AXIS = {"batch_size": 65536, "num_q_heads": 1024, "num_kv_heads": 1024, "head_dim": 1024, "page_size": 4096}
 MAX_CONTEXT_LEN = 2**24
-
-
-def canonical_spec(spec: str) -> str:
-    """`spec` without surrounding white space and with a generator keyword in lower case
-    (" FULL:3:2" -> "full:3:2"), so that spellings parse_tree accepts alike give one case id.
-    Choices lists and named trees are kept as written (stripped)."""
-    s = spec.strip()
-    kind, sep, rest = s.partition(":")
-    if sep and kind.strip().lower() in _TREE_GENERATORS:
-        return f"{kind.strip().lower()}:{rest.strip()}"
-    return s
 
 
 @dataclass(frozen=True)

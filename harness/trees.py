@@ -342,10 +342,21 @@ _GENERATORS = {
     "random": _gen_random,
     "parents": _gen_parents,
 }
-GENERATORS = frozenset(_GENERATORS)   # the generator keywords (chain, full, levels, ...)
 
 
 # --------------------------------------------------------------------------- parsing
+
+
+def canonical_spec(spec: str) -> str:
+    """`spec` as parse_tree reads it: without surrounding white space and with a
+    generator keyword in lower case (" FULL:3:2" -> "full:3:2"), so that spellings
+    parse_tree takes alike give one case id. Choices lists and named trees are
+    kept as written (stripped). Does not validate: parse_tree does."""
+    s = spec.strip()
+    kind, sep, rest = s.partition(":")
+    if sep and kind.strip().lower() in _GENERATORS:
+        return f"{kind.strip().lower()}:{rest.strip()}"
+    return s
 
 
 def parse_tree(spec: str | Sequence[Sequence[int]] | TokenTree) -> TokenTree:
