@@ -30,7 +30,13 @@ program writes the output (and LSE) itself; with several it writes a partial
 (a second launch) or, with FUSED_MERGE, by the tile's last split program.
 
 Pages: when P % BLOCK_N == 0 a tile lies inside one page (one block-table
-load, contiguous rows); otherwise each token looks up its own page.
+load, contiguous rows); otherwise each token looks up its own page. With
+KV_DESC the context tiles of such pages are loaded by TMA (one descriptor box
+of BLOCK_N tokens x D per tile, the pools viewed as (N * P, HKV * D)), and with
+BT_AHEAD the block-table entry of each tile is loaded that many tiles before
+its K/V, so the TMA issue does not wait on it (run 5: 240 -> 198 us for the
+27-node tree at B 64, docs/kernel.md). The masked tail tiles keep pointer loads:
+their columns past S_b must read as zeros, not as the pool's NaN slots.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import os
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from harness.errors import ConfigError
 from harness.paged import BatchInputs
@@ -61,6 +68,17 @@ def _dot(a, b, DOT_FP32: tl.constexpr):
         c = tl.dot(a.to(tl.float32), b.to(tl.float32))
     else:
         c = tl.dot(a, b)
+    return c
+
+
+@triton.jit
+def _dot_acc(a, b, acc, DOT_FP32: tl.constexpr):
+    """acc + a @ b, accumulated by the MMA itself (no separate add, so the P V
+    MMA of one tile may still run while the next tile's Q K^T is issued)."""
+    if DOT_FP32:
+        c = tl.dot(a.to(tl.float32), b.to(tl.float32), acc)
+    else:
+        c = tl.dot(a, b, acc)
     return c
 
 
@@ -120,6 +138,7 @@ def _tree_allowed(MASK, BIAS, row_tok, node, row_ok, offs_n, L, T, stride_mw, st
 @triton.jit(do_not_specialize=["stride_bt", "stride_mw", "stride_bias", "stride_ps", "m_tiles", "num_splits"])
 def tree_attn_fwd_kernel(
     Q, K, V, BT, CTX_LENS, QO, MASK, BIAS, O, LSE, O_PART, LSE_PART, SEM,
+    K_DESC, V_DESC,                             # TMA descriptors of the pools as (N * P, HKV * D), or None
     qk_scale,                                   # sm_scale * log2(e), fp32
     stride_qt, stride_qh,                       # q (sum T, Hq, D); its last dim is contiguous
     stride_kn, stride_kp, stride_kh,            # k/v cache (N, P, Hkv, D)
@@ -129,12 +148,15 @@ def tree_attn_fwd_kernel(
     HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, P: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, FUSED_MERGE: tl.constexpr,
     MASK_MODE: tl.constexpr, WRITE_LSE: tl.constexpr, DOT_FP32: tl.constexpr,
+    KV_DESC: tl.constexpr = False, BT_AHEAD: tl.constexpr = 0,
 ):
     """Grid: (B * HKV * num_splits * m_tiles,), M-tile fastest so the M-tiles that
     share a KV stream run together (their re-reads hit L2). SPLIT: num_splits > 1.
     FUSED_MERGE: the last split program of each (request, KV head, M-tile) merges the
     partials (counted in SEM, (B * HKV * m_tiles,) int32, zero between launches);
-    otherwise tree_attn_merge_kernel does, in a second launch."""
+    otherwise tree_attn_merge_kernel does, in a second launch. KV_DESC: context
+    tiles through K_DESC / V_DESC (needs P % BLOCK_N == 0); BT_AHEAD (0-3, with
+    KV_DESC): block-table entries loaded that many tiles ahead."""
     pid = tl.program_id(0)
     mt = pid % m_tiles
     split = (pid // m_tiles) % num_splits
@@ -169,16 +191,49 @@ def tree_attn_fwd_kernel(
     V_h = V + kh * stride_kh
     PAGE_TILE: tl.constexpr = P % BLOCK_N == 0
 
+    # Pages of the next BT_AHEAD context tiles, loaded ahead of their TMA loads (each
+    # load is clamped into the split's tiles, so it never leaves the request's row).
+    bt_row = BT + b * stride_bt
+    last = tl.maximum(t_ctx - 1, 0)
+    pg1 = t_lo * 0                              # int32 scalars, loop-carried
+    pg2 = pg1
+    pg3 = pg1
+    if KV_DESC and BT_AHEAD >= 1:
+        pg1 = tl.load(bt_row + (tl.minimum(t_lo, last) * BLOCK_N) // P)
+    if KV_DESC and BT_AHEAD >= 2:
+        pg2 = tl.load(bt_row + (tl.minimum(t_lo + 1, last) * BLOCK_N) // P)
+    if KV_DESC and BT_AHEAD >= 3:
+        pg3 = tl.load(bt_row + (tl.minimum(t_lo + 2, last) * BLOCK_N) // P)
     for t in range(t_lo, t_ctx):                # 1) context tiles: no mask
-        kv = _kv_tile_offsets(BT, b, t * BLOCK_N, S, stride_bt, stride_kn, stride_kp, P, BLOCK_N, PAGE_TILE)
-        k = tl.load(K_h + kv[:, None] + offs_d[None, :])      # (BLOCK_N, D)
-        v = tl.load(V_h + kv[:, None] + offs_d[None, :])
+        if KV_DESC:                              # one TMA box per tile (P % BLOCK_N == 0)
+            start = t * BLOCK_N
+            if BT_AHEAD == 0:
+                page = tl.load(bt_row + start // P)
+            else:
+                page = pg1
+                nxt = tl.load(bt_row + (tl.minimum(t + BT_AHEAD, last) * BLOCK_N) // P)
+                if BT_AHEAD == 1:
+                    pg1 = nxt
+                elif BT_AHEAD == 2:
+                    pg1 = pg2
+                    pg2 = nxt
+                else:
+                    pg1 = pg2
+                    pg2 = pg3
+                    pg3 = nxt
+            row0 = page * P + start % P
+            k = K_DESC.load([row0, kh * D])                     # (BLOCK_N, D)
+            v = V_DESC.load([row0, kh * D])
+        else:
+            kv = _kv_tile_offsets(BT, b, t * BLOCK_N, S, stride_bt, stride_kn, stride_kp, P, BLOCK_N, PAGE_TILE)
+            k = tl.load(K_h + kv[:, None] + offs_d[None, :])      # (BLOCK_N, D)
+            v = tl.load(V_h + kv[:, None] + offs_d[None, :])
         s = _dot(q, tl.trans(k), DOT_FP32)                    # (BLOCK_M, BLOCK_N) raw scores
         m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)      # log2 units
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s * qk_scale - m_new[:, None])            # one FFMA per score
         l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + _dot(p.to(dtype), v, DOT_FP32)
+        acc = _dot_acc(p.to(dtype), v, acc * alpha[:, None], DOT_FP32)   # the MMA accumulates in place
         m_i = m_new
 
     for t in range(tl.maximum(t_lo, t_ctx), t_hi):  # 2) tiles overlapping [L, S): masked
@@ -196,7 +251,7 @@ def tree_attn_fwd_kernel(
         alpha = tl.exp2(m_i - m_safe)
         p = tl.exp2(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + _dot(p.to(dtype), v, DOT_FP32)
+        acc = _dot_acc(p.to(dtype), v, acc * alpha[:, None], DOT_FP32)
         m_i = m_new
 
     seen = l_i > 0.0                            # False only for a split that saw nothing of a row
@@ -224,6 +279,31 @@ def tree_attn_fwd_kernel(
 
 # ---- host side: prepare once, then launch -------------------------------------------
 
+USE_KV_DESC = True   # kv_desc=None: TMA descriptor loads wherever kv_desc_unsupported allows
+
+
+def kv_desc_unsupported(inputs: BatchInputs, block_n: int) -> str:
+    """Why the context tiles cannot be loaded through TMA descriptors, or "" when they can:
+    a tile must lie in one page (P % BLOCK_N == 0), the pools must be contiguous NHD
+    (N, P, Hkv, D) with 16-byte aligned bases, and the device must have TMA (sm_90+;
+    Triton's CPU interpreter emulates it)."""
+    kc, vc = inputs.k_cache, inputs.v_cache
+    n, p, hkv, d = kc.shape
+    if p % block_n:
+        return f"page size {p} is not a multiple of BLOCK_N {block_n}"
+    if not (kc.is_contiguous() and vc.is_contiguous()):
+        return "the K/V pools are not contiguous (N, P, Hkv, D)"
+    if kc.data_ptr() % 16 or vc.data_ptr() % 16:
+        return "the K/V pools are not 16-byte aligned"
+    if n * p >= 2**31:
+        return f"the pool has {n * p} token slots; TMA coordinates are int32"
+    if kc.device.type == "cuda" and torch.cuda.get_device_capability(kc.device)[0] < 9:
+        return "TMA needs sm_90 or newer"
+    if kc.device.type != "cuda" and not interpreting():
+        return "TMA needs a CUDA device or the Triton interpreter"
+    return ""
+
+
 
 def interpreting() -> bool:
     """True under TRITON_INTERPRET=1 (Triton's CPU interpreter)."""
@@ -241,7 +321,8 @@ class TreeAttention:
 
     def __init__(self, inputs: BatchInputs, mask_mode: str = "tree", *, return_lse: bool = False,
                  config: KernelConfig | None = None, num_splits: int | None = None,
-                 fast_launch: bool = True, fused_merge: bool = False, merge_rows: int = 1):
+                 fast_launch: bool = True, fused_merge: bool = False, merge_rows: int = 1,
+                 kv_desc: bool | None = None):
         """Does all host work: checks, plan, mask packing, buffers, a warm-up launch.
 
         Args:
@@ -257,6 +338,10 @@ class TreeAttention:
                 default: its serial merge measured slower on the H200 (docs/kernel.md).
             merge_rows: (sum T, Hq) rows per program of the split-KV merge kernel, a
                 power of 2 (1, the measured default; G groups a KV head's rows).
+            kv_desc: load the context tiles' K/V through TMA tensor descriptors
+                (`triton.tools.tensor_descriptor.TensorDescriptor` over the pools viewed as
+                (N * P, Hkv * D)). None (default): wherever `kv_desc_unsupported` finds no
+                reason against it. True where it finds one raises ConfigError.
 
         Raises:
             ConfigError: unsupported dtype, head dim, mask mode, mixed trees in bias mode, or
@@ -277,6 +362,10 @@ class TreeAttention:
                               interpret=interpreting(), config=config, num_splits=num_splits)
         self.out = torch.empty(inputs.q.shape, dtype=inputs.dtype, device=dev)
         self.lse = torch.empty(inputs.q.shape[:2], dtype=torch.float32, device=dev) if return_lse else None
+        why_not = kv_desc_unsupported(inputs, self.plan.config.block_n)
+        if kv_desc and why_not:
+            raise ConfigError(f"kv_desc: {why_not}")
+        self.kv_desc = (kv_desc if kv_desc is not None else USE_KV_DESC) and not why_not
         self._launches = self._build_launches(ls, ts)
         self()                                   # warm-up: compiles
         self.fast_launch = fast_launch and not interpreting() and verify_fast_path(self._launches, self)
@@ -315,15 +404,22 @@ class TreeAttention:
         fused = split and self.fused_merge
         sem = torch.zeros(len(ts) * hkv * plan.m_tiles, dtype=torch.int32, device=q.device) if fused \
             else inp.context_lens
+        k_desc = v_desc = None
+        if self.kv_desc:
+            rows_kv = kc.shape[0] * kc.shape[1]
+            k_desc, v_desc = (TensorDescriptor(t, [rows_kv, hkv * d], [hkv * d, 1], [cfg.block_n, d])
+                              for t in (kc, vc))
         fwd = FixedLaunch(tree_attn_fwd_kernel, (plan.num_programs,), [
             q, kc, vc, inp.block_table, inp.context_lens, inp.qo_indptr, words, bias,
-            self.out, lse, o_part, lse_part, sem, inp.sm_scale * LOG2E,
+            self.out, lse, o_part, lse_part, sem, k_desc, v_desc, inp.sm_scale * LOG2E,
             q.stride(0), q.stride(1), kc.stride(0), kc.stride(1), kc.stride(2),
             inp.block_table.stride(0), stride_mw, stride_bias, rows, plan.m_tiles, plan.num_splits],
             dict(HKV=hkv, G=g, D=d, P=kc.shape[1], BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SPLIT=split,
                  FUSED_MERGE=fused, MASK_MODE=MASK_MODES.index(self.mask_mode), WRITE_LSE=self.lse is not None,
-                 DOT_FP32=interpreting()),
-            dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))
+                 DOT_FP32=interpreting(), KV_DESC=self.kv_desc,
+                 BT_AHEAD=cfg.bt_ahead if self.kv_desc else 0),
+            dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+                 **({"maxnreg": cfg.max_regs} if cfg.max_regs and not interpreting() else {})))
         if not split or fused:
             return [fwd]
         per = self.merge_rows

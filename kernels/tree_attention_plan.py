@@ -30,12 +30,16 @@ class KernelConfig:
     block_n: int      # KV tokens per tile; power of 2 >= 16
     num_warps: int    # warps per program
     num_stages: int   # software-pipelining depth of the K/V tile loads
+    max_regs: int = 0  # registers per thread cap (Triton's maxnreg; 0 = the compiler's choice)
+    bt_ahead: int = 0  # with TMA loads: block-table entries loaded this many tiles ahead (0-3)
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n"):
             v = getattr(self, name)
             if v < 16 or v & (v - 1):
                 raise ConfigError(f"kernel config {name}={v}: must be a power of 2 >= 16")
+        if not 0 <= self.bt_ahead <= 3:
+            raise ConfigError(f"kernel config bt_ahead={self.bt_ahead}: must be 0 to 3")
 
 
 @dataclass(frozen=True)
@@ -49,15 +53,16 @@ class Plan:
 
 
 # (rows bound, D bound) -> config; first row whose bounds hold wins. rows = G * max T_b.
-# Measured on the H200 with scripts/bench_kernel.py (docs/kernel.md, results/kernel-dev/).
+# Measured on the H200 with scripts/bench_kernel.py (docs/kernel.md, results/kernel-dev/);
+# bt_ahead=1 (block table read one tile ahead of the TMA loads) from run 5's big phase.
 GPU_CONFIGS: tuple[tuple[int, int, KernelConfig], ...] = (
     (16, 128, KernelConfig(16, 64, 2, 4)),
     (16, 256, KernelConfig(16, 64, 4, 3)),
     (32, 128, KernelConfig(32, 64, 4, 3)),
     (32, 256, KernelConfig(32, 32, 4, 3)),
-    (64, 128, KernelConfig(64, 64, 4, 3)),
+    (64, 128, KernelConfig(64, 64, 4, 3, bt_ahead=1)),
     (64, 256, KernelConfig(64, 32, 8, 2)),
-    (1 << 30, 128, KernelConfig(64, 64, 4, 3)),
+    (1 << 30, 128, KernelConfig(64, 64, 4, 3, bt_ahead=1)),
     (1 << 30, 256, KernelConfig(64, 32, 8, 2)),
 )
 INTERPRET_CONFIG = KernelConfig(16, 16, 1, 1)   # the CPU interpreter: smallest tiles run fastest

@@ -13,6 +13,8 @@ Phases:
          with triton.testing.do_bench_cudagraph
   seed   the seed grid (B 1/16/64 x L 16/1024/2048 x 7 trees x P 16/128) with the
          tuned plan: checked, timed from a CUDA graph and host-inclusive
+  big    the issue's target cells (P 128, L 2048) and neighbours: tile configs x TMA
+         descriptor loads on/off (kv_desc), B 1 split counts, merge rows per program
 
 Writes DIR/kernel.csv (one row per measurement, flushed as it goes, so a run
 cut short keeps what it measured) and prints a short table. The HBM floor of a
@@ -51,7 +53,7 @@ HEADS = dict(num_q_heads=32, num_kv_heads=8, head_dim=128)
 TARGET = dict(batch_size=64, context_len=2048, page_size=128, **HEADS)
 PR27 = "vllm:pr_27"
 FIELDS = ["phase", "tree", "B", "L", "T", "P", "D", "Hq", "Hkv", "dtype", "mode", "per_request", "block_m", "block_n",
-          "warps", "stages", "splits", "m_tiles", "fused", "fast_launch", "passed", "max_abs_err", "nonfinite",
+          "warps", "stages", "splits", "m_tiles", "fused", "kv_desc", "merge_rows", "bt_ahead", "max_regs", "fast_launch", "passed", "max_abs_err", "nonfinite",
           "lse_err", "graph_ok", "median_us", "host_us", "kv_bytes", "floor_us", "pct_floor", "error"]
 SEED_TREES = ["full:3:0", "full:3:1", "full:3:2", "full:3:3", PR27, "eagle:mc_sim_7b_63", "medusa:mc_sim_7b_63"]
 
@@ -67,13 +69,16 @@ class Variant:
     splits: int | None = None                  # None: the heuristic's
     lse: bool = False
     fused: bool = False                        # split-KV merge in the forward kernel (else a 2nd kernel)
+    kv_desc: bool | None = None                # TMA descriptor loads of context tiles (None: the default)
+    merge_rows: int = 1                        # rows per program of the merge kernel
     time_it: bool = True
     host_time: bool = False
 
     def compile_key(self) -> tuple:
         c = self.case
         return (c.get("page_size"), c.get("head_dim"), c.get("num_q_heads"), c.get("num_kv_heads"),
-                c.get("dtype"), self.mode, self.config, self.splits != 1, self.lse, self.fused)
+                c.get("dtype"), self.mode, self.config, self.splits != 1, self.lse, self.fused, self.kv_desc,
+                self.merge_rows)
 
     def small(self) -> "Variant":
         """The same kernel specialisation on a 2-request batch (for parallel compiling)."""
@@ -157,8 +162,9 @@ def run_variant(bench: Bench, v: Variant) -> dict:
     try:
         inp = bench.inputs(v.case, v.mode)
         ta = TreeAttention(inp, v.mode, return_lse=v.lse, config=v.config, num_splits=v.splits,
-                           fused_merge=v.fused)
+                           fused_merge=v.fused, kv_desc=v.kv_desc, merge_rows=v.merge_rows)
         cfg, plan = ta.plan.config, ta.plan
+        row.update(kv_desc=ta.kv_desc, merge_rows=v.merge_rows, bt_ahead=cfg.bt_ahead, max_regs=cfg.max_regs)
         row.update(T=max(t.size for t in inp.trees), block_m=cfg.block_m, block_n=cfg.block_n,
                    warps=cfg.num_warps, stages=cfg.num_stages, splits=plan.num_splits, m_tiles=plan.m_tiles,
                    fast_launch=ta.fast_launch)
@@ -239,9 +245,10 @@ def check_variants() -> list[Variant]:
             out.append(Variant("check", c, splits=7, lse=True, time_it=False, fused=False))
     for hq, hkv in ((8, 8), (16, 8), (32, 8), (64, 8), (12, 4)):
         for d in (64, 128, 256):
-            c = dict(batch_size=3, context_len="ragged:0-300", tree="random:70:2", tree_per_request="mixed",
-                     page_size=16, num_q_heads=hq, num_kv_heads=hkv, head_dim=d, dtype="float16")
-            out.append(Variant("check", c, lse=True, time_it=False))
+            for P in (16, 128):                # P 128: context tiles through TMA descriptors
+                c = dict(batch_size=3, context_len="ragged:0-300", tree="random:70:2", tree_per_request="mixed",
+                         page_size=P, num_q_heads=hq, num_kv_heads=hkv, head_dim=d, dtype="float16")
+                out.append(Variant("check", c, lse=True, time_it=False))
     for mode in ("bias", "causal"):
         for P in (16, 128):
             c = dict(batch_size=5, context_len="ragged:0-1000", tree="full:3:3", page_size=P, **small)
@@ -271,6 +278,27 @@ def seed_variants() -> list[Variant]:
             for p in (128, 16) for t in SEED_TREES for b in (1, 16, 64) for l in (16, 1024, 2048)]
 
 
+def big_variants() -> list[Variant]:
+    """The issue's large-tree targets and their neighbours under tile configs x how far
+    ahead the block table is read for the TMA loads (bt_ahead), the B 1 target under
+    split counts, and the memory-bound cells."""
+    K = KernelConfig
+    cfgs = [K(64, 64, 4, 3, 0, a) for a in (0, 1, 2, 3)] + [K(64, 64, 4, 2, 0, a) for a in (1, 2)] \
+        + [K(64, 64, 4, 4, 0, a) for a in (1, 2)] + [K(128, 64, 8, 3, 0, a) for a in (1, 2)] + [K(128, 128, 8, 2, 0, 1)]
+    out = []
+    for b, tree in ((64, PR27), (64, "full:3:3"), (16, "eagle:mc_sim_7b_63"), (64, "full:3:2"), (16, "medusa:mc_sim_7b_63")):
+        c = dict(TARGET, batch_size=b, tree=tree)
+        out += [Variant("big", c, config=cfg, kv_desc=True) for cfg in cfgs]
+    b1 = dict(TARGET, batch_size=1, tree=PR27)
+    out += [Variant("big", b1, config=K(64, 64, 4, 3, 0, a), splits=s, kv_desc=True) for s in (8, 11) for a in (0, 1)]
+    out += [Variant("big", b1, config=K(64, 64, 4, 2, 0, 1), splits=s, kv_desc=True) for s in (8, 11)]
+    for b, tree in ((64, "full:3:1"), (1, "full:3:1")):
+        c = dict(TARGET, batch_size=b, tree=tree)
+        out += [Variant("big", c, config=cfg, kv_desc=True) for cfg in (K(16, 64, 2, 4), K(16, 64, 2, 4, 0, 2))]
+        out += [Variant("big", c, config=K(16, 64, 2, 4), kv_desc=False)]
+    return out
+
+
 def _compile_one(v: Variant) -> str:
     """Worker: builds the variant's kernels on a 2-request batch (fills Triton's disk cache)."""
     from kernels.tree_attention import TreeAttention
@@ -278,7 +306,8 @@ def _compile_one(v: Variant) -> str:
     try:
         inp = gpu_inputs(Case(**v.case))
         TreeAttention(inp.causal() if v.mode == "causal" else inp, v.mode, return_lse=v.lse,
-                      config=v.config, num_splits=v.splits, fast_launch=False, fused_merge=v.fused)
+                      config=v.config, num_splits=v.splits, fast_launch=False, fused_merge=v.fused,
+                      kv_desc=v.kv_desc, merge_rows=v.merge_rows)
         torch.cuda.synchronize()
         return ""
     except Exception as e:
@@ -385,7 +414,7 @@ def main() -> int:
         return smoke(Path(args.out))
     bench = Bench(Path(args.out) / "kernel.csv", time.time() + args.budget_s)
     phases = args.phases.split(",")
-    plan = {"check": check_variants, "tune": tune_variants, "seed": seed_variants}
+    plan = {"check": check_variants, "tune": tune_variants, "seed": seed_variants, "big": big_variants}
     variants = [v for p in phases if p in plan for v in plan[p]()]
     if "env" in phases:
         phase_env(bench)

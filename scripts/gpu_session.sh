@@ -13,9 +13,11 @@
 #   D: split-KV sweep at small batch + kernel/timer gpu tests + check_p64 (~5 min)
 #   E: the seed suite, our kernels and the peers side by side, + report (~6 min)
 #   F: the flex finding's repro + flex alone on the seed suite (~3 min)
+#   K: kernel development: bench_kernel.py's big phase + Nsight Compute, if present (~2 min)
+#   L: bench_kernel.py's check and big phases, kernel/timer gpu tests, check_p64 (~5 min)
 #   (D again measures the merge kernel's rows-per-program variants: heuristic-rows2/4)
 set -uo pipefail
-stage=${1:?stage A, B, C, D, E or F}
+stage=${1:?stage A, B, C, D, E, F, K or L}
 source .gpu/env.sh
 export PYTHONPATH=.:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 if [ -f .fi-cache/fi-cache.tgz ]; then   # FlashInfer's prebuilt bf16 kernels: skips ~70 s of JIT
@@ -69,6 +71,33 @@ case $stage in
       echo "check $s triton_tree exit $?" >> "$R/exit-codes.txt"
     done
     timeout "$(left 10)" python3 scripts/timing_fidelity.py --backends triton_tree,flashinfer_mask > "$R/fidelity.md" 2>&1
+    ;;
+  K)  # kernel development: the big phase of scripts/bench_kernel.py (tile configs x TMA
+      # descriptor loads, B 1 splits, merge rows), and Nsight Compute on the 27-node tree at B 64
+    timeout "$(left 150)" python3 scripts/bench_kernel.py --phases env,big --out "$R" --budget-s 240 > "$R/big.log" 2>&1
+    echo "bench big exit $?" >> "$R/exit-codes.txt"
+    NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    echo "ncu: ${NCU:-none}" > "$R/ncu.txt"
+    if [ -n "$NCU" ]; then   # stall reasons per instruction, at the GPU's own clocks
+      M='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio'
+      for v in "64,64,4,3,0,1 a" "64,64,4,2,0,1 b"; do set -- $v
+        timeout "$(left 10)" "$NCU" -k regex:tree_attn_fwd --launch-skip 3 -c 1 --clock-control none \
+          --section SpeedOfLight --section WarpStateStats --section SourceCounters --section Occupancy --metrics "$M" \
+          -o "$R/prof-$2" python3 scripts/profile_case.py --config "$1" --kv-desc on >> "$R/ncu.txt" 2>&1
+        timeout "$(left 5)" "$NCU" --import "$R/prof-$2.ncu-rep" --print-details all > "$R/ncu-$2.txt" 2>&1
+        timeout "$(left 5)" "$NCU" --import "$R/prof-$2.ncu-rep" --page source --csv --print-source sass > "$R/sass-$2.csv" 2>&1
+        rm -f "$R/prof-$2.ncu-rep"
+      done
+    fi
+    ;;
+  L)  # the kernel's odd-case checks (TMA at P 128, D 64-256) and big phase with the final
+      # configs, the gpu tests of the kernel and timer, and check_p64 for triton_tree
+    timeout "$(left 150)" python3 scripts/bench_kernel.py --phases env,check,big --out "$R" --budget-s 260 > "$R/bench.log" 2>&1
+    echo "bench check,big exit $?" >> "$R/exit-codes.txt"
+    timeout "$(left 40)" python3 -m pytest -q -m gpu tests/test_timing.py tests/test_triton_tree.py > "$R/pytest-gpu.txt" 2>&1
+    echo "pytest exit $?" >> "$R/exit-codes.txt"
+    tb check --suite check_p64 --backend triton_tree --out "$R/check_p64.jsonl" > "$R/check_p64-triton_tree.txt" 2>&1
+    echo "check check_p64 triton_tree exit $?" >> "$R/exit-codes.txt"
     ;;
   F)  # the flex finding reproduced in fresh processes, and flex alone on the seed suite
     timeout "$(left 300)" python3 scripts/repro_flex_static.py > "$R/repro.txt" 2>&1

@@ -243,3 +243,48 @@ def test_merge_kernel_rows_per_program(merge_rows):
     assert ta._launches[1].grid[0] == -(-ta.out.shape[0] * ta.out.shape[1] // merge_rows)
     with pytest.raises(ConfigError, match="merge_rows"):
         TreeAttention(build_inputs(case, DEVICE), num_splits=3, merge_rows=3)
+
+
+# ---- TMA descriptor loads of the context tiles -----------------------------------------
+
+
+@pytest.mark.parametrize("bt_ahead", [0, 1, 2, 3])
+@pytest.mark.parametrize("splits", [1, 4])
+def test_kernel_tma_loads_match_pointer_loads(bt_ahead, splits):
+    """kv_desc on and off give the same output (bit for bit: the same tiles in the same
+    order), for every block-table look-ahead distance, with and without split-KV (a
+    split whose range ends before the look-ahead does must not read past its tiles).
+    P 32 with 16-token tiles: two tiles per page."""
+    case = Case(batch_size=3, context_len="ragged:0-90", tree="full:2:2", tree_per_request="mixed",
+                page_size=32, **TINY)
+    cfg = KernelConfig(16, 16, 1, 1, bt_ahead=bt_ahead)
+    on = check(case, config=cfg, num_splits=splits, kv_desc=True)
+    assert on.kv_desc
+    off = check(case, config=cfg, num_splits=splits, kv_desc=False)
+    assert not off.kv_desc
+    torch.testing.assert_close(on.out, off.out, rtol=0, atol=0)
+
+
+def test_kv_desc_is_refused_where_tiles_straddle_pages():
+    """P 16 with 32-token tiles: a tile spans two pages, so no TMA box; the default
+    falls back to pointer loads, and asking for descriptors is a ConfigError naming why."""
+    case = Case(batch_size=2, context_len=40, tree="full:2:1", page_size=16, **TINY)
+    cfg = KernelConfig(16, 32, 1, 1)
+    assert not check(case, config=cfg).kv_desc
+    with pytest.raises(ConfigError, match="page size 16 is not a multiple of BLOCK_N 32"):
+        TreeAttention(build_inputs(case, DEVICE), config=cfg, kv_desc=True)
+
+
+def test_kv_desc_unsupported_names_non_contiguous_pools():
+    from kernels.tree_attention import kv_desc_unsupported
+
+    inputs = build_inputs(Case(batch_size=1, context_len=20, tree="chain:2", page_size=16, **TINY), DEVICE)
+    assert kv_desc_unsupported(inputs, 16) == ""
+    strided = inputs.k_cache.transpose(1, 2).contiguous().transpose(1, 2)     # (N, P, Hkv, D), HND memory
+    inputs.k_cache = strided
+    assert "not contiguous" in kv_desc_unsupported(inputs, 16)
+
+
+def test_kernel_config_rejects_bt_ahead_out_of_range():
+    with pytest.raises(ConfigError, match="bt_ahead"):
+        KernelConfig(64, 64, 4, 3, bt_ahead=4)

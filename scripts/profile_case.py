@@ -1,0 +1,51 @@
+#!/usr/bin/env python3
+"""Runs the triton_tree kernel on one case a few times, for a profiler such as
+Nsight Compute to attach to:
+
+    ncu -k regex:tree_attn_fwd --launch-skip 3 -c 1 --section SpeedOfLight \\
+        python scripts/profile_case.py --tree vllm:pr_27 --batch-size 64 --config 64,64,4,3
+
+Case: Hq 32, Hkv 8, D 128, bf16, P 128 unless given; --config is
+BLOCK_M,BLOCK_N,warps,stages[,max_regs[,bt_ahead]].
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness.cases import Case  # noqa: E402
+from harness.paged import build_inputs  # noqa: E402
+from kernels.tree_attention import TreeAttention  # noqa: E402
+from kernels.tree_attention_plan import KernelConfig  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tree", default="vllm:pr_27")
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--context-len", type=int, default=2048)
+    ap.add_argument("--page-size", type=int, default=128)
+    ap.add_argument("--config", help="BLOCK_M,BLOCK_N,warps,stages (default: the tuned table's)")
+    ap.add_argument("--splits", type=int)
+    ap.add_argument("--kv-desc", choices=["on", "off", "auto"], default="auto")
+    ap.add_argument("--calls", type=int, default=5)
+    args = ap.parse_args()
+    case = Case(batch_size=args.batch_size, context_len=args.context_len, tree=args.tree, page_size=args.page_size)
+    cfg = KernelConfig(*map(int, args.config.split(","))) if args.config else None
+    ta = TreeAttention(build_inputs(case, "cuda"), config=cfg, num_splits=args.splits,
+                       kv_desc={"on": True, "off": False, "auto": None}[args.kv_desc])
+    for _ in range(args.calls):
+        ta()
+    torch.cuda.synchronize()
+    print(f"plan {ta.plan}, kv_desc {ta.kv_desc}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
