@@ -359,7 +359,8 @@ class TreeAttention:
         hkv = inputs.k_cache.shape[2]
         sms = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 1
         self.plan = make_plan(len(ts), hkv, hq // hkv, ts, ss, d, num_sms=sms,
-                              interpret=interpreting(), config=config, num_splits=num_splits)
+                              interpret=interpreting(), config=config, num_splits=num_splits,
+                              page_size=inputs.k_cache.shape[1])
         self.out = torch.empty(inputs.q.shape, dtype=inputs.dtype, device=dev)
         self.lse = torch.empty(inputs.q.shape[:2], dtype=torch.float32, device=dev) if return_lse else None
         why_not = kv_desc_unsupported(inputs, self.plan.config.block_n)

@@ -83,7 +83,8 @@ def choose_config(rows: int, head_dim: int, interpret: bool) -> KernelConfig:
     raise ConfigError(f"head dim {head_dim}: the kernel supports D <= 256")
 
 
-def choose_num_splits(programs: int, kv_tiles: list[int], num_sms: int, block_m: int) -> int:
+def choose_num_splits(programs: int, kv_tiles: list[int], num_sms: int, block_m: int,
+                      tile_in_page: bool = True) -> int:
     """KV splits per (request, KV head) so that the grid fills the GPU.
 
     Args:
@@ -91,6 +92,7 @@ def choose_num_splits(programs: int, kv_tiles: list[int], num_sms: int, block_m:
         kv_tiles: ceil(S_b / BLOCK_N) per request.
         num_sms: multiprocessors of the device (132 on an H200).
         block_m: the config's BLOCK_M.
+        tile_in_page: P % BLOCK_N == 0 (a tile lies in one page: the TMA path).
 
     Returns:
         1 when the grid already fills the GPU. Else, for the memory-bound
@@ -98,9 +100,10 @@ def choose_num_splits(programs: int, kv_tiles: list[int], num_sms: int, block_m:
         tile per split (at most STREAM_MAX_SPLITS): short splits hide the
         latency of a small batch. For the tensor-core-bound larger tiles, as
         many splits as fit one wave at 2 programs per SM (their occupancy),
-        keeping at least MIN_TILES_PER_SPLIT tiles in each split. Chosen from
-        the split sweep on the H200 (scripts/splits_sweep.py,
-        results/kernel-dev/run4-splits.csv, docs/kernel.md).
+        keeping at least MIN_TILES_PER_SPLIT tiles in each split and, when a
+        tile lies in one page, at most TC_MAX_SPLITS splits. Chosen from the split sweeps on the H200
+        (scripts/splits_sweep.py, results/kernel-dev/run4-splits.csv; the TMA
+        kernel's in results/kernel-dev/run5*; docs/kernel.md).
     """
     if programs >= num_sms:
         return 1
@@ -110,18 +113,24 @@ def choose_num_splits(programs: int, kv_tiles: list[int], num_sms: int, block_m:
     else:
         want = (2 * num_sms) // programs
         cap = max(kv_tiles) // MIN_TILES_PER_SPLIT
+        if tile_in_page:
+            cap = min(cap, TC_MAX_SPLITS)
     return max(1, min(want, cap, MAX_SPLITS))
 
 
 MIN_TILES_PER_SPLIT = 3     # tensor-core-bound tiles: fewer made B 1 slower (run 4)
+TC_MAX_SPLITS = 8           # tensor-core-bound tiles read by TMA: 11 splits slower than 8 at L 2048,
+                            # while P 16 (a page lookup per token) lost 3-7% with the cap (run 5)
 STREAM_MAX_SPLITS = 24      # memory-bound tiles: the largest split count measured (run 4)
 MAX_SPLITS = 64
 
 
 def make_plan(batch_size: int, num_kv_heads: int, group_size: int, tree_sizes: list[int],
               seq_lens: list[int], head_dim: int, *, num_sms: int, interpret: bool,
-              config: KernelConfig | None = None, num_splits: int | None = None) -> Plan:
-    """Chooses the config (unless given), the M-tiling and split-KV for one batch.
+              config: KernelConfig | None = None, num_splits: int | None = None,
+              page_size: int = 0) -> Plan:
+    """Chooses the config (unless given), the M-tiling and split-KV for one batch
+    (page_size: P, or 0 when unknown, read as a multiple of every BLOCK_N).
 
     Raises:
         ConfigError: num_splits < 1.
@@ -131,7 +140,8 @@ def make_plan(batch_size: int, num_kv_heads: int, group_size: int, tree_sizes: l
     programs = batch_size * num_kv_heads * m_tiles
     if num_splits is None:
         tiles = [math.ceil(s / cfg.block_n) for s in seq_lens]
-        num_splits = 1 if interpret else choose_num_splits(programs, tiles, num_sms, cfg.block_m)
+        num_splits = 1 if interpret else choose_num_splits(programs, tiles, num_sms, cfg.block_m,
+                                                           tile_in_page=page_size % cfg.block_n == 0)
     if num_splits < 1:
         raise ConfigError(f"num_splits={num_splits}: must be >= 1 (1 turns split-KV off)")
     return Plan(cfg, num_splits, m_tiles, programs * num_splits)

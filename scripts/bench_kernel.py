@@ -14,7 +14,9 @@ Phases:
   seed   the seed grid (B 1/16/64 x L 16/1024/2048 x 7 trees x P 16/128) with the
          tuned plan: checked, timed from a CUDA graph and host-inclusive
   big    the issue's target cells (P 128, L 2048) and neighbours: tile configs x TMA
-         descriptor loads on/off (kv_desc), B 1 split counts, merge rows per program
+         descriptor loads on/off (kv_desc), block-table look-ahead (bt_ahead)
+  wide   BLOCK_M 128 against 64 on the largest trees, B 1 split counts, merge rows
+  merge  the merge kernel's rows per program (1, 2) on the seed grid's split cells
 
 Writes DIR/kernel.csv (one row per measurement, flushed as it goes, so a run
 cut short keeps what it measured) and prints a short table. The HBM floor of a
@@ -299,6 +301,38 @@ def big_variants() -> list[Variant]:
     return out
 
 
+def wide_variants() -> list[Variant]:
+    """BLOCK_M 128 (8 warps: K/V read once per (request, KV head) for up to 128 rows)
+    against the default BLOCK_M 64 on the largest trees; the B 1 split counts with the
+    TMA kernel; the merge kernel's rows per program at B 16."""
+    K = KernelConfig
+    out = []
+    for b, l, tree in ((64, 2048, "medusa:mc_sim_7b_63"), (16, 2048, "medusa:mc_sim_7b_63"),
+                       (64, 1024, "medusa:mc_sim_7b_63"), (1, 2048, "medusa:mc_sim_7b_63"), (64, 1024, PR27)):
+        c = dict(TARGET, batch_size=b, context_len=l, tree=tree)
+        out += [Variant("wide", c)] + [Variant("wide", c, config=K(128, 64, 8, s, 0, 1)) for s in (2, 3)]
+    for tree in ("full:3:2", PR27, "full:3:3", "medusa:mc_sim_7b_63"):
+        for l in (1024, 2048):
+            c = dict(TARGET, batch_size=1, context_len=l, tree=tree)
+            out += [Variant("wide", c, splits=s) for s in (None, 4, 6, 8, 11)]
+    for l in (1024, 2048):
+        c = dict(TARGET, batch_size=16, context_len=l, tree="full:3:2")
+        out += [Variant("wide", c, merge_rows=r) for r in (1, 2, 4)]
+    return out
+
+
+def merge_variants() -> list[Variant]:
+    """The merge kernel's rows per program (1, 2) on every split cell of the seed grid at
+    P 128: B 1 (both tile kinds) and B 16 with 2 splits."""
+    out = []
+    for b, trees in ((1, SEED_TREES), (16, ("full:3:2",))):
+        for tree in trees:
+            for l in (1024, 2048):
+                c = dict(TARGET, batch_size=b, context_len=l, tree=tree)
+                out += [Variant("merge", c, merge_rows=r) for r in (1, 2)]
+    return out
+
+
 def _compile_one(v: Variant) -> str:
     """Worker: builds the variant's kernels on a 2-request batch (fills Triton's disk cache)."""
     from kernels.tree_attention import TreeAttention
@@ -321,7 +355,7 @@ def resolve(v: Variant, num_sms: int) -> Variant:
     trees, lens = case.trees(), case.context_lens()
     plan = make_plan(case.batch_size, case.num_kv_heads, case.group_size, [t.size for t in trees],
                      [l + t.size for l, t in zip(lens, trees)], case.head_dim, num_sms=num_sms,
-                     interpret=False, config=v.config, num_splits=v.splits)
+                     interpret=False, config=v.config, num_splits=v.splits, page_size=case.page_size)
     return dataclasses.replace(v, config=plan.config, splits=plan.num_splits)
 
 
@@ -414,7 +448,8 @@ def main() -> int:
         return smoke(Path(args.out))
     bench = Bench(Path(args.out) / "kernel.csv", time.time() + args.budget_s)
     phases = args.phases.split(",")
-    plan = {"check": check_variants, "tune": tune_variants, "seed": seed_variants, "big": big_variants}
+    plan = {"check": check_variants, "tune": tune_variants, "seed": seed_variants, "big": big_variants,
+            "wide": wide_variants, "merge": merge_variants}
     variants = [v for p in phases if p in plan for v in plan[p]()]
     if "env" in phases:
         phase_env(bench)

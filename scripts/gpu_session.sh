@@ -74,11 +74,11 @@ case $stage in
     ;;
   K)  # kernel development: the big phase of scripts/bench_kernel.py (tile configs x TMA
       # descriptor loads, B 1 splits, merge rows), and Nsight Compute on the 27-node tree at B 64
-    timeout "$(left 150)" python3 scripts/bench_kernel.py --phases env,big --out "$R" --budget-s 240 > "$R/big.log" 2>&1
+    timeout "$(left 150)" python3 scripts/bench_kernel.py --phases env,${PHASES:-big} --out "$R" --budget-s 240 > "$R/big.log" 2>&1
     echo "bench big exit $?" >> "$R/exit-codes.txt"
     NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
     echo "ncu: ${NCU:-none}" > "$R/ncu.txt"
-    if [ -n "$NCU" ]; then   # stall reasons per instruction, at the GPU's own clocks
+    if [ -n "$NCU" ] && [ -z "${NO_NCU:-}" ]; then   # stall reasons per instruction, at the GPU's own clocks
       M='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio'
       for v in "64,64,4,3,0,1 a" "64,64,4,2,0,1 b"; do set -- $v
         timeout "$(left 10)" "$NCU" -k regex:tree_attn_fwd --launch-skip 3 -c 1 --clock-control none \

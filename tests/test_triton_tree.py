@@ -82,7 +82,8 @@ def test_tree_bias_is_zero_on_ancestors_and_rejects_mixed_trees():
     (128, [33], 16, 4),        # B 16, memory-bound tiles: ~3 programs per SM
     (8, [33], 16, 24),         # B 1: down to one KV tile per split, at most 24 splits
     (8, [17], 16, 17),         # B 1, L 1024: one tile per split
-    (16, [33], 64, 11),        # B 1, tensor-core-bound tiles: capped at 3 KV tiles per split
+    (16, [33], 64, 8),         # B 1, tensor-core-bound tiles read by TMA: at most 8 splits
+    (16, [17], 64, 5),         # B 1, L 1024: capped at 3 KV tiles per split
     (32, [33], 64, 8),         # B 1, 4 M-tiles: one wave at 2 programs per SM
     (128, [33], 64, 2),        # B 16: one wave at 2 programs per SM
     (8, [1], 16, 1),           # one tile: nothing to split
@@ -288,3 +289,13 @@ def test_kv_desc_unsupported_names_non_contiguous_pools():
 def test_kernel_config_rejects_bt_ahead_out_of_range():
     with pytest.raises(ConfigError, match="bt_ahead"):
         KernelConfig(64, 64, 4, 3, bt_ahead=4)
+
+
+def test_choose_num_splits_caps_only_tiles_inside_one_page():
+    """P 16 with 64-token tiles (a page lookup per token, no TMA): the 8-split cap,
+    measured for the TMA path, does not apply; 3 KV tiles per split does."""
+    assert choose_num_splits(16, [33], 132, 64, tile_in_page=True) == 8
+    assert choose_num_splits(16, [33], 132, 64, tile_in_page=False) == 11
+    p16 = make_plan(1, 8, 4, [28], [2076], 128, num_sms=132, interpret=False, page_size=16)
+    p128 = make_plan(1, 8, 4, [28], [2076], 128, num_sms=132, interpret=False, page_size=128)
+    assert (p16.num_splits, p128.num_splits) == (11, 8)
