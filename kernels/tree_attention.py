@@ -33,8 +33,7 @@ Pages: when P % BLOCK_N == 0 a tile lies inside one page (one block-table
 load, contiguous rows); otherwise each token looks up its own page. With
 KV_DESC the context tiles of such pages are loaded by TMA (one descriptor box
 of BLOCK_N tokens x D per tile, the pools viewed as (N * P, HKV * D)), and with
-BT_AHEAD the block-table entry of each tile is loaded that many tiles before
-its K/V, so the TMA issue does not wait on it (run 5: 240 -> 198 us for the
+BT_AHEAD the block-table entry of each tile is loaded one tile before its K/V, so the TMA issue does not wait on it (run 5: 240 -> 198 us for the
 27-node tree at B 64, docs/kernel.md). The masked tail tiles keep pointer loads:
 their columns past S_b must read as zeros, not as the pool's NaN slots.
 """
@@ -148,15 +147,15 @@ def tree_attn_fwd_kernel(
     HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, P: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, FUSED_MERGE: tl.constexpr,
     MASK_MODE: tl.constexpr, WRITE_LSE: tl.constexpr, DOT_FP32: tl.constexpr,
-    KV_DESC: tl.constexpr = False, BT_AHEAD: tl.constexpr = 0,
+    KV_DESC: tl.constexpr = False, BT_AHEAD: tl.constexpr = False,
 ):
     """Grid: (B * HKV * num_splits * m_tiles,), M-tile fastest so the M-tiles that
     share a KV stream run together (their re-reads hit L2). SPLIT: num_splits > 1.
     FUSED_MERGE: the last split program of each (request, KV head, M-tile) merges the
     partials (counted in SEM, (B * HKV * m_tiles,) int32, zero between launches);
     otherwise tree_attn_merge_kernel does, in a second launch. KV_DESC: context
-    tiles through K_DESC / V_DESC (needs P % BLOCK_N == 0); BT_AHEAD (0-3, with
-    KV_DESC): block-table entries loaded that many tiles ahead."""
+    tiles through K_DESC / V_DESC (needs P % BLOCK_N == 0); BT_AHEAD (with
+    KV_DESC): each tile's block-table entry loaded one tile ahead."""
     pid = tl.program_id(0)
     mt = pid % m_tiles
     split = (pid // m_tiles) % num_splits
@@ -191,36 +190,21 @@ def tree_attn_fwd_kernel(
     V_h = V + kh * stride_kh
     PAGE_TILE: tl.constexpr = P % BLOCK_N == 0
 
-    # Pages of the next BT_AHEAD context tiles, loaded ahead of their TMA loads (each
-    # load is clamped into the split's tiles, so it never leaves the request's row).
+    # With BT_AHEAD, the page of the next context tile is loaded one tile ahead of its TMA
+    # loads (clamped into the split's tiles, so it never leaves the request's row).
     bt_row = BT + b * stride_bt
     last = tl.maximum(t_ctx - 1, 0)
-    pg1 = t_lo * 0                              # int32 scalars, loop-carried
-    pg2 = pg1
-    pg3 = pg1
-    if KV_DESC and BT_AHEAD >= 1:
-        pg1 = tl.load(bt_row + (tl.minimum(t_lo, last) * BLOCK_N) // P)
-    if KV_DESC and BT_AHEAD >= 2:
-        pg2 = tl.load(bt_row + (tl.minimum(t_lo + 1, last) * BLOCK_N) // P)
-    if KV_DESC and BT_AHEAD >= 3:
-        pg3 = tl.load(bt_row + (tl.minimum(t_lo + 2, last) * BLOCK_N) // P)
+    page_next = t_lo * 0                        # int32 scalar, loop-carried
+    if KV_DESC and BT_AHEAD:
+        page_next = tl.load(bt_row + (tl.minimum(t_lo, last) * BLOCK_N) // P)
     for t in range(t_lo, t_ctx):                # 1) context tiles: no mask
         if KV_DESC:                              # one TMA box per tile (P % BLOCK_N == 0)
             start = t * BLOCK_N
-            if BT_AHEAD == 0:
-                page = tl.load(bt_row + start // P)
+            if BT_AHEAD:
+                page = page_next
+                page_next = tl.load(bt_row + (tl.minimum(t + 1, last) * BLOCK_N) // P)
             else:
-                page = pg1
-                nxt = tl.load(bt_row + (tl.minimum(t + BT_AHEAD, last) * BLOCK_N) // P)
-                if BT_AHEAD == 1:
-                    pg1 = nxt
-                elif BT_AHEAD == 2:
-                    pg1 = pg2
-                    pg2 = nxt
-                else:
-                    pg1 = pg2
-                    pg2 = pg3
-                    pg3 = nxt
+                page = tl.load(bt_row + start // P)
             row0 = page * P + start % P
             k = K_DESC.load([row0, kh * D])                     # (BLOCK_N, D)
             v = V_DESC.load([row0, kh * D])
@@ -418,7 +402,7 @@ class TreeAttention:
             dict(HKV=hkv, G=g, D=d, P=kc.shape[1], BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SPLIT=split,
                  FUSED_MERGE=fused, MASK_MODE=MASK_MODES.index(self.mask_mode), WRITE_LSE=self.lse is not None,
                  DOT_FP32=interpreting(), KV_DESC=self.kv_desc,
-                 BT_AHEAD=cfg.bt_ahead if self.kv_desc else 0),
+                 BT_AHEAD=bool(cfg.bt_ahead) and self.kv_desc),
             dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
                  **({"maxnreg": cfg.max_regs} if cfg.max_regs and not interpreting() else {})))
         if not split or fused:
