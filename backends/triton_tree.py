@@ -14,11 +14,12 @@ import torch
 
 from harness.backend import Backend, Capabilities, register
 from harness.paged import BatchInputs
+from kernels.tree_attention_plan import HEAD_DIMS
 
 TRITON_CAPABILITIES = Capabilities(
     dtypes=("bfloat16", "float16"),
     page_size_multiple=16,
-    head_dims=(32, 64, 128, 256),
+    head_dims=HEAD_DIMS,
     max_tree_size=256,
     min_compute_capability=(8, 0),          # bf16 tensor-core dot
 )

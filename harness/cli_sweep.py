@@ -319,6 +319,7 @@ def cmd_run(args, console: Console) -> int:
     code = _exit_code(result, args.determinism)
     if not _write_report(result.rows, out, report, f"treebench {suite.name}"):
         code = 1
+    _warn_backends_that_ran_nothing(result.rows)
     _print_summary(result.rows, f"treebench run: suite {suite.name}, {len(suite.cases)} cases")
     Console().print(f"rows: {out}\nreport: {report}", markup=False, highlight=False, soft_wrap=True)
     return code
@@ -352,6 +353,17 @@ def cmd_check(args, console: Console) -> int:
         log.warning("no case ran: %s", rows[0]["reason"] if rows else "nothing left to run")
     _print_summary(rows, f"treebench check: suite {suite.name}, backend {rows[0]['backend'] if rows else args.backend}")
     return _exit_code(result, args.determinism)
+
+
+def _warn_backends_that_ran_nothing(rows: list[dict]) -> None:
+    """One warning per backend whose every row was skipped, with the first row's reason
+    (an unavailable backend otherwise shows only a count of skipped rows)."""
+    by_backend: dict[str, list[dict]] = {}
+    for r in rows:
+        by_backend.setdefault(r["backend"], []).append(r)
+    for name, rs in by_backend.items():
+        if all(r["status"] == "skipped" for r in rs):
+            log.warning("%s ran no case: %s", name, rs[0].get("reason") or "skipped")
 
 
 def cmd_merge(args, console: Console) -> int:

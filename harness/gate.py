@@ -191,7 +191,9 @@ def timing_verdict(base: dict, cand: dict, config: GateConfig, v: dict) -> Verdi
     """slower / faster / unchanged / incomparable for two passing rows."""
     bm, cm = base.get("median_us"), cand.get("median_us")
     if not bm or not cm:
-        return Verdict(kind="incomparable", detail="not timed on one side", **v)
+        where = "either side (check rows; both pass)" if not bm and not cm else \
+            ("the baseline" if not bm else "the candidate")
+        return Verdict(kind="incomparable", detail=f"not timed in {where}", **v)
     noisy = [side for side, r in (("baseline", base), ("candidate", cand)) if is_noisy(r)]
     v = {**v, "base_median_us": bm, "cand_median_us": cm, "ratio": cm / bm, "noisy": bool(noisy)}
     verdict = _timing_kind(base, cand, config, v)
@@ -259,7 +261,7 @@ def _md_table(verdicts: Sequence[Verdict], timed: bool, limit: int = 60) -> list
     for v in verdicts[:limit]:
         cells = _case_cells(v)
         if timed:
-            cells += [_fmt(v.base_median_us, ".2f"), _fmt(v.cand_median_us, ".2f"), _fmt(v.ratio, ".3f"),
+            cells += [_fmt(v.base_median_us, ".2f"), _fmt(v.cand_median_us, ".2f"), _fmt(v.ratio, ".4f"),
                       _fmt(v.p_value, ".2g")]
         lines.append("| " + " | ".join(cells + [v.detail.replace("|", "\\|")]) + " |")
     if len(verdicts) > limit:
@@ -314,7 +316,7 @@ def junit_xml(result: GateResult) -> str:
                                        for v in result.verdicts)))
     for v in result.verdicts:
         tc = ET.SubElement(suite, "testcase", classname=f"treebench.{v.backend}", name=v.case_id)
-        msg = f"{v.kind}: ratio {_fmt(v.ratio, '.3f')} p {_fmt(v.p_value, '.2g')} {v.detail}".strip()
+        msg = f"{v.kind}: ratio {_fmt(v.ratio, '.4f')} p {_fmt(v.p_value, '.2g')} {v.detail}".strip()
         if v.failed:
             ET.SubElement(tc, "failure", type=v.kind, message=msg)
         elif v.kind not in ("unchanged", "faster", "fixed"):

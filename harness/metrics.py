@@ -170,7 +170,7 @@ def timed_frame(rows: Sequence[dict]) -> pd.DataFrame:
     """One line per passing, timed row: case axes flattened, T (root tree size), median/quartiles.
 
     Columns: case_id, backend, batch_size, context_len, tree, T, ... (every case
-    axis), median_us, p25_us, p75_us, timer, env. Mismatching rows are left out:
+    axis), median_us, p25_us, p75_us, timer, env, run_id. Mismatching rows are left out:
     a wrong kernel's speed is not a result.
     """
     recs = []
@@ -180,7 +180,7 @@ def timed_frame(rows: Sequence[dict]) -> pd.DataFrame:
         sizes = r.get("tree_sizes") or [None]
         recs.append({"case_id": r["case_id"], "backend": r["backend"], **r["case"], "T": sizes[0],
                      "median_us": r["median_us"], "p25_us": r.get("p25_us"), "p75_us": r.get("p75_us"),
-                     "timer": r.get("timer"), "env": r.get("env")})
+                     "timer": r.get("timer"), "env": r.get("env"), "run_id": r.get("run_id")})
     return pd.DataFrame.from_records(recs)
 
 
@@ -216,14 +216,20 @@ def mask_overhead_table(rows: Sequence[dict], causal_backend: str = "causal_base
     Columns: Backend, Batch Size, Sequence Position (L), Seqlen Q (T), any other
     case axis that varies across rows, Time (us) (median), and Overhead (%) =
     100 * (time / causal time of the same case - 1), empty for the causal rows.
-    Sorted as the seed table: batch size, position, T, causal row first.
+    The causal time is the one measured in the same run (run_id) when there is one,
+    else the median over every run of the case (rows of several result sets may
+    repeat a case). Sorted as the seed table: batch size, position, T, causal row first.
     (Seed layout: vLLM PR #20401, "Add tree attention backend for v1".)
     """
     df = timed_frame(rows)
     if df.empty:
         return pd.DataFrame(columns=[*SEED_COLUMNS.values(), "Time (us)", "Overhead (%)"])
-    causal = df[df["backend"] == causal_backend].set_index("case_id")["median_us"]
-    df["overhead_pct"] = 100.0 * (df["median_us"] / df["case_id"].map(causal) - 1.0)
+    causal_rows = df[df["backend"] == causal_backend].assign(run_id=lambda d: d["run_id"].astype(str))
+    same_run = causal_rows.groupby(["run_id", "case_id"])["median_us"].median()
+    any_run = causal_rows.groupby("case_id")["median_us"].median()
+    keys = list(zip(df["run_id"].astype(str), df["case_id"]))
+    causal_us = pd.Series([same_run.get(k, any_run.get(k[1], float("nan"))) for k in keys], index=df.index)
+    df["overhead_pct"] = 100.0 * (df["median_us"] / causal_us - 1.0)
     df.loc[df["backend"] == causal_backend, "overhead_pct"] = float("nan")
     df["_causal_first"] = df["backend"] != causal_backend
     df["_pos"] = df["context_len"].map(lambda c: c if isinstance(c, int) else -1)

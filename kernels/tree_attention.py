@@ -50,8 +50,8 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from harness.errors import ConfigError
 from harness.paged import BatchInputs
 from kernels.launch import FixedLaunch, verify_fast_path
-from kernels.tree_attention_plan import (MASK_MODES, KernelConfig, check_inputs, make_plan, next_pow2,
-                                         pack_tree_masks, tree_bias)
+from kernels.tree_attention_plan import (MASK_MODES, KernelConfig, check_inputs, choose_config, make_plan,
+                                         next_pow2, pack_tree_masks, tree_bias)
 from kernels.tree_attention_reduce import merge_partials, tree_attn_merge_kernel
 
 MASK_BITS, MASK_BIAS, MASK_CAUSAL = 0, 1, 2
@@ -342,15 +342,15 @@ class TreeAttention:
         hq, d = inputs.q.shape[1], inputs.q.shape[2]
         hkv = inputs.k_cache.shape[2]
         sms = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 1
-        self.plan = make_plan(len(ts), hkv, hq // hkv, ts, ss, d, num_sms=sms,
-                              interpret=interpreting(), config=config, num_splits=num_splits,
-                              page_size=inputs.k_cache.shape[1])
-        self.out = torch.empty(inputs.q.shape, dtype=inputs.dtype, device=dev)
-        self.lse = torch.empty(inputs.q.shape[:2], dtype=torch.float32, device=dev) if return_lse else None
-        why_not = kv_desc_unsupported(inputs, self.plan.config.block_n)
+        cfg = config or choose_config(hq // hkv * max(ts), d, interpreting())
+        why_not = kv_desc_unsupported(inputs, cfg.block_n)
         if kv_desc and why_not:
             raise ConfigError(f"kv_desc: {why_not}")
         self.kv_desc = (kv_desc if kv_desc is not None else USE_KV_DESC) and not why_not
+        self.plan = make_plan(len(ts), hkv, hq // hkv, ts, ss, d, num_sms=sms, interpret=interpreting(),
+                              config=cfg, num_splits=num_splits, tma_tiles=self.kv_desc)
+        self.out = torch.empty(inputs.q.shape, dtype=inputs.dtype, device=dev)
+        self.lse = torch.empty(inputs.q.shape[:2], dtype=torch.float32, device=dev) if return_lse else None
         self._launches = self._build_launches(ls, ts)
         self()                                   # warm-up: compiles
         self.fast_launch = fast_launch and not interpreting() and verify_fast_path(self._launches, self)

@@ -18,7 +18,7 @@ from harness.errors import ConfigError
 from harness.trees import TokenTree
 
 MASK_MODES = ("tree", "bias", "causal")        # kernel MASK_MODE 0, 1, 2
-HEAD_DIMS = (16, 32, 64, 128, 256)             # D: a power of 2 (tl.arange), >= 16 (tl.dot)
+HEAD_DIMS = (32, 64, 128, 256)                 # D: a power of 2 (tl.arange), >= 16 (tl.dot); the tested ones
 DTYPES = (torch.bfloat16, torch.float16)
 
 
@@ -36,8 +36,14 @@ class KernelConfig:
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n"):
             v = getattr(self, name)
-            if v < 16 or v & (v - 1):
-                raise ConfigError(f"kernel config {name}={v}: must be a power of 2 >= 16")
+            if not isinstance(v, int) or v < 16 or v > 256 or v & (v - 1):
+                raise ConfigError(f"kernel config {name}={v}: must be a power of 2 from 16 to 256")
+        if self.num_warps not in (1, 2, 4, 8, 16):
+            raise ConfigError(f"kernel config num_warps={self.num_warps}: must be 1, 2, 4, 8 or 16")
+        if not isinstance(self.num_stages, int) or self.num_stages < 1:
+            raise ConfigError(f"kernel config num_stages={self.num_stages}: must be an integer >= 1")
+        if self.max_regs != 0 and not (isinstance(self.max_regs, int) and 24 <= self.max_regs <= 255):
+            raise ConfigError(f"kernel config max_regs={self.max_regs}: must be 0 (no cap) or 24 to 255")
         if self.bt_ahead not in (0, 1):
             raise ConfigError(f"kernel config bt_ahead={self.bt_ahead}: must be 0 or 1 (2 and 3 measured slower, "
                               "docs/kernel.md)")
@@ -85,7 +91,7 @@ def choose_config(rows: int, head_dim: int, interpret: bool) -> KernelConfig:
 
 
 def choose_num_splits(programs: int, kv_tiles: list[int], num_sms: int, block_m: int,
-                      tile_in_page: bool = True) -> int:
+                      tma_tiles: bool = False) -> int:
     """KV splits per (request, KV head) so that the grid fills the GPU.
 
     Args:
@@ -93,7 +99,8 @@ def choose_num_splits(programs: int, kv_tiles: list[int], num_sms: int, block_m:
         kv_tiles: ceil(S_b / BLOCK_N) per request.
         num_sms: multiprocessors of the device (132 on an H200).
         block_m: the config's BLOCK_M.
-        tile_in_page: P % BLOCK_N == 0 (a tile lies in one page: the TMA path).
+        tma_tiles: the context tiles are loaded through TMA descriptors (the
+            forward kernel's KV_DESC path).
 
     Returns:
         1 when the grid already fills the GPU. Else, for the memory-bound
@@ -101,8 +108,8 @@ def choose_num_splits(programs: int, kv_tiles: list[int], num_sms: int, block_m:
         tile per split (at most STREAM_MAX_SPLITS): short splits hide the
         latency of a small batch. For the tensor-core-bound larger tiles, as
         many splits as fit one wave at 2 programs per SM (their occupancy),
-        keeping at least MIN_TILES_PER_SPLIT tiles in each split and, when a
-        tile lies in one page, at most TC_MAX_SPLITS splits. Chosen from the split sweeps on the H200
+        keeping at least MIN_TILES_PER_SPLIT tiles in each split and, with TMA
+        tiles, at most TC_MAX_SPLITS splits. Chosen from the split sweeps on the H200
         (scripts/splits_sweep.py, results/kernel-dev/run4-splits.csv; the TMA
         kernel's in results/kernel-dev/run5*; docs/kernel.md).
     """
@@ -114,7 +121,7 @@ def choose_num_splits(programs: int, kv_tiles: list[int], num_sms: int, block_m:
     else:
         want = (2 * num_sms) // programs
         cap = max(kv_tiles) // MIN_TILES_PER_SPLIT
-        if tile_in_page:
+        if tma_tiles:
             cap = min(cap, TC_MAX_SPLITS)
     return max(1, min(want, cap, MAX_SPLITS))
 
@@ -129,9 +136,9 @@ MAX_SPLITS = 64
 def make_plan(batch_size: int, num_kv_heads: int, group_size: int, tree_sizes: list[int],
               seq_lens: list[int], head_dim: int, *, num_sms: int, interpret: bool,
               config: KernelConfig | None = None, num_splits: int | None = None,
-              page_size: int = 0) -> Plan:
+              tma_tiles: bool = False) -> Plan:
     """Chooses the config (unless given), the M-tiling and split-KV for one batch
-    (page_size: P, or 0 when unknown, read as a multiple of every BLOCK_N).
+    (tma_tiles: the forward kernel will load the context tiles through TMA).
 
     Raises:
         ConfigError: num_splits < 1.
@@ -141,8 +148,7 @@ def make_plan(batch_size: int, num_kv_heads: int, group_size: int, tree_sizes: l
     programs = batch_size * num_kv_heads * m_tiles
     if num_splits is None:
         tiles = [math.ceil(s / cfg.block_n) for s in seq_lens]
-        num_splits = 1 if interpret else choose_num_splits(programs, tiles, num_sms, cfg.block_m,
-                                                           tile_in_page=page_size % cfg.block_n == 0)
+        num_splits = 1 if interpret else choose_num_splits(programs, tiles, num_sms, cfg.block_m, tma_tiles)
     if num_splits < 1:
         raise ConfigError(f"num_splits={num_splits}: must be >= 1 (1 turns split-KV off)")
     return Plan(cfg, num_splits, m_tiles, programs * num_splits)

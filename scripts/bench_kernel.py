@@ -48,7 +48,7 @@ from harness.compare import compare  # noqa: E402
 from harness.timing import capture_graph  # noqa: E402
 from harness.paged import BatchInputs, build_inputs  # noqa: E402
 from harness.reference import reference_attention  # noqa: E402
-from kernels.tree_attention_plan import KernelConfig, make_plan  # noqa: E402
+from kernels.tree_attention_plan import KernelConfig, choose_config, make_plan  # noqa: E402
 
 log = logging.getLogger("bench_kernel")
 HEADS = dict(num_q_heads=32, num_kv_heads=8, head_dim=128)
@@ -353,9 +353,11 @@ def resolve(v: Variant, num_sms: int) -> Variant:
     2-request copy of it must compile the same specialisation)."""
     case = Case(**v.case)
     trees, lens = case.trees(), case.context_lens()
+    cfg = v.config or choose_config(case.group_size * max(t.size for t in trees), case.head_dim, False)
+    tma = v.kv_desc is not False and case.page_size % cfg.block_n == 0      # as on an sm_90 GPU
     plan = make_plan(case.batch_size, case.num_kv_heads, case.group_size, [t.size for t in trees],
                      [l + t.size for l, t in zip(lens, trees)], case.head_dim, num_sms=num_sms,
-                     interpret=False, config=v.config, num_splits=v.splits, page_size=case.page_size)
+                     interpret=False, config=cfg, num_splits=v.splits, tma_tiles=tma)
     return dataclasses.replace(v, config=plan.config, splits=plan.num_splits)
 
 
@@ -446,6 +448,10 @@ def main() -> int:
     Path(args.out).mkdir(parents=True, exist_ok=True)
     if args.smoke:
         return smoke(Path(args.out))
+    if not torch.cuda.is_available():
+        print("bench_kernel: no CUDA GPU (the phases check, tune, seed, big, wide and merge run on one; "
+              "--smoke runs on the CPU)", file=sys.stderr)
+        return 2
     bench = Bench(Path(args.out) / "kernel.csv", time.time() + args.budget_s)
     phases = args.phases.split(",")
     plan = {"check": check_variants, "tune": tune_variants, "seed": seed_variants, "big": big_variants,

@@ -12,6 +12,7 @@ BLOCK_M,BLOCK_N,warps,stages[,max_regs[,bt_ahead]].
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -20,9 +21,25 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.cases import Case  # noqa: E402
+from harness.errors import ConfigError  # noqa: E402
 from harness.paged import build_inputs  # noqa: E402
 from kernels.tree_attention import TreeAttention  # noqa: E402
 from kernels.tree_attention_plan import KernelConfig  # noqa: E402
+
+
+def parse_config(text: str) -> KernelConfig:
+    """'BLOCK_M,BLOCK_N,warps,stages[,max_regs[,bt_ahead]]' -> KernelConfig.
+
+    Raises:
+        ConfigError: not 4 to 6 integers, or a field KernelConfig refuses.
+    """
+    try:
+        fields = [int(f) for f in text.split(",")]
+    except ValueError:
+        fields = []
+    if not 4 <= len(fields) <= 6:
+        raise ConfigError(f"--config {text!r}: want BLOCK_M,BLOCK_N,warps,stages[,max_regs[,bt_ahead]] (integers)")
+    return KernelConfig(*fields)
 
 
 def main() -> int:
@@ -31,18 +48,27 @@ def main() -> int:
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--context-len", type=int, default=2048)
     ap.add_argument("--page-size", type=int, default=128)
-    ap.add_argument("--config", help="BLOCK_M,BLOCK_N,warps,stages (default: the tuned table's)")
+    ap.add_argument("--config", help="BLOCK_M,BLOCK_N,warps,stages[,max_regs[,bt_ahead]] (default: the tuned table's)")
     ap.add_argument("--splits", type=int)
     ap.add_argument("--kv-desc", choices=["on", "off", "auto"], default="auto")
     ap.add_argument("--calls", type=int, default=5)
     args = ap.parse_args()
-    case = Case(batch_size=args.batch_size, context_len=args.context_len, tree=args.tree, page_size=args.page_size)
-    cfg = KernelConfig(*map(int, args.config.split(","))) if args.config else None
-    ta = TreeAttention(build_inputs(case, "cuda"), config=cfg, num_splits=args.splits,
-                       kv_desc={"on": True, "off": False, "auto": None}[args.kv_desc])
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        if device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+            raise ConfigError("no CUDA GPU: profile on a GPU, or set TRITON_INTERPRET=1 for a (slow) CPU run")
+        case = Case(batch_size=args.batch_size, context_len=args.context_len, tree=args.tree,
+                    page_size=args.page_size)
+        cfg = parse_config(args.config) if args.config else None
+        ta = TreeAttention(build_inputs(case, device), config=cfg, num_splits=args.splits,
+                           kv_desc={"on": True, "off": False, "auto": None}[args.kv_desc])
+    except ConfigError as e:
+        print(f"profile_case: {e}", file=sys.stderr)
+        return 2
     for _ in range(args.calls):
         ta()
-    torch.cuda.synchronize()
+    if device == "cuda":
+        torch.cuda.synchronize()
     print(f"plan {ta.plan}, kv_desc {ta.kv_desc}")
     return 0
 

@@ -110,6 +110,19 @@ def test_check_of_an_unavailable_backend_runs_nothing_and_says_so(tiny, tmp_path
     assert any("no case ran: needs a CUDA GPU" in m for m in caplog.messages)
 
 
+def test_run_names_each_backend_that_ran_nothing(tiny, tmp_path, caplog):
+    """`run` with an unavailable backend next to one that runs: the run goes on, and a
+    warning gives the unavailable backend's reason (not only a count of skipped rows)."""
+    mod = tmp_path / "gpu_only.py"
+    mod.write_text("class GpuOnly:\n    name = 'gpu_only'\n    def availability(self): return 'needs a CUDA GPU'\n"
+                   "    def supports(self, case): return None\n    def prepare(self, inputs): raise AssertionError\n")
+    out = tmp_path / "rows.jsonl"
+    assert main(["run", "--suite", str(tiny), "--backends", f"torch_sdpa,{mod}:GpuOnly", "--out", str(out),
+                 "--report", str(tmp_path / "r.html"), "--quiet"]) == 0
+    assert any("gpu_only ran no case: needs a CUDA GPU" in m for m in caplog.messages)
+    assert not any(m.startswith("torch_sdpa ran no case") for m in caplog.messages)
+
+
 @pytest.mark.parametrize("argv, needle", [
     ([], "required: COMMAND"),
     (["bogus"], "invalid choice: 'bogus'"),

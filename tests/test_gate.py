@@ -189,3 +189,18 @@ def test_cli_gate_bad_input_exits_2(tmp_path, capsys):
     assert cli.main(["gate", "--baseline", str(tmp_path / "none"), "--candidate", str(RERUN)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "not found" in err
+
+
+@pytest.mark.parametrize("base_median, cand_median, where", [
+    (None, None, "either side (check rows; both pass)"),
+    (None, 100.0, "the baseline"),
+    (100.0, None, "the candidate"),
+])
+def test_untimed_pairs_say_which_side_lacks_a_time(base_median, cand_median, where):
+    """Check-only rows (passing, no timing) are incomparable, and the detail says on
+    which side the time is missing instead of always 'one side'."""
+    base = {**_row(), "median_us": base_median, "samples_us": None if base_median is None else _row()["samples_us"]}
+    cand = {**_row(), "median_us": cand_median, "samples_us": None if cand_median is None else _row()["samples_us"]}
+    v = classify(base, cand, GateConfig())
+    assert v.kind == "incomparable" and not v.failed
+    assert v.detail == f"not timed in {where}"

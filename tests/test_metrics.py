@@ -119,3 +119,19 @@ def test_mask_overhead_table_adds_varying_axes():
     other = [{**r, "case": {**r["case"], "page_size": 32}, "case_id": r["case_id"] + "-P32"} for r in rows]
     t = mask_overhead_table(rows + other)
     assert "Page Size" in t.columns and set(t["Page Size"]) == {16, 32}
+
+
+def test_mask_overhead_table_takes_result_sets_that_repeat_cases():
+    """Two result sets with the same cases (say a baseline run and today's): no crash, and
+    each row's overhead is against the causal time of its own run."""
+    rows = [r for r in read_rows(BASE) if r["status"] == "pass"]
+    later = [{**r, "run_id": "later", "median_us": r["median_us"] * (2.0 if r["backend"] == "causal_baseline" else 1.0)}
+             for r in rows]
+    t = mask_overhead_table(rows + later)
+    assert len(t) == 2 * len(mask_overhead_table(rows))
+    tri = next(r for r in rows if r["backend"] == "triton_tree" and r["case"]["context_len"] == 1024)
+    causal = next(r for r in rows if r["backend"] == "causal_baseline" and r["case_id"] == tri["case_id"])
+    got = t[(t["Backend"] == "triton_tree") & (t["Batch Size"] == tri["case"]["batch_size"])
+            & (t["Sequence Position"] == 1024) & (t["Seqlen Q"] == tri["tree_sizes"][0])]["Overhead (%)"]
+    want = {100 * (tri["median_us"] / causal["median_us"] - 1), 100 * (tri["median_us"] / (2 * causal["median_us"]) - 1)}
+    assert sorted(got.round(9)) == sorted(round(w, 9) for w in want)

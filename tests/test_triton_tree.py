@@ -89,7 +89,7 @@ def test_tree_bias_is_zero_on_ancestors_and_rejects_mixed_trees():
     (8, [1], 16, 1),           # one tile: nothing to split
 ])
 def test_choose_num_splits(programs, tiles, block_m, expect):
-    assert choose_num_splits(programs, tiles, 132, block_m) == expect
+    assert choose_num_splits(programs, tiles, 132, block_m, tma_tiles=True) == expect
 
 
 def test_make_plan_tiles_rows_and_rejects_bad_splits():
@@ -291,11 +291,35 @@ def test_kernel_config_rejects_bt_ahead_out_of_range():
         KernelConfig(64, 64, 4, 3, bt_ahead=2)
 
 
-def test_choose_num_splits_caps_only_tiles_inside_one_page():
-    """P 16 with 64-token tiles (a page lookup per token, no TMA): the 8-split cap,
-    measured for the TMA path, does not apply; 3 KV tiles per split does."""
-    assert choose_num_splits(16, [33], 132, 64, tile_in_page=True) == 8
-    assert choose_num_splits(16, [33], 132, 64, tile_in_page=False) == 11
-    p16 = make_plan(1, 8, 4, [28], [2076], 128, num_sms=132, interpret=False, page_size=16)
-    p128 = make_plan(1, 8, 4, [28], [2076], 128, num_sms=132, interpret=False, page_size=128)
-    assert (p16.num_splits, p128.num_splits) == (11, 8)
+def test_choose_num_splits_caps_only_tma_tiles():
+    """P 16 with 64-token tiles (a page lookup per token, no TMA), or TMA off: the
+    8-split cap, measured for the TMA path, does not apply; 3 KV tiles per split does."""
+    assert choose_num_splits(16, [33], 132, 64, tma_tiles=True) == 8
+    assert choose_num_splits(16, [33], 132, 64, tma_tiles=False) == 11
+    plan = dict(num_sms=132, interpret=False)
+    assert make_plan(1, 8, 4, [28], [2076], 128, tma_tiles=True, **plan).num_splits == 8
+    assert make_plan(1, 8, 4, [28], [2076], 128, tma_tiles=False, **plan).num_splits == 11
+
+
+def test_tree_attention_plans_splits_from_the_tma_decision(monkeypatch):
+    """TreeAttention decides kv_desc before planning, and plans the split cap from it."""
+    import kernels.tree_attention as kt
+
+    seen = []
+    real = kt.make_plan
+    monkeypatch.setattr(kt, "make_plan", lambda *a, **kw: seen.append(kw["tma_tiles"]) or real(*a, **kw))
+    case = Case(batch_size=1, context_len=20, tree="chain:2", page_size=16, **TINY)
+    inputs = build_inputs(case, DEVICE)
+    for kv_desc in (True, False):
+        ta = TreeAttention(inputs, kv_desc=kv_desc, config=KernelConfig(16, 16, 1, 1))
+        assert ta.kv_desc is kv_desc
+    assert seen == [True, False]
+
+
+@pytest.mark.parametrize("kw, needle", [
+    (dict(num_warps=0), "num_warps"), (dict(num_warps=3), "num_warps"), (dict(num_stages=0), "num_stages"),
+    (dict(block_n=512), "block_n"), (dict(max_regs=8), "max_regs"), (dict(bt_ahead=1.5), "bt_ahead"),
+])
+def test_kernel_config_rejects_bad_fields(kw, needle):
+    with pytest.raises(ConfigError, match=needle):
+        KernelConfig(**{**dict(block_m=64, block_n=64, num_warps=4, num_stages=3), **kw})

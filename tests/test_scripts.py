@@ -1,0 +1,42 @@
+"""The kernel-development scripts refuse what they cannot do with one line and exit 2
+(scripts/profile_case.py, scripts/bench_kernel.py); their GPU work is not run here."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _script(name: str, *args: str, interpret: bool = False) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / name), *args], capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+@pytest.mark.parametrize("config, needle", [
+    ("64,64", "want BLOCK_M,BLOCK_N,warps,stages"),
+    ("abc", "want BLOCK_M,BLOCK_N,warps,stages"),
+    ("64,64,4,3,0,5", "bt_ahead=5"),
+    ("64,48,4,3", "block_n=48"),
+])
+def test_profile_case_refuses_a_bad_config(config, needle):
+    r = _script("profile_case.py", "--config", config, interpret=True)
+    assert r.returncode == 2, r.stderr
+    assert needle in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU refusal")
+def test_scripts_without_a_gpu_say_so(tmp_path):
+    r = _script("profile_case.py")
+    assert r.returncode == 2 and "no CUDA GPU" in r.stderr and "Traceback" not in r.stderr
+    r = _script("bench_kernel.py", "--phases", "big", "--out", str(tmp_path))
+    assert r.returncode == 2 and "no CUDA GPU" in r.stderr and "Traceback" not in r.stderr
