@@ -211,6 +211,14 @@ def _sweep_options(args, mode: str, out: Path | None):
                         merge_timeout_s=args.merge_timeout, dry_run=args.dry_run)
 
 
+def _check_shard(text: str | None) -> None:
+    """Refuses a bad --shard before any output file or folder is created (ConfigError)."""
+    if text:
+        from harness.shard import parse_shard
+
+        parse_shard(text)
+
+
 def _exit_code(result, determinism: bool) -> int:
     """1 when a row failed, a rank's rows could not be merged, or (with --determinism) a row was
     nondeterministic; else 0."""
@@ -295,6 +303,7 @@ def cmd_run(args, console: Console) -> int:
     _nonempty(args.out, "--out")
     _nonempty(args.report, "--report")
     _nonempty(args.shard, "--shard")
+    _check_shard(args.shard)
     suite = load_suite(args.suite)
     backends = resolve_backends(args.backends)
     if args.resume and args.out is None:
@@ -334,6 +343,7 @@ def cmd_check(args, console: Console) -> int:
     _check_suite_arg(args.suite)
     _nonempty(args.out, "--out")
     _nonempty(args.shard, "--shard")
+    _check_shard(args.shard)
     _given_once(getattr(args, "argv", None), ("--backend", "--backends"))
     if "," in args.backend or args.backend.strip() == "all":
         raise ConfigError(f"check --backend {args.backend}: check takes one backend; run one check per "

@@ -191,9 +191,9 @@ def timing_verdict(base: dict, cand: dict, config: GateConfig, v: dict) -> Verdi
     """slower / faster / unchanged / incomparable for two passing rows."""
     bm, cm = base.get("median_us"), cand.get("median_us")
     if not bm or not cm:
-        where = "either side (check rows; both pass)" if not bm and not cm else \
-            ("the baseline" if not bm else "the candidate")
-        return Verdict(kind="incomparable", detail=f"not timed in {where}", **v)
+        where = "on either side (check rows; both pass)" if not bm and not cm else \
+            ("in the baseline" if not bm else "in the candidate")
+        return Verdict(kind="incomparable", detail=f"not timed {where}", **v)
     noisy = [side for side, r in (("baseline", base), ("candidate", cand)) if is_noisy(r)]
     v = {**v, "base_median_us": bm, "cand_median_us": cm, "ratio": cm / bm, "noisy": bool(noisy)}
     verdict = _timing_kind(base, cand, config, v)
@@ -364,7 +364,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="compare even when GPU, driver or library versions differ")
     parser.add_argument("--allow-missing", action="store_true",
                         help="pass even when the candidate lacks (case, backend) pairs of the baseline")
-    parser.add_argument("--junit", metavar="PATH", help="also write JUnit XML here")
+    parser.add_argument("--junit", metavar="PATH", help="also write JUnit XML here (a .xml path)")
     parser.add_argument("--summary", metavar="PATH",
                         help="also append the Markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")
 
@@ -394,6 +394,8 @@ def run(args: argparse.Namespace) -> int:
     """
     config = GateConfig(_fraction(str(args.threshold)), args.alpha, args.min_samples,
                         bool(getattr(args, "allow_missing", False)))
+    if args.junit and Path(args.junit).suffix.lower() != ".xml":   # it overwrites: never a stray file
+        raise ConfigError(f"gate --junit {args.junit}: must end in .xml (it is overwritten)")
     for flag, path in (("gate --summary", args.summary), ("gate --junit", args.junit)):
         if path:
             check_output_path(path, flag)

@@ -218,7 +218,7 @@ def mask_overhead_table(rows: Sequence[dict], causal_backend: str = "causal_base
     100 * (time / causal time of the same case - 1), empty for the causal rows.
     The causal time is the one measured in the same run (run_id) when there is one,
     else the median over every run of the case (rows of several result sets may
-    repeat a case). Sorted as the seed table: batch size, position, T, causal row first.
+    repeat a case); with rows of several runs a Run column says which is which. Sorted as the seed table: batch size, position, T, causal row first.
     (Seed layout: vLLM PR #20401, "Add tree attention backend for v1".)
     """
     df = timed_frame(rows)
@@ -234,9 +234,11 @@ def mask_overhead_table(rows: Sequence[dict], causal_backend: str = "causal_base
     df["_causal_first"] = df["backend"] != causal_backend
     df["_pos"] = df["context_len"].map(lambda c: c if isinstance(c, int) else -1)
     extra = varying_axes(df, exclude=("batch_size", "context_len", "tree", "T", "seed"))
+    if df["run_id"].astype(str).nunique() > 1:          # rows of several runs: say which is which
+        extra.append("run_id")
     df = df.sort_values(["batch_size", "_pos", "context_len", "T", *extra, "_causal_first", "backend"],
                         key=lambda s: s.astype(str) if s.name == "context_len" else s)
-    cols = {**SEED_COLUMNS, **{a: a.replace("_", " ").title() for a in extra},
+    cols = {**SEED_COLUMNS, **{a: "Run" if a == "run_id" else a.replace("_", " ").title() for a in extra},
             "median_us": "Time (us)", "overhead_pct": "Overhead (%)"}
     return df[list(cols)].rename(columns=cols).reset_index(drop=True)
 

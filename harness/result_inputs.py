@@ -5,6 +5,7 @@ written (never over the results being read)."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,6 +15,7 @@ from harness.store import ENV_FILE_RE, _result_files, read_rows
 
 REQUIRED_FIELDS = {"backend": str, "case": dict, "case_id": str, "status": str}
 STATUSES = ("pass", "mismatch", "error", "skipped")
+log = logging.getLogger(__name__)
 
 
 def row_problem(row: dict) -> str | None:
@@ -37,14 +39,16 @@ def row_problem(row: dict) -> str | None:
 
 
 def read_checked_rows(paths: Sequence[str], command: str) -> list[dict]:
-    """`harness.store.read_rows(paths)`, each row checked by `row_problem`.
+    """`harness.store.read_rows(paths)`, each row checked by `row_problem`; a row repeated
+    to the letter of its identity (run_id, env, case_id, backend: a file or folder given
+    twice) is kept once, with a warning.
 
     Raises:
         ConfigError: as read_rows, or a row lacks a required field (names file, line and field).
     """
     rows = read_rows(paths)
     if all(row_problem(r) is None for r in rows):
-        return rows
+        return drop_repeated_rows(rows, command)
     for f in _result_files(paths):  # find where the bad row is, for the message
         with open(f, encoding="utf-8", errors="replace") as fh:
             for n, line in enumerate(fh, start=1):
@@ -57,6 +61,23 @@ def read_checked_rows(paths: Sequence[str], command: str) -> list[dict]:
                     raise ConfigError(f"{command}: results file {f}:{n}: {problem}; every row needs "
                                       f"{', '.join(REQUIRED_FIELDS)} (case a JSON object), as `treebench run` writes")
     raise ConfigError(f"{command}: a result row lacks one of {', '.join(REQUIRED_FIELDS)}")
+
+
+def drop_repeated_rows(rows: list[dict], command: str) -> list[dict]:
+    """`rows` without the repeats of a (run_id, env, case_id, backend) already seen; warns
+    how many were dropped. Rows without a run_id are all kept (nothing tells them apart)."""
+    seen: set[tuple] = set()
+    kept = []
+    for r in rows:
+        key = (r.get("run_id"), r.get("env"), r["case_id"], r["backend"])
+        if r.get("run_id") is not None and key in seen:
+            continue
+        seen.add(key)
+        kept.append(r)
+    if len(kept) < len(rows):
+        log.warning("%s: %d repeated rows dropped (the same run's case and backend twice: "
+                    "a results file given twice?)", command, len(rows) - len(kept))
+    return kept
 
 
 def check_output_path(path: str | Path, flag: str) -> Path:

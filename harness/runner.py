@@ -321,8 +321,9 @@ def run_case_backend(backend, case: Case, data: CaseData, availability: str | No
     Never raises for a backend's fault: any exception becomes an error row.
     """
     row = base_row(getattr(backend, "name", type(backend).__name__), case, config)
-    if availability:
-        row.update(status="skipped", reason=availability)
+    if availability:   # a raising availability() is the backend's crash: an error row, not a skip
+        row.update(status="error" if isinstance(availability, AvailabilityRaised) else "skipped",
+                   reason=availability)
     else:
         try:
             _run_one(backend, case, data, device, config, row)
@@ -339,14 +340,19 @@ def run_case_backend(backend, case: Case, data: CaseData, availability: str | No
     return row
 
 
+class AvailabilityRaised(str):
+    """The reason string of an availability() that raised: its pairs become error rows."""
+
+
 def availabilities(backends: Sequence) -> dict[int, str | None]:
-    """id(backend) -> its availability() (an exception counts as the reason)."""
+    """id(backend) -> its availability(); one that raises gives an AvailabilityRaised reason
+    (its rows are errors: the backend's code crashed, it did not decline)."""
     out: dict[int, str | None] = {}
     for b in backends:
         try:
             out[id(b)] = b.availability()
-        except (Exception, SystemExit) as e:  # noqa: BLE001 -- a broken availability() is a reason to skip
-            out[id(b)] = "availability() raised " + error_reason(e)
+        except (Exception, SystemExit) as e:  # noqa: BLE001 -- a broken availability() is an error row
+            out[id(b)] = AvailabilityRaised("availability() raised " + error_reason(e))
     return out
 
 

@@ -18,7 +18,8 @@ from pathlib import Path
 from rich.console import Console
 
 from harness.errors import ConfigError
-from harness.runner import RunConfig, availabilities, default_device, new_run_id, row_satisfies, run_cases
+from harness.runner import (AvailabilityRaised, RunConfig, availabilities, default_device, new_run_id, row_satisfies,
+                            run_cases)
 from harness.shard import (
     Rank,
     Shard,
@@ -119,8 +120,10 @@ def _count_skips(cases, backends, names, skip: frozenset) -> int:
             return bool(b.supports(c))
         except Exception:  # noqa: BLE001 -- a raising supports() is an error row later, not a skip
             return False
+    def declined(b) -> bool:      # unavailable; a raising availability() gives error rows instead
+        return bool(down[id(b)]) and not isinstance(down[id(b)], AvailabilityRaised)
     return sum(1 for c in cases for b, n in zip(backends, names)
-               if (c.case_id, n) not in skip and (down[id(b)] or unsupported(b, c)))
+               if (c.case_id, n) not in skip and (declined(b) or unsupported(b, c)))
 
 
 def execute(cases, backends, opts: SweepOptions, console: Console | None = None) -> SweepResult:

@@ -328,8 +328,9 @@ class TreeAttention:
                 reason against it. True where it finds one raises ConfigError.
 
         Raises:
-            ConfigError: unsupported dtype, head dim, mask mode, mixed trees in bias mode, or
-                merge_rows not a power of 2.
+            ConfigError: unsupported dtype, head dim, mask mode, mixed trees in bias mode,
+                merge_rows not a power of 2, num_splits < 1, or kv_desc=True where
+                `kv_desc_unsupported` gives a reason.
         """
         check_inputs(inputs.dtype, inputs.q.shape[-1], mask_mode)
         self.inputs, self.mask_mode, self.return_lse = inputs, mask_mode, return_lse

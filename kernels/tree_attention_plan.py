@@ -34,19 +34,16 @@ class KernelConfig:
     bt_ahead: int = 0  # 1: with TMA loads, each tile's block-table entry is loaded one tile ahead
 
     def __post_init__(self) -> None:
-        for name in ("block_m", "block_n"):
+        rules = (("block_m", lambda v: 16 <= v <= 256 and not v & (v - 1), "a power of 2 from 16 to 256"),
+                 ("block_n", lambda v: 16 <= v <= 256 and not v & (v - 1), "a power of 2 from 16 to 256"),
+                 ("num_warps", lambda v: v in (1, 2, 4, 8, 16), "1, 2, 4, 8 or 16"),
+                 ("num_stages", lambda v: 1 <= v <= 8, "1 to 8"),
+                 ("max_regs", lambda v: v == 0 or 24 <= v <= 255, "0 (no cap) or 24 to 255"),
+                 ("bt_ahead", lambda v: v in (0, 1), "0 or 1 (2 and 3 measured slower, docs/kernel.md)"))
+        for name, ok, want in rules:
             v = getattr(self, name)
-            if not isinstance(v, int) or v < 16 or v > 256 or v & (v - 1):
-                raise ConfigError(f"kernel config {name}={v}: must be a power of 2 from 16 to 256")
-        if self.num_warps not in (1, 2, 4, 8, 16):
-            raise ConfigError(f"kernel config num_warps={self.num_warps}: must be 1, 2, 4, 8 or 16")
-        if not isinstance(self.num_stages, int) or self.num_stages < 1:
-            raise ConfigError(f"kernel config num_stages={self.num_stages}: must be an integer >= 1")
-        if self.max_regs != 0 and not (isinstance(self.max_regs, int) and 24 <= self.max_regs <= 255):
-            raise ConfigError(f"kernel config max_regs={self.max_regs}: must be 0 (no cap) or 24 to 255")
-        if self.bt_ahead not in (0, 1):
-            raise ConfigError(f"kernel config bt_ahead={self.bt_ahead}: must be 0 or 1 (2 and 3 measured slower, "
-                              "docs/kernel.md)")
+            if type(v) is not int or not ok(v):      # exactly int: True, 4.0 and "4" are refused too
+                raise ConfigError(f"kernel config {name}={v!r}: must be an integer, {want}")
 
 
 @dataclass(frozen=True)
@@ -128,7 +125,7 @@ def choose_num_splits(programs: int, kv_tiles: list[int], num_sms: int, block_m:
 
 MIN_TILES_PER_SPLIT = 3     # tensor-core-bound tiles: fewer made B 1 slower (run 4)
 TC_MAX_SPLITS = 8           # tensor-core-bound tiles read by TMA: 11 splits slower than 8 at L 2048,
-                            # while P 16 (a page lookup per token) lost 3-7% with the cap (run 5)
+                            # while P 16 (a page lookup per token) lost 3-11% with the cap (run 5)
 STREAM_MAX_SPLITS = 24      # memory-bound tiles: the largest split count measured (run 4)
 MAX_SPLITS = 64
 
@@ -141,7 +138,7 @@ def make_plan(batch_size: int, num_kv_heads: int, group_size: int, tree_sizes: l
     (tma_tiles: the forward kernel will load the context tiles through TMA).
 
     Raises:
-        ConfigError: num_splits < 1.
+        ConfigError: num_splits < 1, or (no config given) a head dim over 256.
     """
     cfg = config or choose_config(group_size * max(tree_sizes), head_dim, interpret)
     m_tiles = math.ceil(group_size * max(tree_sizes) / cfg.block_m)

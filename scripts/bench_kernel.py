@@ -445,13 +445,19 @@ def main() -> int:
     if args.cmd == "report":
         report(args.csv, args.peers)
         return 0
-    Path(args.out).mkdir(parents=True, exist_ok=True)
     if args.smoke:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
         return smoke(Path(args.out))
+    unknown = set(args.phases.split(",")) - {"env", "check", "tune", "seed", "big", "wide", "merge"}
+    if unknown:      # refused before anything is created
+        print(f"bench_kernel: unknown phase(s) {', '.join(sorted(unknown))}: use env, check, tune, seed, big, "
+              "wide, merge", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("bench_kernel: no CUDA GPU (the phases check, tune, seed, big, wide and merge run on one; "
               "--smoke runs on the CPU)", file=sys.stderr)
         return 2
+    Path(args.out).mkdir(parents=True, exist_ok=True)
     bench = Bench(Path(args.out) / "kernel.csv", time.time() + args.budget_s)
     phases = args.phases.split(",")
     plan = {"check": check_variants, "tune": tune_variants, "seed": seed_variants, "big": big_variants,

@@ -55,6 +55,8 @@ def main() -> int:
     args = ap.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
+        if args.calls < 1:
+            raise ConfigError(f"--calls {args.calls}: must be >= 1")
         if device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
             raise ConfigError("no CUDA GPU: profile on a GPU, or set TRITON_INTERPRET=1 for a (slow) CPU run")
         case = Case(batch_size=args.batch_size, context_len=args.context_len, tree=args.tree,

@@ -110,6 +110,19 @@ def test_check_of_an_unavailable_backend_runs_nothing_and_says_so(tiny, tmp_path
     assert any("no case ran: needs a CUDA GPU" in m for m in caplog.messages)
 
 
+def test_check_of_a_backend_whose_availability_raises_fails(tiny, tmp_path):
+    """availability() raising is the backend's crash: error rows and exit 1, not a skip."""
+    mod = tmp_path / "broken_avail.py"
+    mod.write_text("class BrokenAvail:\n    name = 'broken_avail'\n"
+                   "    def availability(self): raise RuntimeError('boom in availability')\n"
+                   "    def supports(self, case): return None\n    def prepare(self, inputs): raise AssertionError\n")
+    out = tmp_path / "rows.jsonl"
+    assert main(["check", "--suite", str(tiny), "--backend", f"{mod}:BrokenAvail", "--out", str(out), "--quiet"]) == 1
+    rows = read_rows([out])
+    assert {r["status"] for r in rows} == {"error"}
+    assert all("availability() raised RuntimeError: boom in availability" in r["reason"] for r in rows)
+
+
 def test_run_names_each_backend_that_ran_nothing(tiny, tmp_path, caplog):
     """`run` with an unavailable backend next to one that runs: the run goes on, and a
     warning gives the unavailable backend's reason (not only a count of skipped rows)."""

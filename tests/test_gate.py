@@ -192,9 +192,9 @@ def test_cli_gate_bad_input_exits_2(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("base_median, cand_median, where", [
-    (None, None, "either side (check rows; both pass)"),
-    (None, 100.0, "the baseline"),
-    (100.0, None, "the candidate"),
+    (None, None, "on either side (check rows; both pass)"),
+    (None, 100.0, "in the baseline"),
+    (100.0, None, "in the candidate"),
 ])
 def test_untimed_pairs_say_which_side_lacks_a_time(base_median, cand_median, where):
     """Check-only rows (passing, no timing) are incomparable, and the detail says on
@@ -203,4 +203,4 @@ def test_untimed_pairs_say_which_side_lacks_a_time(base_median, cand_median, whe
     cand = {**_row(), "median_us": cand_median, "samples_us": None if cand_median is None else _row()["samples_us"]}
     v = classify(base, cand, GateConfig())
     assert v.kind == "incomparable" and not v.failed
-    assert v.detail == f"not timed in {where}"
+    assert v.detail == f"not timed {where}"

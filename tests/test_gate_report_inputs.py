@@ -114,14 +114,24 @@ def test_gate_unwritable_output_is_checked_first(tmp_path, capsys, flag):
     blocker = tmp_path / "afile"
     blocker.write_text("keep me", encoding="utf-8")
     rc, out, err = _main(capsys, "gate", "--baseline", str(BASE), "--candidate", str(BASE),
-                         flag, str(blocker / "x" / "out"))
+                         flag, str(blocker / "x" / "out.xml"))
     assert rc == 2 and out == "" and err.count("\n") == 1 and flag in err
     assert blocker.read_text(encoding="utf-8") == "keep me"
 
 
 def test_gate_output_to_a_folder_is_refused(tmp_path, capsys):
-    rc, out, err = _main(capsys, "gate", "--baseline", str(BASE), "--candidate", str(BASE), "--junit", str(tmp_path))
+    folder = tmp_path / "x.xml"
+    folder.mkdir()
+    rc, out, err = _main(capsys, "gate", "--baseline", str(BASE), "--candidate", str(BASE), "--junit", str(folder))
     assert rc == 2 and out == "" and "--junit" in err and "folder" in err
+
+
+def test_gate_junit_must_be_an_xml_path(tmp_path, capsys):
+    """--junit overwrites its file, so it takes only a .xml path: a user's notes.txt is left alone."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine", encoding="utf-8")
+    rc, out, err = _main(capsys, "gate", "--baseline", str(BASE), "--candidate", str(BASE), "--junit", str(notes))
+    assert rc == 2 and out == "" and "must end in .xml" in err and notes.read_text(encoding="utf-8") == "mine"
 
 
 # ---- 5. the CPU peak cell -----------------------------------------------------------------------
@@ -164,7 +174,8 @@ def test_gate_refuses_to_write_over_its_inputs(tmp_path, capsys, flag):
     a = _write(tmp_path / "a.jsonl", [_row()])
     before = a.read_bytes()
     rc, _, err = _main(capsys, "gate", "--baseline", str(a), "--candidate", str(a), flag, str(a))
-    assert rc == 2 and "is one of the results being compared" in err and a.read_bytes() == before
+    refused = "must end in .xml" if flag == "--junit" else "is one of the results being compared"
+    assert rc == 2 and refused in err and a.read_bytes() == before
     rc, _, err = _main(capsys, "gate", "--baseline", str(tmp_path), "--candidate", str(a),
                        flag, str(tmp_path / "new.jsonl"))
     assert rc == 2 and not (tmp_path / "new.jsonl").exists()
@@ -200,10 +211,10 @@ def test_gate_outputs_never_land_on_files_read_with_the_inputs(tmp_path, capsys)
     for flag in ("--junit", "--summary"):
         for inputs in ([str(base)], [str(a)]):
             rc, _, err = _main(capsys, "gate", "--baseline", *inputs, "--candidate", str(a), flag, str(env))
-            assert rc == 2 and "write it somewhere else" in err
+            assert rc == 2 and ("must end in .xml" if flag == "--junit" else "write it somewhere else") in err
     rc, _, err = _main(capsys, "gate", "--baseline", str(a), "--candidate", str(a),
-                       "--junit", str(tmp_path / "o.txt"), "--summary", str(tmp_path / "o.txt"))
-    assert rc == 2 and "same file" in err and not (tmp_path / "o.txt").exists()
+                       "--junit", str(tmp_path / "o.xml"), "--summary", str(tmp_path / "o.xml"))
+    assert rc == 2 and "same file" in err and not (tmp_path / "o.xml").exists()
     assert {p: p.read_bytes() for p in (a, env)} == before
 
 
@@ -239,3 +250,16 @@ def test_ctrl_c_while_starting_is_one_line(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "harness.cli", Interrupting("harness.cli"))
     assert entry.main() == 130
     assert capsys.readouterr().err.strip() == "treebench: interrupted while starting; nothing was written"
+
+
+def test_a_results_file_given_twice_is_read_once(caplog):
+    """The same run's rows twice (a file or folder named twice) are kept once, with a warning;
+    rows of another run with the same cases are kept."""
+    from harness.result_inputs import drop_repeated_rows, read_checked_rows
+
+    files = sorted(str(p) for p in BASE.glob("*.jsonl"))
+    once = read_checked_rows(files, "report")
+    assert len(read_checked_rows(files + files, "report")) == len(once)
+    assert any("repeated rows dropped" in m for m in caplog.messages)
+    other_run = [{**r, "run_id": "another"} for r in once]
+    assert len(drop_repeated_rows(once + other_run, "report")) == 2 * len(once)

@@ -129,6 +129,7 @@ def test_mask_overhead_table_takes_result_sets_that_repeat_cases():
              for r in rows]
     t = mask_overhead_table(rows + later)
     assert len(t) == 2 * len(mask_overhead_table(rows))
+    assert "Run" in t.columns and "later" in set(t["Run"]) and "Run" not in mask_overhead_table(rows).columns
     tri = next(r for r in rows if r["backend"] == "triton_tree" and r["case"]["context_len"] == 1024)
     causal = next(r for r in rows if r["backend"] == "causal_baseline" and r["case_id"] == tri["case_id"])
     got = t[(t["Backend"] == "triton_tree") & (t["Batch Size"] == tri["case"]["batch_size"])

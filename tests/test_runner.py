@@ -80,6 +80,7 @@ def test_faults_become_rows_with_reasons_and_the_sweep_goes_on():
         assert by["dtype"]["status"] == "error" and "dtype torch.float64" in by["dtype"]["reason"]
         assert by["not_tensor"]["status"] == "error" and "returned list" in by["not_tensor"]["reason"]
         assert by["unavailable"]["status"] == "skipped" and by["unavailable"]["reason"] == "needs a CUDA GPU"
+        assert by["availability_raises"]["status"] == "error"       # its code crashed: not a skip
         assert "availability() raised KeyError" in by["availability_raises"]["reason"]
         assert by["unsupported"]["status"] == "skipped" and "page size 16" in by["unsupported"]["reason"]
         assert by["zeros"]["status"] == "mismatch" and "max_abs_err" in by["zeros"]["reason"]

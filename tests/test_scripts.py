@@ -27,9 +27,11 @@ def _script(name: str, *args: str, interpret: bool = False) -> subprocess.Comple
     ("abc", "want BLOCK_M,BLOCK_N,warps,stages"),
     ("64,64,4,3,0,5", "bt_ahead=5"),
     ("64,48,4,3", "block_n=48"),
+    ("64,64,4,3 --calls 0", "--calls 0"),
 ])
 def test_profile_case_refuses_a_bad_config(config, needle):
-    r = _script("profile_case.py", "--config", config, interpret=True)
+    value, *more = config.split(" ")
+    r = _script("profile_case.py", "--config", value, *more, interpret=True)
     assert r.returncode == 2, r.stderr
     assert needle in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
@@ -38,5 +40,11 @@ def test_profile_case_refuses_a_bad_config(config, needle):
 def test_scripts_without_a_gpu_say_so(tmp_path):
     r = _script("profile_case.py")
     assert r.returncode == 2 and "no CUDA GPU" in r.stderr and "Traceback" not in r.stderr
-    r = _script("bench_kernel.py", "--phases", "big", "--out", str(tmp_path))
+    r = _script("bench_kernel.py", "--phases", "big", "--out", str(tmp_path / "out"))
     assert r.returncode == 2 and "no CUDA GPU" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_bench_kernel_refuses_an_unknown_phase(tmp_path):
+    r = _script("bench_kernel.py", "--phases", "env,nosuch", "--out", str(tmp_path / "out"))
+    assert r.returncode == 2 and "unknown phase(s) nosuch" in r.stderr and not (tmp_path / "out").exists()

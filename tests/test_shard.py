@@ -263,3 +263,16 @@ def test_gpus_relaunches_the_command_line_under_torchrun(suite, tmp_path, monkey
     assert relaunched[6] == "--out" and relaunched[7].startswith("results/local/s-")   # one file for all ranks
     assert relaunched[8] == "--report" and relaunched[9].startswith("reports/local/s-")
     assert main(["run", "--suite", str(suite), "--gp", "2"]) == 2        # no abbreviations: they would survive
+
+
+@pytest.mark.parametrize("command", ["run", "check"])
+@pytest.mark.parametrize("text", ["3/2", "0/0", "a"])
+def test_a_bad_shard_creates_no_output(command, text, tmp_path, monkeypatch, capsys):
+    """A refused --shard writes nothing: no --out file, no folder for it, no report folder."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "sub" / "x.jsonl"
+    argv = [command, "--suite", "smoke", "--shard", text, "--out", str(out)]
+    argv += ["--backends", "torch_sdpa"] if command == "run" else ["--backend", "torch_sdpa"]
+    assert main(argv) == 2
+    assert not (tmp_path / "sub").exists() and not (tmp_path / "reports").exists()
+    assert "--shard" in capsys.readouterr().err

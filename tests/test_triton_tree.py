@@ -319,6 +319,8 @@ def test_tree_attention_plans_splits_from_the_tma_decision(monkeypatch):
 @pytest.mark.parametrize("kw, needle", [
     (dict(num_warps=0), "num_warps"), (dict(num_warps=3), "num_warps"), (dict(num_stages=0), "num_stages"),
     (dict(block_n=512), "block_n"), (dict(max_regs=8), "max_regs"), (dict(bt_ahead=1.5), "bt_ahead"),
+    (dict(num_warps=True), "num_warps"), (dict(num_warps=4.0), "num_warps"), (dict(num_stages=1000), "num_stages"),
+    (dict(bt_ahead=True), "bt_ahead"), (dict(num_warps="4"), "num_warps='4'"),
 ])
 def test_kernel_config_rejects_bad_fields(kw, needle):
     with pytest.raises(ConfigError, match=needle):
