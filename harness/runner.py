@@ -266,7 +266,10 @@ def _time_row(row: dict, fn: Callable, inputs: BatchInputs, config: RunConfig) -
 def _run_one(backend, case: Case, data: CaseData, device: torch.device, config: RunConfig, row: dict) -> None:
     """Fills `row` for one available backend on one case; exceptions propagate."""
     mask_kind = getattr(backend, "mask_kind", "tree")
-    reason = backend.supports(case) or _memory_reason(backend, case, data, device, mask_kind, config)
+    declined = backend.supports(case)
+    if declined is not None and not isinstance(declined, str):   # the contract: None or a reason string
+        raise TypeError(f"supports() returned {type(declined).__name__} {declined!r}, expected None or a reason string")
+    reason = declined or _memory_reason(backend, case, data, device, mask_kind, config)
     if reason:
         row.update(status="skipped", reason=str(reason))
         return

@@ -69,6 +69,7 @@ def test_faults_become_rows_with_reasons_and_the_sweep_goes_on():
            Fake("unavailable", _exact, available="needs a CUDA GPU"),
            Fake("availability_raises", _exact, available=KeyError("x")),
            Fake("unsupported", _exact, unsupported="page size 16 not supported"),
+           Fake("supports_true", _exact, unsupported=True),
            Fake("zeros", lambda i: torch.zeros_like(i.q)),
            Fake("good", _exact)]
     rows = _check(CASES, bks)
@@ -83,6 +84,8 @@ def test_faults_become_rows_with_reasons_and_the_sweep_goes_on():
         assert by["availability_raises"]["status"] == "error"       # its code crashed: not a skip
         assert "availability() raised KeyError" in by["availability_raises"]["reason"]
         assert by["unsupported"]["status"] == "skipped" and "page size 16" in by["unsupported"]["reason"]
+        assert by["supports_true"]["status"] == "error"              # the contract: None or a reason string
+        assert "supports() returned bool True, expected None or a reason string" in by["supports_true"]["reason"]
         assert by["zeros"]["status"] == "mismatch" and "max_abs_err" in by["zeros"]["reason"]
         assert by["zeros"]["mismatch_frac"] > 0.5 and by["zeros"]["worst"] is not None
         assert by["good"]["status"] == "pass" and by["good"]["reason"] is None
