@@ -33,8 +33,9 @@ Pages: when P % BLOCK_N == 0 a tile lies inside one page (one block-table
 load, contiguous rows); otherwise each token looks up its own page. With
 KV_DESC the context tiles of such pages are loaded by TMA (one descriptor box
 of BLOCK_N tokens x D per tile, the pools viewed as (N * P, HKV * D)), and with
-BT_AHEAD the block-table entry of each tile is loaded one tile before its K/V, so the TMA issue does not wait on it (run 5: 240 -> 198 us for the
-27-node tree at B 64, docs/kernel.md). The masked tail tiles keep pointer loads:
+BT_AHEAD the block-table entry of each tile is loaded one tile before its K/V,
+so the TMA issue does not wait on it (run 5: 240 -> 198 us for the 27-node
+tree at B 64, docs/kernel.md). The masked tail tiles keep pointer loads:
 their columns past S_b must read as zeros, not as the pool's NaN slots.
 """
 
@@ -59,21 +60,12 @@ LOG2E = 1.4426950408889634  # log2(e): exp(x) == exp2(x * LOG2E)
 
 
 @triton.jit
-def _dot(a, b, DOT_FP32: tl.constexpr):
-    """a @ b with an fp32 accumulator. DOT_FP32 upcasts the operands first:
-    exact for bf16/fp16 values, and needed by the CPU interpreter, whose
-    bfloat16 dot is wrong (Triton 3.9)."""
-    if DOT_FP32:
-        c = tl.dot(a.to(tl.float32), b.to(tl.float32))
-    else:
-        c = tl.dot(a, b)
-    return c
-
-
-@triton.jit
-def _dot_acc(a, b, acc, DOT_FP32: tl.constexpr):
-    """acc + a @ b, accumulated by the MMA itself (no separate add, so the P V
-    MMA of one tile may still run while the next tile's Q K^T is issued)."""
+def _dot(a, b, acc, DOT_FP32: tl.constexpr):
+    """a @ b with an fp32 accumulator, plus `acc` when given (None: zeros); the MMA
+    accumulates into acc in place, so the P V MMA of one tile may still run while the
+    next tile's Q K^T is issued. DOT_FP32 upcasts the operands first: exact for
+    bf16/fp16 values, and needed by the CPU interpreter, whose bfloat16 dot is wrong
+    (Triton 3.9)."""
     if DOT_FP32:
         c = tl.dot(a.to(tl.float32), b.to(tl.float32), acc)
     else:
@@ -212,12 +204,12 @@ def tree_attn_fwd_kernel(
             kv = _kv_tile_offsets(BT, b, t * BLOCK_N, S, stride_bt, stride_kn, stride_kp, P, BLOCK_N, PAGE_TILE)
             k = tl.load(K_h + kv[:, None] + offs_d[None, :])      # (BLOCK_N, D)
             v = tl.load(V_h + kv[:, None] + offs_d[None, :])
-        s = _dot(q, tl.trans(k), DOT_FP32)                    # (BLOCK_M, BLOCK_N) raw scores
+        s = _dot(q, tl.trans(k), None, DOT_FP32)              # (BLOCK_M, BLOCK_N) raw scores
         m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)      # log2 units
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s * qk_scale - m_new[:, None])            # one FFMA per score
         l_i = l_i * alpha + tl.sum(p, 1)
-        acc = _dot_acc(p.to(dtype), v, acc * alpha[:, None], DOT_FP32)   # the MMA accumulates in place
+        acc = _dot(p.to(dtype), v, acc * alpha[:, None], DOT_FP32)   # the MMA accumulates in place
         m_i = m_new
 
     for t in range(tl.maximum(t_lo, t_ctx), t_hi):  # 2) tiles overlapping [L, S): masked
@@ -228,14 +220,14 @@ def tree_attn_fwd_kernel(
         v = tl.load(V_h + kv[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
         allowed, bias = _tree_allowed(MASK, BIAS, row_tok, node, row_ok, offs_n, L, T, stride_mw, stride_bias,
                                       BLOCK_M, BLOCK_N, MASK_MODE)
-        s = _dot(q, tl.trans(k), DOT_FP32) * qk_scale + bias
+        s = _dot(q, tl.trans(k), None, DOT_FP32) * qk_scale + bias
         s = tl.where(allowed, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that saw nothing yet
         alpha = tl.exp2(m_i - m_safe)
         p = tl.exp2(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        acc = _dot_acc(p.to(dtype), v, acc * alpha[:, None], DOT_FP32)
+        acc = _dot(p.to(dtype), v, acc * alpha[:, None], DOT_FP32)
         m_i = m_new
 
     seen = l_i > 0.0                            # False only for a split that saw nothing of a row
@@ -286,7 +278,6 @@ def kv_desc_unsupported(inputs: BatchInputs, block_n: int) -> str:
     if kc.device.type != "cuda" and not interpreting():
         return "TMA needs a CUDA device or the Triton interpreter"
     return ""
-
 
 
 def interpreting() -> bool:
