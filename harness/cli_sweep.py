@@ -359,21 +359,22 @@ def cmd_check(args, console: Console) -> int:
     if not result.primary:
         return 0
     rows = result.rows
-    if not [r for r in rows if r["status"] != "skipped"]:
-        log.warning("no case ran: %s", rows[0]["reason"] if rows else "nothing left to run")
+    if not rows:
+        log.warning("no case ran: nothing left to run")
+    _warn_backends_that_ran_nothing(rows)
     _print_summary(rows, f"treebench check: suite {suite.name}, backend {rows[0]['backend'] if rows else args.backend}")
     return _exit_code(result, args.determinism)
 
 
 def _warn_backends_that_ran_nothing(rows: list[dict]) -> None:
     """One warning per backend whose every row was skipped, with the first row's reason
-    (an unavailable backend otherwise shows only a count of skipped rows)."""
+    (an unavailable backend otherwise shows only a count of skipped rows); run and check."""
     by_backend: dict[str, list[dict]] = {}
     for r in rows:
         by_backend.setdefault(r["backend"], []).append(r)
     for name, rs in by_backend.items():
         if all(r["status"] == "skipped" for r in rs):
-            log.warning("%s ran no case: %s", name, rs[0].get("reason") or "skipped")
+            log.warning("%s: no case ran: %s", name, rs[0].get("reason") or "skipped")
 
 
 def cmd_merge(args, console: Console) -> int:
@@ -386,11 +387,11 @@ def cmd_merge(args, console: Console) -> int:
         raise ConfigError("merge OUT is empty: give a results file path such as results/merged.jsonl")
     out = Path(args.out)
     inputs = [Path(p) for p in args.inputs]
-    if not read_rows(merge_row_inputs(inputs)):
+    total = len(read_rows(merge_row_inputs(inputs)))
+    if not total:
         raise ConfigError(f"merge {' '.join(args.inputs)}: no result rows; point it at .jsonl result files "
                           "or folders of them (folders are not searched recursively)")
     added = merge_results(out, inputs)  # validates OUT and every input before writing anything
-    total = len(read_rows(merge_row_inputs(inputs)))
     Console().print(f"merged {len(added)} rows into {out} ({total - len(added)} duplicates dropped)",
                     markup=False, highlight=False, soft_wrap=True)
     return 0

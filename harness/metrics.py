@@ -218,7 +218,8 @@ def mask_overhead_table(rows: Sequence[dict], causal_backend: str = "causal_base
     100 * (time / causal time of the same case - 1), empty for the causal rows.
     The causal time is the one measured in the same run (run_id) when there is one,
     else the median over every run of the case (rows of several result sets may
-    repeat a case); with rows of several runs a Run column says which is which. Sorted as the seed table: batch size, position, T, causal row first.
+    repeat a case); with rows of several runs a Run column says which is which.
+    Sorted as the seed table: batch size, position, T, causal row first.
     (Seed layout: vLLM PR #20401, "Add tree attention backend for v1".)
     """
     df = timed_frame(rows)

@@ -121,6 +121,7 @@ def _count_skips(cases, backends, names, skip: frozenset) -> int:
         except Exception:  # noqa: BLE001 -- a raising supports() is an error row later, not a skip
             return False
         return isinstance(reason, str) and bool(reason)   # a non-string is an error row later
+
     def declined(b) -> bool:      # unavailable; a raising availability() gives error rows instead
         return bool(down[id(b)]) and not isinstance(down[id(b)], AvailabilityRaised)
     return sum(1 for c in cases for b, n in zip(backends, names)
