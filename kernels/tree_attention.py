@@ -259,10 +259,18 @@ USE_KV_DESC = True   # kv_desc=None: TMA descriptor loads wherever kv_desc_unsup
 
 
 def kv_desc_unsupported(inputs: BatchInputs, block_n: int) -> str:
-    """Why the context tiles cannot be loaded through TMA descriptors, or "" when they can:
-    a tile must lie in one page (P % BLOCK_N == 0), the pools must be contiguous NHD
-    (N, P, Hkv, D) with 16-byte aligned bases, and the device must have TMA (sm_90+;
-    Triton's CPU interpreter emulates it)."""
+    """Why the context tiles cannot be loaded through TMA descriptors, or "" when they can.
+
+    Args:
+        inputs: the batch; its k_cache / v_cache are the (N, P, Hkv, D) bf16/fp16 pools.
+        block_n: BLOCK_N, KV tokens per tile.
+
+    Returns:
+        "" when a tile lies in one page (P % BLOCK_N == 0), the pools are contiguous
+        NHD with 16-byte aligned bases and fewer than 2**31 token slots (int32 TMA
+        coordinates), and the device has TMA (sm_90+, or Triton's CPU interpreter,
+        which emulates it); else the first reason against, one line. Raises nothing.
+    """
     kc, vc = inputs.k_cache, inputs.v_cache
     n, p, hkv, d = kc.shape
     if p % block_n:
