@@ -67,7 +67,7 @@ def cmd_list(args, console: Console) -> int:
 
     table = Table(title="treebench backends")
     for col in ("backend", "available", "mask", "devices", "reason"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")   # narrow pipes wrap a long reason, never cut it
     for name in sorted(REGISTRY):
         b = REGISTRY[name]()
         reason = availability_of(b)

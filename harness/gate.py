@@ -423,5 +423,5 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.write(text)
     if result.comparable == 0:
         log.warning("gate: no (case, backend) pair could be compared; failing")
-    log.info("gate: %s", result.counts())
+    log.info("gate: %s", ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in result.counts().items()))
     return 1 if result.failed else 0

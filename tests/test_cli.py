@@ -232,3 +232,28 @@ def test_lazy_subcommand_errors_are_one_line(monkeypatch, capsys):
                  run=lambda a: 0)
     assert main(["gate"]) == 2
     assert "gate: the following arguments are required: --baseline" in _one_line_error(capsys)
+
+
+def test_list_wraps_long_reasons_in_a_narrow_pipe(capsys, monkeypatch):
+    """At 80 columns (a pipe) a long unavailability reason wraps in full instead of being cut
+    with an ellipsis (new-user finding: vllm_triton's module paths were lost)."""
+    import backends  # noqa: F401
+    from harness.backend import REGISTRY
+    from harness.cli_sweep import availability_of
+
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "…" not in out
+    shown: dict[str, str] = {}          # backend -> its reason cell, the wrapped lines joined
+    name = None
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.split("│")[1:-1]]
+        if len(cells) != 5:
+            continue
+        name = cells[0] or name
+        shown[name] = shown.get(name, "") + cells[4]
+    for name in REGISTRY:
+        reason = availability_of(REGISTRY[name]())
+        if reason:
+            assert shown[name].replace(" ", "") == reason.replace(" ", ""), name
