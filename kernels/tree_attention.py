@@ -126,7 +126,8 @@ def _tree_allowed(MASK, BIAS, row_tok, node, row_ok, offs_n, L, T, stride_mw, st
 
 # Integer arguments that vary from batch to batch are not specialised (Triton
 # would otherwise compile a new kernel when one of them is 1 or a multiple of 16).
-@triton.jit(do_not_specialize=["stride_bt", "stride_mw", "stride_bias", "stride_ps", "m_tiles", "num_splits"])
+@triton.jit(do_not_specialize=["stride_bt", "stride_mw", "stride_bias", "stride_ps", "m_tiles", "num_splits",
+                               "tiles_per_split", "bt_width"])
 def tree_attn_fwd_kernel(
     Q, K, V, BT, CTX_LENS, QO, MASK, BIAS, O, LSE, O_PART, LSE_PART, SEM,
     K_DESC, V_DESC,                             # TMA descriptors of the pools as (N * P, HKV * D), or None
@@ -136,6 +137,7 @@ def tree_attn_fwd_kernel(
     stride_bt, stride_mw, stride_bias,          # block_table row, mask-words row, bias row
     stride_ps,                                  # partial workspace: one split's plane, sum T * Hq
     m_tiles, num_splits,                        # M-tiles and KV splits per (request, KV head)
+    tiles_per_split, bt_width,                  # KV tiles per split (from the longest S_b); block_table columns
     HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, P: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, FUSED_MERGE: tl.constexpr,
     MASK_MODE: tl.constexpr, WRITE_LSE: tl.constexpr, DOT_FP32: tl.constexpr,
@@ -147,12 +149,22 @@ def tree_attn_fwd_kernel(
     partials (counted in SEM, (B * HKV * m_tiles,) int32, zero between launches);
     otherwise tree_attn_merge_kernel does, in a second launch. KV_DESC: context
     tiles through K_DESC / V_DESC (needs P % BLOCK_N == 0); BT_AHEAD (with
-    KV_DESC): each tile's block-table entry loaded one tile ahead."""
+    KV_DESC): each tile's block-table entry loaded one tile ahead.
+
+    Split s covers the request's tiles [s * tiles_per_split, (s + 1) * tiles_per_split):
+    its first tile does not depend on a load, so (with BT_AHEAD) its block-table entry
+    is loaded in the same round trip as the request's context length, not after it.
+    Splits past a short request's last tile see nothing (LSE -inf, weight 0 in the merge)."""
     pid = tl.program_id(0)
     mt = pid % m_tiles
     split = (pid // m_tiles) % num_splits
     kh = (pid // (m_tiles * num_splits)) % HKV
     b = pid // (m_tiles * num_splits * HKV)
+    t_lo = split * tiles_per_split
+    bt_row = BT + b * stride_bt
+    page_next = t_lo * 0                        # int32 scalar, loop-carried (BT_AHEAD)
+    if KV_DESC and BT_AHEAD:                    # the first tile's page, clamped into the row
+        page_next = tl.load(bt_row + tl.minimum((t_lo * BLOCK_N) // P, bt_width - 1))
     L = tl.load(CTX_LENS + b)
     qo = tl.load(QO + b)
     T = tl.load(QO + b + 1) - qo
@@ -160,9 +172,7 @@ def tree_attn_fwd_kernel(
         return
     S = L + T
     n_tiles = tl.cdiv(S, BLOCK_N)
-    per_split = tl.cdiv(n_tiles, num_splits)
-    t_lo = split * per_split
-    t_hi = tl.minimum(t_lo + per_split, n_tiles)
+    t_hi = tl.minimum(t_lo + tiles_per_split, n_tiles)
     t_ctx = tl.minimum(L // BLOCK_N, t_hi)      # tiles before t_ctx need no mask
 
     rows = mt * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,) packed row = node * G + g
@@ -182,13 +192,14 @@ def tree_attn_fwd_kernel(
     V_h = V + kh * stride_kh
     PAGE_TILE: tl.constexpr = P % BLOCK_N == 0
 
-    # With BT_AHEAD, the page of the next context tile is loaded one tile ahead of its TMA
-    # loads (clamped into the split's tiles, so it never leaves the request's row).
-    bt_row = BT + b * stride_bt
+    # With BT_AHEAD, the page(s) of the next context tile are loaded one tile ahead of its
+    # K/V loads (clamped into the split's context tiles, so they never leave the request's
+    # row): the TMA issue, or the gathered loads' addresses, do not wait on them.
     last = tl.maximum(t_ctx - 1, 0)
-    page_next = t_lo * 0                        # int32 scalar, loop-carried
-    if KV_DESC and BT_AHEAD:
-        page_next = tl.load(bt_row + (tl.minimum(t_lo, last) * BLOCK_N) // P)
+    kv_next = tl.zeros((BLOCK_N,), tl.int64)    # gather path: the next tile's K/V offsets
+    if BT_AHEAD and not KV_DESC:
+        kv_next = _kv_tile_offsets(BT, b, tl.minimum(t_lo, last) * BLOCK_N, S, stride_bt, stride_kn, stride_kp,
+                                   P, BLOCK_N, PAGE_TILE)
     for t in range(t_lo, t_ctx):                # 1) context tiles: no mask
         if KV_DESC:                              # one TMA box per tile (P % BLOCK_N == 0)
             start = t * BLOCK_N
@@ -201,7 +212,12 @@ def tree_attn_fwd_kernel(
             k = K_DESC.load([row0, kh * D])                     # (BLOCK_N, D)
             v = V_DESC.load([row0, kh * D])
         else:
-            kv = _kv_tile_offsets(BT, b, t * BLOCK_N, S, stride_bt, stride_kn, stride_kp, P, BLOCK_N, PAGE_TILE)
+            if BT_AHEAD:
+                kv = kv_next
+                kv_next = _kv_tile_offsets(BT, b, tl.minimum(t + 1, last) * BLOCK_N, S, stride_bt, stride_kn,
+                                           stride_kp, P, BLOCK_N, PAGE_TILE)
+            else:
+                kv = _kv_tile_offsets(BT, b, t * BLOCK_N, S, stride_bt, stride_kn, stride_kp, P, BLOCK_N, PAGE_TILE)
             k = tl.load(K_h + kv[:, None] + offs_d[None, :])      # (BLOCK_N, D)
             v = tl.load(V_h + kv[:, None] + offs_d[None, :])
         s = _dot(q, tl.trans(k), None, DOT_FP32)              # (BLOCK_M, BLOCK_N) raw scores
@@ -398,11 +414,12 @@ class TreeAttention:
             q, kc, vc, inp.block_table, inp.context_lens, inp.qo_indptr, words, bias,
             self.out, lse, o_part, lse_part, sem, k_desc, v_desc, inp.sm_scale * LOG2E,
             q.stride(0), q.stride(1), kc.stride(0), kc.stride(1), kc.stride(2),
-            inp.block_table.stride(0), stride_mw, stride_bias, rows, plan.m_tiles, plan.num_splits],
+            inp.block_table.stride(0), stride_mw, stride_bias, rows, plan.m_tiles, plan.num_splits,
+            plan.tiles_per_split, inp.block_table.shape[1]],
             dict(HKV=hkv, G=g, D=d, P=kc.shape[1], BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SPLIT=split,
                  FUSED_MERGE=fused, MASK_MODE=MASK_MODES.index(self.mask_mode), WRITE_LSE=self.lse is not None,
                  DOT_FP32=interpreting(), KV_DESC=self.kv_desc,
-                 BT_AHEAD=bool(cfg.bt_ahead) and self.kv_desc),
+                 BT_AHEAD=bool(cfg.bt_ahead)),
             dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
                  **({"maxnreg": cfg.max_regs} if cfg.max_regs and not interpreting() else {})))
         if not split or fused:

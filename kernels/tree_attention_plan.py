@@ -54,6 +54,7 @@ class Plan:
     num_splits: int   # KV splits per (request, KV head); 1 = no split-KV, no merge kernel
     m_tiles: int      # M-tiles per (request, KV head, split): ceil(G * max T_b / block_m)
     num_programs: int  # forward grid: B * Hkv * num_splits * m_tiles
+    tiles_per_split: int = 0  # KV tiles per split: ceil(ceil(max S_b / block_n) / num_splits)
 
 
 # (rows bound, D bound) -> config; first row whose bounds hold wins. rows = G * max T_b.
@@ -143,12 +144,12 @@ def make_plan(batch_size: int, num_kv_heads: int, group_size: int, tree_sizes: l
     cfg = config or choose_config(group_size * max(tree_sizes), head_dim, interpret)
     m_tiles = math.ceil(group_size * max(tree_sizes) / cfg.block_m)
     programs = batch_size * num_kv_heads * m_tiles
+    tiles = [math.ceil(s / cfg.block_n) for s in seq_lens]
     if num_splits is None:
-        tiles = [math.ceil(s / cfg.block_n) for s in seq_lens]
         num_splits = 1 if interpret else choose_num_splits(programs, tiles, num_sms, cfg.block_m, tma_tiles)
     if num_splits < 1:
         raise ConfigError(f"num_splits={num_splits}: must be >= 1 (1 turns split-KV off)")
-    return Plan(cfg, num_splits, m_tiles, programs * num_splits)
+    return Plan(cfg, num_splits, m_tiles, programs * num_splits, math.ceil(max(tiles) / num_splits))
 
 
 def pack_tree_masks(trees: list[TokenTree]) -> torch.Tensor:

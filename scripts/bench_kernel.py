@@ -17,6 +17,10 @@ Phases:
          descriptor loads on/off (kv_desc), block-table look-ahead (bt_ahead)
   wide   BLOCK_M 128 against 64 on the largest trees, B 1 split counts, merge rows
   merge  the merge kernel's rows per program (1, 2) on the seed grid's split cells
+  pair   BLOCK_M 128 / BLOCK_N 32 / 8 warps under a 128-register cap (2 CTAs per SM)
+         against the default tiles on the large trees
+  fuse   B 1: split-KV merge in a second launch vs in the forward kernel, x splits, tiles
+  gather P 16 (K/V gathered by pointer loads): block table read one tile ahead or not
 
 Writes DIR/kernel.csv (one row per measurement, flushed as it goes, so a run
 cut short keeps what it measured) and prints a short table. The HBM floor of a
@@ -333,6 +337,55 @@ def merge_variants() -> list[Variant]:
     return out
 
 
+def pair_variants() -> list[Variant]:
+    """BLOCK_M 128 with 8 warps under a 128-register cap (BLOCK_N 32: 2 CTAs per SM, so
+    4 warpgroups per SM, each K/V tile read once per 128 rows) against the default
+    BLOCK_M 64 and the 1-CTA BLOCK_M 128 on the large trees at B 64 and B 16."""
+    K = KernelConfig
+    cfgs = [None, K(128, 32, 8, 3, 128, 1), K(128, 32, 8, 4, 128, 1), K(128, 32, 8, 3, 128, 0),
+            K(128, 64, 8, 2, 0, 1)]
+    out = []
+    for b, tree in ((64, PR27), (64, "full:3:3"), (16, "eagle:mc_sim_7b_63"), (64, "full:3:2"),
+                    (16, "medusa:mc_sim_7b_63"), (64, "medusa:mc_sim_7b_63")):
+        c = dict(TARGET, batch_size=b, tree=tree)
+        out += [Variant("pair", c, config=cfg) for cfg in cfgs]
+    return out
+
+
+def fuse_variants() -> list[Variant]:
+    """B 1: the split-KV merge in a second launch against the single-launch merge in the
+    forward kernel's last split program (unrolled over the splits), across split counts
+    and tile shapes (BLOCK_M 128 halves the M-tiles, so each split is shorter)."""
+    K = KernelConfig
+    out = []
+    for tree, l in ((PR27, 2048), ("full:3:3", 2048), (PR27, 1024), ("full:3:2", 2048)):
+        c = dict(TARGET, batch_size=1, context_len=l, tree=tree)
+        for cfg, splits in ((None, (None, 11, 16)), (K(128, 64, 8, 2, 0, 1), (8, 16)),
+                            (K(128, 32, 8, 3, 128, 1), (8, 16))):
+            out += [Variant("fuse", c, config=cfg, splits=s, fused=f) for s in splits for f in (False, True)]
+    c = dict(TARGET, batch_size=1, tree="full:3:1")
+    out += [Variant("fuse", c, splits=s, fused=f) for s in (None, 24) for f in (False, True)]
+    return out
+
+
+def gather_variants() -> list[Variant]:
+    """P 16 (vLLM's default page size; a 64-token tile spans 4 pages, so its K/V are
+    gathered by pointer loads, not TMA): the block table read in the tile's own
+    iteration (bt_ahead 0) against one tile ahead (1), on the seed grid's large trees
+    and the memory-bound T 4 cells; the P 128 TMA default alongside for the ratio."""
+    K = KernelConfig
+    out = []
+    for b, tree in ((64, PR27), (64, "full:3:3"), (16, "eagle:mc_sim_7b_63"), (16, "medusa:mc_sim_7b_63"),
+                    (1, PR27), (1, "full:3:3")):
+        c = dict(TARGET, batch_size=b, tree=tree, page_size=16)
+        out += [Variant("gather", c, config=K(64, 64, 4, 3, 0, a)) for a in (0, 1)]
+        out += [Variant("gather", dict(c, page_size=128))]
+    for b in (64, 16, 1):
+        c = dict(TARGET, batch_size=b, tree="full:3:1", page_size=16)
+        out += [Variant("gather", c, config=K(16, 64, 2, 4, 0, a)) for a in (0, 1)]
+    return out
+
+
 def _compile_one(v: Variant) -> str:
     """Worker: builds the variant's kernels on a 2-request batch (fills Triton's disk cache)."""
     from kernels.tree_attention import TreeAttention
@@ -448,20 +501,21 @@ def main() -> int:
     if args.smoke:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         return smoke(Path(args.out))
-    unknown = set(args.phases.split(",")) - {"env", "check", "tune", "seed", "big", "wide", "merge"}
+    unknown = set(args.phases.split(",")) - {"env", "check", "tune", "seed", "big", "wide", "merge", "pair", "fuse", "gather"}
     if unknown:      # refused before anything is created
         print(f"bench_kernel: unknown phase(s) {', '.join(sorted(unknown))}: use env, check, tune, seed, big, "
-              "wide, merge", file=sys.stderr)
+              "wide, merge, pair, fuse, gather", file=sys.stderr)
         return 2
     if not torch.cuda.is_available():
-        print("bench_kernel: no CUDA GPU (the phases check, tune, seed, big, wide and merge run on one; "
+        print("bench_kernel: no CUDA GPU (the phases run on one; "
               "--smoke runs on the CPU)", file=sys.stderr)
         return 2
     Path(args.out).mkdir(parents=True, exist_ok=True)
     bench = Bench(Path(args.out) / "kernel.csv", time.time() + args.budget_s)
     phases = args.phases.split(",")
     plan = {"check": check_variants, "tune": tune_variants, "seed": seed_variants, "big": big_variants,
-            "wide": wide_variants, "merge": merge_variants}
+            "wide": wide_variants, "merge": merge_variants, "pair": pair_variants, "fuse": fuse_variants,
+            "gather": gather_variants}
     variants = [v for p in phases if p in plan for v in plan[p]()]
     if "env" in phases:
         phase_env(bench)

@@ -266,6 +266,30 @@ def test_kernel_tma_loads_match_pointer_loads(bt_ahead, splits):
     torch.testing.assert_close(on.out, off.out, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("page_size,block_n", [(16, 32), (32, 16)])   # a tile spans 2 pages / lies in one
+@pytest.mark.parametrize("splits", [1, 4])
+def test_kernel_pointer_loads_with_block_table_ahead(page_size, block_n, splits):
+    """The pointer-load paths (kv_desc off) with the block table read one tile ahead
+    (bt_ahead 1) give the same output as reading it in the tile's own iteration, bit for
+    bit: the gather path (P 16, 32-token tiles: a page lookup per token) and the one-page
+    tiles, with and without split-KV and with ragged contexts (some splits see nothing)."""
+    case = Case(batch_size=3, context_len="ragged:0-90", tree="full:2:2", tree_per_request="mixed",
+                page_size=page_size, **TINY)
+    outs = [check(case, config=KernelConfig(16, block_n, 1, 1, bt_ahead=a), num_splits=splits, kv_desc=False).out
+            for a in (0, 1)]
+    torch.testing.assert_close(outs[1], outs[0], rtol=0, atol=0)
+
+
+def test_make_plan_tiles_per_split_from_the_longest_request():
+    """Split s covers tiles [s * tiles_per_split, (s + 1) * tiles_per_split) of every
+    request, sized by the longest: ceil(ceil(max S_b / BLOCK_N) / num_splits)."""
+    cfg = KernelConfig(64, 64, 4, 3)
+    plan = make_plan(2, 8, 4, [28, 28], [2076, 100], 128, num_sms=132, interpret=False, config=cfg, num_splits=8)
+    assert plan.tiles_per_split == -(-(-(-2076 // 64)) // 8) == 5
+    assert make_plan(1, 8, 4, [28], [2076], 128, num_sms=132, interpret=False, config=cfg,
+                     num_splits=1).tiles_per_split == 33
+
+
 def test_kv_desc_is_refused_where_tiles_straddle_pages():
     """P 16 with 32-token tiles: a tile spans two pages, so no TMA box; the default
     falls back to pointer loads, and asking for descriptors is a ConfigError naming why."""
