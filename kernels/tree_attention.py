@@ -53,7 +53,7 @@ from harness.paged import BatchInputs
 from kernels.launch import FixedLaunch, verify_fast_path
 from kernels.tree_attention_plan import (MASK_MODES, KernelConfig, check_inputs, choose_config, make_plan,
                                          next_pow2, pack_tree_masks, tree_bias)
-from kernels.tree_attention_reduce import merge_partials, tree_attn_merge_kernel
+from kernels.tree_attention_reduce import HAS_PDL, gdc_launch_dependents, merge_partials, tree_attn_merge_kernel
 
 MASK_BITS, MASK_BIAS, MASK_CAUSAL = 0, 1, 2
 LOG2E = 1.4426950408889634  # log2(e): exp(x) == exp2(x * LOG2E)
@@ -141,13 +141,14 @@ def tree_attn_fwd_kernel(
     HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, P: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, FUSED_MERGE: tl.constexpr,
     MASK_MODE: tl.constexpr, WRITE_LSE: tl.constexpr, DOT_FP32: tl.constexpr,
-    KV_DESC: tl.constexpr = False, BT_AHEAD: tl.constexpr = False,
+    KV_DESC: tl.constexpr = False, BT_AHEAD: tl.constexpr = False, PDL: tl.constexpr = False,
 ):
     """Grid: (B * HKV * num_splits * m_tiles,), M-tile fastest so the M-tiles that
     share a KV stream run together (their re-reads hit L2). SPLIT: num_splits > 1.
     FUSED_MERGE: the last split program of each (request, KV head, M-tile) merges the
     partials (counted in SEM, (B * HKV * m_tiles,) int32, zero between launches);
-    otherwise tree_attn_merge_kernel does, in a second launch. KV_DESC: context
+    otherwise tree_attn_merge_kernel does, in a second launch (with PDL, launched as a
+    programmatic dependent launch once every program has passed its main loops). KV_DESC: context
     tiles through K_DESC / V_DESC (needs P % BLOCK_N == 0); BT_AHEAD (with
     KV_DESC): each tile's block-table entry loaded one tile ahead.
 
@@ -246,6 +247,8 @@ def tree_attn_fwd_kernel(
         acc = _dot(p.to(dtype), v, acc * alpha[:, None], DOT_FP32)
         m_i = m_new
 
+    if PDL:                                     # the merge kernel may launch now (it waits for this grid)
+        gdc_launch_dependents()
     seen = l_i > 0.0                            # False only for a split that saw nothing of a row
     out = acc / tl.where(seen, l_i, 1.0)[:, None]
     lse = tl.where(seen, (m_i + tl.log2(tl.where(seen, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
@@ -272,6 +275,20 @@ def tree_attn_fwd_kernel(
 # ---- host side: prepare once, then launch -------------------------------------------
 
 USE_KV_DESC = True   # kv_desc=None: TMA descriptor loads wherever kv_desc_unsupported allows
+USE_PDL = True       # pdl=None: the merge kernel as a programmatic dependent launch wherever pdl_unsupported allows
+
+
+def pdl_unsupported(device: torch.device) -> str:
+    """Why the split-KV merge kernel cannot be a programmatic dependent launch on
+    `device`, or "" when it can (a CUDA device of sm_90 or newer, Triton with
+    griddepcontrol, not the CPU interpreter). Raises nothing."""
+    if interpreting() or device.type != "cuda":
+        return "programmatic dependent launch needs a CUDA GPU (not the Triton interpreter)"
+    if torch.cuda.get_device_capability(device)[0] < 9:
+        return "programmatic dependent launch needs sm_90 or newer"
+    if not HAS_PDL:
+        return f"Triton {triton.__version__} has no griddepcontrol (gdc_wait)"
+    return ""
 
 
 def kv_desc_unsupported(inputs: BatchInputs, block_n: int) -> str:
@@ -316,12 +333,14 @@ class TreeAttention:
         plan: the tile config, split-KV and grid chosen for the batch.
         out: (sum T_b, Hq, D) in the input dtype, written by every call.
         lse: (sum T_b, Hq) fp32 natural-log LSE when prepared with return_lse, else None.
+        kv_desc: the context tiles are loaded through TMA descriptors.
+        pdl: the split-KV merge kernel is a programmatic dependent launch.
     """
 
     def __init__(self, inputs: BatchInputs, mask_mode: str = "tree", *, return_lse: bool = False,
                  config: KernelConfig | None = None, num_splits: int | None = None,
                  fast_launch: bool = True, fused_merge: bool = False, merge_rows: int = 1,
-                 kv_desc: bool | None = None):
+                 kv_desc: bool | None = None, pdl: bool | None = None):
         """Does all host work: checks, plan, mask packing, buffers, a warm-up launch.
 
         Args:
@@ -341,11 +360,16 @@ class TreeAttention:
                 (`triton.tools.tensor_descriptor.TensorDescriptor` over the pools viewed as
                 (N * P, Hkv * D)). None (default): wherever `kv_desc_unsupported` finds no
                 reason against it. True where it finds one raises ConfigError.
+            pdl: with split-KV and the merge in a second kernel, launch that kernel as a
+                programmatic dependent launch (Triton's launch_pdl; it waits on
+                griddepcontrol for the forward grid): its launch overlaps the forward
+                kernel's last programs. None (default): wherever `pdl_unsupported` finds
+                no reason against it. True where it finds one raises ConfigError.
 
         Raises:
             ConfigError: unsupported dtype, head dim, mask mode, mixed trees in bias mode,
-                merge_rows not a power of 2, num_splits < 1, or kv_desc=True where
-                `kv_desc_unsupported` gives a reason.
+                merge_rows not a power of 2, num_splits < 1, kv_desc=True where
+                `kv_desc_unsupported` gives a reason, or pdl=True where `pdl_unsupported` does.
         """
         check_inputs(inputs.dtype, inputs.q.shape[-1], mask_mode)
         self.inputs, self.mask_mode, self.return_lse = inputs, mask_mode, return_lse
@@ -363,10 +387,15 @@ class TreeAttention:
         if kv_desc and why_not:
             raise ConfigError(f"kv_desc: {why_not}")
         self.kv_desc = (kv_desc if kv_desc is not None else USE_KV_DESC) and not why_not
+        why_not_pdl = pdl_unsupported(inputs.device)
+        if pdl and why_not_pdl:
+            raise ConfigError(f"pdl: {why_not_pdl}")
+        pdl_on = (pdl if pdl is not None else USE_PDL) and not why_not_pdl
         self.plan = make_plan(len(ts), hkv, hq // hkv, ts, ss, d, num_sms=sms, interpret=interpreting(),
                               config=cfg, num_splits=num_splits, tma_tiles=self.kv_desc)
         self.out = torch.empty(inputs.q.shape, dtype=inputs.dtype, device=dev)
         self.lse = torch.empty(inputs.q.shape[:2], dtype=torch.float32, device=dev) if return_lse else None
+        self.pdl = pdl_on and self.plan.num_splits > 1 and not fused_merge   # a merge kernel to launch early
         self._launches = self._build_launches(ls, ts)
         self()                                   # warm-up: compiles
         self.fast_launch = fast_launch and not interpreting() and verify_fast_path(self._launches, self)
@@ -419,7 +448,7 @@ class TreeAttention:
             dict(HKV=hkv, G=g, D=d, P=kc.shape[1], BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SPLIT=split,
                  FUSED_MERGE=fused, MASK_MODE=MASK_MODES.index(self.mask_mode), WRITE_LSE=self.lse is not None,
                  DOT_FP32=interpreting(), KV_DESC=self.kv_desc,
-                 BT_AHEAD=bool(cfg.bt_ahead)),
+                 BT_AHEAD=bool(cfg.bt_ahead), PDL=self.pdl),
             dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
                  **({"maxnreg": cfg.max_regs} if cfg.max_regs and not interpreting() else {})))
         if not split or fused:
@@ -427,6 +456,8 @@ class TreeAttention:
         per = self.merge_rows
         merge = FixedLaunch(tree_attn_merge_kernel, (-(-rows // per),),
                             [o_part, lse_part, self.out, lse, rows, plan.num_splits],
-                            dict(BLOCK_S=next_pow2(plan.num_splits), ROWS=per, D=d, WRITE_LSE=self.lse is not None),
-                            dict(num_warps=4 if plan.num_splits * per * d >= 2048 else 2, num_stages=1))
+                            dict(BLOCK_S=next_pow2(plan.num_splits), ROWS=per, D=d, WRITE_LSE=self.lse is not None,
+                                 PDL=self.pdl),
+                            dict(num_warps=4 if plan.num_splits * per * d >= 2048 else 2, num_stages=1,
+                                 **({"launch_pdl": True} if self.pdl else {})))
         return [fwd, merge]

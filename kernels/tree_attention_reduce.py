@@ -19,15 +19,28 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+try:   # programmatic dependent launch (sm_90+): Triton 3.3 and later
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+    HAS_PDL = True
+except ImportError:   # pragma: no cover - older Triton
+    gdc_launch_dependents = gdc_wait = None
+    HAS_PDL = False
+
 
 @triton.jit(do_not_specialize=["stride_ps", "num_splits"])
 def tree_attn_merge_kernel(
     O_PART, LSE_PART, O, LSE,
     stride_ps, num_splits,                      # one split's plane (sum T * Hq); KV splits
     BLOCK_S: tl.constexpr, ROWS: tl.constexpr, D: tl.constexpr, WRITE_LSE: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """Grid: (cdiv(sum T * Hq, ROWS),). Program p merges rows [p * ROWS, (p + 1) * ROWS)
     of (sum T, Hq) over their splits.
+
+    PDL: launched as a programmatic dependent launch (launch_pdl): the programs may
+    start while the forward kernel still runs and wait (griddepcontrol.wait) for its
+    completion and memory before the first load, so the launch latency overlaps the
+    forward kernel's tail.
 
     Every split's LSE and partial O of those rows are loaded at once, as a
     (BLOCK_S, ROWS) and a (BLOCK_S, ROWS, D) tile (BLOCK_S = next power of 2 >=
@@ -39,6 +52,8 @@ def tree_attn_merge_kernel(
     O_PART: (num_splits, sum T, Hq, D) fp32; LSE_PART: (num_splits, sum T, Hq) fp32;
     O: (sum T, Hq, D) contiguous, the input dtype; LSE: (sum T, Hq) fp32.
     """
+    if PDL:
+        gdc_wait()                                                     # the partials are complete
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)   # (ROWS,)
     offs_s = tl.arange(0, BLOCK_S)
     offs_d = tl.arange(0, D)

@@ -280,6 +280,43 @@ def test_kernel_pointer_loads_with_block_table_ahead(page_size, block_n, splits)
     torch.testing.assert_close(outs[1], outs[0], rtol=0, atol=0)
 
 
+@pytest.mark.skipif(DEVICE == "cuda", reason="the refusal is for a machine without a CUDA GPU")
+def test_pdl_is_refused_without_a_gpu():
+    """pdl=True under the interpreter names why; the default quietly uses two ordinary launches."""
+    from kernels.tree_attention import pdl_unsupported
+    case = Case(batch_size=2, context_len=25, tree="full:2:2", page_size=16, **TINY)
+    inputs = build_inputs(case, DEVICE)
+    assert "CUDA GPU" in pdl_unsupported(inputs.device)
+    with pytest.raises(ConfigError, match="pdl: programmatic dependent launch needs a CUDA GPU"):
+        TreeAttention(inputs, num_splits=3, pdl=True)
+    ta = TreeAttention(inputs, num_splits=3)
+    assert not ta.pdl and len(ta._launches) == 2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA GPU")
+@pytest.mark.parametrize("page_size", [16, 128])
+def test_pdl_merge_matches_ordinary_launches_and_replays(page_size):
+    """The merge kernel as a programmatic dependent launch gives the same output as two
+    ordinary launches, bit for bit, eagerly and replayed from a CUDA graph (B 1, L 2048:
+    8 or more splits)."""
+    from kernels.tree_attention import pdl_unsupported
+    case = Case(batch_size=1, context_len=2048, tree="vllm:pr_27", page_size=page_size, num_q_heads=32,
+                num_kv_heads=8, head_dim=128)
+    inputs = build_inputs(case, DEVICE)
+    if pdl_unsupported(inputs.device):
+        pytest.skip(pdl_unsupported(inputs.device))
+    on, off = check(case, pdl=True), check(case, pdl=False)
+    assert on.pdl and not off.pdl and on.plan.num_splits > 1
+    expect = off().clone()
+    torch.testing.assert_close(on().clone(), expect, rtol=0, atol=0)
+    graph = capture_graph(on)
+    on.out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(on.out, expect, rtol=0, atol=0)
+
+
 def test_make_plan_tiles_per_split_from_the_longest_request():
     """Split s covers tiles [s * tiles_per_split, (s + 1) * tiles_per_split) of every
     request, sized by the longest: ceil(ceil(max S_b / BLOCK_N) / num_splits)."""
