@@ -48,3 +48,34 @@ def test_scripts_without_a_gpu_say_so(tmp_path):
 def test_bench_kernel_refuses_an_unknown_phase(tmp_path):
     r = _script("bench_kernel.py", "--phases", "env,nosuch", "--out", str(tmp_path / "out"))
     assert r.returncode == 2 and "unknown phase(s) nosuch" in r.stderr and not (tmp_path / "out").exists()
+
+
+def _base_copy(tmp_path: Path) -> Path:
+    """A --base folder for ab_kernel.py: this tree's kernels/*.py."""
+    base = tmp_path / "base"
+    base.mkdir()
+    for f in (ROOT / "kernels").glob("*.py"):
+        (base / f.name).write_text(f.read_text())
+    return base
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--base", "{missing}"], "lacks __init__.py"),
+    (["--base", "{base}", "--cells", "1:x:full:3:1"], "--cells '1:x:full:3:1'"),
+    (["--base", "{base}", "--cells", "1:16:nosuch"], "tree 'nosuch'"),
+    (["--base", "{base}", "--rounds", "0"], "--rounds 0"),
+    (["--base", "{base}", "--pages", "16,abc"], "--pages '16,abc'"),
+])
+def test_ab_kernel_refuses_bad_input_before_writing(tmp_path, args, needle):
+    base = _base_copy(tmp_path)
+    args = [a.format(missing=tmp_path / "nothing", base=base) for a in args]
+    r = _script("ab_kernel.py", *args, "--out", str(tmp_path / "out"))
+    assert r.returncode == 2, r.stderr
+    assert needle in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU refusal")
+def test_ab_kernel_without_a_gpu_says_so(tmp_path):
+    r = _script("ab_kernel.py", "--base", str(_base_copy(tmp_path)), "--out", str(tmp_path / "out"))
+    assert r.returncode == 2 and "no CUDA GPU" in r.stderr and not (tmp_path / "out").exists()
