@@ -372,7 +372,8 @@ def gather_variants() -> list[Variant]:
     """P 16 (vLLM's default page size; a 64-token tile spans 4 pages, so its K/V are
     gathered by pointer loads, not TMA): the block table read in the tile's own
     iteration (bt_ahead 0) against one tile ahead (1), on the seed grid's large trees
-    and the memory-bound T 4 cells; the P 128 TMA default alongside for the ratio."""
+    and the memory-bound T 4 cells; the P 128 TMA default alongside for the ratio; and
+    16-token one-page tiles loaded by TMA (BLOCK_N 16, 3-4 CTAs per SM)."""
     K = KernelConfig
     out = []
     for b, tree in ((64, PR27), (64, "full:3:3"), (16, "eagle:mc_sim_7b_63"), (16, "medusa:mc_sim_7b_63"),
@@ -380,6 +381,9 @@ def gather_variants() -> list[Variant]:
         c = dict(TARGET, batch_size=b, tree=tree, page_size=16)
         out += [Variant("gather", c, config=K(64, 64, 4, 3, 0, a)) for a in (0, 1)]
         out += [Variant("gather", dict(c, page_size=128))]
+        # one-page 16-token tiles through TMA (3-4 CTAs per SM) against the 64-token gather
+        out += [Variant("gather", c, config=cfg, kv_desc=True)
+                for cfg in (K(64, 16, 4, 4, 0, 1), K(64, 16, 4, 6, 0, 1), K(64, 16, 4, 4, 128, 1))]
     for b in (64, 16, 1):
         c = dict(TARGET, batch_size=b, tree="full:3:1", page_size=16)
         out += [Variant("gather", c, config=K(16, 64, 2, 4, 0, a)) for a in (0, 1)]
