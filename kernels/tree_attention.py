@@ -32,11 +32,14 @@ program writes the output (and LSE) itself; with several it writes a partial
 Pages: when P % BLOCK_N == 0 a tile lies inside one page (one block-table
 load, contiguous rows); otherwise each token looks up its own page. With
 KV_DESC the context tiles of such pages are loaded by TMA (one descriptor box
-of BLOCK_N tokens x D per tile, the pools viewed as (N * P, HKV * D)), and with
-BT_AHEAD the block-table entry of each tile is loaded one tile before its K/V,
-so the TMA issue does not wait on it (run 5: 240 -> 198 us for the 27-node
-tree at B 64, docs/kernel.md). The masked tail tiles keep pointer loads:
+of BLOCK_N tokens x D per tile, the pools viewed as (N * P, HKV * D)). With
+BT_AHEAD the block-table entries of each context tile are loaded one tile
+before its K/V, so the TMA issue (run 5: 240 -> 198 us for the 27-node tree
+at B 64) or the pointer loads' addresses (P 16: 3-14% faster, run 6) do not
+wait on them (docs/kernel.md). The masked tail tiles keep pointer loads:
 their columns past S_b must read as zeros, not as the pool's NaN slots.
+With split-KV the merge kernel is a programmatic dependent launch (PDL) where
+the device allows it.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ class KernelConfig:
     num_warps: int    # warps per program
     num_stages: int   # software-pipelining depth of the K/V tile loads
     max_regs: int = 0  # registers per thread cap (Triton's maxnreg; 0 = the compiler's choice)
-    bt_ahead: int = 0  # 1: with TMA loads, each tile's block-table entry is loaded one tile ahead
+    bt_ahead: int = 0  # 1: each context tile's block-table entries are loaded one tile ahead of its K/V
 
     def __post_init__(self) -> None:
         rules = (("block_m", lambda v: 16 <= v <= 256 and not v & (v - 1), "a power of 2 from 16 to 256"),
@@ -59,7 +59,7 @@ class Plan:
 
 # (rows bound, D bound) -> config; first row whose bounds hold wins. rows = G * max T_b.
 # Measured on the H200 with scripts/bench_kernel.py (docs/kernel.md, results/kernel-dev/);
-# bt_ahead=1 (block table read one tile ahead of the TMA loads) from run 5's big phase.
+# bt_ahead=1 (block table read one tile ahead of the K/V loads) from run 5 (TMA) and run 6 (P 16 gather).
 GPU_CONFIGS: tuple[tuple[int, int, KernelConfig], ...] = (
     (16, 128, KernelConfig(16, 64, 2, 4)),
     (16, 256, KernelConfig(16, 64, 4, 3)),
