@@ -269,6 +269,24 @@ def _md_table(verdicts: Sequence[Verdict], timed: bool, limit: int = 60) -> list
     return lines
 
 
+def _skipped_table(verdicts: Sequence[Verdict], limit: int = 60) -> list[str]:
+    """The skipped pairs: those skipped in both runs for one reason are one line per
+    (backend, reason) with their case count (a backend not installed on either side
+    would otherwise fill the table); newly skipped pairs keep a line each."""
+    groups: dict[tuple[str, str], list[Verdict]] = {}
+    single = []
+    for v in verdicts:
+        if v.detail.startswith("skipped in both"):
+            groups.setdefault((v.backend, v.detail), []).append(v)
+        else:
+            single.append(v)
+    lines = ["| backend | B | L | tree | case | detail |", "|---|---|---|---|---|---|"]
+    for (backend, detail), vs in groups.items():
+        cases = f"`{vs[0].case_id}`" if len(vs) == 1 else f"{len(vs)} cases"
+        lines.append("| " + " | ".join([backend, "", "", "", cases, detail.replace("|", "\\|")]) + " |")
+    return lines + _md_table(single, False, limit)[2:]
+
+
 def markdown(result: GateResult, baseline: str = "baseline", candidate: str = "candidate") -> str:
     """The gate's Markdown summary (headline, counts, one table per kind; unchanged folded)."""
     cfg, counts = result.config, result.counts()
@@ -299,7 +317,7 @@ def markdown(result: GateResult, baseline: str = "baseline", candidate: str = "c
         if not vs:
             continue
         timed = kind in ("slower", "faster", "unchanged", "incomparable")
-        table = _md_table(vs, timed)
+        table = _skipped_table(vs) if kind == "skipped" else _md_table(vs, timed)
         if kind == "unchanged":
             out += ["", f"<details><summary>{title} ({len(vs)})</summary>", "", *table, "", "</details>"]
         else:

@@ -199,6 +199,27 @@ def test_gate_says_whether_a_skip_is_new():
     assert both.detail.startswith("skipped in both") and new.detail.startswith("newly skipped (baseline was pass)")
 
 
+def test_gate_summary_folds_pairs_skipped_in_both_by_backend_and_reason():
+    """Pairs skipped in both runs for one reason are one summary line with their count
+    (session 3 finding: 126 'vllm not installed' lines crowded the summary); a single
+    such pair keeps its case id, and newly skipped pairs keep a line each."""
+    rows_b, rows_c = [], []
+    for i in range(5):
+        kw = dict(case_id=f"c{i}", backend="vllm_triton", status="skipped", reason="vllm not installed")
+        rows_b.append(_row(**kw))
+        rows_c.append(_row(**kw))
+    rows_b += [_row(case_id="x", backend="flex", status="skipped", reason="no GPU"), _row(case_id="y", backend="flex")]
+    rows_c += [_row(case_id="x", backend="flex", status="skipped", reason="no GPU"),
+               _row(case_id="y", backend="flex", status="skipped", reason="compile failed")]
+    verdicts = [gate.classify(b, c, GateConfig()) for b, c in zip(rows_b, rows_c)]
+    md = gate.markdown(gate.GateResult(verdicts=tuple(verdicts), config=GateConfig()))
+    lines = [ln for ln in md.splitlines() if ln.startswith("| vllm_triton") or ln.startswith("| flex")]
+    assert lines[0].startswith("| vllm_triton |  |  |  | 5 cases | skipped in both: vllm not installed")
+    assert "`x`" in lines[1] and "skipped in both: no GPU" in lines[1]
+    assert "`y`" in lines[2] and "newly skipped (baseline was pass): compile failed" in lines[2]
+    assert len(lines) == 3 and "Skipped in the candidate (each line says whether the baseline skipped it too) (7)" in md
+
+
 def test_gate_outputs_never_land_on_files_read_with_the_inputs(tmp_path, capsys):
     """Second new-user pass: --junit/--summary on an env file beside the inputs, or both
     on one path, are refused with exit 2 and every input file is left as it was."""
