@@ -249,12 +249,12 @@ def _fmt(x: float | None, spec: str) -> str:
 
 def _case_cells(v: Verdict) -> list[str]:
     c = v.case
-    return [v.backend, str(c.get("batch_size", "")), str(c.get("context_len", "")), str(c.get("tree", "")),
-            f"`{v.case_id}`"]
+    return [v.backend, str(c.get("batch_size", "")), str(c.get("context_len", "")), str(c.get("page_size", "")),
+            str(c.get("tree", "")), f"`{v.case_id}`"]
 
 
 def _md_table(verdicts: Sequence[Verdict], timed: bool, limit: int = 60) -> list[str]:
-    head = ["backend", "B", "L", "tree", "case"]
+    head = ["backend", "B", "L", "P", "tree", "case"]
     head += ["baseline µs", "candidate µs", "ratio", "p"] if timed else []
     head += ["detail"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -280,10 +280,10 @@ def _skipped_table(verdicts: Sequence[Verdict], limit: int = 60) -> list[str]:
             groups.setdefault((v.backend, v.detail), []).append(v)
         else:
             single.append(v)
-    lines = ["| backend | B | L | tree | case | detail |", "|---|---|---|---|---|---|"]
+    lines = ["| backend | B | L | P | tree | case | detail |", "|---|---|---|---|---|---|---|"]
     for (backend, detail), vs in groups.items():
         cases = f"`{vs[0].case_id}`" if len(vs) == 1 else f"{len(vs)} cases"
-        lines.append("| " + " | ".join([backend, "", "", "", cases, detail.replace("|", "\\|")]) + " |")
+        lines.append("| " + " | ".join([backend, "", "", "", "", cases, detail.replace("|", "\\|")]) + " |")
     return lines + _md_table(single, False, limit)[2:]
 
 

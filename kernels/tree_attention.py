@@ -152,8 +152,9 @@ def tree_attn_fwd_kernel(
     partials (counted in SEM, (B * HKV * m_tiles,) int32, zero between launches);
     otherwise tree_attn_merge_kernel does, in a second launch (with PDL, launched as a
     programmatic dependent launch once every program has passed its main loops). KV_DESC: context
-    tiles through K_DESC / V_DESC (needs P % BLOCK_N == 0); BT_AHEAD (with
-    KV_DESC): each tile's block-table entry loaded one tile ahead.
+    tiles through K_DESC / V_DESC (needs P % BLOCK_N == 0); BT_AHEAD: each context
+    tile's block-table entries loaded one tile ahead (the TMA page, or on the
+    pointer-load paths the tile's K/V offsets, loop-carried).
 
     Split s covers the request's tiles [s * tiles_per_split, (s + 1) * tiles_per_split):
     its first tile does not depend on a load, so (with BT_AHEAD) its block-table entry
@@ -371,14 +372,14 @@ class TreeAttention:
 
         Raises:
             ConfigError: unsupported dtype, head dim, mask mode, mixed trees in bias mode,
-                merge_rows not a power of 2, num_splits < 1, kv_desc=True where
+                merge_rows not an integer power of 2, num_splits not an integer in [1, 64], kv_desc=True where
                 `kv_desc_unsupported` gives a reason, or pdl=True where `pdl_unsupported` does.
         """
         check_inputs(inputs.dtype, inputs.q.shape[-1], mask_mode)
         self.inputs, self.mask_mode, self.return_lse = inputs, mask_mode, return_lse
         self.fused_merge = fused_merge
-        if merge_rows < 1 or merge_rows & (merge_rows - 1):
-            raise ConfigError(f"merge_rows={merge_rows}: must be a power of 2 >= 1")
+        if type(merge_rows) is not int or merge_rows < 1 or merge_rows & (merge_rows - 1):
+            raise ConfigError(f"merge_rows={merge_rows!r}: must be an integer power of 2 >= 1")
         self.merge_rows = merge_rows
         ls, ts, ss = inputs.host_lists()
         dev = inputs.device

@@ -139,7 +139,8 @@ def make_plan(batch_size: int, num_kv_heads: int, group_size: int, tree_sizes: l
     (tma_tiles: the forward kernel will load the context tiles through TMA).
 
     Raises:
-        ConfigError: num_splits < 1, or (no config given) a head dim over 256.
+        ConfigError: num_splits not an integer in [1, MAX_SPLITS], or (no config given)
+            a head dim over 256.
     """
     cfg = config or choose_config(group_size * max(tree_sizes), head_dim, interpret)
     m_tiles = math.ceil(group_size * max(tree_sizes) / cfg.block_m)
@@ -147,8 +148,9 @@ def make_plan(batch_size: int, num_kv_heads: int, group_size: int, tree_sizes: l
     tiles = [math.ceil(s / cfg.block_n) for s in seq_lens]
     if num_splits is None:
         num_splits = 1 if interpret else choose_num_splits(programs, tiles, num_sms, cfg.block_m, tma_tiles)
-    if num_splits < 1:
-        raise ConfigError(f"num_splits={num_splits}: must be >= 1 (1 turns split-KV off)")
+    if type(num_splits) is not int or not 1 <= num_splits <= MAX_SPLITS:
+        raise ConfigError(f"num_splits={num_splits!r}: must be an integer from 1 (split-KV off) "
+                          f"to {MAX_SPLITS}")
     return Plan(cfg, num_splits, m_tiles, programs * num_splits, math.ceil(max(tiles) / num_splits))
 
 

@@ -5,24 +5,31 @@
 
 BASE holds the `kernels/*.py` files of the base revision. They are loaded as a
 second package (`kernels_base`) next to the working tree's `kernels`, so both
-run in one process on the same inputs. For each cell of the issue's grid
-(Hq 32, Hkv 8, D 128, bf16; the four speed targets and their P 16 twins) the
+run in one process on the same inputs. For each cell (Hq 32, Hkv 8, D 128,
+bf16; by default the issue's four speed targets and three neighbours, each at
+P 128 and P 16; `--cells` takes others: "B:L:tree", cells separated by commas,
+a new cell starting at each "B:L:", so trees with commas work too) the
 two `TreeAttention` callables are timed in alternation, `--rounds` times each,
 with `harness.timing.time_callable` (CUDA graph, L2 flushed: the timer of
 `treebench run`). Each round's median is kept; a side's time is the median of
 its rounds, and the ratio is new / base measured in the same run. Both outputs
 are checked against the float64 reference first.
 
-Writes DIR/ab.csv (one row per cell and side) and prints a table. Exit 2 on bad
-input (no GPU, BASE without the kernel files), one line, nothing written.
+Writes DIR/ab.csv (one row per cell and side, flushed as it goes, so a run cut
+short keeps what it measured) and prints a table. Exit 2 on bad input (no GPU,
+BASE without the kernel files, a cell or page size the harness refuses), one
+line, nothing written.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import csv
 import importlib
 import os
+import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -47,7 +54,9 @@ KERNEL_FILES = ("__init__.py", "launch.py", "tree_attention.py", "tree_attention
 def load_base(base: Path):
     """The base revision's `kernels` package, imported as `kernels_base` (its absolute
     `kernels.` imports rewritten) from a temporary copy."""
-    pkg = Path(tempfile.mkdtemp(prefix="ab-kernel-")) / "kernels_base"
+    tmp = tempfile.mkdtemp(prefix="ab-kernel-")
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+    pkg = Path(tmp) / "kernels_base"
     pkg.mkdir()
     for name in KERNEL_FILES:
         text = (base / name).read_text().replace("from kernels.", "from kernels_base.").replace(
@@ -82,13 +91,20 @@ def main() -> int:
         return 2
     cells = CELLS
     if args.cells:
-        try:
-            cells = [(int(b), int(l), tree) for b, l, tree in (c.split(":", 2) for c in args.cells.split(","))]
-            for _, _, tree in cells:
-                Case(batch_size=1, context_len=1, tree=tree, **HEADS).trees()
-        except Exception as e:   # a malformed cell or an unknown tree: one line, exit 2
-            print(f"ab_kernel: --cells {args.cells!r}: {e} (B:L:tree, e.g. 1:2048:vllm:pr_27)", file=sys.stderr)
-            return 2
+        cells = []
+        for cell in re.split(r",(?=\s*-?\d+:-?\d+:)", args.cells):      # a new cell starts at "B:L:"
+            m = re.fullmatch(r"\s*(-?\d+):(-?\d+):(.+)", cell)
+            if not m:
+                print(f"ab_kernel: --cells: {cell!r} is not B:L:tree (e.g. 1:2048:vllm:pr_27)", file=sys.stderr)
+                return 2
+            cells.append((int(m[1]), int(m[2]), m[3]))
+    for b, l, tree in cells:          # every case the harness would refuse, refused before anything is written
+        for p in pages:
+            try:
+                Case(batch_size=b, context_len=l, tree=tree, page_size=p, **HEADS).trees()
+            except Exception as e:   # ConfigError or a tree parser's error: one line, exit 2
+                print(f"ab_kernel: cell {b}:{l}:{tree} at P {p}: {e}", file=sys.stderr)
+                return 2
     if not torch.cuda.is_available():
         print("ab_kernel: no CUDA GPU (both revisions are timed on one)", file=sys.stderr)
         return 2
@@ -96,6 +112,10 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
+    fields = ["tree", "B", "L", "P", "side", "passed", "median_us", "rounds_us", "ratio_new_base"]
+    csv_file = (out / "ab.csv").open("w", newline="")
+    writer = csv.DictWriter(csv_file, fieldnames=fields)
+    writer.writeheader()
     for b, l, tree in cells:
         for p in pages:
             case = Case(batch_size=b, context_len=l, tree=tree, page_size=p, **HEADS)
@@ -117,13 +137,12 @@ def main() -> int:
                                  rounds_us=" ".join(f"{x:.2f}" for x in medians[side]),
                                  ratio_new_base=round(statistics.median(medians["new"])
                                                       / statistics.median(medians["base"]), 4)))
+            writer.writerows(rows[-2:])
+            csv_file.flush()
             print(f"{tree:>20} B{b:<3} L{l:<5} P{p:<4} base {rows[-2]['median_us']:8.2f}  "
                   f"new {rows[-1]['median_us']:8.2f}  new/base {rows[-1]['ratio_new_base']:.4f}  "
                   f"passed {passed}", flush=True)
-    with (out / "ab.csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    csv_file.close()
     return 0 if all(r["passed"] for r in rows) else 1
 
 

@@ -500,6 +500,13 @@ def main() -> int:
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     if args.cmd == "report":
+        for what, path in (("the CSV to read", args.csv), ("--peers", args.peers)):
+            if what == "--peers" and path is None:
+                continue
+            if not path or not Path(path).is_file():
+                print(f"bench_kernel report: {what}: {path or 'none given'} is not a file "
+                      "(bench_kernel.py report RUN.csv [--peers PEERS.csv])", file=sys.stderr)
+                return 2
         report(args.csv, args.peers)
         return 0
     if args.smoke:
@@ -507,7 +514,7 @@ def main() -> int:
         return smoke(Path(args.out))
     unknown = set(args.phases.split(",")) - {"env", "check", "tune", "seed", "big", "wide", "merge", "pair", "fuse", "gather"}
     if unknown:      # refused before anything is created
-        print(f"bench_kernel: unknown phase(s) {', '.join(sorted(unknown))}: use env, check, tune, seed, big, "
+        print(f"bench_kernel: unknown phase(s) {', '.join(sorted(p or repr(p) for p in unknown))}: use env, check, tune, seed, big, "
               "wide, merge, pair, fuse, gather", file=sys.stderr)
         return 2
     if not torch.cuda.is_available():

@@ -214,7 +214,7 @@ def test_gate_summary_folds_pairs_skipped_in_both_by_backend_and_reason():
     verdicts = [gate.classify(b, c, GateConfig()) for b, c in zip(rows_b, rows_c)]
     md = gate.markdown(gate.GateResult(verdicts=tuple(verdicts), config=GateConfig()))
     lines = [ln for ln in md.splitlines() if ln.startswith("| vllm_triton") or ln.startswith("| flex")]
-    assert lines[0].startswith("| vllm_triton |  |  |  | 5 cases | skipped in both: vllm not installed")
+    assert lines[0].startswith("| vllm_triton |  |  |  |  | 5 cases | skipped in both: vllm not installed")
     assert "`x`" in lines[1] and "skipped in both: no GPU" in lines[1]
     assert "`y`" in lines[2] and "newly skipped (baseline was pass): compile failed" in lines[2]
     assert len(lines) == 3 and "Skipped in the candidate (each line says whether the baseline skipped it too) (7)" in md

@@ -61,7 +61,9 @@ def _base_copy(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("args, needle", [
     (["--base", "{missing}"], "lacks __init__.py"),
-    (["--base", "{base}", "--cells", "1:x:full:3:1"], "--cells '1:x:full:3:1'"),
+    (["--base", "{base}", "--cells", "1:x:full:3:1"], "'1:x:full:3:1' is not B:L:tree"),
+    (["--base", "{base}", "--cells", "0:2048:full:3:1"], "batch_size=0"),
+    (["--base", "{base}", "--pages", "0"], "page_size=0"),
     (["--base", "{base}", "--cells", "1:16:nosuch"], "tree 'nosuch'"),
     (["--base", "{base}", "--rounds", "0"], "--rounds 0"),
     (["--base", "{base}", "--pages", "16,abc"], "--pages '16,abc'"),
@@ -79,3 +81,18 @@ def test_ab_kernel_refuses_bad_input_before_writing(tmp_path, args, needle):
 def test_ab_kernel_without_a_gpu_says_so(tmp_path):
     r = _script("ab_kernel.py", "--base", str(_base_copy(tmp_path)), "--out", str(tmp_path / "out"))
     assert r.returncode == 2 and "no CUDA GPU" in r.stderr and not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="parses up to the no-GPU refusal")
+def test_ab_kernel_cells_take_trees_with_commas(tmp_path):
+    """A new cell starts at each "B:L:", so levels:4,2,1 is one tree, not three cells."""
+    r = _script("ab_kernel.py", "--base", str(_base_copy(tmp_path)), "--cells",
+                "1:2048:levels:4,2,1,16:1024:full:3:2", "--out", str(tmp_path / "out"))
+    assert r.returncode == 2 and "no CUDA GPU" in r.stderr, r.stderr
+
+
+def test_bench_kernel_report_refuses_a_missing_csv(tmp_path):
+    for args in (["report"], ["report", str(tmp_path / "nothing.csv")]):
+        r = _script("bench_kernel.py", *args)
+        assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+

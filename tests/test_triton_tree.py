@@ -317,6 +317,20 @@ def test_pdl_merge_matches_ordinary_launches_and_replays(page_size):
     torch.testing.assert_close(on.out, expect, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("kw, needle", [
+    (dict(num_splits=2.5), "num_splits=2.5"), (dict(num_splits="3"), "num_splits='3'"),
+    (dict(num_splits=True), "num_splits=True"), (dict(num_splits=65), "num_splits=65"),
+    (dict(num_splits=0), "num_splits=0"), (dict(merge_rows=2.0), "merge_rows=2.0"),
+    (dict(merge_rows=True), "merge_rows=True"), (dict(merge_rows=3), "merge_rows=3"),
+])
+def test_tree_attention_refuses_non_integer_plan_overrides(kw, needle):
+    """num_splits and merge_rows take exact integers in range (a new-user pass got raw
+    TypeErrors from torch and Triton for 2.5, "3" and True, and 1000 splits accepted)."""
+    case = Case(batch_size=2, context_len=25, tree="full:2:2", page_size=16, **TINY)
+    with pytest.raises(ConfigError, match=needle.replace("(", r"\(")):
+        TreeAttention(build_inputs(case, DEVICE), **kw)
+
+
 def test_make_plan_tiles_per_split_from_the_longest_request():
     """Split s covers tiles [s * tiles_per_split, (s + 1) * tiles_per_split) of every
     request, sized by the longest: ceil(ceil(max S_b / BLOCK_N) / num_splits)."""
