@@ -157,8 +157,9 @@ def tree_attn_fwd_kernel(
     pointer-load paths the tile's K/V offsets, loop-carried).
 
     Split s covers the request's tiles [s * tiles_per_split, (s + 1) * tiles_per_split):
-    its first tile does not depend on a load, so (with BT_AHEAD) its block-table entry
-    is loaded in the same round trip as the request's context length, not after it.
+    its first tile does not depend on a load, so (with BT_AHEAD and KV_DESC) its
+    block-table entry is loaded in the same round trip as the request's context
+    length, not after it.
     Splits past a short request's last tile see nothing (LSE -inf, weight 0 in the merge)."""
     pid = tl.program_id(0)
     mt = pid % m_tiles
