@@ -360,7 +360,7 @@ class TreeAttention:
                 program (one launch) instead of a second merge kernel; off by
                 default: its serial merge measured slower on the H200 (docs/kernel.md).
             merge_rows: (sum T, Hq) rows per program of the split-KV merge kernel, a
-                power of 2 (1, the measured default; G groups a KV head's rows).
+                power of 2 from 1 to 16 (1, the measured default; G groups a KV head's rows).
             kv_desc: load the context tiles' K/V through TMA tensor descriptors
                 (`triton.tools.tensor_descriptor.TensorDescriptor` over the pools viewed as
                 (N * P, Hkv * D)). None (default): wherever `kv_desc_unsupported` finds no
@@ -373,14 +373,14 @@ class TreeAttention:
 
         Raises:
             ConfigError: unsupported dtype, head dim, mask mode, mixed trees in bias mode,
-                merge_rows not an integer power of 2, num_splits not an integer in [1, 64], kv_desc=True where
+                merge_rows not a power of 2 in [1, 16], num_splits not an integer in [1, 64], kv_desc=True where
                 `kv_desc_unsupported` gives a reason, or pdl=True where `pdl_unsupported` does.
         """
         check_inputs(inputs.dtype, inputs.q.shape[-1], mask_mode)
         self.inputs, self.mask_mode, self.return_lse = inputs, mask_mode, return_lse
         self.fused_merge = fused_merge
-        if type(merge_rows) is not int or merge_rows < 1 or merge_rows & (merge_rows - 1):
-            raise ConfigError(f"merge_rows={merge_rows!r}: must be an integer power of 2 >= 1")
+        if type(merge_rows) is not int or not 1 <= merge_rows <= 16 or merge_rows & (merge_rows - 1):
+            raise ConfigError(f"merge_rows={merge_rows!r}: must be an integer power of 2 from 1 to 16")
         self.merge_rows = merge_rows
         ls, ts, ss = inputs.host_lists()
         dev = inputs.device

@@ -322,6 +322,7 @@ def test_pdl_merge_matches_ordinary_launches_and_replays(page_size):
     (dict(num_splits=True), "num_splits=True"), (dict(num_splits=65), "num_splits=65"),
     (dict(num_splits=0), "num_splits=0"), (dict(merge_rows=2.0), "merge_rows=2.0"),
     (dict(merge_rows=True), "merge_rows=True"), (dict(merge_rows=3), "merge_rows=3"),
+    (dict(merge_rows=32), "merge_rows=32"),
 ])
 def test_tree_attention_refuses_non_integer_plan_overrides(kw, needle):
     """num_splits and merge_rows take exact integers in range (a new-user pass got raw
