@@ -149,10 +149,13 @@ def compare_runs(base_rows: Iterable[dict], cand_rows: Iterable[dict], config: G
 
 
 def _order(v: Verdict) -> tuple:
-    """Sort key: backend, then B, L, tree as numbers where they are numbers."""
+    """Sort key: backend, then B, L (numbers where they are numbers), tree, then P as a
+    number (so a cell's P 16 row comes before its P 128 row, next to it)."""
     c = v.case
     num = [x if isinstance(x, int) else math.inf for x in (c.get("batch_size"), c.get("context_len"))]
-    return (v.backend, *num, str(c.get("context_len")), str(c.get("tree")), v.case_id)
+    page = c.get("page_size")
+    return (v.backend, *num, str(c.get("context_len")), str(c.get("tree")),
+            page if isinstance(page, int) else math.inf, v.case_id)
 
 
 def classify(base: dict | None, cand: dict | None, config: GateConfig) -> Verdict:

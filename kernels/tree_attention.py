@@ -54,8 +54,8 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from harness.errors import ConfigError
 from harness.paged import BatchInputs
 from kernels.launch import FixedLaunch, verify_fast_path
-from kernels.tree_attention_plan import (MASK_MODES, KernelConfig, check_inputs, choose_config, make_plan,
-                                         next_pow2, pack_tree_masks, tree_bias)
+from kernels.tree_attention_plan import (MASK_MODES, KernelConfig, check_inputs, choose_config, is_integer,
+                                         make_plan, next_pow2, pack_tree_masks, tree_bias)
 from kernels.tree_attention_reduce import HAS_PDL, gdc_launch_dependents, merge_partials, tree_attn_merge_kernel
 
 MASK_BITS, MASK_BIAS, MASK_CAUSAL = 0, 1, 2
@@ -379,9 +379,9 @@ class TreeAttention:
         check_inputs(inputs.dtype, inputs.q.shape[-1], mask_mode)
         self.inputs, self.mask_mode, self.return_lse = inputs, mask_mode, return_lse
         self.fused_merge = fused_merge
-        if type(merge_rows) is not int or not 1 <= merge_rows <= 16 or merge_rows & (merge_rows - 1):
+        if not is_integer(merge_rows) or not 1 <= merge_rows <= 16 or merge_rows & (merge_rows - 1):
             raise ConfigError(f"merge_rows={merge_rows!r}: must be an integer power of 2 from 1 to 16")
-        self.merge_rows = merge_rows
+        self.merge_rows = int(merge_rows)
         ls, ts, ss = inputs.host_lists()
         dev = inputs.device
         hq, d = inputs.q.shape[1], inputs.q.shape[2]

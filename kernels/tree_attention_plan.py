@@ -9,6 +9,7 @@ call looks at it again.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +21,11 @@ from harness.trees import TokenTree
 MASK_MODES = ("tree", "bias", "causal")        # kernel MASK_MODE 0, 1, 2
 HEAD_DIMS = (32, 64, 128, 256)                 # D: a power of 2 (tl.arange), >= 16 (tl.dot); the tested ones
 DTYPES = (torch.bfloat16, torch.float16)
+
+
+def is_integer(v) -> bool:
+    """True for an integer (Python or numpy), False for bool, float and str."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
 
 
 @dataclass(frozen=True)
@@ -42,8 +48,9 @@ class KernelConfig:
                  ("bt_ahead", lambda v: v in (0, 1), "0 or 1 (2 and 3 measured slower, docs/kernel.md)"))
         for name, ok, want in rules:
             v = getattr(self, name)
-            if type(v) is not int or not ok(v):      # exactly int: True, 4.0 and "4" are refused too
+            if not is_integer(v) or not ok(v):      # True, 4.0 and "4" are refused; numpy integers are taken
                 raise ConfigError(f"kernel config {name}={v!r}: must be an integer, {want}")
+            object.__setattr__(self, name, int(v))
 
 
 @dataclass(frozen=True)
@@ -148,9 +155,10 @@ def make_plan(batch_size: int, num_kv_heads: int, group_size: int, tree_sizes: l
     tiles = [math.ceil(s / cfg.block_n) for s in seq_lens]
     if num_splits is None:
         num_splits = 1 if interpret else choose_num_splits(programs, tiles, num_sms, cfg.block_m, tma_tiles)
-    if type(num_splits) is not int or not 1 <= num_splits <= MAX_SPLITS:
+    if not is_integer(num_splits) or not 1 <= num_splits <= MAX_SPLITS:
         raise ConfigError(f"num_splits={num_splits!r}: must be an integer from 1 (split-KV off) "
                           f"to {MAX_SPLITS}")
+    num_splits = int(num_splits)
     return Plan(cfg, num_splits, m_tiles, programs * num_splits, math.ceil(max(tiles) / num_splits))
 
 

@@ -284,3 +284,12 @@ def test_a_results_file_given_twice_is_read_once(caplog):
     assert any("repeated rows dropped" in m for m in caplog.messages)
     other_run = [{**r, "run_id": "another"} for r in once]
     assert len(drop_repeated_rows(once + other_run, "report")) == 2 * len(once)
+
+
+def test_gate_orders_a_cells_page_sizes_numerically():
+    """P 16 before P 128 of the same cell, side by side (the case ids sort P128 first)."""
+    rows = [_row(case_id=f"B1-L16-t-P{p}-x", case=dict(batch_size=1, context_len=16, tree="t", page_size=p))
+            for p in (128, 16, 64)]
+    result = compare_runs(rows, rows, GateConfig())
+    assert [v.case.get("page_size") for v in result.verdicts] == [16, 64, 128]
+

@@ -325,11 +325,23 @@ def test_pdl_merge_matches_ordinary_launches_and_replays(page_size):
     (dict(merge_rows=32), "merge_rows=32"),
 ])
 def test_tree_attention_refuses_non_integer_plan_overrides(kw, needle):
-    """num_splits and merge_rows take exact integers in range (a new-user pass got raw
+    """num_splits and merge_rows take integers in range (Python or numpy) (a new-user pass got raw
     TypeErrors from torch and Triton for 2.5, "3" and True, and 1000 splits accepted)."""
     case = Case(batch_size=2, context_len=25, tree="full:2:2", page_size=16, **TINY)
     with pytest.raises(ConfigError, match=needle.replace("(", r"\(")):
         TreeAttention(build_inputs(case, DEVICE), **kw)
+
+
+def test_numpy_integers_are_taken_as_integers():
+    """A config or split count read from numpy (a sweep over np.arange) is an integer too."""
+    import numpy as np
+    cfg = KernelConfig(np.int64(16), np.int32(16), np.int64(1), np.int64(1), bt_ahead=np.int64(1))
+    assert cfg == KernelConfig(16, 16, 1, 1, bt_ahead=1) and type(cfg.block_m) is int
+    case = Case(batch_size=2, context_len=25, tree="full:2:2", page_size=16, **TINY)
+    ta = check(case, config=cfg, num_splits=np.int64(3), merge_rows=np.int64(2))
+    assert ta.plan.num_splits == 3 and type(ta.plan.num_splits) is int and ta.merge_rows == 2
+    with pytest.raises(ConfigError, match="num_splits"):
+        TreeAttention(build_inputs(case, DEVICE), num_splits=np.bool_(True))
 
 
 def test_make_plan_tiles_per_split_from_the_longest_request():
