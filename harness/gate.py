@@ -279,7 +279,7 @@ def _skipped_table(verdicts: Sequence[Verdict], limit: int = 60) -> list[str]:
     groups: dict[tuple[str, str], list[Verdict]] = {}
     single = []
     for v in verdicts:
-        if v.detail.startswith("skipped in both"):
+        if v.base_status == "skipped":          # skipped in both runs (classify's detail says so)
             groups.setdefault((v.backend, v.detail), []).append(v)
         else:
             single.append(v)
