@@ -387,12 +387,12 @@ def cmd_merge(args, console: Console) -> int:
         raise ConfigError("merge OUT is empty: give a results file path such as results/merged.jsonl")
     out = Path(args.out)
     inputs = [Path(p) for p in args.inputs]
-    total = len(read_rows(merge_row_inputs(inputs)))
-    if not total:
+    rows = read_rows(merge_row_inputs(inputs))
+    if not rows:
         raise ConfigError(f"merge {' '.join(args.inputs)}: no result rows; point it at .jsonl result files "
                           "or folders of them (folders are not searched recursively)")
-    added = merge_results(out, inputs)  # validates OUT and every input before writing anything
-    Console().print(f"merged {len(added)} rows into {out} ({total - len(added)} duplicates dropped)",
+    added = merge_results(out, inputs, rows=rows)  # validates OUT before writing anything
+    Console().print(f"merged {len(added)} rows into {out} ({len(rows) - len(added)} duplicates dropped)",
                     markup=False, highlight=False, soft_wrap=True)
     return 0
 

@@ -222,12 +222,14 @@ def merge_row_inputs(inputs: Sequence[Path]) -> list[Path]:
     return out
 
 
-def merge_results(out: Path, inputs: Sequence[Path], with_run: bool = False) -> list[dict]:
+def merge_results(out: Path, inputs: Sequence[Path], with_run: bool = False,
+                  rows: Sequence[dict] | None = None) -> list[dict]:
     """Appends to `out` every row of `inputs` whose key is not yet in `out` or an earlier input.
 
     Key: (case_id, backend, env), with run_id first when `with_run`. Every input
     is read (and so validated) before anything is written; env files beside the
-    inputs are copied beside `out`.
+    inputs are copied beside `out`. `rows`: the inputs' rows when the caller has
+    already read them (`read_rows(merge_row_inputs(inputs))`), so they are read once.
 
     Returns:
         The rows appended, in input order.
@@ -244,8 +246,7 @@ def merge_results(out: Path, inputs: Sequence[Path], with_run: bool = False) -> 
     check_writable(out, create=False, what="merge OUT")
     if out.suffix != ".jsonl":
         raise ConfigError(f"merge OUT {out}: give a .jsonl path (folders are read for *.jsonl files only)")
-    result_inputs = merge_row_inputs(inputs)
-    incoming = read_rows(result_inputs)
+    incoming = read_rows(merge_row_inputs(inputs)) if rows is None else rows
     envs = read_envs(list(inputs))
     check_writable(out, what="merge OUT")  # created (empty) only once every input was read
     seen = {row_key(r, with_run) for r in (read_rows([out]) if out.exists() else [])}
