@@ -43,6 +43,7 @@ from harness.cases import Case  # noqa: E402
 from harness.compare import compare  # noqa: E402
 from harness.paged import build_inputs  # noqa: E402
 from harness.reference import reference_attention  # noqa: E402
+from harness.stats import summarize  # noqa: E402
 from harness.timing import time_callable  # noqa: E402
 
 HEADS = dict(num_q_heads=32, num_kv_heads=8, head_dim=128)
@@ -130,7 +131,7 @@ def main() -> int:
             for _ in range(args.rounds):
                 for side, fn in fns.items():
                     t = time_callable(fn, device="cuda", mode="cuda_graph", flush_l2=True)
-                    medians[side].append(statistics.median(t.samples_us))
+                    medians[side].append(summarize(t.samples_us).median_us)
             for side in sides:
                 rows.append(dict(tree=tree, B=b, L=l, P=p, side=side, passed=passed[side],
                                  median_us=round(statistics.median(medians[side]), 2),
