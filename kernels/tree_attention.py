@@ -168,8 +168,7 @@ def tree_attn_fwd_kernel(
     b = pid // (m_tiles * num_splits * HKV)
     t_lo = split * tiles_per_split
     bt_row = BT + b * stride_bt
-    page_next = t_lo * 0                        # int32 scalar, loop-carried (BT_AHEAD)
-    if KV_DESC and BT_AHEAD:                    # the first tile's page, clamped into the row
+    if KV_DESC and BT_AHEAD:                    # the first tile's page (loop-carried), clamped into the row
         page_next = tl.load(bt_row + tl.minimum((t_lo * BLOCK_N) // P, bt_width - 1))
     L = tl.load(CTX_LENS + b)
     qo = tl.load(QO + b)
@@ -202,8 +201,7 @@ def tree_attn_fwd_kernel(
     # K/V loads (clamped into the split's context tiles, so they never leave the request's
     # row): the TMA issue, or the gathered loads' addresses, do not wait on them.
     last = tl.maximum(t_ctx - 1, 0)
-    kv_next = tl.zeros((BLOCK_N,), tl.int64)    # gather path: the next tile's K/V offsets
-    if BT_AHEAD and not KV_DESC:
+    if BT_AHEAD and not KV_DESC:                # pointer paths: the next tile's K/V offsets (loop-carried)
         kv_next = _kv_tile_offsets(BT, b, tl.minimum(t_lo, last) * BLOCK_N, S, stride_bt, stride_kn, stride_kp,
                                    P, BLOCK_N, PAGE_TILE)
     for t in range(t_lo, t_ctx):                # 1) context tiles: no mask
