@@ -53,6 +53,21 @@ class KernelConfig:
             object.__setattr__(self, name, int(v))
 
 
+def parse_kernel_config(text: str) -> KernelConfig:
+    """'BLOCK_M,BLOCK_N,warps,stages[,max_regs[,bt_ahead]]' (the scripts' --config) -> KernelConfig.
+
+    Raises:
+        ConfigError: not 4 to 6 integers, or a field KernelConfig refuses.
+    """
+    try:
+        fields = [int(f) for f in text.split(",")]
+    except ValueError:
+        fields = []
+    if not 4 <= len(fields) <= 6:
+        raise ConfigError(f"--config {text!r}: want BLOCK_M,BLOCK_N,warps,stages[,max_regs[,bt_ahead]] (integers)")
+    return KernelConfig(*fields)
+
+
 @dataclass(frozen=True)
 class Plan:
     """How one batch is cut into programs."""

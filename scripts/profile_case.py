@@ -24,22 +24,7 @@ from harness.cases import Case  # noqa: E402
 from harness.errors import ConfigError  # noqa: E402
 from harness.paged import build_inputs  # noqa: E402
 from kernels.tree_attention import TreeAttention  # noqa: E402
-from kernels.tree_attention_plan import KernelConfig  # noqa: E402
-
-
-def parse_config(text: str) -> KernelConfig:
-    """'BLOCK_M,BLOCK_N,warps,stages[,max_regs[,bt_ahead]]' -> KernelConfig.
-
-    Raises:
-        ConfigError: not 4 to 6 integers, or a field KernelConfig refuses.
-    """
-    try:
-        fields = [int(f) for f in text.split(",")]
-    except ValueError:
-        fields = []
-    if not 4 <= len(fields) <= 6:
-        raise ConfigError(f"--config {text!r}: want BLOCK_M,BLOCK_N,warps,stages[,max_regs[,bt_ahead]] (integers)")
-    return KernelConfig(*fields)
+from kernels.tree_attention_plan import parse_kernel_config  # noqa: E402
 
 
 def main() -> int:
@@ -61,7 +46,7 @@ def main() -> int:
             raise ConfigError("no CUDA GPU: profile on a GPU, or set TRITON_INTERPRET=1 for a (slow) CPU run")
         case = Case(batch_size=args.batch_size, context_len=args.context_len, tree=args.tree,
                     page_size=args.page_size)
-        cfg = parse_config(args.config) if args.config else None
+        cfg = parse_kernel_config(args.config) if args.config else None
         ta = TreeAttention(build_inputs(case, device), config=cfg, num_splits=args.splits,
                            kv_desc={"on": True, "off": False, "auto": None}[args.kv_desc])
     except ConfigError as e:
