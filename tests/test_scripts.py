@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -96,3 +97,25 @@ def test_bench_kernel_report_refuses_a_missing_csv(tmp_path):
         r = _script("bench_kernel.py", *args)
         assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
+
+
+def test_sm90_compile_refuses_a_bad_config():
+    r = _script("sm90_compile.py", "--config", "64,48,4,3")
+    assert r.returncode == 2 and "block_n=48" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_sm90_compile_shows_the_look_ahead_keeps_gathered_tiles_in_flight():
+    """docs/kernel.md's P 16 finding, from a local sm_90 compile (a subprocess: the kernel
+    must not be the interpreter's): without the block-table look-ahead the context loop
+    waits for every async copy (num 0); with it, copies stay in flight across iterations."""
+    pytest.importorskip("triton")
+    builds = []
+    for ahead in (0, 1):
+        r = _script("sm90_compile.py", "--config", f"64,64,4,3,0,{ahead}", "--page-size", "16", "--kv-desc", "off")
+        if r.returncode != 0 and ("cuobjdump" in r.stderr or "ptxas" in r.stderr):
+            pytest.skip(f"no sm_90 toolchain in this Triton: {r.stderr.strip().splitlines()[-1]}")
+        assert r.returncode == 0, r.stderr
+        builds.append(ast.literal_eval(r.stdout.strip().splitlines()[-1].split(": ", 1)[1]))
+    off, on = builds
+    assert off["loop_async_wait"] == [0] and min(on["loop_async_wait"]) > 0, (off, on)
+    assert off["spill_loads"] == on["spill_loads"] == 0 and on["hgmma"] > 0

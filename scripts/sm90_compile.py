@@ -1,0 +1,130 @@
+"""Compiles the triton_tree forward kernel for sm_90 on any machine (no GPU) and reports
+what the compiler made of it: the facts docs/kernel.md cites from "a local sm_90 compile".
+
+    python scripts/sm90_compile.py                          # the default config, TMA and P 16 paths
+    python scripts/sm90_compile.py --config 128,32,8,3,128,1 --page-size 128 --num-ctas 1
+
+For each build (the forward kernel as `TreeAttention` would launch it for Hq 32,
+Hkv 8, D 128, bf16, tree mask, no split) it prints one line: registers per thread,
+spilled loads/stores (LDL/STL), shared memory in bytes, the counts of wgmma
+(HGMMA), TMA (UTMALDG) and TMA-multicast instructions in the SASS, and the `num`
+of each `ttg.async_wait` inside the context loop (how many async copies stay in
+flight when the loop waits for a tile; 0 = none). Uses Triton's own ptxas and
+cuobjdump (bundled with the triton wheel); Triton 3.6 to 3.9.
+
+Exit 2 with one line on bad input (a --config KernelConfig refuses, no Triton).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness.errors import ConfigError  # noqa: E402
+from kernels.tree_attention_plan import KernelConfig, parse_kernel_config  # noqa: E402
+
+HKV, G, D = 8, 4, 128
+POINTERS = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "O": "*bf16", "BT": "*i32", "CTX_LENS": "*i32", "QO": "*i32",
+            "SEM": "*i32", "MASK": "*i64", "BIAS": "*fp32", "LSE": "*fp32", "O_PART": "*fp32", "LSE_PART": "*fp32"}
+ALIGNED = [*POINTERS, "stride_qt", "stride_qh", "stride_kn", "stride_kp", "stride_kh"]   # multiples of 16
+
+
+def compile_forward(cfg: KernelConfig, page_size: int, kv_desc: bool, num_ctas: int = 1) -> dict:
+    """Builds the forward kernel for sm_90 and reads its resource use and SASS.
+
+    Args:
+        cfg: the tile config (its bt_ahead turns the look-ahead on).
+        page_size: P; with kv_desc, P % cfg.block_n must be 0 (the TMA path).
+        kv_desc: context tiles through TMA descriptors.
+        num_ctas: CTAs per cluster (Triton's num_ctas).
+
+    Returns:
+        dict of regs, spill_loads, spill_stores, shared_bytes, hgmma, utmaldg,
+        multicast (ints) and loop_async_wait (list of ints, TTGIR order).
+
+    Raises:
+        ConfigError: kv_desc with P % BLOCK_N != 0.
+    """
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from kernels.tree_attention import tree_attn_fwd_kernel as kernel
+
+    if kv_desc and page_size % cfg.block_n:
+        raise ConfigError(f"TMA path needs P % BLOCK_N == 0 (P {page_size}, BLOCK_N {cfg.block_n})")
+    sig = {n: POINTERS.get(n, "i32") for n in kernel.arg_names}
+    sig["qk_scale"] = "fp32"
+    const = dict(HKV=HKV, G=G, D=D, P=page_size, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SPLIT=False,
+                 FUSED_MERGE=False, MASK_MODE=0, WRITE_LSE=False, DOT_FP32=False, KV_DESC=kv_desc,
+                 BT_AHEAD=bool(cfg.bt_ahead), PDL=False)
+    if kv_desc:
+        sig["K_DESC"] = sig["V_DESC"] = f"tensordesc<bf16[{cfg.block_n}, {D}]>"
+    else:
+        const["K_DESC"] = const["V_DESC"] = None
+    sig.update({c: "constexpr" for c in const})
+    attrs = {(kernel.arg_names.index(n),): [["tt.divisibility", 16]] for n in ALIGNED}
+    src = ASTSource(kernel, sig, {(kernel.arg_names.index(c),): v for c, v in const.items()}, attrs)
+    opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages, num_ctas=num_ctas,
+                **({"maxnreg": cfg.max_regs} if cfg.max_regs else {}))
+    ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
+    tools = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = Path(tmp) / "k.cubin"
+        cubin.write_bytes(ck.asm["cubin"])
+        res = subprocess.run([str(tools / "cuobjdump"), "-res-usage", str(cubin)], capture_output=True,
+                             text=True, check=True).stdout
+        sass = subprocess.run([str(tools / "cuobjdump"), "-sass", str(cubin)], capture_output=True,
+                              text=True, check=True).stdout
+    ttgir = ck.asm["ttgir"]
+    loop = ttgir[ttgir.find("scf.for"):]
+    loop = loop[:loop.find("scf.yield")]                     # the first loop: the context tiles
+    return dict(regs=int(re.search(r"REG:(\d+)", res).group(1)),
+                spill_loads=len(re.findall(r"\bLDL\b", sass)), spill_stores=len(re.findall(r"\bSTL\b", sass)),
+                shared_bytes=int(ck.metadata.shared), hgmma=sass.count("HGMMA"),
+                utmaldg=len(re.findall(r"UTMALDG", sass)), multicast=sass.count("MULTICAST"),
+                loop_async_wait=[int(n) for n in re.findall(r"ttg\.async_wait.*?\{num = (\d+)", loop)])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", help="one build: BLOCK_M,BLOCK_N,warps,stages[,max_regs[,bt_ahead]]")
+    ap.add_argument("--page-size", type=int, default=128)
+    ap.add_argument("--kv-desc", choices=["on", "off"], default="on")
+    ap.add_argument("--num-ctas", type=int, default=1)
+    args = ap.parse_args()
+    os.environ.pop("TRITON_INTERPRET", None)
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        print("sm90_compile: Triton is not installed (pip install -e '.[dev]')", file=sys.stderr)
+        return 2
+    try:
+        if args.num_ctas not in (1, 2, 4):
+            raise ConfigError(f"--num-ctas {args.num_ctas}: 1, 2 or 4")
+        if args.config:
+            builds = [(args.config, parse_kernel_config(args.config), args.page_size, args.kv_desc == "on", args.num_ctas)]
+        else:    # the builds docs/kernel.md cites (session 4)
+            builds = [(name, parse_kernel_config(c), p, tma, ctas) for name, c, p, tma, ctas in (
+                ("P 16 gather, look-ahead 0", "64,64,4,3,0,0", 16, False, 1),
+                ("P 16 gather, look-ahead 1", "64,64,4,3,0,1", 16, False, 1),
+                ("P 128 TMA, look-ahead 1 (default)", "64,64,4,3,0,1", 128, True, 1),
+                ("P 128 TMA, 128 rows, 8 warps, 128 regs", "128,32,8,3,128,1", 128, True, 1),
+                ("P 128 TMA, 128 rows over a 2-CTA cluster", "128,64,4,3,0,1", 128, True, 2))]
+        for name, cfg, p, tma, ctas in builds:
+            print(f"{name}: {compile_forward(cfg, p, tma, ctas)}", flush=True)
+    except ConfigError as e:
+        print(f"sm90_compile: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
