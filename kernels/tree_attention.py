@@ -282,9 +282,15 @@ USE_PDL = True       # pdl=None: the merge kernel as a programmatic dependent la
 
 
 def pdl_unsupported(device: torch.device) -> str:
-    """Why the split-KV merge kernel cannot be a programmatic dependent launch on
-    `device`, or "" when it can (a CUDA device of sm_90 or newer, Triton with
-    griddepcontrol, not the CPU interpreter). Raises nothing."""
+    """Why the split-KV merge kernel cannot be a programmatic dependent launch on `device`.
+
+    Args:
+        device: the batch's device (`BatchInputs.device`).
+
+    Returns:
+        "" when it can (a CUDA device of sm_90 or newer, a Triton with griddepcontrol,
+        not the CPU interpreter); else the first reason against, one line. Raises nothing.
+    """
     if interpreting() or device.type != "cuda":
         return "programmatic dependent launch needs a CUDA GPU (not the Triton interpreter)"
     if torch.cuda.get_device_capability(device)[0] < 9:
