@@ -40,16 +40,16 @@ class KernelConfig:
     bt_ahead: int = 0  # 1: each context tile's block-table entries are loaded one tile ahead of its K/V
 
     def __post_init__(self) -> None:
-        rules = (("block_m", lambda v: 16 <= v <= 256 and not v & (v - 1), "a power of 2 from 16 to 256"),
-                 ("block_n", lambda v: 16 <= v <= 256 and not v & (v - 1), "a power of 2 from 16 to 256"),
-                 ("num_warps", lambda v: v in (1, 2, 4, 8, 16), "1, 2, 4, 8 or 16"),
-                 ("num_stages", lambda v: 1 <= v <= 8, "1 to 8"),
-                 ("max_regs", lambda v: v == 0 or 24 <= v <= 255, "0 (no cap) or 24 to 255"),
-                 ("bt_ahead", lambda v: v in (0, 1), "0 or 1 (2 and 3 measured slower, docs/kernel.md)"))
+        rules = (("block_m", lambda v: 16 <= v <= 256 and not v & (v - 1), "an integer power of 2 from 16 to 256"),
+                 ("block_n", lambda v: 16 <= v <= 256 and not v & (v - 1), "an integer power of 2 from 16 to 256"),
+                 ("num_warps", lambda v: v in (1, 2, 4, 8, 16), "the integer 1, 2, 4, 8 or 16"),
+                 ("num_stages", lambda v: 1 <= v <= 8, "an integer from 1 to 8"),
+                 ("max_regs", lambda v: v == 0 or 24 <= v <= 255, "the integer 0 (no cap) or one from 24 to 255"),
+                 ("bt_ahead", lambda v: v in (0, 1), "the integer 0 or 1 (2 and 3 measured slower, docs/kernel.md)"))
         for name, ok, want in rules:
             v = getattr(self, name)
             if not is_integer(v) or not ok(v):      # True, 4.0 and "4" are refused; numpy integers are taken
-                raise ConfigError(f"kernel config {name}={v!r}: must be an integer, {want}")
+                raise ConfigError(f"kernel config {name}={v!r}: must be {want}")
             object.__setattr__(self, name, int(v))
 
 

@@ -5,7 +5,7 @@ what the compiler made of it: the facts docs/kernel.md cites from "a local sm_90
     python scripts/sm90_compile.py --config 128,32,8,3,128,1 --page-size 128 --num-ctas 1
 
 For each build (the forward kernel as `TreeAttention` would launch it for Hq 32,
-Hkv 8, D 128, bf16, tree mask, no split) it prints one line: registers per thread,
+Hkv 8, D 128, bf16, tree mask, no split) it prints one line, "name: {dict}", with registers per thread,
 spilled loads/stores (LDL/STL), shared memory in bytes, the counts of wgmma
 (HGMMA), TMA (UTMALDG) and TMA-multicast instructions in the SASS, and the `num`
 of each `ttg.async_wait` inside the context loop (how many async copies stay in
@@ -101,6 +101,7 @@ def main() -> int:
     ap.add_argument("--num-ctas", type=int, default=1)
     args = ap.parse_args()
     os.environ.pop("TRITON_INTERPRET", None)
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")   # Triton 3.6's default, as on the GPU (3.9 warns if unset)
     try:
         import triton  # noqa: F401
     except ImportError:
