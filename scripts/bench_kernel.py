@@ -21,6 +21,8 @@ Phases:
          against the default tiles on the large trees
   fuse   B 1: split-KV merge in a second launch vs in the forward kernel, x splits, tiles
   gather P 16 (K/V gathered by pointer loads): block table read one tile ahead or not
+  deep   BLOCK_M 128 in one CTA per SM with 4-5 pipeline stages, and in one warpgroup
+         (4 warps, BLOCK_N 32), against the default tiles on the large trees
 
 Writes DIR/kernel.csv (one row per measurement, flushed as it goes, so a run
 cut short keeps what it measured) and prints a short table. The HBM floor of a
@@ -352,6 +354,21 @@ def pair_variants() -> list[Variant]:
     return out
 
 
+def deep_variants() -> list[Variant]:
+    """BLOCK_M 128 in one CTA per SM (8 warps) with 4 and 5 pipeline stages (the shared
+    memory a second CTA would have used), and BLOCK_M 128 in one warpgroup (4 warps,
+    BLOCK_N 32, 2 CTAs per SM), against the default tiles on the large trees."""
+    K = KernelConfig
+    cfgs = [None, K(128, 64, 8, 3, 0, 1), K(128, 64, 8, 4, 0, 1), K(128, 64, 8, 5, 0, 1),
+            K(128, 32, 4, 3, 0, 1), K(128, 32, 4, 4, 0, 1)]
+    out = []
+    for b, tree in ((64, PR27), (64, "full:3:3"), (64, "full:3:2"), (64, "medusa:mc_sim_7b_63"),
+                    (16, "eagle:mc_sim_7b_63"), (16, PR27)):
+        c = dict(TARGET, batch_size=b, tree=tree)
+        out += [Variant("deep", c, config=cfg) for cfg in cfgs]
+    return out
+
+
 def fuse_variants() -> list[Variant]:
     """B 1: the split-KV merge in a second launch against the single-launch merge in the
     forward kernel's last split program (unrolled over the splits), across split counts
@@ -512,10 +529,10 @@ def main() -> int:
     if args.smoke:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         return smoke(Path(args.out))
-    unknown = set(args.phases.split(",")) - {"env", "check", "tune", "seed", "big", "wide", "merge", "pair", "fuse", "gather"}
+    unknown = set(args.phases.split(",")) - {"env", "check", "tune", "seed", "big", "wide", "merge", "pair", "fuse", "gather", "deep"}
     if unknown:      # refused before anything is created
         print(f"bench_kernel: unknown phase(s) {', '.join(sorted(p or repr(p) for p in unknown))}: use env, check, tune, seed, big, "
-              "wide, merge, pair, fuse, gather", file=sys.stderr)
+              "wide, merge, pair, fuse, gather, deep", file=sys.stderr)
         return 2
     if not torch.cuda.is_available():
         print("bench_kernel: no CUDA GPU (the phases run on one; "
@@ -526,7 +543,7 @@ def main() -> int:
     phases = args.phases.split(",")
     plan = {"check": check_variants, "tune": tune_variants, "seed": seed_variants, "big": big_variants,
             "wide": wide_variants, "merge": merge_variants, "pair": pair_variants, "fuse": fuse_variants,
-            "gather": gather_variants}
+            "gather": gather_variants, "deep": deep_variants}
     variants = [v for p in phases if p in plan for v in plan[p]()]
     if "env" in phases:
         phase_env(bench)

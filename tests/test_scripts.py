@@ -119,3 +119,30 @@ def test_sm90_compile_shows_the_look_ahead_keeps_gathered_tiles_in_flight():
     off, on = builds
     assert off["loop_async_wait"] == [0] and min(on["loop_async_wait"]) > 0, (off, on)
     assert off["spill_loads"] == on["spill_loads"] == 0 and on["hgmma"] > 0
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU refusal")
+def test_ws_probe_run_without_a_gpu_says_so():
+    r = _script("ws_probe.py", "run")
+    assert r.returncode == 2 and "sm_90" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_ws_probe_compile_shows_what_hopper_warp_specialisation_does_with_the_context_loop():
+    """docs/kernel.md's warp-specialisation finding, from a local sm_90 compile with Triton 3.9:
+    with 64 rows the loop is split into a producer and two consumers that both compute (and
+    store) the same rows; with 128 rows in 4 warps the compile fails; with 8 warps the
+    loop is not specialised at all."""
+    triton = pytest.importorskip("triton")
+    if not triton.__version__.startswith("3.9"):
+        pytest.skip(f"the finding was recorded with Triton 3.9 (this is {triton.__version__})")
+    r = _script("ws_probe.py", "compile")
+    if r.returncode != 0 and ("cuobjdump" in r.stderr or "ptxas" in r.stderr):
+        pytest.skip(f"no sm_90 toolchain in this Triton: {r.stderr.strip().splitlines()[-1]}")
+    assert r.returncode == 0, r.stderr
+    lines = dict(ln.split(": ", 1) for ln in r.stdout.strip().splitlines()[1:])
+    plain, ws = (ast.literal_eval(lines[k]) for k in ("64 rows, no WS", "64 rows, WS"))
+    assert plain["ws_regions"] == 0 and plain["warps"] == 4
+    assert ws["ws_regions"] == 1 and ws["warps"] == 12
+    assert ws["dots_per_partition"] == [0, 2, 2] and ws["stores_per_partition"] == [0, 1, 1]
+    assert lines["128 rows, 4 warps, WS"].startswith("compile failed: ")
+    assert ast.literal_eval(lines["128 rows, 8 warps, WS"])["ws_regions"] == 0
