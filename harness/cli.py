@@ -35,6 +35,8 @@ PROG = "treebench"
 LAZY_COMMANDS = {"gate": "compare two result sets: exit 1 on a significant slowdown or a correctness loss",
                  "report": "write an HTML report from result files"}
 _handler: logging.Handler | None = None  # the handler main() installed on the "harness" logger
+TIMERS = ("auto", "cuda_graph", "cuda_event", "host_inclusive")  # harness.timing.MODES (not imported: torch)
+L2_STATES = ("cold", "warm")  # run --l2: cold flushes the L2 before every timed call (flush_l2), warm does not
 
 
 class Parser(argparse.ArgumentParser):
@@ -168,7 +170,9 @@ def _add_sweep_options(p) -> None:
     p.add_argument("--no-memory-check", action="store_true",
                    help="run pairs even when their predicted device memory exceeds the free memory")
     p.add_argument("--resume", action="store_true",
-                   help="skip case x backend pairs already stored in --out for this env, whatever their status (error rows too; needs --out)")
+                   help="skip case x backend pairs already stored in --out for this env, whatever their status "
+                        "(error rows too; needs --out); run times again the rows stored untimed or with another "
+                        "--timer or --l2")
     p.add_argument("--shard", default=None, metavar="I/N",
                    help="run only the cases whose suite index is I mod N, I 0-based (0 <= I < N; cluster job arrays); "
                         "merge the files with `treebench merge`")
@@ -193,6 +197,13 @@ def _add_run(sub) -> None:
     p.add_argument("--report", default=None, help="HTML report path (default: reports/local/<suite>-<UTC time>.html)")
     p.add_argument("--gpus", type=_gpu_count, default=None, metavar="N",
                    help="spread the cases over N GPUs: relaunches this command under torchrun, one rank per GPU")
+    p.add_argument("--timer", choices=TIMERS, default="auto",
+                   help="auto (default) and cuda_graph: device time of each call inside a CUDA graph (CUDA events if "
+                        "the call cannot be captured); cuda_event: CUDA events around each eager call; host_inclusive: "
+                        "host clock around call + synchronize, launch overhead included; the CPU has only a wall clock")
+    p.add_argument("--l2", choices=L2_STATES, default="cold",
+                   help="cold (default): flush the L2 before every timed call, as a model's other layers evict it; "
+                        "warm: no flush, back-to-back calls as triton's do_bench_cudagraph times them (GPU only)")
     _add_sweep_options(p)
 
 

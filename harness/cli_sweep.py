@@ -180,10 +180,28 @@ def _summary_table(rows: list[dict], title: str) -> Table:
     return table
 
 
+def _timer_lines(rows: list[dict]) -> list[str]:
+    """What the medians were timed with: 'timer: cuda_graph, L2 flushed' when every timed row
+    shares it, else one such line per timer and L2 state with its backends; none without timing."""
+    from harness.store import timing_label
+
+    by: dict[str, list[str]] = {}
+    for r in rows:
+        label = timing_label(r) if r.get("median_us") is not None else None
+        if label and r["backend"] not in by.setdefault(label, []):
+            by[label].append(r["backend"])
+    if len(by) == 1:
+        return [f"timer: {next(iter(by))}"]
+    return [f"timer: {label} ({', '.join(names)})" for label, names in sorted(by.items())]
+
+
 def _print_summary(rows: list[dict], title: str, max_lines: int = 20) -> None:
-    """Prints the summary table, then one line per failed row (at most `max_lines`)."""
+    """Prints the summary table, the timers with their L2 state, then one line per failed row
+    (at most `max_lines`)."""
     out = Console()
     out.print(_summary_table(rows, title))
+    for line in _timer_lines(rows):
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
     failed = [r for r in rows if r["status"] in FAILED]
     for r in failed[:max_lines]:
         out.print(f"{r['status']}: {r['backend']} on {r['case_id']}: {r['reason']}", markup=False, highlight=False, soft_wrap=True)
@@ -207,6 +225,8 @@ def _sweep_options(args, mode: str, out: Path | None):
     return SweepOptions(mode=mode, out=out, quiet=args.quiet, determinism=args.determinism,
                         check_memory=not args.no_memory_check, isolate=args.isolate,
                         case_timeout_s=args.case_timeout, resume=args.resume,
+                        timing_mode=getattr(args, "timer", "auto"),          # run only: check times nothing
+                        flush_l2=getattr(args, "l2", "cold") == "cold",
                         shard=parse_shard(args.shard) if args.shard else None,
                         merge_timeout_s=args.merge_timeout, dry_run=args.dry_run)
 

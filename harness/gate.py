@@ -7,7 +7,7 @@ default) AND a one-sided Mann-Whitney U test on the raw samples agrees
 enough: with hundreds of samples the test finds 1% drifts significant, and a
 ratio alone flags noise. A case that passed and now mismatches or errors is a
 *correctness loss* and always fails. New, missing, fixed, skipped, still
-failing and incomparable (different timers, too few samples) cases are
+failing and incomparable (different timers or L2 states, too few samples) cases are
 reported apart and do not fail the gate, except: a baseline (case, backend)
 the candidate lacks ("missing") fails unless `--allow-missing`, and a
 comparison where no (case, backend) pair could be compared at all fails.
@@ -39,7 +39,7 @@ from scipy.stats import mannwhitneyu
 from harness.errors import ConfigError
 from harness.stats import NOISE_RULE, is_noisy
 from harness.result_inputs import check_output_path, read_checked_rows, refuse_input_path
-from harness.store import read_envs
+from harness.store import read_envs, row_l2_flushed
 
 log = logging.getLogger(__name__)
 
@@ -208,8 +208,9 @@ def timing_verdict(base: dict, cand: dict, config: GateConfig, v: dict) -> Verdi
 
 def _timing_kind(base: dict, cand: dict, config: GateConfig, v: dict) -> Verdict:
     bm, cm = base["median_us"], cand["median_us"]
-    if base.get("timer") != cand.get("timer"):
-        return Verdict(kind="incomparable", detail=f"timer {base.get('timer')} vs {cand.get('timer')}", **v)
+    unlike = _unlike_timing(base, cand)
+    if unlike:
+        return Verdict(kind="incomparable", detail=unlike, **v)
     bs, cs = base.get("samples_us") or [], cand.get("samples_us") or []
     if min(len(bs), len(cs)) < config.min_samples:
         return Verdict(kind="incomparable", detail=f"fewer than {config.min_samples} samples "
@@ -224,6 +225,16 @@ def _timing_kind(base: dict, cand: dict, config: GateConfig, v: dict) -> Verdict
         return Verdict(kind="faster", **v)
     beyond = ratio > up or ratio < 1 / up
     return Verdict(kind="unchanged", detail=f"ratio beyond threshold but p = {p:.2g}" if beyond else "", **v)
+
+
+def _unlike_timing(base: dict, cand: dict) -> str:
+    """'timer cuda_graph vs cuda_event', 'L2 flushed vs warm' (both, '; '-joined), or '' when the two
+    rows were timed alike. Rows without `l2_flushed` count as flushed on a GPU (`row_l2_flushed`)."""
+    bl, cl = row_l2_flushed(base), row_l2_flushed(cand)
+    words = {True: "flushed", False: "warm", None: "not recorded"}
+    what = [f"timer {base.get('timer')} vs {cand.get('timer')}"] if base.get("timer") != cand.get("timer") else []
+    what += [f"L2 {words[bl]} vs {words[cl]}"] if bl != cl else []
+    return "; ".join(what)
 
 
 def env_differences(base_envs: dict[str, dict], cand_envs: dict[str, dict],

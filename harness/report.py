@@ -31,7 +31,7 @@ from harness.errors import ConfigError
 from harness.metrics import (device_peak, mask_overhead_table, rates, row_work, speedup_table, timed_frame,
                              varying_axes)
 from harness.stats import NOISE_RULE, geometric_mean, is_noisy
-from harness.store import read_envs
+from harness.store import l2_label, read_envs, row_l2_flushed, timing_label
 from harness.trees import parse_tree
 
 log = logging.getLogger(__name__)
@@ -106,8 +106,9 @@ def backend_order(rows: Sequence[dict], baseline: str | None, causal: str) -> li
 
 def backend_summary(rows: Sequence[dict], order: Sequence[str], sp: pd.DataFrame, overhead: pd.DataFrame,
                     skip: set[str]) -> list[dict]:
-    """Per backend: status counts, timers, geomean speedup and mask overhead, median % peak, and
-    wins (cases where it is the fastest passing backend; backends in `skip` do not compete)."""
+    """Per backend: status counts, timers with their L2 state ("cuda_graph, L2 flushed"), timed rows
+    per L2 state, geomean speedup and mask overhead, median % peak, and wins (cases where it is the
+    fastest passing backend; backends in `skip` do not compete)."""
     df = timed_frame(rows)
     df = df[~df["backend"].isin(list(skip))] if not df.empty else df
     best = df.loc[df.groupby("case_id")["median_us"].idxmin(), "backend"].value_counts() if not df.empty else {}
@@ -120,7 +121,8 @@ def backend_summary(rows: Sequence[dict], order: Sequence[str], sp: pd.DataFrame
         o = overhead[(overhead["Backend"] == b)]["Overhead (%)"].dropna().tolist() if b not in skip else []
         pct = [r["pct_peak_bw"] for r in mine if r.get("status") == "pass" and r.get("pct_peak_bw") is not None]
         out.append({"backend": b, "counts": {k: counts.get(k, 0) for k in STATUSES}, "n": len(mine),
-                    "timers": sorted({r["timer"] for r in mine if r.get("timer")}), "fallbacks": fallbacks,
+                    "timers": sorted({t for r in mine if (t := timing_label(r))}), "fallbacks": fallbacks,
+                    "l2": Counter(f for r in mine if (f := row_l2_flushed(r)) is not None),
                     "speedup": geometric_mean(s) if s else None,
                     "overhead_pct": 100 * (geometric_mean([1 + x / 100 for x in o]) - 1) if o else None,
                     "pct_peak": float(pd.Series(pct).median()) if pct else None,
@@ -144,7 +146,22 @@ def verdict_lines(summary: Sequence[dict], baseline: str | None, causal: str, n_
             lines.append(("info", f"{b}: tree-mask overhead {s['overhead_pct']:+.1f}% against {causal} "
                                   "(geometric mean)."))
         for f in s["fallbacks"]:
-            lines.append(("warn", f"{b}: timed with {', '.join(s['timers'])} — {f}."))
+            lines.append(("warn", f"{b}: timed with {'; '.join(s['timers'])} — {f}."))
+    return lines + l2_warnings(summary)
+
+
+def l2_warnings(summary: Sequence[dict]) -> list[tuple[str, str]]:
+    """('warn', sentence) when rows timed with the L2 flushed and with a warm L2 meet in one report:
+    per backend that has both (its medians, speedups and plots mix them), else once when
+    backends differ (speedups and wins compare unlike timings). Nothing is split or dropped."""
+    mixed = [s for s in summary if len(s["l2"]) > 1]
+    lines = [("warn", f"{s['backend']}: {s['l2'][True]} row(s) timed with the L2 flushed and {s['l2'][False]} "
+                      "with a warm L2 are mixed in this report's tables and plots; report each L2 state from its "
+                      "own results file (treebench run --l2 cold|warm).") for s in mixed]
+    if not mixed and len({f for s in summary for f in s["l2"]}) > 1:
+        each = "; ".join(f"{s['backend']} {l2_label(next(iter(s['l2'])))}" for s in summary if s["l2"])
+        lines.append(("warn", f"backends were timed in different L2 states ({each}): speedups and the fastest "
+                              "backend compare unlike timings."))
     return lines
 
 

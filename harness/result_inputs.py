@@ -31,6 +31,8 @@ def row_problem(row: dict) -> str | None:
         x = row.get(name)
         if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float))):
             return f"field {name!r} is {type(x).__name__}, expected a number"
+    if row.get("l2_flushed") is not None and not isinstance(row["l2_flushed"], bool):
+        return f"field 'l2_flushed' is {type(row['l2_flushed']).__name__}, expected true or false"
     samples = row.get("samples_us")
     if samples is not None and (not isinstance(samples, list)
                                 or any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in samples)):

@@ -37,7 +37,8 @@ from harness.memory import fit_reason
 from harness.metrics import case_metrics
 from harness.paged import BatchInputs, build_inputs
 from harness.reference import reference_attention
-from harness.store import ROW_FIELDS, SCHEMA, append_row
+from harness.store import ROW_FIELDS, SCHEMA, append_row, row_l2_flushed
+from harness.timing import MODES as TIMING_MODES
 from harness.timing import time_callable
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,7 @@ class RunConfig:
     device: str | None = None           # torch device for inputs; None: cuda when available, else cpu
     peak_bytes_per_s: float | None = None  # measured peak bandwidth, for pct_peak_bw
     timing_mode: str = "auto"           # harness.timing.time_callable's mode
+    flush_l2: bool = True               # flush the L2 before every timed call (GPU only): cold L2; False: warm L2
     quiet: bool = False                 # no progress bar
     determinism: bool = False           # run the prepared callable twice and compare the outputs bitwise
     check_memory: bool = True           # skip a pair whose predicted device memory exceeds the free memory
@@ -88,18 +90,38 @@ def error_reason(e: BaseException) -> str:
     return f"{name}: {msg[0]}" if msg else name
 
 
-def row_satisfies(row: dict, mode: str) -> bool:
+def row_satisfies(row: dict, mode: str, timing_mode: str = "auto", flush_l2: bool = True) -> bool:
     """True when a stored row makes a --resume skip its (case_id, backend) pair in `mode`.
 
-    check: any row. run: a row with timings (pass/mismatch with median_us set), or a
-    skipped/error row; an untimed pass/mismatch row (written by `check`) is run again.
+    check: any row. run: a skipped/error row, or a row with timings (pass/mismatch with
+    median_us set) taken as `timing_mode` and `flush_l2` would take them (`timed_as`);
+    an untimed pass/mismatch row (written by `check`) or one timed otherwise is run again.
     """
     if mode != "run":
         return True
     status = row.get("status")
     if status in ("skipped", "error"):
         return True
-    return status in ("pass", "mismatch") and row.get("median_us") is not None
+    return status in ("pass", "mismatch") and row.get("median_us") is not None and timed_as(row, timing_mode, flush_l2)
+
+
+def timed_as(row: dict, timing_mode: str, flush_l2: bool) -> bool:
+    """True when a timed row is what `time_callable(mode=timing_mode, flush_l2=flush_l2)` gives here.
+
+    A GPU row needs the same L2 state (`row_l2_flushed`: rows without the field were flushed)
+    and a timer of that mode: "auto" and "cuda_graph" both give cuda_graph, or cuda_event with
+    timer_fallback set when the capture failed; "cuda_event" and "host_inclusive" give
+    themselves. A CPU row (timer "wall", never flushed) matches any mode and L2 request:
+    the CPU has that one timer; so does a row that names no timer (nothing to tell by).
+    """
+    timer = row.get("timer")
+    if timer in (None, "wall"):
+        return True
+    if row_l2_flushed(row) != bool(flush_l2):
+        return False
+    if timer == "cuda_graph" or (timer == "cuda_event" and row.get("timer_fallback")):
+        return timing_mode in ("auto", "cuda_graph")
+    return timer == timing_mode
 
 
 # Input tensors a backend may read but must not write. Small ones are kept as a clone and
@@ -258,7 +280,7 @@ def _mismatch_reason(rec: dict) -> str:
 
 def _time_row(row: dict, fn: Callable, inputs: BatchInputs, config: RunConfig) -> None:
     """Times `fn` and fills the timing and metric fields of `row`."""
-    timing = time_callable(fn, device=inputs.device, mode=config.timing_mode)
+    timing = time_callable(fn, device=inputs.device, mode=config.timing_mode, flush_l2=config.flush_l2)
     row.update(timing.as_row())
     row.update(case_metrics(inputs, row["median_us"], config.peak_bytes_per_s))
 
@@ -384,10 +406,12 @@ def _check_config(config: RunConfig) -> RunConfig:
     """Validates `config` and fills in a fresh run id.
 
     Raises:
-        ValueError: unknown mode, or a case time limit that is not a positive number.
+        ValueError: unknown mode or timing mode, or a case time limit that is not a positive number.
     """
     if config.mode not in MODES:
         raise ValueError(f"mode {config.mode!r} is not one of {', '.join(MODES)}")
+    if config.timing_mode not in TIMING_MODES:
+        raise ValueError(f"timing_mode {config.timing_mode!r} is not one of {', '.join(TIMING_MODES)}")
     if config.case_timeout_s is not None and not config.case_timeout_s > 0:
         raise ValueError(f"case_timeout_s={config.case_timeout_s!r}: must be a positive number of seconds")
     return config if config.run_id else replace(config, run_id=new_run_id())
@@ -410,7 +434,7 @@ def run_cases(cases: Sequence[Case], backends: Sequence, config: RunConfig = Run
         One row per (case, backend) not in config.skip, in order, each with every ROW_FIELDS key.
 
     Raises:
-        ValueError: unknown config.mode or a bad case_timeout_s.
+        ValueError: unknown config.mode or config.timing_mode, or a bad case_timeout_s.
         ConfigError: config.store_path cannot be appended to.
     """
     config = _check_config(config)

@@ -9,6 +9,7 @@ Rows are appended with one ``os.write`` of one whole line on an ``O_APPEND``
 descriptor, then fsync'd: a killed run loses at most the row in flight, and
 existing files are never truncated. A row is identified by ``row_key``:
 (case_id, backend, env); ``stored_keys`` gives the keys a ``--resume`` skips.
+``row_l2_flushed`` reads a row's L2 state, older rows (no ``l2_flushed``) included.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ ROW_FIELDS = (
     "schema", "run_id", "env", "timestamp", "backend", "case", "case_id",
     "context_lens", "tree_sizes", "status", "reason",
     "max_abs_err", "max_rel_err", "mismatch_frac", "atol", "rtol", "worst", "nonfinite",
-    "timer", "timer_fallback", "median_us", "p25_us", "p75_us", "cv", "n_samples", "samples_us",
+    "timer", "timer_fallback", "l2_flushed", "median_us", "p25_us", "p75_us", "cv", "n_samples", "samples_us",
     "flops", "bytes", "tflops", "tb_per_s", "pct_peak_bw",
     "deterministic",
 )
@@ -118,6 +119,29 @@ def row_key(row: dict, with_run: bool = False) -> tuple:
     """A row's identity: (case_id, backend, env), with run_id first when `with_run`."""
     key = (row.get("case_id"), row.get("backend"), row.get("env"))
     return (row.get("run_id"), *key) if with_run else key
+
+
+def row_l2_flushed(row: dict) -> bool | None:
+    """Whether an L2 flush ran before every timing sample of `row`; None for a row without timing.
+
+    Rows written before the field existed (no ``l2_flushed``) were timed with the
+    harness default: flushed on a GPU timer, not flushed on the CPU's ``wall`` timer.
+    """
+    if not row.get("timer"):
+        return None
+    flushed = row.get("l2_flushed")
+    return flushed if isinstance(flushed, bool) else row["timer"] != "wall"
+
+
+def l2_label(flushed: bool | None) -> str:
+    """'L2 flushed', 'warm L2', or '' (no timing) for display."""
+    return "" if flushed is None else ("L2 flushed" if flushed else "warm L2")
+
+
+def timing_label(row: dict) -> str | None:
+    """'cuda_graph, L2 flushed' / 'cuda_graph, warm L2' for a timed row; None without timing."""
+    flushed = row_l2_flushed(row)
+    return None if flushed is None else f"{row['timer']}, {l2_label(flushed)}"
 
 
 def stored_keys(paths, env_id: str | None,

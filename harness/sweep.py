@@ -52,6 +52,8 @@ class SweepOptions:
     isolate: bool = False                # worker subprocesses (harness.isolate)
     case_timeout_s: float | None = None  # per-pair time limit, seconds (implies isolate)
     resume: bool = False                 # skip (case, backend) pairs already stored in `out` for this env
+    timing_mode: str = "auto"            # harness.timing.time_callable's mode (run only)
+    flush_l2: bool = True                # flush the L2 before every timed call (GPU only); False: warm L2
     shard: Shard | None = None           # --shard i/n
     merge_timeout_s: float = DEFAULT_MERGE_TIMEOUT_S  # torchrun rank 0's wait for the other ranks
     dry_run: bool = False                # plan only: count the pairs, run nothing, write nothing
@@ -85,8 +87,14 @@ def select_cases(cases, shard: Shard | None, rank: Rank | None) -> list:
     return Shard(rank.rank, rank.world).select(cases) if rank else cases
 
 
+def _stored(opts: SweepOptions):
+    """The predicate a stored row must meet to count as done (`runner.row_satisfies`): run mode
+    re-runs untimed check rows and rows timed with another timer or L2 state."""
+    return functools.partial(row_satisfies, mode=opts.mode, timing_mode=opts.timing_mode, flush_l2=opts.flush_l2)
+
+
 def _resume_skip(opts: SweepOptions, env_id: str, rank: Rank | None) -> frozenset:
-    """(case_id, backend) pairs stored in --out or its leftover rank files for this env.
+    """(case_id, backend) pairs stored in --out or its leftover rank files for this env (`_stored`).
 
     Outside torchrun the leftover rank files of a killed launch are merged into
     --out first; under torchrun rank 0 merges them with this launch's at the end.
@@ -96,14 +104,14 @@ def _resume_skip(opts: SweepOptions, env_id: str, rank: Rank | None) -> frozense
     assert opts.out is not None  # _check_options: --resume needs --out
     if rank is None and not opts.dry_run and rank_files(opts.out):
         log.info("merged %d rows left in rank files into %s", len(merge_ranks(opts.out)), opts.out)
-    done = functools.partial(row_satisfies, mode=opts.mode)   # run mode re-runs untimed check rows
-    return frozenset(stored_keys([opts.out, *rank_files(opts.out)], env_id, keep=done))
+    return frozenset(stored_keys([opts.out, *rank_files(opts.out)], env_id, keep=_stored(opts)))
 
 
 def _config(opts: SweepOptions, env: dict, device: str, store: Path | None, skip: frozenset,
             quiet: bool) -> RunConfig:
     return RunConfig(mode=opts.mode, store_path=store, run_id=shared_run_id() or new_run_id(), env_id=env["env_id"],
-                     device=device, peak_bytes_per_s=env["peak_bw_bytes_per_s"], quiet=quiet,
+                     device=device, peak_bytes_per_s=env["peak_bw_bytes_per_s"], timing_mode=opts.timing_mode,
+                     flush_l2=opts.flush_l2, quiet=quiet,
                      determinism=opts.determinism, check_memory=opts.check_memory,
                      isolate=opts.isolate or opts.case_timeout_s is not None, case_timeout_s=opts.case_timeout_s,
                      skip=skip)
@@ -163,7 +171,7 @@ def execute(cases, backends, opts: SweepOptions, console: Console | None = None)
     if opts.resume and result.primary:
         assert opts.out is not None  # _check_options: --resume needs --out
         shard_cases = select_cases(cases, opts.shard, None)  # rank 0 reports every rank's cases
-        result.rows = _with_stored(opts.out, env["env_id"], shard_cases, names, result.rows)
+        result.rows = _with_stored(opts.out, env["env_id"], shard_cases, names, result.rows, _stored(opts))
     return result
 
 
@@ -195,13 +203,14 @@ def _finish_rank(opts: SweepOptions, rank: Rank, run_id: str, result: SweepResul
     log.info("merged %d rows from %d ranks into %s", len(result.rows), rank.world, opts.out)
 
 
-def _with_stored(out: Path, env_id: str, cases, names: list[str], rows: list[dict]) -> list[dict]:
-    """Rows of every (case, backend) of the sweep for this env: those stored before (first kept) plus `rows`."""
+def _with_stored(out: Path, env_id: str, cases, names: list[str], rows: list[dict], done) -> list[dict]:
+    """Rows of every (case, backend) of the sweep for this env: those stored before that `done`
+    accepts (the first of each pair kept: the rows --resume skipped for) plus `rows`."""
     wanted = {(c.case_id, n) for c in cases for n in names}
     new = {row_key(r)[:2] for r in rows}
     earlier: dict[tuple, dict] = {}
     for r in read_rows([out]) if Path(out).exists() else []:
         key = (r.get("case_id"), r.get("backend"))
-        if r.get("env") == env_id and key in wanted and key not in new:
+        if r.get("env") == env_id and key in wanted and key not in new and done(r):
             earlier.setdefault(key, r)
     return list(earlier.values()) + rows

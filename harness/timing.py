@@ -26,7 +26,8 @@ budget is met. Where events cannot be recorded inside a graph, the timer
 falls back to events around whole replays of a one-call graph (each after a
 flush, queued behind a short `torch.cuda._sleep` cushion), which adds the
 graph's launch latency (~3 us on an H200) to every sample. With
-`flush_l2=False` the graph is the same without the flush (warm L2).
+`flush_l2=False` the graph is the same without the flush (warm L2). Rows record
+which it was as `l2_flushed` (always False for `wall`: the CPU never flushes).
 
 Warmup and repetitions are set by time (`warmup_ms`, `rep_ms`) within
 [`min_reps`, `max_reps`] samples. Every sample is kept; statistics live in
@@ -69,14 +70,14 @@ class Timing:
     samples_us: list[float]              # per-call times, microseconds, in measurement order
     timer: str                           # "cuda_graph" | "cuda_event" | "host_inclusive" | "wall"
     fallback_reason: str | None = None   # why the requested timer was not used (None: it was)
-    l2_flushed: bool = False             # an L2 flush ran before every sample
+    l2_flushed: bool = False             # an L2 flush ran before every sample (never on the CPU: no flush there)
     calls_per_sample: int = 1            # calls averaged into one sample (graph replay of k calls)
     warmup_calls: int = 0                # untimed calls made before the first sample
 
     def as_row(self) -> dict:
         """The result row's timing fields (architecture.md schema 1)."""
         s = summarize(self.samples_us)
-        return {"timer": self.timer, "timer_fallback": self.fallback_reason,
+        return {"timer": self.timer, "timer_fallback": self.fallback_reason, "l2_flushed": self.l2_flushed,
                 "median_us": s.median_us, "p25_us": s.p25_us, "p75_us": s.p75_us,
                 "cv": s.cv, "n_samples": s.n, "samples_us": [round(x, 4) for x in self.samples_us]}
 
@@ -124,7 +125,7 @@ def time_callable(fn: Callable[[], torch.Tensor], *, device: torch.device | str 
         rep_ms: time budget for the samples, milliseconds (default 100 GPU, 20 CPU).
         min_reps, max_reps: bounds on the number of samples.
         flush_l2: zero a 256 MiB buffer before each sample, outside the measured
-            region (GPU only; ignored on the CPU).
+            region (GPU only; ignored on the CPU, whose Timing says l2_flushed=False).
 
     Returns:
         Timing with every sample kept (no outlier dropping).
@@ -152,14 +153,15 @@ def time_callable(fn: Callable[[], torch.Tensor], *, device: torch.device | str 
 # ---- CPU ---------------------------------------------------------------------------------
 
 def _time_wall(fn: Callable, budget: _Budget, reason: str | None) -> Timing:
-    """perf_counter around each call; warmup and reps by time."""
+    """perf_counter around each call; warmup and reps by time. Nothing is flushed between calls
+    (budget.flush_l2 is a GPU option), so the Timing says l2_flushed=False."""
     calls, iter_ms = _warmup(fn, budget.warmup_ms, sync=lambda: None)
     samples = []
     for _ in range(budget.reps(iter_ms)):
         t0 = perf_counter()
         fn()
         samples.append((perf_counter() - t0) * 1e6)
-    return Timing(samples, "wall", reason, warmup_calls=calls)
+    return Timing(samples, "wall", reason, l2_flushed=False, warmup_calls=calls)
 
 
 def _warmup(fn: Callable, warmup_ms: float, sync: Callable[[], None]) -> tuple[int, float]:

@@ -151,10 +151,66 @@ def test_run_names_each_backend_that_ran_nothing(tiny, tmp_path, caplog):
     (["check", "--backend", "no/such/file.py:X"], "not found"),
     (["check", "--backend", f"{BROKEN}:NoSuchClass"], "has no class NoSuchClass"),
     (["check", "--backend", "no_such_package_xyz:Cls"], "cannot import"),
+    (["run", "--timer", "bogus"], "run: argument --timer: invalid choice: 'bogus' (choose from 'auto', 'cuda_graph'"),
+    (["run", "--timer", "wall"], "argument --timer: invalid choice: 'wall'"),
+    (["run", "--l2", "hot"], "run: argument --l2: invalid choice: 'hot' (choose from 'cold', 'warm')"),
+    (["run", "--l2"], "argument --l2: expected one argument"),
+    (["check", "--backend", "torch_sdpa", "--l2", "warm"], "unrecognized arguments: --l2 warm"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
     assert main(argv) == 2
     assert needle in _one_line_error(capsys)
+
+
+def test_timer_and_l2_options_and_their_defaults():
+    from harness.cli import L2_STATES, TIMERS, build_parser
+    from harness.timing import MODES
+
+    assert TIMERS == MODES and L2_STATES == ("cold", "warm")
+    args = build_parser().parse_args(["run"])
+    assert (args.timer, args.l2) == ("auto", "cold")                 # the default: L2 flushed before every call
+    args = build_parser().parse_args(["run", "--timer", "host_inclusive", "--l2", "warm"])
+    assert (args.timer, args.l2) == ("host_inclusive", "warm")
+    args = build_parser().parse_args(["run", "--timer=cuda_graph", "--l2=cold"])
+    assert (args.timer, args.l2) == ("cuda_graph", "cold")
+
+
+@pytest.mark.parametrize("extra, mode, flush", [
+    ([], "auto", True),
+    (["--l2", "warm"], "auto", False),
+    (["--timer", "cuda_event", "--l2", "cold"], "cuda_event", True),
+    (["--timer", "host_inclusive", "--l2", "warm"], "host_inclusive", False),
+])
+def test_run_passes_timer_and_l2_to_the_timer(tiny, tmp_path, monkeypatch, capsys, extra, mode, flush):
+    from harness import runner
+
+    seen, real = [], runner.time_callable
+
+    def spy(fn, **kw):
+        seen.append(kw)
+        return real(fn, **kw)
+
+    monkeypatch.setattr(runner, "time_callable", spy)
+    out = tmp_path / "rows.jsonl"
+    assert main(["run", "--suite", str(tiny), "--backends", "torch_sdpa", "--out", str(out),
+                 "--report", str(tmp_path / "r.html"), "--quiet", *extra]) == 0
+    assert [(kw["mode"], kw["flush_l2"]) for kw in seen] == [(mode, flush)] * 2
+    rows = read_rows([out])
+    assert [(r["timer"], r["l2_flushed"]) for r in rows] == [("wall", False)] * 2   # the CPU never flushes
+    assert all((r["timer_fallback"] is None) == (mode == "auto") for r in rows)
+    assert "\ntimer: wall, warm L2\n" in capsys.readouterr().out        # the summary names timer and L2 state
+
+
+def test_gpus_relaunch_keeps_timer_and_l2(tiny, tmp_path, monkeypatch):
+    from harness import cli_sweep, shard
+
+    launched = []
+    monkeypatch.setattr(cli_sweep, "_check_gpus", lambda n: None)
+    monkeypatch.setattr(shard, "launch_torchrun", lambda n, argv: launched.append(argv) or 0)
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--suite", str(tiny), "--gpus", "2", "--timer", "cuda_event", "--l2=warm", "--quiet"]) == 0
+    ((argv),) = launched
+    assert argv[:5] == ["run", "--suite", str(tiny), "--timer", "cuda_event"] and argv[5] == "--l2=warm"
 
 
 def test_bad_out_and_report_paths_exit_2(tiny, tmp_path, capsys):

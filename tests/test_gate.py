@@ -92,6 +92,9 @@ def test_junit_and_summary_files(tmp_path, capsys):
     (None, _row(), "new"),
     (_row(), None, "missing"),
     (_row(), _row(timer="cuda_event"), "incomparable"),
+    (_row(), _row(l2_flushed=False), "incomparable"),              # no l2_flushed on a GPU row: flushed
+    (_row(l2_flushed=True), _row(median=110, seed=1), "slower"),   # ... so it compares with a flushed row
+    (_row(l2_flushed=False), _row(median=110, seed=1, l2_flushed=False), "slower"),
     (_row(), _row(n=3), "incomparable"),
     (_row(median=100), _row(median=110, seed=1), "slower"),
     (_row(median=100), _row(median=90, seed=1), "faster"),
@@ -101,6 +104,32 @@ def test_classify(base, cand, kind):
     v = classify(base, cand, GateConfig())
     assert v.kind == kind
     assert v.failed == (kind in ("slower", "correctness_loss"))
+
+
+@pytest.mark.parametrize("base, cand, detail", [
+    (_row(), _row(l2_flushed=False), "L2 flushed vs warm"),
+    (_row(l2_flushed=False), _row(l2_flushed=True), "L2 warm vs flushed"),
+    (_row(), _row(timer="cuda_event"), "timer cuda_graph vs cuda_event"),
+    (_row(), _row(timer="host_inclusive", l2_flushed=False), "timer cuda_graph vs host_inclusive; L2 flushed vs warm"),
+    (_row(timer="wall", l2_flushed=False), _row(timer="wall"), ""),   # the CPU never flushes, field or no field
+])
+def test_unlike_timers_and_l2_states_are_incomparable(base, cand, detail):
+    v = classify(base, cand, GateConfig())
+    assert (v.kind == "incomparable") == bool(detail) and (v.detail == detail if detail else True)
+
+
+def test_stored_rows_without_l2_flushed_compare_with_flushed_rows_only(capsys):
+    """The stored runs predate the field: they were flushed (the default), so a cold candidate
+    compares as before and a warm one is incomparable on every timed pair."""
+    base = read_rows(BASE)
+    assert all("l2_flushed" not in r for r in base)
+    cold = [dict(r, l2_flushed=True) if r.get("timer") else r for r in read_rows(RERUN)]
+    assert not compare_runs(base, cold).failed
+    warm = [dict(r, l2_flushed=False) if r.get("timer") else r for r in read_rows(RERUN)]
+    res = compare_runs(base, warm)
+    timed = [v for v in res.verdicts if v.base_median_us and v.cand_median_us]
+    assert timed and all(v.kind == "incomparable" and v.detail == "L2 flushed vs warm" for v in timed)
+    assert not res.of_kind("unchanged") and "L2 flushed vs warm" in gate.markdown(res)
 
 
 def test_ratio_alone_is_not_a_regression():

@@ -86,7 +86,8 @@ def test_bare_threshold_of_one_or_more_is_refused(tmp_path, capsys, text):
 @pytest.mark.parametrize("row, field", [({"schema": 1}, "backend"),
                                         ({**_row(), "case": "x"}, "case"),
                                         ({k: v for k, v in _row().items() if k != "case_id"}, "case_id"),
-                                        ({k: v for k, v in _row().items() if k != "status"}, "status")])
+                                        ({k: v for k, v in _row().items() if k != "status"}, "status"),
+                                        ({**_row(), "l2_flushed": "yes"}, "l2_flushed")])
 @pytest.mark.parametrize("command", ["gate", "report"])
 def test_rows_missing_fields_are_one_line(tmp_path, capsys, row, field, command):
     good = _write(tmp_path / "good.jsonl", [_row("c1")])

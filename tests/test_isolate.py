@@ -9,6 +9,7 @@ the error text torch gives for it.
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -82,6 +83,43 @@ def test_cli_isolate_runs_and_times_in_the_worker(tmp_path):
     exact, raises = read_rows([out])
     assert exact["status"] == "pass" and exact["timer"] == "wall" and exact["median_us"] > 0
     assert raises["status"] == "error" and raises["reason"].startswith("RuntimeError: kernel launch failed")
+
+
+def test_cli_isolate_times_in_the_worker_with_the_requested_timer(tmp_path):
+    """--timer reaches the worker: on the CPU the worker's wall timer says which CUDA timer it
+    could not use (and that it flushed nothing)."""
+    suite = tmp_path / "s.toml"
+    suite.write_text("[axes]\nbatch_size = [1]\ncontext_len = [9]\ntree = ['chain:2']\nnum_q_heads = [2]\n"
+                     "num_kv_heads = [1]\nhead_dim = [16]\n")
+    out = tmp_path / "rows.jsonl"
+    assert main(["run", "--suite", str(suite), "--backends", f"{FAULTS}:Exact", "--out", str(out), "--report",
+                 str(tmp_path / "r.html"), "--isolate", "--timer", "host_inclusive", "--l2", "warm", "--quiet"]) == 0
+    (row,) = read_rows([out])
+    assert (row["status"], row["timer"], row["l2_flushed"]) == ("pass", "wall", False)
+    assert "'host_inclusive' needs a CUDA device" in row["timer_fallback"]
+
+
+def test_a_workers_task_carries_the_timer_and_l2_state(monkeypatch):
+    sent = []
+    monkeypatch.setattr(WorkerPool, "_send", lambda self, payload: sent.append(pickle.loads(payload)))
+    monkeypatch.setattr(WorkerPool, "_answer", lambda self, name, case, config: {"status": "pass"})
+    config = RunConfig(mode="run", device="cpu", timing_mode="cuda_event", flush_l2=False, store_path=Path("r.jsonl"))
+    assert WorkerPool("cpu").run(_fault("Exact"), CASE, "cpu", config) == {"status": "pass"}
+    ((task),) = sent
+    assert (task.config.timing_mode, task.config.flush_l2, task.config.store_path) == ("cuda_event", False, None)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("l2, flushed", [("cold", True), ("warm", False)])
+def test_cli_isolate_on_a_gpu_times_with_the_requested_l2_state(tmp_path, l2, flushed):
+    out = tmp_path / "rows.jsonl"
+    suite = tmp_path / "s.toml"
+    suite.write_text("[axes]\nbatch_size = [2]\ncontext_len = [300]\ntree = ['full:2:2']\nnum_q_heads = [4]\n"
+                     "num_kv_heads = [2]\nhead_dim = [64]\n")
+    assert main(["run", "--suite", str(suite), "--backends", "torch_sdpa", "--out", str(out), "--report",
+                 str(tmp_path / "r.html"), "--isolate", "--l2", l2, "--timer", "cuda_event", "--quiet"]) == 0
+    (row,) = read_rows([out])
+    assert (row["timer"], row["timer_fallback"], row["l2_flushed"]) == ("cuda_event", None, flushed)
 
 
 def test_an_unavailable_backend_is_skipped_without_a_worker(monkeypatch):

@@ -215,11 +215,35 @@ def test_causal_kernels_and_the_reference_do_not_compete():
     assert summary["triton_tree"]["wins"] + summary["flashinfer_mask"]["wins"] + summary["xformers_tree"]["wins"] == 36
 
 
+def test_the_summary_names_each_timer_with_its_l2_state():
+    rows = read_rows(BASE)                     # stored before rows had l2_flushed: GPU rows, so flushed
+    order = report.backend_order(rows, "flashinfer_mask", "causal_baseline")
+    summary = report.backend_summary(rows, order, pd.DataFrame(), report.mask_overhead_table(rows), set())
+    timers = {s["backend"]: s["timers"] for s in summary}
+    assert timers["triton_tree"] == ["cuda_graph, L2 flushed"] and timers["xformers_tree"] == ["cuda_event, L2 flushed"]
+    assert report.l2_warnings(summary) == []
+
+
+def test_a_report_mixing_l2_states_says_so(tmp_path):
+    rows = read_rows(BASE)
+    warm = [dict(r, l2_flushed=False, run_id="warm", median_us=r["median_us"] * 0.8) for r in rows
+            if r["backend"] == "triton_tree"]
+    html = report.write_report(rows + warm, {}, tmp_path / "mixed.html").read_text()
+    assert "<td>cuda_graph, L2 flushed; cuda_graph, warm L2" in html
+    assert "triton_tree: 36 row(s) timed with the L2 flushed and 36 with a warm L2 are mixed" in html
+    assert "different L2 states" not in html
+    apart = [dict(r, l2_flushed=False) if r["backend"] == "triton_tree" else r for r in rows]
+    html = report.write_report(apart, {}, tmp_path / "apart.html").read_text()
+    assert "backends were timed in different L2 states (" in html and "triton_tree warm L2" in html
+    assert "flashinfer_mask L2 flushed" in html and "are mixed" not in html
+
+
 def test_write_report_for_a_cpu_run_and_for_no_rows(tmp_path):
     rows = [dict(r, env="cpu0", timer="wall") for r in read_rows(BASE)[:20]]
     cpu_env = {"cpu0": {"env_id": "cpu0", "gpu_name": None, "peak_bw_bytes_per_s": None}}
     html = report.write_report(rows, cpu_env, tmp_path / "cpu.html").read_text()
     assert "· CPU ·" in html and "alt=\"roofline" in html and "measured peak (copy) TB/s" in html
+    assert "<td>wall, warm L2" in html and "L2 states" not in html   # the CPU never flushes: one state
     empty = report.write_report([], {}, tmp_path / "empty.html").read_text()
     assert "No passing timed rows." in empty and "<img" not in empty
 

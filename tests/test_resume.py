@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from harness.runner import row_satisfies
 from harness.store import ROW_FIELDS, read_rows
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -143,3 +144,97 @@ def test_dry_run_counts_the_pairs_that_will_be_skipped(suite, tmp_path, capsys):
     # xformers is not installed on the CPU (and needs CUDA): its 12 pairs are skips
     assert "36 pairs to run here (12 of them skipped rows" in text
     assert not out.exists()
+
+
+# ---- --resume and the timer / L2 state ------------------------------------------------------------
+
+def _timed(timer: str, **kw) -> dict:
+    return {"status": "pass", "median_us": 3.0, "timer": timer, **kw}
+
+
+GRAPH_COLD = _timed("cuda_graph", l2_flushed=True)
+GRAPH_WARM = _timed("cuda_graph", l2_flushed=False)
+GRAPH_OLD = _timed("cuda_graph")                                   # written before l2_flushed existed
+EVENTS_FALLBACK = _timed("cuda_event", timer_fallback="CUDA graph capture failed: x", l2_flushed=True)
+EVENTS = _timed("cuda_event", timer_fallback=None, l2_flushed=True)
+HOST = _timed("host_inclusive", l2_flushed=False)
+WALL = _timed("wall", timer_fallback="timer 'cuda_event' needs a CUDA device", l2_flushed=False)
+
+
+@pytest.mark.parametrize("row, timing_mode, flush_l2, done", [
+    (GRAPH_COLD, "auto", True, True),
+    (GRAPH_COLD, "cuda_graph", True, True),          # auto and cuda_graph are the same timer on a GPU
+    (GRAPH_COLD, "auto", False, False),              # another L2 state: timed again
+    (GRAPH_COLD, "cuda_event", True, False),
+    (GRAPH_COLD, "host_inclusive", True, False),
+    (GRAPH_WARM, "auto", False, True),
+    (GRAPH_WARM, "auto", True, False),
+    (GRAPH_OLD, "auto", True, True),                 # no field on a GPU row: flushed, the old default
+    (GRAPH_OLD, "auto", False, False),
+    (EVENTS_FALLBACK, "auto", True, True),           # the graph timer's fallback
+    (EVENTS_FALLBACK, "cuda_event", True, False),
+    (EVENTS, "cuda_event", True, True),
+    (EVENTS, "auto", True, False),
+    (HOST, "host_inclusive", False, True),
+    (HOST, "host_inclusive", True, False),
+    (WALL, "auto", True, True),                      # the CPU has one timer and never flushes
+    (WALL, "host_inclusive", False, True),
+    ({"status": "pass", "median_us": None, "timer": None}, "auto", True, False),   # a check row: timed now
+    ({"status": "error", "timer": None}, "cuda_event", False, True),              # failed rows stay done
+    ({"status": "skipped"}, "host_inclusive", False, True),
+])
+def test_resume_skips_only_rows_timed_as_this_run_would(row, timing_mode, flush_l2, done):
+    assert row_satisfies(row, "run", timing_mode, flush_l2) is done
+    assert row_satisfies(row, "check", timing_mode, flush_l2)                    # check times nothing
+
+
+def _as_gpu_rows(path: Path, run_id: str, **fields) -> None:
+    """Rewrites `path`'s rows as if timed on a GPU with `fields` (the CPU can only time with `wall`)."""
+    rows = [{**r, "run_id": run_id, "timer": "cuda_graph", "timer_fallback": None, **fields} for r in read_rows([path])]
+    for r in rows:
+        if "l2_flushed" in r and "l2_flushed" not in fields:
+            del r["l2_flushed"]                                                   # an older row
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+@pytest.mark.parametrize("fields, extra, to_run", [
+    ({"l2_flushed": True}, [], 0),
+    ({"l2_flushed": True}, ["--timer", "cuda_graph", "--l2", "cold"], 0),
+    ({"l2_flushed": True}, ["--l2", "warm"], 12),
+    ({"l2_flushed": True}, ["--timer", "host_inclusive"], 12),
+    ({"l2_flushed": False}, ["--l2", "warm"], 0),
+    ({"l2_flushed": False}, [], 12),
+    ({}, [], 0),                                   # older rows, no l2_flushed: flushed
+    ({}, ["--l2", "warm"], 12),
+])
+def test_resume_with_another_timer_or_l2_state_times_the_pairs_again(suite, tmp_path, capsys, fields, extra, to_run):
+    out = tmp_path / "r.jsonl"
+    assert main(_run(suite, out, backends=f"{FAULTS}:Exact")) == 0
+    _as_gpu_rows(out, "gpu-run", **fields)
+    capsys.readouterr()
+    assert main(_run(suite, out, "--resume", "--dry-run", *extra, backends=f"{FAULTS}:Exact")) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"{to_run} pairs to run here" in text and f"{12 - to_run} already stored" in text
+
+
+def _summary_timer(out: str) -> str:
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("timer: ")]
+    return line.removeprefix("timer: ")
+
+
+def test_a_resumed_run_reports_the_stored_rows_of_its_own_l2_state(suite, tmp_path, capsys):
+    """A file holding a cold and a warm pass over the same pairs: a --resume that runs nothing
+    summarises the rows of the L2 state it asked for, not the first ones stored."""
+    cold, warm = tmp_path / "cold.jsonl", tmp_path / "warm.jsonl"
+    for path in (cold, warm):
+        assert main(_run(suite, path, backends=f"{FAULTS}:Exact")) == 0
+    _as_gpu_rows(cold, "cold-run", l2_flushed=True)
+    _as_gpu_rows(warm, "warm-run", l2_flushed=False)
+    out = tmp_path / "both.jsonl"
+    out.write_text(cold.read_text() + warm.read_text())
+    capsys.readouterr()
+    for extra, label in ((["--l2", "warm"], "cuda_graph, warm L2"), ([], "cuda_graph, L2 flushed")):
+        before = out.read_bytes()
+        assert main(_run(suite, out, "--resume", *extra, backends=f"{FAULTS}:Exact")) == 0
+        assert out.read_bytes() == before                                     # nothing ran
+        assert _summary_timer(capsys.readouterr().out) == label

@@ -112,6 +112,35 @@ def test_run_mode_times_passing_and_mismatching_rows_only():
         assert r["p25_us"] <= r["median_us"] <= r["p75_us"]
         assert "tflops" in r and "tb_per_s" in r
     assert by["raises"]["median_us"] is None and by["raises"]["timer"] is None
+    assert by["good"]["l2_flushed"] is False          # the CPU's wall timer never flushes, whatever flush_l2 says
+    assert by["raises"]["l2_flushed"] is None         # untimed rows: no L2 state, like their timer
+
+
+def test_check_rows_have_no_l2_state():
+    (row,) = _check(CASES[:1], [Fake("good", _exact)])
+    assert row["timer"] is None and row["l2_flushed"] is None
+
+
+@pytest.mark.parametrize("mode", ["auto", "cuda_graph", "cuda_event", "host_inclusive"])
+@pytest.mark.parametrize("flush_l2", [True, False])
+def test_run_config_timer_and_l2_reach_time_callable(monkeypatch, mode, flush_l2):
+    seen = []
+
+    def fake_time_callable(fn, **kw):
+        seen.append(kw)
+        return Timing([3.0, 1.0, 2.0], "cuda_graph", None, l2_flushed=kw["flush_l2"])
+
+    monkeypatch.setattr(runner, "time_callable", fake_time_callable)
+    config = RunConfig(mode="run", quiet=True, device="cpu", timing_mode=mode, flush_l2=flush_l2)
+    (row,) = run_cases(CASES[:1], [Fake("good", _exact)], config)
+    assert seen == [{"device": torch.device("cpu"), "mode": mode, "flush_l2": flush_l2}]
+    assert (row["timer"], row["l2_flushed"], row["median_us"]) == ("cuda_graph", flush_l2, 2.0)
+
+
+def test_run_config_defaults_flush_the_l2():
+    assert (RunConfig().timing_mode, RunConfig().flush_l2) == ("auto", True)
+    with pytest.raises(ValueError, match="timing_mode 'wall' is not one of auto, cuda_graph"):
+        run_cases(CASES[:1], [Fake("good", _exact)], RunConfig(quiet=True, timing_mode="wall"))
 
 
 def test_each_row_is_in_the_store_before_the_next_backend_runs(tmp_path):
@@ -176,6 +205,14 @@ def test_torch_sdpa_runs_and_is_timed_on_cuda():
     rows = run_cases(CASES, [REGISTRY["torch_sdpa"]()], RunConfig(mode="run", quiet=True, device="cuda"))
     assert [r["status"] for r in rows] == ["pass", "pass"]
     assert all(r["timer"] in ("cuda_graph", "cuda_event") and r["median_us"] > 0 for r in rows)
+    assert all(r["l2_flushed"] is True for r in rows)
+
+
+@pytest.mark.gpu
+def test_warm_l2_rows_on_cuda_say_so():
+    config = RunConfig(mode="run", quiet=True, device="cuda", flush_l2=False)
+    rows = run_cases(CASES[:1], [REGISTRY["torch_sdpa"]()], config)
+    assert [(r["status"], r["l2_flushed"]) for r in rows] == [("pass", False)]
 
 
 def test_timing_fields_keep_every_sample():

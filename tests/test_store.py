@@ -146,3 +146,22 @@ def test_env_files_round_trip(tmp_path):
     (tmp_path / "env-bad.json").write_text("{not json")
     with pytest.raises(ConfigError, match="env-bad.json"):
         read_envs([tmp_path])
+
+
+@pytest.mark.parametrize("row, flushed, label", [
+    ({"timer": "cuda_graph", "l2_flushed": True}, True, "cuda_graph, L2 flushed"),
+    ({"timer": "cuda_graph", "l2_flushed": False}, False, "cuda_graph, warm L2"),
+    ({"timer": "cuda_event"}, True, "cuda_event, L2 flushed"),        # older rows: the default flushed on a GPU
+    ({"timer": "host_inclusive", "l2_flushed": None}, True, "host_inclusive, L2 flushed"),
+    ({"timer": "wall"}, False, "wall, warm L2"),                      # ... never on the CPU
+    ({"timer": "wall", "l2_flushed": False}, False, "wall, warm L2"),
+    ({"timer": None, "l2_flushed": None}, None, None),                # check and skipped rows: no timing
+    ({}, None, None),
+])
+def test_l2_state_of_new_and_older_rows(row, flushed, label):
+    assert store.row_l2_flushed(row) is flushed and store.timing_label(row) == label
+
+
+def test_rows_have_an_l2_flushed_field_after_timer_fallback():
+    i = store.ROW_FIELDS.index("timer_fallback")
+    assert store.ROW_FIELDS[i + 1] == "l2_flushed"

@@ -101,8 +101,16 @@ def test_timing_row_fields_come_from_the_samples():
     row = t.as_row()
     assert row["median_us"] == 2.5 and row["p25_us"] == 1.75 and row["p75_us"] == 3.25
     assert row["n_samples"] == 4 and row["samples_us"] == [4.0, 1.0, 3.0, 2.0]
-    assert row["timer"] == "cuda_graph" and row["timer_fallback"] is None
+    assert row["timer"] == "cuda_graph" and row["timer_fallback"] is None and row["l2_flushed"] is False
     assert row["cv"] == pytest.approx(np.std([1, 2, 3, 4], ddof=1) / 2.5)
+    assert Timing([1.0], "cuda_graph", None, l2_flushed=True).as_row()["l2_flushed"] is True
+
+
+@pytest.mark.parametrize("flush_l2", [True, False])
+def test_the_cpu_never_flushes_and_its_rows_say_so(clock, flush_l2):
+    c = clock([1.0])
+    t = time_callable(c.work, device="cpu", warmup_ms=0, rep_ms=1, min_reps=3, max_reps=3, flush_l2=flush_l2)
+    assert (t.timer, t.l2_flushed, t.as_row()["l2_flushed"]) == ("wall", False, False)
 
 
 def test_peak_bandwidth_is_none_on_the_cpu():
@@ -151,6 +159,7 @@ def test_cuda_graph_timer(flush_l2):
     t = time_callable(_matmul(), device="cuda", warmup_ms=5, rep_ms=10, min_reps=5, max_reps=200,
                       flush_l2=flush_l2)
     assert t.timer == "cuda_graph" and t.fallback_reason is None and t.l2_flushed == flush_l2
+    assert t.as_row()["l2_flushed"] is flush_l2
     assert 5 <= len(t.samples_us) <= 200 and min(t.samples_us) > 0
     assert t.calls_per_sample == 1, "timing events inside the graph should work on this torch"
 
