@@ -35,7 +35,7 @@ PROG = "treebench"
 LAZY_COMMANDS = {"gate": "compare two result sets: exit 1 on a significant slowdown or a correctness loss",
                  "report": "write an HTML report from result files"}
 _handler: logging.Handler | None = None  # the handler main() installed on the "harness" logger
-TIMERS = ("auto", "cuda_graph", "cuda_event", "host_inclusive")  # harness.timing.MODES (not imported: torch)
+TIMERS = ("auto", "cuda_graph", "cuda_event", "host_inclusive", "cuda_graph_loop")  # harness.timing.MODES (not imported: torch)
 L2_STATES = ("cold", "warm")  # run --l2: cold flushes the L2 before every timed call (flush_l2), warm does not
 
 
@@ -187,7 +187,7 @@ def _add_run(sub) -> None:
     p = sub.add_parser("run", help=text, description=text[:1].upper() + text[1:] + ".",
                        allow_abbrev=False)  # --gpus relaunches the command line: options must be spelled out
     p.add_argument("--suite", default="smoke",
-                   help="a suite shipped with treebench (smoke, check, check_p64, seed, random) or a TOML file "
+                   help="a suite shipped with treebench (smoke, check, check_p64, seed, random, targets) or a TOML file "
                         "path (default: smoke)")
     p.add_argument("--backends", "--backend", dest="backends", default=None,
                    help="comma-separated names, package.module:Class or path/file.py:Class, or 'all' "
@@ -200,17 +200,19 @@ def _add_run(sub) -> None:
     p.add_argument("--timer", choices=TIMERS, default="auto",
                    help="auto (default) and cuda_graph: device time of each call inside a CUDA graph (CUDA events if "
                         "the call cannot be captured); cuda_event: CUDA events around each eager call; host_inclusive: "
-                        "host clock around call + synchronize, launch overhead included; the CPU has only a wall clock")
+                        "host clock around call + synchronize, launch overhead included; cuda_graph_loop (needs --l2 "
+                        "warm): a CUDA graph of back-to-back calls timed as a whole, as triton's do_bench_cudagraph "
+                        "does; the CPU has only a wall clock")
     p.add_argument("--l2", choices=L2_STATES, default="cold",
                    help="cold (default): flush the L2 before every timed call, as a model's other layers evict it; "
-                        "warm: no flush, back-to-back calls as triton's do_bench_cudagraph times them (GPU only)")
+                        "warm: no flush, the call finds what the previous one left in the L2 (GPU only)")
     _add_sweep_options(p)
 
 
 def _add_check(sub) -> None:
     p = sub.add_parser("check", help="correctness only for one backend: exit 0 pass, 1 mismatch/error, 2 bad input")
     p.add_argument("--suite", default="check",
-                   help="a suite shipped with treebench (smoke, check, check_p64, seed, random) or a TOML file "
+                   help="a suite shipped with treebench (smoke, check, check_p64, seed, random, targets) or a TOML file "
                         "path (default: check)")
     p.add_argument("--backend", "--backends", dest="backend", required=True,
                    help="one backend: registry name, package.module:Class or path/file.py:Class")

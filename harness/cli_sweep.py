@@ -324,6 +324,8 @@ def cmd_run(args, console: Console) -> int:
     _nonempty(args.report, "--report")
     _nonempty(args.shard, "--shard")
     _check_shard(args.shard)
+    if args.timer == "cuda_graph_loop" and args.l2 == "cold":
+        raise ConfigError("run: --timer cuda_graph_loop times back-to-back calls, so it needs a warm L2: add --l2 warm")
     suite = load_suite(args.suite)
     backends = resolve_backends(args.backends)
     if args.resume and args.out is None:

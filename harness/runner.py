@@ -109,9 +109,9 @@ def timed_as(row: dict, timing_mode: str, flush_l2: bool) -> bool:
     """True when a timed row is what `time_callable(mode=timing_mode, flush_l2=flush_l2)` gives here.
 
     A GPU row needs the same L2 state (`row_l2_flushed`: rows without the field were flushed)
-    and a timer of that mode: "auto" and "cuda_graph" both give cuda_graph, or cuda_event with
-    timer_fallback set when the capture failed; "cuda_event" and "host_inclusive" give
-    themselves. A CPU row (timer "wall", never flushed) matches any mode and L2 request:
+    and a timer of that mode: "auto" and "cuda_graph" both give cuda_graph, "cuda_graph_loop"
+    gives itself, and each gives cuda_event with timer_fallback set when the capture failed;
+    "cuda_event" and "host_inclusive" give themselves. A CPU row (timer "wall", never flushed) matches any mode and L2 request:
     the CPU has that one timer; so does a row that names no timer (nothing to tell by).
     """
     timer = row.get("timer")
@@ -119,7 +119,9 @@ def timed_as(row: dict, timing_mode: str, flush_l2: bool) -> bool:
         return True
     if row_l2_flushed(row) != bool(flush_l2):
         return False
-    if timer == "cuda_graph" or (timer == "cuda_event" and row.get("timer_fallback")):
+    if timer == "cuda_event" and row.get("timer_fallback"):          # a capture failed: either graph timer's fallback
+        return timing_mode in ("auto", "cuda_graph", "cuda_graph_loop")
+    if timer == "cuda_graph":
         return timing_mode in ("auto", "cuda_graph")
     return timer == timing_mode
 
@@ -412,6 +414,8 @@ def _check_config(config: RunConfig) -> RunConfig:
         raise ValueError(f"mode {config.mode!r} is not one of {', '.join(MODES)}")
     if config.timing_mode not in TIMING_MODES:
         raise ValueError(f"timing_mode {config.timing_mode!r} is not one of {', '.join(TIMING_MODES)}")
+    if config.timing_mode == "cuda_graph_loop" and config.flush_l2:
+        raise ValueError("timing_mode 'cuda_graph_loop' needs flush_l2=False (back-to-back calls, warm L2)")
     if config.case_timeout_s is not None and not config.case_timeout_s > 0:
         raise ValueError(f"case_timeout_s={config.case_timeout_s!r}: must be a positive number of seconds")
     return config if config.run_id else replace(config, run_id=new_run_id())

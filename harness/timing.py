@@ -12,6 +12,16 @@ Timers (recorded in each result row as `timer`):
   synchronize. Shows launch overhead (Python, planning, many small launches).
 - ``wall``: the CPU's only timer, `perf_counter` around `fn()`.
 
+- ``cuda_graph_loop`` (warm L2 only): k back-to-back calls captured in one CUDA
+  graph, CUDA events around each replay, a sample is the replay's time / k
+  (k sized so one replay lasts >= 2 ms, at most 2000 calls). This is how
+  `triton.testing.do_bench_cudagraph` times (it is how the figures in
+  ../shared/reference/peers-h200.csv's `cuda_graph` rows were taken): no event
+  sits between two calls, so a call's launch latency overlaps the previous
+  call's tail, and the graph launch is amortised over k calls. Asking for it
+  with `flush_l2=True` is a ConfigError: a flush between calls would be inside
+  the measured region.
+
 ``auto`` picks ``cuda_graph`` on a GPU, falling back to ``cuda_event`` with the
 reason recorded when the callable cannot be captured, and ``wall`` on the CPU.
 
@@ -53,13 +63,15 @@ from harness.stats import summarize
 
 log = logging.getLogger(__name__)
 
-MODES = ("auto", "cuda_graph", "cuda_event", "host_inclusive")
+MODES = ("auto", "cuda_graph", "cuda_event", "host_inclusive", "cuda_graph_loop")
 FLUSH_BYTES = 256 * 2**20          # L2 flush buffer: 256 MiB, >= 5x the L2 of any current GPU
 GPU_BUDGET_MS = (25.0, 100.0)      # default (warmup_ms, rep_ms) on a GPU (triton's do_bench uses 25, 100)
 CPU_BUDGET_MS = (5.0, 20.0)        # default on the CPU, where timing is a plumbing check
 CALLS_PER_GRAPH = 32               # timed calls captured in one graph, each between its own events
 MIN_REPLAY_US = 50.0               # fallback without in-graph events, flush_l2=False: a replay lasts >= this
 MAX_CALLS_PER_GRAPH = 64           # ... and holds at most this many calls
+LOOP_REPLAY_US = 2000.0            # cuda_graph_loop: one replay of k back-to-back calls lasts >= this
+MAX_LOOP_CALLS = 2000              # ... and holds at most this many calls
 CUSHION_MS = 2.0                   # device sleep queued before the timed loop
 
 
@@ -135,6 +147,9 @@ def time_callable(fn: Callable[[], torch.Tensor], *, device: torch.device | str 
     """
     if mode not in MODES:
         raise ConfigError(f"timing mode={mode!r}: use one of {', '.join(MODES)}")
+    if mode == "cuda_graph_loop" and flush_l2:
+        raise ConfigError("timing mode='cuda_graph_loop' times back-to-back calls, so it needs a warm L2 "
+                          "(flush_l2=False; treebench run --l2 warm)")
     dev = torch.device(device)
     budget = _budget(dev, warmup_ms, rep_ms, min_reps, max_reps, flush_l2)
     if dev.type != "cuda":
@@ -147,6 +162,8 @@ def time_callable(fn: Callable[[], torch.Tensor], *, device: torch.device | str 
             return _time_host_inclusive(fn, budget)
         if mode == "cuda_event":
             return _time_events(fn, budget)
+        if mode == "cuda_graph_loop":
+            return _time_loop_or_fallback(fn, budget)
         return _time_graph_or_fallback(fn, budget)
 
 
@@ -348,6 +365,24 @@ def _time_replays(fn: Callable, budget: _Budget, calls: int) -> Timing:
     _warmup(graph.replay, budget.warmup_ms / 2, torch.cuda.synchronize)
     replays = _event_loop(graph.replay, flush, budget.reps(_iter_ms(graph.replay, flush)))
     return Timing([r / k for r in replays], "cuda_graph", None, budget.flush_l2, k, calls)
+
+
+def _time_loop_or_fallback(fn: Callable, budget: _Budget) -> Timing:
+    """cuda_graph_loop: events around replays of a graph of k back-to-back calls (warm L2);
+    sample = replay / k. On a capture failure, CUDA events around eager calls, with the reason."""
+    try:
+        calls = _warmup_side_stream(fn, budget.warmup_ms)
+        once = _event_loop(fn, lambda: None, 5)
+        k = max(1, min(MAX_LOOP_CALLS, math.ceil(LOOP_REPLAY_US / max(statistics.median(once), 1e-3))))
+        graph = capture_graph(lambda: [fn() for _ in range(k)])
+    except Exception as e:  # noqa: BLE001 -- any capture failure means "not capturable"
+        reason = f"CUDA graph capture failed: {_root_cause(e)}"
+        log.info("%s; timing with CUDA events instead", reason)
+        torch.cuda.synchronize()
+        return _time_events(fn, budget, reason)
+    graph.replay()                          # upload; not kept
+    replays = _event_loop(graph.replay, lambda: None, budget.reps(_iter_ms(graph.replay, lambda: None)))
+    return Timing([r / k for r in replays], "cuda_graph_loop", None, False, k, calls)
 
 
 def capture_graph(body: Callable[[], object]) -> torch.cuda.CUDAGraph:

@@ -15,9 +15,12 @@
 #   F: the flex finding's repro + flex alone on the seed suite (~3 min)
 #   K: kernel development: bench_kernel.py's big phase + Nsight Compute, if present (~2 min)
 #   L: bench_kernel.py's check and big phases, kernel/timer gpu tests, check_p64 (~5 min)
+#   T: the speed-target cells (suites/targets.toml), our kernels and the peers, timed three
+#      ways: L2 flushed (default), warm L2, and warm back-to-back (cuda_graph_loop,
+#      do_bench_cudagraph's method); + the timer's gpu tests                    (~4 min)
 #   (D again measures the merge kernel's rows-per-program variants: heuristic-rows2/4)
 set -uo pipefail
-stage=${1:?stage A, B, C, D, E, F, K or L}
+stage=${1:?stage A, B, C, D, E, F, K, L or T}
 source .gpu/env.sh
 export PYTHONPATH=.:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 if [ -f .fi-cache/fi-cache.tgz ]; then   # FlashInfer's prebuilt bf16 kernels: skips ~70 s of JIT
@@ -98,6 +101,15 @@ case $stage in
     echo "pytest exit $?" >> "$R/exit-codes.txt"
     tb check --suite check_p64 --backend triton_tree --out "$R/check_p64.jsonl" > "$R/check_p64-triton_tree.txt" 2>&1
     echo "check check_p64 triton_tree exit $?" >> "$R/exit-codes.txt"
+    ;;
+  T)  # the speed-target cells timed three ways, our kernels and every peer side by side
+    for t in "cold auto" "warm auto" "warm cuda_graph_loop"; do set -- $t
+      tb run --suite targets --backends triton_tree,triton_causal,xformers_tree,flashinfer_mask,flex,causal_baseline \
+        --l2 "$1" --timer "$2" --out "$R/targets-$1-$2.jsonl" --report "$R/targets-$1-$2.html" --quiet > "$R/targets-$1-$2.txt" 2>&1
+      echo "run targets $1 $2 exit $?" >> "$R/exit-codes.txt"
+    done
+    timeout "$(left 5)" python3 -m pytest -q -m gpu tests/test_timing.py > "$R/pytest-gpu-timing.txt" 2>&1
+    echo "pytest timing exit $?" >> "$R/exit-codes.txt"
     ;;
   F)  # the flex finding reproduced in fresh processes, and flex alone on the seed suite
     timeout "$(left 300)" python3 scripts/repro_flex_static.py > "$R/repro.txt" 2>&1

@@ -180,6 +180,7 @@ def test_timer_and_l2_options_and_their_defaults():
     (["--l2", "warm"], "auto", False),
     (["--timer", "cuda_event", "--l2", "cold"], "cuda_event", True),
     (["--timer", "host_inclusive", "--l2", "warm"], "host_inclusive", False),
+    (["--timer", "cuda_graph_loop", "--l2", "warm"], "cuda_graph_loop", False),
 ])
 def test_run_passes_timer_and_l2_to_the_timer(tiny, tmp_path, monkeypatch, capsys, extra, mode, flush):
     from harness import runner
@@ -199,6 +200,14 @@ def test_run_passes_timer_and_l2_to_the_timer(tiny, tmp_path, monkeypatch, capsy
     assert [(r["timer"], r["l2_flushed"]) for r in rows] == [("wall", False)] * 2   # the CPU never flushes
     assert all((r["timer_fallback"] is None) == (mode == "auto") for r in rows)
     assert "\ntimer: wall, warm L2\n" in capsys.readouterr().out        # the summary names timer and L2 state
+
+
+def test_the_back_to_back_timer_without_a_warm_l2_is_refused_before_anything_is_written(tiny, tmp_path, capsys):
+    out = tmp_path / "rows.jsonl"
+    assert main(["run", "--suite", str(tiny), "--backends", "torch_sdpa", "--out", str(out),
+                 "--report", str(tmp_path / "r.html"), "--timer", "cuda_graph_loop"]) == 2
+    assert "--l2 warm" in _one_line_error(capsys)
+    assert not out.exists() and not (tmp_path / "r.html").exists()
 
 
 def test_gpus_relaunch_keeps_timer_and_l2(tiny, tmp_path, monkeypatch):

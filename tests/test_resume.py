@@ -158,6 +158,7 @@ GRAPH_OLD = _timed("cuda_graph")                                   # written bef
 EVENTS_FALLBACK = _timed("cuda_event", timer_fallback="CUDA graph capture failed: x", l2_flushed=True)
 EVENTS = _timed("cuda_event", timer_fallback=None, l2_flushed=True)
 HOST = _timed("host_inclusive", l2_flushed=False)
+LOOP = _timed("cuda_graph_loop", l2_flushed=False)
 WALL = _timed("wall", timer_fallback="timer 'cuda_event' needs a CUDA device", l2_flushed=False)
 
 
@@ -172,6 +173,11 @@ WALL = _timed("wall", timer_fallback="timer 'cuda_event' needs a CUDA device", l
     (GRAPH_OLD, "auto", True, True),                 # no field on a GPU row: flushed, the old default
     (GRAPH_OLD, "auto", False, False),
     (EVENTS_FALLBACK, "auto", True, True),           # the graph timer's fallback
+    (EVENTS_FALLBACK, "cuda_graph_loop", False, False),   # another L2 state
+    ({**EVENTS_FALLBACK, "l2_flushed": False}, "cuda_graph_loop", False, True),   # the loop timer's fallback
+    (LOOP, "cuda_graph_loop", False, True),
+    (LOOP, "auto", False, False),                    # back-to-back calls are another timer
+    ({**GRAPH_WARM}, "cuda_graph_loop", False, False),
     (EVENTS_FALLBACK, "cuda_event", True, False),
     (EVENTS, "cuda_event", True, True),
     (EVENTS, "auto", True, False),

@@ -137,6 +137,12 @@ def test_run_config_timer_and_l2_reach_time_callable(monkeypatch, mode, flush_l2
     assert (row["timer"], row["l2_flushed"], row["median_us"]) == ("cuda_graph", flush_l2, 2.0)
 
 
+def test_run_config_refuses_the_back_to_back_timer_with_a_flushed_l2():
+    with pytest.raises(ValueError, match="cuda_graph_loop.*flush_l2=False"):
+        run_cases(CASES[:1], [Fake("good", _exact)], RunConfig(mode="run", quiet=True, device="cpu",
+                                                               timing_mode="cuda_graph_loop"))
+
+
 def test_run_config_defaults_flush_the_l2():
     assert (RunConfig().timing_mode, RunConfig().flush_l2) == ("auto", True)
     with pytest.raises(ValueError, match="timing_mode 'wall' is not one of auto, cuda_graph"):
@@ -246,6 +252,9 @@ def test_shipped_suites_load():
     seed = load_suite("seed")
     assert {c.head_dim for c in seed.cases} == {128} and {c.page_size for c in seed.cases} == {16, 128}
     assert {c.tree for c in seed.cases} >= {"full:3:0", "full:3:1", "full:3:2", "full:3:3"}
+    targets = {(c.batch_size, c.context_len, c.tree, c.page_size) for c in load_suite("targets").cases}
+    assert {(64, 2048, t, 128) for t in ("vllm:pr_27", "full:3:3", "full:3:1")} | {(1, 2048, "vllm:pr_27", 128)} \
+        <= targets and len(targets) == 6        # the kernel issue's four speed-target cells, seed-grid heads
 
 
 def test_suite_with_one_axes_table(tmp_path):

@@ -12,6 +12,8 @@ import itertools
 import math
 
 import numpy as np
+import statistics
+
 import pytest
 import torch
 
@@ -65,11 +67,17 @@ def test_sample_count_follows_the_time_budget_within_bounds(clock, rep_ms, min_r
     assert len(t.samples_us) == expected and t.warmup_calls == 1
 
 
-@pytest.mark.parametrize("mode", ["cuda_graph", "cuda_event", "host_inclusive"])
+@pytest.mark.parametrize("mode", ["cuda_graph", "cuda_event", "host_inclusive", "cuda_graph_loop"])
 def test_gpu_timers_on_the_cpu_fall_back_to_wall_with_the_reason(clock, mode):
     c = clock([0.5])
-    t = time_callable(c.work, device="cpu", mode=mode, warmup_ms=0, rep_ms=5)
+    t = time_callable(c.work, device="cpu", mode=mode, warmup_ms=0, rep_ms=5, flush_l2=mode != "cuda_graph_loop")
     assert t.timer == "wall" and mode in t.fallback_reason and "CUDA" in t.fallback_reason
+
+
+def test_the_back_to_back_graph_timer_needs_a_warm_l2(clock):
+    """cuda_graph_loop times k calls in a row: a flush between them would be measured."""
+    with pytest.raises(ConfigError, match="cuda_graph_loop.*warm L2"):
+        time_callable(clock([0.5]).work, device="cpu", mode="cuda_graph_loop")
 
 
 def test_no_sample_is_dropped(clock):
@@ -194,6 +202,28 @@ def test_uncapturable_callable_falls_back_to_cuda_events():
 def test_other_cuda_timers(mode):
     t = time_callable(_matmul(), device="cuda", mode=mode, warmup_ms=2, rep_ms=5, min_reps=5, max_reps=100)
     assert t.timer == mode and 5 <= len(t.samples_us) <= 100 and min(t.samples_us) > 0
+
+
+@pytest.mark.gpu
+def test_back_to_back_graph_timer():
+    """cuda_graph_loop: one replay of k calls lasts >= LOOP_REPLAY_US, a sample is replay / k; a
+    1024^3 bf16 matmul takes microseconds, so k is large and the samples are per call."""
+    fn = _matmul()
+    t = time_callable(fn, device="cuda", mode="cuda_graph_loop", warmup_ms=5, rep_ms=20, min_reps=5,
+                      max_reps=100, flush_l2=False)
+    assert t.timer == "cuda_graph_loop" and t.fallback_reason is None and t.l2_flushed is False
+    assert t.calls_per_sample > 1 and 5 <= len(t.samples_us) <= 100
+    per_call = time_callable(fn, device="cuda", warmup_ms=5, rep_ms=20, min_reps=5, flush_l2=False)
+    ratio = statistics.median(t.samples_us) / statistics.median(per_call.samples_us)
+    assert 0.3 < ratio < 1.5, ratio          # the same call: same order of magnitude, no event between calls
+
+
+@pytest.mark.gpu
+def test_back_to_back_graph_timer_falls_back_to_cuda_events():
+    a = torch.randn(256, 256, device="cuda")
+    t = time_callable(lambda: a * a.sum().item(), device="cuda", mode="cuda_graph_loop", warmup_ms=2, rep_ms=5,
+                      min_reps=5, flush_l2=False)
+    assert t.timer == "cuda_event" and t.fallback_reason.startswith("CUDA graph capture failed")
 
 
 @pytest.mark.gpu
