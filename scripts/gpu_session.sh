@@ -18,9 +18,11 @@
 #   T: the speed-target cells (suites/targets.toml), our kernels and the peers, timed three
 #      ways: L2 flushed (default), warm L2, and warm back-to-back (cuda_graph_loop,
 #      do_bench_cudagraph's method); + the timer's gpu tests                    (~4 min)
+#   W: the seed suite, our kernels and the peers, timed as do_bench_cudagraph does
+#      (--l2 warm --timer cuda_graph_loop), for comparing with the reference table (~7 min)
 #   (D again measures the merge kernel's rows-per-program variants: heuristic-rows2/4)
 set -uo pipefail
-stage=${1:?stage A, B, C, D, E, F, K, L or T}
+stage=${1:?stage A, B, C, D, E, F, K, L, T or W}
 source .gpu/env.sh
 export PYTHONPATH=.:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 if [ -f .fi-cache/fi-cache.tgz ]; then   # FlashInfer's prebuilt bf16 kernels: skips ~70 s of JIT
@@ -110,6 +112,11 @@ case $stage in
     done
     timeout "$(left 5)" python3 -m pytest -q -m gpu tests/test_timing.py > "$R/pytest-gpu-timing.txt" 2>&1
     echo "pytest timing exit $?" >> "$R/exit-codes.txt"
+    ;;
+  W)  # the seed suite timed back to back with a warm L2 (the reference table's method)
+    tb run --suite seed --backends triton_tree,triton_tree_bias,triton_causal,xformers_tree,flashinfer_mask,flex,causal_baseline \
+      --l2 warm --timer cuda_graph_loop --out "$R/seed-loop.jsonl" --report "$R/seed-loop.html" --quiet ${RESUME:-} > "$R/seed-loop.txt" 2>&1
+    echo "run seed warm cuda_graph_loop exit $?" >> "$R/exit-codes.txt"
     ;;
   F)  # the flex finding reproduced in fresh processes, and flex alone on the seed suite
     timeout "$(left 300)" python3 scripts/repro_flex_static.py > "$R/repro.txt" 2>&1
