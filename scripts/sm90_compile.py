@@ -75,22 +75,37 @@ def compile_forward(cfg: KernelConfig, page_size: int, kv_desc: bool, num_ctas: 
     opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages, num_ctas=num_ctas,
                 **({"maxnreg": cfg.max_regs} if cfg.max_regs else {}))
     ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
-    tools = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
-    with tempfile.TemporaryDirectory() as tmp:
-        cubin = Path(tmp) / "k.cubin"
-        cubin.write_bytes(ck.asm["cubin"])
-        res = subprocess.run([str(tools / "cuobjdump"), "-res-usage", str(cubin)], capture_output=True,
-                             text=True, check=True).stdout
-        sass = subprocess.run([str(tools / "cuobjdump"), "-sass", str(cubin)], capture_output=True,
-                              text=True, check=True).stdout
+    usage, sass = cubin_usage(ck.asm["cubin"])
     ttgir = ck.asm["ttgir"]
     loop = ttgir[ttgir.find("scf.for"):]
     loop = loop[:loop.find("scf.yield")]                     # the first loop: the context tiles
-    return dict(regs=int(re.search(r"REG:(\d+)", res).group(1)),
-                spill_loads=len(re.findall(r"\bLDL\b", sass)), spill_stores=len(re.findall(r"\bSTL\b", sass)),
-                shared_bytes=int(ck.metadata.shared), hgmma=sass.count("HGMMA"),
+    return dict(**usage, shared_bytes=int(ck.metadata.shared), hgmma=sass.count("HGMMA"),
                 utmaldg=len(re.findall(r"UTMALDG", sass)), multicast=sass.count("MULTICAST"),
                 loop_async_wait=[int(n) for n in re.findall(r"ttg\.async_wait.*?\{num = (\d+)", loop)])
+
+
+def cubin_usage(cubin: bytes) -> tuple[dict, str]:
+    """Registers per thread and spilled loads / stores (LDL / STL) of a compiled kernel, and
+    its SASS text, read by the cuobjdump bundled with the Triton wheel.
+
+    Returns:
+        (dict of regs, spill_loads, spill_stores, the SASS text).
+
+    Raises:
+        subprocess.CalledProcessError, FileNotFoundError: no usable cuobjdump in this Triton.
+    """
+    import triton
+
+    tools = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "k.cubin"
+        path.write_bytes(cubin)
+        res = subprocess.run([str(tools / "cuobjdump"), "-res-usage", str(path)], capture_output=True,
+                             text=True, check=True).stdout
+        sass = subprocess.run([str(tools / "cuobjdump"), "-sass", str(path)], capture_output=True,
+                              text=True, check=True).stdout
+    return dict(regs=int(re.search(r"REG:(\d+)", res).group(1)), spill_loads=len(re.findall(r"\bLDL\b", sass)),
+                spill_stores=len(re.findall(r"\bSTL\b", sass))), sass
 
 
 def main() -> int:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -34,6 +33,9 @@ from pathlib import Path
 import torch
 import triton
 import triton.language as tl
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sm90_compile import cubin_usage  # noqa: E402
 
 B, T, G, HKV, D, P, L = 64, 28, 4, 8, 128, 128, 2048
 BUILDS = (  # name, BLOCK_M, BLOCK_N, num_warps, num_stages, warp_specialize
@@ -107,18 +109,11 @@ def compile_sm90(block_m: int, block_n: int, warps: int, stages: int, ws: bool) 
         finally:
             os.dup2(saved, 2)
             os.close(saved)
-    tools = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
-    with tempfile.TemporaryDirectory() as tmp:
-        cubin = Path(tmp) / "k.cubin"
-        cubin.write_bytes(ck.asm["cubin"])
-        res = subprocess.run([str(tools / "cuobjdump"), "-res-usage", str(cubin)], capture_output=True,
-                             text=True, check=True).stdout
-        sass = subprocess.run([str(tools / "cuobjdump"), "-sass", str(cubin)], capture_output=True,
-                              text=True, check=True).stdout
+    usage, _ = cubin_usage(ck.asm["cubin"])
     ttgir = ck.asm["ttgir"]
     parts = re.split(r"\n\s*(?:default \{|partition\d+\()", ttgir)[1:]   # the WS regions' bodies, in order
-    return dict(warps=ck.metadata.num_warps, regs=int(re.search(r"REG:(\d+)", res).group(1)),
-                spills=len(re.findall(r"\bLDL\b", sass)), shared=ck.metadata.shared,
+    return dict(warps=ck.metadata.num_warps, regs=usage["regs"], spills=usage["spill_loads"],
+                shared=ck.metadata.shared,
                 ws_regions=ttgir.count("ttg.warp_specialize("), partitions=len(parts),
                 dots_per_partition=[p.count("ttng.warp_group_dot ") for p in parts],
                 stores_per_partition=[p.count("tt.store ") for p in parts])
