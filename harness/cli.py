@@ -221,7 +221,7 @@ def _add_check(sub) -> None:
 
 
 def _add_merge(sub) -> None:
-    p = sub.add_parser("merge", help="append result files (e.g. --shard job outputs) to OUT, dropping duplicates")
+    p = sub.add_parser("merge", help="append result files (e.g. --shard job outputs) to OUT, dropping duplicates (same case, backend, env, timer and L2 state)")
     p.add_argument("out", metavar="OUT", help="results JSONL to append to (created if missing)")
     p.add_argument("inputs", metavar="INPUT", nargs="+", help="result files or folders of them")
 

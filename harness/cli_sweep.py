@@ -182,7 +182,8 @@ def _summary_table(rows: list[dict], title: str) -> Table:
 
 def _timer_lines(rows: list[dict]) -> list[str]:
     """What the medians were timed with: 'timer: cuda_graph, L2 flushed' when every timed row
-    shares it, else one such line per timer and L2 state with its backends; none without timing."""
+    shares it, else one such line per timer and L2 state with its backends, then why a timer
+    other than the one asked for was used (at most 3 reasons); none without timing."""
     from harness.store import timing_label
 
     by: dict[str, list[str]] = {}
@@ -190,9 +191,10 @@ def _timer_lines(rows: list[dict]) -> list[str]:
         label = timing_label(r) if r.get("median_us") is not None else None
         if label and r["backend"] not in by.setdefault(label, []):
             by[label].append(r["backend"])
-    if len(by) == 1:
-        return [f"timer: {next(iter(by))}"]
-    return [f"timer: {label} ({', '.join(names)})" for label, names in sorted(by.items())]
+    lines = ([f"timer: {next(iter(by))}"] if len(by) == 1 else
+             [f"timer: {label} ({', '.join(names)})" for label, names in sorted(by.items())])
+    fallbacks = sorted({r["timer_fallback"] for r in rows if r.get("median_us") is not None and r.get("timer_fallback")})
+    return lines + [f"timer fallback: {f}" for f in fallbacks[:3]]
 
 
 def _print_summary(rows: list[dict], title: str, max_lines: int = 20) -> None:
@@ -309,7 +311,8 @@ def _given_once(argv, names: tuple[str, ...]) -> None:
     """
     n = sum(a in names or a.split("=", 1)[0] in names for a in argv or [])
     if n > 1:
-        raise ConfigError(f"{' / '.join(names)} given {n} times; give it once (comma-separate several backends)")
+        hint = " (comma-separate several backends)" if "--backends" in names else ""
+        raise ConfigError(f"{' / '.join(names)} given {n} times; give it once{hint}")
 
 
 def cmd_run(args, console: Console) -> int:
@@ -318,7 +321,8 @@ def cmd_run(args, console: Console) -> int:
     from harness.suites import load_suite
     from harness.sweep import execute
 
-    _given_once(getattr(args, "argv", None), ("--backends", "--backend"))
+    for names in (("--backends", "--backend"), ("--timer",), ("--l2",)):
+        _given_once(getattr(args, "argv", None), names)
     _check_suite_arg(args.suite)
     _nonempty(args.out, "--out")
     _nonempty(args.report, "--report")

@@ -29,6 +29,7 @@ import logging
 import math
 import sys
 import xml.etree.ElementTree as ET
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -311,9 +312,13 @@ def markdown(result: GateResult, baseline: str = "baseline", candidate: str = "c
     out = [f"## treebench gate: {head} ({fails})", ""]
     if result.comparable == 0:
         what = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in counts.items()) or "no rows"
+        unlike = Counter(v.detail for v in result.verdicts if v.kind == "incomparable"
+                         and (v.detail.startswith("timer ") or v.detail.startswith("L2 ")))
+        why = (f"; the runs were timed differently ({', '.join(f'{n} x {d}' for d, n in unlike.most_common(3))}): "
+               "compare runs made with the same --timer and --l2" if unlike else
+               "; check that both runs cover the same cases and backends with enough samples")
         out += [f"**Nothing was compared:** no (case, backend) pair of the baseline could be compared with the "
-                f"candidate ({what}); check that both runs cover the same cases and backends with enough samples.",
-                ""]
+                f"candidate ({what}){why}.", ""]
     if counts.get("missing") and not cfg.allow_missing:
         out += [f"**{counts['missing']} baseline pair(s) missing from the candidate** fail the gate; "
                 "pass --allow-missing to accept a partial candidate.", ""]

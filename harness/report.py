@@ -150,6 +150,24 @@ def verdict_lines(summary: Sequence[dict], baseline: str | None, causal: str, n_
     return lines + l2_warnings(summary)
 
 
+def mixed_timing_warnings(rows: Sequence[dict]) -> list[tuple[str, str]]:
+    """('warn', sentence) per backend with a (case, backend) pair timed with more than one
+    timer: its rows are averaged into one median here, so that median mixes unlike timings.
+    (Mixed L2 states are `l2_warnings`' business; different timers across cases, a capture
+    fallback, the fallback lines'.)"""
+    ways: dict[tuple, set] = {}
+    for r in rows:
+        if r.get("median_us") is not None and r.get("timer"):
+            ways.setdefault((r.get("backend"), r.get("case_id")), set()).add(r["timer"])
+    out = []
+    for b in sorted({b for (b, _), timers in ways.items() if len(timers) > 1}):
+        pairs = [timers for (bb, _), timers in ways.items() if bb == b and len(timers) > 1]
+        timers = sorted(set().union(*pairs))
+        out.append(("warn", f"{b}: {len(pairs)} case(s) have rows timed with different timers ({', '.join(timers)}), "
+                            "averaged into one median in this report; report each timer from its own results file."))
+    return out
+
+
 def l2_warnings(summary: Sequence[dict]) -> list[tuple[str, str]]:
     """('warn', sentence) when rows timed with the L2 flushed and with a warm L2 meet in one report:
     per backend that has both (its medians, speedups and plots mix them), else once when
@@ -324,6 +342,7 @@ def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, titl
     noisy = noisy_rows(rows)
     noisy_keys = {(r["case_id"], r["backend"]) for r in noisy}
     verdicts = verdict_lines(summary, baseline, causal_backend, len({r["case_id"] for r in rows}))
+    verdicts += mixed_timing_warnings(rows)
     if noisy:
         verdicts.append(("warn", f"{len(noisy)} timed row(s) are noisy ({NOISE_RULE}); marked ⚠noisy in the "
                                  "time table — rerun them on a quieter GPU before trusting small differences."))

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from harness.errors import ConfigError
 from harness.store import (ENV_FILE_RE, append_rows, check_results_file, check_writable, read_envs, read_rows,
-                           row_key, write_env)
+                           row_key, timing_key, write_env)
 
 log = logging.getLogger(__name__)
 
@@ -226,7 +226,9 @@ def merge_results(out: Path, inputs: Sequence[Path], with_run: bool = False,
                   rows: Sequence[dict] | None = None) -> list[dict]:
     """Appends to `out` every row of `inputs` whose key is not yet in `out` or an earlier input.
 
-    Key: (case_id, backend, env), with run_id first when `with_run`. Every input
+    Key: (case_id, backend, env), with run_id first when `with_run`, plus how the row was
+    timed (timer and L2 state, `timing_key`): rows of one pair timed differently (say
+    `--l2 cold` and `--l2 warm`) are different measurements, and both are kept. Every input
     is read (and so validated) before anything is written; env files beside the
     inputs are copied beside `out`. `rows`: the inputs' rows when the caller has
     already read them (`read_rows(merge_row_inputs(inputs))`), so they are read once.
@@ -249,10 +251,10 @@ def merge_results(out: Path, inputs: Sequence[Path], with_run: bool = False,
     incoming = read_rows(merge_row_inputs(inputs)) if rows is None else rows
     envs = read_envs(list(inputs))
     check_writable(out, what="merge OUT")  # created (empty) only once every input was read
-    seen = {row_key(r, with_run) for r in (read_rows([out]) if out.exists() else [])}
+    seen = {(*row_key(r, with_run), *timing_key(r)) for r in (read_rows([out]) if out.exists() else [])}
     added = []
     for row in incoming:
-        key = row_key(row, with_run)
+        key = (*row_key(row, with_run), *timing_key(row))
         if key not in seen:
             seen.add(key)
             added.append(row)

@@ -133,15 +133,23 @@ def row_l2_flushed(row: dict) -> bool | None:
     return flushed if isinstance(flushed, bool) else row["timer"] != "wall"
 
 
+def timing_key(row: dict) -> tuple[str | None, bool | None]:
+    """(timer, L2 flushed) of a row: how it was timed; (None, None) for an untimed row."""
+    return row.get("timer"), row_l2_flushed(row)
+
+
 def l2_label(flushed: bool | None) -> str:
     """'L2 flushed', 'warm L2', or '' (no timing) for display."""
     return "" if flushed is None else ("L2 flushed" if flushed else "warm L2")
 
 
 def timing_label(row: dict) -> str | None:
-    """'cuda_graph, L2 flushed' / 'cuda_graph, warm L2' for a timed row; None without timing."""
+    """'cuda_graph, L2 flushed' / 'cuda_graph, warm L2' for a timed GPU row, 'wall' for the CPU's
+    timer (no L2 to speak of: nothing is ever flushed there); None without timing."""
     flushed = row_l2_flushed(row)
-    return None if flushed is None else f"{row['timer']}, {l2_label(flushed)}"
+    if flushed is None:
+        return None
+    return "wall" if row["timer"] == "wall" else f"{row['timer']}, {l2_label(flushed)}"
 
 
 def stored_keys(paths, env_id: str | None,

@@ -14,9 +14,10 @@ Timers (recorded in each result row as `timer`):
 
 - ``cuda_graph_loop`` (warm L2 only): k back-to-back calls captured in one CUDA
   graph, CUDA events around each replay, a sample is the replay's time / k
-  (k sized so one replay lasts >= 2 ms, at most 2000 calls). This is how
-  `triton.testing.do_bench_cudagraph` times (it is how the figures in
-  ../shared/reference/peers-h200.csv's `cuda_graph` rows were taken): no event
+  (k sized so one replay lasts >= 2 ms, at most 2000 calls). This is the
+  method of `triton.testing.do_bench_cudagraph` (how the figures in
+  ../shared/reference/peers-h200.csv's `cuda_graph` rows were taken), with
+  shorter replays and their median instead of 10 replays of ~100 ms: no event
   sits between two calls, so a call's launch latency overlaps the previous
   call's tail, and the graph launch is amortised over k calls. Asking for it
   with `flush_l2=True` is a ConfigError: a flush between calls would be inside
@@ -80,7 +81,7 @@ class Timing:
     """Raw samples of one timed callable."""
 
     samples_us: list[float]              # per-call times, microseconds, in measurement order
-    timer: str                           # "cuda_graph" | "cuda_event" | "host_inclusive" | "wall"
+    timer: str                           # "cuda_graph" | "cuda_event" | "host_inclusive" | "cuda_graph_loop" | "wall"
     fallback_reason: str | None = None   # why the requested timer was not used (None: it was)
     l2_flushed: bool = False             # an L2 flush ran before every sample (never on the CPU: no flush there)
     calls_per_sample: int = 1            # calls averaged into one sample (graph replay of k calls)
@@ -131,7 +132,8 @@ def time_callable(fn: Callable[[], torch.Tensor], *, device: torch.device | str 
     Args:
         fn: zero-argument callable launching the work (a backend's prepared callable).
         device: where `fn` runs; a CUDA device enables the CUDA timers.
-        mode: "auto" | "cuda_graph" | "cuda_event" | "host_inclusive" (module docstring).
+        mode: "auto" | "cuda_graph" | "cuda_event" | "host_inclusive" | "cuda_graph_loop"
+            (module docstring; cuda_graph_loop needs flush_l2=False).
             A CUDA timer asked for on the CPU falls back to "wall" with the reason.
         warmup_ms: untimed warmup, milliseconds (default 25 on a GPU, 5 on the CPU).
         rep_ms: time budget for the samples, milliseconds (default 100 GPU, 20 CPU).
@@ -143,7 +145,8 @@ def time_callable(fn: Callable[[], torch.Tensor], *, device: torch.device | str 
         Timing with every sample kept (no outlier dropping).
 
     Raises:
-        ConfigError: unknown mode, bad budget, or a CUDA device torch cannot see.
+        ConfigError: unknown mode, cuda_graph_loop with flush_l2=True, bad budget, or a CUDA device
+            torch cannot see.
     """
     if mode not in MODES:
         raise ConfigError(f"timing mode={mode!r}: use one of {', '.join(MODES)}")
@@ -360,7 +363,7 @@ def _capture_timed(fn: Callable, flush: Callable[[], object], k: int):
 def _time_replays(fn: Callable, budget: _Budget, calls: int) -> Timing:
     """Events around whole replays of a graph of k calls (k = 1 with the L2 flush); sample = replay / k."""
     k = 1 if budget.flush_l2 else _calls_per_graph(fn)
-    graph = capture_graph(lambda: [fn() for _ in range(k)])
+    graph = capture_graph(_calls(fn, k))
     flush = _flusher(budget)
     _warmup(graph.replay, budget.warmup_ms / 2, torch.cuda.synchronize)
     replays = _event_loop(graph.replay, flush, budget.reps(_iter_ms(graph.replay, flush)))
@@ -374,7 +377,7 @@ def _time_loop_or_fallback(fn: Callable, budget: _Budget) -> Timing:
         calls = _warmup_side_stream(fn, budget.warmup_ms)
         once = _event_loop(fn, lambda: None, 5)
         k = max(1, min(MAX_LOOP_CALLS, math.ceil(LOOP_REPLAY_US / max(statistics.median(once), 1e-3))))
-        graph = capture_graph(lambda: [fn() for _ in range(k)])
+        graph = capture_graph(_calls(fn, k))
     except Exception as e:  # noqa: BLE001 -- any capture failure means "not capturable"
         reason = f"CUDA graph capture failed: {_root_cause(e)}"
         log.info("%s; timing with CUDA events instead", reason)
@@ -383,6 +386,16 @@ def _time_loop_or_fallback(fn: Callable, budget: _Budget) -> Timing:
     graph.replay()                          # upload; not kept
     replays = _event_loop(graph.replay, lambda: None, budget.reps(_iter_ms(graph.replay, lambda: None)))
     return Timing([r / k for r in replays], "cuda_graph_loop", None, False, k, calls)
+
+
+def _calls(fn: Callable, k: int) -> Callable[[], None]:
+    """k calls of fn, each output dropped before the next call (as `do_bench_cudagraph`
+    does), so a callable that allocates its output can reuse one block in the graph's pool
+    instead of holding k of them."""
+    def body() -> None:
+        for _ in range(k):
+            fn()
+    return body
 
 
 def capture_graph(body: Callable[[], object]) -> torch.cuda.CUDAGraph:

@@ -521,8 +521,9 @@ def main() -> int:
             if what == "--peers" and path is None:
                 continue
             if not path or not Path(path).is_file():
-                print(f"bench_kernel report: {what}: {path or 'none given'} is not a file "
-                      "(bench_kernel.py report RUN.csv [--peers PEERS.csv])", file=sys.stderr)
+                problem = f"{path} is not a file" if path else "none given"
+                print(f"bench_kernel report: {what}: {problem} (bench_kernel.py report RUN.csv [--peers PEERS.csv])",
+                      file=sys.stderr)
                 return 2
         report(args.csv, args.peers)
         return 0

@@ -163,8 +163,16 @@ def run_build(block_m: int, block_n: int, warps: int, stages: int, ws: bool, inp
     return dict(max_abs_err=round(err, 5), passed=err < 2e-2, median_us=round(us, 1))
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments: one line on stderr and exit 2 (not usage + message)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        print(f"ws_probe: {message} (ws_probe.py compile|run)", file=sys.stderr)
+        sys.exit(2)
+
+
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = _Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("cmd", choices=["compile", "run"])
     args = ap.parse_args()
     os.environ.pop("TRITON_INTERPRET", None)

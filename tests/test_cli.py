@@ -199,7 +199,9 @@ def test_run_passes_timer_and_l2_to_the_timer(tiny, tmp_path, monkeypatch, capsy
     rows = read_rows([out])
     assert [(r["timer"], r["l2_flushed"]) for r in rows] == [("wall", False)] * 2   # the CPU never flushes
     assert all((r["timer_fallback"] is None) == (mode == "auto") for r in rows)
-    assert "\ntimer: wall, warm L2\n" in capsys.readouterr().out        # the summary names timer and L2 state
+    printed = capsys.readouterr().out
+    assert "\ntimer: wall\n" in printed                                # the CPU's one timer, no L2 state
+    assert ("timer fallback: " in printed) == (mode != "auto")          # a CUDA timer asked for on the CPU
 
 
 def test_the_back_to_back_timer_without_a_warm_l2_is_refused_before_anything_is_written(tiny, tmp_path, capsys):
@@ -208,6 +210,13 @@ def test_the_back_to_back_timer_without_a_warm_l2_is_refused_before_anything_is_
                  "--report", str(tmp_path / "r.html"), "--timer", "cuda_graph_loop"]) == 2
     assert "--l2 warm" in _one_line_error(capsys)
     assert not out.exists() and not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.parametrize("twice", [["--l2", "warm", "--l2", "cold"], ["--timer=auto", "--timer", "cuda_event"]])
+def test_timer_or_l2_given_twice_is_refused(tiny, tmp_path, capsys, twice):
+    out = tmp_path / "rows.jsonl"
+    assert main(["run", "--suite", str(tiny), "--out", str(out), *twice]) == 2
+    assert f"{twice[0].split('=')[0]} given 2 times; give it once" in _one_line_error(capsys) and not out.exists()
 
 
 def test_gpus_relaunch_keeps_timer_and_l2(tiny, tmp_path, monkeypatch):

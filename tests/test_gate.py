@@ -130,6 +130,15 @@ def test_stored_rows_without_l2_flushed_compare_with_flushed_rows_only(capsys):
     timed = [v for v in res.verdicts if v.base_median_us and v.cand_median_us]
     assert timed and all(v.kind == "incomparable" and v.detail == "L2 flushed vs warm" for v in timed)
     assert not res.of_kind("unchanged") and "L2 flushed vs warm" in gate.markdown(res)
+    if res.comparable == 0:       # the hint says why: not "cover the same cases", but the timing
+        assert "the runs were timed differently" in gate.markdown(res) and "--l2" in gate.markdown(res)
+
+
+def test_nothing_compared_because_of_the_timing_says_so():
+    base = [_row()]
+    md = gate.markdown(compare_runs(base, [_row(l2_flushed=False)]))
+    assert "Nothing was compared" in md and "timed differently (1 x L2 flushed vs warm)" in md
+    assert "same cases and backends" not in md
 
 
 def test_ratio_alone_is_not_a_regression():

@@ -127,6 +127,12 @@ def test_ws_probe_run_without_a_gpu_says_so():
     assert r.returncode == 2 and "sm_90" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
+@pytest.mark.parametrize("args", [[], ["nosuch"], ["compile", "--x"]])
+def test_ws_probe_refuses_bad_arguments_in_one_line(args):
+    r = _script("ws_probe.py", *args)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "compile|run" in r.stderr, r.stderr
+
+
 def test_ws_probe_compile_shows_what_hopper_warp_specialisation_does_with_the_context_loop():
     """docs/kernel.md's warp-specialisation finding, from a local sm_90 compile with Triton 3.9:
     with 64 rows the loop is split into a producer and two consumers that both compute (and

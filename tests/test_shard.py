@@ -140,6 +140,19 @@ def test_merge_with_run_ids_keeps_repeated_measurements(tmp_path):
     assert [r["run_id"] for r in merge_results(out, [a], with_run=True)] == ["r2"]
 
 
+def test_merge_keeps_one_pair_timed_in_two_ways(tmp_path):
+    """Rows of one (case, backend, env) timed with another timer or L2 state are other
+    measurements, not duplicates (a file of --l2 cold rows merged with --l2 warm rows)."""
+    def timed(timer, l2):
+        return {**_row("c0"), "timer": timer, "l2_flushed": l2, "median_us": 1.0}
+    cold, warm, loop = timed("cuda_graph", True), timed("cuda_graph", False), timed("cuda_graph_loop", False)
+    old = {**_row("c0"), "timer": "cuda_graph", "median_us": 1.0}          # before l2_flushed: flushed
+    out = _write(tmp_path / "out.jsonl", [cold])
+    a = _write(tmp_path / "a.jsonl", [old, warm, loop, warm])
+    assert [(r["timer"], r["l2_flushed"]) for r in merge_results(out, [a])] == [("cuda_graph", False),
+                                                                               ("cuda_graph_loop", False)]
+
+
 def test_merge_validates_every_input_before_writing(tmp_path, capsys):
     out = _write(tmp_path / "out.jsonl", [_row("c0")])
     good = _write(tmp_path / "good.jsonl", [_row("c1")])
