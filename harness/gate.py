@@ -40,7 +40,7 @@ from scipy.stats import mannwhitneyu
 from harness.errors import ConfigError
 from harness.stats import NOISE_RULE, is_noisy
 from harness.result_inputs import check_output_path, read_checked_rows, refuse_input_path
-from harness.store import read_envs, row_l2_flushed
+from harness.store import read_envs, row_l2_flushed, timing_key
 
 log = logging.getLogger(__name__)
 
@@ -139,11 +139,31 @@ def latest_rows(rows: Iterable[dict]) -> dict[tuple[str, str], dict]:
     return out
 
 
+def latest_rows_by_timing(rows: Iterable[dict]) -> dict[tuple, dict]:
+    """(case_id, backend, timer, L2 flushed) -> the latest such row (as `latest_rows`)."""
+    out: dict[tuple, dict] = {}
+    for r in rows:
+        key = (r["case_id"], r["backend"], *timing_key(r))
+        if key not in out or str(r.get("timestamp") or "") >= str(out[key].get("timestamp") or ""):
+            out[key] = r
+    return out
+
+
 def compare_runs(base_rows: Iterable[dict], cand_rows: Iterable[dict], config: GateConfig = GateConfig(),
                  env_notes: Sequence[str] = ()) -> GateResult:
-    """Verdicts for every (case, backend) in either result set, sorted by backend then case axes."""
-    base, cand = latest_rows(base_rows), latest_rows(cand_rows)
-    verdicts = [classify(base.get(k), cand.get(k), config) for k in set(base) | set(cand)]
+    """Verdicts for every (case, backend) in either result set, sorted by backend then case axes.
+
+    Each side's latest row per pair is compared, except that when the candidate holds a pair
+    timed in several ways (say a merged file of `--l2 cold` and `--l2 warm` runs) its latest
+    row timed like the baseline's (`store.timing_key`) is taken."""
+    base = latest_rows(base_rows)
+    cand_list = list(cand_rows)
+    cand, alike = latest_rows(cand_list), latest_rows_by_timing(cand_list)
+
+    def cand_for(k: tuple[str, str]) -> dict | None:
+        match = alike.get((*k, *timing_key(base[k]))) if k in base else None
+        return match if match is not None else cand.get(k)
+    verdicts = [classify(base.get(k), cand_for(k), config) for k in set(base) | set(cand)]
     if not config.allow_missing:
         verdicts = [dataclasses.replace(v, blocking=True) if v.kind == "missing" else v for v in verdicts]
     return GateResult(tuple(sorted(verdicts, key=_order)), config, tuple(env_notes))

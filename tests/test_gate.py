@@ -134,6 +134,18 @@ def test_stored_rows_without_l2_flushed_compare_with_flushed_rows_only(capsys):
         assert "the runs were timed differently" in gate.markdown(res) and "--l2" in gate.markdown(res)
 
 
+def test_a_candidate_timed_two_ways_is_compared_by_its_rows_timed_like_the_baseline():
+    """A merged candidate holds a pair timed cold and (later) warm: the gate takes the cold row
+    for a cold baseline, and the warm one for a warm baseline, not the latest whatever it is."""
+    cold, warm = _row(timestamp="1", seed=1), _row(l2_flushed=False, median=80.0, timestamp="2", seed=2)
+    (v,) = compare_runs([_row()], [cold, warm]).verdicts
+    assert v.kind == "unchanged" and v.cand_median_us == cold["median_us"]
+    (v,) = compare_runs([_row(l2_flushed=False)], [cold, warm]).verdicts
+    assert v.kind == "faster" and v.cand_median_us == warm["median_us"]          # 80 vs 100 us
+    (v,) = compare_runs([_row(timer="host_inclusive")], [cold, warm]).verdicts   # no like row: the latest
+    assert v.kind == "incomparable" and v.cand_median_us == warm["median_us"]
+
+
 def test_nothing_compared_because_of_the_timing_says_so():
     base = [_row()]
     md = gate.markdown(compare_runs(base, [_row(l2_flushed=False)]))
