@@ -193,7 +193,8 @@ def _timer_lines(rows: list[dict]) -> list[str]:
             by[label].append(r["backend"])
     lines = ([f"timer: {next(iter(by))}"] if len(by) == 1 else
              [f"timer: {label} ({', '.join(names)})" for label, names in sorted(by.items())])
-    fallbacks = sorted({r["timer_fallback"] for r in rows if r.get("median_us") is not None and r.get("timer_fallback")})
+    fallbacks = sorted({r["timer_fallback"] for r in rows
+                        if r.get("median_us") is not None and r.get("timer_fallback")})
     return lines + [f"timer fallback: {f}" for f in fallbacks[:3]]
 
 

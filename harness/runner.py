@@ -111,8 +111,9 @@ def timed_as(row: dict, timing_mode: str, flush_l2: bool) -> bool:
     A GPU row needs the same L2 state (`row_l2_flushed`: rows without the field were flushed)
     and a timer of that mode: "auto" and "cuda_graph" both give cuda_graph, "cuda_graph_loop"
     gives itself, and each gives cuda_event with timer_fallback set when the capture failed;
-    "cuda_event" and "host_inclusive" give themselves. A CPU row (timer "wall", never flushed) matches any mode and L2 request:
-    the CPU has that one timer; so does a row that names no timer (nothing to tell by).
+    "cuda_event" and "host_inclusive" give themselves. A CPU row (timer "wall", never flushed)
+    matches any mode and L2 request: the CPU has that one timer; so does a row that names no
+    timer (nothing to tell by).
     """
     timer = row.get("timer")
     if timer in (None, "wall"):

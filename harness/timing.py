@@ -165,9 +165,7 @@ def time_callable(fn: Callable[[], torch.Tensor], *, device: torch.device | str 
             return _time_host_inclusive(fn, budget)
         if mode == "cuda_event":
             return _time_events(fn, budget)
-        if mode == "cuda_graph_loop":
-            return _time_loop_or_fallback(fn, budget)
-        return _time_graph_or_fallback(fn, budget)
+        return _time_graph_or_fallback(fn, budget, _time_loop if mode == "cuda_graph_loop" else _time_graph)
 
 
 # ---- CPU ---------------------------------------------------------------------------------
@@ -285,10 +283,12 @@ def _time_host_inclusive(fn: Callable, budget: _Budget) -> Timing:
     return Timing(samples, "host_inclusive", None, budget.flush_l2, 1, calls)
 
 
-def _time_graph_or_fallback(fn: Callable, budget: _Budget) -> Timing:
-    """CUDA-graph timing; on a capture failure, CUDA events with the reason."""
+def _time_graph_or_fallback(fn: Callable, budget: _Budget,
+                            graph_timer: Callable[[Callable, _Budget], Timing]) -> Timing:
+    """CUDA-graph timing by `graph_timer` (`_time_graph` or `_time_loop`); on a capture
+    failure, CUDA events with the reason."""
     try:
-        return _time_graph(fn, budget)
+        return graph_timer(fn, budget)
     except Exception as e:  # noqa: BLE001 -- any capture failure means "not capturable"
         reason = f"CUDA graph capture failed: {_root_cause(e)}"
     log.info("%s; timing with CUDA events instead", reason)
@@ -360,32 +360,24 @@ def _capture_timed(fn: Callable, flush: Callable[[], object], k: int):
     return capture_graph(body), events
 
 
-def _time_replays(fn: Callable, budget: _Budget, calls: int) -> Timing:
-    """Events around whole replays of a graph of k calls (k = 1 with the L2 flush); sample = replay / k."""
-    k = 1 if budget.flush_l2 else _calls_per_graph(fn)
+def _time_replays(fn: Callable, budget: _Budget, calls: int, k: int | None = None,
+                  timer: str = "cuda_graph") -> Timing:
+    """Events around whole replays of a graph of k calls (default: 1 with the L2 flush, else
+    `_calls_per_graph`); sample = replay / k, recorded as `timer`. Raises if fn cannot be captured."""
+    k = k or (1 if budget.flush_l2 else _calls_per_graph(fn))
     graph = capture_graph(_calls(fn, k))
     flush = _flusher(budget)
     _warmup(graph.replay, budget.warmup_ms / 2, torch.cuda.synchronize)
     replays = _event_loop(graph.replay, flush, budget.reps(_iter_ms(graph.replay, flush)))
-    return Timing([r / k for r in replays], "cuda_graph", None, budget.flush_l2, k, calls)
+    return Timing([r / k for r in replays], timer, None, budget.flush_l2, k, calls)
 
 
-def _time_loop_or_fallback(fn: Callable, budget: _Budget) -> Timing:
-    """cuda_graph_loop: events around replays of a graph of k back-to-back calls (warm L2);
-    sample = replay / k. On a capture failure, CUDA events around eager calls, with the reason."""
-    try:
-        calls = _warmup_side_stream(fn, budget.warmup_ms)
-        once = _event_loop(fn, lambda: None, 5)
-        k = max(1, min(MAX_LOOP_CALLS, math.ceil(LOOP_REPLAY_US / max(statistics.median(once), 1e-3))))
-        graph = capture_graph(_calls(fn, k))
-    except Exception as e:  # noqa: BLE001 -- any capture failure means "not capturable"
-        reason = f"CUDA graph capture failed: {_root_cause(e)}"
-        log.info("%s; timing with CUDA events instead", reason)
-        torch.cuda.synchronize()
-        return _time_events(fn, budget, reason)
-    graph.replay()                          # upload; not kept
-    replays = _event_loop(graph.replay, lambda: None, budget.reps(_iter_ms(graph.replay, lambda: None)))
-    return Timing([r / k for r in replays], "cuda_graph_loop", None, False, k, calls)
+def _time_loop(fn: Callable, budget: _Budget) -> Timing:
+    """cuda_graph_loop (warm L2 only, checked by time_callable): `_time_replays` with k
+    back-to-back calls per replay, k sized so one replay lasts >= LOOP_REPLAY_US."""
+    calls = _warmup_side_stream(fn, budget.warmup_ms)
+    return _time_replays(fn, budget, calls, k=_calls_per_graph(fn, LOOP_REPLAY_US, MAX_LOOP_CALLS),
+                         timer="cuda_graph_loop")
 
 
 def _calls(fn: Callable, k: int) -> Callable[[], None]:
@@ -436,11 +428,11 @@ def capture_graph(body: Callable[[], object]) -> torch.cuda.CUDAGraph:
     return graph
 
 
-def _calls_per_graph(fn: Callable) -> int:
-    """k back-to-back calls so that one replay lasts >= MIN_REPLAY_US (at most MAX_CALLS_PER_GRAPH)."""
+def _calls_per_graph(fn: Callable, replay_us: float = MIN_REPLAY_US, max_calls: int = MAX_CALLS_PER_GRAPH) -> int:
+    """k back-to-back calls so that one replay lasts >= replay_us microseconds (at most max_calls)."""
     once = _event_loop(fn, lambda: None, 5)
     call_us = max(statistics.median(once), 1e-3)
-    return max(1, min(MAX_CALLS_PER_GRAPH, math.ceil(MIN_REPLAY_US / call_us)))
+    return max(1, min(max_calls, math.ceil(replay_us / call_us)))
 
 
 # ---- peak bandwidth ----------------------------------------------------------------------
