@@ -97,6 +97,7 @@ class Verdict:
     detail: str = ""                       # one line: reason, error, or why incomparable
     blocking: bool = False                 # fails the gate although its kind alone does not (missing)
     noisy: bool = False                    # a timed side has high spread (harness.stats.is_noisy)
+    timed_unlike: bool = False             # incomparable because the rows were timed differently
 
     @property
     def failed(self) -> bool:
@@ -129,21 +130,12 @@ class GateResult:
 
 # ---- comparison (pure) -----------------------------------------------------------------------
 
-def latest_rows(rows: Iterable[dict]) -> dict[tuple[str, str], dict]:
-    """(case_id, backend) -> the row with the latest timestamp (file order breaks ties)."""
-    out: dict[tuple[str, str], dict] = {}
-    for r in rows:
-        key = (r["case_id"], r["backend"])
-        if key not in out or str(r.get("timestamp") or "") >= str(out[key].get("timestamp") or ""):
-            out[key] = r
-    return out
-
-
-def latest_rows_by_timing(rows: Iterable[dict]) -> dict[tuple, dict]:
-    """(case_id, backend, timer, L2 flushed) -> the latest such row (as `latest_rows`)."""
+def latest_rows(rows: Iterable[dict], by_timing: bool = False) -> dict[tuple, dict]:
+    """(case_id, backend) -> the row with the latest timestamp (file order breaks ties); with
+    `by_timing`, (case_id, backend, timer, L2 flushed) -> the latest such row."""
     out: dict[tuple, dict] = {}
     for r in rows:
-        key = (r["case_id"], r["backend"], *timing_key(r))
+        key = (r["case_id"], r["backend"], *(timing_key(r) if by_timing else ()))
         if key not in out or str(r.get("timestamp") or "") >= str(out[key].get("timestamp") or ""):
             out[key] = r
     return out
@@ -158,7 +150,7 @@ def compare_runs(base_rows: Iterable[dict], cand_rows: Iterable[dict], config: G
     row timed like the baseline's (`store.timing_key`) is taken."""
     base = latest_rows(base_rows)
     cand_list = list(cand_rows)
-    cand, alike = latest_rows(cand_list), latest_rows_by_timing(cand_list)
+    cand, alike = latest_rows(cand_list), latest_rows(cand_list, by_timing=True)
 
     def cand_for(k: tuple[str, str]) -> dict | None:
         match = alike.get((*k, *timing_key(base[k]))) if k in base else None
@@ -231,7 +223,7 @@ def _timing_kind(base: dict, cand: dict, config: GateConfig, v: dict) -> Verdict
     bm, cm = base["median_us"], cand["median_us"]
     unlike = _unlike_timing(base, cand)
     if unlike:
-        return Verdict(kind="incomparable", detail=unlike, **v)
+        return Verdict(kind="incomparable", detail=unlike, timed_unlike=True, **v)
     bs, cs = base.get("samples_us") or [], cand.get("samples_us") or []
     if min(len(bs), len(cs)) < config.min_samples:
         return Verdict(kind="incomparable", detail=f"fewer than {config.min_samples} samples "
@@ -332,8 +324,7 @@ def markdown(result: GateResult, baseline: str = "baseline", candidate: str = "c
     out = [f"## treebench gate: {head} ({fails})", ""]
     if result.comparable == 0:
         what = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in counts.items()) or "no rows"
-        unlike = Counter(v.detail for v in result.verdicts if v.kind == "incomparable"
-                         and (v.detail.startswith("timer ") or v.detail.startswith("L2 ")))
+        unlike = Counter(v.detail for v in result.verdicts if v.timed_unlike)
         why = (f"; the runs were timed differently ({', '.join(f'{n} x {d}' for d, n in unlike.most_common(3))}): "
                "compare runs made with the same --timer and --l2" if unlike else
                "; check that both runs cover the same cases and backends with enough samples")
