@@ -407,6 +407,12 @@ def gather_variants() -> list[Variant]:
     return out
 
 
+# phase name -> its variants (the phases besides "env"), in the docstring's order
+PHASE_VARIANTS = {"check": check_variants, "tune": tune_variants, "seed": seed_variants, "big": big_variants,
+                  "wide": wide_variants, "merge": merge_variants, "pair": pair_variants, "fuse": fuse_variants,
+                  "gather": gather_variants, "deep": deep_variants}
+
+
 def _compile_one(v: Variant) -> str:
     """Worker: builds the variant's kernels on a 2-request batch (fills Triton's disk cache)."""
     from kernels.tree_attention import TreeAttention
@@ -530,10 +536,10 @@ def main() -> int:
     if args.smoke:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         return smoke(Path(args.out))
-    unknown = set(args.phases.split(",")) - {"env", "check", "tune", "seed", "big", "wide", "merge", "pair", "fuse", "gather", "deep"}
+    unknown = set(args.phases.split(",")) - {"env", *PHASE_VARIANTS}
     if unknown:      # refused before anything is created
-        print(f"bench_kernel: unknown phase(s) {', '.join(sorted(p or repr(p) for p in unknown))}: use env, check, tune, seed, big, "
-              "wide, merge, pair, fuse, gather, deep", file=sys.stderr)
+        print(f"bench_kernel: unknown phase(s) {', '.join(sorted(p or repr(p) for p in unknown))}: use "
+              f"{', '.join(['env', *PHASE_VARIANTS])}", file=sys.stderr)
         return 2
     if not torch.cuda.is_available():
         print("bench_kernel: no CUDA GPU (the phases run on one; "
@@ -542,10 +548,7 @@ def main() -> int:
     Path(args.out).mkdir(parents=True, exist_ok=True)
     bench = Bench(Path(args.out) / "kernel.csv", time.time() + args.budget_s)
     phases = args.phases.split(",")
-    plan = {"check": check_variants, "tune": tune_variants, "seed": seed_variants, "big": big_variants,
-            "wide": wide_variants, "merge": merge_variants, "pair": pair_variants, "fuse": fuse_variants,
-            "gather": gather_variants, "deep": deep_variants}
-    variants = [v for p in phases if p in plan for v in plan[p]()]
+    variants = [v for p in phases if p in PHASE_VARIANTS for v in PHASE_VARIANTS[p]()]
     if "env" in phases:
         phase_env(bench)
     precompile(variants, args.workers)

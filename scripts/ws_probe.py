@@ -51,7 +51,10 @@ BUILDS = (  # name, BLOCK_M, BLOCK_N, num_warps, num_stages, warp_specialize
 def probe_kernel(Q_DESC, K_DESC, V_DESC, BT, CTX_LENS, O, qk_scale, stride_bt,
                  T: tl.constexpr, HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, P: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WS: tl.constexpr):
-    """Grid (B * HKV * M_TILES,); O (B * T, HKV * G, D) in Q's dtype."""
+    """Grid (B * HKV * M_TILES,). Q_DESC: 3-D descriptor over q (B * T, HKV * G, D) with a
+    (BLOCK_M / G, G, D) box; K_DESC / V_DESC: 2-D over the pools (N * P, HKV * D) with a
+    (BLOCK_N, D) box; BT (B, pages) int32; CTX_LENS (B,) int32, multiples of BLOCK_N;
+    O (B * T, HKV * G, D) in q's dtype; qk_scale = sm_scale * log2(e), fp32."""
     M_TILES: tl.constexpr = (T * G + BLOCK_M - 1) // BLOCK_M
     pid = tl.program_id(0)
     mt = pid % M_TILES
@@ -82,7 +85,15 @@ def probe_kernel(Q_DESC, K_DESC, V_DESC, BT, CTX_LENS, O, qk_scale, stride_bt,
 
 
 def compile_sm90(block_m: int, block_n: int, warps: int, stages: int, ws: bool) -> dict:
-    """Builds the probe for sm_90 (no GPU needed); returns what the compiler made, or raises."""
+    """Builds the probe for sm_90 (no GPU needed) and reads what the compiler made.
+
+    Returns:
+        dict of warps, regs (per thread), spills (spilled loads), shared (bytes),
+        ws_regions, partitions, and per partition the wgmma ops and output stores.
+
+    Raises:
+        RuntimeError: the compile failed; its message is the compiler's error line(s).
+    """
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
@@ -120,7 +131,9 @@ def compile_sm90(block_m: int, block_n: int, warps: int, stages: int, ws: bool) 
 
 
 def gpu_inputs(seed: int = 0):
-    """q (B*T, Hq, D), pools (N, P, Hkv, D) bf16 in one random page permutation, block table, ctx lens."""
+    """(q, k_cache, v_cache, block_table, ctx_lens) on the GPU: q (B * T, Hq, D) and the pools
+    (N, P, Hkv, D) bf16 normal(0, 1), N = B * L / P; block_table (B, L / P) int32, one random
+    permutation of the pages; ctx_lens (B,) int32, all L."""
     g = torch.Generator(device="cuda").manual_seed(seed)
     pages = B * (L // P)
     q = torch.randn(B * T, HKV * G, D, device="cuda", generator=g).bfloat16()
@@ -132,7 +145,8 @@ def gpu_inputs(seed: int = 0):
 
 
 def reference(q, kc, vc, bt):
-    """float32 softmax(Q K^T / sqrt(D)) V over each request's L context tokens, (B*T, Hq, D)."""
+    """float32 softmax(Q K^T / sqrt(D)) V over each request's L context tokens, (B * T, Hq, D)
+    fp32, from `gpu_inputs`' tensors (K/V gathered through the block table)."""
     k = kc[bt.long()].flatten(1, 2).float()                    # (B, L, Hkv, D)
     v = vc[bt.long()].flatten(1, 2).float()
     qf = q.float().view(B, T, HKV, G, D)
@@ -142,6 +156,12 @@ def reference(q, kc, vc, bt):
 
 
 def run_build(block_m: int, block_n: int, warps: int, stages: int, ws: bool, inputs, ref) -> dict:
+    """Launches one build on `gpu_inputs`, checks it against `reference` (max |error| < 0.02)
+    and times it with `do_bench_cudagraph` (no L2 flush).
+
+    Returns:
+        dict of max_abs_err, passed, median_us (microseconds).
+    """
     from triton.testing import do_bench_cudagraph
     from triton.tools.tensor_descriptor import TensorDescriptor
 
