@@ -54,8 +54,8 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from harness.errors import ConfigError
 from harness.paged import BatchInputs
 from kernels.launch import FixedLaunch, verify_fast_path
-from kernels.tree_attention_plan import (MASK_MODES, KernelConfig, check_inputs, choose_config, is_integer,
-                                         make_plan, next_pow2, pack_tree_masks, tree_bias)
+from kernels.tree_attention_plan import (MASK_MODES, SMEM_PER_SM, KernelConfig, check_inputs, choose_config,
+                                         is_integer, make_plan, next_pow2, pack_tree_masks, tree_bias, ws_fills)
 from kernels.tree_attention_reduce import HAS_PDL, gdc_launch_dependents, merge_partials, tree_attn_merge_kernel
 
 MASK_BITS, MASK_BIAS, MASK_CAUSAL = 0, 1, 2
@@ -278,6 +278,8 @@ def tree_attn_fwd_kernel(
 # ---- host side: prepare once, then launch -------------------------------------------
 
 USE_KV_DESC = True   # kv_desc=None: TMA descriptor loads wherever kv_desc_unsupported allows
+WS_PIPE = True       # the warp-specialised kernel's intra-warpgroup pipelining (PIPE)
+WS_PERSIST = True    # the warp-specialised kernel as one wave of persistent programs
 USE_PDL = True       # pdl=None: the merge kernel as a programmatic dependent launch wherever pdl_unsupported allows
 
 
@@ -330,6 +332,35 @@ def kv_desc_unsupported(inputs: BatchInputs, block_n: int) -> str:
     return ""
 
 
+def ws_unsupported(inputs: BatchInputs) -> str:
+    """Why the warp-specialised Gluon kernel (`tree_attention_ws`) cannot run this batch, or "".
+
+    Args:
+        inputs: the batch.
+
+    Returns:
+        "" on an sm_90 GPU (wgmma is Hopper's; sm_100 has none) with a Triton whose
+        Gluon has the Hopper API, D 64 or 128, and pools TMA can read in 64-token
+        tiles (`kv_desc_unsupported` with BLOCK_N 64); else the first reason
+        against, one line. Raises nothing.
+    """
+    if interpreting() or inputs.device.type != "cuda":
+        return "the warp-specialised kernel needs a CUDA GPU (Gluon does not run in the Triton interpreter)"
+    if torch.cuda.get_device_capability(inputs.device) != (9, 0):
+        return "the warp-specialised kernel needs sm_90 (wgmma)"
+    d = inputs.q.shape[-1]
+    if d not in (64, 128):
+        return f"head dim {d}: the warp-specialised kernel takes D 64 or 128 (shared memory)"
+    why = kv_desc_unsupported(inputs, 64)
+    if why:
+        return why
+    try:
+        import kernels.tree_attention_ws  # noqa: F401
+    except ImportError as e:
+        return f"Triton {triton.__version__} has no Gluon Hopper API ({e})"
+    return ""
+
+
 def interpreting() -> bool:
     """True under TRITON_INTERPRET=1 (Triton's CPU interpreter)."""
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
@@ -344,12 +375,13 @@ class TreeAttention:
         lse: (sum T_b, Hq) fp32 natural-log LSE when prepared with return_lse, else None.
         kv_desc: the context tiles are loaded through TMA descriptors.
         pdl: the split-KV merge kernel is a programmatic dependent launch.
+        ws: the forward kernel is the warp-specialised Gluon one (`tree_attention_ws`).
     """
 
     def __init__(self, inputs: BatchInputs, mask_mode: str = "tree", *, return_lse: bool = False,
                  config: KernelConfig | None = None, num_splits: int | None = None,
                  fast_launch: bool = True, fused_merge: bool = False, merge_rows: int = 1,
-                 kv_desc: bool | None = None, pdl: bool | None = None):
+                 kv_desc: bool | None = None, pdl: bool | None = None, ws: bool | None = None):
         """Does all host work: checks, plan, mask packing, buffers, a warm-up launch.
 
         Args:
@@ -374,11 +406,21 @@ class TreeAttention:
                 griddepcontrol for the forward grid): its launch overlaps the forward
                 kernel's last programs. None (default): wherever `pdl_unsupported` finds
                 no reason against it. True where it finds one raises ConfigError.
+            ws: run the warp-specialised Gluon kernel (`tree_attention_ws`) where the
+                config calls for it (`KernelConfig.ws` > 0). None (default): where the
+                tuned table's config does, `ws_unsupported` finds no reason against it
+                and the batch fills the GPU (`ws_fills`), else the table's tl-kernel
+                config. False: always the tl kernel.
+                The warp-specialised kernel loads every tile by TMA and merges splits
+                in a second kernel, so kv_desc=False or fused_merge=True also select
+                the tl kernel. A given `config` with ws > 0 where any of these applies
+                raises ConfigError.
 
         Raises:
             ConfigError: unsupported dtype, head dim, mask mode, mixed trees in bias mode,
                 merge_rows not a power of 2 in [1, 16], num_splits not an integer in [1, 64], kv_desc=True where
-                `kv_desc_unsupported` gives a reason, or pdl=True where `pdl_unsupported` does.
+                `kv_desc_unsupported` gives a reason, pdl=True where `pdl_unsupported` does, or a
+                warp-specialised `config` that cannot run (see ws).
         """
         check_inputs(inputs.dtype, inputs.q.shape[-1], mask_mode)
         self.inputs, self.mask_mode, self.return_lse = inputs, mask_mode, return_lse
@@ -391,7 +433,19 @@ class TreeAttention:
         hq, d = inputs.q.shape[1], inputs.q.shape[2]
         hkv = inputs.k_cache.shape[2]
         sms = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 1
-        cfg = config or choose_config(hq // hkv * max(ts), d, interpreting())
+        rows = hq // hkv * max(ts)
+        cfg = config or choose_config(rows, d, interpreting(), ws=ws is not False)
+        if cfg.ws:
+            why_ws = ("ws=False" if ws is False else "kv_desc=False (it loads every tile by TMA)"
+                      if kv_desc is False else "fused_merge (it merges in a second kernel)" if fused_merge
+                      else ws_unsupported(inputs))
+            if not why_ws and config is None and not ws_fills(cfg, len(ts), hkv, rows, sms):
+                why_ws = "too few work items for the warp-specialised kernel"
+            if why_ws and config is not None:
+                raise ConfigError(f"config ws={cfg.ws}: {why_ws}")
+            if why_ws:
+                cfg = choose_config(rows, d, interpreting(), ws=False)
+        self.ws = bool(cfg.ws)
         why_not = kv_desc_unsupported(inputs, cfg.block_n)
         if kv_desc and why_not:
             raise ConfigError(f"kv_desc: {why_not}")
@@ -405,7 +459,7 @@ class TreeAttention:
         self.out = torch.empty(inputs.q.shape, dtype=inputs.dtype, device=dev)
         self.lse = torch.empty(inputs.q.shape[:2], dtype=torch.float32, device=dev) if return_lse else None
         self.pdl = pdl_on and self.plan.num_splits > 1 and not fused_merge   # a merge kernel to launch early
-        self._launches = self._build_launches(ls, ts)
+        self._launches = self._build_ws_launches(ts) if self.ws else self._build_launches(ls, ts)
         self()                                   # warm-up: compiles
         self.fast_launch = fast_launch and not interpreting() and verify_fast_path(self._launches, self)
 
@@ -462,11 +516,58 @@ class TreeAttention:
                  **({"maxnreg": cfg.max_regs} if cfg.max_regs and not interpreting() else {})))
         if not split or fused:
             return [fwd]
+        return [fwd, self._merge_launch(o_part, lse_part, lse, rows)]
+
+    def _build_ws_launches(self, ts: list[int]) -> list[FixedLaunch]:
+        """The warp-specialised forward kernel (and the merge kernel with split-KV)."""
+        from triton.experimental.gluon import language as gl
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDescriptor
+
+        from kernels.tree_attention_ws import tree_attn_ws_kernel
+
+        inp, plan, cfg = self.inputs, self.plan, self.plan.config
+        q, kc, vc = inp.q, inp.k_cache, inp.v_cache
+        if q.stride(-1) != 1:
+            q = q.contiguous()
+        hkv, d = kc.shape[2], q.shape[2]
+        words, bias, stride_mw, stride_bias = self._mask_args(ts)
+        split = plan.num_splits > 1
+        rows = q.shape[0] * q.shape[1]
+        o_part = torch.empty((plan.num_splits, *q.shape), dtype=torch.float32, device=q.device) if split else self.out
+        lse_part = torch.empty((plan.num_splits, *q.shape[:2]), dtype=torch.float32, device=q.device) \
+            if split else (self.lse if self.lse is not None else inp.context_lens)
+        lse = self.lse if self.lse is not None else lse_part
+        layout = gl.NVMMASharedLayout.get_default_for([cfg.block_n, d], gl.bfloat16 if q.dtype == torch.bfloat16
+                                                      else gl.float16)
+        rows_kv = kc.shape[0] * kc.shape[1]
+        k_desc, v_desc = (GluonDescriptor(t, [rows_kv, hkv * d], [hkv * d, 1], [cfg.block_n, d], layout)
+                          for t in (kc, vc))
+        consumer_regs, producer_regs = cfg.ws_regs
+        sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+        per_sm = max(1, min(2, SMEM_PER_SM // (cfg.ws_shared_bytes(d) + 1024)))
+        programs = min(plan.num_programs, sms * per_sm) if WS_PERSIST else plan.num_programs
+        fwd = FixedLaunch(tree_attn_ws_kernel, (programs,), [
+            q, k_desc, v_desc, inp.block_table, inp.context_lens, inp.qo_indptr, words, bias,
+            self.out, lse, o_part, lse_part, inp.sm_scale * LOG2E, q.stride(0), q.stride(1),
+            inp.block_table.stride(0), stride_mw, stride_bias, rows, plan.m_tiles, plan.num_splits,
+            plan.tiles_per_split, plan.num_programs],
+            dict(HKV=hkv, G=q.shape[1] // hkv, D=d, P=kc.shape[1], BLOCK_N=cfg.block_n, NUM_WG=cfg.ws,
+                 STAGES=cfg.num_stages, MASK_MODE=MASK_MODES.index(self.mask_mode), SPLIT=split,
+                 WRITE_LSE=self.lse is not None, CONSUMER_REGS=consumer_regs, PRODUCER_REGS=producer_regs,
+                 PIPE=WS_PIPE and cfg.ws < 3),
+            dict(num_warps=4, maxnreg=cfg.max_regs))
+        if not split:
+            return [fwd]
+        return [fwd, self._merge_launch(o_part, lse_part, lse, rows)]
+
+    def _merge_launch(self, o_part: torch.Tensor, lse_part: torch.Tensor, lse: torch.Tensor,
+                      rows: int) -> FixedLaunch:
+        """The split-KV merge kernel over the partials (rows = sum T * Hq)."""
+        plan, d = self.plan, o_part.shape[-1]
         per = self.merge_rows
-        merge = FixedLaunch(tree_attn_merge_kernel, (-(-rows // per),),
-                            [o_part, lse_part, self.out, lse, rows, plan.num_splits],
-                            dict(BLOCK_S=next_pow2(plan.num_splits), ROWS=per, D=d, WRITE_LSE=self.lse is not None,
-                                 PDL=self.pdl),
-                            dict(num_warps=4 if plan.num_splits * per * d >= 2048 else 2, num_stages=1,
-                                 **({"launch_pdl": True} if self.pdl else {})))
-        return [fwd, merge]
+        return FixedLaunch(tree_attn_merge_kernel, (-(-rows // per),),
+                           [o_part, lse_part, self.out, lse, rows, plan.num_splits],
+                           dict(BLOCK_S=next_pow2(plan.num_splits), ROWS=per, D=d, WRITE_LSE=self.lse is not None,
+                                PDL=self.pdl),
+                           dict(num_warps=4 if plan.num_splits * per * d >= 2048 else 2, num_stages=1,
+                                **({"launch_pdl": True} if self.pdl else {})))

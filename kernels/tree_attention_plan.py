@@ -32,39 +32,70 @@ def is_integer(v) -> bool:
 class KernelConfig:
     """Tile shape and launch parameters of the forward kernel."""
 
-    block_m: int      # packed (node, g) rows per program; power of 2 >= 16
+    block_m: int      # packed (node, g) rows per program; power of 2 >= 16 (ws: 64 * ws)
     block_n: int      # KV tokens per tile; power of 2 >= 16
     num_warps: int    # warps per program
     num_stages: int   # software-pipelining depth of the K/V tile loads
     max_regs: int = 0  # registers per thread cap (Triton's maxnreg; 0 = the compiler's choice)
     bt_ahead: int = 0  # 1: each context tile's block-table entries are loaded one tile ahead of its K/V
+    ws: int = 0        # consumer warpgroups of the warp-specialised Gluon kernel (0: the tl kernel)
 
     def __post_init__(self) -> None:
-        rules = (("block_m", lambda v: 16 <= v <= 256 and not v & (v - 1), "an integer power of 2 from 16 to 256"),
+        rules = (("block_m", lambda v: 16 <= v <= 256 and (not v & (v - 1) or v == 192),
+                  "an integer power of 2 from 16 to 256 (or 192 = 3 warpgroups of the warp-specialised kernel)"),
                  ("block_n", lambda v: 16 <= v <= 256 and not v & (v - 1), "an integer power of 2 from 16 to 256"),
                  ("num_warps", lambda v: v in (1, 2, 4, 8, 16), "the integer 1, 2, 4, 8 or 16"),
                  ("num_stages", lambda v: 1 <= v <= 8, "an integer from 1 to 8"),
                  ("max_regs", lambda v: v == 0 or 24 <= v <= 255, "the integer 0 (no cap) or one from 24 to 255"),
-                 ("bt_ahead", lambda v: v in (0, 1), "the integer 0 or 1 (2 and 3 measured slower, docs/kernel.md)"))
+                 ("bt_ahead", lambda v: v in (0, 1), "the integer 0 or 1 (2 and 3 measured slower, docs/kernel.md)"),
+                ("ws", lambda v: v in (0, 1, 2, 3), "the integer 0 (the tl kernel) or 1 to 3 consumer warpgroups"))
         for name, ok, want in rules:
             v = getattr(self, name)
             if not is_integer(v) or not ok(v):      # True, 4.0 and "4" are refused; numpy integers are taken
                 raise ConfigError(f"kernel config {name}={v!r}: must be {want}")
             object.__setattr__(self, name, int(v))
+        if (self.block_m == 192) != (self.ws == 3) or self.ws and (self.block_m != 64 * self.ws or self.block_n != 64 or self.num_warps != 4
+                        or not 2 <= self.num_stages <= 6 or self.max_regs < 64):
+            raise ConfigError(f"kernel config {self}: the warp-specialised kernel (ws={self.ws}) takes "
+                              f"block_m = 64 * ws = {64 * self.ws}, block_n 64, 4 warps, 2 to 6 stages and "
+                              "max_regs >= 64 (its register budget per thread, shared by the warpgroups)")
+
+    @property
+    def ws_regs(self) -> tuple[int, int]:
+        """(consumer, producer) registers per thread of the warp-specialised kernel's
+        partitions (setmaxnreg; multiples of 8, at most 256): the producer warp's
+        warpgroup keeps WS_PRODUCER_REGS, the consumers share the rest of
+        max_regs * (ws + 1) warpgroups' worth."""
+        spare = self.max_regs * (self.ws + 1) - WS_PRODUCER_REGS
+        return min(256, spare // max(self.ws, 1) // 8 * 8), WS_PRODUCER_REGS
+
+    def ws_shared_bytes(self, head_dim: int, itemsize: int = 2) -> int:
+        """Shared memory of the warp-specialised kernel: Q (block_m, D) and the K/V ring
+        (2 x stages x (64, D)), plus WS_SCRATCH_BYTES per consumer warpgroup for its
+        layout conversions and the barriers (sm_90 compiles, D 128: 90172 B for ws 1
+        with 2 stages, 180336 B for ws 2 with 4, 172152 B for ws 3 with 3)."""
+        tile = 64 * head_dim * itemsize
+        return (self.ws + 2 * self.num_stages) * tile + self.ws * WS_SCRATCH_BYTES
+
+
+WS_PRODUCER_REGS = 40        # the producer warp's warpgroup: scalar work and TMA issue only
+WS_SCRATCH_BYTES = 8 * 1024 + 64   # per consumer warpgroup (see KernelConfig.ws_shared_bytes)
+SMEM_PER_SM = 227 * 1024      # the largest dynamic shared memory of one sm_90 CTA (228 KiB per SM, 1 KiB reserved per CTA)
 
 
 def parse_kernel_config(text: str) -> KernelConfig:
-    """'BLOCK_M,BLOCK_N,warps,stages[,max_regs[,bt_ahead]]' (the scripts' --config) -> KernelConfig.
+    """'BLOCK_M,BLOCK_N,warps,stages[,max_regs[,bt_ahead[,ws]]]' (the scripts' --config) -> KernelConfig.
 
     Raises:
-        ConfigError: not 4 to 6 integers, or a field KernelConfig refuses.
+        ConfigError: not 4 to 7 integers, or a field KernelConfig refuses.
     """
     try:
         fields = [int(f) for f in text.split(",")]
     except ValueError:
         fields = []
-    if not 4 <= len(fields) <= 6:
-        raise ConfigError(f"--config {text!r}: want BLOCK_M,BLOCK_N,warps,stages[,max_regs[,bt_ahead]] (integers)")
+    if not 4 <= len(fields) <= 7:
+        raise ConfigError(f"--config {text!r}: want BLOCK_M,BLOCK_N,warps,stages[,max_regs[,bt_ahead[,ws]]] "
+                          "(integers)")
     return KernelConfig(*fields)
 
 
@@ -82,6 +113,12 @@ class Plan:
 # (rows bound, D bound) -> config; first row whose bounds hold wins. rows = G * max T_b.
 # Measured on the H200 with scripts/bench_kernel.py (docs/kernel.md, results/kernel-dev/);
 # bt_ahead=1 (block table read one tile ahead of the K/V loads) from run 5 (TMA) and run 6 (P 16 gather).
+# The warp-specialised Gluon kernel's rows (ws > 0; run 8): 2 consumer warpgroups (128 rows) with
+# a 4-stage ring, 3 (192 rows, no intra-warpgroup pipelining: no registers for it) for 129-192
+# rows. They apply only where `ws_unsupported` finds no reason against, D is 128 (the tuned one)
+# and the batch has at least WS_MIN_ITEMS_PER_SM * SMs work items; else the tl-kernel rows below.
+WS2 = KernelConfig(128, 64, 4, 4, 168, 0, 2)
+WS3 = KernelConfig(192, 64, 4, 3, 128, 0, 3)
 GPU_CONFIGS: tuple[tuple[int, int, KernelConfig], ...] = (
     (16, 128, KernelConfig(16, 64, 2, 4)),
     (16, 256, KernelConfig(16, 64, 4, 3)),
@@ -89,9 +126,14 @@ GPU_CONFIGS: tuple[tuple[int, int, KernelConfig], ...] = (
     (32, 256, KernelConfig(32, 32, 4, 3)),
     (64, 128, KernelConfig(64, 64, 4, 3, bt_ahead=1)),
     (64, 256, KernelConfig(64, 32, 8, 2)),
+    (128, 128, WS2),
+    (192, 128, WS3),
+    (1 << 30, 128, WS2),
     (1 << 30, 128, KernelConfig(64, 64, 4, 3, bt_ahead=1)),
     (1 << 30, 256, KernelConfig(64, 32, 8, 2)),
 )
+WS_HEAD_DIMS = (128,)        # the warp-specialised rows are tuned for D 128 only
+WS_MIN_ITEMS_PER_SM = 0.5    # fewer work items than half the SMs: the tl kernel with split-KV wins (run 8c: B 1)
 INTERPRET_CONFIG = KernelConfig(16, 16, 1, 1)   # the CPU interpreter: smallest tiles run fastest
 
 
@@ -100,18 +142,28 @@ def next_pow2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
-def choose_config(rows: int, head_dim: int, interpret: bool) -> KernelConfig:
-    """The tuned config for `rows` = G * max T_b packed rows and head dim D."""
+def choose_config(rows: int, head_dim: int, interpret: bool, ws: bool = True) -> KernelConfig:
+    """The tuned config for `rows` = G * max T_b packed rows and head dim D; with
+    ws=False the first tl-kernel config (the fallback where the warp-specialised
+    kernel cannot run)."""
     if interpret:
         return INTERPRET_CONFIG
     for max_rows, max_d, cfg in GPU_CONFIGS:
-        if rows <= max_rows and head_dim <= max_d:
+        if rows <= max_rows and head_dim <= max_d and (not cfg.ws or ws and head_dim in WS_HEAD_DIMS):
             return cfg
     raise ConfigError(f"head dim {head_dim}: the kernel supports D <= 256")
 
 
+def ws_fills(config: KernelConfig, batch_size: int, num_kv_heads: int, rows: int, num_sms: int) -> bool:
+    """True when a warp-specialised config has work items (B * Hkv * M-tiles, no split-KV)
+    for at least WS_MIN_ITEMS_PER_SM of the SMs; always True for a tl-kernel config."""
+    if not config.ws:
+        return True
+    return batch_size * num_kv_heads * math.ceil(rows / config.block_m) >= WS_MIN_ITEMS_PER_SM * num_sms
+
+
 def choose_num_splits(programs: int, kv_tiles: list[int], num_sms: int, block_m: int,
-                      tma_tiles: bool = False) -> int:
+                      tma_tiles: bool = False, programs_per_sm: int = 2) -> int:
     """KV splits per (request, KV head) so that the grid fills the GPU.
 
     Args:
@@ -120,14 +172,17 @@ def choose_num_splits(programs: int, kv_tiles: list[int], num_sms: int, block_m:
         num_sms: multiprocessors of the device (132 on an H200).
         block_m: the config's BLOCK_M.
         tma_tiles: the context tiles are loaded through TMA descriptors (the
-            forward kernel's KV_DESC path).
+            forward kernel's KV_DESC path, or the warp-specialised kernel).
+        programs_per_sm: how many of the larger tiles' programs fit one SM (2 for
+            the tl kernel's BLOCK_M 64; the warp-specialised kernel's from its
+            shared memory).
 
     Returns:
         1 when the grid already fills the GPU. Else, for the memory-bound
         BLOCK_M 16 tiles, enough splits for 3 programs per SM, down to one KV
         tile per split (at most STREAM_MAX_SPLITS): short splits hide the
         latency of a small batch. For the tensor-core-bound larger tiles, as
-        many splits as fit one wave at 2 programs per SM (their occupancy),
+        many splits as fit one wave at programs_per_sm (their occupancy),
         keeping at least MIN_TILES_PER_SPLIT tiles in each split and, with TMA
         tiles, at most TC_MAX_SPLITS splits. Chosen from the split sweeps on the H200
         (scripts/splits_sweep.py, results/kernel-dev/run4-splits.csv; the TMA
@@ -139,7 +194,7 @@ def choose_num_splits(programs: int, kv_tiles: list[int], num_sms: int, block_m:
         want = math.ceil(3 * num_sms / programs)
         cap = min(max(kv_tiles), STREAM_MAX_SPLITS)
     else:
-        want = (2 * num_sms) // programs
+        want = (programs_per_sm * num_sms) // programs
         cap = max(kv_tiles) // MIN_TILES_PER_SPLIT
         if tma_tiles:
             cap = min(cap, TC_MAX_SPLITS)
@@ -157,19 +212,22 @@ def make_plan(batch_size: int, num_kv_heads: int, group_size: int, tree_sizes: l
               seq_lens: list[int], head_dim: int, *, num_sms: int, interpret: bool,
               config: KernelConfig | None = None, num_splits: int | None = None,
               tma_tiles: bool = False) -> Plan:
-    """Chooses the config (unless given), the M-tiling and split-KV for one batch
-    (tma_tiles: the forward kernel will load the context tiles through TMA).
+    """Chooses the config (unless given: the tl kernel's tuned one, as `TreeAttention`
+    decides on the warp-specialised kernel itself), the M-tiling and split-KV for one
+    batch (tma_tiles: the forward kernel will load the context tiles through TMA).
 
     Raises:
         ConfigError: num_splits not an integer in [1, MAX_SPLITS], or (no config given)
             a head dim over 256.
     """
-    cfg = config or choose_config(group_size * max(tree_sizes), head_dim, interpret)
+    cfg = config or choose_config(group_size * max(tree_sizes), head_dim, interpret, ws=False)
     m_tiles = math.ceil(group_size * max(tree_sizes) / cfg.block_m)
     programs = batch_size * num_kv_heads * m_tiles
     tiles = [math.ceil(s / cfg.block_n) for s in seq_lens]
     if num_splits is None:
-        num_splits = 1 if interpret else choose_num_splits(programs, tiles, num_sms, cfg.block_m, tma_tiles)
+        per_sm = max(1, min(2, SMEM_PER_SM // (cfg.ws_shared_bytes(head_dim) + 1024))) if cfg.ws else 2
+        num_splits = 1 if interpret else choose_num_splits(programs, tiles, num_sms, cfg.block_m,
+                                                           tma_tiles or bool(cfg.ws), per_sm)
     if not is_integer(num_splits) or not 1 <= num_splits <= MAX_SPLITS:
         raise ConfigError(f"num_splits={num_splits!r}: must be an integer from 1 (split-KV off) "
                           f"to {MAX_SPLITS}")

@@ -23,6 +23,8 @@ Phases:
   gather P 16 (K/V gathered by pointer loads): block table read one tile ahead or not
   deep   BLOCK_M 128 in one CTA per SM with 4-5 pipeline stages, and in one warpgroup
          (4 warps, BLOCK_N 32), against the default tiles on the large trees
+  wscheck  the warp-specialised Gluon kernel (KernelConfig.ws) on odd cases: correctness
+  ws     the warp-specialised kernel's configs against the default on the target cells
 
 Writes DIR/kernel.csv (one row per measurement, flushed as it goes, so a run
 cut short keeps what it measured) and prints a short table. The HBM floor of a
@@ -54,7 +56,7 @@ from harness.compare import compare  # noqa: E402
 from harness.timing import capture_graph  # noqa: E402
 from harness.paged import BatchInputs, build_inputs  # noqa: E402
 from harness.reference import reference_attention  # noqa: E402
-from kernels.tree_attention_plan import KernelConfig, choose_config, make_plan  # noqa: E402
+from kernels.tree_attention_plan import KernelConfig, choose_config, make_plan, ws_fills  # noqa: E402
 
 log = logging.getLogger("bench_kernel")
 HEADS = dict(num_q_heads=32, num_kv_heads=8, head_dim=128)
@@ -62,7 +64,7 @@ TARGET = dict(batch_size=64, context_len=2048, page_size=128, **HEADS)
 PR27 = "vllm:pr_27"
 FIELDS = ["phase", "tree", "B", "L", "T", "P", "D", "Hq", "Hkv", "dtype", "mode", "per_request", "block_m", "block_n",
           "warps", "stages", "splits", "m_tiles", "fused", "kv_desc", "merge_rows", "bt_ahead", "max_regs", "fast_launch", "passed", "max_abs_err", "nonfinite",
-          "lse_err", "graph_ok", "median_us", "host_us", "kv_bytes", "floor_us", "pct_floor", "error"]
+          "lse_err", "graph_ok", "ws", "ws_pipe", "ws_persist", "median_us", "host_us", "kv_bytes", "floor_us", "pct_floor", "error"]
 SEED_TREES = ["full:3:0", "full:3:1", "full:3:2", "full:3:3", PR27, "eagle:mc_sim_7b_63", "medusa:mc_sim_7b_63"]
 
 
@@ -79,6 +81,9 @@ class Variant:
     fused: bool = False                        # split-KV merge in the forward kernel (else a 2nd kernel)
     kv_desc: bool | None = None                # TMA descriptor loads of context tiles (None: the default)
     merge_rows: int = 1                        # rows per program of the merge kernel
+    ws: bool | None = None                     # TreeAttention's ws (False: always the tl kernel)
+    ws_pipe: bool = True                       # warp-specialised kernel: intra-warpgroup pipelining (WS_PIPE)
+    ws_persist: bool = True                    # warp-specialised kernel: one wave of persistent programs
     time_it: bool = True
     host_time: bool = False
 
@@ -86,11 +91,18 @@ class Variant:
         c = self.case
         return (c.get("page_size"), c.get("head_dim"), c.get("num_q_heads"), c.get("num_kv_heads"),
                 c.get("dtype"), self.mode, self.config, self.splits != 1, self.lse, self.fused, self.kv_desc,
-                self.merge_rows)
+                self.merge_rows, self.ws, self.ws_pipe, self.ws_persist)
 
     def small(self) -> "Variant":
         """The same kernel specialisation on a 2-request batch (for parallel compiling)."""
         return dataclasses.replace(self, case={**self.case, "batch_size": min(2, self.case["batch_size"])})
+
+
+def ws_flags(v: Variant) -> None:
+    """Sets the warp-specialised kernel's module switches for variant v."""
+    import kernels.tree_attention as ta
+
+    ta.WS_PIPE, ta.WS_PERSIST = v.ws_pipe, v.ws_persist
 
 
 # ---- inputs ---------------------------------------------------------------------------
@@ -160,8 +172,9 @@ def graph_replay_ok(ta, expect: torch.Tensor) -> bool:
 
 def run_variant(bench: Bench, v: Variant) -> dict:
     """Checks one variant against the float64 reference, then times it."""
-    from kernels.tree_attention import TreeAttention
+    import kernels.tree_attention
     import triton.testing
+    from kernels.tree_attention import TreeAttention
 
     case = Case(**v.case)
     row = dict(phase=v.phase, fused=v.fused, tree=case.tree, B=case.batch_size, L=case.context_len, P=case.page_size,
@@ -169,10 +182,12 @@ def run_variant(bench: Bench, v: Variant) -> dict:
                per_request=case.tree_per_request)
     try:
         inp = bench.inputs(v.case, v.mode)
+        ws_flags(v)
         ta = TreeAttention(inp, v.mode, return_lse=v.lse, config=v.config, num_splits=v.splits,
-                           fused_merge=v.fused, kv_desc=v.kv_desc, merge_rows=v.merge_rows)
+                           fused_merge=v.fused, kv_desc=v.kv_desc, merge_rows=v.merge_rows, ws=v.ws)
         cfg, plan = ta.plan.config, ta.plan
-        row.update(kv_desc=ta.kv_desc, merge_rows=v.merge_rows, bt_ahead=cfg.bt_ahead, max_regs=cfg.max_regs)
+        row.update(kv_desc=ta.kv_desc, merge_rows=v.merge_rows, bt_ahead=cfg.bt_ahead, max_regs=cfg.max_regs,
+                   ws=cfg.ws, ws_pipe=v.ws_pipe if cfg.ws else "", ws_persist=v.ws_persist if cfg.ws else "")
         row.update(T=max(t.size for t in inp.trees), block_m=cfg.block_m, block_n=cfg.block_n,
                    warps=cfg.num_warps, stages=cfg.num_stages, splits=plan.num_splits, m_tiles=plan.m_tiles,
                    fast_launch=ta.fast_launch)
@@ -407,21 +422,77 @@ def gather_variants() -> list[Variant]:
     return out
 
 
+K = KernelConfig
+WS_VARIANTS = (dict(ws=False), dict(config=K(128, 64, 4, 4, 168, 0, 2)), dict(config=K(128, 64, 4, 3, 168, 0, 2)),
+               dict(config=K(128, 64, 4, 4, 168, 0, 2), ws_pipe=False),
+               dict(config=K(192, 64, 4, 3, 128, 0, 3)))
+
+
+def wscheck_variants() -> list[Variant]:
+    """The warp-specialised kernel against the float64 reference: ragged and zero contexts,
+    mixed per-request trees up to 250 nodes (several M-tiles), G 1..8, D 64/128, P 64..256,
+    fp16, the three mask modes, LSE, split-KV."""
+    K = KernelConfig
+    out = []
+    small = dict(num_q_heads=16, num_kv_heads=4, head_dim=128)
+    for cfg in (K(128, 64, 4, 3, 168, 0, 2), K(64, 64, 4, 2, 128, 0, 1), K(192, 64, 4, 3, 128, 0, 3)):
+        for P in (64, 128, 256):
+            c = dict(batch_size=7, context_len="ragged:0-700", tree="random:30:5", page_size=P,
+                     tree_per_request="mixed", **small)
+            out += [Variant("wscheck", c, config=cfg, splits=s, lse=True, time_it=False) for s in (1, 5)]
+        for hq, hkv, d in ((8, 8, 128), (16, 8, 64), (64, 8, 128), (12, 4, 64)):
+            c = dict(batch_size=3, context_len="ragged:0-300", tree="random:70:2", tree_per_request="mixed",
+                     page_size=128, num_q_heads=hq, num_kv_heads=hkv, head_dim=d, dtype="float16")
+            out.append(Variant("wscheck", c, config=cfg, lse=True, time_it=False))
+        for mode in ("bias", "causal"):
+            c = dict(batch_size=5, context_len="ragged:0-1000", tree="full:3:3", page_size=128, **small)
+            out.append(Variant("wscheck", c, config=cfg, mode=mode, lse=True, time_it=False))
+            out.append(Variant("wscheck", c, config=cfg, mode=mode, splits=3, time_it=False))
+        big = dict(batch_size=4, context_len="ragged:1000-3000", tree="random:250:9", tree_per_request="mixed",
+                   page_size=64, **HEADS)
+        out.append(Variant("wscheck", big, config=cfg, lse=True, time_it=False))
+        out.append(Variant("wscheck", {**big, "context_len": 128, "page_size": 128}, config=cfg, time_it=False))
+    c = dict(batch_size=7, context_len="ragged:0-700", tree="random:30:5", page_size=128, tree_per_request="mixed",
+             **small)
+    out += [Variant("wscheck", c, config=K(128, 64, 4, 3, 168, 0, 2), splits=s, lse=True, time_it=False,
+                    ws_pipe=False) for s in (1, 5)]
+    out += [Variant("wscheck", c, config=K(128, 64, 4, 4, 168, 0, 2), splits=s, lse=True, time_it=False,
+                    ws_persist=False) for s in (1, 5)]
+    for b, tree in ((64, "vllm:pr_27"), (64, "full:3:3"), (16, "medusa:mc_sim_7b_63")):   # the default plan
+        out.append(Variant("wscheck", dict(TARGET, batch_size=b, tree=tree), lse=True, time_it=False))
+    return out
+
+
+def ws_variants() -> list[Variant]:
+    """The default plan against the warp-specialised kernel's configs on the target cells
+    (P 128, L 2048) and their neighbours."""
+    out = []
+    for b, tree in ((64, PR27), (64, "full:3:3"), (64, "full:3:2"), (64, "medusa:mc_sim_7b_63"),
+                    (64, "eagle:mc_sim_7b_63"), (16, PR27), (16, "full:3:3"), (16, "medusa:mc_sim_7b_63"),
+                    (1, PR27), (1, "full:3:3"), (64, "full:3:1")):
+        c = dict(TARGET, batch_size=b, tree=tree)
+        out += [Variant("ws", c, **kw) for kw in (dict(), *WS_VARIANTS)]
+    return out
+
+
 # phase name -> its variants (the phases besides "env"), in the docstring's order
 PHASE_VARIANTS = {"check": check_variants, "tune": tune_variants, "seed": seed_variants, "big": big_variants,
                   "wide": wide_variants, "merge": merge_variants, "pair": pair_variants, "fuse": fuse_variants,
-                  "gather": gather_variants, "deep": deep_variants}
+                  "gather": gather_variants, "deep": deep_variants, "wscheck": wscheck_variants,
+                  "ws": ws_variants}
 
 
 def _compile_one(v: Variant) -> str:
     """Worker: builds the variant's kernels on a 2-request batch (fills Triton's disk cache)."""
+    import kernels.tree_attention
     from kernels.tree_attention import TreeAttention
 
     try:
+        ws_flags(v)
         inp = gpu_inputs(Case(**v.case))
         TreeAttention(inp.causal() if v.mode == "causal" else inp, v.mode, return_lse=v.lse,
                       config=v.config, num_splits=v.splits, fast_launch=False, fused_merge=v.fused,
-                      kv_desc=v.kv_desc, merge_rows=v.merge_rows)
+                      kv_desc=v.kv_desc, merge_rows=v.merge_rows, ws=v.ws)
         torch.cuda.synchronize()
         return ""
     except Exception as e:
@@ -433,7 +504,10 @@ def resolve(v: Variant, num_sms: int) -> Variant:
     2-request copy of it must compile the same specialisation)."""
     case = Case(**v.case)
     trees, lens = case.trees(), case.context_lens()
-    cfg = v.config or choose_config(case.group_size * max(t.size for t in trees), case.head_dim, False)
+    rows = case.group_size * max(t.size for t in trees)
+    cfg = v.config or choose_config(rows, case.head_dim, False, ws=v.ws is not False)
+    if v.config is None and not ws_fills(cfg, case.batch_size, case.num_kv_heads, rows, num_sms):
+        cfg = choose_config(rows, case.head_dim, False, ws=False)
     tma = v.kv_desc is not False and case.page_size % cfg.block_n == 0      # as on an sm_90 GPU
     plan = make_plan(case.batch_size, case.num_kv_heads, case.group_size, [t.size for t in trees],
                      [l + t.size for l, t in zip(lens, trees)], case.head_dim, num_sms=num_sms,

@@ -413,3 +413,101 @@ def test_tree_attention_plans_splits_from_the_tma_decision(monkeypatch):
 def test_kernel_config_rejects_bad_fields(kw, needle):
     with pytest.raises(ConfigError, match=needle):
         KernelConfig(**{**dict(block_m=64, block_n=64, num_warps=4, num_stages=3), **kw})
+
+
+# ---- the warp-specialised Gluon kernel (sm_90) -----------------------------------------
+
+WS_CONFIGS = [KernelConfig(128, 64, 4, 4, 168, 0, 2), KernelConfig(64, 64, 4, 2, 128, 0, 1),
+              KernelConfig(192, 64, 4, 3, 128, 0, 3)]
+
+
+def test_ws_config_fields_and_budgets():
+    """A warp-specialised config is 64 rows per consumer warpgroup, 64-token tiles and
+    4 warps; its registers split max_regs over ws + 1 warpgroups with the producer's
+    fixed share; its shared memory fits one sm_90 CTA; parse takes the 7th field."""
+    from kernels.tree_attention_plan import SMEM_PER_SM, WS_PRODUCER_REGS, parse_kernel_config
+    ws2 = KernelConfig(128, 64, 4, 4, 168, 0, 2)
+    assert ws2.ws_regs == (232, WS_PRODUCER_REGS)           # (3 * 168 - 40) / 2, a multiple of 8
+    assert KernelConfig(64, 64, 4, 2, 128, 0, 1).ws_regs == (216, WS_PRODUCER_REGS)
+    assert KernelConfig(192, 64, 4, 3, 128, 0, 3).ws_regs == (152, WS_PRODUCER_REGS)
+    for cfg in WS_CONFIGS:
+        assert cfg.ws_shared_bytes(128) <= SMEM_PER_SM
+    assert parse_kernel_config("128,64,4,4,168,0,2") == ws2
+    for bad in [(64, 64, 4, 4, 168, 0, 2), (128, 32, 4, 4, 168, 0, 2), (128, 64, 8, 4, 168, 0, 2),
+                (128, 64, 4, 4, 0, 0, 2), (256, 64, 4, 4, 168, 0, 4), (192, 64, 4, 3, 128)]:
+        with pytest.raises(ConfigError, match="kernel config"):
+            KernelConfig(*bad)
+
+
+def test_choose_config_picks_the_ws_rows_only_for_d128():
+    from kernels.tree_attention_plan import WS2, WS3, choose_config
+    assert choose_config(112, 128, False) == WS2          # the 27-node tree, G 4
+    assert choose_config(160, 128, False) == WS3          # full:3:3, G 4
+    assert choose_config(256, 128, False) == WS2          # medusa, G 4: two M-tiles of 128 rows
+    assert choose_config(52, 128, False).ws == 0           # one 64-row tile: the tl kernel
+    for rows, d, ws in ((112, 64, True), (112, 256, True), (112, 128, False)):
+        cfg = choose_config(rows, d, False, ws=ws)
+        assert cfg.ws == 0 and cfg.block_m == 64
+    assert choose_config(112, 128, True).ws == 0          # the interpreter: its own tiny tiles
+
+
+def test_ws_fills_needs_half_the_sms_in_work_items():
+    from kernels.tree_attention_plan import WS2, ws_fills
+    assert ws_fills(WS2, 64, 8, 112, 132)                 # 512 items
+    assert ws_fills(WS2, 16, 8, 112, 132)                 # 128 items: at least 66
+    assert not ws_fills(WS2, 1, 8, 112, 132)               # 8 items: the tl kernel splits the context
+    assert ws_fills(KernelConfig(64, 64, 4, 3), 1, 8, 112, 132)   # a tl config always
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="the refusal is for a machine without a CUDA GPU")
+def test_ws_kernel_is_refused_without_a_gpu():
+    """A warp-specialised config names why it cannot run here; the default quietly
+    keeps the tl kernel."""
+    from kernels.tree_attention import ws_unsupported
+    case = Case(batch_size=2, context_len=70, tree="full:2:2", page_size=64, **TINY)
+    inputs = build_inputs(case, DEVICE)
+    assert "CUDA GPU" in ws_unsupported(inputs)
+    with pytest.raises(ConfigError, match="config ws=2: the warp-specialised kernel needs a CUDA GPU"):
+        TreeAttention(inputs, config=WS_CONFIGS[0])
+    assert not TreeAttention(inputs).ws
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda" or torch.cuda.get_device_capability() != (9, 0), reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("cfg", WS_CONFIGS, ids=["ws2", "ws1", "ws3"])
+@pytest.mark.parametrize("pipe", [True, False])
+@pytest.mark.parametrize("splits", [1, 3])
+def test_ws_kernel_on_gpu(cfg, pipe, splits, monkeypatch):
+    """The warp-specialised kernel against the float64 reference: ragged contexts
+    (some zero), mixed per-request trees up to 70 nodes (several M-tiles, idle
+    consumers), S_b not a multiple of 64 (the producer zeroes V rows past S_b), one
+    persistent wave and one item per program, and replayed from a CUDA graph."""
+    import kernels.tree_attention as kta
+    monkeypatch.setattr(kta, "WS_PIPE", pipe)
+    case = Case(batch_size=6, context_len="ragged:0-700", tree="random:70:4", tree_per_request="mixed",
+                page_size=128, num_q_heads=16, num_kv_heads=4, head_dim=128)
+    for persist in (True, False):
+        monkeypatch.setattr(kta, "WS_PERSIST", persist)
+        ta = check(case, config=cfg, num_splits=splits)
+        assert ta.ws and ta.kv_desc
+        expect = ta.out.clone()
+        g = capture_graph(ta)
+        ta.out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(ta.out, expect, rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda" or torch.cuda.get_device_capability() != (9, 0), reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("mode", ["tree", "bias", "causal"])
+def test_ws_default_plan_on_gpu(mode):
+    """The default plan takes the warp-specialised kernel for a large batch of a 28-node
+    tree (G 4: 112 rows) in every mask mode, and the tl kernel for a single request and
+    for D 64 (not tuned); every one of them exact."""
+    import dataclasses
+    big = Case(batch_size=48, context_len="ragged:100-400", tree="vllm:pr_27", page_size=64,
+               num_q_heads=32, num_kv_heads=8, head_dim=128)
+    assert check(big, mode).ws
+    assert not check(dataclasses.replace(big, batch_size=1), mode).ws
+    assert not check(dataclasses.replace(big, head_dim=64, dtype="float16"), mode).ws

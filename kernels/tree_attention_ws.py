@@ -1,0 +1,416 @@
+"""Warp-specialised tree attention for sm_90, in Gluon (Triton's explicit-layout dialect).
+
+The same work as `tree_attention.tree_attn_fwd_kernel` (docs/kernel.md), laid out
+the way FlashAttention-3 lays out its Hopper forward kernel (Shah et al. 2024,
+"FlashAttention-3", section 3.1): one CTA owns NUM_WG * 64 packed rows of one
+(request b, KV head, KV split) and splits its warps by role:
+
+- a producer warp streams every K/V tile of the split into a ring of STAGES
+  shared-memory buffers with TMA (page from the block table, one box of
+  BLOCK_N tokens x D), each buffer guarded by a "ready" mbarrier per tensor and an
+  "empty" mbarrier that every consumer releases;
+- NUM_WG consumer warpgroups, each owning 64 rows, run Q K^T (wgmma, Q from
+  shared memory), the online softmax (FlashAttention-2, fp32, exp2) and P V
+  (wgmma, P from registers) on each tile as soon as it lands.
+
+So each K/V tile is read from L2 once per CTA for all NUM_WG * 64 rows (the
+tl kernel reads it once per 64-row M-tile), the loads never wait in the
+consumers' instruction stream, and the consumer warpgroups, scheduled
+independently, overlap one's softmax with another's MMAs.
+
+Rows pack the G query heads of the KV head with the request's tree nodes,
+node-major (row r = node * G + g), as in the tl kernel. Tiles wholly inside
+the context [0, L_b) need no mask; the tiles overlapping [L_b, S_b) apply the
+tree mask (MASK_MODE 0 bitmask, 1 additive bias, 2 causal) in the consumer. TMA
+reads those tiles whole, so rows past S_b hold whatever the pool holds there
+(NaN in the harness's pools): their scores are masked to -inf, and each
+consumer copies the V tile into its own buffer with those rows zeroed before
+P V (0 * NaN would be NaN).
+
+Only for sm_90 GPUs with Gluon's Hopper API (Triton 3.6 to 3.9); the CPU
+interpreter does not run Gluon, so `TreeAttention` uses the tl kernel there.
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                              warpgroup_mma_wait)
+
+# TMA global -> shared copy: `async_load` from Triton 3.7 on, `async_copy_global_to_shared` in 3.6.
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+ROWS_PER_WG = 64   # rows of one consumer warpgroup: wgmma's M per warpgroup
+BT_CHUNK = gl.constexpr(32)   # block-table entries the producer loads at once (one per lane)
+
+
+@gluon.constexpr_function
+def _load_layout(d):
+    """Blocked layout of a (64, d) tile over one warpgroup, 16-byte vectors along d."""
+    tpw_d = d // 8 if d < 256 else 32
+    return gl.BlockedLayout([1, 8], [32 // tpw_d, tpw_d], [4, 1], [1, 0])
+
+
+@gluon.constexpr_function
+def _mma_layout(n):
+    """wgmma accumulator layout of a (64, n) tile over one warpgroup."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, n, 16])
+
+
+@gluon.jit
+def _work_item(item, CTX_LENS, QO, m_tiles, num_splits, tiles_per_split, HKV: gl.constexpr, G: gl.constexpr,
+               BLOCK_N: gl.constexpr, NUM_WG: gl.constexpr):
+    """Work item `item` (M-tile fastest, then split, KV head, request) ->
+    (b, kh, split, L, S, qo, T, t_lo, t_hi, t_ctx, m0): its KV tiles are [t_lo, t_hi),
+    those before t_ctx wholly inside the context; an item with no rows streams nothing."""
+    mt = item % m_tiles
+    split = (item // m_tiles) % num_splits
+    kh = (item // (m_tiles * num_splits)) % HKV
+    b = item // (m_tiles * num_splits * HKV)
+    L = gl.load(CTX_LENS + b)
+    qo = gl.load(QO + b)
+    T = gl.load(QO + b + 1) - qo
+    S = L + T
+    m0 = mt * (NUM_WG * 64)
+    t_lo = split * tiles_per_split
+    t_hi = gl.minimum(t_lo + tiles_per_split, gl.cdiv(S, BLOCK_N))
+    t_hi = gl.where(m0 < T * G, t_hi, t_lo)     # no rows here: an empty loop in every partition
+    t_hi = gl.maximum(t_hi, t_lo)
+    t_ctx = gl.maximum(gl.minimum(L // BLOCK_N, t_hi), t_lo)
+    return b, kh, split, L, S, qo, T, t_lo, t_hi, t_ctx, m0
+
+
+@gluon.jit
+def _zero_rows_past(slot, valid, BLOCK_N: gl.constexpr, D: gl.constexpr):
+    """Zeroes rows [valid, BLOCK_N) of one (BLOCK_N, D) shared-memory tile, 8 rows at a
+    time, from one warp (generic-proxy stores; the caller fences before handing it on)."""
+    tpw_d: gl.constexpr = D // 8 if D < 256 else 32
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // tpw_d, tpw_d], [1, 1], [1, 0])
+    for c in gl.static_range(BLOCK_N // 8):
+        if (c + 1) * 8 > valid:
+            sub = slot.slice(c * 8, 8, dim=0)
+            v = sub.load(layout)
+            r = c * 8 + gl.arange(0, 8, layout=gl.SliceLayout(1, layout))
+            sub.store(gl.where(gl.expand_dims(r < valid, 1), v, gl.zeros_like(v)))
+
+
+@gluon.jit
+def _ws_producer(prm, ptrs, smem, WG: gl.constexpr, HKV: gl.constexpr, G: gl.constexpr, D: gl.constexpr,
+                 P: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASK_MODE: gl.constexpr,
+                 SPLIT: gl.constexpr, WRITE_LSE: gl.constexpr, PIPE: gl.constexpr, NUM_WG: gl.constexpr):
+    """One warp: every K/V tile of this program's work items into the ring, by TMA, in
+    order. The last tile of a request (rows past S_b read from the pool's unused slots)
+    lands on fix_bar first; its V rows past S_b are zeroed here before the consumers
+    see it (P V would turn 0 * NaN into NaN); its K rows only give scores the consumers
+    mask to -inf."""
+    m_tiles, num_splits, tiles_per_split, qk_scale, n_items = prm
+    (Q, BT, CTX_LENS, QO, MASK, BIAS, O, LSE, O_PART, LSE_PART, K_DESC, V_DESC,
+     stride_qt, stride_qh, stride_bt, stride_mw, stride_bias, stride_ps) = ptrs
+    q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, fix_bar = smem
+    bt_layout: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+    lane = gl.arange(0, BT_CHUNK, layout=bt_layout)
+    tile_bytes: gl.constexpr = BLOCK_N * D * 2
+    it = 0                                      # ring position, across work items
+    fixes = 0                                   # fix_bar phase
+    for item in range(gl.program_id(0), n_items, gl.num_programs(0)):
+        b, kh, split, L, S, qo, T, t_lo, t_hi, t_ctx, m0 = _work_item(
+            item, CTX_LENS, QO, m_tiles, num_splits, tiles_per_split, HKV, G, BLOCK_N, NUM_WG)
+        bt_row = BT + b.to(gl.int64) * stride_bt
+        last = gl.maximum(t_hi - 1, 0)
+        # The pages of BT_CHUNK tiles in one load (one per lane), so filling the ring
+        # waits on one block-table latency, not one per tile.
+        pages = gl.load(bt_row + (gl.minimum(t_lo + lane, last) * BLOCK_N) // P)
+        for t in range(t_lo, t_hi):
+            j = t - t_lo
+            if (j % BT_CHUNK == 0) & (j > 0):
+                pages = gl.load(bt_row + (gl.minimum(t + lane, last) * BLOCK_N) // P)
+            page = gl.sum(gl.where(lane == j % BT_CHUNK, pages, 0), axis=0)
+            row0 = page * P + (t * BLOCK_N) % P
+            st = it % STAGES
+            mbarrier.wait(kv_empty.index(st), ((it // STAGES) & 1) ^ 1)   # a fresh barrier passes phase 1
+            mbarrier.expect(k_ready.index(st), tile_bytes)
+            _tma_load(K_DESC, [row0, kh * D], k_ready.index(st), k_bufs.index(st))
+            if (t + 1) * BLOCK_N > S:           # the request's last tile holds rows past S
+                mbarrier.expect(fix_bar, tile_bytes)
+                _tma_load(V_DESC, [row0, kh * D], fix_bar, v_bufs.index(st))
+                mbarrier.wait(fix_bar, fixes & 1)
+                fixes += 1
+                _zero_rows_past(v_bufs.index(st), S - t * BLOCK_N, BLOCK_N, D)
+                fence_async_shared()            # the zeros before the consumers' wgmma reads
+                mbarrier.arrive(v_ready.index(st), count=1)
+            else:
+                mbarrier.expect(v_ready.index(st), tile_bytes)
+                _tma_load(V_DESC, [row0, kh * D], v_ready.index(st), v_bufs.index(st))
+            it += 1
+
+
+@gluon.jit
+def _tree_allowed_ws(MASK, BIAS, row_tok, node, row_ok, offs_n, L, T, stride_mw, stride_bias,
+                     BLOCK_N: gl.constexpr, MASK_MODE: gl.constexpr, s_layout: gl.constexpr):
+    """(allowed (64, BLOCK_N) bool, additive bias in log2 units or 0.0) in s_layout for
+    columns offs_n (SliceLayout(0, s_layout)) of a tile overlapping [L, L + T); rows
+    row_tok / node / row_ok in SliceLayout(1, s_layout). As `tree_attention._tree_allowed`,
+    with the bitmask's bits tested word by word into a bool tile (no int64 tile)."""
+    j = offs_n - L
+    in_tree = (j >= 0) & (j < T)
+    jj = gl.maximum(j, 0)
+    ctx = gl.expand_dims(offs_n < L, 0)
+    both = gl.expand_dims(row_ok, 1) & gl.expand_dims(in_tree, 0)
+    if MASK_MODE == 0:
+        WORDS: gl.constexpr = BLOCK_N // 64 + 1 if BLOCK_N >= 64 else 2
+        w0 = gl.min(jj, axis=0) // 64
+        shift = gl.expand_dims((jj % 64).to(gl.int64), 0)
+        wsel = gl.expand_dims(jj // 64, 0)
+        tree_ok = gl.zeros([64, BLOCK_N], gl.int1, layout=s_layout)
+        for w in gl.static_range(WORDS):
+            widx = gl.minimum(w0 + w, stride_mw - 1)
+            word = gl.load(MASK + row_tok.to(gl.int64) * stride_mw + widx, mask=row_ok, other=0)
+            tree_ok = tree_ok | ((wsel == w0 + w) & (((gl.expand_dims(word, 1) >> shift) & 1) != 0))
+        allowed = ctx | (both & tree_ok)
+        bias = gl.zeros([64, BLOCK_N], gl.float32, layout=s_layout)
+    elif MASK_MODE == 1:
+        bptr = BIAS + gl.expand_dims(node, 1) * stride_bias + gl.expand_dims(jj, 0)
+        allowed = ctx | both
+        bias = gl.load(bptr, mask=both, other=0.0) * 1.4426950408889634
+    else:
+        allowed = ctx | (both & (gl.expand_dims(jj, 0) <= gl.expand_dims(node, 1)))
+        bias = gl.zeros([64, BLOCK_N], gl.float32, layout=s_layout)
+    return allowed, bias
+
+
+@gluon.jit
+def _softmax_tile(s, m_i, l_i, t, qk_scale, mctx, BLOCK_N: gl.constexpr, MASK_MODE: gl.constexpr,
+                  MASKED: gl.constexpr, s_layout: gl.constexpr):
+    """Online softmax of one (64, BLOCK_N) fp32 score tile s (raw Q K^T) of KV tile t:
+    returns (p fp32 in s_layout, alpha, m_new, l_new), all in log2 units (exp2). MASKED:
+    the tile overlaps [L, S), so the tree mask applies and a row may see nothing yet."""
+    MASK, BIAS, row_tok, node, row_ok, L, T, stride_mw, stride_bias = mctx
+    if MASKED:
+        offs_n = t * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        allowed, bias = _tree_allowed_ws(MASK, BIAS, row_tok, node, row_ok, offs_n, L, T, stride_mw, stride_bias,
+                                         BLOCK_N, MASK_MODE, s_layout)
+        s = gl.where(allowed, s * qk_scale + bias, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, axis=1))
+        m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)   # a row that saw nothing yet
+        alpha = gl.exp2(m_i - m_safe)
+        p = gl.exp2(s - gl.expand_dims(m_safe, 1))
+    else:
+        m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
+        alpha = gl.exp2(m_i - m_new)
+        p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))   # one FFMA per score
+    l_new = l_i * alpha + gl.sum(p, axis=1)
+    return p, alpha, m_new, l_new
+
+
+@gluon.jit
+def _tile_step(q_wg, k_bufs, v_bufs, k_ready, v_ready, kv_empty, pos, t, s0, acc, m_i, l_i, qk_scale, mctx,
+               STAGES: gl.constexpr, BLOCK_N: gl.constexpr, MASK_MODE: gl.constexpr, MASKED: gl.constexpr,
+               s_layout: gl.constexpr, o_layout: gl.constexpr):
+    """KV tile t at ring position pos, in turn: Q K^T, softmax, P V, release. Returns
+    (acc, m_i, l_i)."""
+    st = pos % STAGES
+    ph = (pos // STAGES) & 1
+    mbarrier.wait(k_ready.index(st), ph)
+    s = warpgroup_mma(q_wg, k_bufs.index(st).permute((1, 0)), s0, use_acc=False, is_async=True)
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+    p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, t, qk_scale, mctx, BLOCK_N, MASK_MODE, MASKED, s_layout)
+    acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+    pa = gl.convert_layout(p.to(k_bufs.dtype), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
+    mbarrier.wait(v_ready.index(st), ph)
+    acc = warpgroup_mma(pa, v_bufs.index(st), acc, is_async=True)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+    mbarrier.arrive(kv_empty.index(st), count=1)
+    return acc, m_i, l_i
+
+
+@gluon.jit
+def _ws_consumer(prm, ptrs, smem, WG: gl.constexpr, HKV: gl.constexpr, G: gl.constexpr, D: gl.constexpr,
+                 P: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASK_MODE: gl.constexpr,
+                 SPLIT: gl.constexpr, WRITE_LSE: gl.constexpr, PIPE: gl.constexpr, NUM_WG: gl.constexpr):
+    """One warpgroup: rows [m0 + 64 WG, m0 + 64 WG + 64) of each of this program's work
+    items, over every tile of the item. PIPE: FlashAttention-3's intra-warpgroup
+    pipelining (its Algorithm 2): tile j's Q K^T is issued before tile j - 1's P V, and
+    tile j's softmax runs while that P V is on the tensor cores; else each tile's Q K^T,
+    softmax and P V in turn."""
+    m_tiles, num_splits, tiles_per_split, qk_scale, n_items = prm
+    (Q, BT, CTX_LENS, QO, MASK, BIAS, O, LSE, O_PART, LSE_PART, K_DESC, V_DESC,
+     stride_qt, stride_qh, stride_bt, stride_mw, stride_bias, stride_ps) = ptrs
+    q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, fix_bar = smem
+    dtype: gl.constexpr = K_DESC.dtype
+    ld_layout: gl.constexpr = _load_layout(D)
+    s_layout: gl.constexpr = _mma_layout(BLOCK_N)
+    o_layout: gl.constexpr = _mma_layout(D)
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    q_wg = q_smem.index(WG)
+    s0 = gl.zeros([64, BLOCK_N], gl.float32, layout=s_layout)
+    d_ld = gl.arange(0, D, layout=gl.SliceLayout(0, ld_layout))
+    it = 0                                      # ring position, across work items
+    for item in range(gl.program_id(0), n_items, gl.num_programs(0)):
+        b, kh, split, L, S, qo, T, t_lo, t_hi, t_ctx, m0 = _work_item(
+            item, CTX_LENS, QO, m_tiles, num_splits, tiles_per_split, HKV, G, BLOCK_N, NUM_WG)
+        # Q rows of this warpgroup into shared memory (wgmma's A operand); the previous
+        # item's MMAs that read the buffer have all been waited for.
+        r_ld = m0 + WG * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, ld_layout))
+        ok_ld = r_ld < T * G
+        q_off = (qo + r_ld // G).to(gl.int64) * stride_qt + (kh * G + r_ld % G) * stride_qh
+        q = gl.load(Q + gl.expand_dims(q_off, 1) + gl.expand_dims(d_ld, 0), mask=gl.expand_dims(ok_ld, 1),
+                    other=0.0)
+        q_wg.store(q)
+        fence_async_shared()
+
+        rows = m0 + WG * 64 + gl.arange(0, 64, layout=row_s)
+        node = rows // G
+        row_ok = rows < T * G
+        row_tok = qo + node
+        mctx = (MASK, BIAS, row_tok, node, row_ok, L, T, stride_mw, stride_bias)
+        m_i = gl.full([64], float("-inf"), gl.float32, layout=row_s)
+        l_i = gl.zeros([64], gl.float32, layout=row_s)
+        acc = gl.zeros([64, D], gl.float32, layout=o_layout)
+        # A warpgroup whose rows all lie past the request's T * G (the last M-tile of a tree
+        # whose rows are not a multiple of NUM_WG * 64) computes nothing: it only releases
+        # each ring slot once the slot has landed (the drain loop below).
+        t_end = gl.where(m0 + WG * 64 < T * G, t_hi, t_lo)
+        t_ctx = gl.minimum(t_ctx, t_end)
+        n = t_end - t_lo
+        nc = t_ctx - t_lo                       # context tiles (no mask); the rest, to t_end, are masked
+        if PIPE:
+            p_prev = gl.zeros([64, BLOCK_N], dtype, layout=p_layout)
+            if nc > 0:                          # prologue: tile 0's Q K^T and softmax
+                st = it % STAGES
+                mbarrier.wait(k_ready.index(st), (it // STAGES) & 1)
+                s = warpgroup_mma(q_wg, k_bufs.index(st).permute((1, 0)), s0, use_acc=False, is_async=True)
+                s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+                p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, t_lo, qk_scale, mctx, BLOCK_N, MASK_MODE, False,
+                                                   s_layout)
+                p_prev = gl.convert_layout(p.to(dtype), p_layout)
+            for j in range(1, nc):
+                st = (it + j) % STAGES
+                sp = (it + j - 1) % STAGES
+                mbarrier.wait(k_ready.index(st), ((it + j) // STAGES) & 1)
+                mbarrier.wait(v_ready.index(sp), ((it + j - 1) // STAGES) & 1)
+                s_tok = warpgroup_mma(q_wg, k_bufs.index(st).permute((1, 0)), s0, use_acc=False, is_async=True)
+                acc_tok = warpgroup_mma(p_prev, v_bufs.index(sp), acc, is_async=True)
+                s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))      # Q K^T of tile j done
+                p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, t_lo + j, qk_scale, mctx, BLOCK_N, MASK_MODE, False,
+                                                   s_layout)
+                acc, p_prev = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, p_prev))
+                mbarrier.arrive(kv_empty.index(sp), count=1)
+                acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
+                p_prev = gl.convert_layout(p.to(dtype), p_layout)
+            if nc > 0:                          # epilogue: the last context tile's P V
+                sp = (it + nc - 1) % STAGES
+                mbarrier.wait(v_ready.index(sp), ((it + nc - 1) // STAGES) & 1)
+                acc_tok = warpgroup_mma(p_prev, v_bufs.index(sp), acc, is_async=True)
+                acc, p_prev = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, p_prev))
+                mbarrier.arrive(kv_empty.index(sp), count=1)
+        else:
+            for j in range(0, nc):
+                acc, m_i, l_i = _tile_step(q_wg, k_bufs, v_bufs, k_ready, v_ready, kv_empty, it + j, t_lo + j, s0,
+                                           acc, m_i, l_i, qk_scale, mctx, STAGES, BLOCK_N, MASK_MODE, False, s_layout,
+                                           o_layout)
+        for j in range(nc, n):                  # the tiles overlapping [L, S): masked, one at a time
+            acc, m_i, l_i = _tile_step(q_wg, k_bufs, v_bufs, k_ready, v_ready, kv_empty, it + j, t_lo + j, s0,
+                                       acc, m_i, l_i, qk_scale, mctx, STAGES, BLOCK_N, MASK_MODE, True, s_layout,
+                                       o_layout)
+        for j in range(n, t_hi - t_lo):         # an idle warpgroup: release each slot once it has landed
+            st = (it + j) % STAGES
+            mbarrier.wait(k_ready.index(st), ((it + j) // STAGES) & 1)
+            mbarrier.wait(v_ready.index(st), ((it + j) // STAGES) & 1)
+            mbarrier.arrive(kv_empty.index(st), count=1)
+        it += t_hi - t_lo
+
+        seen = l_i > 0.0                        # False only for a split that saw nothing of a row
+        l_safe = gl.where(seen, l_i, 1.0)
+        out = acc / gl.expand_dims(gl.convert_layout(l_safe, row_o), 1)
+        lse = gl.where(seen, (m_i + gl.log2(l_safe)) * 0.6931471805599453, float("-inf"))
+        out = gl.convert_layout(out, ld_layout)
+        o_row = (qo + r_ld // G).to(gl.int64) * (HKV * G) + kh * G + r_ld % G   # (64,) into (sum T, Hq)
+        o_off = gl.expand_dims(o_row, 1) * D + gl.expand_dims(d_ld, 0)
+        lse_row = (row_tok.to(gl.int64) * (HKV * G) + kh * G + rows % G)
+        if not SPLIT:
+            gl.store(O + o_off, out.to(dtype), mask=gl.expand_dims(ok_ld, 1))
+            if WRITE_LSE:
+                gl.store(LSE + lse_row, lse, mask=row_ok)
+        else:
+            plane = split.to(gl.int64) * stride_ps
+            gl.store(O_PART + plane * D + o_off, out, mask=gl.expand_dims(ok_ld, 1))
+            gl.store(LSE_PART + plane + lse_row, lse, mask=row_ok)
+
+
+@gluon.jit(do_not_specialize=["stride_bt", "stride_mw", "stride_bias", "stride_ps", "m_tiles", "num_splits",
+                              "tiles_per_split", "n_items"])
+def tree_attn_ws_kernel(
+    Q, K_DESC, V_DESC, BT, CTX_LENS, QO, MASK, BIAS, O, LSE, O_PART, LSE_PART,
+    qk_scale,                                   # sm_scale * log2(e), fp32
+    stride_qt, stride_qh,                       # q (sum T, Hq, D); its last dim is contiguous
+    stride_bt, stride_mw, stride_bias,          # block_table row, mask-words row, bias row
+    stride_ps,                                  # partial workspace: one split's plane, sum T * Hq
+    m_tiles, num_splits, tiles_per_split, n_items,
+    HKV: gl.constexpr, G: gl.constexpr, D: gl.constexpr, P: gl.constexpr, BLOCK_N: gl.constexpr,
+    NUM_WG: gl.constexpr, STAGES: gl.constexpr, MASK_MODE: gl.constexpr, SPLIT: gl.constexpr,
+    WRITE_LSE: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, PIPE: gl.constexpr = True,
+):
+    """Grid: (programs,), each program taking work items pid, pid + programs, ... of the
+    n_items = B * HKV * num_splits * m_tiles (M-tile fastest); programs = n_items gives one
+    item per program, fewer (one wave) makes the kernel persistent, so the producer
+    streams the next item's first tiles while the consumers finish the last one.
+    num_warps=4 (the first consumer warpgroup; the others and the producer warp are
+    worker partitions).
+
+    Q (sum T, Hq, D) bf16/fp16; K_DESC / V_DESC: Gluon TMA descriptors of the pools viewed
+    as (N * P, HKV * D), block (BLOCK_N, D), P % BLOCK_N == 0; BT (B, max pages) int32;
+    CTX_LENS (B,) int32 L_b; QO (B + 1,) int32 offsets of each request's nodes; MASK
+    (sum T, W) int64 / BIAS (T, T) fp32 for MASK_MODE 0 / 1; O (sum T, Hq, D) in the
+    input dtype; LSE (sum T, Hq) fp32 natural log (WRITE_LSE); with SPLIT, O_PART
+    (num_splits, sum T, Hq, D) / LSE_PART (num_splits, sum T, Hq) fp32 partials for
+    `tree_attention_reduce.tree_attn_merge_kernel`. A program's M-tile holds NUM_WG * 64
+    packed rows; programs past a short request's rows stream nothing and store nothing."""
+    smem_layout: gl.constexpr = K_DESC.layout
+    dtype: gl.constexpr = K_DESC.dtype
+    q_smem = gl.allocate_shared_memory(dtype, [NUM_WG, 64, D], smem_layout)
+    k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], smem_layout)
+    v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], smem_layout)
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    fix_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    mbarrier.init(fix_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(kv_empty.index(i), count=NUM_WG)
+
+    prm = (m_tiles, num_splits, tiles_per_split, qk_scale, n_items)
+    ptrs = (Q, BT, CTX_LENS, QO, MASK, BIAS, O, LSE, O_PART, LSE_PART, K_DESC, V_DESC,
+            stride_qt, stride_qh, stride_bt, stride_mw, stride_bias, stride_ps)
+    smem = (q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, fix_bar)
+    if NUM_WG == 1:
+        gl.warp_specialize([
+            (_ws_consumer, (prm, ptrs, smem, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
+                    PIPE, NUM_WG)),
+            (_ws_producer, (prm, ptrs, smem, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
+                    PIPE, NUM_WG)),
+        ], [1], [PRODUCER_REGS])
+    elif NUM_WG == 2:
+        gl.warp_specialize([
+            (_ws_consumer, (prm, ptrs, smem, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
+                    PIPE, NUM_WG)),
+            (_ws_consumer, (prm, ptrs, smem, 1, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
+                    PIPE, NUM_WG)),
+            (_ws_producer, (prm, ptrs, smem, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
+                    PIPE, NUM_WG)),
+        ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+    else:
+        gl.static_assert(NUM_WG == 3, "NUM_WG: 1, 2 or 3 consumer warpgroups")
+        gl.warp_specialize([
+            (_ws_consumer, (prm, ptrs, smem, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
+                    PIPE, NUM_WG)),
+            (_ws_consumer, (prm, ptrs, smem, 1, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
+                    PIPE, NUM_WG)),
+            (_ws_consumer, (prm, ptrs, smem, 2, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
+                    PIPE, NUM_WG)),
+            (_ws_producer, (prm, ptrs, smem, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
+                    PIPE, NUM_WG)),
+        ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
