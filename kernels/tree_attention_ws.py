@@ -157,15 +157,27 @@ def _tree_allowed_ws(MASK, BIAS, row_tok, node, row_ok, offs_n, L, T, stride_mw,
     ctx = gl.expand_dims(offs_n < L, 0)
     both = gl.expand_dims(row_ok, 1) & gl.expand_dims(in_tree, 0)
     if MASK_MODE == 0:
-        WORDS: gl.constexpr = BLOCK_N // 64 + 1 if BLOCK_N >= 64 else 2
-        w0 = gl.min(jj, axis=0) // 64
-        shift = gl.expand_dims((jj % 64).to(gl.int64), 0)
-        wsel = gl.expand_dims(jj // 64, 0)
-        tree_ok = gl.zeros([64, BLOCK_N], gl.int1, layout=s_layout)
-        for w in gl.static_range(WORDS):
-            widx = gl.minimum(w0 + w, stride_mw - 1)
-            word = gl.load(MASK + row_tok.to(gl.int64) * stride_mw + widx, mask=row_ok, other=0)
-            tree_ok = tree_ok | ((wsel == w0 + w) & (((gl.expand_dims(word, 1) >> shift) & 1) != 0))
+        # The row's bits for the tile's tree columns, shifted per row into one 64-bit value
+        # (tree column jb + k is bit k), then tested in 32-bit halves: per element one
+        # select, one shift and one test (a 64-bit tile of shifted words made the
+        # 3-warpgroup build spill: sm_90 compile, 136 spilled loads).
+        gl.static_assert(BLOCK_N <= 64, "one 64-bit window of mask bits per tile")
+        j0 = gl.min(j, axis=0)                                   # tree index of the tile's first column
+        jb = gl.maximum(j0, 0)                                   # its first tree column
+        wa = jb // 64
+        sh = (jb % 64).to(gl.uint64)
+        row_words = MASK + row_tok.to(gl.int64) * stride_mw
+        lo_word = gl.load(row_words + gl.minimum(wa, stride_mw - 1), mask=row_ok, other=0)
+        hi_word = gl.load(row_words + gl.minimum(wa + 1, stride_mw - 1), mask=row_ok & (wa + 1 < stride_mw),
+                          other=0)
+        lo_word = lo_word.to(gl.uint64, bitcast=True)               # unsigned: logical shifts
+        hi_word = hi_word.to(gl.uint64, bitcast=True)
+        window = (lo_word >> sh) | gl.where(sh > 0, hi_word << ((64 - sh) % 64), 0)   # (64,) per row
+        lo = gl.expand_dims(window.to(gl.uint32).to(gl.int32, bitcast=True), 1)   # window bits 0-31
+        hi = gl.expand_dims((window >> 32).to(gl.uint32).to(gl.int32, bitcast=True), 1)   # bits 32-63
+        k = gl.expand_dims(jj - jb, 0)                              # bit of column jj in the window
+        half = gl.where(k >= 32, hi, lo)
+        tree_ok = ((half >> (k % 32)) & 1) != 0
         allowed = ctx | (both & tree_ok)
         bias = gl.zeros([64, BLOCK_N], gl.float32, layout=s_layout)
     elif MASK_MODE == 1:
