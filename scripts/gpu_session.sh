@@ -20,9 +20,12 @@
 #      do_bench_cudagraph's method); + the timer's gpu tests                    (~4 min)
 #   W: the seed suite, our kernels and the peers, timed as do_bench_cudagraph does
 #      (--l2 warm --timer cuda_graph_loop), for comparing with the reference table (~7 min)
+#   V: the warp-specialised kernel (session 6): bench_kernel.py's wscheck phase, the kernel's
+#      gpu tests, `treebench check` of triton_tree on the random and seed suites, the target
+#      cells three ways and the seed suite back to back, our kernel and the best peers (~8 min)
 #   (D again measures the merge kernel's rows-per-program variants: heuristic-rows2/4)
 set -uo pipefail
-stage=${1:?stage A, B, C, D, E, F, K, L, T or W}
+stage=${1:?stage A, B, C, D, E, F, K, L, T, V or W}
 source .gpu/env.sh
 export PYTHONPATH=.:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 if [ -f .fi-cache/fi-cache.tgz ]; then   # FlashInfer's prebuilt bf16 kernels: skips ~70 s of JIT
@@ -116,6 +119,24 @@ case $stage in
   W)  # the seed suite timed back to back with a warm L2 (the reference table's method)
     tb run --suite seed --backends triton_tree,triton_tree_bias,triton_causal,xformers_tree,flashinfer_mask,flex,causal_baseline \
       --l2 warm --timer cuda_graph_loop --out "$R/seed-loop.jsonl" --report "$R/seed-loop.html" --quiet ${RESUME:-} > "$R/seed-loop.txt" 2>&1
+    echo "run seed warm cuda_graph_loop exit $?" >> "$R/exit-codes.txt"
+    ;;
+  V)  # the warp-specialised kernel: correctness, then the targets and the seed suite side by side
+    timeout "$(left 400)" python3 scripts/bench_kernel.py --phases env,wscheck --budget-s 80 --out "$R/wscheck" > "$R/wscheck.log" 2>&1
+    echo "bench wscheck exit $?" >> "$R/exit-codes.txt"
+    timeout "$(left 330)" python3 -m pytest -q -m gpu tests/test_triton_tree.py > "$R/pytest-gpu.txt" 2>&1
+    echo "pytest exit $?" >> "$R/exit-codes.txt"
+    for s in random seed; do
+      tb check --suite "$s" --backend triton_tree --out "$R/check-$s.jsonl" > "$R/check-$s.txt" 2>&1
+      echo "check $s triton_tree exit $?" >> "$R/exit-codes.txt"
+    done
+    for t in "cold auto" "warm auto" "warm cuda_graph_loop"; do set -- $t
+      tb run --suite targets --backends triton_tree,triton_causal,xformers_tree,flashinfer_mask \
+        --l2 "$1" --timer "$2" --out "$R/targets-$1-$2.jsonl" --report "$R/targets-$1-$2.html" --quiet > "$R/targets-$1-$2.txt" 2>&1
+      echo "run targets $1 $2 exit $?" >> "$R/exit-codes.txt"
+    done
+    tb run --suite seed --backends triton_tree,xformers_tree,flashinfer_mask --l2 warm --timer cuda_graph_loop \
+      --out "$R/seed-loop.jsonl" --report "$R/seed-loop.html" --quiet > "$R/seed-loop.txt" 2>&1
     echo "run seed warm cuda_graph_loop exit $?" >> "$R/exit-codes.txt"
     ;;
   F)  # the flex finding reproduced in fresh processes, and flex alone on the seed suite
