@@ -116,7 +116,7 @@ class Plan:
 # The warp-specialised Gluon kernel's rows (ws > 0; run 8): 2 consumer warpgroups (128 rows) with
 # a 4-stage ring, 3 (192 rows, no intra-warpgroup pipelining: no registers for it) for 129-192
 # rows. They apply only where `ws_unsupported` finds no reason against, D is 128 (the tuned one)
-# and the batch has at least WS_MIN_ITEMS_PER_SM * SMs work items; else the tl-kernel rows below.
+# and the batch is large enough (`ws_fills`); else the tl-kernel rows below.
 WS2 = KernelConfig(128, 64, 4, 4, 168, 0, 2)
 WS3 = KernelConfig(192, 64, 4, 3, 128, 0, 3)
 GPU_CONFIGS: tuple[tuple[int, int, KernelConfig], ...] = (
@@ -133,7 +133,6 @@ GPU_CONFIGS: tuple[tuple[int, int, KernelConfig], ...] = (
     (1 << 30, 256, KernelConfig(64, 32, 8, 2)),
 )
 WS_HEAD_DIMS = (128,)        # the warp-specialised rows are tuned for D 128 only
-WS_MIN_ITEMS_PER_SM = 0.5    # fewer work items than half the SMs: the tl kernel with split-KV wins (run 8c: B 1)
 INTERPRET_CONFIG = KernelConfig(16, 16, 1, 1)   # the CPU interpreter: smallest tiles run fastest
 
 
@@ -155,11 +154,15 @@ def choose_config(rows: int, head_dim: int, interpret: bool, ws: bool = True) ->
 
 
 def ws_fills(config: KernelConfig, batch_size: int, num_kv_heads: int, rows: int, num_sms: int) -> bool:
-    """True when a warp-specialised config has work items (B * Hkv * M-tiles, no split-KV)
-    for at least WS_MIN_ITEMS_PER_SM of the SMs; always True for a tl-kernel config."""
+    """True when the warp-specialised kernel should run this batch: the tl kernel's
+    64-row programs (B * Hkv * ceil(rows / 64)) would need more than one wave at its
+    2 programs per SM. Within one wave every tl program runs at once and the
+    warp-specialised kernel's fixed costs lost (run V, seed suite back to back: the
+    27-node and eagle trees at B 16 1.03-1.19x at L 16 and 1024; B 1 1.2-1.6x in run 8).
+    Always True for a tl-kernel config."""
     if not config.ws:
         return True
-    return batch_size * num_kv_heads * math.ceil(rows / config.block_m) >= WS_MIN_ITEMS_PER_SM * num_sms
+    return batch_size * num_kv_heads * math.ceil(rows / 64) > 2 * num_sms
 
 
 def choose_num_splits(programs: int, kv_tiles: list[int], num_sms: int, block_m: int,

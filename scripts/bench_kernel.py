@@ -172,7 +172,6 @@ def graph_replay_ok(ta, expect: torch.Tensor) -> bool:
 
 def run_variant(bench: Bench, v: Variant) -> dict:
     """Checks one variant against the float64 reference, then times it."""
-    import kernels.tree_attention
     import triton.testing
     from kernels.tree_attention import TreeAttention
 
@@ -484,7 +483,6 @@ PHASE_VARIANTS = {"check": check_variants, "tune": tune_variants, "seed": seed_v
 
 def _compile_one(v: Variant) -> str:
     """Worker: builds the variant's kernels on a 2-request batch (fills Triton's disk cache)."""
-    import kernels.tree_attention
     from kernels.tree_attention import TreeAttention
 
     try:

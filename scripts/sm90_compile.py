@@ -3,6 +3,7 @@ what the compiler made of it: the facts docs/kernel.md cites from "a local sm_90
 
     python scripts/sm90_compile.py                          # the default config, TMA and P 16 paths
     python scripts/sm90_compile.py --config 128,32,8,3,128,1 --page-size 128 --num-ctas 1
+    python scripts/sm90_compile.py --ws [--config 128,64,4,4,168,0,2] [--mask tree|bias|causal]
 
 For each build (the forward kernel as `TreeAttention` would launch it for Hq 32,
 Hkv 8, D 128, bf16, tree mask, no split) it prints one line, "name: {dict}", with registers per thread,
@@ -12,7 +13,12 @@ of each `ttg.async_wait` inside the context loop (how many async copies stay in
 flight when the loop waits for a tile; 0 = none). Uses Triton's own ptxas and
 cuobjdump (bundled with the triton wheel); Triton 3.6 to 3.9.
 
-Exit 2 with one line on bad input (a --config KernelConfig refuses, no Triton).
+With --ws it builds the warp-specialised Gluon kernel instead (the table's WS2 and
+WS3 configs, or --config's) and prints its registers, spills, shared memory, warps,
+and wgmma / TMA / setmaxnreg instruction counts.
+
+Exit 2 with one line on bad input (a --config KernelConfig refuses, --ws with a
+tl-kernel config, no Triton).
 """
 
 from __future__ import annotations
@@ -84,6 +90,51 @@ def compile_forward(cfg: KernelConfig, page_size: int, kv_desc: bool, num_ctas: 
                 loop_async_wait=[int(n) for n in re.findall(r"ttg\.async_wait.*?\{num = (\d+)", loop)])
 
 
+def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool = True) -> dict:
+    """Builds the warp-specialised Gluon kernel (`kernels/tree_attention_ws.py`) for sm_90
+    as `TreeAttention` would launch it (Hq 32, Hkv 8, D 128, bf16, P 128, no split) and
+    reads its resource use and SASS.
+
+    Args:
+        cfg: a warp-specialised config (cfg.ws > 0); its max_regs is the kernel's maxnreg.
+        mask_mode: 0 bitmask, 1 bias, 2 causal.
+        pipe: intra-warpgroup pipelining (the kernel's PIPE).
+
+    Returns:
+        dict of regs (the launch's per-thread count, before the partitions' setmaxnreg),
+        spill_loads, spill_stores, shared_bytes, num_warps, hgmma, utmaldg and setmaxnreg
+        (counts of those SASS instructions).
+
+    Raises:
+        ConfigError: cfg.ws is 0.
+    """
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from kernels.tree_attention_ws import tree_attn_ws_kernel as kernel
+
+    if not cfg.ws:
+        raise ConfigError(f"--ws needs a warp-specialised config (its 7th field ws > 0), not {cfg}")
+    layout = gl.NVMMASharedLayout.get_default_for([cfg.block_n, D], gl.bfloat16)
+    sig = {n: POINTERS.get(n, "i32") for n in kernel.arg_names}
+    sig["qk_scale"] = "fp32"
+    sig["K_DESC"] = sig["V_DESC"] = f"tensordesc<bf16[{cfg.block_n}, {D}],{layout!r}>"
+    consumer, producer = cfg.ws_regs
+    const = dict(HKV=HKV, G=G, D=D, P=128, BLOCK_N=cfg.block_n, NUM_WG=cfg.ws, STAGES=cfg.num_stages,
+                 MASK_MODE=mask_mode, SPLIT=False, WRITE_LSE=False, CONSUMER_REGS=consumer,
+                 PRODUCER_REGS=producer, PIPE=pipe)
+    sig.update({c: "constexpr" for c in const})
+    attrs = {(kernel.arg_names.index(n),): [["tt.divisibility", 16]] for n in ALIGNED if n in kernel.arg_names}
+    src = GluonASTSource(kernel, sig, {(kernel.arg_names.index(c),): v for c, v in const.items()}, attrs)
+    ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, maxnreg=cfg.max_regs))
+    usage, sass = cubin_usage(ck.asm["cubin"])
+    return dict(**usage, shared_bytes=int(ck.metadata.shared), num_warps=int(ck.metadata.num_warps),
+                hgmma=sass.count("HGMMA"), utmaldg=len(re.findall(r"UTMALDG", sass)),
+                setmaxnreg=len(re.findall(r"SETMAXREG", sass)))
+
+
 def cubin_usage(cubin: bytes) -> tuple[dict, str]:
     """Registers per thread and spilled loads / stores (LDL / STL) of a compiled kernel, and
     its SASS text, read by the cuobjdump bundled with the Triton wheel.
@@ -114,6 +165,10 @@ def main() -> int:
     ap.add_argument("--page-size", type=int, default=128)
     ap.add_argument("--kv-desc", choices=["on", "off"], default="on")
     ap.add_argument("--num-ctas", type=int, default=1)
+    ap.add_argument("--ws", action="store_true",
+                    help="the warp-specialised Gluon kernel instead (--config with a 7th field ws > 0; "
+                         "default: the table's 2- and 3-warpgroup configs)")
+    ap.add_argument("--mask", choices=["tree", "bias", "causal"], default="tree", help="--ws: the mask mode")
     args = ap.parse_args()
     os.environ.pop("TRITON_INTERPRET", None)
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")   # Triton 3.6's default, as on the GPU (3.9 warns if unset)
@@ -125,6 +180,14 @@ def main() -> int:
     try:
         if args.num_ctas not in (1, 2, 4):
             raise ConfigError(f"--num-ctas {args.num_ctas}: 1, 2 or 4")
+        if args.ws:
+            from kernels.tree_attention_plan import WS2, WS3
+            mode = ("tree", "bias", "causal").index(args.mask)
+            cfgs = [(args.config, parse_kernel_config(args.config))] if args.config else [
+                ("2 warpgroups (WS2)", WS2), ("3 warpgroups (WS3)", WS3)]
+            for name, cfg in cfgs:
+                print(f"{name}, {args.mask}: {compile_ws(cfg, mode, pipe=cfg.ws < 3)}", flush=True)
+            return 0
         if args.config:
             builds = [(args.config, parse_kernel_config(args.config), args.page_size, args.kv_desc == "on", args.num_ctas)]
         else:    # the builds docs/kernel.md cites (session 4)

@@ -121,6 +121,25 @@ def test_sm90_compile_shows_the_look_ahead_keeps_gathered_tiles_in_flight():
     assert off["spill_loads"] == on["spill_loads"] == 0 and on["hgmma"] > 0
 
 
+def test_sm90_compile_builds_the_warp_specialised_kernel():
+    """The Gluon kernel compiles for sm_90 with this machine's Triton (a subprocess: no
+    GPU needed): 12 warps (2 consumer warpgroups and the producer's), wgmma, TMA loads
+    and setmaxnreg in the SASS, and shared memory within one CTA's and within
+    KernelConfig.ws_shared_bytes's estimate, which plans its occupancy."""
+    pytest.importorskip("triton")
+    from kernels.tree_attention_plan import SMEM_PER_SM, WS2
+    r = _script("sm90_compile.py", "--ws", "--config", "128,64,4,4,168,0,2")
+    if r.returncode != 0 and ("cuobjdump" in r.stderr or "ptxas" in r.stderr):
+        pytest.skip(f"no sm_90 toolchain in this Triton: {r.stderr.strip().splitlines()[-1]}")
+    assert r.returncode == 0, r.stderr
+    got = ast.literal_eval(r.stdout.strip().splitlines()[-1].split(": ", 1)[1])
+    assert got["num_warps"] == 12 and got["hgmma"] > 0 and got["utmaldg"] > 0 and got["setmaxnreg"] > 0, got
+    assert got["shared_bytes"] <= WS2.ws_shared_bytes(128) <= SMEM_PER_SM, got
+    bad = _script("sm90_compile.py", "--ws", "--config", "64,64,4,3")
+    assert bad.returncode == 2 and "--ws needs a warp-specialised config" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU refusal")
 def test_ws_probe_run_without_a_gpu_says_so():
     r = _script("ws_probe.py", "run")

@@ -451,11 +451,12 @@ def test_choose_config_picks_the_ws_rows_only_for_d128():
     assert choose_config(112, 128, True).ws == 0          # the interpreter: its own tiny tiles
 
 
-def test_ws_fills_needs_half_the_sms_in_work_items():
-    from kernels.tree_attention_plan import WS2, ws_fills
-    assert ws_fills(WS2, 64, 8, 112, 132)                 # 512 items
-    assert ws_fills(WS2, 16, 8, 112, 132)                 # 128 items: at least 66
-    assert not ws_fills(WS2, 1, 8, 112, 132)               # 8 items: the tl kernel splits the context
+def test_ws_fills_when_the_tl_kernel_needs_more_than_one_wave():
+    from kernels.tree_attention_plan import WS2, WS3, ws_fills
+    assert ws_fills(WS2, 64, 8, 112, 132)                 # 1024 tl programs > 264
+    assert not ws_fills(WS2, 16, 8, 112, 132)              # 256: one wave of the tl kernel
+    assert ws_fills(WS3, 16, 8, 160, 132)                 # full:3:3 at B 16: 384 tl programs
+    assert not ws_fills(WS2, 1, 8, 112, 132)
     assert ws_fills(KernelConfig(64, 64, 4, 3), 1, 8, 112, 132)   # a tl config always
 
 
@@ -506,7 +507,7 @@ def test_ws_default_plan_on_gpu(mode):
     tree (G 4: 112 rows) in every mask mode, and the tl kernel for a single request and
     for D 64 (not tuned); every one of them exact."""
     import dataclasses
-    big = Case(batch_size=48, context_len="ragged:100-400", tree="vllm:pr_27", page_size=64,
+    big = Case(batch_size=48, context_len="ragged:100-400", tree="vllm:pr_27", page_size=64,   # 768 tl programs
                num_q_heads=32, num_kv_heads=8, head_dim=128)
     assert check(big, mode).ws
     assert not check(dataclasses.replace(big, batch_size=1), mode).ws
