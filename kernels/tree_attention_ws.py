@@ -2,16 +2,21 @@
 
 The same work as `tree_attention.tree_attn_fwd_kernel` (docs/kernel.md), laid out
 the way FlashAttention-3 lays out its Hopper forward kernel (Shah et al. 2024,
-"FlashAttention-3", section 3.1): one CTA owns NUM_WG * 64 packed rows of one
-(request b, KV head, KV split) and splits its warps by role:
+"FlashAttention-3", sections 3.1-3.2): a work item is NUM_WG * 64 packed rows of
+one (request b, KV head, KV split); each CTA takes items pid, pid + grid, ...
+(a persistent wave when the grid is smaller than the item count) and splits its
+warps by role:
 
-- a producer warp streams every K/V tile of the split into a ring of STAGES
+- a producer warp streams every K/V tile of its items into a ring of STAGES
   shared-memory buffers with TMA (page from the block table, one box of
   BLOCK_N tokens x D), each buffer guarded by a "ready" mbarrier per tensor and an
-  "empty" mbarrier that every consumer releases;
+  "empty" mbarrier that every consumer releases; it runs ahead into the next
+  item while the consumers finish the last one;
 - NUM_WG consumer warpgroups, each owning 64 rows, run Q K^T (wgmma, Q from
   shared memory), the online softmax (FlashAttention-2, fp32, exp2) and P V
-  (wgmma, P from registers) on each tile as soon as it lands.
+  (wgmma, P from registers) on each tile as soon as it lands; with PIPE, tile
+  j's Q K^T is issued before tile j - 1's P V and tile j's softmax runs while
+  that P V is on the tensor cores (FlashAttention-3's Algorithm 2).
 
 So each K/V tile is read from L2 once per CTA for all NUM_WG * 64 rows (the
 tl kernel reads it once per 64-row M-tile), the loads never wait in the
@@ -23,9 +28,9 @@ node-major (row r = node * G + g), as in the tl kernel. Tiles wholly inside
 the context [0, L_b) need no mask; the tiles overlapping [L_b, S_b) apply the
 tree mask (MASK_MODE 0 bitmask, 1 additive bias, 2 causal) in the consumer. TMA
 reads those tiles whole, so rows past S_b hold whatever the pool holds there
-(NaN in the harness's pools): their scores are masked to -inf, and each
-consumer copies the V tile into its own buffer with those rows zeroed before
-P V (0 * NaN would be NaN).
+(NaN in the harness's pools): their scores are masked to -inf, and the
+producer zeroes the V rows past S_b of a request's last tile in shared memory
+before handing it on (P V would turn 0 * NaN into NaN).
 
 Only for sm_90 GPUs with Gluon's Hopper API (Triton 3.6 to 3.9); the CPU
 interpreter does not run Gluon, so `TreeAttention` uses the tl kernel there.
@@ -38,9 +43,9 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-# TMA global -> shared copy: `async_load` from Triton 3.7 on, `async_copy_global_to_shared` in 3.6.
+# TMA global -> shared copy: `async_copy_global_to_shared` in Triton 3.6, `async_load` in 3.9
+# (where the old name raises).
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
-ROWS_PER_WG = 64   # rows of one consumer warpgroup: wgmma's M per warpgroup
 BT_CHUNK = gl.constexpr(32)   # block-table entries the producer loads at once (one per lane)
 
 
@@ -377,8 +382,12 @@ def tree_attn_ws_kernel(
     (sum T, W) int64 / BIAS (T, T) fp32 for MASK_MODE 0 / 1; O (sum T, Hq, D) in the
     input dtype; LSE (sum T, Hq) fp32 natural log (WRITE_LSE); with SPLIT, O_PART
     (num_splits, sum T, Hq, D) / LSE_PART (num_splits, sum T, Hq) fp32 partials for
-    `tree_attention_reduce.tree_attn_merge_kernel`. A program's M-tile holds NUM_WG * 64
-    packed rows; programs past a short request's rows stream nothing and store nothing."""
+    `tree_attention_reduce.tree_attn_merge_kernel`. An item's M-tile holds NUM_WG * 64
+    packed rows; items past a short request's rows stream nothing and store nothing.
+    CONSUMER_REGS / PRODUCER_REGS: registers per thread of the consumer and producer
+    partitions (setmaxnreg; launch with maxnreg so that they fit, `KernelConfig.ws_regs`).
+    PIPE: the consumers' intra-warpgroup pipelining. Raises nothing at run time; a
+    NUM_WG other than 1-3 fails to compile."""
     smem_layout: gl.constexpr = K_DESC.layout
     dtype: gl.constexpr = K_DESC.dtype
     q_smem = gl.allocate_shared_memory(dtype, [NUM_WG, 64, D], smem_layout)
@@ -398,6 +407,8 @@ def tree_attn_ws_kernel(
     ptrs = (Q, BT, CTX_LENS, QO, MASK, BIAS, O, LSE, O_PART, LSE_PART, K_DESC, V_DESC,
             stride_qt, stride_qh, stride_bt, stride_mw, stride_bias, stride_ps)
     smem = (q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, fix_bar)
+    # Each partition's constexprs are spelled out: packed in a tuple (or a tuple built with +)
+    # they reach the partition as runtime values with Triton 3.6 and 3.9.
     if NUM_WG == 1:
         gl.warp_specialize([
             (_ws_consumer, (prm, ptrs, smem, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
