@@ -406,21 +406,23 @@ class TreeAttention:
                 griddepcontrol for the forward grid): its launch overlaps the forward
                 kernel's last programs. None (default): wherever `pdl_unsupported` finds
                 no reason against it. True where it finds one raises ConfigError.
-            ws: run the warp-specialised Gluon kernel (`tree_attention_ws`) where the
-                config calls for it (`KernelConfig.ws` > 0). None (default): where the
-                tuned table's config does, `ws_unsupported` finds no reason against it
-                and the batch fills the GPU (`ws_fills`), else the table's tl-kernel
-                config. False: always the tl kernel.
-                The warp-specialised kernel loads every tile by TMA and merges splits
-                in a second kernel, so kv_desc=False or fused_merge=True also select
-                the tl kernel. A given `config` with ws > 0 where any of these applies
-                raises ConfigError.
+            ws: the warp-specialised Gluon kernel (`tree_attention_ws`). None (default):
+                where the tuned table's config is a warp-specialised one (`KernelConfig.ws`
+                > 0), `ws_unsupported` finds no reason against it and the batch is large
+                enough (`ws_fills`); else the table's tl-kernel config. True: the table's
+                warp-specialised config whatever the batch size. False: always the tl
+                kernel. A `config` with ws > 0 is run as given. The warp-specialised
+                kernel loads every tile by TMA and merges splits in a second kernel, so
+                kv_desc=False or fused_merge=True select the tl kernel. ws=True, or a
+                warp-specialised `config`, where it cannot run raises ConfigError.
 
         Raises:
             ConfigError: unsupported dtype, head dim, mask mode, mixed trees in bias mode,
                 merge_rows not a power of 2 in [1, 16], num_splits not an integer in [1, 64], kv_desc=True where
-                `kv_desc_unsupported` gives a reason, pdl=True where `pdl_unsupported` does, or a
-                warp-specialised `config` that cannot run (see ws).
+                `kv_desc_unsupported` gives a reason, pdl=True where `pdl_unsupported` does,
+                ws not None / True / False, ws=True where the table has no warp-specialised
+                config for the rows and D, or ws=True / a warp-specialised `config` that
+                cannot run here (see ws).
         """
         check_inputs(inputs.dtype, inputs.q.shape[-1], mask_mode)
         self.inputs, self.mask_mode, self.return_lse = inputs, mask_mode, return_lse
@@ -433,16 +435,21 @@ class TreeAttention:
         hq, d = inputs.q.shape[1], inputs.q.shape[2]
         hkv = inputs.k_cache.shape[2]
         sms = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 1
+        if ws not in (None, True, False):
+            raise ConfigError(f"ws={ws!r}: must be None (the plan decides), True or False")
         rows = hq // hkv * max(ts)
         cfg = config or choose_config(rows, d, interpreting(), ws=ws is not False)
-        if cfg.ws:
+        if ws is True or cfg.ws:
             why_ws = ("ws=False" if ws is False else "kv_desc=False (it loads every tile by TMA)"
                       if kv_desc is False else "fused_merge (it merges in a second kernel)" if fused_merge
                       else ws_unsupported(inputs))
-            if not why_ws and config is None and not ws_fills(cfg, len(ts), hkv, rows, sms):
-                why_ws = "too few work items for the warp-specialised kernel"
-            if why_ws and config is not None:
-                raise ConfigError(f"config ws={cfg.ws}: {why_ws}")
+            if why_ws and (config is not None or ws is True):
+                raise ConfigError(f"config ws={cfg.ws}: {why_ws}" if config is not None else f"ws=True: {why_ws}")
+            if ws is True and not cfg.ws:
+                raise ConfigError(f"ws=True: no warp-specialised config for {rows} packed rows at D {d} (the "
+                                  "table has them above 64 rows at D 128; pass config=KernelConfig(..., ws=N))")
+            if not why_ws and config is None and ws is None and not ws_fills(cfg, len(ts), hkv, rows, sms):
+                why_ws = "the tl kernel's programs fit one wave"
             if why_ws:
                 cfg = choose_config(rows, d, interpreting(), ws=False)
         self.ws = bool(cfg.ws)

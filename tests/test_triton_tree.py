@@ -470,7 +470,15 @@ def test_ws_kernel_is_refused_without_a_gpu():
     assert "CUDA GPU" in ws_unsupported(inputs)
     with pytest.raises(ConfigError, match="config ws=2: the warp-specialised kernel needs a CUDA GPU"):
         TreeAttention(inputs, config=WS_CONFIGS[0])
-    assert not TreeAttention(inputs).ws
+    with pytest.raises(ConfigError, match="ws=True: the warp-specialised kernel needs a CUDA GPU"):
+        TreeAttention(inputs, ws=True)
+    with pytest.raises(ConfigError, match="config ws=2: ws=False"):
+        TreeAttention(inputs, config=WS_CONFIGS[0], ws=False)
+    with pytest.raises(ConfigError, match="ws=True: kv_desc=False"):
+        TreeAttention(inputs, ws=True, kv_desc=False)
+    with pytest.raises(ConfigError, match="ws='yes': must be None"):
+        TreeAttention(inputs, ws="yes")
+    assert not TreeAttention(inputs).ws and not TreeAttention(inputs, ws=False).ws
 
 
 @pytest.mark.gpu
@@ -504,11 +512,16 @@ def test_ws_kernel_on_gpu(cfg, pipe, splits, monkeypatch):
 @pytest.mark.parametrize("mode", ["tree", "bias", "causal"])
 def test_ws_default_plan_on_gpu(mode):
     """The default plan takes the warp-specialised kernel for a large batch of a 28-node
-    tree (G 4: 112 rows) in every mask mode, and the tl kernel for a single request and
-    for D 64 (not tuned); every one of them exact."""
+    tree (G 4: 112 rows) in every mask mode, and the tl kernel for a single request
+    (unless ws=True) and for D 64 (not tuned); every one of them exact. ws=True with
+    no warp-specialised row for the batch (full:2:1, G 4: 12 rows) is refused."""
     import dataclasses
     big = Case(batch_size=48, context_len="ragged:100-400", tree="vllm:pr_27", page_size=64,   # 768 tl programs
                num_q_heads=32, num_kv_heads=8, head_dim=128)
     assert check(big, mode).ws
-    assert not check(dataclasses.replace(big, batch_size=1), mode).ws
+    one = dataclasses.replace(big, batch_size=1)
+    assert not check(one, mode).ws
+    assert check(one, mode, ws=True).ws                   # forced: split-KV over the one request
     assert not check(dataclasses.replace(big, head_dim=64, dtype="float16"), mode).ws
+    with pytest.raises(ConfigError, match="ws=True: no warp-specialised config for 12 packed rows at D 128"):
+        TreeAttention(build_inputs(dataclasses.replace(big, tree="full:2:1"), DEVICE), mode, ws=True)
