@@ -1,6 +1,6 @@
 """Warp-specialised tree attention for sm_90, in Gluon (Triton's explicit-layout dialect).
 
-The same work as `tree_attention.tree_attn_fwd_kernel` (docs/kernel.md), laid out
+The same work as `tree_attention_tl.tree_attn_fwd_kernel` (docs/kernel.md), laid out
 the way FlashAttention-3 lays out its Hopper forward kernel (Shah et al. 2024,
 "FlashAttention-3", sections 3.1-3.2): a work item is NUM_WG * 64 packed rows of
 one (request b, KV head, KV split); each CTA takes items pid, pid + grid, ...
@@ -154,7 +154,7 @@ def _tree_allowed_ws(MASK, BIAS, row_tok, node, row_ok, offs_n, L, T, stride_mw,
                      BLOCK_N: gl.constexpr, MASK_MODE: gl.constexpr, s_layout: gl.constexpr):
     """(allowed (64, BLOCK_N) bool, additive bias in log2 units or 0.0) in s_layout for
     columns offs_n (SliceLayout(0, s_layout)) of a tile overlapping [L, L + T); rows
-    row_tok / node / row_ok in SliceLayout(1, s_layout). As `tree_attention._tree_allowed`,
+    row_tok / node / row_ok in SliceLayout(1, s_layout). As `tree_attention_tl._tree_allowed`,
     with the bitmask's bits tested word by word into a bool tile (no int64 tile)."""
     j = offs_n - L
     in_tree = (j >= 0) & (j < T)

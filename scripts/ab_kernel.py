@@ -50,6 +50,7 @@ HEADS = dict(num_q_heads=32, num_kv_heads=8, head_dim=128)
 CELLS = [(64, 2048, "vllm:pr_27"), (64, 2048, "full:3:3"), (64, 2048, "full:3:1"), (1, 2048, "vllm:pr_27"),
          (1, 1024, "vllm:pr_27"), (1, 2048, "full:3:3"), (16, 2048, "eagle:mc_sim_7b_63")]
 KERNEL_FILES = ("__init__.py", "launch.py", "tree_attention.py", "tree_attention_plan.py", "tree_attention_reduce.py")
+OPTIONAL_FILES = ("tree_attention_tl.py", "tree_attention_ws.py")   # revisions from session 6 on
 
 
 def load_base(base: Path):
@@ -59,7 +60,7 @@ def load_base(base: Path):
     atexit.register(shutil.rmtree, tmp, ignore_errors=True)
     pkg = Path(tmp) / "kernels_base"
     pkg.mkdir()
-    for name in KERNEL_FILES:
+    for name in KERNEL_FILES + tuple(n for n in OPTIONAL_FILES if (base / n).is_file()):
         text = (base / name).read_text().replace("from kernels.", "from kernels_base.").replace(
             "import kernels.", "import kernels_base.")
         (pkg / name).write_text(text)

@@ -62,7 +62,7 @@ def compile_forward(cfg: KernelConfig, page_size: int, kv_desc: bool, num_ctas: 
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from kernels.tree_attention import tree_attn_fwd_kernel as kernel
+    from kernels.tree_attention_tl import tree_attn_fwd_kernel as kernel
 
     if kv_desc and page_size % cfg.block_n:
         raise ConfigError(f"TMA path needs P % BLOCK_N == 0 (P {page_size}, BLOCK_N {cfg.block_n})")

@@ -1,0 +1,267 @@
+"""Triton tree attention over a paged KV cache: the tl forward kernel (Triton's tile language;
+every GPU and the CPU interpreter). `tree_attention.TreeAttention` launches it.
+
+One program owns one (request b, KV head, KV split, M-tile) work item. Its rows
+pack the G query heads of the KV head with the request's tree nodes, node-major
+(row r = node * G + g, so a row's query is the contiguous D-vector
+q[qo_b + node, kv_head * G + g]); every K/V tile is therefore read once per
+(request, KV head, split) for all G * T_b rows (GQA packing, as FlashInfer's
+and vLLM's decode kernels do).
+
+The program walks its split's share of the request's KV tiles of BLOCK_N
+tokens in two loops:
+
+1. context tiles (wholly inside [0, L_b)): no mask at all;
+2. the tiles that overlap [L_b, S_b): context columns pass, tree column
+   L_b + j passes for row node i iff j is i or an ancestor of i, columns past
+   S_b are masked (and their K/V loads too: every unused pool slot is NaN).
+
+The tree test has three modes (MASK_MODE):
+
+- ``MASK_BITS`` (0): per-request bitmask, ``mask_words[qo_b + i, j // 64]``
+  bit ``j % 64`` (int64 words, W = ceil(max T_b / 64) per node);
+- ``MASK_BIAS`` (1): one additive (T, T) fp32 bias shared by the batch
+  (0 or -inf), vLLM's Triton ``qq_bias`` convention;
+- ``MASK_CAUSAL`` (2): plain causal j <= i, the baseline with no tree mask.
+
+Softmax is online (FlashAttention-2, Dao 2023, Algorithm 1) in fp32 with exp2
+and sm_scale * log2(e) folded into one FFMA per score. With one split the
+program writes the output (and LSE) itself; with several it writes a partial
+(O, LSE) in fp32, merged by ``tree_attention_reduce.tree_attn_merge_kernel``
+(a second launch) or, with FUSED_MERGE, by the tile's last split program.
+
+Pages: when P % BLOCK_N == 0 a tile lies inside one page (one block-table
+load, contiguous rows); otherwise each token looks up its own page. With
+KV_DESC the context tiles of such pages are loaded by TMA (one descriptor box
+of BLOCK_N tokens x D per tile, the pools viewed as (N * P, HKV * D)). With
+BT_AHEAD the block-table entries of each context tile are loaded one tile
+before its K/V, so the TMA issue (run 5: 240 -> 198 us for the 27-node tree
+at B 64) or the pointer loads' addresses (P 16: 3-14% faster, run 6) do not
+wait on them (docs/kernel.md). The masked tail tiles keep pointer loads:
+their columns past S_b must read as zeros, not as the pool's NaN slots.
+With split-KV the merge kernel is a programmatic dependent launch (PDL) where
+the device allows it.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from kernels.tree_attention_reduce import gdc_launch_dependents, merge_partials
+
+MASK_BITS, MASK_BIAS, MASK_CAUSAL = 0, 1, 2
+LOG2E = 1.4426950408889634  # log2(e): exp(x) == exp2(x * LOG2E)
+
+
+@triton.jit
+def _dot(a, b, acc, DOT_FP32: tl.constexpr):
+    """a @ b with an fp32 accumulator, plus `acc` when given (None: zeros); the MMA
+    accumulates into acc in place, so the P V MMA of one tile may still run while the
+    next tile's Q K^T is issued. DOT_FP32 upcasts the operands first: exact for
+    bf16/fp16 values, and needed by the CPU interpreter, whose bfloat16 dot is wrong
+    (Triton 3.9)."""
+    if DOT_FP32:
+        c = tl.dot(a.to(tl.float32), b.to(tl.float32), acc)
+    else:
+        c = tl.dot(a, b, acc)
+    return c
+
+
+@triton.jit
+def _kv_tile_offsets(BT, b, start, S, stride_bt, stride_kn, stride_kp,
+                     P: tl.constexpr, BLOCK_N: tl.constexpr, PAGE_TILE: tl.constexpr):
+    """Element offsets (BLOCK_N,) int64 of tokens [start, start + BLOCK_N) of
+    request b into the pool, through block_table: [b, logical_page] -> physical_page.
+    Tokens at or past S get an in-bounds offset (their tile's page, or token S - 1's
+    page in the gather path) and the caller masks their loads."""
+    if PAGE_TILE:  # the tile lies inside one page: one block-table load
+        phys = tl.load(BT + b * stride_bt + start // P).to(tl.int64)
+        offs = phys * stride_kn + ((start % P) + tl.arange(0, BLOCK_N)) * stride_kp
+    else:
+        offs_n = tl.minimum(start + tl.arange(0, BLOCK_N), S - 1)   # past S: S - 1's page (loads masked)
+        phys = tl.load(BT + b * stride_bt + offs_n // P).to(tl.int64)
+        offs = phys * stride_kn + (offs_n % P) * stride_kp
+    return offs
+
+
+@triton.jit
+def _tree_allowed(MASK, BIAS, row_tok, node, row_ok, offs_n, L, T, stride_mw, stride_bias,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MASK_MODE: tl.constexpr):
+    """(allowed (BLOCK_M, BLOCK_N) bool, additive bias in log2 units or 0.0) for
+    columns offs_n of a tile overlapping [L, L + T); row_tok = qo_b + node."""
+    j = offs_n - L                                          # (BLOCK_N,) tree index of the column
+    in_tree = (j >= 0) & (j < T)
+    jj = tl.maximum(j, 0)
+    ctx = (offs_n < L)[None, :]
+    both = row_ok[:, None] & in_tree[None, :]
+    if MASK_MODE == 0:
+        # The tile's tree columns span at most WORDS consecutive mask words; load each
+        # as a (BLOCK_M,) row vector (no 2D gather, so no layout shuffle through shared memory).
+        WORDS: tl.constexpr = BLOCK_N // 64 + 1 if BLOCK_N >= 64 else 2
+        w0 = tl.min(jj, 0) // 64                             # first word the tile touches
+        shift = (jj % 64).to(tl.int64)[None, :]
+        bits = tl.zeros((BLOCK_M, BLOCK_N), tl.int64)
+        for w in tl.static_range(WORDS):
+            widx = tl.minimum(w0 + w, stride_mw - 1)          # clamp past the row's last word (stride_mw = W)
+            word = tl.load(MASK + row_tok * stride_mw + widx, mask=row_ok, other=0)   # (BLOCK_M,) int64
+            hit = ((jj // 64) == w0 + w)[None, :]
+            bits = tl.where(hit, (word[:, None] >> shift) & 1, bits)
+        allowed = ctx | (both & (bits != 0))
+        bias = 0.0
+    elif MASK_MODE == 1:
+        bptr = BIAS + node[:, None] * stride_bias + jj[None, :]
+        allowed = ctx | both
+        bias = tl.load(bptr, mask=both, other=0.0) * 1.4426950408889634   # (BLOCK_M, BLOCK_N) fp32, log2 units
+    else:
+        allowed = ctx | (both & (jj[None, :] <= node[:, None]))
+        bias = 0.0
+    return allowed, bias
+
+
+# Integer arguments that vary from batch to batch are not specialised (Triton
+# would otherwise compile a new kernel when one of them is 1 or a multiple of 16).
+@triton.jit(do_not_specialize=["stride_bt", "stride_mw", "stride_bias", "stride_ps", "m_tiles", "num_splits",
+                               "tiles_per_split", "bt_width"])
+def tree_attn_fwd_kernel(
+    Q, K, V, BT, CTX_LENS, QO, MASK, BIAS, O, LSE, O_PART, LSE_PART, SEM,
+    K_DESC, V_DESC,                             # TMA descriptors of the pools as (N * P, HKV * D), or None
+    qk_scale,                                   # sm_scale * log2(e), fp32
+    stride_qt, stride_qh,                       # q (sum T, Hq, D); its last dim is contiguous
+    stride_kn, stride_kp, stride_kh,            # k/v cache (N, P, Hkv, D)
+    stride_bt, stride_mw, stride_bias,          # block_table row, mask-words row, bias row
+    stride_ps,                                  # partial workspace: one split's plane, sum T * Hq
+    m_tiles, num_splits,                        # M-tiles and KV splits per (request, KV head)
+    tiles_per_split, bt_width,                  # KV tiles per split (from the longest S_b); block_table columns
+    HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, P: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, FUSED_MERGE: tl.constexpr,
+    MASK_MODE: tl.constexpr, WRITE_LSE: tl.constexpr, DOT_FP32: tl.constexpr,
+    KV_DESC: tl.constexpr = False, BT_AHEAD: tl.constexpr = False, PDL: tl.constexpr = False,
+):
+    """Grid: (B * HKV * num_splits * m_tiles,), M-tile fastest so the M-tiles that
+    share a KV stream run together (their re-reads hit L2). SPLIT: num_splits > 1.
+    FUSED_MERGE: the last split program of each (request, KV head, M-tile) merges the
+    partials (counted in SEM, (B * HKV * m_tiles,) int32, zero between launches);
+    otherwise tree_attn_merge_kernel does, in a second launch (with PDL, launched as a
+    programmatic dependent launch once every program has passed its main loops). KV_DESC: context
+    tiles through K_DESC / V_DESC (needs P % BLOCK_N == 0); BT_AHEAD: each context
+    tile's block-table entries loaded one tile ahead (the TMA page, or on the
+    pointer-load paths the tile's K/V offsets, loop-carried).
+
+    Split s covers the request's tiles [s * tiles_per_split, (s + 1) * tiles_per_split):
+    its first tile does not depend on a load, so (with BT_AHEAD and KV_DESC) its
+    block-table entry is loaded in the same round trip as the request's context
+    length, not after it.
+    Splits past a short request's last tile see nothing (LSE -inf, weight 0 in the merge)."""
+    pid = tl.program_id(0)
+    mt = pid % m_tiles
+    split = (pid // m_tiles) % num_splits
+    kh = (pid // (m_tiles * num_splits)) % HKV
+    b = pid // (m_tiles * num_splits * HKV)
+    t_lo = split * tiles_per_split
+    bt_row = BT + b * stride_bt
+    if KV_DESC and BT_AHEAD:                    # the first tile's page (loop-carried), clamped into the row
+        page_next = tl.load(bt_row + tl.minimum((t_lo * BLOCK_N) // P, bt_width - 1))
+    L = tl.load(CTX_LENS + b)
+    qo = tl.load(QO + b)
+    T = tl.load(QO + b + 1) - qo
+    if mt * BLOCK_M >= T * G:                   # a request with fewer rows than the largest
+        return
+    S = L + T
+    n_tiles = tl.cdiv(S, BLOCK_N)
+    t_hi = tl.minimum(t_lo + tiles_per_split, n_tiles)
+    t_ctx = tl.minimum(L // BLOCK_N, t_hi)      # tiles before t_ctx need no mask
+
+    rows = mt * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,) packed row = node * G + g
+    node = rows // G
+    row_ok = rows < T * G
+    row_tok = qo + node                          # token index into q / out
+    head = kh * G + rows % G
+    offs_d = tl.arange(0, D)
+    q_off = row_tok.to(tl.int64)[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :]
+    q = tl.load(Q + q_off, mask=row_ok[:, None], other=0.0)   # (BLOCK_M, D)
+    dtype = q.dtype
+
+    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_M,), tl.float32)
+    acc = tl.zeros((BLOCK_M, D), tl.float32)
+    K_h = K + kh * stride_kh
+    V_h = V + kh * stride_kh
+    PAGE_TILE: tl.constexpr = P % BLOCK_N == 0
+
+    # With BT_AHEAD, the page(s) of the next context tile are loaded one tile ahead of its
+    # K/V loads (clamped into the split's context tiles, so they never leave the request's
+    # row): the TMA issue, or the gathered loads' addresses, do not wait on them.
+    last = tl.maximum(t_ctx - 1, 0)
+    if BT_AHEAD and not KV_DESC:                # pointer paths: the next tile's K/V offsets (loop-carried)
+        kv_next = _kv_tile_offsets(BT, b, tl.minimum(t_lo, last) * BLOCK_N, S, stride_bt, stride_kn, stride_kp,
+                                   P, BLOCK_N, PAGE_TILE)
+    for t in range(t_lo, t_ctx):                # 1) context tiles: no mask
+        if KV_DESC:                              # one TMA box per tile (P % BLOCK_N == 0)
+            start = t * BLOCK_N
+            if BT_AHEAD:
+                page = page_next
+                page_next = tl.load(bt_row + (tl.minimum(t + 1, last) * BLOCK_N) // P)
+            else:
+                page = tl.load(bt_row + start // P)
+            row0 = page * P + start % P
+            k = K_DESC.load([row0, kh * D])                     # (BLOCK_N, D)
+            v = V_DESC.load([row0, kh * D])
+        else:
+            if BT_AHEAD:
+                kv = kv_next
+                kv_next = _kv_tile_offsets(BT, b, tl.minimum(t + 1, last) * BLOCK_N, S, stride_bt, stride_kn,
+                                           stride_kp, P, BLOCK_N, PAGE_TILE)
+            else:
+                kv = _kv_tile_offsets(BT, b, t * BLOCK_N, S, stride_bt, stride_kn, stride_kp, P, BLOCK_N, PAGE_TILE)
+            k = tl.load(K_h + kv[:, None] + offs_d[None, :])      # (BLOCK_N, D)
+            v = tl.load(V_h + kv[:, None] + offs_d[None, :])
+        s = _dot(q, tl.trans(k), None, DOT_FP32)              # (BLOCK_M, BLOCK_N) raw scores
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)      # log2 units
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s * qk_scale - m_new[:, None])            # one FFMA per score
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = _dot(p.to(dtype), v, acc * alpha[:, None], DOT_FP32)   # the MMA accumulates in place
+        m_i = m_new
+
+    for t in range(tl.maximum(t_lo, t_ctx), t_hi):  # 2) tiles overlapping [L, S): masked
+        offs_n = t * BLOCK_N + tl.arange(0, BLOCK_N)
+        valid = offs_n < S
+        kv = _kv_tile_offsets(BT, b, t * BLOCK_N, S, stride_bt, stride_kn, stride_kp, P, BLOCK_N, PAGE_TILE)
+        k = tl.load(K_h + kv[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
+        v = tl.load(V_h + kv[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
+        allowed, bias = _tree_allowed(MASK, BIAS, row_tok, node, row_ok, offs_n, L, T, stride_mw, stride_bias,
+                                      BLOCK_M, BLOCK_N, MASK_MODE)
+        s = _dot(q, tl.trans(k), None, DOT_FP32) * qk_scale + bias
+        s = tl.where(allowed, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that saw nothing yet
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = _dot(p.to(dtype), v, acc * alpha[:, None], DOT_FP32)
+        m_i = m_new
+
+    if PDL:                                     # the merge kernel may launch now (it waits for this grid)
+        gdc_launch_dependents()
+    seen = l_i > 0.0                            # False only for a split that saw nothing of a row
+    out = acc / tl.where(seen, l_i, 1.0)[:, None]
+    lse = tl.where(seen, (m_i + tl.log2(tl.where(seen, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
+    lse_off = row_tok.to(tl.int64) * (HKV * G) + head          # (BLOCK_M,) into (sum T, Hq)
+    o_off = lse_off[:, None] * D + offs_d[None, :]              # out is contiguous (sum T, Hq, D)
+    if not SPLIT:
+        tl.store(O + o_off, out.to(O.dtype.element_ty), mask=row_ok[:, None])
+        if WRITE_LSE:
+            tl.store(LSE + lse_off, lse, mask=row_ok)
+    else:
+        plane = split.to(tl.int64) * stride_ps
+        tl.store(O_PART + plane * D + o_off, out, mask=row_ok[:, None])
+        tl.store(LSE_PART + plane + lse_off, lse, mask=row_ok)
+        if FUSED_MERGE:                         # the last split of this (b, kv head, M-tile) to finish merges
+            tl.debug_barrier()                  # every thread's partial is stored before the release below
+            counter = SEM + (b * HKV + kh) * m_tiles + mt
+            arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+            if arrived == num_splits - 1:
+                merge_partials(O_PART, LSE_PART, O, LSE, o_off, lse_off, row_ok, stride_ps, num_splits,
+                               BLOCK_M, D, WRITE_LSE)
+                tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")   # ready for the next launch
