@@ -162,8 +162,10 @@ class TreeAttention:
             pdl: with split-KV and the merge in a second kernel, launch that kernel as a
                 programmatic dependent launch (Triton's launch_pdl; it waits on
                 griddepcontrol for the forward grid): its launch overlaps the forward
-                kernel's last programs. None (default): wherever `pdl_unsupported` finds
-                no reason against it. True where it finds one raises ConfigError.
+                kernel's last programs (the tl kernel's: the warp-specialised kernel does
+                not signal its dependents, so its merge is an ordinary launch). None
+                (default): wherever `pdl_unsupported` finds no reason against it. True
+                where it finds one raises ConfigError.
             ws: the warp-specialised Gluon kernel (`tree_attention_ws`). None (default):
                 where the tuned table's config is a warp-specialised one (`KernelConfig.ws`
                 > 0), `ws_unsupported` finds no reason against it and the batch is large
@@ -175,7 +177,8 @@ class TreeAttention:
                 warp-specialised `config`, where it cannot run raises ConfigError.
 
         Raises:
-            ConfigError: unsupported dtype, head dim, mask mode, mixed trees in bias mode,
+            ConfigError: a config that is not a KernelConfig, unsupported dtype, head dim, mask mode,
+                mixed trees in bias mode,
                 merge_rows not a power of 2 in [1, 16], num_splits not an integer in [1, 64], kv_desc=True where
                 `kv_desc_unsupported` gives a reason, pdl=True where `pdl_unsupported` does,
                 ws not None / True / False, ws=True where the table has no warp-specialised
@@ -193,14 +196,19 @@ class TreeAttention:
         hq, d = inputs.q.shape[1], inputs.q.shape[2]
         hkv = inputs.k_cache.shape[2]
         sms = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 1
-        if ws not in (None, True, False):
+        if not (ws is None or isinstance(ws, bool)):
             raise ConfigError(f"ws={ws!r}: must be None (the plan decides), True or False")
+        if config is not None and not isinstance(config, KernelConfig):
+            raise ConfigError(f"config={config!r}: must be a KernelConfig (kernels.tree_attention_plan)")
         rows = hq // hkv * max(ts)
         cfg = config or choose_config(rows, d, interpreting(), ws=ws is not False)
         if ws is True or cfg.ws:
             why_ws = ("ws=False" if ws is False else "kv_desc=False (it loads every tile by TMA)"
                       if kv_desc is False else "fused_merge (it merges in a second kernel)" if fused_merge
                       else ws_unsupported(inputs))
+            if not why_ws and cfg.ws and cfg.ws_shared_bytes(d, inputs.q.element_size()) > SMEM_PER_SM:
+                why_ws = (f"{cfg.ws_shared_bytes(d, inputs.q.element_size())} bytes of shared memory at D {d} "
+                          f"(one CTA has {SMEM_PER_SM})")
             if why_ws and (config is not None or ws is True):
                 raise ConfigError(f"config ws={cfg.ws}: {why_ws}" if config is not None else f"ws=True: {why_ws}")
             if ws is True and not cfg.ws:
@@ -223,7 +231,9 @@ class TreeAttention:
                               config=cfg, num_splits=num_splits, tma_tiles=self.kv_desc)
         self.out = torch.empty(inputs.q.shape, dtype=inputs.dtype, device=dev)
         self.lse = torch.empty(inputs.q.shape[:2], dtype=torch.float32, device=dev) if return_lse else None
-        self.pdl = pdl_on and self.plan.num_splits > 1 and not fused_merge   # a merge kernel to launch early
+        # a merge kernel to launch early; the warp-specialised kernel does not signal its
+        # dependents (griddepcontrol), so after it the merge is an ordinary launch
+        self.pdl = pdl_on and self.plan.num_splits > 1 and not fused_merge and not self.ws
         self._launches = self._build_ws_launches(ts) if self.ws else self._build_launches(ls, ts)
         self()                                   # warm-up: compiles
         self.fast_launch = fast_launch and not interpreting() and verify_fast_path(self._launches, self)

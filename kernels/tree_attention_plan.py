@@ -54,18 +54,35 @@ class KernelConfig:
             if not is_integer(v) or not ok(v):      # True, 4.0 and "4" are refused; numpy integers are taken
                 raise ConfigError(f"kernel config {name}={v!r}: must be {want}")
             object.__setattr__(self, name, int(v))
-        if (self.block_m == 192) != (self.ws == 3) or self.ws and (self.block_m != 64 * self.ws or self.block_n != 64 or self.num_warps != 4
-                        or not 2 <= self.num_stages <= 6 or self.max_regs < 64):
+        if self.block_m == 192 and self.ws != 3:
+            raise ConfigError(f"kernel config block_m=192 with ws={self.ws}: 192 rows are the 3 consumer "
+                              "warpgroups of the warp-specialised kernel (ws=3)")
+        if self.ws:
+            self._check_ws()
+
+    def _check_ws(self) -> None:
+        """Raises ConfigError unless this warp-specialised config can be built: 64 rows per
+        consumer warpgroup, 64-token tiles, 4 warps, 2-6 stages, no block-table look-ahead
+        (the producer reads the table ahead itself), and a max_regs that fits the register
+        file (max_regs * 128 threads * (ws + 1) warpgroups <= 65536) while leaving each
+        consumer at least WS_MIN_CONSUMER_REGS (ptxas refuses fewer for its tile)."""
+        limit = REGS_PER_SM // (128 * (self.ws + 1)) // 8 * 8
+        if (self.block_m != 64 * self.ws or self.block_n != 64 or self.num_warps != 4
+                or not 2 <= self.num_stages <= 6 or self.bt_ahead or not 0 < self.max_regs <= limit
+                or self.ws_regs[0] < WS_MIN_CONSUMER_REGS):
             raise ConfigError(f"kernel config {self}: the warp-specialised kernel (ws={self.ws}) takes "
-                              f"block_m = 64 * ws = {64 * self.ws}, block_n 64, 4 warps, 2 to 6 stages and "
-                              "max_regs >= 64 (its register budget per thread, shared by the warpgroups)")
+                              f"block_m = 64 * ws = {64 * self.ws}, block_n 64, 4 warps, 2 to 6 stages, "
+                              f"bt_ahead 0 and max_regs (registers per thread at launch) up to {limit} "
+                              f"leaving each consumer warpgroup at least {WS_MIN_CONSUMER_REGS}")
 
     @property
     def ws_regs(self) -> tuple[int, int]:
         """(consumer, producer) registers per thread of the warp-specialised kernel's
         partitions (setmaxnreg; multiples of 8, at most 256): the producer warp's
         warpgroup keeps WS_PRODUCER_REGS, the consumers share the rest of
-        max_regs * (ws + 1) warpgroups' worth."""
+        max_regs * (ws + 1) warpgroups' worth. Raises ConfigError for a tl config (ws 0)."""
+        if not self.ws:
+            raise ConfigError(f"kernel config {self}: ws_regs of a tl-kernel config (ws=0)")
         spare = self.max_regs * (self.ws + 1) - WS_PRODUCER_REGS
         return min(256, spare // max(self.ws, 1) // 8 * 8), WS_PRODUCER_REGS
 
@@ -73,13 +90,17 @@ class KernelConfig:
         """Shared memory of the warp-specialised kernel: Q (block_m, D) and the K/V ring
         (2 x stages x (64, D)), plus WS_SCRATCH_BYTES per consumer warpgroup for its
         layout conversions and the barriers (sm_90 compiles, D 128: 90172 B for ws 1
-        with 2 stages, 180336 B for ws 2 with 4, 172152 B for ws 3 with 3)."""
+        with 2 stages, 180336 B for ws 2 with 4, 245920 B for ws 2 with 6, 172152 B
+        for ws 3 with 3). An upper bound of those; past SMEM_PER_SM a config cannot
+        launch (`TreeAttention` refuses it)."""
         tile = 64 * head_dim * itemsize
         return (self.ws + 2 * self.num_stages) * tile + self.ws * WS_SCRATCH_BYTES
 
 
 WS_PRODUCER_REGS = 40        # the producer warp's warpgroup: scalar work and TMA issue only
-WS_SCRATCH_BYTES = 8 * 1024 + 64   # per consumer warpgroup (see KernelConfig.ws_shared_bytes)
+WS_SCRATCH_BYTES = 8 * 1024 + 128  # per consumer warpgroup (see KernelConfig.ws_shared_bytes; compiles: 8232-8272)
+WS_MIN_CONSUMER_REGS = 128         # registers per consumer thread below which the build fails or spills in its loop
+REGS_PER_SM = 65536                # sm_90's register file (32-bit registers per SM)
 SMEM_PER_SM = 227 * 1024      # the largest dynamic shared memory of one sm_90 CTA (228 KiB per SM, 1 KiB reserved per CTA)
 
 

@@ -27,7 +27,9 @@ Phases:
   ws     the warp-specialised kernel's configs against the default on the target cells
 
 Writes DIR/kernel.csv (one row per measurement, flushed as it goes, so a run
-cut short keeps what it measured) and prints a short table. The HBM floor of a
+cut short keeps what it measured) and prints a short table. Exit status: 1 when
+any variant failed its check (a run, or `report` of a CSV that holds one), 2 on
+bad input, else 0. The HBM floor of a
 case is its KV bytes (sum_b S_b * Hkv * D * 2 tensors * itemsize) over the
 measured copy bandwidth. `report` prints that table again from a CSV, with the
 best peer of each cell when given /work/shared/reference/peers-h200.csv.
@@ -38,6 +40,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import importlib.util
 import logging
 import os
 import sys
@@ -545,14 +548,15 @@ def smoke(out_dir: Path) -> int:
 # ---- report ---------------------------------------------------------------------------
 
 
-def report(csv_path: str, peers_path: str | None) -> None:
-    """Prints the tune winners and the seed grid (with the best peer when given)."""
+def report(csv_path: str, peers_path: str | None) -> int:
+    """Prints the failed variants of every phase, the tune winners and the seed grid (with
+    the best peer when given); returns how many variants failed."""
     import pandas as pd
 
     df = pd.read_csv(csv_path)
     pd.set_option("display.width", 200)
     pd.set_option("display.max_rows", 500)
-    bad = df[(df.phase.isin(["check", "tune", "seed"])) & (df.passed != True)]  # noqa: E712
+    bad = df[~df.phase.isin(["env", "launch"]) & (df.passed != True)]  # noqa: E712   (env rows check nothing)
     print(f"rows {len(df)}, failed {len(bad)}")
     if len(bad):
         print(bad[["phase", "tree", "B", "L", "P", "D", "Hq", "mode", "splits", "max_abs_err", "error"]])
@@ -570,6 +574,7 @@ def report(csv_path: str, peers_path: str | None) -> None:
         keep = [c for c in ["tree", "P", "B", "L", "splits", "median_us", "pct_floor", "host_us", "peer_graph_us",
                             "vs_graph_peer", "peer_host_us", "vs_host_peer"] if c in seed]
         print(seed[keep].to_string())
+    return len(bad)
 
 
 def best_peers(path: str):
@@ -591,7 +596,7 @@ def main() -> int:
     ap.add_argument("--phases", default="env,check,tune,seed")
     ap.add_argument("--budget-s", type=float, default=420.0, help="stop starting variants after this")
     ap.add_argument("--workers", type=int, default=max(1, min(15, (os.cpu_count() or 2) - 1)))
-    ap.add_argument("--smoke", action="store_true", help="a few tiny checks on the CPU (TRITON_INTERPRET=1)")
+    ap.add_argument("--smoke", action="store_true", help="a few tiny checks on the CPU (TRITON_INTERPRET=1); --phases does not apply")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     if args.cmd == "report":
@@ -603,8 +608,10 @@ def main() -> int:
                 print(f"bench_kernel report: {what}: {problem} (bench_kernel.py report RUN.csv [--peers PEERS.csv])",
                       file=sys.stderr)
                 return 2
-        report(args.csv, args.peers)
-        return 0
+        return 1 if report(args.csv, args.peers) else 0
+    if importlib.util.find_spec("triton") is None:
+        print("bench_kernel: Triton is not installed (pip install -e '.[dev]')", file=sys.stderr)
+        return 2
     if args.smoke:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         return smoke(Path(args.out))
@@ -629,8 +636,9 @@ def main() -> int:
             log.warning("budget spent: %d variants not run", len(variants) - len(bench.rows))
             break
         bench.write(run_variant(bench, v))
-    report(str(bench.out_csv), None)
-    return 0
+    if not bench.rows:
+        return 0
+    return 1 if report(str(bench.out_csv), None) else 0     # a failed variant fails the run
 
 
 if __name__ == "__main__":

@@ -26,6 +26,15 @@
 #   (D again measures the merge kernel's rows-per-program variants: heuristic-rows2/4)
 set -uo pipefail
 stage=${1:?stage A, B, C, D, E, F, K, L, T, V or W}
+case $stage in A|B|C|D|E|F|K|L|T|V|W) ;;
+  *) echo "gpu_session.sh: unknown stage '$stage': use A, B, C, D, E, F, K, L, T, V or W" >&2; exit 2 ;;
+esac
+if ! nvidia-smi -L > /dev/null 2>&1; then
+  echo "gpu_session.sh: no NVIDIA GPU here (nvidia-smi fails): run it on the device machine" >&2; exit 2
+fi
+if [ ! -f .gpu/env.sh ]; then
+  echo "gpu_session.sh: .gpu/env.sh is missing: run ../shared/gpu/offline-bundle.sh .gpu and carry .gpu" >&2; exit 2
+fi
 source .gpu/env.sh
 export PYTHONPATH=.:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 if [ -f .fi-cache/fi-cache.tgz ]; then   # FlashInfer's prebuilt bf16 kernels: skips ~70 s of JIT

@@ -11,14 +11,18 @@ spilled loads/stores (LDL/STL), shared memory in bytes, the counts of wgmma
 (HGMMA), TMA (UTMALDG) and TMA-multicast instructions in the SASS, and the `num`
 of each `ttg.async_wait` inside the context loop (how many async copies stay in
 flight when the loop waits for a tile; 0 = none). Uses Triton's own ptxas and
-cuobjdump (bundled with the triton wheel); Triton 3.6 to 3.9.
+cuobjdump (bundled with the triton wheel). The default builds need Triton 3.9 (the
+2-CTA build asserts in Triton 3.6's compiler); one --config build and --ws work
+with 3.6 and 3.9, whose figures differ (docs/kernel.md says which it quotes).
 
 With --ws it builds the warp-specialised Gluon kernel instead (the table's WS2 and
 WS3 configs, or --config's) and prints its registers, spills, shared memory, warps,
-and wgmma / TMA / setmaxnreg instruction counts.
+and wgmma / TMA / setmaxnreg instruction counts; it exits without Python's teardown,
+where Triton 3.9's Gluon reports leaked nanobind objects.
 
 Exit 2 with one line on bad input (a --config KernelConfig refuses, --ws with a
-tl-kernel config, no Triton).
+tl-kernel config or a ws config without --ws, a ws config over one CTA's shared
+memory, no Triton).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.errors import ConfigError  # noqa: E402
-from kernels.tree_attention_plan import KernelConfig, parse_kernel_config  # noqa: E402
+from kernels.tree_attention_plan import SMEM_PER_SM, KernelConfig, parse_kernel_config  # noqa: E402
 
 HKV, G, D = 8, 4, 128
 POINTERS = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "O": "*bf16", "BT": "*i32", "CTX_LENS": "*i32", "QO": "*i32",
@@ -117,6 +121,9 @@ def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool = True) -> dict
 
     if not cfg.ws:
         raise ConfigError(f"--ws needs a warp-specialised config (its 7th field ws > 0), not {cfg}")
+    if cfg.ws_shared_bytes(D) > SMEM_PER_SM:
+        raise ConfigError(f"--config {cfg}: about {cfg.ws_shared_bytes(D)} bytes of shared memory at D {D}, "
+                          f"over one CTA's {SMEM_PER_SM}: fewer stages")
     layout = gl.NVMMASharedLayout.get_default_for([cfg.block_n, D], gl.bfloat16)
     sig = {n: POINTERS.get(n, "i32") for n in kernel.arg_names}
     sig["qk_scale"] = "fp32"
@@ -161,14 +168,17 @@ def cubin_usage(cubin: bytes) -> tuple[dict, str]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", help="one build: BLOCK_M,BLOCK_N,warps,stages[,max_regs[,bt_ahead]]")
+    ap.add_argument("--config", help="one build: BLOCK_M,BLOCK_N,warps,stages[,max_regs[,bt_ahead[,ws]]] "
+                                     "(ws > 0 with --ws)")
     ap.add_argument("--page-size", type=int, default=128)
     ap.add_argument("--kv-desc", choices=["on", "off"], default="on")
     ap.add_argument("--num-ctas", type=int, default=1)
     ap.add_argument("--ws", action="store_true",
-                    help="the warp-specialised Gluon kernel instead (--config with a 7th field ws > 0; "
-                         "default: the table's 2- and 3-warpgroup configs)")
-    ap.add_argument("--mask", choices=["tree", "bias", "causal"], default="tree", help="--ws: the mask mode")
+                    help="the warp-specialised Gluon kernel instead, at P 128 (--config with a 7th field ws > 0; "
+                         "default: the table's 2- and 3-warpgroup configs; --page-size, --kv-desc and "
+                         "--num-ctas do not apply)")
+    ap.add_argument("--mask", choices=["tree", "bias", "causal"], default="tree",
+                    help="--ws only: the mask mode (the tl builds use the bitmask)")
     args = ap.parse_args()
     os.environ.pop("TRITON_INTERPRET", None)
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")   # Triton 3.6's default, as on the GPU (3.9 warns if unset)
@@ -187,7 +197,10 @@ def main() -> int:
                 ("2 warpgroups (WS2)", WS2), ("3 warpgroups (WS3)", WS3)]
             for name, cfg in cfgs:
                 print(f"{name}, {args.mask}: {compile_ws(cfg, mode, pipe=cfg.ws < 3)}", flush=True)
-            return 0
+            sys.stderr.flush()
+            os._exit(0)   # skip teardown: Triton 3.9's Gluon prints nanobind leak reports there
+        if args.config and parse_kernel_config(args.config).ws:
+            raise ConfigError(f"--config {args.config} is a warp-specialised config (7th field ws > 0): add --ws")
         if args.config:
             builds = [(args.config, parse_kernel_config(args.config), args.page_size, args.kv_desc == "on", args.num_ctas)]
         else:    # the builds docs/kernel.md cites (session 4)

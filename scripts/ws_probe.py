@@ -31,8 +31,13 @@ import tempfile
 from pathlib import Path
 
 import torch
-import triton
-import triton.language as tl
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:
+    print("ws_probe: Triton is not installed (pip install -e '.[dev]')", file=sys.stderr)
+    sys.exit(2)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sm90_compile import cubin_usage  # noqa: E402

@@ -171,3 +171,45 @@ def test_ws_probe_compile_shows_what_hopper_warp_specialisation_does_with_the_co
     assert ws["dots_per_partition"] == [0, 2, 2] and ws["stores_per_partition"] == [0, 1, 1]
     assert lines["128 rows, 4 warps, WS"].startswith("compile failed: ")
     assert ast.literal_eval(lines["128 rows, 8 warps, WS"])["ws_regions"] == 0
+
+
+def test_bench_kernel_report_counts_failures_of_every_phase(tmp_path):
+    """A failed variant of any phase (wscheck here) is counted and makes `report` exit 1;
+    the env rows, which check nothing, are not."""
+    import csv
+    path = tmp_path / "kernel.csv"
+    fields = ["phase", "tree", "B", "L", "P", "D", "Hq", "mode", "splits", "max_abs_err", "error", "passed",
+              "median_us"]
+    rows = [dict(phase="env", tree="copy", passed=""), dict(phase="wscheck", tree="full:3:3", passed="True"),
+            dict(phase="wscheck", tree="random:30:5", passed="False", error="mismatch")]
+    for failed in (1, 0):
+        rows[2]["passed"] = str(not failed)
+        with path.open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=fields)
+            w.writeheader()
+            w.writerows(rows)
+        r = _script("bench_kernel.py", "report", str(path))
+        assert r.returncode == failed and f"failed {failed}" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--config", "128,64,4,4,168,0,2"], "is a warp-specialised config (7th field ws > 0): add --ws"),
+    (["--ws", "--config", "128,64,4,6,168,0,2"], "over one CTA's 232448: fewer stages"),
+    (["--ws", "--config", "128,64,4,4,64,0,2"], "leaving each consumer warpgroup at least 128"),
+    (["--config", "192,64,4,3"], "192 rows are the 3 consumer warpgroups"),
+])
+def test_sm90_compile_refuses_ws_configs_it_cannot_build(args, needle):
+    pytest.importorskip("triton")
+    r = _script("sm90_compile.py", *args)
+    assert r.returncode == 2 and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_gpu_session_refuses_an_unknown_stage_and_a_machine_without_a_gpu():
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_session.sh"), "Z"], capture_output=True, text=True,
+                       cwd=ROOT, timeout=60)
+    assert r.returncode == 2 and "unknown stage 'Z'" in r.stderr, r.stderr
+    if subprocess.run(["bash", "-c", "nvidia-smi -L"], capture_output=True).returncode == 0:
+        pytest.skip("a GPU is here: the stage would run")
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_session.sh"), "V"], capture_output=True, text=True,
+                       cwd=ROOT, timeout=60)
+    assert r.returncode == 2 and "no NVIDIA GPU here" in r.stderr, r.stderr

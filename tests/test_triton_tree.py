@@ -434,9 +434,16 @@ def test_ws_config_fields_and_budgets():
         assert cfg.ws_shared_bytes(128) <= SMEM_PER_SM
     assert parse_kernel_config("128,64,4,4,168,0,2") == ws2
     for bad in [(64, 64, 4, 4, 168, 0, 2), (128, 32, 4, 4, 168, 0, 2), (128, 64, 8, 4, 168, 0, 2),
-                (128, 64, 4, 4, 0, 0, 2), (256, 64, 4, 4, 168, 0, 4), (192, 64, 4, 3, 128)]:
+                (128, 64, 4, 4, 0, 0, 2), (256, 64, 4, 4, 168, 0, 4), (192, 64, 4, 3, 128),
+                (128, 64, 4, 4, 88, 0, 2),        # 112 registers per consumer: ptxas refuses the tile
+                (128, 64, 4, 4, 176, 0, 2),       # 176 * 384 threads > the 65536-register file
+                (192, 64, 4, 3, 136, 0, 3), (128, 64, 4, 4, 168, 1, 2), (128, 64, 4, 7, 168, 0, 2)]:
         with pytest.raises(ConfigError, match="kernel config"):
             KernelConfig(*bad)
+    with pytest.raises(ConfigError, match="192 rows are the 3 consumer warpgroups"):
+        KernelConfig(192, 64, 4, 3)
+    with pytest.raises(ConfigError, match="ws_regs of a tl-kernel config"):
+        KernelConfig(64, 64, 4, 3).ws_regs
 
 
 def test_choose_config_picks_the_ws_rows_only_for_d128():
@@ -476,8 +483,11 @@ def test_ws_kernel_is_refused_without_a_gpu():
         TreeAttention(inputs, config=WS_CONFIGS[0], ws=False)
     with pytest.raises(ConfigError, match="ws=True: kv_desc=False"):
         TreeAttention(inputs, ws=True, kv_desc=False)
-    with pytest.raises(ConfigError, match="ws='yes': must be None"):
-        TreeAttention(inputs, ws="yes")
+    for bad in ("yes", 0, 1):
+        with pytest.raises(ConfigError, match=f"ws={bad!r}: must be None"):
+            TreeAttention(inputs, ws=bad)
+    with pytest.raises(ConfigError, match="must be a KernelConfig"):
+        TreeAttention(inputs, config=(128, 64, 4, 4, 168, 0, 2))
     assert not TreeAttention(inputs).ws and not TreeAttention(inputs, ws=False).ws
 
 
