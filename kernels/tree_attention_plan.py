@@ -67,13 +67,16 @@ class KernelConfig:
         file (max_regs * 128 threads * (ws + 1) warpgroups <= 65536) while leaving each
         consumer at least WS_MIN_CONSUMER_REGS (ptxas refuses fewer for its tile)."""
         limit = REGS_PER_SM // (128 * (self.ws + 1)) // 8 * 8
+        floor = next(m for m in range(8, 257, 8)
+                     if (m * (self.ws + 1) - WS_PRODUCER_REGS) // self.ws // 8 * 8 >= WS_MIN_CONSUMER_REGS)
         if (self.block_m != 64 * self.ws or self.block_n != 64 or self.num_warps != 4
                 or not 2 <= self.num_stages <= 6 or self.bt_ahead or not 0 < self.max_regs <= limit
                 or self.ws_regs[0] < WS_MIN_CONSUMER_REGS):
             raise ConfigError(f"kernel config {self}: the warp-specialised kernel (ws={self.ws}) takes "
                               f"block_m = 64 * ws = {64 * self.ws}, block_n 64, 4 warps, 2 to 6 stages, "
-                              f"bt_ahead 0 and max_regs (registers per thread at launch) up to {limit} "
-                              f"leaving each consumer warpgroup at least {WS_MIN_CONSUMER_REGS}")
+                              f"bt_ahead 0 and max_regs (registers per thread at launch) from {floor} (each "
+                              f"consumer warpgroup keeps at least {WS_MIN_CONSUMER_REGS}) to {limit} (the "
+                              "register file)")
 
     @property
     def ws_regs(self) -> tuple[int, int]:

@@ -556,7 +556,7 @@ def report(csv_path: str, peers_path: str | None) -> int:
     df = pd.read_csv(csv_path)
     pd.set_option("display.width", 200)
     pd.set_option("display.max_rows", 500)
-    bad = df[~df.phase.isin(["env", "launch"]) & (df.passed != True)]  # noqa: E712   (env rows check nothing)
+    bad = df[~df.phase.isin(["env", "launch"]) & (df.passed != True)]  # noqa: E712   (env / launch rows check nothing)
     print(f"rows {len(df)}, failed {len(bad)}")
     if len(bad):
         print(bad[["phase", "tree", "B", "L", "P", "D", "Hq", "mode", "splits", "max_abs_err", "error"]])

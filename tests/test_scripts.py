@@ -195,7 +195,7 @@ def test_bench_kernel_report_counts_failures_of_every_phase(tmp_path):
 @pytest.mark.parametrize("args, needle", [
     (["--config", "128,64,4,4,168,0,2"], "is a warp-specialised config (7th field ws > 0): add --ws"),
     (["--ws", "--config", "128,64,4,6,168,0,2"], "over one CTA's 232448: fewer stages"),
-    (["--ws", "--config", "128,64,4,4,64,0,2"], "leaving each consumer warpgroup at least 128"),
+    (["--ws", "--config", "128,64,4,4,64,0,2"], "each consumer warpgroup keeps at least 128"),
     (["--config", "192,64,4,3"], "192 rows are the 3 consumer warpgroups"),
 ])
 def test_sm90_compile_refuses_ws_configs_it_cannot_build(args, needle):
