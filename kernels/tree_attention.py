@@ -255,6 +255,18 @@ class TreeAttention:
             return dummy, bias, 0, bias.stride(0)
         return dummy, dummy, 0, 0
 
+    def _partials(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(o_part, lse_part, lse) for the forward kernels: with split-KV the fp32 partials
+        (num_splits, sum T, Hq, D) and (num_splits, sum T, Hq); without, `out` and the LSE
+        buffer (a dummy when no LSE is written). lse is where the final LSE goes."""
+        q, splits = self.inputs.q, self.plan.num_splits
+        if splits > 1:
+            o_part = torch.empty((splits, *q.shape), dtype=torch.float32, device=q.device)
+            lse_part = torch.empty((splits, *q.shape[:2]), dtype=torch.float32, device=q.device)
+        else:
+            o_part, lse_part = self.out, self.lse if self.lse is not None else self.inputs.context_lens
+        return o_part, lse_part, self.lse if self.lse is not None else lse_part
+
     def _build_launches(self, ls: list[int], ts: list[int]) -> list[FixedLaunch]:
         inp, plan, cfg = self.inputs, self.plan, self.plan.config
         q, kc, vc = inp.q, inp.k_cache, inp.v_cache
@@ -265,10 +277,7 @@ class TreeAttention:
         words, bias, stride_mw, stride_bias = self._mask_args(ts)
         split = plan.num_splits > 1
         rows = q.shape[0] * q.shape[1]                                  # sum T * Hq
-        o_part = torch.empty((plan.num_splits, *q.shape), dtype=torch.float32, device=q.device) if split else self.out
-        lse_part = torch.empty((plan.num_splits, *q.shape[:2]), dtype=torch.float32, device=q.device) \
-            if split else (self.lse if self.lse is not None else inp.context_lens)
-        lse = self.lse if self.lse is not None else lse_part
+        o_part, lse_part, lse = self._partials()
         fused = split and self.fused_merge
         sem = torch.zeros(len(ts) * hkv * plan.m_tiles, dtype=torch.int32, device=q.device) if fused \
             else inp.context_lens
@@ -307,11 +316,8 @@ class TreeAttention:
         hkv, d = kc.shape[2], q.shape[2]
         words, bias, stride_mw, stride_bias = self._mask_args(ts)
         split = plan.num_splits > 1
-        rows = q.shape[0] * q.shape[1]
-        o_part = torch.empty((plan.num_splits, *q.shape), dtype=torch.float32, device=q.device) if split else self.out
-        lse_part = torch.empty((plan.num_splits, *q.shape[:2]), dtype=torch.float32, device=q.device) \
-            if split else (self.lse if self.lse is not None else inp.context_lens)
-        lse = self.lse if self.lse is not None else lse_part
+        rows = q.shape[0] * q.shape[1]                                  # sum T * Hq
+        o_part, lse_part, lse = self._partials()
         layout = gl.NVMMASharedLayout.get_default_for([cfg.block_n, d], gl.bfloat16 if q.dtype == torch.bfloat16
                                                       else gl.float16)
         rows_kv = kc.shape[0] * kc.shape[1]
