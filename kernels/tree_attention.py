@@ -325,8 +325,7 @@ class TreeAttention:
                           for t in (kc, vc))
         consumer_regs, producer_regs = cfg.ws_regs
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-        per_sm = max(1, min(2, SMEM_PER_SM // (cfg.ws_shared_bytes(d) + 1024)))
-        programs = min(plan.num_programs, sms * per_sm) if WS_PERSIST else plan.num_programs
+        programs = min(plan.num_programs, sms * cfg.ctas_per_sm(d)) if WS_PERSIST else plan.num_programs
         fwd = FixedLaunch(tree_attn_ws_kernel, (programs,), [
             q, k_desc, v_desc, inp.block_table, inp.context_lens, inp.qo_indptr, words, bias,
             self.out, lse, o_part, lse_part, inp.sm_scale * LOG2E, q.stride(0), q.stride(1),

@@ -99,6 +99,15 @@ class KernelConfig:
         tile = 64 * head_dim * itemsize
         return (self.ws + 2 * self.num_stages) * tile + self.ws * WS_SCRATCH_BYTES
 
+    def ctas_per_sm(self, head_dim: int, itemsize: int = 2) -> int:
+        """Programs of this config that run at once on one SM: 2 for the tl kernel's
+        larger tiles (their registers and shared memory allow exactly 2, docs/kernel.md);
+        for the warp-specialised kernel as many as its shared memory (`ws_shared_bytes`
+        plus 1 KiB reserved per CTA) allows, 1 or 2."""
+        if not self.ws:
+            return 2
+        return max(1, min(2, SMEM_PER_SM // (self.ws_shared_bytes(head_dim, itemsize) + 1024)))
+
 
 WS_PRODUCER_REGS = 40        # the producer warp's warpgroup: scalar work and TMA issue only
 WS_SCRATCH_BYTES = 8 * 1024 + 128  # per consumer warpgroup (see KernelConfig.ws_shared_bytes; compiles: 8232-8272)
@@ -252,9 +261,8 @@ def make_plan(batch_size: int, num_kv_heads: int, group_size: int, tree_sizes: l
     programs = batch_size * num_kv_heads * m_tiles
     tiles = [math.ceil(s / cfg.block_n) for s in seq_lens]
     if num_splits is None:
-        per_sm = max(1, min(2, SMEM_PER_SM // (cfg.ws_shared_bytes(head_dim) + 1024))) if cfg.ws else 2
         num_splits = 1 if interpret else choose_num_splits(programs, tiles, num_sms, cfg.block_m,
-                                                           tma_tiles or bool(cfg.ws), per_sm)
+                                                           tma_tiles or bool(cfg.ws), cfg.ctas_per_sm(head_dim))
     if not is_integer(num_splits) or not 1 <= num_splits <= MAX_SPLITS:
         raise ConfigError(f"num_splits={num_splits!r}: must be an integer from 1 (split-KV off) "
                           f"to {MAX_SPLITS}")

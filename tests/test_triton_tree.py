@@ -432,6 +432,8 @@ def test_ws_config_fields_and_budgets():
     assert KernelConfig(192, 64, 4, 3, 128, 0, 3).ws_regs == (152, WS_PRODUCER_REGS)
     for cfg in WS_CONFIGS:
         assert cfg.ws_shared_bytes(128) <= SMEM_PER_SM
+    assert [cfg.ctas_per_sm(128) for cfg in WS_CONFIGS] == [1, 2, 1]   # ws 1 with 2 stages: 2 per SM
+    assert KernelConfig(64, 64, 4, 3).ctas_per_sm(128) == 2
     assert parse_kernel_config("128,64,4,4,168,0,2") == ws2
     for bad in [(64, 64, 4, 4, 168, 0, 2), (128, 32, 4, 4, 168, 0, 2), (128, 64, 8, 4, 168, 0, 2),
                 (128, 64, 4, 4, 0, 0, 2), (256, 64, 4, 4, 168, 0, 4), (192, 64, 4, 3, 128),
