@@ -222,7 +222,7 @@ class TreeAttention:
         why_not = kv_desc_unsupported(inputs, cfg.block_n)
         if kv_desc and why_not:
             raise ConfigError(f"kv_desc: {why_not}")
-        self.kv_desc = (kv_desc if kv_desc is not None else USE_KV_DESC) and not why_not
+        self.kv_desc = self.ws or (kv_desc if kv_desc is not None else USE_KV_DESC) and not why_not   # ws: all TMA
         why_not_pdl = pdl_unsupported(inputs.device)
         if pdl and why_not_pdl:
             raise ConfigError(f"pdl: {why_not_pdl}")

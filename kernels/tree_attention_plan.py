@@ -192,7 +192,13 @@ def ws_fills(config: KernelConfig, batch_size: int, num_kv_heads: int, rows: int
     2 programs per SM. Within one wave every tl program runs at once and the
     warp-specialised kernel's fixed costs lost (run V, seed suite back to back: the
     27-node and eagle trees at B 16 1.03-1.19x at L 16 and 1024; B 1 1.2-1.6x in run 8).
-    Always True for a tl-kernel config."""
+
+    Args:
+        config: the table's config for the batch (a tl-kernel config: always True).
+        batch_size, num_kv_heads: B and Hkv.
+        rows: G * max T_b, the packed rows per (request, KV head).
+        num_sms: multiprocessors of the device (132 on an H200).
+    Raises nothing."""
     if not config.ws:
         return True
     return batch_size * num_kv_heads * math.ceil(rows / 64) > 2 * num_sms
