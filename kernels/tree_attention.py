@@ -36,7 +36,7 @@ __all__ = ["TreeAttention", "kv_desc_unsupported", "pdl_unsupported", "tree_attn
 # ---- host side: prepare once, then launch -------------------------------------------
 
 USE_KV_DESC = True   # kv_desc=None: TMA descriptor loads wherever kv_desc_unsupported allows
-WS_PIPE = True       # the warp-specialised kernel's intra-warpgroup pipelining (PIPE)
+WS_PIPE: bool | None = None   # the warp-specialised kernel's PIPE: None = KernelConfig.ws_pipe, else forced
 WS_PERSIST = True    # the warp-specialised kernel as one wave of persistent programs
 USE_PDL = True       # pdl=None: the merge kernel as a programmatic dependent launch wherever pdl_unsupported allows
 
@@ -90,17 +90,18 @@ def kv_desc_unsupported(inputs: BatchInputs, block_n: int) -> str:
     return ""
 
 
-def ws_unsupported(inputs: BatchInputs) -> str:
+def ws_unsupported(inputs: BatchInputs, block_n: int = 64) -> str:
     """Why the warp-specialised Gluon kernel (`tree_attention_ws`) cannot run this batch, or "".
 
     Args:
         inputs: the batch.
+        block_n: the config's KV tokens per tile (32 or 64).
 
     Returns:
         "" on an sm_90 GPU (wgmma is Hopper's; sm_100 has none) with a Triton whose
-        Gluon has the Hopper API, D 64 or 128, and pools TMA can read in 64-token
-        tiles (`kv_desc_unsupported` with BLOCK_N 64); else the first reason
-        against, one line. Raises nothing.
+        Gluon has the Hopper API, D 64 or 128, and pools TMA can read in block_n-token
+        tiles (`kv_desc_unsupported`); else the first reason against, one line.
+        Raises nothing.
     """
     if interpreting() or inputs.device.type != "cuda":
         return "the warp-specialised kernel needs a CUDA GPU (Gluon does not run in the Triton interpreter)"
@@ -109,7 +110,7 @@ def ws_unsupported(inputs: BatchInputs) -> str:
     d = inputs.q.shape[-1]
     if d not in (64, 128):
         return f"head dim {d}: the warp-specialised kernel takes D 64 or 128 (shared memory)"
-    why = kv_desc_unsupported(inputs, 64)
+    why = kv_desc_unsupported(inputs, block_n)
     if why:
         return why
     try:
@@ -205,7 +206,7 @@ class TreeAttention:
         if ws is True or cfg.ws:
             why_ws = ("ws=False" if ws is False else "kv_desc=False (it loads every tile by TMA)"
                       if kv_desc is False else "fused_merge (it merges in a second kernel)" if fused_merge
-                      else ws_unsupported(inputs))
+                      else ws_unsupported(inputs, cfg.block_n))
             if not why_ws and cfg.ws and cfg.ws_shared_bytes(d, inputs.q.element_size()) > SMEM_PER_SM:
                 why_ws = (f"{cfg.ws_shared_bytes(d, inputs.q.element_size())} bytes of shared memory at D {d} "
                           f"(one CTA has {SMEM_PER_SM})")
@@ -334,7 +335,7 @@ class TreeAttention:
             dict(HKV=hkv, G=q.shape[1] // hkv, D=d, P=kc.shape[1], BLOCK_N=cfg.block_n, NUM_WG=cfg.ws,
                  STAGES=cfg.num_stages, MASK_MODE=MASK_MODES.index(self.mask_mode), SPLIT=split,
                  WRITE_LSE=self.lse is not None, CONSUMER_REGS=consumer_regs, PRODUCER_REGS=producer_regs,
-                 PIPE=WS_PIPE and cfg.ws < 3),
+                 PIPE=cfg.ws_pipe if WS_PIPE is None else WS_PIPE),
             dict(num_warps=4, maxnreg=cfg.max_regs))
         if not split:
             return [fwd]

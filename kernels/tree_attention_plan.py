@@ -62,18 +62,19 @@ class KernelConfig:
 
     def _check_ws(self) -> None:
         """Raises ConfigError unless this warp-specialised config can be built: 64 rows per
-        consumer warpgroup, 64-token tiles, 4 warps, 2-6 stages, no block-table look-ahead
+        consumer warpgroup, 32- or 64-token tiles (the bitmask window holds 64 columns), 4
+        warps, 2-6 stages, no block-table look-ahead
         (the producer reads the table ahead itself), and a max_regs that fits the register
         file (max_regs * 128 threads * (ws + 1) warpgroups <= 65536) while leaving each
         consumer at least WS_MIN_CONSUMER_REGS (ptxas refuses fewer for its tile)."""
         limit = REGS_PER_SM // (128 * (self.ws + 1)) // 8 * 8
         floor = next(m for m in range(8, 257, 8)
                      if (m * (self.ws + 1) - WS_PRODUCER_REGS) // self.ws // 8 * 8 >= WS_MIN_CONSUMER_REGS)
-        if (self.block_m != 64 * self.ws or self.block_n != 64 or self.num_warps != 4
+        if (self.block_m != 64 * self.ws or self.block_n not in (32, 64) or self.num_warps != 4
                 or not 2 <= self.num_stages <= 6 or self.bt_ahead or not 0 < self.max_regs <= limit
                 or self.ws_regs[0] < WS_MIN_CONSUMER_REGS):
             raise ConfigError(f"kernel config {self}: the warp-specialised kernel (ws={self.ws}) takes "
-                              f"block_m = 64 * ws = {64 * self.ws}, block_n 64, 4 warps, 2 to 6 stages, "
+                              f"block_m = 64 * ws = {64 * self.ws}, block_n 32 or 64, 4 warps, 2 to 6 stages, "
                               f"bt_ahead 0 and max_regs (registers per thread at launch) from {floor} (each "
                               f"consumer warpgroup keeps at least {WS_MIN_CONSUMER_REGS}) to {limit} (the "
                               "register file)")
@@ -90,23 +91,36 @@ class KernelConfig:
         return min(256, spare // max(self.ws, 1) // 8 * 8), WS_PRODUCER_REGS
 
     def ws_shared_bytes(self, head_dim: int, itemsize: int = 2) -> int:
-        """Shared memory of the warp-specialised kernel: Q (block_m, D) and the K/V ring
-        (2 x stages x (64, D)), plus WS_SCRATCH_BYTES per consumer warpgroup for its
-        layout conversions and the barriers (sm_90 compiles, D 128: 90172 B for ws 1
-        with 2 stages, 180336 B for ws 2 with 4, 245920 B for ws 2 with 6, 172152 B
-        for ws 3 with 3). An upper bound of those; past SMEM_PER_SM a config cannot
-        launch (`TreeAttention` refuses it)."""
-        tile = 64 * head_dim * itemsize
-        return (self.ws + 2 * self.num_stages) * tile + self.ws * WS_SCRATCH_BYTES
+        """Shared memory of the warp-specialised kernel in bytes: Q (block_m, D) and the K/V
+        ring (2 x stages x (block_n, D)), plus WS_SCRATCH_BYTES per consumer warpgroup for
+        its layout conversions and the barriers (sm_90 compiles, D 128, Triton 3.6: 90172 B
+        for ws 1 with 2 stages, 180336 B for ws 2 with 4, 245920 B for ws 2 with 6,
+        172152 B for ws 3 with 3; block_n 32: 139384 B for ws 3 with 4). An upper bound of
+        those; past SMEM_PER_SM a config cannot launch (`TreeAttention` refuses it)."""
+        return ((self.block_m + 2 * self.num_stages * self.block_n) * head_dim * itemsize
+                + self.ws * WS_SCRATCH_BYTES)
+
+    @property
+    def ws_pipe(self) -> bool:
+        """The tuned choice of the warp-specialised kernel's intra-warpgroup pipelining
+        (its PIPE): on for 1-2 consumer warpgroups (run 8b: 3% over issuing each tile's
+        MMAs in turn), off for 3, whose pipelined build was not timed faster (session 6).
+        `tree_attention.WS_PIPE` overrides it. Raises ConfigError for a tl config (ws 0)."""
+        if not self.ws:
+            raise ConfigError(f"kernel config {self}: ws_pipe of a tl-kernel config (ws=0)")
+        return self.ws < 3
 
     def ctas_per_sm(self, head_dim: int, itemsize: int = 2) -> int:
         """Programs of this config that run at once on one SM: 2 for the tl kernel's
         larger tiles (their registers and shared memory allow exactly 2, docs/kernel.md);
-        for the warp-specialised kernel as many as its shared memory (`ws_shared_bytes`
-        plus 1 KiB reserved per CTA) allows, 1 or 2."""
+        for the warp-specialised kernel as many as both its shared memory
+        (`ws_shared_bytes` plus 1 KiB reserved per CTA) and its registers (max_regs per
+        thread over ws + 1 warpgroups) allow, 1 or 2."""
         if not self.ws:
             return 2
-        return max(1, min(2, SMEM_PER_SM // (self.ws_shared_bytes(head_dim, itemsize) + 1024)))
+        by_smem = SMEM_PER_SM // (self.ws_shared_bytes(head_dim, itemsize) + 1024)
+        by_regs = REGS_PER_SM // (self.max_regs * 128 * (self.ws + 1))
+        return max(1, min(2, by_smem, by_regs))
 
 
 WS_PRODUCER_REGS = 40        # the producer warp's warpgroup: scalar work and TMA issue only
@@ -147,8 +161,8 @@ class Plan:
 # Measured on the H200 with scripts/bench_kernel.py (docs/kernel.md, results/kernel-dev/);
 # bt_ahead=1 (block table read one tile ahead of the K/V loads) from run 5 (TMA) and run 6 (P 16 gather).
 # The warp-specialised Gluon kernel's rows (ws > 0; run 8): 2 consumer warpgroups (128 rows) with
-# a 4-stage ring, 3 (192 rows, no intra-warpgroup pipelining: no registers for it) for 129-192
-# rows. They apply only where `ws_unsupported` finds no reason against, D is 128 (the tuned one)
+# a 4-stage ring, 3 (192 rows, without the intra-warpgroup pipelining: `KernelConfig.ws_pipe`)
+# for 129-192 rows. They apply only where `ws_unsupported` finds no reason against, D is 128 (the tuned one)
 # and the batch is large enough (`ws_fills`); else the tl-kernel rows below.
 WS2 = KernelConfig(128, 64, 4, 4, 168, 0, 2)
 WS3 = KernelConfig(192, 64, 4, 3, 128, 0, 3)

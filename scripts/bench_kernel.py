@@ -25,6 +25,9 @@ Phases:
          (4 warps, BLOCK_N 32), against the default tiles on the large trees
   wscheck  the warp-specialised Gluon kernel (KernelConfig.ws) on odd cases: correctness
   ws     the warp-specialised kernel's configs against the default on the target cells
+  tiles  32-token tiles and the pipelined 3-warpgroup build (KernelConfig.ws_pipe
+         forced on) against the table's warp-specialised configs: checked on odd
+         cases, then timed on the target cells the 2- and 3-warpgroup rows serve
 
 Writes DIR/kernel.csv (one row per measurement, flushed as it goes, so a run
 cut short keeps what it measured) and prints a short table. Exit status: 1 when
@@ -85,7 +88,7 @@ class Variant:
     kv_desc: bool | None = None                # TMA descriptor loads of context tiles (None: the default)
     merge_rows: int = 1                        # rows per program of the merge kernel
     ws: bool | None = None                     # TreeAttention's ws (False: always the tl kernel)
-    ws_pipe: bool = True                       # warp-specialised kernel: intra-warpgroup pipelining (WS_PIPE)
+    ws_pipe: bool | None = None                # warp-specialised kernel's PIPE (WS_PIPE; None: the config's)
     ws_persist: bool = True                    # warp-specialised kernel: one wave of persistent programs
     time_it: bool = True
     host_time: bool = False
@@ -189,7 +192,8 @@ def run_variant(bench: Bench, v: Variant) -> dict:
                            fused_merge=v.fused, kv_desc=v.kv_desc, merge_rows=v.merge_rows, ws=v.ws)
         cfg, plan = ta.plan.config, ta.plan
         row.update(kv_desc=ta.kv_desc, merge_rows=v.merge_rows, bt_ahead=cfg.bt_ahead, max_regs=cfg.max_regs,
-                   ws=cfg.ws, ws_pipe=v.ws_pipe if cfg.ws else "", ws_persist=v.ws_persist if cfg.ws else "")
+                   ws=cfg.ws, ws_pipe=(cfg.ws_pipe if v.ws_pipe is None else v.ws_pipe) if cfg.ws else "",
+                   ws_persist=v.ws_persist if cfg.ws else "")
         row.update(T=max(t.size for t in inp.trees), block_m=cfg.block_m, block_n=cfg.block_n,
                    warps=cfg.num_warps, stages=cfg.num_stages, splits=plan.num_splits, m_tiles=plan.m_tiles,
                    fast_launch=ta.fast_launch)
@@ -477,11 +481,43 @@ def ws_variants() -> list[Variant]:
     return out
 
 
+def tiles_variants() -> list[Variant]:
+    """32-token tiles (half the score tile's registers: the 3-warpgroup build spills 10
+    values pipelined, against 59 for 64-token tiles; sm_90 compiles with Triton 3.6) and
+    the pipelined 3-warpgroup build, against the table's configs: first checked on the
+    odd cases of `wscheck` (ragged and zero contexts, mixed trees to 250 nodes, P 64 and
+    256, split-KV, LSE, the bias and causal modes), then timed on the target cells."""
+    K = KernelConfig
+    small = dict(num_q_heads=16, num_kv_heads=4, head_dim=128)
+    out = []
+    for cfg, pipe in ((K(192, 32, 4, 4, 128, 0, 3), True), (K(192, 64, 4, 3, 128, 0, 3), True),
+                      (K(128, 32, 4, 4, 168, 0, 2), None)):
+        for P in (64, 256):
+            c = dict(batch_size=7, context_len="ragged:0-700", tree="random:30:5", page_size=P,
+                     tree_per_request="mixed", **small)
+            out += [Variant("tiles", c, config=cfg, splits=s, lse=True, time_it=False, ws_pipe=pipe) for s in (1, 5)]
+        for mode in ("bias", "causal"):
+            c = dict(batch_size=5, context_len="ragged:0-1000", tree="full:3:3", page_size=128, **small)
+            out.append(Variant("tiles", c, config=cfg, mode=mode, lse=True, time_it=False, ws_pipe=pipe))
+        big = dict(batch_size=4, context_len="ragged:1000-3000", tree="random:250:9", tree_per_request="mixed",
+                   page_size=64, **HEADS)
+        out.append(Variant("tiles", big, config=cfg, lse=True, time_it=False, ws_pipe=pipe))
+    three = (dict(), dict(config=K(192, 64, 4, 3, 128, 0, 3), ws_pipe=True),
+             dict(config=K(192, 32, 4, 4, 128, 0, 3), ws_pipe=False),
+             dict(config=K(192, 32, 4, 4, 128, 0, 3), ws_pipe=True),
+             dict(config=K(192, 32, 4, 6, 128, 0, 3), ws_pipe=True))
+    two = (dict(), dict(config=K(128, 32, 4, 4, 168, 0, 2)), dict(config=K(128, 32, 4, 6, 168, 0, 2)))
+    for b, tree, kws in ((64, "full:3:3", three), (16, "full:3:3", three), (64, PR27, two),
+                         (64, "medusa:mc_sim_7b_63", two)):
+        out += [Variant("tiles", dict(TARGET, batch_size=b, tree=tree), **kw) for kw in kws]
+    return out
+
+
 # phase name -> its variants (the phases besides "env"), in the docstring's order
 PHASE_VARIANTS = {"check": check_variants, "tune": tune_variants, "seed": seed_variants, "big": big_variants,
                   "wide": wide_variants, "merge": merge_variants, "pair": pair_variants, "fuse": fuse_variants,
                   "gather": gather_variants, "deep": deep_variants, "wscheck": wscheck_variants,
-                  "ws": ws_variants}
+                  "ws": ws_variants, "tiles": tiles_variants}
 
 
 def _compile_one(v: Variant) -> str:

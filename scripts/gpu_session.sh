@@ -23,11 +23,15 @@
 #   V: the warp-specialised kernel (session 6): bench_kernel.py's wscheck phase, the kernel's
 #      gpu tests, `treebench check` of triton_tree on the random and seed suites, the target
 #      cells three ways and the seed suite back to back, our kernel and the best peers (~8 min)
+#   X: the 3-warpgroup kernel's candidates (session 7, compiled for sm_90 on a CPU, not yet
+#      run): bench_kernel.py's tiles phase (32-token tiles, the pipelined 3-warpgroup build;
+#      checked, then timed against the table's configs on the target cells) and the
+#      kernel's gpu tests (~5 min)
 #   (D again measures the merge kernel's rows-per-program variants: heuristic-rows2/4)
 set -uo pipefail
 stage=${1:-}
-case $stage in A|B|C|D|E|F|K|L|T|V|W) ;;
-  *) echo "gpu_session.sh: unknown stage '$stage': use A, B, C, D, E, F, K, L, T, V or W" >&2; exit 2 ;;
+case $stage in A|B|C|D|E|F|K|L|T|V|W|X) ;;
+  *) echo "gpu_session.sh: unknown stage '$stage': use A, B, C, D, E, F, K, L, T, V, W or X" >&2; exit 2 ;;
 esac
 if ! nvidia-smi -L > /dev/null 2>&1; then
   echo "gpu_session.sh: no NVIDIA GPU here (nvidia-smi fails): run it on the device machine" >&2; exit 2
@@ -147,6 +151,13 @@ case $stage in
     tb run --suite seed --backends triton_tree,xformers_tree,flashinfer_mask --l2 warm --timer cuda_graph_loop \
       --out "$R/seed-loop.jsonl" --report "$R/seed-loop.html" --quiet > "$R/seed-loop.txt" 2>&1
     echo "run seed warm cuda_graph_loop exit $?" >> "$R/exit-codes.txt"
+    ;;
+  X)  # the 3-warpgroup kernel's candidates: checked and timed side by side with the table's configs
+    timeout "$(left 150)" python3 scripts/bench_kernel.py --phases env,tiles --budget-s 240 --out "$R/tiles" \
+      > "$R/tiles.log" 2>&1
+    echo "bench tiles exit $?" >> "$R/exit-codes.txt"
+    timeout "$(left 10)" python3 -m pytest -q -m gpu tests/test_triton_tree.py > "$R/pytest-gpu.txt" 2>&1
+    echo "pytest exit $?" >> "$R/exit-codes.txt"
     ;;
   F)  # the flex finding reproduced in fresh processes, and flex alone on the seed suite
     timeout "$(left 300)" python3 scripts/repro_flex_static.py > "$R/repro.txt" 2>&1

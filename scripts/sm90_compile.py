@@ -3,7 +3,7 @@ what the compiler made of it: the facts docs/kernel.md cites from "a local sm_90
 
     python scripts/sm90_compile.py                          # the default config, TMA and P 16 paths
     python scripts/sm90_compile.py --config 128,32,8,3,128,1 --page-size 128 --num-ctas 1
-    python scripts/sm90_compile.py --ws [--config 128,64,4,4,168,0,2] [--mask tree|bias|causal]
+    python scripts/sm90_compile.py --ws [--config 128,64,4,4,168,0,2] [--mask tree|bias|causal] [--pipe on|off]
 
 For each build (the forward kernel as `TreeAttention` would launch it for Hq 32,
 Hkv 8, D 128, bf16, tree mask, no split) it prints one line, "name: {dict}", with registers per thread,
@@ -16,8 +16,9 @@ cuobjdump (bundled with the triton wheel). The default builds need Triton 3.9 (t
 with 3.6 and 3.9, whose figures differ (docs/kernel.md says which it quotes).
 
 With --ws it builds the warp-specialised Gluon kernel instead (the table's WS2 and
-WS3 configs, or --config's) and prints its registers, spills, shared memory, warps,
-and wgmma / TMA / setmaxnreg instruction counts; it exits without Python's teardown,
+WS3 configs, or --config's; --pipe forces the intra-warpgroup pipelining on or off)
+and prints whether it pipelines, its registers, spills, shared memory, warps, and
+wgmma / TMA / setmaxnreg instruction counts; it exits without Python's teardown,
 where Triton 3.9's Gluon reports leaked nanobind objects.
 
 Exit 2 with one line on bad input (a --config KernelConfig refuses, --ws with a
@@ -94,7 +95,7 @@ def compile_forward(cfg: KernelConfig, page_size: int, kv_desc: bool, num_ctas: 
                 loop_async_wait=[int(n) for n in re.findall(r"ttg\.async_wait.*?\{num = (\d+)", loop)])
 
 
-def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool = True) -> dict:
+def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool | None = None) -> dict:
     """Builds the warp-specialised Gluon kernel (`kernels/tree_attention_ws.py`) for sm_90
     as `TreeAttention` would launch it (Hq 32, Hkv 8, D 128, bf16, P 128, no split) and
     reads its resource use and SASS.
@@ -102,12 +103,12 @@ def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool = True) -> dict
     Args:
         cfg: a warp-specialised config (cfg.ws > 0); its max_regs is the kernel's maxnreg.
         mask_mode: 0 bitmask, 1 bias, 2 causal.
-        pipe: intra-warpgroup pipelining (the kernel's PIPE).
+        pipe: intra-warpgroup pipelining (the kernel's PIPE); None: cfg.ws_pipe.
 
     Returns:
-        dict of regs (the launch's per-thread count, before the partitions' setmaxnreg),
-        spill_loads, spill_stores, shared_bytes, num_warps, hgmma, utmaldg and setmaxnreg
-        (counts of those SASS instructions).
+        dict of pipe (bool, as built), regs (the launch's per-thread count, before the
+        partitions' setmaxnreg), spill_loads, spill_stores, shared_bytes, num_warps, hgmma,
+        utmaldg and setmaxnreg (counts of those SASS instructions).
 
     Raises:
         ConfigError: cfg.ws is 0.
@@ -124,6 +125,7 @@ def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool = True) -> dict
     if cfg.ws_shared_bytes(D) > SMEM_PER_SM:
         raise ConfigError(f"--config {cfg}: about {cfg.ws_shared_bytes(D)} bytes of shared memory at D {D}, "
                           f"over one CTA's {SMEM_PER_SM}: fewer stages")
+    pipe = cfg.ws_pipe if pipe is None else pipe
     layout = gl.NVMMASharedLayout.get_default_for([cfg.block_n, D], gl.bfloat16)
     sig = {n: POINTERS.get(n, "i32") for n in kernel.arg_names}
     sig["qk_scale"] = "fp32"
@@ -137,7 +139,7 @@ def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool = True) -> dict
     src = GluonASTSource(kernel, sig, {(kernel.arg_names.index(c),): v for c, v in const.items()}, attrs)
     ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, maxnreg=cfg.max_regs))
     usage, sass = cubin_usage(ck.asm["cubin"])
-    return dict(**usage, shared_bytes=int(ck.metadata.shared), num_warps=int(ck.metadata.num_warps),
+    return dict(pipe=pipe, **usage, shared_bytes=int(ck.metadata.shared), num_warps=int(ck.metadata.num_warps),
                 hgmma=sass.count("HGMMA"), utmaldg=len(re.findall(r"UTMALDG", sass)),
                 setmaxnreg=len(re.findall(r"SETMAXREG", sass)))
 
@@ -179,6 +181,9 @@ def main() -> int:
                          "--num-ctas do not apply)")
     ap.add_argument("--mask", choices=["tree", "bias", "causal"], default="tree",
                     help="--ws only: the mask mode (the tl builds use the bitmask)")
+    ap.add_argument("--pipe", choices=["auto", "on", "off"], default="auto",
+                    help="--ws only: the intra-warpgroup pipelining (PIPE); auto: the config's tuned "
+                         "choice (KernelConfig.ws_pipe)")
     args = ap.parse_args()
     os.environ.pop("TRITON_INTERPRET", None)
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")   # Triton 3.6's default, as on the GPU (3.9 warns if unset)
@@ -196,7 +201,8 @@ def main() -> int:
             cfgs = [(args.config, parse_kernel_config(args.config))] if args.config else [
                 ("2 warpgroups (WS2)", WS2), ("3 warpgroups (WS3)", WS3)]
             for name, cfg in cfgs:
-                print(f"{name}, {args.mask}: {compile_ws(cfg, mode, pipe=cfg.ws < 3)}", flush=True)
+                pipe = None if args.pipe == "auto" else args.pipe == "on"
+                print(f"{name}, {args.mask}: {compile_ws(cfg, mode, pipe=pipe)}", flush=True)
             sys.stderr.flush()
             os._exit(0)   # skip teardown: Triton 3.9's Gluon prints nanobind leak reports there
         if args.config and parse_kernel_config(args.config).ws:

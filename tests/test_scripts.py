@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from kernels.tree_attention_plan import parse_kernel_config
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -49,6 +51,30 @@ def test_scripts_without_a_gpu_say_so(tmp_path):
 def test_bench_kernel_refuses_an_unknown_phase(tmp_path):
     r = _script("bench_kernel.py", "--phases", "env,nosuch", "--out", str(tmp_path / "out"))
     assert r.returncode == 2 and "unknown phase(s) nosuch" in r.stderr and not (tmp_path / "out").exists()
+
+
+def test_bench_kernel_phases_plan_every_variant():
+    """Every variant of every bench_kernel phase is a valid case whose plan resolves for
+    an H200 (132 SMs) as the run would: a typo in a phase's table fails here, not on the
+    GPU. The tiles phase's warp-specialised configs fit one CTA's shared memory and record
+    the PIPE they run with."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import bench_kernel as bk
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    from kernels.tree_attention_plan import SMEM_PER_SM
+    for phase, variants in bk.PHASE_VARIANTS.items():
+        for v in variants():
+            assert v.phase == phase
+            r = bk.resolve(v, 132)
+            assert r.config is not None and r.splits >= 1, v
+            if r.config.ws:
+                assert r.config.ws_shared_bytes(v.case.get("head_dim", 128)) <= SMEM_PER_SM, v
+    tiles = bk.tiles_variants()
+    assert {(v.config.block_n, v.ws_pipe) for v in tiles if v.config and v.config.ws == 3} == {
+        (32, True), (32, False), (64, True)}
+    assert sum(v.time_it for v in tiles) == 16 and all(v.case["page_size"] in (64, 128, 256) for v in tiles)
 
 
 def _base_copy(tmp_path: Path) -> Path:
@@ -121,20 +147,24 @@ def test_sm90_compile_shows_the_look_ahead_keeps_gathered_tiles_in_flight():
     assert off["spill_loads"] == on["spill_loads"] == 0 and on["hgmma"] > 0
 
 
-def test_sm90_compile_builds_the_warp_specialised_kernel():
+@pytest.mark.parametrize("config, pipe, warps", [("128,64,4,4,168,0,2", "auto", 12), ("192,32,4,4,128,0,3", "on", 16)])
+def test_sm90_compile_builds_the_warp_specialised_kernel(config, pipe, warps):
     """The Gluon kernel compiles for sm_90 with this machine's Triton (a subprocess: no
-    GPU needed): 12 warps (2 consumer warpgroups and the producer's), wgmma, TMA loads
-    and setmaxnreg in the SASS, and shared memory within one CTA's and within
-    KernelConfig.ws_shared_bytes's estimate, which plans its occupancy."""
+    GPU needed): 12 warps (2 consumer warpgroups and the producer's) or 16 (3), wgmma,
+    TMA loads and setmaxnreg in the SASS, and shared memory within one CTA's and within
+    KernelConfig.ws_shared_bytes's estimate, which plans its occupancy; --pipe on builds
+    the pipelined 3-warpgroup kernel on 32-token tiles (auto: the config's choice)."""
     pytest.importorskip("triton")
-    from kernels.tree_attention_plan import SMEM_PER_SM, WS2
-    r = _script("sm90_compile.py", "--ws", "--config", "128,64,4,4,168,0,2")
+    from kernels.tree_attention_plan import SMEM_PER_SM
+    cfg = parse_kernel_config(config)
+    r = _script("sm90_compile.py", "--ws", "--config", config, "--pipe", pipe)
     if r.returncode != 0 and ("cuobjdump" in r.stderr or "ptxas" in r.stderr):
         pytest.skip(f"no sm_90 toolchain in this Triton: {r.stderr.strip().splitlines()[-1]}")
     assert r.returncode == 0, r.stderr
     got = ast.literal_eval(r.stdout.strip().splitlines()[-1].split(": ", 1)[1])
-    assert got["num_warps"] == 12 and got["hgmma"] > 0 and got["utmaldg"] > 0 and got["setmaxnreg"] > 0, got
-    assert got["shared_bytes"] <= WS2.ws_shared_bytes(128) <= SMEM_PER_SM, got
+    assert got["pipe"] is (cfg.ws_pipe if pipe == "auto" else pipe == "on"), got
+    assert got["num_warps"] == warps and got["hgmma"] > 0 and got["utmaldg"] > 0 and got["setmaxnreg"] > 0, got
+    assert got["shared_bytes"] <= cfg.ws_shared_bytes(128) <= SMEM_PER_SM, got
     bad = _script("sm90_compile.py", "--ws", "--config", "64,64,4,3")
     assert bad.returncode == 2 and "--ws needs a warp-specialised config" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1

@@ -418,13 +418,15 @@ def test_kernel_config_rejects_bad_fields(kw, needle):
 # ---- the warp-specialised Gluon kernel (sm_90) -----------------------------------------
 
 WS_CONFIGS = [KernelConfig(128, 64, 4, 4, 168, 0, 2), KernelConfig(64, 64, 4, 2, 128, 0, 1),
-              KernelConfig(192, 64, 4, 3, 128, 0, 3)]
+              KernelConfig(192, 64, 4, 3, 128, 0, 3), KernelConfig(192, 32, 4, 4, 128, 0, 3)]
 
 
 def test_ws_config_fields_and_budgets():
-    """A warp-specialised config is 64 rows per consumer warpgroup, 64-token tiles and
-    4 warps; its registers split max_regs over ws + 1 warpgroups with the producer's
-    fixed share; its shared memory fits one sm_90 CTA; parse takes the 7th field."""
+    """A warp-specialised config is 64 rows per consumer warpgroup, 32- or 64-token tiles
+    and 4 warps; its registers split max_regs over ws + 1 warpgroups with the producer's
+    fixed share; its shared memory fits one sm_90 CTA and bounds what the sm_90 compiles
+    took; its occupancy is the smaller of what shared memory and registers allow; parse
+    takes the 7th field."""
     from kernels.tree_attention_plan import SMEM_PER_SM, WS_PRODUCER_REGS, parse_kernel_config
     ws2 = KernelConfig(128, 64, 4, 4, 168, 0, 2)
     assert ws2.ws_regs == (232, WS_PRODUCER_REGS)           # (3 * 168 - 40) / 2, a multiple of 8
@@ -432,10 +434,21 @@ def test_ws_config_fields_and_budgets():
     assert KernelConfig(192, 64, 4, 3, 128, 0, 3).ws_regs == (152, WS_PRODUCER_REGS)
     for cfg in WS_CONFIGS:
         assert cfg.ws_shared_bytes(128) <= SMEM_PER_SM
-    assert [cfg.ctas_per_sm(128) for cfg in WS_CONFIGS] == [1, 2, 1]   # ws 1 with 2 stages: 2 per SM
+    # sm_90 compiles with Triton 3.6 (scripts/sm90_compile.py --ws): what each build took
+    compiled = {(128, 64, 4, 4, 168, 0, 2): 180336, (64, 64, 4, 2, 128, 0, 1): 90172,
+                (192, 64, 4, 3, 128, 0, 3): 172152, (192, 32, 4, 4, 128, 0, 3): 139384,
+                (128, 32, 4, 4, 168, 0, 2): 114800, (128, 32, 4, 6, 168, 0, 2): 147616}
+    for fields, took in compiled.items():
+        assert took <= KernelConfig(*fields).ws_shared_bytes(128) <= took + 1024, fields
+    assert [cfg.ctas_per_sm(128) for cfg in WS_CONFIGS] == [1, 2, 1, 1]   # ws 1 with 2 stages: 2 per SM
+    # 2 consumer warpgroups on 32-token tiles: shared memory would allow 2 CTAs, 168 registers x 384 one
+    assert KernelConfig(128, 32, 4, 4, 168, 0, 2).ctas_per_sm(128) == 1
     assert KernelConfig(64, 64, 4, 3).ctas_per_sm(128) == 2
+    assert [cfg.ws_pipe for cfg in WS_CONFIGS] == [True, True, False, False]
     assert parse_kernel_config("128,64,4,4,168,0,2") == ws2
-    for bad in [(64, 64, 4, 4, 168, 0, 2), (128, 32, 4, 4, 168, 0, 2), (128, 64, 8, 4, 168, 0, 2),
+    assert parse_kernel_config("192,32,4,4,128,0,3").block_n == 32
+    for bad in [(64, 64, 4, 4, 168, 0, 2), (128, 16, 4, 4, 168, 0, 2), (128, 128, 4, 4, 168, 0, 2),
+                (128, 64, 8, 4, 168, 0, 2),
                 (128, 64, 4, 4, 0, 0, 2), (256, 64, 4, 4, 168, 0, 4), (192, 64, 4, 3, 128),
                 (128, 64, 4, 4, 88, 0, 2),        # 112 registers per consumer: ptxas refuses the tile
                 (128, 64, 4, 4, 176, 0, 2),       # 176 * 384 threads > the 65536-register file
@@ -446,6 +459,8 @@ def test_ws_config_fields_and_budgets():
         KernelConfig(192, 64, 4, 3)
     with pytest.raises(ConfigError, match="ws_regs of a tl-kernel config"):
         KernelConfig(64, 64, 4, 3).ws_regs
+    with pytest.raises(ConfigError, match="ws_pipe of a tl-kernel config"):
+        KernelConfig(64, 64, 4, 3).ws_pipe
 
 
 def test_choose_config_picks_the_ws_rows_only_for_d128():
@@ -495,7 +510,7 @@ def test_ws_kernel_is_refused_without_a_gpu():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(DEVICE != "cuda" or torch.cuda.get_device_capability() != (9, 0), reason="needs an sm_90 GPU")
-@pytest.mark.parametrize("cfg", WS_CONFIGS, ids=["ws2", "ws1", "ws3"])
+@pytest.mark.parametrize("cfg", WS_CONFIGS, ids=["ws2", "ws1", "ws3", "ws3-n32"])
 @pytest.mark.parametrize("pipe", [True, False])
 @pytest.mark.parametrize("splits", [1, 3])
 def test_ws_kernel_on_gpu(cfg, pipe, splits, monkeypatch):
@@ -537,3 +552,16 @@ def test_ws_default_plan_on_gpu(mode):
     assert not check(dataclasses.replace(big, head_dim=64, dtype="float16"), mode).ws
     with pytest.raises(ConfigError, match="ws=True: no warp-specialised config for 12 packed rows at D 128"):
         TreeAttention(build_inputs(dataclasses.replace(big, tree="full:2:1"), DEVICE), mode, ws=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda" or torch.cuda.get_device_capability() != (9, 0), reason="needs an sm_90 GPU")
+def test_ws_32_token_tiles_take_pages_of_96_on_gpu():
+    """P 96 is a multiple of 32, not of 64: a warp-specialised config of 32-token tiles
+    reads it by TMA and is exact; one of 64-token tiles is refused, naming the page size."""
+    case = Case(batch_size=5, context_len="ragged:0-500", tree="full:3:3", page_size=96,
+                num_q_heads=16, num_kv_heads=4, head_dim=128)
+    ta = check(case, config=KernelConfig(192, 32, 4, 4, 128, 0, 3))
+    assert ta.ws and ta.plan.config.block_n == 32
+    with pytest.raises(ConfigError, match="page size 96 is not a multiple of BLOCK_N 64"):
+        TreeAttention(build_inputs(case, DEVICE), config=KernelConfig(192, 64, 4, 3, 128, 0, 3))
