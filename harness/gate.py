@@ -11,6 +11,8 @@ failing and incomparable (different timers or L2 states, too few samples) cases 
 reported apart and do not fail the gate, except: a baseline (case, backend)
 the candidate lacks ("missing") fails unless `--allow-missing`, and a
 comparison where no (case, backend) pair could be compared at all fails.
+A pair that both runs hold timed in several ways (merged files of `--l2 cold`
+and `--l2 warm` runs, say) is compared once per timing they share.
 Timings whose spread is high (CV > 0.1 or IQR/median > 0.2,
 `harness.stats.is_noisy`) are flagged "noisy" in the Markdown.
 
@@ -40,7 +42,7 @@ from scipy.stats import mannwhitneyu
 from harness.errors import ConfigError
 from harness.stats import NOISE_RULE, is_noisy
 from harness.result_inputs import check_output_path, read_checked_rows, refuse_input_path
-from harness.store import read_envs, row_l2_flushed, timing_key
+from harness.store import read_envs, row_l2_flushed, timing_key, timing_label
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +100,7 @@ class Verdict:
     blocking: bool = False                 # fails the gate although its kind alone does not (missing)
     noisy: bool = False                    # a timed side has high spread (harness.stats.is_noisy)
     timed_unlike: bool = False             # incomparable because the rows were timed differently
+    timing: str = ""                       # set on a pair's extra verdict for another timing (compare_runs)
 
     @property
     def failed(self) -> bool:
@@ -147,15 +150,26 @@ def compare_runs(base_rows: Iterable[dict], cand_rows: Iterable[dict], config: G
 
     Each side's latest row per pair is compared, except that when the candidate holds a pair
     timed in several ways (say a merged file of `--l2 cold` and `--l2 warm` runs) its latest
-    row timed like the baseline's (`store.timing_key`) is taken."""
-    base = latest_rows(base_rows)
-    cand_list = list(cand_rows)
+    row timed like the baseline's (`store.timing_key`) is taken. When the baseline too holds
+    a pair timed in several ways, each other timing that the candidate also holds is
+    compared as well, row against row timed alike: one more verdict per timing, whose
+    `timing` names it."""
+    base_list, cand_list = list(base_rows), list(cand_rows)
+    base, base_alike = latest_rows(base_list), latest_rows(base_list, by_timing=True)
     cand, alike = latest_rows(cand_list), latest_rows(cand_list, by_timing=True)
 
     def cand_for(k: tuple[str, str]) -> dict | None:
         match = alike.get((*k, *timing_key(base[k]))) if k in base else None
         return match if match is not None else cand.get(k)
     verdicts = [classify(base.get(k), cand_for(k), config) for k in set(base) | set(cand)]
+    for key, b in base_alike.items():          # the baseline's other timings of a pair
+        k, timing = key[:2], key[2:]
+        if (timing[0] is None or k not in base or timing_key(base[k])[0] is None
+                or timing == timing_key(base[k]) or key not in alike):
+            continue                           # untimed, the pair's first verdict, or nothing alike
+        v = classify(b, alike[key], config)
+        label = timing_label(b) or ""
+        verdicts.append(dataclasses.replace(v, timing=label, detail=f"{label}: {v.detail}" if v.detail else label))
     if not config.allow_missing:
         verdicts = [dataclasses.replace(v, blocking=True) if v.kind == "missing" else v for v in verdicts]
     return GateResult(tuple(sorted(verdicts, key=_order)), config, tuple(env_notes))
@@ -168,7 +182,7 @@ def _order(v: Verdict) -> tuple:
     num = [x if isinstance(x, int) else math.inf for x in (c.get("batch_size"), c.get("context_len"))]
     page = c.get("page_size")
     return (v.backend, *num, str(c.get("context_len")), str(c.get("tree")),
-            page if isinstance(page, int) else math.inf, v.case_id)
+            page if isinstance(page, int) else math.inf, v.case_id, v.timing)
 
 
 def classify(base: dict | None, cand: dict | None, config: GateConfig) -> Verdict:
@@ -356,14 +370,16 @@ def markdown(result: GateResult, baseline: str = "baseline", candidate: str = "c
 
 
 def junit_xml(result: GateResult) -> str:
-    """JUnit XML: one testcase per (case, backend); failure for slower and correctness loss,
-    skipped for everything that was not compared."""
+    """JUnit XML: one testcase per verdict, so per (case, backend) and per extra timing of
+    one (named "case [timing]"); failure for slower and correctness loss, skipped for
+    everything that was not compared."""
     suite = ET.Element("testsuite", name="treebench.gate", tests=str(len(result.verdicts)),
                        failures=str(sum(v.failed for v in result.verdicts)),
                        skipped=str(sum(v.kind not in ("unchanged", "faster", "fixed") and not v.failed
                                        for v in result.verdicts)))
     for v in result.verdicts:
-        tc = ET.SubElement(suite, "testcase", classname=f"treebench.{v.backend}", name=v.case_id)
+        tc = ET.SubElement(suite, "testcase", classname=f"treebench.{v.backend}",
+                           name=f"{v.case_id} [{v.timing}]" if v.timing else v.case_id)
         msg = f"{v.kind}: ratio {_fmt(v.ratio, '.4f')} p {_fmt(v.p_value, '.2g')} {v.detail}".strip()
         if v.failed:
             ET.SubElement(tc, "failure", type=v.kind, message=msg)

@@ -146,6 +146,33 @@ def test_a_candidate_timed_two_ways_is_compared_by_its_rows_timed_like_the_basel
     assert v.kind == "incomparable" and v.cand_median_us == warm["median_us"]
 
 
+def test_a_baseline_timed_two_ways_is_compared_once_per_timing_both_runs_hold(tmp_path):
+    """Merged files on both sides (cold, then warm): each timing is compared with its like,
+    the cold one too, though the baseline's latest row is warm; a warm-only candidate
+    gives one verdict; the extra verdict is named in the Markdown and the JUnit XML, and a
+    regression found only in the cold rows fails the gate."""
+    base = [_row(timestamp="1", seed=1), _row(l2_flushed=False, median=80.0, timestamp="2", seed=2)]
+    cand = [_row(timestamp="3", seed=3), _row(l2_flushed=False, median=80.0, timestamp="4", seed=4)]
+    res = compare_runs(base, cand)
+    assert sorted((v.kind, v.timing) for v in res.verdicts) == [("unchanged", ""),
+                                                                ("unchanged", "cuda_graph, L2 flushed")]
+    assert not res.failed
+    (v,) = compare_runs(base, cand[1:]).verdicts                  # warm only: the latest, alike
+    assert v.kind == "unchanged" and v.timing == "" and v.cand_median_us == cand[1]["median_us"]
+    # cold only: the baseline's latest (warm) row has nothing alike; its cold row does
+    assert sorted((v.kind, v.timing) for v in compare_runs(base, cand[:1]).verdicts) == [
+        ("incomparable", ""), ("unchanged", "cuda_graph, L2 flushed")]
+    slow = [_row(median=120.0, timestamp="3", seed=3), cand[1]]   # 20% slower, cold rows only
+    res = compare_runs(base, slow)
+    (bad,) = res.of_kind("slower")
+    assert res.failed and bad.timing == "cuda_graph, L2 flushed" and bad.detail.startswith("cuda_graph, L2 flushed")
+    assert "cuda_graph, L2 flushed" in gate.markdown(res)
+    names = [tc.get("name") for tc in ET.fromstring(gate.junit_xml(res)).iter("testcase")]
+    assert sorted(names) == ["c1", "c1 [cuda_graph, L2 flushed]"]
+    errored = base + [_row(status="error", timer=None, timestamp="9", reason="boom")]   # latest untimed: no extras
+    assert len(compare_runs(errored, cand).verdicts) == 1
+
+
 def test_nothing_compared_because_of_the_timing_says_so():
     base = [_row()]
     md = gate.markdown(compare_runs(base, [_row(l2_flushed=False)]))
