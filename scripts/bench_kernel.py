@@ -3,7 +3,7 @@
     python scripts/bench_kernel.py [--out DIR] [--phases env,check,tune,seed] [--budget-s 420]
     python scripts/bench_kernel.py report RUN.csv [--peers PEERS.csv]
 
-Phases:
+Phases (their variants: scripts/bench_variants.py):
   env    versions, GPU, copy bandwidth (bytes read + written per second), launch overhead
   check  correctness against the float64 reference over odd cases (ragged and
          zero contexts, S_b an exact multiple of P, mixed per-request trees,
@@ -62,46 +62,14 @@ from harness.compare import compare  # noqa: E402
 from harness.timing import capture_graph  # noqa: E402
 from harness.paged import BatchInputs, build_inputs  # noqa: E402
 from harness.reference import reference_attention  # noqa: E402
-from kernels.tree_attention_plan import KernelConfig, choose_config, make_plan, ws_fills  # noqa: E402
+from kernels.tree_attention_plan import choose_config, make_plan, ws_fills  # noqa: E402
+from bench_variants import HEADS, PHASE_VARIANTS, PR27, Variant  # noqa: E402  (scripts/, beside this file)
 
 log = logging.getLogger("bench_kernel")
-HEADS = dict(num_q_heads=32, num_kv_heads=8, head_dim=128)
-TARGET = dict(batch_size=64, context_len=2048, page_size=128, **HEADS)
-PR27 = "vllm:pr_27"
 FIELDS = ["phase", "tree", "B", "L", "T", "P", "D", "Hq", "Hkv", "dtype", "mode", "per_request", "block_m", "block_n",
-          "warps", "stages", "splits", "m_tiles", "fused", "kv_desc", "merge_rows", "bt_ahead", "max_regs", "fast_launch", "passed", "max_abs_err", "nonfinite",
-          "lse_err", "graph_ok", "ws", "ws_pipe", "ws_persist", "median_us", "host_us", "kv_bytes", "floor_us", "pct_floor", "error"]
-SEED_TREES = ["full:3:0", "full:3:1", "full:3:2", "full:3:3", PR27, "eagle:mc_sim_7b_63", "medusa:mc_sim_7b_63"]
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One thing to check (and maybe time): a case, a mask mode and plan overrides."""
-
-    phase: str
-    case: dict                                 # Case fields
-    mode: str = "tree"                         # tree | bias | causal
-    config: KernelConfig | None = None         # None: the tuned table's
-    splits: int | None = None                  # None: the heuristic's
-    lse: bool = False
-    fused: bool = False                        # split-KV merge in the forward kernel (else a 2nd kernel)
-    kv_desc: bool | None = None                # TMA descriptor loads of context tiles (None: the default)
-    merge_rows: int = 1                        # rows per program of the merge kernel
-    ws: bool | None = None                     # TreeAttention's ws (False: always the tl kernel)
-    ws_pipe: bool | None = None                # warp-specialised kernel's PIPE (WS_PIPE; None: the config's)
-    ws_persist: bool = True                    # warp-specialised kernel: one wave of persistent programs
-    time_it: bool = True
-    host_time: bool = False
-
-    def compile_key(self) -> tuple:
-        c = self.case
-        return (c.get("page_size"), c.get("head_dim"), c.get("num_q_heads"), c.get("num_kv_heads"),
-                c.get("dtype"), self.mode, self.config, self.splits != 1, self.lse, self.fused, self.kv_desc,
-                self.merge_rows, self.ws, self.ws_pipe, self.ws_persist)
-
-    def small(self) -> "Variant":
-        """The same kernel specialisation on a 2-request batch (for parallel compiling)."""
-        return dataclasses.replace(self, case={**self.case, "batch_size": min(2, self.case["batch_size"])})
+          "warps", "stages", "splits", "m_tiles", "fused", "kv_desc", "merge_rows", "bt_ahead", "max_regs",
+          "fast_launch", "passed", "max_abs_err", "nonfinite", "lse_err", "graph_ok", "ws", "ws_pipe", "ws_persist",
+          "median_us", "host_us", "kv_bytes", "floor_us", "pct_floor", "error"]
 
 
 def ws_flags(v: Variant) -> None:
@@ -261,263 +229,6 @@ def launch_overhead(bench: Bench) -> None:
                          host_us=round(us, 2)))
 
 
-def check_variants() -> list[Variant]:
-    """Odd cases for correctness (timed only in passing)."""
-    out = []
-    small = dict(num_q_heads=16, num_kv_heads=4, head_dim=128)
-    for P in (16, 32, 48, 64, 128, 256):
-        for per in ("same", "mixed"):
-            c = dict(batch_size=7, context_len="ragged:0-700", tree="random:30:5", page_size=P,
-                     tree_per_request=per, **small)
-            out.append(Variant("check", c, splits=1, lse=True, time_it=False))
-            out.append(Variant("check", c, splits=5, lse=True, time_it=False))
-            out.append(Variant("check", c, splits=7, lse=True, time_it=False, fused=False))
-    for hq, hkv in ((8, 8), (16, 8), (32, 8), (64, 8), (12, 4)):
-        for d in (64, 128, 256):
-            for P in (16, 128):                # P 128: context tiles through TMA descriptors
-                c = dict(batch_size=3, context_len="ragged:0-300", tree="random:70:2", tree_per_request="mixed",
-                         page_size=P, num_q_heads=hq, num_kv_heads=hkv, head_dim=d, dtype="float16")
-                out.append(Variant("check", c, lse=True, time_it=False))
-    for mode in ("bias", "causal"):
-        for P in (16, 128):
-            c = dict(batch_size=5, context_len="ragged:0-1000", tree="full:3:3", page_size=P, **small)
-            out.append(Variant("check", c, mode=mode, lse=True, time_it=False))
-            out.append(Variant("check", c, mode=mode, splits=3, time_it=False))
-    big = dict(batch_size=4, context_len="ragged:1000-3000", tree="random:250:9", tree_per_request="mixed",
-               page_size=64, **HEADS)
-    out.append(Variant("check", big, lse=True, time_it=False))
-    out.append(Variant("check", {**big, "context_len": 128, "page_size": 128}, time_it=False))  # S_b = 128 + T_b
-    return out
-
-
-def tune_variants() -> list[Variant]:
-    """Split-KV merge in the forward kernel (one launch) against a second merge kernel,
-    on the cells that split; graph and host-inclusive timing."""
-    out = []
-    for b, l, tree in ((1, 2048, PR27), (1, 2048, "full:3:1"), (1, 2048, "full:3:3"), (1, 1024, "full:3:0"),
-                       (16, 2048, "full:3:1"), (16, 1024, PR27)):
-        for fused in (True, False):
-            c = dict(TARGET, batch_size=b, context_len=l, tree=tree)
-            out.append(Variant("tune", c, fused=fused, host_time=True))
-    return out
-
-
-def seed_variants() -> list[Variant]:
-    return [Variant("seed", dict(batch_size=b, context_len=l, tree=t, page_size=p, **HEADS), host_time=True)
-            for p in (128, 16) for t in SEED_TREES for b in (1, 16, 64) for l in (16, 1024, 2048)]
-
-
-def big_variants() -> list[Variant]:
-    """The issue's large-tree targets and their neighbours under tile configs x how far
-    ahead the block table is read for the TMA loads (bt_ahead), the B 1 target under
-    split counts, and the memory-bound cells."""
-    K = KernelConfig      # run5c-bt-ahead.csv also has look-ahead 2 and 3 (revision 2416a09): both slower
-    cfgs = [K(64, 64, 4, 3, 0, a) for a in (0, 1)] + [K(64, 64, 4, 2, 0, 1), K(64, 64, 4, 4, 0, 1),
-                                                      K(128, 64, 8, 3, 0, 1), K(128, 128, 8, 2, 0, 1)]
-    out = []
-    for b, tree in ((64, PR27), (64, "full:3:3"), (16, "eagle:mc_sim_7b_63"), (64, "full:3:2"), (16, "medusa:mc_sim_7b_63")):
-        c = dict(TARGET, batch_size=b, tree=tree)
-        out += [Variant("big", c, config=cfg, kv_desc=True) for cfg in cfgs]
-    b1 = dict(TARGET, batch_size=1, tree=PR27)
-    out += [Variant("big", b1, config=K(64, 64, 4, 3, 0, a), splits=s, kv_desc=True) for s in (8, 11) for a in (0, 1)]
-    out += [Variant("big", b1, config=K(64, 64, 4, 2, 0, 1), splits=s, kv_desc=True) for s in (8, 11)]
-    for b, tree in ((64, "full:3:1"), (1, "full:3:1")):
-        c = dict(TARGET, batch_size=b, tree=tree)
-        out += [Variant("big", c, config=cfg, kv_desc=True) for cfg in (K(16, 64, 2, 4), K(16, 64, 2, 4, 0, 1))]
-        out += [Variant("big", c, config=K(16, 64, 2, 4), kv_desc=False)]
-    return out
-
-
-def wide_variants() -> list[Variant]:
-    """BLOCK_M 128 (8 warps: K/V read once per (request, KV head) for up to 128 rows)
-    against the default BLOCK_M 64 on the largest trees; the B 1 split counts with the
-    TMA kernel; the merge kernel's rows per program at B 16."""
-    K = KernelConfig
-    out = []
-    for b, l, tree in ((64, 2048, "medusa:mc_sim_7b_63"), (16, 2048, "medusa:mc_sim_7b_63"),
-                       (64, 1024, "medusa:mc_sim_7b_63"), (1, 2048, "medusa:mc_sim_7b_63"), (64, 1024, PR27)):
-        c = dict(TARGET, batch_size=b, context_len=l, tree=tree)
-        out += [Variant("wide", c)] + [Variant("wide", c, config=K(128, 64, 8, s, 0, 1)) for s in (2, 3)]
-    for tree in ("full:3:2", PR27, "full:3:3", "medusa:mc_sim_7b_63"):
-        for l in (1024, 2048):
-            c = dict(TARGET, batch_size=1, context_len=l, tree=tree)
-            out += [Variant("wide", c, splits=s) for s in (None, 4, 6, 8, 11)]
-    for l in (1024, 2048):
-        c = dict(TARGET, batch_size=16, context_len=l, tree="full:3:2")
-        out += [Variant("wide", c, merge_rows=r) for r in (1, 2, 4)]
-    return out
-
-
-def merge_variants() -> list[Variant]:
-    """The merge kernel's rows per program (1, 2) on every split cell of the seed grid at
-    P 128: B 1 (both tile kinds) and B 16 with 2 splits."""
-    out = []
-    for b, trees in ((1, SEED_TREES), (16, ("full:3:2",))):
-        for tree in trees:
-            for l in (1024, 2048):
-                c = dict(TARGET, batch_size=b, context_len=l, tree=tree)
-                out += [Variant("merge", c, merge_rows=r) for r in (1, 2)]
-    return out
-
-
-def pair_variants() -> list[Variant]:
-    """BLOCK_M 128 with 8 warps under a 128-register cap (BLOCK_N 32: 2 CTAs per SM, so
-    4 warpgroups per SM, each K/V tile read once per 128 rows) against the default
-    BLOCK_M 64 and the 1-CTA BLOCK_M 128 on the large trees at B 64 and B 16."""
-    K = KernelConfig
-    cfgs = [None, K(128, 32, 8, 3, 128, 1), K(128, 32, 8, 4, 128, 1), K(128, 32, 8, 3, 128, 0),
-            K(128, 64, 8, 2, 0, 1)]
-    out = []
-    for b, tree in ((64, PR27), (64, "full:3:3"), (16, "eagle:mc_sim_7b_63"), (64, "full:3:2"),
-                    (16, "medusa:mc_sim_7b_63"), (64, "medusa:mc_sim_7b_63")):
-        c = dict(TARGET, batch_size=b, tree=tree)
-        out += [Variant("pair", c, config=cfg) for cfg in cfgs]
-    return out
-
-
-def deep_variants() -> list[Variant]:
-    """BLOCK_M 128 in one CTA per SM (8 warps) with 4 and 5 pipeline stages (the shared
-    memory a second CTA would have used), and BLOCK_M 128 in one warpgroup (4 warps,
-    BLOCK_N 32, 2 CTAs per SM), against the default tiles on the large trees."""
-    K = KernelConfig
-    cfgs = [None, K(128, 64, 8, 3, 0, 1), K(128, 64, 8, 4, 0, 1), K(128, 64, 8, 5, 0, 1),
-            K(128, 32, 4, 3, 0, 1), K(128, 32, 4, 4, 0, 1)]
-    out = []
-    for b, tree in ((64, PR27), (64, "full:3:3"), (64, "full:3:2"), (64, "medusa:mc_sim_7b_63"),
-                    (16, "eagle:mc_sim_7b_63"), (16, PR27)):
-        c = dict(TARGET, batch_size=b, tree=tree)
-        out += [Variant("deep", c, config=cfg) for cfg in cfgs]
-    return out
-
-
-def fuse_variants() -> list[Variant]:
-    """B 1: the split-KV merge in a second launch against the single-launch merge in the
-    forward kernel's last split program (unrolled over the splits), across split counts
-    and tile shapes (BLOCK_M 128 halves the M-tiles, so each split is shorter)."""
-    K = KernelConfig
-    out = []
-    for tree, l in ((PR27, 2048), ("full:3:3", 2048), (PR27, 1024), ("full:3:2", 2048)):
-        c = dict(TARGET, batch_size=1, context_len=l, tree=tree)
-        for cfg, splits in ((None, (None, 11, 16)), (K(128, 64, 8, 2, 0, 1), (8, 16)),
-                            (K(128, 32, 8, 3, 128, 1), (8, 16))):
-            out += [Variant("fuse", c, config=cfg, splits=s, fused=f) for s in splits for f in (False, True)]
-    c = dict(TARGET, batch_size=1, tree="full:3:1")
-    out += [Variant("fuse", c, splits=s, fused=f) for s in (None, 24) for f in (False, True)]
-    return out
-
-
-def gather_variants() -> list[Variant]:
-    """P 16 (vLLM's default page size; a 64-token tile spans 4 pages, so its K/V are
-    gathered by pointer loads, not TMA): the block table read in the tile's own
-    iteration (bt_ahead 0) against one tile ahead (1), on the seed grid's large trees
-    and the memory-bound T 4 cells; the P 128 TMA default alongside for the ratio; and
-    16-token one-page tiles loaded by TMA (BLOCK_N 16, 3-4 CTAs per SM)."""
-    K = KernelConfig
-    out = []
-    for b, tree in ((64, PR27), (64, "full:3:3"), (16, "eagle:mc_sim_7b_63"), (16, "medusa:mc_sim_7b_63"),
-                    (1, PR27), (1, "full:3:3")):
-        c = dict(TARGET, batch_size=b, tree=tree, page_size=16)
-        out += [Variant("gather", c, config=K(64, 64, 4, 3, 0, a)) for a in (0, 1)]
-        out += [Variant("gather", dict(c, page_size=128))]
-        # one-page 16-token tiles through TMA (3-4 CTAs per SM) against the 64-token gather
-        out += [Variant("gather", c, config=cfg, kv_desc=True)
-                for cfg in (K(64, 16, 4, 4, 0, 1), K(64, 16, 4, 6, 0, 1), K(64, 16, 4, 4, 128, 1))]
-    for b in (64, 16, 1):
-        c = dict(TARGET, batch_size=b, tree="full:3:1", page_size=16)
-        out += [Variant("gather", c, config=K(16, 64, 2, 4, 0, a)) for a in (0, 1)]
-    return out
-
-
-K = KernelConfig
-WS_VARIANTS = (dict(ws=False), dict(config=K(128, 64, 4, 4, 168, 0, 2)), dict(config=K(128, 64, 4, 3, 168, 0, 2)),
-               dict(config=K(128, 64, 4, 4, 168, 0, 2), ws_pipe=False),
-               dict(config=K(192, 64, 4, 3, 128, 0, 3)))
-
-
-def wscheck_variants() -> list[Variant]:
-    """The warp-specialised kernel against the float64 reference: ragged and zero contexts,
-    mixed per-request trees up to 250 nodes (several M-tiles), G 1..8, D 64/128, P 64..256,
-    fp16, the three mask modes, LSE, split-KV."""
-    K = KernelConfig
-    out = []
-    small = dict(num_q_heads=16, num_kv_heads=4, head_dim=128)
-    for cfg in (K(128, 64, 4, 3, 168, 0, 2), K(64, 64, 4, 2, 128, 0, 1), K(192, 64, 4, 3, 128, 0, 3)):
-        for P in (64, 128, 256):
-            c = dict(batch_size=7, context_len="ragged:0-700", tree="random:30:5", page_size=P,
-                     tree_per_request="mixed", **small)
-            out += [Variant("wscheck", c, config=cfg, splits=s, lse=True, time_it=False) for s in (1, 5)]
-        for hq, hkv, d in ((8, 8, 128), (16, 8, 64), (64, 8, 128), (12, 4, 64)):
-            c = dict(batch_size=3, context_len="ragged:0-300", tree="random:70:2", tree_per_request="mixed",
-                     page_size=128, num_q_heads=hq, num_kv_heads=hkv, head_dim=d, dtype="float16")
-            out.append(Variant("wscheck", c, config=cfg, lse=True, time_it=False))
-        for mode in ("bias", "causal"):
-            c = dict(batch_size=5, context_len="ragged:0-1000", tree="full:3:3", page_size=128, **small)
-            out.append(Variant("wscheck", c, config=cfg, mode=mode, lse=True, time_it=False))
-            out.append(Variant("wscheck", c, config=cfg, mode=mode, splits=3, time_it=False))
-        big = dict(batch_size=4, context_len="ragged:1000-3000", tree="random:250:9", tree_per_request="mixed",
-                   page_size=64, **HEADS)
-        out.append(Variant("wscheck", big, config=cfg, lse=True, time_it=False))
-        out.append(Variant("wscheck", {**big, "context_len": 128, "page_size": 128}, config=cfg, time_it=False))
-    c = dict(batch_size=7, context_len="ragged:0-700", tree="random:30:5", page_size=128, tree_per_request="mixed",
-             **small)
-    out += [Variant("wscheck", c, config=K(128, 64, 4, 3, 168, 0, 2), splits=s, lse=True, time_it=False,
-                    ws_pipe=False) for s in (1, 5)]
-    out += [Variant("wscheck", c, config=K(128, 64, 4, 4, 168, 0, 2), splits=s, lse=True, time_it=False,
-                    ws_persist=False) for s in (1, 5)]
-    for b, tree in ((64, "vllm:pr_27"), (64, "full:3:3"), (16, "medusa:mc_sim_7b_63")):   # the default plan
-        out.append(Variant("wscheck", dict(TARGET, batch_size=b, tree=tree), lse=True, time_it=False))
-    return out
-
-
-def ws_variants() -> list[Variant]:
-    """The default plan against the warp-specialised kernel's configs on the target cells
-    (P 128, L 2048) and their neighbours."""
-    out = []
-    for b, tree in ((64, PR27), (64, "full:3:3"), (64, "full:3:2"), (64, "medusa:mc_sim_7b_63"),
-                    (64, "eagle:mc_sim_7b_63"), (16, PR27), (16, "full:3:3"), (16, "medusa:mc_sim_7b_63"),
-                    (1, PR27), (1, "full:3:3"), (64, "full:3:1")):
-        c = dict(TARGET, batch_size=b, tree=tree)
-        out += [Variant("ws", c, **kw) for kw in (dict(), *WS_VARIANTS)]
-    return out
-
-
-def tiles_variants() -> list[Variant]:
-    """32-token tiles (half the score tile's registers: the 3-warpgroup build spills 10
-    values pipelined, against 59 for 64-token tiles; sm_90 compiles with Triton 3.6) and
-    the pipelined 3-warpgroup build, against the table's configs: first checked on the
-    odd cases of `wscheck` (ragged and zero contexts, mixed trees to 250 nodes, P 64 and
-    256, split-KV, LSE, the bias and causal modes), then timed on the target cells."""
-    K = KernelConfig
-    small = dict(num_q_heads=16, num_kv_heads=4, head_dim=128)
-    out = []
-    for cfg, pipe in ((K(192, 32, 4, 4, 128, 0, 3), True), (K(192, 64, 4, 3, 128, 0, 3), True),
-                      (K(128, 32, 4, 4, 168, 0, 2), None)):
-        for P in (64, 256):
-            c = dict(batch_size=7, context_len="ragged:0-700", tree="random:30:5", page_size=P,
-                     tree_per_request="mixed", **small)
-            out += [Variant("tiles", c, config=cfg, splits=s, lse=True, time_it=False, ws_pipe=pipe) for s in (1, 5)]
-        for mode in ("bias", "causal"):
-            c = dict(batch_size=5, context_len="ragged:0-1000", tree="full:3:3", page_size=128, **small)
-            out.append(Variant("tiles", c, config=cfg, mode=mode, lse=True, time_it=False, ws_pipe=pipe))
-        big = dict(batch_size=4, context_len="ragged:1000-3000", tree="random:250:9", tree_per_request="mixed",
-                   page_size=64, **HEADS)
-        out.append(Variant("tiles", big, config=cfg, lse=True, time_it=False, ws_pipe=pipe))
-    three = (dict(), dict(config=K(192, 64, 4, 3, 128, 0, 3), ws_pipe=True),
-             dict(config=K(192, 32, 4, 4, 128, 0, 3), ws_pipe=False),
-             dict(config=K(192, 32, 4, 4, 128, 0, 3), ws_pipe=True),
-             dict(config=K(192, 32, 4, 6, 128, 0, 3), ws_pipe=True))
-    two = (dict(), dict(config=K(128, 32, 4, 4, 168, 0, 2)), dict(config=K(128, 32, 4, 6, 168, 0, 2)))
-    for b, tree, kws in ((64, "full:3:3", three), (16, "full:3:3", three), (64, PR27, two),
-                         (64, "medusa:mc_sim_7b_63", two)):
-        out += [Variant("tiles", dict(TARGET, batch_size=b, tree=tree), **kw) for kw in kws]
-    return out
-
-
-# phase name -> its variants (the phases besides "env"), in the docstring's order
-PHASE_VARIANTS = {"check": check_variants, "tune": tune_variants, "seed": seed_variants, "big": big_variants,
-                  "wide": wide_variants, "merge": merge_variants, "pair": pair_variants, "fuse": fuse_variants,
-                  "gather": gather_variants, "deep": deep_variants, "wscheck": wscheck_variants,
-                  "ws": ws_variants, "tiles": tiles_variants}
 
 
 def _compile_one(v: Variant) -> str:
@@ -632,7 +343,8 @@ def main() -> int:
     ap.add_argument("--phases", default="env,check,tune,seed")
     ap.add_argument("--budget-s", type=float, default=420.0, help="stop starting variants after this")
     ap.add_argument("--workers", type=int, default=max(1, min(15, (os.cpu_count() or 2) - 1)))
-    ap.add_argument("--smoke", action="store_true", help="a few tiny checks on the CPU (TRITON_INTERPRET=1); --phases does not apply")
+    ap.add_argument("--smoke", action="store_true",
+                    help="a few tiny checks on the CPU (TRITON_INTERPRET=1); --phases does not apply")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     if args.cmd == "report":

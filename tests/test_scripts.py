@@ -54,24 +54,25 @@ def test_bench_kernel_refuses_an_unknown_phase(tmp_path):
 
 
 def test_bench_kernel_phases_plan_every_variant():
-    """Every variant of every bench_kernel phase is a valid case whose plan resolves for
-    an H200 (132 SMs) as the run would: a typo in a phase's table fails here, not on the
-    GPU. The tiles phase's warp-specialised configs fit one CTA's shared memory and record
-    the PIPE they run with."""
+    """Every variant of every bench_kernel phase (scripts/bench_variants.py) is a valid
+    case whose plan resolves for an H200 (132 SMs) as the run would: a typo in a phase's
+    table fails here, not on the GPU. The tiles phase's warp-specialised configs fit one
+    CTA's shared memory and name the PIPE they run with."""
     sys.path.insert(0, str(ROOT / "scripts"))
     try:
         import bench_kernel as bk
+        import bench_variants as bv
     finally:
         sys.path.remove(str(ROOT / "scripts"))
     from kernels.tree_attention_plan import SMEM_PER_SM
-    for phase, variants in bk.PHASE_VARIANTS.items():
+    for phase, variants in bv.PHASE_VARIANTS.items():
         for v in variants():
             assert v.phase == phase
             r = bk.resolve(v, 132)
             assert r.config is not None and r.splits >= 1, v
             if r.config.ws:
                 assert r.config.ws_shared_bytes(v.case.get("head_dim", 128)) <= SMEM_PER_SM, v
-    tiles = bk.tiles_variants()
+    tiles = bv.tiles_variants()
     assert {(v.config.block_n, v.ws_pipe) for v in tiles if v.config and v.config.ws == 3} == {
         (32, True), (32, False), (64, True)}
     assert sum(v.time_it for v in tiles) == 16 and all(v.case["page_size"] in (64, 128, 256) for v in tiles)
