@@ -21,7 +21,8 @@ from harness.reference import reference_attention
 from harness.runner import RunConfig, run_cases
 from harness.store import append_row, env_fingerprint, read_envs, read_rows, write_env
 from harness.suites import Suite, load_suite
-from harness.timing import Timing, measure_peak_bandwidth, time_callable
+from harness.timing import measure_peak_bandwidth, time_callable
+from harness.timing_core import Timing
 from harness.trees import TokenTree, from_parents, parse_tree, render_tree, tree_summary
 
 try:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.timing import Timing
+from harness.timing_core import Timing
 import torch
 
 import backends  # noqa: F401  (registers torch_sdpa)

@@ -17,10 +17,11 @@ import statistics
 import pytest
 import torch
 
-from harness import timing
+from harness import timing, timing_core
 from harness.errors import ConfigError
 from harness.stats import cv_of_medians, geometric_mean, summarize
-from harness.timing import Timing, measure_peak_bandwidth, time_callable
+from harness.timing import measure_peak_bandwidth, time_callable
+from harness.timing_core import Timing
 
 
 class FakeClock:
@@ -40,7 +41,7 @@ class FakeClock:
 def clock(monkeypatch):
     def make(durations_ms):
         c = FakeClock(durations_ms)
-        monkeypatch.setattr(timing, "perf_counter", c)
+        monkeypatch.setattr(timing_core, "perf_counter", c)
         return c
     return make
 
