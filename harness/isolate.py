@@ -9,7 +9,7 @@ Protocol (multiprocessing, spawn context, one duplex pipe per worker)::
       Task(case axes, backend spec,
            device, RunConfig) ────────────▶  builds inputs and reference (cached
                                              per case), runs the backend, compares,
-                                             times: harness.runner.run_case_backend
+                                             times: harness.pair.run_case_backend
       ◀────── ("row", row, context_lost)
       ...
       None ───────────────────────────────▶  exits
@@ -44,7 +44,8 @@ from multiprocessing.reduction import ForkingPickler
 import torch
 
 from harness.cases import Case
-from harness.runner import CaseData, RunConfig, base_row, error_reason, run_case_backend
+from harness.pair import CaseData, base_row, error_reason, run_case_backend
+from harness.runner import RunConfig
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from rich.console import Console
 
 from harness.errors import ConfigError
-from harness.runner import (AvailabilityRaised, RunConfig, availabilities, default_device, new_run_id, row_satisfies,
-                            run_cases)
+from harness.pair import AvailabilityRaised, availabilities
+from harness.runner import RunConfig, default_device, new_run_id, row_satisfies, run_cases
 from harness.shard import (
     Rank,
     Shard,
@@ -66,7 +66,7 @@ class SweepResult:
     rows: list[dict] = field(default_factory=list)   # rows to summarise: this run's (all ranks' on rank 0)
     planned: int = 0                                 # pairs this process was to run (after shard, rank, resume)
     resumed: int = 0                                 # pairs skipped as already stored
-    will_skip: int = 0                               # planned pairs that will be skipped rows (unavailable / unsupported)
+    will_skip: int = 0                               # planned pairs that will be skipped rows (unavailable/unsupported)
     primary: bool = True                             # False on torchrun ranks > 0 (they report nothing)
     missing_ranks: list[int] = field(default_factory=list)  # ranks rank 0 gave up waiting for
     store_path: Path | None = None                   # where this process appended its rows
@@ -119,7 +119,7 @@ def _config(opts: SweepOptions, env: dict, device: str, store: Path | None, skip
 
 def _count_skips(cases, backends, names, skip: frozenset) -> int:
     """Pairs not yet stored that the runner will record as skipped: backend unavailable
-    here (`runner.availabilities`) or case not supported (what --dry-run reports;
+    here (`pair.availabilities`) or case not supported (what --dry-run reports;
     memory prediction is not run)."""
     down = availabilities(backends)
 

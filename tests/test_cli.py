@@ -183,15 +183,15 @@ def test_timer_and_l2_options_and_their_defaults():
     (["--timer", "cuda_graph_loop", "--l2", "warm"], "cuda_graph_loop", False),
 ])
 def test_run_passes_timer_and_l2_to_the_timer(tiny, tmp_path, monkeypatch, capsys, extra, mode, flush):
-    from harness import runner
+    from harness import pair
 
-    seen, real = [], runner.time_callable
+    seen, real = [], pair.time_callable
 
     def spy(fn, **kw):
         seen.append(kw)
         return real(fn, **kw)
 
-    monkeypatch.setattr(runner, "time_callable", spy)
+    monkeypatch.setattr(pair, "time_callable", spy)
     out = tmp_path / "rows.jsonl"
     assert main(["run", "--suite", str(tiny), "--backends", "torch_sdpa", "--out", str(out),
                  "--report", str(tmp_path / "r.html"), "--quiet", *extra]) == 0

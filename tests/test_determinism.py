@@ -11,7 +11,8 @@ import torch
 
 from harness.cases import Case
 from harness.cli import load_one, main
-from harness.runner import RunConfig, bitwise_diff_count, run_cases
+from harness.pair import bitwise_diff_count
+from harness.runner import RunConfig, run_cases
 from harness.store import read_rows
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -144,12 +144,12 @@ def test_the_runner_skips_what_cannot_fit_and_runs_the_rest(monkeypatch):
 
 
 def test_a_case_too_big_for_the_device_is_skipped_before_its_inputs_are_built(monkeypatch):
-    from harness import runner
+    from harness import pair
 
     def no_build(*a, **k):
         raise AssertionError("inputs built for a case that cannot fit")
 
-    monkeypatch.setattr(runner, "build_inputs", no_build)
+    monkeypatch.setattr(pair, "build_inputs", no_build)
     monkeypatch.setattr(memory, "free_device_bytes", lambda device: 1000)
     (row,) = run_cases(CASES[2:3], [Counting()], RunConfig(mode="check", quiet=True, device="cpu"))
     assert row["status"] == "skipped" and "GiB > free 0.00 GiB" in row["reason"]

@@ -11,7 +11,8 @@ import pytest
 from harness.backend import Backend, check_unique_names, load_backend
 from harness.cases import Case
 from harness.errors import ConfigError, TreeError
-from harness.runner import RunConfig, error_reason, row_satisfies, run_cases
+from harness.pair import error_reason
+from harness.runner import RunConfig, row_satisfies, run_cases
 from harness.trees import parse_tree
 from tests.broken_backends import BrokenCausalMask, Correct
 

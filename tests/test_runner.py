@@ -11,7 +11,7 @@ from harness.timing_core import Timing
 import torch
 
 import backends  # noqa: F401  (registers torch_sdpa)
-from harness import runner
+from harness import pair
 from harness.backend import REGISTRY, Capabilities
 from harness.cases import Case
 from harness.errors import ConfigError
@@ -130,7 +130,7 @@ def test_run_config_timer_and_l2_reach_time_callable(monkeypatch, mode, flush_l2
         seen.append(kw)
         return Timing([3.0, 1.0, 2.0], "cuda_graph", None, l2_flushed=kw["flush_l2"])
 
-    monkeypatch.setattr(runner, "time_callable", fake_time_callable)
+    monkeypatch.setattr(pair, "time_callable", fake_time_callable)
     config = RunConfig(mode="run", quiet=True, device="cpu", timing_mode=mode, flush_l2=flush_l2)
     (row,) = run_cases(CASES[:1], [Fake("good", _exact)], config)
     assert seen == [{"device": torch.device("cpu"), "mode": mode, "flush_l2": flush_l2}]
@@ -164,7 +164,7 @@ def test_each_row_is_in_the_store_before_the_next_backend_runs(tmp_path):
 
 def test_inputs_and_reference_are_built_once_per_case(monkeypatch):
     calls = {"inputs": 0, "ref": 0}
-    real_build, real_ref = runner.build_inputs, runner.reference_attention
+    real_build, real_ref = pair.build_inputs, pair.reference_attention
 
     def build(*a, **k):
         calls["inputs"] += 1
@@ -174,8 +174,8 @@ def test_inputs_and_reference_are_built_once_per_case(monkeypatch):
         calls["ref"] += 1
         return real_ref(*a, **k)
 
-    monkeypatch.setattr(runner, "build_inputs", build)
-    monkeypatch.setattr(runner, "reference_attention", ref)
+    monkeypatch.setattr(pair, "build_inputs", build)
+    monkeypatch.setattr(pair, "reference_attention", ref)
     _check(CASES, [Fake("a", _exact), Fake("b", _exact), Fake("c", _boom)])
     assert calls == {"inputs": 2, "ref": 2}
 
