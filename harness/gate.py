@@ -20,7 +20,8 @@ Env fingerprints (GPU, SM count, driver, CUDA, torch, triton, xformers,
 flashinfer) must match, else the comparison is refused (exit 2) unless
 `--allow-env-mismatch`. Output: a Markdown summary on stdout (fit for
 `$GITHUB_STEP_SUMMARY`), optionally JUnit XML. Exit 0 pass, 1 fail, 2 bad input
-(a ConfigError, turned into one line by the CLI).
+(a ConfigError, turned into one line by the CLI). The Markdown and the JUnit XML are
+drawn by `harness.gate_render`.
 """
 
 from __future__ import annotations
@@ -30,8 +31,6 @@ import dataclasses
 import logging
 import math
 import sys
-import xml.etree.ElementTree as ET
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,25 +39,13 @@ from typing import cast
 from scipy.stats import mannwhitneyu
 
 from harness.errors import ConfigError
+from harness.gate_render import FAILING, KIND_TITLES, junit_xml, markdown
 from harness.stats import NOISE_RULE, is_noisy
 from harness.result_inputs import check_output_path, read_checked_rows, refuse_input_path
 from harness.store import read_envs, row_l2_flushed, timing_key, timing_label
 
 log = logging.getLogger(__name__)
 
-FAILING = ("slower", "correctness_loss")
-KIND_TITLES = {  # display order of the summary
-    "correctness_loss": "Correctness lost (fails the gate)",
-    "slower": "Slower (fails the gate)",
-    "faster": "Faster",
-    "fixed": "Fixed",
-    "new": "New",
-    "missing": "Missing from the candidate (fails the gate unless --allow-missing)",
-    "skipped": "Skipped in the candidate (each line says whether the baseline skipped it too)",
-    "still_failing": "Still failing",
-    "incomparable": "Incomparable",
-    "unchanged": "Unchanged",
-}
 COMPARED = ("correctness_loss", "slower", "faster", "fixed", "still_failing", "unchanged")
 ENV_FIELDS = ("gpu_name", "sm_count", "driver", "cuda", "torch", "triton", "xformers", "flashinfer")
 BAD = ("mismatch", "error")
@@ -282,115 +269,6 @@ def env_differences(base_envs: dict[str, dict], cand_envs: dict[str, dict],
     return notes
 
 
-# ---- rendering -----------------------------------------------------------------------------
-
-def _fmt(x: float | None, spec: str) -> str:
-    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
-
-
-def _case_cells(v: Verdict) -> list[str]:
-    c = v.case
-    return [v.backend, str(c.get("batch_size", "")), str(c.get("context_len", "")), str(c.get("page_size", "")),
-            str(c.get("tree", "")), f"`{v.case_id}`"]
-
-
-def _md_table(verdicts: Sequence[Verdict], timed: bool, limit: int = 60) -> list[str]:
-    head = ["backend", "B", "L", "P", "tree", "case"]
-    head += ["baseline µs", "candidate µs", "ratio", "p"] if timed else []
-    head += ["detail"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for v in verdicts[:limit]:
-        cells = _case_cells(v)
-        if timed:
-            cells += [_fmt(v.base_median_us, ".2f"), _fmt(v.cand_median_us, ".2f"), _fmt(v.ratio, ".4f"),
-                      _fmt(v.p_value, ".2g")]
-        lines.append("| " + " | ".join(cells + [v.detail.replace("|", "\\|")]) + " |")
-    if len(verdicts) > limit:
-        lines.append(f"\n… and {len(verdicts) - limit} more")
-    return lines
-
-
-def _skipped_table(verdicts: Sequence[Verdict], limit: int = 60) -> list[str]:
-    """The skipped pairs: those skipped in both runs for one reason are one line per
-    (backend, reason) with their case count (a backend not installed on either side
-    would otherwise fill the table); newly skipped pairs keep a line each."""
-    groups: dict[tuple[str, str], list[Verdict]] = {}
-    single = []
-    for v in verdicts:
-        if v.base_status == "skipped":          # skipped in both runs (classify's detail says so)
-            groups.setdefault((v.backend, v.detail), []).append(v)
-        else:
-            single.append(v)
-    lines = ["| backend | B | L | P | tree | case | detail |", "|---|---|---|---|---|---|---|"]
-    for (backend, detail), vs in groups.items():
-        cases = f"`{vs[0].case_id}`" if len(vs) == 1 else f"{len(vs)} cases"
-        lines.append("| " + " | ".join([backend, "", "", "", "", cases, detail.replace("|", "\\|")]) + " |")
-    return lines + _md_table(single, False, limit)[2:]
-
-
-def markdown(result: GateResult, baseline: str = "baseline", candidate: str = "candidate") -> str:
-    """The gate's Markdown summary (headline, counts, one table per kind; unchanged folded)."""
-    cfg, counts = result.config, result.counts()
-    fails = ", ".join(f"{counts.get(k, 0)} {KIND_TITLES[k].split(' (')[0].lower()}" for k in FAILING)
-    if not cfg.allow_missing:
-        fails += f", {counts.get('missing', 0)} missing"
-    head = "❌ FAIL" if result.failed else "✅ PASS"
-    out = [f"## treebench gate: {head} ({fails})", ""]
-    if result.comparable == 0:
-        what = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in counts.items()) or "no rows"
-        unlike = Counter(v.detail for v in result.verdicts if v.timed_unlike)
-        why = (f"; the runs were timed differently ({', '.join(f'{n} x {d}' for d, n in unlike.most_common(3))}): "
-               "compare runs made with the same --timer and --l2" if unlike else
-               "; check that both runs cover the same cases and backends with enough samples")
-        out += [f"**Nothing was compared:** no (case, backend) pair of the baseline could be compared with the "
-                f"candidate ({what}){why}.", ""]
-    if counts.get("missing") and not cfg.allow_missing:
-        out += [f"**{counts['missing']} baseline pair(s) missing from the candidate** fail the gate; "
-                "pass --allow-missing to accept a partial candidate.", ""]
-    noisy = [v for v in result.verdicts if v.noisy]
-    if noisy:
-        out += [f"⚠ **{len(noisy)} comparison(s) involve noisy timings** ({NOISE_RULE}); their verdicts are less "
-                "reliable (see the detail column).", ""]
-    out += [f"Baseline `{baseline}` vs candidate `{candidate}`: slower means median ratio > "
-            f"{1 + cfg.threshold:.3g} and one-sided Mann–Whitney U p < {cfg.alpha:g}.", "",
-            "| verdict | count |", "|---|---|", *[f"| {KIND_TITLES[k]} | {n} |" for k, n in counts.items()]]
-    if result.env_notes:
-        out += ["", "**Env differences (allowed):** " + "; ".join(result.env_notes)]
-    for kind, title in KIND_TITLES.items():
-        vs = result.of_kind(kind)
-        if not vs:
-            continue
-        timed = kind in ("slower", "faster", "unchanged", "incomparable")
-        table = _skipped_table(vs) if kind == "skipped" else _md_table(vs, timed)
-        if kind == "unchanged":
-            out += ["", f"<details><summary>{title} ({len(vs)})</summary>", "", *table, "", "</details>"]
-        else:
-            out += ["", f"### {title} ({len(vs)})", "", *table]
-    return "\n".join(out) + "\n"
-
-
-def junit_xml(result: GateResult) -> str:
-    """JUnit XML: one testcase per verdict, so per (case, backend) and per extra timing of
-    one (named "case [timing]"); failure for slower and correctness loss, skipped for
-    everything that was not compared."""
-    suite = ET.Element("testsuite", name="treebench.gate", tests=str(len(result.verdicts)),
-                       failures=str(sum(v.failed for v in result.verdicts)),
-                       skipped=str(sum(v.kind not in ("unchanged", "faster", "fixed") and not v.failed
-                                       for v in result.verdicts)))
-    for v in result.verdicts:
-        tc = ET.SubElement(suite, "testcase", classname=f"treebench.{v.backend}",
-                           name=f"{v.case_id} [{v.timing}]" if v.timing else v.case_id)
-        msg = f"{v.kind}: ratio {_fmt(v.ratio, '.4f')} p {_fmt(v.p_value, '.2g')} {v.detail}".strip()
-        if v.failed:
-            ET.SubElement(tc, "failure", type=v.kind, message=msg)
-        elif v.kind not in ("unchanged", "faster", "fixed"):
-            ET.SubElement(tc, "skipped", message=msg)
-        else:
-            ET.SubElement(tc, "system-out").text = msg
-    return ET.tostring(cast(ET.Element, ET.ElementTree(suite).getroot()), encoding="unicode",
-                       xml_declaration=True) + "\n"
-
-
 # ---- CLI -----------------------------------------------------------------------------------
 
 def _fraction(text: str) -> float:
@@ -403,7 +281,8 @@ def _fraction(text: str) -> float:
     try:
         value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
     except ValueError:
-        raise ConfigError(f"gate --threshold {text!r}: give a fraction such as 0.05 or a percentage such as 5%") from None
+        raise ConfigError(f"gate --threshold {text!r}: give a fraction such as 0.05 "
+                          "or a percentage such as 5%") from None
     if not math.isfinite(value) or value <= 0:
         raise ConfigError(f"gate --threshold {text!r}: must be positive, e.g. 5% or 0.05")
     if not t.endswith("%") and value >= 1:
