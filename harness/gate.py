@@ -136,30 +136,43 @@ def compare_runs(base_rows: Iterable[dict], cand_rows: Iterable[dict], config: G
     """Verdicts for every (case, backend) in either result set, sorted by backend then case axes.
 
     Each side's latest row per pair is compared, except that when the candidate holds a pair
-    timed in several ways (say a merged file of `--l2 cold` and `--l2 warm` runs) its latest
-    row timed like the baseline's (`store.timing_key`) is taken. When the baseline too holds
-    a pair timed in several ways, each other timing that the candidate also holds is
-    compared as well, row against row timed alike: one more verdict per timing, whose
-    `timing` names it."""
+    timed in several ways (say a merged file of `--l2 cold` and `--l2 warm` runs) and its
+    latest row passed, its latest passing row timed like the baseline's (`store.timing_key`)
+    is taken. A candidate whose latest row mismatched, errored or skipped is judged by that
+    row, whatever an older row says. When the baseline too holds a pair timed in several
+    ways and both runs' latest rows passed, each other timing that both runs hold, passing,
+    is compared as well, row against row timed alike: one more verdict per timing, whose
+    `timing` (and that of the pair's first verdict) names it."""
     base_list, cand_list = list(base_rows), list(cand_rows)
     base, base_alike = latest_rows(base_list), latest_rows(base_list, by_timing=True)
     cand, alike = latest_rows(cand_list), latest_rows(cand_list, by_timing=True)
 
+    def passed(row: dict | None) -> bool:
+        return row is not None and row.get("status") == "pass"
+
     def cand_for(k: tuple[str, str]) -> dict | None:
         match = alike.get((*k, *timing_key(base[k]))) if k in base else None
-        return match if match is not None else cand.get(k)
-    verdicts = [classify(base.get(k), cand_for(k), config) for k in set(base) | set(cand)]
+        return match if passed(match) and passed(cand.get(k)) else cand.get(k)
+    verdicts = {k: classify(base.get(k), cand_for(k), config) for k in set(base) | set(cand)}
+    extra = []
     for key, b in base_alike.items():          # the baseline's other timings of a pair
         k, timing = key[:2], key[2:]
-        if (timing[0] is None or k not in base or timing_key(base[k])[0] is None
-                or timing == timing_key(base[k]) or key not in alike):
-            continue                           # untimed, the pair's first verdict, or nothing alike
-        v = classify(b, alike[key], config)
-        label = timing_label(b) or ""
-        verdicts.append(dataclasses.replace(v, timing=label, detail=f"{label}: {v.detail}" if v.detail else label))
+        if (timing[0] is None or not (passed(base.get(k)) and passed(cand.get(k))) or timing == timing_key(base[k])
+                or not (passed(b) and passed(alike.get(key)))):
+            continue                           # untimed, a pair that failed, the pair's first verdict, or none alike
+        extra.append(_with_timing(classify(b, alike[key], config), b))
+    for k in {(v.case_id, v.backend) for v in extra}:   # name the timing of a pair's first verdict too
+        verdicts[k] = _with_timing(verdicts[k], base[k])
+    found = [*verdicts.values(), *extra]
     if not config.allow_missing:
-        verdicts = [dataclasses.replace(v, blocking=True) if v.kind == "missing" else v for v in verdicts]
-    return GateResult(tuple(sorted(verdicts, key=_order)), config, tuple(env_notes))
+        found = [dataclasses.replace(v, blocking=True) if v.kind == "missing" else v for v in found]
+    return GateResult(tuple(sorted(found, key=_order)), config, tuple(env_notes))
+
+
+def _with_timing(v: Verdict, base_row: dict) -> Verdict:
+    """v with `timing` set to how base_row was timed, and its detail starting with it."""
+    label = timing_label(base_row) or ""
+    return dataclasses.replace(v, timing=label, detail=f"{label}: {v.detail}" if v.detail else label)
 
 
 def _order(v: Verdict) -> tuple:

@@ -154,23 +154,40 @@ def test_a_baseline_timed_two_ways_is_compared_once_per_timing_both_runs_hold(tm
     base = [_row(timestamp="1", seed=1), _row(l2_flushed=False, median=80.0, timestamp="2", seed=2)]
     cand = [_row(timestamp="3", seed=3), _row(l2_flushed=False, median=80.0, timestamp="4", seed=4)]
     res = compare_runs(base, cand)
-    assert sorted((v.kind, v.timing) for v in res.verdicts) == [("unchanged", ""),
-                                                                ("unchanged", "cuda_graph, L2 flushed")]
+    assert sorted((v.kind, v.timing) for v in res.verdicts) == [("unchanged", "cuda_graph, L2 flushed"),
+                                                                ("unchanged", "cuda_graph, warm L2")]
     assert not res.failed
     (v,) = compare_runs(base, cand[1:]).verdicts                  # warm only: the latest, alike
     assert v.kind == "unchanged" and v.timing == "" and v.cand_median_us == cand[1]["median_us"]
     # cold only: the baseline's latest (warm) row has nothing alike; its cold row does
     assert sorted((v.kind, v.timing) for v in compare_runs(base, cand[:1]).verdicts) == [
-        ("incomparable", ""), ("unchanged", "cuda_graph, L2 flushed")]
+        ("incomparable", "cuda_graph, warm L2"), ("unchanged", "cuda_graph, L2 flushed")]
     slow = [_row(median=120.0, timestamp="3", seed=3), cand[1]]   # 20% slower, cold rows only
     res = compare_runs(base, slow)
     (bad,) = res.of_kind("slower")
     assert res.failed and bad.timing == "cuda_graph, L2 flushed" and bad.detail.startswith("cuda_graph, L2 flushed")
     assert "cuda_graph, L2 flushed" in gate.markdown(res)
     names = [tc.get("name") for tc in ET.fromstring(gate.junit_xml(res)).iter("testcase")]
-    assert sorted(names) == ["c1", "c1 [cuda_graph, L2 flushed]"]
+    assert sorted(names) == ["c1 [cuda_graph, L2 flushed]", "c1 [cuda_graph, warm L2]"]
     errored = base + [_row(status="error", timer=None, timestamp="9", reason="boom")]   # latest untimed: no extras
     assert len(compare_runs(errored, cand).verdicts) == 1
+
+
+def test_a_candidate_whose_latest_row_failed_is_judged_by_it_not_by_an_older_passing_row():
+    """A merged or appended candidate whose latest row for a pair errored (untimed) or
+    mismatched (timed another way) is a correctness loss, though an older row timed like the
+    baseline passed; and no extra per-timing verdict is drawn for a pair that failed."""
+    base = [_row(timestamp="1", seed=1)]
+    older = _row(timestamp="2", seed=2)
+    crashed = _row(status="error", timer=None, timestamp="3", reason="RuntimeError: boom")
+    (v,) = compare_runs(base, [older, crashed]).verdicts
+    assert v.kind == "correctness_loss" and "boom" in v.detail
+    warm_mismatch = _row(status="mismatch", l2_flushed=False, timestamp="3", reason="max_abs_err 0.5")
+    (v,) = compare_runs(base, [older, warm_mismatch]).verdicts
+    assert v.kind == "correctness_loss"
+    two_ways = [_row(timestamp="0", seed=3), _row(l2_flushed=False, timestamp="1", seed=4)]
+    res = compare_runs(two_ways, [older, _row(l2_flushed=False, timestamp="3", seed=5), crashed])
+    assert [v.kind for v in res.verdicts] == ["correctness_loss"] and res.failed
 
 
 def test_nothing_compared_because_of_the_timing_says_so():
