@@ -179,11 +179,11 @@ def main() -> int:
                     help="the warp-specialised Gluon kernel instead, at P 128 (--config with a 7th field ws > 0; "
                          "default: the table's 2- and 3-warpgroup configs; --page-size, --kv-desc and "
                          "--num-ctas do not apply)")
-    ap.add_argument("--mask", choices=["tree", "bias", "causal"], default="tree",
-                    help="--ws only: the mask mode (the tl builds use the bitmask)")
-    ap.add_argument("--pipe", choices=["auto", "on", "off"], default="auto",
-                    help="--ws only: the intra-warpgroup pipelining (PIPE); auto: the config's tuned "
-                         "choice (KernelConfig.ws_pipe)")
+    ap.add_argument("--mask", choices=["tree", "bias", "causal"], default=None,
+                    help="--ws only: the mask mode (default tree; the tl builds use the bitmask)")
+    ap.add_argument("--pipe", choices=["auto", "on", "off"], default=None,
+                    help="--ws only: the intra-warpgroup pipelining (PIPE); auto (default): the config's "
+                         "tuned choice (KernelConfig.ws_pipe)")
     args = ap.parse_args()
     os.environ.pop("TRITON_INTERPRET", None)
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")   # Triton 3.6's default, as on the GPU (3.9 warns if unset)
@@ -195,20 +195,25 @@ def main() -> int:
     try:
         if args.num_ctas not in (1, 2, 4):
             raise ConfigError(f"--num-ctas {args.num_ctas}: 1, 2 or 4")
+        if not args.ws and (args.mask or args.pipe):
+            flag = "--mask" if args.mask else "--pipe"
+            raise ConfigError(f"{flag} applies to the warp-specialised build only: add --ws")
         if args.ws:
             from kernels.tree_attention_plan import WS2, WS3
-            mode = ("tree", "bias", "causal").index(args.mask)
+            mask = args.mask or "tree"
+            mode = ("tree", "bias", "causal").index(mask)
             cfgs = [(args.config, parse_kernel_config(args.config))] if args.config else [
                 ("2 warpgroups (WS2)", WS2), ("3 warpgroups (WS3)", WS3)]
             for name, cfg in cfgs:
-                pipe = None if args.pipe == "auto" else args.pipe == "on"
-                print(f"{name}, {args.mask}: {compile_ws(cfg, mode, pipe=pipe)}", flush=True)
+                pipe = None if args.pipe in (None, "auto") else args.pipe == "on"
+                print(f"{name}, {mask}: {compile_ws(cfg, mode, pipe=pipe)}", flush=True)
             sys.stderr.flush()
             os._exit(0)   # skip teardown: Triton 3.9's Gluon prints nanobind leak reports there
         if args.config and parse_kernel_config(args.config).ws:
             raise ConfigError(f"--config {args.config} is a warp-specialised config (7th field ws > 0): add --ws")
         if args.config:
-            builds = [(args.config, parse_kernel_config(args.config), args.page_size, args.kv_desc == "on", args.num_ctas)]
+            builds = [(args.config, parse_kernel_config(args.config), args.page_size, args.kv_desc == "on",
+                       args.num_ctas)]
         else:    # the builds docs/kernel.md cites (session 4)
             builds = [(name, parse_kernel_config(c), p, tma, ctas) for name, c, p, tma, ctas in (
                 ("P 16 gather, look-ahead 0", "64,64,4,3,0,0", 16, False, 1),

@@ -228,6 +228,8 @@ def test_bench_kernel_report_counts_failures_of_every_phase(tmp_path):
     (["--ws", "--config", "128,64,4,6,168,0,2"], "over one CTA's 232448: fewer stages"),
     (["--ws", "--config", "128,64,4,4,64,0,2"], "each consumer warpgroup keeps at least 128"),
     (["--config", "192,64,4,3"], "192 rows are the 3 consumer warpgroups"),
+    (["--config", "64,64,4,3", "--pipe", "on"], "--pipe applies to the warp-specialised build only: add --ws"),
+    (["--mask", "bias"], "--mask applies to the warp-specialised build only: add --ws"),
 ])
 def test_sm90_compile_refuses_ws_configs_it_cannot_build(args, needle):
     pytest.importorskip("triton")
