@@ -339,13 +339,15 @@ def main() -> int:
     ap.add_argument("cmd", nargs="?", default="run", choices=["run", "report"])
     ap.add_argument("csv", nargs="?", help="report: the CSV to read")
     ap.add_argument("--peers", help="report: peers-h200.csv")
-    ap.add_argument("--out", default=os.environ.get("OUT", "results/kernel-dev"))
+    ap.add_argument("--out", default=None, help="folder of kernel.csv (default $OUT, else results/kernel-dev; "
+                                                "--smoke: results/local, which git ignores)")
     ap.add_argument("--phases", default="env,check,tune,seed")
     ap.add_argument("--budget-s", type=float, default=420.0, help="stop starting variants after this")
     ap.add_argument("--workers", type=int, default=max(1, min(15, (os.cpu_count() or 2) - 1)))
     ap.add_argument("--smoke", action="store_true",
                     help="a few tiny checks on the CPU (TRITON_INTERPRET=1); --phases does not apply")
     args = ap.parse_args()
+    args.out = args.out or os.environ.get("OUT") or ("results/local" if args.smoke else "results/kernel-dev")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     if args.cmd == "report":
         for what, path in (("the CSV to read", args.csv), ("--peers", args.peers)):

@@ -48,6 +48,18 @@ def test_scripts_without_a_gpu_say_so(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_bench_kernel_smoke_runs_three_checks_on_the_cpu(tmp_path):
+    """--smoke: three tiny variants through the interpreter, checked against the float64
+    reference, one CSV row each, all passing (exit 0)."""
+    pytest.importorskip("triton")
+    r = _script("bench_kernel.py", "--smoke", "--out", str(tmp_path), interpret=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    import csv
+    rows = list(csv.DictReader((tmp_path / "kernel-smoke.csv").open()))
+    assert [(row["mode"], row["splits"], row["passed"]) for row in rows] == [
+        ("tree", "1", "True"), ("tree", "2", "True"), ("causal", "1", "True")]
+
+
 def test_bench_kernel_refuses_an_unknown_phase(tmp_path):
     r = _script("bench_kernel.py", "--phases", "env,nosuch", "--out", str(tmp_path / "out"))
     assert r.returncode == 2 and "unknown phase(s) nosuch" in r.stderr and not (tmp_path / "out").exists()
