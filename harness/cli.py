@@ -205,7 +205,8 @@ def _add_run(sub) -> None:
                         "does; the CPU has only a wall clock")
     p.add_argument("--l2", choices=L2_STATES, default="cold",
                    help="cold (default): flush the L2 before every timed call, as a model's other layers evict it; "
-                        "warm: no flush, the call finds what the previous one left in the L2 (GPU only)")
+                        "warm: no flush, the call finds what the previous one left in the L2 (a GPU setting: "
+                        "on the CPU nothing is flushed either way, and rows say l2_flushed false)")
     _add_sweep_options(p)
 
 
