@@ -406,7 +406,8 @@ def _warn_backends_that_ran_nothing(rows: list[dict]) -> None:
 
 def cmd_merge(args, console: Console) -> int:
     """`treebench merge OUT INPUT...`: appends the inputs' rows not yet in OUT (key: case_id,
-    backend, env) and copies their env files beside OUT."""
+    backend, env, timer, L2 state; a row of a known key measured later is appended too:
+    `shard.merge_results`) and copies their env files beside OUT."""
     from harness.shard import merge_results, merge_row_inputs
     from harness.store import read_rows
 

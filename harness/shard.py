@@ -224,11 +224,15 @@ def merge_row_inputs(inputs: Sequence[Path]) -> list[Path]:
 
 def merge_results(out: Path, inputs: Sequence[Path], with_run: bool = False,
                   rows: Sequence[dict] | None = None) -> list[dict]:
-    """Appends to `out` every row of `inputs` whose key is not yet in `out` or an earlier input.
+    """Appends to `out` every row of `inputs` unless `out` or an earlier input already holds
+    a row of the same key measured at the same time or later (its `timestamp`).
 
     Key: (case_id, backend, env), with run_id first when `with_run`, plus how the row was
     timed (timer and L2 state, `timing_key`): rows of one pair timed differently (say
-    `--l2 cold` and `--l2 warm`) are different measurements, and both are kept. Every input
+    `--l2 cold` and `--l2 warm`) are different measurements, and both are kept. A row of a
+    known key measured later (a re-run that now crashes or mismatches, say) is appended
+    too, because readers take a pair's latest row (`gate.latest_rows`): keeping only the
+    first would let an older pass hide it. Merging the same rows again adds nothing. Every input
     is read (and so validated) before anything is written; env files beside the
     inputs are copied beside `out`. `rows`: the inputs' rows when the caller has
     already read them (`read_rows(merge_row_inputs(inputs))`), so they are read once.
@@ -251,12 +255,15 @@ def merge_results(out: Path, inputs: Sequence[Path], with_run: bool = False,
     incoming = read_rows(merge_row_inputs(inputs)) if rows is None else rows
     envs = read_envs(list(inputs))
     check_writable(out, what="merge OUT")  # created (empty) only once every input was read
-    seen = {(*row_key(r, with_run), *timing_key(r)) for r in (read_rows([out]) if out.exists() else [])}
+    seen: dict[tuple, str] = {}              # key -> latest timestamp held
+    for r in read_rows([out]) if out.exists() else []:
+        key, ts = (*row_key(r, with_run), *timing_key(r)), str(r.get("timestamp") or "")
+        seen[key] = max(seen.get(key, ts), ts)
     added = []
     for row in incoming:
-        key = (*row_key(row, with_run), *timing_key(row))
-        if key not in seen:
-            seen.add(key)
+        key, ts = (*row_key(row, with_run), *timing_key(row)), str(row.get("timestamp") or "")
+        if key not in seen or ts > seen[key]:
+            seen[key] = ts
             added.append(row)
     append_rows(out, added)
     for env in envs.values():

@@ -134,6 +134,26 @@ def test_merge_drops_rows_already_stored_and_copies_env_files(tmp_path):
     assert merge_results(out, [a, b]) == []                           # idempotent
 
 
+def test_merge_keeps_a_later_rerun_of_a_stored_pair_so_the_gate_sees_its_crash(tmp_path):
+    """Crash, pass, crash appended to one file, then merged: the later crash is kept (the
+    gate reads each pair's latest row, so an older row must not stand in for it), and so
+    is a later mismatch timed like an earlier pass; merging the result again adds nothing."""
+    from harness.gate import compare_runs
+
+    def row(status, ts, timer=None):
+        return {**_row("c0"), "status": status, "timestamp": ts, "timer": timer,
+                "median_us": 1.0 if timer else None, "samples_us": [1.0] * 9 if timer else None}
+    seq = [row("error", "1"), row("pass", "2", "wall"), row("error", "3"), row("mismatch", "4", "wall")]
+    a = _write(tmp_path / "a.jsonl", seq)
+    out = tmp_path / "m.jsonl"
+    assert [r["timestamp"] for r in merge_results(out, [a])] == ["1", "2", "3", "4"]
+    assert merge_results(out, [a]) == [] and merge_results(out, [_write(tmp_path / "b.jsonl", seq[:2])]) == []
+    (v,) = compare_runs([row("pass", "0", "wall")], read_rows([out])).verdicts
+    assert v.kind == "correctness_loss"
+    (v,) = compare_runs([row("pass", "0", "wall")], read_rows([out])[:3]).verdicts   # without the mismatch
+    assert v.kind == "correctness_loss" and v.cand_status == "error"
+
+
 def test_merge_with_run_ids_keeps_repeated_measurements(tmp_path):
     out = _write(tmp_path / "out.jsonl", [_row("c0")])
     a = _write(tmp_path / "a.jsonl", [_row("c0"), _row("c0", run_id="r2")])
