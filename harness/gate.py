@@ -62,7 +62,8 @@ class GateConfig:
 
     def __post_init__(self) -> None:
         if not 0 < self.threshold < 10:
-            raise ConfigError(f"gate --threshold {self.threshold}: give a fraction such as 0.05 (or 5%)")
+            raise ConfigError(f"gate --threshold {self.threshold:g}: must lie between 0 and 10 (1000%); give a "
+                              "fraction such as 0.05 (or 5%)")
         if not 0 < self.alpha < 1:
             raise ConfigError(f"gate --alpha {self.alpha}: must lie in (0, 1), e.g. 0.01")
         if self.min_samples < 2:

@@ -92,6 +92,8 @@ def markdown(result: GateResult, baseline: str = "baseline", candidate: str = "c
     if not cfg.allow_missing:
         fails += f", {counts.get('missing', 0)} missing"
     head = "❌ FAIL" if result.failed else "✅ PASS"
+    if result.comparable == 0:
+        fails += ", nothing compared"
     out = [f"## treebench gate: {head} ({fails})", ""]
     if result.comparable == 0:
         what = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in counts.items()) or "no rows"
@@ -137,7 +139,9 @@ def junit_xml(result: GateResult) -> str:
     for v in result.verdicts:
         tc = ET.SubElement(suite, "testcase", classname=f"treebench.{v.backend}",
                            name=f"{v.case_id} [{v.timing}]" if v.timing else v.case_id)
-        msg = f"{v.kind}: ratio {_fmt(v.ratio, '.4f')} p {_fmt(v.p_value, '.2g')} {v.detail}".strip()
+        numbers = [f"{name} {_fmt(x, spec)}" for name, x, spec in (("ratio", v.ratio, ".4f"), ("p", v.p_value, ".2g"))
+                   if x is not None]
+        msg = f"{v.kind}: {' '.join([*numbers, v.detail]).strip()}".rstrip(": ")
         if v.failed:
             ET.SubElement(tc, "failure", type=v.kind, message=msg)
         elif v.kind not in ("unchanged", "faster", "fixed"):

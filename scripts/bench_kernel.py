@@ -29,8 +29,9 @@ Phases (their variants: scripts/bench_variants.py):
          forced on) against the table's warp-specialised configs: checked on odd
          cases, then timed on the target cells the 2- and 3-warpgroup rows serve
 
-Writes DIR/kernel.csv (one row per measurement, flushed as it goes, so a run
-cut short keeps what it measured) and prints a short table. Exit status: 1 when
+Writes DIR/kernel.csv (--smoke: DIR/kernel-smoke.csv; DIR is --out, else $OUT, else
+results/kernel-dev, or results/local for --smoke) with one row per measurement,
+flushed as it goes, so a run cut short keeps what it measured, and prints a short table. Exit status: 1 when
 any variant failed its check (a run, or `report` of a CSV that holds one), 2 on
 bad input, else 0. The HBM floor of a
 case is its KV bytes (sum_b S_b * Hkv * D * 2 tensors * itemsize) over the
@@ -339,8 +340,8 @@ def main() -> int:
     ap.add_argument("cmd", nargs="?", default="run", choices=["run", "report"])
     ap.add_argument("csv", nargs="?", help="report: the CSV to read")
     ap.add_argument("--peers", help="report: peers-h200.csv")
-    ap.add_argument("--out", default=None, help="folder of kernel.csv (default $OUT, else results/kernel-dev; "
-                                                "--smoke: results/local, which git ignores)")
+    ap.add_argument("--out", default=None, help="folder of kernel.csv (default $OUT if set, else results/kernel-dev; "
+                                                "--smoke: $OUT if set, else results/local, which git ignores)")
     ap.add_argument("--phases", default="env,check,tune,seed")
     ap.add_argument("--budget-s", type=float, default=420.0, help="stop starting variants after this")
     ap.add_argument("--workers", type=int, default=max(1, min(15, (os.cpu_count() or 2) - 1)))

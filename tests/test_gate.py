@@ -232,6 +232,20 @@ def test_bad_config_is_a_config_error(kwargs, flag):
         GateConfig(**kwargs)
 
 
+def test_junit_message_and_headline_carry_only_what_was_measured():
+    """A correctness loss has no ratio or p: its JUnit message gives the kind and the error,
+    no empty fields; a gate that compared nothing says so in its headline."""
+    res = compare_runs([_row()], [_row(status="error", timer=None, reason="RuntimeError: boom")])
+    (fail,) = ET.fromstring(gate.junit_xml(res)).iter("failure")
+    assert fail.get("message") == "correctness_loss: error: RuntimeError: boom"
+    (ok,) = ET.fromstring(gate.junit_xml(compare_runs([_row()], [_row(seed=1)]))).iter("system-out")
+    assert ok.text.startswith("unchanged: ratio ") and " p " in ok.text
+    md = gate.markdown(compare_runs([_row()], [_row(l2_flushed=False)]))
+    assert md.splitlines()[0].endswith("0 missing, nothing compared)")
+    with pytest.raises(ConfigError, match="between 0 and 10"):
+        GateConfig(threshold=10)
+
+
 def test_bad_threshold_text():
     with pytest.raises(ConfigError, match="--threshold"):
         gate.run(_args("--baseline", str(BASE), "--candidate", str(RERUN), "--threshold", "five"))
