@@ -27,7 +27,7 @@ def render_tree(tree: TokenTree, ascii: bool = False) -> str:
     """
     tee, elbow, pipe, blank = _ASCII if ascii else _BOX
     lines = [f"tree {tree.spec or '(unnamed)'}: T={tree.size} nodes, depth {tree.depth}, "
-             f"{len(tree.leaves)} leaves", "0  root  depth 0"]
+             f"{len(tree.leaves)} {'leaf' if len(tree.leaves) == 1 else 'leaves'}", "0  root  depth 0"]
     stack = _frames(tree, 0, "")
     while stack:
         node, prefix, last = stack.pop()

@@ -343,6 +343,10 @@ def test_vllm_pr_27_alias_gives_the_same_tree():
 # --------------------------------------------------------------------------- display
 
 
+def test_render_tree_says_leaf_for_one():
+    assert render_tree(parse_tree("chain:4")).splitlines()[0].endswith("T=5 nodes, depth 4, 1 leaf")   # root + 4
+
+
 def test_render_tree_small():
     expected = "\n".join([
         "tree parents:-1,0,0,1: T=4 nodes, depth 2, 2 leaves",
