@@ -222,32 +222,42 @@ WS_VARIANTS = (dict(ws=False), dict(config=K(128, 64, 4, 4, 168, 0, 2)), dict(co
                dict(config=K(192, 64, 4, 3, 128, 0, 3)))
 
 
-def wscheck_variants() -> list[Variant]:
-    """The warp-specialised kernel against the float64 reference: ragged and zero contexts,
-    mixed per-request trees up to 250 nodes (several M-tiles), G 1..8, D 64/128, P 64..256,
-    fp16, the three mask modes, LSE, split-KV."""
-    K = KernelConfig
-    out = []
+def ws_odd_cases(phase: str, cfg: KernelConfig, ws_pipe: bool | None = None) -> list[Variant]:
+    """The odd cases a warp-specialised config is checked on against the float64 reference
+    (17 variants, none timed): ragged and zero contexts, mixed per-request trees up to 250
+    nodes (several M-tiles), G 1..8, D 64/128, P 64..256, fp16, the bias and causal modes,
+    LSE, split-KV. ws_pipe: the variants' PIPE (None: the config's)."""
+    kw = dict(config=cfg, time_it=False, ws_pipe=ws_pipe)
     small = dict(num_q_heads=16, num_kv_heads=4, head_dim=128)
-    for cfg in (K(128, 64, 4, 3, 168, 0, 2), K(64, 64, 4, 2, 128, 0, 1), K(192, 64, 4, 3, 128, 0, 3)):
-        for P in (64, 128, 256):
-            c = dict(batch_size=7, context_len="ragged:0-700", tree="random:30:5", page_size=P,
-                     tree_per_request="mixed", **small)
-            out += [Variant("wscheck", c, config=cfg, splits=s, lse=True, time_it=False) for s in (1, 5)]
-        for hq, hkv, d in ((8, 8, 128), (16, 8, 64), (64, 8, 128), (12, 4, 64)):
-            c = dict(batch_size=3, context_len="ragged:0-300", tree="random:70:2", tree_per_request="mixed",
-                     page_size=128, num_q_heads=hq, num_kv_heads=hkv, head_dim=d, dtype="float16")
-            out.append(Variant("wscheck", c, config=cfg, lse=True, time_it=False))
-        for mode in ("bias", "causal"):
-            c = dict(batch_size=5, context_len="ragged:0-1000", tree="full:3:3", page_size=128, **small)
-            out.append(Variant("wscheck", c, config=cfg, mode=mode, lse=True, time_it=False))
-            out.append(Variant("wscheck", c, config=cfg, mode=mode, splits=3, time_it=False))
-        big = dict(batch_size=4, context_len="ragged:1000-3000", tree="random:250:9", tree_per_request="mixed",
-                   page_size=64, **HEADS)
-        out.append(Variant("wscheck", big, config=cfg, lse=True, time_it=False))
-        out.append(Variant("wscheck", {**big, "context_len": 128, "page_size": 128}, config=cfg, time_it=False))
+    out = []
+    for P in (64, 128, 256):
+        c = dict(batch_size=7, context_len="ragged:0-700", tree="random:30:5", page_size=P,
+                 tree_per_request="mixed", **small)
+        out += [Variant(phase, c, splits=s, lse=True, **kw) for s in (1, 5)]
+    for hq, hkv, d in ((8, 8, 128), (16, 8, 64), (64, 8, 128), (12, 4, 64)):
+        c = dict(batch_size=3, context_len="ragged:0-300", tree="random:70:2", tree_per_request="mixed",
+                 page_size=128, num_q_heads=hq, num_kv_heads=hkv, head_dim=d, dtype="float16")
+        out.append(Variant(phase, c, lse=True, **kw))
+    for mode in ("bias", "causal"):
+        c = dict(batch_size=5, context_len="ragged:0-1000", tree="full:3:3", page_size=128, **small)
+        out.append(Variant(phase, c, mode=mode, lse=True, **kw))
+        out.append(Variant(phase, c, mode=mode, splits=3, **kw))
+    big = dict(batch_size=4, context_len="ragged:1000-3000", tree="random:250:9", tree_per_request="mixed",
+               page_size=64, **HEADS)
+    out.append(Variant(phase, big, lse=True, **kw))
+    out.append(Variant(phase, {**big, "context_len": 128, "page_size": 128}, **kw))
+    return out
+
+
+def wscheck_variants() -> list[Variant]:
+    """The warp-specialised kernel against the float64 reference: the table's configs and
+    the 1-warpgroup one on `ws_odd_cases`, PIPE and the persistent wave off, and the
+    default plan on three target cells."""
+    K = KernelConfig
+    out = [v for cfg in (K(128, 64, 4, 3, 168, 0, 2), K(64, 64, 4, 2, 128, 0, 1), K(192, 64, 4, 3, 128, 0, 3))
+           for v in ws_odd_cases("wscheck", cfg)]
     c = dict(batch_size=7, context_len="ragged:0-700", tree="random:30:5", page_size=128, tree_per_request="mixed",
-             **small)
+             num_q_heads=16, num_kv_heads=4, head_dim=128)
     out += [Variant("wscheck", c, config=K(128, 64, 4, 3, 168, 0, 2), splits=s, lse=True, time_it=False,
                     ws_pipe=False) for s in (1, 5)]
     out += [Variant("wscheck", c, config=K(128, 64, 4, 4, 168, 0, 2), splits=s, lse=True, time_it=False,
@@ -272,24 +282,12 @@ def ws_variants() -> list[Variant]:
 def tiles_variants() -> list[Variant]:
     """32-token tiles (half the score tile's registers: the 3-warpgroup build spills 10
     values pipelined, against 59 for 64-token tiles; sm_90 compiles with Triton 3.6) and
-    the pipelined 3-warpgroup build, against the table's configs: first checked on the
-    odd cases of `wscheck` (ragged and zero contexts, mixed trees to 250 nodes, P 64 and
-    256, split-KV, LSE, the bias and causal modes), then timed on the target cells."""
+    the pipelined 3-warpgroup build, against the table's configs: first checked on
+    `ws_odd_cases`, as `wscheck` checks the table's, then timed on the target cells."""
     K = KernelConfig
-    small = dict(num_q_heads=16, num_kv_heads=4, head_dim=128)
-    out = []
-    for cfg, pipe in ((K(192, 32, 4, 4, 128, 0, 3), True), (K(192, 64, 4, 3, 128, 0, 3), True),
-                      (K(128, 32, 4, 4, 168, 0, 2), None)):
-        for P in (64, 256):
-            c = dict(batch_size=7, context_len="ragged:0-700", tree="random:30:5", page_size=P,
-                     tree_per_request="mixed", **small)
-            out += [Variant("tiles", c, config=cfg, splits=s, lse=True, time_it=False, ws_pipe=pipe) for s in (1, 5)]
-        for mode in ("bias", "causal"):
-            c = dict(batch_size=5, context_len="ragged:0-1000", tree="full:3:3", page_size=128, **small)
-            out.append(Variant("tiles", c, config=cfg, mode=mode, lse=True, time_it=False, ws_pipe=pipe))
-        big = dict(batch_size=4, context_len="ragged:1000-3000", tree="random:250:9", tree_per_request="mixed",
-                   page_size=64, **HEADS)
-        out.append(Variant("tiles", big, config=cfg, lse=True, time_it=False, ws_pipe=pipe))
+    out = [v for cfg, pipe in ((K(192, 32, 4, 4, 128, 0, 3), True), (K(192, 64, 4, 3, 128, 0, 3), True),
+                               (K(128, 32, 4, 4, 168, 0, 2), None))
+           for v in ws_odd_cases("tiles", cfg, pipe)]
     three = (dict(), dict(config=K(192, 64, 4, 3, 128, 0, 3), ws_pipe=True),
              dict(config=K(192, 32, 4, 4, 128, 0, 3), ws_pipe=False),
              dict(config=K(192, 32, 4, 4, 128, 0, 3), ws_pipe=True),
