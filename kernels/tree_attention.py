@@ -178,10 +178,10 @@ class TreeAttention:
                 warp-specialised `config`, where it cannot run raises ConfigError.
 
         Raises:
-            ConfigError: a config that is not a KernelConfig, unsupported dtype, head dim, mask mode,
-                mixed trees in bias mode,
-                merge_rows not a power of 2 in [1, 16], num_splits not an integer in [1, 64], kv_desc=True where
-                `kv_desc_unsupported` gives a reason, pdl=True where `pdl_unsupported` does,
+            ConfigError: a config that is not a KernelConfig, unsupported dtype, head dim, mask
+                mode, mixed trees in bias mode, merge_rows not a power of 2 in [1, 16], num_splits
+                not an integer in [1, 64], kv_desc=True where `kv_desc_unsupported` gives a
+                reason, pdl=True where `pdl_unsupported` does,
                 ws not None / True / False, ws=True where the table has no warp-specialised
                 config for the rows and D, or ws=True / a warp-specialised `config` that
                 cannot run here (see ws).

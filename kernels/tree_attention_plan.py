@@ -63,8 +63,8 @@ class KernelConfig:
     def _check_ws(self) -> None:
         """Raises ConfigError unless this warp-specialised config can be built: 64 rows per
         consumer warpgroup, 32- or 64-token tiles (the bitmask window holds 64 columns), 4
-        warps, 2-6 stages, no block-table look-ahead
-        (the producer reads the table ahead itself), and a max_regs that fits the register
+        warps, 2-6 stages, no block-table look-ahead (the producer reads the table ahead
+        itself), and a max_regs that fits the register
         file (max_regs * 128 threads * (ws + 1) warpgroups <= 65536) while leaving each
         consumer at least WS_MIN_CONSUMER_REGS (ptxas refuses fewer for its tile)."""
         limit = REGS_PER_SM // (128 * (self.ws + 1)) // 8 * 8
@@ -115,7 +115,8 @@ class KernelConfig:
         larger tiles (their registers and shared memory allow exactly 2, docs/kernel.md);
         for the warp-specialised kernel as many as both its shared memory
         (`ws_shared_bytes` plus 1 KiB reserved per CTA) and its registers (max_regs per
-        thread over ws + 1 warpgroups) allow, 1 or 2."""
+        thread over ws + 1 warpgroups) allow, 1 or 2. head_dim: D; itemsize: bytes per
+        K/V element (2 for bf16/fp16)."""
         if not self.ws:
             return 2
         by_smem = SMEM_PER_SM // (self.ws_shared_bytes(head_dim, itemsize) + 1024)
@@ -162,8 +163,8 @@ class Plan:
 # bt_ahead=1 (block table read one tile ahead of the K/V loads) from run 5 (TMA) and run 6 (P 16 gather).
 # The warp-specialised Gluon kernel's rows (ws > 0; run 8): 2 consumer warpgroups (128 rows) with
 # a 4-stage ring, 3 (192 rows, without the intra-warpgroup pipelining: `KernelConfig.ws_pipe`)
-# for 129-192 rows. They apply only where `ws_unsupported` finds no reason against, D is 128 (the tuned one)
-# and the batch is large enough (`ws_fills`); else the tl-kernel rows below.
+# for 129-192 rows. They apply only where `ws_unsupported` finds no reason against, D is 128
+# (the tuned one) and the batch is large enough (`ws_fills`); else the tl-kernel rows below.
 WS2 = KernelConfig(128, 64, 4, 4, 168, 0, 2)
 WS3 = KernelConfig(192, 64, 4, 3, 128, 0, 3)
 GPU_CONFIGS: tuple[tuple[int, int, KernelConfig], ...] = (
