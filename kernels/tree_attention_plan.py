@@ -103,12 +103,14 @@ class KernelConfig:
     @property
     def ws_pipe(self) -> bool:
         """The tuned choice of the warp-specialised kernel's intra-warpgroup pipelining
-        (its PIPE): on for 1-2 consumer warpgroups (run 8b: 3% over issuing each tile's
-        MMAs in turn), off for 3, whose pipelined build was not timed faster (session 6).
-        `tree_attention.WS_PIPE` overrides it. Raises ConfigError for a tl config (ws 0)."""
+        (its PIPE): on for every config. 1-2 consumer warpgroups: run 8b, 3% over issuing
+        each tile's MMAs in turn. 3: run X (session 8, `results/kernel-dev/run9-tiles/`),
+        full:3:3 at B 64 231.6 us pipelined against 242.4 us not, at B 16 61.1 against
+        62.6 us (session 6 never ran the pipelined 3-warpgroup build: the host turned it
+        off). `tree_attention.WS_PIPE` overrides it. Raises ConfigError for a tl config (ws 0)."""
         if not self.ws:
             raise ConfigError(f"kernel config {self}: ws_pipe of a tl-kernel config (ws=0)")
-        return self.ws < 3
+        return True
 
     def ctas_per_sm(self, head_dim: int, itemsize: int = 2) -> int:
         """Programs of this config that run at once on one SM: 2 for the tl kernel's
@@ -162,7 +164,7 @@ class Plan:
 # Measured on the H200 with scripts/bench_kernel.py (docs/kernel.md, results/kernel-dev/);
 # bt_ahead=1 (block table read one tile ahead of the K/V loads) from run 5 (TMA) and run 6 (P 16 gather).
 # The warp-specialised Gluon kernel's rows (ws > 0; run 8): 2 consumer warpgroups (128 rows) with
-# a 4-stage ring, 3 (192 rows, without the intra-warpgroup pipelining: `KernelConfig.ws_pipe`)
+# a 4-stage ring, 3 (192 rows, a 3-stage ring; both pipelined: `KernelConfig.ws_pipe`)
 # for 129-192 rows. They apply only where `ws_unsupported` finds no reason against, D is 128
 # (the tuned one) and the batch is large enough (`ws_fills`); else the tl-kernel rows below.
 WS2 = KernelConfig(128, 64, 4, 4, 168, 0, 2)

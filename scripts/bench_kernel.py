@@ -25,8 +25,8 @@ Phases (their variants: scripts/bench_variants.py):
          (4 warps, BLOCK_N 32), against the default tiles on the large trees
   wscheck  the warp-specialised Gluon kernel (KernelConfig.ws) on odd cases: correctness
   ws     the warp-specialised kernel's configs against the default on the target cells
-  tiles  32-token tiles and the pipelined 3-warpgroup build (KernelConfig.ws_pipe
-         forced on) against the table's warp-specialised configs: checked on wscheck's
+  tiles  32-token tiles, and the 3-warpgroup build pipelined or not (KernelConfig.ws_pipe),
+         against the table's warp-specialised configs: checked on wscheck's
          odd cases, then timed on the target cells the 2- and 3-warpgroup rows serve
 
 Writes DIR/kernel.csv (--smoke: DIR/kernel-smoke.csv; DIR is --out, else $OUT, else

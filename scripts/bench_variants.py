@@ -288,7 +288,7 @@ def tiles_variants() -> list[Variant]:
     out = [v for cfg, pipe in ((K(192, 32, 4, 4, 128, 0, 3), True), (K(192, 64, 4, 3, 128, 0, 3), True),
                                (K(128, 32, 4, 4, 168, 0, 2), None))
            for v in ws_odd_cases("tiles", cfg, pipe)]
-    three = (dict(), dict(config=K(192, 64, 4, 3, 128, 0, 3), ws_pipe=True),
+    three = (dict(), dict(config=K(192, 64, 4, 3, 128, 0, 3), ws_pipe=False),
              dict(config=K(192, 32, 4, 4, 128, 0, 3), ws_pipe=False),
              dict(config=K(192, 32, 4, 4, 128, 0, 3), ws_pipe=True),
              dict(config=K(192, 32, 4, 6, 128, 0, 3), ws_pipe=True))

@@ -86,7 +86,7 @@ def test_bench_kernel_phases_plan_every_variant():
                 assert r.config.ws_shared_bytes(v.case.get("head_dim", 128)) <= SMEM_PER_SM, v
     tiles = bv.tiles_variants()
     assert {(v.config.block_n, v.ws_pipe) for v in tiles if v.config and v.config.ws == 3} == {
-        (32, True), (32, False), (64, True)}
+        (32, True), (32, False), (64, True), (64, False)}
     assert sum(v.time_it for v in tiles) == 16 and all(v.case["page_size"] in (64, 128, 256) for v in tiles)
 
 

@@ -444,7 +444,7 @@ def test_ws_config_fields_and_budgets():
     # 2 consumer warpgroups on 32-token tiles: shared memory would allow 2 CTAs, 168 registers x 384 one
     assert KernelConfig(128, 32, 4, 4, 168, 0, 2).ctas_per_sm(128) == 1
     assert KernelConfig(64, 64, 4, 3).ctas_per_sm(128) == 2
-    assert [cfg.ws_pipe for cfg in WS_CONFIGS] == [True, True, False, False]
+    assert [cfg.ws_pipe for cfg in WS_CONFIGS] == [True, True, True, True]
     assert parse_kernel_config("128,64,4,4,168,0,2") == ws2
     assert parse_kernel_config("192,32,4,4,128,0,3").block_n == 32
     for bad in [(64, 64, 4, 4, 168, 0, 2), (128, 16, 4, 4, 168, 0, 2), (128, 128, 4, 4, 168, 0, 2),
