@@ -27,11 +27,14 @@
 #      run): bench_kernel.py's tiles phase (32-token tiles, the pipelined 3-warpgroup build;
 #      checked, then timed against the table's configs on the target cells) and the
 #      kernel's gpu tests (~5 min)
+#   P: the PIPE choice of the 3-warpgroup config, A/B with the harness's timer (session 8):
+#      scripts/ab_kernel.py, this tree against a copy whose KernelConfig.ws_pipe is the
+#      session-7 rule (off for 3 warpgroups), on the cells that take WS3 and a WS2 control (~3 min)
 #   (D again measures the merge kernel's rows-per-program variants: heuristic-rows2/4)
 set -uo pipefail
 stage=${1:-}
-case $stage in A|B|C|D|E|F|K|L|T|V|W|X) ;;
-  *) echo "gpu_session.sh: unknown stage '$stage': use A, B, C, D, E, F, K, L, T, V, W or X" >&2; exit 2 ;;
+case $stage in A|B|C|D|E|F|K|L|P|T|V|W|X) ;;
+  *) echo "gpu_session.sh: unknown stage '$stage': use A, B, C, D, E, F, K, L, P, T, V, W or X" >&2; exit 2 ;;
 esac
 if ! nvidia-smi -L > /dev/null 2>&1; then
   echo "gpu_session.sh: no NVIDIA GPU here (nvidia-smi fails): run it on the device machine" >&2; exit 2
@@ -158,6 +161,15 @@ case $stage in
     echo "bench tiles exit $?" >> "$R/exit-codes.txt"
     timeout "$(left 10)" python3 -m pytest -q -m gpu tests/test_triton_tree.py > "$R/pytest-gpu.txt" 2>&1
     echo "pytest exit $?" >> "$R/exit-codes.txt"
+    ;;
+  P)  # A/B of the 3-warpgroup PIPE: base = these kernels with ws_pipe = (ws < 3), as at 4ffec74
+    mkdir -p "$R/base" && cp kernels/*.py "$R/base/"
+    sed -i '/def ws_pipe/,/return True/ s/return True/return self.ws < 3/' "$R/base/tree_attention_plan.py"
+    grep -n "return self.ws < 3" "$R/base/tree_attention_plan.py" > "$R/base-patch.txt" || { echo "base patch failed" >&2; exit 1; }
+    timeout "$(left 5)" python3 scripts/ab_kernel.py --base "$R/base" --out "$R" --rounds ${ROUNDS:-5} --pages 128 \
+      --cells "64:2048:full:3:3,16:2048:full:3:3,64:1024:full:3:3,16:1024:full:3:3,64:2048:vllm:pr_27" > "$R/ab.txt" 2>&1
+    echo "ab exit $?" >> "$R/exit-codes.txt"
+    rm -rf "$R/base"
     ;;
   F)  # the flex finding reproduced in fresh processes, and flex alone on the seed suite
     timeout "$(left 300)" python3 scripts/repro_flex_static.py > "$R/repro.txt" 2>&1
