@@ -167,7 +167,7 @@ case $stage in
     sed -i '/def ws_pipe/,/return True/ s/return True/return self.ws < 3/' "$R/base/tree_attention_plan.py"
     grep -n "return self.ws < 3" "$R/base/tree_attention_plan.py" > "$R/base-patch.txt" || { echo "base patch failed" >&2; exit 1; }
     timeout "$(left 5)" python3 scripts/ab_kernel.py --base "$R/base" --out "$R" --rounds ${ROUNDS:-5} --pages 128 \
-      --cells "64:2048:full:3:3,16:2048:full:3:3,64:1024:full:3:3,16:1024:full:3:3,64:2048:vllm:pr_27" > "$R/ab.txt" 2>&1
+      --cells "${CELLS:-64:2048:full:3:3,16:2048:full:3:3,64:1024:full:3:3,16:1024:full:3:3,64:2048:vllm:pr_27}" > "$R/ab.txt" 2>&1
     echo "ab exit $?" >> "$R/exit-codes.txt"
     rm -rf "$R/base"
     ;;
