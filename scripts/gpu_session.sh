@@ -162,10 +162,11 @@ case $stage in
     timeout "$(left 10)" python3 -m pytest -q -m gpu tests/test_triton_tree.py > "$R/pytest-gpu.txt" 2>&1
     echo "pytest exit $?" >> "$R/exit-codes.txt"
     ;;
-  P)  # A/B of the 3-warpgroup PIPE: base = these kernels with ws_pipe = (ws < 3), as at 4ffec74
+  P)  # A/B of the PIPE choice: base = these kernels with ws_pipe's `return True` made
+      # `return $BASE_PIPE` (default `self.ws < 3`, the rule at 4ffec74; `False`: never pipelined)
     mkdir -p "$R/base" && cp kernels/*.py "$R/base/"
-    sed -i '/def ws_pipe/,/return True/ s/return True/return self.ws < 3/' "$R/base/tree_attention_plan.py"
-    grep -n "return self.ws < 3" "$R/base/tree_attention_plan.py" > "$R/base-patch.txt" || { echo "base patch failed" >&2; exit 1; }
+    sed -i "/def ws_pipe/,/return True/ s/return True/return ${BASE_PIPE:-self.ws < 3}/" "$R/base/tree_attention_plan.py"
+    grep -n "return ${BASE_PIPE:-self.ws < 3}\$" "$R/base/tree_attention_plan.py" > "$R/base-patch.txt" || { echo "base patch failed" >&2; exit 1; }
     timeout "$(left 5)" python3 scripts/ab_kernel.py --base "$R/base" --out "$R" --rounds ${ROUNDS:-5} --pages 128 \
       --cells "${CELLS:-64:2048:full:3:3,16:2048:full:3:3,64:1024:full:3:3,16:1024:full:3:3,64:2048:vllm:pr_27}" > "$R/ab.txt" 2>&1
     echo "ab exit $?" >> "$R/exit-codes.txt"
