@@ -36,7 +36,7 @@ __all__ = ["TreeAttention", "kv_desc_unsupported", "pdl_unsupported", "tree_attn
 # ---- host side: prepare once, then launch -------------------------------------------
 
 USE_KV_DESC = True   # kv_desc=None: TMA descriptor loads wherever kv_desc_unsupported allows
-WS_PIPE: bool | None = None   # the warp-specialised kernel's PIPE: None = KernelConfig.ws_pipe, else forced
+WS_PIPE: bool | None = None   # the warp-specialised kernel's PIPE: None = KernelConfig.ws_pipe_for, else forced
 WS_PERSIST = True    # the warp-specialised kernel as one wave of persistent programs
 USE_PDL = True       # pdl=None: the merge kernel as a programmatic dependent launch wherever pdl_unsupported allows
 
@@ -135,6 +135,8 @@ class TreeAttention:
         kv_desc: the context tiles are loaded through TMA descriptors.
         pdl: the split-KV merge kernel is a programmatic dependent launch.
         ws: the forward kernel is the warp-specialised Gluon one (`tree_attention_ws`).
+        ws_pipe: that kernel pipelines within each consumer warpgroup (its PIPE:
+            `KernelConfig.ws_pipe_for`, or `WS_PIPE` when set); None on the tl kernel.
     """
 
     def __init__(self, inputs: BatchInputs, mask_mode: str = "tree", *, return_lse: bool = False,
@@ -235,6 +237,9 @@ class TreeAttention:
         # a merge kernel to launch early; the warp-specialised kernel does not signal its
         # dependents (griddepcontrol), so after it the merge is an ordinary launch
         self.pdl = pdl_on and self.plan.num_splits > 1 and not fused_merge and not self.ws
+        # the warp-specialised kernel's intra-warpgroup pipelining (None on the tl kernel)
+        self.ws_pipe = ((cfg.ws_pipe_for(self.plan.tiles_per_split) if WS_PIPE is None else WS_PIPE)
+                        if self.ws else None)
         self._launches = self._build_ws_launches(ts) if self.ws else self._build_launches(ls, ts)
         self()                                   # warm-up: compiles
         self.fast_launch = fast_launch and not interpreting() and verify_fast_path(self._launches, self)
@@ -335,7 +340,7 @@ class TreeAttention:
             dict(HKV=hkv, G=q.shape[1] // hkv, D=d, P=kc.shape[1], BLOCK_N=cfg.block_n, NUM_WG=cfg.ws,
                  STAGES=cfg.num_stages, MASK_MODE=MASK_MODES.index(self.mask_mode), SPLIT=split,
                  WRITE_LSE=self.lse is not None, CONSUMER_REGS=consumer_regs, PRODUCER_REGS=producer_regs,
-                 PIPE=cfg.ws_pipe if WS_PIPE is None else WS_PIPE),
+                 PIPE=self.ws_pipe),
             dict(num_warps=4, maxnreg=cfg.max_regs))
         if not split:
             return [fwd]

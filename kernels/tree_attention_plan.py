@@ -100,17 +100,23 @@ class KernelConfig:
         return ((self.block_m + 2 * self.num_stages * self.block_n) * head_dim * itemsize
                 + self.ws * WS_SCRATCH_BYTES)
 
-    @property
-    def ws_pipe(self) -> bool:
+    def ws_pipe_for(self, tiles_per_split: int) -> bool:
         """The tuned choice of the warp-specialised kernel's intra-warpgroup pipelining
-        (its PIPE): on for every config. 1-2 consumer warpgroups: run 8b, 3% over issuing
-        each tile's MMAs in turn. 3: run X (session 8, `results/kernel-dev/run9-tiles/`),
-        full:3:3 at B 64 231.6 us pipelined against 242.4 us not, at B 16 61.1 against
-        62.6 us (session 6 never ran the pipelined 3-warpgroup build: the host turned it
-        off). `tree_attention.WS_PIPE` overrides it. Raises ConfigError for a tl config (ws 0)."""
+        (its PIPE) for work items of `tiles_per_split` KV tiles (`Plan.tiles_per_split`):
+        always for 1-2 consumer warpgroups; for 3 from WS3_PIPE_MIN_TILES tiles per item.
+
+        Measured on the H200 with the harness's timer, pipelined against not, in one run
+        (run 10, `results/kernel-dev/run10-pipe-ab/`, P 128, Hq 32, Hkv 8, D 128): with 2
+        warpgroups it is 0.92-0.99x on every cell (27-node and medusa trees, B 16-64,
+        L 512-4096); with 3 (full:3:3, B 16-64) 1.03-1.11x at L 512-1024 (9-17 tiles per
+        item), 0.98-1.01x at L 2048 (33 tiles) and 0.94-0.98x at L 3072-4096. Its
+        pipelined build spills more (59 values against 46 in the sm_90 compile, Triton
+        3.6), a cost that only a long enough loop earns back.
+
+        Raises ConfigError for a tl config (ws 0)."""
         if not self.ws:
-            raise ConfigError(f"kernel config {self}: ws_pipe of a tl-kernel config (ws=0)")
-        return True
+            raise ConfigError(f"kernel config {self}: ws_pipe_for of a tl-kernel config (ws=0)")
+        return self.ws < 3 or tiles_per_split >= WS3_PIPE_MIN_TILES
 
     def ctas_per_sm(self, head_dim: int, itemsize: int = 2) -> int:
         """Programs of this config that run at once on one SM: 2 for the tl kernel's
@@ -126,6 +132,7 @@ class KernelConfig:
         return max(1, min(2, by_smem, by_regs))
 
 
+WS3_PIPE_MIN_TILES = 32      # KV tiles per work item from which 3 consumer warpgroups pipeline (run 10)
 WS_PRODUCER_REGS = 40        # the producer warp's warpgroup: scalar work and TMA issue only
 WS_SCRATCH_BYTES = 8 * 1024 + 128  # per consumer warpgroup (see KernelConfig.ws_shared_bytes; compiles: 8232-8272)
 WS_MIN_CONSUMER_REGS = 128         # registers per consumer thread below which the build fails or spills in its loop
@@ -164,9 +171,9 @@ class Plan:
 # Measured on the H200 with scripts/bench_kernel.py (docs/kernel.md, results/kernel-dev/);
 # bt_ahead=1 (block table read one tile ahead of the K/V loads) from run 5 (TMA) and run 6 (P 16 gather).
 # The warp-specialised Gluon kernel's rows (ws > 0; run 8): 2 consumer warpgroups (128 rows) with
-# a 4-stage ring, 3 (192 rows, a 3-stage ring; both pipelined: `KernelConfig.ws_pipe`)
-# for 129-192 rows. They apply only where `ws_unsupported` finds no reason against, D is 128
-# (the tuned one) and the batch is large enough (`ws_fills`); else the tl-kernel rows below.
+# a 4-stage ring, 3 (192 rows, a 3-stage ring, pipelined from 32 tiles per work item:
+# `KernelConfig.ws_pipe_for`) for 129-192 rows. They apply only where `ws_unsupported` finds
+# no reason against, D is 128 (the tuned one) and the batch is large enough (`ws_fills`); else the tl-kernel rows below.
 WS2 = KernelConfig(128, 64, 4, 4, 168, 0, 2)
 WS3 = KernelConfig(192, 64, 4, 3, 128, 0, 3)
 GPU_CONFIGS: tuple[tuple[int, int, KernelConfig], ...] = (

@@ -25,7 +25,7 @@ Phases (their variants: scripts/bench_variants.py):
          (4 warps, BLOCK_N 32), against the default tiles on the large trees
   wscheck  the warp-specialised Gluon kernel (KernelConfig.ws) on odd cases: correctness
   ws     the warp-specialised kernel's configs against the default on the target cells
-  tiles  32-token tiles, and the 3-warpgroup build pipelined or not (KernelConfig.ws_pipe),
+  tiles  32-token tiles, and the 3-warpgroup build pipelined or not (KernelConfig.ws_pipe_for),
          against the table's warp-specialised configs: checked on wscheck's
          odd cases, then timed on the target cells the 2- and 3-warpgroup rows serve
 
@@ -161,7 +161,7 @@ def run_variant(bench: Bench, v: Variant) -> dict:
                            fused_merge=v.fused, kv_desc=v.kv_desc, merge_rows=v.merge_rows, ws=v.ws)
         cfg, plan = ta.plan.config, ta.plan
         row.update(kv_desc=ta.kv_desc, merge_rows=v.merge_rows, bt_ahead=cfg.bt_ahead, max_regs=cfg.max_regs,
-                   ws=cfg.ws, ws_pipe=(cfg.ws_pipe if v.ws_pipe is None else v.ws_pipe) if cfg.ws else "",
+                   ws=cfg.ws, ws_pipe=ta.ws_pipe if cfg.ws else "",
                    ws_persist=v.ws_persist if cfg.ws else "")
         row.update(T=max(t.size for t in inp.trees), block_m=cfg.block_m, block_n=cfg.block_n,
                    warps=cfg.num_warps, stages=cfg.num_stages, splits=plan.num_splits, m_tiles=plan.m_tiles,

@@ -31,7 +31,7 @@ class Variant:
     kv_desc: bool | None = None                # TMA descriptor loads of context tiles (None: the default)
     merge_rows: int = 1                        # rows per program of the merge kernel
     ws: bool | None = None                     # TreeAttention's ws (False: always the tl kernel)
-    ws_pipe: bool | None = None                # warp-specialised kernel's PIPE (WS_PIPE; None: the config's)
+    ws_pipe: bool | None = None                # warp-specialised kernel's PIPE (WS_PIPE; None: KernelConfig.ws_pipe_for)
     ws_persist: bool = True                    # warp-specialised kernel: one wave of persistent programs
     time_it: bool = True
     host_time: bool = False
@@ -226,7 +226,7 @@ def ws_odd_cases(phase: str, cfg: KernelConfig, ws_pipe: bool | None = None) -> 
     """The odd cases a warp-specialised config is checked on against the float64 reference
     (17 variants, none timed): ragged and zero contexts, mixed per-request trees up to 250
     nodes (several M-tiles), G 1..8, D 64/128, P 64..256, fp16, the bias and causal modes,
-    LSE, split-KV. ws_pipe: the variants' PIPE (None: the config's)."""
+    LSE, split-KV. ws_pipe: the variants' PIPE (None: the tuned choice)."""
     kw = dict(config=cfg, time_it=False, ws_pipe=ws_pipe)
     small = dict(num_q_heads=16, num_kv_heads=4, head_dim=128)
     out = []

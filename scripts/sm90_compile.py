@@ -29,6 +29,7 @@ memory, no Triton).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import subprocess
@@ -42,6 +43,7 @@ from harness.errors import ConfigError  # noqa: E402
 from kernels.tree_attention_plan import SMEM_PER_SM, KernelConfig, parse_kernel_config  # noqa: E402
 
 HKV, G, D = 8, 4, 128
+TARGET_CONTEXT = 2048 + 40   # S_b of full:3:3 at L 2048, the issue's target: --pipe auto's choice
 POINTERS = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "O": "*bf16", "BT": "*i32", "CTX_LENS": "*i32", "QO": "*i32",
             "SEM": "*i32", "MASK": "*i64", "BIAS": "*fp32", "LSE": "*fp32", "O_PART": "*fp32", "LSE_PART": "*fp32"}
 ALIGNED = [*POINTERS, "stride_qt", "stride_qh", "stride_kn", "stride_kp", "stride_kh"]   # multiples of 16
@@ -103,7 +105,8 @@ def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool | None = None) 
     Args:
         cfg: a warp-specialised config (cfg.ws > 0); its max_regs is the kernel's maxnreg.
         mask_mode: 0 bitmask, 1 bias, 2 causal.
-        pipe: intra-warpgroup pipelining (the kernel's PIPE); None: cfg.ws_pipe.
+        pipe: intra-warpgroup pipelining (the kernel's PIPE); None: the tuned choice at the
+            issue's target context, L 2048 (`KernelConfig.ws_pipe_for` of its KV tiles).
 
     Returns:
         dict of pipe (bool, as built), regs (the launch's per-thread count, before the
@@ -125,7 +128,7 @@ def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool | None = None) 
     if cfg.ws_shared_bytes(D) > SMEM_PER_SM:
         raise ConfigError(f"--config {cfg}: about {cfg.ws_shared_bytes(D)} bytes of shared memory at D {D}, "
                           f"over one CTA's {SMEM_PER_SM}: fewer stages")
-    pipe = cfg.ws_pipe if pipe is None else pipe
+    pipe = cfg.ws_pipe_for(math.ceil(TARGET_CONTEXT / cfg.block_n)) if pipe is None else pipe
     layout = gl.NVMMASharedLayout.get_default_for([cfg.block_n, D], gl.bfloat16)
     sig = {n: POINTERS.get(n, "i32") for n in kernel.arg_names}
     sig["qk_scale"] = "fp32"
@@ -182,8 +185,8 @@ def main() -> int:
     ap.add_argument("--mask", choices=["tree", "bias", "causal"], default=None,
                     help="--ws only: the mask mode (default tree; the tl builds use the bitmask)")
     ap.add_argument("--pipe", choices=["auto", "on", "off"], default=None,
-                    help="--ws only: the intra-warpgroup pipelining (PIPE); auto (default): the config's "
-                         "tuned choice (KernelConfig.ws_pipe)")
+                    help="--ws only: the intra-warpgroup pipelining (PIPE); auto (default): the tuned "
+                         "choice at L 2048 (KernelConfig.ws_pipe_for; on for every table config there)")
     args = ap.parse_args()
     os.environ.pop("TRITON_INTERPRET", None)
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")   # Triton 3.6's default, as on the GPU (3.9 warns if unset)

@@ -444,7 +444,9 @@ def test_ws_config_fields_and_budgets():
     # 2 consumer warpgroups on 32-token tiles: shared memory would allow 2 CTAs, 168 registers x 384 one
     assert KernelConfig(128, 32, 4, 4, 168, 0, 2).ctas_per_sm(128) == 1
     assert KernelConfig(64, 64, 4, 3).ctas_per_sm(128) == 2
-    assert [cfg.ws_pipe for cfg in WS_CONFIGS] == [True, True, True, True]
+    # PIPE (run 10): always with 1-2 consumer warpgroups; with 3 from 32 KV tiles per work item
+    assert [cfg.ws_pipe_for(31) for cfg in WS_CONFIGS] == [True, True, False, False]
+    assert [cfg.ws_pipe_for(32) for cfg in WS_CONFIGS] == [True, True, True, True]
     assert parse_kernel_config("128,64,4,4,168,0,2") == ws2
     assert parse_kernel_config("192,32,4,4,128,0,3").block_n == 32
     for bad in [(64, 64, 4, 4, 168, 0, 2), (128, 16, 4, 4, 168, 0, 2), (128, 128, 4, 4, 168, 0, 2),
@@ -459,8 +461,8 @@ def test_ws_config_fields_and_budgets():
         KernelConfig(192, 64, 4, 3)
     with pytest.raises(ConfigError, match="ws_regs of a tl-kernel config"):
         KernelConfig(64, 64, 4, 3).ws_regs
-    with pytest.raises(ConfigError, match="ws_pipe of a tl-kernel config"):
-        KernelConfig(64, 64, 4, 3).ws_pipe
+    with pytest.raises(ConfigError, match="ws_pipe_for of a tl-kernel config"):
+        KernelConfig(64, 64, 4, 3).ws_pipe_for(64)
 
 
 def test_choose_config_picks_the_ws_rows_only_for_d128():
@@ -506,6 +508,7 @@ def test_ws_kernel_is_refused_without_a_gpu():
     with pytest.raises(ConfigError, match="must be a KernelConfig"):
         TreeAttention(inputs, config=(128, 64, 4, 4, 168, 0, 2))
     assert not TreeAttention(inputs).ws and not TreeAttention(inputs, ws=False).ws
+    assert TreeAttention(inputs).ws_pipe is None                 # no PIPE on the tl kernel
 
 
 @pytest.mark.gpu
@@ -552,6 +555,29 @@ def test_ws_default_plan_on_gpu(mode):
     assert not check(dataclasses.replace(big, head_dim=64, dtype="float16"), mode).ws
     with pytest.raises(ConfigError, match="ws=True: no warp-specialised config for 12 packed rows at D 128"):
         TreeAttention(build_inputs(dataclasses.replace(big, tree="full:2:1"), DEVICE), mode, ws=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda" or torch.cuda.get_device_capability() != (9, 0), reason="needs an sm_90 GPU")
+def test_ws_default_plan_pipelines_3_warpgroups_from_32_tiles_on_gpu(monkeypatch):
+    """full:3:3 at G 4 (160 rows) takes the 3-warpgroup config; it pipelines from 32 KV
+    tiles per work item (L 2048 + T 40: 33 tiles) and not below (L 1024: 17), WS_PIPE
+    forces either, and the 2-warpgroup config (the 27-node tree) always pipelines."""
+    import dataclasses
+
+    import kernels.tree_attention as kta
+    case = Case(batch_size=24, context_len=2048, tree="full:3:3", page_size=128,
+                num_q_heads=32, num_kv_heads=8, head_dim=128)
+    long_ = TreeAttention(build_inputs(case, DEVICE))
+    assert long_.plan.config.ws == 3 and long_.plan.tiles_per_split == 33 and long_.ws_pipe is True
+    short = check(dataclasses.replace(case, context_len=1024))
+    assert short.plan.config.ws == 3 and short.plan.tiles_per_split == 17 and short.ws_pipe is False
+    assert TreeAttention(build_inputs(dataclasses.replace(case, tree="vllm:pr_27", context_len=512),
+                                      DEVICE)).ws_pipe is True
+    monkeypatch.setattr(kta, "WS_PIPE", True)
+    assert check(dataclasses.replace(case, context_len=1024)).ws_pipe is True
+    monkeypatch.setattr(kta, "WS_PIPE", False)
+    assert TreeAttention(build_inputs(case, DEVICE)).ws_pipe is False
 
 
 @pytest.mark.gpu
