@@ -163,10 +163,16 @@ case $stage in
     echo "pytest exit $?" >> "$R/exit-codes.txt"
     ;;
   P)  # A/B of the PIPE choice: base = these kernels with ws_pipe's `return True` made
-      # `return $BASE_PIPE` (default `self.ws < 3`, the rule at 4ffec74; `False`: never pipelined)
+      # `return $BASE_PIPE` (default `self.ws < 3`, the rule at 4ffec74; `False`: never pipelined),
+      # or, with BASE_SED set, that sed script applied to the base's tree_attention_plan.py
     mkdir -p "$R/base" && cp kernels/*.py "$R/base/"
-    sed -i "/def ws_pipe/,/return True/ s/return True/return ${BASE_PIPE:-self.ws < 3}/" "$R/base/tree_attention_plan.py"
-    grep -n "return ${BASE_PIPE:-self.ws < 3}\$" "$R/base/tree_attention_plan.py" > "$R/base-patch.txt" || { echo "base patch failed" >&2; exit 1; }
+    if [ -n "${BASE_SED:-}" ]; then   # any other base: a sed script for its tree_attention_plan.py
+      sed -i "$BASE_SED" "$R/base/tree_attention_plan.py"
+      diff kernels/tree_attention_plan.py "$R/base/tree_attention_plan.py" > "$R/base-patch.txt" && { echo "BASE_SED changed nothing" >&2; exit 1; }
+    else
+      sed -i "/def ws_pipe/,/return True/ s/return True/return ${BASE_PIPE:-self.ws < 3}/" "$R/base/tree_attention_plan.py"
+      grep -n "return ${BASE_PIPE:-self.ws < 3}\$" "$R/base/tree_attention_plan.py" > "$R/base-patch.txt" || { echo "base patch failed" >&2; exit 1; }
+    fi
     timeout "$(left 5)" python3 scripts/ab_kernel.py --base "$R/base" --out "$R" --rounds ${ROUNDS:-5} --pages 128 \
       --cells "${CELLS:-64:2048:full:3:3,16:2048:full:3:3,64:1024:full:3:3,16:1024:full:3:3,64:2048:vllm:pr_27}" > "$R/ab.txt" 2>&1
     echo "ab exit $?" >> "$R/exit-codes.txt"
