@@ -175,7 +175,7 @@ class Plan:
 # `KernelConfig.ws_pipe_for`) for 129-192 rows. They apply only where `ws_unsupported` finds
 # no reason against, D is 128 (the tuned one) and the batch is large enough (`ws_fills`); else the tl-kernel rows below.
 WS2 = KernelConfig(128, 64, 4, 4, 168, 0, 2)
-WS3 = KernelConfig(192, 64, 4, 4, 128, 0, 3)
+WS3 = KernelConfig(192, 64, 4, 3, 128, 0, 3)
 GPU_CONFIGS: tuple[tuple[int, int, KernelConfig], ...] = (
     (16, 128, KernelConfig(16, 64, 2, 4)),
     (16, 256, KernelConfig(16, 64, 4, 3)),
