@@ -9,7 +9,8 @@ run in one process on the same inputs. For each cell (Hq 32, Hkv 8, D 128,
 bf16; by default the issue's four speed targets and three neighbours, each at
 P 128 and P 16; `--cells` takes others: "B:L:tree", cells separated by commas,
 a new cell starting at each "B:L:", so trees with commas work too) the
-two `TreeAttention` callables are timed in alternation, `--rounds` times each,
+two `TreeAttention` callables are timed in alternation, `--rounds` times each
+(base first in even rounds, new first in odd ones, so neither always runs second),
 with `harness.timing.time_callable` (CUDA graph, L2 flushed: the timer of
 `treebench run`). Each round's median is kept; a side's time is the median of
 its rounds, and the ratio is new / base measured in the same run. Both outputs
@@ -68,7 +69,8 @@ def load_base(base: Path):
     return importlib.import_module("kernels_base.tree_attention")
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None):
+    """The command line -> (args, pages, cells); exits 2 with one line on bad input."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base", required=True, help="folder with the base revision's kernels/*.py")
     ap.add_argument("--out", default=os.environ.get("OUT", "results/kernel-dev"))
@@ -76,75 +78,94 @@ def main() -> int:
     ap.add_argument("--pages", default="128,16", help="page sizes, comma-separated")
     ap.add_argument("--cells", help="B:L:tree cells, comma-separated (default: the issue's targets and "
                                     "neighbours), e.g. 1:2048:vllm:pr_27,16:1024:full:3:2")
-    args = ap.parse_args()
-    base = Path(args.base)
-    missing = [n for n in KERNEL_FILES if not (base / n).is_file()]
+    args = ap.parse_args(argv)
+    missing = [n for n in KERNEL_FILES if not (Path(args.base) / n).is_file()]
     if missing:
-        print(f"ab_kernel: --base {base} lacks {', '.join(missing)} (the base revision's kernels/*.py)",
-              file=sys.stderr)
-        return 2
+        refuse(f"--base {args.base} lacks {', '.join(missing)} (the base revision's kernels/*.py)")
     if args.rounds < 1:
-        print(f"ab_kernel: --rounds {args.rounds}: must be >= 1", file=sys.stderr)
-        return 2
+        refuse(f"--rounds {args.rounds}: must be >= 1")
     try:
         pages = [int(p) for p in args.pages.split(",")]
     except ValueError:
-        print(f"ab_kernel: --pages {args.pages!r}: comma-separated integers, e.g. 128,16", file=sys.stderr)
-        return 2
-    cells = CELLS
-    if args.cells:
-        cells = []
-        for cell in re.split(r",(?=\s*-?\d+:-?\d+:)", args.cells):      # a new cell starts at "B:L:"
-            m = re.fullmatch(r"\s*(-?\d+):(-?\d+):(.+)", cell)
-            if not m:
-                print(f"ab_kernel: --cells: {cell!r} is not B:L:tree (e.g. 1:2048:vllm:pr_27)", file=sys.stderr)
-                return 2
-            cells.append((int(m[1]), int(m[2]), m[3]))
+        refuse(f"--pages {args.pages!r}: comma-separated integers, e.g. 128,16")
+    cells = parse_cells(args.cells) if args.cells else CELLS
     for b, l, tree in cells:          # every case the harness would refuse, refused before anything is written
         for p in pages:
             try:
                 Case(batch_size=b, context_len=l, tree=tree, page_size=p, **HEADS).trees()
             except Exception as e:   # ConfigError or a tree parser's error: one line, exit 2
-                print(f"ab_kernel: cell {b}:{l}:{tree} at P {p}: {e}", file=sys.stderr)
-                return 2
+                refuse(f"cell {b}:{l}:{tree} at P {p}: {e}")
+    return args, pages, cells
+
+
+def refuse(message: str) -> None:
+    """One line on stderr, exit 2."""
+    print(f"ab_kernel: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def parse_cells(text: str) -> list[tuple[int, int, str]]:
+    """'B:L:tree' cells separated by commas (a new cell starts at each "B:L:", so
+    trees with commas work) -> [(B, L, tree)]; exits 2 on a cell of another form."""
+    cells = []
+    for cell in re.split(r",(?=\s*-?\d+:-?\d+:)", text):
+        m = re.fullmatch(r"\s*(-?\d+):(-?\d+):(.+)", cell)
+        if not m:
+            refuse(f"--cells: {cell!r} is not B:L:tree (e.g. 1:2048:vllm:pr_27)")
+        cells.append((int(m[1]), int(m[2]), m[3]))
+    return cells
+
+
+def time_sides(fns: dict, rounds: int) -> dict[str, list[float]]:
+    """Each side's per-round median (us) with the harness's timer; the order of the
+    sides alternates from round to round, so neither always runs second."""
+    medians = {s: [] for s in fns}
+    for r in range(rounds):
+        for side in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
+            t = time_callable(fns[side], device="cuda", mode="cuda_graph", flush_l2=True)
+            medians[side].append(summarize(t.samples_us).median_us)
+    return medians
+
+
+def measure_cell(sides: dict, b: int, l: int, tree: str, p: int, rounds: int) -> list[dict]:
+    """One cell: both sides checked against the float64 reference, then timed -> 2 rows."""
+    case = Case(batch_size=b, context_len=l, tree=tree, page_size=p, **HEADS)
+    inp = build_inputs(case, "cuda")
+    ref = reference_attention(inp)
+    fns, passed = {}, {}
+    for side, cls in sides.items():
+        ta = cls(inp, "tree")
+        passed[side] = compare(ta().clone(), ref, inp.qo_indptr, case.dtype).passed
+        fns[side] = ta
+    medians = time_sides(fns, rounds)
+    ratio = round(statistics.median(medians["new"]) / statistics.median(medians["base"]), 4)
+    return [dict(tree=tree, B=b, L=l, P=p, side=side, passed=passed[side],
+                 median_us=round(statistics.median(medians[side]), 2),
+                 rounds_us=" ".join(f"{x:.2f}" for x in medians[side]), ratio_new_base=ratio) for side in sides]
+
+
+def main() -> int:
+    args, pages, cells = parse_args()
     if not torch.cuda.is_available():
-        print("ab_kernel: no CUDA GPU (both revisions are timed on one)", file=sys.stderr)
-        return 2
-    sides = {"base": load_base(base).TreeAttention, "new": importlib.import_module("kernels.tree_attention").TreeAttention}
+        refuse("no CUDA GPU (both revisions are timed on one)")
+    sides = {"base": load_base(Path(args.base)).TreeAttention,
+             "new": importlib.import_module("kernels.tree_attention").TreeAttention}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     fields = ["tree", "B", "L", "P", "side", "passed", "median_us", "rounds_us", "ratio_new_base"]
-    csv_file = (out / "ab.csv").open("w", newline="")
-    writer = csv.DictWriter(csv_file, fieldnames=fields)
-    writer.writeheader()
-    for b, l, tree in cells:
-        for p in pages:
-            case = Case(batch_size=b, context_len=l, tree=tree, page_size=p, **HEADS)
-            inp = build_inputs(case, "cuda")
-            ref = reference_attention(inp)
-            fns, passed = {}, {}
-            for side, cls in sides.items():
-                ta = cls(inp, "tree")
-                passed[side] = compare(ta().clone(), ref, inp.qo_indptr, case.dtype).passed
-                fns[side] = ta
-            medians = {s: [] for s in sides}
-            for _ in range(args.rounds):
-                for side, fn in fns.items():
-                    t = time_callable(fn, device="cuda", mode="cuda_graph", flush_l2=True)
-                    medians[side].append(summarize(t.samples_us).median_us)
-            for side in sides:
-                rows.append(dict(tree=tree, B=b, L=l, P=p, side=side, passed=passed[side],
-                                 median_us=round(statistics.median(medians[side]), 2),
-                                 rounds_us=" ".join(f"{x:.2f}" for x in medians[side]),
-                                 ratio_new_base=round(statistics.median(medians["new"])
-                                                      / statistics.median(medians["base"]), 4)))
-            writer.writerows(rows[-2:])
-            csv_file.flush()
-            print(f"{tree:>20} B{b:<3} L{l:<5} P{p:<4} base {rows[-2]['median_us']:8.2f}  "
-                  f"new {rows[-1]['median_us']:8.2f}  new/base {rows[-1]['ratio_new_base']:.4f}  "
-                  f"passed {passed}", flush=True)
-    csv_file.close()
+    with (out / "ab.csv").open("w", newline="") as csv_file:
+        writer = csv.DictWriter(csv_file, fieldnames=fields)
+        writer.writeheader()
+        for b, l, tree in cells:
+            for p in pages:
+                pair = measure_cell(sides, b, l, tree, p, args.rounds)
+                rows += pair
+                writer.writerows(pair)
+                csv_file.flush()
+                print(f"{tree:>20} B{b:<3} L{l:<5} P{p:<4} base {pair[0]['median_us']:8.2f}  "
+                      f"new {pair[1]['median_us']:8.2f}  new/base {pair[1]['ratio_new_base']:.4f}  "
+                      f"passed {dict((r['side'], r['passed']) for r in pair)}", flush=True)
     return 0 if all(r["passed"] for r in rows) else 1
 
 

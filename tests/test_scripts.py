@@ -7,6 +7,7 @@ import ast
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -129,6 +130,26 @@ def test_ab_kernel_cells_take_trees_with_commas(tmp_path):
     r = _script("ab_kernel.py", "--base", str(_base_copy(tmp_path)), "--cells",
                 "1:2048:levels:4,2,1,16:1024:full:3:2", "--out", str(tmp_path / "out"))
     assert r.returncode == 2 and "no CUDA GPU" in r.stderr, r.stderr
+
+
+def test_ab_kernel_alternates_which_side_runs_first(monkeypatch):
+    """Base first in even rounds, new first in odd ones; each side keeps its own medians."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import ab_kernel
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    calls = []
+
+    def fake_timer(fn, **kw):
+        calls.append(fn)
+        return types.SimpleNamespace(samples_us=[10.0 if fn == "base" else 20.0])
+    monkeypatch.setattr(ab_kernel, "time_callable", fake_timer)
+    medians = ab_kernel.time_sides({"base": "base", "new": "new"}, rounds=3)
+    assert calls == ["base", "new", "new", "base", "base", "new"]
+    assert medians == {"base": [10.0] * 3, "new": [20.0] * 3}
+    assert ab_kernel.parse_cells("1:2048:levels:4,2,1,16:1024:full:3:2") == [(1, 2048, "levels:4,2,1"),
+                                                                              (16, 1024, "full:3:2")]
 
 
 def test_bench_kernel_report_refuses_a_missing_csv(tmp_path):
