@@ -30,11 +30,13 @@
 #   P: the PIPE choice of the 3-warpgroup config, A/B with the harness's timer (session 8):
 #      scripts/ab_kernel.py, this tree against a copy whose KernelConfig.ws_pipe is the
 #      session-7 rule (off for 3 warpgroups), on the cells that take WS3 and a WS2 control (~3 min)
+#   M: Nsight Compute on full:3:3 at B 64 (the 3-warpgroup kernel, the default plan) with the
+#      bitmask, causal and the shared bias: where the bitmask's 6-9% goes (session 8) (~3 min)
 #   (D again measures the merge kernel's rows-per-program variants: heuristic-rows2/4)
 set -uo pipefail
 stage=${1:-}
-case $stage in A|B|C|D|E|F|K|L|P|T|V|W|X) ;;
-  *) echo "gpu_session.sh: unknown stage '$stage': use A, B, C, D, E, F, K, L, P, T, V, W or X" >&2; exit 2 ;;
+case $stage in A|B|C|D|E|F|K|L|M|P|T|V|W|X) ;;
+  *) echo "gpu_session.sh: unknown stage '$stage': use A, B, C, D, E, F, K, L, M, P, T, V, W or X" >&2; exit 2 ;;
 esac
 if ! nvidia-smi -L > /dev/null 2>&1; then
   echo "gpu_session.sh: no NVIDIA GPU here (nvidia-smi fails): run it on the device machine" >&2; exit 2
@@ -161,6 +163,20 @@ case $stage in
     echo "bench tiles exit $?" >> "$R/exit-codes.txt"
     timeout "$(left 10)" python3 -m pytest -q -m gpu tests/test_triton_tree.py > "$R/pytest-gpu.txt" 2>&1
     echo "pytest exit $?" >> "$R/exit-codes.txt"
+    ;;
+  M)  # Nsight Compute: the warp-specialised kernel on full:3:3, B 64, L 2048, P 128, per mask mode
+    NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    echo "ncu: ${NCU:-none}" > "$R/ncu.txt"
+    for m in $([ -n "$NCU" ] && echo tree causal bias); do   # none without ncu: the tarball still comes back
+      timeout "$(left 10)" "$NCU" -k regex:tree_attn_ws --launch-skip 3 -c 1 --clock-control none \
+        --section SpeedOfLight --section WarpStateStats --section SourceCounters --section Occupancy \
+        -o "$R/prof-$m" python3 scripts/profile_case.py --tree full:3:3 --mode $m >> "$R/ncu.txt" 2>&1
+      echo "ncu $m exit $?" >> "$R/exit-codes.txt"
+      timeout "$(left 5)" "$NCU" --import "$R/prof-$m.ncu-rep" --print-details all > "$R/ncu-$m.txt" 2>&1
+      timeout "$(left 5)" "$NCU" --import "$R/prof-$m.ncu-rep" --page source --csv --print-source sass \
+        | gzip > "$R/sass-$m.csv.gz"
+      rm -f "$R/prof-$m.ncu-rep"
+    done
     ;;
   P)  # A/B of the PIPE choice: base = these kernels with ws_pipe's `return True` made
       # `return $BASE_PIPE` (default `self.ws < 3`, the rule at 4ffec74; `False`: never pipelined),

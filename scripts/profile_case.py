@@ -6,7 +6,9 @@ Nsight Compute to attach to:
         python scripts/profile_case.py --tree vllm:pr_27 --batch-size 64 --config 64,64,4,3
 
 Case: Hq 32, Hkv 8, D 128, bf16, P 128 unless given; --config is
-BLOCK_M,BLOCK_N,warps,stages[,max_regs[,bt_ahead]].
+BLOCK_M,BLOCK_N,warps,stages[,max_regs[,bt_ahead[,ws]]]; --mode the mask mode
+(tree: the per-request bitmask, bias: the shared fp32 qq_bias, causal: j <= i,
+as the triton_tree, triton_tree_bias and triton_causal backends run it).
 """
 
 from __future__ import annotations
@@ -33,10 +35,12 @@ def main() -> int:
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--context-len", type=int, default=2048)
     ap.add_argument("--page-size", type=int, default=128)
-    ap.add_argument("--config", help="BLOCK_M,BLOCK_N,warps,stages[,max_regs[,bt_ahead]] (default: the tuned table's)")
+    ap.add_argument("--config", help="BLOCK_M,BLOCK_N,warps,stages[,max_regs[,bt_ahead[,ws]]] (default: the tuned "
+                                     "table's)")
     ap.add_argument("--splits", type=int)
     ap.add_argument("--kv-desc", choices=["on", "off", "auto"], default="auto")
     ap.add_argument("--calls", type=int, default=5)
+    ap.add_argument("--mode", choices=["tree", "bias", "causal"], default="tree", help="mask mode (default tree)")
     args = ap.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
@@ -47,8 +51,9 @@ def main() -> int:
         case = Case(batch_size=args.batch_size, context_len=args.context_len, tree=args.tree,
                     page_size=args.page_size)
         cfg = parse_kernel_config(args.config) if args.config else None
-        ta = TreeAttention(build_inputs(case, device), config=cfg, num_splits=args.splits,
-                           kv_desc={"on": True, "off": False, "auto": None}[args.kv_desc])
+        inputs = build_inputs(case, device)
+        ta = TreeAttention(inputs.causal() if args.mode == "causal" else inputs, args.mode, config=cfg,
+                           num_splits=args.splits, kv_desc={"on": True, "off": False, "auto": None}[args.kv_desc])
     except ConfigError as e:
         print(f"profile_case: {e}", file=sys.stderr)
         return 2
@@ -56,7 +61,7 @@ def main() -> int:
         ta()
     if device == "cuda":
         torch.cuda.synchronize()
-    print(f"plan {ta.plan}, kv_desc {ta.kv_desc}")
+    print(f"plan {ta.plan}, kv_desc {ta.kv_desc}, ws {ta.ws}, ws_pipe {ta.ws_pipe}, mode {args.mode}")
     return 0
 
 

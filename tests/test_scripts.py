@@ -40,6 +40,14 @@ def test_profile_case_refuses_a_bad_config(config, needle):
     assert needle in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("mode", ["bias", "causal"])
+def test_profile_case_runs_each_mask_mode_in_the_interpreter(mode):
+    r = _script("profile_case.py", "--tree", "full:1:1", "--batch-size", "1", "--context-len", "16",
+                "--page-size", "16", "--calls", "1", "--mode", mode, interpret=True)
+    assert r.returncode == 0, r.stderr
+    assert f"mode {mode}" in r.stdout and "ws False" in r.stdout, r.stdout
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU refusal")
 def test_scripts_without_a_gpu_say_so(tmp_path):
     r = _script("profile_case.py")
