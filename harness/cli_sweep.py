@@ -59,7 +59,8 @@ def resolve_backends(spec: str | None) -> list:
     else a comma-separated list of names or class specs.
 
     Raises:
-        ConfigError: an empty list or an unknown or unloadable backend.
+        ConfigError: an empty list, an unknown or unloadable backend, or two backends
+            of one name.
     """
     import backends  # noqa: F401  (registers the built-in adapters)
     from harness.backend import REGISTRY
@@ -72,7 +73,11 @@ def resolve_backends(spec: str | None) -> list:
     names = list(dict.fromkeys(s.strip() for s in spec.split(",") if s.strip()))
     if not names:
         raise ConfigError("--backends is empty: give names such as torch_sdpa,reference, or all")
-    return [load_one(n) for n in names]
+    from harness.backend import check_unique_names
+
+    loaded = [load_one(n) for n in names]
+    check_unique_names(loaded)      # before anything is written (the dry run refuses it too)
+    return loaded
 
 
 def availability_of(backend) -> str | None:
@@ -119,13 +124,17 @@ def _check_suite_arg(suite: str) -> None:
                           "or a suite name")
 
 
-def _report_path(path: str | None, suite: str, out: str | Path | None = None, stamp: str | None = None) -> Path:
-    """The report path (default reports/local/<suite>-<UTC time>.html), checked before the run.
+def _report_path(path: str | None, suite: str, out: str | Path | None = None, stamp: str | None = None,
+                 create: bool = True) -> Path:
+    """The report path (default reports/local/<suite>-<UTC time>.html), checked before the run;
+    create=False (a dry run) checks what it can without making its folder.
 
     Raises:
         ConfigError: not an .html/.htm path, an existing file that is not HTML, the --out file,
             a directory, or a folder that cannot be made or written.
     """
+    from harness.result_inputs import refuse_non_html
+
     p = Path(path) if path else Path("reports/local") / f"{suite}-{stamp or _stamp()}.html"
     if p.is_dir():
         raise ConfigError(f"--report {p}: is a directory; give a file path such as {p / 'report.html'}")
@@ -133,16 +142,9 @@ def _report_path(path: str | None, suite: str, out: str | Path | None = None, st
         raise ConfigError(f"--report {p}: give an .html path, e.g. reports/local/{suite}.html")
     if out is not None and p.resolve() == Path(out).resolve():
         raise ConfigError(f"--report {p}: is the --out results file; give a separate .html path")
-    if p.exists():
-        if not p.is_file():
-            raise ConfigError(f"--report {p}: is not a regular file; give an .html file path")
-        try:
-            with open(p, "rb") as f:
-                head = f.read(4096).lstrip()
-        except OSError as e:
-            raise ConfigError(f"--report {p}: cannot read it ({e.strerror}); give a writable .html path") from None
-        if head and not head.startswith(b"<"):
-            raise ConfigError(f"--report {p}: exists and is not an HTML file; give a new .html path")
+    refuse_non_html(p, "--report")
+    if not create:
+        return p
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -342,7 +344,7 @@ def cmd_run(args, console: Console) -> int:
     name = _suite_name(suite)
     stamp = _stamp()
     out_path = args.out or Path("results/local") / f"{name}-{stamp}.jsonl"
-    report = None if args.dry_run else _report_path(args.report, name, out_path, stamp)  # before anything is written
+    report = _report_path(args.report, name, out_path, stamp, create=not args.dry_run)  # before anything is written
     out = check_writable(out_path, not args.dry_run)
     ACTIVE_OUT[0] = None if args.dry_run else out
     if args.dry_run:

@@ -400,7 +400,7 @@ def run(args: argparse.Namespace) -> int:
         ConfigError: missing results, no rows, bad --baseline-backend, or (with
             --against) env fingerprints that differ (the CLI exits 2).
     """
-    from harness.result_inputs import check_output_path, read_checked_rows
+    from harness.result_inputs import check_output_path, read_checked_rows, refuse_non_html
 
     rows, envs = read_checked_rows(args.results, "report"), read_envs(args.results)
     if not rows:
@@ -410,6 +410,7 @@ def run(args: argparse.Namespace) -> int:
     if out.suffix.lower() not in (".html", ".htm"):
         raise ConfigError(f"report -o {out}: give an .html path, e.g. reports/NAME.html")
     check_output_path(out, "report -o")
+    refuse_non_html(out, "report -o")
     gate = _gate(args, rows, envs) if args.against else None
     title = args.title or "treebench — " + ", ".join(Path(p).name for p in args.results)
     path = write_report(rows, envs, out, title, baseline=args.baseline_backend, causal_backend=args.causal_backend,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,12 +32,16 @@ def row_problem(row: dict) -> str | None:
         x = row.get(name)
         if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float))):
             return f"field {name!r} is {type(x).__name__}, expected a number"
+        if x is not None and not (math.isfinite(x) and x >= 0):
+            return f"field {name!r} is {x}, expected a finite number >= 0"
     if row.get("l2_flushed") is not None and not isinstance(row["l2_flushed"], bool):
         return f"field 'l2_flushed' is {type(row['l2_flushed']).__name__}, expected true or false"
     samples = row.get("samples_us")
     if samples is not None and (not isinstance(samples, list)
                                 or any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in samples)):
         return "field 'samples_us' must be a list of numbers"
+    if samples and not all(math.isfinite(x) and x >= 0 for x in samples):
+        return "field 'samples_us' holds a value that is not a finite number >= 0"
     return None
 
 
@@ -80,6 +85,27 @@ def drop_repeated_rows(rows: list[dict], command: str) -> list[dict]:
         log.warning("%s: %d repeated rows dropped (the same run's case and backend twice: "
                     "a results file given twice?)", command, len(rows) - len(kept))
     return kept
+
+
+def refuse_non_html(path: str | Path, flag: str) -> None:
+    """Refuses to overwrite an existing file that is not an HTML page (a report's output).
+
+    Raises:
+        ConfigError: `path` exists and is not a regular file, cannot be read, or does not
+            start with markup.
+    """
+    p = Path(path)
+    if not p.exists():
+        return
+    if not p.is_file():
+        raise ConfigError(f"{flag} {p}: is not a regular file; give an .html file path")
+    try:
+        with open(p, "rb") as f:
+            head = f.read(4096).lstrip()
+    except OSError as e:
+        raise ConfigError(f"{flag} {p}: cannot read it ({e.strerror}); give a writable .html path") from None
+    if head and not head.startswith(b"<"):
+        raise ConfigError(f"{flag} {p}: exists and is not an HTML file; give a new .html path")
 
 
 def check_output_path(path: str | Path, flag: str) -> Path:

@@ -265,9 +265,9 @@ def merge_results(out: Path, inputs: Sequence[Path], with_run: bool = False,
         if key not in seen or ts > seen[key]:
             seen[key] = ts
             added.append(row)
-    append_rows(out, added)
-    for env in envs.values():
+    for env in envs.values():     # first: a folder that refuses them leaves OUT's rows as they were
         write_env(out.parent, env)
+    append_rows(out, added)
     return added
 
 

@@ -26,6 +26,7 @@ import platform
 import socket
 import re
 import subprocess
+import tempfile
 from pathlib import Path
 
 import torch
@@ -185,7 +186,8 @@ def check_writable(path: str | Path, create: bool = True, what: str = "--out") -
 
     Raises:
         ConfigError: `path` is a directory, holds something other than result
-            rows, or cannot be opened for appending.
+            rows, cannot be opened for appending, or lies in a folder where the env
+            fingerprint beside it cannot be written.
     """
     path = Path(path)
     if not str(path).strip():
@@ -203,6 +205,15 @@ def check_writable(path: str | Path, create: bool = True, what: str = "--out") -
         return path
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"{what} {path}: cannot write there ({e.strerror}); give a writable file path") from None
+    try:   # the env fingerprint goes beside it: a real probe (os.access says yes to root on an immutable folder)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".treebench-probe-"):
+            pass
+    except OSError as e:
+        raise ConfigError(f"{what} {path}: its folder {path.parent} is not writable ({e.strerror}), and the env "
+                          "fingerprint (env-*.json) is written beside the results; choose another folder") from None
+    try:
         os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
     except OSError as e:
         raise ConfigError(f"{what} {path}: cannot write there ({e.strerror}); give a writable file path") from None
@@ -365,13 +376,23 @@ def env_fingerprint(device: str | torch.device, peak_bw_bytes_per_s: float | Non
 
 
 def write_env(directory: str | Path, env: dict) -> Path:
-    """Writes `env` as <directory>/env-<env_id>.json (kept as it is when it exists) and returns the path."""
+    """Writes `env` as <directory>/env-<env_id>.json (kept as it is when it exists) and returns the path.
+
+    Raises:
+        ConfigError: the file cannot be written there (one line; the CLI exits 2).
+    """
     path = Path(directory) / f"env-{env['env_id']}.json"
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(env, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(env, indent=2, sort_keys=True) + "\n")
+            os.replace(tmp, path)
+        except OSError as e:
+            if tmp.parent.is_dir():
+                tmp.unlink(missing_ok=True)
+            raise ConfigError(f"env fingerprint {path}: cannot write it ({e.strerror}); the results folder "
+                              "must be writable") from None
     return path
 
 

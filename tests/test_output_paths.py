@@ -245,3 +245,68 @@ def test_backend_option_spellings(tiny, capsys):
     assert main(["run", "--suite", str(tiny), "--backend", "reference", "--dry-run"]) == 0
     assert main(["check", "--suite", str(tiny), "--backends", "reference,flex"]) == 2
     assert "check takes one backend" in _one_line_error(capsys)
+
+
+FAULTS = str(Path(__file__).resolve().parent / "fault_backends.py")
+
+
+@pytest.mark.parametrize("dry", [[], ["--dry-run"]])
+def test_two_backends_of_one_name_are_refused_before_anything_is_written(tiny, tmp_path, capsys, dry):
+    """`--backends` naming two classes with one `name` is bad input: exit 2 before the results
+    file, its env fingerprint or the report exist (a dry run refuses it too)."""
+    same = tmp_path / "same.py"
+    same.write_text(f"import sys\nsys.path.insert(0, {str(Path(FAULTS).parent)!r})\n"
+                    "from fault_backends import Exact\n\n\nclass Same(Exact):\n    name = 'twin'\n")
+    out = tmp_path / "d" / "out.jsonl"
+    argv = ["run", "--suite", str(tiny), "--backends", f"{FAULTS}:Twin,{same}:Same", "--out", str(out),
+            "--report", str(tmp_path / "r.html"), "--quiet", *dry]
+    assert main(argv) == 2
+    assert "backend name 'twin' is used by both Twin and Same" in _one_line_error(capsys)
+    assert not (tmp_path / "d").exists() and not (tmp_path / "r.html").exists()
+
+
+def test_dry_run_refuses_a_report_path_the_run_would_refuse(tiny, tmp_path, capsys):
+    notes = tmp_path / "p.html"
+    notes.write_text("precious\n")
+    assert main(_run(tiny, "--out", str(tmp_path / "x.jsonl"), "--report", str(notes), "--dry-run")) == 2
+    assert "exists and is not an HTML file" in _one_line_error(capsys)
+    assert notes.read_text() == "precious\n"
+
+
+def test_a_results_folder_that_refuses_the_env_file_is_refused_up_front(tiny, tmp_path, capsys, monkeypatch):
+    """The env fingerprint is written beside the results: a folder that refuses new files
+    (root ignores chmod, so the probe is made to fail) is bad input before anything is written."""
+    import tempfile
+
+    def refuse(*a, **kw):
+        raise PermissionError(13, "Operation not permitted")
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", refuse)
+    out = tmp_path / "x.jsonl"
+    assert main(["check", "--suite", str(tiny), "--backend", "reference", "--out", str(out)]) == 2
+    assert "env fingerprint (env-*.json) is written beside the results" in _one_line_error(capsys)
+    assert not out.exists()
+
+
+def test_write_env_failure_is_one_config_error_and_merge_keeps_out_as_it_was(tmp_path, monkeypatch):
+    from harness import shard, store
+    from harness.errors import ConfigError
+
+    def refuse(self, *a, **kw):
+        raise PermissionError(13, "Operation not permitted")
+    with monkeypatch.context() as m:
+        m.setattr(Path, "write_text", refuse)
+        with pytest.raises(ConfigError, match="env fingerprint .*cannot write it"):
+            store.write_env(tmp_path, {"env_id": "abc"})
+    assert not list(tmp_path.glob("env-*"))
+    src, out = tmp_path / "in" / "a.jsonl", tmp_path / "out" / "m.jsonl"
+    append_row(src, _row(1))
+    (src.parent / "env-e.json").write_text(json.dumps({"env_id": "e"}))
+    append_row(out, _row(0))
+    before = out.read_bytes()
+
+    def env_refused(directory, env):
+        raise ConfigError("env fingerprint: cannot write it")
+    monkeypatch.setattr(shard, "write_env", env_refused)
+    with pytest.raises(ConfigError):
+        shard.merge_results(out, [src])
+    assert out.read_bytes() == before                 # no row appended before the env file failed
