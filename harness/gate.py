@@ -370,6 +370,7 @@ def run(args: argparse.Namespace) -> int:
     text = markdown(result, " ".join(args.baseline), " ".join(args.candidate))
     try:
         if args.summary:
+            Path(args.summary).parent.mkdir(parents=True, exist_ok=True)   # as --junit's
             with open(args.summary, "a", encoding="utf-8") as f:
                 f.write(text)
         if args.junit:

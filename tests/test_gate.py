@@ -77,6 +77,9 @@ def test_junit_and_summary_files(tmp_path, capsys):
     failed = [tc for tc in suite.iter("testcase") if tc.find("failure") is not None]
     assert {tc.get("classname") for tc in failed} == {"treebench.triton_tree"}
     assert summary.read_text().startswith("earlier step\n## treebench gate: ❌ FAIL")
+    fresh = tmp_path / "new" / "dir" / "summary.md"          # a missing folder is made, as for --junit
+    gate.run(_args("--baseline", str(BASE), "--candidate", str(SLOW), "--summary", str(fresh)))
+    assert fresh.read_text().startswith("## treebench gate: ❌ FAIL")
     capsys.readouterr()
 
 
