@@ -263,6 +263,9 @@ def _result_files(paths) -> list[Path]:
             out.extend(sorted(p.glob("*.jsonl")))
         elif p.is_file():
             out.append(p)
+        elif p.exists():
+            raise ConfigError(f"results path {p}: is not a regular file (a device, pipe or socket); give a .jsonl "
+                              "results file or a folder of them")
         else:
             raise ConfigError(f"results path {p}: not found; give a .jsonl results file or a folder of them")
     return out

@@ -104,6 +104,8 @@ def test_read_rows_takes_folders_and_rejects_missing_paths(tmp_path):
     assert len(read_rows(tmp_path / "a.jsonl")) == 1
     with pytest.raises(ConfigError, match="nope.jsonl: not found"):
         read_rows([tmp_path / "nope.jsonl"])
+    with pytest.raises(ConfigError, match="/dev/null: is not a regular file"):   # it exists: not "not found"
+        read_rows(["/dev/null"])
 
 
 def test_check_writable_refuses_a_directory(tmp_path):
