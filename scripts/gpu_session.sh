@@ -27,9 +27,10 @@
 #      run): bench_kernel.py's tiles phase (32-token tiles, the pipelined 3-warpgroup build;
 #      checked, then timed against the table's configs on the target cells) and the
 #      kernel's gpu tests (~5 min)
-#   P: the PIPE choice of the 3-warpgroup config, A/B with the harness's timer (session 8):
-#      scripts/ab_kernel.py, this tree against a copy whose KernelConfig.ws_pipe is the
-#      session-7 rule (off for 3 warpgroups), on the cells that take WS3 and a WS2 control (~3 min)
+#   P: scripts/ab_kernel.py, this tree against a copy of its kernels changed by a sed script
+#      (BASE_SED; default: KernelConfig.ws_pipe_for's rule made BASE_PIPE, itself by default the
+#      session-7 rule, 3 warpgroups never pipelined), on the cells that take WS3 and a WS2
+#      control, or CELLS; ROUNDS rounds (~1-3 min)
 #   M: Nsight Compute on full:3:3 at B 64 (the 3-warpgroup kernel, the default plan) with the
 #      bitmask, causal and the shared bias: where the bitmask's 6-9% goes (session 8) (~3 min)
 #   (D again measures the merge kernel's rows-per-program variants: heuristic-rows2/4)
@@ -178,20 +179,20 @@ case $stage in
       rm -f "$R/prof-$m.ncu-rep"
     done
     ;;
-  P)  # A/B of the PIPE choice: base = these kernels with ws_pipe's `return True` made
-      # `return $BASE_PIPE` (default `self.ws < 3`, the rule at 4ffec74; `False`: never pipelined),
-      # or, with BASE_SED set, that sed script applied to the base's tree_attention_plan.py
+  P)  # A/B with the harness's timer: base = these kernels with a sed script applied to their
+      # tree_attention_plan.py: BASE_SED, else ws_pipe_for's rule made `return $BASE_PIPE`
+      # (default `self.ws < 3`, the session-7 rule: 3 warpgroups never pipelined; `False`: never)
     mkdir -p "$R/base" && cp kernels/*.py "$R/base/"
-    if [ -n "${BASE_SED:-}" ]; then   # any other base: a sed script for its tree_attention_plan.py
-      sed -i "$BASE_SED" "$R/base/tree_attention_plan.py"
-      diff kernels/tree_attention_plan.py "$R/base/tree_attention_plan.py" > "$R/base-patch.txt" && { echo "BASE_SED changed nothing" >&2; exit 1; }
+    sed -i "${BASE_SED:-/def ws_pipe_for/,/return / s/return self.ws < 3 or .*/return ${BASE_PIPE:-self.ws < 3}/}" \
+      "$R/base/tree_attention_plan.py"
+    if diff kernels/tree_attention_plan.py "$R/base/tree_attention_plan.py" > "$R/base-patch.txt"; then
+      echo "ab: the base patch changed nothing (BASE_SED / BASE_PIPE)" >> "$R/exit-codes.txt"
     else
-      sed -i "/def ws_pipe/,/return True/ s/return True/return ${BASE_PIPE:-self.ws < 3}/" "$R/base/tree_attention_plan.py"
-      grep -n "return ${BASE_PIPE:-self.ws < 3}\$" "$R/base/tree_attention_plan.py" > "$R/base-patch.txt" || { echo "base patch failed" >&2; exit 1; }
+      timeout "$(left 5)" python3 scripts/ab_kernel.py --base "$R/base" --out "$R" --rounds ${ROUNDS:-5} --pages 128 \
+        --cells "${CELLS:-64:2048:full:3:3,16:2048:full:3:3,64:1024:full:3:3,16:1024:full:3:3,64:2048:vllm:pr_27}" \
+        > "$R/ab.txt" 2>&1
+      echo "ab exit $?" >> "$R/exit-codes.txt"
     fi
-    timeout "$(left 5)" python3 scripts/ab_kernel.py --base "$R/base" --out "$R" --rounds ${ROUNDS:-5} --pages 128 \
-      --cells "${CELLS:-64:2048:full:3:3,16:2048:full:3:3,64:1024:full:3:3,16:1024:full:3:3,64:2048:vllm:pr_27}" > "$R/ab.txt" 2>&1
-    echo "ab exit $?" >> "$R/exit-codes.txt"
     rm -rf "$R/base"
     ;;
   F)  # the flex finding reproduced in fresh processes, and flex alone on the seed suite
