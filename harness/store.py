@@ -392,8 +392,7 @@ def write_env(directory: str | Path, env: dict) -> Path:
             tmp.write_text(json.dumps(env, indent=2, sort_keys=True) + "\n")
             os.replace(tmp, path)
         except OSError as e:
-            if tmp.parent.is_dir():
-                tmp.unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)          # a missing folder or file: nothing to remove
             raise ConfigError(f"env fingerprint {path}: cannot write it ({e.strerror}); the results folder "
                               "must be writable") from None
     return path

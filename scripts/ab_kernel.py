@@ -35,6 +35,7 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import NoReturn
 
 import torch
 
@@ -98,7 +99,7 @@ def parse_args(argv: list[str] | None = None):
     return args, pages, cells
 
 
-def refuse(message: str) -> None:
+def refuse(message: str) -> NoReturn:
     """One line on stderr, exit 2."""
     print(f"ab_kernel: {message}", file=sys.stderr)
     sys.exit(2)
