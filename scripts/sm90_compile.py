@@ -111,7 +111,8 @@ def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool | None = None) 
     Returns:
         dict of pipe (bool, as built), regs (the launch's per-thread count, before the
         partitions' setmaxnreg), spill_loads, spill_stores, shared_bytes, num_warps, hgmma,
-        utmaldg and setmaxnreg (counts of those SASS instructions).
+        utmaldg and setmaxnreg (counts of those SASS instructions), and tile_loops
+        (`mma_loops`: instructions, HGMMAs and spills of each innermost wgmma loop).
 
     Raises:
         ConfigError: cfg.ws is 0.
@@ -144,7 +145,41 @@ def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool | None = None) 
     usage, sass = cubin_usage(ck.asm["cubin"])
     return dict(pipe=pipe, **usage, shared_bytes=int(ck.metadata.shared), num_warps=int(ck.metadata.num_warps),
                 hgmma=sass.count("HGMMA"), utmaldg=len(re.findall(r"UTMALDG", sass)),
-                setmaxnreg=len(re.findall(r"SETMAXREG", sass)))
+                setmaxnreg=len(re.findall(r"SETMAXREG", sass)), tile_loops=mma_loops(sass))
+
+
+def mma_loops(sass: str) -> list[tuple[int, int, int]]:
+    """The innermost loops of a SASS listing that issue wgmma: for each, (instructions,
+    HGMMA instructions, spill instructions LDL/STL). A loop is a backward branch's range
+    (target address to branch); innermost: no other such range with HGMMA inside it. In the
+    warp-specialised kernel these are the consumers' per-tile loops (one tile's Q K^T and
+    P V: 12 HGMMAs at D 128, 64-token tiles), so their spill count says whether spills sit
+    in the tile loops or only in the per-item code around them."""
+    funcs: list[list[tuple[int, str]]] = []
+    last = -1
+    for line in sass.splitlines():
+        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
+        if not m:
+            continue
+        addr = int(m[1], 16)
+        if addr <= last or not funcs:          # addresses restart: the next function
+            funcs.append([])
+        funcs[-1].append((addr, m[2]))
+        last = addr
+    out = []
+    for ins in funcs:
+        loops = []
+        for addr, text in ins:
+            m = re.search(r"\bBRA\b.*?(0x[0-9a-f]+)", text)
+            if m and int(m[1], 16) < addr:
+                body = [t for a, t in ins if int(m[1], 16) <= a <= addr]
+                loops.append((int(m[1], 16), addr, body))
+        with_mma = [(lo, hi, body) for lo, hi, body in loops if any("HGMMA" in t for t in body)]
+        for lo, hi, body in with_mma:
+            if not any((lo2, hi2) != (lo, hi) and lo <= lo2 and hi2 <= hi for lo2, hi2, _ in with_mma):
+                out.append((len(body), sum("HGMMA" in t for t in body),
+                            sum(bool(re.search(r"\b(LDL|STL)\b", t)) for t in body)))
+    return out
 
 
 def cubin_usage(cubin: bytes) -> tuple[dict, str]:

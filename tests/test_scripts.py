@@ -206,6 +206,8 @@ def test_sm90_compile_builds_the_warp_specialised_kernel(config, pipe, warps):
     got = ast.literal_eval(r.stdout.strip().splitlines()[-1].split(": ", 1)[1])
     assert got["pipe"] is (cfg.ws_pipe_for(33) if pipe == "auto" else pipe == "on"), got   # 33 tiles: L 2048
     assert got["num_warps"] == warps and got["hgmma"] > 0 and got["utmaldg"] > 0 and got["setmaxnreg"] > 0, got
+    # each consumer warpgroup's tile loops issue wgmma: at least one innermost wgmma loop per consumer
+    assert len(got["tile_loops"]) >= warps // 4 - 1 and all(n > h > 0 <= sp for n, h, sp in got["tile_loops"]), got
     assert got["shared_bytes"] <= cfg.ws_shared_bytes(128) <= SMEM_PER_SM, got
     bad = _script("sm90_compile.py", "--ws", "--config", "64,64,4,3")
     assert bad.returncode == 2 and "--ws needs a warp-specialised config" in bad.stderr
