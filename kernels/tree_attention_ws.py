@@ -21,12 +21,19 @@ warps by role:
 So each K/V tile is read from L2 once per CTA for all NUM_WG * 64 rows (the
 tl kernel reads it once per 64-row M-tile), the loads never wait in the
 consumers' instruction stream, and the consumer warpgroups, scheduled
-independently, overlap one's softmax with another's MMAs.
+independently, overlap one's softmax with another's MMAs. Per work item, each
+consumer also copies the next item's Q rows into its Q buffer with cp.async
+as soon as its last MMA has read the buffer, and loads the next request's
+(L_b, qo_b, T_b) one item ahead, so an item starts without a global-load wait
+(session 9, run 13: 4% faster on full:3:3 at B 64, and fewer spills).
 
 Rows pack the G query heads of the KV head with the request's tree nodes,
 node-major (row r = node * G + g), as in the tl kernel. Tiles wholly inside
 the context [0, L_b) need no mask; the tiles overlapping [L_b, S_b) apply the
-tree mask (MASK_MODE 0 bitmask, 1 additive bias, 2 causal) in the consumer. TMA
+tree mask (MASK_MODE 0 bitmask, 1 additive bias, 2 causal) in the consumer. The
+bitmask is turned into one 64-bit word of allowed columns per row and tile
+(`_mask_words`: context bits and the row's tree bits), loaded ahead of the
+tile's Q K^T, so per score only one bit is tested. TMA
 reads those tiles whole, so rows past S_b hold whatever the pool holds there
 (NaN in the harness's pools): their scores are masked to -inf, and the
 producer zeroes the V rows past S_b of a request's last tile in shared memory
@@ -40,12 +47,15 @@ from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
 # TMA global -> shared copy: `async_copy_global_to_shared` in Triton 3.6, `async_load` in 3.9
 # (where the old name raises).
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+# cp.async global -> shared: `async_copy_global_to_shared` in Triton 3.6, `async_load` in 3.9.
+_cp_async = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
 BT_CHUNK = gl.constexpr(32)   # block-table entries the producer loads at once (one per lane)
 
 
@@ -63,18 +73,26 @@ def _mma_layout(n):
 
 
 @gluon.jit
-def _work_item(item, CTX_LENS, QO, m_tiles, num_splits, tiles_per_split, HKV: gl.constexpr, G: gl.constexpr,
-               BLOCK_N: gl.constexpr, NUM_WG: gl.constexpr):
-    """Work item `item` (M-tile fastest, then split, KV head, request) ->
-    (b, kh, split, L, S, qo, T, t_lo, t_hi, t_ctx, m0): its KV tiles are [t_lo, t_hi),
-    those before t_ctx wholly inside the context; an item with no rows streams nothing."""
-    mt = item % m_tiles
-    split = (item // m_tiles) % num_splits
-    kh = (item // (m_tiles * num_splits)) % HKV
+def _item_request(item, CTX_LENS, QO, m_tiles, num_splits, HKV: gl.constexpr):
+    """(L, qo, T) of work item `item`'s request: three scalar loads, issued ahead of use."""
     b = item // (m_tiles * num_splits * HKV)
     L = gl.load(CTX_LENS + b)
     qo = gl.load(QO + b)
     T = gl.load(QO + b + 1) - qo
+    return L, qo, T
+
+
+@gluon.jit
+def _item_tiles(item, L, qo, T, m_tiles, num_splits, tiles_per_split, HKV: gl.constexpr, G: gl.constexpr,
+                BLOCK_N: gl.constexpr, NUM_WG: gl.constexpr):
+    """Work item `item` (M-tile fastest, then split, KV head, request) of a request with
+    (L, qo, T) -> (b, kh, split, L, S, qo, T, t_lo, t_hi, t_ctx, m0): its KV tiles are
+    [t_lo, t_hi), those before t_ctx wholly inside the context; an item with no rows
+    streams nothing."""
+    mt = item % m_tiles
+    split = (item // m_tiles) % num_splits
+    kh = (item // (m_tiles * num_splits)) % HKV
+    b = item // (m_tiles * num_splits * HKV)
     S = L + T
     m0 = mt * (NUM_WG * 64)
     t_lo = split * tiles_per_split
@@ -83,6 +101,37 @@ def _work_item(item, CTX_LENS, QO, m_tiles, num_splits, tiles_per_split, HKV: gl
     t_hi = gl.maximum(t_hi, t_lo)
     t_ctx = gl.maximum(gl.minimum(L // BLOCK_N, t_hi), t_lo)
     return b, kh, split, L, S, qo, T, t_lo, t_hi, t_ctx, m0
+
+
+@gluon.jit
+def _work_item(item, CTX_LENS, QO, m_tiles, num_splits, tiles_per_split, HKV: gl.constexpr, G: gl.constexpr,
+               BLOCK_N: gl.constexpr, NUM_WG: gl.constexpr):
+    """`_item_tiles` of work item `item`, its request's (L, qo, T) loaded here."""
+    L, qo, T = _item_request(item, CTX_LENS, QO, m_tiles, num_splits, HKV)
+    return _item_tiles(item, L, qo, T, m_tiles, num_splits, tiles_per_split, HKV, G, BLOCK_N, NUM_WG)
+
+
+@gluon.jit
+def _q_rows(qo, T, kh, m0, stride_qt, stride_qh, WG: gl.constexpr, G: gl.constexpr, ld_layout: gl.constexpr):
+    """Warpgroup WG's 64 packed Q rows of an item: (r, ok, offset into Q), row r = node * G + g
+    in SliceLayout(1, ld_layout); ok: r < T * G."""
+    r = m0 + WG * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, ld_layout))
+    ok = r < T * G
+    off = (qo + r // G).to(gl.int64) * stride_qt + (kh * G + r % G) * stride_qh
+    return r, ok, off
+
+
+@gluon.jit
+def _issue_q(q_wg, Q, item, qo, T, m_tiles, num_splits, stride_qt, stride_qh, d_ld, WG: gl.constexpr,
+             HKV: gl.constexpr, G: gl.constexpr, NUM_WG: gl.constexpr, ld_layout: gl.constexpr):
+    """Work item `item`'s Q rows of warpgroup WG (its request's qo, T) into q_wg by cp.async,
+    as one commit group, rows past T * G zero-filled; the caller waits for the group
+    (`async_copy.wait_group`) and fences before a wgmma reads q_wg."""
+    kh = (item // (m_tiles * num_splits)) % HKV
+    m0 = (item % m_tiles) * (NUM_WG * 64)
+    r, ok, off = _q_rows(qo, T, kh, m0, stride_qt, stride_qh, WG, G, ld_layout)
+    _cp_async(q_wg, Q + gl.expand_dims(off, 1) + gl.expand_dims(d_ld, 0), mask=gl.expand_dims(ok, 1))
+    async_copy.commit_group()
 
 
 @gluon.jit
@@ -150,42 +199,57 @@ def _ws_producer(prm, ptrs, smem, WG: gl.constexpr, HKV: gl.constexpr, G: gl.con
 
 
 @gluon.jit
-def _tree_allowed_ws(MASK, BIAS, row_tok, node, row_ok, offs_n, L, T, stride_mw, stride_bias,
-                     BLOCK_N: gl.constexpr, MASK_MODE: gl.constexpr, s_layout: gl.constexpr):
+def _mask_words(MASK, row_tok, row_ok, n0, L, stride_mw, BLOCK_N: gl.constexpr):
+    """The bitmask's allowed columns of KV tile [n0, n0 + BLOCK_N), which overlaps [L, L + T):
+    per row (row_tok, row_ok in one row layout), bit c of the returned (lo, hi) int32 pair
+    (bits 0-31, 32-63 of one 64-bit word) is set iff column n0 + c is context (< L) or a
+    tree node the row's node sees. Bits of nodes past T_b are 0 in `pack_tree_masks`'s
+    words, and a row past T_b * G loads 0 (context only). Only row-wide work: two word
+    loads and a few shifts, issued before the tile's Q K^T wait so that their latency
+    hides behind the MMA."""
+    gl.static_assert(BLOCK_N <= 64, "one 64-bit word of mask bits per tile")
+    n_ctx = gl.minimum(gl.maximum(L - n0, 0), BLOCK_N)           # context columns: bits [0, n_ctx)
+    jb = gl.maximum(n0 - L, 0)                                   # tree node of bit n_ctx
+    wa = jb // 64
+    sh = (jb % 64).to(gl.uint64)
+    row_words = MASK + row_tok.to(gl.int64) * stride_mw
+    lo_word = gl.load(row_words + gl.minimum(wa, stride_mw - 1), mask=row_ok, other=0)
+    hi_word = gl.load(row_words + gl.minimum(wa + 1, stride_mw - 1), mask=row_ok & (wa + 1 < stride_mw), other=0)
+    lo_word = lo_word.to(gl.uint64, bitcast=True)                # unsigned: logical shifts
+    hi_word = hi_word.to(gl.uint64, bitcast=True)
+    window = (lo_word >> sh) | gl.where(sh > 0, hi_word << ((64 - sh) % 64), 0)   # nodes jb, jb + 1, ...
+    one = gl.full_like(window, 1)
+    ctx_bits = gl.where(n_ctx >= 64, ~(one * 0), (one << (n_ctx % 64).to(gl.uint64)) - 1)
+    word = ctx_bits | (window << (n_ctx % 64).to(gl.uint64))
+    lo = word.to(gl.uint32).to(gl.int32, bitcast=True)
+    hi = (word >> 32).to(gl.uint32).to(gl.int32, bitcast=True)
+    return lo, hi
+
+
+@gluon.jit
+def _word_allowed(lo, hi, BLOCK_N: gl.constexpr, s_layout: gl.constexpr):
+    """(64, BLOCK_N) bool in s_layout: bit c of row r's (lo, hi) words (`_mask_words`);
+    per element one select, one shift and one test."""
+    c = gl.expand_dims(gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout)), 0)
+    half = gl.expand_dims(lo, 1)
+    if BLOCK_N > 32:
+        half = gl.where(c >= 32, gl.expand_dims(hi, 1), half)
+    return ((half >> (c % 32)) & 1) != 0
+
+
+@gluon.jit
+def _tree_allowed_ws(BIAS, node, row_ok, offs_n, L, T, stride_bias, BLOCK_N: gl.constexpr, MASK_MODE: gl.constexpr,
+                     s_layout: gl.constexpr):
     """(allowed (64, BLOCK_N) bool, additive bias in log2 units or 0.0) in s_layout for
     columns offs_n (SliceLayout(0, s_layout)) of a tile overlapping [L, L + T); rows
-    row_tok / node / row_ok in SliceLayout(1, s_layout). As `tree_attention_tl._tree_allowed`,
-    with the bitmask's bits tested word by word into a bool tile (no int64 tile)."""
+    node / row_ok in SliceLayout(1, s_layout); MASK_MODE 1 (shared bias) or 2 (causal),
+    as `tree_attention_tl._tree_allowed` (the bitmask: `_mask_words`)."""
     j = offs_n - L
     in_tree = (j >= 0) & (j < T)
     jj = gl.maximum(j, 0)
     ctx = gl.expand_dims(offs_n < L, 0)
     both = gl.expand_dims(row_ok, 1) & gl.expand_dims(in_tree, 0)
-    if MASK_MODE == 0:
-        # The row's bits for the tile's tree columns, shifted per row into one 64-bit value
-        # (tree column jb + k is bit k), then tested in 32-bit halves: per element one
-        # select, one shift and one test (a 64-bit tile of shifted words made the
-        # 3-warpgroup build spill: sm_90 compile, 136 spilled loads).
-        gl.static_assert(BLOCK_N <= 64, "one 64-bit window of mask bits per tile")
-        j0 = gl.min(j, axis=0)                                   # tree index of the tile's first column
-        jb = gl.maximum(j0, 0)                                   # its first tree column
-        wa = jb // 64
-        sh = (jb % 64).to(gl.uint64)
-        row_words = MASK + row_tok.to(gl.int64) * stride_mw
-        lo_word = gl.load(row_words + gl.minimum(wa, stride_mw - 1), mask=row_ok, other=0)
-        hi_word = gl.load(row_words + gl.minimum(wa + 1, stride_mw - 1), mask=row_ok & (wa + 1 < stride_mw),
-                          other=0)
-        lo_word = lo_word.to(gl.uint64, bitcast=True)               # unsigned: logical shifts
-        hi_word = hi_word.to(gl.uint64, bitcast=True)
-        window = (lo_word >> sh) | gl.where(sh > 0, hi_word << ((64 - sh) % 64), 0)   # (64,) per row
-        lo = gl.expand_dims(window.to(gl.uint32).to(gl.int32, bitcast=True), 1)   # window bits 0-31
-        hi = gl.expand_dims((window >> 32).to(gl.uint32).to(gl.int32, bitcast=True), 1)   # bits 32-63
-        k = gl.expand_dims(jj - jb, 0)                              # bit of column jj in the window
-        half = gl.where(k >= 32, hi, lo)
-        tree_ok = ((half >> (k % 32)) & 1) != 0
-        allowed = ctx | (both & tree_ok)
-        bias = gl.zeros([64, BLOCK_N], gl.float32, layout=s_layout)
-    elif MASK_MODE == 1:
+    if MASK_MODE == 1:
         bptr = BIAS + gl.expand_dims(node, 1) * stride_bias + gl.expand_dims(jj, 0)
         allowed = ctx | both
         bias = gl.load(bptr, mask=both, other=0.0) * 1.4426950408889634
@@ -196,17 +260,16 @@ def _tree_allowed_ws(MASK, BIAS, row_tok, node, row_ok, offs_n, L, T, stride_mw,
 
 
 @gluon.jit
-def _softmax_tile(s, m_i, l_i, t, qk_scale, mctx, BLOCK_N: gl.constexpr, MASK_MODE: gl.constexpr,
-                  MASKED: gl.constexpr, s_layout: gl.constexpr):
-    """Online softmax of one (64, BLOCK_N) fp32 score tile s (raw Q K^T) of KV tile t:
-    returns (p fp32 in s_layout, alpha, m_new, l_new), all in log2 units (exp2). MASKED:
-    the tile overlaps [L, S), so the tree mask applies and a row may see nothing yet."""
-    MASK, BIAS, row_tok, node, row_ok, L, T, stride_mw, stride_bias = mctx
+def _softmax_tile(s, m_i, l_i, qk_scale, allowed, bias, MASK_MODE: gl.constexpr, MASKED: gl.constexpr):
+    """Online softmax of one (64, BLOCK_N) fp32 score tile s (raw Q K^T): returns (p fp32
+    in s's layout, alpha, m_new, l_new), all in log2 units (exp2). MASKED: the tile
+    overlaps [L, S), so `allowed` (bool, s's shape) applies, plus `bias` (log2 units) with
+    the shared bias (MASK_MODE 1), and a row may see nothing yet; else both are unused."""
     if MASKED:
-        offs_n = t * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-        allowed, bias = _tree_allowed_ws(MASK, BIAS, row_tok, node, row_ok, offs_n, L, T, stride_mw, stride_bias,
-                                         BLOCK_N, MASK_MODE, s_layout)
-        s = gl.where(allowed, s * qk_scale + bias, float("-inf"))
+        if MASK_MODE == 1:
+            s = gl.where(allowed, s * qk_scale + bias, float("-inf"))
+        else:
+            s = gl.where(allowed, s * qk_scale, float("-inf"))
         m_new = gl.maximum(m_i, gl.max(s, axis=1))
         m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)   # a row that saw nothing yet
         alpha = gl.exp2(m_i - m_safe)
@@ -220,24 +283,56 @@ def _softmax_tile(s, m_i, l_i, t, qk_scale, mctx, BLOCK_N: gl.constexpr, MASK_MO
 
 
 @gluon.jit
-def _tile_step(q_wg, k_bufs, v_bufs, k_ready, v_ready, kv_empty, pos, t, s0, acc, m_i, l_i, qk_scale, mctx,
+def _tile_mask(s_layout: gl.constexpr, t, words, mctx, BLOCK_N: gl.constexpr, MASK_MODE: gl.constexpr):
+    """(allowed, bias) of masked KV tile t for `_softmax_tile`: from the tile's bitmask
+    words (MASK_MODE 0, `_mask_words`), else `_tree_allowed_ws`'s."""
+    MASK, BIAS, row_tok, node, row_ok, L, T, stride_mw, stride_bias = mctx
+    if MASK_MODE == 0:
+        lo, hi = words
+        allowed = _word_allowed(lo, hi, BLOCK_N, s_layout)
+        bias = 0.0
+    else:
+        offs_n = t * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        allowed, bias = _tree_allowed_ws(BIAS, node, row_ok, offs_n, L, T, stride_bias, BLOCK_N, MASK_MODE, s_layout)
+    return allowed, bias
+
+
+@gluon.jit
+def _next_words(t, words, mctx, BLOCK_N: gl.constexpr, MASK_MODE: gl.constexpr):
+    """The bitmask words of KV tile t (`_mask_words`) with MASK_MODE 0; else `words` as they are."""
+    MASK, BIAS, row_tok, node, row_ok, L, T, stride_mw, stride_bias = mctx
+    if MASK_MODE == 0:
+        words = _mask_words(MASK, row_tok, row_ok, t * BLOCK_N, L, stride_mw, BLOCK_N)
+    return words
+
+
+@gluon.jit
+def _tile_step(q_wg, k_bufs, v_bufs, k_ready, v_ready, kv_empty, pos, t, s0, acc, m_i, l_i, words, qk_scale, mctx,
                STAGES: gl.constexpr, BLOCK_N: gl.constexpr, MASK_MODE: gl.constexpr, MASKED: gl.constexpr,
                s_layout: gl.constexpr, o_layout: gl.constexpr):
-    """KV tile t at ring position pos, in turn: Q K^T, softmax, P V, release. Returns
-    (acc, m_i, l_i)."""
+    """KV tile t at ring position pos, in turn: Q K^T, softmax, P V, release. MASKED:
+    `words` are tile t's bitmask words, and tile t + 1's are loaded while Q K^T runs.
+    Returns (acc, m_i, l_i, words)."""
     st = pos % STAGES
     ph = (pos // STAGES) & 1
     mbarrier.wait(k_ready.index(st), ph)
     s = warpgroup_mma(q_wg, k_bufs.index(st).permute((1, 0)), s0, use_acc=False, is_async=True)
+    if MASKED:
+        allowed_words = words
+        words = _next_words(t + 1, words, mctx, BLOCK_N, MASK_MODE)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-    p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, t, qk_scale, mctx, BLOCK_N, MASK_MODE, MASKED, s_layout)
+    if MASKED:
+        allowed, bias = _tile_mask(s_layout, t, allowed_words, mctx, BLOCK_N, MASK_MODE)
+        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, allowed, bias, MASK_MODE, True)
+    else:
+        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, 0, 0.0, MASK_MODE, False)
     acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
     pa = gl.convert_layout(p.to(k_bufs.dtype), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
     mbarrier.wait(v_ready.index(st), ph)
     acc = warpgroup_mma(pa, v_bufs.index(st), acc, is_async=True)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
     mbarrier.arrive(kv_empty.index(st), count=1)
-    return acc, m_i, l_i
+    return acc, m_i, l_i, words
 
 
 @gluon.jit
@@ -264,18 +359,18 @@ def _ws_consumer(prm, ptrs, smem, WG: gl.constexpr, HKV: gl.constexpr, G: gl.con
     s0 = gl.zeros([64, BLOCK_N], gl.float32, layout=s_layout)
     d_ld = gl.arange(0, D, layout=gl.SliceLayout(0, ld_layout))
     it = 0                                      # ring position, across work items
+    # Each item's request (L, qo, T) is loaded one item ahead, and its Q rows are copied
+    # (cp.async) into q_wg while the previous item finishes: the first item's here.
+    nxt_L, nxt_qo, nxt_T = _item_request(gl.program_id(0), CTX_LENS, QO, m_tiles, num_splits, HKV)
+    _issue_q(q_wg, Q, gl.program_id(0), nxt_qo, nxt_T, m_tiles, num_splits, stride_qt, stride_qh, d_ld, WG, HKV, G,
+             NUM_WG, ld_layout)
     for item in range(gl.program_id(0), n_items, gl.num_programs(0)):
-        b, kh, split, L, S, qo, T, t_lo, t_hi, t_ctx, m0 = _work_item(
-            item, CTX_LENS, QO, m_tiles, num_splits, tiles_per_split, HKV, G, BLOCK_N, NUM_WG)
-        # Q rows of this warpgroup into shared memory (wgmma's A operand); the previous
-        # item's MMAs that read the buffer have all been waited for.
-        r_ld = m0 + WG * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, ld_layout))
-        ok_ld = r_ld < T * G
-        q_off = (qo + r_ld // G).to(gl.int64) * stride_qt + (kh * G + r_ld % G) * stride_qh
-        q = gl.load(Q + gl.expand_dims(q_off, 1) + gl.expand_dims(d_ld, 0), mask=gl.expand_dims(ok_ld, 1),
-                    other=0.0)
-        q_wg.store(q)
-        fence_async_shared()
+        b, kh, split, L, S, qo, T, t_lo, t_hi, t_ctx, m0 = _item_tiles(
+            item, nxt_L, nxt_qo, nxt_T, m_tiles, num_splits, tiles_per_split, HKV, G, BLOCK_N, NUM_WG)
+        nxt = item + gl.num_programs(0)
+        nxt_L, nxt_qo, nxt_T = _item_request(gl.minimum(nxt, n_items - 1), CTX_LENS, QO, m_tiles, num_splits, HKV)
+        async_copy.wait_group(0)                # this item's Q rows (issued during the last item)
+        fence_async_shared()                    # cp.async's writes before the wgmma reads them
 
         rows = m0 + WG * 64 + gl.arange(0, 64, layout=row_s)
         node = rows // G
@@ -285,6 +380,7 @@ def _ws_consumer(prm, ptrs, smem, WG: gl.constexpr, HKV: gl.constexpr, G: gl.con
         m_i = gl.full([64], float("-inf"), gl.float32, layout=row_s)
         l_i = gl.zeros([64], gl.float32, layout=row_s)
         acc = gl.zeros([64, D], gl.float32, layout=o_layout)
+        words = (gl.zeros([64], gl.int32, layout=row_s), gl.zeros([64], gl.int32, layout=row_s))   # `_mask_words`
         # A warpgroup whose rows all lie past the request's T * G (the last M-tile of a tree
         # whose rows are not a multiple of NUM_WG * 64) computes nothing: it only releases
         # each ring slot once the slot has landed (the drain loop below).
@@ -299,8 +395,7 @@ def _ws_consumer(prm, ptrs, smem, WG: gl.constexpr, HKV: gl.constexpr, G: gl.con
                 mbarrier.wait(k_ready.index(st), (it // STAGES) & 1)
                 s = warpgroup_mma(q_wg, k_bufs.index(st).permute((1, 0)), s0, use_acc=False, is_async=True)
                 s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-                p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, t_lo, qk_scale, mctx, BLOCK_N, MASK_MODE, False,
-                                                   s_layout)
+                p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, 0, 0.0, MASK_MODE, False)
                 p_prev = gl.convert_layout(p.to(dtype), p_layout)
             for j in range(1, nc):
                 st = (it + j) % STAGES
@@ -310,12 +405,13 @@ def _ws_consumer(prm, ptrs, smem, WG: gl.constexpr, HKV: gl.constexpr, G: gl.con
                 s_tok = warpgroup_mma(q_wg, k_bufs.index(st).permute((1, 0)), s0, use_acc=False, is_async=True)
                 acc_tok = warpgroup_mma(p_prev, v_bufs.index(sp), acc, is_async=True)
                 s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))      # Q K^T of tile j done
-                p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, t_lo + j, qk_scale, mctx, BLOCK_N, MASK_MODE, False,
-                                                   s_layout)
+                p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, 0, 0.0, MASK_MODE, False)
                 acc, p_prev = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, p_prev))
                 mbarrier.arrive(kv_empty.index(sp), count=1)
                 acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
                 p_prev = gl.convert_layout(p.to(dtype), p_layout)
+            # the first masked tile's bitmask words, loaded before the last context tile's P V
+            words = _next_words(t_lo + nc, words, mctx, BLOCK_N, MASK_MODE)
             if nc > 0:                          # epilogue: the last context tile's P V
                 sp = (it + nc - 1) % STAGES
                 mbarrier.wait(v_ready.index(sp), ((it + nc - 1) // STAGES) & 1)
@@ -324,25 +420,30 @@ def _ws_consumer(prm, ptrs, smem, WG: gl.constexpr, HKV: gl.constexpr, G: gl.con
                 mbarrier.arrive(kv_empty.index(sp), count=1)
         else:
             for j in range(0, nc):
-                acc, m_i, l_i = _tile_step(q_wg, k_bufs, v_bufs, k_ready, v_ready, kv_empty, it + j, t_lo + j, s0,
-                                           acc, m_i, l_i, qk_scale, mctx, STAGES, BLOCK_N, MASK_MODE, False, s_layout,
-                                           o_layout)
+                acc, m_i, l_i, words = _tile_step(q_wg, k_bufs, v_bufs, k_ready, v_ready, kv_empty, it + j, t_lo + j,
+                                                  s0, acc, m_i, l_i, words, qk_scale, mctx, STAGES, BLOCK_N, MASK_MODE,
+                                                  False, s_layout, o_layout)
+            words = _next_words(t_lo + nc, words, mctx, BLOCK_N, MASK_MODE)
         for j in range(nc, n):                  # the tiles overlapping [L, S): masked, one at a time
-            acc, m_i, l_i = _tile_step(q_wg, k_bufs, v_bufs, k_ready, v_ready, kv_empty, it + j, t_lo + j, s0,
-                                       acc, m_i, l_i, qk_scale, mctx, STAGES, BLOCK_N, MASK_MODE, True, s_layout,
-                                       o_layout)
+            acc, m_i, l_i, words = _tile_step(q_wg, k_bufs, v_bufs, k_ready, v_ready, kv_empty, it + j, t_lo + j, s0,
+                                              acc, m_i, l_i, words, qk_scale, mctx, STAGES, BLOCK_N, MASK_MODE, True,
+                                              s_layout, o_layout)
         for j in range(n, t_hi - t_lo):         # an idle warpgroup: release each slot once it has landed
             st = (it + j) % STAGES
             mbarrier.wait(k_ready.index(st), ((it + j) // STAGES) & 1)
             mbarrier.wait(v_ready.index(st), ((it + j) // STAGES) & 1)
             mbarrier.arrive(kv_empty.index(st), count=1)
         it += t_hi - t_lo
+        if nxt < n_items:                       # every MMA that read q_wg is done: the next item's Q
+            _issue_q(q_wg, Q, nxt, nxt_qo, nxt_T, m_tiles, num_splits, stride_qt, stride_qh, d_ld, WG, HKV, G, NUM_WG,
+                     ld_layout)
 
         seen = l_i > 0.0                        # False only for a split that saw nothing of a row
         l_safe = gl.where(seen, l_i, 1.0)
         out = acc / gl.expand_dims(gl.convert_layout(l_safe, row_o), 1)
         lse = gl.where(seen, (m_i + gl.log2(l_safe)) * 0.6931471805599453, float("-inf"))
         out = gl.convert_layout(out, ld_layout)
+        r_ld, ok_ld, _ = _q_rows(qo, T, kh, m0, stride_qt, stride_qh, WG, G, ld_layout)   # recomputed, not kept live
         o_row = (qo + r_ld // G).to(gl.int64) * (HKV * G) + kh * G + r_ld % G   # (64,) into (sum T, Hq)
         o_off = gl.expand_dims(o_row, 1) * D + gl.expand_dims(d_ld, 0)
         lse_row = (row_tok.to(gl.int64) * (HKV * G) + kh * G + rows % G)

@@ -1,24 +1,25 @@
 """Two revisions of treebench's Triton kernel side by side, timed by the harness's own timer.
 
     git show REV:kernels/tree_attention.py > BASE/tree_attention.py   # ... every kernels/*.py
-    python3 scripts/ab_kernel.py --base BASE [--out DIR] [--rounds 3]
+    python3 scripts/ab_kernel.py --base BASE [--variant NAME=DIR ...] [--out DIR] [--rounds 3]
 
 BASE holds the `kernels/*.py` files of the base revision. They are loaded as a
 second package (`kernels_base`) next to the working tree's `kernels`, so both
-run in one process on the same inputs. For each cell (Hq 32, Hkv 8, D 128,
+run in one process on the same inputs; each --variant folder (the same files)
+is loaded alike (`kernels_NAME`) and timed as a third, fourth, ... side. For each cell (Hq 32, Hkv 8, D 128,
 bf16; by default the issue's four speed targets and three neighbours, each at
 P 128 and P 16; `--cells` takes others: "B:L:tree", cells separated by commas,
 a new cell starting at each "B:L:", so trees with commas work too) the
-two `TreeAttention` callables are timed in alternation, `--rounds` times each
-(base first in even rounds, new first in odd ones, so neither always runs second),
+`TreeAttention` callables are timed in turn, `--rounds` times each (base, variants,
+new in even rounds, the reverse in odd ones, so no side always runs last),
 with `harness.timing.time_callable` (CUDA graph, L2 flushed: the timer of
 `treebench run`). Each round's median is kept; a side's time is the median of
-its rounds, and the ratio is new / base measured in the same run. Both outputs
+its rounds, and each side's ratio is side / base measured in the same run. Both outputs
 are checked against the float64 reference first.
 
 Writes DIR/ab.csv (one row per cell and side, flushed as it goes, so a run cut
 short keeps what it measured) and prints a table. Exit 2 on bad input (no GPU,
-BASE without the kernel files, a cell or page size the harness refuses), one
+BASE or a variant without the kernel files, a variant name that is not an identifier or repeats, a cell or page size the harness refuses), one
 line, nothing written.
 """
 
@@ -55,25 +56,27 @@ KERNEL_FILES = ("__init__.py", "launch.py", "tree_attention.py", "tree_attention
 OPTIONAL_FILES = ("tree_attention_tl.py", "tree_attention_ws.py")   # revisions from session 6 on
 
 
-def load_base(base: Path):
-    """The base revision's `kernels` package, imported as `kernels_base` (its absolute
-    `kernels.` imports rewritten) from a temporary copy."""
+def load_base(base: Path, name: str = "base"):
+    """A revision's `kernels` package from folder `base`, imported as `kernels_<name>` (its
+    absolute `kernels.` imports rewritten) from a temporary copy."""
     tmp = tempfile.mkdtemp(prefix="ab-kernel-")
     atexit.register(shutil.rmtree, tmp, ignore_errors=True)
-    pkg = Path(tmp) / "kernels_base"
+    pkg = Path(tmp) / f"kernels_{name}"
     pkg.mkdir()
-    for name in KERNEL_FILES + tuple(n for n in OPTIONAL_FILES if (base / n).is_file()):
-        text = (base / name).read_text().replace("from kernels.", "from kernels_base.").replace(
-            "import kernels.", "import kernels_base.")
-        (pkg / name).write_text(text)
+    for file in KERNEL_FILES + tuple(n for n in OPTIONAL_FILES if (base / n).is_file()):
+        text = (base / file).read_text().replace("from kernels.", f"from {pkg.name}.").replace(
+            "import kernels.", f"import {pkg.name}.")
+        (pkg / file).write_text(text)
     sys.path.insert(0, str(pkg.parent))
-    return importlib.import_module("kernels_base.tree_attention")
+    return importlib.import_module(f"{pkg.name}.tree_attention")
 
 
 def parse_args(argv: list[str] | None = None):
     """The command line -> (args, pages, cells); exits 2 with one line on bad input."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base", required=True, help="folder with the base revision's kernels/*.py")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=DIR",
+                    help="another revision's kernels/*.py in DIR, timed as side NAME (repeatable)")
     ap.add_argument("--out", default=os.environ.get("OUT", "results/kernel-dev"))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--pages", default="128,16", help="page sizes, comma-separated")
@@ -83,6 +86,7 @@ def parse_args(argv: list[str] | None = None):
     missing = [n for n in KERNEL_FILES if not (Path(args.base) / n).is_file()]
     if missing:
         refuse(f"--base {args.base} lacks {', '.join(missing)} (the base revision's kernels/*.py)")
+    args.variants = parse_variants(args.variant)
     if args.rounds < 1:
         refuse(f"--rounds {args.rounds}: must be >= 1")
     try:
@@ -105,6 +109,23 @@ def refuse(message: str) -> NoReturn:
     sys.exit(2)
 
 
+def parse_variants(specs: list[str]) -> dict[str, Path]:
+    """--variant NAME=DIR specs -> {NAME: DIR}; exits 2 on a bad name, a repeated or
+    reserved one (base, new), or a folder without the kernel files."""
+    variants = {}
+    for spec in specs:
+        name, sep, folder = spec.partition("=")
+        if not sep or not name.isidentifier():
+            refuse(f"--variant {spec!r}: NAME=DIR with NAME an identifier, e.g. v1=ab/v1")
+        if name in variants or name in ("base", "new"):
+            refuse(f"--variant {spec!r}: the side name {name!r} is taken")
+        missing = [n for n in KERNEL_FILES if not (Path(folder) / n).is_file()]
+        if missing:
+            refuse(f"--variant {spec!r}: {folder} lacks {', '.join(missing)}")
+        variants[name] = Path(folder)
+    return variants
+
+
 def parse_cells(text: str) -> list[tuple[int, int, str]]:
     """'B:L:tree' cells separated by commas (a new cell starts at each "B:L:", so
     trees with commas work) -> [(B, L, tree)]; exits 2 on a cell of another form."""
@@ -119,7 +140,7 @@ def parse_cells(text: str) -> list[tuple[int, int, str]]:
 
 def time_sides(fns: dict, rounds: int) -> dict[str, list[float]]:
     """Each side's per-round median (us) with the harness's timer; the order of the
-    sides alternates from round to round, so neither always runs second."""
+    sides reverses from round to round, so no side always runs last."""
     medians = {s: [] for s in fns}
     for r in range(rounds):
         for side in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
@@ -129,7 +150,7 @@ def time_sides(fns: dict, rounds: int) -> dict[str, list[float]]:
 
 
 def measure_cell(sides: dict, b: int, l: int, tree: str, p: int, rounds: int) -> list[dict]:
-    """One cell: both sides checked against the float64 reference, then timed -> 2 rows."""
+    """One cell: every side checked against the float64 reference, then timed -> a row per side."""
     case = Case(batch_size=b, context_len=l, tree=tree, page_size=p, **HEADS)
     inp = build_inputs(case, "cuda")
     ref = reference_attention(inp)
@@ -139,34 +160,37 @@ def measure_cell(sides: dict, b: int, l: int, tree: str, p: int, rounds: int) ->
         passed[side] = compare(ta().clone(), ref, inp.qo_indptr, case.dtype).passed
         fns[side] = ta
     medians = time_sides(fns, rounds)
-    ratio = round(statistics.median(medians["new"]) / statistics.median(medians["base"]), 4)
+    base = statistics.median(medians["base"])
     return [dict(tree=tree, B=b, L=l, P=p, side=side, passed=passed[side],
                  median_us=round(statistics.median(medians[side]), 2),
-                 rounds_us=" ".join(f"{x:.2f}" for x in medians[side]), ratio_new_base=ratio) for side in sides]
+                 rounds_us=" ".join(f"{x:.2f}" for x in medians[side]),
+                 ratio_vs_base=round(statistics.median(medians[side]) / base, 4)) for side in sides]
 
 
 def main() -> int:
     args, pages, cells = parse_args()
     if not torch.cuda.is_available():
         refuse("no CUDA GPU (both revisions are timed on one)")
-    sides = {"base": load_base(Path(args.base)).TreeAttention,
-             "new": importlib.import_module("kernels.tree_attention").TreeAttention}
+    sides = {"base": load_base(Path(args.base)).TreeAttention}
+    for name, folder in args.variants.items():
+        sides[name] = load_base(folder, name).TreeAttention
+    sides["new"] = importlib.import_module("kernels.tree_attention").TreeAttention
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
-    fields = ["tree", "B", "L", "P", "side", "passed", "median_us", "rounds_us", "ratio_new_base"]
+    fields = ["tree", "B", "L", "P", "side", "passed", "median_us", "rounds_us", "ratio_vs_base"]
     with (out / "ab.csv").open("w", newline="") as csv_file:
         writer = csv.DictWriter(csv_file, fieldnames=fields)
         writer.writeheader()
         for b, l, tree in cells:
             for p in pages:
-                pair = measure_cell(sides, b, l, tree, p, args.rounds)
-                rows += pair
-                writer.writerows(pair)
+                cell_rows = measure_cell(sides, b, l, tree, p, args.rounds)
+                rows += cell_rows
+                writer.writerows(cell_rows)
                 csv_file.flush()
-                print(f"{tree:>20} B{b:<3} L{l:<5} P{p:<4} base {pair[0]['median_us']:8.2f}  "
-                      f"new {pair[1]['median_us']:8.2f}  new/base {pair[1]['ratio_new_base']:.4f}  "
-                      f"passed {dict((r['side'], r['passed']) for r in pair)}", flush=True)
+                print(f"{tree:>20} B{b:<3} L{l:<5} P{p:<4} " + "  ".join(
+                    f"{r['side']} {r['median_us']:8.2f} ({r['ratio_vs_base']:.4f}{'' if r['passed'] else ' FAIL'})"
+                    for r in cell_rows), flush=True)
     return 0 if all(r["passed"] for r in rows) else 1
 
 

@@ -27,10 +27,10 @@
 #      run): bench_kernel.py's tiles phase (32-token tiles, the pipelined 3-warpgroup build;
 #      checked, then timed against the table's configs on the target cells) and the
 #      kernel's gpu tests (~5 min)
-#   P: scripts/ab_kernel.py, this tree against a copy of its kernels changed by a sed script
-#      (BASE_SED; default: KernelConfig.ws_pipe_for's rule made BASE_PIPE, itself by default the
-#      session-7 rule, 3 warpgroups never pipelined), on the cells that take WS3 and a WS2
-#      control, or CELLS; ROUNDS rounds (~1-3 min)
+#   P: scripts/ab_kernel.py, this tree against BASE_DIR's kernels or a copy of its own changed by a
+#      sed script (BASE_SED; default: KernelConfig.ws_pipe_for's rule made BASE_PIPE, itself by
+#      default the session-7 rule, 3 warpgroups never pipelined), plus VARIANTS, on the cells that
+#      take WS3 and a WS2 control, or CELLS; ROUNDS rounds; WSCHECK=1 checks this tree first (~1-5 min)
 #   M: Nsight Compute on full:3:3 at B 64 (the 3-warpgroup kernel, the default plan) with the
 #      bitmask, causal and the shared bias: where the bitmask's 6-9% goes (session 8) (~3 min)
 #   (D again measures the merge kernel's rows-per-program variants: heuristic-rows2/4)
@@ -179,17 +179,30 @@ case $stage in
       rm -f "$R/prof-$m.ncu-rep"
     done
     ;;
-  P)  # A/B with the harness's timer: base = these kernels with a sed script applied to their
-      # tree_attention_plan.py: BASE_SED, else ws_pipe_for's rule made `return $BASE_PIPE`
-      # (default `self.ws < 3`, the session-7 rule: 3 warpgroups never pipelined; `False`: never)
-    mkdir -p "$R/base" && cp kernels/*.py "$R/base/"
-    sed -i "${BASE_SED:-/def ws_pipe_for/,/return / s/return self.ws < 3 or .*/return ${BASE_PIPE:-self.ws < 3}/}" \
-      "$R/base/tree_attention_plan.py"
-    if diff kernels/tree_attention_plan.py "$R/base/tree_attention_plan.py" > "$R/base-patch.txt"; then
-      echo "ab: the base patch changed nothing (BASE_SED / BASE_PIPE)" >> "$R/exit-codes.txt"
+  P)  # A/B with the harness's timer: base = BASE_DIR's kernels/*.py if given, else these kernels with
+      # a sed script applied to their tree_attention_plan.py: BASE_SED, else ws_pipe_for's rule made
+      # `return $BASE_PIPE` (default `self.ws < 3`, the session-7 rule: 3 warpgroups never pipelined;
+      # `False`: never); VARIANTS="name=dir ..." more sides; WSCHECK=1 first checks this tree's
+      # warp-specialised kernel (bench_kernel.py's wscheck phase)
+    if [ -n "${WSCHECK:-}" ]; then
+      timeout "$(left 200)" python3 scripts/bench_kernel.py --phases env,wscheck --budget-s 80 --out "$R/wscheck" \
+        > "$R/wscheck.log" 2>&1
+      echo "bench wscheck exit $?" >> "$R/exit-codes.txt"
+    fi
+    VARGS=(); for v in ${VARIANTS:-}; do VARGS+=(--variant "$v"); done
+    if [ -n "${BASE_DIR:-}" ]; then
+      BASE=$BASE_DIR; echo "base: $BASE_DIR" > "$R/base-patch.txt"
     else
-      timeout "$(left 5)" python3 scripts/ab_kernel.py --base "$R/base" --out "$R" --rounds ${ROUNDS:-5} --pages 128 \
-        --cells "${CELLS:-64:2048:full:3:3,16:2048:full:3:3,64:1024:full:3:3,16:1024:full:3:3,64:2048:vllm:pr_27}" \
+      BASE=$R/base; mkdir -p "$BASE" && cp kernels/*.py "$BASE/"
+      sed -i "${BASE_SED:-/def ws_pipe_for/,/return / s/return self.ws < 3 or .*/return ${BASE_PIPE:-self.ws < 3}/}" \
+        "$BASE/tree_attention_plan.py"
+      if diff kernels/tree_attention_plan.py "$BASE/tree_attention_plan.py" > "$R/base-patch.txt"; then
+        echo "ab: the base patch changed nothing (BASE_SED / BASE_PIPE)" >> "$R/exit-codes.txt"; BASE=
+      fi
+    fi
+    if [ -n "$BASE" ]; then
+      timeout "$(left 5)" python3 scripts/ab_kernel.py --base "$BASE" "${VARGS[@]}" --out "$R" --rounds ${ROUNDS:-5} \
+        --pages 128 --cells "${CELLS:-64:2048:full:3:3,16:2048:full:3:3,64:1024:full:3:3,16:1024:full:3:3,64:2048:vllm:pr_27}" \
         > "$R/ab.txt" 2>&1
       echo "ab exit $?" >> "$R/exit-codes.txt"
     fi

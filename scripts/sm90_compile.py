@@ -18,7 +18,7 @@ with 3.6 and 3.9, whose figures differ (docs/kernel.md says which it quotes).
 With --ws it builds the warp-specialised Gluon kernel instead (the table's WS2 and
 WS3 configs, or --config's; --pipe forces the intra-warpgroup pipelining on or off)
 and prints whether it pipelines, its registers, spills, shared memory, warps, and
-wgmma / TMA / setmaxnreg instruction counts; it exits without Python's teardown,
+wgmma / TMA / setmaxnreg / cp.async (LDGSTS) instruction counts; it exits without Python's teardown,
 where Triton 3.9's Gluon reports leaked nanobind objects.
 
 Exit 2 with one line on bad input (a --config KernelConfig refuses, --ws with a
@@ -111,7 +111,8 @@ def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool | None = None) 
     Returns:
         dict of pipe (bool, as built), regs (the launch's per-thread count, before the
         partitions' setmaxnreg), spill_loads, spill_stores, shared_bytes, num_warps, hgmma,
-        utmaldg and setmaxnreg (counts of those SASS instructions), and tile_loops
+        utmaldg, setmaxnreg and ldgsts (counts of those SASS instructions; LDGSTS: the
+        consumers' cp.async of the next item's Q rows), and tile_loops
         (`mma_loops`: instructions, HGMMAs and spills of each innermost wgmma loop).
 
     Raises:
@@ -145,7 +146,8 @@ def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool | None = None) 
     usage, sass = cubin_usage(ck.asm["cubin"])
     return dict(pipe=pipe, **usage, shared_bytes=int(ck.metadata.shared), num_warps=int(ck.metadata.num_warps),
                 hgmma=sass.count("HGMMA"), utmaldg=len(re.findall(r"UTMALDG", sass)),
-                setmaxnreg=len(re.findall(r"SETMAXREG", sass)), tile_loops=mma_loops(sass))
+                setmaxnreg=len(re.findall(r"SETMAXREG", sass)), ldgsts=len(re.findall(r"LDGSTS", sass)),
+                tile_loops=mma_loops(sass))
 
 
 def mma_loops(sass: str) -> list[tuple[int, int, int]]:

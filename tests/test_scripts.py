@@ -116,6 +116,11 @@ def _base_copy(tmp_path: Path) -> Path:
     (["--base", "{base}", "--cells", "1:16:nosuch"], "tree 'nosuch'"),
     (["--base", "{base}", "--rounds", "0"], "--rounds 0"),
     (["--base", "{base}", "--pages", "16,abc"], "--pages '16,abc'"),
+    (["--base", "{base}", "--variant", "v1"], "--variant 'v1': NAME=DIR"),
+    (["--base", "{base}", "--variant", "1x={base}"], "--variant '1x="),
+    (["--base", "{base}", "--variant", "new={base}"], "the side name 'new' is taken"),
+    (["--base", "{base}", "--variant", "a={base}", "--variant", "a={base}"], "the side name 'a' is taken"),
+    (["--base", "{base}", "--variant", "a={missing}"], "lacks __init__.py"),
 ])
 def test_ab_kernel_refuses_bad_input_before_writing(tmp_path, args, needle):
     base = _base_copy(tmp_path)
@@ -156,6 +161,9 @@ def test_ab_kernel_alternates_which_side_runs_first(monkeypatch):
     medians = ab_kernel.time_sides({"base": "base", "new": "new"}, rounds=3)
     assert calls == ["base", "new", "new", "base", "base", "new"]
     assert medians == {"base": [10.0] * 3, "new": [20.0] * 3}
+    calls.clear()
+    ab_kernel.time_sides({"base": "base", "v1": "v1", "new": "new"}, rounds=2)
+    assert calls == ["base", "v1", "new", "new", "v1", "base"]
     assert ab_kernel.parse_cells("1:2048:levels:4,2,1,16:1024:full:3:2") == [(1, 2048, "levels:4,2,1"),
                                                                               (16, 1024, "full:3:2")]
 
@@ -193,7 +201,7 @@ def test_sm90_compile_shows_the_look_ahead_keeps_gathered_tiles_in_flight():
 def test_sm90_compile_builds_the_warp_specialised_kernel(config, pipe, warps):
     """The Gluon kernel compiles for sm_90 with this machine's Triton (a subprocess: no
     GPU needed): 12 warps (2 consumer warpgroups and the producer's) or 16 (3), wgmma,
-    TMA loads and setmaxnreg in the SASS, and shared memory within one CTA's and within
+    TMA loads, setmaxnreg and the Q rows' cp.async in the SASS, and shared memory within one CTA's and within
     KernelConfig.ws_shared_bytes's estimate, which plans its occupancy; --pipe on builds
     the pipelined 3-warpgroup kernel on 32-token tiles (auto: the config's choice)."""
     pytest.importorskip("triton")
@@ -206,6 +214,8 @@ def test_sm90_compile_builds_the_warp_specialised_kernel(config, pipe, warps):
     got = ast.literal_eval(r.stdout.strip().splitlines()[-1].split(": ", 1)[1])
     assert got["pipe"] is (cfg.ws_pipe_for(33) if pipe == "auto" else pipe == "on"), got   # 33 tiles: L 2048
     assert got["num_warps"] == warps and got["hgmma"] > 0 and got["utmaldg"] > 0 and got["setmaxnreg"] > 0, got
+    # each consumer copies its next item's Q rows with cp.async (16-byte LDGSTS, 8 per thread at D 128)
+    assert got["ldgsts"] >= 8 * (warps // 4 - 1), got
     # each consumer warpgroup's tile loops issue wgmma: at least one innermost wgmma loop per consumer
     assert len(got["tile_loops"]) >= warps // 4 - 1 and all(n > h > 0 <= sp for n, h, sp in got["tile_loops"]), got
     assert got["shared_bytes"] <= cfg.ws_shared_bytes(128) <= SMEM_PER_SM, got
