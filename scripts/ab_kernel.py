@@ -83,9 +83,9 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--cells", help="B:L:tree cells, comma-separated (default: the issue's targets and "
                                     "neighbours), e.g. 1:2048:vllm:pr_27,16:1024:full:3:2")
     args = ap.parse_args(argv)
-    missing = [n for n in KERNEL_FILES if not (Path(args.base) / n).is_file()]
+    missing = missing_kernel_files(Path(args.base))
     if missing:
-        refuse(f"--base {args.base} lacks {', '.join(missing)} (the base revision's kernels/*.py)")
+        refuse(f"--base {args.base} lacks {missing} (the base revision's kernels/*.py)")
     args.variants = parse_variants(args.variant)
     if args.rounds < 1:
         refuse(f"--rounds {args.rounds}: must be >= 1")
@@ -101,6 +101,11 @@ def parse_args(argv: list[str] | None = None):
             except Exception as e:   # ConfigError or a tree parser's error: one line, exit 2
                 refuse(f"cell {b}:{l}:{tree} at P {p}: {e}")
     return args, pages, cells
+
+
+def missing_kernel_files(folder: Path) -> str:
+    """The KERNEL_FILES that `folder` lacks, comma-separated ('' when none)."""
+    return ", ".join(n for n in KERNEL_FILES if not (folder / n).is_file())
 
 
 def refuse(message: str) -> NoReturn:
@@ -119,9 +124,9 @@ def parse_variants(specs: list[str]) -> dict[str, Path]:
             refuse(f"--variant {spec!r}: NAME=DIR with NAME an identifier, e.g. v1=ab/v1")
         if name in variants or name in ("base", "new"):
             refuse(f"--variant {spec!r}: the side name {name!r} is taken")
-        missing = [n for n in KERNEL_FILES if not (Path(folder) / n).is_file()]
+        missing = missing_kernel_files(Path(folder))
         if missing:
-            refuse(f"--variant {spec!r}: {folder} lacks {', '.join(missing)}")
+            refuse(f"--variant {spec!r}: {folder} lacks {missing}")
         variants[name] = Path(folder)
     return variants
 
