@@ -299,3 +299,23 @@ def test_gpu_session_refuses_an_unknown_stage_and_a_machine_without_a_gpu():
     r = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_session.sh"), "V"], capture_output=True, text=True,
                        cwd=ROOT, timeout=60)
     assert r.returncode == 2 and "no NVIDIA GPU here" in r.stderr, r.stderr
+
+
+def test_ncu_sass_segments_groups_by_execution_count(tmp_path):
+    """Consecutive instructions executed equally often form one segment; a file that is
+    not an ncu SASS export is one line, exit 2."""
+    hdr = ["Address", "Source", "Warp Stall Sampling (All Samples)", "Instructions Executed", "stall_wait",
+           "stall_long_sb", "stall_wait (Not Issued)"]
+    rows = [["0x0", "LDG", "50", "8", "0", "50", "0"], ["0x10", "STS", "30", "8", "0", "30", "0"],
+            ["0x20", "HGMMA", "100", "264", "100", "0", "0"]]
+    export = tmp_path / "sass.csv"
+    export.write_text("\n".join(",".join(f'"{c}"' for c in r) for r in [["Kernel Name", "k"], hdr, *rows]) + "\n")
+    r = _script("ncu_sass_segments.py", str(export), "--min", "1")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert "3 instructions, 180 samples" in lines[0] and len(lines) == 3
+    assert "[0,2) executed      8 n    2 samples    80" in lines[1] and "'long_sb': 80" in lines[1]
+    assert "[2,3) executed    264 n    1 samples   100" in lines[2]
+    (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
+    bad = _script("ncu_sass_segments.py", str(tmp_path / "bad.csv"))
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "not an ncu" in bad.stderr
