@@ -25,7 +25,13 @@ independently, overlap one's softmax with another's MMAs. Per work item, each
 consumer also copies the next item's Q rows into its Q buffer with cp.async
 as soon as its last MMA has read the buffer, and loads the next request's
 (L_b, qo_b, T_b) one item ahead, so an item starts without a global-load wait
-(session 9, run 13: 4% faster on full:3:3 at B 64, and fewer spills).
+(session 9, run 13: 4% faster on full:3:3 at B 64, and fewer spills). The softmax
+rescales lazily (FlashAttention-4's conditional rescaling): on an unmasked tile the
+running max moves only when the tile's row max passes it by more than 2^8, so most
+tiles leave alpha at 1 and `_rescale` skips the accumulator's multiply warp by warp;
+padding rows (past T_b * G) start at a huge max, so their P is 0 and P V multiplies
+zeros (session 10, run 15: 4.5% faster on full:3:3 at B 64 with the L2 flushed,
+7.6% back to back, where the H200 runs at its power cap).
 
 Rows pack the G query heads of the KV head with the request's tree nodes,
 node-major (row r = node * G + g), as in the tl kernel. Tiles wholly inside
@@ -264,7 +270,9 @@ def _softmax_tile(s, m_i, l_i, qk_scale, allowed, bias, MASK_MODE: gl.constexpr,
     """Online softmax of one (64, BLOCK_N) fp32 score tile s (raw Q K^T): returns (p fp32
     in s's layout, alpha, m_new, l_new), all in log2 units (exp2). MASKED: the tile
     overlaps [L, S), so `allowed` (bool, s's shape) applies, plus `bias` (log2 units) with
-    the shared bias (MASK_MODE 1), and a row may see nothing yet; else both are unused."""
+    the shared bias (MASK_MODE 1), and a row may see nothing yet; the running max is exact
+    there. Unmasked tiles rescale lazily (p up to 2^RESCALE_THRESHOLD; the output divides
+    by l in the same units, so the result is the same softmax)."""
     if MASKED:
         if MASK_MODE == 1:
             s = gl.where(allowed, s * qk_scale + bias, float("-inf"))
@@ -275,11 +283,51 @@ def _softmax_tile(s, m_i, l_i, qk_scale, allowed, bias, MASK_MODE: gl.constexpr,
         alpha = gl.exp2(m_i - m_safe)
         p = gl.exp2(s - gl.expand_dims(m_safe, 1))
     else:
-        m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
+        # Lazy rescaling: the running max moves only when a tile's row max passes it by more
+        # than RESCALE_THRESHOLD (log2 units), so p <= 2^8 and alpha is exactly 1 on most tiles,
+        # where `_rescale` skips the accumulator's multiply.
+        m_tile = gl.max(s, axis=1) * qk_scale
+        m_new = gl.where(m_tile > m_i + RESCALE_THRESHOLD, m_tile, m_i)
         alpha = gl.exp2(m_i - m_new)
         p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))   # one FFMA per score
     l_new = l_i * alpha + gl.sum(p, axis=1)
     return p, alpha, m_new, l_new
+
+
+RESCALE_THRESHOLD = gl.constexpr(8.0)   # log2 units: an unmasked tile's p stays <= 256
+
+
+@gluon.constexpr_function
+def _rescale_asm(n):
+    """PTX of `_rescale` for n accumulator values per thread: four alpha tests (a thread's
+    first four values cover both of its rows), a warp vote, and n multiplies skipped by a
+    warp whose alphas are all 1. Operands: $0..$n-1 out (tied to the acc inputs), then n
+    alphas from $2n."""
+    tests = "".join(f"setp.neu.f32 p{k}, ${2 * n + k}, 0f3F800000; " for k in range(4))
+    body = "".join(f"mul.f32 ${i}, ${i}, ${2 * n + i}; " for i in range(n))
+    return ("{ .reg .pred p<4>; " + tests + "or.pred p0, p0, p1; or.pred p2, p2, p3; or.pred p0, p0, p2; "
+            "vote.sync.any.pred p0, p0, 0xffffffff; @!p0 bra.uni SKIP; " + body + "SKIP: }")
+
+
+@gluon.constexpr_function
+def _rescale_constraints(n):
+    """Constraints of `_rescale_asm(n)`: n outputs, the n acc inputs tied to them, n alphas."""
+    return ",".join(["=r"] * n + [str(i) for i in range(n)] + ["r"] * n)
+
+
+@gluon.jit
+def _rescale(acc, alpha_o, D: gl.constexpr):
+    """acc * alpha per row for a (64, D) fp32 wgmma accumulator (alpha_o in SliceLayout(1, its
+    layout)), the multiply skipped by each warp whose 16 rows all have alpha 1 (with lazy
+    rescaling, most tiles: FlashAttention-4's conditional rescaling, as described in Modal's
+    "We reverse-engineered Flash Attention 4", 2025). One inline-asm block over a thread's
+    D / 2 values, in the accumulator's register order: values 4k, 4k + 1 of row r and
+    4k + 2, 4k + 3 of row r + 8 (the wgmma m64nNk16 layout), so the first four alphas are
+    both rows' (the sm_90 SASS multiplies registers 0-1 mod 4 by one alpha and 2-3 by the
+    other)."""
+    a = gl.expand_dims(alpha_o, 1) + gl.zeros_like(acc)
+    return gl.inline_asm_elementwise(_rescale_asm(D // 2), _rescale_constraints(D // 2), [acc, a], gl.float32,
+                                     True, D // 2)
 
 
 @gluon.jit
@@ -326,7 +374,7 @@ def _tile_step(q_wg, k_bufs, v_bufs, k_ready, v_ready, kv_empty, pos, t, s0, acc
         p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, allowed, bias, MASK_MODE, True)
     else:
         p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, 0, 0.0, MASK_MODE, False)
-    acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+    acc = _rescale(acc, gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), acc.shape[1])
     pa = gl.convert_layout(p.to(k_bufs.dtype), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
     mbarrier.wait(v_ready.index(st), ph)
     acc = warpgroup_mma(pa, v_bufs.index(st), acc, is_async=True)
@@ -377,7 +425,11 @@ def _ws_consumer(prm, ptrs, smem, WG: gl.constexpr, HKV: gl.constexpr, G: gl.con
         row_ok = rows < T * G
         row_tok = qo + node
         mctx = (MASK, BIAS, row_tok, node, row_ok, L, T, stride_mw, stride_bias)
-        m_i = gl.full([64], float("-inf"), gl.float32, layout=row_s)
+        # A padding row (past T * G) starts with a huge running max, so its p is exp2(-1e30) = 0 on
+        # every tile (alpha 1, l 0; it is not stored): P V then multiplies zero rows, which draws
+        # less power than the rows of ones that zero Q rows would give (the GPU runs at its power
+        # cap on full:3:3, where 32 of the 192 rows pad: session 10).
+        m_i = gl.where(row_ok, float("-inf"), 1.0e30)
         l_i = gl.zeros([64], gl.float32, layout=row_s)
         acc = gl.zeros([64, D], gl.float32, layout=o_layout)
         words = (gl.zeros([64], gl.int32, layout=row_s), gl.zeros([64], gl.int32, layout=row_s))   # `_mask_words`
@@ -408,7 +460,7 @@ def _ws_consumer(prm, ptrs, smem, WG: gl.constexpr, HKV: gl.constexpr, G: gl.con
                 p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, 0, 0.0, MASK_MODE, False)
                 acc, p_prev = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, p_prev))
                 mbarrier.arrive(kv_empty.index(sp), count=1)
-                acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
+                acc = _rescale(acc, gl.convert_layout(alpha, row_o), D)
                 p_prev = gl.convert_layout(p.to(dtype), p_layout)
             # the first masked tile's bitmask words, loaded before the last context tile's P V
             words = _next_words(t_lo + nc, words, mctx, BLOCK_N, MASK_MODE)
