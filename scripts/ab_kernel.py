@@ -13,7 +13,7 @@ a new cell starting at each "B:L:", so trees with commas work too) the
 `TreeAttention` callables are timed in turn, `--rounds` times each (base, variants,
 new in even rounds, the reverse in odd ones, so no side always runs last),
 with `harness.timing.time_callable` (CUDA graph, L2 flushed: the timer of
-`treebench run`). Each round's median is kept; a side's time is the median of
+`treebench run`; `--timer loop`: back to back with a warm L2, as do_bench_cudagraph). Each round's median is kept; a side's time is the median of
 its rounds, and each side's ratio is side / base measured in the same run. Both outputs
 are checked against the float64 reference first.
 
@@ -52,6 +52,7 @@ from harness.timing import time_callable  # noqa: E402
 HEADS = dict(num_q_heads=32, num_kv_heads=8, head_dim=128)
 CELLS = [(64, 2048, "vllm:pr_27"), (64, 2048, "full:3:3"), (64, 2048, "full:3:1"), (1, 2048, "vllm:pr_27"),
          (1, 1024, "vllm:pr_27"), (1, 2048, "full:3:3"), (16, 2048, "eagle:mc_sim_7b_63")]
+TIMERS = {"flushed": ("cuda_graph", True), "loop": ("cuda_graph_loop", False)}   # --timer: (mode, flush_l2)
 KERNEL_FILES = ("__init__.py", "launch.py", "tree_attention.py", "tree_attention_plan.py", "tree_attention_reduce.py")
 OPTIONAL_FILES = ("tree_attention_tl.py", "tree_attention_ws.py")   # revisions from session 6 on
 
@@ -79,6 +80,9 @@ def parse_args(argv: list[str] | None = None):
                     help="another revision's kernels/*.py in DIR, timed as side NAME (repeatable)")
     ap.add_argument("--out", default=os.environ.get("OUT", "results/kernel-dev"))
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--timer", choices=sorted(TIMERS), default="flushed",
+                    help="flushed: the CUDA-graph timer with the L2 flushed (treebench run's default); loop: "
+                         "back to back with a warm L2 (cuda_graph_loop, do_bench_cudagraph's method)")
     ap.add_argument("--pages", default="128,16", help="page sizes, comma-separated")
     ap.add_argument("--cells", help="B:L:tree cells, comma-separated (default: the issue's targets and "
                                     "neighbours), e.g. 1:2048:vllm:pr_27,16:1024:full:3:2")
@@ -143,18 +147,19 @@ def parse_cells(text: str) -> list[tuple[int, int, str]]:
     return cells
 
 
-def time_sides(fns: dict, rounds: int) -> dict[str, list[float]]:
-    """Each side's per-round median (us) with the harness's timer; the order of the
-    sides reverses from round to round, so no side always runs last."""
+def time_sides(fns: dict, rounds: int, timer: str = "flushed") -> dict[str, list[float]]:
+    """Each side's per-round median (us) with the harness's timer (`TIMERS[timer]`); the
+    order of the sides reverses from round to round, so no side always runs last."""
+    mode, flush = TIMERS[timer]
     medians = {s: [] for s in fns}
     for r in range(rounds):
         for side in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
-            t = time_callable(fns[side], device="cuda", mode="cuda_graph", flush_l2=True)
+            t = time_callable(fns[side], device="cuda", mode=mode, flush_l2=flush)
             medians[side].append(summarize(t.samples_us).median_us)
     return medians
 
 
-def measure_cell(sides: dict, b: int, l: int, tree: str, p: int, rounds: int) -> list[dict]:
+def measure_cell(sides: dict, b: int, l: int, tree: str, p: int, rounds: int, timer: str = "flushed") -> list[dict]:
     """One cell: every side checked against the float64 reference, then timed -> a row per side."""
     case = Case(batch_size=b, context_len=l, tree=tree, page_size=p, **HEADS)
     inp = build_inputs(case, "cuda")
@@ -164,7 +169,7 @@ def measure_cell(sides: dict, b: int, l: int, tree: str, p: int, rounds: int) ->
         ta = cls(inp, "tree")
         passed[side] = compare(ta().clone(), ref, inp.qo_indptr, case.dtype).passed
         fns[side] = ta
-    medians = time_sides(fns, rounds)
+    medians = time_sides(fns, rounds, timer)
     base = statistics.median(medians["base"])
     return [dict(tree=tree, B=b, L=l, P=p, side=side, passed=passed[side],
                  median_us=round(statistics.median(medians[side]), 2),
@@ -189,7 +194,7 @@ def main() -> int:
         writer.writeheader()
         for b, l, tree in cells:
             for p in pages:
-                cell_rows = measure_cell(sides, b, l, tree, p, args.rounds)
+                cell_rows = measure_cell(sides, b, l, tree, p, args.rounds, args.timer)
                 rows += cell_rows
                 writer.writerows(cell_rows)
                 csv_file.flush()

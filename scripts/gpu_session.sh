@@ -33,11 +33,13 @@
 #      take WS3 and a WS2 control, or CELLS; ROUNDS rounds; WSCHECK=1 checks this tree first (~1-5 min)
 #   M: Nsight Compute on full:3:3 at B 64 (the 3-warpgroup kernel, the default plan) with the
 #      bitmask, causal and the shared bias: where the bitmask's 6-9% goes (session 8) (~3 min)
+#   Q: SM clock, power and throttle reasons (scripts/clock_probe.py) while full:3:3 at B 64 is timed
+#      flushed, warm and back to back, triton_tree then triton_causal (~2 min)
 #   (D again measures the merge kernel's rows-per-program variants: heuristic-rows2/4)
 set -uo pipefail
 stage=${1:-}
-case $stage in A|B|C|D|E|F|K|L|M|P|T|V|W|X) ;;
-  *) echo "gpu_session.sh: unknown stage '$stage': use A, B, C, D, E, F, K, L, M, P, T, V, W or X" >&2; exit 2 ;;
+case $stage in A|B|C|D|E|F|K|L|M|P|Q|T|V|W|X) ;;
+  *) echo "gpu_session.sh: unknown stage '$stage': use A, B, C, D, E, F, K, L, M, P, Q, T, V, W or X" >&2; exit 2 ;;
 esac
 if ! nvidia-smi -L > /dev/null 2>&1; then
   echo "gpu_session.sh: no NVIDIA GPU here (nvidia-smi fails): run it on the device machine" >&2; exit 2
@@ -182,7 +184,8 @@ case $stage in
   P)  # A/B with the harness's timer: base = BASE_DIR's kernels/*.py if given, else these kernels with
       # a sed script applied to their tree_attention_plan.py: BASE_SED, else ws_pipe_for's rule made
       # `return $BASE_PIPE` (default `self.ws < 3`, the session-7 rule: 3 warpgroups never pipelined;
-      # `False`: never); VARIANTS="name=dir ..." more sides; WSCHECK=1 first checks this tree's
+      # `False`: never); VARIANTS="name=dir ..." more sides; AB_TIMER=loop times back to back (into
+      # $R/loop/); WSCHECK=1 first checks this tree's
       # warp-specialised kernel (bench_kernel.py's wscheck phase)
     if [ -n "${WSCHECK:-}" ]; then
       timeout "$(left 200)" python3 scripts/bench_kernel.py --phases env,wscheck --budget-s 80 --out "$R/wscheck" \
@@ -201,12 +204,20 @@ case $stage in
       fi
     fi
     if [ -n "$BASE" ]; then
-      timeout "$(left 5)" python3 scripts/ab_kernel.py --base "$BASE" "${VARGS[@]}" --out "$R" --rounds ${ROUNDS:-5} \
+      timeout "$(left 5)" python3 scripts/ab_kernel.py --base "$BASE" "${VARGS[@]}" --out "$R${AB_TIMER:+/$AB_TIMER}" \
+        --rounds ${ROUNDS:-5} --timer ${AB_TIMER:-flushed} \
         --pages 128 --cells "${CELLS:-64:2048:full:3:3,16:2048:full:3:3,64:1024:full:3:3,16:1024:full:3:3,64:2048:vllm:pr_27}" \
-        > "$R/ab.txt" 2>&1
+        > "$R/ab${AB_TIMER:+-$AB_TIMER}.txt" 2>&1
       echo "ab exit $?" >> "$R/exit-codes.txt"
     fi
     rm -rf "$R/base"
+    ;;
+  Q)  # the GPU's clocks and power under each timer (session 10: is back to back slower because it clocks down?)
+    for m in tree causal; do
+      timeout "$(left 5)" python3 scripts/clock_probe.py --tree "${TREE:-full:3:3}" --mode $m --out "$R/clocks-$m" \
+        > "$R/clocks-$m.txt" 2>&1
+      echo "clock_probe $m exit $?" >> "$R/exit-codes.txt"
+    done
     ;;
   F)  # the flex finding reproduced in fresh processes, and flex alone on the seed suite
     timeout "$(left 300)" python3 scripts/repro_flex_static.py > "$R/repro.txt" 2>&1

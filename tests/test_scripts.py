@@ -168,6 +168,25 @@ def test_ab_kernel_alternates_which_side_runs_first(monkeypatch):
                                                                               (16, 1024, "full:3:2")]
 
 
+def test_ab_kernel_timer_loop_times_back_to_back_warm(monkeypatch):
+    """--timer loop asks the harness for cuda_graph_loop without a flush; the default, the
+    flushed CUDA-graph timer."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import ab_kernel
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    seen = []
+
+    def fake_timer(fn, **kw):
+        seen.append((kw["mode"], kw["flush_l2"]))
+        return types.SimpleNamespace(samples_us=[1.0])
+    monkeypatch.setattr(ab_kernel, "time_callable", fake_timer)
+    ab_kernel.time_sides({"base": "base", "new": "new"}, rounds=1, timer="loop")
+    ab_kernel.time_sides({"base": "base"}, rounds=1)
+    assert seen == [("cuda_graph_loop", False)] * 2 + [("cuda_graph", True)]
+
+
 def test_bench_kernel_report_refuses_a_missing_csv(tmp_path):
     for args in (["report"], ["report", str(tmp_path / "nothing.csv")]):
         r = _script("bench_kernel.py", *args)
@@ -319,3 +338,29 @@ def test_ncu_sass_segments_groups_by_execution_count(tmp_path):
     (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
     bad = _script("ncu_sass_segments.py", str(tmp_path / "bad.csv"))
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "not an ncu" in bad.stderr
+
+
+def test_clock_probe_parses_smi_lines_and_summarizes():
+    """nvidia-smi's csv lines -> (time, SM MHz, mem MHz, W, C, reasons); headers and [N/A]
+    give None; a timer's summary ORs the throttle reasons and takes the samples' median clock."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import clock_probe
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    s = clock_probe.parse_smi_line("2026/12/01 03:35:12.250, 1845, 3201, 609.52, 58, 0x0000000000000004")
+    assert s is not None and s[1:] == (1845.0, 3201.0, 609.52, 58.0, 4) and abs(s[0] % 1 - 0.25) < 1e-6
+    assert clock_probe.parse_smi_line("timestamp, clocks.current.sm [MHz], x, y, z, w") is None
+    assert clock_probe.parse_smi_line("2026/12/01 03:35:12.250, [N/A], 3201, 609.52, 58, 0x4") is None
+    samples = [(0.0, 1500.0, 0, 600.0, 58.0, 4), (0.1, 1600.0, 0, 700.0, 59.0, 1), (0.2, 1700.0, 0, 650.0, 60.0, 0)]
+    row = clock_probe.summarize("loop", [225.0, 227.0, 221.0], samples)
+    assert row["calls_median_us"] == 225.0 and row["sm_mhz_median"] == 1600.0 and row["sm_mhz_min"] == 1500.0
+    assert row["power_w_max"] == 700.0 and row["throttle_reasons"] == "0x5" and row["smi_samples"] == 3
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusals before any GPU work")
+def test_clock_probe_refuses_bad_input_with_one_line(tmp_path):
+    for args in (["--timers", "bogus"], ["--seconds", "0"], []):
+        r = _script("clock_probe.py", "--out", str(tmp_path / "o"), *args)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "o").exists()
