@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import os
 import subprocess
 import sys
@@ -16,6 +17,15 @@ import torch
 from kernels.tree_attention_plan import parse_kernel_config
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _import_script(name: str) -> types.ModuleType:
+    """scripts/<name>.py imported as a module (scripts/ is not a package)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
 
 
 def _script(name: str, *args: str, interpret: bool = False) -> subprocess.CompletedProcess:
@@ -147,11 +157,7 @@ def test_ab_kernel_cells_take_trees_with_commas(tmp_path):
 
 def test_ab_kernel_alternates_which_side_runs_first(monkeypatch):
     """Base first in even rounds, new first in odd ones; each side keeps its own medians."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import ab_kernel
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    ab_kernel = _import_script("ab_kernel")
     calls = []
 
     def fake_timer(fn, **kw):
@@ -171,11 +177,7 @@ def test_ab_kernel_alternates_which_side_runs_first(monkeypatch):
 def test_ab_kernel_timer_loop_times_back_to_back_warm(monkeypatch):
     """--timer loop asks the harness for cuda_graph_loop without a flush; the default, the
     flushed CUDA-graph timer."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import ab_kernel
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    ab_kernel = _import_script("ab_kernel")
     seen = []
 
     def fake_timer(fn, **kw):
@@ -343,11 +345,7 @@ def test_ncu_sass_segments_groups_by_execution_count(tmp_path):
 def test_clock_probe_parses_smi_lines_and_summarizes():
     """nvidia-smi's csv lines -> (time, SM MHz, mem MHz, W, C, reasons); headers and [N/A]
     give None; a timer's summary ORs the throttle reasons and takes the samples' median clock."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import clock_probe
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    clock_probe = _import_script("clock_probe")
     s = clock_probe.parse_smi_line("2026/12/01 03:35:12.250, 1845, 3201, 609.52, 58, 0x0000000000000004")
     assert s is not None and s[1:] == (1845.0, 3201.0, 609.52, 58.0, 4) and abs(s[0] % 1 - 0.25) < 1e-6
     assert clock_probe.parse_smi_line("timestamp, clocks.current.sm [MHz], x, y, z, w") is None
