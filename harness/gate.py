@@ -326,27 +326,51 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also append the Markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")
 
 
-def _load(paths: Sequence[str], flag: str, backends: set[str] | None) -> tuple[list[dict], dict[str, dict]]:
-    """Rows (filtered to `backends`) and env fingerprints of one side.
+def _backend_filter(text: str | None) -> set[str] | None:
+    """--backends -> the set of names, None when not given.
 
     Raises:
-        ConfigError: a path is missing, or no rows remain.
+        ConfigError: given but names nothing ('' or only commas).
     """
-    rows = read_checked_rows(paths, f"gate {flag}")
+    if text is None:
+        return None
+    names = {b.strip() for b in text.split(",") if b.strip()}
+    if not names:
+        raise ConfigError(f"gate --backends {text!r}: names no backend; give comma-separated names, "
+                          "e.g. triton_tree,xformers_tree, or leave it out to compare every backend")
+    return names
+
+
+def _load(paths: Sequence[str], flag: str) -> tuple[list[dict], dict[str, dict]]:
+    """Rows and env fingerprints of one side.
+
+    Raises:
+        ConfigError: a path is missing, or it holds no rows.
+    """
+    return _only(read_checked_rows(paths, f"gate {flag}"), None, paths, flag), read_envs(paths)
+
+
+def _only(rows: list[dict], backends: set[str] | None, paths: Sequence[str], flag: str) -> list[dict]:
+    """`rows` of `backends` (all when None).
+
+    Raises:
+        ConfigError: none remain.
+    """
     if backends is not None:
         rows = [r for r in rows if r["backend"] in backends]
     if not rows:
         what = f" for backends {', '.join(sorted(backends))}" if backends else ""
         raise ConfigError(f"gate {flag} {' '.join(paths)}: no result rows{what}; point it at a run's .jsonl "
                           "file or folder (folders are not searched recursively)")
-    return rows, read_envs(paths)
+    return rows
 
 
 def run(args: argparse.Namespace) -> int:
     """Runs the gate; returns 0 (pass) or 1 (slower or correctness loss).
 
     Raises:
-        ConfigError: bad flags, unreadable results, or env fingerprints that differ
+        ConfigError: bad flags (a --backends naming nothing, or a backend in neither side's
+            rows), unreadable results, or env fingerprints that differ
             without --allow-env-mismatch (the CLI exits 2).
     """
     config = GateConfig(_fraction(str(args.threshold)), args.alpha, args.min_samples,
@@ -359,9 +383,17 @@ def run(args: argparse.Namespace) -> int:
             refuse_input_path(path, flag, [*args.baseline, *args.candidate])
     if args.summary and args.junit and Path(args.summary).resolve() == Path(args.junit).resolve():
         raise ConfigError(f"gate --summary and --junit are the same file {args.junit}; give two paths")
-    backends = {b.strip() for b in args.backends.split(",") if b.strip()} if args.backends else None
-    base_rows, base_envs = _load(args.baseline, "--baseline", backends)
-    cand_rows, cand_envs = _load(args.candidate, "--candidate", backends)
+    backends = _backend_filter(args.backends)
+    base_rows, base_envs = _load(args.baseline, "--baseline")
+    cand_rows, cand_envs = _load(args.candidate, "--candidate")
+    if backends is not None:
+        present = {r["backend"] for r in base_rows + cand_rows}
+        unknown = sorted(backends - present)
+        if unknown:
+            raise ConfigError(f"gate --backends: {', '.join(unknown)} in neither side's rows; backends there: "
+                              f"{', '.join(sorted(present))}")
+        base_rows = _only(base_rows, backends, args.baseline, "--baseline")
+        cand_rows = _only(cand_rows, backends, args.candidate, "--candidate")
     notes = env_differences(base_envs, cand_envs, base_rows, cand_rows)
     if notes and not args.allow_env_mismatch:
         raise ConfigError(f"gate: env fingerprints differ ({'; '.join(notes)}); compare runs from the same "

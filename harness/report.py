@@ -386,8 +386,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--title", default=None, help="page title (default: treebench + the results' names)")
     parser.add_argument("--baseline-backend", default=None,
                         help=f"speedups are against this backend (default: first of {', '.join(DEFAULT_BASELINES)})")
-    parser.add_argument("--causal-backend", default="causal_baseline",
-                        help="the tree-mask overhead is against this backend (default causal_baseline)")
+    parser.add_argument("--causal-backend", default=None,
+                        help="the tree-mask overhead is against this backend (default causal_baseline, where "
+                             "present; a name given here must have rows)")
     parser.add_argument("--against", nargs="+", metavar="BASELINE", default=None,
                         help="also run the gate against these baseline results and show its verdicts")
     parser.add_argument("--allow-env-mismatch", action="store_true", help="with --against: compare across envs")
@@ -397,7 +398,8 @@ def run(args: argparse.Namespace) -> int:
     """Writes the report; returns 0.
 
     Raises:
-        ConfigError: missing results, no rows, bad --baseline-backend, or (with
+        ConfigError: missing results, no rows, bad --baseline-backend, a --causal-backend
+            without rows, or (with
             --against) env fingerprints that differ (the CLI exits 2).
     """
     from harness.result_inputs import check_output_path, read_checked_rows, refuse_non_html
@@ -411,9 +413,13 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"report -o {out}: give an .html path, e.g. reports/NAME.html")
     check_output_path(out, "report -o")
     refuse_non_html(out, "report -o")
+    causal = args.causal_backend or "causal_baseline"
+    present = sorted({r["backend"] for r in rows})
+    if args.causal_backend is not None and causal not in present:
+        raise ConfigError(f"report --causal-backend {causal!r}: no rows of it here; backends here: {', '.join(present)}")
     gate = _gate(args, rows, envs) if args.against else None
     title = args.title or "treebench — " + ", ".join(Path(p).name for p in args.results)
-    path = write_report(rows, envs, out, title, baseline=args.baseline_backend, causal_backend=args.causal_backend,
+    path = write_report(rows, envs, out, title, baseline=args.baseline_backend, causal_backend=causal,
                         gate=gate, sources=args.results)
     sys.stdout.write(f"{path}\n")  # the command's output: where the report is
     return 0

@@ -249,9 +249,7 @@ def merge_results(out: Path, inputs: Sequence[Path], with_run: bool = False,
     if any(Path(p).is_dir() and out.resolve().parent == Path(p).resolve() for p in inputs):
         raise ConfigError(f"merge: {out} lies in the input folder {out.parent}, so its rows would be read "
                           "twice from then on; write it to another folder")
-    check_writable(out, create=False, what="merge OUT")
-    if out.suffix != ".jsonl":
-        raise ConfigError(f"merge OUT {out}: give a .jsonl path (folders are read for *.jsonl files only)")
+    check_writable(out, create=False, what="merge OUT")   # also: a .jsonl path
     incoming = read_rows(merge_row_inputs(inputs)) if rows is None else rows
     envs = read_envs(list(inputs))
     check_writable(out, what="merge OUT")  # created (empty) only once every input was read

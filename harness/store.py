@@ -185,9 +185,9 @@ def check_writable(path: str | Path, create: bool = True, what: str = "--out") -
         what: how the message names the path (the option or argument it came from).
 
     Raises:
-        ConfigError: `path` is a directory, holds something other than result
-            rows, cannot be opened for appending, or lies in a folder where the env
-            fingerprint beside it cannot be written.
+        ConfigError: `path` is a directory, does not end in .jsonl, holds something other
+            than result rows, cannot be opened for appending, or lies in a folder where the
+            env fingerprint beside it cannot be written.
     """
     path = Path(path)
     if not str(path).strip():
@@ -201,6 +201,8 @@ def check_writable(path: str | Path, create: bool = True, what: str = "--out") -
         raise ConfigError(f"{what} {path}: is an env fingerprint file, not a results file; "
                           "give a .jsonl results path")
     check_results_file(path, what)
+    if path.suffix != ".jsonl":
+        raise ConfigError(f"{what} {path}: give a .jsonl path (folders are read for *.jsonl files only)")
     if not create:
         return path
     try:

@@ -294,3 +294,26 @@ def test_gate_orders_a_cells_page_sizes_numerically():
     result = compare_runs(rows, rows, GateConfig())
     assert [v.case.get("page_size") for v in result.verdicts] == [16, 64, 128]
 
+
+
+# ---- session 10: flags that named nothing, or something absent, were silently ignored --------
+
+def test_gate_backends_must_name_backends_present_in_the_rows(tmp_path, capsys):
+    """--backends '' (or only commas) compared every backend, and a name in neither file was
+    dropped without a word; both are bad input now, one line and exit 2."""
+    a = _write(tmp_path / "a.jsonl", [_row(backend="k"), _row("c2", backend="m", seed=1)])
+    for value in ("", " , ", "k,nosuch"):
+        rc, _, err = _main(capsys, "gate", "--baseline", str(a), "--candidate", str(a), "--backends", value)
+        assert rc == 2 and len(err.strip().splitlines()) == 1 and "--backends" in err, (value, err)
+    assert "nosuch" in err and "k, m" in err                     # says which backends are there
+    rc, out, _ = _main(capsys, "gate", "--baseline", str(a), "--candidate", str(a), "--backends", "m")
+    assert rc == 0 and "c2" in out and "c1" not in out
+
+
+def test_report_causal_backend_must_have_rows(tmp_path, capsys):
+    a = _write(tmp_path / "a.jsonl", [_row(backend="k")])
+    rc, _, err = _main(capsys, "report", str(a), "-o", str(tmp_path / "r.html"), "--causal-backend", "nosuch")
+    assert rc == 2 and "--causal-backend" in err and "k" in err and not (tmp_path / "r.html").exists()
+    rc, out, _ = _main(capsys, "report", str(a), "-o", str(tmp_path / "r.html"))   # default: absent is fine
+    assert rc == 0 and (tmp_path / "r.html").exists()
+

@@ -310,3 +310,14 @@ def test_write_env_failure_is_one_config_error_and_merge_keeps_out_as_it_was(tmp
     with pytest.raises(ConfigError):
         shard.merge_results(out, [src])
     assert out.read_bytes() == before                 # no row appended before the env file failed
+
+
+@pytest.mark.parametrize("name", ["results.txt", "results.json", "results"])
+def test_out_must_be_a_jsonl_path(tiny, tmp_path, capsys, name):
+    """Rows written to results.txt would be missed by every folder read (*.jsonl only):
+    run and check refuse it, as merge always did, and write nothing."""
+    out = tmp_path / name
+    assert main(_run(tiny, "--out", str(out))) == 2
+    assert ".jsonl" in _one_line_error(capsys) and not out.exists()
+    assert main(["check", "--suite", str(tiny), "--backend", "torch_sdpa", "--out", str(out), "--quiet"]) == 2
+    assert ".jsonl" in _one_line_error(capsys) and not out.exists()
