@@ -227,12 +227,13 @@ def _add_merge(sub) -> None:
     p.add_argument("inputs", metavar="INPUT", nargs="+", help="result files or folders of them")
 
 
-VALUE_OPTIONS_DASHED = ("--shard",)  # options whose value may start with "-" (--shard -1/2 gets a clear error)
+VALUE_OPTIONS_DASHED = ("--shard", "--threshold")  # values that may start with "-": --shard -1/2, gate --threshold -5% get a clear error
 
 
 def _join_option_values(argv: list[str]) -> list[str]:
-    """`--shard -1/2` -> `--shard=-1/2`, so argparse takes the value (and parse_shard explains
-    what is wrong) instead of reading it as an option and saying "expected one argument"."""
+    """`--shard -1/2` -> `--shard=-1/2` (and `gate --threshold -5%` alike), so argparse takes the
+    value (and parse_shard or the gate explains what is wrong) instead of reading it as an
+    option and saying "expected one argument"."""
     out: list[str] = []
     it = iter(range(len(argv)))
     for i in it:

@@ -317,3 +317,10 @@ def test_report_causal_backend_must_have_rows(tmp_path, capsys):
     rc, out, _ = _main(capsys, "report", str(a), "-o", str(tmp_path / "r.html"))   # default: absent is fine
     assert rc == 0 and (tmp_path / "r.html").exists()
 
+
+def test_negative_threshold_gets_the_gates_own_message(tmp_path, capsys):
+    """`--threshold -5%` read as an option gave argparse's "expected one argument"."""
+    a = _write(tmp_path / "a.jsonl", [_row()])
+    rc, _, err = _main(capsys, "gate", "--baseline", str(a), "--candidate", str(a), "--threshold", "-5%")
+    assert rc == 2 and "must be positive" in err and len(err.strip().splitlines()) == 1, err
+
