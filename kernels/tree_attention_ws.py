@@ -27,8 +27,8 @@ as soon as its last MMA has read the buffer, and loads the next request's
 (L_b, qo_b, T_b) one item ahead, so an item starts without a global-load wait
 (session 9, run 13: 4% faster on full:3:3 at B 64, and fewer spills). The softmax
 rescales lazily (FlashAttention-4's conditional rescaling): on an unmasked tile the
-running max moves only when the tile's row max passes it by more than 2^8, so most
-tiles leave alpha at 1 and `_rescale` skips the accumulator's multiply warp by warp;
+running max moves only when the tile's row max passes it by more than 8 (log2 units,
+a factor 2^8), so most tiles leave alpha at 1 and `_rescale` skips the accumulator's multiply warp by warp;
 padding rows (past T_b * G) start at a huge max, so their P is 0 and P V multiplies
 zeros (session 10, run 15: 4.5% faster on full:3:3 at B 64 with the L2 flushed,
 7.6% back to back, where the H200 runs at its power cap).
@@ -265,6 +265,9 @@ def _tree_allowed_ws(BIAS, node, row_ok, offs_n, L, T, stride_bias, BLOCK_N: gl.
     return allowed, bias
 
 
+RESCALE_THRESHOLD = gl.constexpr(8.0)   # log2 units: an unmasked tile's p stays <= 256
+
+
 @gluon.jit
 def _softmax_tile(s, m_i, l_i, qk_scale, allowed, bias, MASK_MODE: gl.constexpr, MASKED: gl.constexpr):
     """Online softmax of one (64, BLOCK_N) fp32 score tile s (raw Q K^T): returns (p fp32
@@ -294,9 +297,6 @@ def _softmax_tile(s, m_i, l_i, qk_scale, allowed, bias, MASK_MODE: gl.constexpr,
     return p, alpha, m_new, l_new
 
 
-RESCALE_THRESHOLD = gl.constexpr(8.0)   # log2 units: an unmasked tile's p stays <= 256
-
-
 @gluon.constexpr_function
 def _rescale_asm(n):
     """PTX of `_rescale` for n accumulator values per thread: four alpha tests (a thread's
@@ -316,7 +316,7 @@ def _rescale_constraints(n):
 
 
 @gluon.jit
-def _rescale(acc, alpha_o, D: gl.constexpr):
+def _rescale(acc, alpha_o):
     """acc * alpha per row for a (64, D) fp32 wgmma accumulator (alpha_o in SliceLayout(1, its
     layout)), the multiply skipped by each warp whose 16 rows all have alpha 1 (with lazy
     rescaling, most tiles: FlashAttention-4's conditional rescaling, as described in Modal's
@@ -325,9 +325,9 @@ def _rescale(acc, alpha_o, D: gl.constexpr):
     4k + 2, 4k + 3 of row r + 8 (the wgmma m64nNk16 layout), so the first four alphas are
     both rows' (the sm_90 SASS multiplies registers 0-1 mod 4 by one alpha and 2-3 by the
     other)."""
+    n: gl.constexpr = acc.shape[1] // 2                  # values per thread: 64 x D over 128 threads
     a = gl.expand_dims(alpha_o, 1) + gl.zeros_like(acc)
-    return gl.inline_asm_elementwise(_rescale_asm(D // 2), _rescale_constraints(D // 2), [acc, a], gl.float32,
-                                     True, D // 2)
+    return gl.inline_asm_elementwise(_rescale_asm(n), _rescale_constraints(n), [acc, a], gl.float32, True, n)
 
 
 @gluon.jit
@@ -374,7 +374,7 @@ def _tile_step(q_wg, k_bufs, v_bufs, k_ready, v_ready, kv_empty, pos, t, s0, acc
         p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, allowed, bias, MASK_MODE, True)
     else:
         p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, 0, 0.0, MASK_MODE, False)
-    acc = _rescale(acc, gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), acc.shape[1])
+    acc = _rescale(acc, gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)))
     pa = gl.convert_layout(p.to(k_bufs.dtype), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
     mbarrier.wait(v_ready.index(st), ph)
     acc = warpgroup_mma(pa, v_bufs.index(st), acc, is_async=True)
@@ -460,7 +460,7 @@ def _ws_consumer(prm, ptrs, smem, WG: gl.constexpr, HKV: gl.constexpr, G: gl.con
                 p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, 0, 0.0, MASK_MODE, False)
                 acc, p_prev = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, p_prev))
                 mbarrier.arrive(kv_empty.index(sp), count=1)
-                acc = _rescale(acc, gl.convert_layout(alpha, row_o), D)
+                acc = _rescale(acc, gl.convert_layout(alpha, row_o))
                 p_prev = gl.convert_layout(p.to(dtype), p_layout)
             # the first masked tile's bitmask words, loaded before the last context tile's P V
             words = _next_words(t_lo + nc, words, mctx, BLOCK_N, MASK_MODE)
