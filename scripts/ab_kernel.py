@@ -13,9 +13,10 @@ a new cell starting at each "B:L:", so trees with commas work too) the
 `TreeAttention` callables are timed in turn, `--rounds` times each (base, variants,
 new in even rounds, the reverse in odd ones, so no side always runs last),
 with `harness.timing.time_callable` (CUDA graph, L2 flushed: the timer of
-`treebench run`; `--timer loop`: back to back with a warm L2, as do_bench_cudagraph). Each round's median is kept; a side's time is the median of
-its rounds, and each side's ratio is side / base measured in the same run. Both outputs
-are checked against the float64 reference first.
+`treebench run`; `--timer loop`: back to back with a warm L2, as do_bench_cudagraph).
+Each round's median is kept; a side's time is the median of its rounds, and each
+side's ratio is side / base measured in the same run. Both outputs are checked
+against the float64 reference first.
 
 Writes DIR/ab.csv (one row per cell and side, flushed as it goes, so a run cut
 short keeps what it measured) and prints a table. Exit 2 on bad input (no GPU,

@@ -30,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from harness import stats  # noqa: E402
 from harness.cases import Case  # noqa: E402
 from harness.errors import ConfigError  # noqa: E402
 
@@ -53,7 +54,10 @@ def parse_smi_line(line: str) -> tuple[float, float, float, float, float, int] |
 
 
 def summarize(name: str, medians_us: list[float], samples: list[tuple]) -> dict:
-    """Per timer: the median of its per-call medians and its nvidia-smi samples' clock and power."""
+    """One timer's row of summary.md: calls_median_us (the median of its timings' medians, us),
+    timings, smi_samples, sm_mhz_median / sm_mhz_min (MHz), power_w_mean / power_w_max (W),
+    temp_c_max (C) and throttle_reasons (the samples' reason bitmasks OR-ed, hex); `samples`
+    are `parse_smi_line` tuples, NaN where there are none."""
     reasons = 0
     for s in samples:
         reasons |= s[5]
@@ -117,7 +121,7 @@ def main() -> int:
             t0, meds = time.time(), []
             while time.time() - t0 < args.seconds:
                 t = time_callable(ta, device="cuda", mode=mode, flush_l2=flush, rep_ms=200)
-                meds.append(statistics.median(t.samples_us))
+                meds.append(stats.summarize(t.samples_us).median_us)
             windows.append((name, t0, time.time(), meds))
             time.sleep(1.0)
     finally:
