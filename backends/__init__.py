@@ -6,13 +6,13 @@ flashinfer, triton): the package is imported inside the adapter, and a missing
 one shows up as `availability()`'s reason, never as an import crash here.
 """
 
-from backends import reference  # noqa: F401
-from backends import torch_sdpa  # noqa: F401
-from backends import flex  # noqa: F401
-from backends import triton_tree  # noqa: F401
-from backends import triton_tree_bias  # noqa: F401
-from backends import triton_causal  # noqa: F401
-from backends import xformers_tree  # noqa: F401
-from backends import flashinfer_mask  # noqa: F401
-from backends import causal_baseline  # noqa: F401
-from backends import vllm_triton  # noqa: F401
+from treebench.backends import reference  # noqa: F401
+from treebench.backends import torch_sdpa  # noqa: F401
+from treebench.backends import flex  # noqa: F401
+from treebench.backends import triton_tree  # noqa: F401
+from treebench.backends import triton_tree_bias  # noqa: F401
+from treebench.backends import triton_causal  # noqa: F401
+from treebench.backends import xformers_tree  # noqa: F401
+from treebench.backends import flashinfer_mask  # noqa: F401
+from treebench.backends import causal_baseline  # noqa: F401
+from treebench.backends import vllm_triton  # noqa: F401

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from harness.trees import TokenTree
+from treebench.harness.model.trees import TokenTree
 
 
 def token_slots(block_table: torch.Tensor, starts: Sequence[int], lengths: Sequence[int],
@@ -213,7 +213,7 @@ def tree_mask_mod(context_lens: torch.Tensor, tree_sizes: torch.Tensor,
 def require_shared_tree(inputs, backend: str, what: str) -> None:
     """Raises ConfigError unless every request carries the same tree (a backend
     whose mask is one (T, T) bias shared by the batch: `what` names that bias)."""
-    from harness.errors import ConfigError
+    from treebench.harness.errors import ConfigError
 
     trees = inputs.trees
     if any(t.parents != trees[0].parents for t in trees):

@@ -24,10 +24,10 @@ from collections.abc import Callable
 
 import torch
 
-from backends._conversions import gather_kv, pad_ragged, padded_rows, prefix_sums, unpad
-from harness.backend import Backend, Capabilities, capability_skip, register
-from harness.cases import Case
-from harness.paged import BatchInputs
+from treebench.backends._conversions import gather_kv, pad_ragged, padded_rows, prefix_sums, unpad
+from treebench.harness.adapter.contract import Backend, Capabilities, capability_skip, register
+from treebench.harness.model.cases import Case
+from treebench.harness.model.paged import BatchInputs
 
 FLASH_ATTN_PAGE_MULTIPLE = 256  # flash_attn_with_kvcache: paged KV block size must divide by 256
 

@@ -13,9 +13,9 @@ from types import SimpleNamespace
 
 import torch
 
-from backends._conversions import flashinfer_page_metadata, flattened_tree_mask
-from harness.backend import Backend, Capabilities, register
-from harness.paged import BatchInputs
+from treebench.backends._conversions import flashinfer_page_metadata, flattened_tree_mask
+from treebench.harness.adapter.contract import Backend, Capabilities, register
+from treebench.harness.model.paged import BatchInputs
 
 INSTALL_HINT = "flashinfer not installed: pip install 'treebench[gpu]'"
 WORKSPACE_BYTES = 128 * 1024 * 1024  # float workspace size FlashInfer's docs recommend

@@ -13,11 +13,11 @@ from types import SimpleNamespace
 
 import torch
 
-from backends._conversions import (gather_kv, pad_ragged, padded_rows, padded_tree_masks, tree_mask_mod,
+from treebench.backends._conversions import (gather_kv, pad_ragged, padded_rows, padded_tree_masks, tree_mask_mod,
                                   unpad)
-from harness.backend import Backend, Capabilities, capability_skip, register
-from harness.cases import Case
-from harness.paged import BatchInputs
+from treebench.harness.adapter.contract import Backend, Capabilities, capability_skip, register
+from treebench.harness.model.cases import Case
+from treebench.harness.model.paged import BatchInputs
 
 # Eager flex on the CPU is deliberate: drop torch's "use torch.compile" advice once,
 # here, rather than paying for a warnings context inside the timed call.

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from harness.backend import Backend, register
-from harness.paged import BatchInputs
-from harness.reference import reference_attention
+from treebench.harness.adapter.contract import Backend, register
+from treebench.harness.model.paged import BatchInputs
+from treebench.harness.model.reference import reference_attention
 
 
 @register

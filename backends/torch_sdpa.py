@@ -7,9 +7,9 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from harness.backend import Backend, Capabilities, register
-from harness.paged import BatchInputs
-from harness.reference import request_mask
+from treebench.harness.adapter.contract import Backend, Capabilities, register
+from treebench.harness.model.paged import BatchInputs
+from treebench.harness.model.reference import request_mask
 
 
 @register

@@ -4,8 +4,8 @@ costs; the runner checks it against a causal reference (`inputs.causal()`)."""
 
 from __future__ import annotations
 
-from backends.triton_tree import TritonTreeBackend
-from harness.backend import register
+from treebench.backends.triton_tree import TritonTreeBackend
+from treebench.harness.adapter.contract import register
 
 
 @register

@@ -12,9 +12,9 @@ import os
 
 import torch
 
-from harness.backend import Backend, Capabilities, register
-from harness.paged import BatchInputs
-from kernels.tree_attention_plan import HEAD_DIMS
+from treebench.harness.adapter.contract import Backend, Capabilities, register
+from treebench.harness.model.paged import BatchInputs
+from treebench.kernels.tree_attention_plan import HEAD_DIMS
 
 TRITON_CAPABILITIES = Capabilities(
     dtypes=("bfloat16", "float16"),
@@ -54,6 +54,6 @@ class TritonTreeBackend(Backend):
     def prepare(self, inputs: BatchInputs):
         """Plans, packs the masks, allocates every buffer and launches once; returns
         the launch object, a zero-argument callable returning (sum T_b, Hq, D)."""
-        from kernels.tree_attention import TreeAttention
+        from treebench.kernels.tree_attention import TreeAttention
 
         return TreeAttention(inputs, self.mask_mode)

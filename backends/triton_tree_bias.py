@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from backends.triton_tree import TRITON_CAPABILITIES, TritonTreeBackend
-from harness.backend import register
+from treebench.backends.triton_tree import TRITON_CAPABILITIES, TritonTreeBackend
+from treebench.harness.adapter.contract import register
 
 
 @register

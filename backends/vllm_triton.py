@@ -16,9 +16,9 @@ from collections.abc import Callable
 
 import torch
 
-from backends._conversions import require_shared_tree, tree_additive_bias
-from harness.backend import Backend, Capabilities, register
-from harness.paged import BatchInputs
+from treebench.backends._conversions import require_shared_tree, tree_additive_bias
+from treebench.harness.adapter.contract import Backend, Capabilities, register
+from treebench.harness.model.paged import BatchInputs
 
 INSTALL_HINT = "vllm not installed: pip install vllm (needs its Triton unified_attention with qq_bias)"
 MODULES = ("vllm.v1.attention.ops.triton_unified_attention",   # vLLM >= 0.11 layout

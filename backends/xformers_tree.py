@@ -17,9 +17,9 @@ from types import SimpleNamespace
 
 import torch
 
-from backends._conversions import require_shared_tree, gather_tokens, token_slots, tree_additive_bias
-from harness.backend import Backend, Capabilities, register
-from harness.paged import BatchInputs
+from treebench.backends._conversions import require_shared_tree, gather_tokens, token_slots, tree_additive_bias
+from treebench.harness.adapter.contract import Backend, Capabilities, register
+from treebench.harness.model.paged import BatchInputs
 
 INSTALL_HINT = "xformers not installed: pip install 'treebench[gpu]'"
 

@@ -11,26 +11,26 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 
-from harness.backend import REGISTRY, Backend, Capabilities, load_backend, register
-from harness.cases import Case, expand_axes
-from harness.compare import TOLERANCES, CorrectnessRecord, compare
-from harness.errors import BackendUnavailable, ConfigError, CorrectnessError, HarnessError, TreeError
-from harness.metrics import case_metrics
-from harness.paged import BatchInputs, build_inputs
-from harness.reference import reference_attention
-from harness.runner import RunConfig, run_cases
-from harness.store import append_row, env_fingerprint, read_envs, read_rows, write_env
-from harness.suites import Suite, load_suite
-from harness.timing import measure_peak_bandwidth, time_callable
-from harness.timing_core import Timing
-from harness.trees import TokenTree, from_parents, parse_tree, render_tree, tree_summary
+from treebench.harness.adapter.contract import REGISTRY, Backend, Capabilities, load_backend, register
+from treebench.harness.model.cases import Case, expand_axes
+from treebench.harness.model.compare import TOLERANCES, CorrectnessRecord, compare
+from treebench.harness.errors import BackendUnavailable, ConfigError, CorrectnessError, HarnessError, TreeError
+from treebench.harness.model.metrics import case_metrics
+from treebench.harness.model.paged import BatchInputs, build_inputs
+from treebench.harness.model.reference import reference_attention
+from treebench.harness.run.runner import RunConfig, run_cases
+from treebench.harness.store.rows import append_row, env_fingerprint, read_envs, read_rows, write_env
+from treebench.harness.model.suites import Suite, load_suite
+from treebench.harness.timing.timers import measure_peak_bandwidth, time_callable
+from treebench.harness.timing.core import Timing
+from treebench.harness.model.trees import TokenTree, from_parents, parse_tree, render_tree, tree_summary
 
 try:
     __version__ = importlib.metadata.version("treebench")
 except importlib.metadata.PackageNotFoundError:  # running from a checkout that is not installed
     __version__ = "0.1.0"
 
-_LAZY = {"write_report": "harness.report", "main": "harness.cli"}  # name -> module, imported on first use
+_LAZY = {"write_report": "treebench.harness.analyze.report", "main": "treebench.harness.cli.main"}  # name -> module, imported on first use
 
 
 def __getattr__(name: str):

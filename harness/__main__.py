@@ -1,5 +1,5 @@
-"""`python -m harness`: the treebench command line (see harness.cli)."""
+"""`python -m treebench.harness`: the treebench command line (see treebench.harness.cli.main.main)."""
 
-from harness.cli import main
+from treebench.harness.cli.entry import main
 
 raise SystemExit(main())

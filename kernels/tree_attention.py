@@ -23,13 +23,13 @@ import torch
 import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from harness.errors import ConfigError
-from harness.paged import BatchInputs
-from kernels.launch import FixedLaunch, verify_fast_path
-from kernels.tree_attention_plan import (MASK_MODES, SMEM_PER_SM, KernelConfig, check_inputs, choose_config,
+from treebench.harness.errors import ConfigError
+from treebench.harness.model.paged import BatchInputs
+from treebench.kernels.launch import FixedLaunch, verify_fast_path
+from treebench.kernels.tree_attention_plan import (MASK_MODES, SMEM_PER_SM, KernelConfig, check_inputs, choose_config,
                                          is_integer, make_plan, next_pow2, pack_tree_masks, tree_bias, ws_fills)
-from kernels.tree_attention_reduce import HAS_PDL, tree_attn_merge_kernel
-from kernels.tree_attention_tl import LOG2E, tree_attn_fwd_kernel
+from treebench.kernels.tree_attention_reduce import HAS_PDL, tree_attn_merge_kernel
+from treebench.kernels.tree_attention_tl import LOG2E, tree_attn_fwd_kernel
 
 __all__ = ["TreeAttention", "kv_desc_unsupported", "pdl_unsupported", "tree_attn_fwd_kernel", "ws_unsupported"]
 
@@ -114,7 +114,7 @@ def ws_unsupported(inputs: BatchInputs, block_n: int = 64) -> str:
     if why:
         return why
     try:
-        import kernels.tree_attention_ws  # noqa: F401
+        import treebench.kernels.tree_attention_ws  # noqa: F401
     except ImportError as e:
         return f"Triton {triton.__version__} has no Gluon Hopper API ({e})"
     return ""
@@ -202,7 +202,7 @@ class TreeAttention:
         if not (ws is None or isinstance(ws, bool)):
             raise ConfigError(f"ws={ws!r}: must be None (the plan decides), True or False")
         if config is not None and not isinstance(config, KernelConfig):
-            raise ConfigError(f"config={config!r}: must be a KernelConfig (kernels.tree_attention_plan)")
+            raise ConfigError(f"config={config!r}: must be a KernelConfig (treebench.kernels.tree_attention_plan)")
         rows = hq // hkv * max(ts)
         cfg = config or choose_config(rows, d, interpreting(), ws=ws is not False)
         if ws is True or cfg.ws:
@@ -313,7 +313,7 @@ class TreeAttention:
         from triton.experimental.gluon import language as gl
         from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDescriptor
 
-        from kernels.tree_attention_ws import tree_attn_ws_kernel
+        from treebench.kernels.tree_attention_ws import tree_attn_ws_kernel
 
         inp, plan, cfg = self.inputs, self.plan, self.plan.config
         q, kc, vc = inp.q, inp.k_cache, inp.v_cache

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from harness.errors import ConfigError
-from harness.trees import TokenTree
+from treebench.harness.errors import ConfigError
+from treebench.harness.model.trees import TokenTree
 
 MASK_MODES = ("tree", "bias", "causal")        # kernel MASK_MODE 0, 1, 2
 HEAD_DIMS = (32, 64, 128, 256)                 # D: a power of 2 (tl.arange), >= 16 (tl.dot); the tested ones

@@ -48,7 +48,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.tree_attention_reduce import gdc_launch_dependents, merge_partials
+from treebench.kernels.tree_attention_reduce import gdc_launch_dependents, merge_partials
 
 MASK_BITS, MASK_BIAS, MASK_CAUSAL = 0, 1, 2
 LOG2E = 1.4426950408889634  # log2(e): exp(x) == exp2(x * LOG2E)

@@ -12,7 +12,7 @@ P 128 and P 16; `--cells` takes others: "B:L:tree", cells separated by commas,
 a new cell starting at each "B:L:", so trees with commas work too) the
 `TreeAttention` callables are timed in turn, `--rounds` times each (base, variants,
 new in even rounds, the reverse in odd ones, so no side always runs last),
-with `harness.timing.time_callable` (CUDA graph, L2 flushed: the timer of
+with `treebench.harness.timing.timers.time_callable` (CUDA graph, L2 flushed: the timer of
 `treebench run`; `--timer loop`: back to back with a warm L2, as do_bench_cudagraph).
 Each round's median is kept; a side's time is the median of its rounds, and each
 side's ratio is side / base measured in the same run. Both outputs are checked
@@ -43,12 +43,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.cases import Case  # noqa: E402
-from harness.compare import compare  # noqa: E402
-from harness.paged import build_inputs  # noqa: E402
-from harness.reference import reference_attention  # noqa: E402
-from harness.stats import summarize  # noqa: E402
-from harness.timing import time_callable  # noqa: E402
+from treebench.harness.model.cases import Case  # noqa: E402
+from treebench.harness.model.compare import compare  # noqa: E402
+from treebench.harness.model.paged import build_inputs  # noqa: E402
+from treebench.harness.model.reference import reference_attention  # noqa: E402
+from treebench.harness.timing.stats import summarize  # noqa: E402
+from treebench.harness.timing.timers import time_callable  # noqa: E402
 
 HEADS = dict(num_q_heads=32, num_kv_heads=8, head_dim=128)
 CELLS = [(64, 2048, "vllm:pr_27"), (64, 2048, "full:3:3"), (64, 2048, "full:3:1"), (1, 2048, "vllm:pr_27"),
@@ -185,7 +185,7 @@ def main() -> int:
     sides = {"base": load_base(Path(args.base)).TreeAttention}
     for name, folder in args.variants.items():
         sides[name] = load_base(folder, name).TreeAttention
-    sides["new"] = importlib.import_module("kernels.tree_attention").TreeAttention
+    sides["new"] = importlib.import_module("treebench.kernels.tree_attention").TreeAttention
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []

@@ -58,12 +58,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.cases import Case  # noqa: E402
-from harness.compare import compare  # noqa: E402
-from harness.timing import capture_graph  # noqa: E402
-from harness.paged import BatchInputs, build_inputs  # noqa: E402
-from harness.reference import reference_attention  # noqa: E402
-from kernels.tree_attention_plan import choose_config, make_plan, ws_fills  # noqa: E402
+from treebench.harness.model.cases import Case  # noqa: E402
+from treebench.harness.model.compare import compare  # noqa: E402
+from treebench.harness.timing.timers import capture_graph  # noqa: E402
+from treebench.harness.model.paged import BatchInputs, build_inputs  # noqa: E402
+from treebench.harness.model.reference import reference_attention  # noqa: E402
+from treebench.kernels.tree_attention_plan import choose_config, make_plan, ws_fills  # noqa: E402
 from bench_variants import HEADS, PHASE_VARIANTS, PR27, Variant  # noqa: E402  (scripts/, beside this file)
 
 log = logging.getLogger("bench_kernel")
@@ -75,7 +75,7 @@ FIELDS = ["phase", "tree", "B", "L", "T", "P", "D", "Hq", "Hkv", "dtype", "mode"
 
 def ws_flags(v: Variant) -> None:
     """Sets the warp-specialised kernel's module switches for variant v."""
-    import kernels.tree_attention as ta
+    import treebench.kernels.tree_attention as ta
 
     ta.WS_PIPE, ta.WS_PERSIST = v.ws_pipe, v.ws_persist
 
@@ -84,7 +84,7 @@ def ws_flags(v: Variant) -> None:
 
 
 def gpu_inputs(case: Case, device: str = "cuda") -> BatchInputs:
-    """harness.paged.build_inputs on the GPU (it draws on the device)."""
+    """treebench.harness.model.paged.build_inputs on the GPU (it draws on the device)."""
     return build_inputs(case, device)
 
 
@@ -148,7 +148,7 @@ def graph_replay_ok(ta, expect: torch.Tensor) -> bool:
 def run_variant(bench: Bench, v: Variant) -> dict:
     """Checks one variant against the float64 reference, then times it."""
     import triton.testing
-    from kernels.tree_attention import TreeAttention
+    from treebench.kernels.tree_attention import TreeAttention
 
     case = Case(**v.case)
     row = dict(phase=v.phase, fused=v.fused, tree=case.tree, B=case.batch_size, L=case.context_len, P=case.page_size,
@@ -210,7 +210,7 @@ def phase_env(bench: Bench) -> None:
 
 def launch_overhead(bench: Bench) -> None:
     """Host microseconds per call, ordinary Triton launch vs the compiled launcher (B 1, L 16)."""
-    from kernels.tree_attention import TreeAttention
+    from treebench.kernels.tree_attention import TreeAttention
 
     inp = bench.inputs(dict(batch_size=1, context_len=16, tree="full:3:1", page_size=16, **HEADS), "tree")
     for fast, splits, fused in ((False, 1, True), (True, 1, True), (True, 4, True), (True, 4, False)):
@@ -234,7 +234,7 @@ def launch_overhead(bench: Bench) -> None:
 
 def _compile_one(v: Variant) -> str:
     """Worker: builds the variant's kernels on a 2-request batch (fills Triton's disk cache)."""
-    from kernels.tree_attention import TreeAttention
+    from treebench.kernels.tree_attention import TreeAttention
 
     try:
         ws_flags(v)

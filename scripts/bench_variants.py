@@ -1,5 +1,5 @@
 """The variants `scripts/bench_kernel.py` checks and times, phase by phase (its docstring
-lists the phases): a `Variant` is a case (`harness.cases.Case` fields), a mask mode and
+lists the phases): a `Variant` is a case (`treebench.harness.model.cases.Case` fields), a mask mode and
 overrides of `TreeAttention`'s plan. Pure data: nothing here touches a GPU, so the tables
 are testable anywhere (tests/test_scripts.py resolves every variant's plan).
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from kernels.tree_attention_plan import KernelConfig
+from treebench.kernels.tree_attention_plan import KernelConfig
 
 HEADS = dict(num_q_heads=32, num_kv_heads=8, head_dim=128)
 TARGET = dict(batch_size=64, context_len=2048, page_size=128, **HEADS)

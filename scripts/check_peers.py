@@ -5,9 +5,9 @@ empty context, a seed-size B 64 L 2048 T 28 case) every peer adapter goes
 through the harness pieces (build_inputs -> reference_attention -> prepare ->
 compare) and prints pass / mismatch / skip / error with its reason, the prepare
 time and a median time (CUDA-graph replay, or CUDA events when capture fails,
-through harness.timing, the runner's timer; fewer samples than a run). Then
+through treebench.harness.timing.timers, the runner's timer; fewer samples than a run). Then
 it runs the `check` suite and part of the `seed` suite through
-harness.runner in check mode, as `treebench check` would.
+treebench.harness.run.runner in check mode, as `treebench check` would.
 
 Usage (on the GPU host, see docs/peers.md):
     python scripts/check_peers.py --out $OUT [--budget-s 240] [--seed-cases 24]
@@ -27,10 +27,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.cases import Case  # noqa: E402
-from harness.compare import compare  # noqa: E402
-from harness.paged import build_inputs  # noqa: E402
-from harness.reference import reference_attention  # noqa: E402
+from treebench.harness.model.cases import Case  # noqa: E402
+from treebench.harness.model.compare import compare  # noqa: E402
+from treebench.harness.model.paged import build_inputs  # noqa: E402
+from treebench.harness.model.reference import reference_attention  # noqa: E402
 
 log = logging.getLogger("check_peers")
 PEERS = ("xformers_tree", "flashinfer_mask", "flex", "causal_baseline", "vllm_triton")
@@ -71,9 +71,9 @@ def versions() -> dict:
 
 
 def rough_time(fn, device) -> dict:
-    """harness.timing.time_callable's median (the runner's timer: a CUDA-graph
+    """treebench.harness.timing.timers.time_callable's median (the runner's timer: a CUDA-graph
     replay on a GPU, falling back to CUDA events when capture fails)."""
-    from harness.timing import time_callable
+    from treebench.harness.timing.timers import time_callable
     t = time_callable(fn, device=device, rep_ms=40.0)
     samples = sorted(t.samples_us)
     return {"median_us": samples[len(samples) // 2], "timer": t.timer, "timer_fallback": t.fallback_reason}
@@ -120,8 +120,8 @@ def run_adapter(backend, case: Case, inputs, ref) -> dict:
 
 def suite_rows(suite: str, adapters: dict, limit: int | None, deadline: float) -> list[dict]:
     """The runner in check mode on a suite (`limit` cases spread evenly over it), until the deadline."""
-    from harness.runner import RunConfig, run_cases
-    from harness.suites import load_suite
+    from treebench.harness.run.runner import RunConfig, run_cases
+    from treebench.harness.model.suites import load_suite
 
     cases = load_suite(suite).cases
     if limit and limit < len(cases):
@@ -161,7 +161,7 @@ def main() -> int:
     log.info("versions %s", json.dumps(versions()))
     for n in PEERS:
         importlib.import_module(f"backends.{n}")   # registers it (backends/__init__ may not yet)
-    from harness.backend import REGISTRY
+    from treebench.harness.adapter.contract import REGISTRY
     adapters = {n: REGISTRY[n]() for n in PEERS}
     for n, b in adapters.items():
         log.info("list %-16s %s", n, b.availability() or "available")

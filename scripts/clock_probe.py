@@ -7,7 +7,7 @@ to back):
     python scripts/clock_probe.py --tree full:3:3 --out results/kernel-dev/s10-clocks
 
 For each timer in --timers (cuda_graph with the L2 flushed, cuda_graph with a warm L2,
-cuda_graph_loop: the harness's three, `harness.timing.time_callable`), it times the case
+cuda_graph_loop: the harness's three, `treebench.harness.timing.timers.time_callable`), it times the case
 again and again for --seconds, while `nvidia-smi` samples the GPU every --interval-ms ms. It
 writes `clocks.csv` (nvidia-smi's samples, with the timer each fell in) and `summary.md` (per
 timer: the median of the per-call medians, the samples' median SM clock, mean and max power,
@@ -30,9 +30,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness import stats  # noqa: E402
-from harness.cases import Case  # noqa: E402
-from harness.errors import ConfigError  # noqa: E402
+from treebench.harness.timing import stats  # noqa: E402
+from treebench.harness.model.cases import Case  # noqa: E402
+from treebench.harness.errors import ConfigError  # noqa: E402
 
 TIMERS = {"flushed": ("cuda_graph", True), "warm": ("cuda_graph", False), "loop": ("cuda_graph_loop", False)}
 FIELDS = "timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active"
@@ -94,9 +94,9 @@ def main() -> int:
         import torch
         if not torch.cuda.is_available():
             raise ConfigError("no CUDA GPU: this probe reads a GPU's clocks")
-        from harness.paged import build_inputs
-        from harness.timing import time_callable
-        from kernels.tree_attention import TreeAttention
+        from treebench.harness.model.paged import build_inputs
+        from treebench.harness.timing.timers import time_callable
+        from treebench.kernels.tree_attention import TreeAttention
         case = Case(batch_size=args.batch_size, context_len=args.context_len, tree=args.tree,
                     page_size=args.page_size)
         inputs = build_inputs(case, "cuda")

@@ -22,11 +22,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.cases import Case  # noqa: E402
-from harness.errors import ConfigError  # noqa: E402
-from harness.paged import build_inputs  # noqa: E402
-from kernels.tree_attention import TreeAttention  # noqa: E402
-from kernels.tree_attention_plan import parse_kernel_config  # noqa: E402
+from treebench.harness.model.cases import Case  # noqa: E402
+from treebench.harness.errors import ConfigError  # noqa: E402
+from treebench.harness.model.paged import build_inputs  # noqa: E402
+from treebench.kernels.tree_attention import TreeAttention  # noqa: E402
+from treebench.kernels.tree_attention_plan import parse_kernel_config  # noqa: E402
 
 
 def main() -> int:

@@ -23,11 +23,11 @@ SUITE = ROOT / "suites" / "findings" / "flex_static_no_choices.toml"
 CHILD = r"""
 import sys, torch
 sys.path.insert(0, {root!r})
-import backends.flex as flex
-from harness.compare import compare
-from harness.paged import build_inputs
-from harness.reference import reference_attention
-from harness.suites import load_suite
+import treebench.backends.flex as flex
+from treebench.harness.model.compare import compare
+from treebench.harness.model.paged import build_inputs
+from treebench.harness.model.reference import reference_attention
+from treebench.harness.model.suites import load_suite
 flex.DYNAMIC = {dynamic}
 case = load_suite({suite!r}).cases[{index}]
 inputs = build_inputs(case, "cuda")
@@ -44,7 +44,7 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     import torch
 
-    from harness.suites import load_suite
+    from treebench.harness.model.suites import load_suite
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU'}")
     for i, case in enumerate(load_suite(SUITE).cases):
         for dynamic in (None, True):

@@ -39,8 +39,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.errors import ConfigError  # noqa: E402
-from kernels.tree_attention_plan import SMEM_PER_SM, KernelConfig, parse_kernel_config  # noqa: E402
+from treebench.harness.errors import ConfigError  # noqa: E402
+from treebench.kernels.tree_attention_plan import SMEM_PER_SM, KernelConfig, parse_kernel_config  # noqa: E402
 
 HKV, G, D = 8, 4, 128
 TARGET_CONTEXT = 2048 + 40   # S_b of full:3:3 at L 2048, the target: --pipe auto's choice
@@ -69,7 +69,7 @@ def compile_forward(cfg: KernelConfig, page_size: int, kv_desc: bool, num_ctas: 
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from kernels.tree_attention_tl import tree_attn_fwd_kernel as kernel
+    from treebench.kernels.tree_attention_tl import tree_attn_fwd_kernel as kernel
 
     if kv_desc and page_size % cfg.block_n:
         raise ConfigError(f"TMA path needs P % BLOCK_N == 0 (P {page_size}, BLOCK_N {cfg.block_n})")
@@ -123,7 +123,7 @@ def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool | None = None) 
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    from kernels.tree_attention_ws import tree_attn_ws_kernel as kernel
+    from treebench.kernels.tree_attention_ws import tree_attn_ws_kernel as kernel
 
     if not cfg.ws:
         raise ConfigError(f"--ws needs a warp-specialised config (its 7th field ws > 0), not {cfg}")
@@ -239,7 +239,7 @@ def main() -> int:
             flag = "--mask" if args.mask else "--pipe"
             raise ConfigError(f"{flag} applies to the warp-specialised build only: add --ws")
         if args.ws:
-            from kernels.tree_attention_plan import WS2, WS3
+            from treebench.kernels.tree_attention_plan import WS2, WS3
             mask = args.mask or "tree"
             mode = ("tree", "bias", "causal").index(mask)
             cfgs = [(args.config, parse_kernel_config(args.config))] if args.config else [

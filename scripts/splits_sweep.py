@@ -4,7 +4,7 @@ own timer, side by side with FlashInfer on the same inputs.
 
 For each cell (B, L, tree, P) it builds the inputs once (shuffled pages), checks
 every variant against the float64 reference, and times it with
-`harness.timing.time_callable` (CUDA graph, L2 flushed before each call): the
+`treebench.harness.timing.timers.time_callable` (CUDA graph, L2 flushed before each call): the
 heuristic's split count, fixed split counts, and the fused merge. One profiler
 pass per cell gives each kernel's duration (forward, merge) for the heuristic's
 variant, and the merge kernel with 2 and 4 rows per program. Used to choose
@@ -27,14 +27,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.backend import load_backend  # noqa: E402
-from harness.cases import Case  # noqa: E402
-from harness.compare import compare  # noqa: E402
-from harness.paged import build_inputs  # noqa: E402
-from harness.reference import reference_attention  # noqa: E402
-from harness.stats import summarize  # noqa: E402
-from harness.timing import time_callable  # noqa: E402
-from kernels.tree_attention import TreeAttention  # noqa: E402
+from treebench.harness.adapter.contract import load_backend  # noqa: E402
+from treebench.harness.model.cases import Case  # noqa: E402
+from treebench.harness.model.compare import compare  # noqa: E402
+from treebench.harness.model.paged import build_inputs  # noqa: E402
+from treebench.harness.model.reference import reference_attention  # noqa: E402
+from treebench.harness.timing.stats import summarize  # noqa: E402
+from treebench.harness.timing.timers import time_callable  # noqa: E402
+from treebench.kernels.tree_attention import TreeAttention  # noqa: E402
 
 TREES = ("full:3:0", "full:3:1", "full:3:2", "vllm:pr_27", "full:3:3", "medusa:mc_sim_7b_63")
 SPLITS = (4, 6, 8, 11, 16, 24)

@@ -2,7 +2,7 @@
 
 For three seed cases (small, medium, large) and each chosen backend it measures
 
-- the CUDA-graph median (harness.timing, L2 flushed, the default timer) in
+- the CUDA-graph median (treebench.harness.timing.timers, L2 flushed, the default timer) in
   three independent runs, and the run-to-run CV of that median;
 - the kernels' own durations from the PyTorch profiler (CUPTI) while the same
   graph is replayed, flushed the same way: their sum per call (median over 30
@@ -35,11 +35,11 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.backend import load_backend  # noqa: E402
-from harness.cases import Case  # noqa: E402
-from harness.paged import build_inputs  # noqa: E402
-from harness.stats import cv_of_medians, summarize  # noqa: E402
-from harness.timing import _flush_buffer, measure_peak_bandwidth, time_callable  # noqa: E402
+from treebench.harness.adapter.contract import load_backend  # noqa: E402
+from treebench.harness.model.cases import Case  # noqa: E402
+from treebench.harness.model.paged import build_inputs  # noqa: E402
+from treebench.harness.timing.stats import cv_of_medians, summarize  # noqa: E402
+from treebench.harness.timing.timers import _flush_buffer, measure_peak_bandwidth, time_callable  # noqa: E402
 
 log = logging.getLogger("timing_fidelity")
 PREFERRED = ("triton_tree", "flashinfer_mask", "xformers_tree", "torch_sdpa")

@@ -1,2 +1,2 @@
 """Suite files (TOML). A package only so that a non-editable install ships them
-beside `harness/`; harness.suites looks them up as <install root>/suites/NAME.toml."""
+beside `harness/`; treebench.harness.model.suites looks them up as <install root>/suites/NAME.toml."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.backend import Capabilities
+from treebench.harness.adapter.contract import Capabilities
 
 
 class Correct:

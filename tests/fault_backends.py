@@ -14,8 +14,8 @@ import time
 
 import torch
 
-from harness.backend import Capabilities
-from harness.reference import reference_attention
+from treebench.harness.adapter.contract import Capabilities
+from treebench.harness.model.reference import reference_attention
 
 HANG_MARK_ENV = "TREEBENCH_TEST_HANG_MARK"  # Hangs writes its pid to this file before it hangs
 SLOW_ENV = "TREEBENCH_TEST_SLOW_S"  # Slow's untimed setup in seconds (default 0.3), read at each prepare()

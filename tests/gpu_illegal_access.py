@@ -15,7 +15,7 @@ import importlib.util
 
 import torch
 
-from harness.backend import Capabilities
+from treebench.harness.adapter.contract import Capabilities
 
 WILD_OFFSET = 2**40  # elements past the output's start: far outside any allocation
 BLOCK = 16

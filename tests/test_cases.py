@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from harness.cases import MAX_CASES, Case, expand_axes
-from harness.errors import ConfigError, TreeError
+from treebench.harness.model.cases import MAX_CASES, Case, expand_axes
+from treebench.harness.errors import ConfigError, TreeError
 
 BASE = dict(batch_size=2, context_len=8, tree="full:2:1")
 
@@ -70,7 +70,7 @@ def test_check_p64_is_the_check_suite_at_page_size_64():
     """suites/check_p64.toml: the same cases as `check` but P 64 (xformers' paged path)."""
     from dataclasses import replace
 
-    from harness.suites import load_suite
+    from treebench.harness.model.suites import load_suite
     check, p64 = load_suite("check").cases, load_suite("check_p64").cases
     assert p64 and all(c.page_size == 64 for c in p64)
     assert [replace(c, page_size=16) for c in p64] == list(check)
@@ -78,7 +78,7 @@ def test_check_p64_is_the_check_suite_at_page_size_64():
 
 def test_tree_spellings_that_parse_alike_share_one_case_id():
     """' FULL:3:2 ' and 'full:3:2' are one tree: one case id, one seed (new-user finding)."""
-    from harness.cases import canonical_spec
+    from treebench.harness.model.cases import canonical_spec
     a = Case(batch_size=2, context_len=8, tree=" FULL:3:2 ")
     b = Case(batch_size=2, context_len=8, tree="full:3:2")
     assert a.tree == "full:3:2" and a.case_id == b.case_id and a == b

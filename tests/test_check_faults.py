@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-import backends  # noqa: F401  (registers the built-in adapters)
-from harness.backend import REGISTRY
-from harness.cli import main
-from harness.store import read_rows
-from harness.suites import load_suite
+import treebench.backends  # noqa: F401  (registers the built-in adapters)
+from treebench.harness.adapter.contract import REGISTRY
+from treebench.harness.cli.main import main
+from treebench.harness.store.rows import read_rows
+from treebench.harness.model.suites import load_suite
 from tests import broken_backends
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,7 +47,7 @@ def test_check_passes_every_built_in_backend(name, tmp_path):
 
 
 def test_check_from_a_real_subprocess():
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "check", "--quiet",
+    proc = subprocess.run([sys.executable, "-m", "treebench", "check", "--quiet",
                            "--backend", "tests/broken_backends.py:BrokenGqaMapping"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})

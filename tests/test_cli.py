@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-import harness
-from harness.cli import main
-from harness.store import read_rows
+import treebench.harness as harness
+from treebench.harness.cli.main import main
+from treebench.harness.store.rows import read_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 BROKEN = ROOT / "tests" / "broken_backends.py"
@@ -55,7 +55,7 @@ def test_public_api():
         obj = getattr(harness, name)
         if callable(obj):
             assert obj.__doc__, f"harness.{name} has no docstring"
-            assert obj.__module__.startswith("harness."), name
+            assert obj.__module__.startswith("treebench.harness."), name
     for required in ("Backend", "Capabilities", "register", "load_backend", "Case", "BatchInputs", "build_inputs",
                      "reference_attention", "compare", "ConfigError", "TreeError", "load_suite", "run_cases",
                      "read_rows", "append_row", "env_fingerprint", "parse_tree", "main"):
@@ -163,8 +163,8 @@ def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
 
 
 def test_timer_and_l2_options_and_their_defaults():
-    from harness.cli import L2_STATES, TIMERS, build_parser
-    from harness.timing import MODES
+    from treebench.harness.cli.main import L2_STATES, TIMERS, build_parser
+    from treebench.harness.timing.timers import MODES
 
     assert TIMERS == MODES and L2_STATES == ("cold", "warm")
     args = build_parser().parse_args(["run"])
@@ -183,7 +183,7 @@ def test_timer_and_l2_options_and_their_defaults():
     (["--timer", "cuda_graph_loop", "--l2", "warm"], "cuda_graph_loop", False),
 ])
 def test_run_passes_timer_and_l2_to_the_timer(tiny, tmp_path, monkeypatch, capsys, extra, mode, flush):
-    from harness import pair
+    from treebench.harness.run import pair
 
     seen, real = [], pair.time_callable
 
@@ -220,7 +220,8 @@ def test_timer_or_l2_given_twice_is_refused(tiny, tmp_path, capsys, twice):
 
 
 def test_gpus_relaunch_keeps_timer_and_l2(tiny, tmp_path, monkeypatch):
-    from harness import cli_sweep, shard
+    from treebench.harness.cli import sweep as cli_sweep
+    from treebench.harness.sweep import shard
 
     launched = []
     monkeypatch.setattr(cli_sweep, "_check_gpus", lambda n: None)
@@ -279,7 +280,7 @@ def test_help_exits_0(capsys):
 
 
 def _fake_module(monkeypatch, name: str, **attrs) -> None:
-    monkeypatch.setitem(sys.modules, f"harness.{name}", types.SimpleNamespace(**attrs))
+    monkeypatch.setitem(sys.modules, f"treebench.harness.analyze.{name}", types.SimpleNamespace(**attrs))
 
 
 def test_gate_and_report_are_wired_lazily(monkeypatch):
@@ -311,9 +312,9 @@ def test_lazy_subcommand_errors_are_one_line(monkeypatch, capsys):
 def test_list_wraps_long_reasons_in_a_narrow_pipe(capsys, monkeypatch):
     """At 80 columns (a pipe) a long unavailability reason wraps in full instead of being cut
     with an ellipsis (new-user finding: vllm_triton's module paths were lost)."""
-    import backends  # noqa: F401
-    from harness.backend import REGISTRY
-    from harness.cli_sweep import availability_of
+    import treebench.backends  # noqa: F401
+    from treebench.harness.adapter.contract import REGISTRY
+    from treebench.harness.cli.sweep import availability_of
 
     monkeypatch.setenv("COLUMNS", "80")
     assert main(["list"]) == 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.compare import TOLERANCES, compare
+from treebench.harness.model.compare import TOLERANCES, compare
 
 
 def _ref(seed=0):

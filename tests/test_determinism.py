@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.cases import Case
-from harness.cli import load_one, main
-from harness.pair import bitwise_diff_count
-from harness.runner import RunConfig, run_cases
-from harness.store import read_rows
+from treebench.harness.model.cases import Case
+from treebench.harness.cli.main import load_one, main
+from treebench.harness.run.pair import bitwise_diff_count
+from treebench.harness.run.runner import RunConfig, run_cases
+from treebench.harness.store.rows import read_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 FAULTS = ROOT / "tests" / "fault_backends.py"
@@ -53,7 +53,7 @@ def test_off_by_default_calls_once_and_leaves_the_field_empty():
             return None
 
         def prepare(self, inputs):
-            from harness.reference import reference_attention
+            from treebench.harness.model.reference import reference_attention
 
             out = reference_attention(inputs).to(inputs.dtype)
             return lambda: calls.append(1) or out

@@ -17,10 +17,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness import cli_sweep, shard, sweep
-from harness.cases import CASE_FIELDS
-from harness.cli import main
-from harness.store import SCHEMA
+from treebench.harness.cli import sweep as cli_sweep
+from treebench.harness.sweep import shard
+from treebench.harness.sweep import execute as sweep
+from treebench.harness.model.cases import CASE_FIELDS
+from treebench.harness.cli.main import main
+from treebench.harness.store.rows import SCHEMA
 
 FUZZ = settings(max_examples=150, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

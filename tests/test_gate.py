@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness import gate
-from harness.errors import ConfigError
-from harness.gate import GateConfig, classify, compare_runs
-from harness.store import read_rows
+from treebench.harness.analyze import gate
+from treebench.harness.errors import ConfigError
+from treebench.harness.analyze.gate import GateConfig, classify, compare_runs
+from treebench.harness.store.rows import read_rows
 
 DATA = Path(__file__).parent / "data" / "results"
 BASE, RERUN, SLOW = DATA / "h200-baseline", DATA / "h200-rerun", DATA / "h200-slow10"
@@ -290,13 +290,13 @@ def test_missing_results_path(tmp_path):
 
 @pytest.mark.parametrize("candidate, code", [(RERUN, 0), (SLOW, 1)])
 def test_cli_gate_exit_codes(candidate, code, capsys):
-    cli = pytest.importorskip("harness.cli")
+    cli = pytest.importorskip("treebench.harness.cli.main")
     assert cli.main(["gate", "--baseline", str(BASE), "--candidate", str(candidate)]) == code
     capsys.readouterr()
 
 
 def test_cli_gate_bad_input_exits_2(tmp_path, capsys):
-    cli = pytest.importorskip("harness.cli")
+    cli = pytest.importorskip("treebench.harness.cli.main")
     assert cli.main(["gate", "--baseline", str(tmp_path / "none"), "--candidate", str(RERUN)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "not found" in err

@@ -10,9 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness import cli, gate, report
-from harness.gate import GateConfig, compare_runs
-from harness.stats import is_noisy
+from treebench.harness.cli import main as cli
+from treebench.harness.analyze import gate
+from treebench.harness.analyze import report
+from treebench.harness.analyze.gate import GateConfig, compare_runs
+from treebench.harness.timing.stats import is_noisy
 
 DATA = Path(__file__).parent / "data" / "results"
 BASE = DATA / "h200-baseline"
@@ -264,12 +266,12 @@ def test_ctrl_c_while_starting_is_one_line(monkeypatch, capsys):
     import sys
     import types
 
-    from harness import entry
+    from treebench.harness.cli import entry
 
     class Interrupting(types.ModuleType):
         def __getattr__(self, name):
             raise KeyboardInterrupt
-    monkeypatch.setitem(sys.modules, "harness.cli", Interrupting("harness.cli"))
+    monkeypatch.setitem(sys.modules, "treebench.harness.cli.main", Interrupting("treebench.harness.cli.main"))
     assert entry.main() == 130
     assert capsys.readouterr().err.strip() == "treebench: interrupted while starting; nothing was written"
 
@@ -277,7 +279,7 @@ def test_ctrl_c_while_starting_is_one_line(monkeypatch, capsys):
 def test_a_results_file_given_twice_is_read_once(caplog):
     """The same run's rows twice (a file or folder named twice) are kept once, with a warning;
     rows of another run with the same cases are kept."""
-    from harness.result_inputs import drop_repeated_rows, read_checked_rows
+    from treebench.harness.store.inputs import drop_repeated_rows, read_checked_rows
 
     files = sorted(str(p) for p in BASE.glob("*.jsonl"))
     once = read_checked_rows(files, "report")

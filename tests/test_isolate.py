@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import isolate
-from harness.cases import Case
-from harness.cli import load_one, main
-from harness.isolate import WorkerPool, backend_spec, describe_exit
-from harness.runner import RunConfig, run_cases
-from harness.store import read_rows
+from treebench.harness.run import isolate
+from treebench.harness.model.cases import Case
+from treebench.harness.cli.main import load_one, main
+from treebench.harness.run.isolate import WorkerPool, backend_spec, describe_exit
+from treebench.harness.run.runner import RunConfig, run_cases
+from treebench.harness.store.rows import read_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 FAULTS = ROOT / "tests" / "fault_backends.py"
@@ -158,8 +158,8 @@ def test_a_backend_that_cannot_reach_a_worker_is_an_error_row_and_no_worker_star
 
 
 def test_backend_spec_prefers_the_loaded_spec_then_the_registry_name():
-    import backends  # noqa: F401
-    from harness.backend import REGISTRY
+    import treebench.backends  # noqa: F401
+    from treebench.harness.adapter.contract import REGISTRY
 
     assert backend_spec(_fault("Exact")) == f"{FAULTS}:Exact"
     assert backend_spec(REGISTRY["torch_sdpa"]()) == "torch_sdpa"
@@ -207,7 +207,7 @@ def test_a_hung_worker_dies_with_a_sigkilled_sweep(tmp_path):
     """No orphan: a worker stuck in a hung kernel must not outlive its killed parent (it could hold a GPU)."""
     mark = tmp_path / "hanging.pid"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TREEBENCH_TEST_HANG_MARK": str(mark)}
-    cmd = [sys.executable, "-m", "harness.cli", "check", "--suite", "check", "--backend", f"{FAULTS}:Hangs",
+    cmd = [sys.executable, "-m", "treebench", "check", "--suite", "check", "--backend", f"{FAULTS}:Hangs",
            "--isolate", "--quiet"]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

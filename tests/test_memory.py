@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import memory
-from harness.cases import Case
-from harness.memory import GIB, TIMING_FLUSH_BYTES, fit_reason, inputs_bytes, predict_device_bytes, reference_bytes
-from harness.paged import build_inputs
-from harness.runner import RunConfig, run_cases
-from harness.timing import FLUSH_BYTES
+from treebench.harness.run import memory
+from treebench.harness.model.cases import Case
+from treebench.harness.run.memory import GIB, TIMING_FLUSH_BYTES, fit_reason, inputs_bytes, predict_device_bytes, reference_bytes
+from treebench.harness.model.paged import build_inputs
+from treebench.harness.run.runner import RunConfig, run_cases
+from treebench.harness.timing.timers import FLUSH_BYTES
 
 CASES = [Case(1, 16, "chain:3", 4, 1, 32, "float32", 8, "interleaved"),
          Case(3, "ragged:0-37", "full:2:2", 4, 2, 32, "bfloat16", 16, "shuffled"),
@@ -122,7 +122,7 @@ class Counting:
         return self.scratch
 
     def prepare(self, inputs):
-        from harness.reference import reference_attention
+        from treebench.harness.model.reference import reference_attention
 
         self.prepared += 1
         out = reference_attention(inputs).to(inputs.dtype)
@@ -144,7 +144,7 @@ def test_the_runner_skips_what_cannot_fit_and_runs_the_rest(monkeypatch):
 
 
 def test_a_case_too_big_for_the_device_is_skipped_before_its_inputs_are_built(monkeypatch):
-    from harness import pair
+    from treebench.harness.run import pair
 
     def no_build(*a, **k):
         raise AssertionError("inputs built for a case that cannot fit")

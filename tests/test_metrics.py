@@ -12,13 +12,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.cases import Case
-from harness.metrics import (DEVICE_PEAKS, attended_pairs, attention_bytes, attention_flops, case_metrics,
+from treebench.harness.model.cases import Case
+from treebench.harness.model.metrics import (DEVICE_PEAKS, attended_pairs, attention_bytes, attention_flops, case_metrics,
                              device_peak, kv_bytes, mask_overhead_table, rates, row_work, speedup_table)
-from harness.paged import build_inputs
-from harness.reference import request_mask
-from harness.store import read_rows
-from harness.trees import parse_tree
+from treebench.harness.model.paged import build_inputs
+from treebench.harness.model.reference import request_mask
+from treebench.harness.store.rows import read_rows
+from treebench.harness.model.trees import parse_tree
 
 BASE = Path(__file__).parent / "data" / "results" / "h200-baseline"
 

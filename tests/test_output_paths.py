@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
-from harness.cli_sweep import safe_name
-from harness.store import SCHEMA, append_row
+from treebench.harness.cli.main import main
+from treebench.harness.cli.sweep import safe_name
+from treebench.harness.store.rows import SCHEMA, append_row
 
 TINY = """
 [suite]
@@ -140,7 +140,7 @@ def test_out_dev_null_is_refused_up_front(tiny, capsys):
 def test_fsync_einval_is_tolerated(monkeypatch, tmp_path):
     import errno
 
-    from harness import store
+    from treebench.harness.store import rows as store
 
     def bad_fsync(fd):
         raise OSError(errno.EINVAL, "Invalid argument")
@@ -191,7 +191,7 @@ def test_suite_directory_is_named_as_such(tmp_path, capsys):
 
 
 def test_unwritable_report_folder_via_access(tiny, tmp_path, capsys, monkeypatch):
-    import harness.cli_sweep as cs
+    import treebench.harness.cli.sweep as cs
 
     real = os.access
     monkeypatch.setattr(cs.os, "access", lambda p, m: False if Path(p) == tmp_path / "ro" else real(p, m))
@@ -205,7 +205,7 @@ def test_unwritable_report_folder_via_access(tiny, tmp_path, capsys, monkeypatch
 def test_unwritable_report_is_found_before_the_run(tiny, tmp_path, capsys, monkeypatch):
     """The report folder is probed with a real write before any case runs (os.access
     says yes to root on read-only file systems such as /sys): exit 2, no rows written."""
-    import harness.cli_sweep as cs
+    import treebench.harness.cli.sweep as cs
 
     def refuse(*a, **k):
         raise PermissionError(13, "Permission denied")
@@ -229,11 +229,11 @@ def test_default_paths_of_runs_started_together_differ(tiny, tmp_path, monkeypat
 
 
 def test_interrupt_names_the_results_file_and_how_to_resume(tiny, tmp_path, capsys, monkeypatch):
-    import harness.sweep
+    import treebench.harness.sweep.execute
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
-    monkeypatch.setattr(harness.sweep, "execute", interrupted)
+    monkeypatch.setattr(treebench.harness.sweep.execute, "execute", interrupted)
     out = tmp_path / "r.jsonl"
     assert main(["run", "--suite", str(tiny), "--backends", "reference", "--out", str(out), "--quiet"]) == 130
     err = capsys.readouterr().err
@@ -288,8 +288,9 @@ def test_a_results_folder_that_refuses_the_env_file_is_refused_up_front(tiny, tm
 
 
 def test_write_env_failure_is_one_config_error_and_merge_keeps_out_as_it_was(tmp_path, monkeypatch):
-    from harness import shard, store
-    from harness.errors import ConfigError
+    from treebench.harness.sweep import shard
+    from treebench.harness.store import rows as store
+    from treebench.harness.errors import ConfigError
 
     def refuse(self, *a, **kw):
         raise PermissionError(13, "Operation not permitted")

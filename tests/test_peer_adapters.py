@@ -10,19 +10,19 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from backends import _conversions as cv
-from backends import causal_baseline as cb
-from backends.causal_baseline import CausalBaseline
-from backends.flashinfer_mask import FlashInferMask, flashinfer_plan_arguments
-from backends.flex import FlexTree
-from backends.vllm_triton import VllmTriton
-from backends.xformers_tree import XformersTree, xformers_arguments
-from harness.cases import Case
-from harness.compare import compare
-from harness.errors import ConfigError
-from harness.paged import build_inputs
-from harness.reference import reference_attention
-from harness.trees import parse_tree
+from treebench.backends import _conversions as cv
+from treebench.backends import causal_baseline as cb
+from treebench.backends.causal_baseline import CausalBaseline
+from treebench.backends.flashinfer_mask import FlashInferMask, flashinfer_plan_arguments
+from treebench.backends.flex import FlexTree
+from treebench.backends.vllm_triton import VllmTriton
+from treebench.backends.xformers_tree import XformersTree, xformers_arguments
+from treebench.harness.model.cases import Case
+from treebench.harness.model.compare import compare
+from treebench.harness.errors import ConfigError
+from treebench.harness.model.paged import build_inputs
+from treebench.harness.model.reference import reference_attention
+from treebench.harness.model.trees import parse_tree
 
 GPU_ONLY = (XformersTree, FlashInferMask, CausalBaseline, VllmTriton)
 
@@ -313,7 +313,7 @@ def test_timed_calls_build_no_index_tensor_from_host_lists(monkeypatch):
 
     def host_copy(*a, **k):
         raise AssertionError("index tensor built from host lists inside the timed callable")
-    for mod in (cv, cb, __import__("backends.flex", fromlist=["x"])):
+    for mod in (cv, cb, __import__("treebench.backends.flex", fromlist=["x"])):
         for helper in ("padded_rows", "token_slots", "prefix_sums"):
             if hasattr(mod, helper):
                 monkeypatch.setattr(mod, helper, host_copy)
@@ -355,7 +355,7 @@ def test_cpu_availability_and_flex_size_limit():
 def test_flex_resets_dynamo_before_the_recompile_limit(monkeypatch):
     """A sweep recompiles flex once per case; the adapter must drop dynamo's caches
     before dynamo's recompile limit makes every later case run eagerly."""
-    import backends.flex as flex_mod
+    import treebench.backends.flex as flex_mod
 
     compiled, resets = [], []
     def fake_compile(fn, dynamic=None):
@@ -382,7 +382,7 @@ def test_flex_resets_dynamo_before_the_recompile_limit(monkeypatch):
 def test_list_names_the_missing_flash_attn_package(monkeypatch, capsys):
     """`treebench list` shows, for causal_baseline, which path it takes and that
     the flash_attn package is missing (issue: 'unavailable with the reason')."""
-    from harness.cli import main
+    from treebench.harness.cli.main import main
     monkeypatch.setattr(cb, "_flash_attn_with_kvcache", lambda: None)
     monkeypatch.setattr(CausalBaseline, "availability", lambda self: None)
     assert "flash_attn not installed" in CausalBaseline().note()

@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 import torch
 
-from harness.cases import Case
-from harness.paged import build_inputs
-from harness.reference import reference_attention
+from treebench.harness.model.cases import Case
+from treebench.harness.model.paged import build_inputs
+from treebench.harness.model.reference import reference_attention
 
 
 def path_unrolled_oracle(inputs) -> torch.Tensor:

@@ -23,9 +23,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import report
-from harness.errors import ConfigError
-from harness.store import read_rows
+from treebench.harness.analyze import report
+from treebench.harness.errors import ConfigError
+from treebench.harness.store.rows import read_rows
 
 DATA = Path(__file__).parent / "data" / "results"
 BASE, SLOW = DATA / "h200-baseline", DATA / "h200-slow10"
@@ -276,7 +276,7 @@ def test_missing_results_is_a_config_error(tmp_path):
 
 
 def test_cli_report_subcommand(tmp_path):
-    cli = pytest.importorskip("harness.cli")
+    cli = pytest.importorskip("treebench.harness.cli.main")
     out = tmp_path / "cli.html"
     assert cli.main(["report", str(BASE), "-o", str(out)]) in (0, None)
     assert out.stat().st_size > 10_000
@@ -306,8 +306,8 @@ def test_chromium_check_catches_a_broken_page(tmp_path):
 def test_tree_layout_handles_deep_trees_and_centres_parents():
     """A chain of 1000 nodes (valid: the limit is 1024) is laid out without recursion,
     and a branching tree gets leaves 1 apart with parents centred over their children."""
-    from harness.report_plots import _tree_xy, tree_figure
-    from harness.trees import parse_tree
+    from treebench.harness.analyze.plots import _tree_xy, tree_figure
+    from treebench.harness.model.trees import parse_tree
     chain = parse_tree("chain:1000")
     x, d = _tree_xy(chain)
     assert d == list(range(chain.size)) and len(set(x)) == 1

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
-from harness.runner import row_satisfies
-from harness.store import ROW_FIELDS, read_rows
+from treebench.harness.cli.main import main
+from treebench.harness.run.runner import row_satisfies
+from treebench.harness.store.rows import ROW_FIELDS, read_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 FAULTS = ROOT / "tests" / "fault_backends.py"
@@ -69,7 +69,7 @@ def _kill_after_rows(cmd: list[str], out: Path, n_rows: int, timeout_s: float = 
 
 def test_sigkill_mid_sweep_then_resume(suite, tmp_path, monkeypatch):
     out = tmp_path / "r.jsonl"
-    _kill_after_rows([sys.executable, "-m", "harness.cli", *_run(suite, out)], out, 3)
+    _kill_after_rows([sys.executable, "-m", "treebench", *_run(suite, out)], out, 3)
     left = _lines(out)
     assert 3 <= len(left) < N_CASES
     for line in left:                                       # nothing torn: each line a whole row

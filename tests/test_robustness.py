@@ -8,12 +8,12 @@ import sys
 
 import pytest
 
-from harness.backend import Backend, check_unique_names, load_backend
-from harness.cases import Case
-from harness.errors import ConfigError, TreeError
-from harness.pair import error_reason
-from harness.runner import RunConfig, row_satisfies, run_cases
-from harness.trees import parse_tree
+from treebench.harness.adapter.contract import Backend, check_unique_names, load_backend
+from treebench.harness.model.cases import Case
+from treebench.harness.errors import ConfigError, TreeError
+from treebench.harness.run.pair import error_reason
+from treebench.harness.run.runner import RunConfig, row_satisfies, run_cases
+from treebench.harness.model.trees import parse_tree
 from tests.broken_backends import BrokenCausalMask, Correct
 
 CASE = Case(batch_size=2, context_len=5, tree="chain:2", num_q_heads=2, num_kv_heads=1, head_dim=8,
@@ -115,7 +115,7 @@ def test_overflowing_tree_is_tree_error(spec):
 
 
 def test_non_utf8_suite_is_config_error(tmp_path):
-    from harness.suites import load_suite
+    from treebench.harness.model.suites import load_suite
 
     p = tmp_path / "bad.toml"
     p.write_bytes(b"[suite]\nname = \"\xff\xfe\"\n")
@@ -149,7 +149,7 @@ def test_availability_reports_missing_package_before_device():
     class NeedsPkg(Backend):
         name = "needspkg"
         install_hint = "pip install nothere"
-        from harness.backend import Capabilities
+        from treebench.harness.adapter.contract import Capabilities
         capabilities = Capabilities(devices=("cuda",))
 
         def load_optional(self):
@@ -160,8 +160,8 @@ def test_availability_reports_missing_package_before_device():
 
 def test_run_resume_reruns_untimed_check_rows(tmp_path):
     """A `check` row (no timings) does not satisfy `run --resume`; it does satisfy `check --resume`."""
-    from harness.cli import main
-    from harness.store import read_rows
+    from treebench.harness.cli.main import main
+    from treebench.harness.store.rows import read_rows
 
     out = tmp_path / "r.jsonl"
     assert main(["check", "--suite", "smoke", "--backend", "reference", "--out", str(out), "--quiet"]) == 0

@@ -7,18 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from harness.timing_core import Timing
+from treebench.harness.timing.core import Timing
 import torch
 
-import backends  # noqa: F401  (registers torch_sdpa)
-from harness import pair
-from harness.backend import REGISTRY, Capabilities
-from harness.cases import Case
-from harness.errors import ConfigError
-from harness.reference import reference_attention
-from harness.runner import RunConfig, run_cases
-from harness.store import ROW_FIELDS, read_rows
-from harness.suites import available_suites, load_suite
+import treebench.backends  # noqa: F401  (registers torch_sdpa)
+from treebench.harness.run import pair
+from treebench.harness.adapter.contract import REGISTRY, Capabilities
+from treebench.harness.model.cases import Case
+from treebench.harness.errors import ConfigError
+from treebench.harness.model.reference import reference_attention
+from treebench.harness.run.runner import RunConfig, run_cases
+from treebench.harness.store.rows import ROW_FIELDS, read_rows
+from treebench.harness.model.suites import available_suites, load_suite
 
 CASES = [Case(2, "ragged:3-37", "full:2:2", 4, 2, 32, "bfloat16", 16, "shuffled"),
          Case(1, 16, "chain:3", 4, 1, 32, "float32", 8, "interleaved")]

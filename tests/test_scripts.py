@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernels.tree_attention_plan import parse_kernel_config
+from treebench.kernels.tree_attention_plan import parse_kernel_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -95,7 +95,7 @@ def test_bench_kernel_phases_plan_every_variant():
         import bench_variants as bv
     finally:
         sys.path.remove(str(ROOT / "scripts"))
-    from kernels.tree_attention_plan import SMEM_PER_SM
+    from treebench.kernels.tree_attention_plan import SMEM_PER_SM
     for phase, variants in bv.PHASE_VARIANTS.items():
         for v in variants():
             assert v.phase == phase
@@ -226,7 +226,7 @@ def test_sm90_compile_builds_the_warp_specialised_kernel(config, pipe, warps):
     KernelConfig.ws_shared_bytes's estimate, which plans its occupancy; --pipe on builds
     the pipelined 3-warpgroup kernel on 32-token tiles (auto: the config's choice)."""
     pytest.importorskip("triton")
-    from kernels.tree_attention_plan import SMEM_PER_SM
+    from treebench.kernels.tree_attention_plan import SMEM_PER_SM
     cfg = parse_kernel_config(config)
     r = _script("sm90_compile.py", "--ws", "--config", config, "--pipe", pipe)
     if r.returncode != 0 and ("cuobjdump" in r.stderr or "ptxas" in r.stderr):

@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness import shard
-from harness.cli import main
-from harness.errors import ConfigError
-from harness.shard import Rank, Shard, merge_results, parse_shard, rank_path, strip_option, torchrun_rank
-from harness.store import ROW_FIELDS, SCHEMA, read_rows
+from treebench.harness.sweep import shard
+from treebench.harness.cli.main import main
+from treebench.harness.errors import ConfigError
+from treebench.harness.sweep.shard import Rank, Shard, merge_results, parse_shard, rank_path, strip_option, torchrun_rank
+from treebench.harness.store.rows import ROW_FIELDS, SCHEMA, read_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITE = """
@@ -103,7 +103,7 @@ def test_torchrun_command_and_strip_option():
     argv = ["run", "--gpus", "2", "--suite", "seed", "--gpus=4", "--quiet"]
     assert strip_option(argv, "--gpus") == ["run", "--suite", "seed", "--quiet"]
     cmd = shard.torchrun_command(2, ["run", "--suite", "seed"])
-    assert cmd[1:] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "harness.cli",
+    assert cmd[1:] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "treebench",
                        "run", "--suite", "seed"]
 
 
@@ -138,7 +138,7 @@ def test_merge_keeps_a_later_rerun_of_a_stored_pair_so_the_gate_sees_its_crash(t
     """Crash, pass, crash appended to one file, then merged: the later crash is kept (the
     gate reads each pair's latest row, so an older row must not stand in for it), and so
     is a later mismatch timed like an earlier pass; merging the result again adds nothing."""
-    from harness.gate import compare_runs
+    from treebench.harness.analyze.gate import compare_runs
 
     def row(status, ts, timer=None):
         return {**_row("c0"), "status": status, "timestamp": ts, "timer": timer,
@@ -283,7 +283,7 @@ def test_torchrun_with_two_processes_matches_one(suite, tmp_path):
 
 
 def test_gpus_relaunches_the_command_line_under_torchrun(suite, tmp_path, monkeypatch):
-    from harness import cli_sweep
+    from treebench.harness.cli import sweep as cli_sweep
 
     launched = []
     monkeypatch.setattr(cli_sweep, "_check_gpus", lambda n: None)

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import store
-from harness.errors import ConfigError
-from harness.store import (SCHEMA, append_row, check_writable, env_fingerprint, env_id_of, read_envs, read_rows,
+from treebench.harness.store import rows as store
+from treebench.harness.errors import ConfigError
+from treebench.harness.store.rows import (SCHEMA, append_row, check_writable, env_fingerprint, env_id_of, read_envs, read_rows,
                            write_env)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,7 +53,7 @@ def test_torn_last_line_is_skipped_with_a_warning(tmp_path, caplog):
     append_row(path, _row(0))
     with open(path, "ab") as f:
         f.write(b'{"schema": 1, "run_id": "r", "backe')   # a run killed mid-row
-    with caplog.at_level(logging.WARNING, logger="harness.store"):
+    with caplog.at_level(logging.WARNING, logger="treebench.harness.store.rows"):
         rows = read_rows([path])
     assert [r["case_id"] for r in rows] == ["c0"]
     assert any("r.jsonl:2" in m and "torn" in m for m in caplog.messages)
@@ -65,7 +65,7 @@ def test_append_after_a_torn_line_keeps_the_new_row_whole(tmp_path, caplog):
     with open(path, "ab") as f:
         f.write(b'{"schema": 1, "ca')
     append_row(path, _row(1))
-    with caplog.at_level(logging.WARNING, logger="harness.store"):
+    with caplog.at_level(logging.WARNING, logger="treebench.harness.store.rows"):
         rows = read_rows([path])
     assert [r["case_id"] for r in rows] == ["c0", "c1"]
     assert len(caplog.messages) == 1
@@ -73,7 +73,7 @@ def test_append_after_a_torn_line_keeps_the_new_row_whole(tmp_path, caplog):
 
 def test_killed_writer_leaves_only_whole_rows(tmp_path):
     path = tmp_path / "r.jsonl"
-    code = ("import sys; from harness.store import append_row\n"
+    code = ("import sys; from treebench.harness.store.rows import append_row\n"
             "for i in range(10**6): append_row(sys.argv[1], {'schema': 1, 'i': i, 'pad': 'x' * 3000})\n")
     proc = subprocess.Popen([sys.executable, "-c", code, str(path)], cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -17,11 +17,12 @@ import statistics
 import pytest
 import torch
 
-from harness import timing, timing_core
-from harness.errors import ConfigError
-from harness.stats import cv_of_medians, geometric_mean, summarize
-from harness.timing import measure_peak_bandwidth, time_callable
-from harness.timing_core import Timing
+from treebench.harness.timing import timers as timing
+from treebench.harness.timing import core as timing_core
+from treebench.harness.errors import ConfigError
+from treebench.harness.timing.stats import cv_of_medians, geometric_mean, summarize
+from treebench.harness.timing.timers import measure_peak_bandwidth, time_callable
+from treebench.harness.timing.core import Timing
 
 
 class FakeClock:

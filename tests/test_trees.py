@@ -10,9 +10,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness import named_trees
-from harness.errors import ConfigError, TreeError
-from harness.trees import MAX_NODES, TokenTree, from_choices, from_parents, parse_tree, render_tree, tree_summary
+from treebench.harness.model import named_trees
+from treebench.harness.errors import ConfigError, TreeError
+from treebench.harness.model.trees import MAX_NODES, TokenTree, from_choices, from_parents, parse_tree, render_tree, tree_summary
 
 FAST = settings(max_examples=60, deadline=None)
 

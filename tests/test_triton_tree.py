@@ -15,14 +15,14 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from harness.cases import Case  # noqa: E402
-from harness.compare import compare  # noqa: E402
-from harness.timing import capture_graph  # noqa: E402
-from harness.errors import ConfigError  # noqa: E402
-from harness.paged import build_inputs  # noqa: E402
-from harness.reference import reference_attention  # noqa: E402
-from harness.trees import parse_tree  # noqa: E402
-from kernels.tree_attention_plan import (KernelConfig, choose_num_splits, make_plan,  # noqa: E402
+from treebench.harness.model.cases import Case  # noqa: E402
+from treebench.harness.model.compare import compare  # noqa: E402
+from treebench.harness.timing.timers import capture_graph  # noqa: E402
+from treebench.harness.errors import ConfigError  # noqa: E402
+from treebench.harness.model.paged import build_inputs  # noqa: E402
+from treebench.harness.model.reference import reference_attention  # noqa: E402
+from treebench.harness.model.trees import parse_tree  # noqa: E402
+from treebench.kernels.tree_attention_plan import (KernelConfig, choose_num_splits, make_plan,  # noqa: E402
                                          pack_tree_masks, tree_bias)
 
 triton = pytest.importorskip("triton")
@@ -30,7 +30,7 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 if DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("no CUDA GPU and TRITON_INTERPRET is not 1", allow_module_level=True)
 
-from kernels.tree_attention import TreeAttention  # noqa: E402
+from treebench.kernels.tree_attention import TreeAttention  # noqa: E402
 
 TINY = dict(num_q_heads=4, num_kv_heads=2, head_dim=64)    # G 2 with Hkv 2
 
@@ -166,9 +166,9 @@ def test_kernel_rejects_unsupported_inputs():
 
 
 def test_backends_register_and_declare_their_modes():
-    from backends.triton_causal import TritonCausalBackend
-    from backends.triton_tree import TritonTreeBackend
-    from backends.triton_tree_bias import TritonTreeBiasBackend
+    from treebench.backends.triton_causal import TritonCausalBackend
+    from treebench.backends.triton_tree import TritonTreeBackend
+    from treebench.backends.triton_tree_bias import TritonTreeBiasBackend
 
     assert (TritonTreeBackend.name, TritonTreeBackend.mask_kind) == ("triton_tree", "tree")
     assert TritonCausalBackend.mask_kind == "causal"
@@ -181,7 +181,7 @@ def test_backends_register_and_declare_their_modes():
 
 
 def test_backend_prepare_returns_a_callable_with_the_output():
-    from backends.triton_tree import TritonTreeBackend
+    from treebench.backends.triton_tree import TritonTreeBackend
 
     case = Case(batch_size=2, context_len="ragged:0-20", tree="full:2:1", page_size=16, **TINY)
     inputs = build_inputs(case, DEVICE)
@@ -194,7 +194,7 @@ def test_backend_prepare_returns_a_callable_with_the_output():
 def test_availability_reasons(monkeypatch):
     import importlib.util
 
-    from backends.triton_tree import triton_availability
+    from treebench.backends.triton_tree import triton_availability
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     assert triton_availability() == "triton not installed: pip install triton"
@@ -283,7 +283,7 @@ def test_kernel_pointer_loads_with_block_table_ahead(page_size, block_n, splits)
 @pytest.mark.skipif(DEVICE == "cuda", reason="the refusal is for a machine without a CUDA GPU")
 def test_pdl_is_refused_without_a_gpu():
     """pdl=True under the interpreter names why; the default quietly uses two ordinary launches."""
-    from kernels.tree_attention import pdl_unsupported
+    from treebench.kernels.tree_attention import pdl_unsupported
     case = Case(batch_size=2, context_len=25, tree="full:2:2", page_size=16, **TINY)
     inputs = build_inputs(case, DEVICE)
     assert "CUDA GPU" in pdl_unsupported(inputs.device)
@@ -300,7 +300,7 @@ def test_pdl_merge_matches_ordinary_launches_and_replays(page_size):
     """The merge kernel as a programmatic dependent launch gives the same output as two
     ordinary launches, bit for bit, eagerly and replayed from a CUDA graph (B 1, L 2048:
     8 or more splits)."""
-    from kernels.tree_attention import pdl_unsupported
+    from treebench.kernels.tree_attention import pdl_unsupported
     case = Case(batch_size=1, context_len=2048, tree="vllm:pr_27", page_size=page_size, num_q_heads=32,
                 num_kv_heads=8, head_dim=128)
     inputs = build_inputs(case, DEVICE)
@@ -365,7 +365,7 @@ def test_kv_desc_is_refused_where_tiles_straddle_pages():
 
 
 def test_kv_desc_unsupported_names_non_contiguous_pools():
-    from kernels.tree_attention import kv_desc_unsupported
+    from treebench.kernels.tree_attention import kv_desc_unsupported
 
     inputs = build_inputs(Case(batch_size=1, context_len=20, tree="chain:2", page_size=16, **TINY), DEVICE)
     assert kv_desc_unsupported(inputs, 16) == ""
@@ -391,7 +391,7 @@ def test_choose_num_splits_caps_only_tma_tiles():
 
 def test_tree_attention_plans_splits_from_the_tma_decision(monkeypatch):
     """TreeAttention decides kv_desc before planning, and plans the split cap from it."""
-    import kernels.tree_attention as kt
+    import treebench.kernels.tree_attention as kt
 
     seen = []
     real = kt.make_plan
@@ -427,7 +427,7 @@ def test_ws_config_fields_and_budgets():
     fixed share; its shared memory fits one sm_90 CTA and bounds what the sm_90 compiles
     took; its occupancy is the smaller of what shared memory and registers allow; parse
     takes the 7th field."""
-    from kernels.tree_attention_plan import SMEM_PER_SM, WS_PRODUCER_REGS, parse_kernel_config
+    from treebench.kernels.tree_attention_plan import SMEM_PER_SM, WS_PRODUCER_REGS, parse_kernel_config
     ws2 = KernelConfig(128, 64, 4, 4, 168, 0, 2)
     assert ws2.ws_regs == (232, WS_PRODUCER_REGS)           # (3 * 168 - 40) / 2, a multiple of 8
     assert KernelConfig(64, 64, 4, 2, 128, 0, 1).ws_regs == (216, WS_PRODUCER_REGS)
@@ -466,7 +466,7 @@ def test_ws_config_fields_and_budgets():
 
 
 def test_choose_config_picks_the_ws_rows_only_for_d128():
-    from kernels.tree_attention_plan import WS2, WS3, choose_config
+    from treebench.kernels.tree_attention_plan import WS2, WS3, choose_config
     assert choose_config(112, 128, False) == WS2          # the 27-node tree, G 4
     assert choose_config(160, 128, False) == WS3          # full:3:3, G 4
     assert choose_config(256, 128, False) == WS2          # medusa, G 4: two M-tiles of 128 rows
@@ -478,7 +478,7 @@ def test_choose_config_picks_the_ws_rows_only_for_d128():
 
 
 def test_ws_fills_when_the_tl_kernel_needs_more_than_one_wave():
-    from kernels.tree_attention_plan import WS2, WS3, ws_fills
+    from treebench.kernels.tree_attention_plan import WS2, WS3, ws_fills
     assert ws_fills(WS2, 64, 8, 112, 132)                 # 1024 tl programs > 264
     assert not ws_fills(WS2, 16, 8, 112, 132)              # 256: one wave of the tl kernel
     assert ws_fills(WS3, 16, 8, 160, 132)                 # full:3:3 at B 16: 384 tl programs
@@ -490,7 +490,7 @@ def test_ws_fills_when_the_tl_kernel_needs_more_than_one_wave():
 def test_ws_kernel_is_refused_without_a_gpu():
     """A warp-specialised config names why it cannot run here; the default quietly
     keeps the tl kernel."""
-    from kernels.tree_attention import ws_unsupported
+    from treebench.kernels.tree_attention import ws_unsupported
     case = Case(batch_size=2, context_len=70, tree="full:2:2", page_size=64, **TINY)
     inputs = build_inputs(case, DEVICE)
     assert "CUDA GPU" in ws_unsupported(inputs)
@@ -521,7 +521,7 @@ def test_ws_kernel_on_gpu(cfg, pipe, splits, monkeypatch):
     (some zero), mixed per-request trees up to 70 nodes (several M-tiles, idle
     consumers), S_b not a multiple of 64 (the producer zeroes V rows past S_b), one
     persistent wave and one item per program, and replayed from a CUDA graph."""
-    import kernels.tree_attention as kta
+    import treebench.kernels.tree_attention as kta
     monkeypatch.setattr(kta, "WS_PIPE", pipe)
     case = Case(batch_size=6, context_len="ragged:0-700", tree="random:70:4", tree_per_request="mixed",
                 page_size=128, num_q_heads=16, num_kv_heads=4, head_dim=128)
@@ -565,7 +565,7 @@ def test_ws_default_plan_pipelines_3_warpgroups_from_32_tiles_on_gpu(monkeypatch
     forces either, and the 2-warpgroup config (the 27-node tree) always pipelines."""
     import dataclasses
 
-    import kernels.tree_attention as kta
+    import treebench.kernels.tree_attention as kta
     case = Case(batch_size=24, context_len=2048, tree="full:3:3", page_size=128,
                 num_q_heads=32, num_kv_heads=8, head_dim=128)
     long_ = TreeAttention(build_inputs(case, DEVICE))

@@ -1,0 +1,417 @@
+"""The regression gate: `treebench gate --baseline A --candidate B`.
+
+Per (case, backend), after asv's ``compare.py``: a candidate is *slower* only
+when the ratio of medians (candidate / baseline) exceeds 1 + threshold (5% by
+default) AND a one-sided Mann-Whitney U test on the raw samples agrees
+(p < alpha, 0.01 by default; `scipy.stats.mannwhitneyu`). Either alone is not
+enough: with hundreds of samples the test finds 1% drifts significant, and a
+ratio alone flags noise. A case that passed and now mismatches or errors is a
+*correctness loss* and always fails. New, missing, fixed, skipped, still
+failing and incomparable (different timers or L2 states, too few samples) cases are
+reported apart and do not fail the gate, except: a baseline (case, backend)
+the candidate lacks ("missing") fails unless `--allow-missing`, and a
+comparison where no (case, backend) pair could be compared at all fails.
+A pair that both runs hold timed in several ways (merged files of `--l2 cold`
+and `--l2 warm` runs, say) is compared once per timing they share.
+Timings whose spread is high (CV > 0.1 or IQR/median > 0.2,
+`treebench.harness.timing.stats.is_noisy`) are flagged "noisy" in the Markdown.
+
+Env fingerprints (GPU, SM count, driver, CUDA, torch, triton, xformers,
+flashinfer) must match, else the comparison is refused (exit 2) unless
+`--allow-env-mismatch`. Output: a Markdown summary on stdout (fit for
+`$GITHUB_STEP_SUMMARY`), optionally JUnit XML. Exit 0 pass, 1 fail, 2 bad input
+(a ConfigError, turned into one line by the CLI). The Markdown and the JUnit XML are
+drawn by `treebench.harness.analyze.gate_render`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import math
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import cast
+
+from scipy.stats import mannwhitneyu
+
+from treebench.harness.errors import ConfigError
+from treebench.harness.analyze.gate_render import FAILING, KIND_TITLES, junit_xml, markdown
+from treebench.harness.timing.stats import NOISE_RULE, is_noisy
+from treebench.harness.store.inputs import check_output_path, read_checked_rows, refuse_input_path
+from treebench.harness.store.rows import read_envs, row_l2_flushed, timing_key, timing_label
+
+log = logging.getLogger(__name__)
+
+COMPARED = ("correctness_loss", "slower", "faster", "fixed", "still_failing", "unchanged")
+ENV_FIELDS = ("gpu_name", "sm_count", "driver", "cuda", "torch", "triton", "xformers", "flashinfer")
+BAD = ("mismatch", "error")
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """Thresholds of the gate."""
+
+    threshold: float = 0.05   # slower when candidate / baseline median > 1 + threshold
+    alpha: float = 0.01       # ... and the one-sided Mann-Whitney U p-value < alpha
+    min_samples: int = 5      # fewer samples on either side: incomparable
+    allow_missing: bool = False  # a baseline pair the candidate lacks does not fail the gate
+
+    def __post_init__(self) -> None:
+        if not 0 < self.threshold < 10:
+            raise ConfigError(f"gate --threshold {self.threshold:g}: must lie between 0 and 10 (1000%); give a "
+                              "fraction such as 0.05 (or 5%)")
+        if not 0 < self.alpha < 1:
+            raise ConfigError(f"gate --alpha {self.alpha}: must lie in (0, 1), e.g. 0.01")
+        if self.min_samples < 2:
+            raise ConfigError(f"gate --min-samples {self.min_samples}: must be >= 2")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the gate found for one (case, backend)."""
+
+    case_id: str
+    backend: str
+    kind: str                              # a key of KIND_TITLES
+    case: dict = field(default_factory=dict)  # the case axes (for display)
+    base_status: str | None = None
+    cand_status: str | None = None
+    base_median_us: float | None = None
+    cand_median_us: float | None = None
+    ratio: float | None = None             # candidate median / baseline median
+    p_value: float | None = None           # one-sided Mann-Whitney U, in the ratio's direction
+    detail: str = ""                       # one line: reason, error, or why incomparable
+    blocking: bool = False                 # fails the gate although its kind alone does not (missing)
+    noisy: bool = False                    # a timed side has high spread (treebench.harness.timing.stats.is_noisy)
+    timed_unlike: bool = False             # incomparable because the rows were timed differently
+    timing: str = ""                       # set on a pair's extra verdict for another timing (compare_runs)
+
+    @property
+    def failed(self) -> bool:
+        return self.kind in FAILING or self.blocking
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """All verdicts of one comparison."""
+
+    verdicts: tuple[Verdict, ...]
+    config: GateConfig
+    env_notes: tuple[str, ...] = ()        # env differences that were allowed
+
+    @property
+    def comparable(self) -> int:
+        """How many (case, backend) pairs were actually compared (timing or correctness)."""
+        return sum(v.kind in COMPARED for v in self.verdicts)
+
+    @property
+    def failed(self) -> bool:
+        return any(v.failed for v in self.verdicts) or self.comparable == 0
+
+    def of_kind(self, kind: str) -> list[Verdict]:
+        return [v for v in self.verdicts if v.kind == kind]
+
+    def counts(self) -> dict[str, int]:
+        return {k: len(self.of_kind(k)) for k in KIND_TITLES if self.of_kind(k)}
+
+
+# ---- comparison (pure) -----------------------------------------------------------------------
+
+def latest_rows(rows: Iterable[dict], by_timing: bool = False) -> dict[tuple, dict]:
+    """(case_id, backend) -> the row with the latest timestamp (file order breaks ties); with
+    `by_timing`, (case_id, backend, timer, L2 flushed) -> the latest such row."""
+    out: dict[tuple, dict] = {}
+    for r in rows:
+        key = (r["case_id"], r["backend"], *(timing_key(r) if by_timing else ()))
+        if key not in out or str(r.get("timestamp") or "") >= str(out[key].get("timestamp") or ""):
+            out[key] = r
+    return out
+
+
+def compare_runs(base_rows: Iterable[dict], cand_rows: Iterable[dict], config: GateConfig = GateConfig(),
+                 env_notes: Sequence[str] = ()) -> GateResult:
+    """Verdicts for every (case, backend) in either result set, sorted by backend then case axes.
+
+    Each side's latest row per pair is compared, except that when the candidate holds a pair
+    timed in several ways (say a merged file of `--l2 cold` and `--l2 warm` runs) and its
+    latest row passed, its latest passing row timed like the baseline's (`store.timing_key`)
+    is taken. A candidate whose latest row mismatched, errored or skipped is judged by that
+    row, whatever an older row says. When the baseline too holds a pair timed in several
+    ways and both runs' latest rows passed, each other timing that both runs hold, passing,
+    is compared as well, row against row timed alike: one more verdict per timing, whose
+    `timing` (and that of the pair's first verdict) names it."""
+    base_list, cand_list = list(base_rows), list(cand_rows)
+    base, base_alike = latest_rows(base_list), latest_rows(base_list, by_timing=True)
+    cand, alike = latest_rows(cand_list), latest_rows(cand_list, by_timing=True)
+
+    def passed(row: dict | None) -> bool:
+        return row is not None and row.get("status") == "pass"
+
+    def cand_for(k: tuple[str, str]) -> dict | None:
+        match = alike.get((*k, *timing_key(base[k]))) if k in base else None
+        return match if passed(match) and passed(cand.get(k)) else cand.get(k)
+    verdicts = {k: classify(base.get(k), cand_for(k), config) for k in set(base) | set(cand)}
+    extra = []
+    for key, b in base_alike.items():          # the baseline's other timings of a pair
+        k, timing = key[:2], key[2:]
+        if (timing[0] is None or not (passed(base.get(k)) and passed(cand.get(k))) or timing == timing_key(base[k])
+                or not (passed(b) and passed(alike.get(key)))):
+            continue                           # untimed, a pair that failed, the pair's first verdict, or none alike
+        extra.append(_with_timing(classify(b, alike[key], config), b))
+    for k in {(v.case_id, v.backend) for v in extra}:   # name the timing of a pair's first verdict too
+        verdicts[k] = _with_timing(verdicts[k], base[k])
+    found = [*verdicts.values(), *extra]
+    if not config.allow_missing:
+        found = [dataclasses.replace(v, blocking=True) if v.kind == "missing" else v for v in found]
+    return GateResult(tuple(sorted(found, key=_order)), config, tuple(env_notes))
+
+
+def _with_timing(v: Verdict, base_row: dict) -> Verdict:
+    """v with `timing` set to how base_row was timed, and its detail starting with it."""
+    label = timing_label(base_row) or ""
+    return dataclasses.replace(v, timing=label, detail=f"{label}: {v.detail}" if v.detail else label)
+
+
+def _order(v: Verdict) -> tuple:
+    """Sort key: backend, then B, L (numbers where they are numbers), tree, then P as a
+    number (so a cell's P 16 row comes before its P 128 row, next to it)."""
+    c = v.case
+    num = [x if isinstance(x, int) else math.inf for x in (c.get("batch_size"), c.get("context_len"))]
+    page = c.get("page_size")
+    return (v.backend, *num, str(c.get("context_len")), str(c.get("tree")),
+            page if isinstance(page, int) else math.inf, v.case_id, v.timing)
+
+
+def classify(base: dict | None, cand: dict | None, config: GateConfig) -> Verdict:
+    """The verdict for one (case, backend) from its baseline and candidate rows (either may be None)."""
+    some = cand or base
+    assert some is not None, "classify needs a baseline or a candidate row"
+    v = dict(case_id=some["case_id"], backend=some["backend"], case=some.get("case") or {},
+             base_status=base and base["status"], cand_status=cand and cand["status"])
+    if base is None:
+        assert cand is not None
+        return Verdict(kind="new", detail=_status_line(cand), **v)
+    if cand is None:
+        return Verdict(kind="missing", detail=f"baseline was {base['status']}", **v)
+    bs, cs = base["status"], cand["status"]
+    if bs == "pass" and cs in BAD:
+        return Verdict(kind="correctness_loss", detail=_status_line(cand), **v)
+    if cs == "skipped":
+        was = "skipped in both" if bs == "skipped" else f"newly skipped (baseline was {bs})"
+        return Verdict(kind="skipped", detail=f"{was}: {cand.get('reason') or ''}", **v)
+    if bs in BAD and cs == "pass":
+        return Verdict(kind="fixed", detail=f"baseline was {_status_line(base)}", **v)
+    if bs == "skipped":
+        return Verdict(kind="new", detail=f"{_status_line(cand)} (baseline skipped: {base.get('reason')})", **v)
+    if cs in BAD:
+        return Verdict(kind="still_failing", detail=_status_line(cand), **v)
+    return timing_verdict(base, cand, config, v)
+
+
+def _status_line(row: dict) -> str:
+    """'status: reason' of a row (just the status when there is no reason)."""
+    reason = row.get("reason")
+    return f"{row['status']}: {reason}" if reason else row["status"]
+
+
+def timing_verdict(base: dict, cand: dict, config: GateConfig, v: dict) -> Verdict:
+    """slower / faster / unchanged / incomparable for two passing rows."""
+    bm, cm = base.get("median_us"), cand.get("median_us")
+    if not bm or not cm:
+        where = "on either side (check rows; both pass)" if not bm and not cm else \
+            ("in the baseline" if not bm else "in the candidate")
+        return Verdict(kind="incomparable", detail=f"not timed {where}", **v)
+    noisy = [side for side, r in (("baseline", base), ("candidate", cand)) if is_noisy(r)]
+    v = {**v, "base_median_us": bm, "cand_median_us": cm, "ratio": cm / bm, "noisy": bool(noisy)}
+    verdict = _timing_kind(base, cand, config, v)
+    if noisy:
+        note = f"noisy {' and '.join(noisy)} timing ({NOISE_RULE})"
+        verdict = dataclasses.replace(verdict, detail=f"{verdict.detail}; {note}" if verdict.detail else note)
+    return verdict
+
+
+def _timing_kind(base: dict, cand: dict, config: GateConfig, v: dict) -> Verdict:
+    bm, cm = base["median_us"], cand["median_us"]
+    unlike = _unlike_timing(base, cand)
+    if unlike:
+        return Verdict(kind="incomparable", detail=unlike, timed_unlike=True, **v)
+    bs, cs = base.get("samples_us") or [], cand.get("samples_us") or []
+    if min(len(bs), len(cs)) < config.min_samples:
+        return Verdict(kind="incomparable", detail=f"fewer than {config.min_samples} samples "
+                       f"({len(bs)} vs {len(cs)})", **v)
+    ratio, up = cm / bm, 1 + config.threshold
+    direction = "greater" if ratio >= 1 else "less"
+    p = float(mannwhitneyu(cs, bs, alternative=direction).pvalue)
+    v["p_value"] = p
+    if ratio > up and p < config.alpha:
+        return Verdict(kind="slower", **v)
+    if ratio < 1 / up and p < config.alpha:
+        return Verdict(kind="faster", **v)
+    beyond = ratio > up or ratio < 1 / up
+    return Verdict(kind="unchanged", detail=f"ratio beyond threshold but p = {p:.2g}" if beyond else "", **v)
+
+
+def _unlike_timing(base: dict, cand: dict) -> str:
+    """'timer cuda_graph vs cuda_event', 'L2 flushed vs warm' (both, '; '-joined), or '' when the two
+    rows were timed alike. Rows without `l2_flushed` count as flushed on a GPU (`row_l2_flushed`)."""
+    bl, cl = row_l2_flushed(base), row_l2_flushed(cand)
+    words = {True: "flushed", False: "warm", None: "not recorded"}
+    what = [f"timer {base.get('timer')} vs {cand.get('timer')}"] if base.get("timer") != cand.get("timer") else []
+    what += [f"L2 {words[bl]} vs {words[cl]}"] if bl != cl else []
+    return "; ".join(what)
+
+
+def env_differences(base_envs: dict[str, dict], cand_envs: dict[str, dict],
+                    base_rows: Sequence[dict], cand_rows: Sequence[dict]) -> list[str]:
+    """One line per env field (ENV_FIELDS) whose values differ between the runs' fingerprints.
+
+    A row whose env fingerprint file is missing counts as a difference.
+    """
+    notes, sides = [], []
+    for envs, rows, name in ((base_envs, base_rows, "baseline"), (cand_envs, cand_rows, "candidate")):
+        ids = sorted(cast("set[str]", {r.get("env") for r in rows if r.get("env")}))
+        notes += [f"{name} env fingerprint env-{i}.json not found beside its results" for i in ids if i not in envs]
+        sides.append([envs[i] for i in ids if i in envs])
+    for f in ENV_FIELDS:
+        b, c = ({str(e.get(f)) for e in side} for side in sides)
+        if b and c and b != c:
+            notes.append(f"{f}: {', '.join(sorted(b))} -> {', '.join(sorted(c))}")
+    return notes
+
+
+# ---- CLI -----------------------------------------------------------------------------------
+
+def _fraction(text: str) -> float:
+    """'5%' or '0.05' -> 0.05; a bare number >= 1 (ambiguous: '5' could mean 5% or 500%) is refused.
+
+    Raises:
+        ConfigError: not a number, not positive, or a bare number >= 1.
+    """
+    t = text.strip()
+    try:
+        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise ConfigError(f"gate --threshold {text!r}: give a fraction such as 0.05 "
+                          "or a percentage such as 5%") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"gate --threshold {text!r}: must be positive, e.g. 5% or 0.05")
+    if not t.endswith("%") and value >= 1:
+        raise ConfigError(f"gate --threshold {text!r}: a bare number must be a fraction below 1; "
+                          f"write {t}% for {t} percent, or a fraction such as 0.05 for 5%")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds `treebench gate`'s arguments to `parser`."""
+    parser.add_argument("--baseline", nargs="+", required=True, metavar="RESULTS",
+                        help="baseline results: .jsonl files or folders of them (env files beside)")
+    parser.add_argument("--candidate", nargs="+", required=True, metavar="RESULTS",
+                        help="candidate results: .jsonl files or folders of them")
+    parser.add_argument("--threshold", default="5%",
+                        help="slower when the median ratio exceeds 1 + this (default 5%%; 0.05 works too)")
+    parser.add_argument("--alpha", type=float, default=0.01,
+                        help="significance level of the one-sided Mann-Whitney U test (default 0.01)")
+    parser.add_argument("--min-samples", type=int, default=5, help="fewer samples: incomparable (default 5)")
+    parser.add_argument("--backends", default=None, help="compare only these backends (comma-separated)")
+    parser.add_argument("--allow-env-mismatch", action="store_true",
+                        help="compare even when GPU, driver or library versions differ")
+    parser.add_argument("--allow-missing", action="store_true",
+                        help="pass even when the candidate lacks (case, backend) pairs of the baseline")
+    parser.add_argument("--junit", metavar="PATH", help="also write JUnit XML here (a .xml path)")
+    parser.add_argument("--summary", metavar="PATH",
+                        help="also append the Markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")
+
+
+def _backend_filter(text: str | None) -> set[str] | None:
+    """--backends -> the set of names, None when not given.
+
+    Raises:
+        ConfigError: given but names nothing ('' or only commas).
+    """
+    if text is None:
+        return None
+    names = {b.strip() for b in text.split(",") if b.strip()}
+    if not names:
+        raise ConfigError(f"gate --backends {text!r}: names no backend; give comma-separated names, "
+                          "e.g. triton_tree,xformers_tree, or leave it out to compare every backend")
+    return names
+
+
+def _load(paths: Sequence[str], flag: str) -> tuple[list[dict], dict[str, dict]]:
+    """Rows and env fingerprints of one side.
+
+    Raises:
+        ConfigError: a path is missing, or it holds no rows.
+    """
+    return _only(read_checked_rows(paths, f"gate {flag}"), None, paths, flag), read_envs(paths)
+
+
+def _only(rows: list[dict], backends: set[str] | None, paths: Sequence[str], flag: str) -> list[dict]:
+    """`rows` of `backends` (all when None).
+
+    Raises:
+        ConfigError: none remain.
+    """
+    if backends is not None:
+        rows = [r for r in rows if r["backend"] in backends]
+    if not rows:
+        what = f" for backends {', '.join(sorted(backends))}" if backends else ""
+        raise ConfigError(f"gate {flag} {' '.join(paths)}: no result rows{what}; point it at a run's .jsonl "
+                          "file or folder (folders are not searched recursively)")
+    return rows
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs the gate; returns 0 (pass) or 1 (slower or correctness loss).
+
+    Raises:
+        ConfigError: bad flags (a --backends naming nothing, or a backend in neither side's
+            rows), unreadable results, or env fingerprints that differ
+            without --allow-env-mismatch (the CLI exits 2).
+    """
+    config = GateConfig(_fraction(str(args.threshold)), args.alpha, args.min_samples,
+                        bool(getattr(args, "allow_missing", False)))
+    if args.junit and Path(args.junit).suffix.lower() != ".xml":   # it overwrites: never a stray file
+        raise ConfigError(f"gate --junit {args.junit}: must end in .xml (it is overwritten)")
+    for flag, path in (("gate --summary", args.summary), ("gate --junit", args.junit)):
+        if path:
+            check_output_path(path, flag)
+            refuse_input_path(path, flag, [*args.baseline, *args.candidate])
+    if args.summary and args.junit and Path(args.summary).resolve() == Path(args.junit).resolve():
+        raise ConfigError(f"gate --summary and --junit are the same file {args.junit}; give two paths")
+    backends = _backend_filter(args.backends)
+    base_rows, base_envs = _load(args.baseline, "--baseline")
+    cand_rows, cand_envs = _load(args.candidate, "--candidate")
+    if backends is not None:
+        present = {r["backend"] for r in base_rows + cand_rows}
+        unknown = sorted(backends - present)
+        if unknown:
+            raise ConfigError(f"gate --backends: {', '.join(unknown)} in neither side's rows; backends there: "
+                              f"{', '.join(sorted(present))}")
+        base_rows = _only(base_rows, backends, args.baseline, "--baseline")
+        cand_rows = _only(cand_rows, backends, args.candidate, "--candidate")
+    notes = env_differences(base_envs, cand_envs, base_rows, cand_rows)
+    if notes and not args.allow_env_mismatch:
+        raise ConfigError(f"gate: env fingerprints differ ({'; '.join(notes)}); compare runs from the same "
+                          "GPU and software, or pass --allow-env-mismatch")
+    result = compare_runs(base_rows, cand_rows, config, notes)
+    text = markdown(result, " ".join(args.baseline), " ".join(args.candidate))
+    try:
+        if args.summary:
+            Path(args.summary).parent.mkdir(parents=True, exist_ok=True)   # as --junit's
+            with open(args.summary, "a", encoding="utf-8") as f:
+                f.write(text)
+        if args.junit:
+            Path(args.junit).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.junit).write_text(junit_xml(result), encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"gate: cannot write {e.filename}: {e.strerror}; choose another path") from None
+    sys.stdout.write(text)
+    if result.comparable == 0:
+        log.warning("gate: no (case, backend) pair could be compared; failing")
+    log.info("gate: %s", ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in result.counts().items()))
+    return 1 if result.failed else 0

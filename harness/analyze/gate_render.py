@@ -1,0 +1,152 @@
+"""Rendering of the regression gate's verdicts (`treebench.harness.analyze.gate`): Markdown and JUnit XML.
+
+The Markdown summary (fit for `$GITHUB_STEP_SUMMARY`) opens with PASS or FAIL and the
+failing counts, warns when nothing was compared, when baseline pairs are missing and when
+timings are noisy, counts the verdicts per kind, then gives one table per kind in
+`KIND_TITLES` order (unchanged folded; pairs skipped in both runs for one reason folded to
+one line per backend and reason). The JUnit XML holds one testcase per verdict: a failure
+for what fails the gate, skipped for what was not compared.
+
+`treebench.harness.analyze.gate` imports this module (its CLI draws both, and it takes the verdict kinds
+`FAILING` and `KIND_TITLES` from here), so the gate's dataclasses are imported here only
+for type checking: no import cycle.
+"""
+
+from __future__ import annotations
+
+import math
+import xml.etree.ElementTree as ET
+from collections import Counter
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, cast
+
+from treebench.harness.timing.stats import NOISE_RULE
+
+if TYPE_CHECKING:
+    from treebench.harness.analyze.gate import GateResult, Verdict
+
+FAILING = ("slower", "correctness_loss")  # the kinds that fail the gate (treebench.harness.analyze.gate uses them too)
+KIND_TITLES = {  # display order of the summary
+    "correctness_loss": "Correctness lost (fails the gate)",
+    "slower": "Slower (fails the gate)",
+    "faster": "Faster",
+    "fixed": "Fixed",
+    "new": "New",
+    "missing": "Missing from the candidate (fails the gate unless --allow-missing)",
+    "skipped": "Skipped in the candidate (each line says whether the baseline skipped it too)",
+    "still_failing": "Still failing",
+    "incomparable": "Incomparable",
+    "unchanged": "Unchanged",
+}
+
+
+def _fmt(x: float | None, spec: str) -> str:
+    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def _case_cells(v: Verdict) -> list[str]:
+    c = v.case
+    return [v.backend, str(c.get("batch_size", "")), str(c.get("context_len", "")), str(c.get("page_size", "")),
+            str(c.get("tree", "")), f"`{v.case_id}`"]
+
+
+def _md_table(verdicts: Sequence[Verdict], timed: bool, limit: int = 60) -> list[str]:
+    head = ["backend", "B", "L", "P", "tree", "case"]
+    head += ["baseline µs", "candidate µs", "ratio", "p"] if timed else []
+    head += ["detail"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for v in verdicts[:limit]:
+        cells = _case_cells(v)
+        if timed:
+            cells += [_fmt(v.base_median_us, ".2f"), _fmt(v.cand_median_us, ".2f"), _fmt(v.ratio, ".4f"),
+                      _fmt(v.p_value, ".2g")]
+        lines.append("| " + " | ".join(cells + [v.detail.replace("|", "\\|")]) + " |")
+    if len(verdicts) > limit:
+        lines.append(f"\n… and {len(verdicts) - limit} more")
+    return lines
+
+
+def _skipped_table(verdicts: Sequence[Verdict], limit: int = 60) -> list[str]:
+    """The skipped pairs: those skipped in both runs for one reason are one line per
+    (backend, reason) with their case count (a backend not installed on either side
+    would otherwise fill the table); newly skipped pairs keep a line each."""
+    groups: dict[tuple[str, str], list[Verdict]] = {}
+    single = []
+    for v in verdicts:
+        if v.base_status == "skipped":          # skipped in both runs (classify's detail says so)
+            groups.setdefault((v.backend, v.detail), []).append(v)
+        else:
+            single.append(v)
+    lines = ["| backend | B | L | P | tree | case | detail |", "|---|---|---|---|---|---|---|"]
+    for (backend, detail), vs in groups.items():
+        cases = f"`{vs[0].case_id}`" if len(vs) == 1 else f"{len(vs)} cases"
+        lines.append("| " + " | ".join([backend, "", "", "", "", cases, detail.replace("|", "\\|")]) + " |")
+    return lines + _md_table(single, False, limit)[2:]
+
+
+def markdown(result: GateResult, baseline: str = "baseline", candidate: str = "candidate") -> str:
+    """The gate's Markdown summary (headline, counts, one table per kind; unchanged folded)."""
+
+    cfg, counts = result.config, result.counts()
+    fails = ", ".join(f"{counts.get(k, 0)} {KIND_TITLES[k].split(' (')[0].lower()}" for k in FAILING)
+    if not cfg.allow_missing:
+        fails += f", {counts.get('missing', 0)} missing"
+    head = "❌ FAIL" if result.failed else "✅ PASS"
+    if result.comparable == 0:
+        fails += ", nothing compared"
+    out = [f"## treebench gate: {head} ({fails})", ""]
+    if result.comparable == 0:
+        what = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in counts.items()) or "no rows"
+        unlike = Counter(v.detail for v in result.verdicts if v.timed_unlike)
+        why = (f"; the runs were timed differently ({', '.join(f'{n} x {d}' for d, n in unlike.most_common(3))}): "
+               "compare runs made with the same --timer and --l2" if unlike else
+               "; check that both runs cover the same cases and backends with enough samples")
+        out += [f"**Nothing was compared:** no (case, backend) pair of the baseline could be compared with the "
+                f"candidate ({what}){why}.", ""]
+    if counts.get("missing") and not cfg.allow_missing:
+        out += [f"**{counts['missing']} baseline pair(s) missing from the candidate** fail the gate; "
+                "pass --allow-missing to accept a partial candidate.", ""]
+    noisy = [v for v in result.verdicts if v.noisy]
+    if noisy:
+        out += [f"⚠ **{len(noisy)} comparison(s) involve noisy timings** ({NOISE_RULE}); their verdicts are less "
+                "reliable (see the detail column).", ""]
+    out += [f"Baseline `{baseline}` vs candidate `{candidate}`: slower means median ratio > "
+            f"{1 + cfg.threshold:.3g} and one-sided Mann–Whitney U p < {cfg.alpha:g}.", "",
+            "| verdict | count |", "|---|---|", *[f"| {KIND_TITLES[k]} | {n} |" for k, n in counts.items()]]
+    if result.env_notes:
+        out += ["", "**Env differences (allowed):** " + "; ".join(result.env_notes)]
+    for kind, title in KIND_TITLES.items():
+        vs = result.of_kind(kind)
+        if not vs:
+            continue
+        timed = kind in ("slower", "faster", "unchanged", "incomparable")
+        table = _skipped_table(vs) if kind == "skipped" else _md_table(vs, timed)
+        if kind == "unchanged":
+            out += ["", f"<details><summary>{title} ({len(vs)})</summary>", "", *table, "", "</details>"]
+        else:
+            out += ["", f"### {title} ({len(vs)})", "", *table]
+    return "\n".join(out) + "\n"
+
+
+def junit_xml(result: GateResult) -> str:
+    """JUnit XML: one testcase per verdict, so per (case, backend) and per extra timing of
+    one (named "case [timing]"); failure for slower and correctness loss, skipped for
+    everything that was not compared."""
+    suite = ET.Element("testsuite", name="treebench.gate", tests=str(len(result.verdicts)),
+                       failures=str(sum(v.failed for v in result.verdicts)),
+                       skipped=str(sum(v.kind not in ("unchanged", "faster", "fixed") and not v.failed
+                                       for v in result.verdicts)))
+    for v in result.verdicts:
+        tc = ET.SubElement(suite, "testcase", classname=f"treebench.{v.backend}",
+                           name=f"{v.case_id} [{v.timing}]" if v.timing else v.case_id)
+        numbers = [f"{name} {_fmt(x, spec)}" for name, x, spec in (("ratio", v.ratio, ".4f"), ("p", v.p_value, ".2g"))
+                   if x is not None]
+        msg = f"{v.kind}: {' '.join([*numbers, v.detail]).strip()}".rstrip(": ")
+        if v.failed:
+            ET.SubElement(tc, "failure", type=v.kind, message=msg)
+        elif v.kind not in ("unchanged", "faster", "fixed"):
+            ET.SubElement(tc, "skipped", message=msg)
+        else:
+            ET.SubElement(tc, "system-out").text = msg
+    return ET.tostring(cast(ET.Element, ET.ElementTree(suite).getroot()), encoding="unicode",
+                       xml_declaration=True) + "\n"

@@ -1,0 +1,438 @@
+"""The HTML performance report: `treebench report RESULTS... -o reports/NAME.html`.
+
+One self-contained file (CSS inline, images as PNG data URIs, no network) that
+a kernel engineer can attach to a pull request: summary and verdicts, the env
+fingerprints, the seed-style table (tree-mask overhead against the causal
+baseline, vLLM PR #20401's layout), speedup heatmaps over batch x context per
+tree size, latency against context length, a roofline, correctness badges with
+the worst element of every mismatch, and every tree drawn with its mask.
+Built with pandas (tables), matplotlib (figures, `treebench.harness.analyze.plots`) and
+jinja2 (`templates/report.html.j2`). Reads only the results store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, cast
+
+import jinja2
+import pandas as pd
+
+from treebench.harness.analyze import plots as plots
+from treebench.harness.errors import ConfigError
+from treebench.harness.model.metrics import (device_peak, mask_overhead_table, rates, row_work, speedup_table, timed_frame,
+                             varying_axes)
+from treebench.harness.timing.stats import NOISE_RULE, geometric_mean, is_noisy
+from treebench.harness.store.rows import l2_label, read_envs, row_l2_flushed, timing_label
+from treebench.harness.model.trees import parse_tree
+
+log = logging.getLogger(__name__)
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+DEFAULT_BASELINES = ("flashinfer_mask", "xformers_tree", "torch_sdpa")  # preferred speedup baselines, in order
+STATUSES = ("pass", "mismatch", "error", "skipped")
+
+
+# ---- formatting -------------------------------------------------------------------------------
+
+def _num(x, spec: str = ".3g") -> str:
+    """A number for the page ('' for None/NaN)."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return ""
+    return format(x, spec)
+
+
+def _us(x) -> str:
+    """Microseconds with 3-4 significant digits."""
+    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else (f"{x:.2f}" if x < 100 else f"{x:.1f}")
+
+
+def markdown_table(df: pd.DataFrame) -> str:
+    """`df` as a GitHub Markdown table (numbers rounded for reading)."""
+    def cell(v) -> str:
+        return _us(v) if isinstance(v, float) else str(v)
+    lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+# ---- choosing backends ------------------------------------------------------------------------
+
+def pick_baseline(rows: Sequence[dict], requested: str | None, causal: str) -> str | None:
+    """The speedup baseline: `requested`, else the first of DEFAULT_BASELINES with timed
+    rows, else the alphabetically first timed backend other than `causal` and the reference.
+
+    Raises:
+        ConfigError: `requested` has no timed rows.
+    """
+    timed = sorted({r["backend"] for r in rows if r.get("status") == "pass" and r.get("median_us")})
+    if requested:
+        if requested not in timed:
+            raise ConfigError(f"report --baseline-backend {requested!r}: no passing timed rows; "
+                              f"timed backends here: {', '.join(timed) or 'none'}")
+        return requested
+    for b in (*DEFAULT_BASELINES, *timed):
+        if b in timed and b not in non_contenders(timed, causal):
+            return b
+    return timed[0] if timed else None
+
+
+def non_contenders(names: Sequence[str], causal: str) -> set[str]:
+    """Backends kept out of speedups, wins and 'fastest': `causal`, any registered backend with
+    mask_kind "causal" (they solve the easier causal task) and the float64 reference."""
+    import treebench.backends  # noqa: F401  (registers the built-in adapters)
+    from treebench.harness.adapter.contract import REGISTRY
+
+    causal_kind = {n for n in names if getattr(REGISTRY.get(n), "mask_kind", "tree") == "causal"}
+    return {causal, "reference"} | causal_kind
+
+
+def backend_order(rows: Sequence[dict], baseline: str | None, causal: str) -> list[str]:
+    """Causal baseline first, then the speedup baseline, then the others alphabetically."""
+    names = sorted({r["backend"] for r in rows})
+    first = [b for b in (causal, baseline) if b is not None and b in names]
+    return first + [b for b in names if b not in first]
+
+
+# ---- sections ---------------------------------------------------------------------------------
+
+def backend_summary(rows: Sequence[dict], order: Sequence[str], sp: pd.DataFrame, overhead: pd.DataFrame,
+                    skip: set[str]) -> list[dict]:
+    """Per backend: status counts, timers with their L2 state ("cuda_graph, L2 flushed"), timed rows
+    per L2 state, geomean speedup and mask overhead, median % peak, and wins (cases where it is the
+    fastest passing backend; backends in `skip` do not compete)."""
+    df = timed_frame(rows)
+    df = df[~df["backend"].isin(list(skip))] if not df.empty else df
+    best = df.loc[df.groupby("case_id")["median_us"].idxmin(), "backend"].value_counts() if not df.empty else {}
+    out = []
+    for b in order:
+        mine = [r for r in rows if r["backend"] == b]
+        counts = Counter(r["status"] for r in mine)
+        fallbacks = sorted({r["timer_fallback"] for r in mine if r.get("timer_fallback")})
+        s = sp[sp["backend"] == b]["speedup"].tolist() if not sp.empty else []
+        o = overhead[(overhead["Backend"] == b)]["Overhead (%)"].dropna().tolist() if b not in skip else []
+        pct = [r["pct_peak_bw"] for r in mine if r.get("status") == "pass" and r.get("pct_peak_bw") is not None]
+        out.append({"backend": b, "counts": {k: counts.get(k, 0) for k in STATUSES}, "n": len(mine),
+                    "timers": sorted({t for r in mine if (t := timing_label(r))}), "fallbacks": fallbacks,
+                    "l2": Counter(f for r in mine if (f := row_l2_flushed(r)) is not None),
+                    "speedup": geometric_mean(s) if s else None,
+                    "overhead_pct": 100 * (geometric_mean([1 + x / 100 for x in o]) - 1) if o else None,
+                    "pct_peak": float(pd.Series(pct).median()) if pct else None,
+                    "wins": int(best.get(b, 0)) if b not in skip else None})
+    return out
+
+
+def verdict_lines(summary: Sequence[dict], baseline: str | None, causal: str, n_cases: int) -> list[tuple[str, str]]:
+    """(css class, sentence) findings for the top of the report."""
+    lines = []
+    for s in summary:
+        c, b = s["counts"], s["backend"]
+        bad = c["mismatch"] + c["error"]
+        if bad:
+            lines.append(("bad", f"{b}: {c['mismatch']} mismatch(es), {c['error']} error(s) out of {s['n']} cases "
+                                 "— see Correctness."))
+        if s["wins"] is not None and (s["speedup"] is not None or b == baseline):
+            vs = f"geometric-mean speedup {s['speedup']:.2f}× over {baseline}; " if s["speedup"] else ""
+            lines.append(("info", f"{b}: {vs}fastest on {s['wins']}/{n_cases} cases."))
+        if s["overhead_pct"] is not None:
+            lines.append(("info", f"{b}: tree-mask overhead {s['overhead_pct']:+.1f}% against {causal} "
+                                  "(geometric mean)."))
+        for f in s["fallbacks"]:
+            lines.append(("warn", f"{b}: timed with {'; '.join(s['timers'])} — {f}."))
+    return lines + l2_warnings(summary)
+
+
+def mixed_timing_warnings(rows: Sequence[dict]) -> list[tuple[str, str]]:
+    """('warn', sentence) per backend with a (case, backend) pair timed with more than one
+    timer: its rows are averaged into one median here, so that median mixes unlike timings.
+    (Mixed L2 states are `l2_warnings`' business; different timers across cases, a capture
+    fallback, the fallback lines'.)"""
+    ways: dict[tuple, set] = {}
+    for r in rows:
+        if r.get("median_us") is not None and r.get("timer"):
+            ways.setdefault((r.get("backend"), r.get("case_id")), set()).add(r["timer"])
+    out = []
+    for b in sorted({b for (b, _), timers in ways.items() if len(timers) > 1}):
+        pairs = [timers for (bb, _), timers in ways.items() if bb == b and len(timers) > 1]
+        timers = sorted(set().union(*pairs))
+        out.append(("warn", f"{b}: {len(pairs)} case(s) have rows timed with different timers ({', '.join(timers)}), "
+                            "averaged into one median in this report; report each timer from its own results file."))
+    return out
+
+
+def l2_warnings(summary: Sequence[dict]) -> list[tuple[str, str]]:
+    """('warn', sentence) when rows timed with the L2 flushed and with a warm L2 meet in one report:
+    per backend that has both (its medians, speedups and plots mix them), else once when
+    backends differ (speedups and wins compare unlike timings). Nothing is split or dropped."""
+    mixed = [s for s in summary if len(s["l2"]) > 1]
+    lines = [("warn", f"{s['backend']}: {s['l2'][True]} row(s) timed with the L2 flushed and {s['l2'][False]} "
+                      "with a warm L2 are mixed in this report's tables and plots; report each L2 state from its "
+                      "own results file (treebench run --l2 cold|warm).") for s in mixed]
+    if not mixed and len({f for s in summary for f in s["l2"]}) > 1:
+        each = "; ".join(f"{s['backend']} {l2_label(next(iter(s['l2'])))}" for s in summary if s["l2"])
+        lines.append(("warn", f"backends were timed in different L2 states ({each}): speedups and the fastest "
+                              "backend compare unlike timings."))
+    return lines
+
+
+ENV_ROWS = ("gpu_name", "sm_count", "driver", "cuda", "python", "torch", "triton", "xformers", "flashinfer",
+            "git_commit", "hostname", "platform", "peak_bw_bytes_per_s")
+
+
+def env_table(envs: dict[str, dict], rows: Sequence[dict]) -> tuple[list[str], list[tuple[str, list[str]]]]:
+    """(env ids used by `rows`, [(field, value per env)]); missing env files show as '?'."""
+    ids = sorted(cast("set[str]", {r.get("env") for r in rows if r.get("env")}))
+    table = []
+    for f in ENV_ROWS:
+        vals = [envs.get(i, {}).get(f, "?") if i in envs else "?" for i in ids]
+        if f == "peak_bw_bytes_per_s":
+            f, vals = "measured peak (copy) TB/s", [
+                _num(v / 1e12, ".3f") if isinstance(v, (int, float)) else
+                (("not measured (CPU)" if not envs.get(i, {}).get("gpu_name") else "not measured")
+                 if v is None else str(v)) for i, v in zip(ids, vals)]
+        table.append((f, ["" if v is None else str(v) for v in vals]))
+    return ids, table
+
+
+def failure_rows(rows: Sequence[dict]) -> list[dict]:
+    """Mismatch and error rows with their worst element (request b, node i, head h)."""
+    out = []
+    for r in rows:
+        if r["status"] in ("mismatch", "error"):
+            w = r.get("worst")
+            out.append({**r, "where": f"b={w[0]}, i={w[1]}, h={w[2]}" if w else "",
+                        "err": _num(r.get("max_abs_err")), "rel": _num(r.get("max_rel_err")),
+                        "frac": _num(100 * r["mismatch_frac"], ".3g") + "%" if r.get("mismatch_frac") else ""})
+    return out
+
+
+def skip_reasons(rows: Sequence[dict]) -> list[tuple[str, str, int]]:
+    """(backend, reason, count) of skipped rows."""
+    c = Counter((r["backend"], r.get("reason") or "") for r in rows if r["status"] == "skipped")
+    return [(b, reason, n) for (b, reason), n in sorted(c.items())]
+
+
+def tree_images(rows: Sequence[dict], limit: int = 12) -> list[tuple[str, int, str]]:
+    """(spec, T, image) for each distinct tree spec in `rows`, smallest first (at most `limit`)."""
+    specs = {r["case"]["tree"] for r in rows if r.get("case", {}).get("tree")}
+    trees = sorted(((s, parse_tree(s)) for s in specs), key=lambda st: (st[1].size, st[0]))
+    return [(s, t.size, plots.tree_figure(t, s)) for s, t in trees[:limit]]
+
+
+def roofline_points(rows: Sequence[dict], envs: dict[str, dict]) -> pd.DataFrame:
+    """backend, flops, bytes, tflops, tb_per_s, pct_peak_bw of passing timed rows (recomputed when absent)."""
+    recs = []
+    for r in rows:
+        if r.get("status") != "pass" or not r.get("median_us"):
+            continue
+        flops, nbytes = row_work(r)
+        env_id: Any = r.get("env")  # None (no env) finds no peak
+        peak = envs.get(env_id, {}).get("peak_bw_bytes_per_s")
+        recs.append({"backend": r["backend"], "flops": flops, "bytes": nbytes,
+                     **rates(flops, nbytes, r["median_us"], peak)})
+    return pd.DataFrame.from_records(recs)
+
+
+def noisy_rows(rows: Sequence[dict]) -> list[dict]:
+    """Passing timed rows whose timing spread is high (`treebench.harness.timing.stats.is_noisy`)."""
+    return [r for r in rows if r.get("status") == "pass" and r.get("median_us") is not None and is_noisy(r)]
+
+
+def time_pivot(df: pd.DataFrame, order: Sequence[str], values: str = "median_us") -> pd.DataFrame:
+    """Median µs per case (rows: B, L, T and any varying axis) and backend (columns).
+
+    `values` picks another column of `df` to pivot the same way (e.g. a 0/1 'noisy' flag).
+    """
+    if df.empty:
+        return df
+    keys = ["batch_size", "context_len", "T", *varying_axes(df, exclude=("batch_size", "context_len", "tree", "T",
+                                                                         "noisy"))]
+    df = df.assign(context_len=df["context_len"].astype(str))
+    p = df.pivot_table(index=keys, columns="backend", values=values, aggfunc="max" if values != "median_us"
+                       else "median", sort=False)
+    p = p.reset_index().sort_values(["batch_size", "context_len", "T"],
+                                    key=lambda c: c.map(lambda v: (0, int(v)) if str(v).isdigit() else (1, str(v))))
+    return p[[*keys, *[b for b in order if b in p.columns]]].rename(
+        columns={"batch_size": "B", "context_len": "L"}).reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table ready for the template: header (name, css class) and rows of (text, css class)."""
+
+    head: list[tuple[str, str]]
+    rows: list[list[tuple[str, str]]]
+
+
+def pivot_table_cells(pivot: pd.DataFrame, order: Sequence[str], skip: set[str],
+                      noisy: pd.DataFrame | None = None) -> Table:
+    """The time pivot with the fastest backend of each case (backends in `skip` aside) marked 'best'
+    and noisy timings (`noisy`: the same pivot of a 0/1 flag) marked '(noisy)'."""
+    times = [c for c in pivot.columns if c in order]
+    flags = noisy.to_dict("records") if noisy is not None and len(noisy) == len(pivot) else [{}] * len(pivot)
+    rows = []
+    for rec, flag in zip(pivot.to_dict("records"), flags):
+        vals = [rec[b] for b in times if rec[b] == rec[b] and b not in skip]   # NaN != NaN: not timed
+        fastest = min(vals) if len(vals) > 1 else None
+        cells = []
+        for c in pivot.columns:
+            if c not in times:
+                cells.append((str(rec[c]), ""))
+                continue
+            cls = "n best" if rec[c] == fastest else "n"
+            if flag.get(c) == 1:
+                cells.append((f"{_us(rec[c])} ⚠noisy", cls + " noisy"))
+            else:
+                cells.append((_us(rec[c]), cls))
+        rows.append(cells)
+    return Table([(c, "n" if c in times else "") for c in pivot.columns], rows)
+
+
+def seed_table_cells(seed: pd.DataFrame) -> Table:
+    """The seed-style table, times in µs and overhead as a signed percentage."""
+    fmt = {"Time (us)": _us, "Overhead (%)": lambda v: "" if v != v else f"{v:+.1f}"}
+    num = {"Batch Size", "Seqlen Q", "Time (us)", "Overhead (%)"}
+    rows = [[(fmt.get(c, str)(v), "n" if c in num else "") for c, v in zip(seed.columns, rec)]
+            for rec in seed.itertuples(index=False)]
+    return Table([(c, "n" if c in num else "") for c in seed.columns], rows)
+
+
+# ---- the page ---------------------------------------------------------------------------------
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(num=_num, us=_us)
+    return env
+
+
+def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, title: str = "treebench", *,
+                 baseline: str | None = None, causal_backend: str = "causal_baseline", gate=None,
+                 sources: Sequence[str] = ()) -> Path:
+    """Writes a self-contained HTML report of `rows` to `path` and returns it.
+
+    Args:
+        rows: result rows (schema 1), any mix of backends and cases.
+        envs: env fingerprints by env id (peaks, versions).
+        path: output .html path; parent folders are created.
+        title: page title.
+        baseline: backend the speedups are against (default: `pick_baseline`).
+        causal_backend: backend whose time the tree-mask overhead is measured against.
+        gate: an optional `treebench.harness.analyze.gate.GateResult` to show with the summary.
+        sources: result paths, listed in the header.
+
+    Raises:
+        ConfigError: `baseline` has no timed rows.
+    """
+    baseline = pick_baseline(rows, baseline, causal_backend)
+    order = backend_order(rows, baseline, causal_backend)
+    df = timed_frame(rows)
+    skip = non_contenders(order, causal_backend)
+    sp = speedup_table(rows, baseline, exclude=sorted(skip)) if baseline else pd.DataFrame()
+    overhead = mask_overhead_table(rows, causal_backend)
+    summary = backend_summary(rows, order, sp, overhead, skip)
+    noisy = noisy_rows(rows)
+    noisy_keys = {(r["case_id"], r["backend"]) for r in noisy}
+    verdicts = verdict_lines(summary, baseline, causal_backend, len({r["case_id"] for r in rows}))
+    verdicts += mixed_timing_warnings(rows)
+    if noisy:
+        verdicts.append(("warn", f"{len(noisy)} timed row(s) are noisy ({NOISE_RULE}); marked ⚠noisy in the "
+                                 "time table — rerun them on a quieter GPU before trusting small differences."))
+    noisy_pivot = (time_pivot(df.assign(noisy=[int((c, b) in noisy_keys) for c, b in zip(df["case_id"], df["backend"])]),
+                              order, values="noisy") if not df.empty else None)
+    ids, env_rows = env_table(envs, rows)
+    gpu = next((envs[i].get("gpu_name") for i in ids if i in envs and envs[i].get("gpu_name")), None)
+    peak_bw = next((envs[i].get("peak_bw_bytes_per_s") for i in ids if i in envs), None)
+    n_cases = len({r["case_id"] for r in rows})
+    ctx = dict(
+        title=title, generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), sources=list(sources),
+        gpu=gpu or "CPU", n_rows=len(rows), n_cases=n_cases, order=order, baseline=baseline,
+        causal=causal_backend, has_causal=causal_backend in order, summary=summary, skip=sorted(skip & set(order)),
+        verdicts=verdicts, gate=gate, n_noisy=len(noisy), noise_rule=NOISE_RULE,
+        env_ids=ids, env_rows=env_rows, pivot=pivot_table_cells(time_pivot(df, order), order, skip, noisy_pivot),
+        seed=seed_table_cells(overhead),
+        seed_md=markdown_table(overhead) if not overhead.empty else "",
+        failures=failure_rows(rows), skips=skip_reasons(rows),
+        heatmaps=plots.speedup_heatmaps(sp, baseline) if baseline else None,
+        latency=plots.latency_plots(df, order),
+        roofline=plots.roofline(roofline_points(rows, envs), order, peak_bw, device_peak(gpu)),
+        peak=device_peak(gpu), peak_bw=peak_bw, trees=tree_images(rows))
+    html = _environment().get_template("report.html.j2").render(**ctx)
+    p = Path(path)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(html, encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"report -o {p}: cannot write ({e.strerror}); choose another path") from None
+    log.info("report written to %s (%d rows, %.0f kB)", p, len(rows), len(html) / 1e3)
+    return p
+
+
+# ---- CLI --------------------------------------------------------------------------------------
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds `treebench report`'s arguments to `parser`."""
+    parser.add_argument("results", nargs="+", metavar="RESULTS", help=".jsonl results files or folders of them")
+    parser.add_argument("-o", "--output", default=None,
+                        help="output .html (default reports/local/<first results name>.html)")
+    parser.add_argument("--title", default=None, help="page title (default: treebench + the results' names)")
+    parser.add_argument("--baseline-backend", default=None,
+                        help=f"speedups are against this backend (default: first of {', '.join(DEFAULT_BASELINES)})")
+    parser.add_argument("--causal-backend", default=None,
+                        help="the tree-mask overhead is against this backend (default causal_baseline, where "
+                             "present; a name given here must have rows)")
+    parser.add_argument("--against", nargs="+", metavar="BASELINE", default=None,
+                        help="also run the gate against these baseline results and show its verdicts")
+    parser.add_argument("--allow-env-mismatch", action="store_true", help="with --against: compare across envs")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Writes the report; returns 0.
+
+    Raises:
+        ConfigError: missing results, no rows, bad --baseline-backend, a --causal-backend
+            without rows, or (with
+            --against) env fingerprints that differ (the CLI exits 2).
+    """
+    from treebench.harness.store.inputs import check_output_path, read_checked_rows, refuse_non_html
+
+    rows, envs = read_checked_rows(args.results, "report"), read_envs(args.results)
+    if not rows:
+        raise ConfigError(f"report {' '.join(args.results)}: no result rows; give a run's .jsonl file or "
+                          "folder (folders are not searched recursively)")
+    out = Path(args.output or Path("reports/local") / f"{Path(args.results[0]).stem}.html")
+    if out.suffix.lower() not in (".html", ".htm"):
+        raise ConfigError(f"report -o {out}: give an .html path, e.g. reports/NAME.html")
+    check_output_path(out, "report -o")
+    refuse_non_html(out, "report -o")
+    causal = args.causal_backend or "causal_baseline"
+    present = sorted({r["backend"] for r in rows})
+    if args.causal_backend is not None and causal not in present:
+        raise ConfigError(f"report --causal-backend {causal!r}: no rows of it here; backends here: {', '.join(present)}")
+    gate = _gate(args, rows, envs) if args.against else None
+    title = args.title or "treebench — " + ", ".join(Path(p).name for p in args.results)
+    path = write_report(rows, envs, out, title, baseline=args.baseline_backend, causal_backend=causal,
+                        gate=gate, sources=args.results)
+    sys.stdout.write(f"{path}\n")  # the command's output: where the report is
+    return 0
+
+
+def _gate(args: argparse.Namespace, rows: list[dict], envs: dict[str, dict]):
+    """GateResult of these rows against --against's baseline results."""
+    from treebench.harness.analyze import gate
+    from treebench.harness.store import inputs as result_inputs
+
+    base_rows, base_envs = result_inputs.read_checked_rows(args.against, "report --against"), read_envs(args.against)
+    notes = gate.env_differences(base_envs, envs, base_rows, rows)
+    if notes and not args.allow_env_mismatch:
+        raise ConfigError(f"report --against: env fingerprints differ ({'; '.join(notes)}); "
+                          "pass --allow-env-mismatch to compare anyway")
+    return gate.compare_runs(base_rows, rows, gate.GateConfig(), notes)

@@ -1,0 +1,182 @@
+"""Cases: one point of a suite's axes, frozen and validated.
+
+The runner alone expands a suite's axes into cases (`expand_axes`); suites only
+declare axes (see suites/*.toml and docs/design.md "Suite file").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+import json
+import random
+from dataclasses import asdict, dataclass, fields
+
+from treebench.harness.errors import ConfigError
+from treebench.harness.model.trees import TokenTree, canonical_spec, parse_tree
+
+DTYPES = ("bfloat16", "float16", "float32")
+LAYOUTS = ("contiguous", "shuffled", "interleaved")
+TREE_MODES = ("same", "mixed")
+PHYSICAL_AXES = ("layout", "page_size")  # how K/V are stored, not what they are
+# Upper bounds: a value past these is a typo (1e9 requests would hang in context_lens before any memory check).
+MAX_AXIS = {"batch_size": 65536, "num_q_heads": 1024, "num_kv_heads": 1024, "head_dim": 1024, "page_size": 4096}
+MAX_CONTEXT_LEN = 2**24
+
+
+@dataclass(frozen=True)
+class Case:
+    """One benchmark case: a batch of B requests verifying token trees.
+
+    Every field is an axis a suite may sweep.
+    """
+
+    batch_size: int                # B: requests in the batch
+    context_len: int | str         # L_b for every request, or "ragged:LO-HI" drawn per request
+    tree: str                      # tree spec (any DESIGN.md format); T = its node count
+    num_q_heads: int = 32          # Hq
+    num_kv_heads: int = 8          # Hkv; G = Hq / Hkv
+    head_dim: int = 128            # D
+    dtype: str = "bfloat16"        # input/output dtype: bfloat16 | float16 | float32
+    page_size: int = 16            # P: tokens per KV page
+    layout: str = "shuffled"       # physical page layout: contiguous | shuffled | interleaved
+    tree_per_request: str = "same"  # "same": every request uses `tree`; "mixed": random trees per request
+    seed: int = 0                  # base seed; with the case id it fixes every random draw
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "num_q_heads", "num_kv_heads", "head_dim", "page_size"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ConfigError(f"case field {name}={v!r}: must be a positive integer")
+            if v > MAX_AXIS[name]:
+                raise ConfigError(f"case field {name}={v}: exceeds the limit {MAX_AXIS[name]}; use a value <= {MAX_AXIS[name]}")
+        if self.num_q_heads % self.num_kv_heads:
+            raise ConfigError(
+                f"case num_q_heads={self.num_q_heads} is not a multiple of num_kv_heads={self.num_kv_heads}: GQA needs Hq % Hkv == 0")
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"case field dtype={self.dtype!r}: use one of {', '.join(DTYPES)}")
+        if self.layout not in LAYOUTS:
+            raise ConfigError(f"case field layout={self.layout!r}: use one of {', '.join(LAYOUTS)}")
+        if self.tree_per_request not in TREE_MODES:
+            raise ConfigError(f"case field tree_per_request={self.tree_per_request!r}: use 'same' or 'mixed'")
+        self.context_range()  # validates context_len
+        parse_tree(self.tree)  # validates tree; raises TreeError (a ConfigError)
+        object.__setattr__(self, "tree", canonical_spec(self.tree))  # one case id per tree spelling
+
+    # ---- derived -----------------------------------------------------------------
+    @property
+    def group_size(self) -> int:
+        """G = Hq / Hkv."""
+        return self.num_q_heads // self.num_kv_heads
+
+    def context_range(self) -> tuple[int, int]:
+        """(LO, HI) inclusive bounds of L_b; LO == HI for a fixed context length.
+
+        Raises:
+            ConfigError: malformed context_len.
+        """
+        c = self.context_len
+        if isinstance(c, int) and not isinstance(c, bool):
+            if c < 0:
+                raise ConfigError(f"case field context_len={c}: must be >= 0")
+            if c > MAX_CONTEXT_LEN:
+                raise ConfigError(f"case field context_len={c}: exceeds the limit 2**24 = {MAX_CONTEXT_LEN}")
+            return c, c
+        if isinstance(c, str) and c.startswith("ragged:"):
+            try:
+                lo, hi = (int(x) for x in c[len("ragged:"):].split("-"))
+            except ValueError:
+                raise ConfigError(f"case field context_len={c!r}: write ragged:LO-HI, e.g. ragged:16-2048") from None
+            if not 0 <= lo <= hi:
+                raise ConfigError(f"case field context_len={c!r}: need 0 <= LO <= HI")
+            if hi > MAX_CONTEXT_LEN:
+                raise ConfigError(f"case field context_len={c!r}: HI exceeds the limit 2**24 = {MAX_CONTEXT_LEN}")
+            return lo, hi
+        raise ConfigError(f"case field context_len={c!r}: an integer >= 0 or 'ragged:LO-HI'")
+
+    @property
+    def is_ragged(self) -> bool:
+        lo, hi = self.context_range()
+        return lo != hi
+
+    @property
+    def axes(self) -> dict:
+        """The case's fields as a plain dict (the result row's `case`)."""
+        return asdict(self)
+
+    @property
+    def case_id(self) -> str:
+        """Stable id: readable prefix plus a hash of all axes."""
+        blob = json.dumps(self.axes, sort_keys=True)
+        h = hashlib.sha1(blob.encode()).hexdigest()[:10]
+        return (f"B{self.batch_size}-L{self.context_len}-{self.tree}-{self.tree_per_request}-"
+                f"H{self.num_q_heads}x{self.num_kv_heads}-D{self.head_dim}-P{self.page_size}-"
+                f"{self.dtype}-{self.layout}-{h}")
+
+    def rng(self, stream: str) -> random.Random:
+        """A Python RNG seeded by (seed, case axes, stream name): per-case, order-free.
+
+        The physical layout (`layout`, `page_size`) feeds only the "layout" stream,
+        so one logical case (trees, context lengths, Q/K/V) is the same under every
+        layout and page size.
+        """
+        axes = self.axes
+        if stream != "layout":
+            axes = {k: v for k, v in axes.items() if k not in PHYSICAL_AXES}
+        blob = json.dumps([axes, stream], sort_keys=True)
+        return random.Random(int(hashlib.sha1(blob.encode()).hexdigest()[:15], 16))
+
+    def torch_seed(self, stream: str) -> int:
+        """An integer seed for torch generators, derived like `rng`."""
+        return self.rng(stream).getrandbits(62)
+
+    def context_lens(self) -> list[int]:
+        """L_b for b in [0, B): constant, or drawn uniformly in [LO, HI] from the case seed."""
+        lo, hi = self.context_range()
+        r = self.rng("context_lens")
+        return [r.randint(lo, hi) for _ in range(self.batch_size)]
+
+    def trees(self) -> list[TokenTree]:
+        """The B token trees. "same": `tree` for all. "mixed": request 0 gets `tree`,
+        the others random trees of 1..T nodes (spec random:N:SEED) from the case seed."""
+        base = parse_tree(self.tree)
+        if self.tree_per_request == "same":
+            return [base] * self.batch_size
+        r = self.rng("trees")
+        out = [base]
+        for _ in range(1, self.batch_size):
+            n = r.randint(0, max(base.size - 1, 1))
+            out.append(parse_tree(f"random:{n}:{r.randint(0, 2**31 - 1)}"))
+        return out
+
+
+CASE_FIELDS = tuple(f.name for f in fields(Case))
+REQUIRED_AXES = ("batch_size", "context_len", "tree")  # the fields without a default
+MAX_CASES = 100_000  # a product of axes larger than this is a typo, not a sweep
+
+
+def expand_axes(axes: dict) -> list[Case]:
+    """Cartesian product of suite axes into cases (the runner's job alone).
+
+    Args:
+        axes: field name -> list of values (a scalar counts as a one-item list).
+
+    Raises:
+        ConfigError: unknown axis name, empty axis, or an invalid case.
+    """
+    unknown = sorted(set(axes) - set(CASE_FIELDS))
+    if unknown:
+        raise ConfigError(f"suite axes: unknown axis {unknown[0]!r}; known axes are {', '.join(CASE_FIELDS)}")
+    names = list(axes)
+    values = [v if isinstance(v, list) else [v] for v in axes.values()]
+    for n, v in zip(names, values):
+        if not v:
+            raise ConfigError(f"suite axis {n!r} is empty: give at least one value")
+    missing = [f for f in REQUIRED_AXES if f not in axes]
+    if missing:
+        raise ConfigError(f"suite axes: axis {missing[0]!r} is required (one of {', '.join(REQUIRED_AXES)})")
+    count = math.prod(len(v) for v in values)
+    if count > MAX_CASES:
+        raise ConfigError(f"suite axes: {count} cases, more than {MAX_CASES}; split the suite or use fewer values")
+    return [Case(**dict(zip(names, combo))) for combo in itertools.product(*values)]

@@ -1,0 +1,251 @@
+"""Metrics: the FLOP and byte model of tree attention, and tables built from rows.
+
+Pure functions over plain lists (L_b, T_b, node depths, Hq, Hkv, D, P, element
+size), so the report and the gate can recompute any row's figures. Every factor
+is commented. Peaks come from the env fingerprint (HBM bandwidth measured by a
+device copy, `treebench.harness.timing.timers.measure_peak_bandwidth`) or from `DEVICE_PEAKS`
+(datasheet figures), never from a literal inside a formula.
+
+FLOPs count only attended (query, key) pairs, from the tree's real mask
+density: query node i of request b attends to the L_b context tokens and to its
+depth_i + 1 tree ancestors (itself included), so request b has
+T_b * L_b + sum_i (depth_i + 1) pairs. A dense T_b x S_b count would credit a
+kernel for masked-out work.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+
+import pandas as pd
+
+from treebench.harness.model.paged import BatchInputs
+
+ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}   # bytes per element of each case dtype
+INDEX_BYTES = 4                                                # int32 block-table entry
+
+
+@dataclass(frozen=True)
+class DevicePeak:
+    """Datasheet peaks of one GPU (dense, no sparsity)."""
+
+    tflops_16bit: float     # BF16/FP16 tensor-core TFLOP/s, dense
+    hbm_tb_per_s: float     # HBM bandwidth, TB/s (10^12 bytes/s)
+    source: str             # where the figures come from
+
+
+# Matched by substring of the env's gpu_name, first match wins (most specific first).
+DEVICE_PEAKS: dict[str, DevicePeak] = {
+    "H200": DevicePeak(989.4, 4.8, "NVIDIA H200 datasheet (SXM): 1,979 TFLOPS BF16 with sparsity / 2"),
+    "H100 PCIe": DevicePeak(756.5, 2.0, "NVIDIA H100 datasheet (PCIe): 1,513 TFLOPS BF16 sparse / 2"),
+    "H100": DevicePeak(989.4, 3.35, "NVIDIA H100 datasheet (SXM): 1,979 TFLOPS BF16 sparse / 2"),
+    "A100": DevicePeak(312.0, 2.039, "NVIDIA A100 datasheet (80GB SXM): 312 TFLOPS BF16 dense"),
+    "L40S": DevicePeak(362.05, 0.864, "NVIDIA L40S datasheet: 733 TFLOPS BF16 sparse / 2"),
+}
+
+
+def device_peak(gpu_name: str | None) -> DevicePeak | None:
+    """Datasheet peaks for `gpu_name` (e.g. "NVIDIA H200"), or None when unknown."""
+    for key, peak in DEVICE_PEAKS.items():
+        if gpu_name and key.lower() in gpu_name.lower():
+            return peak
+    return None
+
+
+# ---- work: pairs, FLOPs, bytes -------------------------------------------------------------
+
+def attended_pairs(context_lens: Sequence[int], tree_depths: Sequence[Sequence[int]]) -> list[int]:
+    """Attended (query, key) pairs per request, from the tree mask's real density.
+
+    Args:
+        context_lens: [L_b] for b in [0, B).
+        tree_depths: [[depth_i for node i in tree b]]: T_b depths per request (root = 0).
+
+    Returns:
+        [T_b * L_b + sum_i (depth_i + 1)] for b in [0, B).
+    """
+    return [len(d) * l            # every tree node sees all L_b context tokens
+            + sum(d) + len(d)     # ... and its depth_i ancestors plus itself
+            for l, d in zip(context_lens, tree_depths, strict=True)]
+
+
+def attention_flops(pairs: Sequence[int], num_q_heads: int, head_dim: int) -> int:
+    """FLOPs of tree attention: 4 * pairs * Hq * D (FlashAttention's convention).
+
+    Per attended pair and query head: the score q.k is D multiply-adds (2D
+    FLOPs) and the weighted value p * v is D multiply-adds (2D FLOPs). Softmax
+    exponentials and the rescaling are not counted (as FlashAttention's papers).
+    """
+    return sum(pairs) * num_q_heads * (2 * head_dim    # q . k
+                                       + 2 * head_dim)  # p * v
+
+
+def kv_bytes(context_lens: Sequence[int], tree_sizes: Sequence[int], num_kv_heads: int, head_dim: int,
+             page_size: int, element_bytes: int) -> int:
+    """Bytes of the KV pages actually read: every page holding one of the S_b tokens, whole.
+
+    Each request reads ceil(S_b / P) pages of P tokens; each token slot holds
+    Hkv * D elements for K and as many for V. Each KV head is counted once: a
+    GQA kernel serves the G query heads of a group from one read of HBM.
+    """
+    pages = sum(math.ceil((l + t) / page_size) for l, t in zip(context_lens, tree_sizes, strict=True))
+    return (pages * page_size        # token slots in the pages read
+            * num_kv_heads * head_dim  # elements per slot, per K or V
+            * element_bytes
+            * 2)                      # K and V
+
+
+def attention_bytes(context_lens: Sequence[int], tree_sizes: Sequence[int], num_q_heads: int,
+                    num_kv_heads: int, head_dim: int, page_size: int, element_bytes: int) -> int:
+    """Bytes moved to and from HBM by one tree-attention call (a lower bound a kernel can reach).
+
+    KV pages read (`kv_bytes`) + Q read + O written (sum T_b * Hq * D elements
+    each) + the tree mask (T_b^2 bits per request, packed) + the block-table
+    entries of the pages read (int32).
+    """
+    total_t = sum(tree_sizes)
+    pages = sum(math.ceil((l + t) / page_size) for l, t in zip(context_lens, tree_sizes, strict=True))
+    return (kv_bytes(context_lens, tree_sizes, num_kv_heads, head_dim, page_size, element_bytes)
+            + total_t * num_q_heads * head_dim * element_bytes      # Q, read once
+            + total_t * num_q_heads * head_dim * element_bytes      # O, written once
+            + sum(math.ceil(t * t / 8) for t in tree_sizes)         # tree mask, 1 bit per (node, node)
+            + pages * INDEX_BYTES)                                  # block-table entries read
+
+
+def rates(flops: int | None, nbytes: int | None, median_us: float | None,
+          peak_bytes_per_s: float | None) -> dict:
+    """tflops, tb_per_s, pct_peak_bw of work done in `median_us` (None where unknown).
+
+    TFLOP/s = flops / seconds / 1e12; TB/s = bytes / seconds / 1e12 (decimal,
+    as datasheets); % of peak = 100 * (bytes / seconds) / peak bytes/s.
+    """
+    if not median_us or median_us <= 0 or flops is None or nbytes is None:
+        return {"tflops": None, "tb_per_s": None, "pct_peak_bw": None}
+    seconds = median_us * 1e-6
+    bw = nbytes / seconds                                        # bytes/s
+    return {"tflops": flops / seconds / 1e12, "tb_per_s": bw / 1e12,
+            "pct_peak_bw": 100.0 * bw / peak_bytes_per_s if peak_bytes_per_s else None}
+
+
+def case_metrics(inputs: BatchInputs, median_us: float | None, peak_bytes_per_s: float | None = None) -> dict:
+    """flops, bytes, tflops, tb_per_s, pct_peak_bw for one timed case.
+
+    Args:
+        inputs: the batch (L_b from `context_lens`, trees, shapes from `case`).
+        median_us: median time per call, microseconds (None: not timed).
+        peak_bytes_per_s: measured HBM peak from the env fingerprint (None: unknown).
+    """
+    ls, ts, _ = inputs.host_lists()
+    c = inputs.case
+    flops = attention_flops(attended_pairs(ls, [t.depths for t in inputs.trees]), c.num_q_heads, c.head_dim)
+    nbytes = attention_bytes(ls, ts, c.num_q_heads, c.num_kv_heads, c.head_dim, c.page_size,
+                             ELEMENT_BYTES[c.dtype])
+    return {"flops": flops, "bytes": nbytes, **rates(flops, nbytes, median_us, peak_bytes_per_s)}
+
+
+def row_work(row: dict) -> tuple[int, int]:
+    """(flops, bytes) of a result row: stored values, else recomputed from its case axes.
+
+    Raises:
+        ConfigError: the row's case cannot be rebuilt (bad axes).
+    """
+    if row.get("flops") is not None and row.get("bytes") is not None:
+        return int(row["flops"]), int(row["bytes"])
+    from treebench.harness.model.cases import Case  # local: rebuilding trees is the rare path
+
+    names = {f.name for f in fields(Case)}
+    case = Case(**{k: v for k, v in row["case"].items() if k in names})
+    ls, trees = row.get("context_lens") or case.context_lens(), case.trees()
+    ts = [t.size for t in trees]
+    flops = attention_flops(attended_pairs(ls, [t.depths for t in trees]), case.num_q_heads, case.head_dim)
+    return flops, attention_bytes(ls, ts, case.num_q_heads, case.num_kv_heads, case.head_dim,
+                                  case.page_size, ELEMENT_BYTES[case.dtype])
+
+
+# ---- tables from rows ------------------------------------------------------------------------
+
+def timed_frame(rows: Sequence[dict]) -> pd.DataFrame:
+    """One line per passing, timed row: case axes flattened, T (root tree size), median/quartiles.
+
+    Columns: case_id, backend, batch_size, context_len, tree, T, ... (every case
+    axis), median_us, p25_us, p75_us, timer, env, run_id. Mismatching rows are left out:
+    a wrong kernel's speed is not a result.
+    """
+    recs = []
+    for r in rows:
+        if r.get("status") != "pass" or r.get("median_us") is None:
+            continue
+        sizes = r.get("tree_sizes") or [None]
+        recs.append({"case_id": r["case_id"], "backend": r["backend"], **r["case"], "T": sizes[0],
+                     "median_us": r["median_us"], "p25_us": r.get("p25_us"), "p75_us": r.get("p75_us"),
+                     "timer": r.get("timer"), "env": r.get("env"), "run_id": r.get("run_id")})
+    return pd.DataFrame.from_records(recs)
+
+
+def speedup_table(rows: Sequence[dict], baseline: str, exclude: Sequence[str] = ()) -> pd.DataFrame:
+    """Speedup of each backend over `baseline` per case: baseline median / backend median.
+
+    Args:
+        rows: result rows; only passing timed rows count.
+        baseline: backend name the others are compared with.
+        exclude: backends left out (e.g. the causal baseline, which solves an easier task).
+
+    Returns:
+        timed_frame(rows) of the other backends plus columns baseline_us and
+        speedup (> 1: faster than the baseline); empty when nothing is comparable.
+    """
+    df = timed_frame(rows)
+    if df.empty or baseline not in set(df["backend"]):
+        return pd.DataFrame()
+    base = df[df["backend"] == baseline][["case_id", "median_us"]].rename(columns={"median_us": "baseline_us"})
+    others = df[(df["backend"] != baseline) & ~df["backend"].isin(list(exclude))]
+    out = others.merge(base, on="case_id", how="inner")
+    out["speedup"] = out["baseline_us"] / out["median_us"]
+    return out.reset_index(drop=True)
+
+
+SEED_COLUMNS = {"backend": "Backend", "batch_size": "Batch Size", "context_len": "Sequence Position",
+                "T": "Seqlen Q"}
+
+
+def mask_overhead_table(rows: Sequence[dict], causal_backend: str = "causal_baseline") -> pd.DataFrame:
+    """Tree-mask overhead against `causal_backend`, laid out as the seed PR's table.
+
+    Columns: Backend, Batch Size, Sequence Position (L), Seqlen Q (T), any other
+    case axis that varies across rows, Time (us) (median), and Overhead (%) =
+    100 * (time / causal time of the same case - 1), empty for the causal rows.
+    The causal time is the one measured in the same run (run_id) when there is one,
+    else the median over every run of the case (rows of several result sets may
+    repeat a case); with rows of several runs a Run column says which is which.
+    Sorted as the seed table: batch size, position, T, causal row first.
+    (Seed layout: vLLM PR #20401, "Add tree attention backend for v1".)
+    """
+    df = timed_frame(rows)
+    if df.empty:
+        return pd.DataFrame(columns=[*SEED_COLUMNS.values(), "Time (us)", "Overhead (%)"])
+    causal_rows = df[df["backend"] == causal_backend].assign(run_id=lambda d: d["run_id"].astype(str))
+    same_run = causal_rows.groupby(["run_id", "case_id"])["median_us"].median()
+    any_run = causal_rows.groupby("case_id")["median_us"].median()
+    keys = list(zip(df["run_id"].astype(str), df["case_id"]))
+    causal_us = pd.Series([same_run.get(k, any_run.get(k[1], float("nan"))) for k in keys], index=df.index)
+    df["overhead_pct"] = 100.0 * (df["median_us"] / causal_us - 1.0)
+    df.loc[df["backend"] == causal_backend, "overhead_pct"] = float("nan")
+    df["_causal_first"] = df["backend"] != causal_backend
+    df["_pos"] = df["context_len"].map(lambda c: c if isinstance(c, int) else -1)
+    extra = varying_axes(df, exclude=("batch_size", "context_len", "tree", "T", "seed"))
+    if df["run_id"].astype(str).nunique() > 1:          # rows of several runs: say which is which
+        extra.append("run_id")
+    df = df.sort_values(["batch_size", "_pos", "context_len", "T", *extra, "_causal_first", "backend"],
+                        key=lambda s: s.astype(str) if s.name == "context_len" else s)
+    cols = {**SEED_COLUMNS, **{a: "Run" if a == "run_id" else a.replace("_", " ").title() for a in extra},
+            "median_us": "Time (us)", "overhead_pct": "Overhead (%)"}
+    return df[list(cols)].rename(columns=cols).reset_index(drop=True)
+
+
+def varying_axes(df: pd.DataFrame, exclude: Sequence[str] = ()) -> list[str]:
+    """Case-axis columns of `df` with more than one distinct value, minus `exclude`."""
+    from treebench.harness.model.cases import CASE_FIELDS
+
+    return [a for a in CASE_FIELDS if a in df and a not in exclude and df[a].astype(str).nunique() > 1]

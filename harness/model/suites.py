@@ -1,0 +1,184 @@
+"""Suite files: TOML sweep definitions (see docs/design.md "Suite file").
+
+A suite declares axes only; treebench.harness.model.cases.expand_axes turns them into cases.
+Two forms are accepted:
+
+    [suite]                      # optional: name (default: file stem), description
+    name = "smoke"
+    description = "..."
+
+    [axes]                       # one group: the product of all axes
+    batch_size = [1, 3]
+    ...
+
+or several groups, each expanded on its own and then concatenated (duplicate
+cases dropped), for suites that one product of axes cannot cover:
+
+    [[axes]]
+    batch_size = [5]
+    ...
+    [[axes]]
+    tree_per_request = ["mixed"]
+    ...
+
+A name (``smoke``) is looked up as <repo root>/suites/NAME.toml; anything with
+a ``/`` or ending in ``.toml`` is a path.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from treebench.harness.model.cases import Case, expand_axes
+from treebench.harness.errors import ConfigError
+
+SUITES_DIR = Path(__file__).resolve().parents[2] / "suites"   # the suites folder beside harness/ (checkout or install)
+SUITE_KEYS = ("name", "description")
+_FIELD_TYPES = {f.name: f.type for f in fields(Case)}
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A loaded suite.
+
+    Attributes:
+        name: the suite's name ([suite] name, else the file stem).
+        description: free text ("" when absent).
+        axes: the axis groups as written (one dict per [axes] / [[axes]] table).
+        cases: the expanded cases, in file order, duplicates dropped.
+        path: the file it was read from.
+    """
+
+    name: str
+    description: str
+    axes: tuple[dict, ...]
+    cases: tuple[Case, ...]
+    path: Path
+
+
+def available_suites() -> list[str]:
+    """Names of the suites in <repo root>/suites/."""
+    return sorted(p.stem for p in SUITES_DIR.glob("*.toml"))
+
+
+def suite_path(name_or_path: str | Path) -> Path:
+    """Resolves a suite name or path to an existing file.
+
+    Raises:
+        ConfigError: no such file or suite name.
+    """
+    s = str(name_or_path)
+    if s.endswith(".toml") or "/" in s or Path(s).is_file():
+        p = Path(s)
+        if not p.is_file():
+            raise ConfigError(f"--suite {s}: file not found; give a TOML file or one of: "
+                              f"{', '.join(available_suites())}")
+        return p
+    p = SUITES_DIR / f"{s}.toml"
+    if not p.is_file():
+        raise ConfigError(f"--suite {s}: unknown suite; known: {', '.join(available_suites())} "
+                          "(or give a path to a .toml file)")
+    return p
+
+
+def _allowed_types(field: str) -> tuple[type, ...]:
+    """Python types a TOML value of axis `field` may have (bool is never an int here)."""
+    ann = _FIELD_TYPES[field]
+    names = [a.strip() for a in ann.split("|")] if isinstance(ann, str) else [ann]
+    table = {"int": int, "str": str, "float": float, "bool": bool}
+    return tuple(table.get(n, object) if isinstance(n, str) else n for n in names)
+
+
+def _check_axis(path: Path, group: int, field: str, values) -> list:
+    """Type-checks one axis (values as a list); returns it as a list.
+
+    Raises:
+        ConfigError: a value of the wrong type, naming file, group and axis.
+    """
+    values = values if isinstance(values, list) else [values]
+    ok = _allowed_types(field)
+    for v in values:
+        if (isinstance(v, bool) and bool not in ok) or not isinstance(v, ok):
+            kinds = " or ".join(t.__name__ for t in ok)
+            raise ConfigError(f"suite {path}: axes group {group}: axis {field} value {v!r} must be {kinds}")
+    return values
+
+
+def _expand_group(path: Path, group: int, axes) -> list[Case]:
+    """Validates and expands one axes table.
+
+    Raises:
+        ConfigError: not a table, unknown axis, wrong value type, or an invalid case.
+    """
+    if not isinstance(axes, dict) or not axes:
+        raise ConfigError(f"suite {path}: axes group {group} must be a non-empty table of axis = [values]")
+    known = set(_FIELD_TYPES)
+    for field in axes:
+        if field not in known:
+            raise ConfigError(f"suite {path}: axes group {group}: unknown axis {field!r}; "
+                              f"known axes are {', '.join(_FIELD_TYPES)}")
+    checked = {f: _check_axis(path, group, f, v) for f, v in axes.items()}
+    try:
+        return expand_axes(checked)
+    except ConfigError as e:
+        raise ConfigError(f"suite {path}: axes group {group}: {e}") from None
+    except (ValueError, TypeError, IndexError) as e:  # a parser that did not say ConfigError
+        raise ConfigError(f"suite {path}: axes group {group}: invalid value ({type(e).__name__}: {e})") from None
+
+
+def _read_toml(path: Path) -> dict:
+    """Parses a TOML file. Raises ConfigError naming the file on unreadable or bad TOML."""
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"suite {path}: bad TOML ({e})") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"suite {path}: not UTF-8 text ({e.reason} at byte {e.start}); save it as UTF-8") from None
+    except OSError as e:
+        raise ConfigError(f"suite {path}: cannot read ({e.strerror})") from None
+
+
+def _header(path: Path, doc: dict) -> tuple[str, str]:
+    """(name, description) from the optional [suite] table."""
+    head = doc.get("suite", {})
+    if not isinstance(head, dict):
+        raise ConfigError(f"suite {path}: [suite] must be a table with name and description")
+    for key, value in head.items():
+        if key not in SUITE_KEYS:
+            raise ConfigError(f"suite {path}: [suite] has unknown key {key!r}; allowed: {', '.join(SUITE_KEYS)}")
+        if not isinstance(value, str):
+            raise ConfigError(f"suite {path}: [suite] {key} must be a string")
+    return head.get("name", path.stem), head.get("description", "")
+
+
+def load_suite(name_or_path: str | Path) -> Suite:
+    """Loads a suite by name (<repo root>/suites/NAME.toml) or path.
+
+    Returns:
+        Suite whose `cases` are the concatenated expansions of its axes groups.
+
+    Raises:
+        ConfigError: unknown name, missing file, bad TOML, unknown top-level key,
+            missing or empty axes, unknown axis, wrong value type, invalid case;
+            the message names the file and field.
+    """
+    path = suite_path(name_or_path)
+    doc = _read_toml(path)
+    extra = sorted(set(doc) - {"suite", "axes"})
+    if extra:
+        raise ConfigError(f"suite {path}: unknown top-level key {extra[0]!r}; "
+                          "a suite has [suite] and [axes] / [[axes]]")
+    if "axes" not in doc:
+        raise ConfigError(f"suite {path}: no [axes] table; declare at least one axis, e.g. batch_size = [1]")
+    name, description = _header(path, doc)
+    groups = doc["axes"] if isinstance(doc["axes"], list) else [doc["axes"]]
+    if not groups:
+        raise ConfigError(f"suite {path}: [[axes]] is empty; give at least one axes table")
+    cases: dict[str, Case] = {}
+    for i, axes in enumerate(groups):
+        for case in _expand_group(path, i, axes):
+            cases.setdefault(case.case_id, case)
+    return Suite(name, description, tuple(groups), tuple(cases.values()), path)

@@ -1,0 +1,211 @@
+"""The runner: every case x backend through availability -> supports -> prepare
+-> compare -> time, one result row each, appended to the store as it finishes.
+
+One pair at a time goes through treebench.harness.run.pair.run_case_backend (inputs and
+reference built once per case, the memory fit, the determinism check, a
+backend's exception as an ``error`` row); this module validates the RunConfig,
+expands the pairs, picks each pair's device, appends the rows and shows the
+progress. With ``RunConfig.isolate`` every pair runs in a worker subprocess
+(treebench.harness.run.isolate) under a per-case time limit, so a crash, a hang or a lost
+CUDA context is an error row too. Pairs in ``RunConfig.skip`` (rows a
+``--resume`` found already stored) are not run at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from treebench.harness.model.cases import Case
+from treebench.harness.run.pair import CaseData, availabilities, run_case_backend
+from treebench.harness.store.rows import append_row, row_l2_flushed
+from treebench.harness.timing.timers import MODES as TIMING_MODES
+
+log = logging.getLogger(__name__)
+
+MODES = ("run", "check")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """How run_cases runs and where its rows go."""
+
+    mode: str = "run"                   # "run": correctness then timing; "check": correctness only
+    store_path: Path | None = None      # results JSONL to append rows to; None: keep rows in memory only
+    run_id: str = ""                    # id shared by this run's rows ("" : a fresh one)
+    env_id: str | None = None           # env fingerprint id written into each row
+    device: str | None = None           # torch device for inputs; None: cuda when available, else cpu
+    peak_bytes_per_s: float | None = None  # measured peak bandwidth, for pct_peak_bw
+    timing_mode: str = "auto"           # treebench.harness.timing.timers.time_callable's mode
+    flush_l2: bool = True               # flush the L2 before every timed call (GPU only): cold L2; False: warm L2
+    quiet: bool = False                 # no progress bar
+    determinism: bool = False           # run the prepared callable twice and compare the outputs bitwise
+    check_memory: bool = True           # skip a pair whose predicted device memory exceeds the free memory
+    isolate: bool = False               # run every pair in a worker subprocess (treebench.harness.run.isolate)
+    case_timeout_s: float | None = None  # per-pair time limit in seconds (isolated runs only); None: no limit
+    skip: frozenset = frozenset()       # (case_id, backend) pairs not to run (already stored: --resume)
+
+
+def new_run_id() -> str:
+    """A fresh run id: UTC time plus 6 random hex digits."""
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
+
+
+def default_device() -> torch.device:
+    """cuda when torch sees a GPU, else cpu."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def row_satisfies(row: dict, mode: str, timing_mode: str = "auto", flush_l2: bool = True) -> bool:
+    """True when a stored row makes a --resume skip its (case_id, backend) pair in `mode`.
+
+    check: any row. run: a skipped/error row, or a row with timings (pass/mismatch with
+    median_us set) taken as `timing_mode` and `flush_l2` would take them (`timed_as`);
+    an untimed pass/mismatch row (written by `check`) or one timed otherwise is run again.
+    """
+    if mode != "run":
+        return True
+    status = row.get("status")
+    if status in ("skipped", "error"):
+        return True
+    return status in ("pass", "mismatch") and row.get("median_us") is not None and timed_as(row, timing_mode, flush_l2)
+
+
+def timed_as(row: dict, timing_mode: str, flush_l2: bool) -> bool:
+    """True when a timed row is what `time_callable(mode=timing_mode, flush_l2=flush_l2)` gives here.
+
+    A GPU row needs the same L2 state (`row_l2_flushed`: rows without the field were flushed)
+    and a timer of that mode: "auto" and "cuda_graph" both give cuda_graph, "cuda_graph_loop"
+    gives itself, and each gives cuda_event with timer_fallback set when the capture failed;
+    "cuda_event" and "host_inclusive" give themselves. A CPU row (timer "wall", never flushed)
+    matches any mode and L2 request: the CPU has that one timer; so does a row that names no
+    timer (nothing to tell by).
+    """
+    timer = row.get("timer")
+    if timer in (None, "wall"):
+        return True
+    if row_l2_flushed(row) != bool(flush_l2):
+        return False
+    if timer == "cuda_event" and row.get("timer_fallback"):          # a capture failed: either graph timer's fallback
+        return timing_mode in ("auto", "cuda_graph", "cuda_graph_loop")
+    if timer == "cuda_graph":
+        return timing_mode in ("auto", "cuda_graph")
+    return timer == timing_mode
+
+
+def _device_for(backend, runner_device: torch.device) -> torch.device:
+    """The device a backend's inputs live on: its own preference, else the
+    runner's when its capabilities allow it, else its first listed device."""
+    pref = getattr(backend, "device", None)
+    if pref:
+        return torch.device(pref)
+    devices = getattr(getattr(backend, "capabilities", None), "devices", None)
+    if devices and runner_device.type not in devices:
+        return torch.device(devices[0])
+    return runner_device
+
+
+def _progress(quiet: bool, console: Console | None) -> Progress:
+    """A progress bar: the case in flight, done / total, ETA (disabled when quiet)."""
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                    console=console or Console(stderr=True), transient=True, disable=quiet)
+
+
+def _log_row(row: dict) -> None:
+    level = logging.INFO if row["status"] in ("mismatch", "error") else logging.DEBUG
+    log.log(level, "%s on %s: %s%s", row["backend"], row["case_id"], row["status"],
+            f" ({row['reason']})" if row["reason"] else "")
+
+
+def _name(backend) -> str:
+    return getattr(backend, "name", type(backend).__name__)
+
+
+def _pairs(cases: Sequence[Case], backends: Sequence, skip: frozenset) -> list[tuple[Case, object]]:
+    """(case, backend) pairs to run, case-major, without the (case_id, backend) pairs in `skip`."""
+    return [(c, b) for c in cases for b in backends if (c.case_id, _name(b)) not in skip]
+
+
+def _check_config(config: RunConfig) -> RunConfig:
+    """Validates `config` and fills in a fresh run id.
+
+    Raises:
+        ValueError: unknown mode or timing mode, or a case time limit that is not a positive number.
+    """
+    if config.mode not in MODES:
+        raise ValueError(f"mode {config.mode!r} is not one of {', '.join(MODES)}")
+    if config.timing_mode not in TIMING_MODES:
+        raise ValueError(f"timing_mode {config.timing_mode!r} is not one of {', '.join(TIMING_MODES)}")
+    if config.timing_mode == "cuda_graph_loop" and config.flush_l2:
+        raise ValueError("timing_mode 'cuda_graph_loop' needs flush_l2=False (back-to-back calls, warm L2)")
+    if config.case_timeout_s is not None and not config.case_timeout_s > 0:
+        raise ValueError(f"case_timeout_s={config.case_timeout_s!r}: must be a positive number of seconds")
+    return config if config.run_id else replace(config, run_id=new_run_id())
+
+
+def run_cases(cases: Sequence[Case], backends: Sequence, config: RunConfig = RunConfig(),
+              console: Console | None = None) -> list[dict]:
+    """Runs every case x backend and returns the rows (also appended to config.store_path).
+
+    Args:
+        cases: the suite's cases.
+        backends: adapter instances (treebench.harness.adapter.contract.Backend or any object with
+            name, availability(), supports(case), prepare(inputs)). Isolated runs
+            send each to its worker as treebench.harness.run.isolate.backend_spec says.
+        config: mode, store path, run and env ids, device, peak bandwidth,
+            determinism, memory check, isolation and time limit, pairs to skip.
+        console: rich console (stderr) for the progress bar; shared with logging by the CLI.
+
+    Returns:
+        One row per (case, backend) not in config.skip, in order, each with every ROW_FIELDS key.
+
+    Raises:
+        ValueError: unknown config.mode or config.timing_mode, or a bad case_timeout_s.
+        ConfigError: config.store_path cannot be appended to.
+    """
+    config = _check_config(config)
+    from treebench.harness.adapter.contract import check_unique_names
+
+    check_unique_names(backends)
+    device = torch.device(config.device) if config.device else default_device()
+    avail = availabilities(backends)
+    todo = _pairs(cases, backends, config.skip)
+    pool = None
+    if config.isolate:
+        from treebench.harness.run.isolate import WorkerPool
+
+        pool = WorkerPool(device, config.case_timeout_s)
+    rows: list[dict] = []
+    t0 = time.perf_counter()
+    try:
+        with _progress(config.quiet, console) as progress:
+            task = progress.add_task("starting", total=len(todo))
+            data: CaseData | None = None
+            for case, backend in todo:
+                data = data if data is not None and data.case is case else CaseData(case)
+                progress.update(task, description=f"{case.case_id} | {_name(backend)}")
+                pair_device = _device_for(backend, device)
+                if pool is not None and avail[id(backend)] is None:
+                    row = pool.run(backend, case, pair_device, config)
+                else:
+                    row = run_case_backend(backend, case, data, avail[id(backend)], pair_device, config)
+                if config.store_path is not None:
+                    append_row(config.store_path, row)
+                rows.append(row)
+                _log_row(row)
+                progress.advance(task)
+    finally:
+        if pool is not None:
+            pool.close()
+    log.debug("ran %d rows in %.1f s (%d pairs skipped as stored)", len(rows), time.perf_counter() - t0,
+              len(cases) * len(backends) - len(todo))
+    return rows

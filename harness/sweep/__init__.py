@@ -1,0 +1,1 @@
+"""Many runs: the plan of pairs for an invocation, shards, torchrun ranks and resume."""

@@ -1,0 +1,216 @@
+"""One `treebench run` / `check` invocation end to end: which cases this process
+runs (--shard, torchrun rank), which pairs it skips (--resume), where its rows
+go (--out, or its rank file), the env fingerprint, treebench.harness.run.runner.run_cases,
+and under torchrun the done marker, rank 0's wait and merge (treebench.harness.sweep.shard).
+
+The CLI parses arguments into SweepOptions and prints the SweepResult; this
+module holds the logic so that it can be tested without a command line.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+
+from treebench.harness.errors import ConfigError
+from treebench.harness.run.pair import AvailabilityRaised, availabilities
+from treebench.harness.run.runner import RunConfig, default_device, new_run_id, row_satisfies, run_cases
+from treebench.harness.sweep.shard import (
+    Rank,
+    Shard,
+    clear_done,
+    mark_done,
+    merge_ranks,
+    rank_device,
+    rank_files,
+    rank_path,
+    shared_run_id,
+    torchrun_rank,
+    wait_for_ranks,
+)
+from treebench.harness.store.rows import env_fingerprint, read_rows, row_key, stored_keys, write_env
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MERGE_TIMEOUT_S = 24 * 3600.0   # rank 0 waits this long for the other ranks' done markers
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """How one invocation runs (the CLI's run/check options)."""
+
+    mode: str = "run"                    # "run": correctness then timing; "check": correctness only
+    out: Path | None = None              # results JSONL; needed for --resume and under torchrun
+    quiet: bool = False                  # no progress bar
+    determinism: bool = False            # bitwise determinism check (two calls per pair)
+    check_memory: bool = True            # skip pairs predicted not to fit in device memory
+    isolate: bool = False                # worker subprocesses (treebench.harness.run.isolate)
+    case_timeout_s: float | None = None  # per-pair time limit, seconds (implies isolate)
+    resume: bool = False                 # skip (case, backend) pairs already stored in `out` for this env
+    timing_mode: str = "auto"            # treebench.harness.timing.timers.time_callable's mode (run only)
+    flush_l2: bool = True                # flush the L2 before every timed call (GPU only); False: warm L2
+    shard: Shard | None = None           # --shard i/n
+    merge_timeout_s: float = DEFAULT_MERGE_TIMEOUT_S  # torchrun rank 0's wait for the other ranks
+    dry_run: bool = False                # plan only: count the pairs, run nothing, write nothing
+
+
+@dataclass
+class SweepResult:
+    """What an invocation did."""
+
+    rows: list[dict] = field(default_factory=list)   # rows to summarise: this run's (all ranks' on rank 0)
+    planned: int = 0                                 # pairs this process was to run (after shard, rank, resume)
+    resumed: int = 0                                 # pairs skipped as already stored
+    will_skip: int = 0                               # planned pairs that will be skipped rows (unavailable/unsupported)
+    primary: bool = True                             # False on torchrun ranks > 0 (they report nothing)
+    missing_ranks: list[int] = field(default_factory=list)  # ranks rank 0 gave up waiting for
+    store_path: Path | None = None                   # where this process appended its rows
+    env_id: str | None = None
+
+
+def _check_options(opts: SweepOptions, rank: Rank | None) -> None:
+    """Raises ConfigError for combinations that cannot work."""
+    if opts.resume and opts.out is None:
+        raise ConfigError("--resume needs --out: the results file whose rows are skipped")
+    if rank is not None and opts.out is None:
+        raise ConfigError("under torchrun give --out: ranks write <out>.rank<i>-of-<n>.jsonl and rank 0 merges them")
+
+
+def select_cases(cases, shard: Shard | None, rank: Rank | None) -> list:
+    """The cases of this process: --shard's, then every WORLD_SIZE-th of those for this rank."""
+    cases = shard.select(cases) if shard else list(cases)
+    return Shard(rank.rank, rank.world).select(cases) if rank else cases
+
+
+def _stored(opts: SweepOptions):
+    """The predicate a stored row must meet to count as done (`runner.row_satisfies`): run mode
+    re-runs untimed check rows and rows timed with another timer or L2 state."""
+    return functools.partial(row_satisfies, mode=opts.mode, timing_mode=opts.timing_mode, flush_l2=opts.flush_l2)
+
+
+def _resume_skip(opts: SweepOptions, env_id: str, rank: Rank | None) -> frozenset:
+    """(case_id, backend) pairs stored in --out or its leftover rank files for this env (`_stored`).
+
+    Outside torchrun the leftover rank files of a killed launch are merged into
+    --out first; under torchrun rank 0 merges them with this launch's at the end.
+    """
+    if not opts.resume:
+        return frozenset()
+    assert opts.out is not None  # _check_options: --resume needs --out
+    if rank is None and not opts.dry_run and rank_files(opts.out):
+        log.info("merged %d rows left in rank files into %s", len(merge_ranks(opts.out)), opts.out)
+    return frozenset(stored_keys([opts.out, *rank_files(opts.out)], env_id, keep=_stored(opts)))
+
+
+def _config(opts: SweepOptions, env: dict, device: str, store: Path | None, skip: frozenset,
+            quiet: bool) -> RunConfig:
+    return RunConfig(mode=opts.mode, store_path=store, run_id=shared_run_id() or new_run_id(), env_id=env["env_id"],
+                     device=device, peak_bytes_per_s=env["peak_bw_bytes_per_s"], timing_mode=opts.timing_mode,
+                     flush_l2=opts.flush_l2, quiet=quiet,
+                     determinism=opts.determinism, check_memory=opts.check_memory,
+                     isolate=opts.isolate or opts.case_timeout_s is not None, case_timeout_s=opts.case_timeout_s,
+                     skip=skip)
+
+
+def _count_skips(cases, backends, names, skip: frozenset) -> int:
+    """Pairs not yet stored that the runner will record as skipped: backend unavailable
+    here (`pair.availabilities`) or case not supported (what --dry-run reports;
+    memory prediction is not run)."""
+    down = availabilities(backends)
+
+    def unsupported(b, c) -> bool:
+        try:
+            reason = b.supports(c)
+        except Exception:  # noqa: BLE001 -- a raising supports() is an error row later, not a skip
+            return False
+        return isinstance(reason, str) and bool(reason)   # a non-string is an error row later
+
+    def declined(b) -> bool:      # unavailable; a raising availability() gives error rows instead
+        return bool(down[id(b)]) and not isinstance(down[id(b)], AvailabilityRaised)
+    return sum(1 for c in cases for b, n in zip(backends, names)
+               if (c.case_id, n) not in skip and (declined(b) or unsupported(b, c)))
+
+
+def execute(cases, backends, opts: SweepOptions, console: Console | None = None) -> SweepResult:
+    """Runs this process's share of cases x backends and returns what to report.
+
+    Raises:
+        ConfigError: --resume or torchrun without --out, bad torchrun environment,
+            an unreadable or foreign results file.
+    """
+    rank = torchrun_rank()
+    _check_options(opts, rank)
+    device = rank_device(rank) if rank else str(default_device())
+    mine = select_cases(cases, opts.shard, rank)
+    env = env_fingerprint(device)
+    if opts.isolate or opts.case_timeout_s is not None:
+        _release_cached(device)  # the bandwidth probe's buffers would count against the workers' free memory
+    skip = _resume_skip(opts, env["env_id"], rank)
+    names = [getattr(b, "name", type(b).__name__) for b in backends]
+    planned = sum((c.case_id, n) not in skip for c in mine for n in names)
+    result = SweepResult(planned=planned, resumed=len(mine) * len(names) - planned,
+                         primary=rank is None or rank.primary, env_id=env["env_id"])
+    if opts.dry_run:
+        result.will_skip = _count_skips(mine, backends, names, skip)
+        return result
+    store = rank_path(opts.out, rank) if rank and opts.out else opts.out
+    if opts.out is not None:
+        write_env(opts.out.parent, env)
+    if rank:
+        assert opts.out is not None  # _check_options: torchrun needs --out
+        clear_done(opts.out, rank)
+    config = _config(opts, env, device, store, skip, opts.quiet or not result.primary)
+    result.rows, result.store_path = run_cases(mine, backends, config, console=console), store
+    if rank:
+        _finish_rank(opts, rank, config.run_id, result)
+    if opts.resume and result.primary:
+        assert opts.out is not None  # _check_options: --resume needs --out
+        shard_cases = select_cases(cases, opts.shard, None)  # rank 0 reports every rank's cases
+        result.rows = _with_stored(opts.out, env["env_id"], shard_cases, names, result.rows, _stored(opts))
+    return result
+
+
+def _release_cached(device: str) -> None:
+    """Returns the caching allocator's unused blocks on a CUDA device to the driver."""
+    import torch
+
+    if str(device).startswith("cuda"):
+        torch.cuda.empty_cache()
+
+
+def _finish_rank(opts: SweepOptions, rank: Rank, run_id: str, result: SweepResult) -> None:
+    """Marks this rank done; on rank 0 waits for all ranks and merges their files into --out."""
+    assert opts.out is not None  # _check_options: torchrun needs --out
+    mark_done(opts.out, rank, run_id, len(result.rows))
+    if not rank.primary:
+        log.info("rank %d of %d: %d rows in %s", rank.rank, rank.world, len(result.rows), result.store_path)
+        return
+    shared = shared_run_id()
+    missing = wait_for_ranks(opts.out, rank.world, shared, opts.merge_timeout_s)
+    if missing:
+        result.missing_ranks = missing
+        log.error("ranks %s not done after %gs: nothing merged; the rows stay in %s; merge them later with "
+                  "`treebench merge %s <rank files>`", missing, opts.merge_timeout_s,
+                  ", ".join(map(str, rank_files(opts.out))), opts.out)
+        return
+    result.rows = merge_ranks(opts.out)
+    result.store_path = opts.out
+    log.info("merged %d rows from %d ranks into %s", len(result.rows), rank.world, opts.out)
+
+
+def _with_stored(out: Path, env_id: str, cases, names: list[str], rows: list[dict], done) -> list[dict]:
+    """Rows of every (case, backend) of the sweep for this env: those stored before that `done`
+    accepts (the first of each pair kept: the rows --resume skipped for) plus `rows`."""
+    wanted = {(c.case_id, n) for c in cases for n in names}
+    new = {row_key(r)[:2] for r in rows}
+    earlier: dict[tuple, dict] = {}
+    for r in read_rows([out]) if Path(out).exists() else []:
+        key = (r.get("case_id"), r.get("backend"))
+        if r.get("env") == env_id and key in wanted and key not in new and done(r):
+            earlier.setdefault(key, r)
+    return list(earlier.values()) + rows

@@ -1,0 +1,37 @@
+"""treebench: benchmark and correctness-validation harness for tree attention over a
+paged KV cache.
+
+The one import package of the distribution. Its subpackages are the repository's
+top-level folders: `treebench.harness` (the core), `treebench.backends` (adapters),
+`treebench.kernels` (our Triton kernels) and `treebench.suites` (suite files).
+An install maps those folders into this package (pyproject's package-dir); in a
+source checkout this module adds the checkout's root to the package path, so
+`PYTHONPATH=. python -m treebench ...` runs the same code without an install.
+
+The curated public API is `treebench.harness`'s, re-exported here on first use:
+`from treebench import Backend, Capabilities, register`.
+"""
+
+from __future__ import annotations
+
+import os
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if not os.path.isdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), "harness")) \
+        and os.path.isfile(os.path.join(_ROOT, "harness", "__init__.py")):
+    __path__.append(_ROOT)  # noqa: F821 -- a source checkout: harness/, backends/, ... sit beside treebench/
+
+
+def __getattr__(name: str):
+    """PEP 562: the public API of treebench.harness, imported on first access."""
+    import treebench.harness as api
+
+    if name in api.__all__:
+        return getattr(api, name)
+    raise AttributeError(f"module 'treebench' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    import treebench.harness as api
+
+    return sorted(set(globals()) | set(api.__all__))
