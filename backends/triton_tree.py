@@ -13,7 +13,9 @@ import os
 import torch
 
 from treebench.harness.adapter.contract import Backend, Capabilities, register
+from treebench.harness.errors import ConfigError
 from treebench.harness.model.paged import BatchInputs
+from treebench.kernels.options import KernelOptions
 from treebench.kernels.tree_attention_plan import HEAD_DIMS
 
 TRITON_CAPABILITIES = Capabilities(
@@ -42,11 +44,23 @@ def triton_availability() -> str | None:
 
 @register
 class TritonTreeBackend(Backend):
-    """Our Triton kernel: GQA-packed rows, split-KV with an LSE merge, per-request bitmask trees."""
+    """Our Triton kernel: GQA-packed rows, split-KV with an LSE merge, per-request bitmask trees.
+
+    Args:
+        options: the kernel's launch choices (`treebench.kernels.options.KernelOptions`); the
+            default, KernelOptions(), is the tuned launches the registry runs. A lab
+            script builds a backend with another to time a variant.
+    """
 
     name = "triton_tree"
     capabilities = TRITON_CAPABILITIES
     mask_mode = "tree"
+
+    def __init__(self, options: KernelOptions | None = None):
+        """Raises ConfigError: options not a KernelOptions."""
+        if options is not None and not isinstance(options, KernelOptions):
+            raise ConfigError(f"options={options!r}: must be a KernelOptions (treebench.kernels.options)")
+        self.options = options or KernelOptions()
 
     def availability(self) -> str | None:
         return triton_availability()
@@ -56,4 +70,4 @@ class TritonTreeBackend(Backend):
         the launch object, a zero-argument callable returning (sum T_b, Hq, D)."""
         from treebench.kernels.tree_attention import TreeAttention
 
-        return TreeAttention(inputs, self.mask_mode)
+        return TreeAttention(inputs, self.mask_mode, options=self.options)

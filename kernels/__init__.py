@@ -7,5 +7,7 @@
 - `treebench.kernels.tree_attention_ws`: its warp-specialised Gluon forward kernel (sm_90);
 - `treebench.kernels.tree_attention_reduce`: the split-KV LSE merge kernel;
 - `treebench.kernels.tree_attention_plan`: tile configs, split-KV heuristic, mask packing
-  (no Triton import).
+  (no Triton import);
+- `treebench.kernels.options`: `KernelOptions`, a `TreeAttention`'s launch choices outside
+  its plan (no Triton import).
 """

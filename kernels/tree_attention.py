@@ -26,19 +26,16 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from treebench.harness.errors import ConfigError
 from treebench.harness.model.paged import BatchInputs
 from treebench.kernels.launch import FixedLaunch, verify_fast_path
+from treebench.kernels.options import KernelOptions
 from treebench.kernels.tree_attention_plan import (MASK_MODES, SMEM_PER_SM, KernelConfig, check_inputs, choose_config,
                                          is_integer, make_plan, next_pow2, pack_tree_masks, tree_bias, ws_fills)
 from treebench.kernels.tree_attention_reduce import HAS_PDL, tree_attn_merge_kernel
 from treebench.kernels.tree_attention_tl import LOG2E, tree_attn_fwd_kernel
 
-__all__ = ["TreeAttention", "kv_desc_unsupported", "pdl_unsupported", "tree_attn_fwd_kernel", "ws_unsupported"]
+__all__ = ["KernelOptions", "TreeAttention", "kv_desc_unsupported", "pdl_unsupported", "tree_attn_fwd_kernel",
+           "ws_unsupported"]
 
 # ---- host side: prepare once, then launch -------------------------------------------
-
-USE_KV_DESC = True   # kv_desc=None: TMA descriptor loads wherever kv_desc_unsupported allows
-WS_PIPE: bool | None = None   # the warp-specialised kernel's PIPE: None = KernelConfig.ws_pipe_for, else forced
-WS_PERSIST = True    # the warp-specialised kernel as one wave of persistent programs
-USE_PDL = True       # pdl=None: the merge kernel as a programmatic dependent launch wherever pdl_unsupported allows
 
 
 def pdl_unsupported(device: torch.device) -> str:
@@ -130,19 +127,20 @@ class TreeAttention:
 
     Attributes:
         plan: the tile config, split-KV and grid chosen for the batch.
+        options: the `KernelOptions` it was prepared with.
         out: (sum T_b, Hq, D) in the input dtype, written by every call.
         lse: (sum T_b, Hq) fp32 natural-log LSE when prepared with return_lse, else None.
         kv_desc: the context tiles are loaded through TMA descriptors.
         pdl: the split-KV merge kernel is a programmatic dependent launch.
         ws: the forward kernel is the warp-specialised Gluon one (`tree_attention_ws`).
         ws_pipe: that kernel pipelines within each consumer warpgroup (its PIPE:
-            `KernelConfig.ws_pipe_for`, or `WS_PIPE` when set); None on the tl kernel.
+            `KernelConfig.ws_pipe_for`, or `options.ws_pipe` when set); None on the tl kernel.
     """
 
     def __init__(self, inputs: BatchInputs, mask_mode: str = "tree", *, return_lse: bool = False,
                  config: KernelConfig | None = None, num_splits: int | None = None,
                  fast_launch: bool = True, fused_merge: bool = False, merge_rows: int = 1,
-                 kv_desc: bool | None = None, pdl: bool | None = None, ws: bool | None = None):
+                 ws: bool | None = None, options: KernelOptions | None = None):
         """Does all host work: checks, plan, mask packing, buffers, a warm-up launch.
 
         Args:
@@ -158,17 +156,6 @@ class TreeAttention:
                 default: its serial merge measured slower on the H200 (docs/kernel.md).
             merge_rows: (sum T, Hq) rows per program of the split-KV merge kernel, a
                 power of 2 from 1 to 16 (1, the measured default; G groups a KV head's rows).
-            kv_desc: load the context tiles' K/V through TMA tensor descriptors
-                (`triton.tools.tensor_descriptor.TensorDescriptor` over the pools viewed as
-                (N * P, Hkv * D)). None (default): wherever `kv_desc_unsupported` finds no
-                reason against it. True where it finds one raises ConfigError.
-            pdl: with split-KV and the merge in a second kernel, launch that kernel as a
-                programmatic dependent launch (Triton's launch_pdl; it waits on
-                griddepcontrol for the forward grid): its launch overlaps the forward
-                kernel's last programs (the tl kernel's: the warp-specialised kernel does
-                not signal its dependents, so its merge is an ordinary launch). None
-                (default): wherever `pdl_unsupported` finds no reason against it. True
-                where it finds one raises ConfigError.
             ws: the warp-specialised Gluon kernel (`tree_attention_ws`). None (default):
                 where the tuned table's config is a warp-specialised one (`KernelConfig.ws`
                 > 0), `ws_unsupported` finds no reason against it and the batch is large
@@ -176,19 +163,29 @@ class TreeAttention:
                 warp-specialised config whatever the batch size. False: always the tl
                 kernel. A `config` with ws > 0 is run as given. The warp-specialised
                 kernel loads every tile by TMA and merges splits in a second kernel, so
-                kv_desc=False or fused_merge=True select the tl kernel. ws=True, or a
+                options.kv_desc=False or fused_merge=True select the tl kernel. ws=True, or a
                 warp-specialised `config`, where it cannot run raises ConfigError.
+            options: the launch choices outside the plan (`treebench.kernels.options.KernelOptions`:
+                TMA descriptor loads of the context tiles, `triton.tools.tensor_descriptor.
+                TensorDescriptor` over the pools viewed as (N * P, Hkv * D); the
+                warp-specialised kernel's PIPE and persistent wave; the merge kernel as a
+                programmatic dependent launch, Triton's launch_pdl). None: KernelOptions(),
+                the tuned launches. Only this object's options are read, no module state.
 
         Raises:
             ConfigError: a config that is not a KernelConfig, unsupported dtype, head dim, mask
                 mode, mixed trees in bias mode, merge_rows not a power of 2 in [1, 16], num_splits
-                not an integer in [1, 64], kv_desc=True where `kv_desc_unsupported` gives a
-                reason, pdl=True where `pdl_unsupported` does,
+                not an integer in [1, 64], options not a KernelOptions, options.kv_desc=True where
+                `kv_desc_unsupported` gives a reason, options.pdl=True where `pdl_unsupported` does,
                 ws not None / True / False, ws=True where the table has no warp-specialised
                 config for the rows and D, or ws=True / a warp-specialised `config` that
                 cannot run here (see ws).
         """
         check_inputs(inputs.dtype, inputs.q.shape[-1], mask_mode)
+        if options is not None and not isinstance(options, KernelOptions):
+            raise ConfigError(f"options={options!r}: must be a KernelOptions (treebench.kernels.options)")
+        self.options = opts = options or KernelOptions()
+        kv_desc, pdl = opts.kv_desc, opts.pdl
         self.inputs, self.mask_mode, self.return_lse = inputs, mask_mode, return_lse
         self.fused_merge = fused_merge
         if not is_integer(merge_rows) or not 1 <= merge_rows <= 16 or merge_rows & (merge_rows - 1):
@@ -225,11 +222,11 @@ class TreeAttention:
         why_not = kv_desc_unsupported(inputs, cfg.block_n)
         if kv_desc and why_not:
             raise ConfigError(f"kv_desc: {why_not}")
-        self.kv_desc = self.ws or (kv_desc if kv_desc is not None else USE_KV_DESC) and not why_not   # ws: all TMA
+        self.kv_desc = self.ws or kv_desc is not False and not why_not   # ws: all TMA
         why_not_pdl = pdl_unsupported(inputs.device)
         if pdl and why_not_pdl:
             raise ConfigError(f"pdl: {why_not_pdl}")
-        pdl_on = (pdl if pdl is not None else USE_PDL) and not why_not_pdl
+        pdl_on = pdl is not False and not why_not_pdl
         self.plan = make_plan(len(ts), hkv, hq // hkv, ts, ss, d, num_sms=sms, interpret=interpreting(),
                               config=cfg, num_splits=num_splits, tma_tiles=self.kv_desc)
         self.out = torch.empty(inputs.q.shape, dtype=inputs.dtype, device=dev)
@@ -238,8 +235,8 @@ class TreeAttention:
         # dependents (griddepcontrol), so after it the merge is an ordinary launch
         self.pdl = pdl_on and self.plan.num_splits > 1 and not fused_merge and not self.ws
         # the warp-specialised kernel's intra-warpgroup pipelining (None on the tl kernel)
-        self.ws_pipe = ((cfg.ws_pipe_for(self.plan.tiles_per_split) if WS_PIPE is None else WS_PIPE)
-                        if self.ws else None)
+        self.ws_pipe = ((cfg.ws_pipe_for(self.plan.tiles_per_split, opts.ws3_pipe_min_tiles)
+                         if opts.ws_pipe is None else opts.ws_pipe) if self.ws else None)
         self._launches = self._build_ws_launches(ts) if self.ws else self._build_launches(ls, ts)
         self()                                   # warm-up: compiles
         self.fast_launch = fast_launch and not interpreting() and verify_fast_path(self._launches, self)
@@ -331,7 +328,8 @@ class TreeAttention:
                           for t in (kc, vc))
         consumer_regs, producer_regs = cfg.ws_regs
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-        programs = min(plan.num_programs, sms * cfg.ctas_per_sm(d)) if WS_PERSIST else plan.num_programs
+        programs = min(plan.num_programs, sms * cfg.ctas_per_sm(d)) if self.options.ws_persist \
+            else plan.num_programs
         fwd = FixedLaunch(tree_attn_ws_kernel, (programs,), [
             q, k_desc, v_desc, inp.block_table, inp.context_lens, inp.qo_indptr, words, bias,
             self.out, lse, o_part, lse_part, inp.sm_scale * LOG2E, q.stride(0), q.stride(1),

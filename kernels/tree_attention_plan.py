@@ -100,10 +100,11 @@ class KernelConfig:
         return ((self.block_m + 2 * self.num_stages * self.block_n) * head_dim * itemsize
                 + self.ws * WS_SCRATCH_BYTES)
 
-    def ws_pipe_for(self, tiles_per_split: int) -> bool:
+    def ws_pipe_for(self, tiles_per_split: int, ws3_min_tiles: int | None = None) -> bool:
         """The tuned choice of the warp-specialised kernel's intra-warpgroup pipelining
         (its PIPE) for work items of `tiles_per_split` KV tiles (`Plan.tiles_per_split`):
-        always for 1-2 consumer warpgroups; for 3 from WS3_PIPE_MIN_TILES tiles per item.
+        always for 1-2 consumer warpgroups; for 3 from `ws3_min_tiles` tiles per item
+        (None: WS3_PIPE_MIN_TILES; `KernelOptions.ws3_pipe_min_tiles` passes another).
 
         Measured on the H200 with the harness's timer, pipelined against not, in one run
         (run 10, `results/kernel-dev/run10-pipe-ab/`, P 128, Hq 32, Hkv 8, D 128): with 2
@@ -116,7 +117,7 @@ class KernelConfig:
         Raises ConfigError for a tl config (ws 0)."""
         if not self.ws:
             raise ConfigError(f"kernel config {self}: ws_pipe_for of a tl-kernel config (ws=0)")
-        return self.ws < 3 or tiles_per_split >= WS3_PIPE_MIN_TILES
+        return self.ws < 3 or tiles_per_split >= (WS3_PIPE_MIN_TILES if ws3_min_tiles is None else ws3_min_tiles)
 
     def ctas_per_sm(self, head_dim: int, itemsize: int = 2) -> int:
         """Programs of this config that run at once on one SM: 2 for the tl kernel's

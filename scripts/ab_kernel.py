@@ -1,12 +1,18 @@
-"""Two revisions of treebench's Triton kernel side by side, timed by the harness's own timer.
+"""Two revisions, or two sets of kernel options, of treebench's Triton kernel side by side,
+timed by the harness's own timer.
 
     git show REV:kernels/tree_attention.py > BASE/tree_attention.py   # ... every kernels/*.py
     python3 scripts/ab_kernel.py --base BASE [--variant NAME=DIR ...] [--out DIR] [--rounds 3]
+    python3 scripts/ab_kernel.py --base-options ws_pipe=false [--options NAME=SPEC ...]
 
 BASE holds the `kernels/*.py` files of the base revision. They are loaded as a
 second package (`kernels_base`) next to the working tree's `kernels`, so both
 run in one process on the same inputs; each --variant folder (the same files)
-is loaded alike (`kernels_NAME`) and timed as a third, fourth, ... side. For each cell (Hq 32, Hkv 8, D 128,
+is loaded alike (`kernels_NAME`) and timed as a third, fourth, ... side.
+--base-options SPEC makes the base this tree's kernel with other `KernelOptions`
+instead (SPEC: field=value pairs separated by commas, values true / false / none
+or an integer; e.g. `ws3_pipe_min_tiles=1073741824` never pipelines 3 warpgroups,
+the rule before run 10); each --options NAME=SPEC is one more such side. For each cell (Hq 32, Hkv 8, D 128,
 bf16; by default the issue's four speed targets and three neighbours, each at
 P 128 and P 16; `--cells` takes others: "B:L:tree", cells separated by commas,
 a new cell starting at each "B:L:", so trees with commas work too) the
@@ -20,8 +26,9 @@ against the float64 reference first.
 
 Writes DIR/ab.csv (one row per cell and side, flushed as it goes, so a run cut
 short keeps what it measured) and prints a table. Exit 2 on bad input (no GPU,
-BASE or a variant without the kernel files, a variant name that is not an identifier or repeats, a cell or page size the harness refuses), one
-line, nothing written.
+BASE or a variant without the kernel files, a side name that is not an identifier
+or repeats, options KernelOptions refuses, a cell or page size the harness refuses),
+one line, nothing written.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ from __future__ import annotations
 import argparse
 import atexit
 import csv
+import dataclasses
+import functools
 import importlib
 import os
 import re
@@ -45,17 +54,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from treebench.harness.model.cases import Case  # noqa: E402
 from treebench.harness.model.compare import compare  # noqa: E402
+from treebench.harness.errors import ConfigError  # noqa: E402
 from treebench.harness.model.paged import build_inputs  # noqa: E402
 from treebench.harness.model.reference import reference_attention  # noqa: E402
 from treebench.harness.timing.stats import summarize  # noqa: E402
 from treebench.harness.timing.timers import time_callable  # noqa: E402
+from treebench.kernels.options import KernelOptions  # noqa: E402
 
 HEADS = dict(num_q_heads=32, num_kv_heads=8, head_dim=128)
 CELLS = [(64, 2048, "vllm:pr_27"), (64, 2048, "full:3:3"), (64, 2048, "full:3:1"), (1, 2048, "vllm:pr_27"),
          (1, 1024, "vllm:pr_27"), (1, 2048, "full:3:3"), (16, 2048, "eagle:mc_sim_7b_63")]
 TIMERS = {"flushed": ("cuda_graph", True), "loop": ("cuda_graph_loop", False)}   # --timer: (mode, flush_l2)
 KERNEL_FILES = ("__init__.py", "launch.py", "tree_attention.py", "tree_attention_plan.py", "tree_attention_reduce.py")
-OPTIONAL_FILES = ("tree_attention_tl.py", "tree_attention_ws.py")   # revisions from session 6 on
+OPTIONAL_FILES = ("tree_attention_tl.py", "tree_attention_ws.py",   # revisions from session 6 on
+                  "options.py")                                    # revisions with KernelOptions
 
 
 def load_base(base: Path, name: str = "base"):
@@ -76,9 +88,14 @@ def load_base(base: Path, name: str = "base"):
 def parse_args(argv: list[str] | None = None):
     """The command line -> (args, pages, cells); exits 2 with one line on bad input."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--base", required=True, help="folder with the base revision's kernels/*.py")
+    base = ap.add_mutually_exclusive_group(required=True)
+    base.add_argument("--base", help="folder with the base revision's kernels/*.py")
+    base.add_argument("--base-options", metavar="SPEC",
+                      help="the base is this tree's kernel with KernelOptions(SPEC), e.g. ws_pipe=false")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=DIR",
                     help="another revision's kernels/*.py in DIR, timed as side NAME (repeatable)")
+    ap.add_argument("--options", action="append", default=[], metavar="NAME=SPEC",
+                    help="this tree's kernel with KernelOptions(SPEC), timed as side NAME (repeatable)")
     ap.add_argument("--out", default=os.environ.get("OUT", "results/kernel-dev"))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--timer", choices=sorted(TIMERS), default="flushed",
@@ -88,10 +105,14 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--cells", help="B:L:tree cells, comma-separated (default: the issue's targets and "
                                     "neighbours), e.g. 1:2048:vllm:pr_27,16:1024:full:3:2")
     args = ap.parse_args(argv)
-    missing = missing_kernel_files(Path(args.base))
-    if missing:
-        refuse(f"--base {args.base} lacks {missing} (the base revision's kernels/*.py)")
+    if args.base is not None:
+        missing = missing_kernel_files(Path(args.base))
+        if missing:
+            refuse(f"--base {args.base} lacks {missing} (the base revision's kernels/*.py)")
+    else:
+        args.base_options = parse_options(args.base_options, "--base-options")
     args.variants = parse_variants(args.variant)
+    args.option_sides = parse_option_sides(args.options, taken=set(args.variants))
     if args.rounds < 1:
         refuse(f"--rounds {args.rounds}: must be >= 1")
     try:
@@ -134,6 +155,48 @@ def parse_variants(specs: list[str]) -> dict[str, Path]:
             refuse(f"--variant {spec!r}: {folder} lacks {missing}")
         variants[name] = Path(folder)
     return variants
+
+
+def parse_options(spec: str, flag: str) -> KernelOptions:
+    """'field=value,...' (values true / false / none or an integer) -> KernelOptions;
+    exits 2 naming `flag` on a pair of another form, an unknown field or a value
+    KernelOptions refuses."""
+    kw = {}
+    for pair in filter(None, (p.strip() for p in spec.split(","))):
+        field, sep, text = pair.partition("=")
+        if not sep:
+            refuse(f"{flag} {spec!r}: {pair!r} is not field=value (e.g. ws_pipe=false)")
+        kw[field.strip()] = option_value(text.strip())
+    try:
+        return KernelOptions(**kw)
+    except TypeError as e:     # an unknown field
+        known = ", ".join(f.name for f in dataclasses.fields(KernelOptions))
+        refuse(f"{flag} {spec!r}: {e} (the fields: {known})")
+    except ConfigError as e:
+        refuse(f"{flag} {spec!r}: {e}")
+
+
+def option_value(text: str):
+    """An option's value from the command line: true / false / none (any case), an
+    integer, else the text itself (for KernelOptions to refuse, naming it)."""
+    words = {"true": True, "false": False, "none": None}
+    if text.lower() in words:
+        return words[text.lower()]
+    return int(text) if re.fullmatch(r"-?\d+", text) else text
+
+
+def parse_option_sides(specs: list[str], taken: set[str]) -> dict[str, KernelOptions]:
+    """--options NAME=SPEC specs -> {NAME: KernelOptions}; exits 2 on a bad name, one
+    repeated or taken (base, new, a --variant's), or options KernelOptions refuses."""
+    sides: dict[str, KernelOptions] = {}
+    for spec in specs:
+        name, sep, options = spec.partition("=")
+        if not sep or not name.isidentifier():
+            refuse(f"--options {spec!r}: NAME=SPEC with NAME an identifier, e.g. nopipe=ws_pipe=false")
+        if name in sides or name in taken or name in ("base", "new"):
+            refuse(f"--options {spec!r}: the side name {name!r} is taken")
+        sides[name] = parse_options(options, f"--options {name}")
+    return sides
 
 
 def parse_cells(text: str) -> list[tuple[int, int, str]]:
@@ -181,11 +244,18 @@ def measure_cell(sides: dict, b: int, l: int, tree: str, p: int, rounds: int, ti
 def main() -> int:
     args, pages, cells = parse_args()
     if not torch.cuda.is_available():
-        refuse("no CUDA GPU (both revisions are timed on one)")
-    sides = {"base": load_base(Path(args.base)).TreeAttention}
+        refuse("no CUDA GPU (every side is timed on one)")
+    new = importlib.import_module("treebench.kernels.tree_attention").TreeAttention
+    sides = {"base": load_base(Path(args.base)).TreeAttention if args.base is not None
+             else functools.partial(new, options=args.base_options)}
     for name, folder in args.variants.items():
         sides[name] = load_base(folder, name).TreeAttention
-    sides["new"] = importlib.import_module("treebench.kernels.tree_attention").TreeAttention
+    for name, options in args.option_sides.items():
+        sides[name] = functools.partial(new, options=options)
+    sides["new"] = new
+    for name, side in sides.items():
+        if isinstance(side, functools.partial):
+            print(f"{name}: this tree, KernelOptions {side.keywords['options'].changed() or 'defaults'}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []

@@ -73,13 +73,6 @@ FIELDS = ["phase", "tree", "B", "L", "T", "P", "D", "Hq", "Hkv", "dtype", "mode"
           "median_us", "host_us", "kv_bytes", "floor_us", "pct_floor", "error"]
 
 
-def ws_flags(v: Variant) -> None:
-    """Sets the warp-specialised kernel's module switches for variant v."""
-    import treebench.kernels.tree_attention as ta
-
-    ta.WS_PIPE, ta.WS_PERSIST = v.ws_pipe, v.ws_persist
-
-
 # ---- inputs ---------------------------------------------------------------------------
 
 
@@ -156,13 +149,12 @@ def run_variant(bench: Bench, v: Variant) -> dict:
                per_request=case.tree_per_request)
     try:
         inp = bench.inputs(v.case, v.mode)
-        ws_flags(v)
         ta = TreeAttention(inp, v.mode, return_lse=v.lse, config=v.config, num_splits=v.splits,
-                           fused_merge=v.fused, kv_desc=v.kv_desc, merge_rows=v.merge_rows, ws=v.ws)
+                           fused_merge=v.fused, merge_rows=v.merge_rows, ws=v.ws, options=v.options)
         cfg, plan = ta.plan.config, ta.plan
         row.update(kv_desc=ta.kv_desc, merge_rows=v.merge_rows, bt_ahead=cfg.bt_ahead, max_regs=cfg.max_regs,
                    ws=cfg.ws, ws_pipe=ta.ws_pipe if cfg.ws else "",
-                   ws_persist=v.ws_persist if cfg.ws else "")
+                   ws_persist=v.options.ws_persist if cfg.ws else "")
         row.update(T=max(t.size for t in inp.trees), block_m=cfg.block_m, block_n=cfg.block_n,
                    warps=cfg.num_warps, stages=cfg.num_stages, splits=plan.num_splits, m_tiles=plan.m_tiles,
                    fast_launch=ta.fast_launch)
@@ -237,11 +229,10 @@ def _compile_one(v: Variant) -> str:
     from treebench.kernels.tree_attention import TreeAttention
 
     try:
-        ws_flags(v)
         inp = gpu_inputs(Case(**v.case))
         TreeAttention(inp.causal() if v.mode == "causal" else inp, v.mode, return_lse=v.lse,
                       config=v.config, num_splits=v.splits, fast_launch=False, fused_merge=v.fused,
-                      kv_desc=v.kv_desc, merge_rows=v.merge_rows, ws=v.ws)
+                      merge_rows=v.merge_rows, ws=v.ws, options=v.options)
         torch.cuda.synchronize()
         return ""
     except Exception as e:
@@ -257,7 +248,7 @@ def resolve(v: Variant, num_sms: int) -> Variant:
     cfg = v.config or choose_config(rows, case.head_dim, False, ws=v.ws is not False)
     if v.config is None and not ws_fills(cfg, case.batch_size, case.num_kv_heads, rows, num_sms):
         cfg = choose_config(rows, case.head_dim, False, ws=False)
-    tma = v.kv_desc is not False and case.page_size % cfg.block_n == 0      # as on an sm_90 GPU
+    tma = v.options.kv_desc is not False and case.page_size % cfg.block_n == 0      # as on an sm_90 GPU
     plan = make_plan(case.batch_size, case.num_kv_heads, case.group_size, [t.size for t in trees],
                      [l + t.size for l, t in zip(lens, trees)], case.head_dim, num_sms=num_sms,
                      interpret=False, config=cfg, num_splits=v.splits, tma_tiles=tma)

@@ -1,7 +1,8 @@
 """The variants `scripts/bench_kernel.py` checks and times, phase by phase (its docstring
-lists the phases): a `Variant` is a case (`treebench.harness.model.cases.Case` fields), a mask mode and
-overrides of `TreeAttention`'s plan. Pure data: nothing here touches a GPU, so the tables
-are testable anywhere (tests/test_scripts.py resolves every variant's plan).
+lists the phases): a `Variant` is a case (`treebench.harness.model.cases.Case` fields), a mask mode,
+overrides of `TreeAttention`'s plan and its options (`treebench.kernels.options.KernelOptions`).
+Pure data: nothing here touches a GPU, so the tables are testable anywhere
+(tests/test_scripts.py resolves every variant's plan).
 """
 
 from __future__ import annotations
@@ -9,17 +10,20 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from treebench.kernels.options import KernelOptions
 from treebench.kernels.tree_attention_plan import KernelConfig
 
 HEADS = dict(num_q_heads=32, num_kv_heads=8, head_dim=128)
 TARGET = dict(batch_size=64, context_len=2048, page_size=128, **HEADS)
 PR27 = "vllm:pr_27"
+TMA, NO_TMA = KernelOptions(kv_desc=True), KernelOptions(kv_desc=False)   # context tiles by TMA: forced / off
+PIPE, NO_PIPE = KernelOptions(ws_pipe=True), KernelOptions(ws_pipe=False)  # warp-specialised PIPE: forced on / off
 SEED_TREES = ["full:3:0", "full:3:1", "full:3:2", "full:3:3", PR27, "eagle:mc_sim_7b_63", "medusa:mc_sim_7b_63"]
 
 
 @dataclass(frozen=True)
 class Variant:
-    """One thing to check (and maybe time): a case, a mask mode and plan overrides."""
+    """One thing to check (and maybe time): a case, a mask mode, plan overrides and kernel options."""
 
     phase: str
     case: dict                                 # Case fields
@@ -28,19 +32,22 @@ class Variant:
     splits: int | None = None                  # None: the heuristic's
     lse: bool = False
     fused: bool = False                        # split-KV merge in the forward kernel (else a 2nd kernel)
-    kv_desc: bool | None = None                # TMA descriptor loads of context tiles (None: the default)
     merge_rows: int = 1                        # rows per program of the merge kernel
     ws: bool | None = None                     # TreeAttention's ws (False: always the tl kernel)
-    ws_pipe: bool | None = None                # warp-specialised kernel's PIPE (WS_PIPE; None: KernelConfig.ws_pipe_for)
-    ws_persist: bool = True                    # warp-specialised kernel: one wave of persistent programs
+    options: KernelOptions = KernelOptions()   # TreeAttention's options: kv_desc, ws_pipe, ws_persist, ...
     time_it: bool = True
     host_time: bool = False
 
     def compile_key(self) -> tuple:
         c = self.case
         return (c.get("page_size"), c.get("head_dim"), c.get("num_q_heads"), c.get("num_kv_heads"),
-                c.get("dtype"), self.mode, self.config, self.splits != 1, self.lse, self.fused, self.kv_desc,
-                self.merge_rows, self.ws, self.ws_pipe, self.ws_persist)
+                c.get("dtype"), self.mode, self.config, self.splits != 1, self.lse, self.fused,
+                self.merge_rows, self.ws, self.options)
+
+    @property
+    def ws_pipe(self) -> bool | None:
+        """The warp-specialised kernel's PIPE the variant asks for (None: the tuned rule)."""
+        return self.options.ws_pipe
 
     def small(self) -> "Variant":
         """The same kernel specialisation on a 2-request batch (for parallel compiling)."""
@@ -105,14 +112,14 @@ def big_variants() -> list[Variant]:
     for b, tree in ((64, PR27), (64, "full:3:3"), (16, "eagle:mc_sim_7b_63"), (64, "full:3:2"),
                     (16, "medusa:mc_sim_7b_63")):
         c = dict(TARGET, batch_size=b, tree=tree)
-        out += [Variant("big", c, config=cfg, kv_desc=True) for cfg in cfgs]
+        out += [Variant("big", c, config=cfg, options=TMA) for cfg in cfgs]
     b1 = dict(TARGET, batch_size=1, tree=PR27)
-    out += [Variant("big", b1, config=K(64, 64, 4, 3, 0, a), splits=s, kv_desc=True) for s in (8, 11) for a in (0, 1)]
-    out += [Variant("big", b1, config=K(64, 64, 4, 2, 0, 1), splits=s, kv_desc=True) for s in (8, 11)]
+    out += [Variant("big", b1, config=K(64, 64, 4, 3, 0, a), splits=s, options=TMA) for s in (8, 11) for a in (0, 1)]
+    out += [Variant("big", b1, config=K(64, 64, 4, 2, 0, 1), splits=s, options=TMA) for s in (8, 11)]
     for b, tree in ((64, "full:3:1"), (1, "full:3:1")):
         c = dict(TARGET, batch_size=b, tree=tree)
-        out += [Variant("big", c, config=cfg, kv_desc=True) for cfg in (K(16, 64, 2, 4), K(16, 64, 2, 4, 0, 1))]
-        out += [Variant("big", c, config=K(16, 64, 2, 4), kv_desc=False)]
+        out += [Variant("big", c, config=cfg, options=TMA) for cfg in (K(16, 64, 2, 4), K(16, 64, 2, 4, 0, 1))]
+        out += [Variant("big", c, config=K(16, 64, 2, 4), options=NO_TMA)]
     return out
 
 
@@ -208,7 +215,7 @@ def gather_variants() -> list[Variant]:
         out += [Variant("gather", c, config=K(64, 64, 4, 3, 0, a)) for a in (0, 1)]
         out += [Variant("gather", dict(c, page_size=128))]
         # one-page 16-token tiles through TMA (3-4 CTAs per SM) against the 64-token gather
-        out += [Variant("gather", c, config=cfg, kv_desc=True)
+        out += [Variant("gather", c, config=cfg, options=TMA)
                 for cfg in (K(64, 16, 4, 4, 0, 1), K(64, 16, 4, 6, 0, 1), K(64, 16, 4, 4, 128, 1))]
     for b in (64, 16, 1):
         c = dict(TARGET, batch_size=b, tree="full:3:1", page_size=16)
@@ -218,7 +225,7 @@ def gather_variants() -> list[Variant]:
 
 K = KernelConfig
 WS_VARIANTS = (dict(ws=False), dict(config=K(128, 64, 4, 4, 168, 0, 2)), dict(config=K(128, 64, 4, 3, 168, 0, 2)),
-               dict(config=K(128, 64, 4, 4, 168, 0, 2), ws_pipe=False),
+               dict(config=K(128, 64, 4, 4, 168, 0, 2), options=NO_PIPE),
                dict(config=K(192, 64, 4, 3, 128, 0, 3)))
 
 
@@ -227,7 +234,7 @@ def ws_odd_cases(phase: str, cfg: KernelConfig, ws_pipe: bool | None = None) -> 
     (17 variants, none timed): ragged and zero contexts, mixed per-request trees up to 250
     nodes (several M-tiles), G 1..8, D 64/128, P 64..256, fp16, the bias and causal modes,
     LSE, split-KV. ws_pipe: the variants' PIPE (None: the tuned choice)."""
-    kw = dict(config=cfg, time_it=False, ws_pipe=ws_pipe)
+    kw = dict(config=cfg, time_it=False, options=KernelOptions(ws_pipe=ws_pipe))
     small = dict(num_q_heads=16, num_kv_heads=4, head_dim=128)
     out = []
     for P in (64, 128, 256):
@@ -259,9 +266,9 @@ def wscheck_variants() -> list[Variant]:
     c = dict(batch_size=7, context_len="ragged:0-700", tree="random:30:5", page_size=128, tree_per_request="mixed",
              num_q_heads=16, num_kv_heads=4, head_dim=128)
     out += [Variant("wscheck", c, config=K(128, 64, 4, 3, 168, 0, 2), splits=s, lse=True, time_it=False,
-                    ws_pipe=False) for s in (1, 5)]
+                    options=NO_PIPE) for s in (1, 5)]
     out += [Variant("wscheck", c, config=K(128, 64, 4, 4, 168, 0, 2), splits=s, lse=True, time_it=False,
-                    ws_persist=False) for s in (1, 5)]
+                    options=KernelOptions(ws_persist=False)) for s in (1, 5)]
     for b, tree in ((64, "vllm:pr_27"), (64, "full:3:3"), (16, "medusa:mc_sim_7b_63")):   # the default plan
         out.append(Variant("wscheck", dict(TARGET, batch_size=b, tree=tree), lse=True, time_it=False))
     return out
@@ -288,10 +295,10 @@ def tiles_variants() -> list[Variant]:
     out = [v for cfg, pipe in ((K(192, 32, 4, 4, 128, 0, 3), True), (K(192, 64, 4, 3, 128, 0, 3), True),
                                (K(128, 32, 4, 4, 168, 0, 2), None))
            for v in ws_odd_cases("tiles", cfg, pipe)]
-    three = (dict(), dict(config=K(192, 64, 4, 3, 128, 0, 3), ws_pipe=False),
-             dict(config=K(192, 32, 4, 4, 128, 0, 3), ws_pipe=False),
-             dict(config=K(192, 32, 4, 4, 128, 0, 3), ws_pipe=True),
-             dict(config=K(192, 32, 4, 6, 128, 0, 3), ws_pipe=True))
+    three = (dict(), dict(config=K(192, 64, 4, 3, 128, 0, 3), options=NO_PIPE),
+             dict(config=K(192, 32, 4, 4, 128, 0, 3), options=NO_PIPE),
+             dict(config=K(192, 32, 4, 4, 128, 0, 3), options=PIPE),
+             dict(config=K(192, 32, 4, 6, 128, 0, 3), options=PIPE))
     two = (dict(), dict(config=K(128, 32, 4, 4, 168, 0, 2)), dict(config=K(128, 32, 4, 6, 168, 0, 2)))
     for b, tree, kws in ((64, "full:3:3", three), (16, "full:3:3", three), (64, PR27, two),
                          (64, "medusa:mc_sim_7b_63", two)):

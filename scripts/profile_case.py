@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from treebench.harness.model.cases import Case  # noqa: E402
 from treebench.harness.errors import ConfigError  # noqa: E402
 from treebench.harness.model.paged import build_inputs  # noqa: E402
+from treebench.kernels.options import KernelOptions  # noqa: E402
 from treebench.kernels.tree_attention import TreeAttention  # noqa: E402
 from treebench.kernels.tree_attention_plan import parse_kernel_config  # noqa: E402
 
@@ -53,7 +54,8 @@ def main() -> int:
         cfg = parse_kernel_config(args.config) if args.config else None
         inputs = build_inputs(case, device)
         ta = TreeAttention(inputs.causal() if args.mode == "causal" else inputs, args.mode, config=cfg,
-                           num_splits=args.splits, kv_desc={"on": True, "off": False, "auto": None}[args.kv_desc])
+                           num_splits=args.splits,
+                           options=KernelOptions(kv_desc={"on": True, "off": False, "auto": None}[args.kv_desc]))
     except ConfigError as e:
         print(f"profile_case: {e}", file=sys.stderr)
         return 2

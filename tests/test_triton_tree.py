@@ -22,6 +22,7 @@ from treebench.harness.errors import ConfigError  # noqa: E402
 from treebench.harness.model.paged import build_inputs  # noqa: E402
 from treebench.harness.model.reference import reference_attention  # noqa: E402
 from treebench.harness.model.trees import parse_tree  # noqa: E402
+from treebench.kernels.options import KernelOptions  # noqa: E402
 from treebench.kernels.tree_attention_plan import (KernelConfig, choose_num_splits, make_plan,  # noqa: E402
                                          pack_tree_masks, tree_bias)
 
@@ -259,9 +260,9 @@ def test_kernel_tma_loads_match_pointer_loads(bt_ahead, splits):
     case = Case(batch_size=3, context_len="ragged:0-90", tree="full:2:2", tree_per_request="mixed",
                 page_size=32, **TINY)
     cfg = KernelConfig(16, 16, 1, 1, bt_ahead=bt_ahead)
-    on = check(case, config=cfg, num_splits=splits, kv_desc=True)
+    on = check(case, config=cfg, num_splits=splits, options=KernelOptions(kv_desc=True))
     assert on.kv_desc
-    off = check(case, config=cfg, num_splits=splits, kv_desc=False)
+    off = check(case, config=cfg, num_splits=splits, options=KernelOptions(kv_desc=False))
     assert not off.kv_desc
     torch.testing.assert_close(on.out, off.out, rtol=0, atol=0)
 
@@ -275,8 +276,8 @@ def test_kernel_pointer_loads_with_block_table_ahead(page_size, block_n, splits)
     tiles, with and without split-KV and with ragged contexts (some splits see nothing)."""
     case = Case(batch_size=3, context_len="ragged:0-90", tree="full:2:2", tree_per_request="mixed",
                 page_size=page_size, **TINY)
-    outs = [check(case, config=KernelConfig(16, block_n, 1, 1, bt_ahead=a), num_splits=splits, kv_desc=False).out
-            for a in (0, 1)]
+    outs = [check(case, config=KernelConfig(16, block_n, 1, 1, bt_ahead=a), num_splits=splits,
+                  options=KernelOptions(kv_desc=False)).out for a in (0, 1)]
     torch.testing.assert_close(outs[1], outs[0], rtol=0, atol=0)
 
 
@@ -288,7 +289,7 @@ def test_pdl_is_refused_without_a_gpu():
     inputs = build_inputs(case, DEVICE)
     assert "CUDA GPU" in pdl_unsupported(inputs.device)
     with pytest.raises(ConfigError, match="pdl: programmatic dependent launch needs a CUDA GPU"):
-        TreeAttention(inputs, num_splits=3, pdl=True)
+        TreeAttention(inputs, num_splits=3, options=KernelOptions(pdl=True))
     ta = TreeAttention(inputs, num_splits=3)
     assert not ta.pdl and len(ta._launches) == 2
 
@@ -306,7 +307,7 @@ def test_pdl_merge_matches_ordinary_launches_and_replays(page_size):
     inputs = build_inputs(case, DEVICE)
     if pdl_unsupported(inputs.device):
         pytest.skip(pdl_unsupported(inputs.device))
-    on, off = check(case, pdl=True), check(case, pdl=False)
+    on, off = check(case, options=KernelOptions(pdl=True)), check(case, options=KernelOptions(pdl=False))
     assert on.pdl and not off.pdl and on.plan.num_splits > 1
     expect = off().clone()
     torch.testing.assert_close(on().clone(), expect, rtol=0, atol=0)
@@ -361,7 +362,7 @@ def test_kv_desc_is_refused_where_tiles_straddle_pages():
     cfg = KernelConfig(16, 32, 1, 1)
     assert not check(case, config=cfg).kv_desc
     with pytest.raises(ConfigError, match="page size 16 is not a multiple of BLOCK_N 32"):
-        TreeAttention(build_inputs(case, DEVICE), config=cfg, kv_desc=True)
+        TreeAttention(build_inputs(case, DEVICE), config=cfg, options=KernelOptions(kv_desc=True))
 
 
 def test_kv_desc_unsupported_names_non_contiguous_pools():
@@ -399,9 +400,79 @@ def test_tree_attention_plans_splits_from_the_tma_decision(monkeypatch):
     case = Case(batch_size=1, context_len=20, tree="chain:2", page_size=16, **TINY)
     inputs = build_inputs(case, DEVICE)
     for kv_desc in (True, False):
-        ta = TreeAttention(inputs, kv_desc=kv_desc, config=KernelConfig(16, 16, 1, 1))
+        ta = TreeAttention(inputs, options=KernelOptions(kv_desc=kv_desc), config=KernelConfig(16, 16, 1, 1))
         assert ta.kv_desc is kv_desc
     assert seen == [True, False]
+
+
+def _launch_specs(ta: TreeAttention) -> list[tuple]:
+    """Each launch's kernel, grid, constexprs and launch options (what the options decide)."""
+    return [(fl.kernel, fl.grid, fl.consts, fl.options) for fl in ta._launches]
+
+
+def test_tree_attention_objects_with_different_options_are_independent():
+    """Two launch objects prepared in one process with different KernelOptions keep their
+    own: building the second changes nothing in the first (its launches, its output), and
+    the default options give the launches of no options at all."""
+    case = Case(batch_size=2, context_len="ragged:10-60", tree="full:2:2", tree_per_request="mixed",
+                page_size=16, **TINY)
+    inputs = build_inputs(case, DEVICE)
+    cfg = KernelConfig(16, 16, 1, 1)
+    off = TreeAttention(inputs, config=cfg, num_splits=3, options=KernelOptions(kv_desc=False))
+    off_specs, off_out = _launch_specs(off), off().clone()
+    on = TreeAttention(inputs, config=cfg, num_splits=3)
+    assert not off.kv_desc and on.kv_desc
+    assert off.options == KernelOptions(kv_desc=False) and on.options == KernelOptions()
+    assert [c["KV_DESC"] for _, _, c, _ in _launch_specs(off)[:1]] == [False]
+    assert [c["KV_DESC"] for _, _, c, _ in _launch_specs(on)[:1]] == [True]
+    assert _launch_specs(off) == off_specs                                 # untouched by the second
+    torch.testing.assert_close(off().clone(), off_out, rtol=0, atol=0)
+    torch.testing.assert_close(on().clone(), off_out, rtol=0, atol=0)   # same tiles, same order
+    default = TreeAttention(inputs, config=cfg, num_splits=3, options=KernelOptions())
+    assert _launch_specs(default) == _launch_specs(on)
+
+
+def test_tree_attention_module_has_no_global_knobs():
+    """The launch choices live in KernelOptions only: no module-level switch to mutate."""
+    import treebench.kernels.tree_attention as kta
+    assert not [n for n in ("USE_KV_DESC", "WS_PIPE", "WS_PERSIST", "USE_PDL") if hasattr(kta, n)]
+
+
+@pytest.mark.parametrize("kw, needle", [
+    (dict(kv_desc="yes"), "kv_desc='yes': must be None"), (dict(kv_desc=1), "kv_desc=1: must be None"),
+    (dict(ws_pipe=0), "ws_pipe=0: must be None"), (dict(pdl="auto"), "pdl='auto': must be None"),
+    (dict(ws_persist=None), "ws_persist=None: must be True or False"),
+    (dict(ws_persist=1), "ws_persist=1: must be True or False"),
+    (dict(ws3_pipe_min_tiles=0), "ws3_pipe_min_tiles=0: must be a positive integer"),
+    (dict(ws3_pipe_min_tiles=32.0), "ws3_pipe_min_tiles=32.0: must be a positive integer"),
+    (dict(ws3_pipe_min_tiles=True), "ws3_pipe_min_tiles=True: must be a positive integer"),
+])
+def test_kernel_options_reject_wrong_types(kw, needle):
+    with pytest.raises(ConfigError, match=needle.replace("(", r"\(")):
+        KernelOptions(**kw)
+
+
+def test_kernel_options_are_frozen_and_checked_where_taken():
+    """Options cannot be changed after construction; TreeAttention and the backends refuse
+    anything that is not a KernelOptions; a backend passes its options to the kernel."""
+    import dataclasses
+
+    from treebench.backends.triton_causal import TritonCausalBackend
+    from treebench.backends.triton_tree import TritonTreeBackend
+    from treebench.backends.triton_tree_bias import TritonTreeBiasBackend
+    opts = KernelOptions(ws_pipe=False)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        opts.ws_pipe = True   # type: ignore[misc]
+    assert opts.changed() == {"ws_pipe": False} and KernelOptions().changed() == {}
+    inputs = build_inputs(Case(batch_size=1, context_len=20, tree="chain:2", page_size=16, **TINY), DEVICE)
+    with pytest.raises(ConfigError, match="options=.*must be a KernelOptions"):
+        TreeAttention(inputs, options={"kv_desc": False})
+    for cls in (TritonTreeBackend, TritonTreeBiasBackend, TritonCausalBackend):
+        with pytest.raises(ConfigError, match="must be a KernelOptions"):
+            cls(options="kv_desc=False")
+        assert cls().options == KernelOptions()
+    fn = TritonTreeBackend(KernelOptions(kv_desc=False)).prepare(inputs)
+    assert fn.options == KernelOptions(kv_desc=False) and not fn.kv_desc
 
 
 @pytest.mark.parametrize("kw, needle", [
@@ -501,7 +572,7 @@ def test_ws_kernel_is_refused_without_a_gpu():
     with pytest.raises(ConfigError, match="config ws=2: ws=False"):
         TreeAttention(inputs, config=WS_CONFIGS[0], ws=False)
     with pytest.raises(ConfigError, match="ws=True: kv_desc=False"):
-        TreeAttention(inputs, ws=True, kv_desc=False)
+        TreeAttention(inputs, ws=True, options=KernelOptions(kv_desc=False))
     for bad in ("yes", 0, 1):
         with pytest.raises(ConfigError, match=f"ws={bad!r}: must be None"):
             TreeAttention(inputs, ws=bad)
@@ -516,18 +587,15 @@ def test_ws_kernel_is_refused_without_a_gpu():
 @pytest.mark.parametrize("cfg", WS_CONFIGS, ids=["ws2", "ws1", "ws3", "ws3-n32"])
 @pytest.mark.parametrize("pipe", [True, False])
 @pytest.mark.parametrize("splits", [1, 3])
-def test_ws_kernel_on_gpu(cfg, pipe, splits, monkeypatch):
+def test_ws_kernel_on_gpu(cfg, pipe, splits):
     """The warp-specialised kernel against the float64 reference: ragged contexts
     (some zero), mixed per-request trees up to 70 nodes (several M-tiles, idle
     consumers), S_b not a multiple of 64 (the producer zeroes V rows past S_b), one
     persistent wave and one item per program, and replayed from a CUDA graph."""
-    import treebench.kernels.tree_attention as kta
-    monkeypatch.setattr(kta, "WS_PIPE", pipe)
     case = Case(batch_size=6, context_len="ragged:0-700", tree="random:70:4", tree_per_request="mixed",
                 page_size=128, num_q_heads=16, num_kv_heads=4, head_dim=128)
     for persist in (True, False):
-        monkeypatch.setattr(kta, "WS_PERSIST", persist)
-        ta = check(case, config=cfg, num_splits=splits)
+        ta = check(case, config=cfg, num_splits=splits, options=KernelOptions(ws_pipe=pipe, ws_persist=persist))
         assert ta.ws and ta.kv_desc
         expect = ta.out.clone()
         g = capture_graph(ta)
@@ -559,13 +627,13 @@ def test_ws_default_plan_on_gpu(mode):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(DEVICE != "cuda" or torch.cuda.get_device_capability() != (9, 0), reason="needs an sm_90 GPU")
-def test_ws_default_plan_pipelines_3_warpgroups_from_32_tiles_on_gpu(monkeypatch):
+def test_ws_default_plan_pipelines_3_warpgroups_from_32_tiles_on_gpu():
     """full:3:3 at G 4 (160 rows) takes the 3-warpgroup config; it pipelines from 32 KV
-    tiles per work item (L 2048 + T 40: 33 tiles) and not below (L 1024: 17), WS_PIPE
-    forces either, and the 2-warpgroup config (the 27-node tree) always pipelines."""
+    tiles per work item (L 2048 + T 40: 33 tiles) and not below (L 1024: 17), its
+    threshold is an option (ws3_pipe_min_tiles), options.ws_pipe forces either, and the
+    2-warpgroup config (the 27-node tree) always pipelines."""
     import dataclasses
 
-    import treebench.kernels.tree_attention as kta
     case = Case(batch_size=24, context_len=2048, tree="full:3:3", page_size=128,
                 num_q_heads=32, num_kv_heads=8, head_dim=128)
     long_ = TreeAttention(build_inputs(case, DEVICE))
@@ -574,10 +642,11 @@ def test_ws_default_plan_pipelines_3_warpgroups_from_32_tiles_on_gpu(monkeypatch
     assert short.plan.config.ws == 3 and short.plan.tiles_per_split == 17 and short.ws_pipe is False
     assert TreeAttention(build_inputs(dataclasses.replace(case, tree="vllm:pr_27", context_len=512),
                                       DEVICE)).ws_pipe is True
-    monkeypatch.setattr(kta, "WS_PIPE", True)
-    assert check(dataclasses.replace(case, context_len=1024)).ws_pipe is True
-    monkeypatch.setattr(kta, "WS_PIPE", False)
-    assert TreeAttention(build_inputs(case, DEVICE)).ws_pipe is False
+    assert check(dataclasses.replace(case, context_len=1024), options=KernelOptions(ws_pipe=True)).ws_pipe is True
+    assert TreeAttention(build_inputs(case, DEVICE), options=KernelOptions(ws_pipe=False)).ws_pipe is False
+    assert TreeAttention(build_inputs(case, DEVICE), options=KernelOptions(ws3_pipe_min_tiles=1 << 30)).ws_pipe is False
+    assert check(dataclasses.replace(case, context_len=1024),
+                 options=KernelOptions(ws3_pipe_min_tiles=17)).ws_pipe is True
 
 
 @pytest.mark.gpu

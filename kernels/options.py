@@ -1,0 +1,81 @@
+"""The launch choices of one `TreeAttention` that are not part of its plan: `KernelOptions`.
+
+Each `TreeAttention` carries its own frozen `KernelOptions`, so two launch
+objects built with different options in one process (an A/B side by side, a
+lab script's variant next to the default) never affect each other. The
+defaults are the measured choices of docs/kernel.md; a non-default field is
+for measuring against them.
+
+Pure Python (no Triton import): backends and lab scripts build options on a
+machine without Triton.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from treebench.harness.errors import ConfigError
+from treebench.kernels.tree_attention_plan import WS3_PIPE_MIN_TILES, is_integer
+
+__all__ = ["KernelOptions"]
+
+
+@dataclass(frozen=True)
+class KernelOptions:
+    """How `TreeAttention` launches its plan. The defaults give the tuned launches.
+
+    Attributes:
+        kv_desc: load the tl kernel's context tiles through TMA tensor descriptors.
+            None (default): wherever `kv_desc_unsupported` finds no reason against it
+            (run 5a: 3-7% faster, docs/kernel.md). True: the
+            same, but a reason against raises ConfigError. False: pointer loads; the
+            warp-specialised kernel loads every tile by TMA, so False selects the tl kernel.
+        ws_pipe: the warp-specialised kernel's intra-warpgroup pipelining (its PIPE).
+            None (default): the tuned rule, `KernelConfig.ws_pipe_for` (run 10's A/B);
+            True / False: forced, for measuring against the rule.
+        ws3_pipe_min_tiles: under ws_pipe=None, the KV tiles per work item from which
+            3 consumer warpgroups pipeline. Default `WS3_PIPE_MIN_TILES` (32, run 10:
+            shorter loops do not earn back the pipelined build's extra spills); a value
+            above every split's tiles (1 << 30) gives the earlier rule, 3 warpgroups
+            never pipelined.
+        ws_persist: the warp-specialised kernel runs one wave of persistent programs,
+            each taking work items in turn. True (default: the producer streams the next
+            item's first tiles while the consumers finish the last one; run 8c: 3.5% on the
+            27-node tree at B 64). False: one program per work item.
+        pdl: with split-KV and a separate merge kernel after the tl kernel, launch the
+            merge as a programmatic dependent launch (its launch overlaps the forward
+            kernel's last programs). None (default): wherever `pdl_unsupported` finds no
+            reason against it (run 6d: B 1 cells 2.2-5.8% faster, docs/kernel.md). True: the
+            same, but a reason against raises ConfigError. False: an ordinary second launch.
+
+    Raises:
+        ConfigError: a field of the wrong type (see `__post_init__`).
+    """
+
+    kv_desc: bool | None = None          # TMA descriptor loads of context tiles (None: wherever possible)
+    ws_pipe: bool | None = None          # warp-specialised PIPE (None: KernelConfig.ws_pipe_for)
+    ws3_pipe_min_tiles: int = WS3_PIPE_MIN_TILES   # ws_pipe_for's threshold for 3 consumer warpgroups
+    ws_persist: bool = True              # warp-specialised kernel as one wave of persistent programs
+    pdl: bool | None = None              # merge kernel as a programmatic dependent launch (None: wherever possible)
+
+    def __post_init__(self) -> None:
+        """Checks every field's type.
+
+        Raises:
+            ConfigError: kv_desc, ws_pipe or pdl not None / True / False; ws_persist not
+                a bool; ws3_pipe_min_tiles not a positive integer. The message names the
+                field and the value.
+        """
+        for name in ("kv_desc", "ws_pipe", "pdl"):
+            v = getattr(self, name)
+            if not (v is None or isinstance(v, bool)):
+                raise ConfigError(f"KernelOptions {name}={v!r}: must be None (the default rule), True or False")
+        if not isinstance(self.ws_persist, bool):
+            raise ConfigError(f"KernelOptions ws_persist={self.ws_persist!r}: must be True or False")
+        if not is_integer(self.ws3_pipe_min_tiles) or self.ws3_pipe_min_tiles < 1:
+            raise ConfigError(f"KernelOptions ws3_pipe_min_tiles={self.ws3_pipe_min_tiles!r}: "
+                              "must be a positive integer")
+
+    def changed(self) -> dict[str, object]:
+        """The fields that differ from the defaults, {name: value} (for logs and CSV rows)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != f.default}
