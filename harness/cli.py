@@ -271,8 +271,8 @@ def build_parser() -> Parser:
 
 
 COMMANDS = {"run": cmd_run, "check": cmd_check, "list": cmd_list, "tree": cmd_tree, "merge": cmd_merge}
-COMMANDS.update({"tree-search": lambda args, _console: speculation_commands.run_tree_search(args),
-                 "plan": lambda args, _console: speculation_commands.run_plan(args)})
+COMMANDS.update({"tree-search": lambda args, console: speculation_commands.run_tree_search(args),
+                 "plan": lambda args, console: speculation_commands.run_plan(args)})
 
 
 def main(argv: list[str] | None = None) -> int:

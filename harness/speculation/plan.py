@@ -157,10 +157,14 @@ W_PX, H_PX, PAD = 420, 240, 36
 
 def _svg(curves: list[VerifyCurve], trees: dict[int, SearchedTree], title: str) -> str:
     """Inline SVG: E of the best tree (y) against its verify µs (x), one polyline per backend."""
-    series = []
+    series: list[tuple[str, list[tuple[float, float]]]] = []
     for c in curves:
-        pts = [(c.lookup(t)[0], trees[t].expected) for t in range(c.sizes[0], c.sizes[-1] + 1) if t in trees]
-        series.append((c.key.backend, [(x, y) for x, y in pts if x is not None]))
+        pts: list[tuple[float, float]] = []
+        for t in range(c.sizes[0], c.sizes[-1] + 1):
+            us = c.lookup(t)[0]
+            if t in trees and us is not None:
+                pts.append((us, trees[t].expected))     # (verify µs, E) of the best T-node tree
+        series.append((c.key.backend, pts))
     xs = [x for _, p in series for x, _ in p] or [0.0, 1.0]
     ys = [y for _, p in series for _, y in p] or [1.0, 2.0]
     x0, x1, y0, y1 = min(xs), max(xs) or 1.0, 1.0, max(ys)
