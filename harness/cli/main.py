@@ -28,6 +28,7 @@ from rich.table import Table
 
 from treebench.harness.cli.sweep import FAILED, availability_of, cmd_check, cmd_merge, cmd_run, load_one, resolve_backends  # noqa: F401
 from treebench.harness.errors import ConfigError
+from treebench.harness.speculation import commands as speculation_commands  # tree-search, plan
 
 log = logging.getLogger(__name__)
 
@@ -262,12 +263,16 @@ def build_parser() -> Parser:
     p.add_argument("spec", help="tree spec: chain:4, full:3:2, levels:4,2,1, parents:-1,0,0, [(0,), (1,)], "
                                 "eagle:mc_sim_7b_63, ...")
     p.add_argument("--json", action="store_true", help="print the tree summary as JSON")
+    speculation_commands.add_tree_search_parser(sub)
+    speculation_commands.add_plan_parser(sub)
     for name, text in LAZY_COMMANDS.items():
         sub.add_parser(name, help=text, add_help=False)  # its own parser, built on use
     return parser
 
 
 COMMANDS = {"run": cmd_run, "check": cmd_check, "list": cmd_list, "tree": cmd_tree, "merge": cmd_merge}
+COMMANDS.update({"tree-search": lambda args, console: speculation_commands.run_tree_search(args),
+                 "plan": lambda args, console: speculation_commands.run_plan(args)})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,182 @@
+"""Verify cost from measured result rows, and the rest of the model's step.
+
+``verify_curves`` turns stored result rows (``treebench.harness.store.rows.read_rows``) into,
+for each backend, B, L and the other case axes, the tree-attention time
+median_us as a function of T. Only rows with status "pass", one fixed context
+length (no ``ragged:``) and one tree for every request (tree_per_request
+"same") count. Rows of one curve at the same T (reruns, or trees of the same
+size and different shape) are folded into the median of their median_us: the
+curve treats the verify time as a function of T alone. Between measured sizes
+the time is interpolated linearly in T; outside them there is no answer
+(never extrapolated).
+
+``StepCost`` is the rest of a decoding step (the other layers, the draft):
+a + b * tokens µs, tokens = B * T query tokens in the verify batch.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from bisect import bisect_left
+from collections import defaultdict
+from dataclasses import dataclass
+
+from treebench.harness.errors import ConfigError
+from treebench.harness.store.rows import read_rows, timing_label
+from treebench.harness.model.trees import parse_tree
+
+__all__ = ["CurveKey", "VerifyCurve", "StepCost", "parse_step_us", "verify_curves", "load_curves"]
+
+
+@dataclass(frozen=True, order=True)
+class CurveKey:
+    """What one verify curve was measured on.
+
+    Attributes:
+        backend: the backend's registry name.
+        batch_size: B.
+        context_len: L (every request's).
+        config: the other axes and the timing, e.g. "H32x8 D128 P16 bfloat16 shuffled, cuda_graph, L2 flushed".
+    """
+
+    backend: str
+    batch_size: int
+    context_len: int
+    config: str
+
+
+@dataclass(frozen=True)
+class VerifyCurve:
+    """Verify time against tree size for one CurveKey.
+
+    Attributes:
+        key: what was measured.
+        points: ((T, median_us), ...) sorted by T, T = nodes per request including the root.
+    """
+
+    key: CurveKey
+    points: tuple[tuple[int, float], ...]
+
+    @property
+    def sizes(self) -> list[int]:
+        """The measured T, ascending."""
+        return [t for t, _ in self.points]
+
+    def lookup(self, t: int) -> tuple[float | None, str]:
+        """Verify time at tree size `t`, interpolated linearly between the nearest measured sizes.
+
+        Returns:
+            (median_us, "") inside the measured range; (None, reason) outside it, reason =
+            "no measurement at T=.. for backend .. at B .., L ..; measured T: ..".
+        """
+        ts = self.sizes
+        if not ts or t < ts[0] or t > ts[-1]:
+            k = self.key
+            return None, (f"no measurement at T={t} for backend {k.backend} at B {k.batch_size}, L {k.context_len}; "
+                          f"measured T: {', '.join(map(str, ts))}")
+        i = bisect_left(ts, t)
+        if ts[i] == t:
+            return self.points[i][1], ""
+        (t0, y0), (t1, y1) = self.points[i - 1], self.points[i]
+        return y0 + (y1 - y0) * (t - t0) / (t1 - t0), ""
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """The rest of a decoding step: fixed_us + per_token_us * tokens µs, tokens = B * T.
+
+    Attributes:
+        fixed_us: µs per step whatever the batch (a in a + b*tokens).
+        per_token_us: µs per query token in the verify batch (b).
+    """
+
+    fixed_us: float = 0.0
+    per_token_us: float = 0.0
+
+    def us(self, batch_size: int, tree_size: int) -> float:
+        """Step cost in µs for B requests of T tree nodes each."""
+        return self.fixed_us + self.per_token_us * batch_size * tree_size
+
+    def __str__(self) -> str:
+        return f"{self.fixed_us:g}+{self.per_token_us:g}*tokens" if self.per_token_us else f"{self.fixed_us:g}"
+
+
+_NUMBER = r"(\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
+
+
+def parse_step_us(text: str) -> StepCost:
+    """Parses --step-us: "2000" (fixed µs), "2000+0.5*tokens", "0.5*tokens" (tokens = B * T).
+
+    Raises:
+        ConfigError: anything else, or a number that is not finite.
+    """
+    hint = f"--step-us {text!r}: write µs per step, e.g. 2000, or a+b*tokens, e.g. 2000+0.5*tokens (tokens = B*T)"
+    fixed, per_token = 0.0, 0.0
+    terms = text.replace(" ", "").split("+") if text.strip() else []
+    if not terms or len(terms) > 2:
+        raise ConfigError(hint)
+    for term in terms:
+        m = re.fullmatch(rf"({_NUMBER})(\*tokens)?|tokens\*({_NUMBER})", term)
+        if m is None:
+            raise ConfigError(hint)
+        value = float(m.group(1) or m.group(4))
+        if not math.isfinite(value):
+            raise ConfigError(hint)
+        if m.group(3) or m.group(4):
+            per_token += value
+        else:
+            fixed += value
+    return StepCost(fixed, per_token)
+
+
+def _usable(row: dict) -> tuple[CurveKey, int, float] | None:
+    """(key, T, median_us) of a row a curve may use, None for any other row."""
+    case, us = row.get("case"), row.get("median_us")
+    if row.get("status") != "pass" or not isinstance(case, dict) or not isinstance(us, (int, float)):
+        return None
+    ctx = case.get("context_len")
+    if not isinstance(ctx, int) or isinstance(ctx, bool) or case.get("tree_per_request", "same") != "same":
+        return None
+    if not (math.isfinite(us) and us > 0):
+        return None
+    sizes = row.get("tree_sizes")
+    if isinstance(sizes, list) and sizes:
+        if len(set(sizes)) != 1:
+            return None
+        t = int(sizes[0])
+    else:
+        t = parse_tree(str(case.get("tree", ""))).size
+    config = (f"H{case.get('num_q_heads')}x{case.get('num_kv_heads')} D{case.get('head_dim')} "
+              f"P{case.get('page_size')} {case.get('dtype')} {case.get('layout')}, {timing_label(row)}")
+    return CurveKey(str(row.get("backend")), int(case.get("batch_size", 0)), ctx, config), t, float(us)
+
+
+def verify_curves(rows: list[dict]) -> dict[CurveKey, VerifyCurve]:
+    """Verify curves from result rows (see the module docstring for which rows count).
+
+    Returns:
+        CurveKey -> VerifyCurve, sorted by key; empty when no row counts.
+    """
+    samples: dict[CurveKey, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for row in rows:
+        got = _usable(row)
+        if got is not None:
+            key, t, us = got
+            samples[key][t].append(us)
+    return {k: VerifyCurve(k, tuple((t, statistics.median(v)) for t, v in sorted(samples[k].items())))
+            for k in sorted(samples)}
+
+
+def load_curves(paths: list[str]) -> dict[CurveKey, VerifyCurve]:
+    """Reads result files (or folders of them) and builds their verify curves.
+
+    Raises:
+        ConfigError: a path is missing or not a results file, or no row is usable.
+    """
+    curves = verify_curves(read_rows(paths))
+    if not curves:
+        raise ConfigError(f"--results {' '.join(map(str, paths))}: no status=pass rows with one context length "
+                          "and one tree per batch; give result files written by treebench run")
+    return curves

@@ -1,0 +1,290 @@
+"""treebench.harness.speculation: acceptance models, E(tree), the Sequoia DP, verify curves, the plan, the CLI."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from treebench.harness.cli.main import main
+from treebench.harness.errors import ConfigError
+from treebench.harness.speculation.acceptance import AcceptanceModel, load_model, model_from_dict, shipped_models
+from treebench.harness.speculation.cost import StepCost, parse_step_us, verify_curves
+from treebench.harness.speculation.expected import chain_expected, expected_tokens, simulate
+from treebench.harness.speculation.plan import format_table, plan, speculation_section
+from treebench.harness.speculation.search import choices_text, search_trees
+from treebench.harness.model.suites import load_suite
+from treebench.harness.model.trees import from_choices, parse_tree
+
+ROOT = Path(__file__).resolve().parents[1]
+GOOD = {"name": "t", "kind": "illustrative", "citation": "synthetic, for tests", "draft": "d", "target": "t"}
+DEPTHY = AcceptanceModel("depthy", "illustrative", "test", "d", "t", ((0.7, 0.2), (0.5, 0.3, 0.1), (0.6,)))
+WIDE = AcceptanceModel("wide", "illustrative", "test", "d", "t", ((0.4, 0.3, 0.2),))
+
+
+def _write(tmp_path: Path, text: str | bytes, name: str = "m.toml") -> Path:
+    p = tmp_path / name
+    p.write_bytes(text.encode() if isinstance(text, str) else text)
+    return p
+
+
+def _toml(p: str, drop: str = "") -> str:
+    return "".join(f'{k} = "{v}"\n' for k, v in GOOD.items() if k != drop) + (f"p = {p}\n" if drop != "p" else "")
+
+
+# ---- acceptance models ----------------------------------------------------------------------------------
+
+
+def test_shipped_models_load_and_say_what_they_are():
+    models = [load_model(p) for p in shipped_models()]
+    assert len(models) >= 3
+    for m in models:
+        assert m.kind == "illustrative" and "not a measurement" in m.citation.lower()
+
+
+@pytest.mark.parametrize("p, words", [
+    ("[[1.2]]", "outside [0, 1]"), ("[[-0.1]]", "outside [0, 1]"), ("[]", "non-empty list of rows"),
+    ("[[]]", "p[0] must be a non-empty"), ("[[0.2, 0.5]]", "non-increasing"), ('[["x"]]', "not a number"),
+    ("[[0.6, 0.5]]", "sums to"), ("[[true]]", "not a number"), ("0.5", "non-empty list of rows"),
+])
+def test_bad_p_is_one_config_error_line(tmp_path, p, words):
+    with pytest.raises(ConfigError) as e:
+        load_model(_write(tmp_path, _toml(p)))
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("field", ["name", "citation", "draft", "target", "kind", "p"])
+def test_missing_field(tmp_path, field):
+    with pytest.raises(ConfigError, match=f"missing field '{field}'"):
+        load_model(_write(tmp_path, _toml("[[0.5]]", drop=field)))
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"\xff\xfe name", "not UTF-8"), ("name = [unclosed", "bad TOML"), ("p = [[0.5]]\nextra = 1\n", "unknown key"),
+])
+def test_unreadable_files(tmp_path, content, words):
+    with pytest.raises(ConfigError, match=words):
+        load_model(_write(tmp_path, content))
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_model(tmp_path / "missing.toml")
+
+
+def test_json_model_and_depth_rows():
+    m = model_from_dict({**GOOD, "p": [[0.5, 0.25], [0.4]]})
+    assert m.prob(0, 1) == 0.25 and m.prob(1, 0) == 0.4 and m.prob(7, 0) == 0.4  # last row reused
+    assert m.prob(1, 1) == 0.0                                                    # past the row: 0
+
+
+# ---- E(tree) --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", ["chain:5", "full:3:2", "eagle:mc_sim_7b_63", "random:37:3", "levels:3,2,1"])
+@pytest.mark.parametrize("model", [DEPTHY, WIDE], ids=["depthy", "wide"])
+def test_expected_matches_simulation(spec, model):
+    tree = parse_tree(spec)
+    draws = simulate(tree, model, trials=40_000, seed=11)
+    se = draws.std() / math.sqrt(len(draws))
+    assert abs(draws.mean() - expected_tokens(tree, model)) < 5 * se + 1e-9
+
+
+def test_expected_by_hand():
+    tree = parse_tree("[(0,), (1,), (0, 0)]")
+    assert expected_tokens(tree, DEPTHY) == pytest.approx(1 + 0.7 + 0.2 + 0.7 * 0.5)
+    assert expected_tokens(parse_tree("chain:0"), DEPTHY) == 1.0
+    assert chain_expected(3, DEPTHY) == pytest.approx(expected_tokens(parse_tree("chain:3"), DEPTHY))
+
+
+# ---- the DP against brute force -------------------------------------------------------------------------
+
+
+def _forests(m: int):
+    """Every ordered forest of m nodes, as tuples of trees (a tree = tuple of child trees)."""
+    if m == 0:
+        yield ()
+        return
+    for k in range(1, m + 1):
+        for first in _forests(k - 1):
+            for rest in _forests(m - k):
+                yield (first, *rest)
+
+
+def _paths(children, prefix=()):
+    for r, sub in enumerate(children):
+        yield prefix + (r,)
+        yield from _paths(sub, prefix + (r,))
+
+
+def _brute(model: AcceptanceModel, t: int, max_depth: int | None) -> float:
+    best = -math.inf
+    for forest in _forests(t - 1):
+        paths = list(_paths(forest))
+        if max_depth is not None and any(len(p) > max_depth for p in paths):
+            continue
+        if any(p[-1] >= len(model.row(len(p) - 1)) for p in paths):
+            continue
+        best = max(best, expected_tokens(from_choices(paths) if paths else parse_tree("chain:0"), model))
+    return best
+
+
+@pytest.mark.parametrize("max_depth", [None, 2])
+@pytest.mark.parametrize("model", [DEPTHY, WIDE], ids=["depthy", "wide"])
+def test_dp_matches_brute_force(model, max_depth):
+    found = search_trees(model, 8, max_depth)
+    for t in range(1, 9):
+        want = _brute(model, t, max_depth)
+        if want == -math.inf:
+            assert t not in found
+            continue
+        assert found[t].expected == pytest.approx(want)
+        tree = parse_tree(choices_text(found[t].choices))
+        assert tree.size == t and expected_tokens(tree, model) == pytest.approx(want)
+
+
+def test_dp_256_is_fast_and_consistent():
+    for path in shipped_models():
+        m = load_model(path)
+        found = search_trees(m, 256)
+        assert sorted(found) == list(range(1, 257))
+        es = [found[t].expected for t in range(1, 257)]
+        assert all(b >= a - 1e-12 for a, b in itertools.pairwise(es))   # more nodes never hurt
+        assert expected_tokens(parse_tree(choices_text(found[256].choices)), m) == pytest.approx(es[-1])
+
+
+def test_dp_bad_sizes():
+    with pytest.raises(ConfigError, match="max-nodes"):
+        search_trees(WIDE, 257)
+    with pytest.raises(ConfigError, match="max-depth"):
+        search_trees(WIDE, 8, 0)
+
+
+# ---- cost -----------------------------------------------------------------------------------------------
+
+
+def _row(backend: str, t: int, us: float, b: int = 4, ctx: int | str = 1024, status: str = "pass") -> dict:
+    case = {"batch_size": b, "context_len": ctx, "tree": f"chain:{t - 1}", "num_q_heads": 32, "num_kv_heads": 8,
+            "head_dim": 128, "dtype": "bfloat16", "page_size": 16, "layout": "shuffled", "tree_per_request": "same"}
+    return {"schema": 1, "backend": backend, "case": case, "case_id": f"{backend}-{t}", "tree_sizes": [t] * b,
+            "status": status, "median_us": us, "timer": "cuda_graph", "l2_flushed": True}
+
+
+def test_interpolation_never_extrapolates():
+    rows = [_row("k", 4, 100.0), _row("k", 16, 220.0), _row("k", 8, 999.0, status="mismatch"),
+            _row("k", 8, 999.0, ctx="ragged:16-2048")]
+    (curve,) = verify_curves(rows).values()
+    assert curve.sizes == [4, 16]
+    assert curve.lookup(10) == (pytest.approx(160.0), "")
+    us, why = curve.lookup(32)
+    assert us is None and why == "no measurement at T=32 for backend k at B 4, L 1024; measured T: 4, 16"
+    assert curve.lookup(1)[0] is None
+
+
+@pytest.mark.parametrize("text, want", [
+    ("2000", StepCost(2000.0, 0.0)), ("2000+0.5*tokens", StepCost(2000.0, 0.5)),
+    (" 2000 + 0.5 * tokens ", StepCost(2000.0, 0.5)), ("0.25*tokens", StepCost(0.0, 0.25)), ("1e3", StepCost(1000.0)),
+])
+def test_step_us_parses(text, want):
+    assert parse_step_us(text) == want
+    assert want.us(4, 10) == want.fixed_us + want.per_token_us * 40
+
+
+@pytest.mark.parametrize("text", ["", "abc", "2000+", "-5", "1+2+3*tokens", "2*tokenz", "nan", "inf"])
+def test_step_us_bad(text):
+    with pytest.raises(ConfigError, match="--step-us") as e:
+        parse_step_us(text)
+    assert "\n" not in str(e.value)
+
+
+# ---- the plan -------------------------------------------------------------------------------------------
+
+CHAIN9 = AcceptanceModel("chain9", "illustrative", "test", "d", "t", ((0.9,),))  # width 1: every tree is a chain
+
+
+def _plan_rows() -> list[dict]:
+    flat = [_row("flat", t, us) for t, us in ((1, 100.0), (4, 100.0), (8, 100.0), (16, 1000.0))]
+    return flat + [_row("steep", t, 100.0 * t) for t in (1, 4, 8, 16)]
+
+
+def test_plan_finds_the_known_best():
+    verdicts = {v.key.backend: v for v in plan(verify_curves(_plan_rows()), CHAIN9)}
+    flat, steep = verdicts["flat"], verdicts["steep"]
+    assert flat.best is not None and flat.best.size == 8           # E rises, cost flat to T = 8, then steep
+    assert flat.best.tokens_per_ms(4) == pytest.approx(4 * (1 - 0.9 ** 8) / 0.1 / 100.0 * 1000)
+    assert flat.none is not None and flat.none.tokens_per_ms(4) == pytest.approx(40.0)
+    assert steep.best is not None and steep.best.size == 1          # cost grows faster than E: no speculation
+    with_step = {v.key.backend: v for v in plan(verify_curves(_plan_rows()), CHAIN9, StepCost(10_000.0))}
+    assert with_step["steep"].best.size == 16                       # a big fixed step makes length pay
+    text = format_table(list(verdicts.values()))
+    assert "flat" in text and "best T" in text
+
+
+def test_speculation_section_renders():
+    html = speculation_section(_plan_rows(), WIDE, StepCost(500.0))
+    assert html.startswith("<section") and html.endswith("</section>") and "<svg" in html and "<table>" in html
+    assert "no status=pass" in speculation_section([], WIDE).lower()
+
+
+# ---- CLI and suite --------------------------------------------------------------------------------------
+
+
+def _cli(*argv: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "treebench", *argv], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=120, check=False)
+
+
+def test_cli_bad_acceptance_file_exit_2_one_line(tmp_path):
+    bad = _write(tmp_path, _toml("[[0.3, 0.6]]"))
+    proc = _cli("tree-search", "--acceptance", str(bad), "--max-nodes", "4")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and "non-increasing" in proc.stderr
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["tree-search", "--acceptance", "{bad}", "--max-nodes", "4"], "not UTF-8"),
+    (["tree-search", "--acceptance", "{good}", "--max-nodes", "x"], "invalid int value"),
+    (["plan", "--results", "{rows}", "--acceptance", "{good}", "--step-us", "fast"], "--step-us"),
+    (["plan", "--results", "{rows}", "--acceptance", "{good}", "--backends", "nope"], "--backends nope"),
+])
+def test_cli_bad_input_in_process(tmp_path, capsys, argv, words):
+    paths = {"bad": str(_write(tmp_path, b"\xff", "bad.toml")), "good": str(shipped_models()[0]),
+             "rows": str(_write(tmp_path, "".join(json.dumps(r) + "\n" for r in _plan_rows()), "r.jsonl"))}
+    assert main([a.format(**paths) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and words in err
+
+
+def test_cli_tree_search_output_parses_back_and_suite_loads(tmp_path):
+    suite = tmp_path / "s.toml"
+    proc = _cli("tree-search", "--acceptance", str(shipped_models()[0]), "--max-nodes", "16", "--sizes", "1,4,16",
+                "--suite-out", str(suite))
+    assert proc.returncode == 0, proc.stderr
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("T=")]
+    assert [ln.split()[0] for ln in lines] == ["T=1", "T=4", "T=16"]
+    for ln in lines:
+        assert parse_tree(ln.split(" ", 3)[3]).size == int(ln.split()[0][2:])
+    loaded = load_suite(suite)
+    assert {parse_tree(c.tree).size for c in loaded.cases} == {1, 4, 16}
+
+
+def test_cli_plan_prints_table(tmp_path, capsys):
+    rows = _write(tmp_path, "".join(json.dumps(r) + "\n" for r in _plan_rows()), "r.jsonl")
+    model = _write(tmp_path, _toml("[[0.9]]"))
+    assert main(["plan", "--results", str(rows), "--acceptance", str(model), "--backends", "flat"]) == 0
+    out = capsys.readouterr().out
+    table = [ln.split() for ln in out.splitlines() if ln.startswith("flat")]
+    assert table and table[0][3] == "8"                                  # best T
+    assert "T=8: [(0,), (0, 0)," in out
+
+
+def test_plan_suite_loads_with_the_searched_sizes():
+    suite = load_suite(ROOT / "suites" / "plan.toml")
+    sizes = {parse_tree(c.tree).size for c in suite.cases}
+    assert sizes == {4, 8, 16, 32, 64, 128}
+    assert {c.batch_size for c in suite.cases} == {1, 16, 64} and {c.context_len for c in suite.cases} == {2048}
+    assert "treebench tree-search" in suite.description
