@@ -1,13 +1,13 @@
 """Two revisions of treebench's Triton kernel side by side, timed by the harness's own timer.
 
     git show REV:kernels/tree_attention.py > BASE/tree_attention.py   # ... every kernels/*.py
-    python3 scripts/ab_kernel.py --base BASE [--variant NAME=DIR ...] [--out DIR] [--rounds 3]
+    python3 lab/ab_kernel.py --base BASE [--variant NAME=DIR ...] [--out DIR] [--rounds 3]
 
 BASE holds the `kernels/*.py` files of the base revision. They are loaded as a
 second package (`kernels_base`) next to the working tree's `kernels`, so both
 run in one process on the same inputs; each --variant folder (the same files)
 is loaded alike (`kernels_NAME`) and timed as a third, fourth, ... side. For each cell (Hq 32, Hkv 8, D 128,
-bf16; by default the issue's four speed targets and three neighbours, each at
+bf16; by default the four speed-target cells and three neighbours, each at
 P 128 and P 16; `--cells` takes others: "B:L:tree", cells separated by commas,
 a new cell starting at each "B:L:", so trees with commas work too) the
 `TreeAttention` callables are timed in turn, `--rounds` times each (base, variants,
@@ -55,7 +55,7 @@ CELLS = [(64, 2048, "vllm:pr_27"), (64, 2048, "full:3:3"), (64, 2048, "full:3:1"
          (1, 1024, "vllm:pr_27"), (1, 2048, "full:3:3"), (16, 2048, "eagle:mc_sim_7b_63")]
 TIMERS = {"flushed": ("cuda_graph", True), "loop": ("cuda_graph_loop", False)}   # --timer: (mode, flush_l2)
 KERNEL_FILES = ("__init__.py", "launch.py", "tree_attention.py", "tree_attention_plan.py", "tree_attention_reduce.py")
-OPTIONAL_FILES = ("tree_attention_tl.py", "tree_attention_ws.py")   # revisions from session 6 on
+OPTIONAL_FILES = ("tree_attention_tl.py", "tree_attention_ws.py")   # revisions with the warp-specialised kernel
 
 
 def load_base(base: Path, name: str = "base"):
@@ -79,13 +79,13 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--base", required=True, help="folder with the base revision's kernels/*.py")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=DIR",
                     help="another revision's kernels/*.py in DIR, timed as side NAME (repeatable)")
-    ap.add_argument("--out", default=os.environ.get("OUT", "results/kernel-dev"))
+    ap.add_argument("--out", default=os.environ.get("OUT", "results/local/lab"))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--timer", choices=sorted(TIMERS), default="flushed",
                     help="flushed: the CUDA-graph timer with the L2 flushed (treebench run's default); loop: "
                          "back to back with a warm L2 (cuda_graph_loop, do_bench_cudagraph's method)")
     ap.add_argument("--pages", default="128,16", help="page sizes, comma-separated")
-    ap.add_argument("--cells", help="B:L:tree cells, comma-separated (default: the issue's targets and "
+    ap.add_argument("--cells", help="B:L:tree cells, comma-separated (default: the speed targets and "
                                     "neighbours), e.g. 1:2048:vllm:pr_27,16:1024:full:3:2")
     args = ap.parse_args(argv)
     missing = missing_kernel_files(Path(args.base))

@@ -1,10 +1,9 @@
 #!/usr/bin/env python3
 """SM clock, power and throttle reasons while one triton_tree case is timed by the harness's
 timers, to test whether a warm, back-to-back run is slower than an L2-flushed one because the
-GPU clocks down (docs/kernel.md, session 9: full:3:3 at B 64 read 212 us flushed, 224 us back
-to back):
+GPU clocks down (docs/kernel.md: full:3:3 at B 64 read 212 us flushed, 224 us back to back at 4a38cee):
 
-    python scripts/clock_probe.py --tree full:3:3 --out results/kernel-dev/s10-clocks
+    python lab/clock_probe.py --tree full:3:3 --out results/local/clocks
 
 For each timer in --timers (cuda_graph with the L2 flushed, cuda_graph with a warm L2,
 cuda_graph_loop: the harness's three, `harness.timing.time_callable`), it times the case

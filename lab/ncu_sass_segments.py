@@ -1,9 +1,8 @@
 #!/usr/bin/env python3
 """Where a kernel's warp-stall samples sit, from Nsight Compute's per-instruction SASS export
-(`ncu --import R.ncu-rep --page source --csv --print-source sass | gzip > sass.csv.gz`, as
-`gpu_session.sh M` writes it):
+(`ncu --import R.ncu-rep --page source --csv --print-source sass | gzip > sass.csv.gz`):
 
-    python scripts/ncu_sass_segments.py results/kernel-dev/s9-ncu-masks/sass-tree.csv.gz
+    python lab/ncu_sass_segments.py sass-tree.csv.gz
 
 Groups consecutive instructions that executed the same number of times (so a tile loop's
 body, once per KV tile, and a work item's prologue and epilogue, once per item, fall in

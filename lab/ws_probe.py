@@ -2,8 +2,8 @@
 on sm_90 with the context loop of the triton_tree kernel, reduced to what that
 feature accepts: K/V tiles and Q through TMA descriptors, no early return, no mask.
 
-    python scripts/ws_probe.py compile      # any machine: sm_90 builds, what the compiler made
-    python scripts/ws_probe.py run          # a CUDA sm_90 GPU: the same builds, checked and timed
+    python lab/ws_probe.py compile      # any machine: sm_90 builds, what the compiler made
+    python lab/ws_probe.py run          # a CUDA sm_90 GPU: the same builds, checked and timed
 
 The probe kernel computes, for each (request, KV head, M-tile), softmax(Q K^T) V over the
 request's context tiles only (L_b a multiple of BLOCK_N), rows packing the G query heads

@@ -1,4 +1,4 @@
-"""The variants `scripts/bench_kernel.py` checks and times, phase by phase (its docstring
+"""The variants `lab/bench_kernel.py` checks and times, phase by phase (its docstring
 lists the phases): a `Variant` is a case (`harness.cases.Case` fields), a mask mode and
 overrides of `TreeAttention`'s plan. Pure data: nothing here touches a GPU, so the tables
 are testable anywhere (tests/test_scripts.py resolves every variant's plan).
@@ -95,7 +95,7 @@ def seed_variants() -> list[Variant]:
 
 
 def big_variants() -> list[Variant]:
-    """The issue's large-tree targets and their neighbours under tile configs x how far
+    """The large-tree speed targets and their neighbours under tile configs x how far
     ahead the block table is read for the TMA loads (bt_ahead), the B 1 target under
     split counts, and the memory-bound cells."""
     K = KernelConfig      # run5c-bt-ahead.csv also has look-ahead 2 and 3 (revision 2416a09): both slower

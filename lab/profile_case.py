@@ -3,7 +3,7 @@
 Nsight Compute to attach to:
 
     ncu -k regex:tree_attn_fwd --launch-skip 3 -c 1 --section SpeedOfLight \\
-        python scripts/profile_case.py --tree vllm:pr_27 --batch-size 64 --config 64,64,4,3
+        python lab/profile_case.py --tree vllm:pr_27 --batch-size 64 --config 64,64,4,3
 
 Case: Hq 32, Hkv 8, D 128, bf16, P 128 unless given; --config is
 BLOCK_M,BLOCK_N,warps,stages[,max_regs[,bt_ahead[,ws]]]; --mode the mask mode

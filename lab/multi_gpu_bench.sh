@@ -6,9 +6,9 @@
 # independent of the number of ranks).
 #
 # Usage (on a machine with >= 2 GPUs, from anywhere):
-#   OUT=results/h200x2-scaling BACKENDS=triton_tree,torch_sdpa scripts/multi_gpu_bench.sh
+#   OUT=results/local/scaling BACKENDS=triton_tree,torch_sdpa lab/multi_gpu_bench.sh
 # Environment:
-#   OUT       folder for the rows, env files, reports and summary (default results/multi-gpu)
+#   OUT       folder for the rows, env files, reports and summary (default results/local/multi-gpu, git-ignored)
 #   BACKENDS  --backends value (default triton_tree,torch_sdpa)
 #   SUITE     suite name or file (default seed)
 # Writes to $OUT: 1gpu.jsonl, 2gpu.jsonl, env-*.json, 1gpu.html, 2gpu.html,
@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-OUT=${OUT:-results/multi-gpu}
+OUT=${OUT:-results/local/multi-gpu}
 BACKENDS=${BACKENDS:-triton_tree,torch_sdpa}
 SUITE=${SUITE:-seed}
 mkdir -p "$OUT"

@@ -1,9 +1,9 @@
 """Compiles the triton_tree forward kernel for sm_90 on any machine (no GPU) and reports
 what the compiler made of it: the facts docs/kernel.md cites from "a local sm_90 compile".
 
-    python scripts/sm90_compile.py                          # the default config, TMA and P 16 paths
-    python scripts/sm90_compile.py --config 128,32,8,3,128,1 --page-size 128 --num-ctas 1
-    python scripts/sm90_compile.py --ws [--config 128,64,4,4,168,0,2] [--mask tree|bias|causal] [--pipe on|off]
+    python lab/sm90_compile.py                          # the default config, TMA and P 16 paths
+    python lab/sm90_compile.py --config 128,32,8,3,128,1 --page-size 128 --num-ctas 1
+    python lab/sm90_compile.py --ws [--config 128,64,4,4,168,0,2] [--mask tree|bias|causal] [--pipe on|off]
 
 For each build (the forward kernel as `TreeAttention` would launch it for Hq 32,
 Hkv 8, D 128, bf16, tree mask, no split) it prints one line, "name: {dict}", with registers per thread,
@@ -43,7 +43,7 @@ from harness.errors import ConfigError  # noqa: E402
 from kernels.tree_attention_plan import SMEM_PER_SM, KernelConfig, parse_kernel_config  # noqa: E402
 
 HKV, G, D = 8, 4, 128
-TARGET_CONTEXT = 2048 + 40   # S_b of full:3:3 at L 2048, the issue's target: --pipe auto's choice
+TARGET_CONTEXT = 2048 + 40   # S_b of full:3:3 at L 2048, the speed target: --pipe auto's choice
 POINTERS = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "O": "*bf16", "BT": "*i32", "CTX_LENS": "*i32", "QO": "*i32",
             "SEM": "*i32", "MASK": "*i64", "BIAS": "*fp32", "LSE": "*fp32", "O_PART": "*fp32", "LSE_PART": "*fp32"}
 ALIGNED = [*POINTERS, "stride_qt", "stride_qh", "stride_kn", "stride_kp", "stride_kh"]   # multiples of 16
@@ -106,7 +106,7 @@ def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool | None = None) 
         cfg: a warp-specialised config (cfg.ws > 0); its max_regs is the kernel's maxnreg.
         mask_mode: 0 bitmask, 1 bias, 2 causal.
         pipe: intra-warpgroup pipelining (the kernel's PIPE); None: the tuned choice at the
-            issue's target context, L 2048 (`KernelConfig.ws_pipe_for` of its KV tiles).
+            speed target's context, L 2048 (`KernelConfig.ws_pipe_for` of its KV tiles).
 
     Returns:
         dict of pipe (bool, as built), regs (the launch's per-thread count, before the
@@ -254,7 +254,7 @@ def main() -> int:
         if args.config:
             builds = [(args.config, parse_kernel_config(args.config), args.page_size, args.kv_desc == "on",
                        args.num_ctas)]
-        else:    # the builds docs/kernel.md cites (session 4)
+        else:    # the builds docs/kernel.md cites
             builds = [(name, parse_kernel_config(c), p, tma, ctas) for name, c, p, tma, ctas in (
                 ("P 16 gather, look-ahead 0", "64,64,4,3,0,0", 16, False, 1),
                 ("P 16 gather, look-ahead 1", "64,64,4,3,0,1", 16, False, 1),

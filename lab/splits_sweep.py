@@ -9,9 +9,9 @@ heuristic's split count, fixed split counts, and the fused merge. One profiler
 pass per cell gives each kernel's duration (forward, merge) for the heuristic's
 variant, and the merge kernel with 2 and 4 rows per program. Used to choose
 `kernels/tree_attention_plan.choose_num_splits`
-(docs/kernel.md, results/kernel-dev/run4*).
+(docs/kernel.md; the sweep's CSV at 76e284d: lab/runs.md, run4-splits).
 
-    PYTHONPATH=. python scripts/splits_sweep.py --out $OUT     # on the H200
+    PYTHONPATH=. python lab/splits_sweep.py --out $OUT     # on the H200
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def kernel_times(fn) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=os.environ.get("OUT", "results/kernel-dev"))
+    ap.add_argument("--out", default=os.environ.get("OUT", "results/local/lab"))
     ap.add_argument("--budget-s", type=float, default=300.0)
     args = ap.parse_args()
     out = Path(args.out)

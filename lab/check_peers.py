@@ -10,7 +10,7 @@ it runs the `check` suite and part of the `seed` suite through
 harness.runner in check mode, as `treebench check` would.
 
 Usage (on the GPU host, see docs/peers.md):
-    python scripts/check_peers.py --out $OUT [--budget-s 240] [--seed-cases 24]
+    python lab/check_peers.py --out $OUT [--budget-s 240] [--seed-cases 24]
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def summary(rows: list[dict]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="results/peers-dev", help="folder for check_peers.records.ndjson and the log")
+    ap.add_argument("--out", default="results/local/peers", help="folder for check_peers.records.ndjson and the log")
     ap.add_argument("--budget-s", type=float, default=240.0, help="stop starting suite cases after this")
     ap.add_argument("--seed-cases", type=int, default=24, help="seed-suite cases to check (0: none)")
     ap.add_argument("--only", default="", help="comma-separated case labels (default: all)")

@@ -15,8 +15,8 @@ timing_fidelity.json and .md under $OUT (or --out). The agreement target is
 5%: |graph median / kernel sum - 1| < 0.05. A backend of many small kernels
 also shows the gaps between them here, which the kernel sum leaves out.
 
-    python3 scripts/timing_fidelity.py                       # first available of triton_tree, flashinfer_mask, ...
-    python3 scripts/timing_fidelity.py --backends flashinfer_mask,xformers_tree
+    python3 lab/timing_fidelity.py                       # first available of triton_tree, flashinfer_mask, ...
+    python3 lab/timing_fidelity.py --backends flashinfer_mask,xformers_tree
 """
 
 from __future__ import annotations

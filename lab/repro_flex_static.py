@@ -8,7 +8,7 @@ Each (case, dynamic) pair runs in a fresh process, so no earlier compile
 decides what dynamo specialises. Prints one line per pair; exit 0 always (the
 finding is the printed outcome).
 
-    PYTHONPATH=. python scripts/repro_flex_static.py       # on a CUDA GPU
+    PYTHONPATH=. python lab/repro_flex_static.py       # on a CUDA GPU
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Checks and times treebench's Triton tree-attention kernel on one GPU, in one call.
 
-    python scripts/bench_kernel.py [--out DIR] [--phases env,check,tune,seed] [--budget-s 420]
-    python scripts/bench_kernel.py report RUN.csv [--peers PEERS.csv]
+    python lab/bench_kernel.py [--out DIR] [--phases env,check,tune,seed] [--budget-s 420]
+    python lab/bench_kernel.py report RUN.csv [--peers PEERS.csv]
 
-Phases (their variants: scripts/bench_variants.py):
+Phases (their variants: lab/bench_variants.py):
   env    versions, GPU, copy bandwidth (bytes read + written per second), launch overhead
   check  correctness against the float64 reference over odd cases (ragged and
          zero contexts, S_b an exact multiple of P, mixed per-request trees,
@@ -13,7 +13,7 @@ Phases (their variants: scripts/bench_variants.py):
          with triton.testing.do_bench_cudagraph
   seed   the seed grid (B 1/16/64 x L 16/1024/2048 x 7 trees x P 16/128) with the
          tuned plan: checked, timed from a CUDA graph and host-inclusive
-  big    the issue's target cells (P 128, L 2048) and neighbours: tile configs x TMA
+  big    the speed-target cells (P 128, L 2048) and neighbours: tile configs x TMA
          descriptor loads on/off (kv_desc), block-table look-ahead (bt_ahead)
   wide   BLOCK_M 128 against 64 on the largest trees, B 1 split counts, merge rows
   merge  the merge kernel's rows per program (1, 2) on the seed grid's split cells
@@ -30,13 +30,14 @@ Phases (their variants: scripts/bench_variants.py):
          odd cases, then timed on the target cells the 2- and 3-warpgroup rows serve
 
 Writes DIR/kernel.csv (--smoke: DIR/kernel-smoke.csv; DIR is --out, else $OUT, else
-results/kernel-dev, or results/local for --smoke) with one row per measurement,
+results/local/lab, or results/local for --smoke; results/local is git-ignored) with one row per measurement,
 flushed as it goes, so a run cut short keeps what it measured, and prints a short table. Exit status: 1 when
 any variant failed its check (a run, or `report` of a CSV that holds one), 2 on
 bad input, else 0. The HBM floor of a
 case is its KV bytes (sum_b S_b * Hkv * D * 2 tensors * itemsize) over the
 measured copy bandwidth. `report` prints that table again from a CSV, with the
-best peer of each cell when given /work/shared/reference/peers-h200.csv.
+best peer of each cell when given a peers CSV (columns tree, batch_size, context_len,
+page_size, timer, median_us; timer cuda_graph or host_inclusive).
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ from harness.timing import capture_graph  # noqa: E402
 from harness.paged import BatchInputs, build_inputs  # noqa: E402
 from harness.reference import reference_attention  # noqa: E402
 from kernels.tree_attention_plan import choose_config, make_plan, ws_fills  # noqa: E402
-from bench_variants import HEADS, PHASE_VARIANTS, PR27, Variant  # noqa: E402  (scripts/, beside this file)
+from bench_variants import HEADS, PHASE_VARIANTS, PR27, Variant  # noqa: E402  (lab/, beside this file)
 
 log = logging.getLogger("bench_kernel")
 FIELDS = ["phase", "tree", "B", "L", "T", "P", "D", "Hq", "Hkv", "dtype", "mode", "per_request", "block_m", "block_n",
@@ -339,8 +340,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("cmd", nargs="?", default="run", choices=["run", "report"])
     ap.add_argument("csv", nargs="?", help="report: the CSV to read")
-    ap.add_argument("--peers", help="report: peers-h200.csv")
-    ap.add_argument("--out", default=None, help="folder of kernel.csv (default $OUT if set, else results/kernel-dev; "
+    ap.add_argument("--peers", help="report: a peers CSV (tree, batch_size, context_len, page_size, timer, median_us)")
+    ap.add_argument("--out", default=None, help="folder of kernel.csv (default $OUT if set, else results/local/lab; "
                                                 "--smoke: $OUT if set, else results/local, which git ignores)")
     ap.add_argument("--phases", default="env,check,tune,seed")
     ap.add_argument("--budget-s", type=float, default=420.0, help="stop starting variants after this")
@@ -348,7 +349,7 @@ def main() -> int:
     ap.add_argument("--smoke", action="store_true",
                     help="a few tiny checks on the CPU (TRITON_INTERPRET=1); --phases does not apply")
     args = ap.parse_args()
-    args.out = args.out or os.environ.get("OUT") or ("results/local" if args.smoke else "results/kernel-dev")
+    args.out = args.out or os.environ.get("OUT") or ("results/local" if args.smoke else "results/local/lab")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     if args.cmd == "report":
         for what, path in (("the CSV to read", args.csv), ("--peers", args.peers)):
