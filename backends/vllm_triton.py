@@ -4,8 +4,8 @@ Upstream: `vllm/v1/attention/ops/triton_unified_attention.py` (older releases:
 `vllm/attention/ops/triton_unified_attention.py`), the kernel vLLM's Triton and
 tree-attention backends call. It is causal over the paged cache; `qq_bias`, a
 (T, T) float32 additive bias indexed [query, kv_position - L_b], masks the
-non-ancestor tree nodes that causality alone would let through (the reference
-timings in ../shared/reference used vLLM 0.33.0).
+non-ancestor tree nodes that causality alone would let through (written against
+vLLM 0.33.0).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 `kernel[grid](...)` re-binds arguments, recomputes the specialisation key and
 looks up the compiled kernel on every call: about 40 us of host time per
-launch with Triton 3.6 (measured on the H200 host, results/kernel-dev/). A
+launch with Triton 3.6 (measured on the H200 host; lab/runs.md). A
 `FixedLaunch` makes that ordinary launch once, then may replay through the
 compiled kernel's own launcher with the argument values captured (tensors as
 raw device pointers), which leaves only the driver call. The replay relies on

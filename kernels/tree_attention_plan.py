@@ -107,7 +107,7 @@ class KernelConfig:
         (None: WS3_PIPE_MIN_TILES; `KernelOptions.ws3_pipe_min_tiles` passes another).
 
         Measured on the H200 with the harness's timer, pipelined against not, in one run
-        (run 10, `results/kernel-dev/run10-pipe-ab/`, P 128, Hq 32, Hkv 8, D 128): with 2
+        (run 10 in lab/runs.md, `run10-pipe-ab/`, P 128, Hq 32, Hkv 8, D 128): with 2
         warpgroups it is 0.92-0.99x on every cell (27-node and medusa trees, B 16-64,
         L 512-4096); with 3 (full:3:3, B 16-64) 1.03-1.11x at L 512-1024 (9-17 tiles per
         item), 0.98-1.01x at L 2048 (33 tiles) and 0.94-0.98x at L 3072-4096. Its
@@ -169,7 +169,7 @@ class Plan:
 
 
 # (rows bound, D bound) -> config; first row whose bounds hold wins. rows = G * max T_b.
-# Measured on the H200 with scripts/bench_kernel.py (docs/kernel.md, results/kernel-dev/);
+# Measured on the H200 with lab/bench_kernel.py (docs/kernel.md, lab/runs.md);
 # bt_ahead=1 (block table read one tile ahead of the K/V loads) from run 5 (TMA) and run 6 (P 16 gather).
 # The warp-specialised Gluon kernel's rows (ws > 0; run 8): 2 consumer warpgroups (128 rows) with
 # a 4-stage ring, 3 (192 rows, a 3-stage ring, pipelined from 32 tiles per work item:
@@ -252,8 +252,8 @@ def choose_num_splits(programs: int, kv_tiles: list[int], num_sms: int, block_m:
         many splits as fit one wave at programs_per_sm (their occupancy),
         keeping at least MIN_TILES_PER_SPLIT tiles in each split and, with TMA
         tiles, at most TC_MAX_SPLITS splits. Chosen from the split sweeps on the H200
-        (scripts/splits_sweep.py, results/kernel-dev/run4-splits.csv; the TMA
-        kernel's in results/kernel-dev/run5*; docs/kernel.md).
+        (lab/splits_sweep.py, run4-splits.csv in lab/runs.md; the TMA
+        kernel's in run5*; docs/kernel.md).
     """
     if programs >= num_sms:
         return 1

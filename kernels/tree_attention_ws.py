@@ -25,12 +25,12 @@ independently, overlap one's softmax with another's MMAs. Per work item, each
 consumer also copies the next item's Q rows into its Q buffer with cp.async
 as soon as its last MMA has read the buffer, and loads the next request's
 (L_b, qo_b, T_b) one item ahead, so an item starts without a global-load wait
-(session 9, run 13: 4% faster on full:3:3 at B 64, and fewer spills). The softmax
+(run 13 in lab/runs.md: 4% faster on full:3:3 at B 64, and fewer spills). The softmax
 rescales lazily (FlashAttention-4's conditional rescaling): on an unmasked tile the
 running max moves only when the tile's row max passes it by more than 8 (log2 units,
 a factor 2^8), so most tiles leave alpha at 1 and `_rescale` skips the accumulator's multiply warp by warp;
 padding rows (past T_b * G) start at a huge max, so their P is 0 and P V multiplies
-zeros (session 10, run 15: 4.5% faster on full:3:3 at B 64 with the L2 flushed,
+zeros (run 15 in lab/runs.md: 4.5% faster on full:3:3 at B 64 with the L2 flushed,
 7.6% back to back, where the H200 runs at its power cap).
 
 Rows pack the G query heads of the KV head with the request's tree nodes,
@@ -428,7 +428,7 @@ def _ws_consumer(prm, ptrs, smem, WG: gl.constexpr, HKV: gl.constexpr, G: gl.con
         # A padding row (past T * G) starts with a huge running max, so its p is exp2(-1e30) = 0 on
         # every tile (alpha 1, l 0; it is not stored): P V then multiplies zero rows, which draws
         # less power than the rows of ones that zero Q rows would give (the GPU runs at its power
-        # cap on full:3:3, where 32 of the 192 rows pad: session 10).
+        # cap on full:3:3, where 32 of the 192 rows pad: run 15).
         m_i = gl.where(row_ok, float("-inf"), 1.0e30)
         l_i = gl.zeros([64], gl.float32, layout=row_s)
         acc = gl.zeros([64, D], gl.float32, layout=o_layout)

@@ -204,7 +204,7 @@ def test_gate_says_whether_a_skip_is_new():
 
 def test_gate_summary_folds_pairs_skipped_in_both_by_backend_and_reason():
     """Pairs skipped in both runs for one reason are one summary line with their count
-    (session 3 finding: 126 'vllm not installed' lines crowded the summary); a single
+    (126 'vllm not installed' lines once crowded the summary); a single
     such pair keeps its case id, and newly skipped pairs keep a line each."""
     rows_b, rows_c = [], []
     for i in range(5):
@@ -298,7 +298,7 @@ def test_gate_orders_a_cells_page_sizes_numerically():
 
 
 
-# ---- session 10: flags that named nothing, or something absent, were silently ignored --------
+# ---- flags that named nothing, or something absent, must not be silently ignored ----------
 
 def test_gate_backends_must_name_backends_present_in_the_rows(tmp_path, capsys):
     """--backends '' (or only commas) compared every backend, and a name in neither file was

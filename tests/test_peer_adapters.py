@@ -1,7 +1,7 @@
 """Peer adapters on the CPU: input conversions against hand-computed cases, and
 each adapter's whole `prepare` path through a fake kernel that implements the
 peer library's documented semantics in float64 (the real kernels are checked on
-the GPU by scripts/check_peers.py and `treebench check`)."""
+the GPU by lab/check_peers.py and `treebench check`)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The kernel-development scripts refuse what they cannot do with one line and exit 2
-(scripts/profile_case.py, scripts/bench_kernel.py); their GPU work is not run here."""
+"""The kernel-development tools in lab/ refuse what they cannot do with one line and exit 2
+(lab/profile_case.py, lab/bench_kernel.py); their GPU work is not run here."""
 
 from __future__ import annotations
 
@@ -17,22 +17,23 @@ import torch
 from treebench.kernels.tree_attention_plan import parse_kernel_config
 
 ROOT = Path(__file__).resolve().parents[1]
+LAB = ROOT / "lab"
 
 
 def _import_script(name: str) -> types.ModuleType:
-    """scripts/<name>.py imported as a module (scripts/ is not a package)."""
-    sys.path.insert(0, str(ROOT / "scripts"))
+    """lab/<name>.py imported as a module (lab/ is not a package)."""
+    sys.path.insert(0, str(LAB))
     try:
         return importlib.import_module(name)
     finally:
-        sys.path.remove(str(ROOT / "scripts"))
+        sys.path.remove(str(LAB))
 
 
 def _script(name: str, *args: str, interpret: bool = False) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     if interpret:
         env["TRITON_INTERPRET"] = "1"
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / name), *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, str(LAB / name), *args], capture_output=True, text=True,
                           env=env, timeout=300)
 
 
@@ -85,16 +86,11 @@ def test_bench_kernel_refuses_an_unknown_phase(tmp_path):
 
 
 def test_bench_kernel_phases_plan_every_variant():
-    """Every variant of every bench_kernel phase (scripts/bench_variants.py) is a valid
+    """Every variant of every bench_kernel phase (lab/bench_variants.py) is a valid
     case whose plan resolves for an H200 (132 SMs) as the run would: a typo in a phase's
     table fails here, not on the GPU. The tiles phase's warp-specialised configs fit one
     CTA's shared memory and name the PIPE they run with."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import bench_kernel as bk
-        import bench_variants as bv
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    bk, bv = _import_script("bench_kernel"), _import_script("bench_variants")
     from treebench.kernels.tree_attention_plan import SMEM_PER_SM
     for phase, variants in bv.PHASE_VARIANTS.items():
         for v in variants():
@@ -309,17 +305,6 @@ def test_sm90_compile_refuses_ws_configs_it_cannot_build(args, needle):
     pytest.importorskip("triton")
     r = _script("sm90_compile.py", *args)
     assert r.returncode == 2 and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
-
-
-def test_gpu_session_refuses_an_unknown_stage_and_a_machine_without_a_gpu():
-    r = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_session.sh"), "Z"], capture_output=True, text=True,
-                       cwd=ROOT, timeout=60)
-    assert r.returncode == 2 and "unknown stage 'Z'" in r.stderr, r.stderr
-    if subprocess.run(["bash", "-c", "nvidia-smi -L"], capture_output=True).returncode == 0:
-        pytest.skip("a GPU is here: the stage would run")
-    r = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_session.sh"), "V"], capture_output=True, text=True,
-                       cwd=ROOT, timeout=60)
-    assert r.returncode == 2 and "no NVIDIA GPU here" in r.stderr, r.stderr
 
 
 def test_ncu_sass_segments_groups_by_execution_count(tmp_path):

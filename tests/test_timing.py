@@ -3,7 +3,7 @@
 CPU tests drive the wall timer with a fake clock, so they check exact samples
 without depending on how fast this machine is. GPU tests (marker `gpu`) check
 the CUDA timers' plumbing and fallback; the fidelity numbers are measured by
-scripts/timing_fidelity.py, not asserted here.
+lab/timing_fidelity.py, not asserted here.
 """
 
 from __future__ import annotations

@@ -505,7 +505,7 @@ def test_ws_config_fields_and_budgets():
     assert KernelConfig(192, 64, 4, 3, 128, 0, 3).ws_regs == (152, WS_PRODUCER_REGS)
     for cfg in WS_CONFIGS:
         assert cfg.ws_shared_bytes(128) <= SMEM_PER_SM
-    # sm_90 compiles with Triton 3.6 (scripts/sm90_compile.py --ws): what each build took
+    # sm_90 compiles with Triton 3.6 (lab/sm90_compile.py --ws): what each build took
     compiled = {(128, 64, 4, 4, 168, 0, 2): 180336, (64, 64, 4, 2, 128, 0, 1): 90172,
                 (192, 64, 4, 3, 128, 0, 3): 172152, (192, 32, 4, 4, 128, 0, 3): 139384,
                 (128, 32, 4, 4, 168, 0, 2): 114800, (128, 32, 4, 6, 168, 0, 2): 147616}

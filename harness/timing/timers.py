@@ -15,8 +15,8 @@ Timers (recorded in each result row as `timer`):
 - ``cuda_graph_loop`` (warm L2 only): k back-to-back calls captured in one CUDA
   graph, CUDA events around each replay, a sample is the replay's time / k
   (k sized so one replay lasts >= 2 ms, at most 2000 calls). This is the
-  method of `triton.testing.do_bench_cudagraph` (how the figures in
-  ../shared/reference/peers-h200.csv's `cuda_graph` rows were taken), with
+  method of `triton.testing.do_bench_cudagraph` (how published peer figures are
+  usually taken), with
   shorter replays and their median instead of 10 replays of ~100 ms: no event
   sits between two calls, so a call's launch latency overlaps the previous
   call's tail, and the graph launch is amortised over k calls. Asking for it

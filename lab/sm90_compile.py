@@ -1,0 +1,273 @@
+"""Compiles the triton_tree forward kernel for sm_90 on any machine (no GPU) and reports
+what the compiler made of it: the facts docs/kernel.md cites from "a local sm_90 compile".
+
+    python lab/sm90_compile.py                          # the default config, TMA and P 16 paths
+    python lab/sm90_compile.py --config 128,32,8,3,128,1 --page-size 128 --num-ctas 1
+    python lab/sm90_compile.py --ws [--config 128,64,4,4,168,0,2] [--mask tree|bias|causal] [--pipe on|off]
+
+For each build (the forward kernel as `TreeAttention` would launch it for Hq 32,
+Hkv 8, D 128, bf16, tree mask, no split) it prints one line, "name: {dict}", with registers per thread,
+spilled loads/stores (LDL/STL), shared memory in bytes, the counts of wgmma
+(HGMMA), TMA (UTMALDG) and TMA-multicast instructions in the SASS, and the `num`
+of each `ttg.async_wait` inside the context loop (how many async copies stay in
+flight when the loop waits for a tile; 0 = none). Uses Triton's own ptxas and
+cuobjdump (bundled with the triton wheel). The default builds need Triton 3.9 (the
+2-CTA build asserts in Triton 3.6's compiler); one --config build and --ws work
+with 3.6 and 3.9, whose figures differ (docs/kernel.md says which it quotes).
+
+With --ws it builds the warp-specialised Gluon kernel instead (the table's WS2 and
+WS3 configs, or --config's; --pipe forces the intra-warpgroup pipelining on or off)
+and prints whether it pipelines, its registers, spills, shared memory, warps, and
+wgmma / TMA / setmaxnreg / cp.async (LDGSTS) instruction counts; it exits without Python's teardown,
+where Triton 3.9's Gluon reports leaked nanobind objects.
+
+Exit 2 with one line on bad input (a --config KernelConfig refuses, --ws with a
+tl-kernel config or a ws config without --ws, a ws config over one CTA's shared
+memory, no Triton).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from treebench.harness.errors import ConfigError  # noqa: E402
+from treebench.kernels.tree_attention_plan import SMEM_PER_SM, KernelConfig, parse_kernel_config  # noqa: E402
+
+HKV, G, D = 8, 4, 128
+TARGET_CONTEXT = 2048 + 40   # S_b of full:3:3 at L 2048, the speed target: --pipe auto's choice
+POINTERS = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "O": "*bf16", "BT": "*i32", "CTX_LENS": "*i32", "QO": "*i32",
+            "SEM": "*i32", "MASK": "*i64", "BIAS": "*fp32", "LSE": "*fp32", "O_PART": "*fp32", "LSE_PART": "*fp32"}
+ALIGNED = [*POINTERS, "stride_qt", "stride_qh", "stride_kn", "stride_kp", "stride_kh"]   # multiples of 16
+
+
+def compile_forward(cfg: KernelConfig, page_size: int, kv_desc: bool, num_ctas: int = 1) -> dict:
+    """Builds the forward kernel for sm_90 and reads its resource use and SASS.
+
+    Args:
+        cfg: the tile config (its bt_ahead turns the look-ahead on).
+        page_size: P; with kv_desc, P % cfg.block_n must be 0 (the TMA path).
+        kv_desc: context tiles through TMA descriptors.
+        num_ctas: CTAs per cluster (Triton's num_ctas).
+
+    Returns:
+        dict of regs, spill_loads, spill_stores, shared_bytes, hgmma, utmaldg,
+        multicast (ints) and loop_async_wait (list of ints, TTGIR order).
+
+    Raises:
+        ConfigError: kv_desc with P % BLOCK_N != 0.
+    """
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from treebench.kernels.tree_attention_tl import tree_attn_fwd_kernel as kernel
+
+    if kv_desc and page_size % cfg.block_n:
+        raise ConfigError(f"TMA path needs P % BLOCK_N == 0 (P {page_size}, BLOCK_N {cfg.block_n})")
+    sig = {n: POINTERS.get(n, "i32") for n in kernel.arg_names}
+    sig["qk_scale"] = "fp32"
+    const = dict(HKV=HKV, G=G, D=D, P=page_size, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SPLIT=False,
+                 FUSED_MERGE=False, MASK_MODE=0, WRITE_LSE=False, DOT_FP32=False, KV_DESC=kv_desc,
+                 BT_AHEAD=bool(cfg.bt_ahead), PDL=False)
+    if kv_desc:
+        sig["K_DESC"] = sig["V_DESC"] = f"tensordesc<bf16[{cfg.block_n}, {D}]>"
+    else:
+        const["K_DESC"] = const["V_DESC"] = None
+    sig.update({c: "constexpr" for c in const})
+    attrs = {(kernel.arg_names.index(n),): [["tt.divisibility", 16]] for n in ALIGNED}
+    src = ASTSource(kernel, sig, {(kernel.arg_names.index(c),): v for c, v in const.items()}, attrs)
+    opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages, num_ctas=num_ctas,
+                **({"maxnreg": cfg.max_regs} if cfg.max_regs else {}))
+    ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
+    usage, sass = cubin_usage(ck.asm["cubin"])
+    ttgir = ck.asm["ttgir"]
+    loop = ttgir[ttgir.find("scf.for"):]
+    loop = loop[:loop.find("scf.yield")]                     # the first loop: the context tiles
+    return dict(**usage, shared_bytes=int(ck.metadata.shared), hgmma=sass.count("HGMMA"),
+                utmaldg=len(re.findall(r"UTMALDG", sass)), multicast=sass.count("MULTICAST"),
+                loop_async_wait=[int(n) for n in re.findall(r"ttg\.async_wait.*?\{num = (\d+)", loop)])
+
+
+def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool | None = None) -> dict:
+    """Builds the warp-specialised Gluon kernel (`kernels/tree_attention_ws.py`) for sm_90
+    as `TreeAttention` would launch it (Hq 32, Hkv 8, D 128, bf16, P 128, no split) and
+    reads its resource use and SASS.
+
+    Args:
+        cfg: a warp-specialised config (cfg.ws > 0); its max_regs is the kernel's maxnreg.
+        mask_mode: 0 bitmask, 1 bias, 2 causal.
+        pipe: intra-warpgroup pipelining (the kernel's PIPE); None: the tuned choice at the
+            speed target's context, L 2048 (`KernelConfig.ws_pipe_for` of its KV tiles).
+
+    Returns:
+        dict of pipe (bool, as built), regs (the launch's per-thread count, before the
+        partitions' setmaxnreg), spill_loads, spill_stores, shared_bytes, num_warps, hgmma,
+        utmaldg, setmaxnreg and ldgsts (counts of those SASS instructions; LDGSTS: the
+        consumers' cp.async of the next item's Q rows), and tile_loops
+        (`mma_loops`: instructions, HGMMAs and spills of each innermost wgmma loop).
+
+    Raises:
+        ConfigError: cfg.ws is 0.
+    """
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from treebench.kernels.tree_attention_ws import tree_attn_ws_kernel as kernel
+
+    if not cfg.ws:
+        raise ConfigError(f"--ws needs a warp-specialised config (its 7th field ws > 0), not {cfg}")
+    if cfg.ws_shared_bytes(D) > SMEM_PER_SM:
+        raise ConfigError(f"--config {cfg}: about {cfg.ws_shared_bytes(D)} bytes of shared memory at D {D}, "
+                          f"over one CTA's {SMEM_PER_SM}: fewer stages")
+    pipe = cfg.ws_pipe_for(math.ceil(TARGET_CONTEXT / cfg.block_n)) if pipe is None else pipe
+    layout = gl.NVMMASharedLayout.get_default_for([cfg.block_n, D], gl.bfloat16)
+    sig = {n: POINTERS.get(n, "i32") for n in kernel.arg_names}
+    sig["qk_scale"] = "fp32"
+    sig["K_DESC"] = sig["V_DESC"] = f"tensordesc<bf16[{cfg.block_n}, {D}],{layout!r}>"
+    consumer, producer = cfg.ws_regs
+    const = dict(HKV=HKV, G=G, D=D, P=128, BLOCK_N=cfg.block_n, NUM_WG=cfg.ws, STAGES=cfg.num_stages,
+                 MASK_MODE=mask_mode, SPLIT=False, WRITE_LSE=False, CONSUMER_REGS=consumer,
+                 PRODUCER_REGS=producer, PIPE=pipe)
+    sig.update({c: "constexpr" for c in const})
+    attrs = {(kernel.arg_names.index(n),): [["tt.divisibility", 16]] for n in ALIGNED if n in kernel.arg_names}
+    src = GluonASTSource(kernel, sig, {(kernel.arg_names.index(c),): v for c, v in const.items()}, attrs)
+    ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, maxnreg=cfg.max_regs))
+    usage, sass = cubin_usage(ck.asm["cubin"])
+    return dict(pipe=pipe, **usage, shared_bytes=int(ck.metadata.shared), num_warps=int(ck.metadata.num_warps),
+                hgmma=sass.count("HGMMA"), utmaldg=len(re.findall(r"UTMALDG", sass)),
+                setmaxnreg=len(re.findall(r"SETMAXREG", sass)), ldgsts=len(re.findall(r"LDGSTS", sass)),
+                tile_loops=mma_loops(sass))
+
+
+def mma_loops(sass: str) -> list[tuple[int, int, int]]:
+    """The innermost loops of a SASS listing that issue wgmma: for each, (instructions,
+    HGMMA instructions, spill instructions LDL/STL). A loop is a backward branch's range
+    (target address to branch); innermost: no other such range with HGMMA inside it. In the
+    warp-specialised kernel these are the consumers' per-tile loops (one tile's Q K^T and
+    P V: 12 HGMMAs at D 128, 64-token tiles), so their spill count says whether spills sit
+    in the tile loops or only in the per-item code around them."""
+    funcs: list[list[tuple[int, str]]] = []
+    last = -1
+    for line in sass.splitlines():
+        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
+        if not m:
+            continue
+        addr = int(m[1], 16)
+        if addr <= last or not funcs:          # addresses restart: the next function
+            funcs.append([])
+        funcs[-1].append((addr, m[2]))
+        last = addr
+    out = []
+    for ins in funcs:
+        loops = []
+        for addr, text in ins:
+            m = re.search(r"\bBRA\b.*?(0x[0-9a-f]+)", text)
+            if m and int(m[1], 16) < addr:
+                body = [t for a, t in ins if int(m[1], 16) <= a <= addr]
+                loops.append((int(m[1], 16), addr, body))
+        with_mma = [(lo, hi, body) for lo, hi, body in loops if any("HGMMA" in t for t in body)]
+        for lo, hi, body in with_mma:
+            if not any((lo2, hi2) != (lo, hi) and lo <= lo2 and hi2 <= hi for lo2, hi2, _ in with_mma):
+                out.append((len(body), sum("HGMMA" in t for t in body),
+                            sum(bool(re.search(r"\b(LDL|STL)\b", t)) for t in body)))
+    return out
+
+
+def cubin_usage(cubin: bytes) -> tuple[dict, str]:
+    """Registers per thread and spilled loads / stores (LDL / STL) of a compiled kernel, and
+    its SASS text, read by the cuobjdump bundled with the Triton wheel.
+
+    Returns:
+        (dict of regs, spill_loads, spill_stores, the SASS text).
+
+    Raises:
+        subprocess.CalledProcessError, FileNotFoundError: no usable cuobjdump in this Triton.
+    """
+    import triton
+
+    tools = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "k.cubin"
+        path.write_bytes(cubin)
+        res = subprocess.run([str(tools / "cuobjdump"), "-res-usage", str(path)], capture_output=True,
+                             text=True, check=True).stdout
+        sass = subprocess.run([str(tools / "cuobjdump"), "-sass", str(path)], capture_output=True,
+                              text=True, check=True).stdout
+    return dict(regs=int(re.search(r"REG:(\d+)", res).group(1)), spill_loads=len(re.findall(r"\bLDL\b", sass)),
+                spill_stores=len(re.findall(r"\bSTL\b", sass))), sass
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", help="one build: BLOCK_M,BLOCK_N,warps,stages[,max_regs[,bt_ahead[,ws]]] "
+                                     "(ws > 0 with --ws)")
+    ap.add_argument("--page-size", type=int, default=128)
+    ap.add_argument("--kv-desc", choices=["on", "off"], default="on")
+    ap.add_argument("--num-ctas", type=int, default=1)
+    ap.add_argument("--ws", action="store_true",
+                    help="the warp-specialised Gluon kernel instead, at P 128 (--config with a 7th field ws > 0; "
+                         "default: the table's 2- and 3-warpgroup configs; --page-size, --kv-desc and "
+                         "--num-ctas do not apply)")
+    ap.add_argument("--mask", choices=["tree", "bias", "causal"], default=None,
+                    help="--ws only: the mask mode (default tree; the tl builds use the bitmask)")
+    ap.add_argument("--pipe", choices=["auto", "on", "off"], default=None,
+                    help="--ws only: the intra-warpgroup pipelining (PIPE); auto (default): the tuned "
+                         "choice at L 2048 (KernelConfig.ws_pipe_for; on for every table config there)")
+    args = ap.parse_args()
+    os.environ.pop("TRITON_INTERPRET", None)
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")   # Triton 3.6's default, as on the GPU (3.9 warns if unset)
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        print("sm90_compile: Triton is not installed (pip install -e '.[dev]')", file=sys.stderr)
+        return 2
+    try:
+        if args.num_ctas not in (1, 2, 4):
+            raise ConfigError(f"--num-ctas {args.num_ctas}: 1, 2 or 4")
+        if not args.ws and (args.mask or args.pipe):
+            flag = "--mask" if args.mask else "--pipe"
+            raise ConfigError(f"{flag} applies to the warp-specialised build only: add --ws")
+        if args.ws:
+            from treebench.kernels.tree_attention_plan import WS2, WS3
+            mask = args.mask or "tree"
+            mode = ("tree", "bias", "causal").index(mask)
+            cfgs = [(args.config, parse_kernel_config(args.config))] if args.config else [
+                ("2 warpgroups (WS2)", WS2), ("3 warpgroups (WS3)", WS3)]
+            for name, cfg in cfgs:
+                pipe = None if args.pipe in (None, "auto") else args.pipe == "on"
+                print(f"{name}, {mask}: {compile_ws(cfg, mode, pipe=pipe)}", flush=True)
+            sys.stderr.flush()
+            os._exit(0)   # skip teardown: Triton 3.9's Gluon prints nanobind leak reports there
+        if args.config and parse_kernel_config(args.config).ws:
+            raise ConfigError(f"--config {args.config} is a warp-specialised config (7th field ws > 0): add --ws")
+        if args.config:
+            builds = [(args.config, parse_kernel_config(args.config), args.page_size, args.kv_desc == "on",
+                       args.num_ctas)]
+        else:    # the builds docs/kernel.md cites
+            builds = [(name, parse_kernel_config(c), p, tma, ctas) for name, c, p, tma, ctas in (
+                ("P 16 gather, look-ahead 0", "64,64,4,3,0,0", 16, False, 1),
+                ("P 16 gather, look-ahead 1", "64,64,4,3,0,1", 16, False, 1),
+                ("P 128 TMA, look-ahead 1 (default)", "64,64,4,3,0,1", 128, True, 1),
+                ("P 128 TMA, 128 rows, 8 warps, 128 regs", "128,32,8,3,128,1", 128, True, 1),
+                ("P 128 TMA, 128 rows over a 2-CTA cluster", "128,64,4,3,0,1", 128, True, 2))]
+        for name, cfg, p, tma, ctas in builds:
+            print(f"{name}: {compile_forward(cfg, p, tma, ctas)}", flush=True)
+    except ConfigError as e:
+        print(f"sm90_compile: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""The repository ships the product, not a lab notebook: the tracked tree stays small,
+results/ holds only the current H200 baseline, reports/ at most two reports, and nothing
+outside lab/ speaks of work sessions or issue numbers (lab/README.md, lab/runs.md)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_TRACKED_BYTES = 15 * 1024 * 1024    # 15 MB: today's baseline is about 9 MB
+DIARY_WORDS = r"session [0-9]|issue #?[0-9]"
+
+
+def _git(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def tracked() -> list[Path]:
+    """The tracked files that exist on disk (a checkout, not an sdist or wheel)."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    r = _git("ls-files", "-z")
+    if r.returncode != 0:
+        pytest.skip(f"not a git checkout: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}")
+    return [ROOT / p for p in r.stdout.split("\0") if p and (ROOT / p).is_file()]
+
+
+def test_tracked_tree_is_under_15_mb(tracked):
+    total = sum(p.stat().st_size for p in tracked)
+    biggest = sorted(tracked, key=lambda p: p.stat().st_size)[-5:]
+    assert total < MAX_TRACKED_BYTES, (
+        f"tracked tree {total / 1e6:.1f} MB >= 15 MB; largest: "
+        + ", ".join(f"{p.relative_to(ROOT)} {p.stat().st_size / 1e6:.1f} MB" for p in biggest))
+
+
+def test_results_hold_only_the_h200_baseline(tracked):
+    tops = {p.relative_to(ROOT).parts[1] for p in tracked if p.relative_to(ROOT).parts[0] == "results"}
+    assert tops <= {"h200", "local"}, f"results/ holds {sorted(tops)}: superseded runs belong in git history"
+
+
+def test_reports_hold_at_most_two_html(tracked):
+    html = [p for p in tracked if p.relative_to(ROOT).parts[0] == "reports" and p.suffix == ".html"]
+    assert len(html) <= 2, f"{len(html)} tracked reports: {sorted(p.name for p in html)}"
+
+
+def test_no_session_or_issue_words_outside_lab(tracked):
+    r = _git("grep", "-n", "-i", "-I", "-E", DIARY_WORDS, "--", ".", ":(exclude)lab")
+    assert r.returncode in (0, 1), r.stderr    # 1: no match
+    assert r.stdout == "", "docs are references, not diaries; reword:\n" + r.stdout[:2000]
