@@ -28,8 +28,8 @@ import pandas as pd
 
 from treebench.harness.analyze import plots as plots
 from treebench.harness.errors import ConfigError
-from treebench.harness.model.metrics import (device_peak, mask_overhead_table, rates, row_work, speedup_table, timed_frame,
-                             varying_axes)
+from treebench.harness.analyze.tables import mask_overhead_table, speedup_table, timed_frame, varying_axes
+from treebench.harness.model.workload import device_peak, rates, row_work
 from treebench.harness.timing.stats import NOISE_RULE, geometric_mean, is_noisy
 from treebench.harness.store.rows import l2_label, read_envs, row_l2_flushed, timing_label
 from treebench.harness.model.trees import parse_tree
