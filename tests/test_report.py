@@ -24,6 +24,7 @@ import pandas as pd
 import pytest
 
 from treebench.harness.analyze import report
+from treebench.harness.cli import report as report_cmd
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.rows import read_rows
 
@@ -157,7 +158,7 @@ def _is_error(event: dict) -> bool:
 
 def _args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser()
-    report.add_arguments(p)
+    report_cmd.add_arguments(p)
     return p.parse_args(argv)
 
 
@@ -165,7 +166,7 @@ def _args(argv: list[str]) -> argparse.Namespace:
 def slow_report(tmp_path_factory) -> Path:
     """The report of the planted-slowdown run, gated against the baseline (built once)."""
     out = tmp_path_factory.mktemp("report") / "slow10.html"
-    assert report.run(_args([str(SLOW), "-o", str(out), "--against", str(BASE)])) == 0
+    assert report_cmd.run(_args([str(SLOW), "-o", str(out), "--against", str(BASE)])) == 0
     return out
 
 
@@ -267,12 +268,12 @@ def test_write_report_for_a_cpu_run_and_for_no_rows(tmp_path):
 ])
 def test_bad_input_is_a_config_error(tmp_path, argv, field):
     with pytest.raises(ConfigError, match=re.escape(field)):
-        report.run(_args([str(BASE), *argv] if "-o" in argv else [str(BASE), "-o", str(tmp_path / "r.html"), *argv]))
+        report_cmd.run(_args([str(BASE), *argv] if "-o" in argv else [str(BASE), "-o", str(tmp_path / "r.html"), *argv]))
 
 
 def test_missing_results_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="not found"):
-        report.run(_args([str(tmp_path / "nothing.jsonl"), "-o", str(tmp_path / "r.html")]))
+        report_cmd.run(_args([str(tmp_path / "nothing.jsonl"), "-o", str(tmp_path / "r.html")]))
 
 
 def test_cli_report_subcommand(tmp_path):
