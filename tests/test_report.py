@@ -203,17 +203,25 @@ def test_write_report_without_causal_or_env(tmp_path):
 
 
 def test_causal_kernels_and_the_reference_do_not_compete():
-    assert report.non_contenders(["triton_tree", "triton_causal", "reference", "mine"], "causal_baseline") == {
+    said = [{"backend": b, "mask_kind": k} for b, k in (("triton_tree", "tree"), ("triton_causal", "causal"),
+                                                        ("reference", "tree"))]
+    assert report.non_contenders([*said, {"backend": "mine"}], "causal_baseline") == {
         "causal_baseline", "triton_causal", "reference"}
     rows = read_rows(BASE)
-    fast_causal = [dict(r, backend="triton_causal", median_us=r["median_us"] / 2) for r in rows
+    fast_causal = [dict(r, backend="triton_causal", mask_kind="causal", median_us=r["median_us"] / 2) for r in rows
                    if r["backend"] == "causal_baseline"]
     order = report.backend_order(rows + fast_causal, "flashinfer_mask", "causal_baseline")
-    skip = report.non_contenders(order, "causal_baseline")
+    skip = report.non_contenders(rows + fast_causal, "causal_baseline")
     summary = {s["backend"]: s for s in report.backend_summary(rows + fast_causal, order, pd.DataFrame(),
                                                                report.mask_overhead_table(rows), skip)}
     assert summary["triton_causal"]["wins"] is None and summary["causal_baseline"]["wins"] is None
     assert summary["triton_tree"]["wins"] + summary["flashinfer_mask"]["wins"] + summary["xformers_tree"]["wins"] == 36
+
+
+@pytest.mark.parametrize("causal", ["causal_baseline", "my_causal"])
+def test_rows_without_mask_kind_leave_only_the_causal_backend_out(causal):
+    rows = [{"backend": "triton_causal"}, {"backend": causal}, {"backend": "triton_tree", "mask_kind": "tree"}]
+    assert report.non_contenders(rows, causal) == {causal, "reference"}   # no registry look-up by name
 
 
 def test_the_summary_names_each_timer_with_its_l2_state():

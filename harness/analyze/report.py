@@ -76,20 +76,29 @@ def pick_baseline(rows: Sequence[dict], requested: str | None, causal: str) -> s
             raise ConfigError(f"report --baseline-backend {requested!r}: no passing timed rows; "
                               f"timed backends here: {', '.join(timed) or 'none'}")
         return requested
+    skip = non_contenders(rows, causal)
     for b in (*DEFAULT_BASELINES, *timed):
-        if b in timed and b not in non_contenders(timed, causal):
+        if b in timed and b not in skip:
             return b
     return timed[0] if timed else None
 
 
-def non_contenders(names: Sequence[str], causal: str) -> set[str]:
-    """Backends kept out of speedups, wins and 'fastest': `causal`, any registered backend with
-    mask_kind "causal" (they solve the easier causal task) and the float64 reference."""
-    import treebench.backends  # noqa: F401  (registers the built-in adapters)
-    from treebench.harness.adapter.contract import REGISTRY
+def non_contenders(rows: Sequence[dict], causal: str) -> set[str]:
+    """Backends kept out of speedups, wins and 'fastest': they solve the easier causal task,
+    or they are the float64 reference.
 
-    causal_kind = {n for n in names if getattr(REGISTRY.get(n), "mask_kind", "tree") == "causal"}
-    return {causal, "reference"} | causal_kind
+    A backend is causal when one of its rows says ``mask_kind`` "causal"; rows stored
+    without ``mask_kind`` leave only `causal` (the --causal-backend name, causal_baseline
+    by default) marked so. The rows alone decide: the backend registry is not read.
+
+    Args:
+        rows: result rows (any status).
+        causal: the causal backend the tree-mask overhead is measured against.
+
+    Returns:
+        `causal`, "reference" and every backend with a row of mask_kind "causal".
+    """
+    return {causal, "reference"} | {r["backend"] for r in rows if r.get("mask_kind") == "causal"}
 
 
 def backend_order(rows: Sequence[dict], baseline: str | None, causal: str) -> list[str]:
@@ -332,7 +341,7 @@ def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, titl
     baseline = pick_baseline(rows, baseline, causal_backend)
     order = backend_order(rows, baseline, causal_backend)
     df = timed_frame(rows)
-    skip = non_contenders(order, causal_backend)
+    skip = non_contenders(rows, causal_backend)
     sp = speedup_table(rows, baseline, exclude=sorted(skip)) if baseline else pd.DataFrame()
     overhead = mask_overhead_table(rows, causal_backend)
     summary = backend_summary(rows, order, sp, overhead, skip)
