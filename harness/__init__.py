@@ -15,7 +15,7 @@ from treebench.harness.adapter.contract import REGISTRY, Backend, Capabilities, 
 from treebench.harness.model.cases import Case, expand_axes
 from treebench.harness.model.compare import TOLERANCES, CorrectnessRecord, compare
 from treebench.harness.errors import BackendUnavailable, ConfigError, CorrectnessError, HarnessError, TreeError
-from treebench.harness.model.metrics import case_metrics
+from treebench.harness.model.workload import case_metrics
 from treebench.harness.model.paged import BatchInputs, build_inputs
 from treebench.harness.model.reference import reference_attention
 from treebench.harness.run.runner import RunConfig, run_cases

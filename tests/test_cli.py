@@ -280,7 +280,7 @@ def test_help_exits_0(capsys):
 
 
 def _fake_module(monkeypatch, name: str, **attrs) -> None:
-    monkeypatch.setitem(sys.modules, f"treebench.harness.analyze.{name}", types.SimpleNamespace(**attrs))
+    monkeypatch.setitem(sys.modules, f"treebench.harness.cli.{name}", types.SimpleNamespace(**attrs))
 
 
 def test_gate_and_report_are_wired_lazily(monkeypatch):

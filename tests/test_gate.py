@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from treebench.harness.analyze import gate
+from treebench.harness.analyze import gate, gate_render
+from treebench.harness.cli import gate as gate_cmd
 from treebench.harness.errors import ConfigError
 from treebench.harness.analyze.gate import GateConfig, classify, compare_runs
 from treebench.harness.store.rows import read_rows
@@ -27,7 +28,7 @@ BASE, RERUN, SLOW = DATA / "h200-baseline", DATA / "h200-rerun", DATA / "h200-sl
 
 def _args(*argv: str) -> argparse.Namespace:
     p = argparse.ArgumentParser()
-    gate.add_arguments(p)
+    gate_cmd.add_arguments(p)
     return p.parse_args(list(argv))
 
 
@@ -41,13 +42,13 @@ def _row(status="pass", median=100.0, n=50, seed=0, timer="cuda_graph", **kw) ->
 # ---- the stored runs --------------------------------------------------------------------------
 
 def test_same_code_rerun_passes(capsys):
-    assert gate.run(_args("--baseline", str(BASE), "--candidate", str(RERUN))) == 0
+    assert gate_cmd.run(_args("--baseline", str(BASE), "--candidate", str(RERUN))) == 0
     out = capsys.readouterr().out
     assert "✅ PASS" in out and "Slower" not in out
 
 
 def test_planted_ten_percent_slowdown_fails_on_every_case(capsys):
-    assert gate.run(_args("--baseline", str(BASE), "--candidate", str(SLOW))) == 1
+    assert gate_cmd.run(_args("--baseline", str(BASE), "--candidate", str(SLOW))) == 1
     res = compare_runs(read_rows(BASE), read_rows(SLOW))
     slower = res.of_kind("slower")
     assert len(slower) == 36 and {v.backend for v in slower} == {"triton_tree"}
@@ -57,28 +58,28 @@ def test_planted_ten_percent_slowdown_fails_on_every_case(capsys):
 
 def test_threshold_is_settable():
     # the planted slowdown is ~10% (8-13% with run noise): a 15% threshold lets it through
-    assert gate.run(_args("--baseline", str(BASE), "--candidate", str(SLOW), "--threshold", "15%")) == 0
-    assert gate.run(_args("--baseline", str(BASE), "--candidate", str(SLOW), "--threshold", "0.05")) == 1
+    assert gate_cmd.run(_args("--baseline", str(BASE), "--candidate", str(SLOW), "--threshold", "15%")) == 0
+    assert gate_cmd.run(_args("--baseline", str(BASE), "--candidate", str(SLOW), "--threshold", "0.05")) == 1
 
 
 def test_backends_filter():
     argv = ("--baseline", str(BASE), "--candidate", str(SLOW))
-    assert gate.run(_args(*argv, "--backends", "flashinfer_mask,xformers_tree")) == 0
+    assert gate_cmd.run(_args(*argv, "--backends", "flashinfer_mask,xformers_tree")) == 0
     with pytest.raises(ConfigError, match="nope in neither side's rows; backends there: .*flashinfer_mask"):
-        gate.run(_args(*argv, "--backends", "nope"))
+        gate_cmd.run(_args(*argv, "--backends", "nope"))
 
 
 def test_junit_and_summary_files(tmp_path, capsys):
     junit, summary = tmp_path / "ci" / "gate.xml", tmp_path / "summary.md"
     summary.write_text("earlier step\n")
-    gate.run(_args("--baseline", str(BASE), "--candidate", str(SLOW), "--junit", str(junit), "--summary", str(summary)))
+    gate_cmd.run(_args("--baseline", str(BASE), "--candidate", str(SLOW), "--junit", str(junit), "--summary", str(summary)))
     suite = ET.parse(junit).getroot()
     assert suite.tag == "testsuite" and suite.get("failures") == "36" and suite.get("tests") == "144"
     failed = [tc for tc in suite.iter("testcase") if tc.find("failure") is not None]
     assert {tc.get("classname") for tc in failed} == {"treebench.triton_tree"}
     assert summary.read_text().startswith("earlier step\n## treebench gate: ❌ FAIL")
     fresh = tmp_path / "new" / "dir" / "summary.md"          # a missing folder is made, as for --junit
-    gate.run(_args("--baseline", str(BASE), "--candidate", str(SLOW), "--summary", str(fresh)))
+    gate_cmd.run(_args("--baseline", str(BASE), "--candidate", str(SLOW), "--summary", str(fresh)))
     assert fresh.read_text().startswith("## treebench gate: ❌ FAIL")
     capsys.readouterr()
 
@@ -132,9 +133,9 @@ def test_stored_rows_without_l2_flushed_compare_with_flushed_rows_only(capsys):
     res = compare_runs(base, warm)
     timed = [v for v in res.verdicts if v.base_median_us and v.cand_median_us]
     assert timed and all(v.kind == "incomparable" and v.detail == "L2 flushed vs warm" for v in timed)
-    assert not res.of_kind("unchanged") and "L2 flushed vs warm" in gate.markdown(res)
+    assert not res.of_kind("unchanged") and "L2 flushed vs warm" in gate_render.markdown(res)
     if res.comparable == 0:       # the hint says why: not "cover the same cases", but the timing
-        assert "the runs were timed differently" in gate.markdown(res) and "--l2" in gate.markdown(res)
+        assert "the runs were timed differently" in gate_render.markdown(res) and "--l2" in gate_render.markdown(res)
 
 
 def test_a_candidate_timed_two_ways_is_compared_by_its_rows_timed_like_the_baseline():
@@ -169,8 +170,8 @@ def test_a_baseline_timed_two_ways_is_compared_once_per_timing_both_runs_hold(tm
     res = compare_runs(base, slow)
     (bad,) = res.of_kind("slower")
     assert res.failed and bad.timing == "cuda_graph, L2 flushed" and bad.detail.startswith("cuda_graph, L2 flushed")
-    assert "cuda_graph, L2 flushed" in gate.markdown(res)
-    names = [tc.get("name") for tc in ET.fromstring(gate.junit_xml(res)).iter("testcase")]
+    assert "cuda_graph, L2 flushed" in gate_render.markdown(res)
+    names = [tc.get("name") for tc in ET.fromstring(gate_render.junit_xml(res)).iter("testcase")]
     assert sorted(names) == ["c1 [cuda_graph, L2 flushed]", "c1 [cuda_graph, warm L2]"]
     errored = base + [_row(status="error", timer=None, timestamp="9", reason="boom")]   # latest untimed: no extras
     assert len(compare_runs(errored, cand).verdicts) == 1
@@ -195,7 +196,7 @@ def test_a_candidate_whose_latest_row_failed_is_judged_by_it_not_by_an_older_pas
 
 def test_nothing_compared_because_of_the_timing_says_so():
     base = [_row()]
-    md = gate.markdown(compare_runs(base, [_row(l2_flushed=False)]))
+    md = gate_render.markdown(compare_runs(base, [_row(l2_flushed=False)]))
     assert "Nothing was compared" in md and "timed differently (1 x L2 flushed vs warm)" in md
     assert "same cases and backends" not in md
 
@@ -220,7 +221,7 @@ def test_a_correctness_loss_in_stored_rows_fails_the_gate():
     victim.update(status="mismatch", reason="max_abs_err 0.5 at (request 0, node 3, head 1)")
     res = compare_runs(read_rows(BASE), cand)
     assert res.failed and [v.case_id for v in res.of_kind("correctness_loss")] == [victim["case_id"]]
-    assert "Correctness lost (fails the gate) (1)" in gate.markdown(res)
+    assert "Correctness lost (fails the gate) (1)" in gate_render.markdown(res)
 
 
 def test_latest_row_wins_when_a_case_repeats():
@@ -239,11 +240,11 @@ def test_junit_message_and_headline_carry_only_what_was_measured():
     """A correctness loss has no ratio or p: its JUnit message gives the kind and the error,
     no empty fields; a gate that compared nothing says so in its headline."""
     res = compare_runs([_row()], [_row(status="error", timer=None, reason="RuntimeError: boom")])
-    (fail,) = ET.fromstring(gate.junit_xml(res)).iter("failure")
+    (fail,) = ET.fromstring(gate_render.junit_xml(res)).iter("failure")
     assert fail.get("message") == "correctness_loss: error: RuntimeError: boom"
-    (ok,) = ET.fromstring(gate.junit_xml(compare_runs([_row()], [_row(seed=1)]))).iter("system-out")
+    (ok,) = ET.fromstring(gate_render.junit_xml(compare_runs([_row()], [_row(seed=1)]))).iter("system-out")
     assert ok.text.startswith("unchanged: ratio ") and " p " in ok.text
-    md = gate.markdown(compare_runs([_row()], [_row(l2_flushed=False)]))
+    md = gate_render.markdown(compare_runs([_row()], [_row(l2_flushed=False)]))
     assert md.splitlines()[0].endswith("0 missing, nothing compared)")
     with pytest.raises(ConfigError, match="between 0 and 10"):
         GateConfig(threshold=10)
@@ -251,7 +252,7 @@ def test_junit_message_and_headline_carry_only_what_was_measured():
 
 def test_bad_threshold_text():
     with pytest.raises(ConfigError, match="--threshold"):
-        gate.run(_args("--baseline", str(BASE), "--candidate", str(RERUN), "--threshold", "five"))
+        gate_cmd.run(_args("--baseline", str(BASE), "--candidate", str(RERUN), "--threshold", "five"))
 
 
 # ---- env fingerprints -------------------------------------------------------------------------
@@ -268,8 +269,8 @@ def _copy_run(src: Path, dst: Path, **env_changes) -> Path:
 def test_different_env_is_refused_unless_allowed(tmp_path, capsys):
     other = _copy_run(RERUN, tmp_path / "other", driver="575.51.03", torch="2.10.0")
     with pytest.raises(ConfigError, match=r"driver: 570.124.06 -> 575.51.03.*--allow-env-mismatch"):
-        gate.run(_args("--baseline", str(BASE), "--candidate", str(other)))
-    assert gate.run(_args("--baseline", str(BASE), "--candidate", str(other), "--allow-env-mismatch")) == 0
+        gate_cmd.run(_args("--baseline", str(BASE), "--candidate", str(other)))
+    assert gate_cmd.run(_args("--baseline", str(BASE), "--candidate", str(other), "--allow-env-mismatch")) == 0
     assert "Env differences (allowed)" in capsys.readouterr().out
 
 
@@ -278,12 +279,12 @@ def test_missing_env_file_is_refused(tmp_path):
     other.mkdir()
     shutil.copy(RERUN / "seed.jsonl", other / "seed.jsonl")
     with pytest.raises(ConfigError, match="not found beside its results"):
-        gate.run(_args("--baseline", str(BASE), "--candidate", str(other)))
+        gate_cmd.run(_args("--baseline", str(BASE), "--candidate", str(other)))
 
 
 def test_missing_results_path(tmp_path):
     with pytest.raises(ConfigError, match="not found"):
-        gate.run(_args("--baseline", str(tmp_path / "none"), "--candidate", str(RERUN)))
+        gate_cmd.run(_args("--baseline", str(tmp_path / "none"), "--candidate", str(RERUN)))
 
 
 # ---- through the CLI --------------------------------------------------------------------------

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from treebench.harness.cli import main as cli
-from treebench.harness.analyze import gate
+from treebench.harness.analyze import gate, gate_render
+from treebench.harness.cli import gate as gate_cmd
 from treebench.harness.analyze import report
 from treebench.harness.analyze.gate import GateConfig, compare_runs
 from treebench.harness.timing.stats import is_noisy
@@ -71,7 +72,7 @@ def test_everything_incomparable_fails(tmp_path, capsys):
 
 @pytest.mark.parametrize("text, value", [("5%", 0.05), ("0.05", 0.05), ("12.5%", 0.125), (" 0.1 ", 0.1)])
 def test_threshold_accepts_percent_or_fraction(text, value):
-    assert gate._fraction(text) == pytest.approx(value)
+    assert gate_cmd._fraction(text) == pytest.approx(value)
 
 
 @pytest.mark.parametrize("text", ["5", "1", "20"])
@@ -158,9 +159,9 @@ def test_is_noisy():
 
 def test_gate_markdown_mentions_noise(tmp_path):
     result = compare_runs([_row(spread=0.3)], [_row(spread=0.01, seed=1)])
-    text = gate.markdown(result)
+    text = gate_render.markdown(result)
     assert "noisy" in text and result.verdicts[0].noisy and "noisy baseline" in result.verdicts[0].detail
-    quiet = gate.markdown(compare_runs([_row()], [_row(seed=1)]))
+    quiet = gate_render.markdown(compare_runs([_row()], [_row(seed=1)]))
     assert "noisy" not in quiet
 
 
@@ -215,7 +216,7 @@ def test_gate_summary_folds_pairs_skipped_in_both_by_backend_and_reason():
     rows_c += [_row(case_id="x", backend="flex", status="skipped", reason="no GPU"),
                _row(case_id="y", backend="flex", status="skipped", reason="compile failed")]
     verdicts = [gate.classify(b, c, GateConfig()) for b, c in zip(rows_b, rows_c)]
-    md = gate.markdown(gate.GateResult(verdicts=tuple(verdicts), config=GateConfig()))
+    md = gate_render.markdown(gate.GateResult(verdicts=tuple(verdicts), config=GateConfig()))
     lines = [ln for ln in md.splitlines() if ln.startswith("| vllm_triton") or ln.startswith("| flex")]
     assert lines[0].startswith("| vllm_triton |  |  |  |  | 5 cases | skipped in both: vllm not installed")
     assert "`x`" in lines[1] and "skipped in both: no GPU" in lines[1]

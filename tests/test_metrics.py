@@ -13,8 +13,9 @@ import pandas as pd
 import pytest
 
 from treebench.harness.model.cases import Case
-from treebench.harness.model.metrics import (DEVICE_PEAKS, attended_pairs, attention_bytes, attention_flops, case_metrics,
-                             device_peak, kv_bytes, mask_overhead_table, rates, row_work, speedup_table)
+from treebench.harness.analyze.tables import mask_overhead_table, speedup_table
+from treebench.harness.model.workload import (DEVICE_PEAKS, attended_pairs, attention_bytes, attention_flops,
+                                              case_metrics, device_peak, kv_bytes, rates, row_work)
 from treebench.harness.model.paged import build_inputs
 from treebench.harness.model.reference import request_mask
 from treebench.harness.store.rows import read_rows

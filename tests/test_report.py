@@ -24,6 +24,7 @@ import pandas as pd
 import pytest
 
 from treebench.harness.analyze import report
+from treebench.harness.cli import report as report_cmd
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.rows import read_rows
 
@@ -157,7 +158,7 @@ def _is_error(event: dict) -> bool:
 
 def _args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser()
-    report.add_arguments(p)
+    report_cmd.add_arguments(p)
     return p.parse_args(argv)
 
 
@@ -165,7 +166,7 @@ def _args(argv: list[str]) -> argparse.Namespace:
 def slow_report(tmp_path_factory) -> Path:
     """The report of the planted-slowdown run, gated against the baseline (built once)."""
     out = tmp_path_factory.mktemp("report") / "slow10.html"
-    assert report.run(_args([str(SLOW), "-o", str(out), "--against", str(BASE)])) == 0
+    assert report_cmd.run(_args([str(SLOW), "-o", str(out), "--against", str(BASE)])) == 0
     return out
 
 
@@ -202,17 +203,25 @@ def test_write_report_without_causal_or_env(tmp_path):
 
 
 def test_causal_kernels_and_the_reference_do_not_compete():
-    assert report.non_contenders(["triton_tree", "triton_causal", "reference", "mine"], "causal_baseline") == {
+    said = [{"backend": b, "mask_kind": k} for b, k in (("triton_tree", "tree"), ("triton_causal", "causal"),
+                                                        ("reference", "tree"))]
+    assert report.non_contenders([*said, {"backend": "mine"}], "causal_baseline") == {
         "causal_baseline", "triton_causal", "reference"}
     rows = read_rows(BASE)
-    fast_causal = [dict(r, backend="triton_causal", median_us=r["median_us"] / 2) for r in rows
+    fast_causal = [dict(r, backend="triton_causal", mask_kind="causal", median_us=r["median_us"] / 2) for r in rows
                    if r["backend"] == "causal_baseline"]
     order = report.backend_order(rows + fast_causal, "flashinfer_mask", "causal_baseline")
-    skip = report.non_contenders(order, "causal_baseline")
+    skip = report.non_contenders(rows + fast_causal, "causal_baseline")
     summary = {s["backend"]: s for s in report.backend_summary(rows + fast_causal, order, pd.DataFrame(),
                                                                report.mask_overhead_table(rows), skip)}
     assert summary["triton_causal"]["wins"] is None and summary["causal_baseline"]["wins"] is None
     assert summary["triton_tree"]["wins"] + summary["flashinfer_mask"]["wins"] + summary["xformers_tree"]["wins"] == 36
+
+
+@pytest.mark.parametrize("causal", ["causal_baseline", "my_causal"])
+def test_rows_without_mask_kind_leave_only_the_causal_backend_out(causal):
+    rows = [{"backend": "triton_causal"}, {"backend": causal}, {"backend": "triton_tree", "mask_kind": "tree"}]
+    assert report.non_contenders(rows, causal) == {causal, "reference"}   # no registry look-up by name
 
 
 def test_the_summary_names_each_timer_with_its_l2_state():
@@ -267,12 +276,12 @@ def test_write_report_for_a_cpu_run_and_for_no_rows(tmp_path):
 ])
 def test_bad_input_is_a_config_error(tmp_path, argv, field):
     with pytest.raises(ConfigError, match=re.escape(field)):
-        report.run(_args([str(BASE), *argv] if "-o" in argv else [str(BASE), "-o", str(tmp_path / "r.html"), *argv]))
+        report_cmd.run(_args([str(BASE), *argv] if "-o" in argv else [str(BASE), "-o", str(tmp_path / "r.html"), *argv]))
 
 
 def test_missing_results_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="not found"):
-        report.run(_args([str(tmp_path / "nothing.jsonl"), "-o", str(tmp_path / "r.html")]))
+        report_cmd.run(_args([str(tmp_path / "nothing.jsonl"), "-o", str(tmp_path / "r.html")]))
 
 
 def test_cli_report_subcommand(tmp_path):

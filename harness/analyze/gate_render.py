@@ -7,9 +7,8 @@ timings are noisy, counts the verdicts per kind, then gives one table per kind i
 one line per backend and reason). The JUnit XML holds one testcase per verdict: a failure
 for what fails the gate, skipped for what was not compared.
 
-`treebench.harness.analyze.gate` imports this module (its CLI draws both, and it takes the verdict kinds
-`FAILING` and `KIND_TITLES` from here), so the gate's dataclasses are imported here only
-for type checking: no import cycle.
+The verdict kinds (`FAILING`, `KIND_TITLES`) and the verdicts themselves come from
+`treebench.harness.analyze.gate`, which never imports this module.
 """
 
 from __future__ import annotations
@@ -18,26 +17,10 @@ import math
 import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
+from treebench.harness.analyze.gate import FAILING, KIND_TITLES, GateResult, Verdict
 from treebench.harness.timing.stats import NOISE_RULE
-
-if TYPE_CHECKING:
-    from treebench.harness.analyze.gate import GateResult, Verdict
-
-FAILING = ("slower", "correctness_loss")  # the kinds that fail the gate (treebench.harness.analyze.gate uses them too)
-KIND_TITLES = {  # display order of the summary
-    "correctness_loss": "Correctness lost (fails the gate)",
-    "slower": "Slower (fails the gate)",
-    "faster": "Faster",
-    "fixed": "Fixed",
-    "new": "New",
-    "missing": "Missing from the candidate (fails the gate unless --allow-missing)",
-    "skipped": "Skipped in the candidate (each line says whether the baseline skipped it too)",
-    "still_failing": "Still failing",
-    "incomparable": "Incomparable",
-    "unchanged": "Unchanged",
-}
 
 
 def _fmt(x: float | None, spec: str) -> str:

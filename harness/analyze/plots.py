@@ -1,6 +1,6 @@
 """The report's figures, as PNG data URIs (matplotlib's object API, no pyplot state).
 
-Every function takes plain data (DataFrames from `treebench.harness.model.metrics`, trees,
+Every function takes plain data (DataFrames from `treebench.harness.analyze.tables`, trees,
 peaks) and returns ``data:image/png;base64,...`` for an ``<img>`` tag, so the
 HTML report opens offline with its images embedded.
 """
@@ -18,7 +18,7 @@ from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from treebench.harness.model.metrics import DevicePeak
+from treebench.harness.model.workload import DevicePeak
 from treebench.harness.timing.stats import geometric_mean
 from treebench.harness.model.trees import TokenTree
 

@@ -1,4 +1,4 @@
-"""The HTML performance report: `treebench report RESULTS... -o reports/NAME.html`.
+"""The HTML performance report of result rows (`treebench report`, in `treebench.harness.cli.report`).
 
 One self-contained file (CSS inline, images as PNG data URIs, no network) that
 a kernel engineer can attach to a pull request: summary and verdicts, the env
@@ -12,10 +12,8 @@ jinja2 (`templates/report.html.j2`). Reads only the results store.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import math
-import sys
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,17 +26,16 @@ import pandas as pd
 
 from treebench.harness.analyze import plots as plots
 from treebench.harness.errors import ConfigError
-from treebench.harness.model.metrics import (device_peak, mask_overhead_table, rates, row_work, speedup_table, timed_frame,
-                             varying_axes)
+from treebench.harness.analyze.tables import mask_overhead_table, speedup_table, timed_frame, varying_axes
+from treebench.harness.model.workload import device_peak, rates, row_work
 from treebench.harness.timing.stats import NOISE_RULE, geometric_mean, is_noisy
-from treebench.harness.store.rows import l2_label, read_envs, row_l2_flushed, timing_label
+from treebench.harness.store.rows import STATUSES, l2_label, row_l2_flushed, timing_label
 from treebench.harness.model.trees import parse_tree
 
 log = logging.getLogger(__name__)
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 DEFAULT_BASELINES = ("flashinfer_mask", "xformers_tree", "torch_sdpa")  # preferred speedup baselines, in order
-STATUSES = ("pass", "mismatch", "error", "skipped")
 
 
 # ---- formatting -------------------------------------------------------------------------------
@@ -79,20 +76,29 @@ def pick_baseline(rows: Sequence[dict], requested: str | None, causal: str) -> s
             raise ConfigError(f"report --baseline-backend {requested!r}: no passing timed rows; "
                               f"timed backends here: {', '.join(timed) or 'none'}")
         return requested
+    skip = non_contenders(rows, causal)
     for b in (*DEFAULT_BASELINES, *timed):
-        if b in timed and b not in non_contenders(timed, causal):
+        if b in timed and b not in skip:
             return b
     return timed[0] if timed else None
 
 
-def non_contenders(names: Sequence[str], causal: str) -> set[str]:
-    """Backends kept out of speedups, wins and 'fastest': `causal`, any registered backend with
-    mask_kind "causal" (they solve the easier causal task) and the float64 reference."""
-    import treebench.backends  # noqa: F401  (registers the built-in adapters)
-    from treebench.harness.adapter.contract import REGISTRY
+def non_contenders(rows: Sequence[dict], causal: str) -> set[str]:
+    """Backends kept out of speedups, wins and 'fastest': they solve the easier causal task,
+    or they are the float64 reference.
 
-    causal_kind = {n for n in names if getattr(REGISTRY.get(n), "mask_kind", "tree") == "causal"}
-    return {causal, "reference"} | causal_kind
+    A backend is causal when one of its rows says ``mask_kind`` "causal"; rows stored
+    without ``mask_kind`` leave only `causal` (the --causal-backend name, causal_baseline
+    by default) marked so. The rows alone decide: the backend registry is not read.
+
+    Args:
+        rows: result rows (any status).
+        causal: the causal backend the tree-mask overhead is measured against.
+
+    Returns:
+        `causal`, "reference" and every backend with a row of mask_kind "causal".
+    """
+    return {causal, "reference"} | {r["backend"] for r in rows if r.get("mask_kind") == "causal"}
 
 
 def backend_order(rows: Sequence[dict], baseline: str | None, causal: str) -> list[str]:
@@ -335,7 +341,7 @@ def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, titl
     baseline = pick_baseline(rows, baseline, causal_backend)
     order = backend_order(rows, baseline, causal_backend)
     df = timed_frame(rows)
-    skip = non_contenders(order, causal_backend)
+    skip = non_contenders(rows, causal_backend)
     sp = speedup_table(rows, baseline, exclude=sorted(skip)) if baseline else pd.DataFrame()
     overhead = mask_overhead_table(rows, causal_backend)
     summary = backend_summary(rows, order, sp, overhead, skip)
@@ -374,65 +380,3 @@ def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, titl
         raise ConfigError(f"report -o {p}: cannot write ({e.strerror}); choose another path") from None
     log.info("report written to %s (%d rows, %.0f kB)", p, len(rows), len(html) / 1e3)
     return p
-
-
-# ---- CLI --------------------------------------------------------------------------------------
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Adds `treebench report`'s arguments to `parser`."""
-    parser.add_argument("results", nargs="+", metavar="RESULTS", help=".jsonl results files or folders of them")
-    parser.add_argument("-o", "--output", default=None,
-                        help="output .html (default reports/local/<first results name>.html)")
-    parser.add_argument("--title", default=None, help="page title (default: treebench + the results' names)")
-    parser.add_argument("--baseline-backend", default=None,
-                        help=f"speedups are against this backend (default: first of {', '.join(DEFAULT_BASELINES)})")
-    parser.add_argument("--causal-backend", default=None,
-                        help="the tree-mask overhead is against this backend (default causal_baseline, where "
-                             "present; a name given here must have rows)")
-    parser.add_argument("--against", nargs="+", metavar="BASELINE", default=None,
-                        help="also run the gate against these baseline results and show its verdicts")
-    parser.add_argument("--allow-env-mismatch", action="store_true", help="with --against: compare across envs")
-
-
-def run(args: argparse.Namespace) -> int:
-    """Writes the report; returns 0.
-
-    Raises:
-        ConfigError: missing results, no rows, bad --baseline-backend, a --causal-backend
-            without rows, or (with
-            --against) env fingerprints that differ (the CLI exits 2).
-    """
-    from treebench.harness.store.inputs import check_output_path, read_checked_rows, refuse_non_html
-
-    rows, envs = read_checked_rows(args.results, "report"), read_envs(args.results)
-    if not rows:
-        raise ConfigError(f"report {' '.join(args.results)}: no result rows; give a run's .jsonl file or "
-                          "folder (folders are not searched recursively)")
-    out = Path(args.output or Path("reports/local") / f"{Path(args.results[0]).stem}.html")
-    if out.suffix.lower() not in (".html", ".htm"):
-        raise ConfigError(f"report -o {out}: give an .html path, e.g. reports/NAME.html")
-    check_output_path(out, "report -o")
-    refuse_non_html(out, "report -o")
-    causal = args.causal_backend or "causal_baseline"
-    present = sorted({r["backend"] for r in rows})
-    if args.causal_backend is not None and causal not in present:
-        raise ConfigError(f"report --causal-backend {causal!r}: no rows of it here; backends here: {', '.join(present)}")
-    gate = _gate(args, rows, envs) if args.against else None
-    title = args.title or "treebench — " + ", ".join(Path(p).name for p in args.results)
-    path = write_report(rows, envs, out, title, baseline=args.baseline_backend, causal_backend=causal,
-                        gate=gate, sources=args.results)
-    sys.stdout.write(f"{path}\n")  # the command's output: where the report is
-    return 0
-
-
-def _gate(args: argparse.Namespace, rows: list[dict], envs: dict[str, dict]):
-    """GateResult of these rows against --against's baseline results."""
-    from treebench.harness.analyze import gate
-    from treebench.harness.store import inputs as result_inputs
-
-    base_rows, base_envs = result_inputs.read_checked_rows(args.against, "report --against"), read_envs(args.against)
-    notes = gate.env_differences(base_envs, envs, base_rows, rows)
-    if notes and not args.allow_env_mismatch:
-        raise ConfigError(f"report --against: env fingerprints differ ({'; '.join(notes)}); "
-                          "pass --allow-env-mismatch to compare anyway")
-    return gate.compare_runs(base_rows, rows, gate.GateConfig(), notes)

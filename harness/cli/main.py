@@ -123,7 +123,7 @@ def cmd_lazy(command: str, extra: list[str]) -> int:
         ConfigError: the module is missing or lacks add_arguments / run; bad arguments.
     """
     try:
-        module = importlib.import_module(f"treebench.harness.analyze.{command}")
+        module = importlib.import_module(f"treebench.harness.cli.{command}")
     except ImportError as e:
         raise ConfigError(f"`{PROG} {command}` is not available: cannot import harness.{command} ({e})") from None
     add, run = getattr(module, "add_arguments", None), getattr(module, "run", None)

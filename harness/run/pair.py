@@ -26,7 +26,7 @@ import torch
 from treebench.harness.model.cases import Case
 from treebench.harness.model.compare import compare
 from treebench.harness.run.memory import fit_reason
-from treebench.harness.model.metrics import case_metrics
+from treebench.harness.model.workload import case_metrics
 from treebench.harness.model.paged import BatchInputs, build_inputs
 from treebench.harness.model.reference import reference_attention
 from treebench.harness.store.rows import ROW_FIELDS, SCHEMA

@@ -11,7 +11,7 @@ with one JSONL file and its env fingerprint:
 - ``h200-slow10``: a later commit where ``triton_tree`` is planted 10% slower on every case.
 
 Latencies come from a small model (launch floor + bytes / effective bandwidth
-+ a per-node mask cost) over the real byte model of `treebench.harness.model.metrics`; samples
++ a per-node mask cost) over the real byte model of `treebench.harness.model.workload`; samples
 are log-normal around each median with a few slow outliers, as real GPU
 samples look. Every run has the same correctness facts: `flashinfer_mask`
 mismatches on one case and `xformers_tree` skips trees over 32 nodes.
@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from treebench.harness.model.cases import Case, expand_axes
-from treebench.harness.model.metrics import attended_pairs, attention_bytes, attention_flops, rates
+from treebench.harness.model.workload import attended_pairs, attention_bytes, attention_flops, rates
 from treebench.harness.timing.stats import summarize
 from treebench.harness.store.rows import env_id_of
 

@@ -1,10 +1,12 @@
-"""Metrics: the FLOP and byte model of tree attention, and tables built from rows.
+"""The work model of tree attention: FLOPs, bytes, rates and the device peak table.
 
 Pure functions over plain lists (L_b, T_b, node depths, Hq, Hkv, D, P, element
-size), so the report and the gate can recompute any row's figures. Every factor
-is commented. Peaks come from the env fingerprint (HBM bandwidth measured by a
-device copy, `treebench.harness.timing.timers.measure_peak_bandwidth`) or from `DEVICE_PEAKS`
-(datasheet figures), never from a literal inside a formula.
+size), so the runner stores each row's figures and the report can recompute any
+row's figures from its case axes. Every factor is commented. Peaks come from the
+env fingerprint (HBM bandwidth measured by a device copy,
+`treebench.harness.timing.timers.measure_peak_bandwidth`) or from `DEVICE_PEAKS`
+(datasheet figures), never from a literal inside a formula. The report's tables
+over rows live in `treebench.harness.analyze.tables`.
 
 FLOPs count only attended (query, key) pairs, from the tree's real mask
 density: query node i of request b attends to the L_b context tokens and to its
@@ -18,8 +20,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-
-import pandas as pd
 
 from treebench.harness.model.paged import BatchInputs
 
@@ -162,90 +162,3 @@ def row_work(row: dict) -> tuple[int, int]:
     flops = attention_flops(attended_pairs(ls, [t.depths for t in trees]), case.num_q_heads, case.head_dim)
     return flops, attention_bytes(ls, ts, case.num_q_heads, case.num_kv_heads, case.head_dim,
                                   case.page_size, ELEMENT_BYTES[case.dtype])
-
-
-# ---- tables from rows ------------------------------------------------------------------------
-
-def timed_frame(rows: Sequence[dict]) -> pd.DataFrame:
-    """One line per passing, timed row: case axes flattened, T (root tree size), median/quartiles.
-
-    Columns: case_id, backend, batch_size, context_len, tree, T, ... (every case
-    axis), median_us, p25_us, p75_us, timer, env, run_id. Mismatching rows are left out:
-    a wrong kernel's speed is not a result.
-    """
-    recs = []
-    for r in rows:
-        if r.get("status") != "pass" or r.get("median_us") is None:
-            continue
-        sizes = r.get("tree_sizes") or [None]
-        recs.append({"case_id": r["case_id"], "backend": r["backend"], **r["case"], "T": sizes[0],
-                     "median_us": r["median_us"], "p25_us": r.get("p25_us"), "p75_us": r.get("p75_us"),
-                     "timer": r.get("timer"), "env": r.get("env"), "run_id": r.get("run_id")})
-    return pd.DataFrame.from_records(recs)
-
-
-def speedup_table(rows: Sequence[dict], baseline: str, exclude: Sequence[str] = ()) -> pd.DataFrame:
-    """Speedup of each backend over `baseline` per case: baseline median / backend median.
-
-    Args:
-        rows: result rows; only passing timed rows count.
-        baseline: backend name the others are compared with.
-        exclude: backends left out (e.g. the causal baseline, which solves an easier task).
-
-    Returns:
-        timed_frame(rows) of the other backends plus columns baseline_us and
-        speedup (> 1: faster than the baseline); empty when nothing is comparable.
-    """
-    df = timed_frame(rows)
-    if df.empty or baseline not in set(df["backend"]):
-        return pd.DataFrame()
-    base = df[df["backend"] == baseline][["case_id", "median_us"]].rename(columns={"median_us": "baseline_us"})
-    others = df[(df["backend"] != baseline) & ~df["backend"].isin(list(exclude))]
-    out = others.merge(base, on="case_id", how="inner")
-    out["speedup"] = out["baseline_us"] / out["median_us"]
-    return out.reset_index(drop=True)
-
-
-SEED_COLUMNS = {"backend": "Backend", "batch_size": "Batch Size", "context_len": "Sequence Position",
-                "T": "Seqlen Q"}
-
-
-def mask_overhead_table(rows: Sequence[dict], causal_backend: str = "causal_baseline") -> pd.DataFrame:
-    """Tree-mask overhead against `causal_backend`, laid out as the seed PR's table.
-
-    Columns: Backend, Batch Size, Sequence Position (L), Seqlen Q (T), any other
-    case axis that varies across rows, Time (us) (median), and Overhead (%) =
-    100 * (time / causal time of the same case - 1), empty for the causal rows.
-    The causal time is the one measured in the same run (run_id) when there is one,
-    else the median over every run of the case (rows of several result sets may
-    repeat a case); with rows of several runs a Run column says which is which.
-    Sorted as the seed table: batch size, position, T, causal row first.
-    (Seed layout: vLLM PR #20401, "Add tree attention backend for v1".)
-    """
-    df = timed_frame(rows)
-    if df.empty:
-        return pd.DataFrame(columns=[*SEED_COLUMNS.values(), "Time (us)", "Overhead (%)"])
-    causal_rows = df[df["backend"] == causal_backend].assign(run_id=lambda d: d["run_id"].astype(str))
-    same_run = causal_rows.groupby(["run_id", "case_id"])["median_us"].median()
-    any_run = causal_rows.groupby("case_id")["median_us"].median()
-    keys = list(zip(df["run_id"].astype(str), df["case_id"]))
-    causal_us = pd.Series([same_run.get(k, any_run.get(k[1], float("nan"))) for k in keys], index=df.index)
-    df["overhead_pct"] = 100.0 * (df["median_us"] / causal_us - 1.0)
-    df.loc[df["backend"] == causal_backend, "overhead_pct"] = float("nan")
-    df["_causal_first"] = df["backend"] != causal_backend
-    df["_pos"] = df["context_len"].map(lambda c: c if isinstance(c, int) else -1)
-    extra = varying_axes(df, exclude=("batch_size", "context_len", "tree", "T", "seed"))
-    if df["run_id"].astype(str).nunique() > 1:          # rows of several runs: say which is which
-        extra.append("run_id")
-    df = df.sort_values(["batch_size", "_pos", "context_len", "T", *extra, "_causal_first", "backend"],
-                        key=lambda s: s.astype(str) if s.name == "context_len" else s)
-    cols = {**SEED_COLUMNS, **{a: "Run" if a == "run_id" else a.replace("_", " ").title() for a in extra},
-            "median_us": "Time (us)", "overhead_pct": "Overhead (%)"}
-    return df[list(cols)].rename(columns=cols).reset_index(drop=True)
-
-
-def varying_axes(df: pd.DataFrame, exclude: Sequence[str] = ()) -> list[str]:
-    """Case-axis columns of `df` with more than one distinct value, minus `exclude`."""
-    from treebench.harness.model.cases import CASE_FIELDS
-
-    return [a for a in CASE_FIELDS if a in df and a not in exclude and df[a].astype(str).nunique() > 1]

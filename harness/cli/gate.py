@@ -1,0 +1,159 @@
+"""`treebench gate --baseline A --candidate B`: the regression gate as a command.
+
+Reads both sides' rows and env fingerprints from the store, refuses env fingerprints
+that differ unless `--allow-env-mismatch`, compares them
+(`treebench.harness.analyze.gate.compare_runs`) and writes the Markdown summary on
+stdout (fit for `$GITHUB_STEP_SUMMARY`), optionally appended to `--summary` and as
+JUnit XML to `--junit` (`treebench.harness.analyze.gate_render`). Exit 0 pass, 1 fail
+(a significant slowdown, a correctness loss, a missing pair, nothing compared), 2 bad
+input (a ConfigError, turned into one line by `treebench.harness.cli.main`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from treebench.harness.analyze.gate import GateConfig, compare_runs, env_differences
+from treebench.harness.analyze.gate_render import junit_xml, markdown
+from treebench.harness.errors import ConfigError
+from treebench.harness.store.inputs import check_output_path, read_checked_rows, refuse_input_path
+from treebench.harness.store.rows import read_envs
+
+log = logging.getLogger(__name__)
+
+
+def _fraction(text: str) -> float:
+    """'5%' or '0.05' -> 0.05; a bare number >= 1 (ambiguous: '5' could mean 5% or 500%) is refused.
+
+    Raises:
+        ConfigError: not a number, not positive, or a bare number >= 1.
+    """
+    t = text.strip()
+    try:
+        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise ConfigError(f"gate --threshold {text!r}: give a fraction such as 0.05 "
+                          "or a percentage such as 5%") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"gate --threshold {text!r}: must be positive, e.g. 5% or 0.05")
+    if not t.endswith("%") and value >= 1:
+        raise ConfigError(f"gate --threshold {text!r}: a bare number must be a fraction below 1; "
+                          f"write {t}% for {t} percent, or a fraction such as 0.05 for 5%")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds `treebench gate`'s arguments to `parser`."""
+    parser.add_argument("--baseline", nargs="+", required=True, metavar="RESULTS",
+                        help="baseline results: .jsonl files or folders of them (env files beside)")
+    parser.add_argument("--candidate", nargs="+", required=True, metavar="RESULTS",
+                        help="candidate results: .jsonl files or folders of them")
+    parser.add_argument("--threshold", default="5%",
+                        help="slower when the median ratio exceeds 1 + this (default 5%%; 0.05 works too)")
+    parser.add_argument("--alpha", type=float, default=0.01,
+                        help="significance level of the one-sided Mann-Whitney U test (default 0.01)")
+    parser.add_argument("--min-samples", type=int, default=5, help="fewer samples: incomparable (default 5)")
+    parser.add_argument("--backends", default=None, help="compare only these backends (comma-separated)")
+    parser.add_argument("--allow-env-mismatch", action="store_true",
+                        help="compare even when GPU, driver or library versions differ")
+    parser.add_argument("--allow-missing", action="store_true",
+                        help="pass even when the candidate lacks (case, backend) pairs of the baseline")
+    parser.add_argument("--junit", metavar="PATH", help="also write JUnit XML here (a .xml path)")
+    parser.add_argument("--summary", metavar="PATH",
+                        help="also append the Markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")
+
+
+def _backend_filter(text: str | None) -> set[str] | None:
+    """--backends -> the set of names, None when not given.
+
+    Raises:
+        ConfigError: given but names nothing ('' or only commas).
+    """
+    if text is None:
+        return None
+    names = {b.strip() for b in text.split(",") if b.strip()}
+    if not names:
+        raise ConfigError(f"gate --backends {text!r}: names no backend; give comma-separated names, "
+                          "e.g. triton_tree,xformers_tree, or leave it out to compare every backend")
+    return names
+
+
+def _load(paths: Sequence[str], flag: str) -> tuple[list[dict], dict[str, dict]]:
+    """Rows and env fingerprints of one side.
+
+    Raises:
+        ConfigError: a path is missing, or it holds no rows.
+    """
+    return _only(read_checked_rows(paths, f"gate {flag}"), None, paths, flag), read_envs(paths)
+
+
+def _only(rows: list[dict], backends: set[str] | None, paths: Sequence[str], flag: str) -> list[dict]:
+    """`rows` of `backends` (all when None).
+
+    Raises:
+        ConfigError: none remain.
+    """
+    if backends is not None:
+        rows = [r for r in rows if r["backend"] in backends]
+    if not rows:
+        what = f" for backends {', '.join(sorted(backends))}" if backends else ""
+        raise ConfigError(f"gate {flag} {' '.join(paths)}: no result rows{what}; point it at a run's .jsonl "
+                          "file or folder (folders are not searched recursively)")
+    return rows
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs the gate; returns 0 (pass) or 1 (slower or correctness loss).
+
+    Raises:
+        ConfigError: bad flags (a --backends naming nothing, or a backend in neither side's
+            rows), unreadable results, or env fingerprints that differ
+            without --allow-env-mismatch (the CLI exits 2).
+    """
+    config = GateConfig(_fraction(str(args.threshold)), args.alpha, args.min_samples,
+                        bool(getattr(args, "allow_missing", False)))
+    if args.junit and Path(args.junit).suffix.lower() != ".xml":   # it overwrites: never a stray file
+        raise ConfigError(f"gate --junit {args.junit}: must end in .xml (it is overwritten)")
+    for flag, path in (("gate --summary", args.summary), ("gate --junit", args.junit)):
+        if path:
+            check_output_path(path, flag)
+            refuse_input_path(path, flag, [*args.baseline, *args.candidate])
+    if args.summary and args.junit and Path(args.summary).resolve() == Path(args.junit).resolve():
+        raise ConfigError(f"gate --summary and --junit are the same file {args.junit}; give two paths")
+    backends = _backend_filter(args.backends)
+    base_rows, base_envs = _load(args.baseline, "--baseline")
+    cand_rows, cand_envs = _load(args.candidate, "--candidate")
+    if backends is not None:
+        present = {r["backend"] for r in base_rows + cand_rows}
+        unknown = sorted(backends - present)
+        if unknown:
+            raise ConfigError(f"gate --backends: {', '.join(unknown)} in neither side's rows; backends there: "
+                              f"{', '.join(sorted(present))}")
+        base_rows = _only(base_rows, backends, args.baseline, "--baseline")
+        cand_rows = _only(cand_rows, backends, args.candidate, "--candidate")
+    notes = env_differences(base_envs, cand_envs, base_rows, cand_rows)
+    if notes and not args.allow_env_mismatch:
+        raise ConfigError(f"gate: env fingerprints differ ({'; '.join(notes)}); compare runs from the same "
+                          "GPU and software, or pass --allow-env-mismatch")
+    result = compare_runs(base_rows, cand_rows, config, notes)
+    text = markdown(result, " ".join(args.baseline), " ".join(args.candidate))
+    try:
+        if args.summary:
+            Path(args.summary).parent.mkdir(parents=True, exist_ok=True)   # as --junit's
+            with open(args.summary, "a", encoding="utf-8") as f:
+                f.write(text)
+        if args.junit:
+            Path(args.junit).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.junit).write_text(junit_xml(result), encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"gate: cannot write {e.filename}: {e.strerror}; choose another path") from None
+    sys.stdout.write(text)
+    if result.comparable == 0:
+        log.warning("gate: no (case, backend) pair could be compared; failing")
+    log.info("gate: %s", ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in result.counts().items()))
+    return 1 if result.failed else 0

@@ -1,0 +1,75 @@
+"""`treebench report RESULTS... -o reports/NAME.html`: the HTML report as a command.
+
+Reads the rows and env fingerprints of RESULTS from the store, checks the output path
+(an .html file that is not one of the inputs), optionally runs the gate against
+`--against`'s baseline results, and writes the page with
+`treebench.harness.analyze.report.write_report`; prints the page's path. Exit 0, or 2
+on bad input (a ConfigError, turned into one line by `treebench.harness.cli.main`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from treebench.harness.analyze.gate import GateConfig, GateResult, compare_runs, env_differences
+from treebench.harness.analyze.report import DEFAULT_BASELINES, write_report
+from treebench.harness.errors import ConfigError
+from treebench.harness.store.inputs import check_output_path, read_checked_rows, refuse_non_html
+from treebench.harness.store.rows import read_envs
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds `treebench report`'s arguments to `parser`."""
+    parser.add_argument("results", nargs="+", metavar="RESULTS", help=".jsonl results files or folders of them")
+    parser.add_argument("-o", "--output", default=None,
+                        help="output .html (default reports/local/<first results name>.html)")
+    parser.add_argument("--title", default=None, help="page title (default: treebench + the results' names)")
+    parser.add_argument("--baseline-backend", default=None,
+                        help=f"speedups are against this backend (default: first of {', '.join(DEFAULT_BASELINES)})")
+    parser.add_argument("--causal-backend", default=None,
+                        help="the tree-mask overhead is against this backend (default causal_baseline, where "
+                             "present; a name given here must have rows)")
+    parser.add_argument("--against", nargs="+", metavar="BASELINE", default=None,
+                        help="also run the gate against these baseline results and show its verdicts")
+    parser.add_argument("--allow-env-mismatch", action="store_true", help="with --against: compare across envs")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Writes the report; returns 0.
+
+    Raises:
+        ConfigError: missing results, no rows, bad --baseline-backend, a --causal-backend
+            without rows, or (with
+            --against) env fingerprints that differ (the CLI exits 2).
+    """
+    rows, envs = read_checked_rows(args.results, "report"), read_envs(args.results)
+    if not rows:
+        raise ConfigError(f"report {' '.join(args.results)}: no result rows; give a run's .jsonl file or "
+                          "folder (folders are not searched recursively)")
+    out = Path(args.output or Path("reports/local") / f"{Path(args.results[0]).stem}.html")
+    if out.suffix.lower() not in (".html", ".htm"):
+        raise ConfigError(f"report -o {out}: give an .html path, e.g. reports/NAME.html")
+    check_output_path(out, "report -o")
+    refuse_non_html(out, "report -o")
+    causal = args.causal_backend or "causal_baseline"
+    present = sorted({r["backend"] for r in rows})
+    if args.causal_backend is not None and causal not in present:
+        raise ConfigError(f"report --causal-backend {causal!r}: no rows of it here; backends here: {', '.join(present)}")
+    gate = _gate(args, rows, envs) if args.against else None
+    title = args.title or "treebench — " + ", ".join(Path(p).name for p in args.results)
+    path = write_report(rows, envs, out, title, baseline=args.baseline_backend, causal_backend=causal,
+                        gate=gate, sources=args.results)
+    sys.stdout.write(f"{path}\n")  # the command's output: where the report is
+    return 0
+
+
+def _gate(args: argparse.Namespace, rows: list[dict], envs: dict[str, dict]) -> GateResult:
+    """GateResult of these rows against --against's baseline results."""
+    base_rows, base_envs = read_checked_rows(args.against, "report --against"), read_envs(args.against)
+    notes = env_differences(base_envs, envs, base_rows, rows)
+    if notes and not args.allow_env_mismatch:
+        raise ConfigError(f"report --against: env fingerprints differ ({'; '.join(notes)}); "
+                          "pass --allow-env-mismatch to compare anyway")
+    return compare_runs(base_rows, rows, GateConfig(), notes)
