@@ -348,7 +348,7 @@ def test_rm_argument_errors_are_one_line_and_exit_2(tmp_path, argv, needle):
     f.write_text("")
     root = Path(__file__).resolve().parents[1]
     done = subprocess.run([sys.executable, "-m", "treebench", *(a.format(f=f) for a in argv)], cwd=root,
-                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(root)})
+                          capture_output=True, text=True, check=False, env={**os.environ, "PYTHONPATH": str(root)})
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("treebench: error: "), done.stderr
     assert needle in lines[0] and f.read_text() == ""

@@ -6,9 +6,20 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from treebench.harness.cli.common import (ACTIVE_OUT, CONSOLE, add_suite_argument, add_sweep_options,
-                                          check_suite_arg, exit_code, given_once, nonempty, print_plan,
-                                          print_summary, sweep_options, warn_backends_that_ran_nothing)
+from treebench.harness.cli.common import (
+    ACTIVE_OUT,
+    CONSOLE,
+    add_suite_argument,
+    add_sweep_options,
+    check_suite_arg,
+    exit_code,
+    given_once,
+    nonempty,
+    print_plan,
+    print_summary,
+    sweep_options,
+    warn_backends_that_ran_nothing,
+)
 from treebench.harness.errors import ConfigError
 
 log = logging.getLogger(__name__)

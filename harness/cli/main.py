@@ -33,8 +33,8 @@ COMMANDS: dict[str, tuple[str, str, dict]] = {
     "run": ("run", _RUN, {"description": _RUN[:1].upper() + _RUN[1:] + ".",
                           "allow_abbrev": False}),  # --gpus relaunches the command line: options spelled out
     "check": ("check", "correctness only for one backend: exit 0 pass, 1 mismatch/error, 2 bad input", {}),
-    "merge": ("results:MERGE", "append result files (e.g. --shard job outputs) to OUT, dropping duplicates "
-                               "(same case, backend, env, timer and L2 state)", {}),
+    "merge": ("results:MERGE", ("append result files (e.g. --shard job outputs) to OUT, dropping duplicates "
+                               "(same case, backend, env, timer and L2 state)"), {}),
     "rm": ("results:RM", "remove rows from a results file by --run-id, --backend or --env", {}),
     "list": ("show:LIST", "backends with availability and reasons", {}),
     "tree": ("show:TREE", "print a token tree: drawing, parents, depths, mask", {}),
@@ -106,7 +106,6 @@ def _join_option_values(argv: list[str]) -> list[str]:
 def _setup_logging(quiet: bool) -> None:
     """One rich handler on the "treebench" logger, on the shared stderr console, INFO or WARNING."""
     from rich.logging import RichHandler
-
     from treebench.harness.cli.common import CONSOLE
 
     global _handler

@@ -17,10 +17,24 @@ from pathlib import Path
 
 from rich.console import Console
 
-from treebench.harness.cli.common import (ACTIVE_OUT, CONSOLE, L2_STATES, TIMERS, add_suite_argument,
-                                          add_sweep_options, check_suite_arg, exit_code, given_once, nonempty,
-                                          print_plan, print_summary, stamp, suite_name, sweep_options,
-                                          warn_backends_that_ran_nothing)
+from treebench.harness.cli.common import (
+    ACTIVE_OUT,
+    CONSOLE,
+    L2_STATES,
+    TIMERS,
+    add_suite_argument,
+    add_sweep_options,
+    check_suite_arg,
+    exit_code,
+    given_once,
+    nonempty,
+    print_plan,
+    print_summary,
+    stamp,
+    suite_name,
+    sweep_options,
+    warn_backends_that_ran_nothing,
+)
 from treebench.harness.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -117,7 +131,6 @@ def _write_report(rows: list[dict], out: Path, report: Path, title: str) -> bool
 def _check_gpus(n: int) -> None:
     """Raises ConfigError when `--gpus n` cannot be honoured: under torchrun already, or fewer visible GPUs."""
     import torch
-
     from treebench.harness.sweep.shard import torchrun_rank
 
     if torchrun_rank() is not None:

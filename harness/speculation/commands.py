@@ -13,7 +13,7 @@ from treebench.harness.errors import ConfigError
 from treebench.harness.speculation.acceptance import AcceptanceModel, load_model
 from treebench.harness.speculation.search import SearchedTree, choices_text, search_trees
 
-__all__ = ["SUITE_AXES", "searched", "suite_text", "only_backends"]
+__all__ = ["SUITE_AXES", "only_backends", "searched", "suite_text"]
 
 # Axes a --suite-out suite copies from suites/seed.toml (B and L come from options).
 SUITE_AXES = {"num_q_heads": [32], "num_kv_heads": [8], "head_dim": [128], "dtype": ["bfloat16"],

@@ -48,7 +48,7 @@ class SweepOptions:
         ConfigError: --resume without --out.
     """
 
-    run: RunConfig = RunConfig()         # mode, timer, L2, isolation, ...; the sweep fills in store, ids, device
+    run: RunConfig = field(default_factory=RunConfig)  # mode, timer, L2, isolation, ...; the sweep fills in store, ids, device
     out: Path | None = None              # results JSONL; needed for --resume and under torchrun
     resume: bool = False                 # skip (case, backend) pairs already stored in `out` for this env
     shard: Shard | None = None           # --shard i/n
