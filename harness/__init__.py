@@ -2,8 +2,9 @@
 over a paged KV cache (see docs/design.md).
 
 The curated public API is `__all__` below (checked by tests/test_cli.py::
-test_public_api). Everything else in the package is internal. `write_report`
-(matplotlib, pandas, jinja2) and `main` (the CLI) are imported on first use.
+test_public_api). Everything else in the package is internal. Every name is
+imported on first use (PEP 562), so that `import treebench.harness` (and the
+command line's `--help`) does not import torch.
 """
 
 from __future__ import annotations
@@ -11,33 +12,45 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 
-from treebench.harness.adapter.contract import REGISTRY, Backend, Capabilities, load_backend, register
-from treebench.harness.model.cases import Case, expand_axes
-from treebench.harness.model.compare import TOLERANCES, CorrectnessRecord, compare
-from treebench.harness.errors import BackendUnavailable, ConfigError, CorrectnessError, HarnessError, TreeError
-from treebench.harness.model.workload import case_metrics
-from treebench.harness.model.paged import BatchInputs, build_inputs
-from treebench.harness.model.reference import reference_attention
-from treebench.harness.run.runner import RunConfig, run_cases
-from treebench.harness.store.rows import append_row, env_fingerprint, read_envs, read_rows, write_env
-from treebench.harness.model.suites import Suite, load_suite
-from treebench.harness.timing.timers import measure_peak_bandwidth, time_callable
-from treebench.harness.timing.core import Timing
-from treebench.harness.model.trees import TokenTree, from_parents, parse_tree, render_tree, tree_summary
-
 try:
     __version__ = importlib.metadata.version("treebench")
 except importlib.metadata.PackageNotFoundError:  # running from a checkout that is not installed
     __version__ = "0.1.0"
 
-_LAZY = {"write_report": "treebench.harness.analyze.report", "main": "treebench.harness.cli.main"}  # name -> module, imported on first use
+_P = "treebench.harness."
+_LAZY = {  # public name -> the module that defines it, imported on first access
+    **dict.fromkeys(("REGISTRY", "Backend", "Capabilities", "register"), _P + "adapter.contract"),
+    **dict.fromkeys(("Case", "expand_axes"), _P + "model.cases"),
+    **dict.fromkeys(("TOLERANCES", "CorrectnessRecord", "compare"), _P + "model.compare"),
+    **dict.fromkeys(("BackendUnavailable", "ConfigError", "CorrectnessError", "HarnessError", "TreeError"),
+                    _P + "errors"),
+    "case_metrics": _P + "model.workload",
+    **dict.fromkeys(("BatchInputs", "build_inputs"), _P + "model.paged"),
+    "reference_attention": _P + "model.reference",
+    "RunConfig": _P + "run.config",
+    "load_backend": _P + "run.loading",
+    "run_cases": _P + "run.runner",
+    **dict.fromkeys(("append_row", "env_fingerprint", "read_envs", "read_rows", "write_env"), _P + "store.rows"),
+    **dict.fromkeys(("Suite", "load_suite"), _P + "model.suites"),
+    **dict.fromkeys(("measure_peak_bandwidth", "time_callable"), _P + "timing.timers"),
+    "Timing": _P + "timing.core",
+    **dict.fromkeys(("TokenTree", "from_parents", "parse_tree", "render_tree", "tree_summary"), _P + "model.trees"),
+    "write_report": _P + "analyze.report",
+    "main": _P + "cli.main",
+}
 
 
 def __getattr__(name: str):
-    """PEP 562: the heavy or entry-point names of `_LAZY`, imported on first access."""
+    """PEP 562: a public name of `_LAZY`, imported from its module on first access."""
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'harness' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 __all__ = [

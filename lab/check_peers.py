@@ -120,7 +120,8 @@ def run_adapter(backend, case: Case, inputs, ref) -> dict:
 
 def suite_rows(suite: str, adapters: dict, limit: int | None, deadline: float) -> list[dict]:
     """The runner in check mode on a suite (`limit` cases spread evenly over it), until the deadline."""
-    from treebench.harness.run.runner import RunConfig, run_cases
+    from treebench.harness.run.config import RunConfig
+    from treebench.harness.run.runner import run_cases
     from treebench.harness.model.suites import load_suite
 
     cases = load_suite(suite).cases

@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from treebench.harness.adapter.contract import load_backend  # noqa: E402
+from treebench.harness.run.loading import load_backend  # noqa: E402
 from treebench.harness.model.cases import Case  # noqa: E402
 from treebench.harness.model.compare import compare  # noqa: E402
 from treebench.harness.model.paged import build_inputs  # noqa: E402

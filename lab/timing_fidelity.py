@@ -35,7 +35,7 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from treebench.harness.adapter.contract import load_backend  # noqa: E402
+from treebench.harness.run.loading import load_backend  # noqa: E402
 from treebench.harness.model.cases import Case  # noqa: E402
 from treebench.harness.model.paged import build_inputs  # noqa: E402
 from treebench.harness.timing.stats import cv_of_medians, summarize  # noqa: E402

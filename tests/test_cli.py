@@ -163,7 +163,8 @@ def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
 
 
 def test_timer_and_l2_options_and_their_defaults():
-    from treebench.harness.cli.main import L2_STATES, TIMERS, build_parser
+    from treebench.harness.cli.common import L2_STATES, TIMERS
+    from treebench.harness.cli.main import build_parser
     from treebench.harness.timing.timers import MODES
 
     assert TIMERS == MODES and L2_STATES == ("cold", "warm")
@@ -220,7 +221,7 @@ def test_timer_or_l2_given_twice_is_refused(tiny, tmp_path, capsys, twice):
 
 
 def test_gpus_relaunch_keeps_timer_and_l2(tiny, tmp_path, monkeypatch):
-    from treebench.harness.cli import sweep as cli_sweep
+    from treebench.harness.cli import run as cli_sweep
     from treebench.harness.sweep import shard
 
     launched = []
@@ -300,9 +301,6 @@ def test_gate_and_report_are_wired_lazily(monkeypatch):
 
 
 def test_lazy_subcommand_errors_are_one_line(monkeypatch, capsys):
-    _fake_module(monkeypatch, "report")
-    assert main(["report", "r.jsonl"]) == 2
-    assert "lacks add_arguments/run" in _one_line_error(capsys)
     _fake_module(monkeypatch, "gate", add_arguments=lambda p: p.add_argument("--baseline", required=True),
                  run=lambda a: 0)
     assert main(["gate"]) == 2
@@ -314,7 +312,7 @@ def test_list_wraps_long_reasons_in_a_narrow_pipe(capsys, monkeypatch):
     with an ellipsis (new-user finding: vllm_triton's module paths were lost)."""
     import treebench.backends  # noqa: F401
     from treebench.harness.adapter.contract import REGISTRY
-    from treebench.harness.cli.sweep import availability_of
+    from treebench.harness.run.loading import availability_of
 
     monkeypatch.setenv("COLUMNS", "80")
     assert main(["list"]) == 0
@@ -332,3 +330,25 @@ def test_list_wraps_long_reasons_in_a_narrow_pipe(capsys, monkeypatch):
         reason = availability_of(REGISTRY[name]())
         if reason:
             assert shown[name].replace(" ", "") == reason.replace(" ", ""), name
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["rm", "{f}"], "give at least one of --run-id, --backend, --env"),
+    (["rm", "{f}", "--run-id", ""], "--run-id is empty"),
+    (["rm", "{f}.missing", "--backend", "x"], "no such results file"),
+    (["rm"], "required: RESULTS"),
+])
+def test_rm_argument_errors_are_one_line_and_exit_2(tmp_path, argv, needle):
+    """`treebench rm` refuses to run without a filter (it never empties a file by default)."""
+    import os
+    import subprocess
+
+    pytest.importorskip("treebench.harness.store.remove")
+    f = tmp_path / "rows.jsonl"
+    f.write_text("")
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "treebench", *(a.format(f=f) for a in argv)], cwd=root,
+                          capture_output=True, text=True, check=False, env={**os.environ, "PYTHONPATH": str(root)})
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("treebench: error: "), done.stderr
+    assert needle in lines[0] and f.read_text() == ""

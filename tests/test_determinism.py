@@ -10,9 +10,11 @@ import pytest
 import torch
 
 from treebench.harness.model.cases import Case
-from treebench.harness.cli.main import load_one, main
+from treebench.harness.cli.main import main
+from treebench.harness.run.loading import load_one
 from treebench.harness.run.pair import bitwise_diff_count
-from treebench.harness.run.runner import RunConfig, run_cases
+from treebench.harness.run.config import RunConfig
+from treebench.harness.run.runner import run_cases
 from treebench.harness.store.rows import read_rows
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from treebench.harness.cli import sweep as cli_sweep
+from treebench.harness.cli import run as cli_sweep
 from treebench.harness.sweep import shard
 from treebench.harness.sweep import execute as sweep
 from treebench.harness.model.cases import CASE_FIELDS

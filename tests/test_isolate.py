@@ -20,9 +20,11 @@ import pytest
 
 from treebench.harness.run import isolate
 from treebench.harness.model.cases import Case
-from treebench.harness.cli.main import load_one, main
+from treebench.harness.cli.main import main
+from treebench.harness.run.loading import load_one
 from treebench.harness.run.isolate import WorkerPool, backend_spec, describe_exit
-from treebench.harness.run.runner import RunConfig, run_cases
+from treebench.harness.run.config import RunConfig
+from treebench.harness.run.runner import run_cases
 from treebench.harness.store.rows import read_rows
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,7 +9,8 @@ from treebench.harness.run import memory
 from treebench.harness.model.cases import Case
 from treebench.harness.run.memory import GIB, TIMING_FLUSH_BYTES, fit_reason, inputs_bytes, predict_device_bytes, reference_bytes
 from treebench.harness.model.paged import build_inputs
-from treebench.harness.run.runner import RunConfig, run_cases
+from treebench.harness.run.config import RunConfig
+from treebench.harness.run.runner import run_cases
 from treebench.harness.timing.timers import FLUSH_BYTES
 
 CASES = [Case(1, 16, "chain:3", 4, 1, 32, "float32", 8, "interleaved"),

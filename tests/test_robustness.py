@@ -8,11 +8,13 @@ import sys
 
 import pytest
 
-from treebench.harness.adapter.contract import Backend, check_unique_names, load_backend
+from treebench.harness.adapter.contract import Backend, check_unique_names
+from treebench.harness.run.loading import load_backend
 from treebench.harness.model.cases import Case
 from treebench.harness.errors import ConfigError, TreeError
 from treebench.harness.run.pair import error_reason
-from treebench.harness.run.runner import RunConfig, row_satisfies, run_cases
+from treebench.harness.run.config import RunConfig
+from treebench.harness.run.runner import row_satisfies, run_cases
 from treebench.harness.model.trees import parse_tree
 from tests.broken_backends import BrokenCausalMask, Correct
 

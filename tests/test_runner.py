@@ -16,7 +16,8 @@ from treebench.harness.adapter.contract import REGISTRY, Capabilities
 from treebench.harness.model.cases import Case
 from treebench.harness.errors import ConfigError
 from treebench.harness.model.reference import reference_attention
-from treebench.harness.run.runner import RunConfig, run_cases
+from treebench.harness.run.config import RunConfig
+from treebench.harness.run.runner import run_cases
 from treebench.harness.store.rows import ROW_FIELDS, read_rows
 from treebench.harness.model.suites import available_suites, load_suite
 
@@ -138,7 +139,7 @@ def test_run_config_timer_and_l2_reach_time_callable(monkeypatch, mode, flush_l2
 
 
 def test_run_config_refuses_the_back_to_back_timer_with_a_flushed_l2():
-    with pytest.raises(ValueError, match="cuda_graph_loop.*flush_l2=False"):
+    with pytest.raises(ConfigError, match="cuda_graph_loop.*flush_l2=False"):
         run_cases(CASES[:1], [Fake("good", _exact)], RunConfig(mode="run", quiet=True, device="cpu",
                                                                timing_mode="cuda_graph_loop"))
 

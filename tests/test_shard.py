@@ -283,7 +283,7 @@ def test_torchrun_with_two_processes_matches_one(suite, tmp_path):
 
 
 def test_gpus_relaunches_the_command_line_under_torchrun(suite, tmp_path, monkeypatch):
-    from treebench.harness.cli import sweep as cli_sweep
+    from treebench.harness.cli import run as cli_sweep
 
     launched = []
     monkeypatch.setattr(cli_sweep, "_check_gpus", lambda n: None)

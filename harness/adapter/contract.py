@@ -2,18 +2,14 @@
 
 A backend is a class with `name`, `availability()`, `supports(case)` and
 `prepare(inputs) -> Callable[[], Tensor]` (see docs/design.md). Register
-it with `@register`; load a user's with `load_backend("pkg.mod:Class")` or
-`load_backend("path/file.py:Class")`.
+it with `@register`. This module never imports its plug-ins: loading a backend by
+name or by `pkg.mod:Class` / `path/file.py:Class` is treebench.harness.run.loading.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -134,55 +130,6 @@ def register(cls: type[Backend]) -> type[Backend]:
         raise ValueError(f"backend name {cls.name!r} registered twice")
     REGISTRY[cls.name] = cls
     return cls
-
-
-def _load_class(spec: str) -> type:
-    target, _, cls_name = spec.rpartition(":")
-    if target.endswith(".py") or "/" in target:
-        path = Path(target)
-        if not path.is_file():
-            raise ConfigError(f"--backend {spec!r}: file {target} not found")
-        mod_name = f"treebench_user_{abs(hash(str(path.resolve())))}"
-        s = importlib.util.spec_from_file_location(mod_name, path)
-        if s is None or s.loader is None:
-            raise ConfigError(f"--backend {spec!r}: {target} is not a Python file (.py)")
-        module = importlib.util.module_from_spec(s)
-        sys.modules[mod_name] = module
-        s.loader.exec_module(module)
-    else:
-        try:
-            module = importlib.import_module(target)
-        except ImportError as e:
-            raise ConfigError(f"--backend {spec!r}: cannot import {target} ({e})") from None
-    cls = getattr(module, cls_name, None)
-    if cls is None:
-        raise ConfigError(f"--backend {spec!r}: {target} has no class {cls_name}")
-    return cls
-
-
-def load_backend(spec: str) -> Backend:
-    """A backend instance from a registry name, 'pkg.mod:Class' or 'path/file.py:Class'.
-
-    Raises:
-        ConfigError: unknown name, unimportable module, missing class, or a class
-            without the adapter contract's methods.
-    """
-    import treebench.backends  # noqa: F401  (registers the built-in adapters)
-
-    if ":" not in spec:
-        if spec not in REGISTRY:
-            raise ConfigError(f"unknown backend {spec!r}; known: {', '.join(sorted(REGISTRY))} "
-                              "(or give package.module:Class / path/file.py:Class)")
-        return REGISTRY[spec]()
-    cls = _load_class(spec)
-    for attr in ("name", "availability", "supports", "prepare"):
-        if not hasattr(cls, attr):
-            raise ConfigError(f"--backend {spec!r}: {cls.__name__} lacks `{attr}` of the adapter contract")
-    name = getattr(cls, "name", None)
-    if not isinstance(name, str) or not name.strip():
-        raise ConfigError(f"--backend {spec!r}: {getattr(cls, '__name__', cls)!r}.name is {name!r}; "
-                          "set `name` to a non-empty string")
-    return cls()
 
 
 def check_unique_names(backends) -> None:

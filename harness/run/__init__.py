@@ -1,2 +1,3 @@
-"""One run: the run request (`RunConfig`), one (case, backend) pair, memory prediction,
-worker isolation, backend loading, and the runner over many pairs."""
+"""One run: the run request (`config.RunConfig`), one (case, backend) pair, memory prediction,
+worker isolation, backend loading (the only importer of the `backends` plug-ins), and
+the runner over many pairs."""

@@ -45,11 +45,11 @@ import torch
 
 from treebench.harness.model.cases import Case
 from treebench.harness.run.pair import CaseData, base_row, error_reason, run_case_backend
-from treebench.harness.run.runner import RunConfig
+from treebench.harness.run.config import RunConfig
+from treebench.harness.run.loading import SPEC_ATTR
 
 log = logging.getLogger(__name__)
 
-SPEC_ATTR = "treebench_spec"          # attribute the CLI sets on a backend it loaded from a spec string
 START_TIMEOUT_S = 300.0               # imports + CUDA init of a fresh worker (not counted in the case limit)
 CLOSE_TIMEOUT_S = 5.0                 # a worker asked to exit gets this long before SIGKILL
 EXIT_CONTEXT_LOST = 3                 # exit code of a worker leaving after a sticky CUDA error
@@ -113,7 +113,7 @@ class _WorkerState:
         if not isinstance(spec, str):
             return spec
         if spec not in self.backends:
-            from treebench.harness.adapter.contract import load_backend
+            from treebench.harness.run.loading import load_backend
 
             self.backends[spec] = load_backend(spec)
         return self.backends[spec]

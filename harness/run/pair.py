@@ -33,7 +33,7 @@ from treebench.harness.store.rows import ROW_FIELDS, SCHEMA
 from treebench.harness.timing.timers import time_callable
 
 if TYPE_CHECKING:
-    from treebench.harness.run.runner import RunConfig
+    from treebench.harness.run.config import RunConfig
 
 log = logging.getLogger("treebench.harness.run.runner")  # the runner's logger: its records keep their name
 

@@ -3,8 +3,7 @@
 
 One pair at a time goes through treebench.harness.run.pair.run_case_backend (inputs and
 reference built once per case, the memory fit, the determinism check, a
-backend's exception as an ``error`` row); this module validates the RunConfig,
-expands the pairs, picks each pair's device, appends the rows and shows the
+backend's exception as an ``error`` row); this module expands the pairs, picks each pair's device, appends the rows and shows the
 progress. With ``RunConfig.isolate`` every pair runs in a worker subprocess
 (treebench.harness.run.isolate) under a per-case time limit, so a crash, a hang or a lost
 CUDA context is an error row too. Pairs in ``RunConfig.skip`` (rows a
@@ -17,43 +16,20 @@ import logging
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timezone
-from pathlib import Path
 
 import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from treebench.harness.model.cases import Case
+from treebench.harness.adapter.contract import check_unique_names
+from treebench.harness.run.config import RunConfig
 from treebench.harness.run.pair import CaseData, availabilities, run_case_backend
 from treebench.harness.store.rows import append_row, row_l2_flushed
-from treebench.harness.timing.timers import MODES as TIMING_MODES
 
 log = logging.getLogger(__name__)
-
-MODES = ("run", "check")
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """How run_cases runs and where its rows go."""
-
-    mode: str = "run"                   # "run": correctness then timing; "check": correctness only
-    store_path: Path | None = None      # results JSONL to append rows to; None: keep rows in memory only
-    run_id: str = ""                    # id shared by this run's rows ("" : a fresh one)
-    env_id: str | None = None           # env fingerprint id written into each row
-    device: str | None = None           # torch device for inputs; None: cuda when available, else cpu
-    peak_bytes_per_s: float | None = None  # measured peak bandwidth, for pct_peak_bw
-    timing_mode: str = "auto"           # treebench.harness.timing.timers.time_callable's mode
-    flush_l2: bool = True               # flush the L2 before every timed call (GPU only): cold L2; False: warm L2
-    quiet: bool = False                 # no progress bar
-    determinism: bool = False           # run the prepared callable twice and compare the outputs bitwise
-    check_memory: bool = True           # skip a pair whose predicted device memory exceeds the free memory
-    isolate: bool = False               # run every pair in a worker subprocess (treebench.harness.run.isolate)
-    case_timeout_s: float | None = None  # per-pair time limit in seconds (isolated runs only); None: no limit
-    skip: frozenset = frozenset()       # (case_id, backend) pairs not to run (already stored: --resume)
-
 
 def new_run_id() -> str:
     """A fresh run id: UTC time plus 6 random hex digits."""
@@ -135,20 +111,8 @@ def _pairs(cases: Sequence[Case], backends: Sequence, skip: frozenset) -> list[t
     return [(c, b) for c in cases for b in backends if (c.case_id, _name(b)) not in skip]
 
 
-def _check_config(config: RunConfig) -> RunConfig:
-    """Validates `config` and fills in a fresh run id.
-
-    Raises:
-        ValueError: unknown mode or timing mode, or a case time limit that is not a positive number.
-    """
-    if config.mode not in MODES:
-        raise ValueError(f"mode {config.mode!r} is not one of {', '.join(MODES)}")
-    if config.timing_mode not in TIMING_MODES:
-        raise ValueError(f"timing_mode {config.timing_mode!r} is not one of {', '.join(TIMING_MODES)}")
-    if config.timing_mode == "cuda_graph_loop" and config.flush_l2:
-        raise ValueError("timing_mode 'cuda_graph_loop' needs flush_l2=False (back-to-back calls, warm L2)")
-    if config.case_timeout_s is not None and not config.case_timeout_s > 0:
-        raise ValueError(f"case_timeout_s={config.case_timeout_s!r}: must be a positive number of seconds")
+def _with_run_id(config: RunConfig) -> RunConfig:
+    """`config`, with a fresh run id when it has none (RunConfig validated itself when built)."""
     return config if config.run_id else replace(config, run_id=new_run_id())
 
 
@@ -169,12 +133,9 @@ def run_cases(cases: Sequence[Case], backends: Sequence, config: RunConfig = Run
         One row per (case, backend) not in config.skip, in order, each with every ROW_FIELDS key.
 
     Raises:
-        ValueError: unknown config.mode or config.timing_mode, or a bad case_timeout_s.
-        ConfigError: config.store_path cannot be appended to.
+        ConfigError: config.store_path cannot be appended to, or two backends share a name.
     """
-    config = _check_config(config)
-    from treebench.harness.adapter.contract import check_unique_names
-
+    config = _with_run_id(config)
     check_unique_names(backends)
     device = torch.device(config.device) if config.device else default_device()
     avail = availabilities(backends)

@@ -1,76 +1,41 @@
-"""`treebench tree-search` and `treebench plan`: each an ``add_*_parser(sub)`` and a ``run_*(args) -> int``.
+"""What `treebench tree-search` and `treebench plan` compute (their command line is
+treebench.harness.cli.speculate): the searched trees at the requested sizes, the suite
+file that lists them, and the verify curves of chosen backends.
 
-    treebench tree-search --acceptance FILE [--acceptance FILE ...] --max-nodes N [--max-depth D]
-                          [--sizes 4,8,16] [--suite-out FILE [--batch-sizes 1,16,64] [--context-lens 2048]]
-    treebench plan --results FILE... --acceptance FILE [--step-us 2000+0.5*tokens] [--backends a,b]
-                   [--max-depth D]
-
-Sizes are T, nodes per request including the root. Bad input raises
-``ConfigError`` with one line (the CLI prints it and exits 2).
+Bad input raises ``ConfigError`` with one line (the CLI prints it and exits 2).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
-from pathlib import Path
 
 from treebench.harness.errors import ConfigError
 from treebench.harness.speculation.acceptance import AcceptanceModel, load_model
-from treebench.harness.speculation.cost import load_curves, parse_step_us
-from treebench.harness.speculation.plan import format_table, plan
-from treebench.harness.speculation.search import MAX_SEARCH_NODES, SearchedTree, choices_text, search_trees
-from treebench.harness.model.suites import load_suite
+from treebench.harness.speculation.search import SearchedTree, choices_text, search_trees
 
-__all__ = ["add_tree_search_parser", "run_tree_search", "add_plan_parser", "run_plan", "suite_text"]
+__all__ = ["SUITE_AXES", "only_backends", "searched", "suite_text"]
 
 # Axes a --suite-out suite copies from suites/seed.toml (B and L come from options).
 SUITE_AXES = {"num_q_heads": [32], "num_kv_heads": [8], "head_dim": [128], "dtype": ["bfloat16"],
               "page_size": [16], "layout": ["shuffled"]}
 
 
-def _int_list(text: str) -> list[int]:
-    """argparse type: "4,8,16" -> [4, 8, 16], each >= 1."""
-    try:
-        values = [int(x) for x in text.split(",")]
-    except ValueError:
-        values = []
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of positive integers, e.g. 4,8,16")
-    return values
+def searched(acceptance: list[str], max_nodes: int, max_depth: int | None,
+             sizes: list[int] | None) -> list[tuple[AcceptanceModel, list[SearchedTree]]]:
+    """(model, best trees at `sizes`, default every size 1..max_nodes) per acceptance model file.
 
-
-def add_tree_search_parser(sub) -> argparse.ArgumentParser:
-    """Registers `tree-search` on an argparse subparsers object; returns its parser."""
-    p = sub.add_parser("tree-search", help="the tree of each size maximising expected accepted tokens (Sequoia DP)")
-    p.add_argument("--acceptance", action="append", required=True, metavar="FILE",
-                   help="acceptance model TOML/JSON (repeat for several), e.g. "
-                        "harness/speculation/data/illustrative-geometric.toml")
-    p.add_argument("--max-nodes", type=int, required=True, metavar="N",
-                   help=f"largest tree size T, root included (1..{MAX_SEARCH_NODES})")
-    p.add_argument("--max-depth", type=int, default=None, metavar="D", help="deepest draft token allowed")
-    p.add_argument("--sizes", type=_int_list, default=None, metavar="T,T,...",
-                   help="print / write only these sizes (default: every size 1..N)")
-    p.add_argument("--suite-out", default=None, metavar="FILE", help="write a suite TOML whose tree axis lists them")
-    p.add_argument("--batch-sizes", type=_int_list, default=[1, 16, 64], metavar="B,B,...",
-                   help="the suite's batch_size axis (default 1,16,64)")
-    p.add_argument("--context-lens", type=_int_list, default=[2048], metavar="L,L,...",
-                   help="the suite's context_len axis (default 2048)")
-    return p
-
-
-def _searched(args) -> list[tuple[AcceptanceModel, list[SearchedTree]]]:
-    """(model, trees at the requested sizes) per --acceptance file."""
+    Raises:
+        ConfigError: a bad acceptance file, max_nodes / max_depth out of range, a size > max_nodes.
+    """
     out = []
-    for path in args.acceptance:
+    for path in acceptance:
         model = load_model(path)
-        trees = search_trees(model, args.max_nodes, args.max_depth)
-        sizes = args.sizes or sorted(trees)
-        bad = [t for t in sizes if t > args.max_nodes]
+        trees = search_trees(model, max_nodes, max_depth)
+        wanted = sizes or sorted(trees)
+        bad = [t for t in wanted if t > max_nodes]
         if bad:
-            raise ConfigError(f"--sizes {bad[0]}: larger than --max-nodes {args.max_nodes}")
-        out.append((model, [trees[t] for t in sizes if t in trees]))
+            raise ConfigError(f"--sizes {bad[0]}: larger than --max-nodes {max_nodes}")
+        out.append((model, [trees[t] for t in wanted if t in trees]))
     return out
 
 
@@ -94,78 +59,15 @@ def suite_text(found: list[tuple[AcceptanceModel, list[SearchedTree]]], name: st
     return "\n".join(lines) + "\n"
 
 
-def _command_line(args) -> str:
-    parts = ["treebench tree-search"] + [f"--acceptance {a}" for a in args.acceptance]
-    parts.append(f"--max-nodes {args.max_nodes}")
-    if args.max_depth is not None:
-        parts.append(f"--max-depth {args.max_depth}")
-    if args.sizes:
-        parts.append(f"--sizes {','.join(map(str, args.sizes))}")
-    parts.append(f"--suite-out {args.suite_out} --batch-sizes {','.join(map(str, args.batch_sizes))} "
-                 f"--context-lens {','.join(map(str, args.context_lens))}")
-    return " ".join(parts)
-
-
-def run_tree_search(args) -> int:
-    """Prints each model's best tree per size ("T=.. E=.. depth=.. [choices]"); --suite-out also writes a suite.
+def only_backends(curves: dict, wanted: list[str]) -> dict:
+    """The verify curves (`cost.load_curves`: key with .backend -> curve) of the backends `wanted`.
 
     Raises:
-        ConfigError: a bad acceptance file, --max-nodes / --max-depth / --sizes out of range,
-            an unwritable --suite-out, or a written suite that does not load.
+        ConfigError: a wanted backend with no usable rows, naming the backends there are.
     """
-    found = _searched(args)
-    out = []
-    for model, trees in found:
-        out.append(f"# {model.name} ({model.kind}; draft {model.draft}, target {model.target}): {model.citation}")
-        out += [f"T={t.size} E={t.expected:.4f} depth={t.depth} {choices_text(t.choices)}" for t in trees]
-    sys.stdout.write("\n".join(out) + "\n")
-    if args.suite_out:
-        path = Path(args.suite_out)
-        try:
-            path.write_text(suite_text(found, path.stem, _command_line(args), args.batch_sizes, args.context_lens))
-        except OSError as e:
-            raise ConfigError(f"--suite-out {path}: cannot write ({e.strerror})") from None
-        suite = load_suite(path)
-        sys.stderr.write(f"wrote {path}: {len(suite.cases)} cases\n")
-    return 0
-
-
-def add_plan_parser(sub) -> argparse.ArgumentParser:
-    """Registers `plan` on an argparse subparsers object; returns its parser."""
-    p = sub.add_parser("plan", help="best tree per backend, B and L for accepted tokens per ms, from stored results")
-    p.add_argument("--results", nargs="+", required=True, metavar="FILE", help="result JSONL files or folders")
-    p.add_argument("--acceptance", required=True, metavar="FILE", help="acceptance model TOML/JSON")
-    p.add_argument("--step-us", default="0", metavar="US",
-                   help="rest of the step in µs: 2000, or a+b*tokens such as 2000+0.5*tokens (tokens = B*T); default 0")
-    p.add_argument("--backends", default=None, metavar="A,B", help="only these backends (default: all in the results)")
-    p.add_argument("--max-depth", type=int, default=None, metavar="D", help="deepest draft token allowed")
-    return p
-
-
-def run_plan(args) -> int:
-    """Prints the verdict table (``treebench.harness.speculation.plan``) and the best trees' choices lists.
-
-    Raises:
-        ConfigError: bad --step-us, acceptance file or results, or a --backends name not in the results.
-    """
-    step = parse_step_us(args.step_us)
-    model = load_model(args.acceptance)
-    if args.max_depth is not None and args.max_depth < 1:
-        raise ConfigError(f"--max-depth {args.max_depth}: give a depth >= 1")
-    curves = load_curves(args.results)
-    if args.backends:
-        wanted = [b.strip() for b in args.backends.split(",") if b.strip()]
-        have = sorted({k.backend for k in curves})
-        missing = [b for b in wanted if b not in have]
-        if missing:
-            raise ConfigError(f"--backends {missing[0]}: no usable rows for it; backends in the results: "
-                              f"{', '.join(have)}")
-        curves = {k: c for k, c in curves.items() if k.backend in wanted}
-    verdicts = plan(curves, model, step, args.max_depth)
-    lines = [f"acceptance model {model.name} ({model.kind}): {model.citation}",
-             f"step cost {step} us; tok/ms = B * E / (verify us + step us) * 1000; T counts the root", "",
-             format_table(verdicts), ""]
-    best = {v.best.size: v.best.choices for v in verdicts if v.best}
-    lines += [f"T={t}: {choices_text(c)}" for t, c in sorted(best.items())]
-    sys.stdout.write("\n".join(lines) + "\n")
-    return 0
+    have = sorted({k.backend for k in curves})
+    missing = [b for b in wanted if b not in have]
+    if missing:
+        raise ConfigError(f"--backends {missing[0]}: no usable rows for it; backends in the results: "
+                          f"{', '.join(have)}")
+    return {k: c for k, c in curves.items() if k.backend in wanted}

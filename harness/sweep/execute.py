@@ -10,16 +10,16 @@ module holds the logic so that it can be tested without a command line.
 from __future__ import annotations
 
 import functools
-
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rich.console import Console
 
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.pair import AvailabilityRaised, availabilities
-from treebench.harness.run.runner import RunConfig, default_device, new_run_id, row_satisfies, run_cases
+from treebench.harness.run.config import RunConfig
+from treebench.harness.run.runner import default_device, new_run_id, row_satisfies, run_cases
 from treebench.harness.sweep.shard import (
     Rank,
     Shard,
@@ -42,21 +42,22 @@ DEFAULT_MERGE_TIMEOUT_S = 24 * 3600.0   # rank 0 waits this long for the other r
 
 @dataclass(frozen=True)
 class SweepOptions:
-    """How one invocation runs (the CLI's run/check options)."""
+    """One `run` / `check` request: the run request plus what only a sweep has.
 
-    mode: str = "run"                    # "run": correctness then timing; "check": correctness only
+    Raises:
+        ConfigError: --resume without --out.
+    """
+
+    run: RunConfig = field(default_factory=RunConfig)  # mode, timer, L2, isolation, ...; the sweep fills in store, ids, device
     out: Path | None = None              # results JSONL; needed for --resume and under torchrun
-    quiet: bool = False                  # no progress bar
-    determinism: bool = False            # bitwise determinism check (two calls per pair)
-    check_memory: bool = True            # skip pairs predicted not to fit in device memory
-    isolate: bool = False                # worker subprocesses (treebench.harness.run.isolate)
-    case_timeout_s: float | None = None  # per-pair time limit, seconds (implies isolate)
     resume: bool = False                 # skip (case, backend) pairs already stored in `out` for this env
-    timing_mode: str = "auto"            # treebench.harness.timing.timers.time_callable's mode (run only)
-    flush_l2: bool = True                # flush the L2 before every timed call (GPU only); False: warm L2
     shard: Shard | None = None           # --shard i/n
     merge_timeout_s: float = DEFAULT_MERGE_TIMEOUT_S  # torchrun rank 0's wait for the other ranks
     dry_run: bool = False                # plan only: count the pairs, run nothing, write nothing
+
+    def __post_init__(self) -> None:
+        if self.resume and self.out is None:
+            raise ConfigError("--resume needs --out: the results file whose rows are skipped")
 
 
 @dataclass
@@ -74,9 +75,7 @@ class SweepResult:
 
 
 def _check_options(opts: SweepOptions, rank: Rank | None) -> None:
-    """Raises ConfigError for combinations that cannot work."""
-    if opts.resume and opts.out is None:
-        raise ConfigError("--resume needs --out: the results file whose rows are skipped")
+    """Raises ConfigError for what the torchrun environment rules out."""
     if rank is not None and opts.out is None:
         raise ConfigError("under torchrun give --out: ranks write <out>.rank<i>-of-<n>.jsonl and rank 0 merges them")
 
@@ -90,7 +89,8 @@ def select_cases(cases, shard: Shard | None, rank: Rank | None) -> list:
 def _stored(opts: SweepOptions):
     """The predicate a stored row must meet to count as done (`runner.row_satisfies`): run mode
     re-runs untimed check rows and rows timed with another timer or L2 state."""
-    return functools.partial(row_satisfies, mode=opts.mode, timing_mode=opts.timing_mode, flush_l2=opts.flush_l2)
+    run = opts.run
+    return functools.partial(row_satisfies, mode=run.mode, timing_mode=run.timing_mode, flush_l2=run.flush_l2)
 
 
 def _resume_skip(opts: SweepOptions, env_id: str, rank: Rank | None) -> frozenset:
@@ -101,7 +101,7 @@ def _resume_skip(opts: SweepOptions, env_id: str, rank: Rank | None) -> frozense
     """
     if not opts.resume:
         return frozenset()
-    assert opts.out is not None  # _check_options: --resume needs --out
+    assert opts.out is not None  # SweepOptions: --resume needs --out
     if rank is None and not opts.dry_run and rank_files(opts.out):
         log.info("merged %d rows left in rank files into %s", len(merge_ranks(opts.out)), opts.out)
     return frozenset(stored_keys([opts.out, *rank_files(opts.out)], env_id, keep=_stored(opts)))
@@ -109,12 +109,9 @@ def _resume_skip(opts: SweepOptions, env_id: str, rank: Rank | None) -> frozense
 
 def _config(opts: SweepOptions, env: dict, device: str, store: Path | None, skip: frozenset,
             quiet: bool) -> RunConfig:
-    return RunConfig(mode=opts.mode, store_path=store, run_id=shared_run_id() or new_run_id(), env_id=env["env_id"],
-                     device=device, peak_bytes_per_s=env["peak_bw_bytes_per_s"], timing_mode=opts.timing_mode,
-                     flush_l2=opts.flush_l2, quiet=quiet,
-                     determinism=opts.determinism, check_memory=opts.check_memory,
-                     isolate=opts.isolate or opts.case_timeout_s is not None, case_timeout_s=opts.case_timeout_s,
-                     skip=skip)
+    """The run request with what this process found: store, run and env ids, device, bandwidth, skips."""
+    return replace(opts.run, store_path=store, run_id=shared_run_id() or new_run_id(), env_id=env["env_id"],
+                   device=device, peak_bytes_per_s=env["peak_bw_bytes_per_s"], quiet=quiet, skip=skip)
 
 
 def _count_skips(cases, backends, names, skip: frozenset) -> int:
@@ -140,7 +137,7 @@ def execute(cases, backends, opts: SweepOptions, console: Console | None = None)
     """Runs this process's share of cases x backends and returns what to report.
 
     Raises:
-        ConfigError: --resume or torchrun without --out, bad torchrun environment,
+        ConfigError: torchrun without --out, bad torchrun environment,
             an unreadable or foreign results file.
     """
     rank = torchrun_rank()
@@ -148,7 +145,7 @@ def execute(cases, backends, opts: SweepOptions, console: Console | None = None)
     device = rank_device(rank) if rank else str(default_device())
     mine = select_cases(cases, opts.shard, rank)
     env = env_fingerprint(device)
-    if opts.isolate or opts.case_timeout_s is not None:
+    if opts.run.isolate:
         _release_cached(device)  # the bandwidth probe's buffers would count against the workers' free memory
     skip = _resume_skip(opts, env["env_id"], rank)
     names = [getattr(b, "name", type(b).__name__) for b in backends]
@@ -164,12 +161,12 @@ def execute(cases, backends, opts: SweepOptions, console: Console | None = None)
     if rank:
         assert opts.out is not None  # _check_options: torchrun needs --out
         clear_done(opts.out, rank)
-    config = _config(opts, env, device, store, skip, opts.quiet or not result.primary)
+    config = _config(opts, env, device, store, skip, opts.run.quiet or not result.primary)
     result.rows, result.store_path = run_cases(mine, backends, config, console=console), store
     if rank:
         _finish_rank(opts, rank, config.run_id, result)
     if opts.resume and result.primary:
-        assert opts.out is not None  # _check_options: --resume needs --out
+        assert opts.out is not None  # SweepOptions: --resume needs --out
         shard_cases = select_cases(cases, opts.shard, None)  # rank 0 reports every rank's cases
         result.rows = _with_stored(opts.out, env["env_id"], shard_cases, names, result.rows, _stored(opts))
     return result

@@ -1,0 +1,239 @@
+"""What the subcommands of the `treebench` command line share: the subcommand
+interface, the stderr console, the options of run and check and the one function
+that turns them into a sweep request, argument checks, default file names, and
+the summary printed after a sweep.
+
+Bad input raises ConfigError (main() prints it as one line, exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import re
+import secrets
+import statistics
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import NamedTuple
+
+from rich.console import Console
+from rich.table import Table
+
+from treebench.harness.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+CONSOLE = Console(stderr=True)   # progress bars and log records: one console, so neither garbles the other
+FAILED = ("mismatch", "error")   # row statuses that make run / check exit 1
+ACTIVE_OUT: list[Path | None] = [None]   # the results file of the run/check in progress (for Ctrl-C)
+TIMERS = ("auto", "cuda_graph", "cuda_event", "host_inclusive", "cuda_graph_loop")  # timing.timers.MODES (not imported: torch)
+L2_STATES = ("cold", "warm")  # run --l2: cold flushes the L2 before every timed call (flush_l2), warm does not
+
+
+class Command(NamedTuple):
+    """One subcommand of a module that holds several (a one-command module is itself one:
+    module-level `add_arguments` and `run`)."""
+
+    add_arguments: Callable[[argparse.ArgumentParser], None]   # fills the subcommand's parser
+    run: Callable[[argparse.Namespace], int]                   # runs it; returns the exit code
+
+
+# ---- options -------------------------------------------------------------------------------
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type: a finite number of seconds > 0."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not (v > 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds, e.g. 600")
+    return v
+
+
+def add_suite_argument(p, default: str) -> None:
+    """--suite, as run and check take it."""
+    p.add_argument("--suite", default=default,
+                   help="a suite shipped with treebench (smoke, check, check_p64, seed, random, targets) or a TOML file "
+                        f"path (default: {default})")
+
+
+def add_sweep_options(p) -> None:
+    """Options run and check share: isolation, determinism, memory check, resume, sharding."""
+    p.add_argument("--isolate", action="store_true",
+                   help="run each case x backend in a worker subprocess: a crash, hang or lost CUDA context "
+                        "becomes an error row and a fresh worker runs the next case")
+    p.add_argument("--case-timeout", type=positive_seconds, default=None, metavar="SECONDS",
+                   help="per case x backend time limit under --isolate (implies it); a hung worker is killed")
+    p.add_argument("--determinism", action="store_true",
+                   help="call each prepared callable twice and compare bitwise; nondeterministic rows exit 1")
+    p.add_argument("--no-memory-check", action="store_true",
+                   help="run pairs even when their predicted device memory exceeds the free memory")
+    p.add_argument("--resume", action="store_true",
+                   help="skip case x backend pairs already stored in --out for this env, whatever their status "
+                        "(error rows too; needs --out); run times again the rows stored untimed or with another "
+                        "--timer or --l2")
+    p.add_argument("--shard", default=None, metavar="I/N",
+                   help="run only the cases whose suite index is I mod N, I 0-based (0 <= I < N; cluster job arrays); "
+                        "merge the files with `treebench merge`")
+    p.add_argument("--merge-timeout", type=positive_seconds, default=24 * 3600.0, metavar="SECONDS",
+                   help="under torchrun: how long rank 0 waits for the other ranks before giving up the merge")
+    p.add_argument("--dry-run", action="store_true", help="count the pairs this invocation would run, run nothing")
+    p.add_argument("--quiet", action="store_true", help="no progress bar, warnings only")
+    p.set_defaults(argv=None)   # main() puts the command line here: `given_once` reads it, --gpus relaunches it
+
+
+def sweep_options(args, mode: str):
+    """The sweep request (treebench.harness.sweep.execute.SweepOptions) of run or check, built and
+    validated once; its `out` is --out as given (run replaces it with the default path).
+
+    Raises:
+        ConfigError: a bad --shard, --timer cuda_graph_loop with a cold L2, --resume without --out.
+    """
+    from treebench.harness.run.config import RunConfig
+    from treebench.harness.sweep.execute import SweepOptions
+    from treebench.harness.sweep.shard import parse_shard
+
+    run = RunConfig(mode=mode, quiet=args.quiet, determinism=args.determinism,
+                    check_memory=not args.no_memory_check,
+                    isolate=args.isolate or args.case_timeout is not None, case_timeout_s=args.case_timeout,
+                    timing_mode=getattr(args, "timer", "auto"),          # run only: check times nothing
+                    flush_l2=getattr(args, "l2", "cold") == "cold")
+    return SweepOptions(run=run, out=Path(args.out) if args.out else None, resume=args.resume,
+                        shard=parse_shard(args.shard) if args.shard else None,
+                        merge_timeout_s=args.merge_timeout, dry_run=args.dry_run)
+
+
+# ---- argument checks and names -------------------------------------------------------------
+
+
+def nonempty(value: str | None, option: str) -> str | None:
+    """Raises ConfigError for an option given as an empty string (it would silently mean the default)."""
+    if value is not None and not value.strip():
+        raise ConfigError(f"{option} is empty: give a value, or leave the option out for its default")
+    return value
+
+
+def check_suite_arg(suite: str) -> None:
+    """Raises ConfigError when --suite is empty or names a directory."""
+    if not suite.strip():
+        raise ConfigError("--suite is empty: give a suite name such as smoke or a TOML file path")
+    if Path(suite).is_dir():
+        raise ConfigError(f"--suite {suite}: is a directory; give a suite TOML file (e.g. {Path(suite) / 'NAME.toml'}) "
+                          "or a suite name")
+
+
+def given_once(argv, names: tuple[str, ...]) -> None:
+    """Refuses an option given more than once under its spellings (argparse keeps the last silently).
+
+    Raises:
+        ConfigError: two of `names` (or one twice) on the command line.
+    """
+    n = sum(a in names or a.split("=", 1)[0] in names for a in argv or [])
+    if n > 1:
+        hint = " (comma-separate several backends)" if "--backends" in names else ""
+        raise ConfigError(f"{' / '.join(names)} given {n} times; give it once{hint}")
+
+
+def stamp() -> str:
+    """UTC time plus a random token: runs started in the same second (job-array shards)
+    get different default output files."""
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+
+
+def safe_name(name: str, path: Path | None = None) -> str:
+    """`name` made safe for a default file name: only [A-Za-z0-9._-] (others become "_"), no
+    leading dots; else the suite file's stem, made safe the same way; else "suite"."""
+    for candidate in (name, path.stem if path is not None else ""):
+        cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", str(candidate or "")).lstrip("._-")
+        if cleaned:
+            return cleaned
+    return "suite"
+
+
+def suite_name(suite) -> str:
+    """The suite's name, safe for a default file name."""
+    return safe_name(suite.name, getattr(suite, "path", None))
+
+
+# ---- after a sweep -------------------------------------------------------------------------
+
+
+def exit_code(result, determinism: bool) -> int:
+    """1 when a row failed, a rank's rows could not be merged, or (with --determinism) a row was
+    nondeterministic; else 0."""
+    bad = any(r["status"] in FAILED for r in result.rows) or result.missing_ranks
+    return 1 if bad or (determinism and any(r.get("deterministic") is False for r in result.rows)) else 0
+
+
+def print_plan(suite, backends, result) -> None:
+    """The --dry-run line: how many pairs this process would run and how many --resume skips."""
+    Console().print(f"dry run: suite {suite.name}, {len(suite.cases)} cases x {len(backends)} backends: "
+                    f"{result.planned} pairs to run here ({result.will_skip} of them skipped rows: backend "
+                    f"unavailable or case unsupported), {result.resumed} already stored", markup=False,
+                    highlight=False, soft_wrap=True)
+
+
+def warn_backends_that_ran_nothing(rows: list[dict]) -> None:
+    """One warning per backend whose every row was skipped, with the first row's reason
+    (an unavailable backend otherwise shows only a count of skipped rows)."""
+    by_backend: dict[str, list[dict]] = {}
+    for r in rows:
+        by_backend.setdefault(r["backend"], []).append(r)
+    for name, rs in by_backend.items():
+        if all(r["status"] == "skipped" for r in rs):
+            log.warning("%s: no case ran: %s", name, rs[0].get("reason") or "skipped")
+
+
+def _summary_table(rows: list[dict], title: str) -> Table:
+    """Per-backend counts of each status and the median of the timed medians (us)."""
+    table = Table(title=title)
+    for col in ("backend", "pass", "mismatch", "error", "skipped", "median_us"):
+        table.add_column(col, justify="left" if col == "backend" else "right")
+    for name in dict.fromkeys(r["backend"] for r in rows):
+        mine = [r for r in rows if r["backend"] == name]
+        counts = [str(sum(r["status"] == s for r in mine)) for s in ("pass", "mismatch", "error", "skipped")]
+        timed = [r["median_us"] for r in mine if r.get("median_us") is not None]
+        table.add_row(name, *counts, f"{statistics.median(timed):.1f}" if timed else "-")
+    return table
+
+
+def _timer_lines(rows: list[dict]) -> list[str]:
+    """What the medians were timed with: 'timer: cuda_graph, L2 flushed' when every timed row
+    shares it, else one such line per timer and L2 state with its backends, then why a timer
+    other than the one asked for was used (at most 3 reasons); none without timing."""
+    from treebench.harness.store.rows import timing_label
+
+    by: dict[str, list[str]] = {}
+    for r in rows:
+        label = timing_label(r) if r.get("median_us") is not None else None
+        if label and r["backend"] not in by.setdefault(label, []):
+            by[label].append(r["backend"])
+    lines = ([f"timer: {next(iter(by))}"] if len(by) == 1 else
+             [f"timer: {label} ({', '.join(names)})" for label, names in sorted(by.items())])
+    fallbacks = sorted({r["timer_fallback"] for r in rows
+                        if r.get("median_us") is not None and r.get("timer_fallback")})
+    return lines + [f"timer fallback: {f}" for f in fallbacks[:3]]
+
+
+def print_summary(rows: list[dict], title: str, max_lines: int = 20) -> None:
+    """Prints the summary table, the timers with their L2 state, then one line per failed row
+    (at most `max_lines`)."""
+    out = Console()
+    out.print(_summary_table(rows, title))
+    for line in _timer_lines(rows):
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
+    failed = [r for r in rows if r["status"] in FAILED]
+    for r in failed[:max_lines]:
+        out.print(f"{r['status']}: {r['backend']} on {r['case_id']}: {r['reason']}", markup=False, highlight=False, soft_wrap=True)
+    if len(failed) > max_lines:
+        out.print(f"... and {len(failed) - max_lines} more failed rows", markup=False, soft_wrap=True)
+    nondet = [r for r in rows if r.get("deterministic") is False]
+    for name in dict.fromkeys(r["backend"] for r in nondet):
+        n = sum(r["backend"] == name for r in nondet)
+        out.print(f"nondeterministic: {name} on {n} case(s): two calls gave bitwise different outputs",
+                  markup=False, highlight=False, soft_wrap=True)

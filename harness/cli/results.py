@@ -1,0 +1,85 @@
+"""The result-store subcommands: `treebench merge` (append result files to one, dropping
+duplicates) and `treebench rm` (remove rows by run, backend or env). Two commands in
+one module: `MERGE` and `RM` (the cli package holds at most ten modules)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+
+from treebench.harness.cli.common import Command
+from treebench.harness.errors import ConfigError
+
+
+def _print(text: str) -> None:
+    Console().print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def add_merge_arguments(p) -> None:
+    """The arguments of `treebench merge`."""
+    p.add_argument("out", metavar="OUT", help="results JSONL to append to (created if missing)")
+    p.add_argument("inputs", metavar="INPUT", nargs="+", help="result files or folders of them")
+
+
+def run_merge(args) -> int:
+    """`treebench merge OUT INPUT...`: appends the inputs' rows not yet in OUT (key: case_id,
+    backend, env, timer, L2 state; a row of a known key measured later is appended too:
+    `shard.merge_results`) and copies their env files beside OUT.
+
+    Raises:
+        ConfigError: an empty OUT, inputs without result rows, a bad OUT file.
+    """
+    from treebench.harness.store.rows import read_rows
+    from treebench.harness.sweep.shard import merge_results, merge_row_inputs
+
+    if not args.out.strip():
+        raise ConfigError("merge OUT is empty: give a results file path such as results/merged.jsonl")
+    out = Path(args.out)
+    inputs = [Path(p) for p in args.inputs]
+    rows = read_rows(merge_row_inputs(inputs))
+    if not rows:
+        raise ConfigError(f"merge {' '.join(args.inputs)}: no result rows; point it at .jsonl result files "
+                          "or folders of them (folders are not searched recursively)")
+    added = merge_results(out, inputs, rows=rows)  # validates OUT before writing anything
+    _print(f"merged {len(added)} rows into {out} ({len(rows) - len(added)} duplicates dropped)")
+    return 0
+
+
+def add_rm_arguments(p) -> None:
+    """The arguments of `treebench rm`: a results file and at least one filter."""
+    p.add_argument("results", metavar="RESULTS", help="results JSONL to remove rows from")
+    p.add_argument("--run-id", dest="run_ids", action="extend", nargs="+", default=[], metavar="ID",
+                   help="remove the rows of these runs (repeatable)")
+    p.add_argument("--backend", dest="backends", action="extend", nargs="+", default=[], metavar="NAME",
+                   help="remove the rows of these backends (repeatable)")
+    p.add_argument("--env", dest="env_ids", action="extend", nargs="+", default=[], metavar="ENV",
+                   help="remove the rows of these env fingerprints (repeatable)")
+
+
+def run_rm(args) -> int:
+    """`treebench rm RESULTS --run-id ID... --backend NAME... --env ENV...`: removes the rows that
+    match every filter given (treebench.harness.store.remove.remove_rows) and says how many.
+
+    Raises:
+        ConfigError: no filter (rm never empties a file by default), an empty value, a missing file.
+    """
+    filters = {"--run-id": args.run_ids, "--backend": args.backends, "--env": args.env_ids}
+    if not any(filters.values()):
+        raise ConfigError("rm: give at least one of --run-id, --backend, --env: rm removes only the rows "
+                          "they select")
+    for option, values in filters.items():
+        if any(not v.strip() for v in values):
+            raise ConfigError(f"rm: {option} is empty: give a value")
+    path = Path(args.results)
+    if not path.is_file():
+        raise ConfigError(f"rm {path}: no such results file")
+    from treebench.harness.store.remove import remove_rows
+
+    n = remove_rows(path, run_ids=tuple(args.run_ids), backends=tuple(args.backends), env_ids=tuple(args.env_ids))
+    _print(f"removed {n} rows from {path}")
+    return 0
+
+
+MERGE = Command(add_merge_arguments, run_merge)
+RM = Command(add_rm_arguments, run_rm)

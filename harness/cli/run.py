@@ -1,0 +1,205 @@
+"""`treebench run`: correctness then timing for every case x backend; appends rows to
+--out, writes the env file beside it and an HTML report; exit 1 on any failed row.
+
+The sweep itself (shards, torchrun ranks, --resume, isolation) is
+treebench.harness.sweep.execute; `run --gpus N` relaunches the command line under
+torchrun (treebench.harness.sweep.shard.launch_torchrun).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from rich.console import Console
+
+from treebench.harness.cli.common import (
+    ACTIVE_OUT,
+    CONSOLE,
+    L2_STATES,
+    TIMERS,
+    add_suite_argument,
+    add_sweep_options,
+    check_suite_arg,
+    exit_code,
+    given_once,
+    nonempty,
+    print_plan,
+    print_summary,
+    stamp,
+    suite_name,
+    sweep_options,
+    warn_backends_that_ran_nothing,
+)
+from treebench.harness.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+def _gpu_count(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a GPU count; give an integer >= 1, e.g. --gpus 2")
+    return v
+
+
+def add_arguments(p) -> None:
+    """The options of `treebench run`."""
+    add_suite_argument(p, "smoke")
+    p.add_argument("--backends", "--backend", dest="backends", default=None,
+                   help="comma-separated names, package.module:Class or path/file.py:Class, or 'all' "
+                        "(default: every available built-in backend)")
+    p.add_argument("--out", default=None,
+                   help="results JSONL to append to (default: results/local/<suite>-<UTC time>.jsonl)")
+    p.add_argument("--report", default=None, help="HTML report path (default: reports/local/<suite>-<UTC time>.html)")
+    p.add_argument("--gpus", type=_gpu_count, default=None, metavar="N",
+                   help="spread the cases over N GPUs: relaunches this command under torchrun, one rank per GPU")
+    p.add_argument("--timer", choices=TIMERS, default="auto",
+                   help="auto (default) and cuda_graph: device time of each call inside a CUDA graph (CUDA events if "
+                        "the call cannot be captured); cuda_event: CUDA events around each eager call; host_inclusive: "
+                        "host clock around call + synchronize, launch overhead included; cuda_graph_loop (needs --l2 "
+                        "warm): a CUDA graph of back-to-back calls timed as a whole, as triton's do_bench_cudagraph "
+                        "does; the CPU has only a wall clock")
+    p.add_argument("--l2", choices=L2_STATES, default="cold",
+                   help="cold (default): flush the L2 before every timed call, as a model's other layers evict it; "
+                        "warm: no flush, the call finds what the previous one left in the L2 (a GPU setting: "
+                        "on the CPU nothing is flushed either way, and rows say l2_flushed false)")
+    add_sweep_options(p)
+
+
+def _report_path(path: str | None, suite: str, out: str | Path | None = None, stamp_text: str | None = None,
+                 create: bool = True) -> Path:
+    """The report path (default reports/local/<suite>-<UTC time>.html), checked before the run;
+    create=False (a dry run) checks what it can without making its folder.
+
+    Raises:
+        ConfigError: not an .html/.htm path, an existing file that is not HTML, the --out file,
+            a directory, or a folder that cannot be made or written.
+    """
+    from treebench.harness.store.inputs import refuse_non_html
+
+    p = Path(path) if path else Path("reports/local") / f"{suite}-{stamp_text or stamp()}.html"
+    if p.is_dir():
+        raise ConfigError(f"--report {p}: is a directory; give a file path such as {p / 'report.html'}")
+    if p.suffix.lower() not in (".html", ".htm"):
+        raise ConfigError(f"--report {p}: give an .html path, e.g. reports/local/{suite}.html")
+    if out is not None and p.resolve() == Path(out).resolve():
+        raise ConfigError(f"--report {p}: is the --out results file; give a separate .html path")
+    refuse_non_html(p, "--report")
+    if not create:
+        return p
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--report {p}: cannot create its folder ({e.strerror})") from None
+    if not os.access(p.parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise ConfigError(f"--report {p}: cannot write there (permission denied); give a writable .html path")
+    try:  # and a real write probe: os.access says yes to root on read-only file systems (/sys)
+        if p.exists():
+            with open(p, "ab"):
+                pass
+        else:
+            with tempfile.NamedTemporaryFile(dir=p.parent, prefix=".treebench-probe-", suffix=".html"):
+                pass
+    except OSError as e:
+        raise ConfigError(f"--report {p}: cannot write there ({e.strerror}); give a writable .html path") from None
+    return p
+
+
+def _write_report(rows: list[dict], out: Path, report: Path, title: str) -> bool:
+    """Writes the HTML report from `rows` and the env files beside `out`; False (logged) on failure."""
+    from treebench.harness.store.rows import read_envs
+
+    try:
+        from treebench.harness.analyze.report import write_report
+
+        write_report(rows, read_envs([out]), report, title=title)
+        return True
+    except Exception as e:  # noqa: BLE001 -- the rows are safe in the store; say so and fail
+        log.error("report not written (%s: %s); the rows are in %s", type(e).__name__, e, out)
+        return False
+
+
+def _check_gpus(n: int) -> None:
+    """Raises ConfigError when `--gpus n` cannot be honoured: under torchrun already, or fewer visible GPUs."""
+    import torch
+    from treebench.harness.sweep.shard import torchrun_rank
+
+    if torchrun_rank() is not None:
+        raise ConfigError("--gpus: already running under torchrun; drop --gpus (torchrun chose the ranks)")
+    found = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if n > found:
+        raise ConfigError(f"--gpus {n}: torch sees {found} CUDA GPU(s); ask for at most {found}")
+
+
+def _launch_gpus(args, suite) -> int:
+    """`run --gpus N` (N > 1): relaunches this command line under torchrun, with --out and --report
+    filled in so that every rank uses the same files; returns torchrun's exit code."""
+    from treebench.harness.store.rows import check_writable
+    from treebench.harness.sweep.shard import launch_torchrun, strip_option
+
+    argv = strip_option(args.argv, "--gpus")
+    name = suite_name(suite)
+    stamp_text = stamp()
+    out = args.out or str(Path("results/local") / f"{name}-{stamp_text}.jsonl")
+    report = _report_path(args.report, name, out, stamp_text)
+    check_writable(out, create=False)
+    if args.out is None:  # every rank must append to the same file
+        argv += ["--out", out]
+    if args.report is None:
+        argv += ["--report", str(report)]
+    return launch_torchrun(args.gpus, argv)
+
+
+def run(args) -> int:
+    """`treebench run`: correctness then timing; rows, env file, HTML report; exit 1 on any failed row.
+
+    Raises:
+        ConfigError: bad arguments, suite, backends or output paths (checked before anything is written).
+    """
+    from treebench.harness.model.suites import load_suite
+    from treebench.harness.run.loading import resolve_backends
+    from treebench.harness.store.rows import check_writable
+    from treebench.harness.sweep.execute import execute
+
+    for names in (("--backends", "--backend"), ("--timer",), ("--l2",)):
+        given_once(getattr(args, "argv", None), names)
+    check_suite_arg(args.suite)
+    nonempty(args.out, "--out")
+    nonempty(args.report, "--report")
+    nonempty(args.shard, "--shard")
+    opts = sweep_options(args, "run")
+    suite = load_suite(args.suite)
+    backends = resolve_backends(args.backends)
+    if args.gpus:
+        _check_gpus(args.gpus)
+        if args.gpus > 1 and not args.dry_run:
+            return _launch_gpus(args, suite)
+    name = suite_name(suite)
+    stamp_text = stamp()
+    out_path = args.out or Path("results/local") / f"{name}-{stamp_text}.jsonl"
+    report = _report_path(args.report, name, out_path, stamp_text, create=not args.dry_run)  # before anything is written
+    out = check_writable(out_path, not args.dry_run)
+    ACTIVE_OUT[0] = None if args.dry_run else out
+    opts = replace(opts, out=out)
+    result = execute(suite.cases, backends, opts, CONSOLE)
+    if args.dry_run:
+        print_plan(suite, backends, result)
+        return 0
+    if not result.primary:
+        return 0  # torchrun rank > 0: rank 0 merges, reports and sets the exit code
+    code = exit_code(result, args.determinism)
+    if not _write_report(result.rows, out, report, f"treebench {suite.name}"):
+        code = 1
+    warn_backends_that_ran_nothing(result.rows)
+    print_summary(result.rows, f"treebench run: suite {suite.name}, {len(suite.cases)} cases")
+    Console().print(f"rows: {out}\nreport: {report}", markup=False, highlight=False, soft_wrap=True)
+    return code

@@ -1,0 +1,79 @@
+"""The subcommands that show what treebench knows and run nothing: `treebench list` (the
+backends, available or not, and why) and `treebench tree` (a token tree). Two commands
+in one module: `LIST` and `TREE` (the cli package holds at most ten modules)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from treebench.harness.cli.common import Command
+
+
+def _no_arguments(p) -> None:
+    """`treebench list` takes none."""
+
+
+def _safe_note(note) -> str:
+    """A backend's note() for `treebench list`; a raising note() becomes its error."""
+    try:
+        return str(note() or "")
+    except Exception as e:  # noqa: BLE001 -- a listing never fails on one backend
+        return f"note() raised {type(e).__name__}: {e}"
+
+
+def run_list(args) -> int:
+    """`treebench list`: every registered backend with its availability and reason
+    (for an available backend, its optional `note()`: which path it takes here)."""
+    from treebench.harness.run.loading import availability_of, registered_backends
+
+    table = Table(title="treebench backends")
+    for col in ("backend", "available", "mask", "devices", "reason"):
+        table.add_column(col, overflow="fold")   # narrow pipes wrap a long reason, never cut it
+    for name, cls in sorted(registered_backends().items()):
+        b = cls()
+        reason = availability_of(b)
+        devices = ",".join(getattr(getattr(b, "capabilities", None), "devices", ()) or ())
+        note = getattr(b, "note", None)
+        detail = reason or (_safe_note(note) if callable(note) else "")
+        table.add_row(name, "no" if reason else "yes", getattr(b, "mask_kind", "tree"), devices,
+                      escape(detail))   # install hints hold brackets: treebench[gpu]
+    Console().print(table)
+    return 0
+
+
+def add_tree_arguments(p) -> None:
+    """The arguments of `treebench tree`."""
+    p.add_argument("spec", help="tree spec: chain:4, full:3:2, levels:4,2,1, parents:-1,0,0, [(0,), (1,)], "
+                                "eagle:mc_sim_7b_63, ...")
+    p.add_argument("--json", action="store_true", help="print the tree summary as JSON")
+
+
+def run_tree(args) -> int:
+    """`treebench tree SPEC [--json]`: drawing, parents, depths and mask of a tree.
+
+    Raises:
+        TreeError: a malformed SPEC.
+    """
+    from treebench.harness.model.trees import parse_tree, render_tree, tree_summary
+
+    tree = parse_tree(args.spec)
+    summary = tree_summary(tree)
+    if args.json:
+        sys.stdout.write(json.dumps(summary) + "\n")
+        return 0
+    utf8 = (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "") == "utf8"
+    lines = [render_tree(tree, ascii=not utf8)]
+    lines += [f"parents: {' '.join(map(str, summary['parents']))}",
+              f"depths:  {' '.join(map(str, summary['depths']))}", "mask (row i: 1 where node j is i or its ancestor):"]
+    lines += [f"  {i:>3} {row}" for i, row in enumerate(summary["ancestor_mask"])]
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
+LIST = Command(_no_arguments, run_list)
+TREE = Command(add_tree_arguments, run_tree)

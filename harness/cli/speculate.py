@@ -1,0 +1,135 @@
+"""The speculation subcommands: `treebench tree-search` (the tree of each size that
+maximises expected accepted tokens) and `treebench plan` (the best tree per backend,
+B and L from stored results). Two commands in one module: `TREE_SEARCH` and `PLAN`
+(the cli package holds at most ten modules); the logic is treebench.harness.speculation.
+
+    treebench tree-search --acceptance FILE [--acceptance FILE ...] --max-nodes N [--max-depth D]
+                          [--sizes 4,8,16] [--suite-out FILE [--batch-sizes 1,16,64] [--context-lens 2048]]
+    treebench plan --results FILE... --acceptance FILE [--step-us 2000+0.5*tokens] [--backends a,b]
+                   [--max-depth D]
+
+Sizes are T, nodes per request including the root. Bad input raises
+``ConfigError`` with one line (the CLI prints it and exits 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from treebench.harness.cli.common import Command
+from treebench.harness.errors import ConfigError
+from treebench.harness.speculation.search import MAX_SEARCH_NODES
+
+
+def _int_list(text: str) -> list[int]:
+    """argparse type: "4,8,16" -> [4, 8, 16], each >= 1."""
+    try:
+        values = [int(x) for x in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of positive integers, e.g. 4,8,16")
+    return values
+
+
+def add_tree_search_arguments(p) -> None:
+    """The options of `treebench tree-search`."""
+    p.add_argument("--acceptance", action="append", required=True, metavar="FILE",
+                   help="acceptance model TOML/JSON (repeat for several), e.g. "
+                        "harness/speculation/data/illustrative-geometric.toml")
+    p.add_argument("--max-nodes", type=int, required=True, metavar="N",
+                   help=f"largest tree size T, root included (1..{MAX_SEARCH_NODES})")
+    p.add_argument("--max-depth", type=int, default=None, metavar="D", help="deepest draft token allowed")
+    p.add_argument("--sizes", type=_int_list, default=None, metavar="T,T,...",
+                   help="print / write only these sizes (default: every size 1..N)")
+    p.add_argument("--suite-out", default=None, metavar="FILE", help="write a suite TOML whose tree axis lists them")
+    p.add_argument("--batch-sizes", type=_int_list, default=[1, 16, 64], metavar="B,B,...",
+                   help="the suite's batch_size axis (default 1,16,64)")
+    p.add_argument("--context-lens", type=_int_list, default=[2048], metavar="L,L,...",
+                   help="the suite's context_len axis (default 2048)")
+
+
+def _command_line(args) -> str:
+    """The tree-search command line that a --suite-out file records."""
+    parts = ["treebench tree-search"] + [f"--acceptance {a}" for a in args.acceptance]
+    parts.append(f"--max-nodes {args.max_nodes}")
+    if args.max_depth is not None:
+        parts.append(f"--max-depth {args.max_depth}")
+    if args.sizes:
+        parts.append(f"--sizes {','.join(map(str, args.sizes))}")
+    parts.append(f"--suite-out {args.suite_out} --batch-sizes {','.join(map(str, args.batch_sizes))} "
+                 f"--context-lens {','.join(map(str, args.context_lens))}")
+    return " ".join(parts)
+
+
+def run_tree_search(args) -> int:
+    """Prints each model's best tree per size ("T=.. E=.. depth=.. [choices]"); --suite-out also writes a suite.
+
+    Raises:
+        ConfigError: a bad acceptance file, --max-nodes / --max-depth / --sizes out of range,
+            an unwritable --suite-out, or a written suite that does not load.
+    """
+    from treebench.harness.model.suites import load_suite
+    from treebench.harness.speculation.commands import searched, suite_text
+    from treebench.harness.speculation.search import choices_text
+
+    found = searched(args.acceptance, args.max_nodes, args.max_depth, args.sizes)
+    out = []
+    for model, trees in found:
+        out.append(f"# {model.name} ({model.kind}; draft {model.draft}, target {model.target}): {model.citation}")
+        out += [f"T={t.size} E={t.expected:.4f} depth={t.depth} {choices_text(t.choices)}" for t in trees]
+    sys.stdout.write("\n".join(out) + "\n")
+    if args.suite_out:
+        path = Path(args.suite_out)
+        try:
+            path.write_text(suite_text(found, path.stem, _command_line(args), args.batch_sizes, args.context_lens))
+        except OSError as e:
+            raise ConfigError(f"--suite-out {path}: cannot write ({e.strerror})") from None
+        suite = load_suite(path)
+        sys.stderr.write(f"wrote {path}: {len(suite.cases)} cases\n")
+    return 0
+
+
+def add_plan_arguments(p) -> None:
+    """The options of `treebench plan`."""
+    p.add_argument("--results", nargs="+", required=True, metavar="FILE", help="result JSONL files or folders")
+    p.add_argument("--acceptance", required=True, metavar="FILE", help="acceptance model TOML/JSON")
+    p.add_argument("--step-us", default="0", metavar="US",
+                   help="rest of the step in µs: 2000, or a+b*tokens such as 2000+0.5*tokens (tokens = B*T); default 0")
+    p.add_argument("--backends", default=None, metavar="A,B", help="only these backends (default: all in the results)")
+    p.add_argument("--max-depth", type=int, default=None, metavar="D", help="deepest draft token allowed")
+
+
+def run_plan(args) -> int:
+    """Prints the verdict table (``treebench.harness.speculation.plan``) and the best trees' choices lists.
+
+    Raises:
+        ConfigError: bad --step-us, acceptance file or results, or a --backends name not in the results.
+    """
+    from treebench.harness.speculation.acceptance import load_model
+    from treebench.harness.speculation.commands import only_backends
+    from treebench.harness.speculation.cost import load_curves, parse_step_us
+    from treebench.harness.speculation.plan import format_table, plan
+    from treebench.harness.speculation.search import choices_text
+
+    step = parse_step_us(args.step_us)
+    model = load_model(args.acceptance)
+    if args.max_depth is not None and args.max_depth < 1:
+        raise ConfigError(f"--max-depth {args.max_depth}: give a depth >= 1")
+    curves = load_curves(args.results)
+    if args.backends:
+        curves = only_backends(curves, [b.strip() for b in args.backends.split(",") if b.strip()])
+    verdicts = plan(curves, model, step, args.max_depth)
+    lines = [f"acceptance model {model.name} ({model.kind}): {model.citation}",
+             f"step cost {step} us; tok/ms = B * E / (verify us + step us) * 1000; T counts the root", "",
+             format_table(verdicts), ""]
+    best = {v.best.size: v.best.choices for v in verdicts if v.best}
+    lines += [f"T={t}: {choices_text(c)}" for t, c in sorted(best.items())]
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
+TREE_SEARCH = Command(add_tree_search_arguments, run_tree_search)
+PLAN = Command(add_plan_arguments, run_plan)

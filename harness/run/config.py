@@ -1,0 +1,51 @@
+"""The run request, `RunConfig`: how run_cases runs and where its rows go.
+
+It sits below the runner and the worker (treebench.harness.run.isolate), which
+both read it, and is validated once, when it is built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from treebench.harness.errors import ConfigError
+from treebench.harness.timing.timers import MODES as TIMING_MODES
+
+MODES = ("run", "check")   # run: correctness then timing; check: correctness only
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """How run_cases runs and where its rows go.
+
+    Raises:
+        ValueError: unknown mode or timing mode, or a case time limit that is not a positive number.
+        ConfigError: the back-to-back timer (cuda_graph_loop) asked for with a flushed L2.
+    """
+
+    mode: str = "run"                   # "run": correctness then timing; "check": correctness only
+    store_path: Path | None = None      # results JSONL to append rows to; None: keep rows in memory only
+    run_id: str = ""                    # id shared by this run's rows ("" : a fresh one)
+    env_id: str | None = None           # env fingerprint id written into each row
+    device: str | None = None           # torch device for inputs; None: cuda when available, else cpu
+    peak_bytes_per_s: float | None = None  # measured peak bandwidth, for pct_peak_bw
+    timing_mode: str = "auto"           # treebench.harness.timing.timers.time_callable's mode
+    flush_l2: bool = True               # flush the L2 before every timed call (GPU only): cold L2; False: warm L2
+    quiet: bool = False                 # no progress bar
+    determinism: bool = False           # run the prepared callable twice and compare the outputs bitwise
+    check_memory: bool = True           # skip a pair whose predicted device memory exceeds the free memory
+    isolate: bool = False               # run every pair in a worker subprocess (treebench.harness.run.isolate)
+    case_timeout_s: float | None = None  # per-pair time limit in seconds (isolated runs only); None: no limit
+    skip: frozenset = frozenset()       # (case_id, backend) pairs not to run (already stored: --resume)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
+        if self.timing_mode not in TIMING_MODES:
+            raise ValueError(f"timing_mode {self.timing_mode!r} is not one of {', '.join(TIMING_MODES)}")
+        if self.timing_mode == "cuda_graph_loop" and self.flush_l2:
+            raise ConfigError("--timer cuda_graph_loop times back-to-back calls, so it needs a warm L2: "
+                              "add --l2 warm (flush_l2=False)")
+        if self.case_timeout_s is not None and not self.case_timeout_s > 0:
+            raise ValueError(f"case_timeout_s={self.case_timeout_s!r}: must be a positive number of seconds")

@@ -1,0 +1,126 @@
+"""Backend loading: a backend instance from a registry name, ``package.module:Class`` or
+``path/file.py:Class``, and the backends of one invocation.
+
+The only module of the harness that imports the built-in adapters (the
+``backends`` package, which registers them): the adapter contract below it
+never imports its plug-ins.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+
+from treebench.harness.adapter.contract import REGISTRY, Backend, check_unique_names
+from treebench.harness.errors import ConfigError
+
+SPEC_ATTR = "treebench_spec"   # attribute load_one sets on a backend: how an --isolate worker loads it again
+
+
+def _load_class(spec: str) -> type:
+    """The class `spec` ('pkg.mod:Class' or 'path/file.py:Class') names; ConfigError when it cannot be had."""
+    target, _, cls_name = spec.rpartition(":")
+    if target.endswith(".py") or "/" in target:
+        path = Path(target)
+        if not path.is_file():
+            raise ConfigError(f"--backend {spec!r}: file {target} not found")
+        mod_name = f"treebench_user_{abs(hash(str(path.resolve())))}"
+        s = importlib.util.spec_from_file_location(mod_name, path)
+        if s is None or s.loader is None:
+            raise ConfigError(f"--backend {spec!r}: {target} is not a Python file (.py)")
+        module = importlib.util.module_from_spec(s)
+        sys.modules[mod_name] = module
+        s.loader.exec_module(module)
+    else:
+        try:
+            module = importlib.import_module(target)
+        except ImportError as e:
+            raise ConfigError(f"--backend {spec!r}: cannot import {target} ({e})") from None
+    cls = getattr(module, cls_name, None)
+    if cls is None:
+        raise ConfigError(f"--backend {spec!r}: {target} has no class {cls_name}")
+    return cls
+
+
+def load_backend(spec: str) -> Backend:
+    """A backend instance from a registry name, 'pkg.mod:Class' or 'path/file.py:Class'.
+
+    Raises:
+        ConfigError: unknown name, unimportable module, missing class, or a class
+            without the adapter contract's methods.
+    """
+    import treebench.backends  # noqa: F401  (registers the built-in adapters)
+
+    if ":" not in spec:
+        if spec not in REGISTRY:
+            raise ConfigError(f"unknown backend {spec!r}; known: {', '.join(sorted(REGISTRY))} "
+                              "(or give package.module:Class / path/file.py:Class)")
+        return REGISTRY[spec]()
+    cls = _load_class(spec)
+    for attr in ("name", "availability", "supports", "prepare"):
+        if not hasattr(cls, attr):
+            raise ConfigError(f"--backend {spec!r}: {cls.__name__} lacks `{attr}` of the adapter contract")
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"--backend {spec!r}: {getattr(cls, '__name__', cls)!r}.name is {name!r}; "
+                          "set `name` to a non-empty string")
+    return cls()
+
+
+def load_one(spec: str):
+    """`load_backend(spec)`, remembering `spec` on the instance (SPEC_ATTR) for isolated workers.
+
+    Raises:
+        ConfigError: unknown or unloadable backend (also when loading its module raised).
+    """
+    try:
+        backend = load_backend(spec)
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 -- a user's module that fails to import is bad input
+        raise ConfigError(f"--backend {spec!r}: loading it raised {type(e).__name__}: {e}") from None
+    try:
+        setattr(backend, SPEC_ATTR, spec)  # how an --isolate worker loads it again
+    except AttributeError:
+        pass  # __slots__: the worker gets the pickled instance instead
+    return backend
+
+
+def resolve_backends(spec: str | None) -> list:
+    """Backends for `run`: None -> every available built-in; "all" -> every built-in;
+    else a comma-separated list of names or class specs.
+
+    Raises:
+        ConfigError: an empty list, an unknown or unloadable backend, or two backends
+            of one name.
+    """
+    import treebench.backends  # noqa: F401  (registers the built-in adapters)
+
+    if spec is None:
+        found = [REGISTRY[n]() for n in sorted(REGISTRY)]
+        return [b for b in found if availability_of(b) is None]
+    if spec.strip() == "all":
+        return [REGISTRY[n]() for n in sorted(REGISTRY)]
+    names = list(dict.fromkeys(s.strip() for s in spec.split(",") if s.strip()))
+    if not names:
+        raise ConfigError("--backends is empty: give names such as torch_sdpa,reference, or all")
+    loaded = [load_one(n) for n in names]
+    check_unique_names(loaded)      # before anything is written (the dry run refuses it too)
+    return loaded
+
+
+def availability_of(backend) -> str | None:
+    """backend.availability(), with an exception turned into the reason."""
+    try:
+        return backend.availability()
+    except Exception as e:  # noqa: BLE001
+        return f"availability() raised {type(e).__name__}: {e}"
+
+
+def registered_backends() -> dict[str, type[Backend]]:
+    """The registry with every built-in adapter in it: name -> class."""
+    import treebench.backends  # noqa: F401  (registers the built-in adapters)
+
+    return dict(REGISTRY)
