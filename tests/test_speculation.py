@@ -285,6 +285,6 @@ def test_cli_plan_prints_table(tmp_path, capsys):
 def test_plan_suite_loads_with_the_searched_sizes():
     suite = load_suite(ROOT / "suites" / "plan.toml")
     sizes = {parse_tree(c.tree).size for c in suite.cases}
-    assert sizes == {4, 8, 16, 32, 64, 128}
+    assert sizes == {1, 2, 3, 4, 6, 8, 12, 16, 20, 24, 32, 48, 64, 96, 128}
     assert {c.batch_size for c in suite.cases} == {1, 16, 64} and {c.context_len for c in suite.cases} == {2048}
     assert "treebench tree-search" in suite.description

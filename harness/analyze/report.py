@@ -322,7 +322,7 @@ def _environment() -> jinja2.Environment:
 
 def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, title: str = "treebench", *,
                  baseline: str | None = None, causal_backend: str = "causal_baseline", gate=None,
-                 sources: Sequence[str] = ()) -> Path:
+                 sources: Sequence[str] = (), sections: Sequence[str] = ()) -> Path:
     """Writes a self-contained HTML report of `rows` to `path` and returns it.
 
     Args:
@@ -334,6 +334,8 @@ def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, titl
         causal_backend: backend whose time the tree-mask overhead is measured against.
         gate: an optional `treebench.harness.analyze.gate.GateResult` to show with the summary.
         sources: result paths, listed in the header.
+        sections: extra HTML fragments (each a complete <section>, already escaped), appended after
+            the report's own sections; the CLI adds the speculation section this way.
 
     Raises:
         ConfigError: `baseline` has no timed rows.
@@ -370,7 +372,7 @@ def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, titl
         heatmaps=plots.speedup_heatmaps(sp, baseline) if baseline else None,
         latency=plots.latency_plots(df, order),
         roofline=plots.roofline(roofline_points(rows, envs), order, peak_bw, device_peak(gpu)),
-        peak=device_peak(gpu), peak_bw=peak_bw, trees=tree_images(rows))
+        peak=device_peak(gpu), peak_bw=peak_bw, trees=tree_images(rows), sections=list(sections))
     html = _environment().get_template("report.html.j2").render(**ctx)
     p = Path(path)
     try:

@@ -34,6 +34,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--against", nargs="+", metavar="BASELINE", default=None,
                         help="also run the gate against these baseline results and show its verdicts")
     parser.add_argument("--allow-env-mismatch", action="store_true", help="with --against: compare across envs")
+    parser.add_argument("--acceptance", default=None, metavar="FILE",
+                        help="an acceptance model (TOML/JSON): adds a speculation section, expected accepted tokens "
+                             "against verify time per backend and the best tree per (B, L) (see `treebench plan`)")
+    parser.add_argument("--step-us", default=None, metavar="US",
+                        help="with --acceptance: the rest of the step in µs, 2000 or a+b*tokens (default 0)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,14 +60,31 @@ def run(args: argparse.Namespace) -> int:
     refuse_non_html(out, "report -o")
     causal = args.causal_backend or "causal_baseline"
     present = sorted({r["backend"] for r in rows})
+    if args.step_us is not None and not args.acceptance:
+        raise ConfigError("report --step-us needs --acceptance FILE (the step cost is used by the speculation section)")
     if args.causal_backend is not None and causal not in present:
         raise ConfigError(f"report --causal-backend {causal!r}: no rows of it here; backends here: {', '.join(present)}")
     gate = _gate(args, rows, envs) if args.against else None
+    sections = [_speculation(args, rows)] if args.acceptance else []
     title = args.title or "treebench — " + ", ".join(Path(p).name for p in args.results)
     path = write_report(rows, envs, out, title, baseline=args.baseline_backend, causal_backend=causal,
-                        gate=gate, sources=args.results)
+                        gate=gate, sources=args.results, sections=sections)
     sys.stdout.write(f"{path}\n")  # the command's output: where the report is
     return 0
+
+
+def _speculation(args: argparse.Namespace, rows: list[dict]) -> str:
+    """The speculation section for --acceptance (and --step-us).
+
+    Raises:
+        ConfigError: an unreadable or invalid acceptance model, or a bad --step-us.
+    """
+    from treebench.harness.speculation.acceptance import load_model
+    from treebench.harness.speculation.cost import parse_step_us
+    from treebench.harness.speculation.plan import speculation_section
+
+    step = parse_step_us(args.step_us) if args.step_us is not None else None
+    return speculation_section(rows, load_model(args.acceptance), step)
 
 
 def _gate(args: argparse.Namespace, rows: list[dict], envs: dict[str, dict]) -> GateResult:

@@ -35,9 +35,10 @@ class Option:
     Attributes:
         size: T, nodes per request including the root.
         expected: E, accepted tokens per request per step.
-        verify_us: measured (interpolated) verify time, µs.
+        verify_us: verify time, µs: measured at T, or interpolated between the nearest measured sizes.
         step_us: the rest of the step, µs.
         choices: the tree's choices paths (root implicit).
+        measured: True when verify_us is a measurement at exactly T, False when interpolated.
     """
 
     size: int
@@ -45,6 +46,7 @@ class Option:
     verify_us: float
     step_us: float
     choices: tuple[tuple[int, ...], ...]
+    measured: bool = True
 
     def tokens_per_ms(self, batch_size: int) -> float:
         """B * E / (verify_us + step_us) * 1000: accepted tokens per ms across the batch."""
@@ -72,7 +74,9 @@ class Verdict:
 
 def _option(curve: VerifyCurve, step: StepCost, t: int, e: float, choices) -> Option | None:
     us, _ = curve.lookup(t)
-    return None if us is None else Option(t, e, us, step.us(curve.key.batch_size, t), tuple(choices))
+    if us is None:
+        return None
+    return Option(t, e, us, step.us(curve.key.batch_size, t), tuple(choices), measured=t in curve.sizes)
 
 
 def _best(options: list[Option | None], b: int) -> Option | None:
@@ -118,6 +122,7 @@ def shape_text(choices) -> str:
     return f"d{max(counts)}: " + ",".join(str(counts[d]) for d in sorted(counts)) if counts else "root"
 
 
+INTERPOLATED_NOTE = "~: verify us interpolated in T between the nearest measured tree sizes (cost assumed to depend on T only)"
 HEADERS = ("backend", "B", "L", "config", "best T", "shape", "E", "verify us", "tok/ms",
            "chain T", "chain tok/ms", "none tok/ms")
 
@@ -129,8 +134,8 @@ def _cells(v: Verdict, config: bool) -> list[str]:
         cells += ["-", v.reason, "-", "-", "-"]
     else:
         o = v.best
-        cells += [str(o.size), shape_text(o.choices), f"{o.expected:.3f}", f"{o.verify_us:.1f}",
-                  f"{o.tokens_per_ms(b):.1f}"]
+        cells += [str(o.size), shape_text(o.choices), f"{o.expected:.3f}",
+                  f"{o.verify_us:.1f}" if o.measured else f"~{o.verify_us:.1f}", f"{o.tokens_per_ms(b):.1f}"]
     cells += [str(v.chain.size), f"{v.chain.tokens_per_ms(b):.1f}"] if v.chain else ["-", "-"]
     return cells + [f"{v.none.tokens_per_ms(b):.1f}" if v.none else "n/a (T=1 not measured)"]
 
@@ -146,7 +151,10 @@ def format_table(verdicts: list[Verdict]) -> str:
     rows = table_rows(verdicts)
     heads = rows[0]
     widths = [max(len(r[i]) for r in rows) for i in range(len(heads))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    text = "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    if any(v.best is not None and not v.best.measured for v in verdicts):
+        text += f"\n{INTERPOLATED_NOTE}"
+    return text
 
 
 # ---- HTML for reports ---------------------------------------------------------------------------
@@ -218,4 +226,6 @@ def speculation_section(rows: list[dict], model: AcceptanceModel, step: StepCost
     table = table_rows(verdicts)
     header = "<tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in table[0]) + "</tr>"
     cells = ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in table[1:]]
-    return head + f"<div>{figs}</div><table>{header}{''.join(cells)}</table></section>"
+    note = (f"<p>{html.escape(INTERPOLATED_NOTE)}</p>"
+            if any(v.best is not None and not v.best.measured for v in verdicts) else "")
+    return head + f"<div>{figs}</div><table>{header}{''.join(cells)}</table>{note}</section>"
