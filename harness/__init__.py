@@ -34,7 +34,8 @@ _LAZY = {  # public name -> the module that defines it, imported on first access
     **dict.fromkeys(("Suite", "load_suite"), _P + "model.suites"),
     **dict.fromkeys(("measure_peak_bandwidth", "time_callable"), _P + "timing.timers"),
     "Timing": _P + "timing.core",
-    **dict.fromkeys(("TokenTree", "from_parents", "parse_tree", "render_tree", "tree_summary"), _P + "model.trees"),
+    **dict.fromkeys(("TokenTree", "from_parents", "render_tree", "tree_summary"), _P + "model.trees"),
+    "parse_tree": _P + "model.tree_specs",
     "write_report": _P + "analyze.report",
     "main": _P + "cli.main",
 }

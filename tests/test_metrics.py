@@ -19,7 +19,7 @@ from treebench.harness.model.workload import (DEVICE_PEAKS, attended_pairs, atte
 from treebench.harness.model.paged import build_inputs
 from treebench.harness.model.reference import request_mask
 from treebench.harness.store.rows import read_rows
-from treebench.harness.model.trees import parse_tree
+from treebench.harness.model.tree_specs import parse_tree
 
 BASE = Path(__file__).parent / "data" / "results" / "h200-baseline"
 

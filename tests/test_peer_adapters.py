@@ -22,7 +22,7 @@ from treebench.harness.model.compare import compare
 from treebench.harness.errors import ConfigError
 from treebench.harness.model.paged import build_inputs
 from treebench.harness.model.reference import reference_attention
-from treebench.harness.model.trees import parse_tree
+from treebench.harness.model.tree_specs import parse_tree
 
 GPU_ONLY = (XformersTree, FlashInferMask, CausalBaseline, VllmTriton)
 

@@ -316,7 +316,7 @@ def test_tree_layout_handles_deep_trees_and_centres_parents():
     """A chain of 1000 nodes (valid: the limit is 1024) is laid out without recursion,
     and a branching tree gets leaves 1 apart with parents centred over their children."""
     from treebench.harness.analyze.plots import _tree_xy, tree_figure
-    from treebench.harness.model.trees import parse_tree
+    from treebench.harness.model.tree_specs import parse_tree
     chain = parse_tree("chain:1000")
     x, d = _tree_xy(chain)
     assert d == list(range(chain.size)) and len(set(x)) == 1

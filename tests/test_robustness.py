@@ -15,7 +15,7 @@ from treebench.harness.errors import ConfigError, TreeError
 from treebench.harness.run.pair import error_reason
 from treebench.harness.run.config import RunConfig
 from treebench.harness.run.runner import row_satisfies, run_cases
-from treebench.harness.model.trees import parse_tree
+from treebench.harness.model.tree_specs import parse_tree
 from tests.broken_backends import BrokenCausalMask, Correct
 
 CASE = Case(batch_size=2, context_len=5, tree="chain:2", num_q_heads=2, num_kv_heads=1, head_dim=8,

@@ -20,7 +20,9 @@ from treebench.harness.speculation.expected import chain_expected, expected_toke
 from treebench.harness.speculation.plan import format_table, plan, speculation_section
 from treebench.harness.speculation.search import choices_text, search_trees
 from treebench.harness.model.suites import load_suite
-from treebench.harness.model.trees import from_choices, parse_tree
+from treebench.harness.model.trees import from_choices
+
+from treebench.harness.model.tree_specs import parse_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 GOOD = {"name": "t", "kind": "illustrative", "citation": "synthetic, for tests", "draft": "d", "target": "t"}

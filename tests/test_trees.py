@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 
 from treebench.harness.model import named_trees
 from treebench.harness.errors import ConfigError, TreeError
-from treebench.harness.model.trees import MAX_NODES, TokenTree, from_choices, from_parents, parse_tree, render_tree, tree_summary
+from treebench.harness.model.trees import MAX_NODES, TokenTree, from_choices, from_parents, render_tree, tree_summary
+
+from treebench.harness.model.tree_specs import parse_tree
 
 FAST = settings(max_examples=60, deadline=None)
 

@@ -21,7 +21,7 @@ from treebench.harness.timing.timers import capture_graph  # noqa: E402
 from treebench.harness.errors import ConfigError  # noqa: E402
 from treebench.harness.model.paged import build_inputs  # noqa: E402
 from treebench.harness.model.reference import reference_attention  # noqa: E402
-from treebench.harness.model.trees import parse_tree  # noqa: E402
+from treebench.harness.model.tree_specs import parse_tree  # noqa: E402
 from treebench.kernels.options import KernelOptions  # noqa: E402
 from treebench.kernels.tree_attention_plan import (KernelConfig, choose_num_splits, make_plan,  # noqa: E402
                                          pack_tree_masks, tree_bias)

@@ -30,7 +30,7 @@ from treebench.harness.analyze.tables import mask_overhead_table, speedup_table,
 from treebench.harness.model.workload import device_peak, rates, row_work
 from treebench.harness.timing.stats import NOISE_RULE, geometric_mean, is_noisy
 from treebench.harness.store.rows import STATUSES, l2_label, row_l2_flushed, timing_label
-from treebench.harness.model.trees import parse_tree
+from treebench.harness.model.tree_specs import parse_tree
 
 log = logging.getLogger(__name__)
 

@@ -59,7 +59,9 @@ def run_tree(args) -> int:
     Raises:
         TreeError: a malformed SPEC.
     """
-    from treebench.harness.model.trees import parse_tree, render_tree, tree_summary
+    from treebench.harness.model.trees import render_tree, tree_summary
+
+    from treebench.harness.model.tree_specs import parse_tree
 
     tree = parse_tree(args.spec)
     summary = tree_summary(tree)

@@ -14,7 +14,9 @@ import random
 from dataclasses import asdict, dataclass, fields
 
 from treebench.harness.errors import ConfigError
-from treebench.harness.model.trees import TokenTree, canonical_spec, parse_tree
+from treebench.harness.model.trees import TokenTree
+
+from treebench.harness.model.tree_specs import canonical_spec, parse_tree
 
 DTYPES = ("bfloat16", "float16", "float32")
 LAYOUTS = ("contiguous", "shuffled", "interleaved")

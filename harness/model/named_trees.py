@@ -1,7 +1,7 @@
 """Published draft trees, re-typed from their public sources as data.
 
 Each tree is a choices list: one path of top-k ranks per draft node, the root
-(the last accepted token) implicit. ``treebench.harness.model.trees.parse_tree`` reads them by
+(the last accepted token) implicit. ``treebench.harness.model.tree_specs.parse_tree`` reads them by
 name (``eagle:mc_sim_7b_63``) and puts them in canonical order; this module
 holds data only and imports nothing from the harness.
 

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 import torch
 
 from treebench.harness.model.cases import Case
-from treebench.harness.model.trees import TokenTree, parse_tree
+from treebench.harness.model.trees import TokenTree
+
+from treebench.harness.model.tree_specs import parse_tree
 
 TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 

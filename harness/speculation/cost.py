@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.rows import read_rows, timing_label
-from treebench.harness.model.trees import parse_tree
+from treebench.harness.model.tree_specs import parse_tree
 
 __all__ = ["CurveKey", "VerifyCurve", "StepCost", "parse_step_us", "verify_curves", "load_curves"]
 

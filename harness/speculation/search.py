@@ -43,7 +43,7 @@ class SearchedTree:
     Attributes:
         size: T, nodes including the root.
         expected: E, expected accepted tokens per step (bonus token included).
-        choices: T - 1 paths in (depth, path) order; ``treebench.harness.model.trees.parse_tree`` reads them.
+        choices: T - 1 paths in (depth, path) order; ``treebench.harness.model.tree_specs.parse_tree`` reads them.
     """
 
     size: int
@@ -143,5 +143,5 @@ def search_trees(model: AcceptanceModel, max_nodes: int, max_depth: int | None =
 
 
 def choices_text(choices: Choices) -> str:
-    """A choices list as text that ``treebench.harness.model.trees.parse_tree`` reads: "[(0,), (1,), (0, 0)]"."""
+    """A choices list as text that ``treebench.harness.model.tree_specs.parse_tree`` reads: "[(0,), (1,), (0, 0)]"."""
     return "[" + ", ".join("(" + ", ".join(map(str, c)) + ("," if len(c) == 1 else "") + ")" for c in choices) + "]"

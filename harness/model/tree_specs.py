@@ -1,0 +1,190 @@
+"""Tree specs: every text (or list) form a tree is read from, parsed into a `TokenTree`.
+
+Formats read by ``parse_tree`` (every format ends in the same canonical form):
+
+- choices: a list of paths, e.g. ``[(0,), (1,), (0, 0)]`` or its text (EAGLE,
+  Medusa, vLLM's ``speculative_token_tree``); the root is implicit;
+- ``parents:-1,0,0,1``: parent of each node, each parent before its children,
+  siblings ranked in order of appearance; re-ordered canonically if needed;
+- generators: ``chain:N``, ``full:BRANCHING:DEPTH``, ``levels:4,2,1``,
+  ``random:N:SEED``;
+- named published trees (``treebench.harness.model.named_trees``), e.g. ``eagle:mc_sim_7b_63``.
+
+Errors are `TreeError` (a ConfigError: one line, exit 2 at the CLI), naming the spec.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import random
+from collections.abc import Iterable, Sequence
+
+from treebench.harness.errors import TreeError
+from treebench.harness.model import named_trees
+from treebench.harness.model.trees import MAX_NODES, TokenTree, check_size, from_choices, from_parents
+
+__all__ = ["canonical_spec", "parse_tree"]
+
+# --------------------------------------------------------------------------- generators
+
+
+def _int_arg(text: str, name: str, low: int | None, spec: str) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise TreeError(f"tree {spec!r}: {name} must be an integer, got {text!r}") from None
+    if low is not None and value < low:
+        raise TreeError(f"tree {spec!r}: {name} must be >= {low}, got {value}")
+    return value
+
+
+def _args(rest: str, n: int, usage: str, spec: str) -> list[str]:
+    args = rest.split(":")
+    if len(args) != n:
+        raise TreeError(f"tree {spec!r}: {len(args)} argument(s) given; write {usage}")
+    return args
+
+
+def _levels_tree(counts: Iterable[int], spec: str) -> TokenTree:
+    """Tree with counts[k] children under every node of depth k (1+c0+c0*c1+... nodes)."""
+    counts = list(_capped(counts, spec))
+    parents, frontier = [-1], [0]
+    for c in counts:
+        nxt = []
+        for node in frontier:
+            for _ in range(c):
+                parents.append(node)
+                nxt.append(len(parents) - 1)
+        frontier = nxt
+    return from_parents(parents, spec)
+
+
+def _capped(counts: Iterable[int], spec: str) -> Iterable[int]:
+    """Yields counts while the tree they describe stays within MAX_NODES."""
+    total, width = 1, 1
+    for k, c in enumerate(counts, start=1):
+        width *= c
+        total += width
+        if c > MAX_NODES or total > MAX_NODES:
+            raise TreeError(f"tree {spec!r}: more than MAX_NODES = {MAX_NODES} nodes by depth {k}; "
+                            "use fewer levels or fewer children")
+        yield c
+
+
+def _gen_chain(rest: str, spec: str) -> TokenTree:
+    (n,) = _args(rest, 1, "chain:N (N draft tokens)", spec)
+    return _levels_tree(itertools.repeat(1, min(_int_arg(n, "chain N", 0, spec), MAX_NODES + 1)), spec)
+
+
+def _gen_full(rest: str, spec: str) -> TokenTree:
+    b, d = _args(rest, 2, "full:BRANCHING:DEPTH, e.g. full:3:2", spec)
+    branching = _int_arg(b, "full BRANCHING", 1, spec)
+    return _levels_tree(itertools.repeat(branching, min(_int_arg(d, "full DEPTH", 0, spec), MAX_NODES + 1)), spec)
+
+
+def _gen_levels(rest: str, spec: str) -> TokenTree:
+    if not rest.strip():
+        raise TreeError(f"tree {spec!r}: levels needs children counts per depth, e.g. levels:4,2,1")
+    return _levels_tree([_int_arg(c, "levels count", 1, spec) for c in rest.split(",")], spec)
+
+
+def _gen_random(rest: str, spec: str) -> TokenTree:
+    """N draft nodes, each under a uniformly chosen earlier node, from random.Random(SEED)."""
+    n, seed = _args(rest, 2, "random:N:SEED, e.g. random:20:0", spec)
+    count = _int_arg(n, "random N", 0, spec)
+    check_size(count + 1, spec)
+    rng = random.Random(_int_arg(seed, "random SEED", None, spec))
+    return from_parents([-1] + [rng.randrange(i) for i in range(1, count + 1)], spec)
+
+
+def _gen_parents(rest: str, spec: str) -> TokenTree:
+    if not rest.strip():
+        raise TreeError(f"tree {spec!r}: empty parent array; write e.g. parents:-1,0,0,1")
+    return from_parents([_int_arg(p, f"parent of node {i}", None, spec) for i, p in enumerate(rest.split(","))],
+                        spec)
+
+
+# Explicit registry: format prefix -> reader of the text after "prefix:".
+_GENERATORS = {
+    "chain": _gen_chain,
+    "full": _gen_full,
+    "levels": _gen_levels,
+    "random": _gen_random,
+    "parents": _gen_parents,
+}
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def canonical_spec(spec: str) -> str:
+    """`spec` as parse_tree reads it: without surrounding white space and with a
+    generator keyword in lower case (" FULL:3:2" -> "full:3:2"), so that spellings
+    parse_tree takes alike give one case id. Choices lists and named trees are
+    kept as written (stripped). Does not validate: parse_tree does."""
+    s = spec.strip()
+    kind, sep, rest = s.partition(":")
+    if sep and kind.strip().lower() in _GENERATORS:
+        return f"{kind.strip().lower()}:{rest.strip()}"
+    return s
+
+
+def parse_tree(spec: str | Sequence[Sequence[int]] | TokenTree) -> TokenTree:
+    """Parses any tree format of DESIGN.md into a canonical TokenTree.
+
+    Args:
+        spec: a format string (see the module docstring), a choices list of
+            paths, or an already built TokenTree (returned as is). Choices text
+            is read with ``ast.literal_eval``, never ``eval``.
+
+    Returns:
+        The tree in canonical order; ``spec`` keeps the text given (a list is
+        kept as its repr).
+
+    Raises:
+        TreeError: empty text, an unknown format or name (the message lists the
+            known ones), bad generator arguments, or any malformed tree (see
+            ``from_parents`` and ``from_choices``).
+    """
+    if isinstance(spec, TokenTree):
+        return spec
+    if not isinstance(spec, str):
+        return from_choices(spec, repr(spec))
+    s = spec.strip()
+    if not s:
+        raise TreeError("tree '': empty spec; give e.g. chain:4, full:3:2, parents:-1,0,0 or [(0,), (1,)]")
+    if s[0] in "[(":
+        return _parse_choices_text(s, spec)
+    named = _named(s, spec)
+    if named is not None:
+        return named
+    kind, sep, rest = s.partition(":")
+    reader = _GENERATORS.get(kind.strip().lower())
+    if reader is None or not sep:
+        raise TreeError(f"tree {spec!r}: unknown format or name; use a choices list [(0,), (1,), (0, 0)], "
+                        f"{', '.join(f'{k}:...' for k in _GENERATORS)}, or a named tree "
+                        f"({', '.join(named_trees.known_names())})")
+    return reader(rest, spec)
+
+
+def _parse_choices_text(text: str, spec: str) -> TokenTree:
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        raise TreeError(f"tree {spec!r}: not a Python list of tuples; write e.g. [(0,), (1,), (0, 0)]") from None
+    return from_choices(value, spec)
+
+
+def _named(name: str, spec: str) -> TokenTree | None:
+    """The named published tree, None if `name` is not a tree name."""
+    key = named_trees.ALIASES.get(name, name)
+    if key in named_trees.NAMED_TREES:
+        return from_choices(named_trees.NAMED_TREES[key].choices, spec)
+    key = named_trees.UNAVAILABLE_ALIASES.get(name, name)
+    if key in named_trees.UNAVAILABLE:
+        raise TreeError(f"tree {spec!r}: {named_trees.UNAVAILABLE[key]}")
+    return None
+
+
+# --------------------------------------------------------------------------- display
