@@ -19,10 +19,12 @@ from treebench.harness.model.metrics import case_metrics
 from treebench.harness.model.paged import BatchInputs, build_inputs
 from treebench.harness.model.reference import reference_attention
 from treebench.harness.run.runner import RunConfig, run_cases
-from treebench.harness.store.rows import append_row, env_fingerprint, read_envs, read_rows, write_env
+from treebench.harness.store.env import env_fingerprint, read_envs, write_env
+from treebench.harness.store.rows import append_row, read_rows
 from treebench.harness.model.suites import Suite, load_suite
-from treebench.harness.timing.timers import measure_peak_bandwidth, time_callable
-from treebench.harness.timing.core import Timing
+from treebench.harness.timing.bandwidth import measure_peak_bandwidth
+from treebench.harness.timing.budget import Timing
+from treebench.harness.timing.timers import time_callable
 from treebench.harness.model.trees import TokenTree, from_parents, parse_tree, render_tree, tree_summary
 
 try:

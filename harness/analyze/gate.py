@@ -41,8 +41,10 @@ from scipy.stats import mannwhitneyu
 from treebench.harness.errors import ConfigError
 from treebench.harness.analyze.gate_render import FAILING, KIND_TITLES, junit_xml, markdown
 from treebench.harness.timing.stats import NOISE_RULE, is_noisy
-from treebench.harness.store.inputs import check_output_path, read_checked_rows, refuse_input_path
-from treebench.harness.store.rows import read_envs, row_l2_flushed, timing_key, timing_label
+from treebench.harness.store.env import read_envs
+from treebench.harness.store.paths import check_output_path, refuse_input_path
+from treebench.harness.store.rows import row_l2_flushed, timing_key, timing_label
+from treebench.harness.store.validate import read_checked_rows
 
 log = logging.getLogger(__name__)
 

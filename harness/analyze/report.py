@@ -31,14 +31,14 @@ from treebench.harness.errors import ConfigError
 from treebench.harness.model.metrics import (device_peak, mask_overhead_table, rates, row_work, speedup_table, timed_frame,
                              varying_axes)
 from treebench.harness.timing.stats import NOISE_RULE, geometric_mean, is_noisy
-from treebench.harness.store.rows import l2_label, read_envs, row_l2_flushed, timing_label
+from treebench.harness.store.env import read_envs
+from treebench.harness.store.rows import STATUSES, l2_label, row_l2_flushed, timing_label
 from treebench.harness.model.trees import parse_tree
 
 log = logging.getLogger(__name__)
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 DEFAULT_BASELINES = ("flashinfer_mask", "xformers_tree", "torch_sdpa")  # preferred speedup baselines, in order
-STATUSES = ("pass", "mismatch", "error", "skipped")
 
 
 # ---- formatting -------------------------------------------------------------------------------
@@ -402,17 +402,16 @@ def run(args: argparse.Namespace) -> int:
             without rows, or (with
             --against) env fingerprints that differ (the CLI exits 2).
     """
-    from treebench.harness.store.inputs import check_output_path, read_checked_rows, refuse_non_html
+    from treebench.harness.store.paths import check_html_path, check_output_path
+    from treebench.harness.store.validate import read_checked_rows
 
     rows, envs = read_checked_rows(args.results, "report"), read_envs(args.results)
     if not rows:
         raise ConfigError(f"report {' '.join(args.results)}: no result rows; give a run's .jsonl file or "
                           "folder (folders are not searched recursively)")
     out = Path(args.output or Path("reports/local") / f"{Path(args.results[0]).stem}.html")
-    if out.suffix.lower() not in (".html", ".htm"):
-        raise ConfigError(f"report -o {out}: give an .html path, e.g. reports/NAME.html")
+    check_html_path(out, "report -o", "reports/NAME.html")
     check_output_path(out, "report -o")
-    refuse_non_html(out, "report -o")
     causal = args.causal_backend or "causal_baseline"
     present = sorted({r["backend"] for r in rows})
     if args.causal_backend is not None and causal not in present:
@@ -428,7 +427,7 @@ def run(args: argparse.Namespace) -> int:
 def _gate(args: argparse.Namespace, rows: list[dict], envs: dict[str, dict]):
     """GateResult of these rows against --against's baseline results."""
     from treebench.harness.analyze import gate
-    from treebench.harness.store import inputs as result_inputs
+    from treebench.harness.store import validate as result_inputs
 
     base_rows, base_envs = result_inputs.read_checked_rows(args.against, "report --against"), read_envs(args.against)
     notes = gate.env_differences(base_envs, envs, base_rows, rows)

@@ -29,6 +29,7 @@ from rich.table import Table
 from treebench.harness.cli.sweep import FAILED, availability_of, cmd_check, cmd_merge, cmd_run, load_one, resolve_backends  # noqa: F401
 from treebench.harness.errors import ConfigError
 from treebench.harness.speculation import commands as speculation_commands  # tree-search, plan
+from treebench.harness.timing.modes import MODES
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ PROG = "treebench"
 LAZY_COMMANDS = {"gate": "compare two result sets: exit 1 on a significant slowdown or a correctness loss",
                  "report": "write an HTML report from result files"}
 _handler: logging.Handler | None = None  # the handler main() installed on the "harness" logger
-TIMERS = ("auto", "cuda_graph", "cuda_event", "host_inclusive", "cuda_graph_loop")  # treebench.harness.timing.timers.MODES (not imported: torch)
+TIMERS = MODES
 L2_STATES = ("cold", "warm")  # run --l2: cold flushes the L2 before every timed call (flush_l2), warm does not
 
 

@@ -13,16 +13,15 @@ from __future__ import annotations
 import logging
 import os
 import re
-import secrets
 import statistics
 import tempfile
-from datetime import datetime, timezone
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 from treebench.harness.errors import ConfigError
+from treebench.harness.store.rows import new_run_id
 
 log = logging.getLogger("treebench.harness.cli.main")
 
@@ -91,7 +90,7 @@ def availability_of(backend) -> str | None:
 def _stamp() -> str:
     """UTC time plus a random token: runs started in the same second (job-array shards)
     get different default output files."""
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+    return new_run_id()
 
 
 def safe_name(name: str, path: Path | None = None) -> str:
@@ -133,16 +132,12 @@ def _report_path(path: str | None, suite: str, out: str | Path | None = None, st
         ConfigError: not an .html/.htm path, an existing file that is not HTML, the --out file,
             a directory, or a folder that cannot be made or written.
     """
-    from treebench.harness.store.inputs import refuse_non_html
+    from treebench.harness.store.paths import check_html_path
 
     p = Path(path) if path else Path("reports/local") / f"{suite}-{stamp or _stamp()}.html"
-    if p.is_dir():
-        raise ConfigError(f"--report {p}: is a directory; give a file path such as {p / 'report.html'}")
-    if p.suffix.lower() not in (".html", ".htm"):
-        raise ConfigError(f"--report {p}: give an .html path, e.g. reports/local/{suite}.html")
+    check_html_path(p, "--report", f"reports/local/{suite}.html")
     if out is not None and p.resolve() == Path(out).resolve():
         raise ConfigError(f"--report {p}: is the --out results file; give a separate .html path")
-    refuse_non_html(p, "--report")
     if not create:
         return p
     try:
@@ -261,7 +256,7 @@ def _print_plan(suite, backends, result) -> None:
 
 def _write_report(rows: list[dict], out: Path, report: Path, title: str) -> bool:
     """Writes the HTML report from `rows` and the env files beside `out`; False (logged) on failure."""
-    from treebench.harness.store.rows import read_envs
+    from treebench.harness.store.env import read_envs
 
     try:
         from treebench.harness.analyze.report import write_report
@@ -292,7 +287,7 @@ def _launch_gpus(args, suite) -> int:
     from treebench.harness.sweep.shard import launch_torchrun, strip_option
 
     argv = strip_option(args.argv, "--gpus")
-    from treebench.harness.store.rows import check_writable
+    from treebench.harness.store.paths import check_writable
 
     name = _suite_name(suite)
     stamp = _stamp()
@@ -320,7 +315,7 @@ def _given_once(argv, names: tuple[str, ...]) -> None:
 
 def cmd_run(args, console: Console) -> int:
     """`treebench run`: correctness then timing; rows, env file, HTML report; exit 1 on any failed row."""
-    from treebench.harness.store.rows import check_writable
+    from treebench.harness.store.paths import check_writable
     from treebench.harness.model.suites import load_suite
     from treebench.harness.sweep.execute import execute
 
@@ -365,7 +360,7 @@ def cmd_run(args, console: Console) -> int:
 
 def cmd_check(args, console: Console) -> int:
     """`treebench check`: correctness only for one backend; exit 0 iff every case that ran passed."""
-    from treebench.harness.store.rows import check_writable
+    from treebench.harness.store.paths import check_writable
     from treebench.harness.model.suites import load_suite
     from treebench.harness.sweep.execute import execute
 
@@ -410,7 +405,7 @@ def cmd_merge(args, console: Console) -> int:
     """`treebench merge OUT INPUT...`: appends the inputs' rows not yet in OUT (key: case_id,
     backend, env, timer, L2 state; a row of a known key measured later is appended too:
     `shard.merge_results`) and copies their env files beside OUT."""
-    from treebench.harness.sweep.shard import merge_results, merge_row_inputs
+    from treebench.harness.store.merge import merge_results, merge_row_inputs
     from treebench.harness.store.rows import read_rows
 
     if not args.out.strip():

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
@@ -27,8 +25,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from treebench.harness.model.cases import Case
 from treebench.harness.run.pair import CaseData, availabilities, run_case_backend
-from treebench.harness.store.rows import append_row, row_l2_flushed
-from treebench.harness.timing.timers import MODES as TIMING_MODES
+from treebench.harness.store.rows import append_row, new_run_id, row_l2_flushed
+from treebench.harness.timing.modes import MODES as TIMING_MODES
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +51,6 @@ class RunConfig:
     isolate: bool = False               # run every pair in a worker subprocess (treebench.harness.run.isolate)
     case_timeout_s: float | None = None  # per-pair time limit in seconds (isolated runs only); None: no limit
     skip: frozenset = frozenset()       # (case_id, backend) pairs not to run (already stored: --resume)
-
-
-def new_run_id() -> str:
-    """A fresh run id: UTC time plus 6 random hex digits."""
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
 
 
 def default_device() -> torch.device:

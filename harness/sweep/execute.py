@@ -19,7 +19,7 @@ from rich.console import Console
 
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.pair import AvailabilityRaised, availabilities
-from treebench.harness.run.runner import RunConfig, default_device, new_run_id, row_satisfies, run_cases
+from treebench.harness.run.runner import RunConfig, default_device, row_satisfies, run_cases
 from treebench.harness.sweep.shard import (
     Rank,
     Shard,
@@ -33,7 +33,9 @@ from treebench.harness.sweep.shard import (
     torchrun_rank,
     wait_for_ranks,
 )
-from treebench.harness.store.rows import env_fingerprint, read_rows, row_key, stored_keys, write_env
+from treebench.harness.store.env import env_fingerprint, write_env
+from treebench.harness.store.rows import new_run_id, read_rows, row_key, stored_keys
+from treebench.harness.timing.bandwidth import measure_peak_bandwidth
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +149,7 @@ def execute(cases, backends, opts: SweepOptions, console: Console | None = None)
     _check_options(opts, rank)
     device = rank_device(rank) if rank else str(default_device())
     mine = select_cases(cases, opts.shard, rank)
-    env = env_fingerprint(device)
+    env = env_fingerprint(device, measure_peak_bandwidth(device))
     if opts.isolate or opts.case_timeout_s is not None:
         _release_cached(device)  # the bandwidth probe's buffers would count against the workers' free memory
     skip = _resume_skip(opts, env["env_id"], rank)
