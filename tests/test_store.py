@@ -15,9 +15,11 @@ from pathlib import Path
 import pytest
 from treebench.harness.errors import ConfigError
 from treebench.harness.store import env as store_env
+from treebench.harness.store import remove
 from treebench.harness.store import rows as store
 from treebench.harness.store.env import env_fingerprint, env_id_of, read_envs, write_env
 from treebench.harness.store.paths import check_writable
+from treebench.harness.store.remove import remove_rows
 from treebench.harness.store.rows import SCHEMA, append_row, migrate_row, new_run_id, read_rows
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -237,3 +239,79 @@ def test_env_records_the_peak_it_is_handed_and_measures_nothing(monkeypatch):
     assert env_fingerprint("cpu")["peak_bw_bytes_per_s"] is None
     assert "import" not in "".join(ln for ln in Path(store_env.__file__).read_text().splitlines() if "timing" in ln)
 
+
+# ---- remove_rows ------------------------------------------------------------------------------
+
+def _store_of(path: Path, rows: list[dict]) -> list[bytes]:
+    for r in rows:
+        append_row(path, r)
+    return path.read_bytes().splitlines(keepends=True)
+
+
+ROWS = [_row(0, run_id="r1", env="e1", backend="a"), _row(1, run_id="r2", env="e1", backend="b"),
+        _row(2, run_id="r2", env="e2", backend="a"), _row(3, run_id="r3", env="e2", backend="c")]
+
+
+@pytest.mark.parametrize("filters, removed", [
+    ({"run_ids": ["r2"]}, {1, 2}),
+    ({"backends": ("c",)}, {3}),
+    ({"env_ids": {"e1"}}, {0, 1}),
+    ({"run_ids": ["r1"], "backends": ["c"]}, {0, 3}),             # any filter matching removes the row
+    ({"run_ids": "r3"}, {3}),                                      # one string is one value
+    ({"run_ids": ["nope"], "env_ids": ["none"]}, set()),
+])
+def test_remove_rows_removes_exactly_the_matching_rows(tmp_path, filters, removed):
+    path = tmp_path / "r.jsonl"
+    lines = _store_of(path, ROWS)
+    assert remove_rows(path, **filters) == len(removed)
+    assert path.read_bytes() == b"".join(line for i, line in enumerate(lines) if i not in removed)
+
+
+def test_remove_rows_keeps_a_torn_line_as_it_is(tmp_path):
+    path = tmp_path / "r.jsonl"
+    _store_of(path, ROWS[:2])
+    with open(path, "ab") as f:
+        f.write(b'{"schema": 2, "run_id": "r1", "backe')        # a writer killed mid-row
+    assert remove_rows(path, run_ids=["r1"]) == 1
+    assert path.read_bytes().endswith(b'\n{"schema": 2, "run_id": "r1", "backe')
+    assert [r["case_id"] for r in read_rows([path])] == ["c1"]
+
+
+def test_remove_rows_is_atomic(tmp_path, monkeypatch):
+    path = tmp_path / "r.jsonl"
+    _store_of(path, ROWS)
+    before = path.read_bytes()
+
+    def fail(*a, **k):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(remove.os, "replace", fail)                 # the temp file is written, the rename fails
+    with pytest.raises(ConfigError, match="cannot rewrite it .*unchanged"):
+        remove_rows(path, run_ids=["r2"])
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl"]   # no temporary file left
+
+
+@pytest.mark.parametrize("case, match", [("no filter", "no run id, backend or env id"), ("missing", "not found"),
+                                         ("suffix", "not a .jsonl"), ("folder", "not a .jsonl"),
+                                         ("foreign", "not a treebench results file")])
+def test_remove_rows_refusals_are_one_line(tmp_path, case, match):
+    path = tmp_path / "r.jsonl"
+    _store_of(path, ROWS)
+    target, filters = path, {"run_ids": ["r1"]}
+    if case == "no filter":
+        filters = {}
+    elif case == "missing":
+        target = tmp_path / "nope.jsonl"
+    elif case == "suffix":
+        target = tmp_path / "r.json"
+        target.write_bytes(path.read_bytes())
+    elif case == "folder":
+        target = tmp_path
+    elif case == "foreign":
+        target = tmp_path / "config.jsonl"
+        target.write_text('{"a": 1}\n')
+    before = target.read_bytes() if target.is_file() else None
+    with pytest.raises(ConfigError, match=match) as e:
+        remove_rows(target, **filters)
+    assert "\n" not in str(e.value)
+    assert before is None or target.read_bytes() == before
