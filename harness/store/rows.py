@@ -29,7 +29,7 @@ import logging
 import os
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from treebench.harness.errors import ConfigError
