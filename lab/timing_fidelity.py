@@ -39,7 +39,8 @@ from treebench.harness.run.loading import load_backend  # noqa: E402
 from treebench.harness.model.cases import Case  # noqa: E402
 from treebench.harness.model.paged import build_inputs  # noqa: E402
 from treebench.harness.timing.stats import cv_of_medians, summarize  # noqa: E402
-from treebench.harness.timing.timers import _flush_buffer, measure_peak_bandwidth, time_callable  # noqa: E402
+from treebench.harness.timing.bandwidth import measure_peak_bandwidth  # noqa: E402
+from treebench.harness.timing.timers import _flush_buffer, time_callable  # noqa: E402
 
 log = logging.getLogger("timing_fidelity")
 PREFERRED = ("triton_tree", "flashinfer_mask", "xformers_tree", "torch_sdpa")

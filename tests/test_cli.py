@@ -165,7 +165,7 @@ def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
 def test_timer_and_l2_options_and_their_defaults():
     from treebench.harness.cli.common import L2_STATES, TIMERS
     from treebench.harness.cli.main import build_parser
-    from treebench.harness.timing.timers import MODES
+    from treebench.harness.timing.modes import MODES
 
     assert TIMERS == MODES and L2_STATES == ("cold", "warm")
     args = build_parser().parse_args(["run"])

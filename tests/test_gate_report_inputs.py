@@ -280,7 +280,7 @@ def test_ctrl_c_while_starting_is_one_line(monkeypatch, capsys):
 def test_a_results_file_given_twice_is_read_once(caplog):
     """The same run's rows twice (a file or folder named twice) are kept once, with a warning;
     rows of another run with the same cases are kept."""
-    from treebench.harness.store.inputs import drop_repeated_rows, read_checked_rows
+    from treebench.harness.store.validate import drop_repeated_rows, read_checked_rows
 
     files = sorted(str(p) for p in BASE.glob("*.jsonl"))
     once = read_checked_rows(files, "report")

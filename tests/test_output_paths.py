@@ -8,7 +8,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from treebench.harness.cli.main import main
 from treebench.harness.cli.common import safe_name
 from treebench.harness.store.rows import SCHEMA, append_row
@@ -79,7 +78,7 @@ def test_unwritable_report_folder_is_refused_before_the_sweep(tiny, tmp_path, ca
     assert not out.exists() or out.read_bytes() == b""
 
 
-@pytest.mark.parametrize("content", ['{"a": 1}\n', '{\n  "a": 1\n}\n', '{"schema": 2, "x": 1}\n',
+@pytest.mark.parametrize("content", ['{"a": 1}\n', '{\n  "a": 1\n}\n', '{"schema": 99, "x": 1}\n',
                                      json.dumps(_row(0)) + '\n{"other": true}\n'])
 def test_out_that_holds_something_else_is_refused(tiny, tmp_path, capsys, content):
     out = tmp_path / "some_config.json"
@@ -288,9 +287,9 @@ def test_a_results_folder_that_refuses_the_env_file_is_refused_up_front(tiny, tm
 
 
 def test_write_env_failure_is_one_config_error_and_merge_keeps_out_as_it_was(tmp_path, monkeypatch):
-    from treebench.harness.sweep import shard
-    from treebench.harness.store import rows as store
     from treebench.harness.errors import ConfigError
+    from treebench.harness.store import env as store
+    from treebench.harness.store import merge
 
     def refuse(self, *a, **kw):
         raise PermissionError(13, "Operation not permitted")
@@ -307,9 +306,9 @@ def test_write_env_failure_is_one_config_error_and_merge_keeps_out_as_it_was(tmp
 
     def env_refused(directory, env):
         raise ConfigError("env fingerprint: cannot write it")
-    monkeypatch.setattr(shard, "write_env", env_refused)
+    monkeypatch.setattr(merge, "write_env", env_refused)
     with pytest.raises(ConfigError):
-        shard.merge_results(out, [src])
+        merge.merge_results(out, [src])
     assert out.read_bytes() == before                 # no row appended before the env file failed
 
 

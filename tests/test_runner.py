@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from treebench.harness.timing.core import Timing
+from treebench.harness.timing.budget import Timing
 import torch
 
 import treebench.backends  # noqa: F401  (registers torch_sdpa)
@@ -18,7 +18,7 @@ from treebench.harness.errors import ConfigError
 from treebench.harness.model.reference import reference_attention
 from treebench.harness.run.config import RunConfig
 from treebench.harness.run.runner import run_cases
-from treebench.harness.store.rows import ROW_FIELDS, read_rows
+from treebench.harness.store.rows import ROW_FIELDS, SCHEMA, read_rows
 from treebench.harness.model.suites import available_suites, load_suite
 
 CASES = [Case(2, "ragged:3-37", "full:2:2", 4, 2, 32, "bfloat16", 16, "shuffled"),
@@ -96,7 +96,7 @@ def test_rows_carry_every_schema_field_and_identity():
     rows = _check(CASES, [Fake("good", _exact), Fake("raises", _boom)], run_id="run-1", env_id="env-1")
     for row, case in zip(rows[::2], CASES):
         assert set(row) == set(ROW_FIELDS)
-        assert row["schema"] == 1 and row["run_id"] == "run-1" and row["env"] == "env-1"
+        assert row["schema"] == SCHEMA and row["run_id"] == "run-1" and row["env"] == "env-1"
         assert row["case"] == case.axes and row["case_id"] == case.case_id
         assert row["context_lens"] == case.context_lens()
         assert row["tree_sizes"] == [t.size for t in case.trees()]

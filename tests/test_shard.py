@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from treebench.harness.sweep import shard
 from treebench.harness.cli.main import main
 from treebench.harness.errors import ConfigError
-from treebench.harness.sweep.shard import Rank, Shard, merge_results, parse_shard, rank_path, strip_option, torchrun_rank
+from treebench.harness.store.merge import merge_results
+from treebench.harness.sweep.shard import Rank, Shard, parse_shard, rank_path, strip_option, torchrun_rank
 from treebench.harness.store.rows import ROW_FIELDS, SCHEMA, read_rows
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,11 +13,14 @@ import time
 from pathlib import Path
 
 import pytest
-
-from treebench.harness.store import rows as store
 from treebench.harness.errors import ConfigError
-from treebench.harness.store.rows import (SCHEMA, append_row, check_writable, env_fingerprint, env_id_of, read_envs, read_rows,
-                           write_env)
+from treebench.harness.store import env as store_env
+from treebench.harness.store import remove
+from treebench.harness.store import rows as store
+from treebench.harness.store.env import env_fingerprint, env_id_of, read_envs, write_env
+from treebench.harness.store.paths import check_writable
+from treebench.harness.store.remove import remove_rows
+from treebench.harness.store.rows import SCHEMA, append_row, migrate_row, new_run_id, read_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -89,7 +92,7 @@ def test_killed_writer_leaves_only_whole_rows(tmp_path):
     assert [r["i"] for r in rows] == list(range(len(rows)))
 
 
-@pytest.mark.parametrize("bad", [{"schema": 2}, {"no_schema": True}, [1, 2]])
+@pytest.mark.parametrize("bad", [{"schema": 0}, {"schema": "2"}, {"no_schema": True}, [1, 2]])
 def test_unknown_schema_is_refused(tmp_path, bad):
     path = tmp_path / "r.jsonl"
     path.write_text(json.dumps(_row(0)) + "\n" + json.dumps(bad) + "\n")
@@ -118,7 +121,7 @@ def test_check_writable_refuses_a_directory(tmp_path):
 
 
 def test_env_fingerprint_on_cpu(monkeypatch):
-    monkeypatch.setitem(store.PACKAGES, "not_here", "treebench-no-such-distribution")
+    monkeypatch.setitem(store_env.PACKAGES, "not_here", "treebench-no-such-distribution")
     env = env_fingerprint("cpu", peak_bw_bytes_per_s=None)
     for key in ("env_id", "gpu_name", "sm_count", "driver", "cuda", "python", "torch", "triton", "xformers",
                 "flashinfer", "git_commit", "hostname", "platform", "peak_bw_bytes_per_s"):
@@ -167,3 +170,148 @@ def test_l2_state_of_new_and_older_rows(row, flushed, label):
 def test_rows_have_an_l2_flushed_field_after_timer_fallback():
     i = store.ROW_FIELDS.index("timer_fallback")
     assert store.ROW_FIELDS[i + 1] == "l2_flushed"
+
+
+# ---- schema: migration of older rows, refusal of newer ones -------------------------------
+
+def test_a_newer_schema_is_refused_in_one_line_naming_file_line_and_fix(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(_row(0)) + "\n" + json.dumps({**_row(1), "schema": SCHEMA + 1}) + "\n")
+    with pytest.raises(ConfigError, match=r"r\.jsonl:2: schema 3, newer .*upgrade treebench") as e:
+        read_rows([path])
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("backend, kind", [("triton_causal", "causal"), ("causal_baseline", "causal"),
+                                           ("triton_tree", "tree"), ("some_plugin", "tree")])
+def test_schema_1_rows_are_migrated_with_the_mask_kind_guessed_from_the_backend(tmp_path, backend, kind):
+    old = {**_row(0, backend=backend), "schema": 1, "timer": "wall"}
+    path = tmp_path / "old.jsonl"
+    path.write_text(json.dumps(old) + "\n")
+    (row,) = read_rows([path])
+    assert row == {**old, "schema": SCHEMA, "mask_kind": kind, "cpu_threads": None}
+    assert migrate_row(row) is row                      # a current row is left as it is
+    append_row(path, _row(1))                           # a schema-1 file takes new rows
+    assert [r["schema"] for r in read_rows([path])] == [SCHEMA, SCHEMA]
+
+
+def test_committed_results_stay_readable():
+    files = sorted((ROOT / "results").rglob("*.jsonl"))
+    assert files, "no committed results to read"
+    rows = read_rows(files[:5])
+    assert rows and all(r["schema"] == SCHEMA and r["mask_kind"] in ("tree", "causal") for r in rows)
+
+
+def test_run_ids_are_unique_and_start_with_the_utc_time():
+    ids = {new_run_id() for _ in range(200)}
+    assert len(ids) == 200 and all(len(i) == 23 and i[8] == "T" and i[15:17] == "Z-" for i in ids)
+
+
+# ---- the env fingerprint: CPU and threads, the peak handed in -------------------------------
+
+def test_env_records_cpu_and_threads_and_they_count_in_env_id(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    env = env_fingerprint("cpu")
+    assert env["cpu_count"] == os.cpu_count() and env["omp_num_threads"] == "3"
+    assert isinstance(env["cpu_model"], (str, type(None))) and env["torch_threads"] >= 1
+    for field, other in (("cpu_model", "another CPU"), ("cpu_count", 999), ("torch_threads", 77),
+                         ("omp_num_threads", None)):
+        assert env_id_of({**env, field: other}) != env["env_id"], field
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert env_fingerprint("cpu")["omp_num_threads"] is None
+
+
+def test_cpu_model_from_cpuinfo_else_platform(tmp_path, monkeypatch):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: Example CPU @ 2.0GHz\n")
+    monkeypatch.setattr(store_env, "CPUINFO", info)
+    assert store_env._cpu_model() == "Example CPU @ 2.0GHz"
+    monkeypatch.setattr(store_env, "CPUINFO", tmp_path / "missing")
+    monkeypatch.setattr(store_env.platform, "processor", lambda: "x86_64")
+    assert store_env._cpu_model() == "x86_64"
+
+
+def test_env_records_the_peak_it_is_handed_and_measures_nothing(monkeypatch):
+    from treebench.harness.timing import bandwidth
+
+    monkeypatch.setattr(bandwidth, "measure_peak_bandwidth", lambda *a, **k: pytest.fail("measured"))
+    assert env_fingerprint("cpu", 1.5e12)["peak_bw_bytes_per_s"] == 1.5e12
+    assert env_fingerprint("cpu")["peak_bw_bytes_per_s"] is None
+    assert "import" not in "".join(ln for ln in Path(store_env.__file__).read_text().splitlines() if "timing" in ln)
+
+
+# ---- remove_rows ------------------------------------------------------------------------------
+
+def _store_of(path: Path, rows: list[dict]) -> list[bytes]:
+    for r in rows:
+        append_row(path, r)
+    return path.read_bytes().splitlines(keepends=True)
+
+
+ROWS = [_row(0, run_id="r1", env="e1", backend="a"), _row(1, run_id="r2", env="e1", backend="b"),
+        _row(2, run_id="r2", env="e2", backend="a"), _row(3, run_id="r3", env="e2", backend="c")]
+
+
+@pytest.mark.parametrize("filters, removed", [
+    ({"run_ids": ["r2"]}, {1, 2}),
+    ({"backends": ("c",)}, {3}),
+    ({"env_ids": {"e1"}}, {0, 1}),
+    ({"run_ids": ["r1"], "backends": ["c"]}, {0, 3}),             # any filter matching removes the row
+    ({"run_ids": "r3"}, {3}),                                      # one string is one value
+    ({"run_ids": ["nope"], "env_ids": ["none"]}, set()),
+])
+def test_remove_rows_removes_exactly_the_matching_rows(tmp_path, filters, removed):
+    path = tmp_path / "r.jsonl"
+    lines = _store_of(path, ROWS)
+    assert remove_rows(path, **filters) == len(removed)
+    assert path.read_bytes() == b"".join(line for i, line in enumerate(lines) if i not in removed)
+
+
+def test_remove_rows_keeps_a_torn_line_as_it_is(tmp_path):
+    path = tmp_path / "r.jsonl"
+    _store_of(path, ROWS[:2])
+    with open(path, "ab") as f:
+        f.write(b'{"schema": 2, "run_id": "r1", "backe')        # a writer killed mid-row
+    assert remove_rows(path, run_ids=["r1"]) == 1
+    assert path.read_bytes().endswith(b'\n{"schema": 2, "run_id": "r1", "backe')
+    assert [r["case_id"] for r in read_rows([path])] == ["c1"]
+
+
+def test_remove_rows_is_atomic(tmp_path, monkeypatch):
+    path = tmp_path / "r.jsonl"
+    _store_of(path, ROWS)
+    before = path.read_bytes()
+
+    def fail(*a, **k):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(remove.os, "replace", fail)                 # the temp file is written, the rename fails
+    with pytest.raises(ConfigError, match="cannot rewrite it .*unchanged"):
+        remove_rows(path, run_ids=["r2"])
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl"]   # no temporary file left
+
+
+@pytest.mark.parametrize("case, match", [("no filter", "no run id, backend or env id"), ("missing", "not found"),
+                                         ("suffix", "not a .jsonl"), ("folder", "not a .jsonl"),
+                                         ("foreign", "not a treebench results file")])
+def test_remove_rows_refusals_are_one_line(tmp_path, case, match):
+    path = tmp_path / "r.jsonl"
+    _store_of(path, ROWS)
+    target, filters = path, {"run_ids": ["r1"]}
+    if case == "no filter":
+        filters = {}
+    elif case == "missing":
+        target = tmp_path / "nope.jsonl"
+    elif case == "suffix":
+        target = tmp_path / "r.json"
+        target.write_bytes(path.read_bytes())
+    elif case == "folder":
+        target = tmp_path
+    elif case == "foreign":
+        target = tmp_path / "config.jsonl"
+        target.write_text('{"a": 1}\n')
+    before = target.read_bytes() if target.is_file() else None
+    with pytest.raises(ConfigError, match=match) as e:
+        remove_rows(target, **filters)
+    assert "\n" not in str(e.value)
+    assert before is None or target.read_bytes() == before

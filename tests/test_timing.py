@@ -10,19 +10,19 @@ from __future__ import annotations
 
 import itertools
 import math
-
-import numpy as np
 import statistics
 
+import numpy as np
 import pytest
 import torch
-
-from treebench.harness.timing import timers as timing
-from treebench.harness.timing import core as timing_core
 from treebench.harness.errors import ConfigError
+from treebench.harness.timing import budget as timing_budget
+from treebench.harness.timing import timers as timing
+from treebench.harness.timing import wall as timing_wall
+from treebench.harness.timing.bandwidth import measure_peak_bandwidth
+from treebench.harness.timing.budget import Timing, make_budget
 from treebench.harness.timing.stats import cv_of_medians, geometric_mean, summarize
-from treebench.harness.timing.timers import measure_peak_bandwidth, time_callable
-from treebench.harness.timing.core import Timing
+from treebench.harness.timing.timers import time_callable
 
 
 class FakeClock:
@@ -42,7 +42,8 @@ class FakeClock:
 def clock(monkeypatch):
     def make(durations_ms):
         c = FakeClock(durations_ms)
-        monkeypatch.setattr(timing_core, "perf_counter", c)
+        monkeypatch.setattr(timing_budget, "perf_counter", c)   # the warmup
+        monkeypatch.setattr(timing_wall, "perf_counter", c)     # the samples
         return c
     return make
 
@@ -56,6 +57,34 @@ def test_wall_samples_are_each_calls_duration(clock):
     assert t.warmup_calls == 3
     assert t.samples_us == pytest.approx([1000.0, 2000.0, 3000.0] * 3 + [1000.0])
     assert (t.timer, t.fallback_reason, t.l2_flushed) == ("wall", None, False)
+
+
+@pytest.mark.parametrize("default_threads", [2, 3])
+def test_wall_timer_calls_run_under_one_torch_thread_and_the_count_is_restored(default_threads):
+    torch.set_num_threads(default_threads)
+    try:
+        seen: list[int] = []
+        t = time_callable(lambda: seen.append(torch.get_num_threads()), device="cpu", warmup_ms=0, rep_ms=1,
+                          min_reps=37, max_reps=37)
+        assert seen and set(seen) == {timing_wall.CPU_TIMING_THREADS} == {1}   # warmup and every sample
+        assert torch.get_num_threads() == default_threads
+        assert t.cpu_threads == 1 and t.as_row()["cpu_threads"] == 1
+    finally:
+        torch.set_num_threads(default_threads)
+
+
+def test_torch_threads_restores_the_count_when_the_block_raises():
+    before = torch.get_num_threads()
+    with pytest.raises(RuntimeError, match="boom"), timing_wall.torch_threads(1):
+        assert torch.get_num_threads() == 1
+        raise RuntimeError("boom")
+    assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="must be an integer >= 1"), timing_wall.torch_threads(0):
+        pass
+
+
+def test_gpu_timings_record_no_cpu_thread_count():
+    assert Timing([1.0], "cuda_graph").as_row()["cpu_threads"] is None
 
 
 @pytest.mark.parametrize("rep_ms, min_reps, max_reps, expected", [
@@ -177,7 +206,7 @@ def test_cuda_graph_timer(flush_l2):
 @pytest.mark.gpu
 @pytest.mark.parametrize("flush_l2", [True, False])
 def test_whole_replay_fallback(flush_l2):
-    budget = timing._budget(torch.device("cuda"), 2, 5, 5, 100, flush_l2)
+    budget = make_budget(torch.device("cuda"), 2, 5, 5, 100, flush_l2)
     t = timing._time_replays(_matmul(), budget, calls=0)
     assert t.timer == "cuda_graph" and 5 <= len(t.samples_us) <= 100 and min(t.samples_us) > 0
     assert t.calls_per_sample == 1 if flush_l2 else t.calls_per_sample >= 1

@@ -38,6 +38,7 @@ from treebench.harness.errors import ConfigError
 from treebench.harness.store.rows import row_l2_flushed, timing_key, timing_label
 from treebench.harness.timing.stats import NOISE_RULE, is_noisy
 
+
 FAILING = ("slower", "correctness_loss")  # the kinds that fail the gate
 KIND_TITLES = {  # every verdict kind with its title, in the summary's display order
     "correctness_loss": "Correctness lost (fails the gate)",

@@ -42,7 +42,7 @@ def run(args) -> int:
     """
     from treebench.harness.model.suites import load_suite
     from treebench.harness.run.loading import load_one
-    from treebench.harness.store.rows import check_writable
+    from treebench.harness.store.paths import check_writable
     from treebench.harness.sweep.execute import execute
 
     check_suite_arg(args.suite)

@@ -12,10 +12,8 @@ import argparse
 import logging
 import math
 import re
-import secrets
 import statistics
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import NamedTuple
 
@@ -23,13 +21,15 @@ from rich.console import Console
 from rich.table import Table
 
 from treebench.harness.errors import ConfigError
+from treebench.harness.store.rows import new_run_id
+from treebench.harness.timing.modes import MODES
 
 log = logging.getLogger(__name__)
 
 CONSOLE = Console(stderr=True)   # progress bars and log records: one console, so neither garbles the other
 FAILED = ("mismatch", "error")   # row statuses that make run / check exit 1
 ACTIVE_OUT: list[Path | None] = [None]   # the results file of the run/check in progress (for Ctrl-C)
-TIMERS = ("auto", "cuda_graph", "cuda_event", "host_inclusive", "cuda_graph_loop")  # timing.timers.MODES (not imported: torch)
+TIMERS = MODES
 L2_STATES = ("cold", "warm")  # run --l2: cold flushes the L2 before every timed call (flush_l2), warm does not
 
 
@@ -142,7 +142,7 @@ def given_once(argv, names: tuple[str, ...]) -> None:
 def stamp() -> str:
     """UTC time plus a random token: runs started in the same second (job-array shards)
     get different default output files."""
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+    return new_run_id()
 
 
 def safe_name(name: str, path: Path | None = None) -> str:

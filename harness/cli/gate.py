@@ -21,8 +21,9 @@ from pathlib import Path
 from treebench.harness.analyze.gate import GateConfig, compare_runs, env_differences
 from treebench.harness.analyze.gate_render import junit_xml, markdown
 from treebench.harness.errors import ConfigError
-from treebench.harness.store.inputs import check_output_path, read_checked_rows, refuse_input_path
-from treebench.harness.store.rows import read_envs
+from treebench.harness.store.paths import check_output_path, refuse_input_path
+from treebench.harness.store.validate import read_checked_rows
+from treebench.harness.store.env import read_envs
 
 log = logging.getLogger(__name__)
 

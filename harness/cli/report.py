@@ -16,8 +16,9 @@ from pathlib import Path
 from treebench.harness.analyze.gate import GateConfig, GateResult, compare_runs, env_differences
 from treebench.harness.analyze.report import DEFAULT_BASELINES, write_report
 from treebench.harness.errors import ConfigError
-from treebench.harness.store.inputs import check_output_path, read_checked_rows, refuse_non_html
-from treebench.harness.store.rows import read_envs
+from treebench.harness.store.paths import check_output_path, refuse_non_html
+from treebench.harness.store.validate import read_checked_rows
+from treebench.harness.store.env import read_envs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -31,7 +31,7 @@ def run_merge(args) -> int:
         ConfigError: an empty OUT, inputs without result rows, a bad OUT file.
     """
     from treebench.harness.store.rows import read_rows
-    from treebench.harness.sweep.shard import merge_results, merge_row_inputs
+    from treebench.harness.store.merge import merge_results, merge_row_inputs
 
     if not args.out.strip():
         raise ConfigError("merge OUT is empty: give a results file path such as results/merged.jsonl")

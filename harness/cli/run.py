@@ -84,16 +84,12 @@ def _report_path(path: str | None, suite: str, out: str | Path | None = None, st
         ConfigError: not an .html/.htm path, an existing file that is not HTML, the --out file,
             a directory, or a folder that cannot be made or written.
     """
-    from treebench.harness.store.inputs import refuse_non_html
+    from treebench.harness.store.paths import check_html_path
 
     p = Path(path) if path else Path("reports/local") / f"{suite}-{stamp_text or stamp()}.html"
-    if p.is_dir():
-        raise ConfigError(f"--report {p}: is a directory; give a file path such as {p / 'report.html'}")
-    if p.suffix.lower() not in (".html", ".htm"):
-        raise ConfigError(f"--report {p}: give an .html path, e.g. reports/local/{suite}.html")
     if out is not None and p.resolve() == Path(out).resolve():
         raise ConfigError(f"--report {p}: is the --out results file; give a separate .html path")
-    refuse_non_html(p, "--report")
+    check_html_path(p, "--report", f"reports/local/{suite}.html")
     if not create:
         return p
     try:
@@ -116,7 +112,7 @@ def _report_path(path: str | None, suite: str, out: str | Path | None = None, st
 
 def _write_report(rows: list[dict], out: Path, report: Path, title: str) -> bool:
     """Writes the HTML report from `rows` and the env files beside `out`; False (logged) on failure."""
-    from treebench.harness.store.rows import read_envs
+    from treebench.harness.store.env import read_envs
 
     try:
         from treebench.harness.analyze.report import write_report
@@ -143,7 +139,7 @@ def _check_gpus(n: int) -> None:
 def _launch_gpus(args, suite) -> int:
     """`run --gpus N` (N > 1): relaunches this command line under torchrun, with --out and --report
     filled in so that every rank uses the same files; returns torchrun's exit code."""
-    from treebench.harness.store.rows import check_writable
+    from treebench.harness.store.paths import check_writable
     from treebench.harness.sweep.shard import launch_torchrun, strip_option
 
     argv = strip_option(args.argv, "--gpus")
@@ -167,7 +163,7 @@ def run(args) -> int:
     """
     from treebench.harness.model.suites import load_suite
     from treebench.harness.run.loading import resolve_backends
-    from treebench.harness.store.rows import check_writable
+    from treebench.harness.store.paths import check_writable
     from treebench.harness.sweep.execute import execute
 
     for names in (("--backends", "--backend"), ("--timer",), ("--l2",)):

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from treebench.harness.errors import ConfigError
-from treebench.harness.timing.timers import MODES as TIMING_MODES
+from treebench.harness.timing.modes import MODES as TIMING_MODES
 
 MODES = ("run", "check")   # run: correctness then timing; check: correctness only
 

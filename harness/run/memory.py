@@ -23,6 +23,7 @@ import torch
 
 from treebench.harness.model.cases import Case
 from treebench.harness.model.paged import TORCH_DTYPES
+from treebench.harness.timing.timers import FLUSH_BYTES as TIMING_FLUSH_BYTES  # the L2 flush buffer on a GPU
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,6 @@ GIB = 2**30
 F64 = 8                                   # bytes per float64 element (reference, compare)
 I32 = 4                                   # bytes per int32 index element
 COMPARE_F64_TEMPS = 7                     # compare(): o, diff, |r|, rel, per_elem, full_like, (o - r)
-TIMING_FLUSH_BYTES = 256 * 2**20          # treebench.harness.timing.timers.FLUSH_BYTES: the L2 flush buffer on a GPU
 MEMINFO = Path("/proc/meminfo")
 
 

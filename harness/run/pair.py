@@ -263,6 +263,7 @@ def run_case_backend(backend, case: Case, data: CaseData, availability: str | No
     Never raises for a backend's fault: any exception becomes an error row.
     """
     row = base_row(getattr(backend, "name", type(backend).__name__), case, config)
+    row["mask_kind"] = getattr(backend, "mask_kind", "tree")
     if availability:   # a raising availability() is the backend's crash: an error row, not a skip
         row.update(status="error" if isinstance(availability, AvailabilityRaised) else "skipped",
                    reason=availability)

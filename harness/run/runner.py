@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import datetime, timezone
 
 import torch
 from rich.console import Console
@@ -27,13 +25,9 @@ from treebench.harness.model.cases import Case
 from treebench.harness.adapter.contract import check_unique_names
 from treebench.harness.run.config import RunConfig
 from treebench.harness.run.pair import CaseData, availabilities, run_case_backend
-from treebench.harness.store.rows import append_row, row_l2_flushed
+from treebench.harness.store.rows import append_row, new_run_id, row_l2_flushed
 
 log = logging.getLogger(__name__)
-
-def new_run_id() -> str:
-    """A fresh run id: UTC time plus 6 random hex digits."""
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
 
 
 def default_device() -> torch.device:

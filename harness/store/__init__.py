@@ -1,2 +1,3 @@
-"""Result files: rows and their schema, the env fingerprint, row validation, merging,
-and every output-path check. Below the runner and the readers (gate, report)."""
+"""Result files: rows and their schema (rows), the env fingerprint (env), every output-path
+check (paths), row validation for the readers (validate), merging (merge) and removing
+rows (remove). Below the runner and the readers (gate, report)."""

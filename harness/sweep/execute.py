@@ -19,7 +19,9 @@ from rich.console import Console
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.pair import AvailabilityRaised, availabilities
 from treebench.harness.run.config import RunConfig
-from treebench.harness.run.runner import default_device, new_run_id, row_satisfies, run_cases
+from treebench.harness.run.runner import default_device, row_satisfies, run_cases
+from treebench.harness.store.rows import new_run_id
+from treebench.harness.timing.bandwidth import measure_peak_bandwidth
 from treebench.harness.sweep.shard import (
     Rank,
     Shard,
@@ -33,7 +35,8 @@ from treebench.harness.sweep.shard import (
     torchrun_rank,
     wait_for_ranks,
 )
-from treebench.harness.store.rows import env_fingerprint, read_rows, row_key, stored_keys, write_env
+from treebench.harness.store.env import env_fingerprint, write_env
+from treebench.harness.store.rows import read_rows, row_key, stored_keys
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +147,7 @@ def execute(cases, backends, opts: SweepOptions, console: Console | None = None)
     _check_options(opts, rank)
     device = rank_device(rank) if rank else str(default_device())
     mine = select_cases(cases, opts.shard, rank)
-    env = env_fingerprint(device)
+    env = env_fingerprint(device, measure_peak_bandwidth(device))
     if opts.run.isolate:
         _release_cached(device)  # the bandwidth probe's buffers would count against the workers' free memory
     skip = _resume_skip(opts, env["env_id"], rank)

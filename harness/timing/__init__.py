@@ -1,2 +1,4 @@
-"""How long a call takes: timers, the time budget, the peak-bandwidth measurement and
-the statistics of raw samples. Imports treebench.harness.errors and harness.model only."""
+"""How long a call takes: the timer names (modes), the budget and `Timing` record (budget),
+the CPU's wall timer (wall), the CUDA timers (timers), the peak-bandwidth measurement
+(bandwidth) and the statistics of raw samples (stats). Imports treebench.harness.errors
+and harness.model only."""

@@ -42,8 +42,9 @@ which it was as `l2_flushed` (always False for `wall`: the CPU never flushes).
 
 Warmup and repetitions are set by time (`warmup_ms`, `rep_ms`) within
 [`min_reps`, `max_reps`] samples. Every sample is kept; statistics live in
-`treebench.harness.timing.stats`. The `Timing` record, the budget and the CPU's wall timer are
-in `treebench.harness.timing.core`.
+`treebench.harness.timing.stats`. The `Timing` record and the budget are in
+`treebench.harness.timing.budget`, the CPU's wall timer in `treebench.harness.timing.wall`,
+the peak-bandwidth measurement in `treebench.harness.timing.bandwidth`.
 """
 
 from __future__ import annotations
@@ -58,13 +59,13 @@ from time import perf_counter
 from typing import cast
 
 import torch
-
 from treebench.harness.errors import ConfigError
-from treebench.harness.timing.core import Timing, _budget, _Budget, _time_wall, _warmup
+from treebench.harness.timing.budget import Budget, Timing, make_budget, warmup
+from treebench.harness.timing.modes import MODES
+from treebench.harness.timing.wall import time_wall
 
 log = logging.getLogger(__name__)
 
-MODES = ("auto", "cuda_graph", "cuda_event", "host_inclusive", "cuda_graph_loop")
 FLUSH_BYTES = 256 * 2**20          # L2 flush buffer: 256 MiB, >= 5x the L2 of any current GPU
 CALLS_PER_GRAPH = 32               # timed calls captured in one graph, each between its own events
 MIN_REPLAY_US = 50.0               # fallback without in-graph events, flush_l2=False: a replay lasts >= this
@@ -90,6 +91,8 @@ def time_callable(fn: Callable[[], torch.Tensor], *, device: torch.device | str 
         min_reps, max_reps: bounds on the number of samples.
         flush_l2: zero a 256 MiB buffer before each sample, outside the measured
             region (GPU only; ignored on the CPU, whose Timing says l2_flushed=False).
+            On the CPU the calls run under one torch intra-op thread
+            (`treebench.harness.timing.wall.CPU_TIMING_THREADS`), restored afterwards.
 
     Returns:
         Timing with every sample kept (no outlier dropping).
@@ -104,10 +107,10 @@ def time_callable(fn: Callable[[], torch.Tensor], *, device: torch.device | str 
         raise ConfigError("timing mode='cuda_graph_loop' times back-to-back calls, so it needs a warm L2 "
                           "(flush_l2=False; treebench run --l2 warm)")
     dev = torch.device(device)
-    budget = _budget(dev, warmup_ms, rep_ms, min_reps, max_reps, flush_l2)
+    budget = make_budget(dev, warmup_ms, rep_ms, min_reps, max_reps, flush_l2)
     if dev.type != "cuda":
         reason = None if mode == "auto" else f"timer {mode!r} needs a CUDA device; {dev.type} has only the wall timer"
-        return _time_wall(fn, budget, reason)
+        return time_wall(fn, budget, reason)
     if not torch.cuda.is_available():
         raise ConfigError(f"timing device={dev}: torch sees no CUDA GPU; time on device='cpu'")
     with torch.cuda.device(dev):
@@ -126,7 +129,7 @@ def _flush_buffer(index: int) -> torch.Tensor:
     return torch.empty(FLUSH_BYTES, dtype=torch.int8, device=torch.device("cuda", index))
 
 
-def _flusher(budget: _Budget) -> Callable[[], object]:
+def _flusher(budget: Budget) -> Callable[[], object]:
     """A callable that flushes the L2 (a 256 MiB write), or does nothing when flush_l2 is off."""
     if not budget.flush_l2:
         return lambda: None
@@ -153,7 +156,7 @@ def _cushion() -> None:
         torch.cuda._sleep(int(CUSHION_MS * _sleep_cycles_per_ms(torch.cuda.current_device())))
 
 
-def _event_loop(step: Callable[[], object], flush: Callable[[], object], reps: int) -> list[float]:
+def event_loop(step: Callable[[], object], flush: Callable[[], object], reps: int) -> list[float]:
     """`reps` samples of `step` between CUDA events, each after a flush; one sync at the end.
 
     Returns:
@@ -185,17 +188,17 @@ def _iter_ms(step: Callable[[], object], flush: Callable[[], object], n: int = 5
 
 # ---- GPU timers --------------------------------------------------------------------------
 
-def _time_events(fn: Callable, budget: _Budget, reason: str | None = None) -> Timing:
+def _time_events(fn: Callable, budget: Budget, reason: str | None = None) -> Timing:
     """CUDA events around each eager call."""
-    calls, _ = _warmup(fn, budget.warmup_ms, torch.cuda.synchronize)
+    calls, _ = warmup(fn, budget.warmup_ms, torch.cuda.synchronize)
     flush = _flusher(budget)
-    samples = _event_loop(fn, flush, budget.reps(_iter_ms(fn, flush)))
+    samples = event_loop(fn, flush, budget.reps(_iter_ms(fn, flush)))
     return Timing(samples, "cuda_event", reason, budget.flush_l2, 1, calls)
 
 
-def _time_host_inclusive(fn: Callable, budget: _Budget) -> Timing:
+def _time_host_inclusive(fn: Callable, budget: Budget) -> Timing:
     """perf_counter around fn() + synchronize; the flush runs (and completes) before t0."""
-    calls, iter_ms = _warmup(fn, budget.warmup_ms, torch.cuda.synchronize)
+    calls, iter_ms = warmup(fn, budget.warmup_ms, torch.cuda.synchronize)
     flush, samples = _flusher(budget), []
     for _ in range(budget.reps(iter_ms)):
         flush()
@@ -207,8 +210,8 @@ def _time_host_inclusive(fn: Callable, budget: _Budget) -> Timing:
     return Timing(samples, "host_inclusive", None, budget.flush_l2, 1, calls)
 
 
-def _time_graph_or_fallback(fn: Callable, budget: _Budget,
-                            graph_timer: Callable[[Callable, _Budget], Timing]) -> Timing:
+def _time_graph_or_fallback(fn: Callable, budget: Budget,
+                            graph_timer: Callable[[Callable, Budget], Timing]) -> Timing:
     """CUDA-graph timing by `graph_timer` (`_time_graph` or `_time_loop`); on a capture
     failure, CUDA events with the reason."""
     try:
@@ -228,7 +231,7 @@ def _root_cause(e: BaseException) -> str:
     return f"{type(e).__name__}: {msg[0] if msg else ''}"[:300]
 
 
-def _time_graph(fn: Callable, budget: _Budget) -> Timing:
+def _time_graph(fn: Callable, budget: Budget) -> Timing:
     """Times each call inside a CUDA graph of CALLS_PER_GRAPH x [flush, event, fn, event].
 
     Falls back to events around whole replays (`_time_replays`) when timing
@@ -260,7 +263,7 @@ def _warmup_side_stream(fn: Callable, warmup_ms: float) -> int:
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        calls, _ = _warmup(fn, warmup_ms, torch.cuda.synchronize)
+        calls, _ = warmup(fn, warmup_ms, torch.cuda.synchronize)
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     return calls
@@ -284,19 +287,19 @@ def _capture_timed(fn: Callable, flush: Callable[[], object], k: int):
     return capture_graph(body), events
 
 
-def _time_replays(fn: Callable, budget: _Budget, calls: int, k: int | None = None,
+def _time_replays(fn: Callable, budget: Budget, calls: int, k: int | None = None,
                   timer: str = "cuda_graph") -> Timing:
     """Events around whole replays of a graph of k calls (default: 1 with the L2 flush, else
     `_calls_per_graph`); sample = replay / k, recorded as `timer`. Raises if fn cannot be captured."""
     k = k or (1 if budget.flush_l2 else _calls_per_graph(fn))
     graph = capture_graph(_calls(fn, k))
     flush = _flusher(budget)
-    _warmup(graph.replay, budget.warmup_ms / 2, torch.cuda.synchronize)
-    replays = _event_loop(graph.replay, flush, budget.reps(_iter_ms(graph.replay, flush)))
+    warmup(graph.replay, budget.warmup_ms / 2, torch.cuda.synchronize)
+    replays = event_loop(graph.replay, flush, budget.reps(_iter_ms(graph.replay, flush)))
     return Timing([r / k for r in replays], timer, None, budget.flush_l2, k, calls)
 
 
-def _time_loop(fn: Callable, budget: _Budget) -> Timing:
+def _time_loop(fn: Callable, budget: Budget) -> Timing:
     """cuda_graph_loop (warm L2 only, checked by time_callable): `_time_replays` with k
     back-to-back calls per replay, k sized so one replay lasts >= LOOP_REPLAY_US."""
     calls = _warmup_side_stream(fn, budget.warmup_ms)
@@ -354,38 +357,6 @@ def capture_graph(body: Callable[[], object]) -> torch.cuda.CUDAGraph:
 
 def _calls_per_graph(fn: Callable, replay_us: float = MIN_REPLAY_US, max_calls: int = MAX_CALLS_PER_GRAPH) -> int:
     """k back-to-back calls so that one replay lasts >= replay_us microseconds (at most max_calls)."""
-    once = _event_loop(fn, lambda: None, 5)
+    once = event_loop(fn, lambda: None, 5)
     call_us = max(statistics.median(once), 1e-3)
     return max(1, min(max_calls, math.ceil(replay_us / call_us)))
-
-
-# ---- peak bandwidth ----------------------------------------------------------------------
-
-def measure_peak_bandwidth(device: torch.device | str, nbytes: int = 2 * 2**30, reps: int = 10) -> float | None:
-    """Device-to-device copy bandwidth in bytes/s, counting bytes read + written.
-
-    A `nbytes` copy (2 GiB by default, at most a quarter of free memory) is
-    timed `reps` times with CUDA events after 3 warmup copies; the median is
-    used. It is the achievable HBM bandwidth that `pct_peak_bw` refers to
-    (the datasheet figure is higher: 4.8 TB/s on an H200).
-
-    Returns:
-        bytes/s, or None on a device other than CUDA (the CPU has no such peak here).
-
-    Raises:
-        ConfigError: a CUDA device that torch cannot see.
-    """
-    dev = torch.device(device)
-    if dev.type != "cuda":
-        return None
-    if not torch.cuda.is_available():
-        raise ConfigError(f"peak bandwidth device={dev}: torch sees no CUDA GPU")
-    with torch.cuda.device(dev):
-        free, _ = torch.cuda.mem_get_info()
-        size = min(nbytes, free // 4) // 2**20 * 2**20          # whole MiB
-        src = torch.empty(size, dtype=torch.uint8, device=dev)
-        dst = torch.empty_like(src)
-        for _ in range(3):
-            dst.copy_(src)
-        samples_us = _event_loop(lambda: dst.copy_(src), lambda: None, reps)
-    return 2 * size / (statistics.median(samples_us) * 1e-6)   # read + write, per second

@@ -29,7 +29,7 @@ import numpy as np
 from treebench.harness.model.cases import Case, expand_axes
 from treebench.harness.model.workload import attended_pairs, attention_bytes, attention_flops, rates
 from treebench.harness.timing.stats import summarize
-from treebench.harness.store.rows import env_id_of
+from treebench.harness.store.env import env_id_of
 
 OUT = Path(__file__).resolve().parent / "results"
 N_SAMPLES = 120          # samples per row (real runs keep up to 1000)

@@ -1,21 +1,17 @@
-"""Validation shared by `treebench gate` and `treebench report`: result rows read with
-every field they rely on checked, and output paths checked before anything is
-written (never over the results being read)."""
+"""Result rows read for `treebench gate` and `treebench report`: every field they rely on
+checked (`row_problem`), and a row read twice (a file given twice) kept once."""
 
 from __future__ import annotations
 
 import json
 import logging
 import math
-import os
 from collections.abc import Sequence
-from pathlib import Path
 
 from treebench.harness.errors import ConfigError
-from treebench.harness.store.rows import ENV_FILE_RE, _result_files, read_rows
+from treebench.harness.store.rows import STATUSES, read_rows, result_files
 
 REQUIRED_FIELDS = {"backend": str, "case": dict, "case_id": str, "status": str}
-STATUSES = ("pass", "mismatch", "error", "skipped")
 log = logging.getLogger(__name__)
 
 
@@ -56,7 +52,7 @@ def read_checked_rows(paths: Sequence[str], command: str) -> list[dict]:
     rows = read_rows(paths)
     if all(row_problem(r) is None for r in rows):
         return drop_repeated_rows(rows, command)
-    for f in _result_files(paths):  # find where the bad row is, for the message
+    for f in result_files(paths):  # find where the bad row is, for the message
         with open(f, encoding="utf-8", errors="replace") as fh:
             for n, line in enumerate(fh, start=1):
                 try:
@@ -85,66 +81,3 @@ def drop_repeated_rows(rows: list[dict], command: str) -> list[dict]:
         log.warning("%s: %d repeated rows dropped (the same run's case and backend twice: "
                     "a results file given twice?)", command, len(rows) - len(kept))
     return kept
-
-
-def refuse_non_html(path: str | Path, flag: str) -> None:
-    """Refuses to overwrite an existing file that is not an HTML page (a report's output).
-
-    Raises:
-        ConfigError: `path` exists and is not a regular file, cannot be read, or does not
-            start with markup.
-    """
-    p = Path(path)
-    if not p.exists():
-        return
-    if not p.is_file():
-        raise ConfigError(f"{flag} {p}: is not a regular file; give an .html file path")
-    try:
-        with open(p, "rb") as f:
-            head = f.read(4096).lstrip()
-    except OSError as e:
-        raise ConfigError(f"{flag} {p}: cannot read it ({e.strerror}); give a writable .html path") from None
-    if head and not head.startswith(b"<"):
-        raise ConfigError(f"{flag} {p}: exists and is not an HTML file; give a new .html path")
-
-
-def check_output_path(path: str | Path, flag: str) -> Path:
-    """Checks up front that `path` can be written (nothing is created).
-
-    Raises:
-        ConfigError: `path` is a folder, an existing file that cannot be written, or lies
-            under a non-folder or an unwritable folder.
-    """
-    p = Path(path)
-    if p.is_dir():
-        raise ConfigError(f"{flag} {p}: is a folder; give a file path")
-    if p.exists():
-        if not os.access(p, os.W_OK):
-            raise ConfigError(f"{flag} {p}: file is not writable; choose another path or fix its permissions")
-        return p
-    parent = p.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        raise ConfigError(f"{flag} {p}: {parent} is not a folder; choose another path")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ConfigError(f"{flag} {p}: folder {parent} is not writable; choose another path")
-    return p
-
-
-def refuse_input_path(path: str | Path, flag: str, inputs: Sequence[str | Path]) -> None:
-    """Refuses an output path that would overwrite or pollute the results being read.
-
-    Raises:
-        ConfigError: `path` is one of the input files, or a results (.jsonl) or env
-            (env-*.json) file in an input folder or beside an input file (it would be
-            overwritten, or read as results next time).
-    """
-    out = Path(path).resolve()
-    for given in inputs:
-        p = Path(given).resolve()
-        folder = p if p.is_dir() else p.parent
-        read_there = out.suffix == ".jsonl" or ENV_FILE_RE.fullmatch(out.name) is not None
-        if out == p or (out.parent == folder and read_there):
-            raise ConfigError(f"{flag} {path}: is one of the results being compared, or would be read "
-                              f"with them ({given}); write it somewhere else")

@@ -1,0 +1,175 @@
+"""The env fingerprint: the machine and software a run measured on, one file per env beside the results.
+
+A run writes ``env-<env_id>.json`` beside its results file; every row names its env
+by ``env``. `env_id_of` hashes the fingerprint's stable fields: two runs with the
+same env_id measured on the same GPU, driver, CPU, thread settings and software,
+so their timings compare. The peak bandwidth is measured by the caller
+(`treebench.harness.timing.bandwidth.measure_peak_bandwidth`) and handed in: the
+store records measurements, it never takes them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import socket
+import subprocess
+from pathlib import Path
+
+import torch
+from treebench.harness.errors import ConfigError
+
+VOLATILE_ENV_FIELDS = ("env_id", "peak_bw_bytes_per_s")  # left out of env_id's hash
+PACKAGES = {  # env field -> distribution name, looked up without importing it
+    "torch": "torch", "triton": "triton", "xformers": "xformers", "flashinfer": "flashinfer-python",
+}
+ENV_FILE_RE = re.compile(r"env-.*\.json")  # env fingerprint files beside the results
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CPUINFO = Path("/proc/cpuinfo")
+
+
+def _version(dist: str) -> str | None:
+    """Installed version of a distribution, or None (never imports it)."""
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _git_commit() -> str | None:
+    """HEAD of the repository holding this harness, '+dirty' when it has changes; None outside git."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                              text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "") if head else None
+
+
+def _nvidia_driver() -> str | None:
+    """The NVIDIA driver version from nvidia-smi, or None."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.strip().splitlines()[0] if out.strip() else None
+
+
+def _gpu_fields(device: torch.device) -> dict:
+    """gpu_name, sm_count, driver, cuda for a CUDA device; Nones on the CPU."""
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return {"gpu_name": None, "sm_count": None, "driver": None, "cuda": torch.version.cuda}
+    props = torch.cuda.get_device_properties(device)
+    return {"gpu_name": props.name, "sm_count": props.multi_processor_count,
+            "driver": _nvidia_driver(), "cuda": torch.version.cuda}
+
+
+def env_id_of(env: dict) -> str:
+    """Short (12 hex) hash of an env fingerprint's stable fields."""
+    stable = {k: v for k, v in env.items() if k not in VOLATILE_ENV_FIELDS}
+    return hashlib.sha1(json.dumps(stable, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _cpu_model() -> str | None:
+    """The CPU's model name from /proc/cpuinfo ('model name'), else platform.processor(); None when neither says."""
+    try:
+        for line in CPUINFO.read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def _cpu_fields() -> dict:
+    """cpu_model, cpu_count (logical CPUs), torch_threads (torch's intra-op threads now) and
+    omp_num_threads ($OMP_NUM_THREADS as set, None when unset)."""
+    return {"cpu_model": _cpu_model(), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
+
+
+def env_fingerprint(device: str | torch.device, peak_bw_bytes_per_s: float | None = None) -> dict:
+    """The machine and software a run measured on.
+
+    Args:
+        device: the torch device the run uses ("cpu", "cuda", "cuda:1").
+        peak_bw_bytes_per_s: the copy bandwidth the caller measured, bytes/s
+            (`treebench.harness.timing.bandwidth.measure_peak_bandwidth`); None when not
+            measured (the CPU). Recorded as given: nothing is measured here.
+
+    Returns:
+        dict with env_id, gpu_name, sm_count, driver, cuda, python, torch, triton,
+        xformers, flashinfer (versions from importlib.metadata, None when absent),
+        git_commit, hostname, platform, cpu_model, cpu_count, torch_threads,
+        omp_num_threads, peak_bw_bytes_per_s. env_id hashes all fields but the
+        measured peak.
+    """
+    device = torch.device(device)
+    env = {**_gpu_fields(device), "python": platform.python_version()}
+    env.update({field: _version(dist) for field, dist in PACKAGES.items()})
+    env.update(git_commit=_git_commit(), hostname=socket.gethostname(), platform=platform.platform())
+    # The CPU model and the thread settings change timings (host-side launch work on a GPU,
+    # every call on the CPU), so they are stable fields: they count in env_id's hash.
+    env.update(_cpu_fields())
+    env["peak_bw_bytes_per_s"] = peak_bw_bytes_per_s
+    return {"env_id": env_id_of(env), **env}
+
+
+def write_env(directory: str | Path, env: dict) -> Path:
+    """Writes `env` as <directory>/env-<env_id>.json (kept as it is when it exists) and returns the path.
+
+    Raises:
+        ConfigError: the file cannot be written there (one line; the CLI exits 2).
+    """
+    path = Path(directory) / f"env-{env['env_id']}.json"
+    if not path.exists():
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(env, indent=2, sort_keys=True) + "\n")
+            os.replace(tmp, path)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)          # a missing folder or file: nothing to remove
+            raise ConfigError(f"env fingerprint {path}: cannot write it ({e.strerror}); the results folder "
+                              "must be writable") from None
+    return path
+
+
+def _env_files(paths) -> list[Path]:
+    """env-*.json files named in `paths`, beside named .jsonl files, or inside named folders."""
+    out: list[Path] = []
+    for p in map(Path, [paths] if isinstance(paths, (str, Path)) else paths):
+        if p.is_dir():
+            out.extend(sorted(p.glob("env-*.json")))
+        elif p.suffix == ".json":
+            out.append(p)
+        else:
+            out.extend(sorted(p.parent.glob("env-*.json")))
+    return out
+
+
+def read_envs(paths) -> dict[str, dict]:
+    """Env fingerprints by env_id, from env files, folders, or results files (their folder's env files).
+
+    Raises:
+        ConfigError: an env file is not valid JSON or has no env_id.
+    """
+    envs: dict[str, dict] = {}
+    for f in dict.fromkeys(_env_files(paths)):
+        try:
+            env = json.loads(f.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise ConfigError(f"env file {f}: unreadable ({e}); delete it or rerun") from None
+        if not isinstance(env, dict) or "env_id" not in env:
+            raise ConfigError(f"env file {f}: no env_id field; it is not a treebench env fingerprint")
+        envs[env["env_id"]] = env
+    return envs
+

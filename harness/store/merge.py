@@ -1,0 +1,76 @@
+"""Merging result files: rows of many inputs appended to one results file, each measurement once,
+their env fingerprints copied beside it (`treebench merge`, and rank 0 after a torchrun launch)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from treebench.harness.errors import ConfigError
+from treebench.harness.store.env import ENV_FILE_RE, read_envs, write_env
+from treebench.harness.store.paths import check_results_file, check_writable
+from treebench.harness.store.rows import append_rows, read_rows, row_key, timing_key
+
+
+def merge_row_inputs(inputs: Sequence[Path]) -> list[Path]:
+    """The inputs that hold rows: env-*.json files (env fingerprints, merged separately) are left
+    out; every other file must be a results file.
+
+    Raises:
+        ConfigError: a missing input, or a file that is not a treebench results file.
+    """
+    out = []
+    for p in map(Path, inputs):
+        if p.is_file() and ENV_FILE_RE.fullmatch(p.name):
+            continue
+        if p.is_file():
+            check_results_file(p, "merge INPUT")
+        out.append(p)
+    return out
+
+
+def merge_results(out: Path, inputs: Sequence[Path], with_run: bool = False,
+                  rows: Sequence[dict] | None = None) -> list[dict]:
+    """Appends to `out` every row of `inputs` unless `out` or an earlier input already holds
+    a row of the same key measured at the same time or later (its `timestamp`).
+
+    Key: (case_id, backend, env), with run_id first when `with_run`, plus how the row was
+    timed (timer and L2 state, `timing_key`): rows of one pair timed differently (say
+    `--l2 cold` and `--l2 warm`) are different measurements, and both are kept. A row of a
+    known key measured later (a re-run that now crashes or mismatches, say) is appended
+    too, because readers take a pair's latest row (`gate.latest_rows`): keeping only the
+    first would let an older pass hide it. Merging the same rows again adds nothing. Every input
+    is read (and so validated) before anything is written; env files beside the
+    inputs are copied beside `out`. `rows`: the inputs' rows when the caller has
+    already read them (`read_rows(merge_row_inputs(inputs))`), so they are read once.
+
+    Returns:
+        The rows appended, in input order.
+
+    Raises:
+        ConfigError: a missing input, a row of another schema, an unwritable `out`.
+    """
+    out = Path(out)
+    if any(Path(p).resolve() == out.resolve() for p in inputs):
+        raise ConfigError(f"merge: {out} is both the output and an input; give a new output file")
+    if any(Path(p).is_dir() and out.resolve().parent == Path(p).resolve() for p in inputs):
+        raise ConfigError(f"merge: {out} lies in the input folder {out.parent}, so its rows would be read "
+                          "twice from then on; write it to another folder")
+    check_writable(out, create=False, what="merge OUT")   # also: a .jsonl path
+    incoming = read_rows(merge_row_inputs(inputs)) if rows is None else rows
+    envs = read_envs(list(inputs))
+    check_writable(out, what="merge OUT")  # created (empty) only once every input was read
+    seen: dict[tuple, str] = {}              # key -> latest timestamp held
+    for r in read_rows([out]) if out.exists() else []:
+        key, ts = (*row_key(r, with_run), *timing_key(r)), str(r.get("timestamp") or "")
+        seen[key] = max(seen.get(key, ts), ts)
+    added = []
+    for row in incoming:
+        key, ts = (*row_key(row, with_run), *timing_key(row)), str(row.get("timestamp") or "")
+        if key not in seen or ts > seen[key]:
+            seen[key] = ts
+            added.append(row)
+    for env in envs.values():     # first: a folder that refuses them leaves OUT's rows as they were
+        write_env(out.parent, env)
+    append_rows(out, added)
+    return added

@@ -1,0 +1,180 @@
+"""Every check of a path treebench writes to, made before anything is written.
+
+- results files (`check_writable`, `check_results_file`): a .jsonl path that holds
+  nothing but result rows, whose folder takes the env fingerprint beside it;
+- outputs of the readers (`check_output_path`, `check_html_path`, `refuse_non_html`,
+  `refuse_input_path`): a report or gate summary never lands on a folder, on a
+  file that is not its kind, or on the results being read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from treebench.harness.errors import ConfigError
+from treebench.harness.store.env import ENV_FILE_RE
+from treebench.harness.store.rows import SCHEMA, is_known_schema, is_torn_row
+
+HTML_SUFFIXES = (".html", ".htm")   # what a report path may end in
+
+
+def check_writable(path: str | Path, create: bool = True, what: str = "--out") -> Path:
+    """Validates a results path before a run, creating parent folders and the
+    file (empty, or left as it is when it exists: never truncated).
+
+    Args:
+        create: False checks only what can be checked without writing (a dry run).
+        what: how the message names the path (the option or argument it came from).
+
+    Raises:
+        ConfigError: `path` is a directory, does not end in .jsonl, holds something other
+            than result rows, cannot be opened for appending, or lies in a folder where the
+            env fingerprint beside it cannot be written.
+    """
+    path = Path(path)
+    if not str(path).strip():
+        raise ConfigError(f"{what} is empty: give a results file path such as results/local/run.jsonl")
+    if path.is_dir():
+        raise ConfigError(f"{what} {path}: is a directory; give a file path such as {path / 'run.jsonl'}")
+    if path.exists() and not path.is_file():
+        raise ConfigError(f"{what} {path}: is not a regular file (a device, pipe or socket); "
+                          "give a results file path such as results/local/run.jsonl")
+    if ENV_FILE_RE.fullmatch(path.name):
+        raise ConfigError(f"{what} {path}: is an env fingerprint file, not a results file; "
+                          "give a .jsonl results path")
+    check_results_file(path, what)
+    if path.suffix != ".jsonl":
+        raise ConfigError(f"{what} {path}: give a .jsonl path (folders are read for *.jsonl files only)")
+    if not create:
+        return path
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"{what} {path}: cannot write there ({e.strerror}); give a writable file path") from None
+    try:   # the env fingerprint goes beside it: a real probe (os.access says yes to root on an immutable folder)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".treebench-probe-"):
+            pass
+    except OSError as e:
+        raise ConfigError(f"{what} {path}: its folder {path.parent} is not writable ({e.strerror}), and the env "
+                          "fingerprint (env-*.json) is written beside the results; choose another folder") from None
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
+    except OSError as e:
+        raise ConfigError(f"{what} {path}: cannot write there ({e.strerror}); give a writable file path") from None
+    return path
+
+
+def check_results_file(path: str | Path, what: str) -> None:
+    """Refuses an existing file that holds anything but result rows of a schema this code reads
+    (1 to SCHEMA; blank lines and rows torn by a killed writer allowed); a missing or empty file passes.
+
+    Raises:
+        ConfigError: `path` holds something else (a suite, a report, a config, rows of another
+            schema): appending to it would damage it, reading it would mislead.
+    """
+    path = Path(path)
+    try:
+        fh = open(path, "rb")
+    except OSError:
+        return  # missing or unreadable: the open for appending reports it
+    with fh:
+        for n, raw in enumerate(fh, start=1):
+            line = raw.strip()
+            if not line:
+                continue
+            try:
+                row = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                if is_torn_row(line):
+                    continue
+                row = None
+            if not isinstance(row, dict) or not is_known_schema(row.get("schema")):
+                got = f"schema {row.get('schema')!r}" if isinstance(row, dict) else "not a result row"
+                raise ConfigError(f"{what} {path}: not a treebench results file (line {n}: {got}; "
+                                  f"JSON rows of schema 1 to {SCHEMA} expected); give a new path or a .jsonl results file")
+
+
+def check_html_path(path: str | Path, flag: str, example: str) -> Path:
+    """Checks a report path: an .html/.htm file path, not a directory, not an existing non-HTML file.
+
+    Args:
+        flag: how the message names the path (the option it came from).
+        example: a path the message suggests, e.g. "reports/NAME.html".
+
+    Raises:
+        ConfigError: `path` is a directory, does not end in .html/.htm, or exists and is not HTML.
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{flag} {p}: is a directory; give a file path such as {p / 'report.html'}")
+    if p.suffix.lower() not in HTML_SUFFIXES:
+        raise ConfigError(f"{flag} {p}: give an .html path, e.g. {example}")
+    refuse_non_html(p, flag)
+    return p
+
+
+def refuse_non_html(path: str | Path, flag: str) -> None:
+    """Refuses to overwrite an existing file that is not an HTML page (a report's output).
+
+    Raises:
+        ConfigError: `path` exists and is not a regular file, cannot be read, or does not
+            start with markup.
+    """
+    p = Path(path)
+    if not p.exists():
+        return
+    if not p.is_file():
+        raise ConfigError(f"{flag} {p}: is not a regular file; give an .html file path")
+    try:
+        with open(p, "rb") as f:
+            head = f.read(4096).lstrip()
+    except OSError as e:
+        raise ConfigError(f"{flag} {p}: cannot read it ({e.strerror}); give a writable .html path") from None
+    if head and not head.startswith(b"<"):
+        raise ConfigError(f"{flag} {p}: exists and is not an HTML file; give a new .html path")
+
+
+def check_output_path(path: str | Path, flag: str) -> Path:
+    """Checks up front that `path` can be written (nothing is created).
+
+    Raises:
+        ConfigError: `path` is a folder, an existing file that cannot be written, or lies
+            under a non-folder or an unwritable folder.
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{flag} {p}: is a folder; give a file path")
+    if p.exists():
+        if not os.access(p, os.W_OK):
+            raise ConfigError(f"{flag} {p}: file is not writable; choose another path or fix its permissions")
+        return p
+    parent = p.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{flag} {p}: {parent} is not a folder; choose another path")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {p}: folder {parent} is not writable; choose another path")
+    return p
+
+
+def refuse_input_path(path: str | Path, flag: str, inputs: Sequence[str | Path]) -> None:
+    """Refuses an output path that would overwrite or pollute the results being read.
+
+    Raises:
+        ConfigError: `path` is one of the input files, or a results (.jsonl) or env
+            (env-*.json) file in an input folder or beside an input file (it would be
+            overwritten, or read as results next time).
+    """
+    out = Path(path).resolve()
+    for given in inputs:
+        p = Path(given).resolve()
+        folder = p if p.is_dir() else p.parent
+        read_there = out.suffix == ".jsonl" or ENV_FILE_RE.fullmatch(out.name) is not None
+        if out == p or (out.parent == folder and read_there):
+            raise ConfigError(f"{flag} {path}: is one of the results being compared, or would be read "
+                              f"with them ({given}); write it somewhere else")
