@@ -314,7 +314,7 @@ def test_bad_programmatic_trees_raise(build, fragment):
 @pytest.mark.parametrize(
     "name, t, depth, per_level",
     [
-        # Counted from the source lists cited in harness/named_trees.py.
+        # Counted from the source lists cited in harness/model/named_trees.py.
         ("eagle:mc_sim_7b_63", 26, 5, [1, 4, 8, 8, 3, 2]),
         ("medusa:mc_sim_7b_63", 64, 4, [1, 10, 28, 23, 2]),
         ("vllm:pr_27", 28, 5, [1, 3, 6, 6, 6, 6]),  # reconstructed shape, see named_trees
