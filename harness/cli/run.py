@@ -84,14 +84,12 @@ def _report_path(path: str | None, suite: str, out: str | Path | None = None, st
         ConfigError: not an .html/.htm path, an existing file that is not HTML, the --out file,
             a directory, or a folder that cannot be made or written.
     """
-    from treebench.harness.store.paths import check_html_path
+    from treebench.harness.store.paths import check_html_writable
 
     p = Path(path) if path else Path("reports/local") / f"{suite}-{stamp_text or stamp()}.html"
     if out is not None and p.resolve() == Path(out).resolve():
         raise ConfigError(f"--report {p}: is the --out results file; give a separate .html path")
-    check_html_path(p, "--report", f"reports/local/{suite}.html")
-    if not create:
-        return p
+    return check_html_writable(p, "--report", f"reports/local/{suite}.html", create=create)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -117,6 +117,39 @@ def check_html_path(path: str | Path, flag: str, example: str) -> Path:
     return p
 
 
+def check_html_writable(path: str | Path, flag: str, example: str, create: bool = True) -> Path:
+    """`check_html_path`, then (create=True) makes the folder and proves a write there works.
+
+    Args:
+        flag: how the message names the path (the option it came from).
+        example: a path the message suggests, e.g. "reports/local/smoke.html".
+        create: False checks only what can be checked without writing (a dry run).
+
+    Raises:
+        ConfigError: everything `check_html_path` refuses, a folder that cannot be made, or a
+            path that cannot be written (permission, read-only file system).
+    """
+    p = check_html_path(path, flag, example)
+    if not create:
+        return p
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"{flag} {p}: cannot create its folder ({e.strerror})") from None
+    if not os.access(p.parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise ConfigError(f"{flag} {p}: cannot write there (permission denied); give a writable .html path")
+    try:  # and a real write probe: os.access says yes to root on read-only file systems (/sys)
+        if p.exists():
+            with open(p, "ab"):
+                pass
+        else:
+            with tempfile.NamedTemporaryFile(dir=p.parent, prefix=".treebench-probe-", suffix=".html"):
+                pass
+    except OSError as e:
+        raise ConfigError(f"{flag} {p}: cannot write there ({e.strerror}); give a writable .html path") from None
+    return p
+
+
 def refuse_non_html(path: str | Path, flag: str) -> None:
     """Refuses to overwrite an existing file that is not an HTML page (a report's output).
 
