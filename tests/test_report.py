@@ -320,7 +320,7 @@ def test_tree_layout_handles_deep_trees_and_centres_parents():
     chain = parse_tree("chain:1000")
     x, d = _tree_xy(chain)
     assert d == list(range(chain.size)) and len(set(x)) == 1
-    assert tree_figure(chain, "chain").startswith("data:image/png;base64,")
+    assert tree_figure(chain, "chain").uri.startswith("data:image/png;base64,")
     t = parse_tree("full:2:2")            # root, 2 children, 4 grandchildren
     x, d = _tree_xy(t)
     leaves = sorted(x[i] for i in range(t.size) if not t.children[i])
