@@ -113,8 +113,14 @@ IMAGES_JS = """Promise.all(Array.from(document.images).map(img =>
     img.decode().then(() => img.complete && img.naturalWidth > 0, () => false)))"""
 
 
-def open_in_chromium(html: Path, shot: Path, full_page: bool = False) -> dict:
-    """Loads `html`, saves a PNG screenshot to `shot`; returns errors, image results and page facts."""
+FIGURES_JS = """JSON.stringify(Array.from(document.querySelectorAll('img.fig')).map(img => ({
+    alt: img.alt, natural: img.naturalWidth, shown: img.clientWidth,
+    pt: parseFloat(img.dataset.fontPt), dpi: parseFloat(img.dataset.dpi)})))"""
+
+
+def open_in_chromium(html: Path, shot: Path, full_page: bool = False, width: int = 1300) -> dict:
+    """Loads `html` in a `width` px wide window, saves a PNG screenshot to `shot`; returns errors,
+    image results, page facts and per figure its natural and shown width and smallest font."""
     profile = shot.parent / "chromium-profile"
     browser = Chromium(CHROMIUM, profile)
     try:
@@ -122,6 +128,8 @@ def open_in_chromium(html: Path, shot: Path, full_page: bool = False) -> dict:
         s = browser.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Runtime", "Log", "Page"):
             browser.send(f"{domain}.enable", session=s)
+        browser.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": 900, "deviceScaleFactor": 1,
+                                                            "mobile": False}, session=s)
         browser.send("Page.navigate", {"url": html.resolve().as_uri()}, session=s)
         browser.wait_event("Page.loadEventFired")
         images = browser.send("Runtime.evaluate", {"expression": IMAGES_JS, "awaitPromise": True,
@@ -130,20 +138,22 @@ def open_in_chromium(html: Path, shot: Path, full_page: bool = False) -> dict:
                              "h2: Array.from(document.querySelectorAll('h2')).map(h => h.textContent), "
                              "height: document.documentElement.scrollHeight})", "returnByValue": True},
                              session=s)["result"]["value"]
+        figures = browser.send("Runtime.evaluate", {"expression": FIGURES_JS, "returnByValue": True},
+                               session=s)["result"]["value"]
         # click a sortable header: the page's only script must run without errors
         browser.send("Runtime.evaluate", {"expression": "document.querySelector('table.sortable th').click()"},
                      session=s)
         params = {"format": "png"}
         if full_page:
             h = json.loads(facts)["height"]
-            params.update(captureBeyondViewport=True, clip={"x": 0, "y": 0, "width": 1300, "height": h, "scale": 1})
+            params.update(captureBeyondViewport=True, clip={"x": 0, "y": 0, "width": width, "height": h, "scale": 1})
         shot.write_bytes(base64.b64decode(browser.send("Page.captureScreenshot", params, session=s)["data"]))
         time.sleep(0.2)  # let late console messages arrive
         browser.send("Runtime.evaluate", {"expression": "1"}, session=s)
     finally:
         browser.close()
     errors = [e for e in browser.events if _is_error(e)]
-    return {"errors": errors, "images": images, **json.loads(facts)}
+    return {"errors": errors, "images": images, "figures": json.loads(figures), **json.loads(facts)}
 
 
 def _is_error(event: dict) -> bool:
@@ -320,7 +330,7 @@ def test_tree_layout_handles_deep_trees_and_centres_parents():
     chain = parse_tree("chain:1000")
     x, d = _tree_xy(chain)
     assert d == list(range(chain.size)) and len(set(x)) == 1
-    assert tree_figure(chain, "chain").startswith("data:image/png;base64,")
+    assert tree_figure(chain, "chain").uri.startswith("data:image/png;base64,")
     t = parse_tree("full:2:2")            # root, 2 children, 4 grandchildren
     x, d = _tree_xy(t)
     leaves = sorted(x[i] for i in range(t.size) if not t.children[i])

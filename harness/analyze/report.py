@@ -13,10 +13,8 @@ jinja2 (`templates/report.html.j2`). Reads only the results store.
 from __future__ import annotations
 
 import logging
-import math
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence, Set
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, cast
@@ -25,6 +23,9 @@ import jinja2
 import pandas as pd
 
 from treebench.harness.analyze import plots as plots
+from treebench.harness.analyze.cells import Table, num, ratio, us
+from treebench.harness.analyze.headline import (OWN_KERNELS, cell_frame, contenders, headline, headline_table,
+                                                non_contenders, own_kernels, peers, pick_own)
 from treebench.harness.errors import ConfigError
 from treebench.harness.analyze.tables import mask_overhead_table, speedup_table, timed_frame, varying_axes
 from treebench.harness.model.workload import device_peak, rates, row_work
@@ -40,22 +41,10 @@ DEFAULT_BASELINES = ("flashinfer_mask", "xformers_tree", "torch_sdpa")  # prefer
 
 # ---- formatting -------------------------------------------------------------------------------
 
-def _num(x, spec: str = ".3g") -> str:
-    """A number for the page ('' for None/NaN)."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return ""
-    return format(x, spec)
-
-
-def _us(x) -> str:
-    """Microseconds with 3-4 significant digits."""
-    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else (f"{x:.2f}" if x < 100 else f"{x:.1f}")
-
-
 def markdown_table(df: pd.DataFrame) -> str:
     """`df` as a GitHub Markdown table (numbers rounded for reading)."""
     def cell(v) -> str:
-        return _us(v) if isinstance(v, float) else str(v)
+        return us(v) if isinstance(v, float) else str(v)
     lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
     return "\n".join(lines)
@@ -83,24 +72,6 @@ def pick_baseline(rows: Sequence[dict], requested: str | None, causal: str) -> s
     return timed[0] if timed else None
 
 
-def non_contenders(rows: Sequence[dict], causal: str) -> set[str]:
-    """Backends kept out of speedups, wins and 'fastest': they solve the easier causal task,
-    or they are the float64 reference.
-
-    A backend is causal when one of its rows says ``mask_kind`` "causal"; rows stored
-    without ``mask_kind`` leave only `causal` (the --causal-backend name, causal_baseline
-    by default) marked so. The rows alone decide: the backend registry is not read.
-
-    Args:
-        rows: result rows (any status).
-        causal: the causal backend the tree-mask overhead is measured against.
-
-    Returns:
-        `causal`, "reference" and every backend with a row of mask_kind "causal".
-    """
-    return {causal, "reference"} | {r["backend"] for r in rows if r.get("mask_kind") == "causal"}
-
-
 def backend_order(rows: Sequence[dict], baseline: str | None, causal: str) -> list[str]:
     """Causal baseline first, then the speedup baseline, then the others alphabetically."""
     names = sorted({r["backend"] for r in rows})
@@ -111,12 +82,14 @@ def backend_order(rows: Sequence[dict], baseline: str | None, causal: str) -> li
 # ---- sections ---------------------------------------------------------------------------------
 
 def backend_summary(rows: Sequence[dict], order: Sequence[str], sp: pd.DataFrame, overhead: pd.DataFrame,
-                    skip: set[str]) -> list[dict]:
+                    skip: set[str], racing: set[str] | None = None, own: Set[str] = frozenset()) -> list[dict]:
     """Per backend: status counts, timers with their L2 state ("cuda_graph, L2 flushed"), timed rows
-    per L2 state, geomean speedup and mask overhead, median % peak, and wins (cases where it is the
-    fastest passing backend; backends in `skip` do not compete)."""
+    per L2 state, geomean speedup and mask overhead, median % peak, whether it is one of `own`
+    (treebench's kernels), and wins (cases where it is the fastest passing backend of `racing`,
+    default every backend not in `skip`; `skip` also has no mask overhead)."""
+    racing = set(order) - skip if racing is None else racing
     df = timed_frame(rows)
-    df = df[~df["backend"].isin(list(skip))] if not df.empty else df
+    df = df[df["backend"].isin(list(racing))] if not df.empty else df
     best = df.loc[df.groupby("case_id")["median_us"].idxmin(), "backend"].value_counts() if not df.empty else {}
     out = []
     for b in order:
@@ -132,7 +105,7 @@ def backend_summary(rows: Sequence[dict], order: Sequence[str], sp: pd.DataFrame
                     "speedup": geometric_mean(s) if s else None,
                     "overhead_pct": 100 * (geometric_mean([1 + x / 100 for x in o]) - 1) if o else None,
                     "pct_peak": float(pd.Series(pct).median()) if pct else None,
-                    "wins": int(best.get(b, 0)) if b not in skip else None})
+                    "own": b in own, "wins": int(best.get(b, 0)) if b in racing else None})
     return out
 
 
@@ -146,7 +119,7 @@ def verdict_lines(summary: Sequence[dict], baseline: str | None, causal: str, n_
             lines.append(("bad", f"{b}: {c['mismatch']} mismatch(es), {c['error']} error(s) out of {s['n']} cases "
                                  "— see Correctness."))
         if s["wins"] is not None and (s["speedup"] is not None or b == baseline):
-            vs = f"geometric-mean speedup {s['speedup']:.2f}× over {baseline}; " if s["speedup"] else ""
+            vs = f"geometric-mean speedup {ratio(s['speedup'])} over {baseline}; " if s["speedup"] else ""
             lines.append(("info", f"{b}: {vs}fastest on {s['wins']}/{n_cases} cases."))
         if s["overhead_pct"] is not None:
             lines.append(("info", f"{b}: tree-mask overhead {s['overhead_pct']:+.1f}% against {causal} "
@@ -201,7 +174,7 @@ def env_table(envs: dict[str, dict], rows: Sequence[dict]) -> tuple[list[str], l
         vals = [envs.get(i, {}).get(f, "?") if i in envs else "?" for i in ids]
         if f == "peak_bw_bytes_per_s":
             f, vals = "measured peak (copy) TB/s", [
-                _num(v / 1e12, ".3f") if isinstance(v, (int, float)) else
+                num(v / 1e12, ".3f") if isinstance(v, (int, float)) else
                 (("not measured (CPU)" if not envs.get(i, {}).get("gpu_name") else "not measured")
                  if v is None else str(v)) for i, v in zip(ids, vals)]
         table.append((f, ["" if v is None else str(v) for v in vals]))
@@ -215,8 +188,8 @@ def failure_rows(rows: Sequence[dict]) -> list[dict]:
         if r["status"] in ("mismatch", "error"):
             w = r.get("worst")
             out.append({**r, "where": f"b={w[0]}, i={w[1]}, h={w[2]}" if w else "",
-                        "err": _num(r.get("max_abs_err")), "rel": _num(r.get("max_rel_err")),
-                        "frac": _num(100 * r["mismatch_frac"], ".3g") + "%" if r.get("mismatch_frac") else ""})
+                        "err": num(r.get("max_abs_err")), "rel": num(r.get("max_rel_err")),
+                        "frac": num(100 * r["mismatch_frac"], ".3g") + "%" if r.get("mismatch_frac") else ""})
     return out
 
 
@@ -270,14 +243,6 @@ def time_pivot(df: pd.DataFrame, order: Sequence[str], values: str = "median_us"
         columns={"batch_size": "B", "context_len": "L"}).reset_index(drop=True)
 
 
-@dataclass(frozen=True)
-class Table:
-    """A table ready for the template: header (name, css class) and rows of (text, css class)."""
-
-    head: list[tuple[str, str]]
-    rows: list[list[tuple[str, str]]]
-
-
 def pivot_table_cells(pivot: pd.DataFrame, order: Sequence[str], skip: set[str],
                       noisy: pd.DataFrame | None = None) -> Table:
     """The time pivot with the fastest backend of each case (backends in `skip` aside) marked 'best'
@@ -295,16 +260,16 @@ def pivot_table_cells(pivot: pd.DataFrame, order: Sequence[str], skip: set[str],
                 continue
             cls = "n best" if rec[c] == fastest else "n"
             if flag.get(c) == 1:
-                cells.append((f"{_us(rec[c])} ⚠noisy", cls + " noisy"))
+                cells.append((f"{us(rec[c])} ⚠noisy", cls + " noisy"))
             else:
-                cells.append((_us(rec[c]), cls))
+                cells.append((us(rec[c]), cls))
         rows.append(cells)
     return Table([(c, "n" if c in times else "") for c in pivot.columns], rows)
 
 
 def seed_table_cells(seed: pd.DataFrame) -> Table:
     """The seed-style table, times in µs and overhead as a signed percentage."""
-    fmt = {"Time (us)": _us, "Overhead (%)": lambda v: "" if v != v else f"{v:+.1f}"}
+    fmt = {"Time (us)": us, "Overhead (%)": lambda v: "" if v != v else f"{v:+.1f}"}
     num = {"Batch Size", "Seqlen Q", "Time (us)", "Overhead (%)"}
     rows = [[(fmt.get(c, str)(v), "n" if c in num else "") for c, v in zip(seed.columns, rec)]
             for rec in seed.itertuples(index=False)]
@@ -316,13 +281,13 @@ def seed_table_cells(seed: pd.DataFrame) -> Table:
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(num=_num, us=_us)
+    env.filters.update(num=num, us=us, ratio=ratio)
     return env
 
 
 def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, title: str = "treebench", *,
                  baseline: str | None = None, causal_backend: str = "causal_baseline", gate=None,
-                 sources: Sequence[str] = (), sections: Sequence[str] = ()) -> Path:
+                 sources: Sequence[str] = (), sections: Sequence[str] = (), own: str | None = None) -> Path:
     """Writes a self-contained HTML report of `rows` to `path` and returns it.
 
     Args:
@@ -336,42 +301,56 @@ def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, titl
         sources: result paths, listed in the header.
         sections: extra HTML fragments (each a complete <section>, already escaped), appended after
             the report's own sections; the CLI adds the speculation section this way.
+        own: the backend the first table and the headline are about (default triton_tree where
+            timed, `treebench.harness.analyze.headline.pick_own`); it and the rest of OWN_KERNELS
+            are never its rivals.
 
     Raises:
-        ConfigError: `baseline` has no timed rows.
+        ConfigError: `baseline` or `own` has no timed rows.
     """
     baseline = pick_baseline(rows, baseline, causal_backend)
+    own = pick_own(rows, own)
     order = backend_order(rows, baseline, causal_backend)
     df = timed_frame(rows)
     skip = non_contenders(rows, causal_backend)
+    racing = contenders(rows, own, causal_backend) & set(order)
     sp = speedup_table(rows, baseline, exclude=sorted(skip)) if baseline else pd.DataFrame()
     overhead = mask_overhead_table(rows, causal_backend)
-    summary = backend_summary(rows, order, sp, overhead, skip)
+    summary = backend_summary(rows, order, sp, overhead, skip, racing, own_kernels(own))
     noisy = noisy_rows(rows)
     noisy_keys = {(r["case_id"], r["backend"]) for r in noisy}
+    ids, env_rows = env_table(envs, rows)
+    gpu = next((envs[i].get("gpu_name") for i in ids if i in envs and envs[i].get("gpu_name")), None)
+    peak_bw = next((envs[i].get("peak_bw_bytes_per_s") for i in ids if i in envs), None)
     verdicts = verdict_lines(summary, baseline, causal_backend, len({r["case_id"] for r in rows}))
     verdicts += mixed_timing_warnings(rows)
     if noisy:
         verdicts.append(("warn", f"{len(noisy)} timed row(s) are noisy ({NOISE_RULE}); marked ⚠noisy in the "
-                                 "time table — rerun them on a quieter GPU before trusting small differences."))
+                                 f"time table — rerun them on a quieter {'GPU' if gpu else 'machine'} before "
+                                 "trusting small differences."))
     noisy_pivot = (time_pivot(df.assign(noisy=[int((c, b) in noisy_keys) for c, b in zip(df["case_id"], df["backend"])]),
                               order, values="noisy") if not df.empty else None)
-    ids, env_rows = env_table(envs, rows)
-    gpu = next((envs[i].get("gpu_name") for i in ids if i in envs and envs[i].get("gpu_name")), None)
-    peak_bw = next((envs[i].get("peak_bw_bytes_per_s") for i in ids if i in envs), None)
+    rivals = peers(rows, own, causal_backend)
+    cells = cell_frame(rows, envs, own, rivals)
     n_cases = len({r["case_id"] for r in rows})
     ctx = dict(
         title=title, generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), sources=list(sources),
         gpu=gpu or "CPU", n_rows=len(rows), n_cases=n_cases, order=order, baseline=baseline,
-        causal=causal_backend, has_causal=causal_backend in order, summary=summary, skip=sorted(skip & set(order)),
+        causal=causal_backend, has_causal=causal_backend in order, summary=summary,
+        not_racing=not_racing_note(order, racing, own, skip),
+        own=own, own_kernels=sorted(own_kernels(own) & set(order)), own_kernels_all=OWN_KERNELS, rivals=[b for b in rivals if b in order],
+        headline=headline(cells, own),
+        cells=headline_table(cells, own).without_empty_columns() if not cells.empty else None,
+        summary_columns={k: any(x[k] is not None for x in summary) for k in ("speedup", "overhead_pct", "pct_peak")},
         verdicts=verdicts, gate=gate, n_noisy=len(noisy), noise_rule=NOISE_RULE,
-        env_ids=ids, env_rows=env_rows, pivot=pivot_table_cells(time_pivot(df, order), order, skip, noisy_pivot),
-        seed=seed_table_cells(overhead),
-        seed_md=markdown_table(overhead) if not overhead.empty else "",
+        env_ids=ids, env_rows=env_rows,
+        pivot=pivot_table_cells(time_pivot(df, order), order, set(order) - racing, noisy_pivot),
+        seed=seed_table_cells(overhead).without_empty_columns(),
+        seed_md=markdown_table(overhead.dropna(axis=1, how="all")) if not overhead.empty else "",
         failures=failure_rows(rows), skips=skip_reasons(rows),
-        heatmaps=plots.speedup_heatmaps(sp, baseline) if baseline else None,
+        heatmaps=plots.best_peer_heatmaps(cells, own) if own and not cells.empty else None,
         latency=plots.latency_plots(df, order),
-        roofline=plots.roofline(roofline_points(rows, envs), order, peak_bw, device_peak(gpu)),
+        roofline=plots.roofline(roofline_points(rows, envs), order, peak_bw, device_peak(gpu), own_kernels(own)),
         peak=device_peak(gpu), peak_bw=peak_bw, trees=tree_images(rows), sections=list(sections))
     html = _environment().get_template("report.html.j2").render(**ctx)
     p = Path(path)
@@ -382,3 +361,15 @@ def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, titl
         raise ConfigError(f"report -o {p}: cannot write ({e.strerror}); choose another path") from None
     log.info("report written to %s (%d rows, %.0f kB)", p, len(rows), len(html) / 1e3)
     return p
+
+
+def not_racing_note(order: Sequence[str], racing: set[str], own: str | None, skip: set[str]) -> str:
+    """Who is left out of 'fastest' and why, for the time table's caption ('' when nobody is)."""
+    ours = [b for b in order if b not in racing and b not in skip]
+    causal = [b for b in order if b in skip and b != "reference"]
+    parts = [f"{', '.join(ours)}: treebench's own kernels besides {own or 'the one under test'}"] if ours else []
+    if causal:
+        parts.append(f"{', '.join(causal)}: causal-mask backends, they run the easier causal task")
+    if "reference" in order:
+        parts.append("reference: the float64 oracle")
+    return "; ".join(parts)

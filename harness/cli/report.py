@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from treebench.harness.analyze.gate import GateConfig, GateResult, compare_runs, env_differences
+from treebench.harness.analyze.headline import DEFAULT_OWN, OWN_KERNELS
 from treebench.harness.analyze.report import DEFAULT_BASELINES, write_report
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.paths import check_output_path, refuse_non_html
@@ -29,6 +30,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--title", default=None, help="page title (default: treebench + the results' names)")
     parser.add_argument("--baseline-backend", default=None,
                         help=f"speedups are against this backend (default: first of {', '.join(DEFAULT_BASELINES)})")
+    parser.add_argument("--own", default=None, metavar="NAME",
+                        help=f"the backend the first table and its headline are about, against the best peer per "
+                             f"cell (default {DEFAULT_OWN}, where present); treebench's own kernels "
+                             f"({', '.join(OWN_KERNELS)}) are never its peers")
     parser.add_argument("--causal-backend", default=None,
                         help="the tree-mask overhead is against this backend (default causal_baseline, where "
                              "present; a name given here must have rows)")
@@ -46,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     """Writes the report; returns 0.
 
     Raises:
-        ConfigError: missing results, no rows, bad --baseline-backend, a --causal-backend
+        ConfigError: missing results, no rows, bad --baseline-backend or --own, a --causal-backend
             without rows, or (with
             --against) env fingerprints that differ (the CLI exits 2).
     """
@@ -69,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     sections = [_speculation(args, rows)] if args.acceptance else []
     title = args.title or "treebench — " + ", ".join(Path(p).name for p in args.results)
     path = write_report(rows, envs, out, title, baseline=args.baseline_backend, causal_backend=causal,
-                        gate=gate, sources=args.results, sections=sections)
+                        gate=gate, sources=args.results, sections=sections, own=args.own)
     sys.stdout.write(f"{path}\n")  # the command's output: where the report is
     return 0
 

@@ -129,6 +129,20 @@ def rates(flops: int | None, nbytes: int | None, median_us: float | None,
             "pct_peak_bw": 100.0 * bw / peak_bytes_per_s if peak_bytes_per_s else None}
 
 
+def roofline_us(flops: int, nbytes: int, peak_bytes_per_s: float | None, peak: DevicePeak | None) -> float | None:
+    """The roofline time of one call, microseconds: the slower of moving the bytes and doing the FLOPs.
+
+    max(bytes / measured copy bandwidth, FLOPs / datasheet 16-bit tensor peak); a roof whose
+    peak is unknown is left out, and without a measured bandwidth there is no roofline (None):
+    a datasheet HBM figure is a promise, the measured copy is what this machine reaches.
+    """
+    if not peak_bytes_per_s:
+        return None
+    memory_s = nbytes / peak_bytes_per_s                                 # seconds at the bandwidth roof
+    compute_s = flops / (peak.tflops_16bit * 1e12) if peak else 0.0       # seconds at the compute roof
+    return 1e6 * max(memory_s, compute_s)
+
+
 def case_metrics(inputs: BatchInputs, median_us: float | None, peak_bytes_per_s: float | None = None) -> dict:
     """flops, bytes, tflops, tb_per_s, pct_peak_bw for one timed case.
 

@@ -1,0 +1,203 @@
+"""The report's first table: per cell (case), our time, the best peer's, their ratio and the roofline.
+
+Who competes with whom, from the rows alone (the backend registry is not read):
+
+- **own**: the kernel the report is about (`--own`, default triton_tree) and the rest of
+  `OWN_KERNELS`, treebench's own kernels. A second own kernel is never a rival of the first.
+- **non-contenders**: backends that solve the easier causal task (a row with ``mask_kind``
+  "causal", and the --causal-backend) and the float64 reference.
+- **peers**: every other timed backend; the best peer of a cell is the fastest of them.
+
+The headline, own / best peer over every cell both timed (min, median, max, cells slower),
+is the README's figure, read off one line.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from treebench.harness.analyze.cells import Table, num, pct, ratio, us
+from treebench.harness.analyze.tables import timed_frame, varying_axes
+from treebench.harness.errors import ConfigError
+from treebench.harness.model.workload import device_peak, roofline_us, row_work
+
+# treebench's own kernels (kernels/): never a rival in "best peer" or "fastest on".
+OWN_KERNELS = ("triton_tree", "triton_tree_bias", "triton_causal")
+DEFAULT_OWN = "triton_tree"
+AXIS_LABELS = {"batch_size": "B", "context_len": "L", "tree": "tree", "T": "T", "page_size": "P",
+               "num_q_heads": "Hq", "num_kv_heads": "Hkv", "head_dim": "D"}
+
+
+def non_contenders(rows: Sequence[dict], causal: str) -> set[str]:
+    """Backends kept out of speedups, wins and 'fastest': they solve the easier causal task,
+    or they are the float64 reference.
+
+    A backend is causal when one of its rows says ``mask_kind`` "causal"; rows stored
+    without ``mask_kind`` leave only `causal` (the --causal-backend name, causal_baseline
+    by default) marked so. The rows alone decide: the backend registry is not read.
+
+    Args:
+        rows: result rows (any status).
+        causal: the causal backend the tree-mask overhead is measured against.
+
+    Returns:
+        `causal`, "reference" and every backend with a row of mask_kind "causal".
+    """
+    return {causal, "reference"} | {r["backend"] for r in rows if r.get("mask_kind") == "causal"}
+
+
+def pick_own(rows: Sequence[dict], requested: str | None) -> str | None:
+    """The report's own backend: `requested`, else DEFAULT_OWN when it has timed rows, else None.
+
+    Raises:
+        ConfigError: `requested` has no passing timed rows.
+    """
+    timed = sorted({r["backend"] for r in rows if r.get("status") == "pass" and r.get("median_us")})
+    if requested:
+        if requested not in timed:
+            raise ConfigError(f"report --own {requested!r}: no passing timed rows; "
+                              f"timed backends here: {', '.join(timed) or 'none'}")
+        return requested
+    return DEFAULT_OWN if DEFAULT_OWN in timed else None
+
+
+def own_kernels(own: str | None) -> set[str]:
+    """OWN_KERNELS plus `own` (a kernel under test given by --own is ours too)."""
+    return set(OWN_KERNELS) | ({own} if own else set())
+
+
+def peers(rows: Sequence[dict], own: str | None, causal: str) -> list[str]:
+    """Backends that compete with `own`, sorted: not ours, not causal, not the reference."""
+    out = own_kernels(own) | non_contenders(rows, causal)
+    return sorted({r["backend"] for r in rows} - out)
+
+
+def contenders(rows: Sequence[dict], own: str | None, causal: str) -> set[str]:
+    """Backends that may be 'fastest' on a case: `own` and its peers."""
+    return set(peers(rows, own, causal)) | ({own} if own else set())
+
+
+# ---- the table --------------------------------------------------------------------------------
+
+def cell_frame(rows: Sequence[dict], envs: dict[str, dict], own: str | None, rivals: Sequence[str]) -> pd.DataFrame:
+    """One line per case: its axes, own_us, peer_us, peer, ratio, roofline_us, roofline_pct.
+
+    own_us and peer_us are medians (µs) over the case's passing rows; peer is the fastest of
+    `rivals`; ratio = own_us / peer_us (< 1: ours is faster). roofline_us is
+    `treebench.harness.model.workload.roofline_us` of the case's work on its env's measured
+    bandwidth and its GPU's datasheet compute peak; roofline_pct = 100 * roofline_us / own_us
+    (100: at the hardware's limit). Without `own` the best peer stands in for own_us.
+    Sorted by B, L, T and the other varying axes; empty when nothing is timed.
+    """
+    df = timed_frame(rows)
+    if df.empty:
+        return df
+    med = df.groupby(["case_id", "backend"])["median_us"].median().unstack()   # (case, backend) -> µs
+    keys = ["batch_size", "context_len", "tree", "T", *varying_axes(df, exclude=("batch_size", "context_len",
+                                                                                   "tree", "T", "seed"))]
+    out = df.drop_duplicates("case_id").set_index("case_id")[keys]
+    rival = med[[b for b in rivals if b in med.columns]].dropna(how="all")
+    out["peer_us"] = rival.min(axis=1)
+    out["peer"] = rival.idxmin(axis=1) if not rival.empty else None
+    out["own_us"] = med[own] if own in med.columns else out["peer_us"]
+    out["ratio"] = out["own_us"] / out["peer_us"] if own in med.columns else math.nan
+    out["roofline_us"] = pd.Series(_roofline_by_case(rows, envs, own))
+    out["roofline_pct"] = 100 * out["roofline_us"] / out["own_us"]
+    return _sorted(out.reset_index(), ["batch_size", "context_len", "T", "tree", *keys[4:]])
+
+
+def _roofline_by_case(rows: Sequence[dict], envs: dict[str, dict], own: str | None) -> dict[str, float]:
+    """case_id -> roofline µs, from the own backend's row (else any passing row) of the case."""
+    out: dict[str, float] = {}
+    for r in sorted((r for r in rows if r.get("status") == "pass" and r.get("median_us")),
+                    key=lambda r: r["backend"] != own):                      # own's rows first
+        if r["case_id"] in out:
+            continue
+        env: dict[str, Any] = envs.get(r.get("env") or "", {})
+        t = roofline_us(*row_work(r), env.get("peak_bw_bytes_per_s"), device_peak(env.get("gpu_name")))
+        out[r["case_id"]] = math.nan if t is None else t
+    return out
+
+
+def _sorted(df: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    """`df` sorted by `keys`, integers numerically before text ('ragged:1-48')."""
+    return df.sort_values(list(keys), key=lambda c: c.map(
+        lambda v: (0, int(v), "") if str(v).isdigit() else (1, 0, str(v)))).reset_index(drop=True)
+
+
+CELL_VALUES = ("case_id", "own_us", "peer_us", "peer", "ratio", "roofline_us", "roofline_pct")
+
+
+def axis_columns(frame: pd.DataFrame) -> list[str]:
+    """The case-axis columns of a `cell_frame`, in order."""
+    return [c for c in frame.columns if c not in CELL_VALUES]
+
+
+def headline_table(frame: pd.DataFrame, own: str | None) -> Table:
+    """The first table: axes, own µs, best peer µs and name, own / best peer, roofline µs, % of roofline.
+
+    Cells where ours is slower than the best peer carry css class 'slower', faster ones 'faster'.
+    Without `own`, the best backend and its time only.
+    """
+    axes = axis_columns(frame)
+    head = [(AXIS_LABELS.get(a, a.replace("_", " ")), "n" if a in ("batch_size", "T") else "") for a in axes]
+    if own:
+        head += [(f"{own} µs", "n"), ("best peer µs", "n"), ("best peer", ""), (f"{own} / best peer", "n")]
+    else:
+        head += [("fastest µs", "n"), ("fastest", "")]
+    head += [("roofline µs", "n"), ("% of roofline", "n")]
+    rows = []
+    for rec in frame.to_dict("records"):
+        cells = [(str(rec[a]), "n" if a in ("batch_size", "T") else "") for a in axes]
+        if own:
+            r = rec["ratio"]
+            cls = "n" if r != r else ("n slower" if r > 1 else "n faster")
+            cells += [(us(rec["own_us"]), "n"), (us(rec["peer_us"]), "n"), (rec["peer"] or "", ""), (ratio(r), cls)]
+        else:
+            cells += [(us(rec["own_us"]), "n"), (rec["peer"] or "", "")]
+        cells += [(num(rec["roofline_us"], ".3g"), "n"), (pct(rec["roofline_pct"]), "n")]
+        rows.append(cells)
+    return Table(head, rows)
+
+
+# ---- the headline -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Headline:
+    """own / best peer over the cells both timed."""
+
+    own: str                     # the report's own backend
+    n: int                       # cells with a time of own and of at least one peer
+    lo: float                    # smallest own / best peer ratio (< 1: ours faster)
+    median: float                # median ratio over the n cells
+    hi: float                    # largest ratio
+    slower: int                  # cells with ratio > 1
+    slower_to: dict[str, int]    # peer -> cells where it beats own
+    roofline_pct: float | None   # median % of roofline reached by own (None: no measured peak)
+
+    @property
+    def text(self) -> str:
+        """'triton_tree / best peer: min 0.27×, median 0.67×, max 1.47× over 126 cells; slower on 22 (...)'."""
+        by = ", ".join(f"{p} {k}" for p, k in sorted(self.slower_to.items(), key=lambda pk: -pk[1]))
+        return (f"{self.own} / best peer: min {ratio(self.lo)}, median {ratio(self.median)}, max {ratio(self.hi)} "
+                f"over {self.n} cells; slower on {self.slower}" + (f" ({by})" if by else ""))
+
+
+def headline(frame: pd.DataFrame, own: str | None) -> Headline | None:
+    """The headline of a `cell_frame`, or None without `own` or without a cell both timed."""
+    if not own or frame.empty:
+        return None
+    both = frame.dropna(subset=["ratio"])
+    if both.empty:
+        return None
+    slow = both[both["ratio"] > 1]
+    roof = frame["roofline_pct"].dropna()
+    return Headline(own, len(both), float(both["ratio"].min()), float(both["ratio"].median()),
+                    float(both["ratio"].max()), len(slow), dict(Counter(slow["peer"])),
+                    float(roof.median()) if not roof.empty else None)

@@ -1,0 +1,169 @@
+"""The report's first table and its headline, on rendered HTML, and the figures' text size in
+headless Chromium at 1400 px.
+
+The headline is checked against a hand computation on three cells whose times are set by hand;
+the size check reads each figure's smallest font (points, from the figure's own text artists),
+its dpi and its natural and shown width in the browser: px = pt * dpi / 72 * shown / natural.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import pytest
+
+from test_report import BASE, CHROMIUM, open_in_chromium
+from treebench.harness.analyze import cells, headline, plots, report
+from treebench.harness.analyze.tables import timed_frame
+from treebench.harness.cli import report as report_cmd
+from treebench.harness.errors import ConfigError
+from treebench.harness.store.rows import read_envs, read_rows
+
+SEED = Path(__file__).resolve().parents[1] / "results" / "h200" / "seed" / "seed.jsonl"
+MIN_TEXT_PX = 10
+
+# case -> backend -> median µs: the hand-set times of three cells (None: skipped)
+TIMES = [
+    {"triton_tree": 10.0, "flashinfer_mask": 20.0, "xformers_tree": 25.0, "triton_causal": 5.0, "causal_baseline": 4.0},
+    {"triton_tree": 30.0, "flashinfer_mask": 20.0, "xformers_tree": 15.0, "triton_causal": 9.0, "causal_baseline": 8.0},
+    {"triton_tree": 8.0, "flashinfer_mask": 10.0, "xformers_tree": None, "triton_causal": 2.0, "causal_baseline": 1.0},
+]
+
+
+def three_cells() -> list[dict]:
+    """Rows of three stored cases with the TIMES above (triton_causal without mask_kind, as in old rows)."""
+    base = [r for r in read_rows(BASE) if r["backend"] == "triton_tree"][:3]
+    out = []
+    for r, times in zip(base, TIMES):
+        for b, t in times.items():
+            out.append(dict(r, backend=b, median_us=t, status="pass") if t is not None else
+                       dict(r, backend=b, median_us=None, status="skipped", reason="tree too large"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def three_cell_html(tmp_path_factory) -> str:
+    out = tmp_path_factory.mktemp("cells") / "three.html"
+    return report.write_report(three_cells(), read_envs([BASE]), out, "three cells").read_text()
+
+
+def _section(html: str, name: str) -> str:
+    return re.search(rf'<section id="{name}">(.*?)</section>', html, re.S).group(1)
+
+
+def test_the_headline_matches_a_hand_computation(three_cell_html):
+    # ratios 10/20 = 0.5 (flashinfer_mask), 30/15 = 2.0 (xformers_tree), 8/10 = 0.8 (flashinfer_mask)
+    line = re.search(r'<p class="headline">(.*?)</p>', three_cell_html).group(1)
+    assert line == ("triton_tree / best peer: min 0.50×, median 0.80×, max 2.00× over 3 cells; "
+                    "slower on 1 (xformers_tree 1)")
+    assert three_cell_html.index('id="cells"') < three_cell_html.index('id="summary"')   # the first section
+
+
+def test_the_first_table_has_every_cell_with_its_columns(three_cell_html):
+    first = _section(three_cell_html, "cells")
+    assert 'class="scroll tall"' in first
+    head = re.findall(r"<th(?: [^>]*)?>(.*?)</th>", first)
+    assert head == ["B", "L", "tree", "T", "triton_tree µs", "best peer µs", "best peer", "triton_tree / best peer",
+                    "roofline µs", "% of roofline"]
+    body = re.findall(r"<tr>(.*?)</tr>", first.split("<tbody>")[1])
+    assert len(body) == 3
+    texts = [re.findall(r"<td[^>]*>(.*?)</td>", tr) for tr in body]
+    assert sorted((t[5], t[6], t[7]) for t in texts) == [
+        ("10.00", "flashinfer_mask", "0.80×"), ("15.00", "xformers_tree", "2.00×"), ("20.00", "flashinfer_mask", "0.50×")]
+    assert 'class="n slower">2.00×' in first and 'class="n faster">0.50×' in first
+
+
+def test_the_roofline_column_is_bytes_over_measured_bandwidth_or_flops_over_the_datasheet_peak():
+    rows, envs = three_cells(), read_envs([BASE])
+    r = next(r for r in rows if r["backend"] == "triton_tree")
+    env = envs[r["env"]]
+    by_hand = 1e6 * max(r["bytes"] / env["peak_bw_bytes_per_s"], r["flops"] / 989.4e12)   # H200 bf16 dense
+    frame = headline.cell_frame(rows, envs, "triton_tree", ["flashinfer_mask", "xformers_tree"])
+    got = frame.set_index("case_id").loc[r["case_id"]]
+    assert got["roofline_us"] == pytest.approx(by_hand)
+    assert got["roofline_pct"] == pytest.approx(100 * by_hand / r["median_us"])
+
+
+def test_own_kernels_and_causal_backends_are_never_peers(three_cell_html):
+    rows = three_cells()
+    assert headline.peers(rows, "triton_tree", "causal_baseline") == ["flashinfer_mask", "xformers_tree"]
+    summary = {s["backend"]: s for s in report.backend_summary(
+        rows, sorted({r["backend"] for r in rows}), report.pd.DataFrame(), report.mask_overhead_table(rows),
+        report.non_contenders(rows, "causal_baseline"), headline.contenders(rows, "triton_tree", "causal_baseline"),
+        headline.own_kernels("triton_tree"))}
+    # triton_causal is the fastest on every case, yet no rival: triton_tree wins 2, xformers_tree 1
+    assert summary["triton_causal"]["wins"] is None and summary["causal_baseline"]["wins"] is None
+    assert (summary["triton_tree"]["wins"], summary["xformers_tree"]["wins"]) == (2, 1)
+    assert summary["triton_causal"]["own"] and not summary["flashinfer_mask"]["own"]
+    assert "triton_tree: geometric-mean" in three_cell_html or "triton_tree: fastest on 2/3 cases" in three_cell_html
+    assert "triton_causal: fastest" not in three_cell_html and "causal_baseline: fastest" not in three_cell_html
+
+
+def test_own_picks_the_backend_under_test(tmp_path):
+    rows = three_cells()
+    html = report.write_report(rows, {}, tmp_path / "fi.html", own="flashinfer_mask").read_text()
+    line = re.search(r'<p class="headline">(.*?)</p>', html).group(1)
+    # flashinfer_mask against xformers_tree alone (triton_tree is one of treebench's own kernels)
+    assert line == "flashinfer_mask / best peer: min 0.80×, median 1.07×, max 1.33× over 2 cells; slower on 1 (xformers_tree 1)"
+    with pytest.raises(ConfigError, match="--own 'nope'"):
+        report.write_report(rows, {}, tmp_path / "nope.html", own="nope")
+
+
+def test_the_cli_passes_own(tmp_path):
+    p = argparse.ArgumentParser()
+    report_cmd.add_arguments(p)
+    out = tmp_path / "r.html"
+    assert report_cmd.run(p.parse_args([str(BASE), "-o", str(out), "--own", "flashinfer_mask"])) == 0
+    assert '<p class="headline">flashinfer_mask / best peer:' in out.read_text()
+
+
+@pytest.mark.parametrize("x, text", [(0.00031, "0.00031×"), (0.017, "0.017×"), (0.1, "0.10×"), (0.667, "0.67×"),
+                                     (37.0, "37.00×"), (float("nan"), "")])
+def test_small_ratios_keep_two_significant_digits(x, text):
+    assert cells.ratio(x) == text
+
+
+def test_a_cpu_report_has_no_empty_columns_or_gpu_wording(tmp_path):
+    rows = [dict(r, env="cpu0", timer="wall", cv=0.5, median_us=r["median_us"] * (1e3 if r["backend"] == "triton_tree" else 1))
+            for r in read_rows(BASE) if r["backend"] in ("triton_tree", "xformers_tree") and r["status"] == "pass"]
+    rows = [dict(r, backend="flex") if r["backend"] == "triton_tree" else r for r in rows]   # no own kernel
+    one_l = [r for r in rows if r["case"]["context_len"] == 16]
+    html = report.write_report(one_l, {"cpu0": {"gpu_name": None, "peak_bw_bytes_per_s": None}},
+                               tmp_path / "cpu.html").read_text()
+    assert "0.00×" not in html and "quieter GPU" not in html and "( aside" not in html
+    assert "Overhead (%)" not in html and "roofline µs" not in html        # empty columns dropped
+    assert "No latency plot" in html                                        # one context length: no plot
+    assert "Fastest backend per cell" in html
+
+
+def test_latency_needs_two_context_lengths():
+    df = timed_frame(read_rows(BASE))
+    assert plots.latency_plots(df[df["context_len"] == 16], ["triton_tree"]) is None
+    assert plots.latency_plots(df, sorted(df["backend"].unique())) is not None
+
+
+@pytest.fixture(scope="module")
+def seed_report(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("seed") / "seed.html"
+    return report.write_report(read_rows(SEED), read_envs([SEED]), out, "treebench seed")
+
+
+def test_seed_headline_is_the_readme_figure(seed_report):
+    line = re.search(r'<p class="headline">(.*?)</p>', seed_report.read_text()).group(1)
+    assert line.startswith("triton_tree / best peer: min 0.27×, median 0.67×, max 1.47× over 126 cells; slower on 22")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (apt-get install chromium; .ci/run does)")
+@pytest.mark.parametrize("which", ["seed", "three"])
+def test_every_figure_text_is_at_least_10_px_at_1400(which, seed_report, tmp_path):
+    page = seed_report if which == "seed" else report.write_report(three_cells(), read_envs([BASE]),
+                                                                   tmp_path / "three.html")
+    shot = tmp_path / "page.png"
+    facts = open_in_chromium(page, shot, width=1400)
+    assert facts["errors"] == [] and facts["figures"], facts["errors"]
+    assert all(f["pt"] and f["dpi"] and f["natural"] for f in facts["figures"]), "a figure without its font size"
+    small = [(f["alt"], round(px, 1)) for f in facts["figures"]
+             if (px := f["pt"] * f["dpi"] / 72 * f["shown"] / f["natural"]) < MIN_TEXT_PX]
+    assert not small, f"figure text under {MIN_TEXT_PX} px at 1400 px: {small}"
