@@ -19,7 +19,9 @@ from treebench.harness.analyze import cells, headline, plots, report
 from treebench.harness.analyze.tables import timed_frame
 from treebench.harness.cli import report as report_cmd
 from treebench.harness.errors import ConfigError
-from treebench.harness.store.rows import read_envs, read_rows
+from treebench.harness.store.env import read_envs
+
+from treebench.harness.store.rows import read_rows
 
 SEED = Path(__file__).resolve().parents[1] / "results" / "h200" / "seed" / "seed.jsonl"
 MIN_TEXT_PX = 10
