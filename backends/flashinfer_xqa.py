@@ -143,7 +143,7 @@ def xqa_arguments(inputs: BatchInputs, scratch: torch.Tensor, semaphores: torch.
     q_scale = sm_scale * sqrt(D). Tensors on inputs.device.
     """
     _, ts, _ = inputs.host_lists()
-    B, (n_q, Hq, D), dev = inputs.batch_size, inputs.q.shape, inputs.device
+    B, (_, Hq, D), dev = inputs.batch_size, inputs.q.shape, inputs.device
     t_max, ragged = max(ts), len(set(ts)) > 1
     if ragged:
         q = inputs.q

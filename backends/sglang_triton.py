@@ -80,7 +80,7 @@ class SglangTriton(Backend):
             module = importlib.import_module(MODULE)
         except ImportError:
             raise
-        except Exception as e:   # noqa: BLE001 -- e.g. no GPU for its import-time device query
+        except Exception as e:   # e.g. no GPU for the module's import-time device query
             raise ImportError(f"{MODULE} failed at import: {type(e).__name__}: {e}") from e
         return module.extend_attention_fwd
 
