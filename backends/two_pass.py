@@ -2,10 +2,12 @@
 
 SGLang's FlashAttention-3 backend verifies an EAGLE tree this way
 (`python/sglang/srt/layers/attention/flashattention_backend.py`, target verify
-with topk > 1): pass 1 runs every query of request b over its L_b context
-tokens, non-causal, keeping (O, LSE); pass 2 runs each tree node over the
-slots of its ancestors and itself only (SGLang builds a per-node page table of
-page size 1 for it); the two states are merged by LSE (`backends/_lse.py`).
+with topk > 1, `use_cascade_attn`): pass 1 runs every query of request b over
+its L_b context tokens, non-causal, keeping (O, LSE); pass 2 runs each tree
+node over the slots of its ancestors and itself only (a per-node page table,
+`forward_metadata_spec_decode_expand`, over the cache viewed with page size 1);
+the two states are merged by LSE (`merge_state_v2` there, `backends/_lse.py`
+here).
 Any attention kernel that returns its LSE can be put behind it.
 
 This module holds the inner written in PyTorch (float32 math over gathered
