@@ -16,3 +16,7 @@ from treebench.backends import xformers_tree  # noqa: F401
 from treebench.backends import flashinfer_mask  # noqa: F401
 from treebench.backends import causal_baseline  # noqa: F401
 from treebench.backends import vllm_triton  # noqa: F401
+from treebench.backends import two_pass  # noqa: F401
+from treebench.backends import two_pass_flashinfer  # noqa: F401
+from treebench.backends import sglang_triton  # noqa: F401
+from treebench.backends import flashinfer_xqa  # noqa: F401
