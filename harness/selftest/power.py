@@ -17,6 +17,7 @@ import torch
 from treebench.harness.model.cases import Case
 from treebench.harness.run.config import RunConfig
 from treebench.harness.run.pair import CaseData, run_case_backend
+from treebench.harness.selftest.dense import Dense
 from treebench.harness.selftest.mutants_field import ALL_MUTANTS
 from treebench.harness.selftest.variants import CORRECT
 
@@ -62,7 +63,7 @@ def _failure(row: dict, determinism: bool) -> str:
     return ""
 
 
-def check_backend(cls: type, cases_for: Callable[[object], Sequence[Case]], data: dict[str, CaseData],
+def check_backend(cls: type[Dense], cases_for: Callable[[object], Sequence[Case]], data: dict[str, CaseData],
                   config: RunConfig, device: torch.device) -> Outcome:
     """Runs the check's cases on one fresh instance of `cls` (all cases, in order, as `check` does)."""
     backend = cls()
@@ -75,7 +76,7 @@ def check_backend(cls: type, cases_for: Callable[[object], Sequence[Case]], data
                    upstream=cls.upstream, failed_check=bool(evidence), evidence=evidence, cases=len(cases))
 
 
-def selftest(backends: Sequence[type] = (*CORRECT, *ALL_MUTANTS),
+def selftest(backends: Sequence[type[Dense]] = (*CORRECT, *ALL_MUTANTS),
              cases_for: Callable[[object], Sequence[Case]] = _default_cases,
              determinism: bool = False, device: str | None = None,
              on_outcome: Callable[[Outcome], None] | None = None) -> list[Outcome]:
