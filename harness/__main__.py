@@ -1,5 +1,5 @@
 """`python -m treebench.harness`: the treebench command line (see treebench.harness.cli.main.main)."""
 
-from treebench.harness.cli.entry import main
+from treebench import main
 
 raise SystemExit(main())

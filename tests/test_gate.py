@@ -210,9 +210,9 @@ def test_ratio_alone_is_not_a_regression():
 
 
 def test_significance_alone_is_not_a_regression():
-    # 3% slower with tight samples: significant, but under the 5% threshold
+    # 3% slower with tight samples: significant, but under the 5% threshold (so the test is not even run)
     v = classify(_row(median=100, n=500), _row(median=103, n=500, seed=1), GateConfig())
-    assert v.kind == "unchanged" and v.p_value < 1e-6
+    assert v.kind == "unchanged" and v.p_value is None and v.detail == ""
 
 
 def test_a_correctness_loss_in_stored_rows_fails_the_gate():
@@ -243,7 +243,7 @@ def test_junit_message_and_headline_carry_only_what_was_measured():
     (fail,) = ET.fromstring(gate_render.junit_xml(res)).iter("failure")
     assert fail.get("message") == "correctness_loss: error: RuntimeError: boom"
     (ok,) = ET.fromstring(gate_render.junit_xml(compare_runs([_row()], [_row(seed=1)]))).iter("system-out")
-    assert ok.text.startswith("unchanged: ratio ") and " p " in ok.text
+    assert ok.text.startswith("unchanged: ratio ") and " p " not in ok.text   # within the threshold: not tested
     md = gate_render.markdown(compare_runs([_row()], [_row(l2_flushed=False)]))
     assert md.splitlines()[0].endswith("0 missing, nothing compared)")
     with pytest.raises(ConfigError, match="between 0 and 10"):

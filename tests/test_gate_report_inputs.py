@@ -267,7 +267,7 @@ def test_ctrl_c_while_starting_is_one_line(monkeypatch, capsys):
     import sys
     import types
 
-    from treebench.harness.cli import entry
+    import treebench as entry
 
     class Interrupting(types.ModuleType):
         def __getattr__(self, name):

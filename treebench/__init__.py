@@ -15,11 +15,32 @@ The curated public API is `treebench.harness`'s, re-exported here on first use:
 from __future__ import annotations
 
 import os
+import sys
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if not os.path.isdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), "harness")) \
         and os.path.isfile(os.path.join(_ROOT, "harness", "__init__.py")):
     __path__.append(_ROOT)  # noqa: F821 -- a source checkout: harness/, backends/, ... sit beside treebench/
+
+
+INTERRUPTED = 130   # 128 + SIGINT, the shell's convention
+
+
+def main() -> int:
+    """The `treebench` console script: `treebench.harness.cli.main.main` (argv from sys.argv),
+    with Ctrl-C during start-up (importing torch and the harness takes seconds) ending in the
+    same one line and exit code 130 as Ctrl-C during a run, instead of a traceback.
+
+    Returns:
+        the CLI's exit code (0 ok, 1 failed rows or gate, 2 bad input, 130 interrupted);
+        130 also when interrupted while importing.
+    """
+    try:
+        from treebench.harness.cli.main import main as cli_main
+    except KeyboardInterrupt:
+        sys.stderr.write("treebench: interrupted while starting; nothing was written\n")
+        return INTERRUPTED
+    return cli_main()
 
 
 def __getattr__(name: str):

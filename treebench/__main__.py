@@ -1,5 +1,5 @@
 """`python -m treebench`: the treebench command line (the console script's entry)."""
 
-from treebench.harness.cli.entry import main
+from treebench import main
 
 raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""The `treebench` command line: run | check | merge | rm | list | tree | tree-search | plan |
+"""The `treebench` command line: run | check | selftest | merge | rm | list | tree | tree-search | plan |
 gate | report.
 
 One module per subcommand (or a `common.Command` in a module that holds several),
@@ -33,6 +33,8 @@ COMMANDS: dict[str, tuple[str, str, dict]] = {
     "run": ("run", _RUN, {"description": _RUN[:1].upper() + _RUN[1:] + ".",
                           "allow_abbrev": False}),  # --gpus relaunches the command line: options spelled out
     "check": ("check", "correctness only for one backend: exit 0 pass, 1 mismatch/error, 2 bad input", {}),
+    "selftest": ("selftest", "the check's power: mutants of a dense backend it must kill, variants it must pass",
+                 {}),
     "merge": ("results:MERGE", ("append result files (e.g. --shard job outputs) to OUT, dropping duplicates "
                                "(same case, backend, env, timer and L2 state)"), {}),
     "rm": ("results:RM", "remove rows from a results file by --run-id, --backend or --env", {}),

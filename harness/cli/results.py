@@ -37,7 +37,7 @@ def run_merge(args) -> int:
         raise ConfigError("merge OUT is empty: give a results file path such as results/merged.jsonl")
     out = Path(args.out)
     inputs = [Path(p) for p in args.inputs]
-    rows = read_rows(merge_row_inputs(inputs))
+    rows = read_rows(merge_row_inputs(inputs), require_rows=True)
     if not rows:
         raise ConfigError(f"merge {' '.join(args.inputs)}: no result rows; point it at .jsonl result files "
                           "or folders of them (folders are not searched recursively)")

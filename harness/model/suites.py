@@ -135,6 +135,9 @@ def _read_toml(path: Path) -> dict:
             return tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"suite {path}: bad TOML ({e})") from None
+    except RecursionError:  # tomllib parses nested arrays recursively
+        raise ConfigError(f"suite {path}: arrays nested too deeply to parse; an axis is a flat list "
+                          "such as batch_size = [1, 16]") from None
     except UnicodeDecodeError as e:
         raise ConfigError(f"suite {path}: not UTF-8 text ({e.reason} at byte {e.start}); save it as UTF-8") from None
     except OSError as e:

@@ -8,15 +8,33 @@ never imports its plug-ins.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from treebench.harness.adapter.contract import REGISTRY, Backend, check_unique_names
 from treebench.harness.errors import ConfigError
 
 SPEC_ATTR = "treebench_spec"   # attribute load_one sets on a backend: how an --isolate worker loads it again
+
+
+@contextlib.contextmanager
+def _as_its_own_program(spec: str, argv0: str) -> Iterator[None]:
+    """While a backend module is imported: sys.argv is [argv0] (a module that parses its command line
+    at import sees no treebench arguments), and its sys.exit() is a ConfigError, not treebench's exit."""
+    saved = sys.argv
+    sys.argv = [argv0]
+    try:
+        yield
+    except SystemExit as e:
+        raise ConfigError(f"--backend {spec!r}: loading it called sys.exit({e.code!r}); a backend module "
+                          "must not exit at import or in __init__ (move the call under "
+                          "`if __name__ == \"__main__\":`)") from None
+    finally:
+        sys.argv = saved
 
 
 def _load_class(spec: str) -> type:
@@ -32,10 +50,12 @@ def _load_class(spec: str) -> type:
             raise ConfigError(f"--backend {spec!r}: {target} is not a Python file (.py)")
         module = importlib.util.module_from_spec(s)
         sys.modules[mod_name] = module
-        s.loader.exec_module(module)
+        with _as_its_own_program(spec, str(path)):
+            s.loader.exec_module(module)
     else:
         try:
-            module = importlib.import_module(target)
+            with _as_its_own_program(spec, target):
+                module = importlib.import_module(target)
         except ImportError as e:
             raise ConfigError(f"--backend {spec!r}: cannot import {target} ({e})") from None
     cls = getattr(module, cls_name, None)
@@ -48,8 +68,8 @@ def load_backend(spec: str) -> Backend:
     """A backend instance from a registry name, 'pkg.mod:Class' or 'path/file.py:Class'.
 
     Raises:
-        ConfigError: unknown name, unimportable module, missing class, or a class
-            without the adapter contract's methods.
+        ConfigError: unknown name, unimportable module, missing class, a class
+            without the adapter contract's methods, or a module (or __init__) that called sys.exit.
     """
     import treebench.backends  # noqa: F401  (registers the built-in adapters)
 
@@ -66,7 +86,8 @@ def load_backend(spec: str) -> Backend:
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"--backend {spec!r}: {getattr(cls, '__name__', cls)!r}.name is {name!r}; "
                           "set `name` to a non-empty string")
-    return cls()
+    with _as_its_own_program(spec, spec.rpartition(":")[0]):
+        return cls()
 
 
 def load_one(spec: str):

@@ -106,6 +106,9 @@ def load_model(path: str | Path) -> AcceptanceModel:
         raise ConfigError(f"acceptance file {path}: bad TOML ({' '.join(str(e).split())})") from None
     except json.JSONDecodeError as e:
         raise ConfigError(f"acceptance file {path}: bad JSON ({e.msg} at line {e.lineno})") from None
+    except RecursionError:  # both parsers recurse into nested arrays and tables
+        raise ConfigError(f"acceptance file {path}: nested too deeply to parse; see "
+                          "harness/speculation/data/illustrative-geometric.toml for the format") from None
     return model_from_dict(doc, str(path))
 
 

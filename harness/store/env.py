@@ -166,8 +166,8 @@ def read_envs(paths) -> dict[str, dict]:
     for f in dict.fromkeys(_env_files(paths)):
         try:
             env = json.loads(f.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise ConfigError(f"env file {f}: unreadable ({e}); delete it or rerun") from None
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+            raise ConfigError(f"env file {f}: unreadable ({type(e).__name__}); delete it or rerun") from None
         if not isinstance(env, dict) or "env_id" not in env:
             raise ConfigError(f"env file {f}: no env_id field; it is not a treebench env fingerprint")
         envs[env["env_id"]] = env

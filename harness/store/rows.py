@@ -228,19 +228,24 @@ def result_files(paths) -> list[Path]:
 _WARNED: set[tuple[str, int]] = set()   # (file, line) of torn lines already warned about
 
 
-def read_rows(paths) -> list[dict]:
+def read_rows(paths, require_rows: bool = False) -> list[dict]:
     """Reads result rows from JSONL files (or folders of them), in file order.
 
     A line that is not valid JSON (a torn line left by a killed run) is skipped
-    with a warning naming file and line.
+    with a warning naming file and line. Rows of an older schema are upgraded
+    with `migrate_row`.
 
-    Rows of an older schema are upgraded with `migrate_row`.
+    Args:
+        require_rows: when no complete row is read but a torn line is, raise (one line) instead
+            of warning and returning nothing.
 
     Raises:
-        ConfigError: a path does not exist, a line is not a JSON result row, or a row
-            has a schema this code does not know (a newer one: upgrade treebench).
+        ConfigError: a path does not exist, a line is not a JSON result row, a row has a
+            schema this code does not know (a newer one: upgrade treebench), or (with
+            `require_rows`) the only result lines are torn.
     """
     rows: list[dict] = []
+    torn: list[tuple[Path, int, int]] = []   # (file, line, characters) of torn lines
     for f in result_files(paths):
         with open(f, encoding="utf-8", errors="replace") as fh:
             for n, line in enumerate(fh, start=1):
@@ -248,16 +253,23 @@ def read_rows(paths) -> list[dict]:
                     continue
                 try:
                     row = json.loads(line)
-                except json.JSONDecodeError:
+                except (json.JSONDecodeError, RecursionError):
                     if not line.lstrip().startswith("{"):  # a torn row still starts with "{"
                         raise ConfigError(f"results file {f}:{n}: not a JSON result row; {f} is not a "
                                           "treebench results file (give .jsonl files written by treebench run)"
                                           ) from None
-                    if (str(f), n) not in _WARNED:   # files are often read twice (validate, then use)
-                        _WARNED.add((str(f), n))
-                        log.warning("%s:%d: skipping a torn or malformed result line", f, n)
+                    torn.append((f, n, len(line)))
                     continue
                 rows.append(_checked_row(row, f, n))
+    if require_rows and torn and not rows:
+        f, n, size = torn[0]
+        raise ConfigError(f"results file {f}:{n}: a torn result line ({size} characters, cut short by a killed "
+                          f"writer) and no complete row{f' ({len(torn)} torn lines)' if len(torn) > 1 else ''}; "
+                          "rerun the run, or give a file that holds rows")
+    for f, n, _ in torn:
+        if (str(f), n) not in _WARNED:   # files are often read twice (validate, then use)
+            _WARNED.add((str(f), n))
+            log.warning("%s:%d: skipping a torn or malformed result line", f, n)
     return rows
 
 

@@ -47,9 +47,9 @@ def read_checked_rows(paths: Sequence[str], command: str) -> list[dict]:
     twice) is kept once, with a warning.
 
     Raises:
-        ConfigError: as read_rows, or a row lacks a required field (names file, line and field).
+        ConfigError: as read_rows (its only lines torn, too), or a row lacks a required field (names file, line and field).
     """
-    rows = read_rows(paths)
+    rows = read_rows(paths, require_rows=True)
     if all(row_problem(r) is None for r in rows):
         return drop_repeated_rows(rows, command)
     for f in result_files(paths):  # find where the bad row is, for the message

@@ -1,0 +1,55 @@
+"""`treebench selftest`: the check's own power, by mutation testing (treebench.harness.selftest).
+
+Runs the default check on every shipped mutant (a deliberately broken dense backend) and
+every correct variant; prints one line per backend and a summary. Exit 0 when the check
+kills every mutant and passes every correct variant, else 1 (a surviving mutant names the
+coverage axis the check lacks); 2 on bad input.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+
+def add_arguments(p) -> None:
+    """The options of `treebench selftest`."""
+    p.add_argument("--determinism", action="store_true",
+                   help="run each prepared callable twice, as `check --determinism` does (a bitwise difference fails)")
+    p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
+
+
+def _line(o) -> str:
+    """One line for one backend: verdict, name, axis, and why."""
+    if o.mutant:
+        verdict = "killed  " if o.failed_check else "SURVIVED"
+        why = o.evidence if o.failed_check else f"needs: {o.axis}"
+        src = f" [{o.upstream}]" if o.upstream else ""
+        return f"{verdict} {o.name:<32} {o.description}{src} -- {why}"
+    verdict = "pass    " if not o.failed_check else "FAILED  "
+    return f"{verdict} {o.name:<32} {o.description}{' -- ' + o.evidence if o.evidence else ''}"
+
+
+def run(args) -> int:
+    """`treebench selftest`: 0 when every mutant is killed and every correct variant passes, else 1.
+
+    Raises:
+        ConfigError: the default check's suite cannot be read.
+    """
+    from treebench.harness.selftest.power import selftest
+
+    out = Console(highlight=False, soft_wrap=True)
+    outcomes = selftest(determinism=args.determinism, device=args.device,
+                        on_outcome=lambda o: out.print(_line(o), style="green" if o.ok else "bold red", markup=False))
+    mutants = [o for o in outcomes if o.mutant]
+    survivors = [o for o in mutants if not o.failed_check]
+    broken = [o for o in outcomes if not o.mutant and o.failed_check]
+    cases = max((o.cases for o in outcomes), default=0)
+    summary = (f"treebench selftest: the default check ({cases} cases) kills {len(mutants) - len(survivors)} of "
+               f"{len(mutants)} mutants; {len(outcomes) - len(mutants) - len(broken)} of "
+               f"{len(outcomes) - len(mutants)} correct variants pass")
+    if survivors:
+        summary += "; survivors: " + ", ".join(f"{o.name} (needs {o.axis})" for o in survivors)
+    if broken:
+        summary += "; correct variants failed: " + ", ".join(o.name for o in broken)
+    out.print(summary, markup=False)
+    return 1 if survivors or broken else 0

@@ -1,0 +1,133 @@
+"""Mutants of `Dense`, one (at least) per coverage axis of a check suite: the bug one
+would most expect a kernel to have where that axis bites. Each overrides one step.
+"""
+
+from __future__ import annotations
+
+import torch
+from treebench.harness.selftest.dense import Dense
+
+
+class MaskWord32(Dense):
+    """The tree mask packed into one 32-bit word per query: ancestors at node index >= 32 are lost."""
+    name = "mutant_mask_word_32"
+    description = "tree mask packed in one 32-bit word per query: ancestors at node index >= 32 lost"
+    axis = "mask words"
+
+    def tree_mask(self, inputs, b):
+        m = super().tree_mask(inputs, b).clone()
+        m[:, 32:] = torch.eye(m.shape[0], dtype=torch.bool)[:, 32:]  # only the diagonal survives past bit 31
+        return m
+
+
+class Page64Offset(Dense):
+    """A path specialised for P = 64 that masks the in-page offset with 31 (a P-32 constant)."""
+    name = "mutant_page64_offset"
+    description = "the P = 64 path masks the in-page offset with 31 instead of 63"
+    axis = "page size"
+
+    def token_slots(self, inputs, b, n_tokens):
+        page, off = super().token_slots(inputs, b, n_tokens)
+        return page, (off & 31) if inputs.page_size == 64 else off
+
+
+class NoMaxSubtraction(Dense):
+    """softmax as exp(s) / sum exp(s) without subtracting the row max: inf / inf at |s| > 88."""
+    name = "mutant_no_max_subtraction"
+    description = "softmax without max subtraction: exp overflows float32 at large logits (inf / inf)"
+    axis = "large logits"
+
+    def softmax_pv(self, scores, v, n_ctx):
+        p = torch.exp(scores)                                                  # (Hq, T_b, n)
+        return torch.einsum("htn,nhd->thd", p / p.sum(-1, keepdim=True), v)
+
+
+class MhaFastPath(Dense):
+    """A G = 1 fast path that indexes KV head 0 for every query head, as the MQA path does."""
+    name = "mutant_g1_fast_path"
+    description = "G = 1 (Hq == Hkv) special-cased as MQA: every query head reads KV head 0"
+    axis = "G = 1"
+
+    def kv_head(self, h, num_q_heads, num_kv_heads):
+        return 0 if num_q_heads == num_kv_heads else super().kv_head(h, num_q_heads, num_kv_heads)
+
+
+class Fp16Denominator(Dense):
+    """The softmax denominator accumulated token by token in float16: it stalls once its
+    ulp outgrows the terms (past 2048 for terms near 1, far earlier for small ones)."""
+    name = "mutant_fp16_denominator"
+    description = "softmax row sum accumulated in float16, token by token (stalls on long contexts)"
+    axis = "long context"
+
+    def softmax_pv(self, scores, v, n_ctx):
+        p = torch.exp(scores - scores.amax(-1, keepdim=True))                 # (Hq, T_b, n) float32
+        l = torch.zeros(p.shape[:2], dtype=torch.float16, device=p.device)    # (Hq, T_b)
+        for j in range(p.shape[-1]):
+            l = l + p[..., j].half()
+        return torch.einsum("htn,nhd->thd", p, v) / l.float().T[..., None]
+
+
+class ContextPartialDivides(Dense):
+    """Normalises the context and tree parts separately before merging them: with L_b = 0
+    the context part is 0 / 0 = NaN, and 0 · NaN is NaN."""
+    name = "mutant_context0_nan"
+    description = "context part normalised by its own sum before the merge: 0 / 0 = NaN when L_b = 0"
+    axis = "context 0"
+
+    def softmax_pv(self, scores, v, n_ctx):
+        p = torch.exp(scores - scores.amax(-1, keepdim=True))                 # (Hq, T_b, n)
+        parts = []
+        for lo, hi in ((0, n_ctx), (n_ctx, p.shape[-1])):
+            l = p[..., lo:hi].sum(-1)                                          # (Hq, T_b)
+            parts.append((l, torch.einsum("htn,nhd->thd", p[..., lo:hi], v[lo:hi]) / l.T[..., None]))
+        (lc, oc), (lt, ot) = parts
+        return (oc * lc.T[..., None] + ot * lt.T[..., None]) / (lc + lt).T[..., None]
+
+
+class ReadsPastPageEnd(Dense):
+    """When L_b = P·k, the last context token is read from slot P of its page: one past the end,
+    which is slot 0 of the next physical page."""
+    name = "mutant_context_page_end"
+    description = "L_b = P·k: the last context token read one slot past its page end"
+    axis = "L_b = P·k"
+
+    def token_slots(self, inputs, b, n_tokens):
+        page, off = super().token_slots(inputs, b, n_tokens)
+        last, P = int(inputs.context_lens[b]) - 1, inputs.page_size
+        if last >= 0 and (last + 1) % P == 0 and last < n_tokens:
+            page, off = page.clone(), off.clone()
+            page[last], off[last] = (page[last] + 1) % inputs.k_cache.shape[0], 0
+        return page, off
+
+
+class HeadsNodesConfused(Dense):
+    """Guesses the query layout from its shape: when T_b == Hq it takes q as (Hq, T_b, D) and transposes."""
+    name = "mutant_heads_equal_nodes"
+    description = "q layout guessed from its shape: when T_b == Hq it is transposed as if head-major"
+    axis = "shape coincidences"
+
+    def attend(self, inputs, b, q):
+        if q.shape[0] == q.shape[1]:
+            q = q.transpose(0, 1)
+        return super().attend(inputs, b, q)
+
+
+class AccumulatesIntoOutput(Dense):
+    """Accumulates into its persistent output buffer, zeroed only by prepare(): the first call is
+    right, the second returns twice the answer."""
+    name = "mutant_accumulates_output"
+    description = "adds into a persistent output buffer zeroed only at prepare(): the second call doubles"
+    axis = "repeat"
+
+    def prepare(self, inputs):
+        buf = torch.zeros(inputs.q.shape, dtype=inputs.dtype, device=inputs.device)
+
+        def run():
+            buf.add_(self.compute(inputs))
+            return buf
+
+        return run
+
+
+AXIS_MUTANTS = (MaskWord32, Page64Offset, NoMaxSubtraction, MhaFastPath, Fp16Denominator, ContextPartialDivides,
+                ReadsPastPageEnd, HeadsNodesConfused, AccumulatesIntoOutput)

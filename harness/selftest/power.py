@@ -1,0 +1,105 @@
+"""The check's power: run the default check on every mutant and every correct variant.
+
+A mutant is *killed* when the check would exit 1 on it (a row mismatched or errored,
+or with `determinism` a row was nondeterministic), and *survives* otherwise; a
+correct variant must pass every case. Each pair runs in process through
+`treebench.harness.run.pair.run_case_backend`, the step `treebench check` runs per
+(case, backend); a case's inputs and float64 reference are built once and shared
+by every backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from treebench.harness.model.cases import Case
+from treebench.harness.run.config import RunConfig
+from treebench.harness.run.pair import CaseData, run_case_backend
+from treebench.harness.selftest.dense import Dense
+from treebench.harness.selftest.mutants_field import ALL_MUTANTS
+from treebench.harness.selftest.variants import CORRECT
+
+FAILED = ("mismatch", "error")  # row statuses that make `check` exit 1
+
+
+def _default_cases(backend) -> list[Case]:
+    """The default check's cases for `backend` (today suites/check.toml, the same for every backend).
+
+    Raises:
+        ConfigError: the suite cannot be read.
+    """
+    from treebench.harness.model.suites import load_suite
+
+    return list(load_suite("check").cases)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the check did to one backend of the selftest."""
+
+    name: str                   # the backend's name
+    mutant: bool                # True: a mutant (should fail the check); False: a correct variant (should pass)
+    description: str            # one line: what the backend does (wrong)
+    axis: str | None            # the coverage axis a check needs to kill this mutant (None: a correct variant)
+    upstream: str | None        # the upstream fix this bug reproduces, or None
+    failed_check: bool          # the check would exit 1 on this backend
+    evidence: str               # the first failing row, "case_id: status: reason", or "" when none failed
+    cases: int                  # cases the check ran on it
+
+    @property
+    def ok(self) -> bool:
+        """A mutant killed, or a correct variant passed."""
+        return self.failed_check == self.mutant
+
+
+def _failure(row: dict, determinism: bool) -> str:
+    """'case_id: status: reason' when `row` makes the check fail, else ''."""
+    if row["status"] in FAILED:
+        return f"{row['case_id']}: {row['status']}: {row.get('reason') or ''}"
+    if determinism and row.get("deterministic") is False:
+        return f"{row['case_id']}: nondeterministic: {row.get('reason') or ''}"
+    return ""
+
+
+def check_backend(cls: type[Dense], cases_for: Callable[[object], Sequence[Case]], data: dict[str, CaseData],
+                  config: RunConfig, device: torch.device) -> Outcome:
+    """Runs the check's cases on one fresh instance of `cls` (all cases, in order, as `check` does)."""
+    backend = cls()
+    cases = list(cases_for(backend))
+    evidence = ""
+    for case in cases:
+        row = run_case_backend(backend, case, data.setdefault(case.case_id, CaseData(case)), None, device, config)
+        evidence = evidence or _failure(row, config.determinism)
+    return Outcome(name=cls.name, mutant=cls.axis is not None, description=cls.description, axis=cls.axis,
+                   upstream=cls.upstream, failed_check=bool(evidence), evidence=evidence, cases=len(cases))
+
+
+def selftest(backends: Sequence[type[Dense]] = (*CORRECT, *ALL_MUTANTS),
+             cases_for: Callable[[object], Sequence[Case]] = _default_cases,
+             determinism: bool = False, device: str | None = None,
+             on_outcome: Callable[[Outcome], None] | None = None) -> list[Outcome]:
+    """The check's verdict on every backend class of `backends` (correct variants and mutants).
+
+    Args:
+        backends: Dense subclasses; one whose `axis` is None is a correct variant.
+        cases_for: backend instance -> the check's cases for it (default: the default check).
+        determinism: run each prepared callable twice and count a bitwise difference as a failure
+            (`check --determinism`).
+        device: torch device; None: cuda when available, else cpu.
+        on_outcome: called with each outcome as soon as it is known (progress).
+
+    Raises:
+        ConfigError: the check's suite cannot be read.
+    """
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    config = RunConfig(mode="check", device=str(dev), quiet=True, determinism=determinism, check_memory=False)
+    data: dict[str, CaseData] = {}
+    out = []
+    for cls in backends:
+        outcome = check_backend(cls, cases_for, data, config, dev)
+        out.append(outcome)
+        if on_outcome:
+            on_outcome(outcome)
+    return out

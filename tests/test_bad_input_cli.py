@@ -1,0 +1,121 @@
+"""Bad input through `python -m treebench`: one line on stderr, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DEEP = 5000  # nesting depth past Python's recursion limit
+
+
+def _cli(*argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "treebench", *argv], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, check=False, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def _one_line_exit_2(proc: subprocess.CompletedProcess, *words: str) -> None:
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("treebench: error: "), proc.stderr[-2000:]
+    assert all(w in lines[0] for w in words), lines[0][:500]
+
+
+def _deep_suite(tmp_path: Path, axis: str) -> Path:
+    values = {"batch_size": "[1]", "context_len": "[4]", "tree": '["chain:1"]'}
+    values[axis] = "[" * DEEP + ('"chain:1"' if axis == "tree" else "1") + "]" * DEEP
+    p = tmp_path / "deep.toml"
+    p.write_text('[suite]\nname = "deep"\n[axes]\n' + "".join(f"{k} = {v}\n" for k, v in values.items()))
+    return p
+
+
+@pytest.mark.parametrize("axis", ["batch_size", "tree"])
+def test_a_deeply_nested_suite_is_bad_input(tmp_path, axis):
+    out = tmp_path / "rows.jsonl"
+    proc = _cli("check", "--suite", str(_deep_suite(tmp_path, axis)), "--backend", "reference", "--out", str(out))
+    _one_line_exit_2(proc, "nested too deeply")
+    assert not out.exists()
+
+
+def test_a_deeply_nested_tree_spec_is_bad_input():
+    _one_line_exit_2(_cli("tree", "[" * DEEP + "(0,)" + "]" * DEEP), "not a Python list of tuples")
+
+
+def test_a_deeply_nested_acceptance_model_is_bad_input(tmp_path):
+    p = tmp_path / "deep.toml"
+    p.write_text("p = " + "[" * DEEP + "0.5" + "]" * DEEP + "\n")
+    _one_line_exit_2(_cli("tree-search", "--acceptance", str(p), "--max-nodes", "4"), "nested too deeply")
+
+
+def test_a_backend_that_exits_at_import_is_bad_input(tmp_path):
+    f = tmp_path / "exits.py"
+    f.write_text("import sys\nsys.exit(0)\n")
+    out = tmp_path / "rows.jsonl"
+    proc = _cli("check", "--backend", f"{f}:B", "--out", str(out))
+    _one_line_exit_2(proc, "sys.exit(0)", str(f))
+    assert not out.exists()
+
+
+def test_a_backend_module_sees_its_own_argv_at_import(tmp_path):
+    f = tmp_path / "argv_backend.py"
+    f.write_text("import argparse, sys\n"
+                 "from tests.broken_backends import Correct\n"
+                 "SEEN = list(sys.argv)\n"
+                 "argparse.ArgumentParser().parse_args()   # a script-style module: fails on foreign options\n"
+                 "class B(Correct):\n"
+                 "    name = 'argv_' + str(len(SEEN)) + '_' + SEEN[0].rsplit('/', 1)[-1].replace('.', '_')\n")
+    proc = _cli("check", "--backend", f"{f}:B", "--quiet", "--suite", "smoke")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "argv_1_argv_backend_py" in proc.stdout
+
+
+@pytest.mark.parametrize("where", ["prepare", "call"])
+def test_a_backend_that_exits_while_running_is_its_error_row(tmp_path, where):
+    f = tmp_path / "exits_later.py"
+    body = ("    def prepare(self, inputs):\n        raise SystemExit(0)\n" if where == "prepare" else
+            "    def prepare(self, inputs):\n        def run():\n            raise SystemExit(0)\n        return run\n")
+    f.write_text("from tests.broken_backends import Correct\nclass B(Correct):\n    name = 'exits'\n" + body)
+    out = tmp_path / "rows.jsonl"
+    proc = _cli("check", "--backend", f"{f}:B", "--quiet", "--out", str(out))
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rows and all(r["status"] == "error" and r["reason"] == "backend called sys.exit(0)" for r in rows)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> Path:
+    """A folder with one small check's rows and its env file."""
+    d = tmp_path_factory.mktemp("results")
+    proc = _cli("check", "--backend", "reference", "--suite", "smoke", "--quiet", "--out", str(d / "a.jsonl"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return d
+
+
+def _commands(a: Path, b: Path, out: Path) -> list[list[str]]:
+    return [["report", str(a), "-o", str(out.with_suffix(".html"))],
+            ["gate", "--baseline", str(a), "--candidate", str(b), "--allow-env-mismatch"],
+            ["merge", str(out), str(a)]]
+
+
+@pytest.mark.parametrize("i", range(3), ids=["report", "gate", "merge"])
+def test_a_non_utf8_env_file_is_bad_input(tmp_path, results, i):
+    d = tmp_path / "r"
+    d.mkdir()
+    (d / "a.jsonl").write_bytes((results / "a.jsonl").read_bytes())
+    (d / "env-0000.json").write_bytes(b'{"env_id": "\xff\xfe"}')
+    out = tmp_path / "merged.jsonl"
+    _one_line_exit_2(_cli(*_commands(d / "a.jsonl", results / "a.jsonl", out)[i]), "env file", "env-0000.json")
+    assert not out.exists() and not out.with_suffix(".html").exists()
+
+
+@pytest.mark.parametrize("i", range(3), ids=["report", "gate", "merge"])
+def test_a_file_holding_only_a_torn_10mb_line_is_one_line(tmp_path, results, i):
+    torn = tmp_path / "torn.jsonl"
+    torn.write_text('{"schema": 1, "backend": "' + "x" * 10_000_000)
+    out = tmp_path / "merged.jsonl"
+    _one_line_exit_2(_cli(*_commands(torn, results / "a.jsonl", out)[i]), "torn", f"{torn}:1")
+    assert not out.exists() and not out.with_suffix(".html").exists()

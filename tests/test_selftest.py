@@ -1,0 +1,126 @@
+"""`treebench selftest`: the check kills every shipped mutant it has the coverage for, passes
+every correct variant, and each mutant it cannot kill yet is killed by a case on the axis it
+names (so it is a real bug, not an equivalent mutant, and the new default suite can kill it)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from treebench.harness.model.cases import Case
+from treebench.harness.model.compare import compare
+from treebench.harness.model.paged import build_inputs
+from treebench.harness.model.reference import reference_attention
+from treebench.harness.selftest.mutants import AXES, CLASSIC
+from treebench.harness.selftest.mutants_field import ALL_MUTANTS
+from treebench.harness.selftest.power import selftest
+from treebench.harness.selftest.variants import CORRECT
+
+from tests import broken_backends
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Mutants today's default check (suites/check.toml) cannot kill, with the coverage axis each
+# needs. The default suite built from Capabilities covers these axes: when it lands, the
+# mutants it kills leave this table (test_listed_survivors_survive says which).
+EXPECTED_SURVIVORS_UNTIL_COVERAGE = {
+    "mutant_mask_word_32": "mask words",
+    "mutant_page64_offset": "page size",
+    "mutant_no_max_subtraction": "large logits",
+    "mutant_g1_fast_path": "G = 1",
+    "mutant_fp16_denominator": "long context",
+    "mutant_context0_nan": "context 0",
+    "mutant_heads_equal_nodes": "shape coincidences",
+    "mutant_accumulates_output": "repeat",
+    "field_stale_mask": "re-prepare",
+}
+
+BY_NAME = {cls.name: cls for cls in ALL_MUTANTS}
+SMALL = {"num_q_heads": 2, "num_kv_heads": 1, "head_dim": 64}
+WITNESSES = {  # axis -> cases on that axis (run in order on one instance) that kill its mutant
+    "mask words": [Case(batch_size=1, context_len=5, tree="chain:40", **SMALL)],
+    "page size": [Case(batch_size=2, context_len=100, tree="full:2:1", page_size=64, **SMALL)],
+    "G = 1": [Case(batch_size=2, context_len=20, tree="full:2:1", num_q_heads=2, num_kv_heads=2, head_dim=64)],
+    # outputs average ~L values of N(0, 1), so they are ~1/sqrt(L) and bf16's atol hides a wrong
+    # denominator until L is large: at 8192 a 40% error still passes
+    "long context": [Case(batch_size=1, context_len=32768, tree="chain:1", num_q_heads=1, num_kv_heads=1,
+                          head_dim=64)],
+    "context 0": [Case(batch_size=2, context_len=0, tree="full:2:1", **SMALL)],
+    "shape coincidences": [Case(batch_size=1, context_len=10, tree="full:3:1", num_q_heads=4, num_kv_heads=2,
+                                head_dim=64)],
+    "re-prepare": [Case(batch_size=2, context_len=10, tree="full:2:2", **SMALL),
+                   Case(batch_size=2, context_len=10, tree="chain:6", **SMALL)],   # same (B, sum T_b)
+    "repeat": [Case(batch_size=1, context_len=10, tree="full:2:1", **SMALL)],      # with determinism
+}
+
+
+@pytest.fixture(scope="module")
+def outcomes():
+    return {o.name: o for o in selftest(device="cpu")}
+
+
+def test_the_table_names_shipped_mutants_and_their_axes():
+    for name, axis in EXPECTED_SURVIVORS_UNTIL_COVERAGE.items():
+        assert name in BY_NAME and BY_NAME[name].axis == axis, name
+    assert {cls.axis for cls in ALL_MUTANTS} <= set(AXES)
+    assert len({cls.name for cls in (*ALL_MUTANTS, *CORRECT)}) == len(ALL_MUTANTS) + len(CORRECT)
+    assert all(cls.description and "\n" not in cls.description for cls in (*ALL_MUTANTS, *CORRECT))
+    assert all(cls.upstream for cls in ALL_MUTANTS if cls.name.startswith("field_"))
+
+
+@pytest.mark.parametrize("name", sorted(set(BY_NAME) - set(EXPECTED_SURVIVORS_UNTIL_COVERAGE)))
+def test_the_default_check_kills_the_mutant(outcomes, name):
+    assert outcomes[name].failed_check, f"{name} ({BY_NAME[name].description}) survived the default check"
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_SURVIVORS_UNTIL_COVERAGE))
+def test_listed_survivors_survive(outcomes, name):
+    assert not outcomes[name].failed_check, (f"the default check now kills {name}: remove it from "
+                                             f"EXPECTED_SURVIVORS_UNTIL_COVERAGE ({outcomes[name].evidence})")
+
+
+@pytest.mark.parametrize("name", [cls.name for cls in CORRECT])
+def test_the_default_check_passes_the_correct_variant(outcomes, name):
+    assert not outcomes[name].failed_check, outcomes[name].evidence
+
+
+def test_the_classic_mutants_are_the_ones_tests_load_by_path():
+    assert broken_backends.BROKEN == CLASSIC and len(CLASSIC) == 11
+
+
+@pytest.mark.parametrize("axis", sorted(WITNESSES))
+def test_a_case_on_the_axis_kills_the_survivor_and_passes_the_variants(axis):
+    listed = [BY_NAME[n] for n, a in EXPECTED_SURVIVORS_UNTIL_COVERAGE.items() if a == axis]
+    found = {o.name: o for o in selftest((*listed, *CORRECT), cases_for=lambda b: WITNESSES[axis],
+                                         determinism=axis == "repeat", device="cpu")}
+    for cls in listed:
+        assert found[cls.name].failed_check, f"{cls.name} survives its own axis {axis!r}"
+    assert not [o.evidence for o in found.values() if not o.mutant and o.failed_check]
+
+
+def test_large_logits_kill_the_unsubtracted_softmax_and_pass_the_variants():
+    inputs = build_inputs(Case(batch_size=2, context_len=30, tree="full:2:2", **SMALL))
+    inputs.q = inputs.q * 64                                   # scores ~ N(0, 64²): past exp's float32 range
+    ref = reference_attention(inputs)
+
+    def passes(cls) -> bool:
+        return compare(cls().prepare(inputs)(), ref, inputs.qo_indptr, "bfloat16").passed
+
+    assert not passes(BY_NAME["mutant_no_max_subtraction"])
+    assert all(passes(cls) for cls in CORRECT)
+    assert torch.isfinite(ref).all()
+
+
+def test_selftest_cli_exits_1_naming_the_survivors():
+    proc = subprocess.run([sys.executable, "-m", "treebench", "selftest", "--device", "cpu"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600, check=False, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 1, proc.stderr
+    assert len(lines) == len(ALL_MUTANTS) + len(CORRECT) + 1          # one line per backend, then the summary
+    assert sum(line.startswith("SURVIVED") for line in lines) == len(EXPECTED_SURVIVORS_UNTIL_COVERAGE)
+    assert all(name in lines[-1] for name in EXPECTED_SURVIVORS_UNTIL_COVERAGE)
+    assert f"kills {len(ALL_MUTANTS) - len(EXPECTED_SURVIVORS_UNTIL_COVERAGE)} of {len(ALL_MUTANTS)}" in lines[-1]
