@@ -42,7 +42,7 @@ ROW_FIELDS = (
     "max_abs_err", "max_rel_err", "mismatch_frac", "atol", "rtol", "worst", "nonfinite",
     "timer", "timer_fallback", "l2_flushed", "median_us", "p25_us", "p75_us", "cv", "n_samples", "samples_us",
     "flops", "bytes", "tflops", "tb_per_s", "pct_peak_bw",
-    "deterministic",
+    "deterministic", "check_axes",
 )
 STATUSES = ("pass", "mismatch", "error", "skipped")
 VOLATILE_ENV_FIELDS = ("env_id", "peak_bw_bytes_per_s")  # left out of env_id's hash
