@@ -27,14 +27,15 @@ ALLOWED = {
     "harness.adapter": {"harness.errors", "harness.model"},
     "kernels": {"harness.errors", "harness.model"},
     "backends": {"harness.errors", "harness.model", "harness.adapter", "kernels"},
+    "harness.checking": {"harness.errors", "harness.model", "harness.adapter"},
     "harness.run": {"harness.errors", "harness.model", "harness.timing", "harness.store", "harness.adapter",
-                    "backends"},
+                    "harness.checking", "backends"},
     "harness.sweep": {"harness.errors", "harness.model", "harness.timing", "harness.store", "harness.adapter",
                       "harness.run"},
     "harness.analyze": {"harness.errors", "harness.model", "harness.timing", "harness.store"},
     "harness.speculation": {"harness.errors", "harness.model", "harness.timing", "harness.store"},
     "harness.cli": {"harness.errors", "harness.model", "harness.timing", "harness.store", "harness.adapter",
-                    "harness.run", "harness.sweep", "harness.analyze", "harness.speculation", "backends"},
+                    "harness.checking", "harness.run", "harness.sweep", "harness.analyze", "harness.speculation", "backends"},
     "harness": set(),   # harness/__init__.py (the public API, lazy) and __main__: exempt
 }
 MAX_MODULE_LINES = 400
