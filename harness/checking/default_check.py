@@ -41,7 +41,7 @@ from treebench.harness.model.coverage import new_coverage, note
 BASE_HQ_PER_G, BASE_HKV = 2, 2            # Hkv 2, Hq = 2 G
 TREE_SIZES = (31, 32, 33, 63, 64, 65, 127, 128, 129)
 DEEP_TREE_SIZES = (1, 2, 15, 16, 17, 255, 256, 257, 511, 512, 513)
-UNBOUNDED_MAX_T = 256                     # the largest T tried when a backend declares no maximum
+UNBOUNDED_MAX_T, DEEP_UNBOUNDED_MAX_T = 256, 512   # the largest T tried when a backend declares no maximum
 PAGE_SIZES, DEEP_PAGE_SIZES = (1, 16, 64, 128, 256), (8, 24, 32)
 HEAD_DIMS, DEEP_HEAD_DIMS = (64, 128, 256), (32, 80, 96)
 GROUP_SIZES, DEEP_GROUP_SIZES = (1, 2, 4, 8), (16,)
@@ -158,7 +158,7 @@ def tree_spec(t: int) -> str:
 
 
 def _tree_sizes(caps: Capabilities, deep: bool) -> list[int]:
-    top = caps.max_tree_size or UNBOUNDED_MAX_T
+    top = caps.max_tree_size or (DEEP_UNBOUNDED_MAX_T if deep else UNBOUNDED_MAX_T)
     sizes = set(TREE_SIZES) | ({*DEEP_TREE_SIZES} if deep else set()) | {top}
     if caps.max_tree_size:
         sizes.add(top + 1)                                   # just past the maximum: a skip with its reason
