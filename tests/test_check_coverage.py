@@ -174,3 +174,15 @@ def test_coverage_from_rows_reads_skips_and_a_suite_check_has_no_table(tmp_path,
     assert rc == 0 and all(r["check_axes"] is None for r in rows)
     assert "coverage (" not in capsys.readouterr().out
     assert main(["check", "--backend", "torch_sdpa", "--suite", "check", "--deep"]) == 2
+
+
+def test_the_report_shows_the_coverage_of_default_check_rows(tmp_path):
+    rc, rows = _check("tests/broken_backends.py:Correct", tmp_path)
+    assert rc == 0
+    out = tmp_path / "r.html"
+    assert main(["report", str(tmp_path / "rows.jsonl"), "-o", str(out)]) == 0
+    html = out.read_text()
+    assert "What the default check covered" in html and "Hq=T" in html
+    rc, _ = _check("torch_sdpa", tmp_path / "suite", "--suite", "check")
+    assert main(["report", str(tmp_path / "suite" / "rows.jsonl"), "-o", str(tmp_path / "s.html")]) == 0
+    assert "What the default check covered" not in (tmp_path / "s.html").read_text()

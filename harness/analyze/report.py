@@ -27,6 +27,7 @@ import pandas as pd
 from treebench.harness.analyze import plots as plots
 from treebench.harness.errors import ConfigError
 from treebench.harness.analyze.tables import mask_overhead_table, speedup_table, timed_frame, varying_axes
+from treebench.harness.model.coverage import coverage_by_backend
 from treebench.harness.model.workload import device_peak, rates, row_work
 from treebench.harness.timing.stats import NOISE_RULE, geometric_mean, is_noisy
 from treebench.harness.store.rows import STATUSES, l2_label, row_l2_flushed, timing_label
@@ -366,7 +367,7 @@ def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, titl
         env_ids=ids, env_rows=env_rows, pivot=pivot_table_cells(time_pivot(df, order), order, skip, noisy_pivot),
         seed=seed_table_cells(overhead),
         seed_md=markdown_table(overhead) if not overhead.empty else "",
-        failures=failure_rows(rows), skips=skip_reasons(rows),
+        failures=failure_rows(rows), skips=skip_reasons(rows), coverage=coverage_by_backend(rows),
         heatmaps=plots.speedup_heatmaps(sp, baseline) if baseline else None,
         latency=plots.latency_plots(df, order),
         roofline=plots.roofline(roofline_points(rows, envs), order, peak_bw, device_peak(gpu)),

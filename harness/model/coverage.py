@@ -57,6 +57,13 @@ def coverage_from_rows(rows: Iterable[dict], base: dict | None = None) -> dict:
     return coverage
 
 
+def coverage_by_backend(rows: Iterable[dict]) -> dict[str, dict]:
+    """backend -> `coverage_from_rows` of its rows, for the backends with default-check rows."""
+    rows = list(rows)
+    names = dict.fromkeys(r.get("backend") for r in rows if r.get("check_axes"))
+    return {n: coverage_from_rows(r for r in rows if r.get("backend") == n) for n in names}
+
+
 def coverage_lines(coverage: dict) -> list[str]:
     """The record as plain text: one 'axis: ran v1, v2' line per axis, then one indented
     'skipped v: reason' line per skipped value."""
