@@ -15,7 +15,7 @@ from treebench.harness.run import pair
 from treebench.harness.adapter.contract import REGISTRY, Capabilities
 from treebench.harness.model.cases import Case
 from treebench.harness.errors import ConfigError
-from treebench.harness.model.reference import paged_reference_attention, reference_attention
+from treebench.harness.model.reference import paged_reference_attention
 from treebench.harness.run.config import RunConfig
 from treebench.harness.run.runner import run_cases
 from treebench.harness.store.rows import ROW_FIELDS, read_rows

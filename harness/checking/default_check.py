@@ -90,7 +90,8 @@ def default_check(backend, deep: bool = False, device: str | None = None) -> Def
     """
     caps = getattr(backend, "capabilities", None) or Capabilities()
     base = base_case(caps)
-    coverage, labels = new_coverage(), {}
+    coverage = new_coverage()
+    labels: dict[str, dict[str, str]] = {}
     cases: dict[str, Case] = {}
     for axis, value, case in axis_values(base, caps, deep):
         reason = _declined(backend, caps, case)
@@ -134,7 +135,7 @@ def _allowed_page(caps: Capabilities, p: int) -> bool:
     return (caps.page_sizes is None or p in caps.page_sizes) and p % caps.page_size_multiple == 0
 
 
-def _pick(preferred, allowed) -> object:
+def _pick(preferred, allowed):
     """`preferred` when `allowed` (None: any) admits it, else the smallest allowed value."""
     return preferred if allowed is None or preferred in allowed else sorted(allowed)[0]
 

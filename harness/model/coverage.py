@@ -40,7 +40,8 @@ def coverage_from_rows(rows: Iterable[dict], base: dict | None = None) -> dict:
         base: a record to start from (the builder's: it holds axes no row carries, such
             as the device); the rows' statuses then decide each value they name.
     """
-    coverage = {axis: {"ran": list(e["ran"]), "skipped": dict(e["skipped"])} for axis, e in (base or {}).items()}
+    coverage: dict[str, dict] = {axis: {"ran": list(e["ran"]), "skipped": dict(e["skipped"])}
+                                 for axis, e in (base or {}).items()}
     axes_seen: dict[tuple[str, str], str | None] = {}
     for r in rows:
         for axis, value in (r.get("check_axes") or {}).items():
@@ -60,7 +61,7 @@ def coverage_from_rows(rows: Iterable[dict], base: dict | None = None) -> dict:
 def coverage_by_backend(rows: Iterable[dict]) -> dict[str, dict]:
     """backend -> `coverage_from_rows` of its rows, for the backends with default-check rows."""
     rows = list(rows)
-    names = dict.fromkeys(r.get("backend") for r in rows if r.get("check_axes"))
+    names = dict.fromkeys(str(r.get("backend")) for r in rows if r.get("check_axes"))
     return {n: coverage_from_rows(r for r in rows if r.get("backend") == n) for n in names}
 
 

@@ -195,6 +195,7 @@ def check_step(backend, data: CaseData, device: torch.device, mask_kind: str, ro
     if nondet and declared:
         bad = join(bad, "repeat: " + nondet.removeprefix("nondeterministic: "))
     elif nondet:
+        assert again is not None  # called above whenever nondet
         check_output(again, inputs)
         bad = join(bad, compared(again, ref, inputs)[1])
         row["reason"] = join(row.get("reason"), f"{step}: declared nondeterministic (deterministic = False); "
