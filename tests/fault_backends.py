@@ -15,7 +15,7 @@ import time
 import torch
 
 from treebench.harness.adapter.contract import Capabilities
-from treebench.harness.model.reference import reference_attention
+from treebench.harness.model.reference import paged_reference_attention as reference_attention
 
 HANG_MARK_ENV = "TREEBENCH_TEST_HANG_MARK"  # Hangs writes its pid to this file before it hangs
 SLOW_ENV = "TREEBENCH_TEST_SLOW_S"  # Slow's untimed setup in seconds (default 0.3), read at each prepare()

@@ -27,8 +27,9 @@ ALLOWED = {
     "harness.adapter": {"harness.errors", "harness.model"},
     "kernels": {"harness.errors", "harness.model"},
     "backends": {"harness.errors", "harness.model", "harness.adapter", "kernels"},
+    "harness.checking": {"harness.errors", "harness.model", "harness.adapter"},
     "harness.run": {"harness.errors", "harness.model", "harness.timing", "harness.store", "harness.adapter",
-                    "backends"},
+                    "harness.checking", "backends"},
     "harness.sweep": {"harness.errors", "harness.model", "harness.timing", "harness.store", "harness.adapter",
                       "harness.run"},
     "harness.selftest": {"harness.errors", "harness.model", "harness.timing", "harness.store", "harness.adapter",
@@ -36,7 +37,7 @@ ALLOWED = {
     "harness.analyze": {"harness.errors", "harness.model", "harness.timing", "harness.store"},
     "harness.speculation": {"harness.errors", "harness.model", "harness.timing", "harness.store"},
     "harness.cli": {"harness.errors", "harness.model", "harness.timing", "harness.store", "harness.adapter",
-                    "harness.run", "harness.sweep", "harness.analyze", "harness.speculation", "harness.selftest",
+                    "harness.checking", "harness.run", "harness.sweep", "harness.analyze", "harness.speculation", "harness.selftest",
                     "backends"},
     "harness": set(),   # harness/__init__.py (the public API, lazy) and __main__: exempt
 }

@@ -12,7 +12,7 @@ import torch
 from treebench.harness.model.cases import Case
 from treebench.harness.cli.main import main
 from treebench.harness.run.loading import load_one
-from treebench.harness.run.pair import bitwise_diff_count
+from treebench.harness.run.verify import bitwise_diff_count
 from treebench.harness.run.config import RunConfig
 from treebench.harness.run.runner import run_cases
 from treebench.harness.store.rows import read_rows
@@ -42,7 +42,7 @@ def test_a_nondeterministic_backend_is_caught_even_through_one_reused_buffer():
         assert r["median_us"] > 0
 
 
-def test_off_by_default_calls_once_and_leaves_the_field_empty():
+def test_a_check_always_repeats_and_re_prepares():
     calls = []
 
     class Once:
@@ -55,15 +55,15 @@ def test_off_by_default_calls_once_and_leaves_the_field_empty():
             return None
 
         def prepare(self, inputs):
-            from treebench.harness.model.reference import reference_attention
+            from treebench.harness.model.reference import paged_reference_attention as reference_attention
 
             out = reference_attention(inputs).to(inputs.dtype)
             return lambda: calls.append(1) or out
 
     rows = run_cases(CASES[:1], [Once()], RunConfig(mode="check", quiet=True, device="cpu"))
-    assert rows[0]["deterministic"] is None and len(calls) == 1
+    assert rows[0]["deterministic"] is True and len(calls) == 4   # two prepares, two calls each
     rows = run_cases(CASES[:1], [Once()], RunConfig(mode="check", quiet=True, device="cpu", determinism=True))
-    assert rows[0]["deterministic"] is True and len(calls) == 3
+    assert rows[0]["deterministic"] is True and len(calls) == 8
 
 
 def test_a_mismatch_keeps_its_reason_and_adds_the_nondeterminism():
@@ -81,7 +81,7 @@ def test_a_mismatch_keeps_its_reason_and_adds_the_nondeterminism():
 
     (row,) = run_cases(CASES[:1], [WrongAndNoisy()], RunConfig(mode="check", quiet=True, determinism=True))
     assert row["status"] == "mismatch" and row["deterministic"] is False
-    assert row["reason"].startswith("max_abs_err ") and "; nondeterministic: " in row["reason"]
+    assert row["reason"].startswith("first prepare: max_abs_err ") and "; repeat: " in row["reason"]
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
@@ -104,5 +104,6 @@ def test_cli_determinism_exit_codes_and_summary(tmp_path, capsys):
     assert main(base + [f"{FAULTS}:PersistentBuffer"]) == 0
     assert main(base + [f"{FAULTS}:Nondeterministic"]) == 1
     assert "nondeterministic: nondeterministic on 2 case(s)" in capsys.readouterr().out
-    assert main(["check", "--suite", str(suite), "--quiet", "--backend", f"{FAULTS}:Nondeterministic"]) == 0
+    # a check always calls twice: an undeclared nondeterministic backend fails it even without --determinism
+    assert main(["check", "--suite", str(suite), "--quiet", "--backend", f"{FAULTS}:Nondeterministic"]) == 1
     assert [r["deterministic"] for r in read_rows([out])] == [True, True, False, False]

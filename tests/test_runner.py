@@ -15,7 +15,7 @@ from treebench.harness.run import pair
 from treebench.harness.adapter.contract import REGISTRY, Capabilities
 from treebench.harness.model.cases import Case
 from treebench.harness.errors import ConfigError
-from treebench.harness.model.reference import reference_attention
+from treebench.harness.model.reference import paged_reference_attention
 from treebench.harness.run.config import RunConfig
 from treebench.harness.run.runner import run_cases
 from treebench.harness.store.rows import ROW_FIELDS, SCHEMA, read_rows
@@ -47,7 +47,7 @@ class Fake:
 
 
 def _exact(inputs):
-    return reference_attention(inputs).to(inputs.dtype)
+    return paged_reference_attention(inputs).to(inputs.dtype)
 
 
 def _boom(inputs):
@@ -159,7 +159,7 @@ def test_each_row_is_in_the_store_before_the_next_backend_runs(tmp_path):
         return _exact(inputs)
 
     rows = _check(CASES, [Fake("a", _boom), Fake("b", count_then_exact)], store_path=path)
-    assert seen == [1, 3]
+    assert seen == [1] * 4 + [3] * 4   # a check calls twice on the case, then twice on its alternate
     assert [r["backend"] for r in read_rows([path])] == [r["backend"] for r in rows]
 
 
@@ -178,7 +178,7 @@ def test_inputs_and_reference_are_built_once_per_case(monkeypatch):
     monkeypatch.setattr(pair, "build_inputs", build)
     monkeypatch.setattr(pair, "reference_attention", ref)
     _check(CASES, [Fake("a", _exact), Fake("b", _exact), Fake("c", _boom)])
-    assert calls == {"inputs": 2, "ref": 2}
+    assert calls == {"inputs": 4, "ref": 4}   # each case and its re-prepare alternate, once for all backends
 
 
 def test_causal_backends_get_the_causal_batch_and_reference():

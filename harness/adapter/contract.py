@@ -1,7 +1,12 @@
 """The adapter contract (public: users plug in their own kernels) and the registry.
 
 A backend is a class with `name`, `availability()`, `supports(case)` and
-`prepare(inputs) -> Callable[[], Tensor]` (see docs/design.md). Register
+`prepare(inputs) -> Callable[[], Tensor]` (see docs/design.md), and optionally
+`deterministic` (default True: repeated calls agree bitwise). `inputs` is a
+treebench.harness.model.paged.BackendInputs: the contract fields, never the
+reference's logical K/V. `treebench check` prepares every backend twice (on two
+batches of the same axes) and calls each callable twice, so `prepare` must not
+keep state from one batch to the next. Register
 it with `@register`. This module never imports its plug-ins: loading a backend by
 name or by `pkg.mod:Class` / `path/file.py:Class` is treebench.harness.run.loading.
 """
@@ -16,7 +21,7 @@ import torch
 
 from treebench.harness.model.cases import Case
 from treebench.harness.errors import BackendUnavailable, ConfigError
-from treebench.harness.model.paged import BatchInputs
+from treebench.harness.model.paged import BackendInputs
 
 REGISTRY: dict[str, type["Backend"]] = {}
 
@@ -49,6 +54,10 @@ class Backend:
     mask_kind: ClassVar[str] = "tree"   # "tree", or "causal": checked against a causal reference
     device: ClassVar[str | None] = None  # preferred torch device type; None = the runner's
     install_hint: ClassVar[str] = ""     # how to get the optional package, prefixed to its ImportError
+    # True: two calls of one prepared callable return bitwise-equal outputs, which `treebench check`
+    # requires (a difference fails the row). False (e.g. split-K with atomic adds): the check compares
+    # each call with the reference within tolerance instead and the row's reason says so.
+    deterministic: ClassVar[bool] = True
 
     def availability(self) -> str | None:
         """None when usable here, else the reason (missing package + install hint, no GPU, ...)."""
@@ -88,7 +97,7 @@ class Backend:
         """None when `case` can run, else the reason; default reads `capabilities`."""
         return capability_skip(self.capabilities, case)
 
-    def prepare(self, inputs: BatchInputs) -> Callable[[], torch.Tensor]:
+    def prepare(self, inputs: BackendInputs) -> Callable[[], torch.Tensor]:
         """Untimed setup; returns the timed zero-argument callable producing
         (sum T_b, Hq, D) in inputs.dtype."""
         raise NotImplementedError

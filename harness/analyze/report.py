@@ -28,6 +28,7 @@ from treebench.harness.analyze.headline import (OWN_KERNELS, cell_frame, contend
                                                 non_contenders, own_kernels, peers, pick_own)
 from treebench.harness.errors import ConfigError
 from treebench.harness.analyze.tables import mask_overhead_table, speedup_table, timed_frame, varying_axes
+from treebench.harness.model.coverage import coverage_by_backend
 from treebench.harness.model.workload import device_peak, rates, row_work
 from treebench.harness.timing.stats import NOISE_RULE, geometric_mean, is_noisy
 from treebench.harness.store.rows import STATUSES, l2_label, row_l2_flushed, timing_label
@@ -347,7 +348,7 @@ def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, titl
         pivot=pivot_table_cells(time_pivot(df, order), order, set(order) - racing, noisy_pivot),
         seed=seed_table_cells(overhead).without_empty_columns(),
         seed_md=markdown_table(overhead.dropna(axis=1, how="all")) if not overhead.empty else "",
-        failures=failure_rows(rows), skips=skip_reasons(rows),
+        failures=failure_rows(rows), skips=skip_reasons(rows), coverage=coverage_by_backend(rows),
         heatmaps=plots.best_peer_heatmaps(cells, own) if own and not cells.empty else None,
         latency=plots.latency_plots(df, order),
         roofline=plots.roofline(roofline_points(rows, envs), order, peak_bw, device_peak(gpu), own_kernels(own)),

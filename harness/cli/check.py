@@ -9,7 +9,6 @@ from dataclasses import replace
 from treebench.harness.cli.common import (
     ACTIVE_OUT,
     CONSOLE,
-    add_suite_argument,
     add_sweep_options,
     check_suite_arg,
     exit_code,
@@ -27,7 +26,11 @@ log = logging.getLogger(__name__)
 
 def add_arguments(p) -> None:
     """The options of `treebench check`."""
-    add_suite_argument(p, "check")
+    p.add_argument("--suite", default=None,
+                   help="a suite shipped with treebench (check, check_p64, smoke, ...) or a TOML file path; "
+                        "default: the backend's default check, built from its capabilities, with a coverage table")
+    p.add_argument("--deep", action="store_true",
+                   help="the default check with more values on every axis (tree sizes, page sizes, seeds)")
     p.add_argument("--backend", "--backends", dest="backend", required=True,
                    help="one backend: registry name, package.module:Class or path/file.py:Class")
     p.add_argument("--out", default=None, help="also append the rows to this results JSONL")
@@ -45,7 +48,10 @@ def run(args) -> int:
     from treebench.harness.store.paths import check_writable
     from treebench.harness.sweep.execute import execute
 
-    check_suite_arg(args.suite)
+    if args.suite is not None:
+        check_suite_arg(args.suite)
+        if args.deep:
+            raise ConfigError("--deep deepens the default check; leave out --suite (or drop --deep)")
     nonempty(args.out, "--out")
     nonempty(args.shard, "--shard")
     opts = sweep_options(args, "check")
@@ -53,8 +59,13 @@ def run(args) -> int:
     if "," in args.backend or args.backend.strip() == "all":
         raise ConfigError(f"check --backend {args.backend}: check takes one backend; run one check per "
                           "backend, or `treebench run --backends a,b` for several")
-    suite = load_suite(args.suite)
     backend = load_one(args.backend)
+    built = None
+    if args.suite is None:
+        suite, built = _default_suite(backend, args.deep)
+        opts = replace(opts, run=replace(opts.run, check_axes=built.check_axes))
+    else:
+        suite = load_suite(args.suite)
     out = check_writable(args.out, not args.dry_run) if args.out else None
     ACTIVE_OUT[0] = None if args.dry_run else out
     result = execute(suite.cases, [backend], replace(opts, out=out), CONSOLE)
@@ -68,4 +79,24 @@ def run(args) -> int:
         log.warning("no case ran: nothing left to run")
     warn_backends_that_ran_nothing(rows)
     print_summary(rows, f"treebench check: suite {suite.name}, backend {rows[0]['backend'] if rows else args.backend}")
+    if built is not None:
+        _print_coverage(rows, built.coverage)
     return exit_code(result, args.determinism)
+
+
+def _default_suite(backend, deep: bool):
+    """(a Suite of the backend's default check, the DefaultCheck it came from)."""
+    from treebench.harness.checking.default_check import default_check
+    from treebench.harness.model.suites import Suite
+
+    built = default_check(backend, deep)
+    name = "default-deep" if deep else "default"
+    return Suite(name, "built from the backend's capabilities", (), built.cases, None), built  # type: ignore[arg-type]
+
+
+def _print_coverage(rows: list[dict], planned: dict) -> None:
+    """The coverage table after the summary: per axis the values that ran, and those skipped with why."""
+    from treebench.harness.model.coverage import coverage_from_rows, coverage_lines
+
+    for line in coverage_lines(coverage_from_rows(rows, base=planned)):
+        print(line)

@@ -21,7 +21,12 @@ from treebench.harness.model.tree_specs import canonical_spec, parse_tree
 DTYPES = ("bfloat16", "float16", "float32")
 LAYOUTS = ("contiguous", "shuffled", "interleaved")
 TREE_MODES = ("same", "mixed")
+VALUE_MODES = ("random", "position")
 PHYSICAL_AXES = ("layout", "page_size")  # how K/V are stored, not what they are
+# Axes added after case ids were first stored: left out of `axes` (so of the id and the seeds)
+# while they hold these defaults, so every earlier case keeps its id and its draws.
+LATER_AXES = {"logit_scale": 1.0, "values": "random"}
+MAX_LOGIT_SCALE = 1e6  # sqrt(1e6) * N(0, 1) draws stay far inside fp16's range (65504)
 # Upper bounds: a value past these is a typo (1e9 requests would hang in context_lens before any memory check).
 MAX_AXIS = {"batch_size": 65536, "num_q_heads": 1024, "num_kv_heads": 1024, "head_dim": 1024, "page_size": 4096}
 MAX_CONTEXT_LEN = 2**24
@@ -35,7 +40,7 @@ class Case:
     """
 
     batch_size: int                # B: requests in the batch
-    context_len: int | str         # L_b for every request, or "ragged:LO-HI" drawn per request
+    context_len: int | str         # L_b for every request, "ragged:LO-HI" drawn per request, or "list:L0,L1,..." (B of them)
     tree: str                      # tree spec (any DESIGN.md format); T = its node count
     num_q_heads: int = 32          # Hq
     num_kv_heads: int = 8          # Hkv; G = Hq / Hkv
@@ -45,6 +50,8 @@ class Case:
     layout: str = "shuffled"       # physical page layout: contiguous | shuffled | interleaved
     tree_per_request: str = "same"  # "same": every request uses `tree`; "mixed": random trees per request
     seed: int = 0                  # base seed; with the case id it fixes every random draw
+    logit_scale: float = 1.0       # Q and K scaled by sqrt(this): scores q.k * sm_scale of std ~logit_scale
+    values: str = "random"         # V: "random" N(0, 1), or "position": +-(1 + h/Hkv) by the bits of the position
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "num_q_heads", "num_kv_heads", "head_dim", "page_size"):
@@ -62,9 +69,41 @@ class Case:
             raise ConfigError(f"case field layout={self.layout!r}: use one of {', '.join(LAYOUTS)}")
         if self.tree_per_request not in TREE_MODES:
             raise ConfigError(f"case field tree_per_request={self.tree_per_request!r}: use 'same' or 'mixed'")
+        if self.values not in VALUE_MODES:
+            raise ConfigError(f"case field values={self.values!r}: use one of {', '.join(VALUE_MODES)}")
+        self._check_logit_scale()
         self.context_range()  # validates context_len
         parse_tree(self.tree)  # validates tree; raises TreeError (a ConfigError)
         object.__setattr__(self, "tree", canonical_spec(self.tree))  # one case id per tree spelling
+
+    def _check_logit_scale(self) -> None:
+        """Validates logit_scale and stores it as a float (1000 and 1000.0 are one case id).
+
+        Raises:
+            ConfigError: not a number, not finite, <= 0 or above MAX_LOGIT_SCALE.
+        """
+        v = self.logit_scale
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= MAX_LOGIT_SCALE:
+            raise ConfigError(f"case field logit_scale={v!r}: must be a number in (0, {MAX_LOGIT_SCALE:g}]")
+        object.__setattr__(self, "logit_scale", float(v))
+
+    def _context_list(self, c: str) -> tuple[int, int]:
+        """(min, max) of a "list:L0,L1,..." context_len, after validating it.
+
+        Raises:
+            ConfigError: a value that is not an integer in [0, 2**24], or not B of them.
+        """
+        try:
+            ls = [int(x) for x in c[len("list:"):].split(",")]
+        except ValueError:
+            raise ConfigError(f"case field context_len={c!r}: write list:L0,L1,... with one integer >= 0 "
+                              "per request, e.g. list:0,1,15,16,17") from None
+        if len(ls) != self.batch_size:
+            raise ConfigError(f"case field context_len={c!r}: {len(ls)} context lengths for batch_size="
+                              f"{self.batch_size}; give one per request")
+        if not all(0 <= x <= MAX_CONTEXT_LEN for x in ls):
+            raise ConfigError(f"case field context_len={c!r}: every L_b must be in [0, 2**24]")
+        return min(ls), max(ls)
 
     # ---- derived -----------------------------------------------------------------
     @property
@@ -95,7 +134,9 @@ class Case:
             if hi > MAX_CONTEXT_LEN:
                 raise ConfigError(f"case field context_len={c!r}: HI exceeds the limit 2**24 = {MAX_CONTEXT_LEN}")
             return lo, hi
-        raise ConfigError(f"case field context_len={c!r}: an integer >= 0 or 'ragged:LO-HI'")
+        if isinstance(c, str) and c.startswith("list:"):
+            return self._context_list(c)
+        raise ConfigError(f"case field context_len={c!r}: an integer >= 0, 'ragged:LO-HI' or 'list:L0,L1,...'")
 
     @property
     def is_ragged(self) -> bool:
@@ -104,8 +145,13 @@ class Case:
 
     @property
     def axes(self) -> dict:
-        """The case's fields as a plain dict (the result row's `case`)."""
-        return asdict(self)
+        """The case's fields as a plain dict (the result row's `case`); LATER_AXES at
+        their defaults are left out, so cases written before they existed keep their ids."""
+        d = asdict(self)
+        for name, default in LATER_AXES.items():
+            if d[name] == default:
+                del d[name]
+        return d
 
     @property
     def case_id(self) -> str:
@@ -114,7 +160,14 @@ class Case:
         h = hashlib.sha1(blob.encode()).hexdigest()[:10]
         return (f"B{self.batch_size}-L{self.context_len}-{self.tree}-{self.tree_per_request}-"
                 f"H{self.num_q_heads}x{self.num_kv_heads}-D{self.head_dim}-P{self.page_size}-"
-                f"{self.dtype}-{self.layout}-{h}")
+                f"{self.dtype}-{self.layout}-{self._later_prefix()}{h}")
+
+    def _later_prefix(self) -> str:
+        """'logit1000-vposition-' for LATER_AXES away from their defaults ('' otherwise)."""
+        axes = self.axes
+        parts = [f"logit{self.logit_scale:g}"] if "logit_scale" in axes else []
+        parts += [f"v{self.values}"] if "values" in axes else []
+        return "".join(p + "-" for p in parts)
 
     def rng(self, stream: str) -> random.Random:
         """A Python RNG seeded by (seed, case axes, stream name): per-case, order-free.
@@ -134,8 +187,10 @@ class Case:
         return self.rng(stream).getrandbits(62)
 
     def context_lens(self) -> list[int]:
-        """L_b for b in [0, B): constant, or drawn uniformly in [LO, HI] from the case seed."""
+        """L_b for b in [0, B): constant, the given list, or drawn uniformly in [LO, HI] from the case seed."""
         lo, hi = self.context_range()
+        if isinstance(self.context_len, str) and self.context_len.startswith("list:"):
+            return [int(x) for x in self.context_len[len("list:"):].split(",")]
         r = self.rng("context_lens")
         return [r.randint(lo, hi) for _ in range(self.batch_size)]
 

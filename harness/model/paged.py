@@ -7,6 +7,11 @@ alternate), writes each request's K/V at logical positions [0, S_b) -- the
 tree's own K/V at [L_b, S_b) -- and fills every unused slot (free pages and the
 tail of each request's last page) with NaN, so a kernel that reads a token it
 must not see returns NaN.
+
+Backends receive `BatchInputs.for_backend()`: a `BackendInputs` view of the
+same tensors without the reference-only fields (`k_logical`, `v_logical`,
+`kv_indptr`), so a backend reads K/V only through the paged pool, as a kernel
+would; reaching for a reference-only field raises AttributeError naming it.
 """
 
 from __future__ import annotations
@@ -24,27 +29,16 @@ from treebench.harness.model.tree_specs import parse_tree
 TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
-@dataclass
-class BatchInputs:
-    """One batch, as every backend receives it (the adapter contract's `inputs`).
+REFERENCE_ONLY = ("k_logical", "v_logical", "kv_indptr")  # BatchInputs fields a backend never sees
 
-    Index tensors are mappings: `block_table: [b, logical_page] -> physical_page`;
-    entries past a request's last page point at a free (NaN) page.
-    """
 
-    q: torch.Tensor             # (sum T_b, Hq, D) dtype: queries, request-major, nodes in tree order
-    k_cache: torch.Tensor       # (N, P, Hkv, D) dtype: paged key pool (NHD)
-    v_cache: torch.Tensor       # (N, P, Hkv, D) dtype: paged value pool (NHD)
-    block_table: torch.Tensor   # (B, max_pages) int32: [b, logical_page] -> physical_page
-    context_lens: torch.Tensor  # (B,) int32: L_b
-    seq_lens: torch.Tensor      # (B,) int32: S_b = L_b + T_b
-    qo_indptr: torch.Tensor     # (B+1,) int32: prefix sums of T_b
-    trees: list[TokenTree]      # B token trees
-    sm_scale: float             # softmax scale, default 1/sqrt(D)
-    case: Case                  # the case these inputs realise
-    k_logical: torch.Tensor     # (sum S_b, Hkv, D) dtype: each request's K in logical order (reference only)
-    v_logical: torch.Tensor     # (sum S_b, Hkv, D) dtype: each request's V in logical order (reference only)
-    kv_indptr: torch.Tensor     # (B+1,) int64 on CPU: prefix sums of S_b into k_logical
+class _Batch:
+    """What both views of a batch derive from the contract fields."""
+
+    q: torch.Tensor
+    k_cache: torch.Tensor
+    context_lens: torch.Tensor
+    trees: list[TokenTree]
 
     @property
     def dtype(self) -> torch.dtype:
@@ -68,11 +62,67 @@ class BatchInputs:
         ts = [t.size for t in self.trees]
         return ls, ts, [l + t for l, t in zip(ls, ts)]
 
-    def causal(self) -> "BatchInputs":
+    def causal(self):
         """The same batch with every tree replaced by a chain of the same T_b:
         plain causal attention over the T_b new tokens (the causal baseline's task)."""
         chains = [parse_tree(f"chain:{t.size - 1}") for t in self.trees]
-        return dataclasses.replace(self, trees=chains)
+        return dataclasses.replace(self, trees=chains)  # type: ignore[type-var]
+
+
+@dataclass
+class BackendInputs(_Batch):
+    """One batch as a backend receives it (the adapter contract's `inputs`): the
+    fields of `BatchInputs` less REFERENCE_ONLY, sharing its tensors.
+
+    Raises:
+        AttributeError: on reading a reference-only field (`k_logical`, `v_logical`,
+            `kv_indptr`); the message names it and says to read the paged pool.
+    """
+
+    q: torch.Tensor             # (sum T_b, Hq, D) dtype: queries, request-major, nodes in tree order
+    k_cache: torch.Tensor       # (N, P, Hkv, D) dtype: paged key pool (NHD)
+    v_cache: torch.Tensor       # (N, P, Hkv, D) dtype: paged value pool (NHD)
+    block_table: torch.Tensor   # (B, max_pages) int32: [b, logical_page] -> physical_page
+    context_lens: torch.Tensor  # (B,) int32: L_b
+    seq_lens: torch.Tensor      # (B,) int32: S_b = L_b + T_b
+    qo_indptr: torch.Tensor     # (B+1,) int32: prefix sums of T_b
+    trees: list[TokenTree]      # B token trees
+    sm_scale: float             # softmax scale, default 1/sqrt(D)
+    case: Case                  # the case these inputs realise
+
+    def __getattr__(self, name: str):
+        if name in REFERENCE_ONLY:
+            raise AttributeError(f"inputs.{name} is reference-only: a backend reads K/V from the paged pool "
+                                 "(k_cache / v_cache through block_table)")
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
+
+@dataclass
+class BatchInputs(_Batch):
+    """One batch with the reference's unpaged K/V; backends get `for_backend()`.
+
+    Index tensors are mappings: `block_table: [b, logical_page] -> physical_page`;
+    entries past a request's last page point at a free (NaN) page.
+    """
+
+    q: torch.Tensor             # (sum T_b, Hq, D) dtype: queries, request-major, nodes in tree order
+    k_cache: torch.Tensor       # (N, P, Hkv, D) dtype: paged key pool (NHD)
+    v_cache: torch.Tensor       # (N, P, Hkv, D) dtype: paged value pool (NHD)
+    block_table: torch.Tensor   # (B, max_pages) int32: [b, logical_page] -> physical_page
+    context_lens: torch.Tensor  # (B,) int32: L_b
+    seq_lens: torch.Tensor      # (B,) int32: S_b = L_b + T_b
+    qo_indptr: torch.Tensor     # (B+1,) int32: prefix sums of T_b
+    trees: list[TokenTree]      # B token trees
+    sm_scale: float             # softmax scale, default 1/sqrt(D)
+    case: Case                  # the case these inputs realise
+    k_logical: torch.Tensor     # (sum S_b, Hkv, D) dtype: each request's K in logical order (reference only)
+    v_logical: torch.Tensor     # (sum S_b, Hkv, D) dtype: each request's V in logical order (reference only)
+    kv_indptr: torch.Tensor     # (B+1,) int64 on CPU: prefix sums of S_b into k_logical
+
+    def for_backend(self) -> BackendInputs:
+        """The view a backend gets: the same tensors (no copy), reference-only fields absent."""
+        kept = {f.name: getattr(self, f.name) for f in dataclasses.fields(BackendInputs)}
+        return BackendInputs(**kept)
 
 
 def _page_order(case: Case, pages: list[int], num_pages: int) -> list[list[int]]:
@@ -100,19 +150,56 @@ def _page_order(case: Case, pages: list[int], num_pages: int) -> list[list[int]]
     return out
 
 
-def build_inputs(case: Case, device: str | torch.device = "cpu") -> BatchInputs:
+POSITION_BITS = 12   # position bits a "position" V row spells (positions mod 4096)
+
+
+def position_values(pos: torch.Tensor, num_kv_heads: int, head_dim: int) -> torch.Tensor:
+    """V rows that encode their own position and KV head.
+
+    Channel d of the row at logical position s, KV head h is +(1 + h/Hkv) when bit
+    (d mod POSITION_BITS) of s is set and -(1 + h/Hkv) otherwise: the sign pattern
+    names the position, the magnitude the head, so attending to one wrong token or
+    reading the wrong KV head moves whole channels, far past any tolerance.
+
+    Args:
+        pos: (sum S_b,) int64 logical positions.
+
+    Returns:
+        (sum S_b, Hkv, D) float32 on pos.device.
+    """
+    bits = torch.arange(head_dim) % POSITION_BITS                            # (D,)
+    sign = ((pos[:, None] >> bits[None, :]) & 1) * 2.0 - 1.0                 # (sum S, D)
+    mag = 1.0 + torch.arange(num_kv_heads) / num_kv_heads                    # (Hkv,)
+    return sign[:, None, :] * mag[None, :, None]                             # (sum S, Hkv, D)
+
+
+def build_inputs(case: Case, device: str | torch.device = "cpu",
+                 trees: list[TokenTree] | None = None) -> BatchInputs:
     """Builds the batch for `case` on `device`, deterministically from the case seed.
 
     Q/K/V are drawn from N(0, 1) in float32 by a generator on `device` (seeded from
     the case, so every GPU draws the same values; the CPU draws other ones) and
     cast to the case dtype; the pool is filled with one vectorised scatter.
+    `case.logit_scale` multiplies Q and K by its square root before the cast (scores
+    q.k * sm_scale of standard deviation ~logit_scale); `case.values == "position"`
+    replaces V by `position_values`.
+
+    Args:
+        trees: B trees to use instead of `case.trees()` (the check's re-prepare batch gives the
+            same trees to other requests); None: the case's.
 
     Returns:
         BatchInputs with the pool holding N = used pages + spare free pages, spare
         pages and unused slots filled with NaN.
+
+    Raises:
+        ValueError: `trees` does not hold B trees.
     """
     dev, dtype = torch.device(device), TORCH_DTYPES[case.dtype]
-    trees, lens = case.trees(), case.context_lens()
+    lens = case.context_lens()
+    trees = case.trees() if trees is None else list(trees)
+    if len(trees) != case.batch_size:
+        raise ValueError(f"build_inputs: {len(trees)} trees for a batch of {case.batch_size}")
     seqs = [l + t.size for l, t in zip(lens, trees)]
     P, Hkv, D = case.page_size, case.num_kv_heads, case.head_dim
     pages = [-(-s // P) for s in seqs]                      # ceil(S_b / P)
@@ -121,15 +208,18 @@ def build_inputs(case: Case, device: str | torch.device = "cpu") -> BatchInputs:
     free_page = min(set(range(num_pages)) - {p for row in order for p in row})  # padding target: a NaN page
 
     g = torch.Generator(device=dev).manual_seed(case.torch_seed("qkv"))
-    def draw(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=g, device=dev).to(dtype)
-    q = draw(sum(t.size for t in trees), case.num_q_heads, D)                 # (sum T, Hq, D)
-    k_log, v_log = draw(sum(seqs), Hkv, D), draw(sum(seqs), Hkv, D)          # (sum S, Hkv, D)
+    def draw(*shape: int, scale: float = 1.0) -> torch.Tensor:
+        return (torch.randn(*shape, generator=g, device=dev) * scale).to(dtype)
+    root = case.logit_scale ** 0.5                                            # 1.0 leaves the draws bit-identical
+    q = draw(sum(t.size for t in trees), case.num_q_heads, D, scale=root)      # (sum T, Hq, D)
+    k_log, v_log = draw(sum(seqs), Hkv, D, scale=root), draw(sum(seqs), Hkv, D)  # (sum S, Hkv, D)
+    pos = torch.cat([torch.arange(s) for s in seqs])                         # (sum S,) logical position
+    if case.values == "position":
+        v_log = position_values(pos, Hkv, D).to(dev, dtype)
 
     block_table = torch.full((len(trees), max(pages)), free_page, dtype=torch.int32)
     for b, phys in enumerate(order):
         block_table[b, :len(phys)] = torch.tensor(phys, dtype=torch.int32)
-    pos = torch.cat([torch.arange(s) for s in seqs])                         # (sum S,) logical position
     page = torch.cat([torch.tensor(o)[torch.arange(s) // P] for o, s in zip(order, seqs)])  # (sum S,) physical page
     slot = (page.to(dev), (pos % P).to(dev))
     k_cache = torch.full((num_pages, P, Hkv, D), float("nan"), dtype=dtype, device=dev)  # (N, P, Hkv, D)

@@ -3,14 +3,16 @@
 Independent of every backend: it reads each request's logical K/V
 (`inputs.k_logical`, never the paged pool) and the tree's ancestor mask.
 Float64 on whatever device the inputs live on (the CPU here; the H200's FP64
-units on the GPU).
+units on the GPU). `paged_reference_attention` is the same computation over K/V
+gathered from the paged pool, for the `reference` backend, which like every
+backend never sees the logical copy.
 """
 
 from __future__ import annotations
 
 import torch
 
-from treebench.harness.model.paged import BatchInputs
+from treebench.harness.model.paged import BackendInputs, BatchInputs
 
 
 def request_mask(tree_mask: torch.Tensor, context_len: int) -> torch.Tensor:
@@ -26,22 +28,46 @@ def request_mask(tree_mask: torch.Tensor, context_len: int) -> torch.Tensor:
 
 
 def reference_attention(inputs: BatchInputs, return_lse: bool = False):
-    """Tree attention for every request, in float64.
+    """Tree attention for every request, in float64, over the logical K/V.
 
     Returns:
         out: (sum T_b, Hq, D) float64 on inputs.device; with `return_lse`, also
         lse: (sum T_b, Hq) float64, natural-log sum of exp of scaled scores.
     """
-    case = inputs.case
-    G = case.group_size
+    ptr = inputs.kv_indptr.tolist()
+
+    def kv(b: int, s: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return inputs.k_logical[ptr[b]:ptr[b] + s], inputs.v_logical[ptr[b]:ptr[b] + s]  # (S, Hkv, D) each
+    return _attention(inputs, kv, return_lse)
+
+
+def paged_reference_attention(inputs: BackendInputs) -> torch.Tensor:
+    """`reference_attention` over K/V read from the paged pool through `block_table`.
+
+    Args:
+        inputs: a backend's view (or a full BatchInputs); only contract fields are read.
+
+    Returns:
+        (sum T_b, Hq, D) float64 on inputs.device.
+    """
+    P = inputs.page_size
+
+    def kv(b: int, s: int) -> tuple[torch.Tensor, torch.Tensor]:
+        pages = inputs.block_table[b, :-(-s // P)]                    # (ceil(S / P),) physical pages
+        k = inputs.k_cache.index_select(0, pages).flatten(0, 1)[:s]   # (S, Hkv, D)
+        return k, inputs.v_cache.index_select(0, pages).flatten(0, 1)[:s]
+    return _attention(inputs, kv, False)
+
+
+def _attention(inputs, kv, return_lse: bool):
+    """The float64 masked attention of every request; kv(b, S_b) gives its (S_b, Hkv, D) K and V."""
+    G = inputs.case.group_size
     outs, lses = [], []
     qo = inputs.qo_indptr.tolist()
     ls, _, ss = inputs.host_lists()
     for b, tree in enumerate(inputs.trees):
-        s0 = int(inputs.kv_indptr[b])
         q = inputs.q[qo[b]:qo[b + 1]].double()                       # (T, Hq, D)
-        k = inputs.k_logical[s0:s0 + ss[b]].double()                 # (S, Hkv, D)
-        v = inputs.v_logical[s0:s0 + ss[b]].double()                 # (S, Hkv, D)
+        k, v = (x.double() for x in kv(b, ss[b]))                    # (S, Hkv, D)
         k = k.repeat_interleave(G, dim=1)                            # (S, Hq, D): head h reads kv head h // G
         v = v.repeat_interleave(G, dim=1)
         scores = torch.einsum("thd,shd->hts", q, k) * inputs.sm_scale  # (Hq, T, S)

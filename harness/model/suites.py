@@ -88,6 +88,8 @@ def _allowed_types(field: str) -> tuple[type, ...]:
     ann = _FIELD_TYPES[field]
     names = [a.strip() for a in ann.split("|")] if isinstance(ann, str) else [ann]
     table = {"int": int, "str": str, "float": float, "bool": bool}
+    if "float" in names:
+        names.append("int")   # a TOML integer is a valid float axis value (logit_scale = [1000])
     return tuple(table.get(n, object) if isinstance(n, str) else n for n in names)
 
 

@@ -6,7 +6,7 @@ both read it, and is validated once, when it is built.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from treebench.harness.errors import ConfigError
@@ -38,6 +38,8 @@ class RunConfig:
     isolate: bool = False               # run every pair in a worker subprocess (treebench.harness.run.isolate)
     case_timeout_s: float | None = None  # per-pair time limit in seconds (isolated runs only); None: no limit
     skip: frozenset = frozenset()       # (case_id, backend) pairs not to run (already stored: --resume)
+    check_axes: dict = field(default_factory=dict, hash=False)  # case_id -> {axis: value} of the default
+    # check (treebench.harness.checking.default_check): each row's `check_axes`, its coverage table's source
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:

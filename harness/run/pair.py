@@ -9,23 +9,28 @@ becomes an ``error`` row whose reason is the exception type and the first line
 of its message; the sweep goes on.
 
 Before a backend runs, treebench.harness.run.memory predicts the pair's device memory and
-skips it with the reason when it cannot fit. With ``RunConfig.determinism`` the
-prepared callable runs twice and the outputs are compared bitwise (row field
-``deterministic``).
+skips it with the reason when it cannot fit. A backend gets ``inputs.for_backend()``:
+the contract fields only, so reading the reference's logical K/V is an error row.
+With ``RunConfig.determinism`` the prepared callable runs twice and the outputs are
+compared bitwise (row field ``deterministic``).
+
+A check (``RunConfig.mode == "check"``) also repeats and re-prepares: see
+treebench.harness.run.verify.check_pair.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 import torch
 
 from treebench.harness.model.cases import Case
-from treebench.harness.model.compare import compare
 from treebench.harness.run.memory import fit_reason
+from treebench.harness.run.verify import InputsMutated, check_pair, compared, determinism, error_reason, join, prepared
 from treebench.harness.model.workload import case_metrics
 from treebench.harness.model.paged import BatchInputs, build_inputs
 from treebench.harness.model.reference import reference_attention
@@ -38,78 +43,30 @@ if TYPE_CHECKING:
 log = logging.getLogger("treebench.harness.run.runner")  # the runner's logger: its records keep their name
 
 MASK_KINDS = ("tree", "causal")
-
-
-def error_reason(e: BaseException) -> str:
-    """'TypeName: first line of the message' for an error row; just the type name when
-    the exception's __str__ itself raises (a backend's exception is untrusted)."""
-    name = type(e).__name__
-    if isinstance(e, SystemExit):
-        return f"backend called sys.exit({e.code!r})"
-    try:
-        msg = str(e).strip().splitlines()
-    except BaseException:  # noqa: BLE001 -- a broken __str__ must not lose the row
-        return f"{name} (its message could not be formatted)"
-    return f"{name}: {msg[0]}" if msg else name
-
-
-# Input tensors a backend may read but must not write. Small ones are kept as a clone and
-# compared bitwise (NaN-aware: the K/V page tails are NaN); ones above SNAPSHOT_MAX_ELEMS
-# are fingerprinted by float64 nansum + NaN count + a bitwise strided sample of
-# FINGERPRINT_SAMPLES elements, which catches zeroing, scaling or overwriting at a
-# fraction of a copy's memory.
-INPUT_FIELDS = ("q", "k_cache", "v_cache", "block_table", "context_lens", "seq_lens", "qo_indptr")
-SNAPSHOT_MAX_ELEMS = 1 << 22
-FINGERPRINT_SAMPLES = 1 << 16
-
-
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
-    return t.contiguous().view(as_int)
-
-
-def _fingerprint(t: torch.Tensor) -> tuple:
-    if t.numel() <= SNAPSHOT_MAX_ELEMS:
-        return ("copy", t.detach().clone())
-    flat = t.detach().reshape(-1)
-    step = max(1, flat.numel() // FINGERPRINT_SAMPLES)
-    d = flat.double()
-    return ("sig", float(torch.nansum(d)), int(torch.isnan(d).sum()), _bits(flat[::step]).clone())
-
-
-def _same(t: torch.Tensor, fp: tuple) -> bool:
-    if t.numel() <= SNAPSHOT_MAX_ELEMS:
-        ref = fp[1]
-        return t.shape == ref.shape and t.dtype == ref.dtype and bool(torch.equal(_bits(t), _bits(ref)))
-    again = _fingerprint(t)
-    return again[1:3] == fp[1:3] and bool(torch.equal(again[3], fp[3]))
-
-
-def input_fingerprints(inputs: BatchInputs) -> dict:
-    """field -> fingerprint of the input tensors a backend must leave unchanged."""
-    return {f: _fingerprint(getattr(inputs, f)) for f in INPUT_FIELDS
-            if isinstance(getattr(inputs, f, None), torch.Tensor)}
-
-
-def mutated_inputs(inputs: BatchInputs, fps: dict) -> list[str]:
-    """The fields whose tensors changed since `fps` was taken."""
-    return [f for f, fp in fps.items() if not _same(getattr(inputs, f), fp)]
-
-
-class InputsMutated(RuntimeError):
-    """A backend wrote into the shared inputs."""
-
-    def __init__(self, fields: list[str]):
-        super().__init__(f"backend mutated its inputs ({'/'.join(fields)})")
+REPREPARE_SEED_OFFSET = 7919   # the alternate case's seed: case.seed + this (same axes, other draws)
 
 
 class CaseData:
     """One case's inputs (per device) and references (per device and mask kind), built lazily once."""
 
-    def __init__(self, case: Case):
+    def __init__(self, case: Case, trees=None):
         self.case = case
+        self.trees = trees        # B TokenTrees instead of case.trees() (the re-prepare twin's), or None
         self._inputs: dict[str, BatchInputs] = {}
         self._refs: dict[tuple[str, str], tuple[BatchInputs, torch.Tensor]] = {}
+        self._alternate: CaseData | None = None
+
+    def alternate(self) -> "CaseData":
+        """The CaseData of the case's re-prepare twin: the same axes, seed + REPREPARE_SEED_OFFSET
+        (other values, block tables and ragged contexts). With per-request trees the twin keeps
+        this batch's trees, rotated by one request, so B and sum T_b are the same but request b
+        gets another tree: state a backend keeps by batch shape from one prepare to the next
+        (a cached mask, a stale plan) shows up as a mismatch."""
+        if self._alternate is None:
+            twin = replace(self.case, seed=self.case.seed + REPREPARE_SEED_OFFSET)
+            trees = self.case.trees() if self.case.tree_per_request == "mixed" else None
+            self._alternate = CaseData(twin, trees[1:] + trees[:1] if trees else None)
+        return self._alternate
 
     def built(self, device: torch.device, mask_kind: str) -> tuple[bool, bool]:
         """(inputs built, reference built) on `device` for `mask_kind`: what a memory check need not count."""
@@ -126,7 +83,7 @@ class CaseData:
         key = (str(device), mask_kind)
         if key not in self._refs:
             if str(device) not in self._inputs:
-                self._inputs[str(device)] = build_inputs(self.case, device)
+                self._inputs[str(device)] = build_inputs(self.case, device, self.trees)
             base = self._inputs[str(device)]
             inputs = base.causal() if mask_kind == "causal" else base
             self._refs[key] = (inputs, reference_attention(inputs))
@@ -137,6 +94,7 @@ class CaseData:
         self._inputs.pop(str(device), None)
         for key in [k for k in self._refs if k[0] == str(device)]:
             del self._refs[key]
+        self._alternate = None
 
 
 def base_row(backend_name: str, case: Case, config: RunConfig) -> dict:
@@ -144,55 +102,8 @@ def base_row(backend_name: str, case: Case, config: RunConfig) -> dict:
     row = dict.fromkeys(ROW_FIELDS)
     row.update(schema=SCHEMA, run_id=config.run_id, env=config.env_id, backend=backend_name,
                case=case.axes, case_id=case.case_id, context_lens=case.context_lens(),
-               tree_sizes=[t.size for t in case.trees()])
+               tree_sizes=[t.size for t in case.trees()], check_axes=config.check_axes.get(case.case_id))
     return row
-
-
-def _check_output(out, inputs: BatchInputs) -> None:
-    """Raises TypeError/ValueError when `out` is not a (sum T_b, Hq, D) tensor in inputs.dtype."""
-    if not isinstance(out, torch.Tensor):
-        raise TypeError(f"prepared callable returned {type(out).__name__}, expected a torch.Tensor")
-    if tuple(out.shape) != tuple(inputs.q.shape):
-        raise ValueError(f"output shape {tuple(out.shape)} != expected (sum T_b, Hq, D) = {tuple(inputs.q.shape)}")
-    if out.dtype != inputs.dtype:
-        raise TypeError(f"output dtype {out.dtype} != expected {inputs.dtype}")
-
-
-def bitwise_diff_count(a: torch.Tensor, b: torch.Tensor) -> int:
-    """Elements of `a` and `b` (same shape and dtype) whose bit patterns differ (NaN == NaN when the bits match)."""
-    as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
-    return int((a.contiguous().view(as_int) != b.contiguous().view(as_int)).sum())
-
-
-def _determinism(fn: Callable, out: torch.Tensor, inputs: BatchInputs, row: dict) -> tuple[torch.Tensor, str | None]:
-    """Calls `fn` a second time and compares bitwise with `out`; sets row["deterministic"].
-
-    Returns:
-        (a copy of the first output, None or the nondeterminism reason).
-    """
-    first = out.clone()  # the callable may hand back one persistent buffer: keep the first call's bits
-    again = fn()
-    _check_output(again, inputs)
-    n = bitwise_diff_count(first, again)
-    row["deterministic"] = n == 0
-    if n == 0:
-        return first, None
-    return first, f"nondeterministic: {n} of {first.numel()} output elements differ bitwise between two calls"
-
-
-def _join(*reasons: str | None) -> str | None:
-    """'a; b' of the reasons that are not None, or None."""
-    kept = [r for r in reasons if r]
-    return "; ".join(kept) if kept else None
-
-
-def _mismatch_reason(rec: dict) -> str:
-    """One line describing a failed comparison."""
-    worst = rec["worst"]
-    where = f" at (request {worst[0]}, node {worst[1]}, head {worst[2]})" if worst else ""
-    nonfinite = f", {rec['nonfinite']} non-finite" if rec["nonfinite"] else ""
-    return (f"max_abs_err {rec['max_abs_err']:.3g}{where}; "
-            f"{rec['mismatch_frac']:.1%} of elements out of tolerance{nonfinite}")
 
 
 def _time_row(row: dict, fn: Callable, inputs: BatchInputs, config: RunConfig) -> None:
@@ -212,39 +123,23 @@ def _run_one(backend, case: Case, data: CaseData, device: torch.device, config: 
     if reason:
         row.update(status="skipped", reason=str(reason))
         return
+    if config.mode == "check":
+        check_pair(backend, data, device, mask_kind, row)
+        return
     inputs, ref = data.get(device, mask_kind)
-    fps = input_fingerprints(inputs)
-
-    def check_inputs() -> None:
-        changed = mutated_inputs(inputs, fps)
-        if changed:
-            data.invalidate(device)  # the next backend gets freshly built inputs and reference
-            raise InputsMutated(changed)
-
-    try:
-        fn = backend.prepare(inputs)
-        out = fn()
-    except BaseException:
-        if mutated_inputs(inputs, fps):
-            data.invalidate(device)
-        raise
-    check_inputs()
-    _check_output(out, inputs)
+    fn, out, check_inputs = prepared(backend, inputs, data, device)
     nondet = None
     if config.determinism:
-        out, nondet = _determinism(fn, out, inputs, row)
+        out, nondet = determinism(fn, out, inputs, row)
         check_inputs()
-    rec = compare(out, ref, inputs.qo_indptr, case.dtype).as_row()
-    passed = rec.pop("passed")
-    row.update(rec, status="pass" if passed else "mismatch",
-               reason=_join(None if passed else _mismatch_reason(rec), nondet))
+    rec, bad = compared(out, ref, inputs)
+    row.update(rec, status="mismatch" if bad else "pass", reason=join(bad, nondet))
     del out
-    if config.mode == "run":
-        try:
-            _time_row(row, fn, inputs, config)
-        except (Exception, SystemExit) as e:  # noqa: BLE001 -- a failure while timing is the backend's error row
-            row.update(status="error", reason="while timing: " + error_reason(e))
-        check_inputs()
+    try:
+        _time_row(row, fn, inputs, config)
+    except (Exception, SystemExit) as e:  # noqa: BLE001 -- a failure while timing is the backend's error row
+        row.update(status="error", reason="while timing: " + error_reason(e))
+    check_inputs()
 
 
 def _memory_reason(backend, case: Case, data: CaseData, device: torch.device, mask_kind: str,
@@ -253,7 +148,8 @@ def _memory_reason(backend, case: Case, data: CaseData, device: torch.device, ma
     if not config.check_memory or mask_kind not in MASK_KINDS:
         return None
     inputs_built, reference_built = data.built(device, mask_kind)
-    return fit_reason(case, backend, device, config.mode, config.determinism, inputs_built, reference_built)
+    twice = config.determinism or config.mode == "check"   # a check always calls the callable twice
+    return fit_reason(case, backend, device, config.mode, twice, inputs_built, reference_built)
 
 
 def run_case_backend(backend, case: Case, data: CaseData, availability: str | None,

@@ -25,14 +25,11 @@ FAILED = ("mismatch", "error")  # row statuses that make `check` exit 1
 
 
 def _default_cases(backend) -> list[Case]:
-    """The default check's cases for `backend` (today suites/check.toml, the same for every backend).
+    """The default check's cases for `backend`: `treebench check` without --suite, built from the
+    backend's Capabilities (treebench.harness.checking.default_check)."""
+    from treebench.harness.checking.default_check import default_check_cases
 
-    Raises:
-        ConfigError: the suite cannot be read.
-    """
-    from treebench.harness.model.suites import load_suite
-
-    return list(load_suite("check").cases)
+    return default_check_cases(backend)[0]
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ ROW_FIELDS = (
     "max_abs_err", "max_rel_err", "mismatch_frac", "atol", "rtol", "worst", "nonfinite",
     "timer", "timer_fallback", "l2_flushed", "cpu_threads", "median_us", "p25_us", "p75_us", "cv", "n_samples",
     "samples_us", "flops", "bytes", "tflops", "tb_per_s", "pct_peak_bw",
-    "deterministic",
+    "deterministic", "check_axes",
 )
 STATUSES = ("pass", "mismatch", "error", "skipped")
 # Schema-1 rows carry no mask_kind: these built-in backends solve the causal task, every other

@@ -1,0 +1,223 @@
+"""How one backend's output is verified: prepare on the backend's view of the batch,
+call, compare with the reference, guard the shared inputs, repeat, and, in a check,
+re-prepare on a second batch.
+
+A check (``RunConfig.mode == "check"``) asks more of a pass (`check_pair`): each
+prepared callable is called twice and the two outputs compared bitwise (repeat), and
+the backend is prepared a second time on the case's alternate -- the same axes with
+another seed, so other Q/K/V, block tables and (ragged, mixed) contexts and trees --
+whose output must match that batch's reference and repeat bitwise too (re-prepare).
+A backend that keeps state from one prepare to the next, or whose callable's answer
+changes between calls, fails with a reason naming the step. A backend declaring
+``deterministic = False`` (treebench.harness.adapter.contract.Backend) has its repeats
+compared with the reference within tolerance instead, and its row says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import torch
+
+from treebench.harness.model.compare import compare
+from treebench.harness.model.paged import BatchInputs
+
+if TYPE_CHECKING:
+    from treebench.harness.run.pair import CaseData
+
+
+def error_reason(e: BaseException) -> str:
+    """'TypeName: first line of the message' for an error row; just the type name when
+    the exception's __str__ itself raises (a backend's exception is untrusted)."""
+    name = type(e).__name__
+    if isinstance(e, SystemExit):
+        return f"backend called sys.exit({e.code!r})"
+    try:
+        msg = str(e).strip().splitlines()
+    except BaseException:  # noqa: BLE001 -- a broken __str__ must not lose the row
+        return f"{name} (its message could not be formatted)"
+    return f"{name}: {msg[0]}" if msg else name
+
+
+# Input tensors a backend may read but must not write. Small ones are kept as a clone and
+# compared bitwise (NaN-aware: the K/V page tails are NaN); ones above SNAPSHOT_MAX_ELEMS
+# are fingerprinted by float64 nansum + NaN count + a bitwise strided sample of
+# FINGERPRINT_SAMPLES elements, which catches zeroing, scaling or overwriting at a
+# fraction of a copy's memory.
+INPUT_FIELDS = ("q", "k_cache", "v_cache", "block_table", "context_lens", "seq_lens", "qo_indptr")
+SNAPSHOT_MAX_ELEMS = 1 << 22
+FINGERPRINT_SAMPLES = 1 << 16
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
+    return t.contiguous().view(as_int)
+
+
+def _fingerprint(t: torch.Tensor) -> tuple:
+    if t.numel() <= SNAPSHOT_MAX_ELEMS:
+        return ("copy", t.detach().clone())
+    flat = t.detach().reshape(-1)
+    step = max(1, flat.numel() // FINGERPRINT_SAMPLES)
+    d = flat.double()
+    return ("sig", float(torch.nansum(d)), int(torch.isnan(d).sum()), _bits(flat[::step]).clone())
+
+
+def _same(t: torch.Tensor, fp: tuple) -> bool:
+    if t.numel() <= SNAPSHOT_MAX_ELEMS:
+        ref = fp[1]
+        return t.shape == ref.shape and t.dtype == ref.dtype and bool(torch.equal(_bits(t), _bits(ref)))
+    again = _fingerprint(t)
+    return again[1:3] == fp[1:3] and bool(torch.equal(again[3], fp[3]))
+
+
+def input_fingerprints(inputs: BatchInputs) -> dict:
+    """field -> fingerprint of the input tensors a backend must leave unchanged."""
+    return {f: _fingerprint(getattr(inputs, f)) for f in INPUT_FIELDS
+            if isinstance(getattr(inputs, f, None), torch.Tensor)}
+
+
+def mutated_inputs(inputs: BatchInputs, fps: dict) -> list[str]:
+    """The fields whose tensors changed since `fps` was taken."""
+    return [f for f, fp in fps.items() if not _same(getattr(inputs, f), fp)]
+
+
+class InputsMutated(RuntimeError):
+    """A backend wrote into the shared inputs."""
+
+    def __init__(self, fields: list[str]):
+        super().__init__(f"backend mutated its inputs ({'/'.join(fields)})")
+
+
+def check_output(out, inputs: BatchInputs) -> None:
+    """Raises TypeError/ValueError when `out` is not a (sum T_b, Hq, D) tensor in inputs.dtype."""
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"prepared callable returned {type(out).__name__}, expected a torch.Tensor")
+    if tuple(out.shape) != tuple(inputs.q.shape):
+        raise ValueError(f"output shape {tuple(out.shape)} != expected (sum T_b, Hq, D) = {tuple(inputs.q.shape)}")
+    if out.dtype != inputs.dtype:
+        raise TypeError(f"output dtype {out.dtype} != expected {inputs.dtype}")
+
+
+def bitwise_diff_count(a: torch.Tensor, b: torch.Tensor) -> int:
+    """Elements of `a` and `b` (same shape and dtype) whose bit patterns differ (NaN == NaN when the bits match)."""
+    as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+    return int((a.contiguous().view(as_int) != b.contiguous().view(as_int)).sum())
+
+
+def determinism(fn: Callable, out: torch.Tensor, inputs: BatchInputs, row: dict) -> tuple[torch.Tensor, str | None]:
+    """Calls `fn` a second time and compares bitwise with `out`; sets row["deterministic"].
+
+    Returns:
+        (a copy of the first output, None or the nondeterminism reason).
+    """
+    first = out.clone()  # the callable may hand back one persistent buffer: keep the first call's bits
+    again = fn()
+    check_output(again, inputs)
+    n = bitwise_diff_count(first, again)
+    row["deterministic"] = n == 0
+    if n == 0:
+        return first, None
+    return first, f"nondeterministic: {n} of {first.numel()} output elements differ bitwise between two calls"
+
+
+def join(*reasons: str | None) -> str | None:
+    """'a; b' of the reasons that are not None, or None."""
+    kept = [r for r in reasons if r]
+    return "; ".join(kept) if kept else None
+
+
+def _mismatch_reason(rec: dict) -> str:
+    """One line describing a failed comparison."""
+    worst = rec["worst"]
+    where = f" at (request {worst[0]}, node {worst[1]}, head {worst[2]})" if worst else ""
+    nonfinite = f", {rec['nonfinite']} non-finite" if rec["nonfinite"] else ""
+    return (f"max_abs_err {rec['max_abs_err']:.3g}{where}; "
+            f"{rec['mismatch_frac']:.1%} of elements out of tolerance{nonfinite}")
+
+
+def prepared(backend, inputs: BatchInputs, data: CaseData, device: torch.device):
+    """Prepares `backend` on the backend view of `inputs` and calls it once.
+
+    Returns:
+        (the prepared callable, its first output, a function raising InputsMutated
+        when the backend has since written into `inputs`).
+
+    Raises:
+        whatever the backend raises; InputsMutated; TypeError/ValueError for a bad output.
+    """
+    fps = input_fingerprints(inputs)
+
+    def check_inputs() -> None:
+        changed = mutated_inputs(inputs, fps)
+        if changed:
+            data.invalidate(device)  # the next backend gets freshly built inputs and reference
+            raise InputsMutated(changed)
+
+    try:
+        fn = backend.prepare(inputs.for_backend())
+        out = fn()
+    except BaseException:
+        if mutated_inputs(inputs, fps):
+            data.invalidate(device)
+        raise
+    check_inputs()
+    check_output(out, inputs)
+    return fn, out, check_inputs
+
+
+def compared(out: torch.Tensor, ref: torch.Tensor, inputs: BatchInputs) -> tuple[dict, str | None]:
+    """(correctness record without `passed`, None or the mismatch reason)."""
+    rec = compare(out, ref, inputs.qo_indptr, inputs.case.dtype).as_row()
+    return rec, None if rec.pop("passed") else _mismatch_reason(rec)
+
+
+def check_step(backend, data: CaseData, device: torch.device, mask_kind: str, row: dict,
+                step: str) -> tuple[dict, str | None]:
+    """Prepare, two calls and the comparison with the reference, on one batch of a check.
+
+    A declared-deterministic backend (`deterministic`, default True) must repeat bitwise;
+    one declaring False has each call compared with the reference instead. Sets
+    row["deterministic"] (False when any check step's two calls differed bitwise).
+
+    Returns:
+        (the correctness record of the first call, None or the failure reason prefixed by `step`).
+    """
+    inputs, ref = data.get(device, mask_kind)
+    fn, out, check_inputs = prepared(backend, inputs, data, device)
+    out, nondet = determinism(fn, out, inputs, row)
+    again = fn() if nondet else None
+    check_inputs()
+    del fn
+    rec, bad = compared(out, ref, inputs)
+    declared = getattr(backend, "deterministic", True)
+    if nondet and declared:
+        bad = join(bad, "repeat: " + nondet.removeprefix("nondeterministic: "))
+    elif nondet:
+        assert again is not None  # called above whenever nondet
+        check_output(again, inputs)
+        bad = join(bad, compared(again, ref, inputs)[1])
+        row["reason"] = join(row.get("reason"), f"{step}: declared nondeterministic (deterministic = False); "
+                              + nondet.removeprefix("nondeterministic: "))
+    return rec, (f"{step}: {bad}" if bad else None)
+
+
+def check_pair(backend, data: CaseData, device: torch.device, mask_kind: str, row: dict) -> None:
+    """The check of one pair: the case (prepare, call, repeat, compare) and then its alternate
+    (re-prepare on other draws of the same axes, call, repeat, compare). Fills `row`."""
+    rec, bad = check_step(backend, data, device, mask_kind, row, "first prepare")
+    row.update(rec)
+    if bad:
+        row.update(status="mismatch", reason=join(bad, row.get("reason")))
+        return
+    step = f"re-prepare on a second batch of the same axes (seed {data.alternate().case.seed})"
+    try:
+        rec2, bad2 = check_step(backend, data.alternate(), device, mask_kind, row, step)
+    except (Exception, SystemExit) as e:  # noqa: BLE001 -- the backend's error on the second batch
+        row.update(status="error", reason=join(f"{step}: {error_reason(e)}", row.get("reason")))
+        return
+    if bad2:
+        row.update(rec2, status="mismatch", reason=join(bad2, row.get("reason")))
+    else:
+        row.update(status="pass")

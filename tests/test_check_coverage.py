@@ -1,0 +1,188 @@
+"""The default check: built from a backend's capabilities, its coverage record and table,
+the new case axes, and the repeat / re-prepare / backend-view steps that a pass needs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import treebench.backends  # noqa: F401  (registers the built-in adapters)
+from treebench.harness.adapter.contract import REGISTRY, Capabilities
+from treebench.harness.checking.default_check import default_check, default_check_cases, tree_spec
+from treebench.harness.cli.main import main
+from treebench.harness.errors import ConfigError
+from treebench.harness.model.cases import Case
+from treebench.harness.model.coverage import coverage_from_rows, coverage_lines
+from treebench.harness.model.paged import build_inputs
+from treebench.harness.model.reference import paged_reference_attention, reference_attention
+from treebench.harness.model.suites import load_suite
+from treebench.harness.model.tree_specs import parse_tree
+from treebench.harness.store.rows import read_rows
+from tests import coverage_faults
+
+ROOT = Path(__file__).resolve().parent.parent
+FAULTS = ROOT / "tests" / "coverage_faults.py"
+
+
+class Caps:
+    """A backend of given capabilities (nothing runs)."""
+
+    def __init__(self, **caps):
+        self.capabilities = Capabilities(**caps)
+
+
+def _check(spec: str, tmp_path: Path, *extra: str) -> tuple[int, list[dict]]:
+    out = tmp_path / "rows.jsonl"
+    rc = main(["check", "--backend", spec, "--out", str(out), "--quiet", *extra])
+    return rc, read_rows([out])
+
+
+@pytest.mark.parametrize("t", [1, 2, 7, 31, 32, 33, 63, 64, 65, 127, 128, 129, 256, 257, 513])
+def test_tree_specs_hit_t_exactly(t):
+    assert parse_tree(tree_spec(t)).size == t
+
+
+def test_a_dense_backend_gets_every_axis_with_nothing_skipped():
+    cases, cov = default_check_cases(REGISTRY["torch_sdpa"]())
+    assert len(cases) == len({c.case_id for c in cases}) < 60
+    assert {"31", "32", "33", "63", "64", "65", "127", "128", "129", "256"} <= set(cov["tree_size"]["ran"])
+    assert cov["page_size"]["ran"] == ["1", "16", "64", "128", "256"]
+    assert set(cov["dtype"]["ran"]) == {"bfloat16", "float16", "float32"}
+    assert {"1", "2", "4"} <= set(cov["group_size"]["ran"])
+    assert {"0", "1", "15", "16", "17"} <= set(cov["context_len"]["ran"])
+    assert cov["shape"]["ran"] == ["Hq=T", "B=T", "T=P", "G=T"]
+    assert all(not e["skipped"] for a, e in cov.items() if a != "device")
+    sizes = {c.trees()[0].size for c in cases}
+    assert {31, 32, 33, 63, 64, 65, 127, 128, 129, 256} <= sizes
+
+
+def test_capabilities_become_skipped_values_with_reasons():
+    d = default_check(Caps(dtypes=("bfloat16",), page_size_multiple=16, head_dims=(64, 128), group_sizes=(1, 4),
+                           max_tree_size=64, per_request_trees=False, ragged_context=False))
+    cov = d.coverage
+    assert cov["tree_size"]["ran"][-1] == "64" and "exceeds the backend's maximum 64" in cov["tree_size"]["skipped"]["65"]
+    assert "127" not in cov["tree_size"]["skipped"]                 # only the first size past the maximum
+    assert set(cov["page_size"]["skipped"]) == {"1"} and "multiple of 16" in cov["page_size"]["skipped"]["1"]
+    assert "256" in cov["head_dim"]["skipped"] and "2" in cov["group_size"]["skipped"]
+    assert "per-request trees" in cov["tree_per_request"]["skipped"]["mixed"]
+    assert all("ragged" in why for v, why in cov["context_len"]["skipped"].items())
+    assert "0" in cov["context_len"]["ran"]                         # uniform contexts still run
+    base = next(c for c in d.cases if d.check_axes[c.case_id].get("values") == "random")
+    assert (base.group_size, base.dtype, base.page_size) == (1, "bfloat16", 16)   # inside the capabilities
+
+
+def test_deep_adds_values():
+    shallow, deep = (default_check_cases(REGISTRY["torch_sdpa"](), deep=d) for d in (False, True))
+    assert len(deep[0]) > len(shallow[0])
+    assert {"8", "24", "32"} <= set(deep[1]["page_size"]["ran"]) and "512" in deep[1]["tree_size"]["ran"]
+
+
+def test_per_request_context_list():
+    c = Case(batch_size=3, context_len="list:0,16,17", tree="chain:2", num_q_heads=2, num_kv_heads=1, head_dim=16)
+    assert c.context_lens() == [0, 16, 17] and c.is_ragged
+    assert build_inputs(c).seq_lens.tolist() == [3, 19, 20]
+    for bad, msg in [("list:1,2", "2 context lengths for batch_size=3"), ("list:a,b,c", "write list:L0,L1"),
+                     ("list:0,-1,2", "in \\[0, 2\\*\\*24\\]")]:
+        with pytest.raises(ConfigError, match=msg):
+            Case(batch_size=3, context_len=bad, tree="chain:2")
+
+
+def test_new_axes_keep_old_case_ids():
+    c = Case(batch_size=32, context_len="ragged:1-60", tree="full:2:2", num_q_heads=8, num_kv_heads=2, head_dim=64,
+             dtype="bfloat16", page_size=16, layout="shuffled")
+    assert c.case_id == load_suite("check").cases[0].case_id
+    assert "logit_scale" not in c.axes and "values" not in c.axes
+    scaled = Case(**{**c.axes, "logit_scale": 1000})
+    assert scaled.case_id != c.case_id and "logit1000-" in scaled.case_id
+    assert Case(**scaled.axes) == scaled and Case(**{**c.axes, "logit_scale": 1000.0}).case_id == scaled.case_id
+    with pytest.raises(ConfigError, match="logit_scale"):
+        Case(**{**c.axes, "logit_scale": float("inf")})
+    with pytest.raises(ConfigError, match="values"):
+        Case(**{**c.axes, "values": "ones"})
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_large_logits_are_finite_and_reach_1e3(dtype):
+    c = Case(batch_size=2, context_len=17, tree="full:2:2", num_q_heads=4, num_kv_heads=2, head_dim=64,
+             dtype=dtype, logit_scale=1000)
+    inputs = build_inputs(c)
+    q, k = inputs.q[:7].double(), inputs.k_logical[:24, 0].double()
+    top = float((q @ k.T * inputs.sm_scale).abs().max())
+    assert 1e3 <= top <= 1e4 and torch.isfinite(inputs.q).all()
+    assert torch.isfinite(reference_attention(inputs)).all()
+
+
+def test_position_values_spell_position_and_head():
+    c = Case(batch_size=1, context_len=5, tree="chain:1", num_q_heads=2, num_kv_heads=2, head_dim=16,
+             values="position")
+    v = build_inputs(c).v_logical.float()                          # (S, Hkv, D)
+    assert torch.equal(v[3, 0, :2], torch.tensor([1.0, 1.0])) and v[3, 0, 2] == -1.0   # 3 = 0b011
+    assert torch.equal(v[:, 1].abs(), torch.full_like(v[:, 1], 1.5))                  # head 1: magnitude 1.5
+
+
+def test_paged_reference_reads_the_pool_and_agrees():
+    c = Case(batch_size=3, context_len="ragged:0-40", tree="full:2:2", num_q_heads=4, num_kv_heads=2, head_dim=32)
+    inputs = build_inputs(c)
+    assert torch.equal(paged_reference_attention(inputs.for_backend()), reference_attention(inputs))
+
+
+def test_the_backend_view_has_no_reference_fields():
+    view = build_inputs(Case(batch_size=1, context_len=3, tree="chain:1")).for_backend()
+    for name in ("k_logical", "v_logical", "kv_indptr"):
+        with pytest.raises(AttributeError, match=f"inputs.{name} is reference-only"):
+            getattr(view, name)
+    assert view.page_size == 16 and view.host_lists() == ([3], [2], [5])
+
+
+@pytest.mark.parametrize("cls, step", [(coverage_faults.CachesFirstBlockTable, "re-prepare"),
+                                       (coverage_faults.DriftsBetweenCalls, "repeat"),
+                                       (coverage_faults.ReadsLogicalKV, "k_logical is reference-only")],
+                         ids=lambda x: getattr(x, "__name__", x))
+def test_the_check_fails_each_fault_naming_the_step(cls, step, tmp_path):
+    rc, rows = _check(f"{FAULTS}:{cls.__name__}", tmp_path)
+    assert rc == 1
+    assert rows[0]["status"] in ("mismatch", "error") and step in rows[0]["reason"], rows[0]["reason"]
+
+
+def test_a_declared_nondeterministic_backend_passes_and_says_so(tmp_path):
+    rc, rows = _check(f"{FAULTS}:DeclaredNondeterministic", tmp_path)
+    assert rc == 0 and {r["status"] for r in rows} == {"pass"}
+    assert all(r["deterministic"] is False and "declared nondeterministic" in r["reason"] for r in rows)
+
+
+def test_a_correct_backend_passes_and_the_table_is_printed(tmp_path, capsys):
+    rc, rows = _check("tests/broken_backends.py:Correct", tmp_path)
+    assert rc == 0 and {r["status"] for r in rows} == {"pass"}
+    assert all(r["deterministic"] is True and r["check_axes"] for r in rows)
+    out = capsys.readouterr().out
+    assert "coverage (values that ran" in out and "tree_size" in out and "skipped cuda" in out
+    cov = coverage_from_rows(rows)
+    assert "129" in cov["tree_size"]["ran"] and "position" in cov["values"]["ran"]
+
+
+def test_coverage_from_rows_reads_skips_and_a_suite_check_has_no_table(tmp_path, capsys):
+    rows = [{"status": "pass", "check_axes": {"page_size": "16"}},
+            {"status": "skipped", "reason": "page size 1 is not a multiple of 16", "check_axes": {"page_size": "1"}}]
+    cov = coverage_from_rows(rows)
+    assert cov == {"page_size": {"ran": ["16"], "skipped": {"1": "page size 1 is not a multiple of 16"}}}
+    assert coverage_lines(cov)[-1].strip() == "skipped 1: page size 1 is not a multiple of 16"
+    assert json.loads(json.dumps(cov)) == cov
+    rc, rows = _check("torch_sdpa", tmp_path, "--suite", "check")
+    assert rc == 0 and all(r["check_axes"] is None for r in rows)
+    assert "coverage (" not in capsys.readouterr().out
+    assert main(["check", "--backend", "torch_sdpa", "--suite", "check", "--deep"]) == 2
+
+
+def test_the_report_shows_the_coverage_of_default_check_rows(tmp_path):
+    rc, rows = _check("tests/broken_backends.py:Correct", tmp_path)
+    assert rc == 0
+    out = tmp_path / "r.html"
+    assert main(["report", str(tmp_path / "rows.jsonl"), "-o", str(out)]) == 0
+    html = out.read_text()
+    assert "What the default check covered" in html and "Hq=T" in html
+    rc, _ = _check("torch_sdpa", tmp_path / "suite", "--suite", "check")
+    assert main(["report", str(tmp_path / "suite" / "rows.jsonl"), "-o", str(tmp_path / "s.html")]) == 0
+    assert "What the default check covered" not in (tmp_path / "s.html").read_text()
