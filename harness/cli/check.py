@@ -1,5 +1,6 @@
 """`treebench check`: correctness only, for one backend; exit 0 when every case that ran
-passed, 1 on a mismatch or an error row, 2 on bad input."""
+passed, 1 on a mismatch or an error row, 2 on bad input, 3 when no case ran (backend
+unavailable, every case skipped) unless --allow-skip."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from treebench.harness.cli.common import (
     nonempty,
     print_plan,
     print_summary,
+    report_nothing_ran,
     sweep_options,
-    warn_backends_that_ran_nothing,
 )
 from treebench.harness.errors import ConfigError
 
@@ -64,8 +65,6 @@ def run(args) -> int:
     if not result.primary:
         return 0
     rows = result.rows
-    if not rows:
-        log.warning("no case ran: nothing left to run")
-    warn_backends_that_ran_nothing(rows)
     print_summary(rows, f"treebench check: suite {suite.name}, backend {rows[0]['backend'] if rows else args.backend}")
-    return exit_code(result, args.determinism)
+    report_nothing_ran(rows, args.allow_skip)
+    return exit_code(result, args.determinism, args.allow_skip)

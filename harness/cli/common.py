@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 CONSOLE = Console(stderr=True)   # progress bars and log records: one console, so neither garbles the other
 FAILED = ("mismatch", "error")   # row statuses that make run / check exit 1
+NOTHING_RAN = 3                  # exit code of a run / check in which no pair ran (without --allow-skip)
 ACTIVE_OUT: list[Path | None] = [None]   # the results file of the run/check in progress (for Ctrl-C)
 TIMERS = ("auto", "cuda_graph", "cuda_event", "host_inclusive", "cuda_graph_loop")  # timing.timers.MODES (not imported: torch)
 L2_STATES = ("cold", "warm")  # run --l2: cold flushes the L2 before every timed call (flush_l2), warm does not
@@ -83,6 +84,9 @@ def add_sweep_options(p) -> None:
     p.add_argument("--merge-timeout", type=positive_seconds, default=24 * 3600.0, metavar="SECONDS",
                    help="under torchrun: how long rank 0 waits for the other ranks before giving up the merge")
     p.add_argument("--dry-run", action="store_true", help="count the pairs this invocation would run, run nothing")
+    p.add_argument("--allow-skip", action="store_true",
+                   help=f"exit 0 even when no pair ran (every row skipped: backend unavailable here, case "
+                        f"unsupported); without it such a run proves nothing and exits {NOTHING_RAN}")
     p.add_argument("--quiet", action="store_true", help="no progress bar, warnings only")
     p.set_defaults(argv=None)   # main() puts the command line here: `given_once` reads it, --gpus relaunches it
 
@@ -163,11 +167,39 @@ def suite_name(suite) -> str:
 # ---- after a sweep -------------------------------------------------------------------------
 
 
-def exit_code(result, determinism: bool) -> int:
+def exit_code(result, determinism: bool, allow_skip: bool = False) -> int:
     """1 when a row failed, a rank's rows could not be merged, or (with --determinism) a row was
-    nondeterministic; else 0."""
+    nondeterministic; else NOTHING_RAN when no pair ran (`nothing_ran`) unless `allow_skip`; else 0."""
     bad = any(r["status"] in FAILED for r in result.rows) or result.missing_ranks
-    return 1 if bad or (determinism and any(r.get("deterministic") is False for r in result.rows)) else 0
+    if bad or (determinism and any(r.get("deterministic") is False for r in result.rows)):
+        return 1
+    return NOTHING_RAN if not allow_skip and nothing_ran(result.rows) else 0
+
+
+def nothing_ran(rows: list[dict]) -> str | None:
+    """Why no pair of `rows` ran (every row skipped, or no row at all), one line naming each
+    backend's first reason; None when a pair ran (passed, mismatched or errored)."""
+    if any(r["status"] != "skipped" for r in rows):
+        return None
+    if not rows:
+        return "no case ran: no pair was left to run (--shard, --resume)"
+    first: dict[str, str] = {}
+    for r in rows:
+        first.setdefault(r["backend"], r.get("reason") or "skipped")
+    return "no case ran: " + "; ".join(f"{name}: {why}" for name, why in first.items())
+
+
+def report_nothing_ran(rows: list[dict], allow_skip: bool) -> bool:
+    """Writes the one `nothing_ran` line to stderr (what exit NOTHING_RAN means, or that
+    --allow-skip accepted it); True when it did (no pair ran)."""
+    why = nothing_ran(rows)
+    if why is None:
+        return False
+    tail = ("; accepted by --allow-skip" if allow_skip else
+            f"; this proves nothing (exit {NOTHING_RAN}): pass --allow-skip to accept a sweep in which nothing ran")
+    CONSOLE.file.write(f"treebench: {' '.join((why + tail).split())}\n")
+    CONSOLE.file.flush()
+    return True
 
 
 def print_plan(suite, backends, result) -> None:

