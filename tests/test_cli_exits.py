@@ -92,3 +92,48 @@ def test_a_run_in_which_one_backend_ran_exits_0(tiny, gpu_only, tmp_path):
                      "--report", tmp_path / "r.html", "--quiet", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "no case ran: needs a CUDA GPU" in done.stderr and "this proves nothing" not in done.stderr
+
+
+def test_a_segfault_without_isolate_names_the_backend_and_case_in_flight(tiny, tmp_path):
+    done = treebench("check", "--suite", tiny, "--backend", f"{FAULTS}:Segfaults", "--quiet", cwd=tmp_path)
+    assert done.returncode == -signal.SIGSEGV, done.stderr
+    named = [line for line in done.stderr.splitlines() if "crashed running backend segfaults on case B2-L37-" in line]
+    assert len(named) == 1 and "--isolate" in named[0], done.stderr
+
+
+def test_sigterm_exits_143_with_the_resume_hint(tiny, tmp_path):
+    mark, out = tmp_path / "hang.pid", tmp_path / "rows.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "treebench", "check", "--suite", str(tiny), "--backend",
+                             f"{FAULTS}:Hangs", "--out", str(out), "--quiet"], cwd=tmp_path,
+                            env={**env(), "TREEBENCH_TEST_HANG_MARK": str(mark)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not mark.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert err.strip().splitlines()[-1] == (f"treebench: terminated (SIGTERM); rows already written are kept in {out}; "
+                                            f"to finish, run the same command with --out {out} --resume")
+
+
+@pytest.mark.parametrize("argv, code", [
+    (("list",), 141),                                                   # nothing decided: 128 + SIGPIPE
+    (("check", "--suite", "{tiny}", "--backend", "torch_sdpa"), 0),     # the rows passed: still 0
+])
+def test_a_closed_stdout_keeps_the_exit_code_of_the_rows(tiny, tmp_path, argv, code):
+    proc = subprocess.Popen([sys.executable, "-m", "treebench", *(a.format(tiny=tiny) for a in argv)], cwd=tmp_path,
+                            env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()   # the reader is gone before the first line (`| head -0`)
+    err = proc.stderr.read()
+    assert proc.wait(timeout=300) == code, err
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+def test_version_names_the_distribution_version(tmp_path):
+    from treebench.harness import __version__
+
+    done = treebench("--version", cwd=ROOT)
+    assert done.returncode == 0 and done.stdout.startswith(f"treebench {__version__}"), done.stderr
+    if (ROOT / ".git").exists():
+        assert " (git " in done.stdout

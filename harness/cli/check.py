@@ -10,6 +10,7 @@ from dataclasses import replace
 from treebench.harness.cli.common import (
     ACTIVE_OUT,
     CONSOLE,
+    OUTCOME,
     add_suite_argument,
     add_sweep_options,
     check_suite_arg,
@@ -65,6 +66,7 @@ def run(args) -> int:
     if not result.primary:
         return 0
     rows = result.rows
+    OUTCOME[0] = code = exit_code(result, args.determinism, args.allow_skip)  # kept if stdout closes early
     print_summary(rows, f"treebench check: suite {suite.name}, backend {rows[0]['backend'] if rows else args.backend}")
     report_nothing_ran(rows, args.allow_skip)
-    return exit_code(result, args.determinism, args.allow_skip)
+    return code

@@ -14,6 +14,7 @@ import math
 import re
 import secrets
 import statistics
+import sys
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,10 +27,33 @@ from treebench.harness.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-CONSOLE = Console(stderr=True)   # progress bars and log records: one console, so neither garbles the other
+OFF_TERMINAL_WIDTH = 100_000      # columns of a console that is not a terminal: lines are never wrapped
+
+
+class PlainConsole(Console):
+    """A rich console that prints what it is given: no emoji codes (a case id's `:100:` stays
+    text); a closed stdout raises BrokenPipeError (main() keeps the exit code the rows gave)
+    instead of rich's exit 1."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError(32, "the reader of the output went away")
+
+
+def console(stderr: bool = False) -> PlainConsole:
+    """A PlainConsole on stdout (or stderr). Off a terminal (a file, a pipe, a CI log) it also
+    has no colour and no width: long lines and wide tables are printed whole, never wrapped
+    at 80 columns. The stream is looked up at each print (so a redirected sys.stdout counts)."""
+    stream = sys.stderr if stderr else sys.stdout
+    tty = bool(getattr(stream, "isatty", lambda: False)())
+    return PlainConsole(stderr=stderr, emoji=False, highlight=False, soft_wrap=not tty,
+                        width=None if tty else OFF_TERMINAL_WIDTH, no_color=not tty or None)
+
+
+CONSOLE = console(stderr=True)   # progress bars and log records: one console, so neither garbles the other
 FAILED = ("mismatch", "error")   # row statuses that make run / check exit 1
 NOTHING_RAN = 3                  # exit code of a run / check in which no pair ran (without --allow-skip)
 ACTIVE_OUT: list[Path | None] = [None]   # the results file of the run/check in progress (for Ctrl-C)
+OUTCOME: list[int | None] = [None]       # the exit code run/check decided on, kept if stdout closes early
 TIMERS = ("auto", "cuda_graph", "cuda_event", "host_inclusive", "cuda_graph_loop")  # timing.timers.MODES (not imported: torch)
 L2_STATES = ("cold", "warm")  # run --l2: cold flushes the L2 before every timed call (flush_l2), warm does not
 
@@ -204,7 +228,7 @@ def report_nothing_ran(rows: list[dict], allow_skip: bool) -> bool:
 
 def print_plan(suite, backends, result) -> None:
     """The --dry-run line: how many pairs this process would run and how many --resume skips."""
-    Console().print(f"dry run: suite {suite.name}, {len(suite.cases)} cases x {len(backends)} backends: "
+    console().print(f"dry run: suite {suite.name}, {len(suite.cases)} cases x {len(backends)} backends: "
                     f"{result.planned} pairs to run here ({result.will_skip} of them skipped rows: backend "
                     f"unavailable or case unsupported), {result.resumed} already stored", markup=False,
                     highlight=False, soft_wrap=True)
@@ -255,7 +279,7 @@ def _timer_lines(rows: list[dict]) -> list[str]:
 def print_summary(rows: list[dict], title: str, max_lines: int = 20) -> None:
     """Prints the summary table, the timers with their L2 state, then one line per failed row
     (at most `max_lines`)."""
-    out = Console()
+    out = console()
     out.print(_summary_table(rows, title))
     for line in _timer_lines(rows):
         out.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rich.console import Console
-
-from treebench.harness.cli.common import Command
+from treebench.harness.cli.common import Command, console
 from treebench.harness.errors import ConfigError
 
 
 def _print(text: str) -> None:
-    Console().print(text, markup=False, highlight=False, soft_wrap=True)
+    console().print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 def add_merge_arguments(p) -> None:

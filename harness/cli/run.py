@@ -16,16 +16,16 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from rich.console import Console
-
 from treebench.harness.cli.common import (
     ACTIVE_OUT,
     CONSOLE,
     L2_STATES,
+    OUTCOME,
     TIMERS,
     add_suite_argument,
     add_sweep_options,
     check_suite_arg,
+    console,
     exit_code,
     given_once,
     nonempty,
@@ -202,9 +202,10 @@ def run(args) -> int:
     code = exit_code(result, args.determinism, args.allow_skip)
     if not _write_report(result.rows, out, report, f"treebench {suite.name}"):
         code = 1
+    OUTCOME[0] = code   # the rows decide the exit code, whether or not stdout is still read
     if nothing_ran(result.rows) is None:
         warn_backends_that_ran_nothing(result.rows)
     print_summary(result.rows, f"treebench run: suite {suite.name}, {len(suite.cases)} cases")
-    Console().print(f"rows: {out}\nreport: {report}", markup=False, highlight=False, soft_wrap=True)
+    console().print(f"rows: {out}\nreport: {report}", markup=False, highlight=False, soft_wrap=True)
     report_nothing_ran(result.rows, args.allow_skip)
     return code

@@ -26,6 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from treebench.harness.model.cases import Case
 from treebench.harness.adapter.contract import check_unique_names
 from treebench.harness.run.config import RunConfig
+from treebench.harness.run.inflight import call_in_flight
 from treebench.harness.run.pair import CaseData, availabilities, run_case_backend
 from treebench.harness.store.rows import append_row, row_l2_flushed
 
@@ -158,7 +159,8 @@ def run_cases(cases: Sequence[Case], backends: Sequence, config: RunConfig = Run
                 if pool is not None and avail[id(backend)] is None:
                     row = pool.run(backend, case, pair_device, config)
                 else:
-                    row = run_case_backend(backend, case, data, avail[id(backend)], pair_device, config)
+                    row = call_in_flight(_name(backend), case.case_id, run_case_backend,   # a crash names it
+                                         backend, case, data, avail[id(backend)], pair_device, config)
                 if config.store_path is not None:
                     append_row(config.store_path, row)
                 rows.append(row)
