@@ -137,3 +137,30 @@ def test_version_names_the_distribution_version(tmp_path):
     assert done.returncode == 0 and done.stdout.startswith(f"treebench {__version__}"), done.stderr
     if (ROOT / ".git").exists():
         assert " (git " in done.stdout
+
+
+def test_a_second_writer_of_one_results_file_is_refused_and_writes_nothing(tiny, tmp_path):
+    from treebench.harness.store.lock import hold, lock_path
+
+    out = tmp_path / "rows.jsonl"
+    out.write_text("")
+    with hold(out):   # another treebench process in the middle of its run
+        done = treebench("check", "--suite", tiny, "--backend", "torch_sdpa", "--out", out, cwd=tmp_path)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.strip() == (f"treebench: error: results file {out} is being written by another treebench "
+                                       f"process (pid {os.getpid()}); wait for it to finish or choose another --out")
+        assert out.read_text() == "" and not list(tmp_path.glob("env-*.json"))
+    assert not lock_path(out).exists()
+    done = treebench("check", "--suite", tiny, "--backend", "torch_sdpa", "--out", out, "--quiet", cwd=tmp_path)
+    assert done.returncode == 0 and len(read_rows([out])) == 2 and not lock_path(out).exists(), done.stderr
+
+
+def test_torchrun_ranks_lock_their_own_files_and_rank_0_the_merged_one(tmp_path):
+    from treebench.harness.sweep.execute import SweepOptions, _written
+    from treebench.harness.sweep.shard import Rank, rank_path
+
+    out = tmp_path / "rows.jsonl"
+    ranks = [Rank(r, 2, r) for r in range(2)]
+    locked = [_written(SweepOptions(out=out), r) for r in ranks]
+    assert locked == [[rank_path(out, ranks[0]), out], [rank_path(out, ranks[1])]]
+    assert _written(SweepOptions(out=out), None) == [out] and _written(SweepOptions(), None) == []

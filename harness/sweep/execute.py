@@ -33,6 +33,7 @@ from treebench.harness.sweep.shard import (
     torchrun_rank,
     wait_for_ranks,
 )
+from treebench.harness.store.lock import hold_all
 from treebench.harness.store.rows import env_fingerprint, read_rows, row_key, stored_keys, write_env
 
 log = logging.getLogger(__name__)
@@ -138,10 +139,27 @@ def execute(cases, backends, opts: SweepOptions, console: Console | None = None)
 
     Raises:
         ConfigError: torchrun without --out, bad torchrun environment,
-            an unreadable or foreign results file.
+            an unreadable or foreign results file, a results file another process is writing
+            (treebench.harness.store.lock).
     """
     rank = torchrun_rank()
     _check_options(opts, rank)
+    with hold_all(() if opts.dry_run else _written(opts, rank)):   # one writer per file, before any write
+        return _execute(cases, backends, opts, rank, console)
+
+
+def _written(opts: SweepOptions, rank: Rank | None) -> list[Path]:
+    """The results files this process appends to: --out, or under torchrun its rank file (and
+    --out on rank 0, which merges into it), so that ranks never lock each other out."""
+    if opts.out is None:
+        return []
+    if rank is None:
+        return [opts.out]
+    return [rank_path(opts.out, rank)] + ([opts.out] if rank.primary else [])
+
+
+def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Console | None) -> SweepResult:
+    """`execute` once this process holds the locks of the files it writes."""
     device = rank_device(rank) if rank else str(default_device())
     mine = select_cases(cases, opts.shard, rank)
     env = env_fingerprint(device)
