@@ -227,11 +227,16 @@ def report_nothing_ran(rows: list[dict], allow_skip: bool) -> bool:
 
 
 def print_plan(suite, backends, result) -> None:
-    """The --dry-run line: how many pairs this process would run and how many --resume skips."""
-    console().print(f"dry run: suite {suite.name}, {len(suite.cases)} cases x {len(backends)} backends: "
-                    f"{result.planned} pairs to run here ({result.will_skip} of them skipped rows: backend "
-                    f"unavailable or case unsupported), {result.resumed} already stored", markup=False,
-                    highlight=False, soft_wrap=True)
+    """The --dry-run lines: how many pairs this process would run, how many --resume skips (or
+    what --out already holds without it), and how long the run should take."""
+    stored = (f"; {result.stored_note}" if result.stored_note else
+              "" if result.resumed is None else f", {result.resumed} already stored (skipped by --resume)")
+    out = console()
+    out.print(f"dry run: suite {suite.name}, {len(suite.cases)} cases x {len(backends)} backends: "
+              f"{result.planned} pairs to run here ({result.will_skip} of them skipped rows: backend "
+              f"unavailable or case unsupported){stored}", markup=False)
+    if result.estimate:
+        out.print(f"estimated time: {result.estimate}", markup=False)
 
 
 def warn_backends_that_ran_nothing(rows: list[dict]) -> None:

@@ -18,6 +18,7 @@ from rich.console import Console
 
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.pair import AvailabilityRaised, availabilities
+from treebench.harness.run.progress import estimate
 from treebench.harness.run.config import RunConfig
 from treebench.harness.run.runner import default_device, new_run_id, row_satisfies, run_cases
 from treebench.harness.sweep.shard import (
@@ -67,12 +68,14 @@ class SweepResult:
 
     rows: list[dict] = field(default_factory=list)   # rows to summarise: this run's (all ranks' on rank 0)
     planned: int = 0                                 # pairs this process was to run (after shard, rank, resume)
-    resumed: int = 0                                 # pairs skipped as already stored
+    resumed: int | None = 0                          # pairs skipped as already stored (None: dry run without --resume)
     will_skip: int = 0                               # planned pairs that will be skipped rows (unavailable/unsupported)
     primary: bool = True                             # False on torchrun ranks > 0 (they report nothing)
     missing_ranks: list[int] = field(default_factory=list)  # ranks rank 0 gave up waiting for
     store_path: Path | None = None                   # where this process appended its rows
     env_id: str | None = None
+    stored_note: str = ""                            # --dry-run without --resume: what --out already holds
+    estimate: str = ""                               # --dry-run: how long the pairs should take, and from what
 
 
 def _check_options(opts: SweepOptions, rank: Rank | None) -> None:
@@ -172,6 +175,11 @@ def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Co
                          primary=rank is None or rank.primary, env_id=env["env_id"])
     if opts.dry_run:
         result.will_skip = _count_skips(mine, backends, names, skip)
+        stored = read_rows([opts.out]) if opts.out is not None and Path(opts.out).is_file() else []
+        result.estimate = estimate(planned - result.will_skip, opts.run.mode, device, stored, env["env_id"],
+                                   str(opts.out))
+        if not opts.resume:   # `resumed` counts what --resume skips: without it, say what --out holds
+            result.resumed, result.stored_note = None, _stored_note(opts, stored, env["env_id"], mine, names)
         return result
     store = rank_path(opts.out, rank) if rank and opts.out else opts.out
     if opts.out is not None:
@@ -188,6 +196,24 @@ def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Co
         shard_cases = select_cases(cases, opts.shard, None)  # rank 0 reports every rank's cases
         result.rows = _with_stored(opts.out, env["env_id"], shard_cases, names, result.rows, _stored(opts))
     return result
+
+
+def _stored_note(opts: SweepOptions, stored: list[dict], env_id: str, cases, names: list[str]) -> str:
+    """What --out already holds of this sweep's pairs, without --resume: how many of this env
+    (they run again) or, when none, that its rows are another env's (--resume would not skip them)."""
+    wanted = {(c.case_id, n) for c in cases for n in names}
+    done = _stored(opts)
+    here = {k for r in stored if (k := (r.get("case_id"), r.get("backend"))) in wanted
+            and r.get("env") == env_id and done(r)}
+    if here:
+        return (f"{len(here)} of them already stored in {opts.out} for this env: they run again "
+                "(add --resume to skip them)")
+    other = {r.get("env") for r in stored if (r.get("case_id"), r.get("backend")) in wanted and r.get("env") != env_id}
+    if other:
+        return (f"none stored for this env ({env_id}); {opts.out} holds pairs of this sweep from "
+                f"{len(other)} other env(s) ({', '.join(sorted(map(str, other))[:3])}), which --resume does not skip "
+                "(an env id covers the machine, the package versions and the git commit)")
+    return ""
 
 
 def _release_cached(device: str) -> None:
