@@ -69,11 +69,21 @@ def _on_sigterm(signum, frame) -> None:
 
 
 def version_text() -> str:
-    """'treebench VERSION', plus the git commit (and ', modified' for uncommitted changes to
-    tracked files) when treebench runs from a git checkout."""
-    from treebench.harness import __version__
+    """'treebench VERSION' (the installed distribution's, else the checkout's pyproject.toml),
+    plus the git commit (and ', modified' for uncommitted changes to tracked files) when
+    treebench runs from a git checkout."""
+    import importlib.metadata
 
     root = Path(__file__).resolve().parents[2]
+    try:
+        __version__ = importlib.metadata.version(PROG)
+    except importlib.metadata.PackageNotFoundError:  # a checkout on PYTHONPATH: pyproject.toml says
+        import tomllib
+
+        try:
+            __version__ = tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
+        except (OSError, KeyError, tomllib.TOMLDecodeError):
+            __version__ = "(version unknown)"
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
                               text=True, timeout=5, check=True).stdout.strip()
