@@ -164,3 +164,28 @@ def test_torchrun_ranks_lock_their_own_files_and_rank_0_the_merged_one(tmp_path)
     locked = [_written(SweepOptions(out=out), r) for r in ranks]
     assert locked == [[rank_path(out, ranks[0]), out], [rank_path(out, ranks[1])]]
     assert _written(SweepOptions(out=out), None) == [out] and _written(SweepOptions(), None) == []
+
+
+def test_a_run_into_a_log_file_prints_plain_progress_lines(tiny, tmp_path):
+    out = tmp_path / "rows.jsonl"
+    done = treebench("run", "--suite", tiny, "--backends", "torch_sdpa", "--out", out, "--report", tmp_path / "r.html",
+                     cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.startswith("[")]
+    assert lines and lines[-1].startswith("[2/2] torch_sdpa on B2-L37-full:2:2-") and lines[-1].endswith(" done)")
+    dry = treebench("run", "--suite", tiny, "--backends", "torch_sdpa", "--out", out, "--dry-run", cwd=tmp_path)
+    assert f"2 of them already stored in {out} for this env: they run again (add --resume" in dry.stdout, dry.stdout
+    assert "estimated time: about " in dry.stdout
+
+
+def test_plain_output_keeps_emoji_codes_and_long_lines(tmp_path):
+    suite = tmp_path / "wide.toml"
+    suite.write_text(TINY.replace('"full:2:2"', '"full:100:1"').replace(', "interleaved"', ""))
+    done = treebench("check", "--suite", suite, "--backend", f"{ROOT / 'tests' / 'broken_backends.py'}:BrokenRootHidden",
+                     "--quiet", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    (line,) = [x for x in done.stdout.splitlines() if x.startswith("mismatch: ")]
+    assert "-full:100:1-same-" in line and "\U0001f4af" not in done.stdout        # no emoji for :100:
+    assert line.endswith("of elements out of tolerance") and len(line) > 80        # one line, not wrapped
+    listing = treebench("list", cwd=tmp_path).stdout
+    assert "pip install -e '.[gpu]'" in listing and "treebench[gpu]" not in listing

@@ -40,7 +40,7 @@ def run_list(args) -> int:
         note = getattr(b, "note", None)
         detail = reason or (_safe_note(note) if callable(note) else "")
         table.add_row(name, "no" if reason else "yes", getattr(b, "mask_kind", "tree"), devices,
-                      escape(detail))   # install hints hold brackets: treebench[gpu]
+                      escape(detail))   # install hints hold brackets: .[gpu]
     console().print(table)
     return 0
 
