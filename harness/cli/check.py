@@ -66,6 +66,8 @@ def run(args) -> int:
     if not result.primary:
         return 0
     rows = result.rows
+    if not rows:
+        log.warning("no case to run here (--shard): nothing was checked")
     OUTCOME[0] = code = exit_code(result, args.determinism, args.allow_skip)  # kept if stdout closes early
     print_summary(rows, f"treebench check: suite {suite.name}, backend {rows[0]['backend'] if rows else args.backend}")
     report_nothing_ran(rows, args.allow_skip)

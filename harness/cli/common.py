@@ -201,12 +201,11 @@ def exit_code(result, determinism: bool, allow_skip: bool = False) -> int:
 
 
 def nothing_ran(rows: list[dict]) -> str | None:
-    """Why no pair of `rows` ran (every row skipped, or no row at all), one line naming each
-    backend's first reason; None when a pair ran (passed, mismatched or errored)."""
-    if any(r["status"] != "skipped" for r in rows):
+    """Why no pair of `rows` ran (every row skipped), one line naming each backend's first
+    reason; None when a pair ran (passed, mismatched or errored) or when there was no pair to
+    run here at all (a --shard with no case of the suite: nothing was asked of this process)."""
+    if not rows or any(r["status"] != "skipped" for r in rows):
         return None
-    if not rows:
-        return "no case ran: no pair was left to run (--shard, --resume)"
     first: dict[str, str] = {}
     for r in rows:
         first.setdefault(r["backend"], r.get("reason") or "skipped")
