@@ -1,5 +1,5 @@
 """One (case, backend) pair: availability -> supports -> memory fit -> prepare ->
-compare [-> determinism] -> time (a pair that passed), as one result row; treebench.harness.run.runner sweeps the pairs.
+compare [-> determinism] -> time, as one result row; treebench.harness.run.runner sweeps the pairs.
 
 Per case the inputs are built once per device (treebench.harness.model.paged.build_inputs) and
 the float64 reference once per (device, mask kind): a backend whose
@@ -239,7 +239,7 @@ def _run_one(backend, case: Case, data: CaseData, device: torch.device, config: 
     row.update(rec, status="pass" if passed else "mismatch",
                reason=_join(None if passed else _mismatch_reason(rec), nondet))
     del out
-    if config.mode == "run" and passed:   # a wrong answer's speed means nothing: its row keeps the record only
+    if config.mode == "run":
         try:
             _time_row(row, fn, inputs, config)
         except (Exception, SystemExit) as e:  # noqa: BLE001 -- a failure while timing is the backend's error row

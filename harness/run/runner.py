@@ -45,16 +45,16 @@ def default_device() -> torch.device:
 def row_satisfies(row: dict, mode: str, timing_mode: str = "auto", flush_l2: bool = True) -> bool:
     """True when a stored row makes a --resume skip its (case_id, backend) pair in `mode`.
 
-    check: any row. run: a skipped/error/mismatch row (a mismatch is not timed), or a pass
-    row with timings (median_us set) taken as `timing_mode` and `flush_l2` would take them
-    (`timed_as`); an untimed pass row (written by `check`) or one timed otherwise is run again.
+    check: any row. run: a skipped/error row, or a row with timings (pass/mismatch with
+    median_us set) taken as `timing_mode` and `flush_l2` would take them (`timed_as`);
+    an untimed pass/mismatch row (written by `check`) or one timed otherwise is run again.
     """
     if mode != "run":
         return True
     status = row.get("status")
-    if status in ("skipped", "error", "mismatch"):
+    if status in ("skipped", "error"):
         return True
-    return status == "pass" and row.get("median_us") is not None and timed_as(row, timing_mode, flush_l2)
+    return status in ("pass", "mismatch") and row.get("median_us") is not None and timed_as(row, timing_mode, flush_l2)
 
 
 def timed_as(row: dict, timing_mode: str, flush_l2: bool) -> bool:
