@@ -189,3 +189,13 @@ def test_plain_output_keeps_emoji_codes_and_long_lines(tmp_path):
     assert line.endswith("of elements out of tolerance") and len(line) > 80        # one line, not wrapped
     listing = treebench("list", cwd=tmp_path).stdout
     assert "pip install -e '.[gpu]'" in listing and "treebench[gpu]" not in listing
+def test_a_mismatching_pair_keeps_its_timing_but_the_summary_shows_none(tiny, tmp_path):
+    """As in the report: a wrong answer's speed is not a result (the row keeps it)."""
+    out = tmp_path / "rows.jsonl"
+    done = treebench("run", "--suite", tiny, "--backends", f"{ROOT / 'tests' / 'broken_backends.py'}:BrokenRootHidden",
+                     "--out", out, "--report", tmp_path / "r.html", "--quiet", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    rows = read_rows([out])
+    assert [r["status"] for r in rows] == ["mismatch"] * 2 and all(r["median_us"] is not None for r in rows)
+    table = [line for line in done.stdout.splitlines() if "broken_root_hidden" in line and "│" in line]
+    assert table and table[0].rstrip(" │").endswith("-"), done.stdout

@@ -250,14 +250,16 @@ def warn_backends_that_ran_nothing(rows: list[dict]) -> None:
 
 
 def _summary_table(rows: list[dict], title: str) -> Table:
-    """Per-backend counts of each status and the median of the timed medians (us)."""
+    """Per-backend counts of each status and the median of the passing rows' medians (us): a
+    mismatching row is timed and keeps its timing, but its speed is not a result, so neither
+    this table nor the report shows it."""
     table = Table(title=title)
     for col in ("backend", "pass", "mismatch", "error", "skipped", "median_us"):
         table.add_column(col, justify="left" if col == "backend" else "right")
     for name in dict.fromkeys(r["backend"] for r in rows):
         mine = [r for r in rows if r["backend"] == name]
         counts = [str(sum(r["status"] == s for r in mine)) for s in ("pass", "mismatch", "error", "skipped")]
-        timed = [r["median_us"] for r in mine if r.get("median_us") is not None]
+        timed = [r["median_us"] for r in mine if r["status"] == "pass" and r.get("median_us") is not None]
         table.add_row(name, *counts, f"{statistics.median(timed):.1f}" if timed else "-")
     return table
 
