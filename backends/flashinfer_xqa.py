@@ -33,7 +33,7 @@ from treebench.harness.model.cases import Case
 from treebench.harness.model.paged import BatchInputs
 from treebench.harness.model.trees import TokenTree
 
-INSTALL_HINT = ("flashinfer not installed: pip install 'treebench[gpu]' (flashinfer.xqa is TensorRT-LLM's "
+INSTALL_HINT = ("flashinfer not installed: pip install -e '.[gpu]' from the treebench checkout (flashinfer.xqa is TensorRT-LLM's "
                 "XQA kernel, its Medusa/EAGLE verify path)")
 SEMAPHORE_BYTES = 8 * 1024 * 1024     # what FlashInfer's own XQA decode path reserves (decode.py)
 SCRATCH_BYTES = 128 * 1024 * 1024     # multi-block partial results

@@ -30,7 +30,7 @@ TRITON_CAPABILITIES = Capabilities(
 def triton_availability() -> str | None:
     """None when the Triton kernels can run here (a CUDA GPU, or TRITON_INTERPRET=1), else why not."""
     if importlib.util.find_spec("triton") is None:
-        return "triton not installed: pip install triton"
+        return "triton not installed: pip install -e '.[triton]' from the treebench checkout (Triton 3.6 to 3.9)"
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
         return None
     if not torch.cuda.is_available():

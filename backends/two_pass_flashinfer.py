@@ -26,7 +26,7 @@ from treebench.backends._lse import LN2, merge_states
 from treebench.harness.adapter.contract import Backend, Capabilities, register
 from treebench.harness.model.paged import BatchInputs
 
-INSTALL_HINT = "flashinfer not installed: pip install 'treebench[gpu]'"
+INSTALL_HINT = "flashinfer not installed: pip install -e '.[gpu]' from the treebench checkout"
 WORKSPACE_BYTES = 128 * 1024 * 1024   # float workspace per wrapper, FlashInfer's recommended size
 
 

@@ -21,7 +21,7 @@ from treebench.backends._conversions import require_shared_tree, gather_tokens, 
 from treebench.harness.adapter.contract import Backend, Capabilities, register
 from treebench.harness.model.paged import BatchInputs
 
-INSTALL_HINT = "xformers not installed: pip install 'treebench[gpu]'"
+INSTALL_HINT = "xformers not installed: pip install -e '.[gpu]' from the treebench checkout"
 
 
 @register

@@ -33,7 +33,7 @@ ALLOWED = {
     "harness.sweep": {"harness.errors", "harness.model", "harness.timing", "harness.store", "harness.adapter",
                       "harness.run"},
     "harness.selftest": {"harness.errors", "harness.model", "harness.timing", "harness.store", "harness.adapter",
-                         "harness.run", "backends"},
+                         "harness.checking", "harness.run", "backends"},
     "harness.analyze": {"harness.errors", "harness.model", "harness.timing", "harness.store"},
     "harness.speculation": {"harness.errors", "harness.model", "harness.timing", "harness.store"},
     "harness.cli": {"harness.errors", "harness.model", "harness.timing", "harness.store", "harness.adapter",

@@ -85,3 +85,13 @@ def test_tree_spellings_that_parse_alike_share_one_case_id():
     assert canonical_spec("Chain: 4") == "chain:4"
     assert canonical_spec(" eagle:mc_sim_7b_63 ") == "eagle:mc_sim_7b_63"   # names stay as written
     assert canonical_spec("[(0,), (1,)]") == "[(0,), (1,)]"
+
+
+@pytest.mark.parametrize("spelling", ["[(0,), (1,), (0, 0)]", "[[0],[1],[0,0]]", " [(1,), (0,), (0, 0)] ",
+                                      "((0,), (0, 0), (1,))", "[[0], [0, 0], [1]]"])
+def test_one_choices_tree_in_any_spelling_has_one_case_id(spelling):
+    """A choices list written as lists or tuples, in any order or spacing, is one tree: one case id."""
+    a = Case(batch_size=2, context_len=37, tree=spelling)
+    b = Case(batch_size=2, context_len=37, tree="[(0,), (1,), (0, 0)]")
+    assert a.tree == "[(0,), (1,), (0, 0)]" and a.case_id == b.case_id
+    assert [t.parents for t in a.trees()] == [t.parents for t in b.trees()]

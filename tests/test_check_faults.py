@@ -55,8 +55,10 @@ def _interpreted(name: str) -> bool:
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))
 def test_check_passes_every_built_in_backend(name, tmp_path):
+    """Every built-in backend passes where it runs; one unavailable here ran nothing (exit 3)."""
     rc, rows = _check(name, tmp_path, "check" if _interpreted(name) else None)
-    assert rc == 0, [r["reason"] for r in rows if r["status"] != "pass"]
+    ran_nothing = rows and all(r["status"] == "skipped" for r in rows)
+    assert rc == (3 if ran_nothing else 0), [r["reason"] for r in rows if r["status"] != "pass"]
 
 
 def test_check_from_a_real_subprocess():

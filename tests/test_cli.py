@@ -100,14 +100,15 @@ def test_check_exit_codes(tiny, capsys):
     assert "mismatch: broken_root_hidden on" in out
 
 
-def test_check_of_an_unavailable_backend_runs_nothing_and_says_so(tiny, tmp_path, caplog):
+def test_check_of_an_unavailable_backend_runs_nothing_and_says_so(tiny, tmp_path, capsys):
     mod = tmp_path / "gpu_only.py"
     mod.write_text("class GpuOnly:\n    name = 'gpu_only'\n    def availability(self): return 'needs a CUDA GPU'\n"
                    "    def supports(self, case): return None\n    def prepare(self, inputs): raise AssertionError\n")
     out = tmp_path / "rows.jsonl"
-    assert main(["check", "--suite", str(tiny), "--backend", f"{mod}:GpuOnly", "--out", str(out), "--quiet"]) == 0
+    assert main(["check", "--suite", str(tiny), "--backend", f"{mod}:GpuOnly", "--out", str(out), "--quiet"]) == 3
     assert {r["status"] for r in read_rows([out])} == {"skipped"}
-    assert any("no case ran: needs a CUDA GPU" in m for m in caplog.messages)
+    assert "no case ran: gpu_only: needs a CUDA GPU" in capsys.readouterr().err
+    assert main(["check", "--suite", str(tiny), "--backend", f"{mod}:GpuOnly", "--quiet", "--allow-skip"]) == 0
 
 
 def test_check_of_a_backend_whose_availability_raises_fails(tiny, tmp_path):

@@ -55,7 +55,7 @@ class Sandbox:
         rc = main(argv)
         out, err = capsys.readouterr()
         assert "Traceback" not in err and "Traceback" not in out, argv
-        assert rc in (0, 1, 2), (argv, rc)
+        assert rc in (0, 1, 2, 3), (argv, rc)   # 3: nothing ran (run_cases is stubbed out)
         now = self.results.read_bytes()
         if rc == 2:
             lines = err.strip().splitlines()

@@ -7,7 +7,8 @@ import torch
 
 from treebench.harness.run import memory
 from treebench.harness.model.cases import Case
-from treebench.harness.run.memory import GIB, TIMING_FLUSH_BYTES, fit_reason, inputs_bytes, predict_device_bytes, reference_bytes
+from treebench.harness.run.memory import (TIMING_FLUSH_BYTES, fit_reason, format_bytes, inputs_bytes,
+                                          predict_device_bytes, reference_bytes)
 from treebench.harness.model.paged import build_inputs
 from treebench.harness.run.config import RunConfig
 from treebench.harness.run.runner import run_cases
@@ -82,7 +83,7 @@ def test_fit_reason(monkeypatch):
     assert fit_reason(case, NoHook(), "cpu", "check") is None
     monkeypatch.setattr(memory, "free_device_bytes", lambda device: need - 1)
     reason = fit_reason(case, NoHook(), "cpu", "check")
-    assert reason.startswith(f"predicted {need / GIB:.2f} GiB > free {(need - 1) / GIB:.2f} GiB on cpu (inputs ")
+    assert reason.startswith(f"predicted {format_bytes(need)} > free {format_bytes(need - 1)} on cpu (inputs ")
     p = predict_device_bytes(case, NoHook(), "cpu", "check")
     assert fit_reason(case, NoHook(), "cpu", "check", inputs_built=True) is None    # built inputs count no more
     monkeypatch.setattr(memory, "free_device_bytes", lambda device: need - p.inputs - p.reference)
@@ -137,7 +138,7 @@ def test_the_runner_skips_what_cannot_fit_and_runs_the_rest(monkeypatch):
     huge.name = "huge"
     rows = run_cases(CASES[:2], [small, huge], RunConfig(mode="check", quiet=True, device="cpu"))
     assert [(r["backend"], r["status"]) for r in rows] == [("counting", "pass"), ("huge", "skipped")] * 2
-    assert all(r["reason"].startswith("predicted ") and "> free 0.06 GiB on cpu" in r["reason"]
+    assert all(r["reason"].startswith("predicted ") and "> free 64.0 MiB on cpu" in r["reason"]
                for r in rows if r["backend"] == "huge")
     assert (small.prepared, huge.prepared) == (4, 0)   # a check prepares twice: the case and its alternate
     rows = run_cases(CASES[:1], [huge], RunConfig(mode="check", quiet=True, device="cpu", check_memory=False))
@@ -153,7 +154,7 @@ def test_a_case_too_big_for_the_device_is_skipped_before_its_inputs_are_built(mo
     monkeypatch.setattr(pair, "build_inputs", no_build)
     monkeypatch.setattr(memory, "free_device_bytes", lambda device: 1000)
     (row,) = run_cases(CASES[2:3], [Counting()], RunConfig(mode="check", quiet=True, device="cpu"))
-    assert row["status"] == "skipped" and "GiB > free 0.00 GiB" in row["reason"]
+    assert row["status"] == "skipped" and " > free 1000 B on cpu" in row["reason"]
 
 
 @pytest.mark.gpu
@@ -162,3 +163,17 @@ def test_free_device_bytes_on_cuda_counts_the_allocator_cache():
     x = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
     del x  # cached by PyTorch: not free for the driver, free for the next case
     assert memory.free_device_bytes("cuda") >= free - 2**20
+
+
+@pytest.mark.parametrize("n, text", [(0, "0 B"), (1000, "1000 B"), (1536, "1.50 KiB"), (64 * 2**20, "64.0 MiB"),
+                                     (232 * 2**30, "232 GiB"), (9 * 2**30 + 2**29, "9.50 GiB"), (9 * 2**60, "9.00 EiB")])
+def test_format_bytes_picks_the_unit(n, text):
+    assert format_bytes(n) == text
+
+
+def test_a_huge_prediction_reads_in_its_own_unit(monkeypatch):
+    """A prediction of exbibytes (a workspace hook returning nonsense) reads '9.00 EiB', not
+    a byte count labelled GiB."""
+    monkeypatch.setattr(memory, "free_device_bytes", lambda device: 16 * 2**30)
+    reason = fit_reason(CASES[0], Counting(scratch=9 * 2**60), "cpu", "check")
+    assert reason.startswith("predicted 9.00 EiB > free 16.0 GiB on cpu (inputs ") and "workspace 9.00 EiB)" in reason

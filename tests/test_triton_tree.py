@@ -198,7 +198,8 @@ def test_availability_reasons(monkeypatch):
     from treebench.backends.triton_tree import triton_availability
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
-    assert triton_availability() == "triton not installed: pip install triton"
+    assert triton_availability() == ("triton not installed: pip install -e '.[triton]' from the treebench checkout "
+                                     "(Triton 3.6 to 3.9)")
     monkeypatch.undo()
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)

@@ -1,5 +1,6 @@
 """`treebench check`: correctness only, for one backend; exit 0 when every case that ran
-passed, 1 on a mismatch or an error row, 2 on bad input."""
+passed, 1 on a mismatch or an error row, 2 on bad input, 3 when no case ran (backend
+unavailable, every case skipped) unless --allow-skip."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import replace
 from treebench.harness.cli.common import (
     ACTIVE_OUT,
     CONSOLE,
+    OUTCOME,
     add_sweep_options,
     check_suite_arg,
     exit_code,
@@ -16,8 +18,8 @@ from treebench.harness.cli.common import (
     nonempty,
     print_plan,
     print_summary,
+    report_nothing_ran,
     sweep_options,
-    warn_backends_that_ran_nothing,
 )
 from treebench.harness.errors import ConfigError
 
@@ -76,12 +78,13 @@ def run(args) -> int:
         return 0
     rows = result.rows
     if not rows:
-        log.warning("no case ran: nothing left to run")
-    warn_backends_that_ran_nothing(rows)
+        log.warning("no case to run here (--shard): nothing was checked")
+    OUTCOME[0] = code = exit_code(result, args.determinism, args.allow_skip)  # kept if stdout closes early
     print_summary(rows, f"treebench check: suite {suite.name}, backend {rows[0]['backend'] if rows else args.backend}")
     if built is not None:
         _print_coverage(rows, built.coverage)
-    return exit_code(result, args.determinism)
+    report_nothing_ran(rows, args.allow_skip)
+    return code
 
 
 def _default_suite(backend, deep: bool):

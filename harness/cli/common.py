@@ -13,6 +13,7 @@ import logging
 import math
 import re
 import statistics
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
@@ -26,9 +27,33 @@ from treebench.harness.timing.modes import MODES
 
 log = logging.getLogger(__name__)
 
-CONSOLE = Console(stderr=True)   # progress bars and log records: one console, so neither garbles the other
+OFF_TERMINAL_WIDTH = 100_000      # columns of a console that is not a terminal: lines are never wrapped
+
+
+class PlainConsole(Console):
+    """A rich console that prints what it is given: no emoji codes (a case id's `:100:` stays
+    text); a closed stdout raises BrokenPipeError (main() keeps the exit code the rows gave)
+    instead of rich's exit 1."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError(32, "the reader of the output went away")
+
+
+def console(stderr: bool = False) -> PlainConsole:
+    """A PlainConsole on stdout (or stderr). Off a terminal (a file, a pipe, a CI log) it also
+    has no colour and no width: long lines and wide tables are printed whole, never wrapped
+    at 80 columns. The stream is looked up at each print (so a redirected sys.stdout counts)."""
+    stream = sys.stderr if stderr else sys.stdout
+    tty = bool(getattr(stream, "isatty", lambda: False)())
+    return PlainConsole(stderr=stderr, emoji=False, highlight=False, soft_wrap=not tty,
+                        width=None if tty else OFF_TERMINAL_WIDTH, no_color=not tty or None)
+
+
+CONSOLE = console(stderr=True)   # progress bars and log records: one console, so neither garbles the other
 FAILED = ("mismatch", "error")   # row statuses that make run / check exit 1
+NOTHING_RAN = 3                  # exit code of a run / check in which no pair ran (without --allow-skip)
 ACTIVE_OUT: list[Path | None] = [None]   # the results file of the run/check in progress (for Ctrl-C)
+OUTCOME: list[int | None] = [None]       # the exit code run/check decided on, kept if stdout closes early
 TIMERS = MODES
 L2_STATES = ("cold", "warm")  # run --l2: cold flushes the L2 before every timed call (flush_l2), warm does not
 
@@ -83,6 +108,9 @@ def add_sweep_options(p) -> None:
     p.add_argument("--merge-timeout", type=positive_seconds, default=24 * 3600.0, metavar="SECONDS",
                    help="under torchrun: how long rank 0 waits for the other ranks before giving up the merge")
     p.add_argument("--dry-run", action="store_true", help="count the pairs this invocation would run, run nothing")
+    p.add_argument("--allow-skip", action="store_true",
+                   help=f"exit 0 even when no pair ran (every row skipped: backend unavailable here, case "
+                        f"unsupported); without it such a run proves nothing and exits {NOTHING_RAN}")
     p.add_argument("--quiet", action="store_true", help="no progress bar, warnings only")
     p.set_defaults(argv=None)   # main() puts the command line here: `given_once` reads it, --gpus relaunches it
 
@@ -163,19 +191,51 @@ def suite_name(suite) -> str:
 # ---- after a sweep -------------------------------------------------------------------------
 
 
-def exit_code(result, determinism: bool) -> int:
+def exit_code(result, determinism: bool, allow_skip: bool = False) -> int:
     """1 when a row failed, a rank's rows could not be merged, or (with --determinism) a row was
-    nondeterministic; else 0."""
+    nondeterministic; else NOTHING_RAN when no pair ran (`nothing_ran`) unless `allow_skip`; else 0."""
     bad = any(r["status"] in FAILED for r in result.rows) or result.missing_ranks
-    return 1 if bad or (determinism and any(r.get("deterministic") is False for r in result.rows)) else 0
+    if bad or (determinism and any(r.get("deterministic") is False for r in result.rows)):
+        return 1
+    return NOTHING_RAN if not allow_skip and nothing_ran(result.rows) else 0
+
+
+def nothing_ran(rows: list[dict]) -> str | None:
+    """Why no pair of `rows` ran (every row skipped), one line naming each backend's first
+    reason; None when a pair ran (passed, mismatched or errored) or when there was no pair to
+    run here at all (a --shard with no case of the suite: nothing was asked of this process)."""
+    if not rows or any(r["status"] != "skipped" for r in rows):
+        return None
+    first: dict[str, str] = {}
+    for r in rows:
+        first.setdefault(r["backend"], r.get("reason") or "skipped")
+    return "no case ran: " + "; ".join(f"{name}: {why}" for name, why in first.items())
+
+
+def report_nothing_ran(rows: list[dict], allow_skip: bool) -> bool:
+    """Writes the one `nothing_ran` line to stderr (what exit NOTHING_RAN means, or that
+    --allow-skip accepted it); True when it did (no pair ran)."""
+    why = nothing_ran(rows)
+    if why is None:
+        return False
+    tail = ("; accepted by --allow-skip" if allow_skip else
+            f"; this proves nothing (exit {NOTHING_RAN}): pass --allow-skip to accept a sweep in which nothing ran")
+    CONSOLE.file.write(f"treebench: {' '.join((why + tail).split())}\n")
+    CONSOLE.file.flush()
+    return True
 
 
 def print_plan(suite, backends, result) -> None:
-    """The --dry-run line: how many pairs this process would run and how many --resume skips."""
-    Console().print(f"dry run: suite {suite.name}, {len(suite.cases)} cases x {len(backends)} backends: "
-                    f"{result.planned} pairs to run here ({result.will_skip} of them skipped rows: backend "
-                    f"unavailable or case unsupported), {result.resumed} already stored", markup=False,
-                    highlight=False, soft_wrap=True)
+    """The --dry-run lines: how many pairs this process would run, how many --resume skips (or
+    what --out already holds without it), and how long the run should take."""
+    stored = (f"; {result.stored_note}" if result.stored_note else
+              "" if result.resumed is None else f", {result.resumed} already stored (skipped by --resume)")
+    out = console()
+    out.print(f"dry run: suite {suite.name}, {len(suite.cases)} cases x {len(backends)} backends: "
+              f"{result.planned} pairs to run here ({result.will_skip} of them skipped rows: backend "
+              f"unavailable or case unsupported){stored}", markup=False)
+    if result.estimate:
+        out.print(f"estimated time: {result.estimate}", markup=False)
 
 
 def warn_backends_that_ran_nothing(rows: list[dict]) -> None:
@@ -190,14 +250,16 @@ def warn_backends_that_ran_nothing(rows: list[dict]) -> None:
 
 
 def _summary_table(rows: list[dict], title: str) -> Table:
-    """Per-backend counts of each status and the median of the timed medians (us)."""
+    """Per-backend counts of each status and the median of the passing rows' medians (us): a
+    mismatching row is timed and keeps its timing, but its speed is not a result, so neither
+    this table nor the report shows it."""
     table = Table(title=title)
     for col in ("backend", "pass", "mismatch", "error", "skipped", "median_us"):
         table.add_column(col, justify="left" if col == "backend" else "right")
     for name in dict.fromkeys(r["backend"] for r in rows):
         mine = [r for r in rows if r["backend"] == name]
         counts = [str(sum(r["status"] == s for r in mine)) for s in ("pass", "mismatch", "error", "skipped")]
-        timed = [r["median_us"] for r in mine if r.get("median_us") is not None]
+        timed = [r["median_us"] for r in mine if r["status"] == "pass" and r.get("median_us") is not None]
         table.add_row(name, *counts, f"{statistics.median(timed):.1f}" if timed else "-")
     return table
 
@@ -223,7 +285,7 @@ def _timer_lines(rows: list[dict]) -> list[str]:
 def print_summary(rows: list[dict], title: str, max_lines: int = 20) -> None:
     """Prints the summary table, the timers with their L2 state, then one line per failed row
     (at most `max_lines`)."""
-    out = Console()
+    out = console()
     out.print(_summary_table(rows, title))
     for line in _timer_lines(rows):
         out.print(line, markup=False, highlight=False, soft_wrap=True)

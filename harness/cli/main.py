@@ -9,8 +9,14 @@ them, and a subcommand's module is imported only when that subcommand runs, so
 Exit codes: 0 success; 1 a result failed (a row mismatched or errored, or the
 gate found a regression); 2 bad input (malformed tree, unknown backend,
 unreadable suite, bad --out, bad arguments), reported as ONE line on stderr,
-``treebench: error: ...``, never a traceback; 130 interrupted. Result files
-are only ever appended to (except by `rm`).
+``treebench: error: ...``, never a traceback; 3 nothing ran: a run or check in
+which every pair was skipped (backend unavailable here, case unsupported), which
+proves nothing, unless --allow-skip; 130 interrupted (Ctrl-C), 143 terminated
+(SIGTERM), both with the --resume hint; 139 (or 128 + another fatal signal) a
+crash, after a line naming the backend and case in flight; 141 stdout closed
+(a pipe's reader exited) before the output was written, except for run and check,
+which keep the exit code of their rows. Result files are only ever appended to
+(except by `rm`).
 """
 
 from __future__ import annotations
@@ -18,12 +24,17 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
+import signal
+import subprocess
 import sys
+from pathlib import Path
 
 from treebench.harness.errors import ConfigError
 
 PROG = "treebench"
 OK, FAILED, BAD_INPUT, INTERRUPTED = 0, 1, 2, 130   # exit codes (130: 128 + SIGINT, the shell's convention)
+TERMINATED, BROKEN_PIPE = 143, 141                  # 128 + SIGTERM, 128 + SIGPIPE
 
 _RUN = "correctness then timing for every case x backend; appends rows, writes a report"
 _GATE = "compare two result sets: exit 1 on a significant slowdown or a correctness loss"
@@ -50,6 +61,52 @@ VALUE_OPTIONS_DASHED = ("--shard", "--threshold")  # values that may start with 
 _handler: logging.Handler | None = None  # the handler main() installed on the "treebench" logger
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread so that a run stops as on Ctrl-C (backends' exceptions
+    are error rows; a KeyboardInterrupt is not caught by the runner)."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise Terminated()
+
+
+def version_text() -> str:
+    """'treebench VERSION' (the installed distribution's, else the checkout's pyproject.toml),
+    plus the git commit (and ', modified' for uncommitted changes to tracked files) when
+    treebench runs from a git checkout."""
+    import importlib.metadata
+
+    root = Path(__file__).resolve().parents[2]
+    try:
+        __version__ = importlib.metadata.version(PROG)
+    except importlib.metadata.PackageNotFoundError:  # a checkout on PYTHONPATH: pyproject.toml says
+        import tomllib
+
+        try:
+            __version__ = tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
+        except (OSError, KeyError, tomllib.TOMLDecodeError):
+            __version__ = "(version unknown)"
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
+                              text=True, timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=5, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return f"{PROG} {__version__}"
+    return f"{PROG} {__version__} (git {head}{', modified' if dirty else ''})" if head else f"{PROG} {__version__}"
+
+
+class _Version(argparse.Action):
+    """--version: prints `version_text()` (git is asked only then) and exits 0."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, help="print the version (and git commit) and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        sys.stdout.write(version_text() + "\n")
+        raise SystemExit(OK)
+
+
 class Parser(argparse.ArgumentParser):
     """ArgumentParser whose errors are one ConfigError line (exit 2), not usage + message."""
 
@@ -69,6 +126,7 @@ def build_parser(full: bool = True) -> Parser:
     """The argparse tree of every subcommand, with their arguments (full) or bare (to read which
     subcommand the command line names without importing any)."""
     parser = Parser(prog=PROG, description="Benchmark and validate tree attention over a paged KV cache.")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
     for name, (_, text, settings) in COMMANDS.items():
         if full:
@@ -106,7 +164,8 @@ def _join_option_values(argv: list[str]) -> list[str]:
 
 
 def _setup_logging(quiet: bool) -> None:
-    """One rich handler on the "treebench" logger, on the shared stderr console, INFO or WARNING."""
+    """One handler on the "treebench" logger, INFO or WARNING: rich's on the shared stderr
+    console on a terminal, else plain "LEVEL message" lines (never padded or wrapped)."""
     from rich.logging import RichHandler
     from treebench.harness.cli.common import CONSOLE
 
@@ -114,7 +173,11 @@ def _setup_logging(quiet: bool) -> None:
     logger = logging.getLogger("treebench")
     if _handler is not None:
         logger.removeHandler(_handler)
-    _handler = RichHandler(console=CONSOLE, show_time=False, show_path=False, markup=False)
+    if CONSOLE.is_terminal:
+        _handler = RichHandler(console=CONSOLE, show_time=False, show_path=False, markup=False)
+    else:
+        _handler = logging.StreamHandler()   # sys.stderr as it is at each record
+        _handler.setFormatter(logging.Formatter("%(levelname)-8s %(message)s"))
     logger.addHandler(_handler)
     logger.setLevel(logging.WARNING if quiet else logging.INFO)
 
@@ -139,9 +202,18 @@ def _parse(argv: list[str]) -> tuple[str, argparse.Namespace]:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `treebench` console script; returns the exit code.
 
-    Any ConfigError (bad input) is one line on stderr and exit 2.
+    Any ConfigError (bad input) is one line on stderr and exit 2. Ctrl-C and SIGTERM end
+    with one line (the --resume hint when rows were being written), exit 130 / 143. A
+    closed stdout (`treebench list | head -3`) sends the rest of the output to /dev/null
+    and exits with the code the command had decided on (run, check), else 141.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    from treebench.harness.cli.common import OUTCOME
+    from treebench.harness.run.inflight import enable_crash_report
+
+    enable_crash_report()   # a segfault prints the stack, whose frames name the pair in flight
+    OUTCOME[0] = None
+    previous = _install(signal.SIGTERM, _on_sigterm)
     try:
         name, args = _parse(argv)
         _setup_logging(getattr(args, "quiet", False))
@@ -151,14 +223,48 @@ def main(argv: list[str] | None = None) -> int:
         return BAD_INPUT
     except SystemExit as e:  # --help
         return e.code if isinstance(e.code, int) else OK
-    except KeyboardInterrupt:
-        from treebench.harness.cli.common import ACTIVE_OUT
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        return OUTCOME[0] if OUTCOME[0] is not None else BROKEN_PIPE
+    except KeyboardInterrupt as e:
+        return _interrupted(isinstance(e, Terminated))
+    finally:
+        if previous is not None:
+            _install(signal.SIGTERM, previous)
 
-        out = ACTIVE_OUT[0]
-        where = (f" in {out}; to finish, run the same command with --out {out} --resume"
-                 if out is not None else "")
-        sys.stderr.write(f"{PROG}: interrupted; rows already written are kept{where}\n")
-        return INTERRUPTED
+
+def _install(signum: int, handler):
+    """signal.signal(signum, handler); the previous handler, or None off the main thread."""
+    try:
+        return signal.signal(signum, handler)
+    except ValueError:   # not the main thread (an embedding application): leave signals alone
+        return None
+
+
+def _interrupted(terminated: bool) -> int:
+    """The one line after Ctrl-C or SIGTERM, with the --resume hint while rows were being written."""
+    from treebench.harness.cli.common import ACTIVE_OUT
+
+    out = ACTIVE_OUT[0]
+    where = (f" in {out}; to finish, run the same command with --out {out} --resume"
+             if out is not None else "")
+    what = "terminated (SIGTERM)" if terminated else "interrupted"
+    try:
+        sys.stderr.write(f"{PROG}: {what}; rows already written are kept{where}\n")
+    except OSError:
+        pass
+    return TERMINATED if terminated else INTERRUPTED
+
+
+def _stdout_to_devnull() -> None:
+    """Points file descriptor 1 at /dev/null, so that flushing what is left of stdout at exit
+    does not raise BrokenPipeError again (Python would print it and exit 120)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 if __name__ == "__main__":

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rich.console import Console
-
-from treebench.harness.cli.common import Command
+from treebench.harness.cli.common import Command, console
 from treebench.harness.errors import ConfigError
 
 
 def _print(text: str) -> None:
-    Console().print(text, markup=False, highlight=False, soft_wrap=True)
+    console().print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 def add_merge_arguments(p) -> None:
@@ -28,8 +26,10 @@ def run_merge(args) -> int:
     `shard.merge_results`) and copies their env files beside OUT.
 
     Raises:
-        ConfigError: an empty OUT, inputs without result rows, a bad OUT file.
+        ConfigError: an empty OUT, inputs without result rows, a bad OUT file, an OUT that a
+            run is writing.
     """
+    from treebench.harness.store.lock import hold
     from treebench.harness.store.rows import read_rows
     from treebench.harness.store.merge import merge_results, merge_row_inputs
 
@@ -41,7 +41,8 @@ def run_merge(args) -> int:
     if not rows:
         raise ConfigError(f"merge {' '.join(args.inputs)}: no result rows; point it at .jsonl result files "
                           "or folders of them (folders are not searched recursively)")
-    added = merge_results(out, inputs, rows=rows)  # validates OUT before writing anything
+    with hold(out if out.parent.is_dir() else None):   # not while a run appends to OUT
+        added = merge_results(out, inputs, rows=rows)  # validates OUT before writing anything
     _print(f"merged {len(added)} rows into {out} ({len(rows) - len(added)} duplicates dropped)")
     return 0
 

@@ -1,5 +1,6 @@
 """`treebench run`: correctness then timing for every case x backend; appends rows to
---out, writes the env file beside it and an HTML report; exit 1 on any failed row.
+--out, writes the env file beside it and an HTML report; exit 1 on any failed row, 3 when
+no pair ran (every backend unavailable or every case skipped) unless --allow-skip.
 
 The sweep itself (shards, torchrun ranks, --resume, isolation) is
 treebench.harness.sweep.execute; `run --gpus N` relaunches the command line under
@@ -15,21 +16,23 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from rich.console import Console
-
 from treebench.harness.cli.common import (
     ACTIVE_OUT,
     CONSOLE,
     L2_STATES,
+    OUTCOME,
     TIMERS,
     add_suite_argument,
     add_sweep_options,
     check_suite_arg,
+    console,
     exit_code,
     given_once,
     nonempty,
+    nothing_ran,
     print_plan,
     print_summary,
+    report_nothing_ran,
     stamp,
     suite_name,
     sweep_options,
@@ -190,10 +193,13 @@ def run(args) -> int:
         return 0
     if not result.primary:
         return 0  # torchrun rank > 0: rank 0 merges, reports and sets the exit code
-    code = exit_code(result, args.determinism)
+    code = exit_code(result, args.determinism, args.allow_skip)
     if not _write_report(result.rows, out, report, f"treebench {suite.name}"):
         code = 1
-    warn_backends_that_ran_nothing(result.rows)
+    OUTCOME[0] = code   # the rows decide the exit code, whether or not stdout is still read
+    if nothing_ran(result.rows) is None:
+        warn_backends_that_ran_nothing(result.rows)
     print_summary(result.rows, f"treebench run: suite {suite.name}, {len(suite.cases)} cases")
-    Console().print(f"rows: {out}\nreport: {report}", markup=False, highlight=False, soft_wrap=True)
+    console().print(f"rows: {out}\nreport: {report}", markup=False, highlight=False, soft_wrap=True)
+    report_nothing_ran(result.rows, args.allow_skip)
     return code

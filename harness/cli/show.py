@@ -7,11 +7,10 @@ from __future__ import annotations
 import json
 import sys
 
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from treebench.harness.cli.common import Command
+from treebench.harness.cli.common import Command, console
 
 
 def _no_arguments(p) -> None:
@@ -41,8 +40,8 @@ def run_list(args) -> int:
         note = getattr(b, "note", None)
         detail = reason or (_safe_note(note) if callable(note) else "")
         table.add_row(name, "no" if reason else "yes", getattr(b, "mask_kind", "tree"), devices,
-                      escape(detail))   # install hints hold brackets: treebench[gpu]
-    Console().print(table)
+                      escape(detail))   # install hints hold brackets: .[gpu]
+    console().print(table)
     return 0
 
 

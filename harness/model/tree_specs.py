@@ -119,15 +119,32 @@ _GENERATORS = {
 
 
 def canonical_spec(spec: str) -> str:
-    """`spec` as parse_tree reads it: without surrounding white space and with a
-    generator keyword in lower case (" FULL:3:2" -> "full:3:2"), so that spellings
-    parse_tree takes alike give one case id. Choices lists and named trees are
-    kept as written (stripped). Does not validate: parse_tree does."""
+    """`spec` as parse_tree reads it: without surrounding white space, a generator
+    keyword in lower case (" FULL:3:2" -> "full:3:2"), and a choices list as EAGLE
+    writes it, tuples in (depth, path) order (`[[0],[1],[0,0]]`, `[(1,),(0,),(0,0)]`
+    -> `[(0,), (1,), (0, 0)]`), so that spellings parse_tree takes alike give one
+    case id. Named trees are kept as written (stripped). Does not validate: parse_tree
+    does (text that is not a list of integer paths is only stripped)."""
     s = spec.strip()
     kind, sep, rest = s.partition(":")
     if sep and kind.strip().lower() in _GENERATORS:
         return f"{kind.strip().lower()}:{rest.strip()}"
+    if s[:1] in "[(" and s:
+        return _canonical_choices(s) or s
     return s
+
+
+def _canonical_choices(text: str) -> str | None:
+    """The choices text `text` with its paths as tuples in (depth, path) order; None when it
+    is not a list of paths of integers."""
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+    if not isinstance(value, (list, tuple)) or not all(
+            isinstance(p, (list, tuple)) and all(type(i) is int for i in p) for p in value):
+        return None
+    return repr(sorted((tuple(p) for p in value), key=lambda p: (len(p), p)))
 
 
 def parse_tree(spec: str | Sequence[Sequence[int]] | TokenTree) -> TokenTree:

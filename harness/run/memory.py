@@ -158,6 +158,21 @@ def free_device_bytes(device: torch.device | str) -> int | None:
     return None
 
 
+BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")   # powers of 1024
+
+
+def format_bytes(n: float) -> str:
+    """A byte count in the largest binary unit it reaches, three significant digits:
+    1000 -> '1000 B', 64 * 2**20 -> '64.0 MiB', 9 * 2**60 -> '9.00 EiB'."""
+    v, unit = float(n), 0
+    while abs(v) >= 1024 and unit < len(BYTE_UNITS) - 1:
+        v, unit = v / 1024, unit + 1
+    if unit == 0:
+        return f"{int(v)} B"
+    return f"{v:.2f} {BYTE_UNITS[unit]}" if abs(v) < 10 else f"{v:.1f} {BYTE_UNITS[unit]}" if abs(v) < 100 \
+        else f"{v:.0f} {BYTE_UNITS[unit]}"
+
+
 def fit_reason(case: Case, backend, device: torch.device | str, mode: str = "run", determinism: bool = False,
                inputs_built: bool = False, reference_built: bool = False) -> str | None:
     """None when `backend` on `case` is predicted to fit on `device`, else the skip reason.
@@ -168,7 +183,8 @@ def fit_reason(case: Case, backend, device: torch.device | str, mode: str = "run
             builds each once per case), so they are not counted again.
 
     Returns:
-        None, or "predicted X GiB > free Y GiB on DEVICE (inputs ..., reference ..., ...)".
+        None, or "predicted X > free Y on DEVICE (inputs ..., reference ..., ...)", each size
+        in its own unit (`format_bytes`: "64.0 MiB", "9.00 GiB").
     """
     free = free_device_bytes(device)
     if free is None:
@@ -177,5 +193,5 @@ def fit_reason(case: Case, backend, device: torch.device | str, mode: str = "run
     need = pred.total - (pred.inputs if inputs_built else 0) - (pred.reference if reference_built else 0)
     if need <= free:
         return None
-    parts = ", ".join(f"{f.name} {getattr(pred, f.name) / GIB:.2f}" for f in fields(pred) if getattr(pred, f.name))
-    return f"predicted {need / GIB:.2f} GiB > free {free / GIB:.2f} GiB on {device} ({parts} GiB)"
+    parts = ", ".join(f"{f.name} {format_bytes(getattr(pred, f.name))}" for f in fields(pred) if getattr(pred, f.name))
+    return f"predicted {format_bytes(need)} > free {format_bytes(free)} on {device} ({parts})"

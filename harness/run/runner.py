@@ -19,12 +19,13 @@ from dataclasses import replace
 
 import torch
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from treebench.harness.model.cases import Case
 from treebench.harness.adapter.contract import check_unique_names
 from treebench.harness.run.config import RunConfig
+from treebench.harness.run.inflight import call_in_flight
 from treebench.harness.run.pair import CaseData, availabilities, run_case_backend
+from treebench.harness.run.progress import progress
 from treebench.harness.store.rows import append_row, new_run_id, row_l2_flushed
 
 log = logging.getLogger(__name__)
@@ -84,12 +85,6 @@ def _device_for(backend, runner_device: torch.device) -> torch.device:
     return runner_device
 
 
-def _progress(quiet: bool, console: Console | None) -> Progress:
-    """A progress bar: the case in flight, done / total, ETA (disabled when quiet)."""
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                    console=console or Console(stderr=True), transient=True, disable=quiet)
-
-
 def _log_row(row: dict) -> None:
     level = logging.INFO if row["status"] in ("mismatch", "error") else logging.DEBUG
     log.log(level, "%s on %s: %s%s", row["backend"], row["case_id"], row["status"],
@@ -121,7 +116,8 @@ def run_cases(cases: Sequence[Case], backends: Sequence, config: RunConfig = Run
             send each to its worker as treebench.harness.run.isolate.backend_spec says.
         config: mode, store path, run and env ids, device, peak bandwidth,
             determinism, memory check, isolation and time limit, pairs to skip.
-        console: rich console (stderr) for the progress bar; shared with logging by the CLI.
+        console: rich console (stderr) for the progress bar, or its plain lines off a terminal
+            (treebench.harness.run.progress); shared with logging by the CLI.
 
     Returns:
         One row per (case, backend) not in config.skip, in order, each with every ROW_FIELDS key.
@@ -142,22 +138,22 @@ def run_cases(cases: Sequence[Case], backends: Sequence, config: RunConfig = Run
     rows: list[dict] = []
     t0 = time.perf_counter()
     try:
-        with _progress(config.quiet, console) as progress:
-            task = progress.add_task("starting", total=len(todo))
+        with progress(len(todo), config.quiet, console) as shown:
             data: CaseData | None = None
             for case, backend in todo:
                 data = data if data is not None and data.case is case else CaseData(case)
-                progress.update(task, description=f"{case.case_id} | {_name(backend)}")
+                shown.start(f"{case.case_id} | {_name(backend)}")
                 pair_device = _device_for(backend, device)
                 if pool is not None and avail[id(backend)] is None:
                     row = pool.run(backend, case, pair_device, config)
                 else:
-                    row = run_case_backend(backend, case, data, avail[id(backend)], pair_device, config)
+                    row = call_in_flight(_name(backend), case.case_id, run_case_backend,   # a crash names it
+                                         backend, case, data, avail[id(backend)], pair_device, config)
                 if config.store_path is not None:
                     append_row(config.store_path, row)
                 rows.append(row)
                 _log_row(row)
-                progress.advance(task)
+                shown.finish(row)
     finally:
         if pool is not None:
             pool.close()

@@ -18,6 +18,7 @@ from rich.console import Console
 
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.pair import AvailabilityRaised, availabilities
+from treebench.harness.run.progress import estimate
 from treebench.harness.run.config import RunConfig
 from treebench.harness.run.runner import default_device, row_satisfies, run_cases
 from treebench.harness.store.rows import new_run_id
@@ -37,6 +38,7 @@ from treebench.harness.sweep.shard import (
 )
 from treebench.harness.store.env import env_fingerprint, write_env
 from treebench.harness.store.rows import read_rows, row_key, stored_keys
+from treebench.harness.store.lock import hold_all
 
 log = logging.getLogger(__name__)
 
@@ -69,12 +71,14 @@ class SweepResult:
 
     rows: list[dict] = field(default_factory=list)   # rows to summarise: this run's (all ranks' on rank 0)
     planned: int = 0                                 # pairs this process was to run (after shard, rank, resume)
-    resumed: int = 0                                 # pairs skipped as already stored
+    resumed: int | None = 0                          # pairs skipped as already stored (None: dry run without --resume)
     will_skip: int = 0                               # planned pairs that will be skipped rows (unavailable/unsupported)
     primary: bool = True                             # False on torchrun ranks > 0 (they report nothing)
     missing_ranks: list[int] = field(default_factory=list)  # ranks rank 0 gave up waiting for
     store_path: Path | None = None                   # where this process appended its rows
     env_id: str | None = None
+    stored_note: str = ""                            # --dry-run without --resume: what --out already holds
+    estimate: str = ""                               # --dry-run: how long the pairs should take, and from what
 
 
 def _check_options(opts: SweepOptions, rank: Rank | None) -> None:
@@ -141,10 +145,27 @@ def execute(cases, backends, opts: SweepOptions, console: Console | None = None)
 
     Raises:
         ConfigError: torchrun without --out, bad torchrun environment,
-            an unreadable or foreign results file.
+            an unreadable or foreign results file, a results file another process is writing
+            (treebench.harness.store.lock).
     """
     rank = torchrun_rank()
     _check_options(opts, rank)
+    with hold_all(() if opts.dry_run else _written(opts, rank)):   # one writer per file, before any write
+        return _execute(cases, backends, opts, rank, console)
+
+
+def _written(opts: SweepOptions, rank: Rank | None) -> list[Path]:
+    """The results files this process appends to: --out, or under torchrun its rank file (and
+    --out on rank 0, which merges into it), so that ranks never lock each other out."""
+    if opts.out is None:
+        return []
+    if rank is None:
+        return [opts.out]
+    return [rank_path(opts.out, rank)] + ([opts.out] if rank.primary else [])
+
+
+def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Console | None) -> SweepResult:
+    """`execute` once this process holds the locks of the files it writes."""
     device = rank_device(rank) if rank else str(default_device())
     mine = select_cases(cases, opts.shard, rank)
     env = env_fingerprint(device, measure_peak_bandwidth(device))
@@ -157,6 +178,11 @@ def execute(cases, backends, opts: SweepOptions, console: Console | None = None)
                          primary=rank is None or rank.primary, env_id=env["env_id"])
     if opts.dry_run:
         result.will_skip = _count_skips(mine, backends, names, skip)
+        stored = read_rows([opts.out]) if opts.out is not None and Path(opts.out).is_file() else []
+        result.estimate = estimate(planned - result.will_skip, opts.run.mode, device, stored, env["env_id"],
+                                   str(opts.out))
+        if not opts.resume:   # `resumed` counts what --resume skips: without it, say what --out holds
+            result.resumed, result.stored_note = None, _stored_note(opts, stored, env["env_id"], mine, names)
         return result
     store = rank_path(opts.out, rank) if rank and opts.out else opts.out
     if opts.out is not None:
@@ -173,6 +199,24 @@ def execute(cases, backends, opts: SweepOptions, console: Console | None = None)
         shard_cases = select_cases(cases, opts.shard, None)  # rank 0 reports every rank's cases
         result.rows = _with_stored(opts.out, env["env_id"], shard_cases, names, result.rows, _stored(opts))
     return result
+
+
+def _stored_note(opts: SweepOptions, stored: list[dict], env_id: str, cases, names: list[str]) -> str:
+    """What --out already holds of this sweep's pairs, without --resume: how many of this env
+    (they run again) or, when none, that its rows are another env's (--resume would not skip them)."""
+    wanted = {(c.case_id, n) for c in cases for n in names}
+    done = _stored(opts)
+    here = {k for r in stored if (k := (r.get("case_id"), r.get("backend"))) in wanted
+            and r.get("env") == env_id and done(r)}
+    if here:
+        return (f"{len(here)} of them already stored in {opts.out} for this env: they run again "
+                "(add --resume to skip them)")
+    other = {r.get("env") for r in stored if (r.get("case_id"), r.get("backend")) in wanted and r.get("env") != env_id}
+    if other:
+        return (f"none stored for this env ({env_id}); {opts.out} holds pairs of this sweep from "
+                f"{len(other)} other env(s) ({', '.join(sorted(map(str, other))[:3])}), which --resume does not skip "
+                "(an env id covers the machine, the package versions and the git commit)")
+    return ""
 
 
 def _release_cached(device: str) -> None:

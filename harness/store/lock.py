@@ -1,0 +1,111 @@
+"""One writer per results file: an exclusive lock held for a whole run.
+
+Two runs appending to one ``--out`` would interleave their rows (and their
+``--resume`` views of it) without a word. A run therefore holds
+``fcntl.flock(LOCK_EX | LOCK_NB)`` on a sidecar ``<out>.lock`` holding its pid,
+from before its first write to after its last; a second writer finds it taken
+and is refused before it writes anything. The kernel drops the lock when the
+holder exits, however it exits (SIGKILL, a segfault), so a stale sidecar never
+blocks anyone: the next run takes it over.
+
+The sidecar, not the results file, is locked: `rm` and `merge` may replace the
+results file, and its pid must be readable. The holder deletes the sidecar on
+release; since a process may open the sidecar just before that, a lock is only
+taken once the path still names the file that was locked (same inode).
+
+Under torchrun every rank locks its own rank file, and rank 0 also ``--out``
+(treebench.harness.sweep.execute), so ranks never lock each other out. On
+platforms without fcntl (Windows) nothing is locked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from treebench.harness.errors import ConfigError
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover -- Windows
+    fcntl = None  # type: ignore[assignment]
+
+
+def lock_path(results: Path) -> Path:
+    """The sidecar of a results file: `rows.jsonl` -> `rows.jsonl.lock`."""
+    return Path(f"{results}.lock")
+
+
+def _holder(fd: int) -> str:
+    """The pid written in a held sidecar ('unknown pid' when it is empty or unreadable)."""
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    except OSError:
+        text = ""
+    return f"pid {text}" if text.isdigit() else "unknown pid"
+
+
+def _take(path: Path) -> int:
+    """A file descriptor of `path` under an exclusive flock, `path` still naming it.
+
+    Raises:
+        ConfigError: another process holds the lock.
+    """
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            os.close(fd)
+            results = str(path)[: -len(".lock")]
+            raise ConfigError(f"results file {results} is being written by another treebench process ({holder}); "
+                              "wait for it to finish or choose another --out") from None
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)   # the holder released and deleted it between our open and flock: take the new one
+
+
+@contextlib.contextmanager
+def hold(results: Path | str | None) -> Iterator[None]:
+    """Holds the write lock of `results` (nothing when None or where fcntl is missing).
+
+    Raises:
+        ConfigError: another process is writing `results` (one line: the file, its pid,
+            what to do), or the sidecar cannot be created beside it.
+    """
+    if results is None or fcntl is None:
+        yield
+        return
+    path = lock_path(Path(results))
+    try:
+        fd = _take(path)
+    except OSError as e:
+        raise ConfigError(f"--out {results}: cannot create its lock file {path} ({e.strerror})") from None
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        os.close(fd)   # releases the flock
+
+
+@contextlib.contextmanager
+def hold_all(paths) -> Iterator[None]:
+    """Holds the write locks of every distinct path of `paths` (None entries skipped), in order.
+
+    Raises:
+        ConfigError: as `hold`; the locks already taken are released.
+    """
+    with contextlib.ExitStack() as stack:
+        for p in dict.fromkeys(Path(p) for p in paths if p is not None):
+            stack.enter_context(hold(p))
+        yield

@@ -1,0 +1,201 @@
+"""The CLI as a user (or CI) meets it, through real subprocesses: exit 3 when nothing ran,
+plain progress lines off a terminal, SIGTERM and crash lines, closed pipes, and the lock
+that keeps two runs from appending to one results file."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from treebench.harness.store.rows import read_rows
+
+ROOT = Path(__file__).resolve().parent.parent
+FAULTS = ROOT / "tests" / "fault_backends.py"
+
+TINY = """
+[suite]
+name = "tiny"
+[axes]
+batch_size = [2]
+context_len = [37]
+tree = ["full:2:2"]
+num_q_heads = [4]
+num_kv_heads = [2]
+head_dim = [32]
+dtype = ["bfloat16"]
+page_size = [16]
+layout = ["shuffled", "interleaved"]
+"""
+
+GPU_ONLY = ("class GpuOnly:\n    name = 'gpu_only'\n    def availability(self): return 'needs a CUDA GPU'\n"
+            "    def supports(self, case): return None\n    def prepare(self, inputs): raise AssertionError\n")
+
+
+def env() -> dict[str, str]:
+    """The environment of a CLI subprocess: this checkout importable, no terminal width hint."""
+    e = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    return {**e, "PYTHONPATH": str(ROOT)}
+
+
+def treebench(*argv: str, cwd: Path, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
+    """`python -m treebench ARGV` in `cwd`, output captured as text."""
+    return subprocess.run([sys.executable, "-m", "treebench", *map(str, argv)], cwd=cwd, env=env(),
+                          capture_output=True, text=True, timeout=timeout, check=False, **kw)
+
+
+@pytest.fixture
+def tiny(tmp_path) -> Path:
+    p = tmp_path / "tiny.toml"
+    p.write_text(TINY)
+    return p
+
+
+@pytest.fixture
+def gpu_only(tmp_path) -> str:
+    mod = tmp_path / "gpu_only.py"
+    mod.write_text(GPU_ONLY)
+    return f"{mod}:GpuOnly"
+
+
+def test_a_check_in_which_nothing_ran_exits_3_with_one_line_and_keeps_its_rows(tiny, gpu_only, tmp_path):
+    out = tmp_path / "rows.jsonl"
+    done = treebench("check", "--suite", tiny, "--backend", gpu_only, "--out", out, "--quiet", cwd=tmp_path)
+    assert done.returncode == 3, done.stderr
+    lines = [line for line in done.stderr.splitlines() if "no case ran" in line]
+    assert len(lines) == 1 and "gpu_only: needs a CUDA GPU" in lines[0] and "--allow-skip" in lines[0], done.stderr
+    assert {r["status"] for r in read_rows([out])} == {"skipped"}
+    again = treebench("check", "--suite", tiny, "--backend", gpu_only, "--allow-skip", "--quiet", cwd=tmp_path)
+    assert again.returncode == 0 and "accepted by --allow-skip" in again.stderr, again.stderr
+
+
+def test_a_run_whose_named_backends_all_skipped_exits_3(tiny, gpu_only, tmp_path):
+    out = tmp_path / "rows.jsonl"
+    argv = ("run", "--suite", tiny, "--backends", f"{gpu_only},xformers_tree", "--out", out,
+            "--report", tmp_path / "r.html", "--quiet")
+    done = treebench(*argv, cwd=tmp_path)
+    if any(r["status"] != "skipped" for r in read_rows([out])):
+        pytest.skip("xformers_tree runs here")
+    assert done.returncode == 3, done.stderr
+    assert "no case ran: gpu_only: needs a CUDA GPU; xformers_tree: " in done.stderr
+    assert len(read_rows([out])) == 4 and (tmp_path / "r.html").exists()
+    assert treebench(*argv, "--allow-skip", cwd=tmp_path).returncode == 0
+
+
+def test_a_run_in_which_one_backend_ran_exits_0(tiny, gpu_only, tmp_path):
+    done = treebench("run", "--suite", tiny, "--backends", f"torch_sdpa,{gpu_only}", "--out", tmp_path / "rows.jsonl",
+                     "--report", tmp_path / "r.html", "--quiet", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "no case ran: needs a CUDA GPU" in done.stderr and "this proves nothing" not in done.stderr
+
+
+def test_a_segfault_without_isolate_names_the_backend_and_case_in_flight(tiny, tmp_path):
+    done = treebench("check", "--suite", tiny, "--backend", f"{FAULTS}:Segfaults", "--quiet", cwd=tmp_path)
+    assert done.returncode == -signal.SIGSEGV, done.stderr
+    named = [line for line in done.stderr.splitlines() if "crashed running backend segfaults on case B2-L37-" in line]
+    assert len(named) == 1 and "--isolate" in named[0], done.stderr
+
+
+def test_sigterm_exits_143_with_the_resume_hint(tiny, tmp_path):
+    mark, out = tmp_path / "hang.pid", tmp_path / "rows.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "treebench", "check", "--suite", str(tiny), "--backend",
+                             f"{FAULTS}:Hangs", "--out", str(out), "--quiet"], cwd=tmp_path,
+                            env={**env(), "TREEBENCH_TEST_HANG_MARK": str(mark)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not mark.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert err.strip().splitlines()[-1] == (f"treebench: terminated (SIGTERM); rows already written are kept in {out}; "
+                                            f"to finish, run the same command with --out {out} --resume")
+
+
+@pytest.mark.parametrize("argv, code", [
+    (("list",), 141),                                                   # nothing decided: 128 + SIGPIPE
+    (("check", "--suite", "{tiny}", "--backend", "torch_sdpa"), 0),     # the rows passed: still 0
+])
+def test_a_closed_stdout_keeps_the_exit_code_of_the_rows(tiny, tmp_path, argv, code):
+    proc = subprocess.Popen([sys.executable, "-m", "treebench", *(a.format(tiny=tiny) for a in argv)], cwd=tmp_path,
+                            env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()   # the reader is gone before the first line (`| head -0`)
+    err = proc.stderr.read()
+    assert proc.wait(timeout=300) == code, err
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+def test_version_names_the_distribution_version(tmp_path):
+    from treebench.harness import __version__
+
+    done = treebench("--version", cwd=ROOT)
+    assert done.returncode == 0 and done.stdout.startswith(f"treebench {__version__}"), done.stderr
+    if (ROOT / ".git").exists():
+        assert " (git " in done.stdout
+
+
+def test_a_second_writer_of_one_results_file_is_refused_and_writes_nothing(tiny, tmp_path):
+    from treebench.harness.store.lock import hold, lock_path
+
+    out = tmp_path / "rows.jsonl"
+    out.write_text("")
+    with hold(out):   # another treebench process in the middle of its run
+        done = treebench("check", "--suite", tiny, "--backend", "torch_sdpa", "--out", out, cwd=tmp_path)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.strip() == (f"treebench: error: results file {out} is being written by another treebench "
+                                       f"process (pid {os.getpid()}); wait for it to finish or choose another --out")
+        assert out.read_text() == "" and not list(tmp_path.glob("env-*.json"))
+    assert not lock_path(out).exists()
+    done = treebench("check", "--suite", tiny, "--backend", "torch_sdpa", "--out", out, "--quiet", cwd=tmp_path)
+    assert done.returncode == 0 and len(read_rows([out])) == 2 and not lock_path(out).exists(), done.stderr
+
+
+def test_torchrun_ranks_lock_their_own_files_and_rank_0_the_merged_one(tmp_path):
+    from treebench.harness.sweep.execute import SweepOptions, _written
+    from treebench.harness.sweep.shard import Rank, rank_path
+
+    out = tmp_path / "rows.jsonl"
+    ranks = [Rank(r, 2, r) for r in range(2)]
+    locked = [_written(SweepOptions(out=out), r) for r in ranks]
+    assert locked == [[rank_path(out, ranks[0]), out], [rank_path(out, ranks[1])]]
+    assert _written(SweepOptions(out=out), None) == [out] and _written(SweepOptions(), None) == []
+
+
+def test_a_run_into_a_log_file_prints_plain_progress_lines(tiny, tmp_path):
+    out = tmp_path / "rows.jsonl"
+    done = treebench("run", "--suite", tiny, "--backends", "torch_sdpa", "--out", out, "--report", tmp_path / "r.html",
+                     cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.startswith("[")]
+    assert lines and lines[-1].startswith("[2/2] torch_sdpa on B2-L37-full:2:2-") and lines[-1].endswith(" done)")
+    dry = treebench("run", "--suite", tiny, "--backends", "torch_sdpa", "--out", out, "--dry-run", cwd=tmp_path)
+    assert f"2 of them already stored in {out} for this env: they run again (add --resume" in dry.stdout, dry.stdout
+    assert "estimated time: about " in dry.stdout
+
+
+def test_plain_output_keeps_emoji_codes_and_long_lines(tmp_path):
+    suite = tmp_path / "wide.toml"
+    suite.write_text(TINY.replace('"full:2:2"', '"full:100:1"').replace(', "interleaved"', ""))
+    done = treebench("check", "--suite", suite, "--backend", f"{ROOT / 'tests' / 'broken_backends.py'}:BrokenRootHidden",
+                     "--quiet", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    (line,) = [x for x in done.stdout.splitlines() if x.startswith("mismatch: ")]
+    assert "-full:100:1-same-" in line and "\U0001f4af" not in done.stdout        # no emoji for :100:
+    assert line.endswith("of elements out of tolerance") and len(line) > 80        # one line, not wrapped
+    listing = treebench("list", cwd=tmp_path).stdout
+    assert "pip install -e '.[gpu]'" in listing and "treebench[gpu]" not in listing
+def test_a_mismatching_pair_keeps_its_timing_but_the_summary_shows_none(tiny, tmp_path):
+    """As in the report: a wrong answer's speed is not a result (the row keeps it)."""
+    out = tmp_path / "rows.jsonl"
+    done = treebench("run", "--suite", tiny, "--backends", f"{ROOT / 'tests' / 'broken_backends.py'}:BrokenRootHidden",
+                     "--out", out, "--report", tmp_path / "r.html", "--quiet", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    rows = read_rows([out])
+    assert [r["status"] for r in rows] == ["mismatch"] * 2 and all(r["median_us"] is not None for r in rows)
+    table = [line for line in done.stdout.splitlines() if "broken_root_hidden" in line and "│" in line]
+    assert table and table[0].rstrip(" │").endswith("-"), done.stdout
