@@ -190,7 +190,7 @@ def test_suite_directory_is_named_as_such(tmp_path, capsys):
 
 
 def test_unwritable_report_folder_via_access(tiny, tmp_path, capsys, monkeypatch):
-    import treebench.harness.cli.run as cs
+    import treebench.harness.store.paths as cs
 
     real = os.access
     monkeypatch.setattr(cs.os, "access", lambda p, m: False if Path(p) == tmp_path / "ro" else real(p, m))
@@ -204,7 +204,7 @@ def test_unwritable_report_folder_via_access(tiny, tmp_path, capsys, monkeypatch
 def test_unwritable_report_is_found_before_the_run(tiny, tmp_path, capsys, monkeypatch):
     """The report folder is probed with a real write before any case runs (os.access
     says yes to root on read-only file systems such as /sys): exit 2, no rows written."""
-    import treebench.harness.cli.run as cs
+    import treebench.harness.store.paths as cs
 
     def refuse(*a, **k):
         raise PermissionError(13, "Permission denied")

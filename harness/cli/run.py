@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -93,22 +91,6 @@ def _report_path(path: str | None, suite: str, out: str | Path | None = None, st
     if out is not None and p.resolve() == Path(out).resolve():
         raise ConfigError(f"--report {p}: is the --out results file; give a separate .html path")
     return check_html_writable(p, "--report", f"reports/local/{suite}.html", create=create)
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ConfigError(f"--report {p}: cannot create its folder ({e.strerror})") from None
-    if not os.access(p.parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise ConfigError(f"--report {p}: cannot write there (permission denied); give a writable .html path")
-    try:  # and a real write probe: os.access says yes to root on read-only file systems (/sys)
-        if p.exists():
-            with open(p, "ab"):
-                pass
-        else:
-            with tempfile.NamedTemporaryFile(dir=p.parent, prefix=".treebench-probe-", suffix=".html"):
-                pass
-    except OSError as e:
-        raise ConfigError(f"--report {p}: cannot write there ({e.strerror}); give a writable .html path") from None
-    return p
 
 
 def _write_report(rows: list[dict], out: Path, report: Path, title: str) -> bool:
