@@ -366,10 +366,14 @@ def test_flex_resets_dynamo_before_the_recompile_limit(monkeypatch):
     monkeypatch.setattr(torch._dynamo, "reset", lambda: resets.append(1))
     monkeypatch.setattr(flex_mod, "_COMPILED", {})
     monkeypatch.setattr(flex_mod, "_PREPARED", [0])
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 8)
-    for _ in range(3 * flex_mod.RECOMPILE_LIMIT):
-        flex_mod._flex_for(torch.device("cuda"))
-    assert torch._dynamo.config.recompile_limit == flex_mod.RECOMPILE_LIMIT
+    saved = torch._dynamo.config.recompile_limit   # set and restored by hand: torch's config module
+    torch._dynamo.config.recompile_limit = 8       # loses the key when monkeypatch's undo deletes it
+    try:
+        for _ in range(3 * flex_mod.RECOMPILE_LIMIT):
+            flex_mod._flex_for(torch.device("cuda"))
+        assert torch._dynamo.config.recompile_limit == flex_mod.RECOMPILE_LIMIT
+    finally:
+        torch._dynamo.config.recompile_limit = saved
     # never more prepares between two resets than half the limit, and one compile per reset
     assert len(resets) >= 3 * flex_mod.RECOMPILE_LIMIT // (flex_mod.RECOMPILE_LIMIT // 2) - 1
     assert len(compiled) == len(resets) + 1

@@ -98,23 +98,14 @@ class BackendInputs(_Batch):
 
 
 @dataclass
-class BatchInputs(_Batch):
+class BatchInputs(BackendInputs):
     """One batch with the reference's unpaged K/V; backends get `for_backend()`.
 
     Index tensors are mappings: `block_table: [b, logical_page] -> physical_page`;
     entries past a request's last page point at a free (NaN) page.
     """
 
-    q: torch.Tensor             # (sum T_b, Hq, D) dtype: queries, request-major, nodes in tree order
-    k_cache: torch.Tensor       # (N, P, Hkv, D) dtype: paged key pool (NHD)
-    v_cache: torch.Tensor       # (N, P, Hkv, D) dtype: paged value pool (NHD)
-    block_table: torch.Tensor   # (B, max_pages) int32: [b, logical_page] -> physical_page
-    context_lens: torch.Tensor  # (B,) int32: L_b
-    seq_lens: torch.Tensor      # (B,) int32: S_b = L_b + T_b
-    qo_indptr: torch.Tensor     # (B+1,) int32: prefix sums of T_b
-    trees: list[TokenTree]      # B token trees
-    sm_scale: float             # softmax scale, default 1/sqrt(D)
-    case: Case                  # the case these inputs realise
+    # q ... case: the contract's fields, from BackendInputs; then the reference's:
     k_logical: torch.Tensor     # (sum S_b, Hkv, D) dtype: each request's K in logical order (reference only)
     v_logical: torch.Tensor     # (sum S_b, Hkv, D) dtype: each request's V in logical order (reference only)
     kv_indptr: torch.Tensor     # (B+1,) int64 on CPU: prefix sums of S_b into k_logical
