@@ -311,3 +311,23 @@ def test_unknown_suite_names_and_missing_files(name, needle):
     with pytest.raises(ConfigError, match=needle) as e:
         load_suite(name)
     assert "smoke" in str(e.value)             # lists the known suites
+
+
+def test_a_stop_request_a_backend_swallowed_ends_the_run_after_the_pair(tmp_path):
+    """SIGTERM's handler raises and also records the stop; a backend whose own code catches
+    the raised exception (a compiler's worker pool) still stops the run after that pair,
+    and the pair's row is kept."""
+    from treebench.harness.run import runner
+
+    class Stop(KeyboardInterrupt):
+        pass
+
+    def swallows(inputs):
+        runner.STOP_REQUESTED[0] = Stop()   # what the signal handler does, the raise swallowed
+        return _exact(inputs)
+
+    out = tmp_path / "rows.jsonl"
+    with pytest.raises(Stop):
+        run_cases(CASES, [Fake("swallows", swallows)], RunConfig(mode="check", quiet=True, store_path=out))
+    assert len(read_rows(out)) == 1
+    assert len(_check(CASES, [Fake("exact", _exact)])) == 2    # the next run starts with no stop request

@@ -67,7 +67,12 @@ class Terminated(KeyboardInterrupt):
 
 
 def _on_sigterm(signum, frame) -> None:
-    raise Terminated()
+    """Raises Terminated now and also asks the runner to raise it after the pair in flight, in
+    case the backend's own code (a compiler, a worker pool) catches and drops the first one."""
+    from treebench.harness.run import runner
+
+    runner.STOP_REQUESTED[0] = stop = Terminated()
+    raise stop
 
 
 def version_text() -> str:

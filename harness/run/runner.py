@@ -91,6 +91,9 @@ def _log_row(row: dict) -> None:
             f" ({row['reason']})" if row["reason"] else "")
 
 
+STOP_REQUESTED: list[BaseException | None] = [None]   # set by a signal handler: raised after the pair in flight
+
+
 def _name(backend) -> str:
     return getattr(backend, "name", type(backend).__name__)
 
@@ -137,6 +140,7 @@ def run_cases(cases: Sequence[Case], backends: Sequence, config: RunConfig = Run
         pool = WorkerPool(device, config.case_timeout_s)
     rows: list[dict] = []
     t0 = time.perf_counter()
+    STOP_REQUESTED[0] = None
     try:
         with progress(len(todo), config.quiet, console) as shown:
             data: CaseData | None = None
@@ -154,6 +158,8 @@ def run_cases(cases: Sequence[Case], backends: Sequence, config: RunConfig = Run
                 rows.append(row)
                 _log_row(row)
                 shown.finish(row)
+                if STOP_REQUESTED[0] is not None:   # a signal whose exception a backend swallowed
+                    raise STOP_REQUESTED[0]
     finally:
         if pool is not None:
             pool.close()
