@@ -36,12 +36,25 @@ def _two_runs_and_gate(where: Path) -> subprocess.CompletedProcess:
     return _treebench("gate", "--baseline", str(where / "a.jsonl"), "--candidate", str(where / "b.jsonl"), cwd=where)
 
 
+ATTEMPTS = 3
+
+
 @pytest.mark.slow
 def test_two_back_to_back_cpu_runs_pass_the_gate(tmp_path):
-    """Two attempts: a shared CI machine can slow one whole run (another job's burst); two
-    such bursts in a row, or timings in scheduler buckets as under multi-threaded torch, fail."""
-    gate = _two_runs_and_gate(tmp_path / "first")
-    if gate.returncode != 0:
-        gate = _two_runs_and_gate(tmp_path / "second")
+    """Up to three attempts: another job's burst can slow one whole run. When every attempt
+    fails while other processes kept the cores busy (load average above the core count), the
+    timings say nothing about treebench and the test skips, saying so; on a machine that is
+    not busy, three failures fail it (timings in scheduler buckets, as under multi-threaded
+    torch, do)."""
+    busy = []
+    for attempt in range(ATTEMPTS):
+        gate = _two_runs_and_gate(tmp_path / f"attempt{attempt}")
+        if gate.returncode == 0:
+            break
+        busy.append(os.getloadavg()[0] > (os.cpu_count() or 1))
+    else:
+        if all(busy):
+            pytest.skip(f"the machine was busy during all {ATTEMPTS} attempts (load average "
+                        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores): CPU timings not comparable")
     assert gate.returncode == 0, gate.stdout[-3000:] + gate.stderr[-1000:]
     assert "PASS" in gate.stdout
