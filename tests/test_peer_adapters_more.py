@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.test_peer_adapters import dense  # float64 attention of one request
+
 from treebench.backends import _conversions as cv
 from treebench.backends import flashinfer_xqa as fx
 from treebench.backends import sglang_triton as sg
@@ -48,15 +50,6 @@ def small_case(**kw) -> Case:
                 num_kv_heads=2, head_dim=16, dtype="float32", page_size=16, layout="shuffled")
     base.update(kw)
     return Case(**base)
-
-
-def dense(q, k, v, allowed, scale):
-    """Float64 attention of one request: q (T, Hq, D), k/v (S, Hkv, D), allowed (T, S) bool."""
-    g = q.shape[1] // k.shape[1]
-    k, v = k.double().repeat_interleave(g, 1), v.double().repeat_interleave(g, 1)
-    s = torch.einsum("thd,shd->hts", q.double(), k) * scale
-    s = s.masked_fill(~allowed, NEG_INF)
-    return torch.einsum("hts,shd->thd", torch.softmax(s, -1), v)
 
 
 def passes(out, inputs) -> bool:

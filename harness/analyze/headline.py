@@ -52,19 +52,27 @@ def non_contenders(rows: Sequence[dict], causal: str) -> set[str]:
     return {causal, "reference"} | {r["backend"] for r in rows if r.get("mask_kind") == "causal"}
 
 
+def timed_backends(rows: Sequence[dict], requested: str | None = None, flag: str = "") -> list[str]:
+    """The backends with passing timed rows, sorted; checks a backend the user asked for by `flag`.
+
+    Raises:
+        ConfigError: `requested` (given) has no passing timed rows.
+    """
+    timed = sorted({r["backend"] for r in rows if r.get("status") == "pass" and r.get("median_us")})
+    if requested and requested not in timed:
+        raise ConfigError(f"report {flag} {requested!r}: no passing timed rows; "
+                          f"timed backends here: {', '.join(timed) or 'none'}")
+    return timed
+
+
 def pick_own(rows: Sequence[dict], requested: str | None) -> str | None:
     """The report's own backend: `requested`, else DEFAULT_OWN when it has timed rows, else None.
 
     Raises:
         ConfigError: `requested` has no passing timed rows.
     """
-    timed = sorted({r["backend"] for r in rows if r.get("status") == "pass" and r.get("median_us")})
-    if requested:
-        if requested not in timed:
-            raise ConfigError(f"report --own {requested!r}: no passing timed rows; "
-                              f"timed backends here: {', '.join(timed) or 'none'}")
-        return requested
-    return DEFAULT_OWN if DEFAULT_OWN in timed else None
+    timed = timed_backends(rows, requested, "--own")
+    return requested or (DEFAULT_OWN if DEFAULT_OWN in timed else None)
 
 
 def own_kernels(own: str | None) -> set[str]:

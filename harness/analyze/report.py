@@ -24,7 +24,7 @@ import pandas as pd
 
 from treebench.harness.analyze import plots as plots
 from treebench.harness.analyze.cells import Table, num, ratio, us
-from treebench.harness.analyze.headline import (OWN_KERNELS, cell_frame, contenders, headline, headline_table,
+from treebench.harness.analyze.headline import (OWN_KERNELS, timed_backends, cell_frame, contenders, headline, headline_table,
                                                 non_contenders, own_kernels, peers, pick_own)
 from treebench.harness.errors import ConfigError
 from treebench.harness.analyze.tables import mask_overhead_table, speedup_table, timed_frame, varying_axes
@@ -60,11 +60,8 @@ def pick_baseline(rows: Sequence[dict], requested: str | None, causal: str) -> s
     Raises:
         ConfigError: `requested` has no timed rows.
     """
-    timed = sorted({r["backend"] for r in rows if r.get("status") == "pass" and r.get("median_us")})
+    timed = timed_backends(rows, requested, "--baseline-backend")
     if requested:
-        if requested not in timed:
-            raise ConfigError(f"report --baseline-backend {requested!r}: no passing timed rows; "
-                              f"timed backends here: {', '.join(timed) or 'none'}")
         return requested
     skip = non_contenders(rows, causal)
     for b in (*DEFAULT_BASELINES, *timed):
