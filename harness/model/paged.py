@@ -89,6 +89,8 @@ class BackendInputs(_Batch):
     trees: list[TokenTree]      # B token trees
     sm_scale: float             # softmax scale, default 1/sqrt(D)
     case: Case                  # the case these inputs realise
+    k_scale: float = 1.0        # per-tensor K scale: a stored code c means c * k_scale (fp8 pools; 1.0 otherwise)
+    v_scale: float = 1.0        # per-tensor V scale, likewise
 
     def __getattr__(self, name: str):
         if name in REFERENCE_ONLY:
@@ -106,9 +108,9 @@ class BatchInputs(BackendInputs):
     """
 
     # q ... case: the contract's fields, from BackendInputs; then the reference's:
-    k_logical: torch.Tensor     # (sum S_b, Hkv, D) dtype: each request's K in logical order (reference only)
-    v_logical: torch.Tensor     # (sum S_b, Hkv, D) dtype: each request's V in logical order (reference only)
-    kv_indptr: torch.Tensor     # (B+1,) int64 on CPU: prefix sums of S_b into k_logical
+    k_logical: torch.Tensor = dataclasses.field(kw_only=True)  # (sum S_b, Hkv, D) dtype: each request's K in logical order (reference only)
+    v_logical: torch.Tensor = dataclasses.field(kw_only=True)  # (sum S_b, Hkv, D) dtype: each request's V in logical order (reference only)
+    kv_indptr: torch.Tensor = dataclasses.field(kw_only=True)  # (B+1,) int64 on CPU: prefix sums of S_b into k_logical
 
     def for_backend(self) -> BackendInputs:
         """The view a backend gets: the same tensors (no copy), reference-only fields absent."""
