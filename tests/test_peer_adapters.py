@@ -288,6 +288,32 @@ def fake_flash_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, block_table, 
     return out.to(q.dtype)
 
 
+def fake_fa3_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, page_table, cu_seqlens_q, max_seqlen_q,
+                          softmax_scale, causal):
+    """FA3 flash_attn_with_kvcache with packed queries: request b's rows cu[b]:cu[b+1], bottom-right
+    causal against its first cache_seqlens[b] paged tokens; returns (out, lse) as FA3 does."""
+    assert causal and page_table.dtype == cache_seqlens.dtype == cu_seqlens_q.dtype == torch.int32
+    cu, p = cu_seqlens_q.tolist(), k_cache.shape[1]
+    out = torch.empty(q.shape, dtype=torch.float64)
+    for b, s in enumerate(cache_seqlens.tolist()):
+        t, pos = cu[b + 1] - cu[b], torch.arange(s)
+        assert t <= max_seqlen_q
+        slots = page_table[b].long()[pos // p] * p + pos % p
+        k, v = (c.reshape(-1, *c.shape[2:])[slots] for c in (k_cache, v_cache))
+        out[cu[b]:cu[b + 1]] = dense(q[cu[b]:cu[b + 1]], k, v, pos[None, :] <= s - t + torch.arange(t)[:, None],
+                                     softmax_scale)
+    return out.to(q.dtype), None
+
+
+def test_causal_baseline_takes_fa3_where_installed(monkeypatch):
+    monkeypatch.setattr(cb, "_fa3_with_kvcache", lambda: fake_fa3_with_kvcache)
+    case = small_case(batch_size=4, tree_per_request="mixed", page_size=8)
+    inputs = build_inputs(case).causal()
+    fn = CausalBaseline().prepare(inputs)
+    assert CausalBaseline().kernel_path(case) == "fa3_with_kvcache" and fn.kernel == "fa3 flash_attn_with_kvcache"
+    assert_matches_reference(fn(), inputs)
+
+
 @pytest.mark.parametrize("path", ["varlen", "flash_attn"])
 def test_causal_baseline_against_causal_reference(monkeypatch, path):
     monkeypatch.setattr(cb, "_varlen_attn", lambda: fake_varlen)
