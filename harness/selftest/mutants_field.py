@@ -1,5 +1,6 @@
 """Mutants of `Dense` that reproduce bugs found and fixed in other projects' tree or
-paged attention (each cites the upstream fix in `upstream`), and `ALL_MUTANTS` (the LSE mutants of `mutants_lse` included).
+paged attention (each cites the upstream fix in `upstream`), and `ALL_MUTANTS` (the LSE
+mutants of `mutants_lse` included).
 """
 
 from __future__ import annotations
