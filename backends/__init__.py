@@ -20,3 +20,4 @@ from treebench.backends import two_pass  # noqa: F401
 from treebench.backends import two_pass_flashinfer  # noqa: F401
 from treebench.backends import sglang_triton  # noqa: F401
 from treebench.backends import flashinfer_xqa  # noqa: F401
+from treebench.backends import fa4_tree  # noqa: F401

@@ -219,3 +219,10 @@ def require_shared_tree(inputs, backend: str, what: str) -> None:
     if any(t.parents != trees[0].parents for t in trees):
         raise ConfigError(f"{backend}: tree_per_request='mixed' is not supported; {what} is shared by "
                           "the batch (use tree_per_request='same')")
+
+
+def prefill_backend(wrapper) -> str:
+    """The kernel family a planned FlashInfer prefill wrapper runs: its `_backend` after `plan`
+    ("fa2", "fa3", ...; `plan` replaces "auto" by `determine_attention_backend`'s choice,
+    flashinfer/prefill.py, 0.6), or "auto" when the wrapper does not say."""
+    return str(getattr(wrapper, "_backend", None) or "auto")

@@ -1,9 +1,13 @@
 """Plain causal attention over the same L_b and T_b, no tree mask: what tree
 masking costs, measured against FlashAttention kernels.
 
-Two paths, chosen per case:
+Paths, chosen per case (the row's `kernel` names the one taken):
 
-- the `flash_attn` package's `flash_attn_with_kvcache`, reading the paged pool
+- FlashAttention-3's `flash_attn_interface.flash_attn_with_kvcache` (the Hopper build of
+  flash-attn, sm_90+) with `page_table`, `cache_seqlens` = S_b and the packed queries
+  through `cu_seqlens_q` (hopper/flash_attn_interface.py), any page size, when that module
+  is installed;
+- the `flash_attn` package's (FA2) `flash_attn_with_kvcache`, reading the paged pool
   through the block table, when that package is installed and P % 256 == 0 (its
   paged-KV requirement);
 - otherwise PyTorch's FlashAttention-2 kernel (`aten._flash_attention_forward`,
@@ -40,6 +44,17 @@ def _flash_attn_with_kvcache() -> Callable | None:
     return flash_attn_with_kvcache
 
 
+def _fa3_with_kvcache() -> Callable | None:
+    """FlashAttention-3's flash_attn_with_kvcache (module flash_attn_interface), on sm_90+ only."""
+    try:
+        from flash_attn_interface import flash_attn_with_kvcache
+    except ImportError:
+        return None
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
+        return None
+    return flash_attn_with_kvcache
+
+
 def _varlen_attn() -> Callable | None:
     try:
         from torch.nn.attention.varlen import varlen_attn
@@ -71,12 +86,16 @@ class CausalBaseline(Backend):
         """The path cases take here, for `treebench list` (it names a missing flash_attn)."""
         torch_path = "torch varlen_attn (FA2) over gathered K/V" if _varlen_attn() else \
             "torch SDPA flash over gathered K/V (equal L_b and T_b only)"
+        if _fa3_with_kvcache() is not None:
+            return "FA3 flash_attn_with_kvcache (flash_attn_interface) over the pool, any P"
         if _flash_attn_with_kvcache() is None:
             return f"flash_attn not installed (pip install flash-attn): {torch_path}"
         return f"flash_attn_with_kvcache when P % {FLASH_ATTN_PAGE_MULTIPLE} == 0, else {torch_path}"
 
     def kernel_path(self, case: Case) -> str:
-        """'flash_attn_with_kvcache', 'torch_varlen_flash' or 'torch_sdpa_flash'."""
+        """'fa3_with_kvcache', 'flash_attn_with_kvcache' (FA2), 'torch_varlen_flash' or 'torch_sdpa_flash'."""
+        if _fa3_with_kvcache():
+            return "fa3_with_kvcache"
         if _flash_attn_with_kvcache() and case.page_size % FLASH_ATTN_PAGE_MULTIPLE == 0:
             return "flash_attn_with_kvcache"
         return "torch_varlen_flash" if _varlen_attn() else "torch_sdpa_flash"
@@ -95,6 +114,10 @@ class CausalBaseline(Backend):
     def prepare(self, inputs: BatchInputs) -> Callable[[], torch.Tensor]:
         """Builds the chosen path's arguments; returns the timed call."""
         path = self.kernel_path(inputs.case)
+        if path == "fa3_with_kvcache":
+            fa3 = _fa3_with_kvcache()
+            assert fa3 is not None  # kernel_path chose it because it imports
+            return _prepare_fa3(inputs, fa3)
         if path == "flash_attn_with_kvcache":
             flash = _flash_attn_with_kvcache()
             assert flash is not None  # kernel_path chose it because it imports
@@ -104,6 +127,22 @@ class CausalBaseline(Backend):
             assert varlen is not None  # kernel_path chose it because it imports
             return _prepare_varlen(inputs, varlen)
         return _prepare_sdpa(inputs)
+
+
+def _prepare_fa3(inputs: BatchInputs, kernel: Callable) -> Callable[[], torch.Tensor]:
+    """FA3 flash_attn_with_kvcache over the pool: packed queries (cu_seqlens_q), bottom-right
+    causal per request (query i at position L_b + i), the block table as page_table."""
+    _, ts, _ = inputs.host_lists()
+    kw = dict(cache_seqlens=inputs.seq_lens.to(torch.int32), page_table=inputs.block_table.to(torch.int32),
+              cu_seqlens_q=inputs.qo_indptr.to(torch.int32), max_seqlen_q=max(ts), softmax_scale=inputs.sm_scale,
+              causal=True)
+
+    def run() -> torch.Tensor:
+        out = kernel(inputs.q, inputs.k_cache, inputs.v_cache, **kw)
+        return out[0] if isinstance(out, tuple) else out              # (sum T, Hq, D)
+
+    run.kernel = "fa3 flash_attn_with_kvcache"
+    return run
 
 
 def _prepare_flash_attn(inputs: BatchInputs, kernel: Callable) -> Callable[[], torch.Tensor]:
@@ -121,6 +160,7 @@ def _prepare_flash_attn(inputs: BatchInputs, kernel: Callable) -> Callable[[], t
                      block_table=inputs.block_table, softmax_scale=inputs.sm_scale, causal=True)
         return unpad(out, ts, left=True, rows=rows)                    # (sum T, Hq, D)
 
+    run.kernel = "fa2 flash_attn_with_kvcache"
     return run
 
 
@@ -146,7 +186,12 @@ def _prepare_varlen(inputs: BatchInputs, kernel: Callable) -> Callable[[], torch
     cu_k = prefix_sums(ss, inputs.device)
     kw = varlen_keywords(kernel, inputs.sm_scale)
     t_max, s_max = max(ts), max(ss)                  # host work stays out of the timed call
-    return lambda: kernel(inputs.q, k, v, cu_q, cu_k, t_max, s_max, **kw)
+
+    def run() -> torch.Tensor:
+        return kernel(inputs.q, k, v, cu_q, cu_k, t_max, s_max, **kw)
+
+    run.kernel = "torch varlen_attn (fa2)"
+    return run
 
 
 def _prepare_sdpa(inputs: BatchInputs) -> Callable[[], torch.Tensor]:
@@ -167,4 +212,5 @@ def _prepare_sdpa(inputs: BatchInputs) -> Callable[[], torch.Tensor]:
                 q, k, v, attn_mask=bias, scale=inputs.sm_scale, enable_gqa=True)
         return out.transpose(1, 2).reshape(B * T, -1, q.shape[-1])     # (sum T, Hq, D)
 
+    run.kernel = "torch sdpa flash (fa2)"
     return run

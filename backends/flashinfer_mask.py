@@ -13,7 +13,8 @@ from types import SimpleNamespace
 
 import torch
 
-from treebench.backends._conversions import flashinfer_page_metadata, flattened_tree_mask
+from treebench.backends._conversions import flashinfer_page_metadata, flattened_tree_mask, prefill_backend
+from treebench.backends._lse import LN2
 from treebench.harness.adapter.contract import Backend, Capabilities, register
 from treebench.harness.model.paged import BatchInputs
 
@@ -25,7 +26,9 @@ WORKSPACE_BYTES = 128 * 1024 * 1024  # float workspace size FlashInfer's docs re
 class FlashInferMask(Backend):
     """FlashInfer paged prefill with a per-request tree mask.
 
-    Timed: `wrapper.run(q, (k_cache, v_cache))` only.
+    Timed: `wrapper.run(q, (k_cache, v_cache), return_lse=True)` and the LSE's base-2 to
+    natural-log scaling (FlashInfer's LSE is log2: `backends/_lse.py`). The row's
+    `kernel` is the wrapper's backend after `plan` ("flashinfer fa2" or "flashinfer fa3").
     Setup (untimed): the page metadata (int32 `qo_indptr`, `paged_kv_indptr`,
     `paged_kv_indices`, `paged_kv_last_page_len`) built from the block table and
     S_b, the flattened boolean mask, and `wrapper.plan(...)`, which bit-packs the
@@ -45,6 +48,7 @@ class FlashInferMask(Backend):
 
     install_hint = INSTALL_HINT
     name = "flashinfer_mask"
+    returns_lse = True
     capabilities = Capabilities(
         devices=("cuda",),
         dtypes=("bfloat16", "float16"),   # FA2 prefill kernels (fp8 KV not used here)
@@ -70,8 +74,8 @@ class FlashInferMask(Backend):
             self._workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
         return self._workspace
 
-    def prepare(self, inputs: BatchInputs) -> Callable[[], torch.Tensor]:
-        """Plans the batch; returns the timed `run`.
+    def prepare(self, inputs: BatchInputs) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
+        """Plans the batch; returns the timed `run`, giving (out, natural-log lse).
 
         Raises:
             BackendUnavailable: flashinfer cannot be imported.
@@ -81,7 +85,13 @@ class FlashInferMask(Backend):
         wrapper = fi.Wrapper(self._workspace_on(inputs.device), "NHD")
         wrapper.plan(*plan.positional, **plan.keywords)
         q, kv = inputs.q, (inputs.k_cache, inputs.v_cache)
-        return lambda: wrapper.run(q, kv)
+
+        def run() -> tuple[torch.Tensor, torch.Tensor]:
+            out, lse = wrapper.run(q, kv, return_lse=True)         # lse (sum T_b, Hq) fp32, base 2
+            return out, lse * LN2
+
+        run.kernel = "flashinfer " + prefill_backend(wrapper)
+        return run
 
 
 def flashinfer_plan_arguments(inputs: BatchInputs) -> SimpleNamespace:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from typing import ClassVar
 from types import SimpleNamespace
 
 import torch
@@ -92,6 +93,7 @@ class FlexTree(Backend):
 
     name = "flex"
     capabilities = Capabilities(devices=("cpu", "cuda"))
+    kernel_options: ClassVar[dict | None] = None   # flex_attention's kernel_options (None: its default)
 
     @staticmethod
     def _api() -> SimpleNamespace:
@@ -124,14 +126,17 @@ class FlexTree(Backend):
         flex = api.flex_for(inputs.device)
         q, ts, t_max = inputs.q, a.tree_sizes, a.t_max
         rows = padded_rows(ts, t_max, device=inputs.device)         # no host copy in the timed call
+        extra = {"kernel_options": self.kernel_options} if self.kernel_options else {}
 
         def run() -> torch.Tensor:
             qp = pad_ragged(q, ts, t_max, rows=rows).transpose(1, 2)  # (B, Hq, T_max, D)
             out = flex(qp, a.k, a.v, block_mask=a.block_mask, scale=inputs.sm_scale,
-                       enable_gqa=True)                                # (B, Hq, T_max, D)
+                       enable_gqa=True, **extra)                       # (B, Hq, T_max, D)
             return unpad(out.transpose(1, 2), ts, rows=rows)          # (sum T, Hq, D)
 
         run()  # compile (GPU) outside the timed region
+        run.kernel = ("flex " + ",".join(f"{k}={v}" for k, v in self.kernel_options.items()) if self.kernel_options
+                      else "flex inductor" if inputs.device.type == "cuda" else "flex eager")
         return run
 
 
@@ -151,3 +156,25 @@ def flex_arguments(inputs: BatchInputs, create_block_mask) -> SimpleNamespace:
                              padded_tree_masks(inputs.trees, t_max).to(dev))
     block_mask = create_block_mask(mask_mod, len(ts), None, t_max, s_max, device=dev, BLOCK_SIZE=BLOCK_SIZE)
     return SimpleNamespace(k=kp, v=vp, block_mask=block_mask, tree_sizes=ts, t_max=t_max, mask_mod=mask_mod)
+
+
+@register
+class FlexFa4(FlexTree):
+    """FlexTree lowered to FlashAttention-4: `flex_attention(..., kernel_options={"BACKEND": "FLASH"})`
+    (torch 2.11+, which hands the score/mask mods to `flash_attn.cute`; it raises where that
+    lowering is unavailable). GPU only; the same gather, BlockMask and timing as `flex`."""
+
+    name = "flex_fa4"
+    install_hint = "flash_attn.cute (FlashAttention-4) not installed: pip install flash-attn-4 (torch >= 2.11)"
+    capabilities = Capabilities(devices=("cuda",), dtypes=("bfloat16", "float16"), min_compute_capability=(9, 0))
+    kernel_options = {"BACKEND": "FLASH"}
+
+    def load_optional(self) -> object:
+        import flash_attn.cute  # the FLASH backend of flex_attention imports it
+        return flash_attn.cute
+
+    def availability(self) -> str | None:
+        reason = super().availability()
+        if reason is None and tuple(int(x) for x in torch.__version__.split(".")[:2]) < (2, 11):
+            return f"flex_attention's FLASH backend needs torch >= 2.11; this is {torch.__version__}"
+        return reason

@@ -55,6 +55,7 @@ class TritonTreeBackend(Backend):
     name = "triton_tree"
     capabilities = TRITON_CAPABILITIES
     mask_mode = "tree"
+    returns_lse = True      # TreeAttention(return_lse=True) writes lse (sum T_b, Hq) fp32, natural log
 
     def __init__(self, options: KernelOptions | None = None):
         """Raises ConfigError: options not a KernelOptions."""
@@ -66,8 +67,31 @@ class TritonTreeBackend(Backend):
         return triton_availability()
 
     def prepare(self, inputs: BatchInputs):
-        """Plans, packs the masks, allocates every buffer and launches once; returns
-        the launch object, a zero-argument callable returning (sum T_b, Hq, D)."""
+        """Plans, packs the masks, allocates every buffer and launches once (TreeAttention with
+        return_lse=True); returns a zero-argument callable launching it and returning
+        (out (sum T_b, Hq, D), lse (sum T_b, Hq) fp32), whose `kernel` is the launch's."""
         from treebench.kernels.tree_attention import TreeAttention
 
-        return TreeAttention(inputs, self.mask_mode, options=self.options)
+        return WithLse(TreeAttention(inputs, self.mask_mode, return_lse=True, options=self.options))
+
+
+class WithLse:
+    """A prepared TreeAttention as the contract's (out, lse) callable; `kernel` is the launch's,
+    and every other attribute (plan, options, kv_desc, ...) reads through to the launch."""
+
+    def __init__(self, launch):
+        self.launch = launch
+
+    def __getattr__(self, name: str):
+        if name == "launch":                       # not set yet (copy, pickle): no recursion
+            raise AttributeError(name)
+        return getattr(self.launch, name)
+
+    @property
+    def kernel(self) -> str:
+        """The path the launch names (its `kernel`, "" when it names none)."""
+        return str(getattr(self.launch, "kernel", "") or "")
+
+    def __call__(self):
+        """Launches; returns (out, lse), the launch's own buffers."""
+        return self.launch(), self.launch.lse

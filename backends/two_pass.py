@@ -43,9 +43,10 @@ class TwoPass(Backend):
 
     name = "two_pass"
     capabilities = Capabilities(devices=("cpu", "cuda"))
+    returns_lse = True      # the merged state's natural-log LSE
 
-    def prepare(self, inputs: BatchInputs) -> Callable[[], torch.Tensor]:
-        """Builds the slot indices and masks; returns the timed call."""
+    def prepare(self, inputs: BatchInputs) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
+        """Builds the slot indices and masks; returns the timed call, giving (out, merged lse)."""
         ls, ts, _ = inputs.host_lists()
         B, P, dev = inputs.batch_size, inputs.page_size, inputs.device
         ctx = token_slots(inputs.block_table, [0] * B, ls, P).split(ls)        # B x (L_b,) int64
@@ -57,11 +58,13 @@ class TwoPass(Backend):
         v_flat = inputs.v_cache.reshape(n * P, Hkv, D)
         scale, dtype = inputs.sm_scale, inputs.dtype
 
-        def run() -> torch.Tensor:
+        def run() -> tuple[torch.Tensor, torch.Tensor]:
             o1, lse1 = _per_request(q_split, k_flat, v_flat, ctx, [None] * B, scale)   # context pass
             o2, lse2 = _per_request(q_split, k_flat, v_flat, tree, masks, scale)       # tree pass
-            return merge_states(o1, lse1, o2, lse2)[0].to(dtype)
+            o, lse = merge_states(o1, lse1, o2, lse2)
+            return o.to(dtype), lse                                              # (sum T, Hq, D), (sum T, Hq)
 
+        run.kernel = "torch float32 two-pass"
         return run
 
 

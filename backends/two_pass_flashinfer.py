@@ -21,7 +21,7 @@ from types import SimpleNamespace
 
 import torch
 
-from treebench.backends._conversions import flashinfer_page_metadata, prefix_sums, token_slots
+from treebench.backends._conversions import flashinfer_page_metadata, prefill_backend, prefix_sums, token_slots
 from treebench.backends._lse import LN2, merge_states
 from treebench.harness.adapter.contract import Backend, Capabilities, register
 from treebench.harness.model.paged import BatchInputs
@@ -50,6 +50,7 @@ class TwoPassFlashInfer(Backend):
 
     install_hint = INSTALL_HINT
     name = "two_pass_flashinfer"
+    returns_lse = True      # the merged state's LSE (FlashInfer's base 2 converted to natural log)
     capabilities = Capabilities(
         devices=("cuda",),
         dtypes=("bfloat16", "float16"),
@@ -93,12 +94,14 @@ class TwoPassFlashInfer(Backend):
         slots = (inputs.k_cache.view(n * P, 1, Hkv, D), inputs.v_cache.view(n * P, 1, Hkv, D))
         q, empty, dtype = inputs.q, plans.empty_context, inputs.dtype
 
-        def run() -> torch.Tensor:
+        def run() -> tuple[torch.Tensor, torch.Tensor]:
             o1, lse1 = wrappers[0].run(q, pool, return_lse=True)          # (sum T_b, Hq, D), (sum T_b, Hq) base 2
             o2, lse2 = wrappers[1].run(q, slots, return_lse=True)
             lse1 = torch.where(empty, float("-inf"), lse1 * LN2)          # L_b = 0: the empty state
-            return merge_states(o1.float(), lse1, o2.float(), lse2 * LN2)[0].to(dtype)
+            o, lse = merge_states(o1.float(), lse1, o2.float(), lse2 * LN2)
+            return o.to(dtype), lse                                       # (sum T, Hq, D), (sum T, Hq) natural log
 
+        run.kernel = "two-pass " + "/".join(prefill_backend(w) for w in wrappers)
         return run
 
 

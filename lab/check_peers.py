@@ -106,6 +106,7 @@ def run_adapter(backend, case: Case, inputs, ref) -> dict:
         t0 = time.perf_counter()
         fn = backend.prepare(inputs)
         out = fn()
+        out = out[0] if getattr(backend, "returns_lse", False) else out    # (out, lse): the output here
         torch.cuda.synchronize() if torch.cuda.is_available() else None
         prep = time.perf_counter() - t0
         rec = compare(out, ref, inputs.qo_indptr, case.dtype)

@@ -5,6 +5,7 @@ the GPU by lab/check_peers.py and `treebench check`)."""
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -18,7 +19,7 @@ from treebench.backends.flex import FlexTree
 from treebench.backends.vllm_triton import VllmTriton
 from treebench.backends.xformers_tree import XformersTree, xformers_arguments
 from treebench.harness.model.cases import Case
-from treebench.harness.model.compare import compare
+from treebench.harness.model.compare import compare, compare_lse
 from treebench.harness.errors import ConfigError
 from treebench.harness.model.paged import build_inputs
 from treebench.harness.model.reference import reference_attention
@@ -44,9 +45,16 @@ def dense(q, k, v, allowed, scale):
 
 
 def assert_matches_reference(out, inputs, ref=None):
-    ref = reference_attention(inputs) if ref is None else ref
-    rec = compare(out, ref, inputs.qo_indptr, inputs.case.dtype)
+    """`out` (or (out, lse) from a backend that returns its LSE) matches the float64 reference."""
+    lse = None
+    if isinstance(out, tuple):
+        out, lse = out
+    ref_out, ref_lse = reference_attention(inputs, return_lse=True)
+    rec = compare(out, ref_out if ref is None else ref, inputs.qo_indptr, inputs.case.dtype)
     assert rec.passed, rec
+    if lse is not None:
+        lrec = compare_lse(lse, ref_lse, inputs.qo_indptr, inputs.case.dtype)
+        assert lrec.passed, lrec.reason()
 
 
 # ---- conversions against hand-computed cases ----------------------------------------------
@@ -132,9 +140,11 @@ class FakeFlashInferWrapper:
         assert custom_mask.dtype == torch.bool
         self.args = SimpleNamespace(qo=qo_indptr.tolist(), kv=kv_indptr.tolist(), idx=kv_indices,
                                     last=last_page_len.tolist(), p=page_size, mask=custom_mask, scale=sm_scale)
+        self._backend = "fa2"                                            # what plan resolves "auto" to
 
-    def run(self, q, kv):
-        a, outs, moff = self.args, [], 0
+    def run(self, q, kv, return_lse=False):
+        """(out, lse base 2 as FlashInfer's kernels write it) with return_lse, else out."""
+        a, outs, lses, moff = self.args, [], [], 0
         for b in range(len(a.qo) - 1):
             pages = a.idx[a.kv[b]:a.kv[b + 1]].long()
             s = (len(pages) - 1) * a.p + a.last[b]                       # kv_len from the page metadata
@@ -143,8 +153,13 @@ class FakeFlashInferWrapper:
             m = a.mask[moff:moff + t * s].view(t, s)                     # row-major (T_b, kv_len_b)
             moff += t * s
             outs.append(dense(q[a.qo[b]:a.qo[b + 1]], k, v, m, a.scale))
+            g = q.shape[1] // k.shape[1]
+            sc = torch.einsum("thd,shd->ths", q[a.qo[b]:a.qo[b + 1]].double(),
+                              k.double().repeat_interleave(g, 1)) * a.scale
+            lses.append(torch.logsumexp(sc.masked_fill(~m[:, None, :], float("-inf")), -1) / math.log(2))
         assert moff == a.mask.numel()
-        return torch.cat(outs).to(q.dtype)
+        out = torch.cat(outs).to(q.dtype)
+        return (out, torch.cat(lses).float()) if return_lse else out
 
 
 @pytest.mark.parametrize("batch_size", [1, 5])
@@ -271,6 +286,32 @@ def fake_flash_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, block_table, 
         allowed[~allowed.any(1)] = True          # fully masked padding rows: any finite value
         out[b] = dense(q[b], k, v, allowed, softmax_scale)
     return out.to(q.dtype)
+
+
+def fake_fa3_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, page_table, cu_seqlens_q, max_seqlen_q,
+                          softmax_scale, causal):
+    """FA3 flash_attn_with_kvcache with packed queries: request b's rows cu[b]:cu[b+1], bottom-right
+    causal against its first cache_seqlens[b] paged tokens; returns (out, lse) as FA3 does."""
+    assert causal and page_table.dtype == cache_seqlens.dtype == cu_seqlens_q.dtype == torch.int32
+    cu, p = cu_seqlens_q.tolist(), k_cache.shape[1]
+    out = torch.empty(q.shape, dtype=torch.float64)
+    for b, s in enumerate(cache_seqlens.tolist()):
+        t, pos = cu[b + 1] - cu[b], torch.arange(s)
+        assert t <= max_seqlen_q
+        slots = page_table[b].long()[pos // p] * p + pos % p
+        k, v = (c.reshape(-1, *c.shape[2:])[slots] for c in (k_cache, v_cache))
+        out[cu[b]:cu[b + 1]] = dense(q[cu[b]:cu[b + 1]], k, v, pos[None, :] <= s - t + torch.arange(t)[:, None],
+                                     softmax_scale)
+    return out.to(q.dtype), None
+
+
+def test_causal_baseline_takes_fa3_where_installed(monkeypatch):
+    monkeypatch.setattr(cb, "_fa3_with_kvcache", lambda: fake_fa3_with_kvcache)
+    case = small_case(batch_size=4, tree_per_request="mixed", page_size=8)
+    inputs = build_inputs(case).causal()
+    fn = CausalBaseline().prepare(inputs)
+    assert CausalBaseline().kernel_path(case) == "fa3_with_kvcache" and fn.kernel == "fa3 flash_attn_with_kvcache"
+    assert_matches_reference(fn(), inputs)
 
 
 @pytest.mark.parametrize("path", ["varlen", "flash_attn"])

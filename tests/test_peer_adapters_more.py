@@ -35,7 +35,7 @@ from treebench.backends.two_pass import TwoPass, attend_with_lse
 from treebench.backends.two_pass_flashinfer import TwoPassFlashInfer, two_pass_plans
 from treebench.harness.cli.main import main
 from treebench.harness.model.cases import Case
-from treebench.harness.model.compare import compare
+from treebench.harness.model.compare import compare, compare_lse
 from treebench.harness.model.paged import build_inputs
 from treebench.harness.model.reference import reference_attention
 from treebench.harness.model.tree_specs import parse_tree
@@ -53,7 +53,13 @@ def small_case(**kw) -> Case:
 
 
 def passes(out, inputs) -> bool:
-    return compare(out, reference_attention(inputs), inputs.qo_indptr, inputs.case.dtype).passed
+    """`out`, or (out, lse) from a backend that returns its LSE, matches the float64 reference."""
+    ref, ref_lse = reference_attention(inputs, return_lse=True)
+    lse_ok = True
+    if isinstance(out, tuple):
+        out, lse = out
+        lse_ok = compare_lse(lse, ref_lse, inputs.qo_indptr, inputs.case.dtype).passed
+    return lse_ok and compare(out, ref, inputs.qo_indptr, inputs.case.dtype).passed
 
 
 def install(monkeypatch, name: str, **attrs) -> types.ModuleType:
@@ -128,8 +134,9 @@ def test_attention_over_no_keys_is_the_empty_state():
                                      dict(dtype="bfloat16", layout="interleaved")])
 def test_two_pass_matches_reference(case_kw):
     inputs = build_inputs(small_case(**case_kw))
-    out = TwoPass().prepare(inputs)()
-    assert out.dtype == inputs.dtype and out.shape == inputs.q.shape
+    out, lse = TwoPass().prepare(inputs)()
+    assert out.dtype == inputs.dtype and out.shape == inputs.q.shape and lse.shape == inputs.q.shape[:2]
+    out = (out, lse)
     assert passes(out, inputs)
 
 
@@ -386,8 +393,8 @@ class FakePrefill:
 def test_two_pass_flashinfer_through_a_fake_wrapper(monkeypatch, case_kw):
     install(monkeypatch, "flashinfer", BatchPrefillWithPagedKVCacheWrapper=FakePrefill)
     inputs = build_inputs(small_case(**case_kw))
-    out = TwoPassFlashInfer().prepare(inputs)()
-    assert out.shape == inputs.q.shape and out.dtype == inputs.dtype and passes(out, inputs)
+    out, lse = TwoPassFlashInfer().prepare(inputs)()
+    assert out.shape == inputs.q.shape and out.dtype == inputs.dtype and passes((out, lse), inputs)
 
 
 def test_two_pass_flashinfer_converts_the_base_2_lse(monkeypatch):
@@ -428,4 +435,5 @@ def test_timed_calls_build_no_index_tensor(monkeypatch):
             if hasattr(mod, helper):
                 monkeypatch.setattr(mod, helper, host_copy)
     for fn in calls:
-        assert fn().shape == inputs.q.shape
+        out = fn()
+        assert (out[0] if isinstance(out, tuple) else out).shape == inputs.q.shape

@@ -16,7 +16,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from treebench.harness.model.cases import Case  # noqa: E402
-from treebench.harness.model.compare import compare  # noqa: E402
+from treebench.harness.model.compare import compare, compare_lse  # noqa: E402
 from treebench.harness.timing.timers import capture_graph  # noqa: E402
 from treebench.harness.errors import ConfigError  # noqa: E402
 from treebench.harness.model.paged import build_inputs  # noqa: E402
@@ -187,9 +187,11 @@ def test_backend_prepare_returns_a_callable_with_the_output():
     case = Case(batch_size=2, context_len="ragged:0-20", tree="full:2:1", page_size=16, **TINY)
     inputs = build_inputs(case, DEVICE)
     fn = TritonTreeBackend().prepare(inputs)
-    out = fn()
-    assert out.shape == inputs.q.shape and out.dtype == inputs.dtype
-    assert compare(out, reference_attention(inputs), inputs.qo_indptr, case.dtype).passed
+    out, lse = fn()
+    assert out.shape == inputs.q.shape and out.dtype == inputs.dtype and lse.shape == inputs.q.shape[:2]
+    ref, ref_lse = reference_attention(inputs, return_lse=True)
+    assert compare(out, ref, inputs.qo_indptr, case.dtype).passed
+    assert compare_lse(lse, ref_lse, inputs.qo_indptr, case.dtype).passed
 
 
 def test_availability_reasons(monkeypatch):

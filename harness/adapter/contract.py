@@ -2,7 +2,10 @@
 
 A backend is a class with `name`, `availability()`, `supports(case)` and
 `prepare(inputs) -> Callable[[], Tensor]` (see docs/design.md), and optionally
-`deterministic` (default True: repeated calls agree bitwise). `inputs` is a
+`deterministic` (default True: repeated calls agree bitwise) and `returns_lse`
+(default False; True: the callable returns `(out, lse)`, lse (sum T_b, Hq) float32
+natural log, checked against the reference's). The prepared callable may carry a
+`kernel` attribute, a short name of the path it runs (stored in every row). `inputs` is a
 treebench.harness.model.paged.BackendInputs: the contract fields, never the
 reference's logical K/V. `treebench check` prepares every backend twice (on two
 batches of the same axes) and calls each callable twice, so `prepare` must not
@@ -58,6 +61,10 @@ class Backend:
     # requires (a difference fails the row). False (e.g. split-K with atomic adds): the check compares
     # each call with the reference within tolerance instead and the row's reason says so.
     deterministic: ClassVar[bool] = True
+    # True: the prepared callable returns (out, lse), lse (sum T_b, Hq) float32, the natural-log
+    # sum of exp of the scaled scores per node and head (-inf for a row that sees nothing), and the
+    # check compares it with the reference's (treebench.harness.model.compare.compare_lse).
+    returns_lse: ClassVar[bool] = False
 
     def availability(self) -> str | None:
         """None when usable here, else the reason (missing package + install hint, no GPU, ...)."""
@@ -99,7 +106,7 @@ class Backend:
 
     def prepare(self, inputs: BackendInputs) -> Callable[[], torch.Tensor]:
         """Untimed setup; returns the timed zero-argument callable producing
-        (sum T_b, Hq, D) in inputs.dtype."""
+        (sum T_b, Hq, D) in inputs.dtype, or (that, lse (sum T_b, Hq) float32) when `returns_lse`."""
         raise NotImplementedError
 
 

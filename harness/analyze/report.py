@@ -81,7 +81,7 @@ def backend_order(rows: Sequence[dict], baseline: str | None, causal: str) -> li
 
 def backend_summary(rows: Sequence[dict], order: Sequence[str], sp: pd.DataFrame, overhead: pd.DataFrame,
                     skip: set[str], racing: set[str] | None = None, own: Set[str] = frozenset()) -> list[dict]:
-    """Per backend: status counts, timers with their L2 state ("cuda_graph, L2 flushed"), timed rows
+    """Per backend: status counts, the kernel paths its rows name (`kernel`), timers with their L2 state ("cuda_graph, L2 flushed"), timed rows
     per L2 state, geomean speedup and mask overhead, median % peak, whether it is one of `own`
     (treebench's kernels), and wins (cases where it is the fastest passing backend of `racing`,
     default every backend not in `skip`; `skip` also has no mask overhead)."""
@@ -99,6 +99,7 @@ def backend_summary(rows: Sequence[dict], order: Sequence[str], sp: pd.DataFrame
         pct = [r["pct_peak_bw"] for r in mine if r.get("status") == "pass" and r.get("pct_peak_bw") is not None]
         out.append({"backend": b, "counts": {k: counts.get(k, 0) for k in STATUSES}, "n": len(mine),
                     "timers": sorted({t for r in mine if (t := timing_label(r))}), "fallbacks": fallbacks,
+                    "kernels": sorted({str(k) for r in mine if (k := r.get("kernel"))}),   # the paths it ran
                     "l2": Counter(f for r in mine if (f := row_l2_flushed(r)) is not None),
                     "speedup": geometric_mean(s) if s else None,
                     "overhead_pct": 100 * (geometric_mean([1 + x / 100 for x in o]) - 1) if o else None,

@@ -291,7 +291,9 @@ def print_summary(rows: list[dict], title: str, max_lines: int = 20) -> None:
         out.print(line, markup=False, highlight=False, soft_wrap=True)
     failed = [r for r in rows if r["status"] in FAILED]
     for r in failed[:max_lines]:
-        out.print(f"{r['status']}: {r['backend']} on {r['case_id']}: {r['reason']}", markup=False, highlight=False, soft_wrap=True)
+        kernel = f" ({r['kernel']})" if r.get("kernel") else ""       # the path it ran, as the backend names it
+        out.print(f"{r['status']}: {r['backend']}{kernel} on {r['case_id']}: {r['reason']}", markup=False,
+                  highlight=False, soft_wrap=True)
     if len(failed) > max_lines:
         out.print(f"... and {len(failed) - max_lines} more failed rows", markup=False, soft_wrap=True)
     nondet = [r for r in rows if r.get("deterministic") is False]

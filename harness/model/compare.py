@@ -16,6 +16,19 @@ Tolerance per dtype, and why (an element passes when
   products, so the bound is fp16-like, not fp32's 6e-8: atol 2e-3, rtol 2e-3.
 
 Any NaN or Inf in the output is a mismatch, whatever the tolerance.
+
+LSE (`compare_lse`, for a backend with `returns_lse`): natural log, (sum T_b, Hq)
+float32, checked against the float64 reference's with |lse - ref| <= atol + rtol * |ref|.
+The LSE needs no rounding of P to the input dtype: kernels take it from the float32
+row max and row sum. Its error is the scores' (q and k are exact in a bf16/fp16 product;
+float32 accumulation over D terms, relative <= D * 2^-24 ~ 8e-6 of sum |q_d k_d| at D 128)
+plus the float32 exp2/log2 (relative 2^-22); so bf16/fp16 get atol 1e-3 and rtol 1e-4
+(|lse| reaches 1e4 at the check's large logits: rtol covers the accumulation there).
+float32 cases may run TF32 products (inputs rounded to 2^-11): score errors up to
+~1e-3 of sum |q_d k_d| * scale, a few 1e-3 for N(0, 1) data: atol 1e-2, rtol 5e-3.
+An LSE in log2 (x 1.44), transposed, or another request's is off by O(1) or more.
+A row that sees nothing has lse -inf in the reference; -inf there matches, any other
+value (FlashAttention-2 writes +inf) is a mismatch, as is NaN anywhere.
 """
 
 from __future__ import annotations
@@ -28,6 +41,12 @@ TOLERANCES: dict[str, tuple[float, float]] = {  # dtype -> (atol, rtol); reasons
     "bfloat16": (1.6e-2, 1.6e-2),
     "float16": (4e-3, 4e-3),
     "float32": (2e-3, 2e-3),
+}
+
+LSE_TOLERANCES: dict[str, tuple[float, float]] = {  # dtype -> (atol, rtol) of the LSE; reasons above
+    "bfloat16": (1e-3, 1e-4),
+    "float16": (1e-3, 1e-4),
+    "float32": (1e-2, 5e-3),
 }
 
 
@@ -87,3 +106,51 @@ def compare(out: torch.Tensor, ref: torch.Tensor, qo_indptr: torch.Tensor, dtype
         atol=atol, rtol=rtol,
         worst=(req, row - ptr[req], head) if diff.numel() else None,
         nonfinite=int((~finite).sum()))
+
+
+@dataclass(frozen=True)
+class LseRecord:
+    """What the comparison of a backend's LSE with the reference's found."""
+
+    passed: bool
+    max_abs_err: float                       # max |lse - ref| (inf where one is non-finite and they differ)
+    atol: float
+    rtol: float
+    worst: tuple[int, int, int] | None       # (request, node, head) of the worst element
+    mismatch_frac: float                     # fraction of (node, head) entries outside tolerance
+
+    def reason(self) -> str:
+        """'lse: max |err| X at (request b, node i, head h); F of entries out of tolerance'."""
+        where = f" at (request {self.worst[0]}, node {self.worst[1]}, head {self.worst[2]})" if self.worst else ""
+        return (f"lse: max |err| {self.max_abs_err:.3g}{where}; {self.mismatch_frac:.1%} of (node, head) entries "
+                f"out of tolerance (atol {self.atol:g}, rtol {self.rtol:g})")
+
+
+def compare_lse(lse: torch.Tensor, ref: torch.Tensor, qo_indptr: torch.Tensor, dtype: str) -> LseRecord:
+    """Compares a backend's LSE with the reference's (tolerances and reasons in the module docstring).
+
+    Args:
+        lse: (sum T_b, Hq) natural-log LSE, any float dtype, any device.
+        ref: (sum T_b, Hq) float64 reference LSE (-inf for a row that sees nothing).
+        qo_indptr: (B+1,) prefix sums of T_b, to map the worst entry to (request, node).
+        dtype: case dtype name, selects LSE_TOLERANCES.
+
+    Raises:
+        ValueError: shapes differ.
+    """
+    if tuple(lse.shape) != tuple(ref.shape):
+        raise ValueError(f"lse shape {tuple(lse.shape)} != expected (sum T_b, Hq) = {tuple(ref.shape)}")
+    atol, rtol = LSE_TOLERANCES[dtype]
+    x = lse.detach().to(ref.device, torch.float64)
+    same_inf = (x == ref) & torch.isinf(ref)                               # -inf == -inf: an empty row, right
+    diff = torch.where(same_inf, torch.zeros_like(ref), (x - ref).abs())   # (sum T, Hq); NaN where either is NaN
+    diff = torch.nan_to_num(diff, nan=float("inf"), posinf=float("inf"))
+    bad = diff > atol + rtol * torch.where(torch.isfinite(ref), ref.abs(), torch.zeros_like(ref))
+    if not diff.numel():
+        return LseRecord(True, 0.0, atol, rtol, None, 0.0)
+    flat = int(diff.reshape(-1).argmax())
+    row, head = divmod(flat, lse.shape[1])
+    ptr = qo_indptr.tolist()
+    req = max(i for i in range(len(ptr) - 1) if ptr[i] <= row)
+    return LseRecord(passed=not bool(bad.any()), max_abs_err=float(diff.max()), atol=atol, rtol=rtol,
+                     worst=(req, row - ptr[req], head), mismatch_frac=int(bad.sum()) / diff.numel())

@@ -30,7 +30,8 @@ import torch
 
 from treebench.harness.model.cases import Case
 from treebench.harness.run.memory import fit_reason
-from treebench.harness.run.verify import InputsMutated, check_pair, compared, determinism, error_reason, join, prepared
+from treebench.harness.run.verify import (InputsMutated, check_pair, compared, determinism, error_reason, join,
+                                         kernel_name, prepared, returns_lse)
 from treebench.harness.model.workload import case_metrics
 from treebench.harness.model.paged import BatchInputs, build_inputs
 from treebench.harness.model.reference import reference_attention
@@ -54,6 +55,7 @@ class CaseData:
         self.trees = trees        # B TokenTrees instead of case.trees() (the re-prepare twin's), or None
         self._inputs: dict[str, BatchInputs] = {}
         self._refs: dict[tuple[str, str], tuple[BatchInputs, torch.Tensor]] = {}
+        self._lses: dict[tuple[str, str], torch.Tensor] = {}   # the reference's (sum T_b, Hq) float64 LSE
         self._alternate: CaseData | None = None
 
     def alternate(self) -> "CaseData":
@@ -86,14 +88,21 @@ class CaseData:
                 self._inputs[str(device)] = build_inputs(self.case, device, self.trees)
             base = self._inputs[str(device)]
             inputs = base.causal() if mask_kind == "causal" else base
-            self._refs[key] = (inputs, reference_attention(inputs))
+            out, lse = reference_attention(inputs, return_lse=True)
+            self._refs[key], self._lses[key] = (inputs, out), lse
         return self._refs[key]
+
+    def lse(self, device: torch.device, mask_kind: str) -> torch.Tensor:
+        """The reference's LSE (sum T_b, Hq) float64, natural log, of `get(device, mask_kind)`'s batch."""
+        self.get(device, mask_kind)
+        return self._lses[(str(device), mask_kind)]
 
     def invalidate(self, device: torch.device) -> None:
         """Drops the inputs and references on `device` (a backend wrote into them): rebuilt on next get."""
         self._inputs.pop(str(device), None)
         for key in [k for k in self._refs if k[0] == str(device)]:
             del self._refs[key]
+            self._lses.pop(key, None)
         self._alternate = None
 
 
@@ -128,11 +137,12 @@ def _run_one(backend, case: Case, data: CaseData, device: torch.device, config: 
         return
     inputs, ref = data.get(device, mask_kind)
     fn, out, check_inputs = prepared(backend, inputs, data, device)
+    row["kernel"] = kernel_name(fn, backend, inputs)
     nondet = None
     if config.determinism:
-        out, nondet = determinism(fn, out, inputs, row)
+        out, nondet = determinism(fn, out, inputs, row, returns_lse(backend))
         check_inputs()
-    rec, bad = compared(out, ref, inputs)
+    rec, bad = compared(out, ref, inputs, data.lse(device, mask_kind))
     row.update(rec, status="mismatch" if bad else "pass", reason=join(bad, nondet))
     del out
     try:

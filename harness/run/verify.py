@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from treebench.harness.model.compare import compare
+from treebench.harness.model.compare import compare, compare_lse
 from treebench.harness.model.paged import BatchInputs
 
 if TYPE_CHECKING:
@@ -90,14 +90,48 @@ class InputsMutated(RuntimeError):
         super().__init__(f"backend mutated its inputs ({'/'.join(fields)})")
 
 
-def check_output(out, inputs: BatchInputs) -> None:
-    """Raises TypeError/ValueError when `out` is not a (sum T_b, Hq, D) tensor in inputs.dtype."""
+def check_output(result, inputs: BatchInputs, returns_lse: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(out, lse) of a prepared callable's `result`: `out` alone, or `(out, lse)` when the backend
+    declares `returns_lse` (lse None otherwise).
+
+    Raises:
+        TypeError/ValueError: `out` not a (sum T_b, Hq, D) tensor in inputs.dtype; with `returns_lse`,
+            `result` not a pair or lse not a (sum T_b, Hq) float32 tensor.
+    """
+    lse = None
+    if returns_lse:
+        if not (isinstance(result, (tuple, list)) and len(result) == 2):
+            raise TypeError(f"prepared callable returned {type(result).__name__}, expected (out, lse): the backend "
+                            "declares returns_lse = True")
+        result, lse = result
+    out = result
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"prepared callable returned {type(out).__name__}, expected a torch.Tensor")
     if tuple(out.shape) != tuple(inputs.q.shape):
         raise ValueError(f"output shape {tuple(out.shape)} != expected (sum T_b, Hq, D) = {tuple(inputs.q.shape)}")
     if out.dtype != inputs.dtype:
         raise TypeError(f"output dtype {out.dtype} != expected {inputs.dtype}")
+    if returns_lse:
+        if not isinstance(lse, torch.Tensor):
+            raise TypeError(f"lse is {type(lse).__name__}, expected a (sum T_b, Hq) float32 torch.Tensor")
+        if tuple(lse.shape) != tuple(inputs.q.shape[:2]) or lse.dtype != torch.float32:
+            raise ValueError(f"lse is {tuple(lse.shape)} {lse.dtype}, expected (sum T_b, Hq) = "
+                             f"{tuple(inputs.q.shape[:2])} torch.float32")
+    return out, lse
+
+
+def returns_lse(backend) -> bool:
+    """The backend's `returns_lse` (False when it has none)."""
+    return getattr(backend, "returns_lse", False) is True
+
+
+def kernel_name(fn, backend, inputs: BatchInputs) -> str | None:
+    """The path a prepared callable runs, for the row's `kernel`: its `kernel` attribute (read after
+    a call, so a callable may name it as it runs), else the backend's `kernel_path(case)`, else None."""
+    name = getattr(fn, "kernel", None)
+    if name is None and callable(getattr(backend, "kernel_path", None)):
+        name = backend.kernel_path(inputs.case)
+    return None if name is None or name == "" else str(name)
 
 
 def bitwise_diff_count(a: torch.Tensor, b: torch.Tensor) -> int:
@@ -106,20 +140,24 @@ def bitwise_diff_count(a: torch.Tensor, b: torch.Tensor) -> int:
     return int((a.contiguous().view(as_int) != b.contiguous().view(as_int)).sum())
 
 
-def determinism(fn: Callable, out: torch.Tensor, inputs: BatchInputs, row: dict) -> tuple[torch.Tensor, str | None]:
-    """Calls `fn` a second time and compares bitwise with `out`; sets row["deterministic"].
+def determinism(fn: Callable, out: tuple, inputs: BatchInputs, row: dict,
+                with_lse: bool = False) -> tuple[tuple, str | None]:
+    """Calls `fn` a second time and compares bitwise with the first call's (out, lse); sets
+    row["deterministic"].
 
     Returns:
-        (a copy of the first output, None or the nondeterminism reason).
+        (a copy of the first (out, lse), None or the nondeterminism reason).
     """
-    first = out.clone()  # the callable may hand back one persistent buffer: keep the first call's bits
-    again = fn()
-    check_output(again, inputs)
-    n = bitwise_diff_count(first, again)
+    # the callable may hand back persistent buffers: keep the first call's bits
+    first = tuple(None if t is None else t.clone() for t in out)
+    again = check_output(fn(), inputs, with_lse)
+    n = sum(bitwise_diff_count(a, b) for a, b in zip(first, again) if a is not None and b is not None)
     row["deterministic"] = n == 0
     if n == 0:
         return first, None
-    return first, f"nondeterministic: {n} of {first.numel()} output elements differ bitwise between two calls"
+    total = sum(t.numel() for t in first if t is not None)
+    what = "output and LSE" if with_lse else "output"
+    return first, f"nondeterministic: {n} of {total} {what} elements differ bitwise between two calls"
 
 
 def join(*reasons: str | None) -> str | None:
@@ -141,8 +179,9 @@ def prepared(backend, inputs: BatchInputs, data: CaseData, device: torch.device)
     """Prepares `backend` on the backend view of `inputs` and calls it once.
 
     Returns:
-        (the prepared callable, its first output, a function raising InputsMutated
-        when the backend has since written into `inputs`).
+        (the prepared callable, its first (out, lse) -- lse None unless the backend
+        `returns_lse` --, a function raising InputsMutated when the backend has since
+        written into `inputs`).
 
     Raises:
         whatever the backend raises; InputsMutated; TypeError/ValueError for a bad output.
@@ -163,14 +202,22 @@ def prepared(backend, inputs: BatchInputs, data: CaseData, device: torch.device)
             data.invalidate(device)
         raise
     check_inputs()
-    check_output(out, inputs)
-    return fn, out, check_inputs
+    return fn, check_output(out, inputs, returns_lse(backend)), check_inputs
 
 
-def compared(out: torch.Tensor, ref: torch.Tensor, inputs: BatchInputs) -> tuple[dict, str | None]:
-    """(correctness record without `passed`, None or the mismatch reason)."""
-    rec = compare(out, ref, inputs.qo_indptr, inputs.case.dtype).as_row()
-    return rec, None if rec.pop("passed") else _mismatch_reason(rec)
+def compared(out: tuple, ref: torch.Tensor, inputs: BatchInputs,
+             ref_lse: torch.Tensor | None = None) -> tuple[dict, str | None]:
+    """(correctness record without `passed`, None or the mismatch reason) of a call's (out, lse);
+    the LSE, when there is one, is compared with `ref_lse` and its max error is `lse_max_abs_err`."""
+    o, lse = out
+    rec = compare(o, ref, inputs.qo_indptr, inputs.case.dtype).as_row()
+    bad = None if rec.pop("passed") else _mismatch_reason(rec)
+    rec["lse_max_abs_err"] = None
+    if lse is not None and ref_lse is not None:
+        lrec = compare_lse(lse, ref_lse, inputs.qo_indptr, inputs.case.dtype)
+        rec["lse_max_abs_err"] = lrec.max_abs_err
+        bad = bad if lrec.passed else join(bad, lrec.reason())
+    return rec, bad
 
 
 def check_step(backend, data: CaseData, device: torch.device, mask_kind: str, row: dict,
@@ -185,19 +232,22 @@ def check_step(backend, data: CaseData, device: torch.device, mask_kind: str, ro
         (the correctness record of the first call, None or the failure reason prefixed by `step`).
     """
     inputs, ref = data.get(device, mask_kind)
+    ref_lse = data.lse(device, mask_kind)
+    with_lse = returns_lse(backend)
     fn, out, check_inputs = prepared(backend, inputs, data, device)
-    out, nondet = determinism(fn, out, inputs, row)
-    again = fn() if nondet else None
+    if row.get("kernel") is None:
+        row["kernel"] = kernel_name(fn, backend, inputs)
+    out, nondet = determinism(fn, out, inputs, row, with_lse)
+    again = check_output(fn(), inputs, with_lse) if nondet else None
     check_inputs()
     del fn
-    rec, bad = compared(out, ref, inputs)
+    rec, bad = compared(out, ref, inputs, ref_lse)
     declared = getattr(backend, "deterministic", True)
     if nondet and declared:
         bad = join(bad, "repeat: " + nondet.removeprefix("nondeterministic: "))
     elif nondet:
         assert again is not None  # called above whenever nondet
-        check_output(again, inputs)
-        bad = join(bad, compared(again, ref, inputs)[1])
+        bad = join(bad, compared(again, ref, inputs, ref_lse)[1])
         row["reason"] = join(row.get("reason"), f"{step}: declared nondeterministic (deterministic = False); "
                               + nondet.removeprefix("nondeterministic: "))
     return rec, (f"{step}: {bad}" if bad else None)

@@ -90,8 +90,8 @@ class Dense:
         m[:, n_ctx:n_ctx + t] = self.tree_mask(inputs, b)[:, :max(0, min(t, n_tokens - n_ctx))]
         return m.to(inputs.device)
 
-    def attend(self, inputs, b: int, q: torch.Tensor) -> torch.Tensor:
-        """(T_b, Hq, D) float32 output of request b from its queries q (T_b, Hq, D)."""
+    def masked_scores(self, inputs, b: int, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """(scores (Hq, T_b, n) float32 with -inf where hidden, v (n, Hq, D) float32, n_ctx) of request b."""
         n_tokens, n_ctx = self.kv_span(inputs, b)
         k, v = self.gather(inputs, b, n_tokens)
         hq, hkv = q.shape[1], k.shape[1]
@@ -99,7 +99,11 @@ class Dense:
         k, v = k[:, heads], v[:, heads]                                     # (n, Hq, D)
         scores = torch.einsum("thd,nhd->htn", q.float(), k) * self.scale(inputs)  # (Hq, T_b, n)
         scores = scores.masked_fill(~self.full_mask(inputs, b, n_tokens, n_ctx), float("-inf"))
-        return self.softmax_pv(scores, v, n_ctx)
+        return scores, v, n_ctx
+
+    def attend(self, inputs, b: int, q: torch.Tensor) -> torch.Tensor:
+        """(T_b, Hq, D) float32 output of request b from its queries q (T_b, Hq, D)."""
+        return self.softmax_pv(*self.masked_scores(inputs, b, q))
 
     def compute(self, inputs) -> torch.Tensor:
         """(sum T_b, Hq, D) in inputs.dtype: every request's output, request-major."""

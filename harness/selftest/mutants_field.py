@@ -1,5 +1,6 @@
 """Mutants of `Dense` that reproduce bugs found and fixed in other projects' tree or
-paged attention (each cites the upstream fix in `upstream`), and `ALL_MUTANTS`.
+paged attention (each cites the upstream fix in `upstream`), and `ALL_MUTANTS` (the LSE
+mutants of `mutants_lse` included).
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ import torch
 from treebench.harness.selftest.dense import Dense
 from treebench.harness.selftest.mutants import CLASSIC
 from treebench.harness.selftest.mutants_axes import AXIS_MUTANTS
+from treebench.harness.selftest.mutants_lse import LSE_MUTANTS
 from treebench.harness.selftest.variants import SplitKV
 
 
@@ -107,4 +109,4 @@ class FlatIndexPositions(Dense):
 
 FIELD_MUTANTS = (PaddingSlotsRead, PackedMaskOffset, TreeAfterContext, StaleMaskAcrossPlans, EmptyStatesMergeNaN,
                  FlatIndexPositions)
-ALL_MUTANTS = (*CLASSIC, *AXIS_MUTANTS, *FIELD_MUTANTS)
+ALL_MUTANTS = (*CLASSIC, *AXIS_MUTANTS, *FIELD_MUTANTS, *LSE_MUTANTS)

@@ -9,11 +9,15 @@ that is itself order-dependent).
   causal chain over the context plus the path.
 - `Bf16Probabilities`: FlashAttention-2's P·V: the unnormalised probabilities
   exp(s - m) rounded to bf16 before the matmul, the row sum kept in float32.
+- `DenseLse`: Dense returning (out, lse) (`returns_lse = True`), lse the logsumexp of the
+  masked scores; its LSE mutants are in `mutants_lse`.
+- `SplitKVLse`: SplitKV returning (out, lse), both out of the pairwise LSE merge.
 """
 
 from __future__ import annotations
 
 import torch
+from treebench.harness.adapter.contract import Capabilities
 from treebench.harness.selftest.dense import Dense
 
 NEG_INF = float("-inf")
@@ -74,13 +78,17 @@ class SplitKV(Dense):
         o = (oa * wa.T[..., None] + ob * wb.T[..., None]) / total.T[..., None]
         return o, torch.where(empty, m, safe + torch.log(total))
 
-    def softmax_pv(self, scores, v, n_ctx):
+    def merged(self, scores, v) -> tuple[torch.Tensor, torch.Tensor]:
+        """(o (T_b, Hq, D), lse (Hq, T_b)): every split's partial state, merged pairwise by LSE."""
         w = self._split_len
         states = [self.partial(scores[..., i * w:(i + 1) * w], v[i * w:(i + 1) * w]) for i in range(self.SPLITS)]
         while len(states) > 1:                                                # a pairwise merge tree
             states = [self.merge_states(states[i], states[i + 1]) if i + 1 < len(states) else states[i]
                       for i in range(0, len(states), 2)]
-        return states[0][0]
+        return states[0]
+
+    def softmax_pv(self, scores, v, n_ctx):
+        return self.merged(scores, v)[0]
 
 
 class PerPath(Dense):
@@ -116,4 +124,40 @@ class Bf16Probabilities(Dense):
         return o / l.T[..., None]
 
 
-CORRECT = (Dense, OnlineReversed, SplitKV, PerPath, Bf16Probabilities)
+class DenseLse(Dense):
+    """Dense that also returns the LSE of its masked float32 scores, (sum T_b, Hq) float32."""
+
+    name = "selftest_dense_lse"
+    description = "dense float32 attention returning (out, lse), lse = logsumexp of the masked scores"
+    capabilities = Capabilities(devices=("cpu", "cuda"))
+    returns_lse = True
+
+    def attend_lse(self, inputs, b: int, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(o (T_b, Hq, D), lse (T_b, Hq)) float32 of request b."""
+        scores, v, n_ctx = self.masked_scores(inputs, b, q)
+        return self.softmax_pv(scores, v, n_ctx), torch.logsumexp(scores, -1).T    # lse (T_b, Hq)
+
+    def lse_out(self, inputs, lses: list[torch.Tensor]) -> torch.Tensor:
+        """(sum T_b, Hq) float32 from the per-request (T_b, Hq) LSEs: concatenated request-major."""
+        return torch.cat(lses)
+
+    def compute(self, inputs):
+        qo = inputs.qo_indptr.tolist()
+        pairs = [self.attend_lse(inputs, b, inputs.q[qo[b]:qo[b + 1]]) for b in range(len(inputs.trees))]
+        out = torch.cat([o for o, _ in pairs]).to(inputs.dtype)
+        return out, self.lse_out(inputs, [lse for _, lse in pairs]).float().contiguous()
+
+
+class SplitKVLse(SplitKV, DenseLse):
+    """SplitKV returning the merged LSE: 4 splits' partial (o, lse), empty ones -inf, merged pairwise."""
+
+    name = "selftest_split_kv_lse"
+    description = "split-KV in 4 splits returning (out, lse), both from the pairwise LSE merge"
+
+    def attend_lse(self, inputs, b, q):
+        scores, v, _ = self.masked_scores(inputs, b, q)
+        o, lse = self.merged(scores, v)                                    # (T_b, Hq, D), (Hq, T_b)
+        return o, lse.T
+
+
+CORRECT = (Dense, OnlineReversed, SplitKV, PerPath, Bf16Probabilities, DenseLse, SplitKVLse)
