@@ -169,7 +169,7 @@ def prepared(backend, inputs: BatchInputs, data: CaseData, device: torch.device)
 
 def compared(out: torch.Tensor, ref: torch.Tensor, inputs: BatchInputs) -> tuple[dict, str | None]:
     """(correctness record without `passed`, None or the mismatch reason)."""
-    rec = compare(out, ref, inputs.qo_indptr, inputs.case.dtype).as_row()
+    rec = compare(out, ref, inputs.qo_indptr, inputs.case.dtype, kv_dtype=inputs.case.kv_dtype).as_row()
     return rec, None if rec.pop("passed") else _mismatch_reason(rec)
 
 

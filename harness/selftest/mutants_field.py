@@ -8,6 +8,7 @@ import torch
 from treebench.harness.selftest.dense import Dense
 from treebench.harness.selftest.mutants import CLASSIC
 from treebench.harness.selftest.mutants_axes import AXIS_MUTANTS
+from treebench.harness.selftest.mutants_fp8 import FP8_MUTANTS
 from treebench.harness.selftest.variants import SplitKV
 
 
@@ -107,4 +108,4 @@ class FlatIndexPositions(Dense):
 
 FIELD_MUTANTS = (PaddingSlotsRead, PackedMaskOffset, TreeAfterContext, StaleMaskAcrossPlans, EmptyStatesMergeNaN,
                  FlatIndexPositions)
-ALL_MUTANTS = (*CLASSIC, *AXIS_MUTANTS, *FIELD_MUTANTS)
+ALL_MUTANTS = (*CLASSIC, *AXIS_MUTANTS, *FIELD_MUTANTS, *FP8_MUTANTS)
