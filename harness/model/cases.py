@@ -26,6 +26,7 @@ FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")   # KV pools of 8-bit codes: a sto
 KV_DTYPES = ("bfloat16", "float16", *FP8_DTYPES)  # kv_dtype values (None: the query dtype)
 FP8_PREFIX = {"float8_e4m3fn": "kvfp8e4m3", "float8_e5m2": "kvfp8e5m2"}  # case-id prefix of an fp8 pool
 PHYSICAL_AXES = ("layout", "page_size")  # how K/V are stored, not what they are
+STORAGE_AXES = ("kv_dtype", "k_scale", "v_scale")  # the pool's number format: no stream's seed reads them
 # Axes added after case ids were first stored: left out of `axes` (so of the id and the seeds)
 # while they hold these defaults, so every earlier case keeps its id and its draws.
 # kv_dtype None means "the query dtype" (a kv_dtype equal to `dtype` is stored as None).
@@ -106,11 +107,12 @@ class Case:
                 other than 1.0 on a pool that is not fp8 (a bf16/fp16 pool stores values, not codes).
         """
         kv = self.kv_dtype
+        if kv == self.dtype:
+            kv = None
+            object.__setattr__(self, "kv_dtype", None)
         if kv is not None and kv not in KV_DTYPES:
             raise ConfigError(f"case field kv_dtype={kv!r}: use one of {', '.join(KV_DTYPES)} (or leave it out: "
                               "the query dtype)")
-        if kv == self.dtype:
-            object.__setattr__(self, "kv_dtype", None)
         if self.kv_fp8 and self.dtype == "float32":
             raise ConfigError(f"case kv_dtype={kv} with dtype=float32: fp8 KV is not supported with float32 queries; "
                               "use dtype bfloat16 or float16")
@@ -224,9 +226,10 @@ class Case:
 
         The physical layout (`layout`, `page_size`) feeds only the "layout" stream,
         so one logical case (trees, context lengths, Q/K/V) is the same under every
-        layout and page size.
+        layout and page size; the pool's format (STORAGE_AXES) feeds none, so an fp8
+        case draws the values (and pages) of its bf16/fp16 twin and stores their codes.
         """
-        axes = self.axes
+        axes = {k: v for k, v in self.axes.items() if k not in STORAGE_AXES}
         if stream != "layout":
             axes = {k: v for k, v in axes.items() if k not in PHYSICAL_AXES}
         blob = json.dumps([axes, stream], sort_keys=True)
