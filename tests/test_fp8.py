@@ -245,3 +245,16 @@ def test_treebench_check_on_fp8_backends(tmp_path, cls, rc):
     assert fp8 and all(r["status"] == ("pass" if rc == 0 else r["status"]) for r in fp8)
     assert any(r["status"] == "mismatch" for r in fp8) == bool(rc)
     assert json.dumps(fp8[0]["case"]) and fp8[0]["case"]["k_scale"] == 0.25
+
+
+def test_the_report_shows_kv_dtype_where_it_varies():
+    from treebench.harness.analyze.report import time_pivot
+    from treebench.harness.analyze.tables import timed_frame
+
+    def row(case, backend="torch_sdpa"):
+        return {"status": "pass", "median_us": 10.0, "case_id": case.case_id, "backend": backend,
+                "case": case.axes, "tree_sizes": [7, 7]}
+    plain, fp8 = Case(**SMALL), fp8_case()
+    pivot = time_pivot(timed_frame([row(plain), row(fp8)]), ["torch_sdpa"])
+    assert len(pivot) == 2 and sorted(pivot["kv_dtype"]) == ["bfloat16", "float8_e4m3fn"]
+    assert "kv_dtype" not in time_pivot(timed_frame([row(plain), row(plain, "flex")]), ["torch_sdpa", "flex"])
