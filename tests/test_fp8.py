@@ -16,7 +16,7 @@ from treebench.harness.adapter.contract import REGISTRY, Capabilities, capabilit
 from treebench.harness.checking.default_check import default_check
 from treebench.harness.cli.main import main
 from treebench.harness.errors import ConfigError
-from treebench.harness.model.cases import Case, expand_axes
+from treebench.harness.model.cases import Case
 from treebench.harness.model.compare import TOLERANCES, compare, tolerance
 from treebench.harness.model.paged import FP8_NAN_CODE, build_inputs, position_values, quantise
 from treebench.harness.model.reference import reference_attention

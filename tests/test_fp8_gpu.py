@@ -66,5 +66,6 @@ def test_fp8_peer_matches_the_reference(name, case_name):
     torch.cuda.synchronize()
     loose = XQA_FP8_MATH if name == "flashinfer_xqa" and torch.cuda.get_device_capability()[0] == 9 else None
     rec = compare(out, ref, inputs.qo_indptr, case.dtype, atol=loose, rtol=loose, kv_dtype=case.kv_dtype)
-    print(f"{name} {case_name}: max_abs_err {rec.max_abs_err:.4g} (atol {rec.atol:g}), mismatch {rec.mismatch_frac:.3g}")
+    print(f"{name} {case_name}: max_abs_err {rec.max_abs_err:.4g} (atol {rec.atol:g}), "
+          f"mismatch {rec.mismatch_frac:.3g}")
     assert rec.nonfinite == 0 and rec.passed, rec

@@ -57,8 +57,8 @@ class Case:
     seed: int = 0                  # base seed; with the case id it fixes every random draw
     logit_scale: float = 1.0       # Q and K scaled by sqrt(this): scores q.k * sm_scale of std ~logit_scale
     values: str = "random"         # V: "random" N(0, 1), "position": +-(1 + h/Hkv) by the bits of the position,
-                                   # "mean": position V with Q = K = 0, so each output row is the mean of the V rows it sees
-    kv_dtype: str | None = None    # dtype of the paged K/V pool: None (= dtype), bfloat16, float16, float8_e4m3fn, float8_e5m2
+                                   # "mean": position V with Q = K = 0 (each output row: the mean of the V rows it sees)
+    kv_dtype: str | None = None    # the K/V pool's dtype: None (= dtype), bfloat16, float16, float8_e4m3fn, float8_e5m2
     k_scale: float = 1.0           # per-tensor K scale: a stored K code c means float(c) * k_scale (fp8 pools only)
     v_scale: float = 1.0           # per-tensor V scale, likewise
 

@@ -273,4 +273,5 @@ def build_inputs(case: Case, device: str | torch.device = "cpu",
         context_lens=torch.tensor(lens, dtype=torch.int32, device=dev),
         seq_lens=torch.tensor(seqs, dtype=torch.int32, device=dev),
         qo_indptr=qo.to(dev), trees=trees, sm_scale=case.head_dim ** -0.5, case=case,
-        k_scale=case.k_scale, v_scale=case.v_scale, k_logical=k_log, v_logical=v_log, kv_indptr=torch.tensor([0] + seqs).cumsum(0))
+        k_scale=case.k_scale, v_scale=case.v_scale,
+        k_logical=k_log, v_logical=v_log, kv_indptr=torch.tensor([0] + seqs).cumsum(0))

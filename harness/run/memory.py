@@ -63,8 +63,8 @@ def inputs_bytes(case: Case) -> int:
 
     N = sum_b ceil(S_b / P) + max(2, that sum // 4) pages (treebench.harness.model.paged's spare
     NaN pages); K and V pools (N, P, Hkv, D), logical K/V (sum S_b, Hkv, D) and Q
-    (sum T_b, Hq, D) in the case dtype (the pools and logical K/V in its kv dtype); block_table (B, max pages) and three (B,)
-    or (B+1,) int32 vectors.
+    (sum T_b, Hq, D) in the case dtype (the pools and logical K/V in its kv dtype); block_table
+    (B, max pages) and three (B,) or (B+1,) int32 vectors.
     """
     _, ts, ss = _sizes(case)
     e, ekv = TORCH_DTYPES[case.dtype].itemsize, TORCH_DTYPES[case.kv_dtype_name].itemsize
