@@ -56,7 +56,30 @@ def gather_tokens(cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
         (n, Hkv, D), same dtype and device as `cache` (a copy).
     """
     n, p, h, d = cache.shape
+    if cache.element_size() == 1:                     # fp8 codes: gathered as bytes (a plain copy on every device)
+        return cache.view(torch.uint8).reshape(n * p, h, d)[slots].view(cache.dtype)
     return cache.reshape(n * p, h, d)[slots]
+
+
+def is_fp8(t: torch.Tensor) -> bool:
+    """True when `t` holds fp8 codes (torch.float8_e4m3fn or torch.float8_e5m2)."""
+    return t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def dequantise(codes: torch.Tensor, scale: float, dtype: torch.dtype) -> torch.Tensor:
+    """K or V values in `dtype` from a pool's stored elements: float32(code) * scale, rounded to
+    `dtype` (the query dtype), as vLLM's `_cast_kv_tile` does in-kernel
+    (vllm/v1/attention/ops/triton_unified_attention.py). A bf16/fp16 pool (scale 1.0) is returned
+    cast to `dtype` (no copy when it already is).
+
+    Args:
+        codes: any shape, fp8 codes or values.
+        scale: the per-tensor scale of the contract (inputs.k_scale or inputs.v_scale).
+        dtype: the result dtype.
+    """
+    if not is_fp8(codes):
+        return codes.to(dtype)
+    return (codes.float() * scale).to(dtype)
 
 
 def gather_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,

@@ -4,6 +4,12 @@ Upstream: `flashinfer.BatchPrefillWithPagedKVCacheWrapper` (NHD layout; checked
 with flashinfer-python 0.6.18.post1). The tree is expressed as a custom mask
 over each request's full KV length: request b's (T_b, S_b) boolean mask,
 flattened row-major, concatenated request by request.
+
+fp8 KV: `plan(..., kv_data_type=<the pool's fp8 dtype>)` JIT-builds the FA2
+prefill kernel for bf16/fp16 Q over fp8 K/V (it converts each K/V tile to the
+query dtype); `run(q, kv, k_scale=, v_scale=)` folds k_scale into sm_scale and
+multiplies the output by v_scale (prefill.py, `BatchPrefillWithPagedKVCacheWrapper.run`).
+Both are exact for per-tensor scales: a code times a scale is what a stored code means.
 """
 
 from __future__ import annotations
@@ -43,7 +49,8 @@ class FlashInferMask(Backend):
     reads another request's bits. The boolean path has `segment_packbits`
     return byte offsets of byte-aligned segments, which is right.
 
-    Supports per-request trees and ragged contexts; fp16/bf16; sm80+.
+    Supports per-request trees and ragged contexts; fp16/bf16 queries over a pool
+    in their dtype, float8_e4m3fn or float8_e5m2; sm80+.
     """
 
     install_hint = INSTALL_HINT
@@ -51,7 +58,8 @@ class FlashInferMask(Backend):
     returns_lse = True
     capabilities = Capabilities(
         devices=("cuda",),
-        dtypes=("bfloat16", "float16"),   # FA2 prefill kernels (fp8 KV not used here)
+        dtypes=("bfloat16", "float16"),   # FA2 prefill kernels
+        kv_dtypes=("float8_e4m3fn", "float8_e5m2"),   # plan(kv_data_type=...), run(k_scale=, v_scale=)
         head_dims=(64, 128, 256),         # head dims FlashInfer instantiates for prefill
         min_compute_capability=(8, 0),
     )
@@ -84,10 +92,10 @@ class FlashInferMask(Backend):
         plan = flashinfer_plan_arguments(inputs)
         wrapper = fi.Wrapper(self._workspace_on(inputs.device), "NHD")
         wrapper.plan(*plan.positional, **plan.keywords)
-        q, kv = inputs.q, (inputs.k_cache, inputs.v_cache)
+        q, kv, scales = inputs.q, (inputs.k_cache, inputs.v_cache), plan.run_keywords
 
         def run() -> tuple[torch.Tensor, torch.Tensor]:
-            out, lse = wrapper.run(q, kv, return_lse=True)         # lse (sum T_b, Hq) fp32, base 2
+            out, lse = wrapper.run(q, kv, return_lse=True, **scales)  # lse (sum T_b, Hq) fp32, base 2
             return out, lse * LN2
 
         run.kernel = "flashinfer " + prefill_backend(wrapper)
@@ -101,14 +109,17 @@ def flashinfer_plan_arguments(inputs: BatchInputs) -> SimpleNamespace:
         namespace with `positional` = (qo_indptr (B+1,) int32, paged_kv_indptr
         (B+1,) int32, paged_kv_indices (sum pages_b,) int32,
         paged_kv_last_page_len (B,) int32, Hq, Hkv, D, P) and `keywords` =
-        custom_mask (sum T_b * S_b,) bool, q/kv data types = the input dtype,
-        sm_scale. Tensors on inputs.device.
+        custom_mask (sum T_b * S_b,) bool, q_data_type = the input dtype,
+        kv_data_type = the pool's dtype, sm_scale; and `run_keywords`: k_scale
+        and v_scale (floats) for an fp8 pool, {} otherwise. Tensors on inputs.device.
     """
     ls, _, ss = inputs.host_lists()
     _, P, Hkv, D = inputs.k_cache.shape
     indptr, indices, last = flashinfer_page_metadata(inputs.block_table, ss, P)
     mask = flattened_tree_mask(inputs.trees, ls).to(inputs.device)
     positional = (inputs.qo_indptr.to(torch.int32), indptr, indices, last, inputs.q.shape[1], Hkv, D, P)
-    keywords = dict(custom_mask=mask, q_data_type=inputs.dtype, kv_data_type=inputs.dtype,
+    keywords = dict(custom_mask=mask, q_data_type=inputs.dtype, kv_data_type=inputs.k_cache.dtype,
                     sm_scale=inputs.sm_scale)
-    return SimpleNamespace(positional=positional, keywords=keywords)
+    fp8 = inputs.k_cache.element_size() == 1
+    run_keywords = dict(k_scale=float(inputs.k_scale), v_scale=float(inputs.v_scale)) if fp8 else {}
+    return SimpleNamespace(positional=positional, keywords=keywords, run_keywords=run_keywords)

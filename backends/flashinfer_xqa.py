@@ -18,6 +18,14 @@ The speculative-decoding mask, read from `applyMaskFromInput` in mha.cu:
 - Rows are request-major: [B, q_seq_len, 2 * ceil(q_seq_len / 32)] uint16 with
   one T for the batch, or [sum T_b, ...] packed by `q_cu_seq_lens` (ragged Q),
   each row still ceil(q_seq_len / 32) words wide for q_seq_len = max T_b.
+
+fp8 KV: xqa takes a float8_e4m3fn pool (its only fp8 format) and one `kv_scale`
+for both K and V (the kernel's qk scale is q_scale * kv_scale / sqrt(D) and its
+output scale kv_scale * rcp_out_scale), so a case with k_scale != v_scale is a
+skip. On SM90 an fp8 pool runs `mha_sm90.cu` (`run_sm90_fp8_mha`), whose MMAs
+take their operands in the cache's fp8 type: Q and the probabilities are
+rounded to e4m3 as well, beyond the "K/V rounded to the query dtype" that the
+fp8 tolerance allows (harness/model/compare.py), so expect mismatches there.
 """
 
 from __future__ import annotations
@@ -57,8 +65,8 @@ class FlashInferXqa(Backend):
     The kernel's scale is q_scale / sqrt(D), so q_scale = sm_scale * sqrt(D).
 
     Limits (xqa.py, jit/xqa.py): P in {16, 32, 64, 128}; D % 16 == 0 and
-    16 <= D <= 256 with speculative decoding; q and KV both fp16 or both bf16;
-    SM90, SM100 or SM120 only (bf16/fp16 KV runs the generic mha.cu kernel on
+    16 <= D <= 256 with speculative decoding; KV in the query dtype (fp16 or
+    bf16) or float8_e4m3fn with k_scale == v_scale; SM90, SM100 or SM120 only (bf16/fp16 KV runs the generic mha.cu kernel on
     SM90, the Hopper kernel being for fp8 KV).
     """
 
@@ -67,6 +75,7 @@ class FlashInferXqa(Backend):
     capabilities = Capabilities(
         devices=("cuda",),
         dtypes=("bfloat16", "float16"),            # INPUT_FP16 with CACHE_ELEM_ENUM 0: KV in the input dtype
+        kv_dtypes=("float8_e4m3fn",),              # CACHE_ELEM_ENUM 2; one kv_scale (see supports)
         page_sizes=(16, 32, 64, 128),              # gen_xqa_module: TOKENS_PER_PAGE
         head_dims=tuple(range(16, 257, 16)),       # HEAD_ELEMS % 16 == 0; > 256 has no SPEC_DEC
         min_compute_capability=(9, 0),
@@ -97,6 +106,9 @@ class FlashInferXqa(Backend):
 
     def supports(self, case: Case) -> str | None:
         reason = super().supports(case)
+        if reason is None and case.kv_fp8 and case.k_scale != case.v_scale:
+            return (f"xqa takes one kv_scale for K and V; this case has k_scale {case.k_scale:g} != "
+                    f"v_scale {case.v_scale:g}")
         if reason is None and len({t.size for t in case.trees()}) > 1 and not self._has_ragged_q():
             return "trees of different sizes need xqa's q_cu_seq_lens (ragged Q); this FlashInfer lacks it"
         return reason
@@ -140,8 +152,16 @@ def xqa_arguments(inputs: BatchInputs, scratch: torch.Tensor, semaphores: torch.
     D) with q_cu_seq_lens (B+1,) int32 when the T_b differ; k/v_cache the (N,
     P, Hkv, D) pool (NHD); page_table (B, max_pages) int32; seq_lens (B, 1)
     uint32 = S_b; mask uint16 from `xqa_tree_mask` (None when T = 1);
-    q_scale = sm_scale * sqrt(D). Tensors on inputs.device.
+    q_scale = sm_scale * sqrt(D); kv_scale = inputs.k_scale (= v_scale; 1.0 for a
+    bf16/fp16 pool). Tensors on inputs.device.
+
+    Raises:
+        ConfigError: an fp8 pool with k_scale != v_scale (xqa has one kv_scale).
     """
+    if inputs.k_scale != inputs.v_scale:
+        from treebench.harness.errors import ConfigError
+        raise ConfigError(f"flashinfer_xqa: one kv_scale for K and V, but k_scale {inputs.k_scale:g} != "
+                          f"v_scale {inputs.v_scale:g}")
     _, ts, _ = inputs.host_lists()
     B, (_, Hq, D), dev = inputs.batch_size, inputs.q.shape, inputs.device
     t_max, ragged = max(ts), len(set(ts)) > 1
@@ -159,7 +179,7 @@ def xqa_arguments(inputs: BatchInputs, scratch: torch.Tensor, semaphores: torch.
         seq_lens=inputs.seq_lens.to(torch.int32).view(torch.uint32).reshape(B, 1),
         output=torch.empty_like(q), workspace_buffer=scratch, semaphores=semaphores,
         num_kv_heads=inputs.k_cache.shape[2], page_size=inputs.page_size,
-        q_scale=inputs.sm_scale * math.sqrt(D), kv_scale=1.0, kv_layout="NHD",
+        q_scale=inputs.sm_scale * math.sqrt(D), kv_scale=float(inputs.k_scale), kv_layout="NHD",
         q_seq_len=t_max, mask=mask,
         q_cu_seq_lens=inputs.qo_indptr.to(torch.int32).contiguous() if ragged else None)
 

@@ -14,10 +14,10 @@ from types import SimpleNamespace
 
 import torch
 
-from treebench.backends._conversions import (gather_kv, pad_ragged, padded_rows, padded_tree_masks, tree_mask_mod,
+from treebench.backends._conversions import (dequantise, gather_kv, pad_ragged, padded_rows, padded_tree_masks, tree_mask_mod,
                                   unpad)
 from treebench.harness.adapter.contract import Backend, Capabilities, capability_skip, register
-from treebench.harness.model.cases import Case
+from treebench.harness.model.cases import FP8_DTYPES, Case
 from treebench.harness.model.paged import BatchInputs
 
 # Eager flex on the CPU is deliberate: drop torch's "use torch.compile" advice once,
@@ -89,10 +89,13 @@ class FlexTree(Backend):
 
     Supports per-request trees, ragged contexts, every dtype and P. On the CPU
     it runs eagerly and skips cases whose score matrix exceeds CPU_MAX_SCORES.
+    An fp8 pool is dequantised in the untimed gather (float32(code) * scale,
+    rounded to the query dtype): FlexAttention then runs on bf16/fp16 K/V, a slow
+    correct baseline whose timing does not include reading fp8.
     """
 
     name = "flex"
-    capabilities = Capabilities(devices=("cpu", "cuda"))
+    capabilities = Capabilities(devices=("cpu", "cuda"), kv_dtypes=FP8_DTYPES)
     kernel_options: ClassVar[dict | None] = None   # flex_attention's kernel_options (None: its default)
 
     @staticmethod
@@ -144,13 +147,15 @@ def flex_arguments(inputs: BatchInputs, create_block_mask) -> SimpleNamespace:
     """K/V and BlockMask for `inputs` (pure conversion plus the mask build).
 
     Returns:
-        namespace with k, v: (B, Hkv, S_max, D) zero-padded logical K/V;
+        namespace with k, v: (B, Hkv, S_max, D) zero-padded logical K/V in the query dtype
+        (an fp8 pool's codes dequantised: `dequantise`);
         block_mask over (T_max, S_max) from `tree_mask_mod`; tree_sizes [T_b];
         t_max; mask_mod (for tests).
     """
     ls, ts, ss = inputs.host_lists()
     t_max, s_max, dev = max(ts), max(ss), inputs.device
     k, v = gather_kv(inputs.k_cache, inputs.v_cache, inputs.block_table, ss)   # (sum S, Hkv, D)
+    k, v = dequantise(k, inputs.k_scale, inputs.dtype), dequantise(v, inputs.v_scale, inputs.dtype)
     kp, vp = (pad_ragged(x, ss, s_max).transpose(1, 2).contiguous() for x in (k, v))  # (B, Hkv, S_max, D)
     mask_mod = tree_mask_mod(torch.tensor(ls, device=dev), torch.tensor(ts, device=dev),
                              padded_tree_masks(inputs.trees, t_max).to(dev))

@@ -5,6 +5,7 @@ the GPU by lab/check_peers.py and `treebench check`)."""
 
 from __future__ import annotations
 
+import enum
 import math
 from types import SimpleNamespace
 
@@ -50,11 +51,20 @@ def assert_matches_reference(out, inputs, ref=None):
     if isinstance(out, tuple):
         out, lse = out
     ref_out, ref_lse = reference_attention(inputs, return_lse=True)
-    rec = compare(out, ref_out if ref is None else ref, inputs.qo_indptr, inputs.case.dtype)
+    rec = compare(out, ref_out if ref is None else ref, inputs.qo_indptr, inputs.case.dtype,
+                  kv_dtype=inputs.case.kv_dtype)
     assert rec.passed, rec
     if lse is not None:
         lrec = compare_lse(lse, ref_lse, inputs.qo_indptr, inputs.case.dtype)
         assert lrec.passed, lrec.reason()
+
+
+def rows(cache, slots):
+    """Rows of a (N, P, Hkv, D) pool at flat slots; an fp8 pool's codes as float64 (unscaled)."""
+    flat = cache.reshape(-1, *cache.shape[2:])
+    if cache.element_size() == 1:
+        return flat.view(torch.uint8)[slots].view(cache.dtype).double()
+    return flat[slots]
 
 
 # ---- conversions against hand-computed cases ----------------------------------------------
@@ -139,23 +149,28 @@ class FakeFlashInferWrapper:
         assert all(t.dtype == torch.int32 for t in (qo_indptr, kv_indptr, kv_indices, last_page_len))
         assert custom_mask.dtype == torch.bool
         self.args = SimpleNamespace(qo=qo_indptr.tolist(), kv=kv_indptr.tolist(), idx=kv_indices,
-                                    last=last_page_len.tolist(), p=page_size, mask=custom_mask, scale=sm_scale)
+                                    last=last_page_len.tolist(), p=page_size, mask=custom_mask, scale=sm_scale,
+                                    kv_dtype=kv_data_type)
         self._backend = "fa2"                                            # what plan resolves "auto" to
 
-    def run(self, q, kv, return_lse=False):
-        """(out, lse base 2 as FlashInfer's kernels write it) with return_lse, else out."""
+    def run(self, q, kv, return_lse=False, *, k_scale=None, v_scale=None):
+        """(out, lse base 2 as FlashInfer's kernels write it) with return_lse, else out; k_scale folded into
+        sm_scale, the output times v_scale (prefill.py's run); the codes as read."""
         a, outs, lses, moff = self.args, [], [], 0
+        assert kv[0].dtype == a.kv_dtype == kv[1].dtype, "plan's kv_data_type must be the pool's dtype"
+        scale, v_scale = a.scale * (1.0 if k_scale is None else k_scale), 1.0 if v_scale is None else v_scale
         for b in range(len(a.qo) - 1):
             pages = a.idx[a.kv[b]:a.kv[b + 1]].long()
             s = (len(pages) - 1) * a.p + a.last[b]                       # kv_len from the page metadata
-            k, v = (c[pages].reshape(-1, *c.shape[2:])[:s] for c in kv)
+            slots = (pages[:, None] * a.p + torch.arange(a.p)).flatten()[:s]
+            k, v = (rows(c, slots) for c in kv)
             t = a.qo[b + 1] - a.qo[b]
             m = a.mask[moff:moff + t * s].view(t, s)                     # row-major (T_b, kv_len_b)
             moff += t * s
-            outs.append(dense(q[a.qo[b]:a.qo[b + 1]], k, v, m, a.scale))
+            outs.append(dense(q[a.qo[b]:a.qo[b + 1]], k, v, m, scale) * v_scale)
             g = q.shape[1] // k.shape[1]
             sc = torch.einsum("thd,shd->ths", q[a.qo[b]:a.qo[b + 1]].double(),
-                              k.double().repeat_interleave(g, 1)) * a.scale
+                              k.double().repeat_interleave(g, 1)) * scale
             lses.append(torch.logsumexp(sc.masked_fill(~m[:, None, :], float("-inf")), -1) / math.log(2))
         assert moff == a.mask.numel()
         out = torch.cat(outs).to(q.dtype)
@@ -231,19 +246,31 @@ def test_xformers_rejects_mixed_trees():
 
 # ---- vLLM: whole prepare path through a fake unified_attention -------------------------------
 
+class KVQuantMode(enum.IntEnum):
+    """vLLM's KVQuantMode (vllm/v1/kv_cache_interface.py), the values the kernel compares against."""
+    NONE = 0
+    FP8_PER_TENSOR = 1
+
+
+FP8_PER_TENSOR = KVQuantMode.FP8_PER_TENSOR
+
+
 def fake_unified_attention(*, q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
                            softmax_scale, causal, window_size, block_table, softcap, q_descale,
-                           k_descale, v_descale, qq_bias):
+                           k_descale, v_descale, qq_bias, kv_quant_mode=KVQuantMode.NONE):
     """vLLM kernel semantics: causal over [0, seq_len), query i at context_len + i,
-    plus qq_bias[i, kv - context_len] on the query region."""
+    plus qq_bias[i, kv - context_len] on the query region; K/V tiles cast as `_cast_kv_tile`
+    does: code * descale[0] with kv_quant_mode FP8_PER_TENSOR, a plain cast otherwise."""
     assert causal and qq_bias.dtype == torch.float32 and block_table.dtype == torch.int32
+    assert k_descale.dtype == v_descale.dtype == torch.float32
+    ks, vs = (float(d.flatten()[0]) if kv_quant_mode == FP8_PER_TENSOR else 1.0 for d in (k_descale, v_descale))
     qo, p = cu_seqlens_q.tolist(), k.shape[1]
     for b, s in enumerate(seqused_k.tolist()):
         t = qo[b + 1] - qo[b]
         ctx = s - t
         pos = torch.arange(s)
         slots = block_table[b].long()[pos // p] * p + pos % p
-        kk, vv = (c.reshape(-1, *c.shape[2:])[slots] for c in (k, v))
+        kk, vv = rows(k, slots) * ks, rows(v, slots) * vs
         allowed = pos[None, :] <= ctx + torch.arange(t)[:, None]                 # causal
         bias = torch.zeros(t, s)
         bias[:, ctx:] = qq_bias[:t, :t]

@@ -59,7 +59,8 @@ def passes(out, inputs) -> bool:
     if isinstance(out, tuple):
         out, lse = out
         lse_ok = compare_lse(lse, ref_lse, inputs.qo_indptr, inputs.case.dtype).passed
-    return lse_ok and compare(out, ref, inputs.qo_indptr, inputs.case.dtype).passed
+    return lse_ok and compare(out, ref, inputs.qo_indptr, inputs.case.dtype,
+                              kv_dtype=inputs.case.kv_dtype).passed
 
 
 def install(monkeypatch, name: str, **attrs) -> types.ModuleType:
@@ -74,8 +75,11 @@ def install(monkeypatch, name: str, **attrs) -> types.ModuleType:
 
 
 def pool_rows(cache, slots):
-    """Rows of the (N, P, Hkv, D) pool at flat slots."""
-    return cache.reshape(-1, *cache.shape[2:])[slots.long()]
+    """Rows of the (N, P, Hkv, D) pool at flat slots; an fp8 pool's codes as float64 (unscaled)."""
+    flat = cache.reshape(-1, *cache.shape[2:])
+    if cache.element_size() == 1:
+        return flat.view(torch.uint8)[slots.long()].view(cache.dtype).double()
+    return flat[slots.long()]
 
 
 # ---- the LSE merge --------------------------------------------------------------------------
@@ -269,7 +273,8 @@ def xqa_signature(q, k_cache, v_cache, page_table, seq_lens, output, workspace_b
 
 def fake_xqa(*args, **kw):
     """mha.cu semantics: row i of request b sees [0, S_b - T_b) and position
-    S_b - T_b + j iff bit j (uint16 word j // 16, bit j % 16) of its mask row."""
+    S_b - T_b + j iff bit j (uint16 word j // 16, bit j % 16) of its mask row; K and V
+    codes times kv_scale (the qk scale q_scale * kv_scale / sqrt(D), the output times kv_scale)."""
     a = inspect.signature(xqa_signature).bind(*args, **kw).arguments
     q, out, bt, sl, p = a["q"], a["output"], a["page_table"], a["seq_lens"], a["page_size"]
     assert bt.dtype == torch.int32 and sl.dtype == torch.uint32 and sl.dim() == 2 and sl.shape[1] == 1
@@ -292,7 +297,8 @@ def fake_xqa(*args, **kw):
     for b in range(B):
         s, t = int(sl[b, 0].view(torch.int32)), cu[b + 1] - cu[b]
         pos = torch.arange(s)
-        k, v = (pool_rows(c, bt[b].long()[pos // p] * p + pos % p) for c in (a["k_cache"], a["v_cache"]))
+        k, v = (pool_rows(c, bt[b].long()[pos // p] * p + pos % p) * a.get("kv_scale", 1.0)
+                for c in (a["k_cache"], a["v_cache"]))
         allowed = torch.ones(t, s, dtype=torch.bool)
         if t_max > 1:
             j = torch.arange(t)

@@ -33,7 +33,9 @@ REGISTRY: dict[str, type["Backend"]] = {}
 class Capabilities:
     """What a backend can run, as data the runner reads before running anything.
 
-    None in a field means "any".
+    None in a field means "any". `kv_dtypes` is the exception: backends opt in to
+    other pool dtypes (fp8 above all), so its default, (), means "KV in the query
+    dtype only".
     """
 
     devices: tuple[str, ...] = ("cpu", "cuda")          # torch device types it runs on
@@ -46,6 +48,9 @@ class Capabilities:
     per_request_trees: bool = True                      # tree_per_request == "mixed"
     ragged_context: bool = True                         # context_len "ragged:LO-HI"
     min_compute_capability: tuple[int, int] | None = None  # CUDA (major, minor)
+    # Pool dtypes read besides the query dtype (always read), e.g. ("float8_e4m3fn",): a stored code c
+    # means float(c) * inputs.k_scale (K) or * inputs.v_scale (V). Default (): KV in the query dtype only.
+    kv_dtypes: tuple[str, ...] = ()
 
 
 class Backend:
@@ -115,6 +120,10 @@ def capability_skip(caps: Capabilities, case: Case) -> str | None:
     P, D, G = case.page_size, case.head_dim, case.group_size
     if caps.dtypes is not None and case.dtype not in caps.dtypes:
         return f"dtype {case.dtype} not supported (supports {', '.join(caps.dtypes)})"
+    if case.kv_dtype is not None and case.kv_dtype not in caps.kv_dtypes:
+        also = f" and {', '.join(caps.kv_dtypes)}" if caps.kv_dtypes else ""
+        return (f"kv_dtype {case.kv_dtype} not supported (reads KV in the query dtype{also}; "
+                "Capabilities.kv_dtypes opts in)")
     if caps.page_sizes is not None and P not in caps.page_sizes:
         return f"page size {P} not supported (supports {caps.page_sizes})"
     if P % caps.page_size_multiple:

@@ -12,22 +12,25 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from treebench.harness.model.cases import CASE_FIELDS
+from treebench.harness.model.cases import CASE_FIELDS, LATER_AXES
 
 
 def timed_frame(rows: Sequence[dict]) -> pd.DataFrame:
     """One line per passing, timed row: case axes flattened, T (root tree size), median/quartiles.
 
     Columns: case_id, backend, batch_size, context_len, tree, T, ... (every case
-    axis), median_us, p25_us, p75_us, timer, env, run_id. Mismatching rows are left out:
-    a wrong kernel's speed is not a result.
+    axis; a row's case leaves LATER_AXES at their defaults out, filled in here, kv_dtype
+    with the query dtype, so an axis varies only where values differ), median_us,
+    p25_us, p75_us, timer, env, run_id. Mismatching rows are left out: a wrong kernel's
+    speed is not a result.
     """
     recs = []
     for r in rows:
         if r.get("status") != "pass" or r.get("median_us") is None:
             continue
         sizes = r.get("tree_sizes") or [None]
-        recs.append({"case_id": r["case_id"], "backend": r["backend"], **r["case"], "T": sizes[0],
+        case = {**LATER_AXES, "kv_dtype": r["case"].get("dtype"), **r["case"]}
+        recs.append({"case_id": r["case_id"], "backend": r["backend"], **case, "T": sizes[0],
                      "median_us": r["median_us"], "p25_us": r.get("p25_us"), "p75_us": r.get("p75_us"),
                      "timer": r.get("timer"), "env": r.get("env"), "run_id": r.get("run_id")})
     return pd.DataFrame.from_records(recs)

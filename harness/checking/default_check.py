@@ -18,6 +18,7 @@ around it one axis varied at a time, never a product:
 | shape | Hq = T, B = T, T = P, G = T | an index swapped with another of the same extent |
 | logit_scale | 1, 1000 (scores of magnitude 1e3-1e4) | softmax without the running max, overflow |
 | values | random, position (V rows spell their own position and head) | a wrong mask or head by whole channels |
+| kv_dtype | same (the query dtype); float8_e4m3fn and float8_e5m2 with k_scale 0.25, v_scale 0.5; e4m3 with G 6 (Hq 12, Hkv 2), with "mean" values (Q = K = 0: each row the mean of the V rows it sees) and with k_scale = v_scale = 0.5 | scales ignored, swapped or applied twice, NaN slots read, the wrong fp8 format decoded, a causal mask on fp8 data, GQA on fp8 |
 
 `deep=True` adds tree sizes 1, 2, 15-17, 255-257, 511-513, page sizes 8, 24, 32,
 head dims 32, 80, 96, G 16, more seeds, logit scales 300 and 3000 and the
@@ -35,7 +36,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from treebench.harness.adapter.contract import Capabilities, capability_skip
-from treebench.harness.model.cases import Case
+from treebench.harness.model.cases import FP8_DTYPES, Case
 from treebench.harness.model.coverage import new_coverage, note
 
 BASE_HQ_PER_G, BASE_HKV = 2, 2            # Hkv 2, Hq = 2 G
@@ -48,6 +49,9 @@ GROUP_SIZES, DEEP_GROUP_SIZES = (1, 2, 4, 8), (16,)
 DTYPES_ANY = ("bfloat16", "float16", "float32")
 LOGIT_SCALES, DEEP_LOGIT_SCALES = (1000.0,), (300.0, 3000.0)
 DEEP_SEEDS = (1, 2)                       # extra seeds of the base case and the mixed-tree case
+FP8_SCALES = (0.25, 0.5)                  # (k_scale, v_scale) of the fp8 cases: powers of two, unequal, so the
+                                          # codes of "position" values are exact and a swap or a miss shows
+FP8_EQUAL_SCALE = 0.5                     # one fp8 case with k_scale = v_scale (kernels with one kv_scale)
 
 
 @dataclass(frozen=True)
@@ -189,6 +193,7 @@ def axis_values(base: Case, caps: Capabilities, deep: bool):
         yield "logit_scale", f"{s:g}", replace(base, logit_scale=s)
     yield "values", "random", base
     yield "values", "position", replace(base, values="position")
+    yield from _kv_values(base)
     if deep:
         yield from _deep_extras(base)
 
@@ -210,6 +215,22 @@ def _context_values(base: Case, P: int, T: int):
     # drifts over many tokens (accumulated in low precision) moves it past the tolerance.
     yield "context_len", f"{LONG_CONTEXT} (position values)", replace(base, batch_size=1, context_len=LONG_CONTEXT,
                                                                      values="position")
+
+
+def _kv_values(base: Case):
+    """The pool dtype: the query dtype, then each fp8 format with unequal power-of-two scales,
+    and e4m3 on GQA G = 6, on "mean" values (a wrong mask moves a mean of position-coded V rows
+    by whole fractions of a channel, far outside the fp8 tolerance) and with equal scales."""
+    yield "kv_dtype", "same", base
+    fp8 = base if base.dtype != "float32" else replace(base, dtype="bfloat16")   # fp8 KV takes bf16/fp16 queries
+    ks, vs = FP8_SCALES
+    for kv in FP8_DTYPES:
+        yield "kv_dtype", kv, replace(fp8, kv_dtype=kv, k_scale=ks, v_scale=vs)
+    e4m3 = replace(fp8, kv_dtype=FP8_DTYPES[0], k_scale=ks, v_scale=vs)
+    yield "kv_dtype", f"{FP8_DTYPES[0]} G=6", replace(e4m3, num_q_heads=12, num_kv_heads=2)
+    yield "kv_dtype", f"{FP8_DTYPES[0]} mean values", replace(e4m3, values="mean")
+    yield "kv_dtype", f"{FP8_DTYPES[0]} k_scale=v_scale", replace(e4m3, k_scale=FP8_EQUAL_SCALE,
+                                                                    v_scale=FP8_EQUAL_SCALE)
 
 
 def _shape_values(base: Case, P: int):

@@ -21,11 +21,16 @@ from treebench.harness.model.tree_specs import canonical_spec, parse_tree
 DTYPES = ("bfloat16", "float16", "float32")
 LAYOUTS = ("contiguous", "shuffled", "interleaved")
 TREE_MODES = ("same", "mixed")
-VALUE_MODES = ("random", "position")
+VALUE_MODES = ("random", "position", "mean")
+FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")   # KV pools of 8-bit codes: a stored code c means float(c) * scale
+KV_DTYPES = ("bfloat16", "float16", *FP8_DTYPES)  # kv_dtype values (None: the query dtype)
+FP8_PREFIX = {"float8_e4m3fn": "kvfp8e4m3", "float8_e5m2": "kvfp8e5m2"}  # case-id prefix of an fp8 pool
 PHYSICAL_AXES = ("layout", "page_size")  # how K/V are stored, not what they are
+STORAGE_AXES = ("kv_dtype", "k_scale", "v_scale")  # the pool's number format: no stream's seed reads them
 # Axes added after case ids were first stored: left out of `axes` (so of the id and the seeds)
 # while they hold these defaults, so every earlier case keeps its id and its draws.
-LATER_AXES = {"logit_scale": 1.0, "values": "random"}
+# kv_dtype None means "the query dtype" (a kv_dtype equal to `dtype` is stored as None).
+LATER_AXES = {"logit_scale": 1.0, "values": "random", "kv_dtype": None, "k_scale": 1.0, "v_scale": 1.0}
 MAX_LOGIT_SCALE = 1e6  # sqrt(1e6) * N(0, 1) draws stay far inside fp16's range (65504)
 # Upper bounds: a value past these is a typo (1e9 requests would hang in context_lens before any memory check).
 MAX_AXIS = {"batch_size": 65536, "num_q_heads": 1024, "num_kv_heads": 1024, "head_dim": 1024, "page_size": 4096}
@@ -51,7 +56,11 @@ class Case:
     tree_per_request: str = "same"  # "same": every request uses `tree`; "mixed": random trees per request
     seed: int = 0                  # base seed; with the case id it fixes every random draw
     logit_scale: float = 1.0       # Q and K scaled by sqrt(this): scores q.k * sm_scale of std ~logit_scale
-    values: str = "random"         # V: "random" N(0, 1), or "position": +-(1 + h/Hkv) by the bits of the position
+    values: str = "random"         # V: "random" N(0, 1), "position": +-(1 + h/Hkv) by the bits of the position,
+                                   # "mean": position V with Q = K = 0 (each output row: the mean of the V rows it sees)
+    kv_dtype: str | None = None    # the K/V pool's dtype: None (= dtype), bfloat16, float16, float8_e4m3fn, float8_e5m2
+    k_scale: float = 1.0           # per-tensor K scale: a stored K code c means float(c) * k_scale (fp8 pools only)
+    v_scale: float = 1.0           # per-tensor V scale, likewise
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "num_q_heads", "num_kv_heads", "head_dim", "page_size"):
@@ -72,6 +81,7 @@ class Case:
         if self.values not in VALUE_MODES:
             raise ConfigError(f"case field values={self.values!r}: use one of {', '.join(VALUE_MODES)}")
         self._check_logit_scale()
+        self._check_kv()
         self.context_range()  # validates context_len
         parse_tree(self.tree)  # validates tree; raises TreeError (a ConfigError)
         object.__setattr__(self, "tree", canonical_spec(self.tree))  # one case id per tree spelling
@@ -86,6 +96,44 @@ class Case:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= MAX_LOGIT_SCALE:
             raise ConfigError(f"case field logit_scale={v!r}: must be a number in (0, {MAX_LOGIT_SCALE:g}]")
         object.__setattr__(self, "logit_scale", float(v))
+
+    def _check_kv(self) -> None:
+        """Validates kv_dtype, k_scale and v_scale; stores a kv_dtype equal to `dtype` as None and the
+        scales as floats (one case id per spelling).
+
+        Raises:
+            ConfigError: an unknown kv_dtype; an fp8 pool under float32 queries (not supported: fp8
+                kernels compute in bf16/fp16); a scale that is not a positive finite number, or one
+                other than 1.0 on a pool that is not fp8 (a bf16/fp16 pool stores values, not codes).
+        """
+        kv = self.kv_dtype
+        if kv == self.dtype:
+            kv = None
+            object.__setattr__(self, "kv_dtype", None)
+        if kv is not None and kv not in KV_DTYPES:
+            raise ConfigError(f"case field kv_dtype={kv!r}: use one of {', '.join(KV_DTYPES)} (or leave it out: "
+                              "the query dtype)")
+        if self.kv_fp8 and self.dtype == "float32":
+            raise ConfigError(f"case kv_dtype={kv} with dtype=float32: fp8 KV is not supported with float32 queries; "
+                              "use dtype bfloat16 or float16")
+        for name in ("k_scale", "v_scale"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
+                raise ConfigError(f"case field {name}={v!r}: must be a positive finite number")
+            if v != 1.0 and not self.kv_fp8:
+                raise ConfigError(f"case field {name}={v!r}: scales apply to fp8 pools only; set kv_dtype to one of "
+                                  f"{', '.join(FP8_DTYPES)} or leave {name} at 1.0")
+            object.__setattr__(self, name, float(v))
+
+    @property
+    def kv_dtype_name(self) -> str:
+        """The pool's dtype name: kv_dtype, or the query dtype when kv_dtype is None."""
+        return self.kv_dtype or self.dtype
+
+    @property
+    def kv_fp8(self) -> bool:
+        """True when the pool holds fp8 codes (kv_dtype float8_e4m3fn or float8_e5m2)."""
+        return self.kv_dtype in FP8_DTYPES
 
     def _context_list(self, c: str) -> tuple[int, int]:
         """(min, max) of a "list:L0,L1,..." context_len, after validating it.
@@ -163,10 +211,14 @@ class Case:
                 f"{self.dtype}-{self.layout}-{self._later_prefix()}{h}")
 
     def _later_prefix(self) -> str:
-        """'logit1000-vposition-' for LATER_AXES away from their defaults ('' otherwise)."""
+        """'logit1000-vposition-kvfp8e4m3-ks0.25-vs0.5-' for LATER_AXES away from their defaults ('' otherwise)."""
         axes = self.axes
         parts = [f"logit{self.logit_scale:g}"] if "logit_scale" in axes else []
         parts += [f"v{self.values}"] if "values" in axes else []
+        kv = self.kv_dtype_name
+        parts += [FP8_PREFIX.get(kv, f"kv{kv}")] if "kv_dtype" in axes else []
+        parts += [f"ks{self.k_scale:g}"] if "k_scale" in axes else []
+        parts += [f"vs{self.v_scale:g}"] if "v_scale" in axes else []
         return "".join(p + "-" for p in parts)
 
     def rng(self, stream: str) -> random.Random:
@@ -174,9 +226,10 @@ class Case:
 
         The physical layout (`layout`, `page_size`) feeds only the "layout" stream,
         so one logical case (trees, context lengths, Q/K/V) is the same under every
-        layout and page size.
+        layout and page size; the pool's format (STORAGE_AXES) feeds none, so an fp8
+        case draws the values (and pages) of its bf16/fp16 twin and stores their codes.
         """
-        axes = self.axes
+        axes = {k: v for k, v in self.axes.items() if k not in STORAGE_AXES}
         if stream != "layout":
             axes = {k: v for k, v in axes.items() if k not in PHYSICAL_AXES}
         blob = json.dumps([axes, stream], sort_keys=True)

@@ -15,6 +15,24 @@ Tolerance per dtype, and why (an element passes when
 - float32: kernels may use TF32 (10-bit mantissa) in tensor-core dot
   products, so the bound is fp16-like, not fp32's 6e-8: atol 2e-3, rtol 2e-3.
 
+KV in another dtype than the queries (`case.kv_dtype`; fp8 pools above all), keyed
+by the query dtype (KV_CAST_TOLERANCES, `tolerance`). The reference dequantises
+the stored codes exactly (float64(code) * scale), so quantisation costs nothing;
+what is left is the kernel's own extra rounding: it may round each dequantised
+K/V element to the query dtype before the matmul (vLLM's `_cast_kv_tile`:
+`(code.to(f32) * scale).to(Q.dtype)`, triton_unified_attention.py). An e4m3 code
+has 4 significant bits and an e5m2 code 3, so with a power-of-two scale the
+product is exact in bf16 (8 bits) and fp16 (11 bits) and only the dtype's own
+budget above applies; with any other scale each K/V element gains one rounding,
+relative u = 2^-9 (bf16) or 2^-12 (fp16). Rounded V moves an output by at most
+u * max|v| (|v| < ~4: 0.008 for bf16, 0.001 for fp16); rounded K moves a score by
+about u * |q||k| * sm_scale / sqrt(3) for random-signed errors (~u for N(0, 1)
+data), which moves the output by about that times |v|, another ~0.004 (bf16).
+So: bfloat16 queries atol = rtol = 2.4e-2 (the bf16 1.6e-2 plus 0.008),
+float16 6e-3 (4e-3 plus 0.002). A bf16/fp16 pool under float32 queries is exact
+in float32: float32's bound. A wrong scale (2x), a swapped pair or a code read
+as the other format moves outputs by O(0.1-1), far outside these.
+
 Any NaN or Inf in the output is a mismatch, whatever the tolerance.
 
 LSE (`compare_lse`, for a backend with `returns_lse`): natural log, (sum T_b, Hq)
@@ -42,6 +60,22 @@ TOLERANCES: dict[str, tuple[float, float]] = {  # dtype -> (atol, rtol); reasons
     "float16": (4e-3, 4e-3),
     "float32": (2e-3, 2e-3),
 }
+KV_CAST_TOLERANCES: dict[str, tuple[float, float]] = {  # query dtype -> (atol, rtol) when kv_dtype differs
+    "bfloat16": (2.4e-2, 2.4e-2),
+    "float16": (6e-3, 6e-3),
+    "float32": TOLERANCES["float32"],
+}
+
+
+def tolerance(dtype: str, kv_dtype: str | None = None) -> tuple[float, float]:
+    """(atol, rtol) for queries of `dtype` over a pool of `kv_dtype` (None or equal: the query dtype).
+
+    Raises:
+        KeyError: an unknown dtype name.
+    """
+    if kv_dtype is None or kv_dtype == dtype:
+        return TOLERANCES[dtype]
+    return KV_CAST_TOLERANCES[dtype]
 
 LSE_TOLERANCES: dict[str, tuple[float, float]] = {  # dtype -> (atol, rtol) of the LSE; reasons above
     "bfloat16": (1e-3, 1e-4),
@@ -70,7 +104,7 @@ class CorrectnessRecord:
 
 
 def compare(out: torch.Tensor, ref: torch.Tensor, qo_indptr: torch.Tensor, dtype: str,
-            atol: float | None = None, rtol: float | None = None) -> CorrectnessRecord:
+            atol: float | None = None, rtol: float | None = None, kv_dtype: str | None = None) -> CorrectnessRecord:
     """Compares out (sum T_b, Hq, D) with ref of the same shape.
 
     Args:
@@ -78,13 +112,15 @@ def compare(out: torch.Tensor, ref: torch.Tensor, qo_indptr: torch.Tensor, dtype
         ref: float64 reference.
         qo_indptr: (B+1,) prefix sums of T_b, to map the worst row to (request, node).
         dtype: case dtype name, selects TOLERANCES unless atol/rtol are given.
+        kv_dtype: the case's pool dtype (`Case.kv_dtype`); another than `dtype` selects
+            KV_CAST_TOLERANCES (`tolerance`).
 
     Raises:
         ValueError: shapes differ (the runner records it as an error).
     """
     if tuple(out.shape) != tuple(ref.shape):
         raise ValueError(f"output shape {tuple(out.shape)} != expected {tuple(ref.shape)}")
-    a0, r0 = TOLERANCES[dtype]
+    a0, r0 = tolerance(dtype, kv_dtype)
     atol = a0 if atol is None else atol
     rtol = r0 if rtol is None else rtol
     o, r = out.detach().to(ref.device, torch.float64), ref

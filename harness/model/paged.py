@@ -8,6 +8,12 @@ tree's own K/V at [L_b, S_b) -- and fills every unused slot (free pages and the
 tail of each request's last page) with NaN, so a kernel that reads a token it
 must not see returns NaN.
 
+An fp8 pool (`case.kv_dtype` float8_e4m3fn or float8_e5m2) holds 8-bit codes: K/V
+are drawn as for any case, divided by `case.k_scale` / `case.v_scale`, clamped to
+the format's finite maximum (saturating) and cast; a code c stands for
+float(c) * scale. `k_logical` / `v_logical` hold the same codes (the reference
+dequantises them exactly), and unused slots hold the NaN code FP8_NAN_CODE.
+
 Backends receive `BatchInputs.for_backend()`: a `BackendInputs` view of the
 same tensors without the reference-only fields (`k_logical`, `v_logical`,
 `kv_indptr`), so a backend reads K/V only through the paged pool, as a kernel
@@ -26,7 +32,11 @@ from treebench.harness.model.trees import TokenTree
 
 from treebench.harness.model.tree_specs import parse_tree
 
-TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32,
+                "float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}
+# The byte every unused slot of an fp8 pool holds: a NaN code (e4m3fn: S.1111.111 = 0x7F; e5m2: S.11111.11 = 0x7F),
+# so a kernel that reads one returns NaN (OCP 8-bit floating point spec v1.0, table 1; torch's NaN -> fp8 cast).
+FP8_NAN_CODE = 0x7F
 
 
 REFERENCE_ONLY = ("k_logical", "v_logical", "kv_indptr")  # BatchInputs fields a backend never sees
@@ -80,8 +90,8 @@ class BackendInputs(_Batch):
     """
 
     q: torch.Tensor             # (sum T_b, Hq, D) dtype: queries, request-major, nodes in tree order
-    k_cache: torch.Tensor       # (N, P, Hkv, D) dtype: paged key pool (NHD)
-    v_cache: torch.Tensor       # (N, P, Hkv, D) dtype: paged value pool (NHD)
+    k_cache: torch.Tensor       # (N, P, Hkv, D) kv dtype (case.kv_dtype_name): paged key pool (NHD); fp8: codes
+    v_cache: torch.Tensor       # (N, P, Hkv, D) kv dtype: paged value pool (NHD); fp8: codes
     block_table: torch.Tensor   # (B, max_pages) int32: [b, logical_page] -> physical_page
     context_lens: torch.Tensor  # (B,) int32: L_b
     seq_lens: torch.Tensor      # (B,) int32: S_b = L_b + T_b
@@ -108,8 +118,8 @@ class BatchInputs(BackendInputs):
     """
 
     # q ... case: the contract's fields, from BackendInputs; then the reference's:
-    k_logical: torch.Tensor = dataclasses.field(kw_only=True)  # (sum S_b, Hkv, D) dtype: each request's K in logical order (reference only)
-    v_logical: torch.Tensor = dataclasses.field(kw_only=True)  # (sum S_b, Hkv, D) dtype: each request's V in logical order (reference only)
+    k_logical: torch.Tensor = dataclasses.field(kw_only=True)  # (sum S_b, Hkv, D) kv dtype: each request's K in logical order (reference only)
+    v_logical: torch.Tensor = dataclasses.field(kw_only=True)  # (sum S_b, Hkv, D) kv dtype: each request's V in logical order (reference only)
     kv_indptr: torch.Tensor = dataclasses.field(kw_only=True)  # (B+1,) int64 on CPU: prefix sums of S_b into k_logical
 
     def for_backend(self) -> BackendInputs:
@@ -166,6 +176,36 @@ def position_values(pos: torch.Tensor, num_kv_heads: int, head_dim: int) -> torc
     return sign[:, None, :] * mag[None, :, None]                             # (sum S, Hkv, D)
 
 
+def quantise(x: torch.Tensor, dtype: torch.dtype, scale: float) -> torch.Tensor:
+    """fp8 codes of float values: x / scale clamped to the format's finite range, then cast (round to
+    nearest even), as vLLM's `reshape_and_cache_flash` stores an fp8 KV cache.
+
+    Args:
+        x: any shape, float32.
+        dtype: torch.float8_e4m3fn or torch.float8_e5m2.
+        scale: the per-tensor scale (> 0); a code c then means float(c) * scale.
+
+    Returns:
+        codes of x's shape in `dtype` on x.device.
+    """
+    top = torch.finfo(dtype).max                                             # 448 (e4m3fn), 57344 (e5m2)
+    return (x / scale).clamp(-top, top).to(dtype)
+
+
+def _pool(num_pages: int, P: int, Hkv: int, D: int, dtype: torch.dtype, dev: torch.device,
+          slot: tuple[torch.Tensor, torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
+    """(N, P, Hkv, D) pool in `dtype` with `rows` (sum S, Hkv, D) at `slot` and NaN (fp8: the NaN code) elsewhere.
+
+    fp8 pools are filled and scattered through a uint8 view (a plain byte copy on every device)."""
+    if dtype.itemsize == 1:
+        pool = torch.full((num_pages, P, Hkv, D), FP8_NAN_CODE, dtype=torch.uint8, device=dev)
+        pool[slot] = rows.view(torch.uint8)
+        return pool.view(dtype)
+    pool = torch.full((num_pages, P, Hkv, D), float("nan"), dtype=dtype, device=dev)
+    pool[slot] = rows
+    return pool
+
+
 def build_inputs(case: Case, device: str | torch.device = "cpu",
                  trees: list[TokenTree] | None = None) -> BatchInputs:
     """Builds the batch for `case` on `device`, deterministically from the case seed.
@@ -175,7 +215,9 @@ def build_inputs(case: Case, device: str | torch.device = "cpu",
     cast to the case dtype; the pool is filled with one vectorised scatter.
     `case.logit_scale` multiplies Q and K by its square root before the cast (scores
     q.k * sm_scale of standard deviation ~logit_scale); `case.values == "position"`
-    replaces V by `position_values`.
+    replaces V by `position_values`, and "mean" does that and zeroes Q and K. An fp8
+    `case.kv_dtype` stores `quantise`d codes of the same draws (K / k_scale, V / v_scale)
+    and sets `k_scale` / `v_scale`.
 
     Args:
         trees: B trees to use instead of `case.trees()` (the check's re-prepare batch gives the
@@ -183,12 +225,12 @@ def build_inputs(case: Case, device: str | torch.device = "cpu",
 
     Returns:
         BatchInputs with the pool holding N = used pages + spare free pages, spare
-        pages and unused slots filled with NaN.
+        pages and unused slots filled with NaN (fp8: FP8_NAN_CODE).
 
     Raises:
         ValueError: `trees` does not hold B trees.
     """
-    dev, dtype = torch.device(device), TORCH_DTYPES[case.dtype]
+    dev, dtype, kv_dtype = torch.device(device), TORCH_DTYPES[case.dtype], TORCH_DTYPES[case.kv_dtype_name]
     lens = case.context_lens()
     trees = case.trees() if trees is None else list(trees)
     if len(trees) != case.batch_size:
@@ -202,22 +244,28 @@ def build_inputs(case: Case, device: str | torch.device = "cpu",
 
     g = torch.Generator(device=dev).manual_seed(case.torch_seed("qkv"))
     def draw(*shape: int, scale: float = 1.0) -> torch.Tensor:
-        return (torch.randn(*shape, generator=g, device=dev) * scale).to(dtype)
+        return torch.randn(*shape, generator=g, device=dev) * scale          # float32
     root = case.logit_scale ** 0.5                                            # 1.0 leaves the draws bit-identical
     q = draw(sum(t.size for t in trees), case.num_q_heads, D, scale=root)      # (sum T, Hq, D)
     k_log, v_log = draw(sum(seqs), Hkv, D, scale=root), draw(sum(seqs), Hkv, D)  # (sum S, Hkv, D)
     pos = torch.cat([torch.arange(s) for s in seqs])                         # (sum S,) logical position
-    if case.values == "position":
-        v_log = position_values(pos, Hkv, D).to(dev, dtype)
+    if case.values in ("position", "mean"):
+        v_log = position_values(pos, Hkv, D).to(dev)
+    if case.values == "mean":
+        q, k_log = torch.zeros_like(q), torch.zeros_like(k_log)
+    q = q.to(dtype)
+    if case.kv_fp8:
+        k_log, v_log = quantise(k_log, kv_dtype, case.k_scale), quantise(v_log, kv_dtype, case.v_scale)
+    else:
+        k_log, v_log = k_log.to(kv_dtype), v_log.to(kv_dtype)
 
     block_table = torch.full((len(trees), max(pages)), free_page, dtype=torch.int32)
     for b, phys in enumerate(order):
         block_table[b, :len(phys)] = torch.tensor(phys, dtype=torch.int32)
     page = torch.cat([torch.tensor(o)[torch.arange(s) // P] for o, s in zip(order, seqs)])  # (sum S,) physical page
     slot = (page.to(dev), (pos % P).to(dev))
-    k_cache = torch.full((num_pages, P, Hkv, D), float("nan"), dtype=dtype, device=dev)  # (N, P, Hkv, D)
-    v_cache = torch.full_like(k_cache, float("nan"))
-    k_cache[slot], v_cache[slot] = k_log, v_log
+    k_cache = _pool(num_pages, P, Hkv, D, kv_dtype, dev, slot, k_log)       # (N, P, Hkv, D)
+    v_cache = _pool(num_pages, P, Hkv, D, kv_dtype, dev, slot, v_log)
 
     qo = torch.tensor([0] + [t.size for t in trees]).cumsum(0).to(torch.int32)
     return BatchInputs(
@@ -225,4 +273,5 @@ def build_inputs(case: Case, device: str | torch.device = "cpu",
         context_lens=torch.tensor(lens, dtype=torch.int32, device=dev),
         seq_lens=torch.tensor(seqs, dtype=torch.int32, device=dev),
         qo_indptr=qo.to(dev), trees=trees, sm_scale=case.head_dim ** -0.5, case=case,
+        k_scale=case.k_scale, v_scale=case.v_scale,
         k_logical=k_log, v_logical=v_log, kv_indptr=torch.tensor([0] + seqs).cumsum(0))

@@ -6,6 +6,11 @@ Float64 on whatever device the inputs live on (the CPU here; the H200's FP64
 units on the GPU). `paged_reference_attention` is the same computation over K/V
 gathered from the paged pool, for the `reference` backend, which like every
 backend never sees the logical copy.
+
+An fp8 pool's codes are dequantised exactly: float64(code) * k_scale (v_scale for
+V). Every fp8 value and its product with a float64 scale is exact in float64 (a
+53-bit mantissa holds 4- or 3-bit ones), so the reference measures the kernel,
+not the quantisation. For bf16/fp16/fp32 pools the scales are 1.0.
 """
 
 from __future__ import annotations
@@ -67,7 +72,8 @@ def _attention(inputs, kv, return_lse: bool):
     ls, _, ss = inputs.host_lists()
     for b, tree in enumerate(inputs.trees):
         q = inputs.q[qo[b]:qo[b + 1]].double()                       # (T, Hq, D)
-        k, v = (x.double() for x in kv(b, ss[b]))                    # (S, Hkv, D)
+        k, v = kv(b, ss[b])
+        k, v = k.double() * inputs.k_scale, v.double() * inputs.v_scale  # (S, Hkv, D): codes dequantised
         k = k.repeat_interleave(G, dim=1)                            # (S, Hq, D): head h reads kv head h // G
         v = v.repeat_interleave(G, dim=1)
         scores = torch.einsum("thd,shd->hts", q, k) * inputs.sm_scale  # (Hq, T, S)

@@ -23,7 +23,8 @@ from dataclasses import dataclass, fields
 
 from treebench.harness.model.paged import BatchInputs
 
-ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}   # bytes per element of each case dtype
+ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4,   # bytes per element of each case dtype
+                 "float8_e4m3fn": 1, "float8_e5m2": 1}         # and of each kv_dtype
 INDEX_BYTES = 4                                                # int32 block-table entry
 
 
@@ -98,16 +99,19 @@ def kv_bytes(context_lens: Sequence[int], tree_sizes: Sequence[int], num_kv_head
 
 
 def attention_bytes(context_lens: Sequence[int], tree_sizes: Sequence[int], num_q_heads: int,
-                    num_kv_heads: int, head_dim: int, page_size: int, element_bytes: int) -> int:
+                    num_kv_heads: int, head_dim: int, page_size: int, element_bytes: int,
+                    kv_element_bytes: int | None = None) -> int:
     """Bytes moved to and from HBM by one tree-attention call (a lower bound a kernel can reach).
 
-    KV pages read (`kv_bytes`) + Q read + O written (sum T_b * Hq * D elements
-    each) + the tree mask (T_b^2 bits per request, packed) + the block-table
-    entries of the pages read (int32).
+    KV pages read (`kv_bytes`, at `kv_element_bytes` per element: 1 for an fp8 pool;
+    None: `element_bytes`) + Q read + O written (sum T_b * Hq * D elements each) + the
+    tree mask (T_b^2 bits per request, packed) + the block-table entries of the pages
+    read (int32).
     """
+    kv_element_bytes = element_bytes if kv_element_bytes is None else kv_element_bytes
     total_t = sum(tree_sizes)
     pages = sum(math.ceil((l + t) / page_size) for l, t in zip(context_lens, tree_sizes, strict=True))
-    return (kv_bytes(context_lens, tree_sizes, num_kv_heads, head_dim, page_size, element_bytes)
+    return (kv_bytes(context_lens, tree_sizes, num_kv_heads, head_dim, page_size, kv_element_bytes)
             + total_t * num_q_heads * head_dim * element_bytes      # Q, read once
             + total_t * num_q_heads * head_dim * element_bytes      # O, written once
             + sum(math.ceil(t * t / 8) for t in tree_sizes)         # tree mask, 1 bit per (node, node)
@@ -155,7 +159,7 @@ def case_metrics(inputs: BatchInputs, median_us: float | None, peak_bytes_per_s:
     c = inputs.case
     flops = attention_flops(attended_pairs(ls, [t.depths for t in inputs.trees]), c.num_q_heads, c.head_dim)
     nbytes = attention_bytes(ls, ts, c.num_q_heads, c.num_kv_heads, c.head_dim, c.page_size,
-                             ELEMENT_BYTES[c.dtype])
+                             ELEMENT_BYTES[c.dtype], ELEMENT_BYTES[c.kv_dtype_name])
     return {"flops": flops, "bytes": nbytes, **rates(flops, nbytes, median_us, peak_bytes_per_s)}
 
 
@@ -175,4 +179,4 @@ def row_work(row: dict) -> tuple[int, int]:
     ts = [t.size for t in trees]
     flops = attention_flops(attended_pairs(ls, [t.depths for t in trees]), case.num_q_heads, case.head_dim)
     return flops, attention_bytes(ls, ts, case.num_q_heads, case.num_kv_heads, case.head_dim,
-                                  case.page_size, ELEMENT_BYTES[case.dtype])
+                                  case.page_size, ELEMENT_BYTES[case.dtype], ELEMENT_BYTES[case.kv_dtype_name])

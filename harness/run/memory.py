@@ -63,16 +63,16 @@ def inputs_bytes(case: Case) -> int:
 
     N = sum_b ceil(S_b / P) + max(2, that sum // 4) pages (treebench.harness.model.paged's spare
     NaN pages); K and V pools (N, P, Hkv, D), logical K/V (sum S_b, Hkv, D) and Q
-    (sum T_b, Hq, D) in the case dtype; block_table (B, max pages) and three (B,)
-    or (B+1,) int32 vectors.
+    (sum T_b, Hq, D) in the case dtype (the pools and logical K/V in its kv dtype); block_table
+    (B, max pages) and three (B,) or (B+1,) int32 vectors.
     """
     _, ts, ss = _sizes(case)
-    e = TORCH_DTYPES[case.dtype].itemsize
+    e, ekv = TORCH_DTYPES[case.dtype].itemsize, TORCH_DTYPES[case.kv_dtype_name].itemsize
     P, Hq, Hkv, D, B = case.page_size, case.num_q_heads, case.num_kv_heads, case.head_dim, case.batch_size
     pages = [-(-s // P) for s in ss]                              # ceil(S_b / P)
     num_pages = sum(pages) + max(2, sum(pages) // 4)              # N
-    pool = 2 * num_pages * P * Hkv * D * e                        # K and V pools
-    logical = 2 * sum(ss) * Hkv * D * e                           # k_logical, v_logical
+    pool = 2 * num_pages * P * Hkv * D * ekv                      # K and V pools
+    logical = 2 * sum(ss) * Hkv * D * ekv                         # k_logical, v_logical
     q = sum(ts) * Hq * D * e
     index = (B * max(pages) + B + B + (B + 1)) * I32              # block_table, context/seq lens, qo_indptr
     return pool + logical + q + index

@@ -210,7 +210,7 @@ def compared(out: tuple, ref: torch.Tensor, inputs: BatchInputs,
     """(correctness record without `passed`, None or the mismatch reason) of a call's (out, lse);
     the LSE, when there is one, is compared with `ref_lse` and its max error is `lse_max_abs_err`."""
     o, lse = out
-    rec = compare(o, ref, inputs.qo_indptr, inputs.case.dtype).as_row()
+    rec = compare(o, ref, inputs.qo_indptr, inputs.case.dtype, kv_dtype=inputs.case.kv_dtype).as_row()
     bad = None if rec.pop("passed") else _mismatch_reason(rec)
     rec["lse_max_abs_err"] = None
     if lse is not None and ref_lse is not None:

@@ -6,13 +6,15 @@ It shares no code with backends/ or the reference: its own gather through the bl
 table, its own mask and its own softmax. Steps, in call order for request b:
 `kv_span` (tokens read, tree offset) -> `token_slots` (via `page_ids`: where each
 token sits in the pool) -> `tree_mask` / `context_visible` (the mask) -> `kv_head`
-(GQA) -> `scale` -> `softmax_pv` (softmax and P·V).
+(GQA) -> `scale` -> `softmax_pv` (softmax and P·V); `gather` reads the slots and
+`dequantise` turns an fp8 pool's codes into values (code * k_scale, code * v_scale).
 """
 
 from __future__ import annotations
 
 import torch
 from treebench.harness.adapter.contract import Capabilities
+from treebench.harness.model.cases import KV_DTYPES
 
 
 class Dense:
@@ -25,7 +27,7 @@ class Dense:
 
     name = "selftest_dense"
     mask_kind = "tree"
-    capabilities = Capabilities(devices=("cpu", "cuda"))
+    capabilities = Capabilities(devices=("cpu", "cuda"), kv_dtypes=KV_DTYPES)
     description = "dense float32 softmax(Q K^T) V over context + tree, one request at a time"
     axis: str | None = None
     upstream: str | None = None
@@ -70,6 +72,11 @@ class Dense:
         """Softmax scale: inputs.sm_scale (1/sqrt(D))."""
         return inputs.sm_scale
 
+    def dequantise(self, inputs, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """K, V float32 from the pool's elements (n, Hkv, D): float32(code) * k_scale and * v_scale
+        (the scales are 1.0 for a bf16/fp16/fp32 pool)."""
+        return k.float() * inputs.k_scale, v.float() * inputs.v_scale
+
     def softmax_pv(self, scores: torch.Tensor, v: torch.Tensor, n_ctx: int) -> torch.Tensor:
         """(T_b, Hq, D) float32 from masked scores (Hq, T_b, n) float32 (-inf where hidden) and
         v (n, Hq, D) float32; the first n_ctx of the n tokens are context."""
@@ -77,10 +84,16 @@ class Dense:
 
     # ---- the computation ---------------------------------------------------------
     def gather(self, inputs, b: int, n_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """K, V (n_tokens, Hkv, D) float32 of request b, read slot by slot through `token_slots`."""
+        """K, V (n_tokens, Hkv, D) float32 of request b, read slot by slot through `token_slots`
+        (an fp8 pool's bytes are read as bytes, then `dequantise`d)."""
         page, off = self.token_slots(inputs, b, n_tokens)
         page, off = page.to(inputs.device), off.to(inputs.device)
-        return inputs.k_cache[page, off].float(), inputs.v_cache[page, off].float()  # (n_tokens, Hkv, D)
+        k, v = inputs.k_cache, inputs.v_cache
+        if k.element_size() == 1:
+            k, v = (x.view(torch.uint8)[page, off].view(x.dtype) for x in (k, v))   # (n_tokens, Hkv, D) codes
+        else:
+            k, v = k[page, off], v[page, off]
+        return self.dequantise(inputs, k, v)
 
     def full_mask(self, inputs, b: int, n_tokens: int, n_ctx: int) -> torch.Tensor:
         """(T_b, n_tokens) bool on inputs.device: context part, then the tree mask, then anything after it visible."""

@@ -1,7 +1,8 @@
 """Mutants of `Dense` a check must kill: the eleven faults every kernel is prone to,
 each one step overridden (moved here from tests/broken_backends.py, which
 re-exports them). Axis-specific mutants are in `mutants_axes`, bugs found in other
-projects in `mutants_field`; `ALL_MUTANTS` at the end of `mutants_field` lists all.
+projects in `mutants_field`, fp8-pool faults in `mutants_fp8`; `ALL_MUTANTS` at the end of
+`mutants_field` lists all.
 
 `AXES` names every coverage axis a mutant may need (its `axis`); a check suite
 that lacks the axis lets the mutant survive.
@@ -31,6 +32,10 @@ AXES = {  # axis -> the cases that exercise it
     "re-prepare": "prepare() again on a batch of the same shape with other trees",
     "repeat": "the prepared callable called twice, both outputs compared",
     "long context": "L_b of 16k-32k tokens (outputs ~1/sqrt(L_b): bf16's atol hides smaller contexts' errors)",
+    "fp8 KV": "an fp8 pool (e4m3fn) with non-unit scales and a NaN-coded page tail",
+    "fp8 unequal scales": "an fp8 pool with k_scale != v_scale (0.25 and 0.5), so a swapped pair differs",
+    "fp8 formats": "pools of both fp8 formats, e4m3fn and e5m2",
+    "fp8 GQA": "an fp8 pool under G > 4 (Hq 12, Hkv 2)",
 }
 
 

@@ -10,6 +10,7 @@ from treebench.harness.selftest.dense import Dense
 from treebench.harness.selftest.mutants import CLASSIC
 from treebench.harness.selftest.mutants_axes import AXIS_MUTANTS
 from treebench.harness.selftest.mutants_lse import LSE_MUTANTS
+from treebench.harness.selftest.mutants_fp8 import FP8_MUTANTS
 from treebench.harness.selftest.variants import SplitKV
 
 
@@ -109,4 +110,4 @@ class FlatIndexPositions(Dense):
 
 FIELD_MUTANTS = (PaddingSlotsRead, PackedMaskOffset, TreeAfterContext, StaleMaskAcrossPlans, EmptyStatesMergeNaN,
                  FlatIndexPositions)
-ALL_MUTANTS = (*CLASSIC, *AXIS_MUTANTS, *FIELD_MUTANTS, *LSE_MUTANTS)
+ALL_MUTANTS = (*CLASSIC, *AXIS_MUTANTS, *FIELD_MUTANTS, *LSE_MUTANTS, *FP8_MUTANTS)
