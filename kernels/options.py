@@ -47,6 +47,21 @@ class KernelOptions:
             kernel's last programs). None (default): wherever `pdl_unsupported` finds no
             reason against it (run 6d: B 1 cells 2.2-5.8% faster, docs/kernel.md). True: the
             same, but a reason against raises ConfigError. False: an ordinary second launch.
+        page_gather: the tl kernel's pointer loads of a tile that spans several whole pages
+            (BLOCK_N % P == 0, P < BLOCK_N: P 16 and 32 with 64-token tiles) read one
+            block-table entry per page and build each page's P row offsets from it. False
+            (default): one block-table lookup per token, the path every P takes otherwise.
+            Measured 1.0-2.3x slower than the token lookup (lab/latency_sweep.py), so off.
+        early_first: the tl kernel's pointer paths load the block-table entries of a split's
+            first tile together with the request's lengths, before the early exit, so a call
+            whose splits hold one tile (L_b around 16) waits on two dependent loads before
+            its K/V, not three. None (default): with the short-context configs
+            (`tree_attention_plan.SHORT_CONFIGS`, measured with it: 0.94-0.98x at L 16, P 16);
+            off elsewhere (not measured apart from the sweep's noise at L 2048). True / False: forced.
+        ws_page_tma: the warp-specialised kernel at P < 64 that divides its 64-token tile
+            (P 16, 32): one TMA box of P rows per page, BLOCK_N // P per tile, all arriving
+            on the tile's barrier. True (default: at P 16, L 2048, B 16-64 0.55-0.72x of the tl
+            kernel's gather, within 1-4% of P 128). False: such pages keep the tl kernel.
 
     Raises:
         ConfigError: a field of the wrong type (see `__post_init__`).
@@ -57,21 +72,26 @@ class KernelOptions:
     ws3_pipe_min_tiles: int = WS3_PIPE_MIN_TILES   # ws_pipe_for's threshold for 3 consumer warpgroups
     ws_persist: bool = True              # warp-specialised kernel as one wave of persistent programs
     pdl: bool | None = None              # merge kernel as a programmatic dependent launch (None: wherever possible)
+    page_gather: bool = False            # tl pointer loads: one block-table entry per page, not per token
+    early_first: bool | None = None      # tl pointer paths: a split's first tile's pages loaded with the lengths
+    ws_page_tma: bool = True             # warp-specialised kernel at P 16 / 32: one TMA box per page
 
     def __post_init__(self) -> None:
         """Checks every field's type.
 
         Raises:
-            ConfigError: kv_desc, ws_pipe or pdl not None / True / False; ws_persist not
-                a bool; ws3_pipe_min_tiles not a positive integer. The message names the
+            ConfigError: kv_desc, ws_pipe, pdl or early_first not None / True / False;
+                ws_persist, page_gather or ws_page_tma not a bool; ws3_pipe_min_tiles not a
+                positive integer. The message names the
                 field and the value.
         """
-        for name in ("kv_desc", "ws_pipe", "pdl"):
+        for name in ("kv_desc", "ws_pipe", "pdl", "early_first"):
             v = getattr(self, name)
             if not (v is None or isinstance(v, bool)):
                 raise ConfigError(f"KernelOptions {name}={v!r}: must be None (the default rule), True or False")
-        if not isinstance(self.ws_persist, bool):
-            raise ConfigError(f"KernelOptions ws_persist={self.ws_persist!r}: must be True or False")
+        for name in ("ws_persist", "page_gather", "ws_page_tma"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"KernelOptions {name}={getattr(self, name)!r}: must be True or False")
         if not is_integer(self.ws3_pipe_min_tiles) or self.ws3_pipe_min_tiles < 1:
             raise ConfigError(f"KernelOptions ws3_pipe_min_tiles={self.ws3_pipe_min_tiles!r}: "
                               "must be a positive integer")

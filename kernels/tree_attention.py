@@ -28,7 +28,8 @@ from treebench.harness.model.paged import BatchInputs
 from treebench.kernels.launch import FixedLaunch, verify_fast_path
 from treebench.kernels.options import KernelOptions
 from treebench.kernels.tree_attention_plan import (MASK_MODES, SMEM_PER_SM, KernelConfig, check_inputs, choose_config,
-                                         is_integer, make_plan, next_pow2, pack_tree_masks, tree_bias, ws_fills)
+                                         is_integer, make_plan, next_pow2, pack_tree_masks, short_context_config,
+                                         tree_bias, ws_fills)
 from treebench.kernels.tree_attention_reduce import HAS_PDL, tree_attn_merge_kernel
 from treebench.kernels.tree_attention_tl import LOG2E, tree_attn_fwd_kernel
 
@@ -87,27 +88,35 @@ def kv_desc_unsupported(inputs: BatchInputs, block_n: int) -> str:
     return ""
 
 
-def ws_unsupported(inputs: BatchInputs, block_n: int = 64) -> str:
+def ws_unsupported(inputs: BatchInputs, block_n: int = 64, page_tma: bool = False) -> str:
     """Why the warp-specialised Gluon kernel (`tree_attention_ws`) cannot run this batch, or "".
 
     Args:
         inputs: the batch.
         block_n: the config's KV tokens per tile (32 or 64).
+        page_tma: one TMA box per page where a tile spans several pages
+            (`KernelOptions.ws_page_tma`): P a multiple of 16 that divides block_n is taken too.
 
     Returns:
         "" on an sm_90 GPU (wgmma is Hopper's; sm_100 has none) with a Triton whose
-        Gluon has the Hopper API, D 64 or 128, and pools TMA can read in block_n-token
-        tiles (`kv_desc_unsupported`); else the first reason against, one line.
-        Raises nothing.
+        Gluon has the Hopper API, D 64 or 128, bf16/fp16 pools (it reads a request's
+        last tile whole, past S_b, which fp8 pools' NaN codes forbid) and pools TMA can
+        read in block_n-token tiles (`kv_desc_unsupported`, or with page_tma in P-token
+        boxes); else the first reason against, one line. Raises nothing.
     """
     if interpreting() or inputs.device.type != "cuda":
         return "the warp-specialised kernel needs a CUDA GPU (Gluon does not run in the Triton interpreter)"
     if torch.cuda.get_device_capability(inputs.device) != (9, 0):
         return "the warp-specialised kernel needs sm_90 (wgmma)"
-    d = inputs.q.shape[-1]
+    d, p = inputs.q.shape[-1], inputs.k_cache.shape[1]
     if d not in (64, 128):
         return f"head dim {d}: the warp-specialised kernel takes D 64 or 128 (shared memory)"
-    why = kv_desc_unsupported(inputs, block_n)
+    if inputs.k_cache.dtype != inputs.q.dtype:
+        return (f"kv dtype {inputs.k_cache.dtype}: the warp-specialised kernel reads bf16/fp16 pools only (its "
+                "last tile is read past S_b, where fp8 pools hold NaN codes)")
+    if (inputs.k_scale, inputs.v_scale) != (1.0, 1.0):
+        return "k_scale / v_scale other than 1: the warp-specialised kernel applies no KV scales"
+    why = kv_desc_unsupported(inputs, p if page_tma and p % 16 == 0 and block_n % p == 0 else block_n)
     if why:
         return why
     try:
@@ -130,6 +139,10 @@ class TreeAttention:
         options: the `KernelOptions` it was prepared with.
         out: (sum T_b, Hq, D) in the input dtype, written by every call.
         lse: (sum T_b, Hq) fp32 natural-log LSE when prepared with return_lse, else None.
+        kernel: the path taken, e.g. "ws tma splits=1" or "tl gather splits=4": the forward
+            kernel (tl / ws), its page path (tma: TMA boxes of whole tiles; tma-page: one
+            TMA box per page; tile: a tile inside one page, pointer loads; gather: page
+            lookups per token; gather-page: per page) and the KV split count.
         kv_desc: the context tiles are loaded through TMA descriptors.
         pdl: the split-KV merge kernel is a programmatic dependent launch.
         ws: the forward kernel is the warp-specialised Gluon one (`tree_attention_ws`).
@@ -181,7 +194,9 @@ class TreeAttention:
                 config for the rows and D, or ws=True / a warp-specialised `config` that
                 cannot run here (see ws).
         """
-        check_inputs(inputs.dtype, inputs.q.shape[-1], mask_mode)
+        check_inputs(inputs.dtype, inputs.q.shape[-1], mask_mode, inputs.k_cache.dtype)
+        if inputs.v_cache.dtype != inputs.k_cache.dtype:
+            raise ConfigError(f"v_cache dtype {inputs.v_cache.dtype} differs from k_cache's {inputs.k_cache.dtype}")
         if options is not None and not isinstance(options, KernelOptions):
             raise ConfigError(f"options={options!r}: must be a KernelOptions (treebench.kernels.options)")
         self.options = opts = options or KernelOptions()
@@ -205,7 +220,7 @@ class TreeAttention:
         if ws is True or cfg.ws:
             why_ws = ("ws=False" if ws is False else "kv_desc=False (it loads every tile by TMA)"
                       if kv_desc is False else "fused_merge (it merges in a second kernel)" if fused_merge
-                      else ws_unsupported(inputs, cfg.block_n))
+                      else ws_unsupported(inputs, cfg.block_n, opts.ws_page_tma))
             if not why_ws and cfg.ws and cfg.ws_shared_bytes(d, inputs.q.element_size()) > SMEM_PER_SM:
                 why_ws = (f"{cfg.ws_shared_bytes(d, inputs.q.element_size())} bytes of shared memory at D {d} "
                           f"(one CTA has {SMEM_PER_SM})")
@@ -218,6 +233,11 @@ class TreeAttention:
                 why_ws = "the tl kernel's programs fit one wave"
             if why_ws:
                 cfg = choose_config(rows, d, interpreting(), ws=False)
+        short = None if config is not None or cfg.ws or interpreting() else \
+            short_context_config(rows, d, max(ss), len(ts), hkv, sms)
+        cfg = short or cfg
+        # a split's first tile's pages loaded with the lengths: measured with the short configs
+        self.early_first = bool(short) if opts.early_first is None else opts.early_first
         self.ws = bool(cfg.ws)
         why_not = kv_desc_unsupported(inputs, cfg.block_n)
         if kv_desc and why_not:
@@ -238,8 +258,20 @@ class TreeAttention:
         self.ws_pipe = ((cfg.ws_pipe_for(self.plan.tiles_per_split, opts.ws3_pipe_min_tiles)
                          if opts.ws_pipe is None else opts.ws_pipe) if self.ws else None)
         self._launches = self._build_ws_launches(ts) if self.ws else self._build_launches(ls, ts)
+        self.kernel = f"{'ws' if self.ws else 'tl'} {self._page_path()} splits={self.plan.num_splits}"
         self()                                   # warm-up: compiles
         self.fast_launch = fast_launch and not interpreting() and verify_fast_path(self._launches, self)
+
+    def _page_path(self) -> str:
+        """How the forward kernel reads K/V pages (the `kernel` attribute's middle word)."""
+        p, bn = self.inputs.k_cache.shape[1], self.plan.config.block_n
+        if self.ws:
+            return "tma" if p % bn == 0 else "tma-page"
+        if self.kv_desc:
+            return "tma"
+        if p % bn == 0:
+            return "tile"
+        return "gather-page" if self.options.page_gather and bn % p == 0 else "gather"
 
     def __call__(self) -> torch.Tensor:
         """Launches the kernel(s); returns `out`. No allocation, no host sync."""
@@ -291,14 +323,15 @@ class TreeAttention:
                               for t in (kc, vc))
         fwd = FixedLaunch(tree_attn_fwd_kernel, (plan.num_programs,), [
             q, kc, vc, inp.block_table, inp.context_lens, inp.qo_indptr, words, bias,
-            self.out, lse, o_part, lse_part, sem, k_desc, v_desc, inp.sm_scale * LOG2E,
+            self.out, lse, o_part, lse_part, sem, k_desc, v_desc, inp.sm_scale * inp.k_scale * LOG2E, inp.v_scale,
             q.stride(0), q.stride(1), kc.stride(0), kc.stride(1), kc.stride(2),
             inp.block_table.stride(0), stride_mw, stride_bias, rows, plan.m_tiles, plan.num_splits,
             plan.tiles_per_split, inp.block_table.shape[1]],
             dict(HKV=hkv, G=g, D=d, P=kc.shape[1], BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SPLIT=split,
                  FUSED_MERGE=fused, MASK_MODE=MASK_MODES.index(self.mask_mode), WRITE_LSE=self.lse is not None,
                  DOT_FP32=interpreting(), KV_DESC=self.kv_desc,
-                 BT_AHEAD=bool(cfg.bt_ahead), PDL=self.pdl),
+                 BT_AHEAD=bool(cfg.bt_ahead), PDL=self.pdl, PAGE_GATHER=self.options.page_gather,
+                 EARLY_FIRST=self.early_first),
             dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
                  **({"maxnreg": cfg.max_regs} if cfg.max_regs and not interpreting() else {})))
         if not split or fused:
@@ -323,8 +356,8 @@ class TreeAttention:
         o_part, lse_part, lse = self._partials()
         layout = gl.NVMMASharedLayout.get_default_for([cfg.block_n, d], gl.bfloat16 if q.dtype == torch.bfloat16
                                                       else gl.float16)
-        rows_kv = kc.shape[0] * kc.shape[1]
-        k_desc, v_desc = (GluonDescriptor(t, [rows_kv, hkv * d], [hkv * d, 1], [cfg.block_n, d], layout)
+        rows_kv, box = kc.shape[0] * kc.shape[1], min(kc.shape[1], cfg.block_n)   # box: a page when P < BLOCK_N
+        k_desc, v_desc = (GluonDescriptor(t, [rows_kv, hkv * d], [hkv * d, 1], [box, d], layout)
                           for t in (kc, vc))
         consumer_regs, producer_regs = cfg.ws_regs
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count

@@ -21,6 +21,7 @@ from treebench.harness.model.trees import TokenTree
 MASK_MODES = ("tree", "bias", "causal")        # kernel MASK_MODE 0, 1, 2
 HEAD_DIMS = (32, 64, 128, 256)                 # D: a power of 2 (tl.arange), >= 16 (tl.dot); the tested ones
 DTYPES = (torch.bfloat16, torch.float16)
+FP8_KV_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)   # fp8 pools: codes, cast to Q's dtype after each load
 
 
 def is_integer(v) -> bool:
@@ -211,6 +212,31 @@ def choose_config(rows: int, head_dim: int, interpret: bool, ws: bool = True) ->
     raise ConfigError(f"head dim {head_dim}: the kernel supports D <= 256")
 
 
+# Short contexts (every S_b fits one or two tiles: L 16 in the seed suite), where fixed latency
+# decides: (max S_b bound, rows bound, config, programs must fit one wave at 2 per SM).
+# lab/latency_sweep.py on the H200 (B 1 and 16, L 16, P 16 and 128, flushed; docs/kernel.md):
+# (16, 32, 2, 2) 0.80-0.91x of the table's config for 16-52 rows; (32, 64, 4, 2) 0.85-0.88x for
+# 104-112 rows at B 1, 1.24-1.29x at B 16 (more than one wave), where the table's config stays.
+SHORT_CONFIGS: tuple[tuple[int, int, KernelConfig, bool], ...] = (
+    (32, 64, KernelConfig(16, 32, 2, 2), False),
+    (64, 128, KernelConfig(32, 64, 4, 2), True),
+)
+
+
+def short_context_config(rows: int, head_dim: int, max_seq_len: int, batch_size: int, num_kv_heads: int,
+                         num_sms: int) -> KernelConfig | None:
+    """The tl-kernel config for a batch whose every S_b is short (`SHORT_CONFIGS`), or None
+    (the tuned table applies). rows = G * max T_b; max_seq_len = max S_b. D 128 only (the
+    measured one). Raises nothing."""
+    if head_dim != 128:
+        return None
+    for max_s, max_rows, cfg, one_wave in SHORT_CONFIGS:
+        waves_ok = batch_size * num_kv_heads * math.ceil(rows / cfg.block_m) <= 2 * num_sms
+        if max_seq_len <= max_s and rows <= max_rows and (waves_ok or not one_wave):
+            return cfg
+    return None
+
+
 def ws_fills(config: KernelConfig, batch_size: int, num_kv_heads: int, rows: int, num_sms: int) -> bool:
     """True when the warp-specialised kernel should run this batch: the tl kernel's
     64-row programs (B * Hkv * ceil(rows / 64)) would need more than one wave at its
@@ -328,10 +354,14 @@ def tree_bias(trees: list[TokenTree]) -> torch.Tensor:
     return trees[0].additive_bias(torch.float32)
 
 
-def check_inputs(dtype: torch.dtype, head_dim: int, mask_mode: str) -> None:
-    """Raises ConfigError naming the field when the kernel cannot take these inputs."""
+def check_inputs(dtype: torch.dtype, head_dim: int, mask_mode: str, kv_dtype: torch.dtype | None = None) -> None:
+    """Raises ConfigError naming the field when the kernel cannot take these inputs
+    (dtype: Q's; kv_dtype: the K/V pools', None for Q's: the same dtype or fp8 codes)."""
     if dtype not in DTYPES:
         raise ConfigError(f"dtype {dtype}: the Triton tree kernel takes bfloat16 or float16")
+    if kv_dtype is not None and kv_dtype != dtype and kv_dtype not in FP8_KV_DTYPES:
+        raise ConfigError(f"kv dtype {kv_dtype}: the Triton tree kernel reads K/V pools in Q's dtype ({dtype}) "
+                          "or as float8_e4m3fn / float8_e5m2 codes")
     if head_dim not in HEAD_DIMS:
         raise ConfigError(f"head dim {head_dim}: the Triton tree kernel takes D in {HEAD_DIMS}")
     if mask_mode not in MASK_MODES:

@@ -30,8 +30,9 @@ program writes the output (and LSE) itself; with several it writes a partial
 (O, LSE) in fp32, merged by ``tree_attention_reduce.tree_attn_merge_kernel``
 (a second launch) or, with FUSED_MERGE, by the tile's last split program.
 
-Pages: when P % BLOCK_N == 0 a tile lies inside one page (one block-table
-load, contiguous rows); otherwise each token looks up its own page. With
+Pages: any P >= 1. When P % BLOCK_N == 0 a tile lies inside one page (one
+block-table load, contiguous rows); otherwise each token looks up its own page
+(with PAGE_GATHER and BLOCK_N % P == 0, each of the tile's pages once). With
 KV_DESC the context tiles of such pages are loaded by TMA (one descriptor box
 of BLOCK_N tokens x D per tile, the pools viewed as (N * P, HKV * D)). With
 BT_AHEAD the block-table entries of each context tile are loaded one tile
@@ -41,6 +42,12 @@ wait on them (docs/kernel.md). The masked tail tiles keep pointer loads:
 their columns past S_b must read as zeros, not as the pool's NaN slots.
 With split-KV the merge kernel is a programmatic dependent launch (PDL) where
 the device allows it.
+
+fp8 pools (float8_e4m3fn, float8_e5m2, per-tensor scales): every K/V tile is
+cast to Q's dtype right after its load and the MMAs run in that dtype;
+k_scale is folded into the score scale, v_scale into the final normalisation.
+No path reads an unused slot (the fp8 NaN code in the harness): the masked
+loads stop at S_b.
 """
 
 from __future__ import annotations
@@ -69,19 +76,31 @@ def _dot(a, b, acc, DOT_FP32: tl.constexpr):
 
 
 @triton.jit
-def _kv_tile_offsets(BT, b, start, S, stride_bt, stride_kn, stride_kp,
-                     P: tl.constexpr, BLOCK_N: tl.constexpr, PAGE_TILE: tl.constexpr):
+def _kv_tile_offsets(BT, b, start, bt_width, stride_bt, stride_kn, stride_kp,
+                     P: tl.constexpr, BLOCK_N: tl.constexpr, PAGE_TILE: tl.constexpr, PAGE_GATHER: tl.constexpr):
     """Element offsets (BLOCK_N,) int64 of tokens [start, start + BLOCK_N) of
     request b into the pool, through block_table: [b, logical_page] -> physical_page.
-    Tokens at or past S get an in-bounds offset (their tile's page, or token S - 1's
-    page in the gather path) and the caller masks their loads."""
+    Every block-table read is clamped into the request's row (bt_width columns), so it
+    needs no load of S_b; tokens past S_b get some in-bounds page's offset (or, past
+    the row, the row's last page) and the caller masks their loads.
+
+    PAGE_TILE (P % BLOCK_N == 0): one block-table load for the tile. Otherwise
+    PAGE_GATHER (P < BLOCK_N, BLOCK_N % P == 0): one load per page, the tile's
+    BLOCK_N // P pages as a vector, each page's P rows contiguous; else one lookup per
+    token (any P, e.g. 1, 3, 24)."""
+    row = BT + b * stride_bt
     if PAGE_TILE:  # the tile lies inside one page: one block-table load
-        phys = tl.load(BT + b * stride_bt + start // P).to(tl.int64)
+        phys = tl.load(row + tl.minimum(start // P, bt_width - 1)).to(tl.int64)
         offs = phys * stride_kn + ((start % P) + tl.arange(0, BLOCK_N)) * stride_kp
+    elif PAGE_GATHER:  # BLOCK_N // P whole pages (start is a multiple of BLOCK_N, so of P)
+        NP: tl.constexpr = BLOCK_N // P
+        phys = tl.load(row + tl.minimum(start // P + tl.arange(0, NP), bt_width - 1)).to(tl.int64)   # (NP,)
+        offs2 = phys[:, None] * stride_kn + tl.arange(0, P)[None, :] * stride_kp                  # (NP, P)
+        offs = tl.reshape(offs2, (BLOCK_N,))
     else:
-        offs_n = tl.minimum(start + tl.arange(0, BLOCK_N), S - 1)   # past S: S - 1's page (loads masked)
-        phys = tl.load(BT + b * stride_bt + offs_n // P).to(tl.int64)
-        offs = phys * stride_kn + (offs_n % P) * stride_kp
+        page = tl.minimum((start + tl.arange(0, BLOCK_N)) // P, bt_width - 1)    # (BLOCK_N,) logical pages
+        phys = tl.load(row + page).to(tl.int64)
+        offs = phys * stride_kn + ((start + tl.arange(0, BLOCK_N)) % P) * stride_kp
     return offs
 
 
@@ -126,7 +145,7 @@ def _tree_allowed(MASK, BIAS, row_tok, node, row_ok, offs_n, L, T, stride_mw, st
 def tree_attn_fwd_kernel(
     Q, K, V, BT, CTX_LENS, QO, MASK, BIAS, O, LSE, O_PART, LSE_PART, SEM,
     K_DESC, V_DESC,                             # TMA descriptors of the pools as (N * P, HKV * D), or None
-    qk_scale,                                   # sm_scale * log2(e), fp32
+    qk_scale, v_scale,                          # sm_scale * k_scale * log2(e); v_scale (fp8 pools; else 1.0), fp32
     stride_qt, stride_qh,                       # q (sum T, Hq, D); its last dim is contiguous
     stride_kn, stride_kp, stride_kh,            # k/v cache (N, P, Hkv, D)
     stride_bt, stride_mw, stride_bias,          # block_table row, mask-words row, bias row
@@ -137,6 +156,7 @@ def tree_attn_fwd_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, FUSED_MERGE: tl.constexpr,
     MASK_MODE: tl.constexpr, WRITE_LSE: tl.constexpr, DOT_FP32: tl.constexpr,
     KV_DESC: tl.constexpr = False, BT_AHEAD: tl.constexpr = False, PDL: tl.constexpr = False,
+    PAGE_GATHER: tl.constexpr = False, EARLY_FIRST: tl.constexpr = False,
 ):
     """Grid: (B * HKV * num_splits * m_tiles,), M-tile fastest so the M-tiles that
     share a KV stream run together (their re-reads hit L2). SPLIT: num_splits > 1.
@@ -146,7 +166,15 @@ def tree_attn_fwd_kernel(
     programmatic dependent launch once every program has passed its main loops). KV_DESC: context
     tiles through K_DESC / V_DESC (needs P % BLOCK_N == 0); BT_AHEAD: each context
     tile's block-table entries loaded one tile ahead (the TMA page, or on the
-    pointer-load paths the tile's K/V offsets, loop-carried).
+    pointer-load paths the tile's K/V offsets, loop-carried). PAGE_GATHER: a tile that
+    spans several whole pages (BLOCK_N % P == 0) reads one block-table entry per page,
+    not per token. EARLY_FIRST (pointer paths): the split's first tile's offsets are
+    loaded with the request's lengths, before the early exit, so a one-tile call (L_b
+    near 0) waits on two dependent loads, not three.
+
+    K and V may be fp8 codes (float8_e4m3fn / float8_e5m2): each tile is cast to Q's
+    dtype after its load; k_scale is folded into qk_scale and v_scale multiplies the
+    normalised output (a code c means c * scale).
 
     Split s covers the request's tiles [s * tiles_per_split, (s + 1) * tiles_per_split):
     its first tile does not depend on a load, so (with BT_AHEAD and KV_DESC) its
@@ -160,8 +188,13 @@ def tree_attn_fwd_kernel(
     b = pid // (m_tiles * num_splits * HKV)
     t_lo = split * tiles_per_split
     bt_row = BT + b * stride_bt
+    PAGE_TILE: tl.constexpr = P % BLOCK_N == 0
+    GATHER_PAGES: tl.constexpr = PAGE_GATHER and BLOCK_N % P == 0 and not PAGE_TILE
     if KV_DESC and BT_AHEAD:                    # the first tile's page (loop-carried), clamped into the row
         page_next = tl.load(bt_row + tl.minimum((t_lo * BLOCK_N) // P, bt_width - 1))
+    if EARLY_FIRST and not KV_DESC:             # the split's first tile, before any length is known
+        kv_first = _kv_tile_offsets(BT, b, t_lo * BLOCK_N, bt_width, stride_bt, stride_kn, stride_kp,
+                                    P, BLOCK_N, PAGE_TILE, GATHER_PAGES)
     L = tl.load(CTX_LENS + b)
     qo = tl.load(QO + b)
     T = tl.load(QO + b + 1) - qo
@@ -187,15 +220,17 @@ def tree_attn_fwd_kernel(
     acc = tl.zeros((BLOCK_M, D), tl.float32)
     K_h = K + kh * stride_kh
     V_h = V + kh * stride_kh
-    PAGE_TILE: tl.constexpr = P % BLOCK_N == 0
 
     # With BT_AHEAD, the page(s) of the next context tile are loaded one tile ahead of its
     # K/V loads (clamped into the split's context tiles, so they never leave the request's
     # row): the TMA issue, or the gathered loads' addresses, do not wait on them.
     last = tl.maximum(t_ctx - 1, 0)
     if BT_AHEAD and not KV_DESC:                # pointer paths: the next tile's K/V offsets (loop-carried)
-        kv_next = _kv_tile_offsets(BT, b, tl.minimum(t_lo, last) * BLOCK_N, S, stride_bt, stride_kn, stride_kp,
-                                   P, BLOCK_N, PAGE_TILE)
+        if EARLY_FIRST:                         # the first context tile is t_lo whenever the loop runs
+            kv_next = kv_first
+        else:
+            kv_next = _kv_tile_offsets(BT, b, tl.minimum(t_lo, last) * BLOCK_N, bt_width, stride_bt, stride_kn,
+                                       stride_kp, P, BLOCK_N, PAGE_TILE, GATHER_PAGES)
     for t in range(t_lo, t_ctx):                # 1) context tiles: no mask
         if KV_DESC:                              # one TMA box per tile (P % BLOCK_N == 0)
             start = t * BLOCK_N
@@ -205,17 +240,18 @@ def tree_attn_fwd_kernel(
             else:
                 page = tl.load(bt_row + start // P)
             row0 = page * P + start % P
-            k = K_DESC.load([row0, kh * D])                     # (BLOCK_N, D)
-            v = V_DESC.load([row0, kh * D])
+            k = K_DESC.load([row0, kh * D]).to(dtype)           # (BLOCK_N, D); fp8 codes cast to Q's dtype
+            v = V_DESC.load([row0, kh * D]).to(dtype)
         else:
             if BT_AHEAD:
                 kv = kv_next
-                kv_next = _kv_tile_offsets(BT, b, tl.minimum(t + 1, last) * BLOCK_N, S, stride_bt, stride_kn,
-                                           stride_kp, P, BLOCK_N, PAGE_TILE)
+                kv_next = _kv_tile_offsets(BT, b, tl.minimum(t + 1, last) * BLOCK_N, bt_width, stride_bt,
+                                           stride_kn, stride_kp, P, BLOCK_N, PAGE_TILE, GATHER_PAGES)
             else:
-                kv = _kv_tile_offsets(BT, b, t * BLOCK_N, S, stride_bt, stride_kn, stride_kp, P, BLOCK_N, PAGE_TILE)
-            k = tl.load(K_h + kv[:, None] + offs_d[None, :])      # (BLOCK_N, D)
-            v = tl.load(V_h + kv[:, None] + offs_d[None, :])
+                kv = _kv_tile_offsets(BT, b, t * BLOCK_N, bt_width, stride_bt, stride_kn, stride_kp, P, BLOCK_N,
+                                      PAGE_TILE, GATHER_PAGES)
+            k = tl.load(K_h + kv[:, None] + offs_d[None, :]).to(dtype)    # (BLOCK_N, D)
+            v = tl.load(V_h + kv[:, None] + offs_d[None, :]).to(dtype)
         s = _dot(q, tl.trans(k), None, DOT_FP32)              # (BLOCK_M, BLOCK_N) raw scores
         m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)      # log2 units
         alpha = tl.exp2(m_i - m_new)
@@ -227,9 +263,17 @@ def tree_attn_fwd_kernel(
     for t in range(tl.maximum(t_lo, t_ctx), t_hi):  # 2) tiles overlapping [L, S): masked
         offs_n = t * BLOCK_N + tl.arange(0, BLOCK_N)
         valid = offs_n < S
-        kv = _kv_tile_offsets(BT, b, t * BLOCK_N, S, stride_bt, stride_kn, stride_kp, P, BLOCK_N, PAGE_TILE)
-        k = tl.load(K_h + kv[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
-        v = tl.load(V_h + kv[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
+        if EARLY_FIRST and not KV_DESC:
+            if t == t_lo:                       # the split's first tile: its offsets were loaded early
+                kv = kv_first
+            else:
+                kv = _kv_tile_offsets(BT, b, t * BLOCK_N, bt_width, stride_bt, stride_kn, stride_kp, P, BLOCK_N,
+                                      PAGE_TILE, GATHER_PAGES)
+        else:
+            kv = _kv_tile_offsets(BT, b, t * BLOCK_N, bt_width, stride_bt, stride_kn, stride_kp, P, BLOCK_N,
+                                  PAGE_TILE, GATHER_PAGES)
+        k = tl.load(K_h + kv[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0).to(dtype)
+        v = tl.load(V_h + kv[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0).to(dtype)
         allowed, bias = _tree_allowed(MASK, BIAS, row_tok, node, row_ok, offs_n, L, T, stride_mw, stride_bias,
                                       BLOCK_M, BLOCK_N, MASK_MODE)
         s = _dot(q, tl.trans(k), None, DOT_FP32) * qk_scale + bias
@@ -245,7 +289,7 @@ def tree_attn_fwd_kernel(
     if PDL:                                     # the merge kernel may launch now (it waits for this grid)
         gdc_launch_dependents()
     seen = l_i > 0.0                            # False only for a split that saw nothing of a row
-    out = acc / tl.where(seen, l_i, 1.0)[:, None]
+    out = acc * (v_scale / tl.where(seen, l_i, 1.0))[:, None]    # v_scale: fp8 V codes (1.0 otherwise)
     lse = tl.where(seen, (m_i + tl.log2(tl.where(seen, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
     lse_off = row_tok.to(tl.int64) * (HKV * G) + head          # (BLOCK_M,) into (sum T, Hq)
     o_off = lse_off[:, None] * D + offs_d[None, :]              # out is contiguous (sum T, Hq, D)

@@ -169,6 +169,7 @@ def _ws_producer(prm, ptrs, smem, WG: gl.constexpr, HKV: gl.constexpr, G: gl.con
     q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, fix_bar = smem
     bt_layout: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
     lane = gl.arange(0, BT_CHUNK, layout=bt_layout)
+    NP: gl.constexpr = BLOCK_N // P if P < BLOCK_N else 1   # pages per tile
     tile_bytes: gl.constexpr = BLOCK_N * D * 2
     it = 0                                      # ring position, across work items
     fixes = 0                                   # fix_bar phase
@@ -177,22 +178,30 @@ def _ws_producer(prm, ptrs, smem, WG: gl.constexpr, HKV: gl.constexpr, G: gl.con
             item, CTX_LENS, QO, m_tiles, num_splits, tiles_per_split, HKV, G, BLOCK_N, NUM_WG)
         bt_row = BT + b.to(gl.int64) * stride_bt
         last = gl.maximum(t_hi - 1, 0)
-        # The pages of BT_CHUNK tiles in one load (one per lane), so filling the ring
-        # waits on one block-table latency, not one per tile.
-        pages = gl.load(bt_row + (gl.minimum(t_lo + lane, last) * BLOCK_N) // P)
+        # The pages of BT_CHUNK tiles (of BT_CHUNK pages when a tile spans several) in one
+        # load, one per lane, so filling the ring waits on one block-table latency, not one per tile.
+        if P < BLOCK_N:                         # NP pages per tile, one TMA box each
+            last = gl.maximum(S - 1, 0) // P    # the request's last page (past it: that page again)
+            pages = gl.load(bt_row + gl.minimum(t_lo * NP + lane, last))
+        else:
+            pages = gl.load(bt_row + (gl.minimum(t_lo + lane, last) * BLOCK_N) // P)
         for t in range(t_lo, t_hi):
             j = t - t_lo
-            if (j % BT_CHUNK == 0) & (j > 0):
-                pages = gl.load(bt_row + (gl.minimum(t + lane, last) * BLOCK_N) // P)
-            page = gl.sum(gl.where(lane == j % BT_CHUNK, pages, 0), axis=0)
-            row0 = page * P + (t * BLOCK_N) % P
             st = it % STAGES
+            if P < BLOCK_N:
+                if (j % (BT_CHUNK // NP) == 0) & (j > 0):
+                    pages = gl.load(bt_row + gl.minimum(t * NP + lane, last))
+                sel = (j % (BT_CHUNK // NP)) * NP
+            else:
+                if (j % BT_CHUNK == 0) & (j > 0):
+                    pages = gl.load(bt_row + (gl.minimum(t + lane, last) * BLOCK_N) // P)
+                sel = j % BT_CHUNK
             mbarrier.wait(kv_empty.index(st), ((it // STAGES) & 1) ^ 1)   # a fresh barrier passes phase 1
             mbarrier.expect(k_ready.index(st), tile_bytes)
-            _tma_load(K_DESC, [row0, kh * D], k_ready.index(st), k_bufs.index(st))
+            _tma_tile(K_DESC, pages, lane, sel, t, kh, k_ready.index(st), k_bufs.index(st), P, BLOCK_N, D)
             if (t + 1) * BLOCK_N > S:           # the request's last tile holds rows past S
                 mbarrier.expect(fix_bar, tile_bytes)
-                _tma_load(V_DESC, [row0, kh * D], fix_bar, v_bufs.index(st))
+                _tma_tile(V_DESC, pages, lane, sel, t, kh, fix_bar, v_bufs.index(st), P, BLOCK_N, D)
                 mbarrier.wait(fix_bar, fixes & 1)
                 fixes += 1
                 _zero_rows_past(v_bufs.index(st), S - t * BLOCK_N, BLOCK_N, D)
@@ -200,8 +209,22 @@ def _ws_producer(prm, ptrs, smem, WG: gl.constexpr, HKV: gl.constexpr, G: gl.con
                 mbarrier.arrive(v_ready.index(st), count=1)
             else:
                 mbarrier.expect(v_ready.index(st), tile_bytes)
-                _tma_load(V_DESC, [row0, kh * D], v_ready.index(st), v_bufs.index(st))
+                _tma_tile(V_DESC, pages, lane, sel, t, kh, v_ready.index(st), v_bufs.index(st), P, BLOCK_N, D)
             it += 1
+
+
+@gluon.jit
+def _tma_tile(desc, pages, lane, sel, t, kh, bar, buf, P: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr):
+    """KV tile t of a (request, KV head) into `buf` (BLOCK_N, D) by TMA, arriving on `bar`: one
+    box when a tile lies in one page (pages[sel] is its page); else one P-row box per page
+    (pages[sel + i], i < BLOCK_N // P), each into its rows of buf."""
+    if P < BLOCK_N:
+        for i in gl.static_range(BLOCK_N // P):
+            page = gl.sum(gl.where(lane == sel + i, pages, 0), axis=0)
+            _tma_load(desc, [page * P, kh * D], bar, buf.slice(i * P, P))
+    else:
+        page = gl.sum(gl.where(lane == sel, pages, 0), axis=0)
+        _tma_load(desc, [page * P + (t * BLOCK_N) % P, kh * D], bar, buf)
 
 
 @gluon.jit
@@ -530,7 +553,9 @@ def tree_attn_ws_kernel(
     worker partitions).
 
     Q (sum T, Hq, D) bf16/fp16; K_DESC / V_DESC: Gluon TMA descriptors of the pools viewed
-    as (N * P, HKV * D), block (BLOCK_N, D), P % BLOCK_N == 0; BT (B, max pages) int32;
+    as (N * P, HKV * D), block (BLOCK_N, D) where P % BLOCK_N == 0, else (P, D) with
+    BLOCK_N % P == 0 and P a multiple of 16 (one box per page, `_tma_tile`), the
+    layout of a (BLOCK_N, D) buffer either way; BT (B, max pages) int32;
     CTX_LENS (B,) int32 L_b; QO (B + 1,) int32 offsets of each request's nodes; MASK
     (sum T, W) int64 / BIAS (T, T) fp32 for MASK_MODE 0 / 1; O (sum T, Hq, D) in the
     input dtype; LSE (sum T, Hq) fp32 natural log (WRITE_LSE); with SPLIT, O_PART

@@ -74,10 +74,10 @@ def compile_forward(cfg: KernelConfig, page_size: int, kv_desc: bool, num_ctas: 
     if kv_desc and page_size % cfg.block_n:
         raise ConfigError(f"TMA path needs P % BLOCK_N == 0 (P {page_size}, BLOCK_N {cfg.block_n})")
     sig = {n: POINTERS.get(n, "i32") for n in kernel.arg_names}
-    sig["qk_scale"] = "fp32"
+    sig["qk_scale"] = sig["v_scale"] = "fp32"
     const = dict(HKV=HKV, G=G, D=D, P=page_size, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SPLIT=False,
                  FUSED_MERGE=False, MASK_MODE=0, WRITE_LSE=False, DOT_FP32=False, KV_DESC=kv_desc,
-                 BT_AHEAD=bool(cfg.bt_ahead), PDL=False)
+                 BT_AHEAD=bool(cfg.bt_ahead), PDL=False, PAGE_GATHER=False, EARLY_FIRST=False)
     if kv_desc:
         sig["K_DESC"] = sig["V_DESC"] = f"tensordesc<bf16[{cfg.block_n}, {D}]>"
     else:
@@ -97,7 +97,7 @@ def compile_forward(cfg: KernelConfig, page_size: int, kv_desc: bool, num_ctas: 
                 loop_async_wait=[int(n) for n in re.findall(r"ttg\.async_wait.*?\{num = (\d+)", loop)])
 
 
-def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool | None = None) -> dict:
+def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool | None = None, page_size: int = 128) -> dict:
     """Builds the warp-specialised Gluon kernel (`kernels/tree_attention_ws.py`) for sm_90
     as `TreeAttention` would launch it (Hq 32, Hkv 8, D 128, bf16, P 128, no split) and
     reads its resource use and SASS.
@@ -107,6 +107,7 @@ def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool | None = None) 
         mask_mode: 0 bitmask, 1 bias, 2 causal.
         pipe: intra-warpgroup pipelining (the kernel's PIPE); None: the tuned choice at the
             speed target's context, L 2048 (`KernelConfig.ws_pipe_for` of its KV tiles).
+        page_size: P; below BLOCK_N the build loads one TMA box of P rows per page.
 
     Returns:
         dict of pipe (bool, as built), regs (the launch's per-thread count, before the
@@ -134,9 +135,9 @@ def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool | None = None) 
     layout = gl.NVMMASharedLayout.get_default_for([cfg.block_n, D], gl.bfloat16)
     sig = {n: POINTERS.get(n, "i32") for n in kernel.arg_names}
     sig["qk_scale"] = "fp32"
-    sig["K_DESC"] = sig["V_DESC"] = f"tensordesc<bf16[{cfg.block_n}, {D}],{layout!r}>"
+    sig["K_DESC"] = sig["V_DESC"] = f"tensordesc<bf16[{min(page_size, cfg.block_n)}, {D}],{layout!r}>"
     consumer, producer = cfg.ws_regs
-    const = dict(HKV=HKV, G=G, D=D, P=128, BLOCK_N=cfg.block_n, NUM_WG=cfg.ws, STAGES=cfg.num_stages,
+    const = dict(HKV=HKV, G=G, D=D, P=page_size, BLOCK_N=cfg.block_n, NUM_WG=cfg.ws, STAGES=cfg.num_stages,
                  MASK_MODE=mask_mode, SPLIT=False, WRITE_LSE=False, CONSUMER_REGS=consumer,
                  PRODUCER_REGS=producer, PIPE=pipe)
     sig.update({c: "constexpr" for c in const})

@@ -1,0 +1,221 @@
+"""Candidate tile configs and page paths of treebench's Triton kernel on the latency-bound seed
+cells and the P 16 against P 128 cells, timed in one process, with vLLM's Triton kernel beside
+them when it imports: one GPU call gives the numbers that choose the configs.
+
+    python lab/latency_sweep.py --out $OUT/latency.json [--budget-s 240] [--groups latency,pages]
+
+Cells (bf16, Hq 32, Hkv 8, D 128, shuffled pages, one tree per batch as in the seed suite):
+- `latency`: B 1 and 16, L 16, full:3:1, full:3:2, eagle:mc_sim_7b_63, vllm:pr_27 (T 4-28),
+  P 16 and 128: one or two KV tiles per request, so fixed costs decide;
+- `pages`: full:3:3 at B 16, medusa:mc_sim_7b_63 and vllm:pr_27 at B 64, vllm:pr_27 at B 1,
+  all at L 2048, P 16 and 128: what a tile spanning several pages costs.
+
+Candidates (`candidates`, explicit and small: under 2 minutes on an H200): the default plan;
+early_first forced on and off; small tl tiles (BLOCK_M 16-64, BLOCK_N 16-64, 1-4 warps)
+with early_first, for the latency cells; `page_gather`, and `ws_page_tma=False` (the tl
+kernel's gather instead of one TMA box per page), for the P 16 cells. Every candidate's
+output is compared with the float64 reference before it is timed (a mismatch is reported,
+not timed). Each is timed twice: with the harness's timer
+(`time_callable`, CUDA graph, L2 flushed before every call, as the seed suite) and back to
+back with `triton.testing.do_bench_cudagraph` (warm L2, the peers' published method).
+
+Prints one line per (cell, candidate): us flushed, us back to back, ratio to the default
+and to vLLM; writes every row and the environment as JSON to --out. Candidates that the
+kernel refuses (a config or option that cannot run a cell) are rows with the reason.
+Bad arguments: one line on stderr, exit 2, nothing written. --smoke runs two tiny cells in
+Triton's CPU interpreter (wall timer; no do_bench), to test the script without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import NoReturn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from treebench.harness.errors import ConfigError  # noqa: E402
+from treebench.harness.model.cases import Case  # noqa: E402
+from treebench.harness.model.compare import compare  # noqa: E402
+from treebench.harness.model.paged import build_inputs  # noqa: E402
+from treebench.harness.model.reference import reference_attention  # noqa: E402
+from treebench.harness.timing.stats import summarize  # noqa: E402
+from treebench.harness.timing.timers import time_callable  # noqa: E402
+from treebench.kernels.options import KernelOptions  # noqa: E402
+from treebench.kernels.tree_attention_plan import KernelConfig  # noqa: E402
+
+LATENCY_TREES = ("full:3:1", "full:3:2", "eagle:mc_sim_7b_63", "vllm:pr_27")
+PAGE_CELLS = (("full:3:3", 16), ("medusa:mc_sim_7b_63", 64), ("vllm:pr_27", 64), ("vllm:pr_27", 1))
+PAGES = (16, 128)
+# Small tl tiles for one or two KV tiles per request: (BLOCK_M, BLOCK_N, warps, stages).
+TINY_CONFIGS = ((16, 16, 1, 2), (16, 32, 2, 2), (16, 64, 2, 2), (32, 32, 2, 2), (32, 64, 4, 2),
+                (64, 32, 4, 2), (64, 64, 4, 2))
+GROUPS = ("latency", "pages")
+
+
+def candidates(group: str, page_size: int) -> list[tuple[str, KernelConfig | None, KernelOptions]]:
+    """(name, config or None for the plan's, options) of one cell group at one page size."""
+    out: list[tuple[str, KernelConfig | None, KernelOptions]] = [
+        ("default", None, KernelOptions()), ("early", None, KernelOptions(early_first=True)),
+        ("no_early", None, KernelOptions(early_first=False))]
+    if page_size < 64:
+        out.append(("page_gather", None, KernelOptions(page_gather=True)))
+        out.append(("page_gather+early", None, KernelOptions(page_gather=True, early_first=True)))
+    if group == "latency":
+        out += [(f"tl{bm}x{bn}w{w}s{s}+early", KernelConfig(bm, bn, w, s), KernelOptions(early_first=True))
+                for bm, bn, w, s in TINY_CONFIGS]
+    elif page_size < 64:
+        out.append(("no_ws_page_tma", None, KernelOptions(ws_page_tma=False)))
+    return out
+
+
+def cells(groups: list[str], smoke: bool) -> list[tuple[str, Case]]:
+    """(group, case) in the order they are run: latency cells first."""
+    if smoke:
+        tiny = dict(num_q_heads=4, num_kv_heads=2, head_dim=64, layout="shuffled")
+        return [("latency", Case(batch_size=1, context_len=16, tree="full:2:1", page_size=8, **tiny)),
+                ("pages", Case(batch_size=2, context_len=40, tree="full:2:2", page_size=16, **tiny))]
+    seed = dict(num_q_heads=32, num_kv_heads=8, head_dim=128, dtype="bfloat16", layout="shuffled")
+    out = []
+    if "latency" in groups:
+        out += [("latency", Case(batch_size=b, context_len=16, tree=t, page_size=p, **seed))
+                for b in (1, 16) for t in LATENCY_TREES for p in PAGES]
+    if "pages" in groups:
+        out += [("pages", Case(batch_size=b, context_len=2048, tree=t, page_size=p, **seed))
+                for t, b in PAGE_CELLS for p in PAGES]
+    return out
+
+
+def vllm_call(inputs):
+    """vLLM's unified_attention on `inputs` as a zero-argument callable, or (None, why)."""
+    try:
+        from treebench.backends.vllm_triton import VllmTriton
+        return VllmTriton().prepare(inputs.for_backend()), ""
+    except Exception as e:   # noqa: BLE001 -- vLLM missing or refusing: a row with the reason
+        return None, f"{type(e).__name__}: {e}".splitlines()[0][:200]
+
+
+def time_both(fn, device: str, smoke: bool) -> tuple[float, float | None]:
+    """(median us, L2 flushed, harness timer; median us back to back, do_bench_cudagraph)."""
+    timing = time_callable(fn, device=device, mode="auto", warmup_ms=5, rep_ms=25, min_reps=2 if smoke else 10)
+    flushed = summarize(timing.samples_us).median_us
+    if smoke:
+        return flushed, None
+    import triton.testing
+    return flushed, float(triton.testing.do_bench_cudagraph(fn, rep=25, return_mode="median")) * 1e3
+
+
+def run_candidate(inputs, ref, case: Case, cfg, opts, device: str, smoke: bool) -> dict:
+    from treebench.kernels.tree_attention import TreeAttention
+    try:
+        ta = TreeAttention(inputs.for_backend(), "tree", config=cfg, options=opts)
+    except ConfigError as e:
+        return {"status": "refused", "reason": str(e)}
+    ta.out.fill_(float("nan"))
+    rec = compare(ta(), ref, inputs.qo_indptr, case.dtype)
+    row = {"kernel": ta.kernel, "config": str(ta.plan.config), "splits": ta.plan.num_splits}
+    if not rec.passed:
+        return row | {"status": "mismatch", "reason": f"max_abs_err {rec.max_abs_err:.3g}"}
+    flushed, loop = time_both(ta, device, smoke)
+    return row | {"status": "pass", "flushed_us": flushed, "loop_us": loop}
+
+
+def sweep(args) -> list[dict]:
+    device = "cpu" if args.smoke else "cuda"
+    rows: list[dict] = []
+    t0 = time.monotonic()
+    for group, case in cells(args.groups, args.smoke):
+        if time.monotonic() - t0 > args.budget_s:
+            print(f"budget of {args.budget_s:.0f} s spent: stopping before {case.case_id}", flush=True)
+            break
+        inputs = build_inputs(case, device)
+        ref = reference_attention(inputs)
+        label = f"{group} B{case.batch_size} L{case.context_len} {case.tree} P{case.page_size}"
+        base = {"group": group, "batch_size": case.batch_size, "context_len": case.context_len,
+                "tree": case.tree, "page_size": case.page_size, "case_id": case.case_id}
+        cell_rows = []
+        if not args.smoke:
+            fn, why = vllm_call(inputs)
+            row = {"candidate": "vllm_triton", "status": "skipped", "reason": why} if fn is None else \
+                {"candidate": "vllm_triton", "status": "pass", **dict(zip(("flushed_us", "loop_us"),
+                                                                         time_both(fn, device, False)))}
+            cell_rows.append(base | row)
+        for name, cfg, opts in candidates(group, case.page_size):
+            cell_rows.append(base | {"candidate": name} | run_candidate(inputs, ref, case, cfg, opts, device,
+                                                                         args.smoke))
+        print_cell(label, cell_rows)
+        rows += cell_rows
+        write(args.out, rows)
+    return rows
+
+
+def print_cell(label: str, rows: list[dict]) -> None:
+    """One line per candidate: flushed / back-to-back us and the ratios to default and vLLM."""
+    by = {r["candidate"]: r for r in rows if r.get("status") == "pass"}
+    ref, peer = by.get("default"), by.get("vllm_triton")
+    print(f"== {label}", flush=True)
+    for r in rows:
+        if r.get("status") != "pass":
+            print(f"   {r['candidate']:<24} {r['status']}: {r.get('reason', '')[:90]}")
+            continue
+        loop = "" if r["loop_us"] is None else f"{r['loop_us']:7.2f}"
+        ratios = "".join(f"  /{n} {r['flushed_us'] / o['flushed_us']:.3f}" for n, o in (("def", ref), ("vllm", peer))
+                         if o is not None and r is not o)
+        print(f"   {r['candidate']:<24} {r['flushed_us']:7.2f} flushed {loop:>7} loop  {r.get('kernel', ''):<22}"
+              f"{ratios}", flush=True)
+
+
+def write(out: Path, rows: list[dict]) -> None:
+    env = {"gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+           "torch": torch.__version__, "python": platform.python_version()}
+    try:
+        import triton
+        env["triton"] = triton.__version__
+    except ImportError:
+        pass
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"env": env, "rows": rows}, indent=1))
+    tmp.replace(out)
+
+
+def refuse(msg: str) -> NoReturn:
+    print(f"latency_sweep: {msg}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, type=Path, help="JSON file to write (a new path)")
+    ap.add_argument("--budget-s", type=float, default=240.0, help="stop starting new cells after this (s)")
+    ap.add_argument("--groups", default="latency,pages", help=f"comma-separated subset of {','.join(GROUPS)}")
+    ap.add_argument("--smoke", action="store_true", help="two tiny cells in the CPU interpreter")
+    args = ap.parse_args(argv)
+    args.groups = [g for g in args.groups.split(",") if g]
+    if not args.groups or any(g not in GROUPS for g in args.groups):
+        refuse(f"--groups {','.join(args.groups)!r}: use a comma-separated subset of {','.join(GROUPS)}")
+    if not args.budget_s > 0:
+        refuse(f"--budget-s {args.budget_s}: must be a positive number of seconds")
+    if args.out.suffix != ".json" or args.out.exists() or not args.out.parent.is_dir():
+        refuse(f"--out {args.out}: want a new .json file in an existing folder")
+    if args.smoke and os.environ.get("TRITON_INTERPRET") != "1":
+        refuse("--smoke runs in Triton's CPU interpreter: set TRITON_INTERPRET=1")
+    if not args.smoke and not torch.cuda.is_available():
+        refuse("needs a CUDA GPU (or --smoke with TRITON_INTERPRET=1)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    sweep(args)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
