@@ -14,6 +14,7 @@ import torch
 
 from treebench.harness.adapter.contract import Backend, Capabilities, register
 from treebench.harness.errors import ConfigError
+from treebench.harness.model.cases import FP8_DTYPES
 from treebench.harness.model.paged import BatchInputs
 from treebench.kernels.options import KernelOptions
 from treebench.kernels.tree_attention_plan import HEAD_DIMS
@@ -21,6 +22,7 @@ from treebench.kernels.tree_attention_plan import HEAD_DIMS
 TRITON_CAPABILITIES = Capabilities(
     dtypes=("bfloat16", "float16"),
     page_size_multiple=1,                   # any P >= 1: tiles that span pages gather per token
+    kv_dtypes=FP8_DTYPES,                   # fp8 pools: codes cast after the load, scales folded in
     head_dims=HEAD_DIMS,
     max_tree_size=256,
     min_compute_capability=(8, 0),          # bf16 tensor-core dot
