@@ -45,6 +45,17 @@ def test_a_deeply_nested_tree_spec_is_bad_input():
     _one_line_exit_2(_cli("tree", "[" * DEEP + "(0,)" + "]" * DEEP), "not a Python list of tuples")
 
 
+@pytest.mark.parametrize("spec", ["[" * DEEP + "(0,)" + "]" * DEEP, "[" + "(" * DEEP + "0," + ")" * DEEP + "]"])
+def test_a_deeply_nested_tree_spec_in_a_suite_is_one_short_line(tmp_path, spec):
+    """The spec is echoed cut to its ends: the line stays readable and keeps its fix."""
+    p = tmp_path / "deep.toml"
+    p.write_text(f'[suite]\nname = "deep"\n[axes]\nbatch_size = [1]\ncontext_len = [4]\ntree = ["{spec}"]\n')
+    out = tmp_path / "rows.jsonl"
+    proc = _cli("check", "--suite", str(p), "--backend", "reference", "--out", str(out))
+    _one_line_exit_2(proc, "not a Python list of tuples", "characters]", str(p))
+    assert len(proc.stderr) < 1000 and not out.exists()
+
+
 def test_a_deeply_nested_acceptance_model_is_bad_input(tmp_path):
     p = tmp_path / "deep.toml"
     p.write_text("p = " + "[" * DEEP + "0.5" + "]" * DEEP + "\n")

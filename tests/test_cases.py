@@ -76,6 +76,20 @@ def test_check_p64_is_the_check_suite_at_page_size_64():
     assert [replace(c, page_size=16) for c in p64] == list(check)
 
 
+def test_pages_suite_is_every_page_size_over_the_seed_suites_trees():
+    """suites/pages.toml: P 1..128 x B 16, 64 x L 2048 x the seed suite's 27-node and Medusa trees and full:3:3."""
+    from treebench.harness.model.suites import load_suite
+    pages, seed = load_suite("pages"), load_suite("seed")
+    assert pages.name == "pages" and len(pages.cases) == 6 * 2 * 1 * 3
+    grid = {(c.page_size, c.batch_size, c.context_len, c.tree) for c in pages.cases}
+    trees = ("vllm:pr_27", "full:3:3", "medusa:mc_sim_7b_63")
+    assert grid == {(p, b, 2048, t) for p in (1, 8, 16, 32, 64, 128) for b in (16, 64) for t in trees}
+    assert set(trees) <= {c.tree for c in seed.cases}
+    assert {c.trees()[0].size for c in pages.cases} == {28, 40, 64}
+    assert {(c.num_q_heads, c.num_kv_heads, c.head_dim, c.dtype, c.layout) for c in pages.cases} == {
+        (32, 8, 128, "bfloat16", "shuffled")}
+
+
 def test_tree_spellings_that_parse_alike_share_one_case_id():
     """' FULL:3:2 ' and 'full:3:2' are one tree: one case id, one seed (new-user finding)."""
     from treebench.harness.model.cases import canonical_spec

@@ -72,7 +72,7 @@ def sandbox(tmp_path, monkeypatch) -> Sandbox:
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_RUN_ID", shard.RUN_ID_ENV):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(sweep, "run_cases", lambda *a, **k: [])
-    monkeypatch.setattr(sweep, "env_fingerprint", lambda device, peak_bw_bytes_per_s=None: {"env_id": "fuzz", "peak_bw_bytes_per_s": None})
+    monkeypatch.setattr(sweep, "env_fingerprint", lambda device, peak_bw_bytes_per_s=None, **kw: {"env_id": "fuzz", "peak_bw_bytes_per_s": None})
     monkeypatch.setattr(cli_sweep, "_write_report", lambda *a, **k: True)
     monkeypatch.setattr(shard, "launch_torchrun", lambda *a, **k: pytest.fail("torchrun launched"))
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)

@@ -183,7 +183,8 @@ def test_gate_refuses_to_write_over_its_inputs(tmp_path, capsys, flag):
     rc, _, err = _main(capsys, "gate", "--baseline", str(tmp_path), "--candidate", str(a),
                        flag, str(tmp_path / "new.jsonl"))
     assert rc == 2 and not (tmp_path / "new.jsonl").exists()
-    rc, _, _ = _main(capsys, "gate", "--baseline", str(a), "--candidate", str(a), flag, str(tmp_path / "g.xml"))
+    b = _write(tmp_path / "b.jsonl", [_row()])
+    rc, _, _ = _main(capsys, "gate", "--baseline", str(a), "--candidate", str(b), flag, str(tmp_path / "g.xml"))
     assert rc == 0 and (tmp_path / "g.xml").exists()
 
 
@@ -301,15 +302,33 @@ def test_gate_orders_a_cells_page_sizes_numerically():
 
 # ---- flags that named nothing, or something absent, must not be silently ignored ----------
 
+@pytest.mark.parametrize("same", ["one path", "a folder and its file", "a link", "among others"])
+def test_gate_given_one_file_on_both_sides_says_so(tmp_path, capsys, same):
+    """The same results file as baseline and candidate compared a run with itself and passed; now
+    it is bad input, one line naming the file, exit 2, whichever way the file is named twice."""
+    a = _write(tmp_path / "a.jsonl", [_row()])
+    other = tmp_path / "other"
+    other.mkdir()
+    b = _write(other / "b.jsonl", [_row(seed=2)])
+    (tmp_path / "link.jsonl").symlink_to(a)
+    base, cand = {"one path": ([a], [a]), "a folder and its file": ([tmp_path], [a]),
+                  "a link": ([a], [tmp_path / "link.jsonl"]), "among others": ([b, a], [other, a])}[same]
+    rc, out, err = _main(capsys, "gate", "--baseline", *map(str, base), "--candidate", *map(str, cand))
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "--baseline and --candidate both read" in err and "a run with itself" in err
+    assert _main(capsys, "gate", "--baseline", str(a), "--candidate", str(b))[0] == 0
+
+
 def test_gate_backends_must_name_backends_present_in_the_rows(tmp_path, capsys):
     """--backends '' (or only commas) compared every backend, and a name in neither file was
     dropped without a word; both are bad input now, one line and exit 2."""
     a = _write(tmp_path / "a.jsonl", [_row(backend="k"), _row("c2", backend="m", seed=1)])
+    b = _write(tmp_path / "b.jsonl", [_row(backend="k"), _row("c2", backend="m", seed=1)])
     for value in ("", " , ", "k,nosuch"):
-        rc, _, err = _main(capsys, "gate", "--baseline", str(a), "--candidate", str(a), "--backends", value)
+        rc, _, err = _main(capsys, "gate", "--baseline", str(a), "--candidate", str(b), "--backends", value)
         assert rc == 2 and len(err.strip().splitlines()) == 1 and "--backends" in err, (value, err)
     assert "nosuch" in err and "k, m" in err                     # says which backends are there
-    rc, out, _ = _main(capsys, "gate", "--baseline", str(a), "--candidate", str(a), "--backends", "m")
+    rc, out, _ = _main(capsys, "gate", "--baseline", str(a), "--candidate", str(b), "--backends", "m")
     assert rc == 0 and "c2" in out and "c1" not in out
 
 

@@ -201,7 +201,8 @@ def test_report_shows_gate_verdicts_and_mismatch_worst_element(slow_report):
 def test_seed_table_has_the_seed_layout(slow_report):
     html = slow_report.read_text()
     head = re.search(r"Markdown of this table.*?<pre>(.*?)\n", html, re.S).group(1)
-    assert head == "| Backend | Batch Size | Sequence Position | Seqlen Q | Time (us) | Overhead (%) |"
+    assert head == ("| Backend | Batch Size | Sequence Position | Seqlen Q | Time (us) | Overhead (%) "   # the seed's
+                    "| Roofline (us) | Time / roofline |")                                             # then ours
 
 
 def test_write_report_without_causal_or_env(tmp_path):

@@ -19,6 +19,7 @@ from treebench.harness.analyze import cells, headline, plots, report
 from treebench.harness.analyze.tables import timed_frame
 from treebench.harness.cli import report as report_cmd
 from treebench.harness.errors import ConfigError
+from treebench.harness.model import workload
 from treebench.harness.store.env import read_envs
 
 from treebench.harness.store.rows import read_rows
@@ -68,7 +69,7 @@ def test_the_first_table_has_every_cell_with_its_columns(three_cell_html):
     assert 'class="scroll tall"' in first
     head = re.findall(r"<th(?: [^>]*)?>(.*?)</th>", first)
     assert head == ["B", "L", "tree", "T", "triton_tree µs", "best peer µs", "best peer", "triton_tree / best peer",
-                    "roofline µs", "% of roofline"]
+                    "roofline µs", "triton_tree / roofline"]
     body = re.findall(r"<tr>(.*?)</tr>", first.split("<tbody>")[1])
     assert len(body) == 3
     texts = [re.findall(r"<td[^>]*>(.*?)</td>", tr) for tr in body]
@@ -86,6 +87,47 @@ def test_the_roofline_column_is_bytes_over_measured_bandwidth_or_flops_over_the_
     got = frame.set_index("case_id").loc[r["case_id"]]
     assert got["roofline_us"] == pytest.approx(by_hand)
     assert got["roofline_pct"] == pytest.approx(100 * by_hand / r["median_us"])
+    assert got["roofline_ratio"] == pytest.approx(r["median_us"] / by_hand)
+
+
+@pytest.mark.parametrize("tflops", [0.37, 232.0])
+def test_a_measured_matrix_rate_is_the_compute_roof(tflops):
+    """A fake env with a measured rate: the roofline is max(bytes / bandwidth, FLOPs / measured rate), whichever
+    roof binds, and the datasheet peak is not used."""
+    rows = three_cells()
+    r = next(r for r in rows if r["backend"] == "triton_tree")
+    envs = {r["env"]: {"gpu_name": "NVIDIA H200", "peak_bw_bytes_per_s": 3.7e12, "peak_matmul_tflops": tflops}}
+    by_hand = 1e6 * max(r["bytes"] / 3.7e12, r["flops"] / (tflops * 1e12))
+    frame = headline.cell_frame(rows, envs, "triton_tree", ["flashinfer_mask", "xformers_tree"])
+    got = frame.set_index("case_id").loc[r["case_id"]]
+    assert got["roofline_us"] == pytest.approx(by_hand)
+    assert got["roofline_ratio"] == pytest.approx(r["median_us"] / by_hand)
+    assert workload.compute_roof(envs[r["env"]]) == (tflops, "measured")
+    assert workload.compute_roof({"gpu_name": "NVIDIA H200"}) == (989.4, "datasheet")
+    assert workload.compute_roof({"gpu_name": None}) == (None, "")
+
+
+def test_every_seed_table_row_has_its_roofline_and_the_caption_names_the_peaks(tmp_path):
+    rows = three_cells()
+    env_id = rows[0]["env"]
+    envs = {env_id: {"env_id": env_id, "gpu_name": "NVIDIA H200", "peak_bw_bytes_per_s": 3.7e12,
+                     "peak_matmul_tflops": 650.0}}
+    seed = report.mask_overhead_table(rows, "causal_baseline", envs)
+    assert len(seed) == sum(r["status"] == "pass" for r in rows)
+    for rec in seed.to_dict("records"):
+        assert rec["Time / roofline"] == pytest.approx(rec["Time (us)"] / rec["Roofline (us)"])
+    r = next(r for r in rows if r["backend"] == "xformers_tree" and r["status"] == "pass")
+    line = seed[(seed["Backend"] == "xformers_tree") & (seed["Batch Size"] == r["case"]["batch_size"])
+                & (seed["Sequence Position"] == r["case"]["context_len"])].iloc[0]
+    assert line["Roofline (us)"] == pytest.approx(1e6 * max(r["bytes"] / 3.7e12, r["flops"] / 650e12))
+    html = report.write_report(rows, envs, tmp_path / "r.html").read_text()
+    basis = f"env {env_id}: 3.7 TB/s measured copy bandwidth, 650 TFLOP/s measured bf16 matmul rate"
+    assert _section(html, "cells").count(basis) == 1 and _section(html, "seed").count(basis) == 1
+    assert "| Roofline (us) | Time / roofline |" in html                           # the Markdown export too
+    assert "measured bf16 matmul TFLOP/s" in _section(html, "env")
+    no_rate = report.write_report(rows, {env_id: {**envs[env_id], "peak_matmul_tflops": None}},
+                                  tmp_path / "d.html").read_text()
+    assert "989.4 TFLOP/s datasheet 16-bit peak (no measured matrix rate in the env)" in no_rate
 
 
 def test_own_kernels_and_causal_backends_are_never_peers(three_cell_html):

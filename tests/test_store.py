@@ -235,8 +235,12 @@ def test_env_records_the_peak_it_is_handed_and_measures_nothing(monkeypatch):
     from treebench.harness.timing import bandwidth
 
     monkeypatch.setattr(bandwidth, "measure_peak_bandwidth", lambda *a, **k: pytest.fail("measured"))
+    monkeypatch.setattr(bandwidth, "measure_matrix_rate", lambda *a, **k: pytest.fail("measured"))
     assert env_fingerprint("cpu", 1.5e12)["peak_bw_bytes_per_s"] == 1.5e12
     assert env_fingerprint("cpu")["peak_bw_bytes_per_s"] is None
+    env = env_fingerprint("cpu", 1.5e12, peak_matmul_tflops=712.5)
+    assert env["peak_matmul_tflops"] == 712.5 and env_fingerprint("cpu")["peak_matmul_tflops"] is None
+    assert env["env_id"] == env_fingerprint("cpu")["env_id"]          # measured peaks do not change the env id
     assert "import" not in "".join(ln for ln in Path(store_env.__file__).read_text().splitlines() if "timing" in ln)
 
 
@@ -315,3 +319,19 @@ def test_remove_rows_refusals_are_one_line(tmp_path, case, match):
         remove_rows(target, **filters)
     assert "\n" not in str(e.value)
     assert before is None or target.read_bytes() == before
+
+
+def test_a_run_records_both_measured_peaks_in_its_env_file(tmp_path, monkeypatch):
+    from test_shard import SUITE
+    from treebench.harness.cli.main import main
+    from treebench.harness.sweep import execute
+
+    monkeypatch.setattr(execute, "measure_peak_bandwidth", lambda device: 3.5e12)   # as a GPU would measure them
+    monkeypatch.setattr(execute, "measure_matrix_rate", lambda device: 701.0)
+    (tmp_path / "s.toml").write_text(SUITE)
+    out = tmp_path / "r.jsonl"
+    assert main(["check", "--suite", str(tmp_path / "s.toml"), "--backend", "torch_sdpa", "--out", str(out),
+                 "--quiet"]) == 0
+    (env_file,) = tmp_path.glob("env-*.json")
+    env = json.loads(env_file.read_text())
+    assert (env["peak_bw_bytes_per_s"], env["peak_matmul_tflops"]) == (3.5e12, 701.0)

@@ -19,7 +19,7 @@ from treebench.harness.errors import ConfigError
 from treebench.harness.timing import budget as timing_budget
 from treebench.harness.timing import timers as timing
 from treebench.harness.timing import wall as timing_wall
-from treebench.harness.timing.bandwidth import measure_peak_bandwidth
+from treebench.harness.timing.bandwidth import measure_matrix_rate, measure_peak_bandwidth
 from treebench.harness.timing.budget import Timing, make_budget
 from treebench.harness.timing.stats import cv_of_medians, geometric_mean, summarize
 from treebench.harness.timing.timers import time_callable
@@ -152,8 +152,25 @@ def test_the_cpu_never_flushes_and_its_rows_say_so(clock, flush_l2):
     assert (t.timer, t.l2_flushed, t.as_row()["l2_flushed"]) == ("wall", False, False)
 
 
-def test_peak_bandwidth_is_none_on_the_cpu():
+def test_peak_bandwidth_and_matrix_rate_are_none_on_the_cpu():
     assert measure_peak_bandwidth("cpu") is None
+    assert measure_matrix_rate("cpu") is None
+
+
+@pytest.mark.gpu
+def test_measured_peaks_are_plausible_for_the_gpu():
+    """The copy bandwidth and the bf16 matmul rate lie between a fifth of the datasheet figure and just above it
+    (a known GPU), or in a broad band (any other)."""
+    from treebench.harness.model.workload import device_peak
+
+    peak = device_peak(torch.cuda.get_device_name())
+    bw, tflops = measure_peak_bandwidth("cuda"), measure_matrix_rate("cuda", n=4096, reps=3)
+    assert bw is not None and tflops is not None
+    if peak:
+        assert 0.2 * peak.hbm_tb_per_s < bw / 1e12 < 1.05 * peak.hbm_tb_per_s
+        assert 0.2 * peak.tflops_16bit < tflops < 1.05 * peak.tflops_16bit
+    else:
+        assert 0.05 < bw / 1e12 < 20 and 1 < tflops < 5000
 
 
 # ---- statistics -------------------------------------------------------------------------------

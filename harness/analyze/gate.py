@@ -4,8 +4,9 @@ Per (case, backend), after asv's ``compare.py``: a candidate is *slower* only
 when the ratio of medians (candidate / baseline) exceeds 1 + threshold (5% by
 default) AND a one-sided Mann-Whitney U test on the raw samples agrees
 (p < alpha, 0.01 by default; `scipy.stats.mannwhitneyu`, run only for pairs whose
-ratio is beyond the threshold, as only those can change verdict). Either alone is not
-enough: with hundreds of samples the test finds 1% drifts significant, and a
+ratio is beyond the threshold, as only those can change verdict, and batched: pairs of
+equal sample counts share one 2-D call, `treebench.harness.timing.stats.mannwhitney_pvalues`).
+Either alone is not enough: with hundreds of samples the test finds 1% drifts significant, and a
 ratio alone flags noise. A case that passed and now mismatches or errors is a
 *correctness loss* and always fails. New, missing, fixed, skipped, still
 failing and incomparable (different timers or L2 states, too few samples) cases are
@@ -29,16 +30,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
-from scipy.stats import mannwhitneyu
-
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.rows import row_l2_flushed, timing_key, timing_label
-from treebench.harness.timing.stats import NOISE_RULE, is_noisy
-
+from treebench.harness.timing.stats import NOISE_RULE, is_noisy, mannwhitney_pvalues
 
 FAILING = ("slower", "correctness_loss")  # the kinds that fail the gate
 KIND_TITLES = {  # every verdict kind with its title, in the summary's display order
@@ -124,7 +123,8 @@ class GateResult:
         return [v for v in self.verdicts if v.kind == kind]
 
     def counts(self) -> dict[str, int]:
-        return {k: len(self.of_kind(k)) for k in KIND_TITLES if self.of_kind(k)}
+        n = Counter(v.kind for v in self.verdicts)
+        return {k: n[k] for k in KIND_TITLES if n[k]}
 
 
 # ---- comparison (pure) -----------------------------------------------------------------------
@@ -162,20 +162,33 @@ def compare_runs(base_rows: Iterable[dict], cand_rows: Iterable[dict], config: G
     def cand_for(k: tuple[str, str]) -> dict | None:
         match = alike.get((*k, *timing_key(base[k]))) if k in base else None
         return match if passed(match) and passed(cand.get(k)) else cand.get(k)
-    verdicts = {k: classify(base.get(k), cand_for(k), config) for k in set(base) | set(cand)}
+    pairs = {k: (base.get(k), cand_for(k)) for k in set(base) | set(cand)}
     extra = []
     for key, b in base_alike.items():          # the baseline's other timings of a pair
         k, timing = key[:2], key[2:]
         if (timing[0] is None or not (passed(base.get(k)) and passed(cand.get(k))) or timing == timing_key(base[k])
                 or not (passed(b) and passed(alike.get(key)))):
             continue                           # untimed, a pair that failed, the pair's first verdict, or none alike
-        extra.append(_with_timing(classify(b, alike[key], config), b))
-    for k in {(v.case_id, v.backend) for v in extra}:   # name the timing of a pair's first verdict too
+        extra.append((b, alike[key]))
+    p_values = significance_tests([*pairs.values(), *extra], config)
+    verdicts = {k: classify(b, c, config, p_values) for k, (b, c) in pairs.items()}
+    extra_verdicts = [_with_timing(classify(b, c, config, p_values), b) for b, c in extra]
+    for k in {(v.case_id, v.backend) for v in extra_verdicts}:   # name the timing of a pair's first verdict too
         verdicts[k] = _with_timing(verdicts[k], base[k])
-    found = [*verdicts.values(), *extra]
+    found = [*verdicts.values(), *extra_verdicts]
     if not config.allow_missing:
         found = [dataclasses.replace(v, blocking=True) if v.kind == "missing" else v for v in found]
     return GateResult(tuple(sorted(found, key=_order)), config, tuple(env_notes))
+
+
+def significance_tests(pairs: Iterable[tuple[dict | None, dict | None]], config: GateConfig) -> dict[tuple, float]:
+    """The one-sided Mann-Whitney U p-value of every (baseline, candidate) row pair whose verdict hangs
+    on it (both passed, timed alike, enough samples, median ratio past the threshold), keyed by
+    (id(baseline row), id(candidate row)) for `classify`; computed in a few batched scipy calls
+    (`treebench.harness.timing.stats.mannwhitney_pvalues`), equal to one call per pair."""
+    tests = {(id(b), id(c)): t for b, c in pairs if b is not None and c is not None
+             and (t := _test_of(b, c, config)) is not None}
+    return dict(zip(tests, mannwhitney_pvalues(list(tests.values()))))
 
 
 def _with_timing(v: Verdict, base_row: dict) -> Verdict:
@@ -194,12 +207,14 @@ def _order(v: Verdict) -> tuple:
             page if isinstance(page, int) else math.inf, v.case_id, v.timing)
 
 
-def classify(base: dict | None, cand: dict | None, config: GateConfig) -> Verdict:
-    """The verdict for one (case, backend) from its baseline and candidate rows (either may be None)."""
+def classify(base: dict | None, cand: dict | None, config: GateConfig,
+             p_values: Mapping[tuple, float] | None = None) -> Verdict:
+    """The verdict for one (case, backend) from its baseline and candidate rows (either may be None);
+    `p_values` are the Mann-Whitney tests already run (`significance_tests`), any other is run here."""
     some = cand or base
     assert some is not None, "classify needs a baseline or a candidate row"
-    v = dict(case_id=some["case_id"], backend=some["backend"], case=some.get("case") or {},
-             base_status=base and base["status"], cand_status=cand and cand["status"])
+    v = {"case_id": some["case_id"], "backend": some["backend"], "case": some.get("case") or {},
+         "base_status": base and base["status"], "cand_status": cand and cand["status"]}
     if base is None:
         assert cand is not None
         return Verdict(kind="new", detail=_status_line(cand), **v)
@@ -217,7 +232,7 @@ def classify(base: dict | None, cand: dict | None, config: GateConfig) -> Verdic
         return Verdict(kind="new", detail=f"{_status_line(cand)} (baseline skipped: {base.get('reason')})", **v)
     if cs in BAD:
         return Verdict(kind="still_failing", detail=_status_line(cand), **v)
-    return timing_verdict(base, cand, config, v)
+    return timing_verdict(base, cand, config, v, p_values)
 
 
 def _status_line(row: dict) -> str:
@@ -226,7 +241,8 @@ def _status_line(row: dict) -> str:
     return f"{row['status']}: {reason}" if reason else row["status"]
 
 
-def timing_verdict(base: dict, cand: dict, config: GateConfig, v: dict) -> Verdict:
+def timing_verdict(base: dict, cand: dict, config: GateConfig, v: dict,
+                   p_values: Mapping[tuple, float] | None = None) -> Verdict:
     """slower / faster / unchanged / incomparable for two passing rows."""
     bm, cm = base.get("median_us"), cand.get("median_us")
     if not bm or not cm:
@@ -235,14 +251,14 @@ def timing_verdict(base: dict, cand: dict, config: GateConfig, v: dict) -> Verdi
         return Verdict(kind="incomparable", detail=f"not timed {where}", **v)
     noisy = [side for side, r in (("baseline", base), ("candidate", cand)) if is_noisy(r)]
     v = {**v, "base_median_us": bm, "cand_median_us": cm, "ratio": cm / bm, "noisy": bool(noisy)}
-    verdict = _timing_kind(base, cand, config, v)
+    verdict = _timing_kind(base, cand, config, v, p_values or {})
     if noisy:
         note = f"noisy {' and '.join(noisy)} timing ({NOISE_RULE})"
         verdict = dataclasses.replace(verdict, detail=f"{verdict.detail}; {note}" if verdict.detail else note)
     return verdict
 
 
-def _timing_kind(base: dict, cand: dict, config: GateConfig, v: dict) -> Verdict:
+def _timing_kind(base: dict, cand: dict, config: GateConfig, v: dict, p_values: Mapping[tuple, float]) -> Verdict:
     bm, cm = base["median_us"], cand["median_us"]
     unlike = _unlike_timing(base, cand)
     if unlike:
@@ -254,14 +270,27 @@ def _timing_kind(base: dict, cand: dict, config: GateConfig, v: dict) -> Verdict
     ratio, up = cm / bm, 1 + config.threshold
     if 1 / up <= ratio <= up:   # unchanged whatever the test says: not run (it is most of a large gate's time)
         return Verdict(kind="unchanged", **v)
-    direction = "greater" if ratio >= 1 else "less"
-    p = float(mannwhitneyu(cs, bs, alternative=direction).pvalue)
+    key = (id(base), id(cand))
+    p = p_values[key] if key in p_values else mannwhitney_pvalues([(cs, bs, "greater" if ratio >= 1 else "less")])[0]
     v["p_value"] = p
     if ratio > up and p < config.alpha:
         return Verdict(kind="slower", **v)
     if ratio < 1 / up and p < config.alpha:
         return Verdict(kind="faster", **v)
     return Verdict(kind="unchanged", detail=f"ratio beyond threshold but p = {p:.2g}", **v)
+
+
+def _test_of(base: dict, cand: dict, config: GateConfig) -> tuple[list, list, str] | None:
+    """(candidate samples, baseline samples, alternative) when the verdict of two rows hangs on the
+    Mann-Whitney test (as `_timing_kind` decides), else None."""
+    if base.get("status") != "pass" or cand.get("status") != "pass":
+        return None
+    bm, cm = base.get("median_us"), cand.get("median_us")
+    bs, cs = base.get("samples_us") or [], cand.get("samples_us") or []
+    if not bm or not cm or _unlike_timing(base, cand) or min(len(bs), len(cs)) < config.min_samples:
+        return None
+    ratio, up = cm / bm, 1 + config.threshold
+    return None if 1 / up <= ratio <= up else (cs, bs, "greater" if ratio >= 1 else "less")
 
 
 def _unlike_timing(base: dict, cand: dict) -> str:

@@ -18,14 +18,13 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import pandas as pd
 
-from treebench.harness.analyze.cells import Table, num, pct, ratio, us
+from treebench.harness.analyze.cells import Table, num, ratio, us
 from treebench.harness.analyze.tables import timed_frame, varying_axes
 from treebench.harness.errors import ConfigError
-from treebench.harness.model.workload import device_peak, roofline_us, row_work
+from treebench.harness.model.workload import compute_roof, row_roofline_us
 
 # treebench's own kernels (kernels/): never a rival in "best peer" or "fastest on".
 OWN_KERNELS = ("triton_tree", "triton_tree_bias", "triton_causal")
@@ -94,13 +93,14 @@ def contenders(rows: Sequence[dict], own: str | None, causal: str) -> set[str]:
 # ---- the table --------------------------------------------------------------------------------
 
 def cell_frame(rows: Sequence[dict], envs: dict[str, dict], own: str | None, rivals: Sequence[str]) -> pd.DataFrame:
-    """One line per case: its axes, own_us, peer_us, peer, ratio, roofline_us, roofline_pct.
+    """One line per case: its axes, own_us, peer_us, peer, ratio, roofline_us, roofline_pct, roofline_ratio.
 
     own_us and peer_us are medians (µs) over the case's passing rows; peer is the fastest of
     `rivals`; ratio = own_us / peer_us (< 1: ours is faster). roofline_us is
-    `treebench.harness.model.workload.roofline_us` of the case's work on its env's measured
-    bandwidth and its GPU's datasheet compute peak; roofline_pct = 100 * roofline_us / own_us
-    (100: at the hardware's limit). Without `own` the best peer stands in for own_us.
+    `treebench.harness.model.workload.row_roofline_us` of the case's work on its env's measured
+    bandwidth and measured matrix rate (the GPU's datasheet compute peak when the env has no
+    rate); roofline_pct = 100 * roofline_us / own_us (100: at the hardware's limit) and
+    roofline_ratio = own_us / roofline_us (1: at the limit). Without `own` the best peer stands in for own_us.
     Sorted by B, L, T and the other varying axes; empty when nothing is timed.
     """
     df = timed_frame(rows)
@@ -117,6 +117,7 @@ def cell_frame(rows: Sequence[dict], envs: dict[str, dict], own: str | None, riv
     out["ratio"] = out["own_us"] / out["peer_us"] if own in med.columns else math.nan
     out["roofline_us"] = pd.Series(_roofline_by_case(rows, envs, own))
     out["roofline_pct"] = 100 * out["roofline_us"] / out["own_us"]
+    out["roofline_ratio"] = out["own_us"] / out["roofline_us"]
     return _sorted(out.reset_index(), ["batch_size", "context_len", "T", "tree", *keys[4:]])
 
 
@@ -127,8 +128,7 @@ def _roofline_by_case(rows: Sequence[dict], envs: dict[str, dict], own: str | No
                     key=lambda r: r["backend"] != own):                      # own's rows first
         if r["case_id"] in out:
             continue
-        env: dict[str, Any] = envs.get(r.get("env") or "", {})
-        t = roofline_us(*row_work(r), env.get("peak_bw_bytes_per_s"), device_peak(env.get("gpu_name")))
+        t = row_roofline_us(r, envs.get(r.get("env") or "", {}))
         out[r["case_id"]] = math.nan if t is None else t
     return out
 
@@ -139,7 +139,7 @@ def _sorted(df: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
         lambda v: (0, int(v), "") if str(v).isdigit() else (1, 0, str(v)))).reset_index(drop=True)
 
 
-CELL_VALUES = ("case_id", "own_us", "peer_us", "peer", "ratio", "roofline_us", "roofline_pct")
+CELL_VALUES = ("case_id", "own_us", "peer_us", "peer", "ratio", "roofline_us", "roofline_pct", "roofline_ratio")
 
 
 def axis_columns(frame: pd.DataFrame) -> list[str]:
@@ -148,7 +148,7 @@ def axis_columns(frame: pd.DataFrame) -> list[str]:
 
 
 def headline_table(frame: pd.DataFrame, own: str | None) -> Table:
-    """The first table: axes, own µs, best peer µs and name, own / best peer, roofline µs, % of roofline.
+    """The first table: axes, own µs, best peer µs and name, own / best peer, roofline µs, own / roofline.
 
     Cells where ours is slower than the best peer carry css class 'slower', faster ones 'faster'.
     Without `own`, the best backend and its time only.
@@ -159,7 +159,7 @@ def headline_table(frame: pd.DataFrame, own: str | None) -> Table:
         head += [(f"{own} µs", "n"), ("best peer µs", "n"), ("best peer", ""), (f"{own} / best peer", "n")]
     else:
         head += [("fastest µs", "n"), ("fastest", "")]
-    head += [("roofline µs", "n"), ("% of roofline", "n")]
+    head += [("roofline µs", "n"), (f"{own or 'fastest'} / roofline", "n")]
     rows = []
     for rec in frame.to_dict("records"):
         cells = [(str(rec[a]), "n" if a in ("batch_size", "T") else "") for a in axes]
@@ -169,7 +169,7 @@ def headline_table(frame: pd.DataFrame, own: str | None) -> Table:
             cells += [(us(rec["own_us"]), "n"), (us(rec["peer_us"]), "n"), (rec["peer"] or "", ""), (ratio(r), cls)]
         else:
             cells += [(us(rec["own_us"]), "n"), (rec["peer"] or "", "")]
-        cells += [(num(rec["roofline_us"], ".3g"), "n"), (pct(rec["roofline_pct"]), "n")]
+        cells += [(num(rec["roofline_us"], ".3g"), "n"), (ratio(rec["roofline_ratio"]), "n")]
         rows.append(cells)
     return Table(head, rows)
 
@@ -209,3 +209,22 @@ def headline(frame: pd.DataFrame, own: str | None) -> Headline | None:
     return Headline(own, len(both), float(both["ratio"].min()), float(both["ratio"].median()),
                     float(both["ratio"].max()), len(slow), dict(Counter(slow["peer"])),
                     float(roof.median()) if not roof.empty else None)
+
+
+def roofline_basis(envs: dict[str, dict], ids: Sequence[str]) -> list[str]:
+    """One phrase per env of `ids` saying which peaks its roofline uses, e.g. 'env 3f1c: 3.95 TB/s
+    measured copy bandwidth, 712 TFLOP/s measured bf16 matmul rate' ('no measured bandwidth, no
+    roofline' on the CPU; the datasheet's 16-bit peak when the env holds no measured rate)."""
+    out = []
+    for i in ids:
+        env = envs.get(i, {})
+        bw = env.get("peak_bw_bytes_per_s")
+        if not bw:
+            out.append(f"env {i}: no measured bandwidth, so no roofline")
+            continue
+        tflops, source = compute_roof(env)
+        rate = (f"{tflops:.4g} TFLOP/s measured bf16 matmul rate" if source == "measured" else
+                f"{tflops:.4g} TFLOP/s datasheet 16-bit peak (no measured matrix rate in the env)" if tflops else
+                "no compute roof (unknown GPU, no measured matrix rate)")
+        out.append(f"env {i}: {bw / 1e12:.3g} TB/s measured copy bandwidth, {rate}")
+    return out

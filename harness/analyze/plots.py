@@ -188,10 +188,13 @@ def latency_plots(df: pd.DataFrame, order: Sequence[str]) -> Picture | None:
 
 @styled
 def roofline(points: pd.DataFrame, order: Sequence[str], measured_bw: float | None,
-             peak: DevicePeak | None, own: Set[str] = frozenset()) -> Picture | None:
+             peak: DevicePeak | None, own: Set[str] = frozenset(), measured_tflops: float | None = None
+             ) -> Picture | None:
     """Roofline (TFLOP/s against arithmetic intensity, log-log) and % of the measured HBM peak
     against bytes moved, a colour and a marker per backend (`own`: treebench's kernels, drawn
-    larger). `points` has backend, flops, bytes, tflops, tb_per_s, pct_peak_bw."""
+    larger). `points` has backend, flops, bytes, tflops, tb_per_s, pct_peak_bw. The solid roof
+    is the measured bandwidth (bytes/s) capped by the measured bf16 matrix rate (TFLOP/s;
+    the datasheet's where none was measured), the dashed one the datasheet's."""
     pts = points.dropna(subset=["tflops"]) if not points.empty else points
     if pts.empty:
         return None
@@ -200,10 +203,11 @@ def roofline(points: pd.DataFrame, order: Sequence[str], measured_bw: float | No
     col, mark = colors(order), markers(order)
     ai = pts["flops"] / pts["bytes"]                                        # FLOP per byte
     x = np.logspace(math.log10(ai.min() / 2), math.log10(ai.max() * 4), 100)
-    cap = peak.tflops_16bit if peak else math.inf                              # compute roof, TFLOP/s
+    cap = peak.tflops_16bit if peak else math.inf                              # datasheet compute roof, TFLOP/s
     if measured_bw:
-        ax.plot(x, np.minimum(x * measured_bw / 1e12, cap), "k-", lw=1.3,
-                label=f"roof: measured {measured_bw / 1e12:.2f} TB/s")
+        rate = f", {measured_tflops:.0f} TFLOP/s" if measured_tflops else ""
+        ax.plot(x, np.minimum(x * measured_bw / 1e12, measured_tflops or cap), "k-", lw=1.3,
+                label=f"roof: measured {measured_bw / 1e12:.2f} TB/s{rate}")
     if peak:
         ax.plot(x, np.minimum(x * peak.hbm_tb_per_s, cap), "k--", lw=1,
                 label=f"roof: datasheet {peak.hbm_tb_per_s} TB/s")

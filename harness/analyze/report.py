@@ -24,8 +24,9 @@ import pandas as pd
 
 from treebench.harness.analyze import plots as plots
 from treebench.harness.analyze.cells import Table, num, ratio, us
-from treebench.harness.analyze.headline import (OWN_KERNELS, timed_backends, cell_frame, contenders, headline, headline_table,
-                                                non_contenders, own_kernels, peers, pick_own)
+from treebench.harness.analyze.headline import (OWN_KERNELS, timed_backends, cell_frame, contenders, headline,
+                                                headline_table, non_contenders, own_kernels, peers, pick_own,
+                                                roofline_basis)
 from treebench.harness.errors import ConfigError
 from treebench.harness.analyze.tables import mask_overhead_table, speedup_table, timed_frame, varying_axes
 from treebench.harness.model.coverage import coverage_by_backend
@@ -42,12 +43,20 @@ DEFAULT_BASELINES = ("flashinfer_mask", "xformers_tree", "torch_sdpa")  # prefer
 
 # ---- formatting -------------------------------------------------------------------------------
 
+def _roof_us(x) -> str:
+    return num(x, ".3g")                 # a roofline time: 0.0342 µs keeps its digits
+
+
+COLUMN_FORMATS = {"Time / roofline": ratio, "Roofline (us)": _roof_us}   # float columns not shown as `us`
+
+
 def markdown_table(df: pd.DataFrame) -> str:
     """`df` as a GitHub Markdown table (numbers rounded for reading)."""
-    def cell(v) -> str:
-        return us(v) if isinstance(v, float) else str(v)
+    def cell(column: str, v) -> str:
+        return COLUMN_FORMATS.get(column, us)(v) if isinstance(v, float) else str(v)
     lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    lines += ["| " + " | ".join(cell(c, v) for c, v in zip(df.columns, row)) + " |"
+              for row in df.itertuples(index=False)]
     return "\n".join(lines)
 
 
@@ -162,7 +171,7 @@ def l2_warnings(summary: Sequence[dict]) -> list[tuple[str, str]]:
 
 
 ENV_ROWS = ("gpu_name", "sm_count", "driver", "cuda", "python", "torch", "triton", "xformers", "flashinfer",
-            "git_commit", "hostname", "platform", "peak_bw_bytes_per_s")
+            "git_commit", "hostname", "platform", "peak_bw_bytes_per_s", "peak_matmul_tflops")
 
 
 def env_table(envs: dict[str, dict], rows: Sequence[dict]) -> tuple[list[str], list[tuple[str, list[str]]]]:
@@ -171,9 +180,10 @@ def env_table(envs: dict[str, dict], rows: Sequence[dict]) -> tuple[list[str], l
     table = []
     for f in ENV_ROWS:
         vals = [envs.get(i, {}).get(f, "?") if i in envs else "?" for i in ids]
-        if f == "peak_bw_bytes_per_s":
-            f, vals = "measured peak (copy) TB/s", [
-                num(v / 1e12, ".3f") if isinstance(v, (int, float)) else
+        if f in ("peak_bw_bytes_per_s", "peak_matmul_tflops"):
+            scale = 1e12 if f == "peak_bw_bytes_per_s" else 1.0
+            f, vals = ("measured peak (copy) TB/s" if scale != 1 else "measured bf16 matmul TFLOP/s"), [
+                num(v / scale, ".3f" if scale != 1 else ".4g") if isinstance(v, (int, float)) else
                 (("not measured (CPU)" if not envs.get(i, {}).get("gpu_name") else "not measured")
                  if v is None else str(v)) for i, v in zip(ids, vals)]
         table.append((f, ["" if v is None else str(v) for v in vals]))
@@ -268,8 +278,8 @@ def pivot_table_cells(pivot: pd.DataFrame, order: Sequence[str], skip: set[str],
 
 def seed_table_cells(seed: pd.DataFrame) -> Table:
     """The seed-style table, times in µs and overhead as a signed percentage."""
-    fmt = {"Time (us)": us, "Overhead (%)": lambda v: "" if v != v else f"{v:+.1f}"}
-    num = {"Batch Size", "Seqlen Q", "Time (us)", "Overhead (%)"}
+    fmt = {"Time (us)": us, "Overhead (%)": lambda v: "" if v != v else f"{v:+.1f}", **COLUMN_FORMATS}
+    num = {"Batch Size", "Seqlen Q", "Time (us)", "Overhead (%)", *COLUMN_FORMATS}
     rows = [[(fmt.get(c, str)(v), "n" if c in num else "") for c, v in zip(seed.columns, rec)]
             for rec in seed.itertuples(index=False)]
     return Table([(c, "n" if c in num else "") for c in seed.columns], rows)
@@ -314,13 +324,14 @@ def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, titl
     skip = non_contenders(rows, causal_backend)
     racing = contenders(rows, own, causal_backend) & set(order)
     sp = speedup_table(rows, baseline, exclude=sorted(skip)) if baseline else pd.DataFrame()
-    overhead = mask_overhead_table(rows, causal_backend)
+    overhead = mask_overhead_table(rows, causal_backend, envs)
     summary = backend_summary(rows, order, sp, overhead, skip, racing, own_kernels(own))
     noisy = noisy_rows(rows)
     noisy_keys = {(r["case_id"], r["backend"]) for r in noisy}
     ids, env_rows = env_table(envs, rows)
     gpu = next((envs[i].get("gpu_name") for i in ids if i in envs and envs[i].get("gpu_name")), None)
     peak_bw = next((envs[i].get("peak_bw_bytes_per_s") for i in ids if i in envs), None)
+    matmul = next((envs[i].get("peak_matmul_tflops") for i in ids if i in envs), None)
     verdicts = verdict_lines(summary, baseline, causal_backend, len({r["case_id"] for r in rows}))
     verdicts += mixed_timing_warnings(rows)
     if noisy:
@@ -342,14 +353,15 @@ def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, titl
         cells=headline_table(cells, own).without_empty_columns() if not cells.empty else None,
         summary_columns={k: any(x[k] is not None for x in summary) for k in ("speedup", "overhead_pct", "pct_peak")},
         verdicts=verdicts, gate=gate, n_noisy=len(noisy), noise_rule=NOISE_RULE,
-        env_ids=ids, env_rows=env_rows,
+        env_ids=ids, env_rows=env_rows, roofline_basis=roofline_basis(envs, ids),
         pivot=pivot_table_cells(time_pivot(df, order), order, set(order) - racing, noisy_pivot),
         seed=seed_table_cells(overhead).without_empty_columns(),
         seed_md=markdown_table(overhead.dropna(axis=1, how="all")) if not overhead.empty else "",
         failures=failure_rows(rows), skips=skip_reasons(rows), coverage=coverage_by_backend(rows),
         heatmaps=plots.best_peer_heatmaps(cells, own) if own and not cells.empty else None,
         latency=plots.latency_plots(df, order),
-        roofline=plots.roofline(roofline_points(rows, envs), order, peak_bw, device_peak(gpu), own_kernels(own)),
+        roofline=plots.roofline(roofline_points(rows, envs), order, peak_bw, device_peak(gpu), own_kernels(own),
+                                matmul),
         peak=device_peak(gpu), peak_bw=peak_bw, trees=tree_images(rows), sections=list(sections))
     html = _environment().get_template("report.html.j2").render(**ctx)
     p = Path(path)

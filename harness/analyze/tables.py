@@ -8,20 +8,24 @@ not a result).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import pandas as pd
 
 from treebench.harness.model.cases import CASE_FIELDS, LATER_AXES
+from treebench.harness.model.workload import row_roofline_us
 
 
-def timed_frame(rows: Sequence[dict]) -> pd.DataFrame:
+def timed_frame(rows: Sequence[dict], envs: dict[str, dict] | None = None) -> pd.DataFrame:
     """One line per passing, timed row: case axes flattened, T (root tree size), median/quartiles.
 
     Columns: case_id, backend, batch_size, context_len, tree, T, ... (every case
     axis; a row's case leaves LATER_AXES at their defaults out, filled in here, kv_dtype
     with the query dtype, so an axis varies only where values differ), median_us,
-    p25_us, p75_us, timer, env, run_id. Mismatching rows are left out: a wrong kernel's
+    p25_us, p75_us, timer, env, run_id, and with `envs` (env fingerprints by env id)
+    roofline_us (`treebench.harness.model.workload.row_roofline_us` on the row's env; NaN
+    without a measured bandwidth). Mismatching rows are left out: a wrong kernel's
     speed is not a result.
     """
     recs = []
@@ -33,6 +37,9 @@ def timed_frame(rows: Sequence[dict]) -> pd.DataFrame:
         recs.append({"case_id": r["case_id"], "backend": r["backend"], **case, "T": sizes[0],
                      "median_us": r["median_us"], "p25_us": r.get("p25_us"), "p75_us": r.get("p75_us"),
                      "timer": r.get("timer"), "env": r.get("env"), "run_id": r.get("run_id")})
+        if envs is not None:
+            roof = row_roofline_us(r, envs.get(r.get("env") or "", {}))
+            recs[-1]["roofline_us"] = math.nan if roof is None else roof
     return pd.DataFrame.from_records(recs)
 
 
@@ -62,21 +69,25 @@ SEED_COLUMNS = {"backend": "Backend", "batch_size": "Batch Size", "context_len":
                 "T": "Seqlen Q"}
 
 
-def mask_overhead_table(rows: Sequence[dict], causal_backend: str = "causal_baseline") -> pd.DataFrame:
+def mask_overhead_table(rows: Sequence[dict], causal_backend: str = "causal_baseline",
+                        envs: dict[str, dict] | None = None) -> pd.DataFrame:
     """Tree-mask overhead against `causal_backend`, laid out as the seed PR's table.
 
     Columns: Backend, Batch Size, Sequence Position (L), Seqlen Q (T), any other
     case axis that varies across rows, Time (us) (median), and Overhead (%) =
-    100 * (time / causal time of the same case - 1), empty for the causal rows.
+    100 * (time / causal time of the same case - 1), empty for the causal rows; with
+    `envs` (env fingerprints by env id) also Roofline (us) (`timed_frame`'s roofline_us)
+    and Time / roofline (1: at the hardware's limit), NaN without a measured bandwidth.
     The causal time is the one measured in the same run (run_id) when there is one,
     else the median over every run of the case (rows of several result sets may
     repeat a case); with rows of several runs a Run column says which is which.
     Sorted as the seed table: batch size, position, T, causal row first.
     (Seed layout: vLLM PR #20401, "Add tree attention backend for v1".)
     """
-    df = timed_frame(rows)
+    df = timed_frame(rows, envs)
+    roof = {"roofline_us": "Roofline (us)", "roofline_ratio": "Time / roofline"} if envs is not None else {}
     if df.empty:
-        return pd.DataFrame(columns=[*SEED_COLUMNS.values(), "Time (us)", "Overhead (%)"])
+        return pd.DataFrame(columns=[*SEED_COLUMNS.values(), "Time (us)", "Overhead (%)", *roof.values()])
     causal_rows = df[df["backend"] == causal_backend].assign(run_id=lambda d: d["run_id"].astype(str))
     same_run = causal_rows.groupby(["run_id", "case_id"])["median_us"].median()
     any_run = causal_rows.groupby("case_id")["median_us"].median()
@@ -84,6 +95,8 @@ def mask_overhead_table(rows: Sequence[dict], causal_backend: str = "causal_base
     causal_us = pd.Series([same_run.get(k, any_run.get(k[1], float("nan"))) for k in keys], index=df.index)
     df["overhead_pct"] = 100.0 * (df["median_us"] / causal_us - 1.0)
     df.loc[df["backend"] == causal_backend, "overhead_pct"] = float("nan")
+    if roof:
+        df["roofline_ratio"] = df["median_us"] / df["roofline_us"]
     df["_causal_first"] = df["backend"] != causal_backend
     df["_pos"] = df["context_len"].map(lambda c: c if isinstance(c, int) else -1)
     extra = varying_axes(df, exclude=("batch_size", "context_len", "tree", "T", "seed"))
@@ -92,7 +105,7 @@ def mask_overhead_table(rows: Sequence[dict], causal_backend: str = "causal_base
     df = df.sort_values(["batch_size", "_pos", "context_len", "T", *extra, "_causal_first", "backend"],
                         key=lambda s: s.astype(str) if s.name == "context_len" else s)
     cols = {**SEED_COLUMNS, **{a: "Run" if a == "run_id" else a.replace("_", " ").title() for a in extra},
-            "median_us": "Time (us)", "overhead_pct": "Overhead (%)"}
+            "median_us": "Time (us)", "overhead_pct": "Overhead (%)", **roof}
     return df[list(cols)].rename(columns=cols).reset_index(drop=True)
 
 

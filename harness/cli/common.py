@@ -83,8 +83,8 @@ def positive_seconds(text: str) -> float:
 def add_suite_argument(p, default: str) -> None:
     """--suite, as run and check take it."""
     p.add_argument("--suite", default=default,
-                   help="a suite shipped with treebench (smoke, check, check_p64, seed, random, targets) or a TOML file "
-                        f"path (default: {default})")
+                   help="a suite shipped with treebench (smoke, check, check_p64, seed, random, targets, pages) or a "
+                        f"TOML file path (default: {default})")
 
 
 def add_sweep_options(p) -> None:

@@ -21,9 +21,10 @@ from pathlib import Path
 from treebench.harness.analyze.gate import GateConfig, compare_runs, env_differences
 from treebench.harness.analyze.gate_render import junit_xml, markdown
 from treebench.harness.errors import ConfigError
-from treebench.harness.store.paths import check_output_path, refuse_input_path
-from treebench.harness.store.validate import read_checked_rows
 from treebench.harness.store.env import read_envs
+from treebench.harness.store.paths import check_output_path, refuse_input_path
+from treebench.harness.store.rows import paused_gc, result_files
+from treebench.harness.store.validate import read_checked_rows
 
 log = logging.getLogger(__name__)
 
@@ -108,13 +109,31 @@ def _only(rows: list[dict], backends: set[str] | None, paths: Sequence[str], fla
     return rows
 
 
+def _refuse_shared_files(baseline: Sequence[str], candidate: Sequence[str]) -> None:
+    """Refuses a results file that both sides read (named twice, or inside a folder named on the
+    other side, or a link to it): the gate would compare a run with itself and pass.
+
+    Raises:
+        ConfigError: a file on both sides, or a path that does not exist (as reading it would).
+    """
+    def identity(f: Path) -> tuple[int, int]:
+        st = f.stat()
+        return st.st_dev, st.st_ino              # a link or a second spelling of one file is the same file
+    base = {identity(f) for f in result_files(baseline)}
+    shared = [f for f in result_files(candidate) if identity(f) in base]
+    if shared:
+        raise ConfigError(f"gate: --baseline and --candidate both read {shared[0]}"
+                          f"{f' (and {len(shared) - 1} more)' if len(shared) > 1 else ''}; the gate would compare "
+                          "a run with itself and pass: give the baseline's and a new run's results")
+
+
 def run(args: argparse.Namespace) -> int:
     """Runs the gate; returns 0 (pass) or 1 (slower or correctness loss).
 
     Raises:
         ConfigError: bad flags (a --backends naming nothing, or a backend in neither side's
-            rows), unreadable results, or env fingerprints that differ
-            without --allow-env-mismatch (the CLI exits 2).
+            rows), unreadable results, a results file on both sides, or env fingerprints that
+            differ without --allow-env-mismatch (the CLI exits 2).
     """
     config = GateConfig(_fraction(str(args.threshold)), args.alpha, args.min_samples,
                         bool(getattr(args, "allow_missing", False)))
@@ -127,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
     if args.summary and args.junit and Path(args.summary).resolve() == Path(args.junit).resolve():
         raise ConfigError(f"gate --summary and --junit are the same file {args.junit}; give two paths")
     backends = _backend_filter(args.backends)
+    _refuse_shared_files(args.baseline, args.candidate)
     base_rows, base_envs = _load(args.baseline, "--baseline")
     cand_rows, cand_envs = _load(args.candidate, "--candidate")
     if backends is not None:
@@ -141,8 +161,9 @@ def run(args: argparse.Namespace) -> int:
     if notes and not args.allow_env_mismatch:
         raise ConfigError(f"gate: env fingerprints differ ({'; '.join(notes)}); compare runs from the same "
                           "GPU and software, or pass --allow-env-mismatch")
-    result = compare_runs(base_rows, cand_rows, config, notes)
-    text = markdown(result, " ".join(args.baseline), " ".join(args.candidate))
+    with paused_gc():   # 10^5 rows a side: the collector's passes over them would be a third of the gate's time
+        result = compare_runs(base_rows, cand_rows, config, notes)
+        text = markdown(result, " ".join(args.baseline), " ".join(args.candidate))
     try:
         if args.summary:
             Path(args.summary).parent.mkdir(parents=True, exist_ok=True)   # as --junit's

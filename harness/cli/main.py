@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         _setup_logging(getattr(args, "quiet", False))
         return int(command(name).run(args))
     except ConfigError as e:
-        sys.stderr.write(f"{PROG}: error: {' '.join(str(e).split())}\n")
+        sys.stderr.write(f"{PROG}: error: {one_line(str(e))}\n")
         return BAD_INPUT
     except SystemExit as e:  # --help
         return e.code if isinstance(e.code, int) else OK
@@ -236,6 +236,15 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if previous is not None:
             _install(signal.SIGTERM, previous)
+
+
+def one_line(message: str, longest: int = 240) -> str:
+    """`message` as one line (each run of whitespace one space), every word longer than `longest`
+    characters cut to its two ends around "…[N characters]…": a 10,000-character tree spec echoed
+    back would bury the line's fix."""
+    keep = longest // 2 - 20
+    return " ".join(w if len(w) <= longest else f"{w[:keep]}…[{len(w) - 2 * keep} characters]…{w[-keep:]}"
+                    for w in message.split())
 
 
 def _install(signum: int, handler):

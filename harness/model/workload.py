@@ -3,10 +3,10 @@
 Pure functions over plain lists (L_b, T_b, node depths, Hq, Hkv, D, P, element
 size), so the runner stores each row's figures and the report can recompute any
 row's figures from its case axes. Every factor is commented. Peaks come from the
-env fingerprint (HBM bandwidth measured by a device copy,
-`treebench.harness.timing.timers.measure_peak_bandwidth`) or from `DEVICE_PEAKS`
-(datasheet figures), never from a literal inside a formula. The report's tables
-over rows live in `treebench.harness.analyze.tables`.
+env fingerprint (HBM bandwidth measured by a device copy and the dense bf16 matrix rate
+measured by a matmul, `treebench.harness.timing.bandwidth`) or from `DEVICE_PEAKS`
+(datasheet figures, the compute roof when no rate was measured), never from a literal
+inside a formula. The report's tables over rows live in `treebench.harness.analyze.tables`.
 
 FLOPs count only attended (query, key) pairs, from the tree's real mask
 density: query node i of request b attends to the L_b context tokens and to its
@@ -133,18 +133,44 @@ def rates(flops: int | None, nbytes: int | None, median_us: float | None,
             "pct_peak_bw": 100.0 * bw / peak_bytes_per_s if peak_bytes_per_s else None}
 
 
-def roofline_us(flops: int, nbytes: int, peak_bytes_per_s: float | None, peak: DevicePeak | None) -> float | None:
+def roofline_us(flops: int, nbytes: int, peak_bytes_per_s: float | None, peak: DevicePeak | None,
+                matmul_tflops: float | None = None) -> float | None:
     """The roofline time of one call, microseconds: the slower of moving the bytes and doing the FLOPs.
 
-    max(bytes / measured copy bandwidth, FLOPs / datasheet 16-bit tensor peak); a roof whose
-    peak is unknown is left out, and without a measured bandwidth there is no roofline (None):
-    a datasheet HBM figure is a promise, the measured copy is what this machine reaches.
+    max(bytes / measured copy bandwidth, FLOPs / compute roof), the compute roof being the
+    measured dense bf16 matrix rate `matmul_tflops` (TFLOP/s) when given, else the datasheet
+    16-bit tensor peak of `peak`; a roof whose peak is unknown is left out, and without a measured
+    bandwidth there is no roofline (None): a datasheet HBM figure is a promise, the measured copy
+    is what this machine reaches.
     """
     if not peak_bytes_per_s:
         return None
+    tflops = matmul_tflops or (peak.tflops_16bit if peak else None)
     memory_s = nbytes / peak_bytes_per_s                                 # seconds at the bandwidth roof
-    compute_s = flops / (peak.tflops_16bit * 1e12) if peak else 0.0       # seconds at the compute roof
+    compute_s = flops / (tflops * 1e12) if tflops else 0.0               # seconds at the compute roof
     return 1e6 * max(memory_s, compute_s)
+
+
+def row_roofline_us(row: dict, env: dict) -> float | None:
+    """`roofline_us` of a result row on the peaks of its env fingerprint `env` (`peak_bw_bytes_per_s`,
+    `peak_matmul_tflops`, else the datasheet peak of `gpu_name`); None without a measured bandwidth.
+
+    Raises:
+        ConfigError: the row stores no flops/bytes and its case cannot be rebuilt (`row_work`).
+    """
+    if not env.get("peak_bw_bytes_per_s"):
+        return None
+    return roofline_us(*row_work(row), env["peak_bw_bytes_per_s"], device_peak(env.get("gpu_name")),
+                       env.get("peak_matmul_tflops"))
+
+
+def compute_roof(env: dict) -> tuple[float | None, str]:
+    """The compute roof `roofline_us` uses for an env fingerprint: (TFLOP/s, "measured") from its
+    `peak_matmul_tflops`, else (TFLOP/s, "datasheet") from `DEVICE_PEAKS` by its GPU name, else (None, "")."""
+    if env.get("peak_matmul_tflops"):
+        return float(env["peak_matmul_tflops"]), "measured"
+    peak = device_peak(env.get("gpu_name"))
+    return (peak.tflops_16bit, "datasheet") if peak else (None, "")
 
 
 def case_metrics(inputs: BatchInputs, median_us: float | None, peak_bytes_per_s: float | None = None) -> dict:

@@ -3,9 +3,9 @@
 A run writes ``env-<env_id>.json`` beside its results file; every row names its env
 by ``env``. `env_id_of` hashes the fingerprint's stable fields: two runs with the
 same env_id measured on the same GPU, driver, CPU, thread settings and software,
-so their timings compare. The peak bandwidth is measured by the caller
-(`treebench.harness.timing.bandwidth.measure_peak_bandwidth`) and handed in: the
-store records measurements, it never takes them.
+so their timings compare. The peak bandwidth and the dense bf16 matrix rate are measured
+by the caller (`treebench.harness.timing.bandwidth.measure_peak_bandwidth`,
+`measure_matrix_rate`) and handed in: the store records measurements, it never takes them.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from treebench.harness.errors import ConfigError
 
-VOLATILE_ENV_FIELDS = ("env_id", "peak_bw_bytes_per_s")  # left out of env_id's hash
+VOLATILE_ENV_FIELDS = ("env_id", "peak_bw_bytes_per_s", "peak_matmul_tflops")  # left out of env_id's hash
 PACKAGES = {  # env field -> distribution name, looked up without importing it
     "torch": "torch", "triton": "triton", "xformers": "xformers", "flashinfer": "flashinfer-python",
 }
@@ -96,7 +96,8 @@ def _cpu_fields() -> dict:
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
 
 
-def env_fingerprint(device: str | torch.device, peak_bw_bytes_per_s: float | None = None) -> dict:
+def env_fingerprint(device: str | torch.device, peak_bw_bytes_per_s: float | None = None,
+                    peak_matmul_tflops: float | None = None) -> dict:
     """The machine and software a run measured on.
 
     Args:
@@ -104,13 +105,16 @@ def env_fingerprint(device: str | torch.device, peak_bw_bytes_per_s: float | Non
         peak_bw_bytes_per_s: the copy bandwidth the caller measured, bytes/s
             (`treebench.harness.timing.bandwidth.measure_peak_bandwidth`); None when not
             measured (the CPU). Recorded as given: nothing is measured here.
+        peak_matmul_tflops: the dense bf16 matrix rate the caller measured, TFLOP/s
+            (`treebench.harness.timing.bandwidth.measure_matrix_rate`); None when not measured
+            (the CPU). Recorded as given.
 
     Returns:
         dict with env_id, gpu_name, sm_count, driver, cuda, python, torch, triton,
         xformers, flashinfer (versions from importlib.metadata, None when absent),
         git_commit, hostname, platform, cpu_model, cpu_count, torch_threads,
-        omp_num_threads, peak_bw_bytes_per_s. env_id hashes all fields but the
-        measured peak.
+        omp_num_threads, peak_bw_bytes_per_s, peak_matmul_tflops. env_id hashes all
+        fields but the measured peaks.
     """
     device = torch.device(device)
     env = {**_gpu_fields(device), "python": platform.python_version()}
@@ -120,6 +124,7 @@ def env_fingerprint(device: str | torch.device, peak_bw_bytes_per_s: float | Non
     # every call on the CPU), so they are stable fields: they count in env_id's hash.
     env.update(_cpu_fields())
     env["peak_bw_bytes_per_s"] = peak_bw_bytes_per_s
+    env["peak_matmul_tflops"] = peak_matmul_tflops
     return {"env_id": env_id_of(env), **env}
 
 

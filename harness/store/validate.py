@@ -12,6 +12,7 @@ from treebench.harness.errors import ConfigError
 from treebench.harness.store.rows import STATUSES, read_rows, result_files
 
 REQUIRED_FIELDS = {"backend": str, "case": dict, "case_id": str, "status": str}
+_NUMBER_TYPES = {int, float}   # the types of a number json.loads gives (bool is its own type)
 log = logging.getLogger(__name__)
 
 
@@ -33,10 +34,12 @@ def row_problem(row: dict) -> str | None:
     if row.get("l2_flushed") is not None and not isinstance(row["l2_flushed"], bool):
         return f"field 'l2_flushed' is {type(row['l2_flushed']).__name__}, expected true or false"
     samples = row.get("samples_us")
-    if samples is not None and (not isinstance(samples, list)
-                                or any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in samples)):
+    if samples is None:
+        return None
+    if not isinstance(samples, list) or not (set(map(type, samples)) <= _NUMBER_TYPES or all(   # fast path: JSON's
+            isinstance(x, (int, float)) and not isinstance(x, bool) for x in samples)):         # own int and float
         return "field 'samples_us' must be a list of numbers"
-    if samples and not all(math.isfinite(x) and x >= 0 for x in samples):
+    if samples and not (all(map(math.isfinite, samples)) and min(samples) >= 0):
         return "field 'samples_us' holds a value that is not a finite number >= 0"
     return None
 

@@ -22,7 +22,7 @@ from treebench.harness.run.progress import estimate
 from treebench.harness.run.config import RunConfig
 from treebench.harness.run.runner import default_device, row_satisfies, run_cases
 from treebench.harness.store.rows import new_run_id
-from treebench.harness.timing.bandwidth import measure_peak_bandwidth
+from treebench.harness.timing.bandwidth import measure_matrix_rate, measure_peak_bandwidth
 from treebench.harness.sweep.shard import (
     Rank,
     Shard,
@@ -168,9 +168,9 @@ def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Co
     """`execute` once this process holds the locks of the files it writes."""
     device = rank_device(rank) if rank else str(default_device())
     mine = select_cases(cases, opts.shard, rank)
-    env = env_fingerprint(device, measure_peak_bandwidth(device))
+    env = env_fingerprint(device, measure_peak_bandwidth(device), peak_matmul_tflops=measure_matrix_rate(device))
     if opts.run.isolate:
-        _release_cached(device)  # the bandwidth probe's buffers would count against the workers' free memory
+        _release_cached(device)  # the probes' buffers would count against the workers' free memory
     skip = _resume_skip(opts, env["env_id"], rank)
     names = [getattr(b, "name", type(b).__name__) for b in backends]
     planned = sum((c.case_id, n) not in skip for c in mine for n in names)
