@@ -189,7 +189,7 @@ def test_the_default_check_has_the_kv_dtype_axis():
     assert all(c.k_scale != c.v_scale or c.k_scale == 0.5 for c in fp8) and any(c.k_scale != c.v_scale for c in fp8)
     assert any(c.group_size == 6 for c in fp8) and any(c.values == "mean" for c in fp8)
     assert all(c.k_scale != 1.0 and c.v_scale != 1.0 for c in fp8)
-    skipped = default_check(REGISTRY["triton_causal"]()).coverage["kv_dtype"]["skipped"]
+    skipped = default_check(REGISTRY["xformers_tree"]()).coverage["kv_dtype"]["skipped"]
     assert set(skipped) >= set(FP8) and all("Capabilities.kv_dtypes" in why for why in skipped.values())
 
 
