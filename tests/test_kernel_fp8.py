@@ -10,14 +10,11 @@ dequantised codes. CPU: Triton's interpreter, tiny shapes; `gpu` tests: compiled
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
+from tests.kernel_device import DEVICE, TINY, triton  # noqa: E402,F401  (sets TRITON_INTERPRET first)
 from treebench.harness.errors import ConfigError  # noqa: E402
 from treebench.harness.model.cases import Case  # noqa: E402
 from treebench.harness.model.compare import compare  # noqa: E402
@@ -25,14 +22,8 @@ from treebench.harness.model.paged import BackendInputs, build_inputs  # noqa: E
 from treebench.harness.model.reference import paged_reference_attention  # noqa: E402
 from treebench.kernels.options import KernelOptions  # noqa: E402
 
-triton = pytest.importorskip("triton")
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-if DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-    pytest.skip("no CUDA GPU and TRITON_INTERPRET is not 1", allow_module_level=True)
-
 from treebench.kernels.tree_attention import TreeAttention, ws_unsupported  # noqa: E402
 
-TINY = dict(num_q_heads=4, num_kv_heads=2, head_dim=64)    # G 2 with Hkv 2
 FP8 = {"e4m3fn": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 
 

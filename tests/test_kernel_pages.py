@@ -13,9 +13,7 @@ import os
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
+from tests.kernel_device import DEVICE, TINY, triton  # noqa: E402,F401  (sets TRITON_INTERPRET first)
 from treebench.backends.triton_tree import TRITON_CAPABILITIES, TritonTreeBackend  # noqa: E402
 from treebench.harness.adapter.contract import capability_skip  # noqa: E402
 from treebench.harness.checking.default_check import default_check  # noqa: E402
@@ -26,14 +24,8 @@ from treebench.harness.model.reference import reference_attention  # noqa: E402
 from treebench.kernels.options import KernelOptions  # noqa: E402
 from treebench.kernels.tree_attention_plan import KernelConfig  # noqa: E402
 
-triton = pytest.importorskip("triton")
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-if DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-    pytest.skip("no CUDA GPU and TRITON_INTERPRET is not 1", allow_module_level=True)
-
 from treebench.kernels.tree_attention import TreeAttention  # noqa: E402
 
-TINY = dict(num_q_heads=4, num_kv_heads=2, head_dim=64)    # G 2 with Hkv 2
 
 
 def run(case: Case, mode: str = "tree", **kw) -> TreeAttention:

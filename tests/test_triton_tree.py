@@ -7,14 +7,11 @@ few seconds in all. The `gpu` tests run the kernel compiled on a CUDA GPU.
 
 from __future__ import annotations
 
-import os
 
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
+from tests.kernel_device import DEVICE, TINY, triton  # noqa: E402,F401  (sets TRITON_INTERPRET first)
 from treebench.harness.model.cases import Case  # noqa: E402
 from treebench.harness.model.compare import compare, compare_lse  # noqa: E402
 from treebench.harness.timing.timers import capture_graph  # noqa: E402
@@ -26,14 +23,8 @@ from treebench.kernels.options import KernelOptions  # noqa: E402
 from treebench.kernels.tree_attention_plan import (KernelConfig, choose_num_splits, make_plan,  # noqa: E402
                                          pack_tree_masks, tree_bias)
 
-triton = pytest.importorskip("triton")
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-if DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-    pytest.skip("no CUDA GPU and TRITON_INTERPRET is not 1", allow_module_level=True)
-
 from treebench.kernels.tree_attention import TreeAttention  # noqa: E402
 
-TINY = dict(num_q_heads=4, num_kv_heads=2, head_dim=64)    # G 2 with Hkv 2
 
 
 def check(case: Case, mode: str = "tree", **kw) -> TreeAttention:
