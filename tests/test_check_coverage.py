@@ -49,7 +49,7 @@ def test_a_dense_backend_gets_every_axis_with_nothing_skipped():
     cases, cov = default_check_cases(REGISTRY["torch_sdpa"]())
     assert len(cases) == len({c.case_id for c in cases}) < 60
     assert {"31", "32", "33", "63", "64", "65", "127", "128", "129", "256"} <= set(cov["tree_size"]["ran"])
-    assert cov["page_size"]["ran"] == ["1", "16", "64", "128", "256"]
+    assert cov["page_size"]["ran"] == ["1", "16", "24", "64", "128", "256"]
     assert set(cov["dtype"]["ran"]) == {"bfloat16", "float16", "float32"}
     assert {"1", "2", "4"} <= set(cov["group_size"]["ran"])
     assert {"0", "1", "15", "16", "17"} <= set(cov["context_len"]["ran"])
@@ -65,7 +65,7 @@ def test_capabilities_become_skipped_values_with_reasons():
     cov = d.coverage
     assert cov["tree_size"]["ran"][-1] == "64" and "exceeds the backend's maximum 64" in cov["tree_size"]["skipped"]["65"]
     assert "127" not in cov["tree_size"]["skipped"]                 # only the first size past the maximum
-    assert set(cov["page_size"]["skipped"]) == {"1"} and "multiple of 16" in cov["page_size"]["skipped"]["1"]
+    assert set(cov["page_size"]["skipped"]) == {"1", "24"} and "multiple of 16" in cov["page_size"]["skipped"]["1"]
     assert "256" in cov["head_dim"]["skipped"] and "2" in cov["group_size"]["skipped"]
     assert "per-request trees" in cov["tree_per_request"]["skipped"]["mixed"]
     assert all("ragged" in why for v, why in cov["context_len"]["skipped"].items())

@@ -346,3 +346,29 @@ def test_negative_threshold_gets_the_gates_own_message(tmp_path, capsys):
     rc, _, err = _main(capsys, "gate", "--baseline", str(a), "--candidate", str(a), "--threshold", "-5%")
     assert rc == 2 and "must be positive" in err and len(err.strip().splitlines()) == 1, err
 
+
+
+def test_gate_refuses_a_copy_of_one_run_on_both_sides(tmp_path):
+    """A byte copy of a results file passes the same-file check but holds the same run: refused."""
+    import shutil
+    import subprocess
+    import sys
+    rows = [{"schema": 2, "run_id": "r1", "env": "e1", "timestamp": "t", "backend": "k", "case_id": f"c{i}",
+             "case": {}, "status": "pass", "median_us": 1.0, "samples_us": [1.0] * 8} for i in range(2)]
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    (a / "run.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    shutil.copy(a / "run.jsonl", b / "run.jsonl")
+    p = subprocess.run([sys.executable, "-m", "treebench", "gate", "--baseline", str(a / "run.jsonl"),
+                        "--candidate", str(b / "run.jsonl")], capture_output=True, text=True)
+    assert p.returncode == 2, p.stderr
+    assert "run r1 is in both --baseline and --candidate" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_env_records_the_triton_interpreter(monkeypatch):
+    from treebench.harness.store.env import env_fingerprint
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    on = env_fingerprint("cpu")
+    monkeypatch.delenv("TRITON_INTERPRET")
+    off = env_fingerprint("cpu")
+    assert on["triton_interpret"] and not off["triton_interpret"] and on["env_id"] != off["env_id"]

@@ -28,7 +28,8 @@ BY_NAME = {cls.name: cls for cls in ALL_MUTANTS}
 SMALL = {"num_q_heads": 2, "num_kv_heads": 1, "head_dim": 64}
 WITNESSES = {  # axis -> cases on that axis (run in order on one instance) that kill its mutant
     "mask words": [Case(batch_size=1, context_len=5, tree="chain:40", **SMALL)],
-    "page size": [Case(batch_size=2, context_len=100, tree="full:2:1", page_size=64, **SMALL)],
+    "page size": [Case(batch_size=2, context_len=100, tree="full:2:1", page_size=64, **SMALL),
+                  Case(batch_size=2, context_len=25, tree="full:2:2", page_size=24, **SMALL)],
     "G = 1": [Case(batch_size=2, context_len=20, tree="full:2:1", num_q_heads=2, num_kv_heads=2, head_dim=64)],
     # outputs average ~L values of N(0, 1), so they are ~1/sqrt(L) and bf16's atol hides a wrong
     # denominator until L is large: at 8192 a 40% error still passes

@@ -8,7 +8,7 @@ around it one axis varied at a time, never a product:
 | axis | values (default) | what a wrong kernel gets wrong there |
 | --- | --- | --- |
 | tree_size | 31/32/33, 63/64/65, 127/128/129, the maximum (256 when none), maximum + 1 | mask words of 32 and 64 bits, tiles of 64 and 128 rows |
-| page_size | 1, 16, 64, 128, 256 (L_b = P + 1: two pages, a NaN tail) | page arithmetic per page-size class |
+| page_size | 1, 16, 24, 64, 128, 256 (L_b = P + 1: two pages, a NaN tail) | page arithmetic per page-size class; 24 is not a power of two (an offset taken as pos & (P - 1)) |
 | dtype | bfloat16, float16 (float32 when the backend takes any dtype) | the dtype's kernel path |
 | head_dim | 64, 128, 256 | the head-dim instantiation |
 | group_size | G = 1, 2, 4, 8 with Hkv = 2 | the GQA mapping h // G |
@@ -43,7 +43,7 @@ BASE_HQ_PER_G, BASE_HKV = 2, 2            # Hkv 2, Hq = 2 G
 TREE_SIZES = (31, 32, 33, 63, 64, 65, 127, 128, 129)
 DEEP_TREE_SIZES = (1, 2, 15, 16, 17, 255, 256, 257, 511, 512, 513)
 UNBOUNDED_MAX_T, DEEP_UNBOUNDED_MAX_T = 256, 512   # the largest T tried when a backend declares no maximum
-PAGE_SIZES, DEEP_PAGE_SIZES = (1, 16, 64, 128, 256), (8, 24, 32)
+PAGE_SIZES, DEEP_PAGE_SIZES = (1, 16, 24, 64, 128, 256), (3, 8, 32)
 HEAD_DIMS, DEEP_HEAD_DIMS = (64, 128, 256), (32, 80, 96)
 GROUP_SIZES, DEEP_GROUP_SIZES = (1, 2, 4, 8), (16,)
 DTYPES_ANY = ("bfloat16", "float16", "float32")

@@ -127,6 +127,22 @@ def _refuse_shared_files(baseline: Sequence[str], candidate: Sequence[str]) -> N
                           "a run with itself and pass: give the baseline's and a new run's results")
 
 
+def _refuse_shared_runs(base_rows: Sequence[dict], cand_rows: Sequence[dict]) -> None:
+    """Refuses rows of one run on both sides (a copy of a results file, or one merged into both):
+    rows carry their run's `run_id`, and a run compared with itself passes whatever it measured.
+
+    Raises:
+        ConfigError: a run_id in both sides' rows.
+    """
+    shared = {str(r["run_id"]) for r in base_rows if r.get("run_id") is not None} & \
+        {str(r["run_id"]) for r in cand_rows if r.get("run_id") is not None}
+    if shared:
+        first = sorted(shared)[0]
+        raise ConfigError(f"gate: run {first} is in both --baseline and --candidate"
+                          f"{f' (and {len(shared) - 1} more runs)' if len(shared) > 1 else ''}; the gate would "
+                          "compare a run with itself and pass: give the baseline's and a new run's results")
+
+
 def run(args: argparse.Namespace) -> int:
     """Runs the gate; returns 0 (pass) or 1 (slower or correctness loss).
 
@@ -149,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
     _refuse_shared_files(args.baseline, args.candidate)
     base_rows, base_envs = _load(args.baseline, "--baseline")
     cand_rows, cand_envs = _load(args.candidate, "--candidate")
+    _refuse_shared_runs(base_rows, cand_rows)
     if backends is not None:
         present = {r["backend"] for r in base_rows + cand_rows}
         unknown = sorted(backends - present)

@@ -31,6 +31,22 @@ class Page64Offset(Dense):
         return page, (off & 31) if inputs.page_size == 64 else off
 
 
+class PowerOfTwoPageOffset(Dense):
+    """The in-page offset taken as pos & (P - 1) and the page as pos >> log2(P): right only
+    when P is a power of two (a kernel written for 16 / 64 / 128 given P 24 or 3)."""
+    name = "mutant_pow2_page_offset"
+    description = "in-page offset as pos & (P - 1), page as pos >> floor(log2 P): wrong for P not a power of two"
+    axis = "page size"
+
+    def token_slots(self, inputs, b, n_tokens):
+        p = inputs.page_size
+        if p & (p - 1) == 0:
+            return super().token_slots(inputs, b, n_tokens)
+        t, shift = torch.arange(n_tokens), p.bit_length() - 1
+        pages = torch.tensor(self.page_ids(inputs, b, int(t[-1]) // 2**shift + 1 if n_tokens else 0), dtype=torch.int64)
+        return pages[t >> shift], t & (p - 1)
+
+
 class NoMaxSubtraction(Dense):
     """softmax as exp(s) / sum exp(s) without subtracting the row max: inf / inf at |s| > 88."""
     name = "mutant_no_max_subtraction"
@@ -129,5 +145,5 @@ class AccumulatesIntoOutput(Dense):
         return run
 
 
-AXIS_MUTANTS = (MaskWord32, Page64Offset, NoMaxSubtraction, MhaFastPath, Fp16Denominator, ContextPartialDivides,
+AXIS_MUTANTS = (MaskWord32, Page64Offset, PowerOfTwoPageOffset, NoMaxSubtraction, MhaFastPath, Fp16Denominator, ContextPartialDivides,
                 ReadsPastPageEnd, HeadsNodesConfused, AccumulatesIntoOutput)
