@@ -19,9 +19,12 @@ import re
 import socket
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 from treebench.harness.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch  # imported where used: readers of env files (gate, report, merge) need no torch
 
 VOLATILE_ENV_FIELDS = ("env_id", "peak_bw_bytes_per_s", "peak_matmul_tflops")  # left out of env_id's hash
 PACKAGES = {  # env field -> distribution name, looked up without importing it
@@ -64,6 +67,7 @@ def _nvidia_driver() -> str | None:
 
 def _gpu_fields(device: torch.device) -> dict:
     """gpu_name, sm_count, driver, cuda for a CUDA device; Nones on the CPU."""
+    import torch
     if device.type != "cuda" or not torch.cuda.is_available():
         return {"gpu_name": None, "sm_count": None, "driver": None, "cuda": torch.version.cuda}
     props = torch.cuda.get_device_properties(device)
@@ -92,6 +96,7 @@ def _cpu_model() -> str | None:
 def _cpu_fields() -> dict:
     """cpu_model, cpu_count (logical CPUs), torch_threads (torch's intra-op threads now) and
     omp_num_threads ($OMP_NUM_THREADS as set, None when unset)."""
+    import torch
     return {"cpu_model": _cpu_model(), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
 
@@ -117,6 +122,8 @@ def env_fingerprint(device: str | torch.device, peak_bw_bytes_per_s: float | Non
         interpreter), peak_bw_bytes_per_s, peak_matmul_tflops. env_id hashes all
         fields but the measured peaks.
     """
+    import torch
+
     device = torch.device(device)
     env = {**_gpu_fields(device), "python": platform.python_version()}
     env.update({field: _version(dist) for field, dist in PACKAGES.items()})
