@@ -249,3 +249,35 @@ def test_flex_fa4_compiles_static_and_flex_symbolic(monkeypatch):
         assert flex_mod._flex_for(cuda, False)() is False and compiled == [False, True]
     finally:
         torch._dynamo.config.recompile_limit = saved
+
+
+def _probe():
+    """lab/fa4_probe.py imported as a module (lab/ is not a package)."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "lab" / "fa4_probe.py"
+    spec = importlib.util.spec_from_file_location("fa4_probe", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU refusal")
+def test_the_probe_refuses_without_a_gpu(capsys):
+    assert _probe().main() == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "CUDA GPU" in err[0]
+
+
+def test_the_probe_tells_the_nan_tail_from_a_right_answer(capsys):
+    """Through the fake: the TMA path with the NaN pool prints a non-finite output and a failing
+    compare beside a passing LSE; with zeroed tails, and page by page, both pass."""
+    probe = _probe()
+    axes = {"batch_size": 2, "context_len": 20, "tree": "full:2:1", "num_q_heads": 4, "num_kv_heads": 2,
+            "head_dim": 16, "dtype": "float32", "layout": "shuffled"}
+    for p, causal, zero in [(128, True, False), (128, False, True), (16, False, False)]:
+        probe.step(fake_varlen, lambda: tree_mask_mod, f"P{p}", build_inputs(Case(**axes, page_size=p)), causal, zero)
+    nan_tail, zeroed, paged = capsys.readouterr().out.strip().splitlines()
+    assert "tma" in nan_tail and "out FAIL, lse pass" in nan_tail and "non-finite 0/" not in nan_tail
+    assert "tma" in zeroed and "out pass, lse pass" in zeroed and "non-finite 0/" in zeroed
+    assert "paged" in paged and "out pass, lse pass" in paged
