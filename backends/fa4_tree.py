@@ -2,14 +2,17 @@
 
 Upstream: `flash_attn.cute.flash_attn_varlen_func` (package flash-attn-4, written against
 4.0.0b36 with nvidia-cutlass-dsl and quack-kernels; read in Dao-AILab/flash-attention,
-flash_attn/cute/interface.py and mask_definitions.py). One call for the batch:
-queries packed by `cu_seqlens_q` (qo_indptr), K/V read in place through `page_table`
-(the block table) with `seqused_k` = S_b, GQA packed (`pack_gqa`), `return_lse=True`.
+flash_attn/cute/interface.py and mask.py). One call for the batch: queries packed by
+`cu_seqlens_q` (qo_indptr), K/V read through `page_table` (the block table; in place, or
+from a copy on the TMA path, below), `seqused_k` = S_b, GQA packed (`pack_gqa`),
+`return_lse=True`.
 
-The tree is a CuTe `mask_mod(batch, head, m_idx, n_idx, [seqlen_info,] aux_tensors)`
-(the signature gained `seqlen_info` in later releases; the installed one is read from
-`flash_attn.cute.mask_definitions`), called with request-local indices: m_idx the node
-i of request `batch`, n_idx the KV position. It reads three int32 aux tensors built by
+The tree is a CuTe `mask_mod(batch, head, m_idx, n_idx, [seqlen_info,] aux_tensors)`,
+each index a one-element `cute.TensorSSA` (4.0.0b36's `flash_attn/cute/mask.py` calls it
+through `call_mask_mod(mask_mod, b, h, q_idx, kv_idx, seqlen_info, aux_data)`; releases
+before `seqlen_info` passed five arguments: `_takes_seqlen_info` reads which), called with
+request-local indices: m_idx the node i of request `batch` (PackGQA already unpacked),
+n_idx the KV position. It reads three int32 aux tensors built by
 `fa4_tree_aux`: the KV column of each position (0 for the context, 1 + j for tree node
 j), each node's visibility bits over those columns (bit 0, the context, always set) and
 each request's first row. Both tables are padded past the last request so that the
@@ -17,7 +20,14 @@ rows and columns of a partial last tile, which the kernel also evaluates, stay i
 
 Kernel paths: FA4 loads a KV tile by TMA when P equals its KV tile (`fa4_kv_tile`),
 else page by page ("paged KV non-TMA", `paged_kv_non_tma` there); the row's `kernel`
-says which. Its varlen LSE is (Hq, total_q), natural log: transposed to (sum T_b, Hq).
+says which. The TMA path loads each page whole: the slots of a request's last page past
+S_b get a score of -inf (so the LSE is right) but their V still enters P @ V as 0 * V,
+which is NaN for the harness's NaN-filled unused slots (seen on the H200 with 4.0.0b36:
+every output element non-finite, the LSE exact, P 128 only). On that path the adapter
+hands FA4 a copy of the pool whose unused slots of each last page are zero (setup,
+untimed; `fa4_finite_tails`), as a serving engine's zero-initialised pool holds; the
+page-by-page path zero-fills rows past S_b itself and reads the pool in place.
+Its varlen LSE is (Hq, total_q), natural log: transposed to (sum T_b, Hq).
 """
 
 from __future__ import annotations
@@ -30,7 +40,8 @@ from types import SimpleNamespace
 import torch
 
 from treebench.harness.adapter.contract import Backend, Capabilities, register
-from treebench.harness.model.paged import BatchInputs
+from treebench.harness.model.cases import Case
+from treebench.harness.model.paged import TORCH_DTYPES, BatchInputs
 
 INSTALL_HINT = ("flash_attn.cute (FlashAttention-4) not installed: pip install flash-attn-4 "
                 "(pulls nvidia-cutlass-dsl and quack-kernels); on the GPU host `source .fa4b/env.sh`")
@@ -55,10 +66,39 @@ def fa4_kv_tile(head_dim: int, causal: bool, sm_major: int) -> int:
     return 80
 
 
+def fa4_uses_tma(page_size: int, head_dim: int, causal: bool, sm_major: int) -> bool:
+    """Whether FA4 loads K/V pages by TMA: P equal to its KV tile (interface.py passes
+    `paged_kv_non_tma=page_size not in [None, tile_n]` to the forward kernel)."""
+    return page_size == fa4_kv_tile(head_dim, causal, sm_major)
+
+
 def fa4_kernel_label(page_size: int, head_dim: int, causal: bool, sm_major: int) -> str:
-    """'fa4 tma' when P is FA4's KV tile, else 'fa4 paged', with the arch and the tile."""
+    """'fa4 tma' when P is FA4's KV tile (its pool copy has zeroed tails), else 'fa4 paged',
+    with the arch and the tile."""
     tile = fa4_kv_tile(head_dim, causal, sm_major)
-    return f"fa4 {'tma' if page_size == tile else 'paged'} (sm{sm_major}x, KV tile {tile})"
+    if fa4_uses_tma(page_size, head_dim, causal, sm_major):
+        return f"fa4 tma (sm{sm_major}x, KV tile {tile}, pool copy with zeroed tails)"
+    return f"fa4 paged (sm{sm_major}x, KV tile {tile})"
+
+
+def fa4_finite_tails(inputs: BatchInputs) -> tuple[torch.Tensor, torch.Tensor]:
+    """Copies of the K and V pools (N, P, Hkv, D), inputs.dtype, with the slots [S_b % P, P)
+    of each request's last page set to zero (the pools themselves are left as they are).
+
+    FA4's TMA path multiplies those slots' V by a probability of exactly 0; a zero slot
+    keeps that product 0 where the harness's NaN would make it NaN. Slots it never reads
+    (free pages, pages past S_b) keep their NaN.
+    """
+    _, _, ss = inputs.host_lists()
+    P = inputs.k_cache.shape[1]
+    table = inputs.block_table.cpu()
+    k, v = inputs.k_cache.clone(), inputs.v_cache.clone()
+    for b, s in enumerate(ss):
+        if s % P:
+            page = int(table[b, (s - 1) // P])
+            k[page, s % P:] = 0
+            v[page, s % P:] = 0
+    return k, v
 
 
 def fa4_tree_aux(inputs: BatchInputs) -> list[torch.Tensor]:
@@ -104,7 +144,7 @@ def cute_tree_mask_mod(with_seqlen_info: bool) -> Callable:
     """The tree mask as a CuTe `mask_mod` (built once per signature, so FA4's compile cache,
     keyed by the callable's hash, compiles it once). Mirrors `tree_visible`."""
     import cutlass
-    import cutlass.cute as cute
+    from cutlass import cute
     from flash_attn.cute import utils
 
     if with_seqlen_info:
@@ -125,12 +165,43 @@ def cute_tree_mask_mod(with_seqlen_info: bool) -> Callable:
 
 
 def _takes_seqlen_info() -> bool:
-    """Whether the installed FA4 calls mask_mod with `seqlen_info` (its own mask definitions do)."""
-    from flash_attn.cute import mask_definitions
+    """Whether the installed FA4 calls mask_mod with `seqlen_info` (`mask_mod_takes_seqlen_info`
+    of its `flash_attn.cute.mask`)."""
+    from flash_attn.cute import mask
+    return mask_mod_takes_seqlen_info(mask)
+
+
+def mask_mod_takes_seqlen_info(mask_module) -> bool:
+    """Whether FA4's mask module (`flash_attn.cute.mask`) calls a mask_mod with `seqlen_info`.
+
+    4.0.0b36 has `call_mask_mod(mask_mod, batch_idx, head_idx, q_idx, kv_idx, seqlen_info,
+    aux_data)`, which passes `(b, h, q_idx, kv_idx, seqlen_info, aux_tensors)`; earlier
+    releases called `mask_mod(b, h, q_idx, kv_idx, aux_tensors)` and their mask module never
+    names `seqlen_info`. Unreadable source: True (the current signature).
+    """
+    if hasattr(mask_module, "call_mask_mod"):
+        return True
     try:
-        return "seqlen_info" in inspect.getsource(mask_definitions)
+        return "seqlen_info" in inspect.getsource(mask_module)
     except (OSError, TypeError):
         return True
+
+
+def _sm_major(device: torch.device) -> int:
+    """The compute capability major FA4 picks its tiles for (10, SM100's table, off CUDA)."""
+    if device.type == "cuda" and torch.cuda.is_available():
+        return torch.cuda.get_device_capability(device)[0]
+    return 10
+
+
+def pool_bytes(case: Case) -> int:
+    """Bytes of the K and V pools of `case`'s batch, with treebench.harness.model.paged's page
+    arithmetic: N = sum_b ceil(S_b / P) + max(2, that sum // 4) pages of (P, Hkv, D) each."""
+    ts = [t.size for t in case.trees()]
+    pages = sum(-(-(ctx + t) // case.page_size) for ctx, t in zip(case.context_lens(), ts, strict=True))
+    num_pages = pages + max(2, pages // 4)
+    itemsize = TORCH_DTYPES[case.dtype].itemsize
+    return 2 * num_pages * case.page_size * case.num_kv_heads * case.head_dim * itemsize
 
 
 def fa4_lse_rows(lse: torch.Tensor, total_q: int, hq: int) -> torch.Tensor:
@@ -147,9 +218,10 @@ class FA4Tree(Backend):
     Timed: one `flash_attn_varlen_func(q, k_cache, v_cache, cu_seqlens_q=, seqused_k=,
     page_table=, mask_mod=, aux_tensors=, pack_gqa=, return_lse=True)` and the LSE's
     transpose (a view). Setup (untimed): the int32 cu_seqlens_q, seqused_k and page
-    table, the mask's aux tensors (`fa4_tree_aux`), and one warm-up call that compiles
-    (CuTe DSL JIT, cached per shape class). The mask_mod runs on every KV tile, context
-    tiles included (no block sparsity is passed).
+    table, the mask's aux tensors (`fa4_tree_aux`), on the TMA path (P equal to FA4's KV
+    tile) the pool copy with zeroed tails (`fa4_finite_tails`), and one warm-up call that
+    compiles (CuTe DSL JIT, cached per shape class). The mask_mod runs on every KV tile,
+    context tiles included (no block sparsity is passed).
 
     bf16/fp16, D 64/96/128 (FA4's SM100 range; SM90 takes more), sm_90 and sm_100/110.
     """
@@ -176,6 +248,12 @@ class FA4Tree(Backend):
             return f"FA4's forward runs on sm_90 and sm_100/110 only; this GPU is {torch.cuda.get_device_capability()}"
         return reason
 
+    def workspace_bytes(self, case: Case) -> int:
+        """Bytes of the pool copy the TMA path takes (`fa4_finite_tails`), else 0."""
+        if not fa4_uses_tma(case.page_size, case.head_dim, self.causal, _sm_major(torch.device("cuda"))):
+            return 0
+        return pool_bytes(case)
+
     def prepare(self, inputs: BatchInputs) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
         """Builds the page metadata and aux tensors, compiles with one call; returns the timed call.
 
@@ -185,22 +263,27 @@ class FA4Tree(Backend):
         api = self.optional()
         _, ts, ss = inputs.host_lists()
         hq, hkv = inputs.q.shape[1], inputs.k_cache.shape[2]
-        kw = dict(cu_seqlens_q=inputs.qo_indptr.to(torch.int32).contiguous(), max_seqlen_q=max(ts),
-                  max_seqlen_k=max(ss), seqused_k=inputs.seq_lens.to(torch.int32).contiguous(),
-                  page_table=inputs.block_table.to(torch.int32).contiguous(), softmax_scale=inputs.sm_scale,
-                  pack_gqa=hq > hkv, return_lse=True)
+        kw: dict[str, object] = {
+            "cu_seqlens_q": inputs.qo_indptr.to(torch.int32).contiguous(), "max_seqlen_q": max(ts),
+            "max_seqlen_k": max(ss), "seqused_k": inputs.seq_lens.to(torch.int32).contiguous(),
+            "page_table": inputs.block_table.to(torch.int32).contiguous(), "softmax_scale": inputs.sm_scale,
+            "pack_gqa": hq > hkv, "return_lse": True}
         if self.causal:
             kw["causal"] = True
         else:
             kw.update(mask_mod=api.mask_mod(), aux_tensors=fa4_tree_aux(inputs))
-        q, k, v, total = inputs.q, inputs.k_cache, inputs.v_cache, inputs.q.shape[0]
+        major, head_dim = _sm_major(inputs.device), inputs.q.shape[2]
+        q, total = inputs.q, inputs.q.shape[0]
+        if fa4_uses_tma(inputs.page_size, head_dim, self.causal, major):
+            k, v = fa4_finite_tails(inputs)                                # whole pages: finite tails
+        else:
+            k, v = inputs.k_cache, inputs.v_cache                          # page by page: in place
 
         def run() -> tuple[torch.Tensor, torch.Tensor]:
             out, lse = api.varlen(q, k, v, **kw)                          # (sum T, Hq, D), (Hq, sum T) fp32
             return out, fa4_lse_rows(lse, total, hq)
 
-        major = torch.cuda.get_device_capability(inputs.device)[0] if inputs.device.type == "cuda" else 10
-        run.kernel = fa4_kernel_label(inputs.page_size, inputs.q.shape[2], self.causal, major)
+        run.kernel = fa4_kernel_label(inputs.page_size, head_dim, self.causal, major)
         run()                                                             # compile outside the timed region
         return run
 

@@ -30,12 +30,12 @@ RECOMPILE_LIMIT = 64      # dynamo's per-function recompile cap (default 8), rai
 DYNAMIC = True            # symbolic shapes from the first compile: a static first compile of some
                           # shapes fails in inductor (suites/findings/flex_static_no_choices.toml)
 
-_COMPILED: dict[str, Callable] = {}  # device type -> flex_attention, compiled once per process
+_COMPILED: dict[bool, Callable] = {}  # dynamic -> flex_attention compiled for CUDA, once per process
 _PREPARED = [0]                      # GPU prepares since the last dynamo reset
 
 
-def _flex_for(device: torch.device) -> Callable:
-    """flex_attention compiled (CUDA) or eager (CPU), cached per device type.
+def _flex_for(device: torch.device, dynamic: bool = DYNAMIC) -> Callable:
+    """flex_attention compiled (CUDA; one compiled callable per `dynamic`) or eager (CPU).
 
     Compiled with `dynamic=True`: every shape is symbolic from the first
     compile. (With dynamo's default, the first shape after a reset compiles
@@ -59,13 +59,13 @@ def _flex_for(device: torch.device) -> Callable:
         # of the process (measured: the seed suite's last cases ran 10-20x slower).
         # Dropping dynamo's caches first keeps every case compiled.
         torch._dynamo.reset()
-        _COMPILED.pop("cuda", None)
+        _COMPILED.clear()
         _PREPARED[0] = 1
-    if "cuda" not in _COMPILED:
+    if dynamic not in _COMPILED:
         cfg = torch._dynamo.config
         cfg.recompile_limit = max(cfg.recompile_limit, RECOMPILE_LIMIT)
-        _COMPILED["cuda"] = torch.compile(flex_attention, dynamic=DYNAMIC)
-    return _COMPILED["cuda"]
+        _COMPILED[dynamic] = torch.compile(flex_attention, dynamic=dynamic)
+    return _COMPILED[dynamic]
 
 
 @register
@@ -97,6 +97,7 @@ class FlexTree(Backend):
     name = "flex"
     capabilities = Capabilities(devices=("cpu", "cuda"), kv_dtypes=FP8_DTYPES)
     kernel_options: ClassVar[dict | None] = None   # flex_attention's kernel_options (None: its default)
+    dynamic: ClassVar[bool] = DYNAMIC              # torch.compile's `dynamic` on the GPU
 
     @staticmethod
     def _api() -> SimpleNamespace:
@@ -126,7 +127,7 @@ class FlexTree(Backend):
         """Gathers K/V, builds the BlockMask, compiles; returns the timed call."""
         api = self._api()
         a = flex_arguments(inputs, api.create_block_mask)
-        flex = api.flex_for(inputs.device)
+        flex = api.flex_for(inputs.device, self.dynamic)
         q, ts, t_max = inputs.q, a.tree_sizes, a.t_max
         rows = padded_rows(ts, t_max, device=inputs.device)         # no host copy in the timed call
         extra = {"kernel_options": self.kernel_options} if self.kernel_options else {}
@@ -167,12 +168,20 @@ def flex_arguments(inputs: BatchInputs, create_block_mask) -> SimpleNamespace:
 class FlexFa4(FlexTree):
     """FlexTree lowered to FlashAttention-4: `flex_attention(..., kernel_options={"BACKEND": "FLASH"})`
     (torch 2.11+, which hands the score/mask mods to `flash_attn.cute`; it raises where that
-    lowering is unavailable). GPU only; the same gather, BlockMask and timing as `flex`."""
+    lowering is unavailable). GPU only; the same gather, BlockMask and timing as `flex`.
+
+    Compiled with `dynamic=False` (a static compile per shape): under `dynamic=True` the tree
+    mask_mod's captured Python int (the clamp bound T_max - 1) becomes a SymInt, and torch
+    2.11's FLASH lowering refuses any mask_mod that captures a dynamic scalar ("NYI: score_mod
+    or mask_mod captures a dynamic scalar (SymInt/SymFloat)", torch/_inductor/kernel/flex/
+    flex_attention.py, `_has_unsupported_captured_scalars`). Captured tensors are fine.
+    """
 
     name = "flex_fa4"
     install_hint = "flash_attn.cute (FlashAttention-4) not installed: pip install flash-attn-4 (torch >= 2.11)"
     capabilities = Capabilities(devices=("cuda",), dtypes=("bfloat16", "float16"), min_compute_capability=(9, 0))
-    kernel_options = {"BACKEND": "FLASH"}
+    kernel_options: ClassVar[dict | None] = {"BACKEND": "FLASH"}
+    dynamic: ClassVar[bool] = False
 
     def load_optional(self) -> object:
         import flash_attn.cute  # the FLASH backend of flex_attention imports it
