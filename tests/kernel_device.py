@@ -21,3 +21,25 @@ if DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("no CUDA GPU and TRITON_INTERPRET is not 1", allow_module_level=True)
 
 TINY = dict(num_q_heads=4, num_kv_heads=2, head_dim=64)    # G 2 with Hkv 2
+
+
+def run_checked(case, mode: str = "tree", **kw):
+    """Runs the kernel on `case` (`TreeAttention(inputs, mode, return_lse=True, **kw)`, its output
+    first filled with NaN so every element must be written) and asserts output and LSE against the
+    float64 reference; returns the TreeAttention. mode "causal" runs the batch's chains."""
+    from treebench.harness.model.compare import compare
+    from treebench.harness.model.paged import build_inputs
+    from treebench.harness.model.reference import reference_attention
+    from treebench.kernels.tree_attention import TreeAttention
+
+    inputs = build_inputs(case, DEVICE)
+    if mode == "causal":
+        inputs = inputs.causal()
+    ta = TreeAttention(inputs, mode, return_lse=True, **kw)
+    ta.out.fill_(float("nan"))
+    out = ta()
+    ref, ref_lse = reference_attention(inputs, return_lse=True)
+    rec = compare(out, ref, inputs.qo_indptr, case.dtype)
+    assert rec.passed, rec
+    torch.testing.assert_close(ta.lse.double(), ref_lse, atol=1e-4, rtol=1e-4)
+    return ta

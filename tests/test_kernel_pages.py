@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from tests.kernel_device import DEVICE, TINY, triton  # noqa: E402,F401  (sets TRITON_INTERPRET first)
+from tests.kernel_device import run_checked as run  # noqa: E402
 from treebench.backends.triton_tree import TRITON_CAPABILITIES, TritonTreeBackend  # noqa: E402
 from treebench.harness.adapter.contract import capability_skip  # noqa: E402
 from treebench.harness.checking.default_check import default_check  # noqa: E402
@@ -28,17 +29,6 @@ from treebench.kernels.tree_attention import TreeAttention  # noqa: E402
 
 
 
-def run(case: Case, mode: str = "tree", **kw) -> TreeAttention:
-    """The kernel on `case`, output and LSE asserted against the float64 reference."""
-    inputs = build_inputs(case, DEVICE)
-    ta = TreeAttention(inputs, mode, return_lse=True, **kw)
-    ta.out.fill_(float("nan"))                               # every element must be written
-    out = ta()
-    ref, ref_lse = reference_attention(inputs, return_lse=True)
-    rec = compare(out, ref, inputs.qo_indptr, case.dtype)
-    assert rec.passed, rec
-    torch.testing.assert_close(ta.lse.double(), ref_lse, atol=1e-4, rtol=1e-4)
-    return ta
 
 
 @pytest.mark.parametrize("page_size", [1, 3, 8, 24])

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from tests.kernel_device import DEVICE, TINY, triton  # noqa: E402,F401  (sets TRITON_INTERPRET first)
+from tests.kernel_device import run_checked as check  # noqa: E402
 from treebench.harness.model.cases import Case  # noqa: E402
 from treebench.harness.model.compare import compare, compare_lse  # noqa: E402
 from treebench.harness.timing.timers import capture_graph  # noqa: E402
@@ -27,19 +28,6 @@ from treebench.kernels.tree_attention import TreeAttention  # noqa: E402
 
 
 
-def check(case: Case, mode: str = "tree", **kw) -> TreeAttention:
-    """Runs the kernel on `case` and asserts output and LSE against the float64 reference."""
-    inputs = build_inputs(case, DEVICE)
-    if mode == "causal":
-        inputs = inputs.causal()
-    ta = TreeAttention(inputs, mode, return_lse=True, **kw)
-    ta.out.fill_(float("nan"))                               # every element must be written
-    out = ta()
-    ref, ref_lse = reference_attention(inputs, return_lse=True)
-    rec = compare(out, ref, inputs.qo_indptr, case.dtype)
-    assert rec.passed, rec
-    torch.testing.assert_close(ta.lse.double(), ref_lse, atol=1e-4, rtol=1e-4)
-    return ta
 
 
 # ---- mask packing and planning (no kernel) -------------------------------------------
