@@ -117,3 +117,13 @@ def test_check_cli_exits_1_on_a_wrong_lse(cls, tmp_path):
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "lse: max |err|" in proc.stdout + proc.stderr
+
+
+def test_a_nan_lse_is_counted_as_non_finite():
+    import torch
+    from treebench.harness.model.compare import compare_lse
+    ref = torch.tensor([[0.5, float("-inf")], [1.0, 2.0]], dtype=torch.float64)
+    lse = torch.tensor([[float("nan"), float("-inf")], [1.0, float("inf")]])
+    rec = compare_lse(lse, ref, torch.tensor([0, 2]), "bfloat16")
+    assert not rec.passed and rec.nonfinite == 2 and rec.reason().endswith(", 2 non-finite")
+    assert compare_lse(ref.float(), ref, torch.tensor([0, 2]), "bfloat16").nonfinite == 0   # -inf == -inf: right

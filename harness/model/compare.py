@@ -154,12 +154,14 @@ class LseRecord:
     rtol: float
     worst: tuple[int, int, int] | None       # (request, node, head) of the worst element
     mismatch_frac: float                     # fraction of (node, head) entries outside tolerance
+    nonfinite: int = 0                       # NaN or +inf entries, and -inf where the reference is finite
 
     def reason(self) -> str:
-        """'lse: max |err| X at (request b, node i, head h); F of entries out of tolerance'."""
+        """'lse: max |err| X at (request b, node i, head h); F of entries out of tolerance[, N non-finite]'."""
         where = f" at (request {self.worst[0]}, node {self.worst[1]}, head {self.worst[2]})" if self.worst else ""
+        nonfinite = f", {self.nonfinite} non-finite" if self.nonfinite else ""
         return (f"lse: max |err| {self.max_abs_err:.3g}{where}; {self.mismatch_frac:.1%} of (node, head) entries "
-                f"out of tolerance (atol {self.atol:g}, rtol {self.rtol:g})")
+                f"out of tolerance (atol {self.atol:g}, rtol {self.rtol:g}){nonfinite}")
 
 
 def compare_lse(lse: torch.Tensor, ref: torch.Tensor, qo_indptr: torch.Tensor, dtype: str) -> LseRecord:
@@ -188,5 +190,7 @@ def compare_lse(lse: torch.Tensor, ref: torch.Tensor, qo_indptr: torch.Tensor, d
     row, head = divmod(flat, lse.shape[1])
     ptr = qo_indptr.tolist()
     req = max(i for i in range(len(ptr) - 1) if ptr[i] <= row)
+    nonfinite = int((~torch.isfinite(x) & ~same_inf).sum())
     return LseRecord(passed=not bool(bad.any()), max_abs_err=float(diff.max()), atol=atol, rtol=rtol,
-                     worst=(req, row - ptr[req], head), mismatch_frac=int(bad.sum()) / diff.numel())
+                     worst=(req, row - ptr[req], head), mismatch_frac=int(bad.sum()) / diff.numel(),
+                     nonfinite=nonfinite)
