@@ -44,7 +44,7 @@ from treebench.harness.model.cases import Case
 from treebench.harness.model.paged import TORCH_DTYPES, BatchInputs
 
 INSTALL_HINT = ("flash_attn.cute (FlashAttention-4) not installed: pip install flash-attn-4 "
-                "(pulls nvidia-cutlass-dsl and quack-kernels); on the GPU host `source .fa4b/env.sh`")
+                "(pulls nvidia-cutlass-dsl and quack-kernels)")
 ARCHES = (9, 10, 11)          # compute capability majors FA4's forward supports (interface.py asserts 9.x-11.x)
 ROW_PAD = 384                 # rows past sum T_b: a partial last M tile (128 or 192 rows, x G packed heads)
 COL_PAD = 256                 # KV columns past S_max: a partial last N tile (at most 192 wide)
