@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -37,17 +38,20 @@ def _two_runs_and_gate(where: Path) -> subprocess.CompletedProcess:
 
 
 ATTEMPTS = 3
+PAUSE_S = 20   # between attempts: an attempt takes seconds, so a burst of other work could span all three
 
 
 @pytest.mark.slow
 def test_two_back_to_back_cpu_runs_pass_the_gate(tmp_path):
-    """Up to three attempts: another job's burst can slow one whole run. When every attempt
+    """Up to three attempts, PAUSE_S apart: another job's burst can slow one whole run. When every attempt
     fails while other processes kept the cores busy (load average above the core count), the
     timings say nothing about treebench and the test skips, saying so; on a machine that is
     not busy, three failures fail it (timings in scheduler buckets, as under multi-threaded
     torch, do)."""
     busy = []
     for attempt in range(ATTEMPTS):
+        if attempt:
+            time.sleep(PAUSE_S)
         gate = _two_runs_and_gate(tmp_path / f"attempt{attempt}")
         if gate.returncode == 0:
             break
