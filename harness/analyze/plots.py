@@ -22,7 +22,7 @@ import pandas as pd
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.text import Text
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+from matplotlib.ticker import FuncFormatter, LogFormatterSciNotation, LogLocator, NullFormatter
 
 from treebench.harness.analyze.cells import ratio
 
@@ -225,7 +225,11 @@ def roofline(points: pd.DataFrame, order: Sequence[str], measured_bw: float | No
     for a in (ax, ax2):
         a.grid(True, which="both", alpha=0.3)
         for axis in (a.xaxis, a.yaxis) if a is ax else (a.xaxis,):
-            axis.set_minor_formatter(NullFormatter())        # 3x10^4 4x10^4 ... would overlap
+            lo, hi = axis.get_view_interval()
+            if lo > 0 and math.log10(hi / lo) < 1.5:             # too few powers of ten to read it by
+                axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+                axis.set_major_formatter(LogFormatterSciNotation(labelOnlyBase=False))
+            axis.set_minor_formatter(NullFormatter())            # 3x10^4 4x10^4 ... would overlap
     handles, labels = ax.get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside right upper", markerscale=1.3)
     return png_uri(fig)
