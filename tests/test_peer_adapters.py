@@ -45,11 +45,13 @@ def dense(q, k, v, allowed, scale):
     return torch.einsum("hts,shd->thd", torch.softmax(s, -1), v)
 
 
-def assert_matches_reference(out, inputs, ref=None):
-    """`out` (or (out, lse) from a backend that returns its LSE) matches the float64 reference."""
+def assert_matches_reference(out, inputs, ref=None, lse_base=math.e):
+    """`out` (or (out, lse) from a backend that returns its LSE, in log base `lse_base`) matches the
+    float64 reference."""
     lse = None
     if isinstance(out, tuple):
         out, lse = out
+        lse = lse * math.log(lse_base)
     ref_out, ref_lse = reference_attention(inputs, return_lse=True)
     rec = compare(out, ref_out if ref is None else ref, inputs.qo_indptr, inputs.case.dtype,
                   kv_dtype=inputs.case.kv_dtype)
@@ -183,7 +185,7 @@ def test_flashinfer_flattening_ragged_mixed(monkeypatch, batch_size, page_size):
     monkeypatch.setattr(FlashInferMask, "_flashinfer", staticmethod(
         lambda: SimpleNamespace(Wrapper=FakeFlashInferWrapper)))
     inputs = build_inputs(small_case(batch_size=batch_size, page_size=page_size, tree_per_request="mixed"))
-    assert_matches_reference(FlashInferMask().prepare(inputs)(), inputs)
+    assert_matches_reference(FlashInferMask().prepare(inputs)(), inputs, lse_base=FlashInferMask.lse_base)
 
 
 def test_flashinfer_fake_catches_a_misordered_mask(monkeypatch):

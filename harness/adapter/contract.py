@@ -16,6 +16,8 @@ name or by `pkg.mod:Class` / `path/file.py:Class` is treebench.harness.run.loadi
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -70,6 +72,9 @@ class Backend:
     # sum of exp of the scaled scores per node and head (-inf for a row that sees nothing), and the
     # check compares it with the reference's (treebench.harness.model.compare.compare_lse).
     returns_lse: ClassVar[bool] = False
+    # The base of the returned LSE's logarithm, when it is not e (FlashInfer's kernels write base 2):
+    # the check converts it to natural log after the call, so the timed callable does no extra work.
+    lse_base: ClassVar[float] = math.e
 
     def availability(self) -> str | None:
         """None when usable here, else the reason (missing package + install hint, no GPU, ...)."""

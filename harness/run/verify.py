@@ -15,6 +15,8 @@ compared with the reference within tolerance instead, and its row says so.
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -90,9 +92,11 @@ class InputsMutated(RuntimeError):
         super().__init__(f"backend mutated its inputs ({'/'.join(fields)})")
 
 
-def check_output(result, inputs: BatchInputs, returns_lse: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+def check_output(result, inputs: BatchInputs, returns_lse: bool = False,
+                 lse_base: float = math.e) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(out, lse) of a prepared callable's `result`: `out` alone, or `(out, lse)` when the backend
-    declares `returns_lse` (lse None otherwise).
+    declares `returns_lse` (lse None otherwise), lse converted to natural log from the backend's
+    `lse_base` (lse * ln(base): a new tensor, the callable's own buffer untouched).
 
     Raises:
         TypeError/ValueError: `out` not a (sum T_b, Hq, D) tensor in inputs.dtype; with `returns_lse`,
@@ -117,12 +121,19 @@ def check_output(result, inputs: BatchInputs, returns_lse: bool = False) -> tupl
         if tuple(lse.shape) != tuple(inputs.q.shape[:2]) or lse.dtype != torch.float32:
             raise ValueError(f"lse is {tuple(lse.shape)} {lse.dtype}, expected (sum T_b, Hq) = "
                              f"{tuple(inputs.q.shape[:2])} torch.float32")
+        if lse_base != math.e:
+            lse = lse * math.log(lse_base)
     return out, lse
 
 
 def returns_lse(backend) -> bool:
     """The backend's `returns_lse` (False when it has none)."""
     return getattr(backend, "returns_lse", False) is True
+
+
+def lse_base(backend) -> float:
+    """The base of the backend's returned LSE (`Backend.lse_base`; e when it has none)."""
+    return float(getattr(backend, "lse_base", math.e))
 
 
 def kernel_name(fn, backend, inputs: BatchInputs) -> str | None:
@@ -141,16 +152,16 @@ def bitwise_diff_count(a: torch.Tensor, b: torch.Tensor) -> int:
 
 
 def determinism(fn: Callable, out: tuple, inputs: BatchInputs, row: dict,
-                with_lse: bool = False) -> tuple[tuple, str | None]:
-    """Calls `fn` a second time and compares bitwise with the first call's (out, lse); sets
-    row["deterministic"].
+                with_lse: bool = False, base: float = math.e) -> tuple[tuple, str | None]:
+    """Calls `fn` a second time and compares bitwise with the first call's (out, lse), lse in the
+    backend's `lse_base` converted as `check_output` does; sets row["deterministic"].
 
     Returns:
         (a copy of the first (out, lse), None or the nondeterminism reason).
     """
     # the callable may hand back persistent buffers: keep the first call's bits
     first = tuple(None if t is None else t.clone() for t in out)
-    again = check_output(fn(), inputs, with_lse)
+    again = check_output(fn(), inputs, with_lse, base)
     n = sum(bitwise_diff_count(a, b) for a, b in zip(first, again) if a is not None and b is not None)
     row["deterministic"] = n == 0
     if n == 0:
@@ -202,7 +213,7 @@ def prepared(backend, inputs: BatchInputs, data: CaseData, device: torch.device)
             data.invalidate(device)
         raise
     check_inputs()
-    return fn, check_output(out, inputs, returns_lse(backend)), check_inputs
+    return fn, check_output(out, inputs, returns_lse(backend), lse_base(backend)), check_inputs
 
 
 def compared(out: tuple, ref: torch.Tensor, inputs: BatchInputs,
@@ -233,12 +244,12 @@ def check_step(backend, data: CaseData, device: torch.device, mask_kind: str, ro
     """
     inputs, ref = data.get(device, mask_kind)
     ref_lse = data.lse(device, mask_kind)
-    with_lse = returns_lse(backend)
+    with_lse, base = returns_lse(backend), lse_base(backend)
     fn, out, check_inputs = prepared(backend, inputs, data, device)
     if row.get("kernel") is None:
         row["kernel"] = kernel_name(fn, backend, inputs)
-    out, nondet = determinism(fn, out, inputs, row, with_lse)
-    again = check_output(fn(), inputs, with_lse) if nondet else None
+    out, nondet = determinism(fn, out, inputs, row, with_lse, base)
+    again = check_output(fn(), inputs, with_lse, base) if nondet else None
     check_inputs()
     del fn
     rec, bad = compared(out, ref, inputs, ref_lse)
