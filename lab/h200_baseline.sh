@@ -1,35 +1,67 @@
 #!/usr/bin/env bash
 # The H200 baseline in stages, each sized for one device call (<= 10 min), results under $OUT/STAGE/:
 #   source .gpu/env.sh; [source .fa4b/env.sh;] STAGE=checks OUT=$OUT bash lab/h200_baseline.sh
-# Stages: checks (GPU tests, then the default check of every backend available here, one line of
-# exit codes each), seed, pages, seed_fp8 (treebench run of that suite over every available backend,
-# with its HTML report). Every command and its exit code go to $OUT/STAGE/exit-codes.txt; a stage
-# never stops at a failing command. Run from the repository root.
+# Stages:
+#   checks    the default check of triton_tree alone (its time is a budget), then at once: the GPU
+#             tests of the kernel and of the fp8 and FA4 peers, and the default check of every other
+#             backend (correctness only, so they may share the GPU; FlashInfer's JIT builds use the cores)
+#   seed, pages, seed_fp8, fp8_targets
+#             `treebench run` of that suite over the backends, one process, the default timer
+# Variables: BACKENDS (comma-separated; default every backend `treebench list` marks available, less
+# EXCLUDE), EXCLUDE (default reference,triton_tree_bias: the float64 oracle and our own kernel's
+# bias-mask mode are no peers), SHARD (I/N: the run's --shard; the file is named STAGE-shardI.jsonl),
+# TESTS=0 (checks without the pytest runs), PYTESTS (test files: one pytest run of these instead),
+# CHECK_TIMEOUT (s per backend's check, default 400), RUN_TIMEOUT (s for the run, default 560),
+# RESUME_FROM (a results file of an earlier call cut by its time limit: copied in, run with --resume).
+# Every command and its exit code go to $OUT/STAGE/exit-codes.txt; a stage never stops at a failing
+# command. Run from the repository root.
 set -uo pipefail
-: "${OUT:?set OUT}" "${STAGE:?set STAGE: checks, seed, pages or seed_fp8}"
-case $STAGE in checks|seed|pages|seed_fp8) ;; *) echo "h200_baseline.sh: unknown STAGE=$STAGE (checks, seed, pages, seed_fp8)" >&2; exit 2 ;; esac
+: "${OUT:?set OUT}" "${STAGE:?set STAGE: checks, seed, pages, seed_fp8 or fp8_targets}"
+case $STAGE in checks|seed|pages|seed_fp8|fp8_targets) ;;
+  *) echo "h200_baseline.sh: unknown STAGE=$STAGE (checks, seed, pages, seed_fp8, fp8_targets)" >&2; exit 2 ;; esac
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 dir=$OUT/$STAGE; mkdir -p "$dir"
 tb() { python3 -m treebench "$@"; }
 note() { echo "$1 -> exit $2" >> "$dir/exit-codes.txt"; }
-available() {   # the backends `treebench list` marks available, comma-separated
-  tb list 2>/dev/null | awk -F'│' 'NF > 3 && $3 ~ /yes/ {gsub(/ /, "", $2); printf "%s%s", sep, $2; sep=","}'
+available() {   # the backends `treebench list` marks available, less EXCLUDE, comma-separated
+  local skip=",${EXCLUDE-reference,triton_tree_bias},"
+  tb list 2>/dev/null | awk -F'│' -v skip="$skip" \
+    'NF > 3 && $3 ~ /yes/ {gsub(/ /, "", $2); if (index(skip, "," $2 ",") == 0) {printf "%s%s", sep, $2; sep=","}}'
 }
+backends=${BACKENDS:-$(available)}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv > "$dir/nvidia-smi.csv" 2>&1
 tb list > "$dir/list.txt" 2>&1
+echo "$(date -u +%FT%TZ) $STAGE backends=$backends" >> "$dir/exit-codes.txt"
 case $STAGE in
   checks)
-    timeout 240 python3 -m pytest -q -m gpu tests/test_kernel_pages.py tests/test_kernel_fp8.py tests/test_triton_tree.py \
-      > "$dir/pytest-kernel-gpu.txt" 2>&1; note "pytest -m gpu (kernel)" $?
-    timeout 120 python3 -m pytest -q tests/test_fp8_gpu.py tests/test_fa4_gpu.py > "$dir/pytest-peers-gpu.txt" 2>&1
-    note "pytest (fp8 and FA4 peers)" $?
-    for b in $(available | tr , ' '); do
-      timeout 90 python3 -m treebench check --backend "$b" --out "$dir/default-check.jsonl" > "$dir/check-$b.txt" 2>&1
-      note "treebench check --backend $b" $?
-    done ;;
-  seed|pages|seed_fp8)
-    backends=$(available)
-    timeout 560 python3 -m treebench run --suite "$STAGE" --backends "$backends" --out "$dir/$STAGE.jsonl" \
-      --report "$dir/$STAGE.html" > "$dir/$STAGE.txt" 2>&1
-    note "treebench run --suite $STAGE --backends $backends" $? ;;
+    t=${CHECK_TIMEOUT:-400}
+    if [[ ",$backends," == *,triton_tree,* ]]; then
+      s=$(date +%s.%N)
+      timeout "$t" python3 -m treebench check --backend triton_tree --out "$dir/default-check-triton_tree.jsonl" \
+        > "$dir/check-triton_tree.txt" 2>&1
+      note "treebench check --backend triton_tree (alone, $(python3 -c "print(f'{$(date +%s.%N) - $s:.1f}')") s with start-up)" $?
+    fi
+    pids=()
+    if [ -n "${PYTESTS:-}" ]; then
+      ( timeout "$t" python3 -m pytest -q $PYTESTS > "$dir/pytest-gpu.txt" 2>&1; note "pytest $PYTESTS" $? ) & pids+=($!)
+    elif [ "${TESTS:-1}" = 1 ]; then
+      ( timeout "$t" python3 -m pytest -q -m gpu tests/test_kernel_pages.py tests/test_kernel_fp8.py \
+          tests/test_triton_tree.py > "$dir/pytest-kernel-gpu.txt" 2>&1; note "pytest -m gpu (kernel)" $? ) & pids+=($!)
+      ( timeout "$t" python3 -m pytest -q tests/test_fp8_gpu.py tests/test_fa4_gpu.py > "$dir/pytest-peers-gpu.txt" 2>&1
+        note "pytest tests/test_fp8_gpu.py tests/test_fa4_gpu.py" $? ) & pids+=($!)
+    fi
+    for b in $(echo "$backends" | tr , ' '); do
+      [ "$b" = triton_tree ] && continue
+      ( s=$(date +%s)
+        timeout "$t" python3 -m treebench check --backend "$b" --out "$dir/default-check-$b.jsonl" > "$dir/check-$b.txt" 2>&1
+        note "treebench check --backend $b (beside the others, $(( $(date +%s) - s )) s)" $? ) & pids+=($!)
+    done
+    wait "${pids[@]}" ;;
+  seed|pages|seed_fp8|fp8_targets)
+    name=$STAGE; shard=()
+    if [ -n "${SHARD:-}" ]; then shard=(--shard "$SHARD"); name=$STAGE-shard${SHARD%%/*}; fi
+    if [ -n "${RESUME_FROM:-}" ]; then cp "$RESUME_FROM" "$dir/$name.jsonl"; shard+=(--resume); fi
+    timeout "${RUN_TIMEOUT:-560}" python3 -m treebench run --suite "$STAGE" --backends "$backends" "${shard[@]}" \
+      --out "$dir/$name.jsonl" --report "$dir/$name.html" > "$dir/$name.txt" 2>&1
+    note "treebench run --suite $STAGE --backends $backends ${shard[*]}" $? ;;
 esac

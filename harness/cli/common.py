@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from treebench.harness.errors import ConfigError
+from treebench.harness.model.suites import SUITES_DIR
 from treebench.harness.store.rows import new_run_id
 from treebench.harness.timing.modes import MODES
 
@@ -82,9 +83,9 @@ def positive_seconds(text: str) -> float:
 
 def add_suite_argument(p, default: str) -> None:
     """--suite, as run and check take it."""
+    shipped = ", ".join(sorted(f.stem for f in SUITES_DIR.glob("*.toml")))
     p.add_argument("--suite", default=default,
-                   help="a suite shipped with treebench (smoke, check, check_p64, seed, random, targets, pages) or a "
-                        f"TOML file path (default: {default})")
+                   help=f"a suite shipped with treebench ({shipped}) or a TOML file path (default: {default})")
 
 
 def add_sweep_options(p) -> None:
