@@ -11,6 +11,7 @@
 # EXCLUDE), EXCLUDE (default reference,triton_tree_bias: the float64 oracle and our own kernel's
 # bias-mask mode are no peers), SHARD (I/N: the run's --shard; the file is named STAGE-shardI.jsonl),
 # TESTS=0 (checks without the pytest runs), PYTESTS (test files: one pytest run of these instead),
+# SUITE_CHECKS (BACKEND:SUITE words: `treebench check` of that suite, beside the default checks),
 # CHECK_TIMEOUT (s per backend's check, default 400), RUN_TIMEOUT (s for the run, default 560),
 # RESUME_FROM (a results file of an earlier call cut by its time limit: copied in, run with --resume).
 # Every command and its exit code go to $OUT/STAGE/exit-codes.txt; a stage never stops at a failing
@@ -37,31 +38,37 @@ case $STAGE in
     t=${CHECK_TIMEOUT:-400}
     if [[ ",$backends," == *,triton_tree,* ]]; then
       s=$(date +%s.%N)
-      timeout "$t" python3 -m treebench check --backend triton_tree --out "$dir/default-check-triton_tree.jsonl" \
+      timeout -k 10 "$t" python3 -m treebench check --backend triton_tree --out "$dir/default-check-triton_tree.jsonl" \
         > "$dir/check-triton_tree.txt" 2>&1
       note "treebench check --backend triton_tree (alone, $(python3 -c "print(f'{$(date +%s.%N) - $s:.1f}')") s with start-up)" $?
     fi
     pids=()
     if [ -n "${PYTESTS:-}" ]; then
-      ( timeout "$t" python3 -m pytest -q $PYTESTS > "$dir/pytest-gpu.txt" 2>&1; note "pytest $PYTESTS" $? ) & pids+=($!)
+      ( timeout -k 10 "$t" python3 -m pytest -q $PYTESTS > "$dir/pytest-gpu.txt" 2>&1; note "pytest $PYTESTS" $? ) & pids+=($!)
     elif [ "${TESTS:-1}" = 1 ]; then
-      ( timeout "$t" python3 -m pytest -q -m gpu tests/test_kernel_pages.py tests/test_kernel_fp8.py \
+      ( timeout -k 10 "$t" python3 -m pytest -q -m gpu tests/test_kernel_pages.py tests/test_kernel_fp8.py \
           tests/test_triton_tree.py > "$dir/pytest-kernel-gpu.txt" 2>&1; note "pytest -m gpu (kernel)" $? ) & pids+=($!)
-      ( timeout "$t" python3 -m pytest -q tests/test_fp8_gpu.py tests/test_fa4_gpu.py > "$dir/pytest-peers-gpu.txt" 2>&1
+      ( timeout -k 10 "$t" python3 -m pytest -q tests/test_fp8_gpu.py tests/test_fa4_gpu.py > "$dir/pytest-peers-gpu.txt" 2>&1
         note "pytest tests/test_fp8_gpu.py tests/test_fa4_gpu.py" $? ) & pids+=($!)
     fi
     for b in $(echo "$backends" | tr , ' '); do
       [ "$b" = triton_tree ] && continue
       ( s=$(date +%s)
-        timeout "$t" python3 -m treebench check --backend "$b" --out "$dir/default-check-$b.jsonl" > "$dir/check-$b.txt" 2>&1
+        timeout -k 10 "$t" python3 -m treebench check --backend "$b" --out "$dir/default-check-$b.jsonl" > "$dir/check-$b.txt" 2>&1
         note "treebench check --backend $b (beside the others, $(( $(date +%s) - s )) s)" $? ) & pids+=($!)
+    done
+    for bs in ${SUITE_CHECKS:-}; do   # BACKEND:SUITE, e.g. sglang_triton:seed
+      b=${bs%%:*} su=${bs#*:}; f=check-$b-$(basename "${su%.toml}")
+      ( s=$(date +%s)
+        timeout -k 10 "$t" python3 -m treebench check --backend "$b" --suite "$su" --out "$dir/$f.jsonl" > "$dir/$f.txt" 2>&1
+        note "treebench check --backend $b --suite $su (beside the others, $(( $(date +%s) - s )) s)" $? ) & pids+=($!)
     done
     wait "${pids[@]}" ;;
   seed|pages|seed_fp8|fp8_targets)
     name=$STAGE; shard=()
     if [ -n "${SHARD:-}" ]; then shard=(--shard "$SHARD"); name=$STAGE-shard${SHARD%%/*}; fi
     if [ -n "${RESUME_FROM:-}" ]; then cp "$RESUME_FROM" "$dir/$name.jsonl"; shard+=(--resume); fi
-    timeout "${RUN_TIMEOUT:-560}" python3 -m treebench run --suite "$STAGE" --backends "$backends" "${shard[@]}" \
+    timeout -k 10 "${RUN_TIMEOUT:-560}" python3 -m treebench run --suite "$STAGE" --backends "$backends" "${shard[@]}" \
       --out "$dir/$name.jsonl" --report "$dir/$name.html" > "$dir/$name.txt" 2>&1
     note "treebench run --suite $STAGE --backends $backends ${shard[*]}" $? ;;
 esac

@@ -37,11 +37,15 @@ Any NaN or Inf in the output is a mismatch, whatever the tolerance.
 
 LSE (`compare_lse`, for a backend with `returns_lse`): natural log, (sum T_b, Hq)
 float32, checked against the float64 reference's with |lse - ref| <= atol + rtol * |ref|.
-The LSE needs no rounding of P to the input dtype: kernels take it from the float32
-row max and row sum. Its error is the scores' (q and k are exact in a bf16/fp16 product;
-float32 accumulation over D terms, relative <= D * 2^-24 ~ 8e-6 of sum |q_d k_d| at D 128)
-plus the float32 exp2/log2 (relative 2^-22); so bf16/fp16 get atol 1e-3 and rtol 1e-4
-(|lse| reaches 1e4 at the check's large logits: rtol covers the accumulation there).
+Its error is the scores' (q and k are exact in a bf16/fp16 product; float32 accumulation
+over D terms, relative <= D * 2^-24 ~ 8e-6 of sum |q_d k_d| at D 128), the float32
+exp2/log2 (relative 2^-22), and the row sum's: a kernel that sums the probabilities it
+has rounded to the input dtype for the P V product (FlashInfer's prefill does: its bf16
+LSE was 1.2e-3-1.5e-3 off on rows that see a few keys, on an H200, where its fp16 LSE
+and every output passed) carries their relative error of up to 2^-9 (bf16) or 2^-11
+(fp16) into the sum, so up to ~2e-3 (bf16) or ~5e-4 (fp16) into its log. With a factor
+of two over that, bf16 gets atol 4e-3 and fp16 1e-3, both rtol 1e-4 (|lse| reaches 1e4 at
+the check's large logits: rtol covers the accumulation there).
 float32 cases may run TF32 products (inputs rounded to 2^-11): score errors up to
 ~1e-3 of sum |q_d k_d| * scale, a few 1e-3 for N(0, 1) data: atol 1e-2, rtol 5e-3.
 An LSE in log2 (x 1.44), transposed, or another request's is off by O(1) or more.
@@ -78,7 +82,7 @@ def tolerance(dtype: str, kv_dtype: str | None = None) -> tuple[float, float]:
     return KV_CAST_TOLERANCES[dtype]
 
 LSE_TOLERANCES: dict[str, tuple[float, float]] = {  # dtype -> (atol, rtol) of the LSE; reasons above
-    "bfloat16": (1e-3, 1e-4),
+    "bfloat16": (4e-3, 1e-4),
     "float16": (1e-3, 1e-4),
     "float32": (1e-2, 5e-3),
 }
