@@ -13,8 +13,11 @@
 # TESTS=0 (checks without the pytest runs), PYTESTS (test files: one pytest run of these instead),
 # SUITE_CHECKS (BACKEND:SUITE words: `treebench check` of that suite, beside the default checks),
 # CHECK_TIMEOUT (s per backend's check, default 400), RUN_TIMEOUT (s for the run, default 560),
-# RESUME_FROM (a results file of an earlier call cut by its time limit: copied in, run with --resume).
-# Every command and its exit code go to $OUT/STAGE/exit-codes.txt; a stage never stops at a failing
+# RESUME_FROM (a results file of an earlier call cut by its time limit: copied in, run with --resume),
+# MAX_JOBS (checks at once, default 6), DEADLINE (s after which no further check starts, default 400),
+# TAR (a .tgz path: the stage's folder packed into it at the end).
+# Every command and its exit code go to $OUT/STAGE/exit-codes.txt (at most 8 files come back from a
+# device call: tar $OUT/STAGE into one); a stage never stops at a failing
 # command. Run from the repository root.
 set -uo pipefail
 : "${OUT:?set OUT}" "${STAGE:?set STAGE: checks, seed, pages, seed_fp8 or fp8_targets}"
@@ -39,31 +42,35 @@ case $STAGE in
     if [[ ",$backends," == *,triton_tree,* ]]; then
       s=$(date +%s.%N)
       timeout -k 10 "$t" python3 -m treebench check --backend triton_tree --out "$dir/default-check-triton_tree.jsonl" \
-        > "$dir/check-triton_tree.txt" 2>&1
-      note "treebench check --backend triton_tree (alone, $(python3 -c "print(f'{$(date +%s.%N) - $s:.1f}')") s with start-up)" $?
+        > "$dir/check-triton_tree.txt" 2>&1; rc=$?
+      note "treebench check --backend triton_tree (alone, $(python3 -c "print(f'{$(date +%s.%N) - $s:.1f}')") s with start-up)" $rc
     fi
-    pids=()
-    if [ -n "${PYTESTS:-}" ]; then
-      ( timeout -k 10 "$t" python3 -m pytest -q $PYTESTS > "$dir/pytest-gpu.txt" 2>&1; note "pytest $PYTESTS" $? ) & pids+=($!)
+    # The jobs, longest first (FlashInfer's JIT builds: its adapters' checks), at most MAX_JOBS at once
+    # (16 builds side by side starved each other past the limit); none starts after DEADLINE s.
+    jobs_list=()
+    if [ -n "${PYTESTS:-}" ]; then jobs_list+=("pytest-gpu|python3 -m pytest -q $PYTESTS")
     elif [ "${TESTS:-1}" = 1 ]; then
-      ( timeout -k 10 "$t" python3 -m pytest -q -m gpu tests/test_kernel_pages.py tests/test_kernel_fp8.py \
-          tests/test_triton_tree.py > "$dir/pytest-kernel-gpu.txt" 2>&1; note "pytest -m gpu (kernel)" $? ) & pids+=($!)
-      ( timeout -k 10 "$t" python3 -m pytest -q tests/test_fp8_gpu.py tests/test_fa4_gpu.py > "$dir/pytest-peers-gpu.txt" 2>&1
-        note "pytest tests/test_fp8_gpu.py tests/test_fa4_gpu.py" $? ) & pids+=($!)
+      jobs_list+=("pytest-kernel-gpu|python3 -m pytest -q -m gpu tests/test_kernel_pages.py tests/test_kernel_fp8.py tests/test_triton_tree.py"
+                  "pytest-peers-gpu|python3 -m pytest -q tests/test_fp8_gpu.py tests/test_fa4_gpu.py")
     fi
     for b in $(echo "$backends" | tr , ' '); do
-      [ "$b" = triton_tree ] && continue
-      ( s=$(date +%s)
-        timeout -k 10 "$t" python3 -m treebench check --backend "$b" --out "$dir/default-check-$b.jsonl" > "$dir/check-$b.txt" 2>&1
-        note "treebench check --backend $b (beside the others, $(( $(date +%s) - s )) s)" $? ) & pids+=($!)
+      [ "$b" = triton_tree ] || jobs_list+=("check-$b|python3 -m treebench check --backend $b --out $dir/default-check-$b.jsonl")
     done
     for bs in ${SUITE_CHECKS:-}; do   # BACKEND:SUITE, e.g. sglang_triton:seed
       b=${bs%%:*} su=${bs#*:}; f=check-$b-$(basename "${su%.toml}")
-      ( s=$(date +%s)
-        timeout -k 10 "$t" python3 -m treebench check --backend "$b" --suite "$su" --out "$dir/$f.jsonl" > "$dir/$f.txt" 2>&1
-        note "treebench check --backend $b --suite $su (beside the others, $(( $(date +%s) - s )) s)" $? ) & pids+=($!)
+      jobs_list+=("$f|python3 -m treebench check --backend $b --suite $su --out $dir/$f.jsonl")
     done
-    wait "${pids[@]}" ;;
+    ordered=(); for j in "${jobs_list[@]}"; do [[ $j == *flashinfer* ]] && ordered+=("$j"); done
+    for j in "${jobs_list[@]}"; do [[ $j == *flashinfer* ]] || ordered+=("$j"); done
+    t0=$(date +%s)
+    for j in "${ordered[@]}"; do
+      while (( $(jobs -rp | wc -l) >= ${MAX_JOBS:-6} )); do wait -n; done
+      f=${j%%|*} cmd=${j#*|}
+      if (( $(date +%s) - t0 > ${DEADLINE:-400} )); then note "$cmd (not started: DEADLINE)" -; continue; fi
+      ( s=$(date +%s); timeout -k 10 "$t" $cmd > "$dir/$f.txt" 2>&1; rc=$?
+        note "$cmd (beside the others, $(( $(date +%s) - s )) s)" $rc ) &
+    done
+    wait ;;
   seed|pages|seed_fp8|fp8_targets)
     name=$STAGE; shard=()
     if [ -n "${SHARD:-}" ]; then shard=(--shard "$SHARD"); name=$STAGE-shard${SHARD%%/*}; fi
@@ -72,3 +79,4 @@ case $STAGE in
       --out "$dir/$name.jsonl" --report "$dir/$name.html" > "$dir/$name.txt" 2>&1
     note "treebench run --suite $STAGE --backends $backends ${shard[*]}" $? ;;
 esac
+if [ -n "${TAR:-}" ]; then tar czf "$TAR" -C "$OUT" "$STAGE"; fi   # one file back from a device call

@@ -8,7 +8,11 @@ Cells (bf16, Hq 32, Hkv 8, D 128, shuffled pages, one tree per batch as in the s
 - `latency`: B 1 and 16, L 16, full:3:1, full:3:2, eagle:mc_sim_7b_63, vllm:pr_27 (T 4-28),
   P 16 and 128: one or two KV tiles per request, so fixed costs decide;
 - `pages`: full:3:3 at B 16, medusa:mc_sim_7b_63 and vllm:pr_27 at B 64, vllm:pr_27 at B 1,
-  all at L 2048, P 16 and 128: what a tile spanning several pages costs.
+  all at L 2048, P 16 and 128: what a tile spanning several pages costs;
+- `fp8`: the `fp8_targets` cells (B 64, L 2048, full:3:1, full:3:2, vllm:pr_27, P 16 and 128)
+  over an e4m3 pool with k_scale 0.25 and v_scale 0.5, with the same cell in bf16 timed
+  beside (`bf16_default`): which tl tiles an fp8 pool wants (`FP8_CONFIGS`: more KV tokens
+  per stage, one M tile for the 108 rows of the 27-node tree).
 
 Candidates (`candidates`, explicit and small: under 2 minutes on an H200): the default plan;
 early_first forced on and off; small tl tiles (BLOCK_M 16-64, BLOCK_N 16-64, 1-4 warps)
@@ -22,13 +26,15 @@ back with `triton.testing.do_bench_cudagraph` (warm L2, the peers' published met
 Prints one line per (cell, candidate): us flushed, us back to back, ratio to the default
 and to vLLM; writes every row and the environment as JSON to --out. Candidates that the
 kernel refuses (a config or option that cannot run a cell) are rows with the reason.
-Bad arguments: one line on stderr, exit 2, nothing written. --smoke runs two tiny cells in
-Triton's CPU interpreter (wall timer; no do_bench), to test the script without a GPU.
+Bad arguments: one line on stderr, exit 2, nothing written. --smoke runs tiny cells in
+Triton's CPU interpreter (wall timer; no do_bench), to test the script without a GPU (a tiny
+cell per requested group).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -51,23 +57,34 @@ from treebench.harness.timing.timers import time_callable  # noqa: E402
 from treebench.kernels.options import KernelOptions  # noqa: E402
 from treebench.kernels.tree_attention_plan import KernelConfig  # noqa: E402
 
+FP8 = {"kv_dtype": "float8_e4m3fn", "k_scale": 0.25, "v_scale": 0.5}   # seed_fp8's pool
 LATENCY_TREES = ("full:3:1", "full:3:2", "eagle:mc_sim_7b_63", "vllm:pr_27")
 PAGE_CELLS = (("full:3:3", 16), ("medusa:mc_sim_7b_63", 64), ("vllm:pr_27", 64), ("vllm:pr_27", 1))
 PAGES = (16, 128)
 # Small tl tiles for one or two KV tiles per request: (BLOCK_M, BLOCK_N, warps, stages).
 TINY_CONFIGS = ((16, 16, 1, 2), (16, 32, 2, 2), (16, 64, 2, 2), (32, 32, 2, 2), (32, 64, 4, 2),
                 (64, 32, 4, 2), (64, 64, 4, 2))
-GROUPS = ("latency", "pages")
+FP8_TREES = ("full:3:1", "full:3:2", "vllm:pr_27")
+# tl tiles for an fp8 pool, (BLOCK_M, BLOCK_N, warps, stages): the table's bf16 tiles with BLOCK_N
+# doubled (the same bytes per stage), deeper rings, and 128-row tiles for G * T in 65-128.
+FP8_CONFIGS = ((16, 64, 2, 4), (16, 128, 2, 4), (16, 128, 4, 4), (16, 256, 4, 3), (64, 64, 4, 3), (64, 128, 4, 3),
+               (64, 128, 8, 3), (64, 64, 4, 5), (128, 64, 8, 3), (128, 128, 8, 2), (128, 64, 8, 4))
+GROUPS = ("latency", "pages", "fp8")
 
 
-def candidates(group: str, page_size: int) -> list[tuple[str, KernelConfig | None, KernelOptions]]:
-    """(name, config or None for the plan's, options) of one cell group at one page size."""
+def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple[str, KernelConfig | None,
+                                                                              KernelOptions]]:
+    """(name, config or None for the plan's, options) of one cell group at one page size (with
+    smoke, every fifth of the fp8 tiles: the interpreter runs each at its full tile size)."""
     out: list[tuple[str, KernelConfig | None, KernelOptions]] = [
         ("default", None, KernelOptions()), ("early", None, KernelOptions(early_first=True)),
         ("no_early", None, KernelOptions(early_first=False))]
     if page_size < 64:
         out.append(("page_gather", None, KernelOptions(page_gather=True)))
         out.append(("page_gather+early", None, KernelOptions(page_gather=True, early_first=True)))
+    if group == "fp8":
+        return out[:1] + [(f"tl{bm}x{bn}w{w}s{s}", KernelConfig(bm, bn, w, s), KernelOptions())
+                          for bm, bn, w, s in FP8_CONFIGS[::5 if smoke else 1]]
     if group == "latency":
         out += [(f"tl{bm}x{bn}w{w}s{s}+early", KernelConfig(bm, bn, w, s), KernelOptions(early_first=True))
                 for bm, bn, w, s in TINY_CONFIGS]
@@ -80,8 +97,10 @@ def cells(groups: list[str], smoke: bool) -> list[tuple[str, Case]]:
     """(group, case) in the order they are run: latency cells first."""
     if smoke:
         tiny = dict(num_q_heads=4, num_kv_heads=2, head_dim=64, layout="shuffled")
-        return [("latency", Case(batch_size=1, context_len=16, tree="full:2:1", page_size=8, **tiny)),
-                ("pages", Case(batch_size=2, context_len=40, tree="full:2:2", page_size=16, **tiny))]
+        return [(g, c) for g, c in (
+            ("latency", Case(batch_size=1, context_len=16, tree="full:2:1", page_size=8, **tiny)),
+            ("pages", Case(batch_size=2, context_len=40, tree="full:2:2", page_size=16, **tiny)),
+            ("fp8", Case(batch_size=2, context_len=20, tree="full:2:1", page_size=16, **FP8, **tiny))) if g in groups]
     seed = dict(num_q_heads=32, num_kv_heads=8, head_dim=128, dtype="bfloat16", layout="shuffled")
     out = []
     if "latency" in groups:
@@ -90,6 +109,9 @@ def cells(groups: list[str], smoke: bool) -> list[tuple[str, Case]]:
     if "pages" in groups:
         out += [("pages", Case(batch_size=b, context_len=2048, tree=t, page_size=p, **seed))
                 for t, b in PAGE_CELLS for p in PAGES]
+    if "fp8" in groups:
+        out += [("fp8", Case(batch_size=64, context_len=2048, tree=t, page_size=p, **FP8, **seed))
+                for t in FP8_TREES for p in PAGES]
     return out
 
 
@@ -119,7 +141,7 @@ def run_candidate(inputs, ref, case: Case, cfg, opts, device: str, smoke: bool) 
     except ConfigError as e:
         return {"status": "refused", "reason": str(e)}
     ta.out.fill_(float("nan"))
-    rec = compare(ta(), ref, inputs.qo_indptr, case.dtype)
+    rec = compare(ta(), ref, inputs.qo_indptr, case.dtype, kv_dtype=case.kv_dtype)
     row = {"kernel": ta.kernel, "config": str(ta.plan.config), "splits": ta.plan.num_splits}
     if not rec.passed:
         return row | {"status": "mismatch", "reason": f"max_abs_err {rec.max_abs_err:.3g}"}
@@ -147,7 +169,13 @@ def sweep(args) -> list[dict]:
                 {"candidate": "vllm_triton", "status": "pass", **dict(zip(("flushed_us", "loop_us"),
                                                                          time_both(fn, device, False)))}
             cell_rows.append(base | row)
-        for name, cfg, opts in candidates(group, case.page_size):
+        if group == "fp8":        # the same cell over a bf16 pool, the other side of the fp8 / bf16 ratio
+            twin = dataclasses.replace(case, kv_dtype=None, k_scale=1.0, v_scale=1.0)
+            t_in = build_inputs(twin, device)
+            cell_rows.append(base | {"candidate": "bf16_default"} | run_candidate(
+                t_in, reference_attention(t_in), twin, None, KernelOptions(), device, args.smoke))
+            del t_in
+        for name, cfg, opts in candidates(group, case.page_size, args.smoke):
             cell_rows.append(base | {"candidate": name} | run_candidate(inputs, ref, case, cfg, opts, device,
                                                                          args.smoke))
         print_cell(label, cell_rows)
@@ -159,15 +187,15 @@ def sweep(args) -> list[dict]:
 def print_cell(label: str, rows: list[dict]) -> None:
     """One line per candidate: flushed / back-to-back us and the ratios to default and vLLM."""
     by = {r["candidate"]: r for r in rows if r.get("status") == "pass"}
-    ref, peer = by.get("default"), by.get("vllm_triton")
+    ref, peer, bf16 = by.get("default"), by.get("vllm_triton"), by.get("bf16_default")
     print(f"== {label}", flush=True)
     for r in rows:
         if r.get("status") != "pass":
             print(f"   {r['candidate']:<24} {r['status']}: {r.get('reason', '')[:90]}")
             continue
         loop = "" if r["loop_us"] is None else f"{r['loop_us']:7.2f}"
-        ratios = "".join(f"  /{n} {r['flushed_us'] / o['flushed_us']:.3f}" for n, o in (("def", ref), ("vllm", peer))
-                         if o is not None and r is not o)
+        ratios = "".join(f"  /{n} {r['flushed_us'] / o['flushed_us']:.3f}"
+                         for n, o in (("def", ref), ("vllm", peer), ("bf16", bf16)) if o is not None and r is not o)
         print(f"   {r['candidate']:<24} {r['flushed_us']:7.2f} flushed {loop:>7} loop  {r.get('kernel', ''):<22}"
               f"{ratios}", flush=True)
 
@@ -195,7 +223,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--out", required=True, type=Path, help="JSON file to write (a new path)")
     ap.add_argument("--budget-s", type=float, default=240.0, help="stop starting new cells after this (s)")
     ap.add_argument("--groups", default="latency,pages", help=f"comma-separated subset of {','.join(GROUPS)}")
-    ap.add_argument("--smoke", action="store_true", help="two tiny cells in the CPU interpreter")
+    ap.add_argument("--smoke", action="store_true", help="a tiny cell per group in the CPU interpreter")
     args = ap.parse_args(argv)
     args.groups = [g for g in args.groups.split(",") if g]
     if not args.groups or any(g not in GROUPS for g in args.groups):

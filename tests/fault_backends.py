@@ -159,3 +159,12 @@ class Nondeterministic(PersistentBuffer):
             return buf
 
         return run
+
+
+class Unavailable(Exact):
+    """Never available: every pair a skipped row."""
+
+    name = "unavailable"
+
+    def availability(self):
+        return "never available (a test backend)"

@@ -21,9 +21,10 @@ import torch
 import treebench.backends  # noqa: F401  (registers the built-in adapters)
 from treebench.harness.adapter.contract import REGISTRY
 from treebench.harness.model.cases import Case
-from treebench.harness.model.compare import compare
+from treebench.harness.model.compare import compare, compare_lse
 from treebench.harness.model.paged import build_inputs
 from treebench.harness.model.reference import reference_attention
+from treebench.harness.run.verify import check_output
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -61,11 +62,15 @@ def test_fp8_peer_matches_the_reference(name, case_name):
     if why:
         pytest.skip(why)
     inputs = build_inputs(case, "cuda")
-    ref = reference_attention(inputs)
-    out = backend.prepare(inputs.for_backend())()
+    ref, ref_lse = reference_attention(inputs, return_lse=True)
+    out, lse = check_output(backend.prepare(inputs.for_backend())(), inputs, backend.returns_lse,
+                            backend.lse_base)   # (out, lse) where the backend returns its LSE
     torch.cuda.synchronize()
     loose = XQA_FP8_MATH if name == "flashinfer_xqa" and torch.cuda.get_device_capability()[0] == 9 else None
     rec = compare(out, ref, inputs.qo_indptr, case.dtype, atol=loose, rtol=loose, kv_dtype=case.kv_dtype)
     print(f"{name} {case_name}: max_abs_err {rec.max_abs_err:.4g} (atol {rec.atol:g}), "
           f"mismatch {rec.mismatch_frac:.3g}")
     assert rec.nonfinite == 0 and rec.passed, rec
+    if lse is not None:
+        lrec = compare_lse(lse, ref_lse, inputs.qo_indptr, case.dtype)
+        assert lrec.passed, lrec.reason()

@@ -321,3 +321,16 @@ def test_out_must_be_a_jsonl_path(tiny, tmp_path, capsys, name):
     assert ".jsonl" in _one_line_error(capsys) and not out.exists()
     assert main(["check", "--suite", str(tiny), "--backend", "torch_sdpa", "--out", str(out), "--quiet"]) == 2
     assert ".jsonl" in _one_line_error(capsys) and not out.exists()
+
+
+def test_a_dry_run_in_which_every_pair_would_skip_exits_as_the_run_would(tiny, capsys, tmp_path):
+    """The real run exits 3 when nothing ran; its dry run says so and exits 3 too (0 with --allow-skip)."""
+    cuda_only = f"{FAULTS}:Unavailable"               # every pair a skipped row
+    assert main(["check", "--suite", str(tiny), "--backend", cuda_only, "--dry-run"]) == 3
+    err = capsys.readouterr().err
+    assert "every one of the" in err and "--allow-skip" in err and len(err.strip().splitlines()) == 1
+    assert main(["run", "--suite", str(tiny), "--backend", cuda_only, "--dry-run", "--allow-skip"]) == 0
+    assert "accepted by --allow-skip" in capsys.readouterr().err
+    assert main(["check", "--suite", str(tiny), "--backend", cuda_only, "--out", str(tmp_path / "r.jsonl"),
+                 "--quiet"]) == 3
+    assert main(["run", "--suite", str(tiny), "--backends", f"reference,{cuda_only}", "--dry-run"]) == 0

@@ -211,3 +211,39 @@ def test_every_figure_text_is_at_least_10_px_at_1400(which, seed_report, tmp_pat
     small = [(f["alt"], round(px, 1)) for f in facts["figures"]
              if (px := f["pt"] * f["dpi"] / 72 * f["shown"] / f["natural"]) < MIN_TEXT_PX]
     assert not small, f"figure text under {MIN_TEXT_PX} px at 1400 px: {small}"
+
+
+FP8_TARGETS = Path(__file__).resolve().parents[1] / "results" / "h200" / "fp8" / "fp8_targets.jsonl"
+
+
+def test_bf16_and_fp8_cells_get_their_own_heatmap_panels_and_latency_lines():
+    rows = read_rows(FP8_TARGETS)
+    frame = headline.cell_frame(rows, read_envs(FP8_TARGETS.parent), "triton_tree",
+                                ["vllm_triton", "flashinfer_mask", "flashinfer_xqa"])
+    panels = plots.heatmap_panels(frame.dropna(subset=["ratio"]))
+    assert [t for t, _ in panels] == [f"page size {p}, kv dtype {k}" for p in (16, 128)
+                                      for k in ("bfloat16", "float8_e4m3fn")]
+    assert all(len(g) == 3 for _, g in panels)            # the three trees of each panel, nothing averaged
+    fixed, note = plots._fixed_axes(timed_frame(rows))
+    assert fixed["kv_dtype"].nunique() == 1 and "kv dtype" in note
+
+
+def test_the_kv_dtype_table_divides_each_fp8_time_by_the_same_cell_in_bf16():
+    from treebench.harness.analyze.tables import kv_dtype_table
+    rows = read_rows(FP8_TARGETS)
+    t = kv_dtype_table(rows)
+    assert len(t) == 18 and set(t["KV dtype"]) == {"float8_e4m3fn"}      # 3 backends x 3 trees x 2 page sizes
+    one = t[(t["Backend"] == "triton_tree") & (t["Tree"] == "vllm:pr_27") & (t["Page Size"] == 128)].iloc[0]
+    mine = {(r["case"].get("kv_dtype") or "bf16"): r["median_us"] for r in rows if r["backend"] == "triton_tree"
+            and r["case"]["tree"] == "vllm:pr_27" and r["case"]["page_size"] == 128}
+    assert one["Time (us)"] == mine["float8_e4m3fn"] and one["Query-dtype time (us)"] == mine["bf16"]
+    assert one["Ratio"] == pytest.approx(mine["float8_e4m3fn"] / mine["bf16"])
+    assert kv_dtype_table([r for r in rows if not r["case"].get("kv_dtype")]).empty   # no fp8 rows: no table
+
+
+def test_a_report_with_fp8_and_bf16_rows_has_the_kv_dtype_section(tmp_path):
+    html = report.write_report(read_rows(FP8_TARGETS), read_envs(FP8_TARGETS.parent), tmp_path / "r.html").read_text()
+    section = _section(html, "kv-dtype")
+    assert "Query-dtype time (us)" in section and "2.14×" in section
+    seedless = report.write_report(three_cells(), {}, tmp_path / "s.html").read_text()
+    assert 'id="kv-dtype"' not in seedless

@@ -175,3 +175,24 @@ def test_run_resume_reruns_untimed_check_rows(tmp_path):
                  "--report", str(tmp_path / "r.html"), "--quiet"]) == 0
     rows = read_rows([out])
     assert len(rows) == 2 * n_check and all(r["median_us"] is not None for r in rows[n_check:])
+
+
+def test_a_wrapped_compiler_error_keeps_its_cause_below_the_banner():
+    # the shape of inductor's message around a failed CuteDSL build: the cause sits below a banner
+    e = RuntimeError("LoweringException: RuntimeError: CuteDSL template failed: " + "=" * 80 + "\n"
+                     "Traceback (most recent call last):\n  File \"x.py\", line 3, in build\n"
+                     "DSLRuntimeError: mask_mod aux tensor of rank 2 is not supported\n" + "=" * 80 + "\n"
+                     "  target: flex_attention\n")
+    r = error_reason(e)
+    assert r.startswith("RuntimeError: LoweringException: RuntimeError: CuteDSL template failed")
+    assert r.endswith("... DSLRuntimeError: mask_mod aux tensor of rank 2 is not supported"), r
+    assert "====" not in r
+
+
+def test_a_one_line_error_reason_is_unchanged_and_a_long_one_is_capped():
+    assert error_reason(ValueError("bad page size")) == "ValueError: bad page size"
+    assert error_reason(ValueError("first\n\n  second line here")) == "ValueError: first"
+    assert error_reason(ValueError("build failed:\n  ptxas: out of registers")) == \
+        "ValueError: build failed: ... ptxas: out of registers"
+    r = error_reason(ValueError("x" * 5000))
+    assert len(r) == 600 and r.endswith("...")

@@ -39,7 +39,9 @@ PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e
            "#7f7f7f", "#bcbd22")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
 F = TypeVar("F", bound=Callable[..., Any])
-FACETS = ("page_size", "layout", "tree_per_request", "num_q_heads", "num_kv_heads", "head_dim", "dtype")
+FACETS = ("page_size", "kv_dtype", "layout", "tree_per_request", "num_q_heads", "num_kv_heads", "head_dim", "dtype",
+          "k_scale", "v_scale", "values", "logit_scale")
+MAX_HEATMAP_FACETS = 2   # heatmap panels per value pair of the first two varying FACETS (page size x kv dtype)
 
 
 @dataclass(frozen=True)
@@ -98,14 +100,14 @@ def _order_key(v) -> tuple:
 @styled
 def best_peer_heatmaps(cells: pd.DataFrame, own: str) -> Picture | None:
     """own / best peer per (B, L) row and tree column, the best peer named in each cell; one panel
-    per page size (or the first other varying axis of FACETS). `cells` is
+    per value of the first varying axes of FACETS, at most MAX_HEATMAP_FACETS of them (page size,
+    and kv dtype where a report holds bf16 and fp8 rows). `cells` is
     `treebench.harness.analyze.headline.cell_frame`'s; a cell over other varying axes shows their
     geometric mean and its most frequent best peer. None when no cell has a ratio."""
     d = cells.dropna(subset=["ratio"])
     if d.empty:
         return None
-    facet = next((a for a in FACETS if a in d and d[a].astype(str).nunique() > 1), None)
-    groups = list(d.groupby(facet, sort=True)) if facet else [(None, d)]
+    groups = heatmap_panels(d)
     trees = _by_size(d)
     bl = sorted({(b, str(c)) for b, c in zip(d["batch_size"], d["context_len"])},
                 key=lambda k: (k[0], _order_key(k[1])))
@@ -113,7 +115,7 @@ def best_peer_heatmaps(cells: pd.DataFrame, own: str) -> Picture | None:
     norm = LogNorm(vmin=1 / k, vmax=k)                                   # 1 in the middle, x and 1/x alike
     fig = Figure(figsize=(FIG_WIDTH, len(groups) * (0.46 * len(bl) + 1.5)), layout="constrained")
     axes = fig.subplots(len(groups), 1, squeeze=False)[:, 0]
-    for ax, (value, g) in zip(axes, groups):
+    for ax, (where, g) in zip(axes, groups):
         grid = np.full((len(bl), len(trees)), np.nan)
         names = np.full((len(bl), len(trees)), "", dtype=object)
         for (b, c, t), cell in g.groupby([g["batch_size"], g["context_len"].astype(str), g["tree"]]):
@@ -126,12 +128,23 @@ def best_peer_heatmaps(cells: pd.DataFrame, own: str) -> Picture | None:
         ax.set_xticks(range(len(trees)), [_tree_label(d, t).replace(" (", "\n(") for t in trees])
         ax.set_yticks(range(len(bl)), [f"B={b}, L={c}" for b, c in bl])
         ax.xaxis.tick_top()
-        ax.set_title(f"{own} / best peer" + (f", {facet.replace('_', ' ')} {value}" if facet else ""), loc="left")
+        ax.set_title(f"{own} / best peer" + (f", {where}" if where else ""), loc="left")
     bar = fig.colorbar(im, ax=list(axes), shrink=0.8, label=f"{own} time / best peer time (< 1: {own} faster)",
                        ticks=[t for t in (0.1, 0.25, 0.33, 0.5, 0.67, 1, 1.5, 2, 3, 4, 10) if 1 / k <= t <= k],
                        format=PLAIN)
     bar.ax.yaxis.set_minor_formatter(NullFormatter())
     return png_uri(fig)
+
+
+def heatmap_panels(cells: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """(title words, cells) per heatmap panel: one per value combination of the first
+    MAX_HEATMAP_FACETS varying FACETS ("page size 16, kv dtype float8_e4m3fn"), in their
+    sorted order; one untitled panel when none varies."""
+    facets = [a for a in FACETS if a in cells and cells[a].astype(str).nunique() > 1][:MAX_HEATMAP_FACETS]
+    if not facets:
+        return [("", cells)]
+    return [(", ".join(f"{a.replace('_', ' ')} {v}" for a, v in zip(facets, key)), g)
+            for key, g in cells.groupby(facets, sort=True, dropna=False)]
 
 
 def _fixed_axes(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:

@@ -28,7 +28,8 @@ from treebench.harness.analyze.headline import (OWN_KERNELS, timed_backends, cel
                                                 headline_table, non_contenders, own_kernels, peers, pick_own,
                                                 roofline_basis)
 from treebench.harness.errors import ConfigError
-from treebench.harness.analyze.tables import mask_overhead_table, speedup_table, timed_frame, varying_axes
+from treebench.harness.analyze.tables import (kv_dtype_table, mask_overhead_table, speedup_table, timed_frame,
+                                              varying_axes)
 from treebench.harness.model.coverage import coverage_by_backend
 from treebench.harness.model.workload import device_peak, rates, row_work
 from treebench.harness.timing.stats import NOISE_RULE, geometric_mean, is_noisy
@@ -285,6 +286,15 @@ def seed_table_cells(seed: pd.DataFrame) -> Table:
     return Table([(c, "n" if c in num else "") for c in seed.columns], rows)
 
 
+def kv_table_cells(kv: pd.DataFrame) -> Table:
+    """`kv_dtype_table`'s frame for the page: times in µs, the ratio as '0.92×'."""
+    fmt = {"Time (us)": us, "Query-dtype time (us)": us, "Ratio": ratio}
+    right = {"Batch Size", "Context Len", "Page Size", "Time (us)", "Query-dtype time (us)", "Ratio"}
+    rows = [[(fmt.get(c, str)(v), "n" if c in right else "") for c, v in zip(kv.columns, rec)]
+            for rec in kv.itertuples(index=False)]
+    return Table([(c, "n" if c in right else "") for c in kv.columns], rows)
+
+
 # ---- the page ---------------------------------------------------------------------------------
 
 def _environment() -> jinja2.Environment:
@@ -357,6 +367,7 @@ def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, titl
         pivot=pivot_table_cells(time_pivot(df, order), order, set(order) - racing, noisy_pivot),
         seed=seed_table_cells(overhead).without_empty_columns(),
         seed_md=markdown_table(overhead.dropna(axis=1, how="all")) if not overhead.empty else "",
+        kv=kv_table_cells(kv) if not (kv := kv_dtype_table(rows)).empty else None,
         failures=failure_rows(rows), skips=skip_reasons(rows), coverage=coverage_by_backend(rows),
         heatmaps=plots.best_peer_heatmaps(cells, own) if own and not cells.empty else None,
         latency=plots.latency_plots(df, order),

@@ -112,3 +112,43 @@ def mask_overhead_table(rows: Sequence[dict], causal_backend: str = "causal_base
 def varying_axes(df: pd.DataFrame, exclude: Sequence[str] = ()) -> list[str]:
     """Case-axis columns of `df` with more than one distinct value, minus `exclude`."""
     return [a for a in CASE_FIELDS if a in df and a not in exclude and df[a].astype(str).nunique() > 1]
+
+
+KV_AXES = ("kv_dtype", "k_scale", "v_scale")
+
+
+def kv_dtype_table(rows: Sequence[dict]) -> pd.DataFrame:
+    """Each backend's time over a KV pool of another dtype (fp8 codes) against the same case over
+    a pool in the query dtype, where the rows hold both.
+
+    Columns: Backend, the case axes that vary across those rows besides KV_AXES and seed (Batch
+    Size, Context Len, Tree, Page Size, ...), KV dtype, Time (us) (median), Query-dtype time (us)
+    (the same case and backend with kv_dtype = dtype and unit scales, from the same run when one
+    has it, else the median over runs) and Ratio = Time / Query-dtype time (< 1: the narrower pool
+    is faster). Empty when no case has both.
+    """
+    df = timed_frame(rows)
+    if df.empty:
+        return pd.DataFrame()
+    df = df.assign(run_id=df["run_id"].astype(str))
+    cell_axes = [a for a in CASE_FIELDS if a in df and a not in (*KV_AXES, "seed")]
+    cell = df[cell_axes].astype(str).agg("|".join, axis=1)
+    df = df.assign(_cell=cell)
+    narrow = df["kv_dtype"] != df["dtype"]
+    base = df[~narrow & (df["k_scale"] == 1.0) & (df["v_scale"] == 1.0)]
+    same_run = base.groupby(["_cell", "backend", "run_id"])["median_us"].median()
+    any_run = base.groupby(["_cell", "backend"])["median_us"].median()
+    out = df[narrow].copy()
+    if out.empty:
+        return pd.DataFrame()
+    out["base_us"] = [same_run.get((c, b, r), any_run.get((c, b), math.nan))
+                      for c, b, r in zip(out["_cell"], out["backend"], out["run_id"])]
+    out = out.dropna(subset=["base_us"])
+    if out.empty:
+        return pd.DataFrame()
+    out["ratio"] = out["median_us"] / out["base_us"]
+    extra = [a for a in varying_axes(out, exclude=(*KV_AXES, "seed", "T"))]
+    out = out.sort_values(["backend", *extra, "kv_dtype"])
+    cols = {"backend": "Backend", **{a: a.replace("_", " ").title() for a in extra}, "kv_dtype": "KV dtype",
+            "median_us": "Time (us)", "base_us": "Query-dtype time (us)", "ratio": "Ratio"}
+    return out[list(cols)].rename(columns=cols).reset_index(drop=True)

@@ -13,6 +13,7 @@ from treebench.harness.cli.common import (
     OUTCOME,
     add_sweep_options,
     check_suite_arg,
+    dry_run_code,
     exit_code,
     given_once,
     nonempty,
@@ -73,7 +74,7 @@ def run(args) -> int:
     result = execute(suite.cases, [backend], replace(opts, out=out), CONSOLE)
     if args.dry_run:
         print_plan(suite, [backend], result)
-        return 0
+        return dry_run_code(result, args.allow_skip)
     if not result.primary:
         return 0
     rows = result.rows

@@ -226,6 +226,20 @@ def report_nothing_ran(rows: list[dict], allow_skip: bool) -> bool:
     return True
 
 
+def dry_run_code(result, allow_skip: bool) -> int:
+    """The exit code of a --dry-run, as the run itself would end: NOTHING_RAN (one line on stderr)
+    when every pair it would run is a skipped row (backend unavailable or case unsupported) and
+    `allow_skip` is not given; else 0."""
+    if not result.planned or result.will_skip < result.planned:
+        return 0
+    tail = ("; accepted by --allow-skip" if allow_skip else
+            f"; the run would prove nothing (exit {NOTHING_RAN}): pass --allow-skip to accept it")
+    CONSOLE.file.write(f"treebench: dry run: every one of the {result.planned} pairs would be skipped (backend "
+                       f"unavailable or case unsupported: `treebench list` says why){tail}\n")
+    CONSOLE.file.flush()
+    return 0 if allow_skip else NOTHING_RAN
+
+
 def print_plan(suite, backends, result) -> None:
     """The --dry-run lines: how many pairs this process would run, how many --resume skips (or
     what --out already holds without it), and how long the run should take."""

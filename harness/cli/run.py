@@ -24,6 +24,7 @@ from treebench.harness.cli.common import (
     add_sweep_options,
     check_suite_arg,
     console,
+    dry_run_code,
     exit_code,
     given_once,
     nonempty,
@@ -172,7 +173,7 @@ def run(args) -> int:
     result = execute(suite.cases, backends, opts, CONSOLE)
     if args.dry_run:
         print_plan(suite, backends, result)
-        return 0
+        return dry_run_code(result, args.allow_skip)
     if not result.primary:
         return 0  # torchrun rank > 0: rank 0 merges, reports and sets the exit code
     code = exit_code(result, args.determinism, args.allow_skip)

@@ -6,7 +6,8 @@ the float64 reference once per (device, mask kind): a backend whose
 ``mask_kind == "causal"`` gets ``inputs.causal()`` (chains of the same T_b) and
 is compared with that batch's reference. Any exception raised by a backend
 becomes an ``error`` row whose reason is the exception type and the first line
-of its message; the sweep goes on.
+of its message (with the line that names the cause where the first line only
+opens it: treebench.harness.run.verify.error_reason); the sweep goes on.
 
 Before a backend runs, treebench.harness.run.memory predicts the pair's device memory and
 skips it with the reason when it cannot fit. A backend gets ``inputs.for_backend()``:

@@ -16,6 +16,7 @@ compared with the reference within tolerance instead, and its row says so.
 from __future__ import annotations
 
 import math
+import re
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -29,17 +30,34 @@ if TYPE_CHECKING:
     from treebench.harness.run.pair import CaseData
 
 
+REASON_MAX_CHARS = 600
+_RULE = re.compile(r"([=\-_*#~])\1{3,}")            # a line of ==== or ---- (banner decoration)
+_CAUSE = re.compile(r"\b\w*(Error|Exception)\b|\berror\b", re.IGNORECASE)
+
+
 def error_reason(e: BaseException) -> str:
-    """'TypeName: first line of the message' for an error row; just the type name when
-    the exception's __str__ itself raises (a backend's exception is untrusted)."""
+    """'TypeName: first line of the message' for an error row. Where that line only opens what
+    follows (it ends in ':' once banner runs such as ==== are dropped: a compiler wrapped in
+    another's exception, inductor around a CuteDSL build, prints its cause below a banner),
+    ' ... ' and the message's last line that names an error (else its last line with words)
+    follow. At most REASON_MAX_CHARS characters. Just the type name when the exception's
+    __str__ itself raises (a backend's exception is untrusted)."""
     name = type(e).__name__
     if isinstance(e, SystemExit):
         return f"backend called sys.exit({e.code!r})"
     try:
-        msg = str(e).strip().splitlines()
+        text = str(e)
     except BaseException:  # noqa: BLE001 -- a broken __str__ must not lose the row
         return f"{name} (its message could not be formatted)"
-    return f"{name}: {msg[0]}" if msg else name
+    lines = [t for t in (" ".join(_RULE.sub(" ", ln).split()) for ln in text.splitlines()) if t]
+    if not lines:
+        return name
+    reason = f"{name}: {lines[0]}"
+    rest = [t for t in lines[1:] if any(c.isalpha() for c in t)]
+    causes = [t for t in rest if _CAUSE.search(t)]
+    if reason.endswith(":") and (causes or rest):
+        reason += " ... " + (causes or rest)[-1]
+    return reason if len(reason) <= REASON_MAX_CHARS else reason[:REASON_MAX_CHARS - 3] + "..."
 
 
 # Input tensors a backend may read but must not write. Small ones are kept as a clone and
