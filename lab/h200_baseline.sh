@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The H200 baseline in stages, each sized for one device call (<= 10 min), results under $OUT/STAGE/:
+# The H200 baseline in stages, each within a 10-minute budget, results under $OUT/STAGE/:
 #   source .gpu/env.sh; [source .fa4b/env.sh;] STAGE=checks OUT=$OUT bash lab/h200_baseline.sh
 # Stages:
 #   checks    the default check of triton_tree alone (its time is a budget), then at once: the GPU
@@ -12,18 +12,22 @@
 # bias-mask mode are no peers), SHARD (I/N: the run's --shard; the file is named STAGE-shardI.jsonl),
 # TESTS=0 (checks without the pytest runs), PYTESTS (test files: one pytest run of these instead),
 # SUITE_CHECKS (BACKEND:SUITE words: `treebench check` of that suite, beside the default checks),
-# CHECK_TIMEOUT (s per backend's check, default 400), RUN_TIMEOUT (s for the run, default 560),
+# BUDGET (s for the whole stage from its start, default 560: every timeout is capped at what is
+# left), CHECK_TIMEOUT (s per check, default 400), RUN_TIMEOUT (s for the run, default 560),
 # RESUME_FROM (a results file of an earlier call cut by its time limit: copied in, run with --resume),
-# MAX_JOBS (checks at once, default 6), DEADLINE (s after which no further check starts, default 400),
-# TAR (a .tgz path: the stage's folder packed into it at the end).
-# Every command and its exit code go to $OUT/STAGE/exit-codes.txt (at most 8 files come back from a
-# device call: tar $OUT/STAGE into one); a stage never stops at a failing
+# MAX_JOBS (checks at once, default 6), TAR (a .tgz path: the stage's folder packed into one file at
+# the end).
+# Every command and its exit code go to $OUT/STAGE/exit-codes.txt (TAR packs the folder into one
+# file to copy back); a stage never stops at a failing
 # command. Run from the repository root.
 set -uo pipefail
 : "${OUT:?set OUT}" "${STAGE:?set STAGE: checks, seed, pages, seed_fp8 or fp8_targets}"
 case $STAGE in checks|seed|pages|seed_fp8|fp8_targets) ;;
   *) echo "h200_baseline.sh: unknown STAGE=$STAGE (checks, seed, pages, seed_fp8, fp8_targets)" >&2; exit 2 ;; esac
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+T_START=$(date +%s)
+left() { echo $(( ${BUDGET:-560} - ($(date +%s) - T_START) )); }   # seconds of the stage's budget left
+cap() { local l; l=$(left); echo $(( $1 < l ? $1 : l )); }          # a timeout, at most what is left
 dir=$OUT/$STAGE; mkdir -p "$dir"
 tb() { python3 -m treebench "$@"; }
 note() { echo "$1 -> exit $2" >> "$dir/exit-codes.txt"; }
@@ -41,12 +45,13 @@ case $STAGE in
     t=${CHECK_TIMEOUT:-400}
     if [[ ",$backends," == *,triton_tree,* ]]; then
       s=$(date +%s.%N)
-      timeout -k 10 "$t" python3 -m treebench check --backend triton_tree --out "$dir/default-check-triton_tree.jsonl" \
+      timeout -k 10 "$(cap "$t")" python3 -m treebench check --backend triton_tree --out "$dir/default-check-triton_tree.jsonl" \
         > "$dir/check-triton_tree.txt" 2>&1; rc=$?
       note "treebench check --backend triton_tree (alone, $(python3 -c "print(f'{$(date +%s.%N) - $s:.1f}')") s with start-up)" $rc
     fi
     # The jobs, longest first (FlashInfer's JIT builds: its adapters' checks), at most MAX_JOBS at once
-    # (16 builds side by side starved each other past the limit); none starts after DEADLINE s.
+    # (16 builds side by side starved each other past the limit); none starts with under 60 s of
+    # the stage's BUDGET left, and each gets at most what is left.
     jobs_list=()
     if [ -n "${PYTESTS:-}" ]; then jobs_list+=("pytest-gpu|python3 -m pytest -q $PYTESTS")
     elif [ "${TESTS:-1}" = 1 ]; then
@@ -62,12 +67,11 @@ case $STAGE in
     done
     ordered=(); for j in "${jobs_list[@]}"; do [[ $j == *flashinfer* ]] && ordered+=("$j"); done
     for j in "${jobs_list[@]}"; do [[ $j == *flashinfer* ]] || ordered+=("$j"); done
-    t0=$(date +%s)
     for j in "${ordered[@]}"; do
       while (( $(jobs -rp | wc -l) >= ${MAX_JOBS:-6} )); do wait -n; done
       f=${j%%|*} cmd=${j#*|}
-      if (( $(date +%s) - t0 > ${DEADLINE:-400} )); then note "$cmd (not started: DEADLINE)" -; continue; fi
-      ( s=$(date +%s); timeout -k 10 "$t" $cmd > "$dir/$f.txt" 2>&1; rc=$?
+      if (( $(left) < 60 )); then note "$cmd (not started: under 60 s of BUDGET left)" -; continue; fi
+      ( s=$(date +%s); timeout -k 10 "$(cap "$t")" $cmd > "$dir/$f.txt" 2>&1; rc=$?
         note "$cmd (beside the others, $(( $(date +%s) - s )) s)" $rc ) &
     done
     wait ;;
@@ -75,8 +79,8 @@ case $STAGE in
     name=$STAGE; shard=()
     if [ -n "${SHARD:-}" ]; then shard=(--shard "$SHARD"); name=$STAGE-shard${SHARD%%/*}; fi
     if [ -n "${RESUME_FROM:-}" ]; then cp "$RESUME_FROM" "$dir/$name.jsonl"; shard+=(--resume); fi
-    timeout -k 10 "${RUN_TIMEOUT:-560}" python3 -m treebench run --suite "$STAGE" --backends "$backends" "${shard[@]}" \
+    timeout -k 10 "$(cap "${RUN_TIMEOUT:-560}")" python3 -m treebench run --suite "$STAGE" --backends "$backends" "${shard[@]}" \
       --out "$dir/$name.jsonl" --report "$dir/$name.html" > "$dir/$name.txt" 2>&1
     note "treebench run --suite $STAGE --backends $backends ${shard[*]}" $? ;;
 esac
-if [ -n "${TAR:-}" ]; then tar czf "$TAR" -C "$OUT" "$STAGE"; fi   # one file back from a device call
+if [ -n "${TAR:-}" ]; then tar czf "$TAR" -C "$OUT" "$STAGE"; fi   # the stage's folder as one file

@@ -9,10 +9,13 @@ Cells (bf16, Hq 32, Hkv 8, D 128, shuffled pages, one tree per batch as in the s
   P 16 and 128: one or two KV tiles per request, so fixed costs decide;
 - `pages`: full:3:3 at B 16, medusa:mc_sim_7b_63 and vllm:pr_27 at B 64, vllm:pr_27 at B 1,
   all at L 2048, P 16 and 128: what a tile spanning several pages costs;
+- `b1`: B 1, L 2048, the 27-node tree (vllm:pr_27), full:3:3 and full:3:1, P 16 and 128: one
+  request, so split-KV fills the GPU and the merge is on the critical path (`B1_CANDIDATES`:
+  split counts, the fused merge, merge rows, the tl kernel against the warp-specialised one);
 - `fp8`: the `fp8_targets` cells (B 64, L 2048, full:3:1, full:3:2, vllm:pr_27, P 16 and 128)
   over an e4m3 pool with k_scale 0.25 and v_scale 0.5, with the same cell in bf16 timed
   beside (`bf16_default`): which tl tiles an fp8 pool wants (`FP8_CONFIGS`: more KV tokens
-  per stage, one M tile for the 108 rows of the 27-node tree).
+  per stage, one M tile for the 112 rows of the 27-node tree).
 
 Candidates (`candidates`, explicit and small: under 2 minutes on an H200): the default plan;
 early_first forced on and off; small tl tiles (BLOCK_M 16-64, BLOCK_N 16-64, 1-4 warps)
@@ -69,19 +72,27 @@ FP8_TREES = ("full:3:1", "full:3:2", "vllm:pr_27")
 # doubled (the same bytes per stage), deeper rings, and 128-row tiles for G * T in 65-128.
 FP8_CONFIGS = ((16, 64, 2, 4), (16, 128, 2, 4), (16, 128, 4, 4), (16, 256, 4, 3), (64, 64, 4, 3), (64, 128, 4, 3),
                (64, 128, 8, 3), (64, 64, 4, 5), (128, 64, 8, 3), (128, 128, 8, 2), (128, 64, 8, 4))
-GROUPS = ("latency", "pages", "fp8")
+B1_TREES = ("vllm:pr_27", "full:3:3", "full:3:1")
+# (name, TreeAttention keyword arguments) for one request at L 2048
+B1_CANDIDATES = (*((f"splits{n}", {"num_splits": n}) for n in (4, 8, 12, 16, 24, 32)),
+                 *((f"fused_merge splits{n}", {"fused_merge": True, "num_splits": n}) for n in (8, 16)),
+                 ("fused_merge", {"fused_merge": True}), ("merge_rows4", {"merge_rows": 4}),
+                 ("tl", {"ws": False}), ("tl splits16", {"ws": False, "num_splits": 16}))
+GROUPS = ("latency", "pages", "fp8", "b1")
 
 
-def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple[str, KernelConfig | None,
-                                                                              KernelOptions]]:
-    """(name, config or None for the plan's, options) of one cell group at one page size (with
-    smoke, every fifth of the fp8 tiles: the interpreter runs each at its full tile size)."""
+def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple]:
+    """(name, config or None for the plan's, options[, TreeAttention keyword arguments]) of one
+    cell group at one page size (with smoke, every fifth of the fp8 tiles and of the b1
+    candidates: the interpreter runs each at its full size)."""
     out: list[tuple[str, KernelConfig | None, KernelOptions]] = [
         ("default", None, KernelOptions()), ("early", None, KernelOptions(early_first=True)),
         ("no_early", None, KernelOptions(early_first=False))]
     if page_size < 64:
         out.append(("page_gather", None, KernelOptions(page_gather=True)))
         out.append(("page_gather+early", None, KernelOptions(page_gather=True, early_first=True)))
+    if group == "b1":
+        return out[:1] + [(name, None, KernelOptions(), kw) for name, kw in B1_CANDIDATES[::5 if smoke else 1]]
     if group == "fp8":
         return out[:1] + [(f"tl{bm}x{bn}w{w}s{s}", KernelConfig(bm, bn, w, s), KernelOptions())
                           for bm, bn, w, s in FP8_CONFIGS[::5 if smoke else 1]]
@@ -100,7 +111,8 @@ def cells(groups: list[str], smoke: bool) -> list[tuple[str, Case]]:
         return [(g, c) for g, c in (
             ("latency", Case(batch_size=1, context_len=16, tree="full:2:1", page_size=8, **tiny)),
             ("pages", Case(batch_size=2, context_len=40, tree="full:2:2", page_size=16, **tiny)),
-            ("fp8", Case(batch_size=2, context_len=20, tree="full:2:1", page_size=16, **FP8, **tiny))) if g in groups]
+            ("fp8", Case(batch_size=2, context_len=20, tree="full:2:1", page_size=16, **FP8, **tiny)),
+            ("b1", Case(batch_size=1, context_len=70, tree="full:2:2", page_size=16, **tiny))) if g in groups]
     seed = dict(num_q_heads=32, num_kv_heads=8, head_dim=128, dtype="bfloat16", layout="shuffled")
     out = []
     if "latency" in groups:
@@ -109,6 +121,9 @@ def cells(groups: list[str], smoke: bool) -> list[tuple[str, Case]]:
     if "pages" in groups:
         out += [("pages", Case(batch_size=b, context_len=2048, tree=t, page_size=p, **seed))
                 for t, b in PAGE_CELLS for p in PAGES]
+    if "b1" in groups:
+        out += [("b1", Case(batch_size=1, context_len=2048, tree=t, page_size=p, **seed))
+                for t in B1_TREES for p in PAGES]
     if "fp8" in groups:
         out += [("fp8", Case(batch_size=64, context_len=2048, tree=t, page_size=p, **FP8, **seed))
                 for t in FP8_TREES for p in PAGES]
@@ -134,10 +149,10 @@ def time_both(fn, device: str, smoke: bool) -> tuple[float, float | None]:
     return flushed, float(triton.testing.do_bench_cudagraph(fn, rep=25, return_mode="median")) * 1e3
 
 
-def run_candidate(inputs, ref, case: Case, cfg, opts, device: str, smoke: bool) -> dict:
+def run_candidate(inputs, ref, case: Case, cfg, opts, device: str, smoke: bool, extra: dict | None = None) -> dict:
     from treebench.kernels.tree_attention import TreeAttention
     try:
-        ta = TreeAttention(inputs.for_backend(), "tree", config=cfg, options=opts)
+        ta = TreeAttention(inputs.for_backend(), "tree", config=cfg, options=opts, **(extra or {}))
     except ConfigError as e:
         return {"status": "refused", "reason": str(e)}
     ta.out.fill_(float("nan"))
@@ -175,9 +190,9 @@ def sweep(args) -> list[dict]:
             cell_rows.append(base | {"candidate": "bf16_default"} | run_candidate(
                 t_in, reference_attention(t_in), twin, None, KernelOptions(), device, args.smoke))
             del t_in
-        for name, cfg, opts in candidates(group, case.page_size, args.smoke):
+        for name, cfg, opts, *extra in candidates(group, case.page_size, args.smoke):
             cell_rows.append(base | {"candidate": name} | run_candidate(inputs, ref, case, cfg, opts, device,
-                                                                         args.smoke))
+                                                                         args.smoke, *extra))
         print_cell(label, cell_rows)
         rows += cell_rows
         write(args.out, rows)

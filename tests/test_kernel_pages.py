@@ -152,10 +152,11 @@ def test_latency_sweep_refuses_bad_arguments_and_runs_in_the_interpreter(tmp_pat
     assert {r["status"] for r in rows} == {"pass"} and {"default", "early", "tl16x32w2s2+early"} <= \
         {r["candidate"] for r in rows}
     out = tmp_path / "smoke-fp8.json"
-    r = subprocess.run([sys.executable, str(script), "--smoke", "--groups", "fp8", "--out", str(out)],
+    r = subprocess.run([sys.executable, str(script), "--smoke", "--groups", "fp8,b1", "--out", str(out)],
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr
     rows = json.loads(out.read_text())["rows"]
-    assert {r["group"] for r in rows} == {"fp8"} and {r["status"] for r in rows} == {"pass"}
-    assert {"bf16_default", "default", "tl128x64w8s4"} <= {r["candidate"] for r in rows}
+    assert {r["group"] for r in rows} == {"fp8", "b1"} and {r["status"] for r in rows} == {"pass"}
+    assert {"bf16_default", "default", "tl128x64w8s4", "splits4"} <= {r["candidate"] for r in rows}
+    assert {r["splits"] for r in rows if r["candidate"] == "splits32"} == {32}
     assert "/bf16" in r.stdout

@@ -334,3 +334,10 @@ def test_a_dry_run_in_which_every_pair_would_skip_exits_as_the_run_would(tiny, c
     assert main(["check", "--suite", str(tiny), "--backend", cuda_only, "--out", str(tmp_path / "r.jsonl"),
                  "--quiet"]) == 3
     assert main(["run", "--suite", str(tiny), "--backends", f"reference,{cuda_only}", "--dry-run"]) == 0
+    # with --resume the run counts the stored rows: stored passes and only skips left exits 0, and so does its dry run
+    out = tmp_path / "s.jsonl"
+    assert main(["run", "--suite", str(tiny), "--backends", "reference", "--out", str(out), "--quiet"]) == 0
+    again = ["run", "--suite", str(tiny), "--backends", f"reference,{cuda_only}", "--out", str(out), "--resume",
+             "--quiet", "--report", str(tmp_path / "s.html")]
+    assert main([*again, "--dry-run"]) == 0
+    assert main(again) == 0

@@ -196,3 +196,9 @@ def test_a_one_line_error_reason_is_unchanged_and_a_long_one_is_capped():
         "ValueError: build failed: ... ptxas: out of registers"
     r = error_reason(ValueError("x" * 5000))
     assert len(r) == 600 and r.endswith("...")
+
+
+def test_a_long_opening_line_is_cut_and_the_cause_kept():
+    e = RuntimeError("LoweringException: " + "x" * 900 + " failed:\n" + "=" * 40 + "\nDSLRuntimeError: the cause")
+    r = error_reason(e)
+    assert len(r) <= 600 and r.endswith("... DSLRuntimeError: the cause"), r

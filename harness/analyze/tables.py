@@ -118,23 +118,24 @@ KV_AXES = ("kv_dtype", "k_scale", "v_scale")
 
 
 def kv_dtype_table(rows: Sequence[dict]) -> pd.DataFrame:
-    """Each backend's time over a KV pool of another dtype (fp8 codes) against the same case over
-    a pool in the query dtype, where the rows hold both.
+    """Each backend's time over a KV pool stored in another dtype than the queries (fp8 codes, or
+    a float16 pool under bf16 queries) against the same case over a pool in the query dtype,
+    where the rows hold both.
 
     Columns: Backend, the case axes that vary across those rows besides KV_AXES and seed (Batch
     Size, Context Len, Tree, Page Size, ...), KV dtype, Time (us) (median), Query-dtype time (us)
     (the same case and backend with kv_dtype = dtype and unit scales, from the same run when one
-    has it, else the median over runs) and Ratio = Time / Query-dtype time (< 1: the narrower pool
-    is faster). Empty when no case has both.
+    has it, else the median over runs) and Ratio = Time / Query-dtype time (< 1: the other pool
+    is faster). Empty when no case has both (or the rows name no dtype).
     """
     df = timed_frame(rows)
-    if df.empty:
+    if df.empty or "dtype" not in df or "kv_dtype" not in df:
         return pd.DataFrame()
     df = df.assign(run_id=df["run_id"].astype(str))
     cell_axes = [a for a in CASE_FIELDS if a in df and a not in (*KV_AXES, "seed")]
     cell = df[cell_axes].astype(str).agg("|".join, axis=1)
     df = df.assign(_cell=cell)
-    narrow = df["kv_dtype"] != df["dtype"]
+    narrow = df["kv_dtype"].notna() & (df["kv_dtype"] != df["dtype"])
     base = df[~narrow & (df["k_scale"] == 1.0) & (df["v_scale"] == 1.0)]
     same_run = base.groupby(["_cell", "backend", "run_id"])["median_us"].median()
     any_run = base.groupby(["_cell", "backend"])["median_us"].median()

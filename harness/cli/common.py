@@ -229,8 +229,9 @@ def report_nothing_ran(rows: list[dict], allow_skip: bool) -> bool:
 def dry_run_code(result, allow_skip: bool) -> int:
     """The exit code of a --dry-run, as the run itself would end: NOTHING_RAN (one line on stderr)
     when every pair it would run is a skipped row (backend unavailable or case unsupported) and
-    `allow_skip` is not given; else 0."""
-    if not result.planned or result.will_skip < result.planned:
+    `allow_skip` is not given; else 0 (also when --resume keeps stored rows, which the run counts,
+    and on a torchrun rank past 0, whose exit code rank 0 sets)."""
+    if not result.planned or result.will_skip < result.planned or result.resumed or not result.primary:
         return 0
     tail = ("; accepted by --allow-skip" if allow_skip else
             f"; the run would prove nothing (exit {NOTHING_RAN}): pass --allow-skip to accept it")

@@ -42,10 +42,11 @@ over D terms, relative <= D * 2^-24 ~ 8e-6 of sum |q_d k_d| at D 128), the float
 exp2/log2 (relative 2^-22), and the row sum's: a kernel that sums the probabilities it
 has rounded to the input dtype for the P V product (FlashInfer's prefill does: its bf16
 LSE was 1.2e-3-1.5e-3 off on rows that see a few keys, on an H200, where its fp16 LSE
-and every output passed) carries their relative error of up to 2^-9 (bf16) or 2^-11
-(fp16) into the sum, so up to ~2e-3 (bf16) or ~5e-4 (fp16) into its log. With a factor
-of two over that, bf16 gets atol 4e-3 and fp16 1e-3, both rtol 1e-4 (|lse| reaches 1e4 at
-the check's large logits: rtol covers the accumulation there).
+and every output passed) carries their relative error, at most the unit roundoff 2^-8
+(bf16, 8 significant bits) or 2^-11 (fp16, 11), into the sum, so at most ~3.9e-3 (bf16)
+or ~4.9e-4 (fp16) into its log. bf16 gets atol 4e-3, that worst case (2.7x the largest
+error seen), fp16 1e-3 (twice it), both rtol 1e-4 (|lse| reaches 1e4 at the check's
+large logits: rtol covers the accumulation there).
 float32 cases may run TF32 products (inputs rounded to 2^-11): score errors up to
 ~1e-3 of sum |q_d k_d| * scale, a few 1e-3 for N(0, 1) data: atol 1e-2, rtol 5e-3.
 An LSE in log2 (x 1.44), transposed, or another request's is off by O(1) or more.

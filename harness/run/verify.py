@@ -55,9 +55,9 @@ def error_reason(e: BaseException) -> str:
     reason = f"{name}: {lines[0]}"
     rest = [t for t in lines[1:] if any(c.isalpha() for c in t)]
     causes = [t for t in rest if _CAUSE.search(t)]
-    if reason.endswith(":") and (causes or rest):
-        reason += " ... " + (causes or rest)[-1]
-    return reason if len(reason) <= REASON_MAX_CHARS else reason[:REASON_MAX_CHARS - 3] + "..."
+    cause = f" ... {(causes or rest)[-1]}"[:REASON_MAX_CHARS // 2] if reason.endswith(":") and (causes or rest) else ""
+    room = REASON_MAX_CHARS - len(cause)          # the cause is kept whole (up to half the cap): the opening is cut
+    return (reason if len(reason) <= room else reason[:room - 3] + "...") + cause
 
 
 # Input tensors a backend may read but must not write. Small ones are kept as a clone and
