@@ -12,7 +12,9 @@ checked with 0.0.35), which splits the work in two and merges by LSE:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib.util
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import SimpleNamespace
 
 import torch
@@ -22,6 +24,36 @@ from treebench.harness.adapter.contract import Backend, Capabilities, register
 from treebench.harness.model.paged import BatchInputs
 
 INSTALL_HINT = "xformers not installed: pip install -e '.[gpu]' from the treebench checkout"
+
+
+@contextmanager
+def fa4_hidden() -> Iterator[None]:
+    """While xformers first imports: a `flash_attn` package without `flash_attn_interface` (the
+    one FlashAttention-4 installs, `flash_attn.cute` alone) is hidden from
+    `importlib.util.find_spec`.
+
+    xformers 0.0.35's `ops/fmha/flash.py` imports `flash_attn.flash_attn_interface` (FA2's)
+    whenever `find_spec("flash_attn")` finds a package, so beside FA4 `import xformers.ops`
+    raised ModuleNotFoundError and xformers_tree was unavailable. Hidden, xformers takes the
+    path it takes without flash_attn installed: torch's own FlashAttention-2. A real FA2
+    install (with `flash_attn_interface`) is left as it is. Raises nothing of its own.
+    """
+    real = importlib.util.find_spec
+    try:
+        shadowed = real("flash_attn") is not None and real("flash_attn.flash_attn_interface") is None
+    except (ImportError, ValueError):      # a broken flash_attn: let xformers meet it as it is
+        shadowed = False
+    if not shadowed:
+        yield
+        return
+
+    def find_spec(name, package=None):
+        return None if name == "flash_attn" else real(name, package)
+    importlib.util.find_spec = find_spec
+    try:
+        yield
+    finally:
+        importlib.util.find_spec = real
 
 
 @register
@@ -55,10 +87,12 @@ class XformersTree(Backend):
 
     @staticmethod
     def _ops() -> SimpleNamespace:
-        """The xformers entry points (imported lazily; tests swap in fakes)."""
-        from xformers.ops.fmha import triton_splitk
-        from xformers.ops.fmha.attn_bias import PagedBlockDiagonalPaddedKeysMask
-        from xformers.ops.tree_attention import tree_attention
+        """The xformers entry points (imported lazily, FlashAttention-4's `flash_attn` hidden from
+        it: `fa4_hidden`; tests swap in fakes)."""
+        with fa4_hidden():
+            from xformers.ops.fmha import triton_splitk
+            from xformers.ops.fmha.attn_bias import PagedBlockDiagonalPaddedKeysMask
+            from xformers.ops.tree_attention import tree_attention
         return SimpleNamespace(tree_attention=tree_attention, prefix_op=triton_splitk.FwOp,
                                paged_bias=PagedBlockDiagonalPaddedKeysMask)
 
