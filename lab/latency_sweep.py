@@ -28,7 +28,8 @@ back with `triton.testing.do_bench_cudagraph` (warm L2, the peers' published met
 
 Prints one line per (cell, candidate): us flushed, us back to back, ratio to the default
 and to vLLM; writes every row and the environment as JSON to --out. Candidates that the
-kernel refuses (a config or option that cannot run a cell) are rows with the reason.
+kernel refuses (a config or option that cannot run a cell) are rows with the reason, and
+so are those whose build or call raises (status "error"): the sweep goes on.
 Bad arguments: one line on stderr, exit 2, nothing written. --smoke runs tiny cells in
 Triton's CPU interpreter (wall timer; no do_bench), to test the script without a GPU (a tiny
 cell per requested group).
@@ -55,6 +56,7 @@ from treebench.harness.model.cases import Case  # noqa: E402
 from treebench.harness.model.compare import compare  # noqa: E402
 from treebench.harness.model.paged import build_inputs  # noqa: E402
 from treebench.harness.model.reference import reference_attention  # noqa: E402
+from treebench.harness.run.verify import error_reason  # noqa: E402
 from treebench.harness.timing.stats import summarize  # noqa: E402
 from treebench.harness.timing.timers import time_callable  # noqa: E402
 from treebench.kernels.options import KernelOptions  # noqa: E402
@@ -155,12 +157,17 @@ def run_candidate(inputs, ref, case: Case, cfg, opts, device: str, smoke: bool, 
         ta = TreeAttention(inputs.for_backend(), "tree", config=cfg, options=opts, **(extra or {}))
     except ConfigError as e:
         return {"status": "refused", "reason": str(e)}
-    ta.out.fill_(float("nan"))
-    rec = compare(ta(), ref, inputs.qo_indptr, case.dtype, kv_dtype=case.kv_dtype)
+    except Exception as e:     # noqa: BLE001 -- a build that fails (out of resources, ...) is a row, the sweep goes on
+        return {"status": "error", "reason": error_reason(e)}
     row = {"kernel": ta.kernel, "config": str(ta.plan.config), "splits": ta.plan.num_splits}
-    if not rec.passed:
-        return row | {"status": "mismatch", "reason": f"max_abs_err {rec.max_abs_err:.3g}"}
-    flushed, loop = time_both(ta, device, smoke)
+    try:
+        ta.out.fill_(float("nan"))
+        rec = compare(ta(), ref, inputs.qo_indptr, case.dtype, kv_dtype=case.kv_dtype)
+        if not rec.passed:
+            return row | {"status": "mismatch", "reason": f"max_abs_err {rec.max_abs_err:.3g}"}
+        flushed, loop = time_both(ta, device, smoke)
+    except Exception as e:     # noqa: BLE001 -- as above
+        return row | {"status": "error", "reason": error_reason(e)}
     return row | {"status": "pass", "flushed_us": flushed, "loop_us": loop}
 
 
@@ -176,7 +183,8 @@ def sweep(args) -> list[dict]:
         ref = reference_attention(inputs)
         label = f"{group} B{case.batch_size} L{case.context_len} {case.tree} P{case.page_size}"
         base = {"group": group, "batch_size": case.batch_size, "context_len": case.context_len,
-                "tree": case.tree, "page_size": case.page_size, "case_id": case.case_id}
+                "tree": case.tree, "page_size": case.page_size, "case_id": case.case_id,
+                "kv_dtype": case.kv_dtype or case.dtype, "k_scale": case.k_scale, "v_scale": case.v_scale}
         cell_rows = []
         if not args.smoke:
             fn, why = vllm_call(inputs)
@@ -187,7 +195,8 @@ def sweep(args) -> list[dict]:
         if group == "fp8":        # the same cell over a bf16 pool, the other side of the fp8 / bf16 ratio
             twin = dataclasses.replace(case, kv_dtype=None, k_scale=1.0, v_scale=1.0)
             t_in = build_inputs(twin, device)
-            cell_rows.append(base | {"candidate": "bf16_default"} | run_candidate(
+            cell_rows.append(base | {"candidate": "bf16_default", "case_id": twin.case_id, "kv_dtype": twin.dtype,
+                                     "k_scale": 1.0, "v_scale": 1.0} | run_candidate(
                 t_in, reference_attention(t_in), twin, None, KernelOptions(), device, args.smoke))
             del t_in
         for name, cfg, opts, *extra in candidates(group, case.page_size, args.smoke):

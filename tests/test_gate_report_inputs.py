@@ -372,3 +372,27 @@ def test_env_records_the_triton_interpreter(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET")
     off = env_fingerprint("cpu")
     assert on["triton_interpret"] and not off["triton_interpret"] and on["env_id"] != off["env_id"]
+
+
+@pytest.mark.parametrize("change, word", [
+    (lambda r: r["case"].pop("batch_size"), "case.batch_size"),
+    (lambda r: r["case"].update(tree=3), "case.tree"),
+    (lambda r: r.update(env=7), "'env'"),
+])
+def test_rows_a_report_cannot_read_are_refused_in_one_line(tmp_path, capsys, change, word):
+    row = _row()
+    change(row)
+    f = _write(tmp_path / "bad.jsonl", [row])
+    rc, _, err = _main(capsys, "report", str(f), "-o", str(tmp_path / "r.html"))
+    assert rc == 2 and word in err and len(err.strip().splitlines()) == 1, err
+    if word == "'env'":                                   # the gate reads env too
+        good = _write(tmp_path / "good.jsonl", [_row(seed=3)])
+        rc, _, err = _main(capsys, "gate", "--baseline", str(good), "--candidate", str(f))
+        assert rc == 2 and word in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_zero_median_does_not_break_the_report(tmp_path):
+    rows = [_row("c1", "triton_tree"), _row("c1", "flashinfer_mask", seed=1)]
+    rows[0]["median_us"] = 0.0
+    html = report.write_report(rows, {}, tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "triton_tree" in html

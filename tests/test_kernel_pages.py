@@ -159,4 +159,22 @@ def test_latency_sweep_refuses_bad_arguments_and_runs_in_the_interpreter(tmp_pat
     assert {r["group"] for r in rows} == {"fp8", "b1"} and {r["status"] for r in rows} == {"pass"}
     assert {"bf16_default", "default", "tl128x64w8s4", "splits4"} <= {r["candidate"] for r in rows}
     assert {r["splits"] for r in rows if r["candidate"] == "splits32"} == {32}
+    twin = next(r for r in rows if r["candidate"] == "bf16_default")
+    assert twin["kv_dtype"] == "bfloat16" and "kvfp8" not in twin["case_id"]
     assert "/bf16" in r.stdout
+
+
+def test_latency_sweep_makes_a_raising_candidate_a_row_and_goes_on():
+    """A candidate whose build raises something other than ConfigError (out of resources, a
+    compiler error) is an "error" row with the reason, not the end of the sweep."""
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location(
+        "latency_sweep", Path(__file__).resolve().parents[1] / "lab" / "latency_sweep.py")
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    case = Case(batch_size=1, context_len=8, tree="chain:2", num_q_heads=2, num_kv_heads=1, head_dim=16,
+                page_size=8)
+    inputs = build_inputs(case, "cpu")
+    row = sweep.run_candidate(inputs, None, case, None, KernelOptions(), "cpu", True, {"no_such_option": 1})
+    assert row["status"] == "error" and "TypeError" in row["reason"] and "no_such_option" in row["reason"]

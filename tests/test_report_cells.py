@@ -247,3 +247,11 @@ def test_a_report_with_fp8_and_bf16_rows_has_the_kv_dtype_section(tmp_path):
     assert "Query-dtype time (us)" in section and "2.14×" in section
     seedless = report.write_report(three_cells(), {}, tmp_path / "s.html").read_text()
     assert 'id="kv-dtype"' not in seedless
+
+
+def test_a_report_of_an_interpreted_run_says_its_triton_times_measure_the_interpreter(tmp_path):
+    rows = three_cells()
+    env = {"env_id": rows[0]["env"], "triton_interpret": True}
+    html = report.write_report(rows, {rows[0]["env"]: env}, tmp_path / "r.html").read_text()
+    assert "CPU interpreter (TRITON_INTERPRET=1)" in html
+    assert "CPU interpreter" not in report.write_report(rows, {}, tmp_path / "s.html").read_text()

@@ -202,3 +202,19 @@ def test_a_long_opening_line_is_cut_and_the_cause_kept():
     e = RuntimeError("LoweringException: " + "x" * 900 + " failed:\n" + "=" * 40 + "\nDSLRuntimeError: the cause")
     r = error_reason(e)
     assert len(r) <= 600 and r.endswith("... DSLRuntimeError: the cause"), r
+
+
+def test_a_chained_cause_and_unprintable_characters_reach_the_reason():
+    try:
+        try:
+            raise ValueError("the real cause")
+        except ValueError as inner:
+            raise RuntimeError("kernel launch failed") from inner
+    except RuntimeError as e:
+        assert error_reason(e) == "RuntimeError: kernel launch failed (from ValueError: the real cause)"
+    r = error_reason(RuntimeError("bad\x00byte \x1b[31mred \ud800 surrogate"))
+    assert r == "RuntimeError: bad\\x00byte \\x1b[31mred \\ud800 surrogate"
+    r.encode("utf-8")                                    # printable, a JSON row and a terminal take it
+    a, b = RuntimeError("a"), RuntimeError("b")
+    a.__cause__, b.__cause__ = b, a                      # a cycle ends
+    assert error_reason(a).count("(from") == 3

@@ -105,6 +105,7 @@ def best_peer_heatmaps(cells: pd.DataFrame, own: str) -> Picture | None:
     `treebench.harness.analyze.headline.cell_frame`'s; a cell over other varying axes shows their
     geometric mean and its most frequent best peer. None when no cell has a ratio."""
     d = cells.dropna(subset=["ratio"])
+    d = d[np.isfinite(d["ratio"]) & (d["ratio"] > 0)]        # a 0 µs median (a coarse CPU clock) has no ratio
     if d.empty:
         return None
     groups = heatmap_panels(d)

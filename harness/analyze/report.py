@@ -138,6 +138,17 @@ def verdict_lines(summary: Sequence[dict], baseline: str | None, causal: str, n_
     return lines + l2_warnings(summary)
 
 
+def interpreter_warnings(envs: dict[str, dict], ids: Sequence[str]) -> list[tuple[str, str]]:
+    """A warning when an env of the report ran Triton through its CPU interpreter
+    (TRITON_INTERPRET=1): its Triton kernels' times measure the interpreter, not the kernel."""
+    interp = [i for i in ids if envs.get(i, {}).get("triton_interpret")]
+    if not interp:
+        return []
+    return [("warn", f"env {', '.join(interp)} ran Triton kernels in the CPU interpreter (TRITON_INTERPRET=1): "
+                     "their times measure the interpreter, so ratios against other backends say nothing about "
+                     "the kernels' speed.")]
+
+
 def mixed_timing_warnings(rows: Sequence[dict]) -> list[tuple[str, str]]:
     """('warn', sentence) per backend with a (case, backend) pair timed with more than one
     timer: its rows are averaged into one median here, so that median mixes unlike timings.
@@ -343,7 +354,7 @@ def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, titl
     peak_bw = next((envs[i].get("peak_bw_bytes_per_s") for i in ids if i in envs), None)
     matmul = next((envs[i].get("peak_matmul_tflops") for i in ids if i in envs), None)
     verdicts = verdict_lines(summary, baseline, causal_backend, len({r["case_id"] for r in rows}))
-    verdicts += mixed_timing_warnings(rows)
+    verdicts += mixed_timing_warnings(rows) + interpreter_warnings(envs, ids)
     if noisy:
         verdicts.append(("warn", f"{len(noisy)} timed row(s) are noisy ({NOISE_RULE}); marked ⚠noisy in the "
                                  f"time table — rerun them on a quieter {'GPU' if gpu else 'machine'} before "

@@ -43,7 +43,8 @@ _REPORT = "write an HTML report from result files"
 COMMANDS: dict[str, tuple[str, str, dict]] = {
     "run": ("run", _RUN, {"description": _RUN[:1].upper() + _RUN[1:] + ".",
                           "allow_abbrev": False}),  # --gpus relaunches the command line: options spelled out
-    "check": ("check", "correctness only for one backend: exit 0 pass, 1 mismatch/error, 2 bad input", {}),
+    "check": ("check", "correctness only for one backend: exit 0 pass, 1 mismatch/error, 2 bad input, 3 nothing ran",
+              {}),
     "selftest": ("selftest", "the check's power: mutants of a dense backend it must kill, variants it must pass",
                  {}),
     "merge": ("results:MERGE", ("append result files (e.g. --shard job outputs) to OUT, dropping duplicates "

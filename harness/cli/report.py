@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
             without rows, or (with
             --against) env fingerprints that differ (the CLI exits 2).
     """
-    rows, envs = read_checked_rows(args.results, "report"), read_envs(args.results)
+    rows, envs = read_checked_rows(args.results, "report", case_axes=True), read_envs(args.results)
     if not rows:
         raise ConfigError(f"report {' '.join(args.results)}: no result rows; give a run's .jsonl file or "
                           "folder (folders are not searched recursively)")
@@ -95,7 +95,7 @@ def _speculation(args: argparse.Namespace, rows: list[dict]) -> str:
 
 def _gate(args: argparse.Namespace, rows: list[dict], envs: dict[str, dict]) -> GateResult:
     """GateResult of these rows against --against's baseline results."""
-    base_rows, base_envs = read_checked_rows(args.against, "report --against"), read_envs(args.against)
+    base_rows, base_envs = read_checked_rows(args.against, "report --against", case_axes=True), read_envs(args.against)
     notes = env_differences(base_envs, envs, base_rows, rows)
     if notes and not args.allow_env_mismatch:
         raise ConfigError(f"report --against: env fingerprints differ ({'; '.join(notes)}); "

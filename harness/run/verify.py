@@ -32,24 +32,42 @@ if TYPE_CHECKING:
 
 REASON_MAX_CHARS = 600
 _RULE = re.compile(r"([=\-_*#~])\1{3,}")            # a line of ==== or ---- (banner decoration)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _CAUSE = re.compile(r"\b\w*(Error|Exception)\b|\berror\b", re.IGNORECASE)
 
 
-def error_reason(e: BaseException) -> str:
+def printable(text: str) -> str:
+    """`text` safe for a terminal, a JSON row and HTML: lone surrogates and control characters
+    other than newline and tab written as escapes (\\ud800, \\x1b)."""
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def _cap(reason: str) -> str:
+    return reason if len(reason) <= REASON_MAX_CHARS else reason[:REASON_MAX_CHARS - 3] + "..."
+
+
+def error_reason(e: BaseException, _depth: int = 0) -> str:
     """'TypeName: first line of the message' for an error row. Where that line only opens what
     follows (it ends in ':' once banner runs such as ==== are dropped: a compiler wrapped in
     another's exception, inductor around a CuteDSL build, prints its cause below a banner),
     ' ... ' and the message's last line that names an error (else its last line with words)
-    follow. At most REASON_MAX_CHARS characters. Just the type name when the exception's
-    __str__ itself raises (a backend's exception is untrusted)."""
+    follow. An exception raised `from` another ends in ' (from <that one's reason>)', three
+    levels at most. Control characters and lone surrogates are escaped (`printable`); at most
+    REASON_MAX_CHARS characters. Just the type name when the exception's __str__ itself
+    raises (a backend's exception is untrusted)."""
     name = type(e).__name__
     if isinstance(e, SystemExit):
         return f"backend called sys.exit({e.code!r})"
     try:
-        text = str(e)
+        text = printable(str(e))
     except BaseException:  # noqa: BLE001 -- a broken __str__ must not lose the row
         return f"{name} (its message could not be formatted)"
     lines = [t for t in (" ".join(_RULE.sub(" ", ln).split()) for ln in text.splitlines()) if t]
+    chained = e.__cause__                                   # raise X from Y: Y is the cause
+    if chained is not None and chained is not e and _depth < 3:
+        head = f"{name}: {lines[0]}" if lines else name
+        return _cap(f"{head} (from {error_reason(chained, _depth + 1)})")
     if not lines:
         return name
     reason = f"{name}: {lines[0]}"

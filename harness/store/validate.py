@@ -12,12 +12,15 @@ from treebench.harness.errors import ConfigError
 from treebench.harness.store.rows import STATUSES, read_rows, result_files
 
 REQUIRED_FIELDS = {"backend": str, "case": dict, "case_id": str, "status": str}
+# case axes the report's tables and plots group rows by
+CASE_FIELDS_REQUIRED = {"batch_size": int, "context_len": (int, str), "tree": str}
 _NUMBER_TYPES = {int, float}   # the types of a number json.loads gives (bool is its own type)
 log = logging.getLogger(__name__)
 
 
-def row_problem(row: dict) -> str | None:
-    """What is wrong with a result row's fields (None when the gate and report can read it)."""
+def row_problem(row: dict, case_axes: bool = False) -> str | None:
+    """What is wrong with a result row's fields (None when the gate and report can read it); with
+    `case_axes`, the case axes the report's tables and plots group by (CASE_FIELDS_REQUIRED) too."""
     for name, typ in REQUIRED_FIELDS.items():
         if name not in row or row[name] is None:
             return f"field {name!r} is missing"
@@ -25,6 +28,15 @@ def row_problem(row: dict) -> str | None:
             return f"field {name!r} is {type(row[name]).__name__}, expected {typ.__name__}"
     if row["status"] not in STATUSES:
         return f"field 'status' is {row['status']!r}, expected one of {', '.join(STATUSES)}"
+    for name, typ in CASE_FIELDS_REQUIRED.items() if case_axes else ():
+        v = row["case"].get(name)
+        if v is None:
+            return f"field 'case.{name}' is missing"
+        if isinstance(v, bool) or not isinstance(v, typ):
+            return f"field 'case.{name}' is {type(v).__name__} {v!r}"
+    for name in ("env", "run_id"):
+        if row.get(name) is not None and not isinstance(row[name], str):
+            return f"field {name!r} is {type(row[name]).__name__}, expected a string"
     for name in ("median_us", "p25_us", "p75_us", "cv"):
         x = row.get(name)
         if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float))):
@@ -44,7 +56,7 @@ def row_problem(row: dict) -> str | None:
     return None
 
 
-def read_checked_rows(paths: Sequence[str], command: str) -> list[dict]:
+def read_checked_rows(paths: Sequence[str], command: str, case_axes: bool = False) -> list[dict]:
     """`treebench.harness.store.rows.read_rows(paths)`, each row checked by `row_problem`; a row repeated
     to the letter of its identity (run_id, env, case_id, backend: a file or folder given
     twice) is kept once, with a warning.
@@ -53,7 +65,7 @@ def read_checked_rows(paths: Sequence[str], command: str) -> list[dict]:
         ConfigError: as read_rows (its only lines torn, too), or a row lacks a required field (names file, line and field).
     """
     rows = read_rows(paths, require_rows=True)
-    if all(row_problem(r) is None for r in rows):
+    if all(row_problem(r, case_axes) is None for r in rows):
         return drop_repeated_rows(rows, command)
     for f in result_files(paths):  # find where the bad row is, for the message
         with open(f, encoding="utf-8", errors="replace") as fh:
@@ -62,7 +74,7 @@ def read_checked_rows(paths: Sequence[str], command: str) -> list[dict]:
                     row = json.loads(line)
                 except json.JSONDecodeError:
                     continue
-                problem = row_problem(row) if isinstance(row, dict) else None
+                problem = row_problem(row, case_axes) if isinstance(row, dict) else None
                 if problem:
                     raise ConfigError(f"{command}: results file {f}:{n}: {problem}; every row needs "
                                       f"{', '.join(REQUIRED_FIELDS)} (case a JSON object), as `treebench run` writes")
