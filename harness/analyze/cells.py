@@ -51,3 +51,13 @@ class Table:
         """The table less every column whose cells are all ''."""
         keep = [j for j in range(len(self.head)) if any(row[j][0] != "" for row in self.rows)]
         return Table([self.head[j] for j in keep], [[row[j] for j in keep] for row in self.rows])
+
+
+def kv_table_cells(kv) -> Table:
+    """`treebench.harness.analyze.tables.kv_dtype_table`'s frame (a pandas DataFrame) for the page:
+    times in µs, the ratio as '0.92×'."""
+    fmt = {"Time (us)": us, "Query-dtype time (us)": us, "Ratio": ratio}
+    right = {"Batch Size", "Context Len", "Page Size", "Time (us)", "Query-dtype time (us)", "Ratio"}
+    rows = [[(fmt.get(c, str)(v), "n" if c in right else "") for c, v in zip(kv.columns, rec)]
+            for rec in kv.itertuples(index=False)]
+    return Table([(c, "n" if c in right else "") for c in kv.columns], rows)

@@ -23,7 +23,7 @@ import jinja2
 import pandas as pd
 
 from treebench.harness.analyze import plots as plots
-from treebench.harness.analyze.cells import Table, num, ratio, us
+from treebench.harness.analyze.cells import Table, kv_table_cells, num, ratio, us
 from treebench.harness.analyze.headline import (OWN_KERNELS, timed_backends, cell_frame, contenders, headline,
                                                 headline_table, non_contenders, own_kernels, peers, pick_own,
                                                 roofline_basis)
@@ -295,15 +295,6 @@ def seed_table_cells(seed: pd.DataFrame) -> Table:
     rows = [[(fmt.get(c, str)(v), "n" if c in num else "") for c, v in zip(seed.columns, rec)]
             for rec in seed.itertuples(index=False)]
     return Table([(c, "n" if c in num else "") for c in seed.columns], rows)
-
-
-def kv_table_cells(kv: pd.DataFrame) -> Table:
-    """`kv_dtype_table`'s frame for the page: times in µs, the ratio as '0.92×'."""
-    fmt = {"Time (us)": us, "Query-dtype time (us)": us, "Ratio": ratio}
-    right = {"Batch Size", "Context Len", "Page Size", "Time (us)", "Query-dtype time (us)", "Ratio"}
-    rows = [[(fmt.get(c, str)(v), "n" if c in right else "") for c, v in zip(kv.columns, rec)]
-            for rec in kv.itertuples(index=False)]
-    return Table([(c, "n" if c in right else "") for c in kv.columns], rows)
 
 
 # ---- the page ---------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from treebench.harness.store.rows import STATUSES, read_rows, result_files
 
 REQUIRED_FIELDS = {"backend": str, "case": dict, "case_id": str, "status": str}
 # case axes the report's tables and plots group rows by
-CASE_FIELDS_REQUIRED = {"batch_size": int, "context_len": (int, str), "tree": str}
+CASE_FIELDS_REQUIRED: dict[str, type | tuple[type, ...]] = {"batch_size": int, "context_len": (int, str), "tree": str}
 _NUMBER_TYPES = {int, float}   # the types of a number json.loads gives (bool is its own type)
 log = logging.getLogger(__name__)
 
@@ -28,11 +28,12 @@ def row_problem(row: dict, case_axes: bool = False) -> str | None:
             return f"field {name!r} is {type(row[name]).__name__}, expected {typ.__name__}"
     if row["status"] not in STATUSES:
         return f"field 'status' is {row['status']!r}, expected one of {', '.join(STATUSES)}"
-    for name, typ in CASE_FIELDS_REQUIRED.items() if case_axes else ():
+    required: dict[str, type | tuple[type, ...]] = CASE_FIELDS_REQUIRED if case_axes else {}
+    for name, want in required.items():
         v = row["case"].get(name)
         if v is None:
             return f"field 'case.{name}' is missing"
-        if isinstance(v, bool) or not isinstance(v, typ):
+        if isinstance(v, bool) or not isinstance(v, want):
             return f"field 'case.{name}' is {type(v).__name__} {v!r}"
     for name in ("env", "run_id"):
         if row.get(name) is not None and not isinstance(row[name], str):
