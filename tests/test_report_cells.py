@@ -255,3 +255,10 @@ def test_a_report_of_an_interpreted_run_says_its_triton_times_measure_the_interp
     html = report.write_report(rows, {rows[0]["env"]: env}, tmp_path / "r.html").read_text()
     assert "CPU interpreter (TRITON_INTERPRET=1)" in html
     assert "CPU interpreter" not in report.write_report(rows, {}, tmp_path / "s.html").read_text()
+
+
+def test_the_roofline_caption_names_the_compute_roof_it_drew(tmp_path):
+    html = report.write_report(read_rows(FP8_TARGETS), read_envs(FP8_TARGETS.parent), tmp_path / "r.html").read_text()
+    section = _section(html, "roofline")
+    assert "compute roof: the bf16 matrix rate measured on the run's machine (817 TFLOP/s)" in section
+    assert "compute roof: the datasheet" not in section

@@ -375,7 +375,7 @@ def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, titl
         latency=plots.latency_plots(df, order),
         roofline=plots.roofline(roofline_points(rows, envs), order, peak_bw, device_peak(gpu), own_kernels(own),
                                 matmul),
-        peak=device_peak(gpu), peak_bw=peak_bw, trees=tree_images(rows), sections=list(sections))
+        peak=device_peak(gpu), peak_bw=peak_bw, matmul=matmul, trees=tree_images(rows), sections=list(sections))
     html = _environment().get_template("report.html.j2").render(**ctx)
     p = Path(path)
     try:
