@@ -24,7 +24,7 @@ from treebench.harness.model.cases import Case
 from treebench.harness.model.compare import compare, compare_lse
 from treebench.harness.model.paged import build_inputs
 from treebench.harness.model.reference import reference_attention
-from treebench.harness.run.verify import check_output
+from treebench.harness.run.verify import check_output, lse_base, returns_lse
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -63,8 +63,8 @@ def test_fp8_peer_matches_the_reference(name, case_name):
         pytest.skip(why)
     inputs = build_inputs(case, "cuda")
     ref, ref_lse = reference_attention(inputs, return_lse=True)
-    out, lse = check_output(backend.prepare(inputs.for_backend())(), inputs, backend.returns_lse,
-                            backend.lse_base)   # (out, lse) where the backend returns its LSE
+    out, lse = check_output(backend.prepare(inputs.for_backend())(), inputs, returns_lse(backend),
+                            lse_base(backend))   # (out, lse) where the backend returns its LSE
     torch.cuda.synchronize()
     loose = XQA_FP8_MATH if name == "flashinfer_xqa" and torch.cuda.get_device_capability()[0] == 9 else None
     rec = compare(out, ref, inputs.qo_indptr, case.dtype, atol=loose, rtol=loose, kv_dtype=case.kv_dtype)

@@ -17,7 +17,6 @@ name or by `pkg.mod:Class` / `path/file.py:Class` is treebench.harness.run.loadi
 from __future__ import annotations
 
 import math
-
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar

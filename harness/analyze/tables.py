@@ -88,11 +88,7 @@ def mask_overhead_table(rows: Sequence[dict], causal_backend: str = "causal_base
     roof = {"roofline_us": "Roofline (us)", "roofline_ratio": "Time / roofline"} if envs is not None else {}
     if df.empty:
         return pd.DataFrame(columns=[*SEED_COLUMNS.values(), "Time (us)", "Overhead (%)", *roof.values()])
-    causal_rows = df[df["backend"] == causal_backend].assign(run_id=lambda d: d["run_id"].astype(str))
-    same_run = causal_rows.groupby(["run_id", "case_id"])["median_us"].median()
-    any_run = causal_rows.groupby("case_id")["median_us"].median()
-    keys = list(zip(df["run_id"].astype(str), df["case_id"]))
-    causal_us = pd.Series([same_run.get(k, any_run.get(k[1], float("nan"))) for k in keys], index=df.index)
+    causal_us = same_run_median(df[df["backend"] == causal_backend], df, ["case_id"])
     df["overhead_pct"] = 100.0 * (df["median_us"] / causal_us - 1.0)
     df.loc[df["backend"] == causal_backend, "overhead_pct"] = float("nan")
     if roof:
@@ -107,6 +103,19 @@ def mask_overhead_table(rows: Sequence[dict], causal_backend: str = "causal_base
     cols = {**SEED_COLUMNS, **{a: "Run" if a == "run_id" else a.replace("_", " ").title() for a in extra},
             "median_us": "Time (us)", "overhead_pct": "Overhead (%)", **roof}
     return df[list(cols)].rename(columns=cols).reset_index(drop=True)
+
+
+def same_run_median(base: pd.DataFrame, df: pd.DataFrame, on: list[str]) -> pd.Series:
+    """Per line of `df`, the median_us (µs) of the `base` lines that match it on the columns `on`:
+    those of its own run (run_id) when `base` has any, else those of every run; NaN when none
+    matches. Both are `timed_frame` frames; the Series has df's index. Raises nothing."""
+    def key(d: pd.DataFrame) -> list[tuple]:
+        return list(zip(*(d[c].astype(str) for c in on)))
+    b = base.assign(_k=key(base), _run=base["run_id"].astype(str))
+    same_run = b.groupby(["_run", "_k"])["median_us"].median()
+    any_run = b.groupby("_k")["median_us"].median()
+    return pd.Series([same_run.get((r, k), any_run.get(k, math.nan)) for r, k in zip(df["run_id"].astype(str), key(df))],
+                     index=df.index, dtype=float)
 
 
 def varying_axes(df: pd.DataFrame, exclude: Sequence[str] = ()) -> list[str]:
@@ -126,29 +135,23 @@ def kv_dtype_table(rows: Sequence[dict]) -> pd.DataFrame:
     Size, Context Len, Tree, Page Size, ...), KV dtype, Time (us) (median), Query-dtype time (us)
     (the same case and backend with kv_dtype = dtype and unit scales, from the same run when one
     has it, else the median over runs) and Ratio = Time / Query-dtype time (< 1: the other pool
-    is faster). Empty when no case has both (or the rows name no dtype).
+    is faster). Empty when no case has both (or the rows name no dtype). Raises nothing.
     """
     df = timed_frame(rows)
     if df.empty or "dtype" not in df or "kv_dtype" not in df:
         return pd.DataFrame()
-    df = df.assign(run_id=df["run_id"].astype(str))
     cell_axes = [a for a in CASE_FIELDS if a in df and a not in (*KV_AXES, "seed")]
-    cell = df[cell_axes].astype(str).agg("|".join, axis=1)
-    df = df.assign(_cell=cell)
     narrow = df["kv_dtype"].notna() & (df["kv_dtype"] != df["dtype"])
     base = df[~narrow & (df["k_scale"] == 1.0) & (df["v_scale"] == 1.0)]
-    same_run = base.groupby(["_cell", "backend", "run_id"])["median_us"].median()
-    any_run = base.groupby(["_cell", "backend"])["median_us"].median()
     out = df[narrow].copy()
     if out.empty:
         return pd.DataFrame()
-    out["base_us"] = [same_run.get((c, b, r), any_run.get((c, b), math.nan))
-                      for c, b, r in zip(out["_cell"], out["backend"], out["run_id"])]
+    out["base_us"] = same_run_median(base, out, [*cell_axes, "backend"])
     out = out.dropna(subset=["base_us"])
     if out.empty:
         return pd.DataFrame()
     out["ratio"] = out["median_us"] / out["base_us"]
-    extra = [a for a in varying_axes(out, exclude=(*KV_AXES, "seed", "T"))]
+    extra = varying_axes(out, exclude=(*KV_AXES, "seed", "T"))
     out = out.sort_values(["backend", *extra, "kv_dtype"])
     cols = {"backend": "Backend", **{a: a.replace("_", " ").title() for a in extra}, "kv_dtype": "KV dtype",
             "median_us": "Time (us)", "base_us": "Query-dtype time (us)", "ratio": "Ratio"}

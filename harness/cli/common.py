@@ -219,11 +219,15 @@ def report_nothing_ran(rows: list[dict], allow_skip: bool) -> bool:
     why = nothing_ran(rows)
     if why is None:
         return False
-    tail = ("; accepted by --allow-skip" if allow_skip else
-            f"; this proves nothing (exit {NOTHING_RAN}): pass --allow-skip to accept a sweep in which nothing ran")
-    CONSOLE.file.write(f"treebench: {' '.join((why + tail).split())}\n")
+    CONSOLE.file.write(f"treebench: {' '.join((why + _nothing_ran_tail(allow_skip)).split())}\n")
     CONSOLE.file.flush()
     return True
+
+
+def _nothing_ran_tail(allow_skip: bool) -> str:
+    """What a sweep in which nothing ran means, after the line that says so."""
+    return ("; accepted by --allow-skip" if allow_skip else
+            f"; this proves nothing (exit {NOTHING_RAN}): pass --allow-skip to accept a sweep in which nothing ran")
 
 
 def dry_run_code(result, allow_skip: bool) -> int:
@@ -233,10 +237,8 @@ def dry_run_code(result, allow_skip: bool) -> int:
     and on a torchrun rank past 0, whose exit code rank 0 sets)."""
     if not result.planned or result.will_skip < result.planned or result.resumed or not result.primary:
         return 0
-    tail = ("; accepted by --allow-skip" if allow_skip else
-            f"; the run would prove nothing (exit {NOTHING_RAN}): pass --allow-skip to accept it")
     CONSOLE.file.write(f"treebench: dry run: every one of the {result.planned} pairs would be skipped (backend "
-                       f"unavailable or case unsupported: `treebench list` says why){tail}\n")
+                       f"unavailable or case unsupported: `treebench list` says why){_nothing_ran_tail(allow_skip)}\n")
     CONSOLE.file.flush()
     return 0 if allow_skip else NOTHING_RAN
 

@@ -177,9 +177,9 @@ def run(args) -> int:
     if not result.primary:
         return 0  # torchrun rank > 0: rank 0 merges, reports and sets the exit code
     code = exit_code(result, args.determinism, args.allow_skip)
-    if not result.rows:
+    if not result.rows and args.shard:
         log.warning("no case of suite %s falls to this process (--shard %s): nothing was run", suite.name,
-                    args.shard or "")
+                    args.shard)
     if not _write_report(result.rows, out, report, f"treebench {suite.name}"):
         code = 1
     OUTCOME[0] = code   # the rows decide the exit code, whether or not stdout is still read

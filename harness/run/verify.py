@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import re
-
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -38,13 +37,16 @@ _CAUSE = re.compile(r"\b\w*(Error|Exception)\b|\berror\b", re.IGNORECASE)
 
 def printable(text: str) -> str:
     """`text` safe for a terminal, a JSON row and HTML: lone surrogates and control characters
-    other than newline and tab written as escapes (\\ud800, \\x1b)."""
+    other than newline and tab written as escapes (\\ud800, \\x1b). Raises nothing."""
     text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
-def _cap(reason: str) -> str:
-    return reason if len(reason) <= REASON_MAX_CHARS else reason[:REASON_MAX_CHARS - 3] + "..."
+def _fit(head: str, tail: str = "") -> str:
+    """head + tail in at most REASON_MAX_CHARS: the tail (the cause) kept up to half of it, the head cut."""
+    tail = tail[:REASON_MAX_CHARS // 2]
+    room = REASON_MAX_CHARS - len(tail)
+    return (head if len(head) <= room else head[:room - 3] + "...") + tail
 
 
 def error_reason(e: BaseException, _depth: int = 0) -> str:
@@ -66,16 +68,13 @@ def error_reason(e: BaseException, _depth: int = 0) -> str:
     lines = [t for t in (" ".join(_RULE.sub(" ", ln).split()) for ln in text.splitlines()) if t]
     chained = e.__cause__                                   # raise X from Y: Y is the cause
     if chained is not None and chained is not e and _depth < 3:
-        head = f"{name}: {lines[0]}" if lines else name
-        return _cap(f"{head} (from {error_reason(chained, _depth + 1)})")
+        return _fit(f"{name}: {lines[0]}" if lines else name, f" (from {error_reason(chained, _depth + 1)})")
     if not lines:
         return name
     reason = f"{name}: {lines[0]}"
     rest = [t for t in lines[1:] if any(c.isalpha() for c in t)]
     causes = [t for t in rest if _CAUSE.search(t)]
-    cause = f" ... {(causes or rest)[-1]}"[:REASON_MAX_CHARS // 2] if reason.endswith(":") and (causes or rest) else ""
-    room = REASON_MAX_CHARS - len(cause)          # the cause is kept whole (up to half the cap): the opening is cut
-    return (reason if len(reason) <= room else reason[:room - 3] + "...") + cause
+    return _fit(reason, f" ... {(causes or rest)[-1]}" if reason.endswith(":") and (causes or rest) else "")
 
 
 # Input tensors a backend may read but must not write. Small ones are kept as a clone and
