@@ -341,3 +341,13 @@ def test_a_dry_run_in_which_every_pair_would_skip_exits_as_the_run_would(tiny, c
              "--quiet", "--report", str(tmp_path / "s.html")]
     assert main([*again, "--dry-run"]) == 0
     assert main(again) == 0
+
+
+def test_check_help_does_not_offer_run_timing_in_resume(capsys):
+    """check times nothing: its --resume help says nothing of --timer or --l2, run's does."""
+    for cmd, timed in (("check", False), ("run", True)):
+        assert main([cmd, "--help"]) == 0
+        text = " ".join(capsys.readouterr().out.split())
+        start = text.index("--resume skip")
+        resume = text[start:text.index("--shard I/N", start)]
+        assert ("--timer" in resume) is timed, resume

@@ -37,7 +37,7 @@ def add_arguments(p) -> None:
     p.add_argument("--backend", "--backends", dest="backend", required=True,
                    help="one backend: registry name, package.module:Class or path/file.py:Class")
     p.add_argument("--out", default=None, help="also append the rows to this results JSONL")
-    add_sweep_options(p)
+    add_sweep_options(p, timed=False)
 
 
 def run(args) -> int:

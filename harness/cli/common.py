@@ -88,8 +88,9 @@ def add_suite_argument(p, default: str) -> None:
                    help=f"a suite shipped with treebench ({shipped}) or a TOML file path (default: {default})")
 
 
-def add_sweep_options(p) -> None:
-    """Options run and check share: isolation, determinism, memory check, resume, sharding."""
+def add_sweep_options(p, timed: bool = True) -> None:
+    """Options run and check share: isolation, determinism, memory check, resume, sharding
+    (`timed`: the command times its pairs, as run does and check does not)."""
     p.add_argument("--isolate", action="store_true",
                    help="run each case x backend in a worker subprocess: a crash, hang or lost CUDA context "
                         "becomes an error row and a fresh worker runs the next case")
@@ -101,8 +102,8 @@ def add_sweep_options(p) -> None:
                    help="run pairs even when their predicted device memory exceeds the free memory")
     p.add_argument("--resume", action="store_true",
                    help="skip case x backend pairs already stored in --out for this env, whatever their status "
-                        "(error rows too; needs --out); run times again the rows stored untimed or with another "
-                        "--timer or --l2")
+                        "(error rows too; needs --out)" + ("; run times again the rows stored untimed or with "
+                                                            "another --timer or --l2" if timed else ""))
     p.add_argument("--shard", default=None, metavar="I/N",
                    help="run only the cases whose suite index is I mod N, I 0-based (0 <= I < N; cluster job arrays); "
                         "merge the files with `treebench merge`")
