@@ -61,9 +61,9 @@ def test_a_check_always_repeats_and_re_prepares():
             return lambda: calls.append(1) or out
 
     rows = run_cases(CASES[:1], [Once()], RunConfig(mode="check", quiet=True, device="cpu"))
-    assert rows[0]["deterministic"] is True and len(calls) == 4   # two prepares, two calls each
+    assert rows[0]["deterministic"] is True and len(calls) == 6   # two prepares, three calls each
     rows = run_cases(CASES[:1], [Once()], RunConfig(mode="check", quiet=True, device="cpu", determinism=True))
-    assert rows[0]["deterministic"] is True and len(calls) == 8
+    assert rows[0]["deterministic"] is True and len(calls) == 12
 
 
 def test_a_mismatch_keeps_its_reason_and_adds_the_nondeterminism():
@@ -107,3 +107,56 @@ def test_cli_determinism_exit_codes_and_summary(tmp_path, capsys):
     # a check always calls twice: an undeclared nondeterministic backend fails it even without --determinism
     assert main(["check", "--suite", str(suite), "--quiet", "--backend", f"{FAULTS}:Nondeterministic"]) == 1
     assert [r["deterministic"] for r in read_rows([out])] == [True, True, False, False]
+
+
+def test_the_re_prepare_twin_keeps_every_shape_and_changes_the_trees():
+    from treebench.harness.run.pair import CaseData
+
+    for per_request in ("same", "mixed"):
+        case = Case(batch_size=3, context_len=9, tree="full:2:2", tree_per_request=per_request,
+                    num_q_heads=2, num_kv_heads=1, head_dim=16)
+        twin = CaseData(case).alternate()
+        trees, other = case.trees(), twin.trees
+        assert [t.size for t in other] == [t.size for t in trees]
+        assert all(a.parents != b.parents for a, b in zip(trees, other) if a.size > 2)
+        assert (len({t.parents for t in other}) == 1) == (per_request == "same")
+        assert twin.case.seed != case.seed and CaseData(case).alternate().trees == other   # drawn from the seed
+
+
+class _DriftsAfter:
+    """Right for its first `right` calls, then 1.0 added to every output element."""
+    name, mask_kind = "drifts", "tree"
+
+    def __init__(self, right):
+        self.right = right
+
+    def availability(self):
+        return None
+
+    def supports(self, case):
+        return None
+
+    def prepare(self, inputs):
+        from treebench.harness.model.reference import paged_reference_attention
+
+        out, calls = paged_reference_attention(inputs).to(inputs.dtype), [0]
+
+        def run():
+            calls[0] += 1
+            return out if calls[0] <= self.right else out + 1
+        return run
+
+
+def test_a_check_catches_an_answer_that_changes_on_the_third_call():
+    (row,) = run_cases(CASES[:1], [_DriftsAfter(2)], RunConfig(mode="check", quiet=True, device="cpu"))
+    assert row["status"] == "mismatch" and "differ bitwise between calls 1 and 3" in row["reason"], row["reason"]
+    (row,) = run_cases(CASES[:1], [_DriftsAfter(3)], RunConfig(mode="check", quiet=True, device="cpu"))
+    assert row["status"] == "pass"          # what three calls cannot see: the run's timed calls below can
+
+
+def test_a_run_compares_once_more_after_the_timed_calls():
+    (row,) = run_cases(CASES[:1], [_DriftsAfter(3)], RunConfig(mode="run", quiet=True, device="cpu"))
+    assert row["status"] == "mismatch" and row["reason"].startswith("after the timed calls: "), row["reason"]
+    assert row["median_us"] > 0
+    (row,) = run_cases(CASES[:1], [_DriftsAfter(10**9)], RunConfig(mode="run", quiet=True, device="cpu"))
+    assert row["status"] == "pass" and row["reason"] is None

@@ -159,7 +159,7 @@ def test_each_row_is_in_the_store_before_the_next_backend_runs(tmp_path):
         return _exact(inputs)
 
     rows = _check(CASES, [Fake("a", _boom), Fake("b", count_then_exact)], store_path=path)
-    assert seen == [1] * 4 + [3] * 4   # a check calls twice on the case, then twice on its alternate
+    assert seen == [1] * 6 + [3] * 6   # a check calls three times on the case, then three on its alternate
     assert [r["backend"] for r in read_rows([path])] == [r["backend"] for r in rows]
 
 

@@ -66,8 +66,18 @@ def test_a_weaker_check_leaves_survivors_and_says_which():
     not the mutants that need an axis, and those are reported as survivors."""
     base = [Case(batch_size=2, context_len=17, tree="full:2:2", **SMALL)]
     found = {o.name: o for o in selftest(ALL_MUTANTS, cases_for=lambda b: base, device="cpu")}
-    assert not found["mutant_mask_word_32"].failed_check and not found["field_stale_mask"].failed_check
+    assert not found["mutant_mask_word_32"].failed_check and not found["mutant_page64_offset"].failed_check
     assert found["broken_causal_mask"].failed_check
+
+
+def test_a_mask_kept_by_batch_shape_is_a_wrong_answer_on_the_re_prepare():
+    """The re-prepare twin keeps B, L_b and T_b and gives each request another tree of its size, so a
+    mask cached by batch shape (FlashInfer PR #1028) gives a wrong output there, not a shape error,
+    with a shared tree as with per-request trees."""
+    for per_request in ("same", "mixed"):
+        case = Case(batch_size=2, context_len=17, tree="full:2:2", tree_per_request=per_request, **SMALL)
+        (found,) = selftest([BY_NAME["field_stale_mask"]], cases_for=lambda b: [case], device="cpu")
+        assert found.failed_check and ": mismatch: re-prepare on a second batch" in found.evidence, found.evidence
 
 
 @pytest.mark.parametrize("name", [cls.name for cls in CORRECT])

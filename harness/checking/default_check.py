@@ -84,6 +84,10 @@ def default_check_cases(backend, deep: bool = False) -> tuple[list[Case], dict]:
     return list(d.cases), d.coverage
 
 
+CHECK_CALLS = 3   # calls of each prepared callable in a check: the later ones must repeat the first bitwise
+REPREPARE = "a second batch of the same shapes with other Q/K/V and block tables and other trees of the same sizes"
+
+
 def default_check(backend, deep: bool = False, device: str | None = None) -> DefaultCheck:
     """The default check for `backend` (see the module docstring for its axes).
 
@@ -103,6 +107,8 @@ def default_check(backend, deep: bool = False, device: str | None = None) -> Def
         cases.setdefault(case.case_id, case)
         labels.setdefault(case.case_id, {})[axis] = value
     _note_device(coverage, caps, device)
+    note(coverage, "re-prepare", REPREPARE, None)
+    note(coverage, "repeat", f"{CHECK_CALLS} calls per prepare with the later ones bitwise equal to the first", None)
     return DefaultCheck(tuple(cases.values()), coverage, labels)
 
 
@@ -247,4 +253,4 @@ def _deep_extras(base: Case):
     for s in DEEP_SEEDS:
         yield "seed", str(s), replace(base, seed=s)
         yield "tree_per_request", f"mixed seed {s}", replace(mixed, seed=s)
-    yield "values", "position, mixed trees", replace(mixed, values="position")
+    yield "values", "position on mixed trees", replace(mixed, values="position")

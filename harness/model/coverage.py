@@ -59,10 +59,20 @@ def coverage_from_rows(rows: Iterable[dict], base: dict | None = None) -> dict:
 
 
 def coverage_by_backend(rows: Iterable[dict]) -> dict[str, dict]:
-    """backend -> `coverage_from_rows` of its rows, for the backends with default-check rows."""
+    """backend -> `coverage_from_rows` of its rows, for the backends with default-check rows, each
+    axis's values that ran in `ordered` order."""
     rows = list(rows)
     names = dict.fromkeys(str(r.get("backend")) for r in rows if r.get("check_axes"))
-    return {n: coverage_from_rows(r for r in rows if r.get("backend") == n) for n in names}
+    out = {n: coverage_from_rows(r for r in rows if r.get("backend") == n) for n in names}
+    for cov in out.values():
+        for e in cov.values():
+            e["ran"] = ordered(e["ran"])
+    return out
+
+
+def ordered(values: list[str]) -> list[str]:
+    """`values` in numeric order when every one is an integer (tree sizes, page sizes), else as given."""
+    return sorted(values, key=int) if values and all(v.lstrip("-").isdigit() for v in values) else list(values)
 
 
 def coverage_lines(coverage: dict) -> list[str]:
@@ -73,6 +83,6 @@ def coverage_lines(coverage: dict) -> list[str]:
     width = max(len(a) for a in coverage)
     lines = ["coverage (values that ran; skipped values with the reason):"]
     for axis, e in coverage.items():
-        lines.append(f"  {axis:<{width}}  ran {', '.join(e['ran']) or '(none)'}")
+        lines.append(f"  {axis:<{width}}  ran {', '.join(ordered(e['ran'])) or '(none)'}")
         lines += [f"  {'':<{width}}  skipped {v}: {why}" for v, why in e["skipped"].items()]
     return lines

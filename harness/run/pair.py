@@ -1,5 +1,5 @@
 """One (case, backend) pair: availability -> supports -> memory fit -> prepare ->
-compare [-> determinism] -> time, as one result row; treebench.harness.run.runner sweeps the pairs.
+compare [-> determinism] -> time -> compare once more, as one result row; treebench.harness.run.runner sweeps the pairs.
 
 Per case the inputs are built once per device (treebench.harness.model.paged.build_inputs) and
 the float64 reference once per (device, mask kind): a backend whose
@@ -22,6 +22,7 @@ treebench.harness.run.verify.check_pair.
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -31,11 +32,12 @@ import torch
 
 from treebench.harness.model.cases import Case
 from treebench.harness.run.memory import fit_reason
-from treebench.harness.run.verify import (InputsMutated, check_pair, compared, determinism, error_reason, join,
-                                         kernel_name, prepared, returns_lse)
+from treebench.harness.run.verify import (InputsMutated, check_output, check_pair, compared, determinism,
+                                         error_reason, join, kernel_name, lse_base, prepared, returns_lse)
 from treebench.harness.model.workload import case_metrics
 from treebench.harness.model.paged import BatchInputs, build_inputs
 from treebench.harness.model.reference import reference_attention
+from treebench.harness.model.trees import TokenTree, from_parents
 from treebench.harness.store.rows import ROW_FIELDS, SCHEMA
 from treebench.harness.timing.timers import time_callable
 
@@ -46,6 +48,17 @@ log = logging.getLogger("treebench.harness.run.runner")  # the runner's logger: 
 
 MASK_KINDS = ("tree", "causal")
 REPREPARE_SEED_OFFSET = 7919   # the alternate case's seed: case.seed + this (same axes, other draws)
+
+
+def reshaped(tree: TokenTree, rng: random.Random, tries: int = 16) -> TokenTree:
+    """Another tree of `tree`'s size T: each node i > 0 under a parent drawn uniformly from 0..i-1
+    (a random recursive tree), drawn until its canonical parent array differs from `tree`'s;
+    `tree` itself when T <= 2 (one shape only) or no draw of `tries` differs."""
+    for _ in range(tries if tree.size > 2 else 0):
+        other = from_parents([-1] + [rng.randrange(i) for i in range(1, tree.size)], f"{tree.spec} reshaped")
+        if other.parents != tree.parents:
+            return other
+    return tree
 
 
 class CaseData:
@@ -61,14 +74,20 @@ class CaseData:
 
     def alternate(self) -> "CaseData":
         """The CaseData of the case's re-prepare twin: the same axes, seed + REPREPARE_SEED_OFFSET
-        (other values, block tables and ragged contexts). With per-request trees the twin keeps
-        this batch's trees, rotated by one request, so B and sum T_b are the same but request b
-        gets another tree: state a backend keeps by batch shape from one prepare to the next
-        (a cached mask, a stale plan) shows up as a mismatch."""
+        (other values and block tables, other ragged contexts), and every tree replaced by another
+        tree of the same size T_b (a shared tree by one shared tree): B, L_b, T_b and every tensor
+        shape stay the same, so state a backend keeps by batch shape from one prepare to the next
+        (a cached mask, a stale plan) shows up as a mismatch. A tree of 1 or 2 nodes has no other
+        shape and is kept."""
         if self._alternate is None:
             twin = replace(self.case, seed=self.case.seed + REPREPARE_SEED_OFFSET)
-            trees = self.case.trees() if self.case.tree_per_request == "mixed" else None
-            self._alternate = CaseData(twin, trees[1:] + trees[:1] if trees else None)
+            rng = random.Random(twin.seed)
+            trees = self.case.trees()
+            if self.case.tree_per_request == "same":
+                trees = [reshaped(trees[0], rng)] * len(trees)
+            else:
+                trees = [reshaped(t, rng) for t in trees]
+            self._alternate = CaseData(twin, trees)
         return self._alternate
 
     def built(self, device: torch.device, mask_kind: str) -> tuple[bool, bool]:
@@ -148,9 +167,20 @@ def _run_one(backend, case: Case, data: CaseData, device: torch.device, config: 
     del out
     try:
         _time_row(row, fn, inputs, config)
+        _compare_after_timing(backend, fn, inputs, data, device, mask_kind, row)
     except (Exception, SystemExit) as e:  # noqa: BLE001 -- a failure while timing is the backend's error row
         row.update(status="error", reason="while timing: " + error_reason(e))
     check_inputs()
+
+
+def _compare_after_timing(backend, fn: Callable, inputs: BatchInputs, data: CaseData, device: torch.device,
+                          mask_kind: str, row: dict) -> None:
+    """Calls `fn` once more after its timed calls and compares that result with the reference:
+    a kernel whose answer drifts after warm-up (state kept from call to call) is a mismatch row."""
+    after = check_output(fn(), inputs, returns_lse(backend), lse_base(backend))
+    bad = compared(after, data.get(device, mask_kind)[1], inputs, data.lse(device, mask_kind))[1]
+    if bad and row["status"] == "pass":
+        row.update(status="mismatch", reason=join(f"after the timed calls: {bad}", row.get("reason")))
 
 
 def _memory_reason(backend, case: Case, data: CaseData, device: torch.device, mask_kind: str,
@@ -159,7 +189,7 @@ def _memory_reason(backend, case: Case, data: CaseData, device: torch.device, ma
     if not config.check_memory or mask_kind not in MASK_KINDS:
         return None
     inputs_built, reference_built = data.built(device, mask_kind)
-    twice = config.determinism or config.mode == "check"   # a check always calls the callable twice
+    twice = config.determinism or config.mode == "check"   # a check keeps a copy of the first output
     return fit_reason(case, backend, device, config.mode, twice, inputs_built, reference_built)
 
 

@@ -3,10 +3,13 @@ call, compare with the reference, guard the shared inputs, repeat, and, in a che
 re-prepare on a second batch.
 
 A check (``RunConfig.mode == "check"``) asks more of a pass (`check_pair`): each
-prepared callable is called twice and the two outputs compared bitwise (repeat), and
-the backend is prepared a second time on the case's alternate -- the same axes with
-another seed, so other Q/K/V, block tables and (ragged, mixed) contexts and trees --
-whose output must match that batch's reference and repeat bitwise too (re-prepare).
+prepared callable is called CHECK_CALLS (3) times and the later outputs compared bitwise with
+the first (repeat), and the backend is prepared a second time on the case's alternate -- the
+same axes and shapes with another seed, so other Q/K/V, block tables and ragged contexts, and
+another tree of each request's size (treebench.harness.run.pair.CaseData.alternate) -- whose
+output must match that batch's reference and repeat bitwise too (re-prepare). A timed run
+compares one more call after the timed ones with the reference (an answer that drifts after
+warm-up is a mismatch).
 A backend that keeps state from one prepare to the next, or whose callable's answer
 changes between calls, fails with a reason naming the step. A backend declaring
 ``deterministic = False`` (treebench.harness.adapter.contract.Backend) has its repeats
@@ -24,6 +27,7 @@ import torch
 
 from treebench.harness.model.compare import compare, compare_lse
 from treebench.harness.model.paged import BatchInputs
+from treebench.harness.checking.default_check import CHECK_CALLS
 
 if TYPE_CHECKING:
     from treebench.harness.run.pair import CaseData
@@ -187,23 +191,28 @@ def bitwise_diff_count(a: torch.Tensor, b: torch.Tensor) -> int:
 
 
 def determinism(fn: Callable, out: tuple, inputs: BatchInputs, row: dict,
-                with_lse: bool = False, base: float = math.e) -> tuple[tuple, str | None]:
-    """Calls `fn` a second time and compares bitwise with the first call's (out, lse), lse in the
-    backend's `lse_base` converted as `check_output` does; sets row["deterministic"].
+                with_lse: bool = False, base: float = math.e, calls: int = 1) -> tuple[tuple, str | None]:
+    """Calls `fn` `calls` more times and compares each bitwise with the first call's (out, lse), lse
+    in the backend's `lse_base` converted as `check_output` does; sets row["deterministic"].
 
     Returns:
-        (a copy of the first (out, lse), None or the nondeterminism reason).
+        (a copy of the first (out, lse), None or the nondeterminism reason, naming the first call
+        that differs).
     """
     # the callable may hand back persistent buffers: keep the first call's bits
     first = tuple(None if t is None else t.clone() for t in out)
-    again = check_output(fn(), inputs, with_lse, base)
-    n = sum(bitwise_diff_count(a, b) for a, b in zip(first, again) if a is not None and b is not None)
+    for k in range(2, calls + 2):
+        again = check_output(fn(), inputs, with_lse, base)
+        n = sum(bitwise_diff_count(a, b) for a, b in zip(first, again) if a is not None and b is not None)
+        if n:
+            break
     row["deterministic"] = n == 0
     if n == 0:
         return first, None
     total = sum(t.numel() for t in first if t is not None)
     what = "output and LSE" if with_lse else "output"
-    return first, f"nondeterministic: {n} of {total} {what} elements differ bitwise between two calls"
+    between = "two calls" if k == 2 else f"calls 1 and {k}"
+    return first, f"nondeterministic: {n} of {total} {what} elements differ bitwise between {between}"
 
 
 def join(*reasons: str | None) -> str | None:
@@ -268,11 +277,12 @@ def compared(out: tuple, ref: torch.Tensor, inputs: BatchInputs,
 
 def check_step(backend, data: CaseData, device: torch.device, mask_kind: str, row: dict,
                 step: str) -> tuple[dict, str | None]:
-    """Prepare, two calls and the comparison with the reference, on one batch of a check.
+    """Prepare, three calls and the comparison with the reference, on one batch of a check
+    (CHECK_CALLS: the first call's result must come back bitwise from the second and the third).
 
     A declared-deterministic backend (`deterministic`, default True) must repeat bitwise;
     one declaring False has each call compared with the reference instead. Sets
-    row["deterministic"] (False when any check step's two calls differed bitwise).
+    row["deterministic"] (False when any check step's later calls differed bitwise from its first).
 
     Returns:
         (the correctness record of the first call, None or the failure reason prefixed by `step`).
@@ -283,7 +293,7 @@ def check_step(backend, data: CaseData, device: torch.device, mask_kind: str, ro
     fn, out, check_inputs = prepared(backend, inputs, data, device)
     if row.get("kernel") is None:
         row["kernel"] = kernel_name(fn, backend, inputs)
-    out, nondet = determinism(fn, out, inputs, row, with_lse, base)
+    out, nondet = determinism(fn, out, inputs, row, with_lse, base, calls=CHECK_CALLS - 1)
     again = check_output(fn(), inputs, with_lse, base) if nondet else None
     check_inputs()
     del fn

@@ -145,5 +145,25 @@ class AccumulatesIntoOutput(Dense):
         return run
 
 
+class SwitchesAfterWarmup(Dense):
+    """Right for its first two calls, then switches path, as an autotuner does once it has timed its
+    candidates and settles on one (here a wrong one: the tree mask dropped, every node sees every
+    tree node): a check that compares two calls sees the same answer twice."""
+    name = "mutant_switches_after_warmup"
+    description = "correct for two calls, then a path without the tree mask (an autotuner settling on a bad config)"
+    axis = "repeat"
+
+    def prepare(self, inputs):
+        calls = [0]
+        full = Dense()
+        full.tree_mask = lambda inputs, b: torch.ones_like(Dense.tree_mask(full, inputs, b))
+
+        def run():
+            calls[0] += 1
+            return (self if calls[0] <= 2 else full).compute(inputs)
+
+        return run
+
+
 AXIS_MUTANTS = (MaskWord32, Page64Offset, PowerOfTwoPageOffset, NoMaxSubtraction, MhaFastPath, Fp16Denominator, ContextPartialDivides,
-                ReadsPastPageEnd, HeadsNodesConfused, AccumulatesIntoOutput)
+                ReadsPastPageEnd, HeadsNodesConfused, AccumulatesIntoOutput, SwitchesAfterWarmup)
