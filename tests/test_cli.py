@@ -333,6 +333,23 @@ def test_list_wraps_long_reasons_in_a_narrow_pipe(capsys, monkeypatch):
             assert shown[name].replace(" ", "") == reason.replace(" ", ""), name
 
 
+def test_counts_of_one_are_singular(tiny, tmp_path, capsys):
+    """A dry run, a merge and an rm of one case / pair / row say "1 case", not "1 cases"."""
+    one = tmp_path / "one.toml"
+    one.write_text(TINY.replace('["shuffled", "interleaved"]', '["shuffled"]'))
+    check = ["check", "--suite", str(one), "--backend", "torch_sdpa", "--quiet"]
+    assert main([*check, "--dry-run"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "suite tiny, 1 case x 1 backend: 1 pair to run here" in text and "(1 pair x " in text
+    out = tmp_path / "one.jsonl"
+    assert main([*check, "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["merge", str(tmp_path / "merged.jsonl"), str(out)]) == 0
+    assert "merged 1 row into " in capsys.readouterr().out
+    assert main(["rm", str(out), "--backend", "torch_sdpa"]) == 0
+    assert "removed 1 row from " in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("argv, needle", [
     (["rm", "{f}"], "give at least one of --run-id, --backend, --env"),
     (["rm", "{f}", "--run-id", ""], "--run-id is empty"),
