@@ -370,3 +370,16 @@ def test_rm_argument_errors_are_one_line_and_exit_2(tmp_path, argv, needle):
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("treebench: error: "), done.stderr
     assert needle in lines[0] and f.read_text() == ""
+
+
+@pytest.mark.parametrize("filters", [["--run-id", "nosuch"], ["--backend", "nosuch"], ["--env", "nosuch"],
+                                     ["--backend", "torch_sdpa", "--run-id", "nosuch"]])
+def test_rm_of_a_value_naming_no_row_exits_2_and_removes_nothing(tiny, tmp_path, capsys, filters):
+    out = tmp_path / "r.jsonl"
+    assert main(["check", "--suite", str(tiny), "--backend", "torch_sdpa", "--quiet", "--out", str(out)]) == 0
+    before = out.read_bytes()
+    capsys.readouterr()
+    assert main(["rm", str(out), *filters]) == 2
+    line = _one_line_error(capsys)
+    assert f"'{filters[-1]}'" in line and "nothing removed" in line
+    assert out.read_bytes() == before

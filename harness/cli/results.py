@@ -60,10 +60,11 @@ def add_rm_arguments(p) -> None:
 
 def run_rm(args) -> int:
     """`treebench rm RESULTS --run-id ID... --backend NAME... --env ENV...`: removes the rows that
-    match every filter given (treebench.harness.store.remove.remove_rows) and says how many.
+    match any value given (treebench.harness.store.remove.remove_rows) and says how many.
 
     Raises:
-        ConfigError: no filter (rm never empties a file by default), an empty value, a missing file.
+        ConfigError: no filter (rm never empties a file by default), an empty value, a value that
+            names no row (nothing is removed then), a missing file.
     """
     filters = {"--run-id": args.run_ids, "--backend": args.backends, "--env": args.env_ids}
     if not any(filters.values()):
