@@ -350,6 +350,22 @@ def test_counts_of_one_are_singular(tiny, tmp_path, capsys):
     assert "removed 1 row from " in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("columns, width", [("120", 120), ("80", 80), (None, 160)])
+def test_list_fits_the_width_in_a_pipe(columns, width):
+    """`treebench list | cat`: the table fits COLUMNS, or 160 columns without it, its reasons folded."""
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | {"PYTHONPATH": str(ROOT)}
+    if columns:
+        env["COLUMNS"] = columns
+    done = subprocess.run([sys.executable, "-m", "treebench", "list"], cwd=ROOT, capture_output=True, text=True,
+                          check=True, env=env)
+    lines = done.stdout.splitlines()
+    assert len(lines) > 5 and any("│" in line for line in lines)
+    assert max(len(line) for line in lines) <= width, max(lines, key=len)
+
+
 @pytest.mark.parametrize("argv, needle", [
     (["rm", "{f}"], "give at least one of --run-id, --backend, --env"),
     (["rm", "{f}", "--run-id", ""], "--run-id is empty"),
