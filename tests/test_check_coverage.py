@@ -59,6 +59,15 @@ def test_a_dense_backend_gets_every_axis_with_nothing_skipped():
     assert {31, 32, 33, 63, 64, 65, 127, 128, 129, 256} <= sizes
 
 
+def test_an_fp16_only_backend_gets_every_fp8_format_in_range():
+    """e5m2 codes at the check's scales (0.25, 0.5) fall below float16's smallest normal, so an fp16-only
+    backend's e5m2 case takes bf16 queries (a skip with its reason) instead of breaking the check."""
+    cases, cov = default_check_cases(Caps(dtypes=("float16",), kv_dtypes=("float8_e4m3fn", "float8_e5m2")))
+    fp8 = {c.kv_dtype: c.dtype for c in cases if c.kv_fp8}
+    assert fp8 == {"float8_e4m3fn": "float16", "float8_e5m2": "bfloat16"}
+    assert "float8_e5m2" in cov["kv_dtype"]["skipped"] and "float8_e4m3fn" in cov["kv_dtype"]["ran"]
+
+
 def test_capabilities_become_skipped_values_with_reasons():
     d = default_check(Caps(dtypes=("bfloat16",), page_size_multiple=16, head_dims=(64, 128), group_sizes=(1, 4),
                            max_tree_size=64, per_request_trees=False, ragged_context=False))

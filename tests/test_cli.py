@@ -333,6 +333,39 @@ def test_list_wraps_long_reasons_in_a_narrow_pipe(capsys, monkeypatch):
             assert shown[name].replace(" ", "") == reason.replace(" ", ""), name
 
 
+def test_counts_of_one_are_singular(tiny, tmp_path, capsys):
+    """A dry run, a merge and an rm of one case / pair / row say "1 case", not "1 cases"."""
+    one = tmp_path / "one.toml"
+    one.write_text(TINY.replace('["shuffled", "interleaved"]', '["shuffled"]'))
+    check = ["check", "--suite", str(one), "--backend", "torch_sdpa", "--quiet"]
+    assert main([*check, "--dry-run"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "suite tiny, 1 case x 1 backend: 1 pair to run here" in text and "(1 pair x " in text
+    out = tmp_path / "one.jsonl"
+    assert main([*check, "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["merge", str(tmp_path / "merged.jsonl"), str(out)]) == 0
+    assert "merged 1 row into " in capsys.readouterr().out
+    assert main(["rm", str(out), "--backend", "torch_sdpa"]) == 0
+    assert "removed 1 row from " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("columns, width", [("120", 120), ("80", 80), (None, 160)])
+def test_list_fits_the_width_in_a_pipe(columns, width):
+    """`treebench list | cat`: the table fits COLUMNS, or 160 columns without it, its reasons folded."""
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | {"PYTHONPATH": str(ROOT)}
+    if columns:
+        env["COLUMNS"] = columns
+    done = subprocess.run([sys.executable, "-m", "treebench", "list"], cwd=ROOT, capture_output=True, text=True,
+                          check=True, env=env)
+    lines = done.stdout.splitlines()
+    assert len(lines) > 5 and any("│" in line for line in lines)
+    assert max(len(line) for line in lines) <= width, max(lines, key=len)
+
+
 @pytest.mark.parametrize("argv, needle", [
     (["rm", "{f}"], "give at least one of --run-id, --backend, --env"),
     (["rm", "{f}", "--run-id", ""], "--run-id is empty"),
@@ -353,3 +386,16 @@ def test_rm_argument_errors_are_one_line_and_exit_2(tmp_path, argv, needle):
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("treebench: error: "), done.stderr
     assert needle in lines[0] and f.read_text() == ""
+
+
+@pytest.mark.parametrize("filters", [["--run-id", "nosuch"], ["--backend", "nosuch"], ["--env", "nosuch"],
+                                     ["--backend", "torch_sdpa", "--run-id", "nosuch"]])
+def test_rm_of_a_value_naming_no_row_exits_2_and_removes_nothing(tiny, tmp_path, capsys, filters):
+    out = tmp_path / "r.jsonl"
+    assert main(["check", "--suite", str(tiny), "--backend", "torch_sdpa", "--quiet", "--out", str(out)]) == 0
+    before = out.read_bytes()
+    capsys.readouterr()
+    assert main(["rm", str(out), *filters]) == 2
+    line = _one_line_error(capsys)
+    assert f"'{filters[-1]}'" in line and "nothing removed" in line
+    assert out.read_bytes() == before

@@ -103,7 +103,7 @@ def test_cli_determinism_exit_codes_and_summary(tmp_path, capsys):
     base = ["check", "--suite", str(suite), "--out", str(out), "--quiet", "--determinism", "--backend"]
     assert main(base + [f"{FAULTS}:PersistentBuffer"]) == 0
     assert main(base + [f"{FAULTS}:Nondeterministic"]) == 1
-    assert "nondeterministic: nondeterministic on 2 case(s)" in capsys.readouterr().out
+    assert "nondeterministic: nondeterministic on 2 cases" in capsys.readouterr().out
     # a check always calls twice: an undeclared nondeterministic backend fails it even without --determinism
     assert main(["check", "--suite", str(suite), "--quiet", "--backend", f"{FAULTS}:Nondeterministic"]) == 1
     assert [r["deterministic"] for r in read_rows([out])] == [True, True, False, False]

@@ -77,6 +77,46 @@ def test_bad_kv_axes_are_one_line_config_errors(kw, needle):
     assert needle in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("kw, needle", [
+    ({"k_scale": 1e-30}, ("k_scale=1e-30: float8_e4m3fn's smallest normal 0.015625 x k_scale is below float16's "
+                          "smallest normal 6.10352e-05; use k_scale >= 0.00390625")),
+    ({"v_scale": 1e38, "dtype": "bfloat16"}, ("v_scale=1e+38: float8_e4m3fn's max 448 x v_scale overflows "
+                                              "bfloat16's max 3.38953e+38")),
+    ({"v_scale": 147.0}, "v_scale=147: float8_e4m3fn's max 448 x v_scale overflows float16's max 65504"),
+    ({"kv_dtype": "float8_e5m2", "k_scale": 2.0}, "float8_e5m2's max 57344 x k_scale overflows float16's max"),
+    ({"kv_dtype": "float8_e5m2", "k_scale": 0.5}, "float8_e5m2's smallest normal 6.10352e-05 x k_scale is below"),
+    ({"k_scale": float("nan")}, "k_scale=nan: must be a positive finite number"),
+])
+def test_fp8_scales_whose_values_leave_the_query_dtype_are_refused(kw, needle):
+    with pytest.raises(ConfigError) as e:
+        fp8_case(**{"dtype": "float16", **kw})
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("kv, dtype, lo, hi", [("float8_e4m3fn", "float16", 2.0**-8, 65504 / 448),
+                                               ("float8_e5m2", "float16", 1.0, 65504 / 57344),
+                                               ("float8_e4m3fn", "bfloat16", 2.0**-120, 7.5e35)])
+def test_fp8_scales_at_the_bounds_are_accepted(kv, dtype, lo, hi):
+    for s in (lo, hi):
+        assert fp8_case(kv, dtype=dtype, k_scale=s, v_scale=s).k_scale == s
+
+
+def test_the_range_table_is_torch_finfo():
+    from treebench.harness.model.cases import FLOAT_RANGE
+    for name, (top, tiny) in FLOAT_RANGE.items():
+        info = torch.finfo(getattr(torch, name))
+        assert (top, tiny) == (info.max, info.smallest_normal), name
+
+
+def test_a_suite_with_an_extreme_fp8_scale_exits_2(tmp_path, capsys):
+    suite = tmp_path / "bad.toml"
+    suite.write_text('[suite]\nname = "bad"\n[axes]\nbatch_size = [1]\ncontext_len = [4]\ntree = ["chain:1"]\n'
+                     'dtype = ["float16"]\nkv_dtype = ["float8_e4m3fn"]\nk_scale = [1e-30]\n')
+    assert main(["check", "--suite", str(suite), "--backend", "torch_sdpa", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "k_scale=1e-30" in err[0] and "smallest normal" in err[0]
+
+
 def test_a_suite_with_a_bad_kv_dtype_exits_2(tmp_path, capsys):
     suite = tmp_path / "bad.toml"
     suite.write_text('[suite]\nname = "bad"\n[axes]\nbatch_size = [1]\ncontext_len = [4]\ntree = ["chain:1"]\n'

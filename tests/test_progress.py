@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from treebench.harness.run.progress import EVERY_S, LineProgress, estimate, format_duration
+from treebench.harness.run.progress import EVERY_S, LineProgress, estimate, format_duration, plural
 
 
 class Clock:
@@ -26,6 +26,21 @@ def row(i: int) -> dict:
                                            (7537, "2 h 5 min")])
 def test_format_duration(seconds, text):
     assert format_duration(seconds) == text
+
+
+@pytest.mark.parametrize("n, noun, many, text", [
+    (1, "pair", None, "1 pair"), (2, "pair", None, "2 pairs"), (0, "row", None, "0 rows"),
+    (1, "mismatch", "mismatches", "1 mismatch"), (37, "mismatch", "mismatches", "37 mismatches"),
+])
+def test_plural_says_one_pair_and_two_pairs(n, noun, many, text):
+    assert plural(n, noun, many) == text
+
+
+def test_the_estimate_of_one_pair_says_pair():
+    assert estimate(1, "run", "cpu").startswith("about 4.0 s (1 pair x 4.00 s: ")
+    rows = [{"env": "e1", "run_id": "r", "status": "pass", "timestamp": f"2026-01-01T00:00:{s:02d}+00:00"}
+            for s in (0, 2, 4)]
+    assert "measured over 2 earlier pairs" in estimate(1, "run", "cpu", rows, "e1", "x.jsonl")
 
 
 def test_slow_pairs_get_a_line_each_with_the_time_left():

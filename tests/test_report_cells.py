@@ -269,3 +269,29 @@ def test_the_roofline_caption_names_the_compute_roof_it_drew(tmp_path):
     section = _section(html, "roofline")
     assert "compute roof: the bf16 matrix rate measured on the run's machine (817 TFLOP/s)" in section
     assert "compute roof: the datasheet" not in section
+
+
+def test_a_ratio_whose_denominator_is_another_runs_is_marked(tmp_path):
+    """The kv-dtype ratio and the tree-mask overhead of a run without its own bf16 (causal) row divide by
+    the median over other runs: the cell says so with a † and a footnote under the table; a ratio within
+    one run is not marked."""
+    from treebench.harness.analyze.tables import OTHER_RUN, kv_dtype_table, mask_overhead_table
+    rows = read_rows(FP8_TARGETS)
+    later = [{**r, "run_id": "later"} for r in rows if r["case"].get("kv_dtype")]      # fp8 rows only
+    kv, n = kv_dtype_table(rows + later), len(kv_dtype_table(rows))
+    assert OTHER_RUN not in kv_dtype_table(rows)
+    assert kv[OTHER_RUN].sum() == n and len(kv) == 2 * n
+    base = [r for r in read_rows(BASE) if r["status"] == "pass"]
+    tree_only = [{**r, "run_id": "later"} for r in base if r["backend"] == "triton_tree"]
+    seed = mask_overhead_table(base + tree_only)
+    assert OTHER_RUN not in mask_overhead_table(base) and seed[OTHER_RUN].sum() == len(tree_only)
+    html = report.write_report(rows + later, read_envs(FP8_TARGETS.parent), tmp_path / "r.html").read_text()
+    section = _section(html, "kv-dtype")
+    assert section.count("×†") == n and "† the query-dtype time is the median over other runs" in section
+    assert OTHER_RUN not in html
+    html = report.write_report(base + tree_only, {}, tmp_path / "s.html").read_text()
+    section = _section(html, "seed")
+    assert section.count("†</td>") == len(tree_only)
+    assert "† the causal_baseline time is the median over other runs" in section
+    md = re.search(r"<pre>(.*?)</pre>", section, re.DOTALL).group(1)
+    assert md.count("† |") == len(tree_only) and OTHER_RUN not in md

@@ -262,7 +262,6 @@ ROWS = [_row(0, run_id="r1", env="e1", backend="a"), _row(1, run_id="r2", env="e
     ({"env_ids": {"e1"}}, {0, 1}),
     ({"run_ids": ["r1"], "backends": ["c"]}, {0, 3}),             # any filter matching removes the row
     ({"run_ids": "r3"}, {3}),                                      # one string is one value
-    ({"run_ids": ["nope"], "env_ids": ["none"]}, set()),
 ])
 def test_remove_rows_removes_exactly_the_matching_rows(tmp_path, filters, removed):
     path = tmp_path / "r.jsonl"
@@ -293,6 +292,24 @@ def test_remove_rows_is_atomic(tmp_path, monkeypatch):
         remove_rows(path, run_ids=["r2"])
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl"]   # no temporary file left
+
+
+@pytest.mark.parametrize("filters, match", [
+    ({"run_ids": ["nosuch"]}, "no row has run_id 'nosuch' .*run_ids here: r1, r2, r3"),
+    ({"run_ids": ["nope"], "env_ids": ["none"]}, "no row has run_id 'nope'"),
+    ({"run_ids": ["r1"], "backends": ["typo"]}, "no row has backend 'typo' .*backends here: a, b, c"),   # r1 alone
+    ({"env_ids": ["e1", "e9"]}, "no row has env 'e9'"),
+])
+def test_remove_rows_refuses_a_value_that_names_no_row(tmp_path, filters, match):
+    """A value matching no row is a typo: rm names it and removes nothing, not even the rows the
+    other values match."""
+    path = tmp_path / "r.jsonl"
+    _store_of(path, ROWS)
+    before = path.read_bytes()
+    with pytest.raises(ConfigError, match=match) as e:
+        remove_rows(path, **filters)
+    assert "\n" not in str(e.value) and "nothing removed" in str(e.value)
+    assert path.read_bytes() == before
 
 
 @pytest.mark.parametrize("case, match", [("no filter", "no run id, backend or env id"), ("missing", "not found"),

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from treebench.harness.analyze.tables import OTHER_RUN
+
 
 def missing(x) -> bool:
     """True for None and NaN: a cell with nothing measured."""
@@ -46,18 +48,39 @@ class Table:
 
     head: list[tuple[str, str]]
     rows: list[list[tuple[str, str]]]
+    footnote: str = ""     # shown under the table (what a † in its cells means); '' for none
 
     def without_empty_columns(self) -> Table:
         """The table less every column whose cells are all ''."""
         keep = [j for j in range(len(self.head)) if any(row[j][0] != "" for row in self.rows)]
-        return Table([self.head[j] for j in keep], [[row[j] for j in keep] for row in self.rows])
+        return Table([self.head[j] for j in keep], [[row[j] for j in keep] for row in self.rows], self.footnote)
+
+    def markdown(self) -> str:
+        """The table as GitHub Markdown, the cells as the page shows them, then the footnote."""
+        lines = ["| " + " | ".join(name for name, _ in self.head) + " |", "|" + "---|" * len(self.head)]
+        lines += ["| " + " | ".join(text for text, _ in row) + " |" for row in self.rows]
+        return "\n".join(lines + (["", self.footnote] if self.footnote else []))
+
+
+OTHER_RUN_MARK = "†"       # appended to the ratio cell of a line whose ratio divides by other runs' median
+
+
+def frame_cells(frame, fmt: dict, right: set, marked: str, denominator: str) -> Table:
+    """A table frame (a pandas DataFrame) as cells: column c through fmt[c] (else str), class 'n'
+    for the `right` columns; where the frame's OTHER_RUN column is True the `marked` column's cell
+    ends in OTHER_RUN_MARK and the footnote says that `denominator` is the median over other runs."""
+    flags = list(frame[OTHER_RUN]) if OTHER_RUN in frame else [False] * len(frame)
+    frame = frame.drop(columns=[OTHER_RUN], errors="ignore")
+    rows = [[(fmt.get(c, str)(v) + (OTHER_RUN_MARK if flag and c == marked else ""), "n" if c in right else "")
+             for c, v in zip(frame.columns, rec)] for rec, flag in zip(frame.itertuples(index=False), flags)]
+    note = (f"{OTHER_RUN_MARK} the {denominator} is the median over other runs of the case: its own run has none."
+            if any(flags) else "")
+    return Table([(c, "n" if c in right else "") for c in frame.columns], rows, note)
 
 
 def kv_table_cells(kv) -> Table:
     """`treebench.harness.analyze.tables.kv_dtype_table`'s frame (a pandas DataFrame) for the page:
-    times in µs, the ratio as '0.92×'."""
+    times in µs, the ratio as '0.92×' (a † where the query-dtype time is another run's)."""
     fmt = {"Time (us)": us, "Query-dtype time (us)": us, "Ratio": ratio}
     right = {"Batch Size", "Context Len", "Page Size", "Time (us)", "Query-dtype time (us)", "Ratio"}
-    rows = [[(fmt.get(c, str)(v), "n" if c in right else "") for c, v in zip(kv.columns, rec)]
-            for rec in kv.itertuples(index=False)]
-    return Table([(c, "n" if c in right else "") for c in kv.columns], rows)
+    return frame_cells(kv, fmt, right, "Ratio", "query-dtype time")

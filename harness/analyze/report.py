@@ -23,7 +23,7 @@ import jinja2
 import pandas as pd
 
 from treebench.harness.analyze import plots as plots
-from treebench.harness.analyze.cells import Table, kv_table_cells, num, ratio, us
+from treebench.harness.analyze.cells import Table, frame_cells, kv_table_cells, num, ratio, us
 from treebench.harness.analyze.headline import (OWN_KERNELS, timed_backends, cell_frame, contenders, headline,
                                                 headline_table, non_contenders, own_kernels, peers, pick_own,
                                                 roofline_basis)
@@ -49,16 +49,6 @@ def _roof_us(x) -> str:
 
 
 COLUMN_FORMATS = {"Time / roofline": ratio, "Roofline (us)": _roof_us}   # float columns not shown as `us`
-
-
-def markdown_table(df: pd.DataFrame) -> str:
-    """`df` as a GitHub Markdown table (numbers rounded for reading)."""
-    def cell(column: str, v) -> str:
-        return COLUMN_FORMATS.get(column, us)(v) if isinstance(v, float) else str(v)
-    lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]
-    lines += ["| " + " | ".join(cell(c, v) for c, v in zip(df.columns, row)) + " |"
-              for row in df.itertuples(index=False)]
-    return "\n".join(lines)
 
 
 # ---- choosing backends ------------------------------------------------------------------------
@@ -288,13 +278,12 @@ def pivot_table_cells(pivot: pd.DataFrame, order: Sequence[str], skip: set[str],
     return Table([(c, "n" if c in times else "") for c in pivot.columns], rows)
 
 
-def seed_table_cells(seed: pd.DataFrame) -> Table:
-    """The seed-style table, times in µs and overhead as a signed percentage."""
+def seed_table_cells(seed: pd.DataFrame, causal: str = "causal") -> Table:
+    """The seed-style table, times in µs and overhead as a signed percentage (a † where the `causal`
+    backend's time is the median over other runs)."""
     fmt = {"Time (us)": us, "Overhead (%)": lambda v: "" if v != v else f"{v:+.1f}", **COLUMN_FORMATS}
     num = {"Batch Size", "Seqlen Q", "Time (us)", "Overhead (%)", *COLUMN_FORMATS}
-    rows = [[(fmt.get(c, str)(v), "n" if c in num else "") for c, v in zip(seed.columns, rec)]
-            for rec in seed.itertuples(index=False)]
-    return Table([(c, "n" if c in num else "") for c in seed.columns], rows)
+    return frame_cells(seed, fmt, num, "Overhead (%)", f"{causal} time")
 
 
 # ---- the page ---------------------------------------------------------------------------------
@@ -367,8 +356,8 @@ def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, titl
         verdicts=verdicts, gate=gate, n_noisy=len(noisy), noise_rule=NOISE_RULE,
         env_ids=ids, env_rows=env_rows, roofline_basis=roofline_basis(envs, ids),
         pivot=pivot_table_cells(time_pivot(df, order), order, set(order) - racing, noisy_pivot),
-        seed=seed_table_cells(overhead).without_empty_columns(),
-        seed_md=markdown_table(overhead.dropna(axis=1, how="all")) if not overhead.empty else "",
+        seed=(seed := seed_table_cells(overhead, causal_backend).without_empty_columns()),
+        seed_md=seed.markdown() if not overhead.empty else "",
         kv=kv_table_cells(kv) if not (kv := kv_dtype_table(rows)).empty else None,
         failures=failure_rows(rows), skips=skip_reasons(rows), coverage=coverage_by_backend(rows),
         heatmaps=plots.best_peer_heatmaps(cells, own) if own and not cells.empty else None,

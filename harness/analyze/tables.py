@@ -65,6 +65,7 @@ def speedup_table(rows: Sequence[dict], baseline: str, exclude: Sequence[str] = 
     return out.reset_index(drop=True)
 
 
+OTHER_RUN = "_other_run"   # bool column, present when a line's ratio divides by the median over other runs
 SEED_COLUMNS = {"backend": "Backend", "batch_size": "Batch Size", "context_len": "Sequence Position",
                 "T": "Seqlen Q"}
 
@@ -80,7 +81,8 @@ def mask_overhead_table(rows: Sequence[dict], causal_backend: str = "causal_base
     and Time / roofline (1: at the hardware's limit), NaN without a measured bandwidth.
     The causal time is the one measured in the same run (run_id) when there is one,
     else the median over every run of the case (rows of several result sets may
-    repeat a case); with rows of several runs a Run column says which is which.
+    repeat a case; those lines are True in an OTHER_RUN column, present only when
+    there are some); with rows of several runs a Run column says which is which.
     Sorted as the seed table: batch size, position, T, causal row first.
     (Seed layout: vLLM PR #20401, "Add tree attention backend for v1".)
     """
@@ -88,9 +90,10 @@ def mask_overhead_table(rows: Sequence[dict], causal_backend: str = "causal_base
     roof = {"roofline_us": "Roofline (us)", "roofline_ratio": "Time / roofline"} if envs is not None else {}
     if df.empty:
         return pd.DataFrame(columns=[*SEED_COLUMNS.values(), "Time (us)", "Overhead (%)", *roof.values()])
-    causal_us = same_run_median(df[df["backend"] == causal_backend], df, ["case_id"])
+    causal_us, other = same_run_median(df[df["backend"] == causal_backend], df, ["case_id"])
     df["overhead_pct"] = 100.0 * (df["median_us"] / causal_us - 1.0)
     df.loc[df["backend"] == causal_backend, "overhead_pct"] = float("nan")
+    df[OTHER_RUN] = other & df["overhead_pct"].notna()
     if roof:
         df["roofline_ratio"] = df["median_us"] / df["roofline_us"]
     df["_causal_first"] = df["backend"] != causal_backend
@@ -102,20 +105,24 @@ def mask_overhead_table(rows: Sequence[dict], causal_backend: str = "causal_base
                         key=lambda s: s.astype(str) if s.name == "context_len" else s)
     cols = {**SEED_COLUMNS, **{a: "Run" if a == "run_id" else a.replace("_", " ").title() for a in extra},
             "median_us": "Time (us)", "overhead_pct": "Overhead (%)", **roof}
+    cols |= {OTHER_RUN: OTHER_RUN} if df[OTHER_RUN].any() else {}
     return df[list(cols)].rename(columns=cols).reset_index(drop=True)
 
 
-def same_run_median(base: pd.DataFrame, df: pd.DataFrame, on: list[str]) -> pd.Series:
+def same_run_median(base: pd.DataFrame, df: pd.DataFrame, on: list[str]) -> tuple[pd.Series, pd.Series]:
     """Per line of `df`, the median_us (µs) of the `base` lines that match it on the columns `on`:
     those of its own run (run_id) when `base` has any, else those of every run; NaN when none
-    matches. Both are `timed_frame` frames; the Series has df's index. Raises nothing."""
+    matches; and whether it is the latter (bool: another run's time). Both are `timed_frame`
+    frames; both Series have df's index. Raises nothing."""
     def key(d: pd.DataFrame) -> list[tuple]:
         return list(zip(*(d[c].astype(str) for c in on)))
     b = base.assign(_k=key(base), _run=base["run_id"].astype(str))
     same_run = b.groupby(["_run", "_k"])["median_us"].median()
     any_run = b.groupby("_k")["median_us"].median()
-    return pd.Series([same_run.get((r, k), any_run.get(k, math.nan)) for r, k in zip(df["run_id"].astype(str), key(df))],
-                     index=df.index, dtype=float)
+    pairs = list(zip(df["run_id"].astype(str), key(df)))
+    other = pd.Series([p not in same_run.index and p[1] in any_run.index for p in pairs], index=df.index, dtype=bool)
+    return (pd.Series([same_run.get(p, any_run.get(p[1], math.nan)) for p in pairs], index=df.index, dtype=float),
+            other)
 
 
 def varying_axes(df: pd.DataFrame, exclude: Sequence[str] = ()) -> list[str]:
@@ -135,7 +142,8 @@ def kv_dtype_table(rows: Sequence[dict]) -> pd.DataFrame:
     Size, Context Len, Tree, Page Size, ...), KV dtype, Time (us) (median), Query-dtype time (us)
     (the same case and backend with kv_dtype = dtype and unit scales, from the same run when one
     has it, else the median over runs) and Ratio = Time / Query-dtype time (< 1: the other pool
-    is faster). Empty when no case has both (or the rows name no dtype). Raises nothing.
+    is faster), and OTHER_RUN (True where that time is the median over other runs; present only
+    when there are such lines). Empty when no case has both (or the rows name no dtype). Raises nothing.
     """
     df = timed_frame(rows)
     if df.empty or "dtype" not in df or "kv_dtype" not in df:
@@ -146,7 +154,7 @@ def kv_dtype_table(rows: Sequence[dict]) -> pd.DataFrame:
     out = df[narrow].copy()
     if out.empty:
         return pd.DataFrame()
-    out["base_us"] = same_run_median(base, out, [*cell_axes, "backend"])
+    out["base_us"], out[OTHER_RUN] = same_run_median(base, out, [*cell_axes, "backend"])
     out = out.dropna(subset=["base_us"])
     if out.empty:
         return pd.DataFrame()
@@ -155,4 +163,5 @@ def kv_dtype_table(rows: Sequence[dict]) -> pd.DataFrame:
     out = out.sort_values(["backend", *extra, "kv_dtype"])
     cols = {"backend": "Backend", **{a: a.replace("_", " ").title() for a in extra}, "kv_dtype": "KV dtype",
             "median_us": "Time (us)", "base_us": "Query-dtype time (us)", "ratio": "Ratio"}
+    cols |= {OTHER_RUN: OTHER_RUN} if out[OTHER_RUN].any() else {}
     return out[list(cols)].rename(columns=cols).reset_index(drop=True)

@@ -23,6 +23,7 @@ from rich.table import Table
 
 from treebench.harness.errors import ConfigError
 from treebench.harness.model.suites import SUITES_DIR
+from treebench.harness.run.progress import plural
 from treebench.harness.store.rows import new_run_id
 from treebench.harness.timing.modes import MODES
 
@@ -238,8 +239,8 @@ def dry_run_code(result, allow_skip: bool) -> int:
     and on a torchrun rank past 0, whose exit code rank 0 sets)."""
     if not result.planned or result.will_skip < result.planned or result.resumed or not result.primary:
         return 0
-    CONSOLE.file.write(f"treebench: dry run: every one of the {result.planned} pairs would be skipped (backend "
-                       f"unavailable or case unsupported: `treebench list` says why){_nothing_ran_tail(allow_skip)}\n")
+    CONSOLE.file.write(f"treebench: dry run: every one of the {plural(result.planned, 'pair')} would be skipped "
+                       f"(backend unavailable or case unsupported: `treebench list` says why){_nothing_ran_tail(allow_skip)}\n")
     CONSOLE.file.flush()
     return 0 if allow_skip else NOTHING_RAN
 
@@ -250,8 +251,8 @@ def print_plan(suite, backends, result) -> None:
     stored = (f"; {result.stored_note}" if result.stored_note else
               "" if result.resumed is None else f", {result.resumed} already stored (skipped by --resume)")
     out = console()
-    out.print(f"dry run: suite {suite.name}, {len(suite.cases)} cases x {len(backends)} backends: "
-              f"{result.planned} pairs to run here ({result.will_skip} of them skipped rows: backend "
+    out.print(f"dry run: suite {suite.name}, {plural(len(suite.cases), 'case')} x {plural(len(backends), 'backend')}: "
+              f"{plural(result.planned, 'pair')} to run here ({result.will_skip} of them skipped rows: backend "
               f"unavailable or case unsupported){stored}", markup=False)
     if result.estimate:
         out.print(f"estimated time: {result.estimate}", markup=False)
@@ -314,9 +315,9 @@ def print_summary(rows: list[dict], title: str, max_lines: int = 20) -> None:
         out.print(f"{r['status']}: {r['backend']}{kernel} on {r['case_id']}: {r['reason']}", markup=False,
                   highlight=False, soft_wrap=True)
     if len(failed) > max_lines:
-        out.print(f"... and {len(failed) - max_lines} more failed rows", markup=False, soft_wrap=True)
+        out.print(f"... and {plural(len(failed) - max_lines, 'more failed row')}", markup=False, soft_wrap=True)
     nondet = [r for r in rows if r.get("deterministic") is False]
     for name in dict.fromkeys(r["backend"] for r in nondet):
         n = sum(r["backend"] == name for r in nondet)
-        out.print(f"nondeterministic: {name} on {n} case(s): two calls gave bitwise different outputs",
+        out.print(f"nondeterministic: {name} on {plural(n, 'case')}: two calls gave bitwise different outputs",
                   markup=False, highlight=False, soft_wrap=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from treebench.harness.cli.common import Command, console
+from treebench.harness.cli.common import Command, console, plural
 from treebench.harness.errors import ConfigError
 
 
@@ -43,7 +43,7 @@ def run_merge(args) -> int:
                           "or folders of them (folders are not searched recursively)")
     with hold(out if out.parent.is_dir() else None):   # not while a run appends to OUT
         added = merge_results(out, inputs, rows=rows)  # validates OUT before writing anything
-    _print(f"merged {len(added)} rows into {out} ({len(rows) - len(added)} duplicates dropped)")
+    _print(f"merged {plural(len(added), 'row')} into {out} ({plural(len(rows) - len(added), 'duplicate')} dropped)")
     return 0
 
 
@@ -60,10 +60,11 @@ def add_rm_arguments(p) -> None:
 
 def run_rm(args) -> int:
     """`treebench rm RESULTS --run-id ID... --backend NAME... --env ENV...`: removes the rows that
-    match every filter given (treebench.harness.store.remove.remove_rows) and says how many.
+    match any value given (treebench.harness.store.remove.remove_rows) and says how many.
 
     Raises:
-        ConfigError: no filter (rm never empties a file by default), an empty value, a missing file.
+        ConfigError: no filter (rm never empties a file by default), an empty value, a value that
+            names no row (nothing is removed then), a missing file.
     """
     filters = {"--run-id": args.run_ids, "--backend": args.backends, "--env": args.env_ids}
     if not any(filters.values()):
@@ -78,7 +79,7 @@ def run_rm(args) -> int:
     from treebench.harness.store.remove import remove_rows
 
     n = remove_rows(path, run_ids=tuple(args.run_ids), backends=tuple(args.backends), env_ids=tuple(args.env_ids))
-    _print(f"removed {n} rows from {path}")
+    _print(f"removed {plural(n, 'row')} from {path}")
     return 0
 
 

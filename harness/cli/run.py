@@ -29,6 +29,7 @@ from treebench.harness.cli.common import (
     given_once,
     nonempty,
     nothing_ran,
+    plural,
     print_plan,
     print_summary,
     report_nothing_ran,
@@ -185,7 +186,7 @@ def run(args) -> int:
     OUTCOME[0] = code   # the rows decide the exit code, whether or not stdout is still read
     if nothing_ran(result.rows) is None:
         warn_backends_that_ran_nothing(result.rows)
-    print_summary(result.rows, f"treebench run: suite {suite.name}, {len(suite.cases)} cases")
+    print_summary(result.rows, f"treebench run: suite {suite.name}, {plural(len(suite.cases), 'case')}")
     console().print(f"rows: {out}\nreport: {report}", markup=False, highlight=False, soft_wrap=True)
     report_nothing_ran(result.rows, args.allow_skip)
     return code

@@ -35,6 +35,7 @@ def run(args) -> int:
     Raises:
         ConfigError: the default check's suite cannot be read.
     """
+    from treebench.harness.cli.common import plural
     from treebench.harness.selftest.power import selftest
 
     out = Console(highlight=False, soft_wrap=True)
@@ -44,9 +45,9 @@ def run(args) -> int:
     survivors = [o for o in mutants if not o.failed_check]
     broken = [o for o in outcomes if not o.mutant and o.failed_check]
     cases = max((o.cases for o in outcomes), default=0)
-    summary = (f"treebench selftest: the default check ({cases} cases) kills {len(mutants) - len(survivors)} of "
-               f"{len(mutants)} mutants; {len(outcomes) - len(mutants) - len(broken)} of "
-               f"{len(outcomes) - len(mutants)} correct variants pass")
+    summary = (f"treebench selftest: the default check ({plural(cases, 'case')}) kills "
+               f"{len(mutants) - len(survivors)} of {plural(len(mutants), 'mutant')}; {len(outcomes) - len(mutants) - len(broken)} of "
+               f"{plural(len(outcomes) - len(mutants), 'correct variant')} pass")
     if survivors:
         summary += "; survivors: " + ", ".join(f"{o.name} (needs {o.axis})" for o in survivors)
     if broken:

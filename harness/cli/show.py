@@ -5,12 +5,15 @@ in one module: `LIST` and `TREE` (the cli package holds at most ten modules)."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from rich.markup import escape
 from rich.table import Table
 
-from treebench.harness.cli.common import Command, console
+from treebench.harness.cli.common import OFF_TERMINAL_WIDTH, Command, console
+
+PIPE_WIDTH = 160   # columns of `treebench list`'s table off a terminal when COLUMNS is not set
 
 
 def _no_arguments(p) -> None:
@@ -27,7 +30,8 @@ def _safe_note(note) -> str:
 
 def run_list(args) -> int:
     """`treebench list`: every registered backend with its availability and reason
-    (for an available backend, its optional `note()`: which path it takes here)."""
+    (for an available backend, its optional `note()`: which path it takes here), in a table
+    as wide as the terminal (off one: COLUMNS, else PIPE_WIDTH), long reasons folded."""
     from treebench.harness.run.loading import availability_of, registered_backends
 
     table = Table(title="treebench backends")
@@ -41,7 +45,11 @@ def run_list(args) -> int:
         detail = reason or (_safe_note(note) if callable(note) else "")
         table.add_row(name, "no" if reason else "yes", getattr(b, "mask_kind", "tree"), devices,
                       escape(detail))   # install hints hold brackets: .[gpu]
-    console().print(table)
+    out = console()
+    if out.width >= OFF_TERMINAL_WIDTH:      # a pipe or a file: a table as wide as its longest reason is unreadable
+        columns = os.environ.get("COLUMNS", "")
+        out.width = int(columns) if columns.isdigit() and int(columns) > 0 else PIPE_WIDTH
+    out.print(table, soft_wrap=False)         # the reason column folds to the width
     return 0
 
 

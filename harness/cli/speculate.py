@@ -18,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from treebench.harness.cli.common import Command
+from treebench.harness.cli.common import Command, plural
 from treebench.harness.errors import ConfigError
 from treebench.harness.speculation.search import MAX_SEARCH_NODES
 
@@ -88,7 +88,7 @@ def run_tree_search(args) -> int:
         except OSError as e:
             raise ConfigError(f"--suite-out {path}: cannot write ({e.strerror})") from None
         suite = load_suite(path)
-        sys.stderr.write(f"wrote {path}: {len(suite.cases)} cases\n")
+        sys.stderr.write(f"wrote {path}: {plural(len(suite.cases), 'case')}\n")
     return 0
 
 

@@ -25,6 +25,11 @@ VALUE_MODES = ("random", "position", "mean")
 FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")   # KV pools of 8-bit codes: a stored code c means float(c) * scale
 KV_DTYPES = ("bfloat16", "float16", *FP8_DTYPES)  # kv_dtype values (None: the query dtype)
 FP8_PREFIX = {"float8_e4m3fn": "kvfp8e4m3", "float8_e5m2": "kvfp8e5m2"}  # case-id prefix of an fp8 pool
+# (finite max, smallest normal) of the fp8 formats and of the query dtypes fp8 pools take: OCP 8-bit Floating
+# Point Specification (OFP8) rev 1.0, table 1 (E4M3: 448, 2^-6; E5M2: 57344, 2^-14); IEEE 754 binary16; bfloat16
+# has float32's exponents. They equal torch.finfo(dtype).max / .smallest_normal (tests/test_fp8.py checks).
+FLOAT_RANGE = {"float8_e4m3fn": (448.0, 2.0**-6), "float8_e5m2": (57344.0, 2.0**-14),
+               "bfloat16": (3.3895313892515355e38, 2.0**-126), "float16": (65504.0, 2.0**-14)}
 PHYSICAL_AXES = ("layout", "page_size")  # how K/V are stored, not what they are
 STORAGE_AXES = ("kv_dtype", "k_scale", "v_scale")  # the pool's number format: no stream's seed reads them
 # Axes added after case ids were first stored: left out of `axes` (so of the id and the seeds)
@@ -103,7 +108,8 @@ class Case:
 
         Raises:
             ConfigError: an unknown kv_dtype; an fp8 pool under float32 queries (not supported: fp8
-                kernels compute in bf16/fp16); a scale that is not a positive finite number, or one
+                kernels compute in bf16/fp16); a scale that is not a positive finite number, one whose
+                dequantised codes leave the query dtype's normal range (`fp8_scale_error`), or one
                 other than 1.0 on a pool that is not fp8 (a bf16/fp16 pool stores values, not codes).
         """
         kv = self.kv_dtype
@@ -123,6 +129,9 @@ class Case:
             if v != 1.0 and not self.kv_fp8:
                 raise ConfigError(f"case field {name}={v!r}: scales apply to fp8 pools only; set kv_dtype to one of "
                                   f"{', '.join(FP8_DTYPES)} or leave {name} at 1.0")
+            problem = fp8_scale_error(kv, self.dtype, name, v) if kv in FP8_DTYPES else None
+            if problem:
+                raise ConfigError(f"case field {name}={v:g}: {problem}")
             object.__setattr__(self, name, float(v))
 
     @property
@@ -259,6 +268,22 @@ class Case:
             n = r.randint(0, max(base.size - 1, 1))
             out.append(parse_tree(f"random:{n}:{r.randint(0, 2**31 - 1)}"))
         return out
+
+
+def fp8_scale_error(kv_dtype: str, dtype: str, name: str, scale: float) -> str | None:
+    """Why codes of the fp8 format `kv_dtype` times `scale` (> 0, finite) leave the normal range of the
+    query dtype `dtype` (bfloat16 | float16), or None when they stay inside it: the largest finite code
+    times `scale` must not exceed the query dtype's max (else it dequantises to inf) and the smallest
+    normal code times `scale` must not fall below its smallest normal (else codes flush towards zero).
+    Ranges: FLOAT_RANGE. `name` (k_scale | v_scale) is the field the reason names."""
+    (top, tiny), (q_top, q_tiny) = FLOAT_RANGE[kv_dtype], FLOAT_RANGE[dtype]
+    if top * scale > q_top:
+        return (f"{kv_dtype}'s max {top:g} x {name} overflows {dtype}'s max {q_top:g}; use {name} <= "
+                f"{q_top / top:g}")
+    if tiny * scale < q_tiny:
+        return (f"{kv_dtype}'s smallest normal {tiny:g} x {name} is below {dtype}'s smallest normal {q_tiny:g}; "
+                f"use {name} >= {q_tiny / tiny:g}")
+    return None
 
 
 CASE_FIELDS = tuple(f.name for f in fields(Case))

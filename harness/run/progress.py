@@ -33,6 +33,12 @@ SLOW_PAIR_S = 1.0       # a line per pair once pairs take this long on average (
 SECONDS_PER_PAIR = {("check", "cpu"): 1.0, ("run", "cpu"): 4.0, ("check", "cuda"): 0.3, ("run", "cuda"): 1.5}
 
 
+def plural(n: int, noun: str, many: str | None = None) -> str:
+    """'1 pair', '2 pairs', '0 pairs': the count and its noun, in the plural (`many`, else noun + 's')
+    unless n is 1. Every count-and-noun of treebench's output lines goes through it."""
+    return f"{n} {noun if n == 1 else many or noun + 's'}"
+
+
 def format_duration(seconds: float) -> str:
     """'0.4 s', '12.0 s', '1 min 40 s', '2 h 5 min' (rounded down to the unit shown)."""
     if seconds < 60:
@@ -166,9 +172,9 @@ def estimate(pairs: int, mode: str, device: str, rows: Iterable[dict] = (), env_
     if found is not None:
         per, n = found
         whose = "this env" if mine is not None else "other envs (another commit, machine or versions)"
-        basis = f"measured over {n} earlier pairs of {whose} in {source}"
+        basis = f"measured over {plural(n, 'earlier pair')} of {whose} in {source}"
     else:
         per = SECONDS_PER_PAIR.get((mode, device.split(":")[0]), SECONDS_PER_PAIR[(mode, "cpu")])
         basis = (f"a rough constant of {per:g} s per {mode} pair on {device.split(':')[0]}; "
                  "no earlier rows of this env to measure from")
-    return f"about {format_duration(pairs * per)} ({pairs} pairs x {per:.2f} s: {basis})"
+    return f"about {format_duration(pairs * per)} ({plural(pairs, 'pair')} x {per:.2f} s: {basis})"

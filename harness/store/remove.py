@@ -4,7 +4,8 @@ A row is removed when it matches ANY of the given values: its ``run_id`` is one
 of `run_ids`, OR its ``backend`` one of `backends`, OR its ``env`` one of
 `env_ids` (a union: ``run_ids=("r1",), backends=("b",)`` removes every row of
 run r1 and every row of backend b). Values are compared exactly; there are no
-patterns.
+patterns. Every value given must name at least one row: one that names none is
+a typo, refused before anything is removed (not even the rows the other values name).
 
 The file is rewritten whole: the kept lines, byte for byte, go to a temporary
 file in the same folder, which is fsync'd and then renamed over the original
@@ -38,11 +39,12 @@ def remove_rows(path: str | Path, *, run_ids: Iterable[str] = (), backends: Iter
             ``env`` fields; a single string counts as one value.
 
     Returns:
-        How many rows were removed (0: the file is left untouched).
+        How many rows were removed (at least one).
 
     Raises:
-        ConfigError: no value given at all, `path` is missing, not a regular file, not a .jsonl
-            file, holds something other than result rows, or cannot be rewritten (then it is unchanged).
+        ConfigError: no value given at all, a value that names no row of the file, `path` is missing,
+            not a regular file, not a .jsonl file, holds something other than result rows, or cannot be
+            rewritten (the file is then unchanged).
     """
     path = Path(path)
     wanted = {"run_id": _values(run_ids), "backend": _values(backends), "env": _values(env_ids)}
@@ -54,13 +56,25 @@ def remove_rows(path: str | Path, *, run_ids: Iterable[str] = (), backends: Iter
         raise ConfigError(f"rm {path}: not a .jsonl results file; give one results file, not a folder")
     check_results_file(path, "rm")
     lines = path.read_bytes().splitlines(keepends=True)
-    kept = [line for line in lines if not _matches(line, wanted)]
-    if len(kept) < len(lines):
-        try:
-            _replace(path, b"".join(kept))
-        except OSError as e:
-            raise ConfigError(f"rm {path}: cannot rewrite it ({e.strerror}); the file is unchanged") from None
+    rows = [_row(line) for line in lines]
+    _refuse_unmatched(path, wanted, [r for r in rows if r is not None])
+    kept = [line for line, row in zip(lines, rows) if not _matches(row, wanted)]
+    try:
+        _replace(path, b"".join(kept))
+    except OSError as e:
+        raise ConfigError(f"rm {path}: cannot rewrite it ({e.strerror}); the file is unchanged") from None
     return len(lines) - len(kept)
+
+
+def _refuse_unmatched(path: Path, wanted: dict[str, frozenset[str]], rows: list[dict]) -> None:
+    """Raises ConfigError naming the first value of `wanted` that no row holds, with the values the
+    file does hold for that field (at most 5)."""
+    for field, values in wanted.items():
+        held = {str(r[field]) for r in rows if r.get(field) is not None}
+        for v in sorted(values - held):
+            shown = ", ".join(sorted(held)[:5]) + (", ..." if len(held) > 5 else "") or "none"
+            raise ConfigError(f"rm {path}: no row has {field} {v!r} ({field}s here: {shown}); nothing removed: "
+                              "check the value")
 
 
 def _values(given: Iterable[str]) -> frozenset[str]:
@@ -68,13 +82,18 @@ def _values(given: Iterable[str]) -> frozenset[str]:
     return frozenset([given] if isinstance(given, str) else given)
 
 
-def _matches(line: bytes, wanted: dict[str, frozenset[str]]) -> bool:
-    """True when the line is a JSON row one of whose fields holds one of its wanted values."""
+def _row(line: bytes) -> dict | None:
+    """The line's JSON row, or None for a line that is not one (a torn line: kept as it is)."""
     try:
         row = json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError):
-        return False                     # a torn line: kept as it is
-    return isinstance(row, dict) and any(row.get(field) in values for field, values in wanted.items())
+        return None
+    return row if isinstance(row, dict) else None
+
+
+def _matches(row: dict | None, wanted: dict[str, frozenset[str]]) -> bool:
+    """True when `row` is a row one of whose fields holds one of its wanted values."""
+    return row is not None and any(row.get(field) in values for field, values in wanted.items())
 
 
 def _replace(path: Path, data: bytes) -> None:
