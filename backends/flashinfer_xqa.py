@@ -142,7 +142,25 @@ class FlashInferXqa(Backend):
             return result
 
         run()   # builds the JIT module outside the timed region
+        major = torch.cuda.get_device_capability(inputs.device)[0] if inputs.device.type == "cuda" else 0
+        run.kernel = xqa_kernel(kw, major)
         return run
+
+
+def xqa_kernel(kw: dict, sm_major: int) -> str:
+    """The XQA source `flashinfer.xqa` runs for these arguments (the row's `kernel`): the Hopper
+    kernel mha_sm90.cu for an fp8 (e4m3) pool on SM9x with D <= 256, except that speculative
+    decoding (q_seq_len > 1) takes it only with one T for the batch and q_seq_len * G > 32
+    (ragged Q, and the SWAP_AB shapes q_seq_len * G <= 32, go to mha.cu); else the generic mha.cu.
+    Mirrors flashinfer/xqa.py `xqa` (run_sm90_fp8_mha) and jit/xqa.py `swap_ab_eligible`,
+    FlashInfer 0.6.18.post1."""
+    k_cache, q = kw["k_cache"], kw["q"]
+    d, hkv = k_cache.shape[-1], kw["num_kv_heads"]
+    g = q.shape[-2] // hkv
+    hopper = k_cache.dtype == torch.float8_e4m3fn and sm_major == 9 and d <= 256
+    if hopper and kw["q_seq_len"] > 1 and (kw["q_cu_seq_lens"] is not None or kw["q_seq_len"] * g <= 32):
+        hopper = False
+    return "xqa mha_sm90 (Hopper)" if hopper else "xqa mha (generic)"
 
 
 def xqa_arguments(inputs: BatchInputs, scratch: torch.Tensor, semaphores: torch.Tensor) -> dict:

@@ -101,6 +101,7 @@ class SglangTriton(Backend):
             kernel(*args.positional, **args.keywords)
             return out
 
+        run.kernel = "sglang extend_attention_fwd"
         return run
 
 

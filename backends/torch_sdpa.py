@@ -64,4 +64,5 @@ class TorchSdpaBackend(Backend):
                 outs.append(o[0].transpose(0, 1))                                # (T_b, Hq, D)
             return torch.cat(outs)                                               # (sum T_b, Hq, D)
 
+        run.kernel = "torch sdpa per request (dense masked; torch picks the sdpa backend)"
         return run

@@ -107,6 +107,7 @@ class VllmTriton(Backend):
             kernel(**kw)
             return kw["out"]
 
+        run.kernel = "vllm unified_attention 2d"   # no split-K scratch passed, so never its 3D kernel
         return run
 
 

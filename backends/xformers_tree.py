@@ -113,6 +113,7 @@ class XformersTree(Backend):
             out = ops.tree_attention(*args.tensors, prefix_op=ops.prefix_op)  # (B, T, Hkv, G, D)
             return out.reshape(args.out_shape)                                # (sum T, Hq, D)
 
+        run.kernel = "xformers tree_attention (prefix: triton split-K)"
         return run
 
 

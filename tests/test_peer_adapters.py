@@ -237,7 +237,9 @@ def test_xformers_conversion_ragged(monkeypatch, tree, page_size):
     monkeypatch.setattr(XformersTree, "_ops", staticmethod(lambda: SimpleNamespace(
         tree_attention=fake_tree_attention, prefix_op="splitk", paged_bias=FakePagedBias)))
     inputs = build_inputs(small_case(batch_size=3, tree=tree, page_size=page_size))
-    assert_matches_reference(XformersTree().prepare(inputs)(), inputs)
+    fn = XformersTree().prepare(inputs)
+    assert_matches_reference(fn(), inputs)
+    assert fn.kernel == "xformers tree_attention (prefix: triton split-K)"
 
 
 def test_xformers_rejects_mixed_trees():
@@ -284,7 +286,9 @@ def fake_unified_attention(*, q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_
 def test_vllm_qq_bias_ragged(monkeypatch, tree):
     monkeypatch.setattr(VllmTriton, "_kernel", staticmethod(lambda: fake_unified_attention))
     inputs = build_inputs(small_case(batch_size=5, tree=tree, page_size=16))
-    assert_matches_reference(VllmTriton().prepare(inputs)(), inputs)
+    fn = VllmTriton().prepare(inputs)
+    assert_matches_reference(fn(), inputs)
+    assert fn.kernel == "vllm unified_attention 2d"
 
 
 # ---- causal baseline: both paths through fake FlashAttention kernels -------------------------

@@ -226,7 +226,9 @@ def fake_extend_attention_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, 
 def test_sglang_through_a_fake_kernel(monkeypatch, case_kw):
     install(monkeypatch, sg.MODULE, extend_attention_fwd=fake_extend_attention_fwd)
     inputs = build_inputs(small_case(**case_kw))
-    out = SglangTriton().prepare(inputs)()
+    fn = SglangTriton().prepare(inputs)
+    out = fn()
+    assert fn.kernel == "sglang extend_attention_fwd"
     assert out.shape == inputs.q.shape and passes(out, inputs)
 
 
@@ -351,6 +353,27 @@ def test_xqa_without_ragged_q_skips_trees_of_different_sizes(monkeypatch):
     assert FlashInferXqa().supports(small_case(dtype="bfloat16")) is None
 
 
+def test_xqa_names_the_kernel_flashinfer_picks():
+    """mha_sm90.cu for an e4m3 pool on SM9x, unless speculative decoding has ragged Q or a SWAP_AB
+    shape (q_seq_len * G <= 32); mha.cu otherwise (flashinfer/xqa.py, 0.6.18.post1)."""
+    def kw(t, g=4, dtype=torch.float8_e4m3fn, ragged=False, d=128):
+        return dict(k_cache=torch.empty(1, 16, 2, d, dtype=dtype), q=torch.empty(1, 1, t, 2 * g, d),
+                    num_kv_heads=2, q_seq_len=t, q_cu_seq_lens=torch.zeros(2) if ragged else None)
+
+    assert fx.xqa_kernel(kw(28), 9) == "xqa mha_sm90 (Hopper)"                     # 28 * 4 > 32
+    assert fx.xqa_kernel(kw(1), 9) == "xqa mha_sm90 (Hopper)"                      # plain decode
+    assert fx.xqa_kernel(kw(8), 9) == "xqa mha (generic)"                          # 8 * 4 <= 32: SWAP_AB
+    assert fx.xqa_kernel(kw(28, ragged=True), 9) == "xqa mha (generic)"
+    assert fx.xqa_kernel(kw(28, dtype=torch.bfloat16), 9) == "xqa mha (generic)"
+    assert fx.xqa_kernel(kw(28), 10) == "xqa mha (generic)"
+
+
+def test_xqa_rows_name_their_kernel(monkeypatch):
+    install(monkeypatch, "flashinfer", xqa=fake_xqa)
+    fn = FlashInferXqa().prepare(build_inputs(small_case(tree="full:2:2")))
+    assert fn.kernel == "xqa mha (generic)"                                        # the CPU: no SM9x
+
+
 def test_xqa_says_it_is_tensorrt_llms_verify_kernel():
     b = FlashInferXqa()
     assert "TensorRT-LLM" in b.note() and "TensorRT-LLM" in b.install_hint
@@ -443,3 +466,10 @@ def test_timed_calls_build_no_index_tensor(monkeypatch):
     for fn in calls:
         out = fn()
         assert (out[0] if isinstance(out, tuple) else out).shape == inputs.q.shape
+
+
+def test_torch_sdpa_rows_name_their_kernel():
+    from treebench.harness.run.loading import load_one
+
+    fn = load_one("torch_sdpa").prepare(build_inputs(small_case()))
+    assert fn.kernel.startswith("torch sdpa per request")
