@@ -86,6 +86,9 @@ def test_bad_kv_axes_are_one_line_config_errors(kw, needle):
     ({"kv_dtype": "float8_e5m2", "k_scale": 2.0}, "float8_e5m2's max 57344 x k_scale overflows float16's max"),
     ({"kv_dtype": "float8_e5m2", "k_scale": 0.5}, "float8_e5m2's smallest normal 6.10352e-05 x k_scale is below"),
     ({"k_scale": float("nan")}, "k_scale=nan: must be a positive finite number"),
+    ({"k_scale": 1e-30, "dtype": "bfloat16"}, ("k_scale=1e-30: a value of 1 codes to 1 / k_scale = 1e+30, outside "
+                                              "float8_e4m3fn's normal range [0.015625, 448]")),
+    ({"v_scale": 65.0, "dtype": "bfloat16"}, "use 0.00223214 <= v_scale <= 64"),
 ])
 def test_fp8_scales_whose_values_leave_the_query_dtype_are_refused(kw, needle):
     with pytest.raises(ConfigError) as e:
@@ -93,9 +96,10 @@ def test_fp8_scales_whose_values_leave_the_query_dtype_are_refused(kw, needle):
     assert needle in str(e.value) and "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("kv, dtype, lo, hi", [("float8_e4m3fn", "float16", 2.0**-8, 65504 / 448),
+@pytest.mark.parametrize("kv, dtype, lo, hi", [("float8_e4m3fn", "float16", 2.0**-8, 64.0),
                                                ("float8_e5m2", "float16", 1.0, 65504 / 57344),
-                                               ("float8_e4m3fn", "bfloat16", 2.0**-120, 7.5e35)])
+                                               ("float8_e4m3fn", "bfloat16", 1 / 448, 64.0),
+                                               ("float8_e5m2", "bfloat16", 1 / 57344, 2.0**14)])
 def test_fp8_scales_at_the_bounds_are_accepted(kv, dtype, lo, hi):
     for s in (lo, hi):
         assert fp8_case(kv, dtype=dtype, k_scale=s, v_scale=s).k_scale == s

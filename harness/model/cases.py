@@ -274,8 +274,11 @@ def fp8_scale_error(kv_dtype: str, dtype: str, name: str, scale: float) -> str |
     """Why codes of the fp8 format `kv_dtype` times `scale` (> 0, finite) leave the normal range of the
     query dtype `dtype` (bfloat16 | float16), or None when they stay inside it: the largest finite code
     times `scale` must not exceed the query dtype's max (else it dequantises to inf) and the smallest
-    normal code times `scale` must not fall below its smallest normal (else codes flush towards zero).
-    Ranges: FLOAT_RANGE. `name` (k_scale | v_scale) is the field the reason names."""
+    normal code times `scale` must not fall below its smallest normal (else codes flush towards zero);
+    and a value of magnitude 1 (the draws are N(0, 1)) must code inside the format's normal range,
+    1 / scale in [smallest normal, max] (else every code saturates at the max or flushes towards zero
+    and the pool holds no information). Ranges: FLOAT_RANGE. `name` (k_scale | v_scale) is the field
+    the reason names."""
     (top, tiny), (q_top, q_tiny) = FLOAT_RANGE[kv_dtype], FLOAT_RANGE[dtype]
     if top * scale > q_top:
         return (f"{kv_dtype}'s max {top:g} x {name} overflows {dtype}'s max {q_top:g}; use {name} <= "
@@ -283,6 +286,9 @@ def fp8_scale_error(kv_dtype: str, dtype: str, name: str, scale: float) -> str |
     if tiny * scale < q_tiny:
         return (f"{kv_dtype}'s smallest normal {tiny:g} x {name} is below {dtype}'s smallest normal {q_tiny:g}; "
                 f"use {name} >= {q_tiny / tiny:g}")
+    if not 1 / top <= scale <= 1 / tiny:
+        return (f"a value of 1 codes to 1 / {name} = {1 / scale:g}, outside {kv_dtype}'s normal range "
+                f"[{tiny:g}, {top:g}] (the draws are N(0, 1)); use {1 / top:g} <= {name} <= {1 / tiny:g}")
     return None
 
 
