@@ -130,3 +130,31 @@ def test_a_file_holding_only_a_torn_10mb_line_is_one_line(tmp_path, results, i):
     out = tmp_path / "merged.jsonl"
     _one_line_exit_2(_cli(*_commands(torn, results / "a.jsonl", out)[i]), "torn", f"{torn}:1")
     assert not out.exists() and not out.with_suffix(".html").exists()
+
+
+def _renamed_rows(src: Path, suffix: str) -> list[dict]:
+    """The rows of `src` as new measurements (their case ids changed), so a merge would append them."""
+    return [dict(json.loads(line), case_id=json.loads(line)["case_id"] + suffix) for line in src.read_text().splitlines()]
+
+
+def _merge_out(tmp_path: Path, results: Path) -> tuple[Path, bytes]:
+    """A merge OUT already holding rows, in a folder of its own, and its bytes."""
+    out = tmp_path / "out" / "merged.jsonl"
+    out.parent.mkdir()
+    out.write_bytes((results / "a.jsonl").read_bytes())
+    return out, out.read_bytes()
+
+
+@pytest.mark.parametrize("field, value, words", [("status", 5, ["field 'status' is int"]),
+                                                 ("median_us", "fast", ["field 'median_us' is str"]),
+                                                 ("case", None, ["field 'case' is missing"])])
+def test_merge_refuses_a_row_that_report_and_gate_refuse(tmp_path, results, field, value, words):
+    good, bad = tmp_path / "good.jsonl", tmp_path / "bad.jsonl"
+    good.write_text("".join(json.dumps(r) + "\n" for r in _renamed_rows(results / "a.jsonl", "-g")))
+    first, second, *_ = _renamed_rows(results / "a.jsonl", "-b")
+    second = {k: v for k, v in second.items() if k != field} if value is None else {**second, field: value}
+    bad.write_text(json.dumps(first) + "\n" + json.dumps(second) + "\n")
+    out, before = _merge_out(tmp_path, results)
+    proc = _cli("merge", str(out), str(good), str(bad))
+    _one_line_exit_2(proc, f"{bad}:2", *words)
+    assert out.read_bytes() == before and sorted(p.name for p in out.parent.iterdir()) == ["merged.jsonl"]
