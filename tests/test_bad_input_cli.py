@@ -158,3 +158,26 @@ def test_merge_refuses_a_row_that_report_and_gate_refuse(tmp_path, results, fiel
     proc = _cli("merge", str(out), str(good), str(bad))
     _one_line_exit_2(proc, f"{bad}:2", *words)
     assert out.read_bytes() == before and sorted(p.name for p in out.parent.iterdir()) == ["merged.jsonl"]
+
+
+def test_merge_of_a_deeply_nested_line_is_bad_input(tmp_path, results):
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text("[" * 100_000 + "\n")
+    out, before = _merge_out(tmp_path, results)
+    _one_line_exit_2(_cli("merge", str(out), str(results / "a.jsonl"), str(deep)), str(deep), "result row")
+    assert out.read_bytes() == before
+
+
+@pytest.mark.parametrize("i", range(2), ids=["report", "gate"])
+def test_a_deep_line_before_a_bad_row_is_one_line(tmp_path, results, i):
+    """A line that starts like a row and nests too deeply (skipped as torn, with its warning), then a row
+    with a bad field: the bad row's error, no traceback."""
+    bad = tmp_path / "bad.jsonl"
+    row = {**_renamed_rows(results / "a.jsonl", "-d")[0], "status": 5}
+    bad.write_text('{"a": ' + "[" * 100_000 + "\n" + json.dumps(row) + "\n")
+    out, before = _merge_out(tmp_path, results)
+    proc = _cli(*_commands(bad, results / "a.jsonl", out)[i])
+    *warnings, error = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and error.startswith("treebench: error: ") and "Traceback" not in proc.stderr
+    assert len(warnings) <= 1 and f"{bad}:2: field 'status'" in error, proc.stderr[-2000:]
+    assert out.read_bytes() == before and not out.with_suffix(".html").exists()

@@ -82,7 +82,7 @@ def validated_rows(paths: Sequence[str], command: str, case_axes: bool = False) 
             for n, line in enumerate(fh, start=1):
                 try:
                     row = json.loads(line)
-                except json.JSONDecodeError:
+                except (json.JSONDecodeError, RecursionError):   # a torn line: read_rows skipped it
                     continue
                 problem = row_problem(row, case_axes) if isinstance(row, dict) else None
                 if problem:
