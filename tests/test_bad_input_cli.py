@@ -168,7 +168,7 @@ def test_merge_of_a_deeply_nested_line_is_bad_input(tmp_path, results):
     assert out.read_bytes() == before
 
 
-@pytest.mark.parametrize("i", range(2), ids=["report", "gate"])
+@pytest.mark.parametrize("i", range(3), ids=["report", "gate", "merge"])
 def test_a_deep_line_before_a_bad_row_is_one_line(tmp_path, results, i):
     """A line that starts like a row and nests too deeply (skipped as torn, with its warning), then a row
     with a bad field: the bad row's error, no traceback."""
@@ -181,3 +181,26 @@ def test_a_deep_line_before_a_bad_row_is_one_line(tmp_path, results, i):
     assert proc.returncode == 2 and error.startswith("treebench: error: ") and "Traceback" not in proc.stderr
     assert len(warnings) <= 1 and f"{bad}:2: field 'status'" in error, proc.stderr[-2000:]
     assert out.read_bytes() == before and not out.with_suffix(".html").exists()
+
+
+@pytest.mark.parametrize("torn", ['{"sch', '{"run_id": "2026', '{"schema": 2, "backend": "ref'])
+def test_merge_skips_a_torn_last_line_as_report_and_gate_do(tmp_path, results, torn):
+    src = tmp_path / "torn.jsonl"
+    rows = _renamed_rows(results / "a.jsonl", "-t")
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows) + torn)
+    out, before = _merge_out(tmp_path, results)
+    proc = _cli("merge", str(out), str(src))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"{src}:{len(rows) + 1}: skipping a torn" in proc.stderr
+    assert out.read_bytes().startswith(before) and len(out.read_text().splitlines()) == 2 * len(rows)
+
+
+@pytest.mark.parametrize("text", ["hello\n", '{"schema": 2, "case_id": "x"}\n[1, 2]\n', '{"env_id": "e"}\n'])
+def test_merge_names_a_bad_input_without_offering_a_new_path(tmp_path, results, text):
+    """'give a new path' is advice for OUT: an input is read, not written."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(text)
+    out, before = _merge_out(tmp_path, results)
+    proc = _cli("merge", str(out), str(results / "a.jsonl"), str(bad))
+    _one_line_exit_2(proc, str(bad))
+    assert "new path" not in proc.stderr and out.read_bytes() == before

@@ -8,26 +8,15 @@ from pathlib import Path
 
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.env import ENV_FILE_RE, read_envs, write_env
-from treebench.harness.store.paths import check_results_file, check_writable
+from treebench.harness.store.paths import check_writable
 from treebench.harness.store.rows import append_rows, read_rows, row_key, timing_key
 from treebench.harness.store.validate import validated_rows
 
 
 def merge_row_inputs(inputs: Sequence[Path]) -> list[Path]:
     """The inputs that hold rows: env-*.json files (env fingerprints, merged separately) are left
-    out; every other file must be a results file.
-
-    Raises:
-        ConfigError: a missing input, or a file that is not a treebench results file.
-    """
-    out = []
-    for p in map(Path, inputs):
-        if p.is_file() and ENV_FILE_RE.fullmatch(p.name):
-            continue
-        if p.is_file():
-            check_results_file(p, "merge INPUT")
-        out.append(p)
-    return out
+    out; every other file is read as a results file (`read_merge_inputs`)."""
+    return [p for p in map(Path, inputs) if not (p.is_file() and ENV_FILE_RE.fullmatch(p.name))]
 
 
 def read_merge_inputs(inputs: Sequence[Path]) -> list[dict]:
