@@ -204,3 +204,18 @@ def test_merge_names_a_bad_input_without_offering_a_new_path(tmp_path, results, 
     proc = _cli("merge", str(out), str(results / "a.jsonl"), str(bad))
     _one_line_exit_2(proc, str(bad))
     assert "new path" not in proc.stderr and out.read_bytes() == before
+
+
+@pytest.mark.parametrize("device, words", [("bogus", ["--device bogus: not a torch device"]),
+                                           ("cuda:x", ["--device cuda:x: not a torch device"]),
+                                           ("meta", ["--device meta: not a device selftest can run on"]),
+                                           ("cuda:64", ["--device cuda:64", "not available"])])
+def test_selftest_refuses_a_device_it_cannot_run_on(device, words):
+    _one_line_exit_2(_cli("selftest", "--device", device), *words)
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="CUDA is available here")
+def test_selftest_refuses_cuda_without_cuda():
+    proc = _cli("selftest", "--device", "cuda")
+    _one_line_exit_2(proc, "--device cuda", "not available")
+    assert not proc.stdout
