@@ -219,3 +219,21 @@ def test_selftest_refuses_cuda_without_cuda():
     proc = _cli("selftest", "--device", "cuda")
     _one_line_exit_2(proc, "--device cuda", "not available")
     assert not proc.stdout
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("{dir}:X", ["{dir}", "is a directory", "PATH.py:Class"]),
+    ("math:pi", ["math:pi is not a class"]),
+    ("os.path:join", ["os.path:join is not a class"]),
+    (":", ["malformed", "PATH.py:Class", "package.module:Class"]),
+    ("math:", ["malformed", "PATH.py:Class"]),
+    ("{file}:A:B", ["malformed", "PATH.py:Class or package.module:Class"]),
+])
+def test_a_bad_backend_string_says_what_is_wrong_with_it(tmp_path, spec, words):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "file.py").write_text("class A:\n    pass\n")
+    fill = {"dir": str(tmp_path / "d"), "file": str(tmp_path / "file.py")}
+    out = tmp_path / "rows.jsonl"
+    proc = _cli("check", "--backend", spec.format(**fill), "--out", str(out))
+    _one_line_exit_2(proc, *(w.format(**fill) for w in words))
+    assert "not found" not in proc.stderr and "Error" not in proc.stderr and not out.exists()
