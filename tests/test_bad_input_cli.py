@@ -130,3 +130,110 @@ def test_a_file_holding_only_a_torn_10mb_line_is_one_line(tmp_path, results, i):
     out = tmp_path / "merged.jsonl"
     _one_line_exit_2(_cli(*_commands(torn, results / "a.jsonl", out)[i]), "torn", f"{torn}:1")
     assert not out.exists() and not out.with_suffix(".html").exists()
+
+
+def _renamed_rows(src: Path, suffix: str) -> list[dict]:
+    """The rows of `src` as new measurements (their case ids changed), so a merge would append them."""
+    return [dict(json.loads(line), case_id=json.loads(line)["case_id"] + suffix) for line in src.read_text().splitlines()]
+
+
+def _merge_out(tmp_path: Path, results: Path) -> tuple[Path, bytes]:
+    """A merge OUT already holding rows, in a folder of its own, and its bytes."""
+    out = tmp_path / "out" / "merged.jsonl"
+    out.parent.mkdir()
+    out.write_bytes((results / "a.jsonl").read_bytes())
+    return out, out.read_bytes()
+
+
+@pytest.mark.parametrize("field, value, words", [("status", 5, ["field 'status' is int"]),
+                                                 ("median_us", "fast", ["field 'median_us' is str"]),
+                                                 ("case", None, ["field 'case' is missing"])])
+def test_merge_refuses_a_row_that_report_and_gate_refuse(tmp_path, results, field, value, words):
+    good, bad = tmp_path / "good.jsonl", tmp_path / "bad.jsonl"
+    good.write_text("".join(json.dumps(r) + "\n" for r in _renamed_rows(results / "a.jsonl", "-g")))
+    first, second, *_ = _renamed_rows(results / "a.jsonl", "-b")
+    second = {k: v for k, v in second.items() if k != field} if value is None else {**second, field: value}
+    bad.write_text(json.dumps(first) + "\n" + json.dumps(second) + "\n")
+    out, before = _merge_out(tmp_path, results)
+    proc = _cli("merge", str(out), str(good), str(bad))
+    _one_line_exit_2(proc, f"{bad}:2", *words)
+    assert out.read_bytes() == before and sorted(p.name for p in out.parent.iterdir()) == ["merged.jsonl"]
+
+
+def test_merge_of_a_deeply_nested_line_is_bad_input(tmp_path, results):
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text("[" * 100_000 + "\n")
+    out, before = _merge_out(tmp_path, results)
+    _one_line_exit_2(_cli("merge", str(out), str(results / "a.jsonl"), str(deep)), str(deep), "result row")
+    assert out.read_bytes() == before
+
+
+@pytest.mark.parametrize("i", range(3), ids=["report", "gate", "merge"])
+def test_a_deep_line_before_a_bad_row_is_one_line(tmp_path, results, i):
+    """A line that starts like a row and nests too deeply (skipped as torn, with its warning), then a row
+    with a bad field: the bad row's error, no traceback."""
+    bad = tmp_path / "bad.jsonl"
+    row = {**_renamed_rows(results / "a.jsonl", "-d")[0], "status": 5}
+    bad.write_text('{"a": ' + "[" * 100_000 + "\n" + json.dumps(row) + "\n")
+    out, before = _merge_out(tmp_path, results)
+    proc = _cli(*_commands(bad, results / "a.jsonl", out)[i])
+    *warnings, error = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and error.startswith("treebench: error: ") and "Traceback" not in proc.stderr
+    assert len(warnings) <= 1 and f"{bad}:2: field 'status'" in error, proc.stderr[-2000:]
+    assert out.read_bytes() == before and not out.with_suffix(".html").exists()
+
+
+@pytest.mark.parametrize("torn", ['{"sch', '{"run_id": "2026', '{"schema": 2, "backend": "ref'])
+def test_merge_skips_a_torn_last_line_as_report_and_gate_do(tmp_path, results, torn):
+    src = tmp_path / "torn.jsonl"
+    rows = _renamed_rows(results / "a.jsonl", "-t")
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows) + torn)
+    out, before = _merge_out(tmp_path, results)
+    proc = _cli("merge", str(out), str(src))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"{src}:{len(rows) + 1}: skipping a torn" in proc.stderr
+    assert out.read_bytes().startswith(before) and len(out.read_text().splitlines()) == 2 * len(rows)
+
+
+@pytest.mark.parametrize("text", ["hello\n", '{"schema": 2, "case_id": "x"}\n[1, 2]\n', '{"env_id": "e"}\n'])
+def test_merge_names_a_bad_input_without_offering_a_new_path(tmp_path, results, text):
+    """'give a new path' is advice for OUT: an input is read, not written."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(text)
+    out, before = _merge_out(tmp_path, results)
+    proc = _cli("merge", str(out), str(results / "a.jsonl"), str(bad))
+    _one_line_exit_2(proc, str(bad))
+    assert "new path" not in proc.stderr and out.read_bytes() == before
+
+
+@pytest.mark.parametrize("device, words", [("bogus", ["--device bogus: not a torch device"]),
+                                           ("cuda:x", ["--device cuda:x: not a torch device"]),
+                                           ("meta", ["--device meta: not a device selftest can run on"]),
+                                           ("cuda:64", ["--device cuda:64", "not available"])])
+def test_selftest_refuses_a_device_it_cannot_run_on(device, words):
+    _one_line_exit_2(_cli("selftest", "--device", device), *words)
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="CUDA is available here")
+def test_selftest_refuses_cuda_without_cuda():
+    proc = _cli("selftest", "--device", "cuda")
+    _one_line_exit_2(proc, "--device cuda", "not available")
+    assert not proc.stdout
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("{dir}:X", ["{dir}", "is a directory", "PATH.py:Class"]),
+    ("math:pi", ["math:pi is not a class"]),
+    ("os.path:join", ["os.path:join is not a class"]),
+    (":", ["malformed", "PATH.py:Class", "package.module:Class"]),
+    ("math:", ["malformed", "PATH.py:Class"]),
+    ("{file}:A:B", ["malformed", "PATH.py:Class or package.module:Class"]),
+])
+def test_a_bad_backend_string_says_what_is_wrong_with_it(tmp_path, spec, words):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "file.py").write_text("class A:\n    pass\n")
+    fill = {"dir": str(tmp_path / "d"), "file": str(tmp_path / "file.py")}
+    out = tmp_path / "rows.jsonl"
+    proc = _cli("check", "--backend", spec.format(**fill), "--out", str(out))
+    _one_line_exit_2(proc, *(w.format(**fill) for w in words))
+    assert "not found" not in proc.stderr and "Error" not in proc.stderr and not out.exists()

@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 
 import pytest
-from treebench.harness.cli.main import main
 from treebench.harness.cli.common import safe_name
+from treebench.harness.cli.main import main
 from treebench.harness.store.rows import SCHEMA, append_row
 
 TINY = """
@@ -43,7 +43,8 @@ def _one_line_error(capsys) -> str:
 
 
 def _row(i: int) -> dict:
-    return {"schema": SCHEMA, "run_id": "r", "env": "e", "case_id": f"c{i}", "backend": "b", "status": "pass"}
+    return {"schema": SCHEMA, "run_id": "r", "env": "e", "case_id": f"c{i}", "backend": "b", "status": "pass",
+            "case": {"batch_size": 1, "context_len": 4, "tree": "chain:1"}}
 
 
 def _run(suite, *extra) -> list[str]:

@@ -11,13 +11,12 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from treebench.harness.sweep import shard
 from treebench.harness.cli.main import main
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.merge import merge_results
-from treebench.harness.sweep.shard import Rank, Shard, parse_shard, rank_path, strip_option, torchrun_rank
 from treebench.harness.store.rows import ROW_FIELDS, SCHEMA, read_rows
+from treebench.harness.sweep import shard
+from treebench.harness.sweep.shard import Rank, Shard, parse_shard, rank_path, strip_option, torchrun_rank
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITE = """
@@ -113,7 +112,7 @@ def test_torchrun_command_and_strip_option():
 
 def _row(case_id, backend="b", env="e1", run_id="r1", status="pass"):
     return {"schema": SCHEMA, "run_id": run_id, "env": env, "backend": backend, "case_id": case_id,
-            "status": status}
+            "case": {"batch_size": 1, "context_len": 4, "tree": "chain:1"}, "status": status}
 
 
 def _write(path: Path, rows) -> Path:

@@ -26,18 +26,17 @@ def run_merge(args) -> int:
     `shard.merge_results`) and copies their env files beside OUT.
 
     Raises:
-        ConfigError: an empty OUT, inputs without result rows, a bad OUT file, an OUT that a
-            run is writing.
+        ConfigError: an empty OUT, inputs without result rows, a row that report or gate would
+            refuse (names file, line and field), a bad OUT file, an OUT that a run is writing.
     """
     from treebench.harness.store.lock import hold
-    from treebench.harness.store.rows import read_rows
-    from treebench.harness.store.merge import merge_results, merge_row_inputs
+    from treebench.harness.store.merge import merge_results, read_merge_inputs
 
     if not args.out.strip():
         raise ConfigError("merge OUT is empty: give a results file path such as results/merged.jsonl")
     out = Path(args.out)
     inputs = [Path(p) for p in args.inputs]
-    rows = read_rows(merge_row_inputs(inputs), require_rows=True)
+    rows = read_merge_inputs(inputs)   # checked as report and gate check them, before OUT is touched
     if not rows:
         raise ConfigError(f"merge {' '.join(args.inputs)}: no result rows; point it at .jsonl result files "
                           "or folders of them (folders are not searched recursively)")

@@ -15,7 +15,7 @@ def add_arguments(p) -> None:
     """The options of `treebench selftest`."""
     p.add_argument("--determinism", action="store_true",
                    help="run each prepared callable twice, as `check --determinism` does (a bitwise difference fails)")
-    p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
+    p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available, else cpu)")
 
 
 def _line(o) -> str:
@@ -33,7 +33,8 @@ def run(args) -> int:
     """`treebench selftest`: 0 when every mutant is killed and every correct variant passes, else 1.
 
     Raises:
-        ConfigError: the default check's suite cannot be read.
+        ConfigError: a --device that is not a torch device, not cpu or cuda, or not available here
+            (checked before anything runs); the default check's suite cannot be read.
     """
     from treebench.harness.cli.common import plural
     from treebench.harness.selftest.power import selftest

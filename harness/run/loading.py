@@ -19,6 +19,7 @@ from treebench.harness.adapter.contract import REGISTRY, Backend, check_unique_n
 from treebench.harness.errors import ConfigError
 
 SPEC_ATTR = "treebench_spec"   # attribute load_one sets on a backend: how an --isolate worker loads it again
+FORMS = "PATH.py:Class or package.module:Class (or a registered backend name)"   # what --backend takes
 
 
 @contextlib.contextmanager
@@ -40,8 +41,12 @@ def _as_its_own_program(spec: str, argv0: str) -> Iterator[None]:
 def _load_class(spec: str) -> type:
     """The class `spec` ('pkg.mod:Class' or 'path/file.py:Class') names; ConfigError when it cannot be had."""
     target, _, cls_name = spec.rpartition(":")
+    if not target.strip() or not cls_name.strip() or (":" in target and not Path(target).exists()):
+        raise ConfigError(f"--backend {spec!r}: malformed; give {FORMS}")
     if target.endswith(".py") or "/" in target:
         path = Path(target)
+        if path.is_dir():
+            raise ConfigError(f"--backend {spec!r}: {target} is a directory; give a Python file, PATH.py:Class")
         if not path.is_file():
             raise ConfigError(f"--backend {spec!r}: file {target} not found")
         mod_name = f"treebench_user_{abs(hash(str(path.resolve())))}"
@@ -61,6 +66,8 @@ def _load_class(spec: str) -> type:
     cls = getattr(module, cls_name, None)
     if cls is None:
         raise ConfigError(f"--backend {spec!r}: {target} has no class {cls_name}")
+    if not isinstance(cls, type):
+        raise ConfigError(f"--backend {spec!r}: {spec} is not a class (a {type(cls).__name__}); give {FORMS}")
     return cls
 
 
@@ -68,7 +75,8 @@ def load_backend(spec: str) -> Backend:
     """A backend instance from a registry name, 'pkg.mod:Class' or 'path/file.py:Class'.
 
     Raises:
-        ConfigError: unknown name, unimportable module, missing class, a class
+        ConfigError: unknown name, a malformed spec (an empty side of the colon, or a second colon),
+            a directory, unimportable module, missing class, a name that is not a class, a class
             without the adapter contract's methods, or a module (or __init__) that called sys.exit.
     """
     import treebench.backends  # noqa: F401  (registers the built-in adapters)

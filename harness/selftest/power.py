@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+from treebench.harness.errors import ConfigError
 from treebench.harness.model.cases import Case
 from treebench.harness.run.config import RunConfig
 from treebench.harness.run.pair import CaseData, run_case_backend
@@ -22,6 +23,31 @@ from treebench.harness.selftest.mutants_field import ALL_MUTANTS
 from treebench.harness.selftest.variants import CORRECT
 
 FAILED = ("mismatch", "error")  # row statuses that make `check` exit 1
+DEVICE_TYPES = ("cpu", "cuda")  # the devices the selftest runs on (the harness's timers and memory checks know these)
+
+
+def selftest_device(device: str | None) -> torch.device:
+    """The device the selftest runs on: `device` ("cpu", "cuda", "cuda:N"), None: cuda when available, else cpu.
+
+    Raises:
+        ConfigError: `device` is not a torch device string, is not a device type the selftest runs on
+            (meta, mps, ...), or names CUDA where torch sees no GPU or fewer than N + 1 of them.
+    """
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ConfigError(f"--device {device}: not a torch device; give cpu, cuda or cuda:N") from None
+    if dev.type not in DEVICE_TYPES:
+        raise ConfigError(f"--device {device}: not a device selftest can run on; give cpu, cuda or cuda:N")
+    gpus = torch.cuda.device_count() if dev.type == "cuda" and torch.cuda.is_available() else 0
+    if dev.type == "cuda" and not gpus:
+        raise ConfigError(f"--device {device}: CUDA is not available here (torch {torch.__version__} sees no GPU); "
+                          "give --device cpu")
+    if dev.type == "cuda" and (dev.index or 0) >= gpus:
+        raise ConfigError(f"--device {device}: not available here: torch sees {gpus} GPU(s), cuda:0 to cuda:{gpus - 1}")
+    return dev
 
 
 def _default_cases(backend) -> list[Case]:
@@ -84,13 +110,14 @@ def selftest(backends: Sequence[type[Dense]] = (*CORRECT, *ALL_MUTANTS),
         cases_for: backend instance -> the check's cases for it (default: the default check).
         determinism: run each prepared callable twice and count a bitwise difference as a failure
             (`check --determinism`).
-        device: torch device; None: cuda when available, else cpu.
+        device: torch device (`selftest_device`); None: cuda when available, else cpu.
         on_outcome: called with each outcome as soon as it is known (progress).
 
     Raises:
-        ConfigError: the check's suite cannot be read.
+        ConfigError: a device the selftest cannot run on here (checked before anything runs), or
+            the check's suite cannot be read.
     """
-    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dev = selftest_device(device)
     config = RunConfig(mode="check", device=str(dev), quiet=True, determinism=determinism, check_memory=False)
     data: dict[str, CaseData] = {}
     out = []

@@ -8,25 +8,27 @@ from pathlib import Path
 
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.env import ENV_FILE_RE, read_envs, write_env
-from treebench.harness.store.paths import check_results_file, check_writable
+from treebench.harness.store.paths import check_writable
 from treebench.harness.store.rows import append_rows, read_rows, row_key, timing_key
+from treebench.harness.store.validate import validated_rows
 
 
 def merge_row_inputs(inputs: Sequence[Path]) -> list[Path]:
     """The inputs that hold rows: env-*.json files (env fingerprints, merged separately) are left
-    out; every other file must be a results file.
+    out; every other file is read as a results file (`read_merge_inputs`)."""
+    return [p for p in map(Path, inputs) if not (p.is_file() and ENV_FILE_RE.fullmatch(p.name))]
+
+
+def read_merge_inputs(inputs: Sequence[Path]) -> list[dict]:
+    """The rows of `inputs` (env files left out), read and checked as `treebench report` reads its
+    inputs (`validated_rows`: torn lines skipped with a warning, every field the readers need
+    checked), so merge never writes a row that report or gate would refuse.
 
     Raises:
-        ConfigError: a missing input, or a file that is not a treebench results file.
+        ConfigError: a missing input, a file that is not a treebench results file, a file holding
+            only torn lines, a row of an unknown schema or with a bad field (names file, line, field).
     """
-    out = []
-    for p in map(Path, inputs):
-        if p.is_file() and ENV_FILE_RE.fullmatch(p.name):
-            continue
-        if p.is_file():
-            check_results_file(p, "merge INPUT")
-        out.append(p)
-    return out
+    return validated_rows(merge_row_inputs(inputs), "merge", case_axes=True)
 
 
 def merge_results(out: Path, inputs: Sequence[Path], with_run: bool = False,
@@ -42,7 +44,7 @@ def merge_results(out: Path, inputs: Sequence[Path], with_run: bool = False,
     first would let an older pass hide it. Merging the same rows again adds nothing. Every input
     is read (and so validated) before anything is written; env files beside the
     inputs are copied beside `out`. `rows`: the inputs' rows when the caller has
-    already read them (`read_rows(merge_row_inputs(inputs))`), so they are read once.
+    already read them (`read_merge_inputs(inputs)`, as `treebench merge` does), so they are read once.
 
     Returns:
         The rows appended, in input order.

@@ -78,7 +78,7 @@ def check_results_file(path: str | Path, what: str) -> None:
     """
     path = Path(path)
     try:
-        fh = open(path, "rb")
+        fh = open(path, "rb")  # noqa: SIM115 -- entered below, once it is known to open
     except OSError:
         return  # missing or unreadable: the open for appending reports it
     with fh:
@@ -88,7 +88,7 @@ def check_results_file(path: str | Path, what: str) -> None:
                 continue
             try:
                 row = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError):
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
                 if is_torn_row(line):
                     continue
                 row = None

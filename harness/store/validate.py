@@ -1,5 +1,5 @@
-"""Result rows read for `treebench gate` and `treebench report`: every field they rely on
-checked (`row_problem`), and a row read twice (a file given twice) kept once."""
+"""Result rows read for `treebench gate`, `treebench report` and `treebench merge`: every field they
+rely on checked (`row_problem`), and (gate, report) a row read twice (a file given twice) kept once."""
 
 from __future__ import annotations
 
@@ -58,22 +58,31 @@ def row_problem(row: dict, case_axes: bool = False) -> str | None:
 
 
 def read_checked_rows(paths: Sequence[str], command: str, case_axes: bool = False) -> list[dict]:
-    """`treebench.harness.store.rows.read_rows(paths)`, each row checked by `row_problem`; a row repeated
-    to the letter of its identity (run_id, env, case_id, backend: a file or folder given
-    twice) is kept once, with a warning.
+    """`validated_rows(paths, command, case_axes)`; a row repeated to the letter of its identity
+    (run_id, env, case_id, backend: a file or folder given twice) is kept once, with a warning.
+
+    Raises:
+        ConfigError: as validated_rows.
+    """
+    return drop_repeated_rows(validated_rows(paths, command, case_axes), command)
+
+
+def validated_rows(paths: Sequence[str], command: str, case_axes: bool = False) -> list[dict]:
+    """`treebench.harness.store.rows.read_rows(paths)` (torn lines skipped with a warning), each row
+    checked by `row_problem`.
 
     Raises:
         ConfigError: as read_rows (its only lines torn, too), or a row lacks a required field (names file, line and field).
     """
     rows = read_rows(paths, require_rows=True)
     if all(row_problem(r, case_axes) is None for r in rows):
-        return drop_repeated_rows(rows, command)
+        return rows
     for f in result_files(paths):  # find where the bad row is, for the message
         with open(f, encoding="utf-8", errors="replace") as fh:
             for n, line in enumerate(fh, start=1):
                 try:
                     row = json.loads(line)
-                except json.JSONDecodeError:
+                except (json.JSONDecodeError, RecursionError):   # a torn line: read_rows skipped it
                     continue
                 problem = row_problem(row, case_axes) if isinstance(row, dict) else None
                 if problem:
