@@ -67,3 +67,14 @@ def test_a_broken_copy_fails_check(tmp_path, old, new):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert any(r["status"] == "mismatch" for r in rows), [(r["status"], r["reason"]) for r in rows]
     assert "Traceback" not in proc.stderr
+
+
+def test_a_backend_file_imports_a_module_beside_it(tmp_path):
+    """As under `python path/file.py`, the file's folder is on sys.path: its helpers import."""
+    name, code, cls = example()
+    (tmp_path / "kernels_here").mkdir()
+    (tmp_path / "kernels_here" / "shared_helper.py").write_text("ANSWER = 42\n")
+    path = tmp_path / "kernels_here" / name
+    path.write_text(code + "\nimport shared_helper  # noqa: E402\nassert shared_helper.ANSWER == 42\n")
+    proc, rows = check(path, cls, tmp_path)                       # run from the folder above
+    assert proc.returncode == 0, proc.stdout + proc.stderr

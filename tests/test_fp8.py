@@ -79,9 +79,9 @@ def test_bad_kv_axes_are_one_line_config_errors(kw, needle):
 
 @pytest.mark.parametrize("kw, needle", [
     ({"k_scale": 1e-30}, ("k_scale=1e-30: float8_e4m3fn's smallest normal 0.015625 x k_scale is below float16's "
-                          "smallest normal 6.10352e-05; use k_scale >= 0.00390625")),
+                          "smallest normal 6.10352e-05; use 0.00390625 <= k_scale <= 64")),
     ({"v_scale": 1e38, "dtype": "bfloat16"}, ("v_scale=1e+38: float8_e4m3fn's max 448 x v_scale overflows "
-                                              "bfloat16's max 3.38953e+38")),
+                                              "bfloat16's max 3.38953e+38; use 0.00223214 <= v_scale <= 64")),
     ({"v_scale": 147.0}, "v_scale=147: float8_e4m3fn's max 448 x v_scale overflows float16's max 65504"),
     ({"kv_dtype": "float8_e5m2", "k_scale": 2.0}, "float8_e5m2's max 57344 x k_scale overflows float16's max"),
     ({"kv_dtype": "float8_e5m2", "k_scale": 0.5}, "float8_e5m2's smallest normal 6.10352e-05 x k_scale is below"),

@@ -114,6 +114,12 @@ def test_large_logits_kill_the_unsubtracted_softmax_and_pass_the_variants():
     assert torch.isfinite(ref).all()
 
 
+def test_the_readme_counts_the_shipped_variants():
+    readme = (ROOT / "README.md").read_text()
+    assert (f"kills all {len(ALL_MUTANTS)} shipped broken" in readme
+            and f"passes {len(CORRECT)} correct ones" in readme.replace("\n", " "))
+
+
 def test_selftest_cli_kills_every_mutant_and_exits_0():
     proc = subprocess.run([sys.executable, "-m", "treebench", "selftest", "--device", "cpu"], cwd=ROOT,
                           capture_output=True, text=True, timeout=600, check=False, env={**os.environ, "PYTHONPATH": str(ROOT)})

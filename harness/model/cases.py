@@ -271,25 +271,27 @@ class Case:
 
 
 def fp8_scale_error(kv_dtype: str, dtype: str, name: str, scale: float) -> str | None:
-    """Why codes of the fp8 format `kv_dtype` times `scale` (> 0, finite) leave the normal range of the
-    query dtype `dtype` (bfloat16 | float16), or None when they stay inside it: the largest finite code
-    times `scale` must not exceed the query dtype's max (else it dequantises to inf) and the smallest
-    normal code times `scale` must not fall below its smallest normal (else codes flush towards zero);
-    and a value of magnitude 1 (the draws are N(0, 1)) must code inside the format's normal range,
-    1 / scale in [smallest normal, max] (else every code saturates at the max or flushes towards zero
-    and the pool holds no information). Ranges: FLOAT_RANGE. `name` (k_scale | v_scale) is the field
-    the reason names."""
+    """Why codes of the fp8 format `kv_dtype` times `scale` (> 0, finite) are no test for queries of
+    `dtype` (bfloat16 | float16), or None when `scale` is fine. Three bounds, each with its reason:
+    the largest finite code times `scale` must not exceed the query dtype's max (else it dequantises
+    to inf); the smallest normal code times `scale` must not fall below its smallest normal (else
+    codes flush towards zero); and a value of magnitude 1 (the draws are N(0, 1)) must code inside
+    the format's normal range, 1 / scale in [smallest normal, max] (else every code saturates at the
+    max or flushes towards zero and the pool holds no information). The reason names the first bound
+    broken and the range all three allow. Ranges: FLOAT_RANGE. `name` (k_scale | v_scale) is the
+    field the reason names."""
     (top, tiny), (q_top, q_tiny) = FLOAT_RANGE[kv_dtype], FLOAT_RANGE[dtype]
+    lo, hi = max(q_tiny / tiny, 1 / top), min(q_top / top, 1 / tiny)
+    if lo <= scale <= hi:
+        return None
     if top * scale > q_top:
-        return (f"{kv_dtype}'s max {top:g} x {name} overflows {dtype}'s max {q_top:g}; use {name} <= "
-                f"{q_top / top:g}")
-    if tiny * scale < q_tiny:
-        return (f"{kv_dtype}'s smallest normal {tiny:g} x {name} is below {dtype}'s smallest normal {q_tiny:g}; "
-                f"use {name} >= {q_tiny / tiny:g}")
-    if not 1 / top <= scale <= 1 / tiny:
-        return (f"a value of 1 codes to 1 / {name} = {1 / scale:g}, outside {kv_dtype}'s normal range "
-                f"[{tiny:g}, {top:g}] (the draws are N(0, 1)); use {1 / top:g} <= {name} <= {1 / tiny:g}")
-    return None
+        why = f"{kv_dtype}'s max {top:g} x {name} overflows {dtype}'s max {q_top:g}"
+    elif tiny * scale < q_tiny:
+        why = f"{kv_dtype}'s smallest normal {tiny:g} x {name} is below {dtype}'s smallest normal {q_tiny:g}"
+    else:
+        why = (f"a value of 1 codes to 1 / {name} = {1 / scale:g}, outside {kv_dtype}'s normal range "
+               f"[{tiny:g}, {top:g}] (the draws are N(0, 1))")
+    return f"{why}; use {lo:g} <= {name} <= {hi:g}"
 
 
 CASE_FIELDS = tuple(f.name for f in fields(Case))

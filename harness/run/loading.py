@@ -55,6 +55,9 @@ def _load_class(spec: str) -> type:
             raise ConfigError(f"--backend {spec!r}: {target} is not a Python file (.py)")
         module = importlib.util.module_from_spec(s)
         sys.modules[mod_name] = module
+        folder = str(path.resolve().parent)     # its siblings import, as under `python path/file.py`
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
         with _as_its_own_program(spec, str(path)):
             s.loader.exec_module(module)
     else:
