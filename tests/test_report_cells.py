@@ -295,3 +295,15 @@ def test_a_ratio_whose_denominator_is_another_runs_is_marked(tmp_path):
     assert "† the causal_baseline time is the median over other runs" in section
     md = re.search(r"<pre>(.*?)</pre>", section, re.DOTALL).group(1)
     assert md.count("† |") == len(tree_only) and OTHER_RUN not in md
+
+
+def test_the_summary_says_the_tree_time_is_relative_to_the_causal_time(tmp_path):
+    """A tree kernel faster than the causal one reads as a negative relative time, never as an 'overhead'."""
+    rows = [dict(r, median_us=r["median_us"] * 10) if r["backend"] == "causal_baseline" else r for r in three_cells()]
+    summary = _section(report.write_report(rows, {}, tmp_path / "r.html").read_text(), "summary")
+    assert "overhead" not in summary.lower()
+    assert '<th class="n">tree vs causal_baseline time</th>' in summary
+    # triton_tree: 10/40, 30/80, 8/10 of the causal time; geometric mean 0.4217 -> -57.8%
+    assert '<td class="n">-57.8%</td>' in summary
+    assert "negative: the tree kernel is faster" in summary
+    assert "triton_tree: time -57.8% relative to causal_baseline" in summary

@@ -135,6 +135,26 @@ def test_backend_without_string_name_is_config_error(tmp_path):
             load_backend(f"{f}:{cls}")
 
 
+def test_a_folder_named_without_a_slash_is_a_directory_not_a_module(tmp_path, monkeypatch):
+    """`--backend somedir:X` imports somedir/ (no __init__.py) as a namespace package: the folder in the working
+    directory is what the user meant, so it is refused as a directory; a namespace package found elsewhere on the
+    path is a module without the class."""
+    (tmp_path / "work" / "tb_somedir").mkdir(parents=True)
+    (tmp_path / "lib" / "tb_nsonly").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "work")
+    monkeypatch.syspath_prepend(str(tmp_path / "work"))       # as '' is under `python -m treebench`
+    monkeypatch.syspath_prepend(str(tmp_path / "lib"))
+    try:
+        with pytest.raises(ConfigError, match=r"^--backend 'tb_somedir:X': tb_somedir is a directory; "
+                                              r"give a Python file, PATH.py:Class$"):
+            load_backend("tb_somedir:X")
+        with pytest.raises(ConfigError, match="tb_nsonly has no class X"):
+            load_backend("tb_nsonly:X")
+    finally:
+        for name in ("tb_somedir", "tb_nsonly"):
+            sys.modules.pop(name, None)
+
+
 def test_unprintable_exception_still_gives_a_reason():
     assert error_reason(_BadStr()).startswith("_BadStr")
     rows = run_cases([CASE], [BadStr()], CFG)

@@ -191,6 +191,27 @@ def test_merge_validates_every_input_before_writing(tmp_path, capsys):
     assert out.read_bytes() == before and toml.read_text() == "[axes]\nbatch_size = [1]\n"
 
 
+@pytest.mark.parametrize("bad, problem", [({"status": "fine"}, "field 'status' is 'fine'"),
+                                          ({"case_id": None}, "field 'case_id' is missing"),
+                                          ({"median_us": -1.0}, "field 'median_us' is -1.0")])
+def test_rank_merge_refuses_a_bad_row_as_treebench_merge_does(tmp_path, bad, problem):
+    """Rank 0 merges the rank files with the checks of `treebench merge`: a rank that wrote a row report or
+    gate would refuse fails the merge with one line naming file, line and field; OUT and the rank files stay."""
+    out = _write(tmp_path / "sweep.jsonl", [_row("c0")])
+    _write(rank_path(out, Rank(0, 2, 0)), [_row("c1")])
+    r1 = _write(rank_path(out, Rank(1, 2, 1)), [_row("c2"), {**_row("c3"), **bad}])
+    before = out.read_bytes()
+    with pytest.raises(ConfigError, match=f"{r1}:2: {problem}") as e:
+        shard.merge_ranks(out)
+    assert "\n" not in str(e.value) and out.read_bytes() == before and len(shard.rank_files(out)) == 2
+
+
+def test_rank_merge_skips_a_rank_file_torn_by_a_killed_rank(tmp_path):
+    out = tmp_path / "sweep.jsonl"
+    rank_path(out, Rank(0, 1, 0)).write_text('{"schema": 2, "case_id": "c0", "ba')    # killed mid-row
+    assert shard.merge_ranks(out) == [] and not shard.rank_files(out)
+
+
 def test_shards_merged_equal_one_run(suite, tmp_path, capsys):
     assert _check(suite, tmp_path / "all.jsonl") == 0
     for i in range(3):

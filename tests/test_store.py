@@ -312,6 +312,20 @@ def test_remove_rows_refuses_a_value_that_names_no_row(tmp_path, filters, match)
     assert path.read_bytes() == before
 
 
+@pytest.mark.parametrize("check, advice", [
+    (lambda p: remove_rows(p, run_ids=["r1"]), "; fix or remove that line first"),
+    (check_writable, "; give a new path or a .jsonl results file")])
+def test_a_foreign_line_gets_advice_that_fits_the_command(tmp_path, check, advice):
+    """rm edits the file in place, so it is not told to give a new path; run --out and merge OUT are."""
+    path = tmp_path / "r.jsonl"
+    _store_of(path, ROWS)
+    path.write_bytes(path.read_bytes() + b"garbage {\n")     # unterminated and not a torn row
+    before = path.read_bytes()
+    with pytest.raises(ConfigError, match=f"line {len(ROWS) + 1}: not a result row") as e:
+        check(path)
+    assert str(e.value).endswith(advice) and path.read_bytes() == before
+
+
 @pytest.mark.parametrize("case, match", [("no filter", "no run id, backend or env id"), ("missing", "not found"),
                                          ("suffix", "not a .jsonl"), ("folder", "not a .jsonl"),
                                          ("foreign", "not a treebench results file")])

@@ -121,8 +121,8 @@ def verdict_lines(summary: Sequence[dict], baseline: str | None, causal: str, n_
             vs = f"geometric-mean speedup {ratio(s['speedup'])} over {baseline}; " if s["speedup"] else ""
             lines.append(("info", f"{b}: {vs}fastest on {s['wins']}/{n_cases} cases."))
         if s["overhead_pct"] is not None:
-            lines.append(("info", f"{b}: tree-mask overhead {s['overhead_pct']:+.1f}% against {causal} "
-                                  "(geometric mean)."))
+            lines.append(("info", f"{b}: time {s['overhead_pct']:+.1f}% relative to {causal} on the same cases "
+                                  "(geometric mean; negative: faster)."))
         for f in s["fallbacks"]:
             lines.append(("warn", f"{b}: timed with {'; '.join(s['timers'])} — {f}."))
     return lines + l2_warnings(summary)

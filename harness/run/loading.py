@@ -38,6 +38,17 @@ def _as_its_own_program(spec: str, argv0: str) -> Iterator[None]:
         sys.argv = saved
 
 
+def _a_directory(spec: str, target: str) -> ConfigError:
+    return ConfigError(f"--backend {spec!r}: {target} is a directory; give a Python file, PATH.py:Class")
+
+
+def _is_namespace(module) -> bool:
+    """Whether `module` is a namespace package: a folder without __init__.py, which imports as an empty module
+    (no file; its spec's origin is None, or "namespace" on newer Pythons)."""
+    spec = getattr(module, "__spec__", None)
+    return getattr(module, "__file__", None) is None and (spec is None or spec.origin in (None, "namespace"))
+
+
 def _load_class(spec: str) -> type:
     """The class `spec` ('pkg.mod:Class' or 'path/file.py:Class') names; ConfigError when it cannot be had."""
     target, _, cls_name = spec.rpartition(":")
@@ -46,7 +57,7 @@ def _load_class(spec: str) -> type:
     if target.endswith(".py") or "/" in target:
         path = Path(target)
         if path.is_dir():
-            raise ConfigError(f"--backend {spec!r}: {target} is a directory; give a Python file, PATH.py:Class")
+            raise _a_directory(spec, target)
         if not path.is_file():
             raise ConfigError(f"--backend {spec!r}: file {target} not found")
         mod_name = f"treebench_user_{abs(hash(str(path.resolve())))}"
@@ -66,6 +77,8 @@ def _load_class(spec: str) -> type:
                 module = importlib.import_module(target)
         except ImportError as e:
             raise ConfigError(f"--backend {spec!r}: cannot import {target} ({e})") from None
+        if _is_namespace(module) and Path(target).is_dir():     # a folder of the working directory, not a module
+            raise _a_directory(spec, target)
     cls = getattr(module, cls_name, None)
     if cls is None:
         raise ConfigError(f"--backend {spec!r}: {target} has no class {cls_name}")

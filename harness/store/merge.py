@@ -19,16 +19,21 @@ def merge_row_inputs(inputs: Sequence[Path]) -> list[Path]:
     return [p for p in map(Path, inputs) if not (p.is_file() and ENV_FILE_RE.fullmatch(p.name))]
 
 
-def read_merge_inputs(inputs: Sequence[Path]) -> list[dict]:
+def read_merge_inputs(inputs: Sequence[Path], require_rows: bool = True) -> list[dict]:
     """The rows of `inputs` (env files left out), read and checked as `treebench report` reads its
     inputs (`validated_rows`: torn lines skipped with a warning, every field the readers need
     checked), so merge never writes a row that report or gate would refuse.
 
+    Args:
+        require_rows: False takes inputs that hold only torn lines as holding no rows (a torchrun
+            rank killed in its first row), where True refuses them.
+
     Raises:
-        ConfigError: a missing input, a file that is not a treebench results file, a file holding
-            only torn lines, a row of an unknown schema or with a bad field (names file, line, field).
+        ConfigError: a missing input, a file that is not a treebench results file, (`require_rows`)
+            inputs holding only torn lines, a row of an unknown schema or with a bad field (names
+            file, line, field).
     """
-    return validated_rows(merge_row_inputs(inputs), "merge", case_axes=True)
+    return validated_rows(merge_row_inputs(inputs), "merge", case_axes=True, require_rows=require_rows)
 
 
 def merge_results(out: Path, inputs: Sequence[Path], with_run: bool = False,
@@ -42,15 +47,18 @@ def merge_results(out: Path, inputs: Sequence[Path], with_run: bool = False,
     known key measured later (a re-run that now crashes or mismatches, say) is appended
     too, because readers take a pair's latest row (`gate.latest_rows`): keeping only the
     first would let an older pass hide it. Merging the same rows again adds nothing. Every input
-    is read (and so validated) before anything is written; env files beside the
+    is read and validated before anything is written; env files beside the
     inputs are copied beside `out`. `rows`: the inputs' rows when the caller has
-    already read them (`read_merge_inputs(inputs)`, as `treebench merge` does), so they are read once.
+    already read them (`read_merge_inputs(inputs)`, as `treebench merge` does), so they are read once;
+    without them the inputs are read with the same checks (`read_merge_inputs(inputs, require_rows=False)`:
+    torchrun's rank files, where a rank killed in its first row leaves nothing but a torn line).
 
     Returns:
         The rows appended, in input order.
 
     Raises:
-        ConfigError: a missing input, a row of another schema, an unwritable `out`.
+        ConfigError: a missing input, a row of another schema or with a bad field (names file, line
+            and field), an unwritable `out`.
     """
     out = Path(out)
     if any(Path(p).resolve() == out.resolve() for p in inputs):
@@ -59,7 +67,7 @@ def merge_results(out: Path, inputs: Sequence[Path], with_run: bool = False,
         raise ConfigError(f"merge: {out} lies in the input folder {out.parent}, so its rows would be read "
                           "twice from then on; write it to another folder")
     check_writable(out, create=False, what="merge OUT")   # also: a .jsonl path
-    incoming = read_rows(merge_row_inputs(inputs)) if rows is None else rows
+    incoming = read_merge_inputs(inputs, require_rows=False) if rows is None else rows
     envs = read_envs(list(inputs))
     check_writable(out, what="merge OUT")  # created (empty) only once every input was read
     seen: dict[tuple, str] = {}              # key -> latest timestamp held

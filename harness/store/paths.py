@@ -68,9 +68,14 @@ def check_writable(path: str | Path, create: bool = True, what: str = "--out") -
     return path
 
 
-def check_results_file(path: str | Path, what: str) -> None:
+def check_results_file(path: str | Path, what: str, advice: str = "give a new path or a .jsonl results file") -> None:
     """Refuses an existing file that holds anything but result rows of a schema this code reads
     (1 to SCHEMA; blank lines and rows torn by a killed writer allowed); a missing or empty file passes.
+
+    Args:
+        what: how the message names the path ("--out", "merge OUT", "rm").
+        advice: the message's last clause, what to do about it (a command that edits the file in
+            place has no use for a new path).
 
     Raises:
         ConfigError: `path` holds something else (a suite, a report, a config, rows of another
@@ -95,7 +100,7 @@ def check_results_file(path: str | Path, what: str) -> None:
             if not isinstance(row, dict) or not is_known_schema(row.get("schema")):
                 got = f"schema {row.get('schema')!r}" if isinstance(row, dict) else "not a result row"
                 raise ConfigError(f"{what} {path}: not a treebench results file (line {n}: {got}; "
-                                  f"JSON rows of schema 1 to {SCHEMA} expected); give a new path or a .jsonl results file")
+                                  f"JSON rows of schema 1 to {SCHEMA} expected); {advice}")
 
 
 def check_html_path(path: str | Path, flag: str, example: str) -> Path:

@@ -67,14 +67,16 @@ def read_checked_rows(paths: Sequence[str], command: str, case_axes: bool = Fals
     return drop_repeated_rows(validated_rows(paths, command, case_axes), command)
 
 
-def validated_rows(paths: Sequence[str], command: str, case_axes: bool = False) -> list[dict]:
-    """`treebench.harness.store.rows.read_rows(paths)` (torn lines skipped with a warning), each row
-    checked by `row_problem`.
+def validated_rows(paths: Sequence[str], command: str, case_axes: bool = False,
+                   require_rows: bool = True) -> list[dict]:
+    """`treebench.harness.store.rows.read_rows(paths, require_rows)` (torn lines skipped with a warning),
+    each row checked by `row_problem`.
 
     Raises:
-        ConfigError: as read_rows (its only lines torn, too), or a row lacks a required field (names file, line and field).
+        ConfigError: as read_rows (with `require_rows`, its only lines torn, too), or a row lacks a
+            required field (names file, line and field).
     """
-    rows = read_rows(paths, require_rows=True)
+    rows = read_rows(paths, require_rows=require_rows)
     if all(row_problem(r, case_axes) is None for r in rows):
         return rows
     for f in result_files(paths):  # find where the bad row is, for the message

@@ -193,7 +193,12 @@ def wait_for_ranks(out: Path, world: int, run_id: str | None, timeout_s: float) 
 def merge_ranks(out: Path) -> list[dict]:
     """Appends the rows of every rank file of `out` (any world size: leftovers of a killed launch
     too) not already in it (key: run_id, case_id, backend, env), then deletes the rank files and
-    done markers; returns the rows appended. Call it only when no rank is writing."""
+    done markers; returns the rows appended. Call it only when no rank is writing.
+
+    Raises:
+        ConfigError: a rank file holds a row `treebench merge` would refuse (names file, line and
+            field); `out` and the rank files are left as they were.
+    """
     out = Path(out)
     added = merge_results(out, rank_files(out), with_run=True)
     for path in [*rank_files(out), *out.parent.glob(f"{_stem(out).name}.rank*-of-*.done")]:
