@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-MAX_TRACKED_BYTES = 20 * 1024 * 1024    # 20 MiB: today's tree is about 17 MB, 8.4 MB of it the all-peers seed rows
+MAX_TRACKED_BYTES = 15 * 1024 * 1024    # 15 MiB: today's tree is about 13 MB
+MAX_FILE_BYTES = 5 * 1000 * 1000        # 5 MB: one result file; raw samples of peers' rows stay out
 DIARY_WORDS = r"session [0-9]|issue #?[0-9]"
 
 
@@ -30,12 +31,17 @@ def tracked() -> list[Path]:
     return [ROOT / p for p in r.stdout.split("\0") if p and (ROOT / p).is_file()]
 
 
-def test_tracked_tree_is_under_20_mib(tracked):
+def test_tracked_tree_is_under_15_mib(tracked):
     total = sum(p.stat().st_size for p in tracked)
     biggest = sorted(tracked, key=lambda p: p.stat().st_size)[-5:]
     assert total < MAX_TRACKED_BYTES, (
         f"tracked tree {total / 2**20:.1f} MiB >= {MAX_TRACKED_BYTES / 2**20:.0f} MiB; largest: "
         + ", ".join(f"{p.relative_to(ROOT)} {p.stat().st_size / 1e6:.1f} MB" for p in biggest))
+
+
+def test_no_tracked_file_is_over_5_mb(tracked):
+    big = [f"{p.relative_to(ROOT)} {p.stat().st_size / 1e6:.1f} MB" for p in tracked if p.stat().st_size > MAX_FILE_BYTES]
+    assert not big, f"tracked files over {MAX_FILE_BYTES / 1e6:.0f} MB: {', '.join(big)}"
 
 
 def test_results_hold_only_the_h200_baseline(tracked):
