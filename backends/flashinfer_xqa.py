@@ -153,7 +153,15 @@ def xqa_kernel(kw: dict, sm_major: int) -> str:
     decoding (q_seq_len > 1) takes it only with one T for the batch and q_seq_len * G > 32
     (ragged Q, and the SWAP_AB shapes q_seq_len * G <= 32, go to mha.cu); else the generic mha.cu.
     Mirrors flashinfer/xqa.py `xqa` (run_sm90_fp8_mha) and jit/xqa.py `swap_ab_eligible`,
-    FlashInfer 0.6.18.post1."""
+    FlashInfer 0.6.18.post1.
+
+    Args:
+        kw: `xqa_arguments`' dict: k_cache (N, P, Hkv, D), q (..., Hq, D), num_kv_heads, q_seq_len,
+            q_cu_seq_lens ((B+1,) int32 or None).
+        sm_major: the GPU's compute-capability major (9: Hopper; 0 off a GPU).
+
+    Returns:
+        "xqa mha_sm90 (Hopper)" or "xqa mha (generic)". Raises nothing."""
     k_cache, q = kw["k_cache"], kw["q"]
     d, hkv = k_cache.shape[-1], kw["num_kv_heads"]
     g = q.shape[-2] // hkv

@@ -319,5 +319,5 @@ def print_summary(rows: list[dict], title: str, max_lines: int = 20) -> None:
     nondet = [r for r in rows if r.get("deterministic") is False]
     for name in dict.fromkeys(r["backend"] for r in nondet):
         n = sum(r["backend"] == name for r in nondet)
-        out.print(f"nondeterministic: {name} on {plural(n, 'case')}: two calls gave bitwise different outputs",
+        out.print(f"nondeterministic: {name} on {plural(n, 'case')}: repeated calls gave bitwise different outputs",
                   markup=False, highlight=False, soft_wrap=True)

@@ -34,6 +34,7 @@ def note(coverage: dict, axis: str, value: str, reason: str | None) -> None:
 
 def coverage_from_rows(rows: Iterable[dict], base: dict | None = None) -> dict:
     """The coverage record of default-check rows (those with `check_axes`); {} when none has it.
+    Each axis's values that ran are in `ordered` order.
 
     Args:
         rows: result rows.
@@ -55,19 +56,16 @@ def coverage_from_rows(rows: Iterable[dict], base: dict | None = None) -> dict:
         if reason is not None and value in entry["ran"]:        # planned to run, yet its rows were skipped
             entry["ran"].remove(value)
         note(coverage, axis, value, reason)
+    for e in coverage.values():
+        e["ran"] = ordered(e["ran"])
     return coverage
 
 
 def coverage_by_backend(rows: Iterable[dict]) -> dict[str, dict]:
-    """backend -> `coverage_from_rows` of its rows, for the backends with default-check rows, each
-    axis's values that ran in `ordered` order."""
+    """backend -> `coverage_from_rows` of its rows, for the backends with default-check rows."""
     rows = list(rows)
     names = dict.fromkeys(str(r.get("backend")) for r in rows if r.get("check_axes"))
-    out = {n: coverage_from_rows(r for r in rows if r.get("backend") == n) for n in names}
-    for cov in out.values():
-        for e in cov.values():
-            e["ran"] = ordered(e["ran"])
-    return out
+    return {n: coverage_from_rows(r for r in rows if r.get("backend") == n) for n in names}
 
 
 def ordered(values: list[str]) -> list[str]:
@@ -83,6 +81,6 @@ def coverage_lines(coverage: dict) -> list[str]:
     width = max(len(a) for a in coverage)
     lines = ["coverage (values that ran; skipped values with the reason):"]
     for axis, e in coverage.items():
-        lines.append(f"  {axis:<{width}}  ran {', '.join(ordered(e['ran'])) or '(none)'}")
+        lines.append(f"  {axis:<{width}}  ran {', '.join(e['ran']) or '(none)'}")
         lines += [f"  {'':<{width}}  skipped {v}: {why}" for v, why in e["skipped"].items()]
     return lines

@@ -18,6 +18,7 @@ from treebench.harness.errors import ConfigError
 from treebench.harness.model.cases import Case
 from treebench.harness.run.config import RunConfig
 from treebench.harness.run.pair import CaseData, run_case_backend
+from treebench.harness.run.runner import default_device
 from treebench.harness.selftest.dense import Dense
 from treebench.harness.selftest.mutants_field import ALL_MUTANTS
 from treebench.harness.selftest.variants import CORRECT
@@ -34,7 +35,7 @@ def selftest_device(device: str | None) -> torch.device:
             (meta, mps, ...), or names CUDA where torch sees no GPU or fewer than N + 1 of them.
     """
     if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return default_device()
     try:
         dev = torch.device(device)
     except (RuntimeError, ValueError):
