@@ -337,7 +337,8 @@ def test_a_dry_run_in_which_every_pair_would_skip_exits_as_the_run_would(tiny, c
     assert main(["run", "--suite", str(tiny), "--backends", f"reference,{cuda_only}", "--dry-run"]) == 0
     # with --resume the run counts the stored rows: stored passes and only skips left exits 0, and so does its dry run
     out = tmp_path / "s.jsonl"
-    assert main(["run", "--suite", str(tiny), "--backends", "reference", "--out", str(out), "--quiet"]) == 0
+    assert main(["run", "--suite", str(tiny), "--backends", "reference", "--out", str(out), "--quiet",
+                 "--report", str(tmp_path / "s0.html")]) == 0
     again = ["run", "--suite", str(tiny), "--backends", f"reference,{cuda_only}", "--out", str(out), "--resume",
              "--quiet", "--report", str(tmp_path / "s.html")]
     assert main([*again, "--dry-run"]) == 0
