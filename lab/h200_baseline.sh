@@ -15,7 +15,7 @@
 # BUDGET (s for the whole stage from its start, default 560: every timeout is capped at what is
 # left), CHECK_TIMEOUT (s per check, default 400), RUN_TIMEOUT (s for the run, default 560),
 # RESUME_FROM (a results file of an earlier call cut by its time limit: copied in, run with --resume),
-# MAX_JOBS (checks at once, default 6), TAR (a .tgz path: the stage's folder packed into one file at
+# CHECK_JOBS (checks at once, default 6; not MAX_JOBS, which FlashInfer's JIT reads as its ninja -j), TAR (a .tgz path: the stage's folder packed into one file at
 # the end).
 # Every command and its exit code go to $OUT/STAGE/exit-codes.txt (TAR packs the folder into one
 # file to copy back); a stage never stops at a failing
@@ -49,7 +49,7 @@ case $STAGE in
         > "$dir/check-triton_tree.txt" 2>&1; rc=$?
       note "treebench check --backend triton_tree (alone, $(( $(date +%s) - s )) s with start-up)" $rc
     fi
-    # The jobs, longest first (FlashInfer's JIT builds: its adapters' checks), at most MAX_JOBS at once
+    # The jobs, longest first (FlashInfer's JIT builds: its adapters' checks), at most CHECK_JOBS at once
     # (16 builds side by side starved each other past the limit); none starts with under 60 s of
     # the stage's BUDGET left, and each gets at most what is left.
     jobs_list=()
@@ -68,7 +68,7 @@ case $STAGE in
     ordered=(); for j in "${jobs_list[@]}"; do [[ $j == *flashinfer* ]] && ordered+=("$j"); done
     for j in "${jobs_list[@]}"; do [[ $j == *flashinfer* ]] || ordered+=("$j"); done
     for j in "${ordered[@]}"; do
-      while (( $(jobs -rp | wc -l) >= ${MAX_JOBS:-6} )); do wait -n; done
+      while (( $(jobs -rp | wc -l) >= ${CHECK_JOBS:-6} )); do wait -n; done
       f=${j%%|*} cmd=${j#*|}
       if (( $(left) < 60 )); then note "$cmd (not started: under 60 s of BUDGET left)" -; continue; fi
       ( s=$(date +%s); timeout -k 10 "$(cap "$t")" $cmd > "$dir/$f.txt" 2>&1; rc=$?
