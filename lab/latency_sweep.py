@@ -5,8 +5,9 @@ them when it imports: one GPU call gives the numbers that choose the configs.
     python lab/latency_sweep.py --out $OUT/latency.json [--budget-s 240] [--groups latency,pages]
 
 Cells (bf16, Hq 32, Hkv 8, D 128, shuffled pages, one tree per batch as in the seed suite):
-- `latency`: B 1 and 16, L 16, full:3:1, full:3:2, eagle:mc_sim_7b_63, vllm:pr_27 (T 4-28),
-  P 16 and 128: one or two KV tiles per request, so fixed costs decide;
+- `latency`: L 16, P 16 and 128, B 1 with every seed tree (T 1-64) and B 16 with full:3:0 and
+  full:3:1: one or two KV tiles per request, so fixed costs decide (the seed cells where vLLM's
+  kernel was faster, `results/h200/seed/`, and their neighbours);
 - `pages`: full:3:3 at B 16, medusa:mc_sim_7b_63 and vllm:pr_27 at B 64, vllm:pr_27 at B 1,
   all at L 2048, P 16 and 128: what a tile spanning several pages costs;
 - `b1`: B 1, L 2048, the 27-node tree (vllm:pr_27), full:3:3 and full:3:1, P 16 and 128: one
@@ -63,12 +64,14 @@ from treebench.kernels.options import KernelOptions  # noqa: E402
 from treebench.kernels.tree_attention_plan import KernelConfig  # noqa: E402
 
 FP8 = {"kv_dtype": "float8_e4m3fn", "k_scale": 0.25, "v_scale": 0.5}   # seed_fp8's pool
-LATENCY_TREES = ("full:3:1", "full:3:2", "eagle:mc_sim_7b_63", "vllm:pr_27")
+SEED_TREES = ("full:3:0", "full:3:1", "full:3:2", "full:3:3", "vllm:pr_27", "eagle:mc_sim_7b_63", "medusa:mc_sim_7b_63")
+LATENCY_CELLS = (*((1, t) for t in SEED_TREES), (16, "full:3:0"), (16, "full:3:1"))   # (B, tree) at L 16
 PAGE_CELLS = (("full:3:3", 16), ("medusa:mc_sim_7b_63", 64), ("vllm:pr_27", 64), ("vllm:pr_27", 1))
 PAGES = (16, 128)
-# Small tl tiles for one or two KV tiles per request: (BLOCK_M, BLOCK_N, warps, stages).
+# Small tl tiles for one or two KV tiles per request: (BLOCK_M, BLOCK_N, warps, stages); one
+# stage loads a lone tile straight to registers, with no pipeline prologue.
 TINY_CONFIGS = ((16, 16, 1, 2), (16, 32, 2, 2), (16, 64, 2, 2), (32, 32, 2, 2), (32, 64, 4, 2),
-                (64, 32, 4, 2), (64, 64, 4, 2))
+                (64, 32, 4, 2), (64, 64, 4, 2), (16, 32, 2, 1), (16, 64, 2, 1), (32, 64, 4, 1), (64, 64, 4, 1))
 FP8_TREES = ("full:3:1", "full:3:2", "vllm:pr_27")
 # tl tiles for an fp8 pool, (BLOCK_M, BLOCK_N, warps, stages): the table's bf16 tiles with BLOCK_N
 # doubled (the same bytes per stage), deeper rings, and 128-row tiles for G * T in 65-128.
@@ -101,6 +104,7 @@ def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple]:
     if group == "latency":
         out += [(f"tl{bm}x{bn}w{w}s{s}+early", KernelConfig(bm, bn, w, s), KernelOptions(early_first=True))
                 for bm, bn, w, s in TINY_CONFIGS]
+        out.append(("ws", None, KernelOptions(), {"ws": True}))   # the table's warp-specialised config, forced
     elif page_size < 64:
         out.append(("no_ws_page_tma", None, KernelOptions(ws_page_tma=False)))
     return out
@@ -119,7 +123,7 @@ def cells(groups: list[str], smoke: bool) -> list[tuple[str, Case]]:
     out = []
     if "latency" in groups:
         out += [("latency", Case(batch_size=b, context_len=16, tree=t, page_size=p, **seed))
-                for b in (1, 16) for t in LATENCY_TREES for p in PAGES]
+                for b, t in LATENCY_CELLS for p in PAGES]
     if "pages" in groups:
         out += [("pages", Case(batch_size=b, context_len=2048, tree=t, page_size=p, **seed))
                 for t, b in PAGE_CELLS for p in PAGES]
