@@ -157,3 +157,15 @@ def test_fp8_pools_on_gpu(fmt, page_size, tree, batch):
     ta = run_fp8(case, FP8[fmt])
     assert ta.kernel.startswith("tl ")
     assert "fp8" in ws_unsupported(fp8_inputs(case, FP8[fmt])[0])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA GPU")
+@pytest.mark.parametrize("path", ["bits", "fp16"])
+@pytest.mark.parametrize("fmt", ["e4m3fn", "e5m2"])
+@pytest.mark.parametrize("page_size,tree,batch", [(16, "full:3:1", 3), (128, "random:40:3", 5)])
+def test_fp8_paths_on_gpu(path, fmt, page_size, tree, batch):
+    """The alternative fp8 paths compiled: the mma_v2 (16-row) and wgmma (64-row) tiles."""
+    case = Case(batch_size=batch, context_len="ragged:0-900", tree=tree, tree_per_request="mixed",
+                page_size=page_size, num_q_heads=32, num_kv_heads=8, head_dim=128)
+    assert run_fp8(case, FP8[fmt], options=KernelOptions(fp8_path=path)).kernel.startswith("tl ")
