@@ -17,7 +17,11 @@ from dataclasses import dataclass, fields
 from treebench.harness.errors import ConfigError
 from treebench.kernels.tree_attention_plan import WS3_PIPE_MIN_TILES, is_integer
 
-__all__ = ["KernelOptions"]
+__all__ = ["FP8_PATHS", "KernelOptions"]
+
+# How the tl kernel turns a tile of fp8 codes into MMA operands (`KernelOptions.fp8_path`);
+# the index is the kernel's FP8_PATH.
+FP8_PATHS = ("cast", "bits", "fp16")
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,14 @@ class KernelOptions:
             (P 16, 32): one TMA box of P rows per page, BLOCK_N // P per tile, all arriving
             on the tile's barrier. True (default: at P 16, L 2048, B 16-64 0.55-0.72x of the tl
             kernel's gather, within 1-4% of P 128). False: such pages keep the tl kernel.
+        fp8_path: how the tl kernel makes MMA operands of a tile of fp8 codes (`FP8_PATHS`;
+            no effect on bf16 / fp16 pools). "cast" (default): `.to(Q's dtype)` (to bf16 on
+            sm_90: through fp16 and fp32, about 2 conversions per code). "fp16": the MMAs run
+            in fp16, the codes cast to fp16 (one instruction per two codes on sm_90). "bits":
+            fp16 MMAs too, the codes' bit fields moved into fp16 by integer operations (e5m2:
+            a shift). With "fp16" and "bits", bf16 queries are rounded to fp16 once (exact
+            for |q| in [2^-17, 65504]) and the probabilities P are rounded to fp16, not bf16.
+            Every path is exact for every finite code (docs/kernel.md, "fp8 pools").
 
     Raises:
         ConfigError: a field of the wrong type (see `__post_init__`).
@@ -75,6 +87,7 @@ class KernelOptions:
     page_gather: bool = False            # tl pointer loads: one block-table entry per page, not per token
     early_first: bool | None = None      # tl pointer paths: a split's first tile's pages loaded with the lengths
     ws_page_tma: bool = True             # warp-specialised kernel at P 16 / 32: one TMA box per page
+    fp8_path: str = "cast"               # tl kernel, fp8 pools: "cast", "bits" or "fp16" (FP8_PATHS)
 
     def __post_init__(self) -> None:
         """Checks every field's type.
@@ -82,7 +95,7 @@ class KernelOptions:
         Raises:
             ConfigError: kv_desc, ws_pipe, pdl or early_first not None / True / False;
                 ws_persist, page_gather or ws_page_tma not a bool; ws3_pipe_min_tiles not a
-                positive integer. The message names the
+                positive integer; fp8_path not one of `FP8_PATHS`. The message names the
                 field and the value.
         """
         for name in ("kv_desc", "ws_pipe", "pdl", "early_first"):
@@ -92,6 +105,8 @@ class KernelOptions:
         for name in ("ws_persist", "page_gather", "ws_page_tma"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"KernelOptions {name}={getattr(self, name)!r}: must be True or False")
+        if self.fp8_path not in FP8_PATHS:
+            raise ConfigError(f"KernelOptions fp8_path={self.fp8_path!r}: must be one of {', '.join(FP8_PATHS)}")
         if not is_integer(self.ws3_pipe_min_tiles) or self.ws3_pipe_min_tiles < 1:
             raise ConfigError(f"KernelOptions ws3_pipe_min_tiles={self.ws3_pipe_min_tiles!r}: "
                               "must be a positive integer")

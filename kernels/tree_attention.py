@@ -26,7 +26,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from treebench.harness.errors import ConfigError
 from treebench.harness.model.paged import BatchInputs
 from treebench.kernels.launch import FixedLaunch, verify_fast_path
-from treebench.kernels.options import KernelOptions
+from treebench.kernels.options import FP8_PATHS, KernelOptions
 from treebench.kernels.tree_attention_plan import (MASK_MODES, SMEM_PER_SM, KernelConfig, check_inputs, choose_config,
                                          is_integer, make_plan, next_pow2, pack_tree_masks, short_context_config,
                                          tree_bias, ws_fills)
@@ -331,7 +331,7 @@ class TreeAttention:
                  FUSED_MERGE=fused, MASK_MODE=MASK_MODES.index(self.mask_mode), WRITE_LSE=self.lse is not None,
                  DOT_FP32=interpreting(), KV_DESC=self.kv_desc,
                  BT_AHEAD=bool(cfg.bt_ahead), PDL=self.pdl, PAGE_GATHER=self.options.page_gather,
-                 EARLY_FIRST=self.early_first),
+                 EARLY_FIRST=self.early_first, FP8_PATH=FP8_PATHS.index(self.options.fp8_path)),
             dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
                  **({"maxnreg": cfg.max_regs} if cfg.max_regs and not interpreting() else {})))
         if not split or fused:

@@ -44,8 +44,10 @@ With split-KV the merge kernel is a programmatic dependent launch (PDL) where
 the device allows it.
 
 fp8 pools (float8_e4m3fn, float8_e5m2, per-tensor scales): every K/V tile is
-cast to Q's dtype right after its load and the MMAs run in that dtype;
-k_scale is folded into the score scale, v_scale into the final normalisation.
+converted right after its load and the MMAs run in Q's dtype (FP8_PATH 0, the
+cast) or in fp16 (1: the codes' bits moved into fp16; 2: the cast to fp16, Q
+rounded to fp16 once); k_scale is folded into the score scale, v_scale into the
+final normalisation.
 No path reads an unused slot (the fp8 NaN code in the harness): the masked
 loads stop at S_b.
 """
@@ -73,6 +75,36 @@ def _dot(a, b, acc, DOT_FP32: tl.constexpr):
     else:
         c = tl.dot(a, b, acc)
     return c
+
+
+@triton.jit
+def _fp8_bits_to_fp16(x):
+    """fp8 codes x (float8_e4m3fn or float8_e5m2, any shape) as fp16 by integer bit
+    manipulation. e5m2 has fp16's exponent bias: the code shifted left by 8 is its fp16 value.
+    e4m3fn (bias 7): sign to bit 15, exponent and mantissa to bits 7-13 give value * 2^-8
+    (denormal codes too, as fp16 denormals), then one multiply by 256, exact since every
+    finite code's value is a normal fp16 value. Exact for every finite code; a NaN (or e5m2
+    inf) code may become some other value, which the kernel allows only because no load
+    reads an unused pool slot (the masked loads stop at S_b, the context loops read valid
+    slots only)."""
+    c = x.to(tl.uint8, bitcast=True).to(tl.uint16)            # zero-extended code
+    if x.dtype == tl.float8e5:                                # s eeeee mm
+        y = (c << 8).to(tl.float16, bitcast=True)
+    else:                                                     # s eeee mmm
+        y = (((c & 0x80) << 8) | ((c & 0x7F) << 7)).to(tl.float16, bitcast=True) * 256.0
+    return y.to(tl.float16)
+
+
+@triton.jit
+def _kv_operand(x, dtype: tl.constexpr, FP8_PATH: tl.constexpr):
+    """A loaded K/V tile (BLOCK_N, D) as an MMA operand in `dtype` (bf16 / fp16).
+    FP8_PATH 0 and 2: `.to(dtype)`. 1: fp8 codes converted to fp16 by bit manipulation
+    (`_fp8_bits_to_fp16`); with FP8_PATH 1 and 2, dtype is fp16 for an fp8 pool."""
+    if FP8_PATH == 1 and x.dtype.is_fp8():
+        y = _fp8_bits_to_fp16(x)
+    else:
+        y = x.to(dtype)
+    return y
 
 
 @triton.jit
@@ -156,7 +188,7 @@ def tree_attn_fwd_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, FUSED_MERGE: tl.constexpr,
     MASK_MODE: tl.constexpr, WRITE_LSE: tl.constexpr, DOT_FP32: tl.constexpr,
     KV_DESC: tl.constexpr = False, BT_AHEAD: tl.constexpr = False, PDL: tl.constexpr = False,
-    PAGE_GATHER: tl.constexpr = False, EARLY_FIRST: tl.constexpr = False,
+    PAGE_GATHER: tl.constexpr = False, EARLY_FIRST: tl.constexpr = False, FP8_PATH: tl.constexpr = 0,
 ):
     """Grid: (B * HKV * num_splits * m_tiles,), M-tile fastest so the M-tiles that
     share a KV stream run together (their re-reads hit L2). SPLIT: num_splits > 1.
@@ -172,8 +204,9 @@ def tree_attn_fwd_kernel(
     loaded with the request's lengths, before the early exit, so a one-tile call (L_b
     near 0) waits on two dependent loads, not three.
 
-    K and V may be fp8 codes (float8_e4m3fn / float8_e5m2): each tile is cast to Q's
-    dtype after its load; k_scale is folded into qk_scale and v_scale multiplies the
+    K and V may be fp8 codes (float8_e4m3fn / float8_e5m2): each tile is converted after
+    its load (FP8_PATH, `_kv_operand`: 0 to Q's dtype, 1 and 2 to fp16 with Q cast to
+    fp16 too); k_scale is folded into qk_scale and v_scale multiplies the
     normalised output (a code c means c * scale).
 
     Split s covers the request's tiles [s * tiles_per_split, (s + 1) * tiles_per_split):
@@ -213,7 +246,9 @@ def tree_attn_fwd_kernel(
     offs_d = tl.arange(0, D)
     q_off = row_tok.to(tl.int64)[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :]
     q = tl.load(Q + q_off, mask=row_ok[:, None], other=0.0)   # (BLOCK_M, D)
-    dtype = q.dtype
+    if FP8_PATH != 0 and K.dtype.element_ty.is_fp8():       # the MMAs in fp16 (Q rounded once)
+        q = q.to(tl.float16)
+    dtype = q.dtype                                          # the MMA operands' dtype
 
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
@@ -240,8 +275,8 @@ def tree_attn_fwd_kernel(
             else:
                 page = tl.load(bt_row + start // P)
             row0 = page * P + start % P
-            k = K_DESC.load([row0, kh * D]).to(dtype)           # (BLOCK_N, D); fp8 codes cast to Q's dtype
-            v = V_DESC.load([row0, kh * D]).to(dtype)
+            k = _kv_operand(K_DESC.load([row0, kh * D]), dtype, FP8_PATH)   # (BLOCK_N, D) in Q's dtype
+            v = _kv_operand(V_DESC.load([row0, kh * D]), dtype, FP8_PATH)
         else:
             if BT_AHEAD:
                 kv = kv_next
@@ -250,8 +285,8 @@ def tree_attn_fwd_kernel(
             else:
                 kv = _kv_tile_offsets(BT, b, t * BLOCK_N, bt_width, stride_bt, stride_kn, stride_kp, P, BLOCK_N,
                                       PAGE_TILE, GATHER_PAGES)
-            k = tl.load(K_h + kv[:, None] + offs_d[None, :]).to(dtype)    # (BLOCK_N, D)
-            v = tl.load(V_h + kv[:, None] + offs_d[None, :]).to(dtype)
+            k = _kv_operand(tl.load(K_h + kv[:, None] + offs_d[None, :]), dtype, FP8_PATH)    # (BLOCK_N, D)
+            v = _kv_operand(tl.load(V_h + kv[:, None] + offs_d[None, :]), dtype, FP8_PATH)
         s = _dot(q, tl.trans(k), None, DOT_FP32)              # (BLOCK_M, BLOCK_N) raw scores
         m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)      # log2 units
         alpha = tl.exp2(m_i - m_new)
@@ -272,8 +307,10 @@ def tree_attn_fwd_kernel(
         else:
             kv = _kv_tile_offsets(BT, b, t * BLOCK_N, bt_width, stride_bt, stride_kn, stride_kp, P, BLOCK_N,
                                   PAGE_TILE, GATHER_PAGES)
-        k = tl.load(K_h + kv[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0).to(dtype)
-        v = tl.load(V_h + kv[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0).to(dtype)
+        k = _kv_operand(tl.load(K_h + kv[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0), dtype,
+                        FP8_PATH)
+        v = _kv_operand(tl.load(V_h + kv[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0), dtype,
+                        FP8_PATH)
         allowed, bias = _tree_allowed(MASK, BIAS, row_tok, node, row_ok, offs_n, L, T, stride_mw, stride_bias,
                                       BLOCK_M, BLOCK_N, MASK_MODE)
         s = _dot(q, tl.trans(k), None, DOT_FP32) * qk_scale + bias

@@ -4,13 +4,17 @@ what the compiler made of it: the facts docs/kernel.md cites from "a local sm_90
     python lab/sm90_compile.py                          # the default config, TMA and P 16 paths
     python lab/sm90_compile.py --config 128,32,8,3,128,1 --page-size 128 --num-ctas 1
     python lab/sm90_compile.py --ws [--config 128,64,4,4,168,0,2] [--mask tree|bias|causal] [--pipe on|off]
+    python lab/sm90_compile.py --config 16,64,2,4,0,1 --kv-dtype float8_e4m3fn --fp8-path fp16 --ops
 
 For each build (the forward kernel as `TreeAttention` would launch it for Hq 32,
 Hkv 8, D 128, bf16, tree mask, no split) it prints one line, "name: {dict}", with registers per thread,
 spilled loads/stores (LDL/STL), shared memory in bytes, the counts of wgmma
 (HGMMA), TMA (UTMALDG) and TMA-multicast instructions in the SASS, and the `num`
 of each `ttg.async_wait` inside the context loop (how many async copies stay in
-flight when the loop waits for a tile; 0 = none). Uses Triton's own ptxas and
+flight when the loop waits for a tile; 0 = none). --kv-dtype builds it over fp8 pools
+(bf16 queries), --fp8-path picks `KernelOptions.fp8_path`, and --ops adds the counts of
+`op_counts` (conversion, shared-memory, MMA and barrier instructions; the context loop's
+TTGIR layout and conversion ops). Uses Triton's own ptxas and
 cuobjdump (bundled with the triton wheel). The default builds need Triton 3.9 (the
 2-CTA build asserts in Triton 3.6's compiler); one --config build and --ws work
 with 3.6 and 3.9, whose figures differ (docs/kernel.md says which it quotes).
@@ -43,13 +47,16 @@ from treebench.harness.errors import ConfigError  # noqa: E402
 from treebench.kernels.tree_attention_plan import SMEM_PER_SM, KernelConfig, parse_kernel_config  # noqa: E402
 
 HKV, G, D = 8, 4, 128
+FP8_PATHS = {"cast": 0, "bits": 1, "fp16": 2}   # --fp8-path: the kernel's FP8_PATH (KernelOptions.fp8_path)
+KV_TYPES = {"bf16": "bf16", "float8_e4m3fn": "fp8e4nv", "float8_e5m2": "fp8e5"}   # --kv-dtype: Triton's names
 TARGET_CONTEXT = 2048 + 40   # S_b of full:3:3 at L 2048, the speed target: --pipe auto's choice
 POINTERS = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "O": "*bf16", "BT": "*i32", "CTX_LENS": "*i32", "QO": "*i32",
             "SEM": "*i32", "MASK": "*i64", "BIAS": "*fp32", "LSE": "*fp32", "O_PART": "*fp32", "LSE_PART": "*fp32"}
 ALIGNED = [*POINTERS, "stride_qt", "stride_qh", "stride_kn", "stride_kp", "stride_kh"]   # multiples of 16
 
 
-def compile_forward(cfg: KernelConfig, page_size: int, kv_desc: bool, num_ctas: int = 1) -> dict:
+def compile_forward(cfg: KernelConfig, page_size: int, kv_desc: bool, num_ctas: int = 1, kv_dtype: str = "bf16",
+                    fp8_path: int = 0, ops: bool = False) -> dict:
     """Builds the forward kernel for sm_90 and reads its resource use and SASS.
 
     Args:
@@ -57,10 +64,15 @@ def compile_forward(cfg: KernelConfig, page_size: int, kv_desc: bool, num_ctas: 
         page_size: P; with kv_desc, P % cfg.block_n must be 0 (the TMA path).
         kv_desc: context tiles through TMA descriptors.
         num_ctas: CTAs per cluster (Triton's num_ctas).
+        kv_dtype: the K/V pools' element type, a key of `KV_TYPES` (bf16 queries always).
+        fp8_path: the kernel's FP8_PATH (how fp8 codes become MMA operands; 0: the cast).
+        ops: also count the conversion, shared-memory and barrier instructions of the
+            SASS and TTGIR (`op_counts`).
 
     Returns:
         dict of regs, spill_loads, spill_stores, shared_bytes, hgmma, utmaldg,
-        multicast (ints) and loop_async_wait (list of ints, TTGIR order).
+        multicast (ints) and loop_async_wait (list of ints, TTGIR order); with ops, also
+        sass and ttgir (dicts of counts, `op_counts`).
 
     Raises:
         ConfigError: kv_desc with P % BLOCK_N != 0.
@@ -73,13 +85,16 @@ def compile_forward(cfg: KernelConfig, page_size: int, kv_desc: bool, num_ctas: 
 
     if kv_desc and page_size % cfg.block_n:
         raise ConfigError(f"TMA path needs P % BLOCK_N == 0 (P {page_size}, BLOCK_N {cfg.block_n})")
+    kv = KV_TYPES[kv_dtype]
     sig = {n: POINTERS.get(n, "i32") for n in kernel.arg_names}
+    sig["K"] = sig["V"] = f"*{kv}"
     sig["qk_scale"] = sig["v_scale"] = "fp32"
     const = dict(HKV=HKV, G=G, D=D, P=page_size, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SPLIT=False,
                  FUSED_MERGE=False, MASK_MODE=0, WRITE_LSE=False, DOT_FP32=False, KV_DESC=kv_desc,
-                 BT_AHEAD=bool(cfg.bt_ahead), PDL=False, PAGE_GATHER=False, EARLY_FIRST=False)
+                 BT_AHEAD=bool(cfg.bt_ahead), PDL=False, PAGE_GATHER=False, EARLY_FIRST=False,
+                 FP8_PATH=fp8_path)
     if kv_desc:
-        sig["K_DESC"] = sig["V_DESC"] = f"tensordesc<bf16[{cfg.block_n}, {D}]>"
+        sig["K_DESC"] = sig["V_DESC"] = f"tensordesc<{kv}[{cfg.block_n}, {D}]>"
     else:
         const["K_DESC"] = const["V_DESC"] = None
     sig.update({c: "constexpr" for c in const})
@@ -92,9 +107,28 @@ def compile_forward(cfg: KernelConfig, page_size: int, kv_desc: bool, num_ctas: 
     ttgir = ck.asm["ttgir"]
     loop = ttgir[ttgir.find("scf.for"):]
     loop = loop[:loop.find("scf.yield")]                     # the first loop: the context tiles
-    return dict(**usage, shared_bytes=int(ck.metadata.shared), hgmma=sass.count("HGMMA"),
-                utmaldg=len(re.findall(r"UTMALDG", sass)), multicast=sass.count("MULTICAST"),
-                loop_async_wait=[int(n) for n in re.findall(r"ttg\.async_wait.*?\{num = (\d+)", loop)])
+    out = dict(**usage, shared_bytes=int(ck.metadata.shared), hgmma=sass.count("HGMMA"),
+               utmaldg=len(re.findall(r"UTMALDG", sass)), multicast=sass.count("MULTICAST"),
+               loop_async_wait=[int(n) for n in re.findall(r"ttg\.async_wait.*?\{num = (\d+)", loop)])
+    return out | (op_counts(sass, loop) if ops else {})
+
+
+def op_counts(sass: str, loop_ttgir: str) -> dict:
+    """Counts in a build of what moves a loaded K/V tile to the MMA: SASS opcodes over the whole
+    kernel (conversions F2FP / F2F / I2F / HADD2 / PRMT / LOP3 / SHF, shared memory LDS / STS /
+    LDSM, MMAs HGMMA / HMMA, barriers BAR) and, in the TTGIR of the context loop, the layout
+    and shared-memory ops and the element conversions (tt.fp_to_fp, arith.extf / truncf /
+    extui / bitcast)."""
+    names = ("F2FP", "F2F", "I2F", "HADD2", "HMUL2", "PRMT", "LOP3", "SHF", "IMAD", "LDS", "STS", "LDSM", "LDG",
+             "HGMMA", "HMMA", "BAR", "WARPGROUP")
+    opcodes = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", sass)
+    counts = {n: sum(1 for o in opcodes if o == n or o.startswith(n + "_")) for n in names}
+    ir_ops = ("ttg.local_alloc", "ttg.local_load", "ttg.local_store", "ttg.convert_layout", "ttg.async_copy",
+              "ttng.async_tma_copy", "tt.trans", "ttg.memdesc_trans", "tt.fp_to_fp", "arith.extf", "arith.truncf",
+              "arith.extui", "arith.bitcast", "tt.bitcast", "arith.shli", "arith.ori", "arith.andi",
+              "ttng.warp_group_dot", "tt.dot")
+    ir = {o: n for o in ir_ops if (n := len(re.findall(re.escape(o) + r"\b", loop_ttgir)))}
+    return {"sass": counts, "ttgir_loop": ir}
 
 
 def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool | None = None, page_size: int = 128) -> dict:
@@ -216,6 +250,13 @@ def main() -> int:
     ap.add_argument("--page-size", type=int, default=128)
     ap.add_argument("--kv-desc", choices=["on", "off"], default="on")
     ap.add_argument("--num-ctas", type=int, default=1)
+    ap.add_argument("--kv-dtype", choices=list(KV_TYPES), default="bf16",
+                    help="the K/V pools' dtype (tl builds; queries stay bf16)")
+    ap.add_argument("--fp8-path", choices=list(FP8_PATHS), default="cast",
+                    help="with an fp8 --kv-dtype: KernelOptions.fp8_path (how codes become MMA operands)")
+    ap.add_argument("--ops", action="store_true",
+                    help="also print SASS conversion / shared-memory / MMA / barrier counts and the "
+                         "context loop's TTGIR layout and conversion ops")
     ap.add_argument("--ws", action="store_true",
                     help="the warp-specialised Gluon kernel instead, at P 128 (--config with a 7th field ws > 0; "
                          "default: the table's 2- and 3-warpgroup configs; --page-size, --kv-desc and "
@@ -262,8 +303,12 @@ def main() -> int:
                 ("P 128 TMA, look-ahead 1 (default)", "64,64,4,3,0,1", 128, True, 1),
                 ("P 128 TMA, 128 rows, 8 warps, 128 regs", "128,32,8,3,128,1", 128, True, 1),
                 ("P 128 TMA, 128 rows over a 2-CTA cluster", "128,64,4,3,0,1", 128, True, 2))]
+        if args.kv_dtype == "bf16" and args.fp8_path != "cast":
+            raise ConfigError(f"--fp8-path {args.fp8_path} needs an fp8 --kv-dtype")
+        path = FP8_PATHS[args.fp8_path]
         for name, cfg, p, tma, ctas in builds:
-            print(f"{name}: {compile_forward(cfg, p, tma, ctas)}", flush=True)
+            res = compile_forward(cfg, p, tma, ctas, args.kv_dtype, path, args.ops)
+            print(f"{name}, {args.kv_dtype} pool: {res}", flush=True)
     except ConfigError as e:
         print(f"sm90_compile: {e}", file=sys.stderr)
         return 2

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from tests.kernel_device import DEVICE, TINY, triton  # noqa: E402,F401  (sets TRITON_INTERPRET first)
+import triton.language as tl  # noqa: E402
 from treebench.harness.errors import ConfigError  # noqa: E402
 from treebench.harness.model.cases import Case  # noqa: E402
 from treebench.harness.model.compare import compare  # noqa: E402
@@ -23,6 +24,7 @@ from treebench.harness.model.reference import paged_reference_attention  # noqa:
 from treebench.kernels.options import KernelOptions  # noqa: E402
 
 from treebench.kernels.tree_attention import TreeAttention, ws_unsupported  # noqa: E402
+from treebench.kernels.tree_attention_tl import _fp8_bits_to_fp16  # noqa: E402
 
 FP8 = {"e4m3fn": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 
@@ -94,6 +96,44 @@ def test_fp8_scales_are_applied():
     assert not compare(TreeAttention(fp8)(), ref, fp8.qo_indptr, case.dtype).passed
 
 
+@pytest.mark.parametrize("path", ["bits", "fp16"])
+@pytest.mark.parametrize("fmt", ["e4m3fn", "e5m2"])
+@pytest.mark.parametrize("qdtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("page_size,kv_desc", [(16, False), (32, True)])
+def test_fp8_paths_match_the_reference(path, fmt, qdtype, page_size, kv_desc):
+    """The alternative fp8 paths (`KernelOptions.fp8_path`) over ragged contexts with scales far
+    from 1: pointer loads (P 16, 16-token tiles) and TMA context tiles (P 32)."""
+    case = Case(batch_size=3, context_len="ragged:0-50", tree="full:2:2", tree_per_request="mixed",
+                page_size=page_size, dtype=qdtype, **TINY)
+    ta = run_fp8(case, FP8[fmt], options=KernelOptions(fp8_path=path, kv_desc=kv_desc))
+    assert ta.kernel == ("tl tma splits=1" if kv_desc else "tl tile splits=1")
+
+
+@triton.jit
+def _convert_kernel(X, Y, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(Y + offs, _fp8_bits_to_fp16(tl.load(X + offs)))
+
+
+@pytest.mark.parametrize("fmt", ["e4m3fn", "e5m2"])
+def test_fp8_bit_conversion_of_every_code(fmt):
+    """`_fp8_bits_to_fp16` over all 256 codes equals torch's conversion to fp16 on every finite
+    code (denormals and both zeros included, compared bit for bit)."""
+    out_dtype = torch.float16
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(FP8[fmt]).to(DEVICE)
+    out = torch.empty(256, dtype=out_dtype, device=DEVICE)
+    _convert_kernel[(1,)](codes, out, N=256)
+    want = codes.to(out_dtype)
+    finite = want.isfinite()
+    assert finite.sum() == (254 if fmt == "e4m3fn" else 248)
+    assert torch.equal(out[finite].view(torch.int16), want[finite].view(torch.int16))
+
+
+def test_fp8_path_option_is_checked():
+    with pytest.raises(ConfigError, match="fp8_path='fast'"):
+        KernelOptions(fp8_path="fast")
+
+
 def test_kv_pool_dtypes_the_kernel_refuses():
     case = Case(batch_size=1, context_len=10, tree="full:2:1", page_size=16, **TINY)
     inputs = build_inputs(case, DEVICE).for_backend()
@@ -117,3 +157,15 @@ def test_fp8_pools_on_gpu(fmt, page_size, tree, batch):
     ta = run_fp8(case, FP8[fmt])
     assert ta.kernel.startswith("tl ")
     assert "fp8" in ws_unsupported(fp8_inputs(case, FP8[fmt])[0])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA GPU")
+@pytest.mark.parametrize("path", ["bits", "fp16"])
+@pytest.mark.parametrize("fmt", ["e4m3fn", "e5m2"])
+@pytest.mark.parametrize("page_size,tree,batch", [(16, "full:3:1", 3), (128, "random:40:3", 5)])
+def test_fp8_paths_on_gpu(path, fmt, page_size, tree, batch):
+    """The alternative fp8 paths compiled: the mma_v2 (16-row) and wgmma (64-row) tiles."""
+    case = Case(batch_size=batch, context_len="ragged:0-900", tree=tree, tree_per_request="mixed",
+                page_size=page_size, num_q_heads=32, num_kv_heads=8, head_dim=128)
+    assert run_fp8(case, FP8[fmt], options=KernelOptions(fp8_path=path)).kernel.startswith("tl ")
