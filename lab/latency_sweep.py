@@ -111,7 +111,8 @@ def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple]:
     if group == "latency":
         out += [(f"tl{bm}x{bn}w{w}s{s}+early", KernelConfig(bm, bn, w, s), KernelOptions(early_first=True))
                 for bm, bn, w, s in TINY_CONFIGS]
-        out.append(("ws", None, KernelOptions(), {"ws": True}))   # the table's warp-specialised config, forced
+        if not smoke:   # the table's warp-specialised config, forced (Gluon needs a GPU)
+            out.append(("ws", None, KernelOptions(), {"ws": True}))
     elif page_size < 64:
         out.append(("no_ws_page_tma", None, KernelOptions(ws_page_tma=False)))
     return out
