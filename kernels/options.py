@@ -67,12 +67,16 @@ class KernelOptions:
             on the tile's barrier. True (default: at P 16, L 2048, B 16-64 0.55-0.72x of the tl
             kernel's gather, within 1-4% of P 128). False: such pages keep the tl kernel.
         fp8_path: how the tl kernel makes MMA operands of a tile of fp8 codes (`FP8_PATHS`;
-            no effect on bf16 / fp16 pools). "cast" (default): `.to(Q's dtype)` (to bf16 on
-            sm_90: through fp16 and fp32, about 2 conversions per code). "fp16": the MMAs run
-            in fp16, the codes cast to fp16 (one instruction per two codes on sm_90). "bits":
-            fp16 MMAs too, the codes' bit fields moved into fp16 by integer operations (e5m2:
-            a shift). With "fp16" and "bits", bf16 queries are rounded to fp16 once (exact
-            for |q| in [2^-17, 65504]) and the probabilities P are rounded to fp16, not bf16.
+            no effect on bf16 / fp16 pools). "fp16" (default): the MMAs run in fp16, the codes
+            cast to fp16 (one instruction per two codes on sm_90; on the H200, B 64, L 2048,
+            0.72-0.81x of "cast" on the six fp8 target cells, `results/h200/kernel/fp8-sweep.txt`).
+            "cast": `.to(Q's dtype)` (to bf16 on sm_90: through fp16 and fp32, about 2
+            conversions per code). "bits": fp16 MMAs too, the codes' bit fields moved into fp16
+            by integer operations (e5m2: a shift). With "fp16" and "bits", bf16 queries are
+            rounded to fp16 once, each row first divided by the power of 2 that keeps its
+            largest |q| within 32768 (the row's scores multiplied back; 1 for every |q| <= 32768),
+            so no query overflows (exact for elements within 2^-24 of the row's largest, i.e.
+            down to 2^-17 at scale 1), and the probabilities P are rounded to fp16, not bf16.
             Every path is exact for every finite code (docs/kernel.md, "fp8 pools").
 
     Raises:
@@ -87,7 +91,7 @@ class KernelOptions:
     page_gather: bool = False            # tl pointer loads: one block-table entry per page, not per token
     early_first: bool | None = None      # tl pointer paths: a split's first tile's pages loaded with the lengths
     ws_page_tma: bool = True             # warp-specialised kernel at P 16 / 32: one TMA box per page
-    fp8_path: str = "cast"               # tl kernel, fp8 pools: "cast", "bits" or "fp16" (FP8_PATHS)
+    fp8_path: str = "fp16"               # tl kernel, fp8 pools: "fp16", "cast" or "bits" (FP8_PATHS)
 
     def __post_init__(self) -> None:
         """Checks every field's type.

@@ -27,9 +27,9 @@ from treebench.harness.errors import ConfigError
 from treebench.harness.model.paged import BatchInputs
 from treebench.kernels.launch import FixedLaunch, verify_fast_path
 from treebench.kernels.options import FP8_PATHS, KernelOptions
-from treebench.kernels.tree_attention_plan import (MASK_MODES, SMEM_PER_SM, KernelConfig, check_inputs, choose_config,
-                                         is_integer, make_plan, next_pow2, pack_tree_masks, short_context_config,
-                                         tree_bias, ws_fills)
+from treebench.kernels.tree_attention_plan import (FP8_KV_DTYPES, MASK_MODES, SMEM_PER_SM, KernelConfig, check_inputs,
+                                         choose_config, is_integer, make_plan, next_pow2, pack_tree_masks,
+                                         short_context_config, tree_bias, ws_fills)
 from treebench.kernels.tree_attention_reduce import HAS_PDL, tree_attn_merge_kernel
 from treebench.kernels.tree_attention_tl import LOG2E, tree_attn_fwd_kernel
 
@@ -331,7 +331,8 @@ class TreeAttention:
                  FUSED_MERGE=fused, MASK_MODE=MASK_MODES.index(self.mask_mode), WRITE_LSE=self.lse is not None,
                  DOT_FP32=interpreting(), KV_DESC=self.kv_desc,
                  BT_AHEAD=bool(cfg.bt_ahead), PDL=self.pdl, PAGE_GATHER=self.options.page_gather,
-                 EARLY_FIRST=self.early_first, FP8_PATH=FP8_PATHS.index(self.options.fp8_path)),
+                 EARLY_FIRST=self.early_first, FP8_PATH=FP8_PATHS.index(self.options.fp8_path),
+                 Q_ROW_SCALE=self.options.fp8_path != "cast" and kc.dtype in FP8_KV_DTYPES and q.dtype == torch.bfloat16),
             dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
                  **({"maxnreg": cfg.max_regs} if cfg.max_regs and not interpreting() else {})))
         if not split or fused:

@@ -189,6 +189,7 @@ def tree_attn_fwd_kernel(
     MASK_MODE: tl.constexpr, WRITE_LSE: tl.constexpr, DOT_FP32: tl.constexpr,
     KV_DESC: tl.constexpr = False, BT_AHEAD: tl.constexpr = False, PDL: tl.constexpr = False,
     PAGE_GATHER: tl.constexpr = False, EARLY_FIRST: tl.constexpr = False, FP8_PATH: tl.constexpr = 0,
+    Q_ROW_SCALE: tl.constexpr = False,
 ):
     """Grid: (B * HKV * num_splits * m_tiles,), M-tile fastest so the M-tiles that
     share a KV stream run together (their re-reads hit L2). SPLIT: num_splits > 1.
@@ -207,7 +208,10 @@ def tree_attn_fwd_kernel(
     K and V may be fp8 codes (float8_e4m3fn / float8_e5m2): each tile is converted after
     its load (FP8_PATH, `_kv_operand`: 0 to Q's dtype, 1 and 2 to fp16 with Q cast to
     fp16 too); k_scale is folded into qk_scale and v_scale multiplies the
-    normalised output (a code c means c * scale).
+    normalised output (a code c means c * scale). Q_ROW_SCALE (FP8_PATH 1 or 2 with bf16
+    Q): each row of Q is divided by the power of 2 that brings its largest |q| to at most
+    32768 before the cast to fp16 (1 for every |q| <= 32768), and that row's raw scores
+    are multiplied by it, so no bf16 query overflows fp16.
 
     Split s covers the request's tiles [s * tiles_per_split, (s + 1) * tiles_per_split):
     its first tile does not depend on a load, so (with BT_AHEAD and KV_DESC) its
@@ -246,7 +250,15 @@ def tree_attn_fwd_kernel(
     offs_d = tl.arange(0, D)
     q_off = row_tok.to(tl.int64)[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :]
     q = tl.load(Q + q_off, mask=row_ok[:, None], other=0.0)   # (BLOCK_M, D)
-    if FP8_PATH != 0 and K.dtype.element_ty.is_fp8():       # the MMAs in fp16 (Q rounded once)
+    if Q_ROW_SCALE:                                          # bf16 Q into fp16's range, row by row
+        qf = q.to(tl.float32)
+        amax = tl.max(tl.abs(qf), 1)                         # (BLOCK_M,)
+        # 2^e with e >= 0 the least power keeping the row's |q| <= 32768 (fp16's max is 65504;
+        # log2's error cannot cost the factor of 2 to spare); e = 0 for every |q| <= 32768
+        e = tl.maximum(tl.ceil(tl.log2(tl.maximum(amax, 1.0) * (1.0 / 32768.0))), 0.0)
+        q = (qf * tl.exp2(-e)[:, None]).to(tl.float16)       # exact: a power of 2, then bf16 -> fp16
+        row_scale = tl.exp2(e)                               # (BLOCK_M,): multiplies the row's raw scores
+    elif FP8_PATH != 0 and K.dtype.element_ty.is_fp8():     # the MMAs in fp16 (Q rounded once)
         q = q.to(tl.float16)
     dtype = q.dtype                                          # the MMA operands' dtype
 
@@ -288,6 +300,8 @@ def tree_attn_fwd_kernel(
             k = _kv_operand(tl.load(K_h + kv[:, None] + offs_d[None, :]), dtype, FP8_PATH)    # (BLOCK_N, D)
             v = _kv_operand(tl.load(V_h + kv[:, None] + offs_d[None, :]), dtype, FP8_PATH)
         s = _dot(q, tl.trans(k), None, DOT_FP32)              # (BLOCK_M, BLOCK_N) raw scores
+        if Q_ROW_SCALE:
+            s = s * row_scale[:, None]
         m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)      # log2 units
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s * qk_scale - m_new[:, None])            # one FFMA per score
@@ -313,7 +327,10 @@ def tree_attn_fwd_kernel(
                         FP8_PATH)
         allowed, bias = _tree_allowed(MASK, BIAS, row_tok, node, row_ok, offs_n, L, T, stride_mw, stride_bias,
                                       BLOCK_M, BLOCK_N, MASK_MODE)
-        s = _dot(q, tl.trans(k), None, DOT_FP32) * qk_scale + bias
+        s = _dot(q, tl.trans(k), None, DOT_FP32)
+        if Q_ROW_SCALE:
+            s = s * row_scale[:, None]
+        s = s * qk_scale + bias
         s = tl.where(allowed, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that saw nothing yet

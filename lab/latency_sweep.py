@@ -16,8 +16,8 @@ Cells (bf16, Hq 32, Hkv 8, D 128, shuffled pages, one tree per batch as in the s
 - `fp8`: the `fp8_targets` cells (B 64, L 2048, full:3:1, full:3:2, vllm:pr_27, P 16 and 128)
   over an e4m3 pool with k_scale 0.25 and v_scale 0.5, with the same cell in bf16 timed
   beside (`bf16_default`): which tl tiles (`FP8_CONFIGS`) and which fp8 operand path
-  (`KernelOptions.fp8_path`: the default cast, fp16 MMAs with cast or bit-manipulated codes,
-  `FP8_ALT_PATHS`) an fp8 pool wants.
+  (`KernelOptions.fp8_path`: the default fp16 MMAs over cast codes, the cast to Q's dtype, or
+  bit-manipulated codes, `FP8_ALT_PATHS`) an fp8 pool wants.
 
 Candidates (`candidates`, explicit and small: under 2 minutes on an H200): the default plan;
 early_first forced on and off; small tl tiles (BLOCK_M 16-64, BLOCK_N 16-64, 1-4 warps)
@@ -78,9 +78,9 @@ FP8_TREES = ("full:3:1", "full:3:2", "vllm:pr_27")
 # (larger BLOCK_N and more warps measured slower over fp8 pools) and one 128-row tile for the
 # 112 rows of the 27-node tree (one M tile, each K/V tile read once).
 FP8_CONFIGS = ((16, 64, 2, 4), (64, 64, 4, 3), (128, 64, 8, 3))
-# KernelOptions.fp8_path values timed against the default cast ("cast"): with the plan's config
-# and with each FP8_CONFIGS tile.
-FP8_ALT_PATHS = ("fp16", "bits")
+# KernelOptions.fp8_path values timed against the default ("fp16"): with the plan's config, and
+# the first with each FP8_CONFIGS tile.
+FP8_ALT_PATHS = ("cast", "bits")
 B1_TREES = ("vllm:pr_27", "full:3:3", "full:3:1")
 # (name, TreeAttention keyword arguments) for one request at L 2048
 B1_CANDIDATES = (*((f"splits{n}", {"num_splits": n}) for n in (4, 8, 12, 16, 24, 32)),
@@ -104,9 +104,9 @@ def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple]:
         return out[:1] + [(name, None, KernelOptions(), kw) for name, kw in B1_CANDIDATES[::5 if smoke else 1]]
     if group == "fp8":
         paths = [(f"fp8_{p}", None, KernelOptions(fp8_path=p)) for p in FP8_ALT_PATHS]
-        tiles = [(f"tl{bm}x{bn}w{w}s{s}{'' if p == 'cast' else '+' + p}", KernelConfig(bm, bn, w, s),
+        tiles = [(f"tl{bm}x{bn}w{w}s{s}{'' if p == 'fp16' else '+' + p}", KernelConfig(bm, bn, w, s),
                   KernelOptions(fp8_path=p)) for bm, bn, w, s in FP8_CONFIGS[::5 if smoke else 1]
-                 for p in ("cast", FP8_ALT_PATHS[0])]
+                 for p in ("fp16", FP8_ALT_PATHS[0])]
         return out[:1] + paths + tiles
     if group == "latency":
         out += [(f"tl{bm}x{bn}w{w}s{s}+early", KernelConfig(bm, bn, w, s), KernelOptions(early_first=True))

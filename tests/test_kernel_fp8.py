@@ -109,6 +109,24 @@ def test_fp8_paths_match_the_reference(path, fmt, qdtype, page_size, kv_desc):
     assert ta.kernel == ("tl tma splits=1" if kv_desc else "tl tile splits=1")
 
 
+@pytest.mark.parametrize("path", ["bits", "fp16", "cast"])
+def test_fp8_paths_keep_bf16_queries_past_fp16s_range(path):
+    """bf16 queries up to 2^20 in some rows (fp16's largest value is 65504) and the K scale
+    shrunk to keep the logits moderate: the fp16 paths scale such rows into fp16's range
+    (`Q_ROW_SCALE`), so every output is finite and matches; without it they overflow to NaN."""
+    case = Case(batch_size=2, context_len="list:9,20", tree="full:2:2", page_size=16, **TINY)
+    fp8, deq = fp8_inputs(case, torch.float8_e4m3fn)
+    q = fp8.q.clone()
+    q[::2] *= 2.0 ** 20                                   # every other token's rows past fp16's range
+    shrink = 2.0 ** -20
+    fp8 = dataclasses.replace(fp8, q=q, k_scale=fp8.k_scale * shrink)
+    deq = dataclasses.replace(deq, q=q, k_cache=deq.k_cache * shrink)
+    assert q.abs().max().item() > 65504 and q.dtype == torch.bfloat16
+    out = TreeAttention(fp8, options=KernelOptions(fp8_path=path))()
+    assert out.isfinite().all()
+    assert compare(out, paged_reference_attention(deq), fp8.qo_indptr, case.dtype).passed
+
+
 @triton.jit
 def _convert_kernel(X, Y, N: tl.constexpr):
     offs = tl.arange(0, N)
