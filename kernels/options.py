@@ -69,7 +69,9 @@ class KernelOptions:
         fp8_path: how the tl kernel makes MMA operands of a tile of fp8 codes (`FP8_PATHS`;
             no effect on bf16 / fp16 pools). "fp16" (default): the MMAs run in fp16, the codes
             cast to fp16 (one instruction per two codes on sm_90; on the H200, B 64, L 2048,
-            0.72-0.81x of "cast" on the six fp8 target cells, `results/h200/kernel/fp8-sweep.txt`).
+            0.72-0.81x of "cast" on the six fp8 target cells before the rows of Q were scaled,
+            `results/h200/kernel/latency-sweep-fp8paths.txt`, and 0.75-0.76x after, on full:3:1,
+            `fp8-default-sweep.txt`).
             "cast": `.to(Q's dtype)` (to bf16 on sm_90: through fp16 and fp32, about 2
             conversions per code). "bits": fp16 MMAs too, the codes' bit fields moved into fp16
             by integer operations (e5m2: a shift). With "fp16" and "bits", bf16 queries are

@@ -216,10 +216,12 @@ def choose_config(rows: int, head_dim: int, interpret: bool, ws: bool = True) ->
 # decides: (max S_b bound, rows bound, config, programs must fit one wave at 2 per SM).
 # lab/latency_sweep.py on the H200 (B 1 and 16, L 16, P 16 and 128, flushed; docs/kernel.md):
 # (16, 32, 2, 2) 0.80-0.91x of the table's config for 16-52 rows; (32, 64, 4, 2) 0.85-0.88x for
-# 104-112 rows at B 1, 1.24-1.29x at B 16 (more than one wave), where the table's config stays.
+# 104-112 rows at B 1, 1.24-1.29x at B 16 (more than one wave), where the table's config stays;
+# and, in one wave, for the 160 and 256 rows of full:3:3 and medusa at B 1, L 16 (S_b 56 and 80):
+# 0.84-0.89x (`results/h200/kernel/latency-sweep-l16.txt`).
 SHORT_CONFIGS: tuple[tuple[int, int, KernelConfig, bool], ...] = (
     (32, 64, KernelConfig(16, 32, 2, 2), False),
-    (64, 128, KernelConfig(32, 64, 4, 2), True),
+    (80, 256, KernelConfig(32, 64, 4, 2), True),
 )
 
 

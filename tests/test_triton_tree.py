@@ -530,6 +530,21 @@ def test_choose_config_picks_the_ws_rows_only_for_d128():
     assert choose_config(112, 128, True).ws == 0          # the interpreter: its own tiny tiles
 
 
+def test_short_context_configs_cover_the_seed_trees_at_b1_l16_in_one_wave():
+    """`short_context_config` (H200, 132 SMs, Hkv 8, D 128): S_b <= 32 with <= 64 rows takes
+    the 16-row tile at any B; S_b <= 80 with <= 256 rows the 32-row tile while its programs fit
+    one wave at 2 per SM (B 1: full:3:3's 160 rows, medusa's 256); else the table's config."""
+    from treebench.kernels.tree_attention_plan import short_context_config
+    assert short_context_config(16, 128, 20, 16, 8, 132) == KernelConfig(16, 32, 2, 2)        # full:3:1, L 16
+    assert short_context_config(160, 128, 56, 1, 8, 132) == KernelConfig(32, 64, 4, 2)        # full:3:3, L 16
+    assert short_context_config(256, 128, 80, 1, 8, 132) == KernelConfig(32, 64, 4, 2)        # medusa, L 16
+    assert short_context_config(256, 128, 80, 4, 8, 132) == KernelConfig(32, 64, 4, 2)        # 256 programs
+    assert short_context_config(160, 128, 56, 16, 8, 132) is None       # 640 programs: over one wave
+    assert short_context_config(256, 128, 81, 1, 8, 132) is None        # a longer context
+    assert short_context_config(257, 128, 80, 1, 8, 132) is None        # more rows
+    assert short_context_config(160, 64, 56, 1, 8, 132) is None         # D 64: not measured
+
+
 def test_ws_fills_when_the_tl_kernel_needs_more_than_one_wave():
     from treebench.kernels.tree_attention_plan import WS2, WS3, ws_fills
     assert ws_fills(WS2, 64, 8, 112, 132)                 # 1024 tl programs > 264
