@@ -318,7 +318,7 @@ def expand_axes(axes: dict) -> list[Case]:
             raise ConfigError(f"suite axis {n!r} is empty: give at least one value")
     missing = [f for f in REQUIRED_AXES if f not in axes]
     if missing:
-        raise ConfigError(f"suite axes: axis {missing[0]!r} is required (one of {', '.join(REQUIRED_AXES)})")
+        raise ConfigError(f"suite axes: axis {missing[0]!r} is required ({', '.join(REQUIRED_AXES)} must each be given)")
     count = math.prod(len(v) for v in values)
     if count > MAX_CASES:
         raise ConfigError(f"suite axes: {count} cases, more than {MAX_CASES}; split the suite or use fewer values")
