@@ -5,6 +5,7 @@ what the compiler made of it: the facts docs/kernel.md cites from "a local sm_90
     python lab/sm90_compile.py --config 128,32,8,3,128,1 --page-size 128 --num-ctas 1
     python lab/sm90_compile.py --ws [--config 128,64,4,4,168,0,2] [--mask tree|bias|causal] [--pipe on|off]
     python lab/sm90_compile.py --config 16,64,2,4,0,1 --kv-dtype float8_e4m3fn --fp8-path fp16 --ops
+    python lab/sm90_compile.py --config 16,64,4,4,0,0 --kv-dtype float8_e4m3fn --fp8-path fp16 --ops --swap-ab
 
 For each build (the forward kernel as `TreeAttention` would launch it for Hq 32,
 Hkv 8, D 128, bf16, tree mask, no split) it prints one line, "name: {dict}", with registers per thread,
@@ -14,7 +15,9 @@ of each `ttg.async_wait` inside the context loop (how many async copies stay in
 flight when the loop waits for a tile; 0 = none). --kv-dtype builds it over fp8 pools
 (bf16 queries), --fp8-path picks `KernelOptions.fp8_path`, and --ops adds the counts of
 `op_counts` (conversion, shared-memory, MMA and barrier instructions; the context loop's
-TTGIR layout and conversion ops). Uses Triton's own ptxas and
+TTGIR layout and conversion ops; where each HGMMA takes its A operand; the same counts
+inside each SASS loop that issues MMAs). --swap-ab builds `KernelOptions.swap_ab`'s kernel
+(S^T = K Q^T, O^T += V^T P^T). Uses Triton's own ptxas and
 cuobjdump (bundled with the triton wheel). The default builds need Triton 3.9 (the
 2-CTA build asserts in Triton 3.6's compiler); one --config build and --ws work
 with 3.6 and 3.9, whose figures differ (docs/kernel.md says which it quotes).
@@ -26,7 +29,7 @@ wgmma / TMA / setmaxnreg / cp.async (LDGSTS) instruction counts; it exits withou
 where Triton 3.9's Gluon reports leaked nanobind objects.
 
 Exit 2 with one line on bad input (a --config KernelConfig refuses, --ws with a
-tl-kernel config or a ws config without --ws, a ws config over one CTA's shared
+tl-kernel config or --swap-ab, a ws config without --ws, a ws config over one CTA's shared
 memory, no Triton).
 """
 
@@ -56,7 +59,7 @@ ALIGNED = [*POINTERS, "stride_qt", "stride_qh", "stride_kn", "stride_kp", "strid
 
 
 def compile_forward(cfg: KernelConfig, page_size: int, kv_desc: bool, num_ctas: int = 1, kv_dtype: str = "bf16",
-                    fp8_path: int = 0, ops: bool = False) -> dict:
+                    fp8_path: int = 0, ops: bool = False, swap_ab: bool = False) -> dict:
     """Builds the forward kernel for sm_90 and reads its resource use and SASS.
 
     Args:
@@ -68,6 +71,7 @@ def compile_forward(cfg: KernelConfig, page_size: int, kv_desc: bool, num_ctas: 
         fp8_path: the kernel's FP8_PATH (how fp8 codes become MMA operands; 0: the cast).
         ops: also count the conversion, shared-memory and barrier instructions of the
             SASS and TTGIR (`op_counts`).
+        swap_ab: the swapped-operand build (the kernel's SWAP_AB).
 
     Returns:
         dict of regs, spill_loads, spill_stores, shared_bytes, hgmma, utmaldg,
@@ -92,7 +96,7 @@ def compile_forward(cfg: KernelConfig, page_size: int, kv_desc: bool, num_ctas: 
     const = dict(HKV=HKV, G=G, D=D, P=page_size, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SPLIT=False,
                  FUSED_MERGE=False, MASK_MODE=0, WRITE_LSE=False, DOT_FP32=False, KV_DESC=kv_desc,
                  BT_AHEAD=bool(cfg.bt_ahead), PDL=False, PAGE_GATHER=False, EARLY_FIRST=False,
-                 FP8_PATH=fp8_path, Q_ROW_SCALE=fp8_path != 0 and kv_dtype != "bf16")
+                 FP8_PATH=fp8_path, Q_ROW_SCALE=fp8_path != 0 and kv_dtype != "bf16", SWAP_AB=swap_ab)
     if kv_desc:
         sig["K_DESC"] = sig["V_DESC"] = f"tensordesc<{kv}[{cfg.block_n}, {D}]>"
     else:
@@ -118,7 +122,10 @@ def op_counts(sass: str, loop_ttgir: str) -> dict:
     kernel (conversions F2FP / F2F / I2F / HADD2 / PRMT / LOP3 / SHF, shared memory LDS / STS /
     LDSM, MMAs HGMMA / HMMA, barriers BAR) and, in the TTGIR of the context loop, the layout
     and shared-memory ops and the element conversions (tt.fp_to_fp, arith.extf / truncf /
-    extui / bitcast)."""
+    extui / bitcast). hgmma_a: how many HGMMAs take A from registers (`HGMMA... R24, R64,
+    gdesc[...]`) and how many from a descriptor (`R24, gdesc[...], gdesc[...]`); mma_loops: the
+    MMA, shared-memory and barrier counts and length of each innermost loop that issues MMAs
+    (`loop_bodies`; the tl kernel's context and tail loops, in address order)."""
     names = ("F2FP", "F2F", "I2F", "HADD2", "HMUL2", "PRMT", "LOP3", "SHF", "IMAD", "LDS", "STS", "LDSM", "LDG",
              "HGMMA", "HMMA", "BAR", "WARPGROUP")
     opcodes = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", sass)
@@ -128,7 +135,26 @@ def op_counts(sass: str, loop_ttgir: str) -> dict:
               "arith.extui", "arith.bitcast", "tt.bitcast", "arith.shli", "arith.ori", "arith.andi",
               "ttng.warp_group_dot", "tt.dot")
     ir = {o: n for o in ir_ops if (n := len(re.findall(re.escape(o) + r"\b", loop_ttgir)))}
-    return {"sass": counts, "ttgir_loop": ir}
+    a_regs = len(re.findall(r"\bHGMMA\.\S+\s+R\d+,\s*R\d+", sass))          # A from registers
+    a_desc = len(re.findall(r"\bHGMMA\.\S+\s+R\d+,\s*gdesc", sass))        # A and B both descriptors
+    loops = [{n: sum(1 for o in body if o == n or o.startswith(n + "_")) for n in ("HGMMA", "HMMA", "STS", "LDS",
+                                                                                   "LDSM", "BAR")} | {"ins": len(body)}
+             for body in loop_bodies(sass, ("HGMMA", "HMMA"))]
+    return {"sass": counts, "hgmma_a": {"regs": a_regs, "desc": a_desc}, "mma_loops": loops, "ttgir_loop": ir}
+
+
+def loop_bodies(sass: str, marks: tuple[str, ...]) -> list[list[str]]:
+    """The opcodes (e.g. "HGMMA", "STS") of each innermost backward-branch loop of a
+    one-function SASS listing that holds one of `marks`: the tile loops, whose shared-memory
+    traffic per tile then reads apart from the prologue's and epilogue's."""
+    ins = [(int(m[1], 16), m[2], m[3]) for m in re.finditer(
+        r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)([^;\n]*)", sass)]
+    loops = [(int(t[1], 16), addr) for addr, op, rest in ins
+             if op == "BRA" and (t := re.search(r"(0x[0-9a-f]+)", rest)) and int(t[1], 16) < addr]
+    bodies = {(lo, hi): [op for a, op, _ in ins if lo <= a <= hi] for lo, hi in loops}
+    marked = [k for k, body in bodies.items() if any(o in marks for o in body)]
+    inner = [k for k in marked if not any(j != k and k[0] <= j[0] and j[1] <= k[1] for j in marked)]
+    return [bodies[k] for k in sorted(inner)]
 
 
 def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool | None = None, page_size: int = 128) -> dict:
@@ -257,6 +283,8 @@ def main() -> int:
     ap.add_argument("--ops", action="store_true",
                     help="also print SASS conversion / shared-memory / MMA / barrier counts and the "
                          "context loop's TTGIR layout and conversion ops")
+    ap.add_argument("--swap-ab", action="store_true",
+                    help="tl builds: KernelOptions.swap_ab (S^T = K Q^T, O^T += V^T P^T)")
     ap.add_argument("--ws", action="store_true",
                     help="the warp-specialised Gluon kernel instead, at P 128 (--config with a 7th field ws > 0; "
                          "default: the table's 2- and 3-warpgroup configs; --page-size, --kv-desc and "
@@ -280,6 +308,8 @@ def main() -> int:
         if not args.ws and (args.mask or args.pipe):
             flag = "--mask" if args.mask else "--pipe"
             raise ConfigError(f"{flag} applies to the warp-specialised build only: add --ws")
+        if args.ws and args.swap_ab:
+            raise ConfigError("--swap-ab applies to the tl builds only: drop --ws")
         if args.ws:
             from treebench.kernels.tree_attention_plan import WS2, WS3
             mask = args.mask or "tree"
@@ -307,8 +337,8 @@ def main() -> int:
             raise ConfigError(f"--fp8-path {args.fp8_path} needs an fp8 --kv-dtype")
         path = FP8_PATHS[args.fp8_path]
         for name, cfg, p, tma, ctas in builds:
-            res = compile_forward(cfg, p, tma, ctas, args.kv_dtype, path, args.ops)
-            print(f"{name}, {args.kv_dtype} pool: {res}", flush=True)
+            res = compile_forward(cfg, p, tma, ctas, args.kv_dtype, path, args.ops, args.swap_ab)
+            print(f"{name}, {args.kv_dtype} pool{', swap_ab' if args.swap_ab else ''}: {res}", flush=True)
     except ConfigError as e:
         print(f"sm90_compile: {e}", file=sys.stderr)
         return 2
