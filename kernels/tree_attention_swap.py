@@ -18,16 +18,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def _mma(a, b, acc, DOT_FP32: tl.constexpr):
-    """a @ b with an fp32 accumulator (acc, or zeros when None); DOT_FP32 upcasts the operands
-    first (the CPU interpreter's bfloat16 dot is wrong in Triton 3.9; exact for bf16 / fp16)."""
-    if DOT_FP32:
-        c = tl.dot(a.to(tl.float32), b.to(tl.float32), acc)
-    else:
-        c = tl.dot(a, b, acc)
-    return c
+from treebench.kernels.tree_attention_ops import mma as _mma
 
 
 @triton.jit

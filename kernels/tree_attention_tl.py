@@ -60,25 +60,12 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from treebench.kernels.tree_attention_ops import mma as _dot
 from treebench.kernels.tree_attention_reduce import gdc_launch_dependents, merge_partials
 from treebench.kernels.tree_attention_swap import swap_step, tree_allowed_t
 
 MASK_BITS, MASK_BIAS, MASK_CAUSAL = 0, 1, 2
 LOG2E = 1.4426950408889634  # log2(e): exp(x) == exp2(x * LOG2E)
-
-
-@triton.jit
-def _dot(a, b, acc, DOT_FP32: tl.constexpr):
-    """a @ b with an fp32 accumulator, plus `acc` when given (None: zeros); the MMA
-    accumulates into acc in place, so the P V MMA of one tile may still run while the
-    next tile's Q K^T is issued. DOT_FP32 upcasts the operands first: exact for
-    bf16/fp16 values, and needed by the CPU interpreter, whose bfloat16 dot is wrong
-    (Triton 3.9)."""
-    if DOT_FP32:
-        c = tl.dot(a.to(tl.float32), b.to(tl.float32), acc)
-    else:
-        c = tl.dot(a, b, acc)
-    return c
 
 
 @triton.jit
@@ -269,10 +256,16 @@ def tree_attn_fwd_kernel(
 
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
+    if Q_ROW_SCALE:                             # raw score -> log2 units: per row, the row's power of 2 folded in
+        qk_row = qk_scale * row_scale                        # (BLOCK_M,)
+        qk_2d = qk_row[:, None]
+    else:                                       # one scalar for every row
+        qk_row = qk_scale
+        qk_2d = qk_scale
     if SWAP_AB:                                 # O^T (D, BLOCK_M) and Q^T; per-row score factors
         acc = tl.zeros((D, BLOCK_M), tl.float32)
         q_t = tl.trans(q)                                    # (D, BLOCK_M)
-        col_scale = qk_scale * row_scale if Q_ROW_SCALE else tl.zeros((BLOCK_M,), tl.float32) + qk_scale
+        col_scale = qk_row if Q_ROW_SCALE else tl.zeros((BLOCK_M,), tl.float32) + qk_scale
     else:
         acc = tl.zeros((BLOCK_M, D), tl.float32)
     K_h = K + kh * stride_kh
@@ -313,11 +306,9 @@ def tree_attn_fwd_kernel(
             acc, m_i, l_i = swap_step(q_t, k, v, acc, m_i, l_i, col_scale, None, 0.0, dtype, False, DOT_FP32)
         else:
             s = _dot(q, tl.trans(k), None, DOT_FP32)              # (BLOCK_M, BLOCK_N) raw scores
-            if Q_ROW_SCALE:
-                s = s * row_scale[:, None]
-            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)      # log2 units
+            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_row)        # log2 units
             alpha = tl.exp2(m_i - m_new)
-            p = tl.exp2(s * qk_scale - m_new[:, None])            # one FFMA per score
+            p = tl.exp2(s * qk_2d - m_new[:, None])               # one FFMA per score
             l_i = l_i * alpha + tl.sum(p, 1)
             acc = _dot(p.to(dtype), v, acc * alpha[:, None], DOT_FP32)   # the MMA accumulates in place
             m_i = m_new
@@ -345,10 +336,7 @@ def tree_attn_fwd_kernel(
         else:
             allowed, bias = _tree_allowed(MASK, BIAS, row_tok, node, row_ok, offs_n, L, T, stride_mw,
                                           stride_bias, BLOCK_M, BLOCK_N, MASK_MODE)
-            s = _dot(q, tl.trans(k), None, DOT_FP32)
-            if Q_ROW_SCALE:
-                s = s * row_scale[:, None]
-            s = s * qk_scale + bias
+            s = _dot(q, tl.trans(k), None, DOT_FP32) * qk_2d + bias
             s = tl.where(allowed, s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
             m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that saw nothing yet
