@@ -218,8 +218,10 @@ class TreeAttention:
         rows = hq // hkv * max(ts)
         cfg = config or choose_config(rows, d, interpreting(), ws=ws is not False)
         if ws is True or cfg.ws:
-            why_ws = ("ws=False" if ws is False else "kv_desc=False (it loads every tile by TMA)"
-                      if kv_desc is False else "swap_ab (a tl-kernel option)" if opts.swap_ab else "fused_merge (it merges in a second kernel)" if fused_merge
+            why_ws = ("ws=False" if ws is False
+                      else "kv_desc=False (it loads every tile by TMA)" if kv_desc is False
+                      else "swap_ab (a tl-kernel option)" if opts.swap_ab
+                      else "fused_merge (it merges in a second kernel)" if fused_merge
                       else ws_unsupported(inputs, cfg.block_n, opts.ws_page_tma))
             if not why_ws and cfg.ws and cfg.ws_shared_bytes(d, inputs.q.element_size()) > SMEM_PER_SM:
                 why_ws = (f"{cfg.ws_shared_bytes(d, inputs.q.element_size())} bytes of shared memory at D {d} "
