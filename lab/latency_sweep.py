@@ -220,6 +220,8 @@ def sweep(args) -> list[dict]:
                 t_in, reference_attention(t_in), twin, None, KernelOptions(), device, args.smoke))
             del t_in
         for name, cfg, opts, *extra in candidates(group, case.page_size, args.smoke):
+            if args.candidates and name not in args.candidates:
+                continue
             cell_rows.append(base | {"candidate": name} | run_candidate(inputs, ref, case, cfg, opts, device,
                                                                          args.smoke, *extra))
         print_cell(label, cell_rows)
@@ -267,11 +269,19 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--out", required=True, type=Path, help="JSON file to write (a new path)")
     ap.add_argument("--budget-s", type=float, default=240.0, help="stop starting new cells after this (s)")
     ap.add_argument("--groups", default="latency,pages", help=f"comma-separated subset of {','.join(GROUPS)}")
+    ap.add_argument("--candidates", default="",
+                    help="comma-separated candidate names to run (default: all of each group's; vLLM's kernel and "
+                         "the fp8 group's bf16 twin always run)")
     ap.add_argument("--smoke", action="store_true", help="a tiny cell per group in the CPU interpreter")
     args = ap.parse_args(argv)
     args.groups = [g for g in args.groups.split(",") if g]
+    args.candidates = {c for c in args.candidates.split(",") if c}
     if not args.groups or any(g not in GROUPS for g in args.groups):
         refuse(f"--groups {','.join(args.groups)!r}: use a comma-separated subset of {','.join(GROUPS)}")
+    known = {c[0] for g in args.groups for p in (8, 128) for c in candidates(g, p, args.smoke)}
+    if args.candidates - known:
+        refuse(f"--candidates: no candidate {', '.join(sorted(args.candidates - known))} in groups "
+               f"{','.join(args.groups)}")
     if not args.budget_s > 0:
         refuse(f"--budget-s {args.budget_s}: must be a positive number of seconds")
     if args.out.suffix != ".json" or args.out.exists() or not args.out.parent.is_dir():
