@@ -231,8 +231,12 @@ class TreeAttention:
             if ws is True and not cfg.ws:
                 raise ConfigError(f"ws=True: no warp-specialised config for {rows} packed rows at D {d} (the "
                                   "table has them above 64 rows at D 128; pass config=KernelConfig(..., ws=N))")
-            if not why_ws and config is None and ws is None and not ws_fills(cfg, len(ts), hkv, rows, sms):
-                why_ws = "the tl kernel's programs fit one wave"
+            if not why_ws and config is None and ws is None:
+                tl_cfg = choose_config(rows, d, interpreting(), ws=False)
+                tl_tma = kv_desc is not False and not kv_desc_unsupported(inputs, tl_cfg.block_n)
+                short_ok = short_context_config(rows, d, max(ss), len(ts), hkv, sms) is not None
+                if not ws_fills(cfg, len(ts), hkv, rows, sms, tl_tma=tl_tma or short_ok):
+                    why_ws = "the tl kernel's programs fit one wave"
             if why_ws:
                 cfg = choose_config(rows, d, interpreting(), ws=False)
         short = None if config is not None or cfg.ws or interpreting() else \

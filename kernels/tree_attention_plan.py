@@ -239,22 +239,31 @@ def short_context_config(rows: int, head_dim: int, max_seq_len: int, batch_size:
     return None
 
 
-def ws_fills(config: KernelConfig, batch_size: int, num_kv_heads: int, rows: int, num_sms: int) -> bool:
+def ws_fills(config: KernelConfig, batch_size: int, num_kv_heads: int, rows: int, num_sms: int,
+             tl_tma: bool = True) -> bool:
     """True when the warp-specialised kernel should run this batch: the tl kernel's
     64-row programs (B * Hkv * ceil(rows / 64)) would need more than one wave at its
-    2 programs per SM. Within one wave every tl program runs at once and the
-    warp-specialised kernel's fixed costs lost (run V, seed suite back to back: the
-    27-node and eagle trees at B 16 1.03-1.19x at L 16 and 1024; B 1 1.2-1.6x in run 8).
+    2 programs per SM, or they fill every SM at least once (no split-KV) and the tl kernel
+    would read the pool by per-token pointer gathers (tl_tma False: a tile spans several
+    pages, as at P 16 or 32) where the warp-specialised kernel reads one TMA box per page. Within one wave every tl program runs at once and the
+    warp-specialised kernel's fixed costs lost to the tl kernel's TMA path (run V, seed suite
+    back to back: the 27-node and eagle trees at B 16 1.03-1.19x at L 16 and 1024; B 1
+    1.2-1.6x in run 8); its gather at P 16 took 1.33x of P 128's TMA on those trees at B 16,
+    L 2048 (`results/h200/seed/seed.jsonl`), where the warp-specialised kernel's P 16 stayed
+    within 1.04x of its P 128 at B 64 (`results/h200/pages/`).
 
     Args:
         config: the table's config for the batch (a tl-kernel config: always True).
         batch_size, num_kv_heads: B and Hkv.
         rows: G * max T_b, the packed rows per (request, KV head).
         num_sms: multiprocessors of the device (132 on an H200).
+        tl_tma: the tl kernel's config would read the context tiles by TMA
+            (`kv_desc_unsupported` has no reason against its BLOCK_N).
     Raises nothing."""
     if not config.ws:
         return True
-    return batch_size * num_kv_heads * math.ceil(rows / 64) > 2 * num_sms
+    programs = batch_size * num_kv_heads * math.ceil(rows / 64)
+    return programs > 2 * num_sms or not tl_tma and programs >= num_sms
 
 
 def choose_num_splits(programs: int, kv_tiles: list[int], num_sms: int, block_m: int,

@@ -8,8 +8,9 @@ Cells (bf16, Hq 32, Hkv 8, D 128, shuffled pages, one tree per batch as in the s
 - `latency`: L 16, P 16 and 128, B 1 with every seed tree (T 1-64) and B 16 with full:3:0 and
   full:3:1: one or two KV tiles per request, so fixed costs decide (the seed cells where vLLM's
   kernel was faster, `results/h200/seed/`, and their neighbours);
-- `pages`: full:3:3 at B 16, medusa:mc_sim_7b_63 and vllm:pr_27 at B 64, vllm:pr_27 at B 1,
-  all at L 2048, P 16 and 128: what a tile spanning several pages costs;
+- `pages`: full:3:3, vllm:pr_27 and eagle:mc_sim_7b_63 at B 16, medusa:mc_sim_7b_63 and
+  vllm:pr_27 at B 64, vllm:pr_27 at B 1, all at L 2048, P 16 and 128: what a tile spanning
+  several pages costs, and at P 16 the tl kernel's gather (`tl`) against the plan's choice;
 - `b1`: B 1, L 2048, the 27-node tree (vllm:pr_27), full:3:3 and full:3:1, P 16 and 128: one
   request, so split-KV fills the GPU and the merge is on the critical path (`B1_CANDIDATES`:
   split counts, the fused merge, merge rows, the tl kernel against the warp-specialised one);
@@ -68,7 +69,8 @@ from treebench.kernels.tree_attention_plan import KernelConfig  # noqa: E402
 FP8 = {"kv_dtype": "float8_e4m3fn", "k_scale": 0.25, "v_scale": 0.5}   # seed_fp8's pool
 SEED_TREES = ("full:3:0", "full:3:1", "full:3:2", "full:3:3", "vllm:pr_27", "eagle:mc_sim_7b_63", "medusa:mc_sim_7b_63")
 LATENCY_CELLS = (*((1, t) for t in SEED_TREES), (16, "full:3:0"), (16, "full:3:1"))   # (B, tree) at L 16
-PAGE_CELLS = (("full:3:3", 16), ("medusa:mc_sim_7b_63", 64), ("vllm:pr_27", 64), ("vllm:pr_27", 1))
+PAGE_CELLS = (("full:3:3", 16), ("medusa:mc_sim_7b_63", 64), ("vllm:pr_27", 64), ("vllm:pr_27", 1),
+              ("vllm:pr_27", 16), ("eagle:mc_sim_7b_63", 16))
 PAGES = (16, 128)
 # Small tl tiles for one or two KV tiles per request: (BLOCK_M, BLOCK_N, warps, stages); one
 # stage loads a lone tile straight to registers, with no pipeline prologue.
@@ -123,6 +125,7 @@ def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple]:
             out.append(("ws", None, KernelOptions(), {"ws": True}))
     elif page_size < 64:
         out.append(("no_ws_page_tma", None, KernelOptions(ws_page_tma=False)))
+        out.append(("tl", None, KernelOptions(), {"ws": False}))
     return out
 
 

@@ -552,6 +552,9 @@ def test_ws_fills_when_the_tl_kernel_needs_more_than_one_wave():
     assert ws_fills(WS3, 16, 8, 160, 132)                 # full:3:3 at B 16: 384 tl programs
     assert not ws_fills(WS2, 1, 8, 112, 132)
     assert ws_fills(KernelConfig(64, 64, 4, 3), 1, 8, 112, 132)   # a tl config always
+    # within one wave, but the tl kernel would gather per token (P 16) where ws reads a box per page
+    assert ws_fills(WS2, 16, 8, 112, 132, tl_tma=False)   # 256 programs: every SM at least once
+    assert not ws_fills(WS2, 1, 8, 112, 132, tl_tma=False)  # 16 programs: split-KV on the tl kernel
 
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="the refusal is for a machine without a CUDA GPU")
