@@ -284,6 +284,8 @@ def test_latency_sweep_refuses_bad_arguments_and_runs_in_the_interpreter(tmp_pat
     rows = json.loads(out.read_text())["rows"]
     assert {r["status"] for r in rows} == {"pass"} and {"default", "early", "tl16x32w2s2+early"} <= \
         {r["candidate"] for r in rows}
+    gather = [r["candidate"] for r in rows if r["group"] == "pages" and r["page_size"] == 8]
+    assert gather == ["default", "ws_gather"]           # P 8: the default against the ws gathers only
     out = tmp_path / "smoke-fp8.json"
     r = subprocess.run([sys.executable, str(script), "--smoke", "--groups", "fp8,b1", "--out", str(out)],
                        capture_output=True, text=True, env=env, timeout=300)
