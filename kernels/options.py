@@ -80,6 +80,12 @@ class KernelOptions:
             so no query overflows (exact for elements within 2^-24 of the row's largest, i.e.
             down to 2^-17 at scale 1), and the probabilities P are rounded to fp16, not bf16.
             Every path is exact for every finite code (docs/kernel.md, "fp8 pools").
+        ws_gather: the warp-specialised kernel at page sizes neither of its TMA paths reads
+            (P not a multiple of the tile, and not a multiple of 16 that divides it: P 1, 3, 8,
+            24, 40, 48, 96 with 64-token tiles): its producer, a warpgroup, gathers each tile
+            row by row with cp.async (`tree_attention_gather`). False (default: not yet timed on
+            the GPU): such pages keep the tl kernel. Pools TMA can read keep the TMA paths
+            either way.
         swap_ab: the tl kernel's MMAs with swapped operands, S^T = K Q^T and O^T += V^T P^T
             (`tree_attention_swap`): the converted K/V tile is the A operand, which wgmma can take
             from registers, and BLOCK_N the wgmma M dimension, so 16-row tiles can use wgmma with
@@ -98,6 +104,7 @@ class KernelOptions:
     page_gather: bool = False            # tl pointer loads: one block-table entry per page, not per token
     early_first: bool | None = None      # tl pointer paths: a split's first tile's pages loaded with the lengths
     ws_page_tma: bool = True             # warp-specialised kernel at P 16 / 32: one TMA box per page
+    ws_gather: bool = False              # warp-specialised kernel at pages TMA cannot read: cp.async gathers
     fp8_path: str = "fp16"               # tl kernel, fp8 pools: "fp16", "cast" or "bits" (FP8_PATHS)
     swap_ab: bool = False                # tl kernel: S^T = K Q^T, O^T += V^T P^T (K/V tile as the A operand)
 
@@ -106,7 +113,7 @@ class KernelOptions:
 
         Raises:
             ConfigError: kv_desc, ws_pipe, pdl or early_first not None / True / False;
-                ws_persist, page_gather, ws_page_tma or swap_ab not a bool; ws3_pipe_min_tiles not a
+                ws_persist, page_gather, ws_page_tma, ws_gather or swap_ab not a bool; ws3_pipe_min_tiles not a
                 positive integer; fp8_path not one of `FP8_PATHS`. The message names the
                 field and the value.
         """
@@ -114,7 +121,7 @@ class KernelOptions:
             v = getattr(self, name)
             if not (v is None or isinstance(v, bool)):
                 raise ConfigError(f"KernelOptions {name}={v!r}: must be None (the default rule), True or False")
-        for name in ("ws_persist", "page_gather", "ws_page_tma", "swap_ab"):
+        for name in ("ws_persist", "page_gather", "ws_page_tma", "ws_gather", "swap_ab"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"KernelOptions {name}={getattr(self, name)!r}: must be True or False")
         if self.fp8_path not in FP8_PATHS:

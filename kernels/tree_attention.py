@@ -27,9 +27,10 @@ from treebench.harness.errors import ConfigError
 from treebench.harness.model.paged import BatchInputs
 from treebench.kernels.launch import FixedLaunch, verify_fast_path
 from treebench.kernels.options import FP8_PATHS, KernelOptions
-from treebench.kernels.tree_attention_plan import (FP8_KV_DTYPES, MASK_MODES, SMEM_PER_SM, KernelConfig, check_inputs,
-                                         choose_config, is_integer, make_plan, next_pow2, pack_tree_masks,
-                                         short_context_config, tree_bias, ws_fills)
+from treebench.kernels.tree_attention_plan import (FP8_KV_DTYPES, MASK_MODES, SMEM_PER_SM, WS_MIN_CONSUMER_REGS,
+                                         KernelConfig, check_inputs, choose_config, is_integer, make_plan,
+                                         next_pow2, pack_tree_masks, short_context_config, tree_bias, ws_fills,
+                                         ws_page_path)
 from treebench.kernels.tree_attention_reduce import HAS_PDL, tree_attn_merge_kernel
 from treebench.kernels.tree_attention_tl import LOG2E, tree_attn_fwd_kernel
 
@@ -88,7 +89,7 @@ def kv_desc_unsupported(inputs: BatchInputs, block_n: int) -> str:
     return ""
 
 
-def ws_unsupported(inputs: BatchInputs, block_n: int = 64, page_tma: bool = False) -> str:
+def ws_unsupported(inputs: BatchInputs, block_n: int = 64, page_tma: bool = False, gather: bool = False) -> str:
     """Why the warp-specialised Gluon kernel (`tree_attention_ws`) cannot run this batch, or "".
 
     Args:
@@ -96,13 +97,16 @@ def ws_unsupported(inputs: BatchInputs, block_n: int = 64, page_tma: bool = Fals
         block_n: the config's KV tokens per tile (32 or 64).
         page_tma: one TMA box per page where a tile spans several pages
             (`KernelOptions.ws_page_tma`): P a multiple of 16 that divides block_n is taken too.
+        gather: cp.async page gathers where neither TMA path reads the pool
+            (`KernelOptions.ws_gather`): any other P is taken too (`ws_page_path`).
 
     Returns:
         "" on an sm_90 GPU (wgmma is Hopper's; sm_100 has none) with a Triton whose
-        Gluon has the Hopper API, D 64 or 128, bf16/fp16 pools (it reads a request's
-        last tile whole, past S_b, which fp8 pools' NaN codes forbid) and pools TMA can
-        read in block_n-token tiles (`kv_desc_unsupported`, or with page_tma in P-token
-        boxes); else the first reason against, one line. Raises nothing.
+        Gluon has the Hopper API, D 64 or 128, bf16/fp16 pools (its TMA paths read a
+        request's last tile whole, past S_b, which fp8 pools' NaN codes forbid) and pools
+        TMA can read in block_n-token tiles (`kv_desc_unsupported`, or with page_tma in
+        P-token boxes) or, with gather, contiguous 16-byte aligned pools of any P; else
+        the first reason against, one line. Raises nothing.
     """
     if interpreting() or inputs.device.type != "cuda":
         return "the warp-specialised kernel needs a CUDA GPU (Gluon does not run in the Triton interpreter)"
@@ -116,7 +120,12 @@ def ws_unsupported(inputs: BatchInputs, block_n: int = 64, page_tma: bool = Fals
                 "last tile is read past S_b, where fp8 pools hold NaN codes)")
     if (inputs.k_scale, inputs.v_scale) != (1.0, 1.0):
         return "k_scale / v_scale other than 1: the warp-specialised kernel applies no KV scales"
-    why = kv_desc_unsupported(inputs, p if page_tma and p % 16 == 0 and block_n % p == 0 else block_n)
+    path = ws_page_path(p, block_n, page_tma, gather)
+    # TMA boxes of a tile (tma) or of a page (tma-page); the gathers need only the pools' layout,
+    # which the same checks with P-token boxes give
+    why = kv_desc_unsupported(inputs, p if path in ("tma-page", "gather") else block_n)
+    if why and not path:
+        why += " (KernelOptions.ws_gather=True reads any page size)"
     if why:
         return why
     try:
@@ -142,8 +151,9 @@ class TreeAttention:
         kernel: the path taken, e.g. "ws tma splits=1" or "tl gather splits=4": the forward
             kernel (tl / ws), its page path (tma: TMA boxes of whole tiles; tma-page: one
             TMA box per page; tile: a tile inside one page, pointer loads; gather: page
-            lookups per token; gather-page: per page) and the KV split count.
+            lookups per token, on ws by cp.async; gather-page: per page) and the KV split count.
         kv_desc: the context tiles are loaded through TMA descriptors.
+        ws_path: the warp-specialised kernel's page path (`ws_page_path`); "" on the tl kernel.
         pdl: the split-KV merge kernel is a programmatic dependent launch.
         ws: the forward kernel is the warp-specialised Gluon one (`tree_attention_ws`).
         ws_pipe: that kernel pipelines within each consumer warpgroup (its PIPE:
@@ -175,7 +185,8 @@ class TreeAttention:
                 enough (`ws_fills`); else the table's tl-kernel config. True: the table's
                 warp-specialised config whatever the batch size. False: always the tl
                 kernel. A `config` with ws > 0 is run as given. The warp-specialised
-                kernel loads every tile by TMA and merges splits in a second kernel, so
+                kernel loads every tile by TMA (options.ws_gather: by cp.async where TMA cannot
+                read the pool) and merges splits in a second kernel, so
                 options.kv_desc=False, options.swap_ab or fused_merge=True select the tl kernel. ws=True, or a
                 warp-specialised `config`, where it cannot run raises ConfigError.
             options: the launch choices outside the plan (`treebench.kernels.options.KernelOptions`:
@@ -222,10 +233,13 @@ class TreeAttention:
                       else "kv_desc=False (it loads every tile by TMA)" if kv_desc is False
                       else "swap_ab (a tl-kernel option)" if opts.swap_ab
                       else "fused_merge (it merges in a second kernel)" if fused_merge
-                      else ws_unsupported(inputs, cfg.block_n, opts.ws_page_tma))
+                      else ws_unsupported(inputs, cfg.block_n, opts.ws_page_tma, opts.ws_gather))
             if not why_ws and cfg.ws and cfg.ws_shared_bytes(d, inputs.q.element_size()) > SMEM_PER_SM:
                 why_ws = (f"{cfg.ws_shared_bytes(d, inputs.q.element_size())} bytes of shared memory at D {d} "
                           f"(one CTA has {SMEM_PER_SM})")
+            if (not why_ws and cfg.ws and cfg.ws_regs_for(True)[0] < WS_MIN_CONSUMER_REGS
+                    and ws_page_path(inputs.k_cache.shape[1], cfg.block_n, opts.ws_page_tma, opts.ws_gather) == "gather"):
+                why_ws = f"max_regs {cfg.max_regs}: the gathering producer leaves its consumers too few registers"
             if why_ws and (config is not None or ws is True):
                 raise ConfigError(f"config ws={cfg.ws}: {why_ws}" if config is not None else f"ws=True: {why_ws}")
             if ws is True and not cfg.ws:
@@ -245,10 +259,13 @@ class TreeAttention:
         # a split's first tile's pages loaded with the lengths: measured with the short configs
         self.early_first = bool(short) if opts.early_first is None else opts.early_first
         self.ws = bool(cfg.ws)
+        # the warp-specialised kernel's page path ("tma", "tma-page" or "gather"; "" on the tl kernel)
+        self.ws_path = ws_page_path(inputs.k_cache.shape[1], cfg.block_n, opts.ws_page_tma,
+                                    opts.ws_gather) if self.ws else ""
         why_not = kv_desc_unsupported(inputs, cfg.block_n)
         if kv_desc and why_not:
             raise ConfigError(f"kv_desc: {why_not}")
-        self.kv_desc = self.ws or kv_desc is not False and not why_not   # ws: all TMA
+        self.kv_desc = self.ws_path.startswith("tma") or not self.ws and kv_desc is not False and not why_not
         why_not_pdl = pdl_unsupported(inputs.device)
         if pdl and why_not_pdl:
             raise ConfigError(f"pdl: {why_not_pdl}")
@@ -272,7 +289,7 @@ class TreeAttention:
         """How the forward kernel reads K/V pages (the `kernel` attribute's middle word)."""
         p, bn = self.inputs.k_cache.shape[1], self.plan.config.block_n
         if self.ws:
-            return "tma" if p % bn == 0 else "tma-page"
+            return self.ws_path
         if self.kv_desc:
             return "tma"
         if p % bn == 0:
@@ -362,12 +379,15 @@ class TreeAttention:
         split = plan.num_splits > 1
         rows = q.shape[0] * q.shape[1]                                  # sum T * Hq
         o_part, lse_part, lse = self._partials()
-        layout = gl.NVMMASharedLayout.get_default_for([cfg.block_n, d], gl.bfloat16 if q.dtype == torch.bfloat16
-                                                      else gl.float16)
-        rows_kv, box = kc.shape[0] * kc.shape[1], min(kc.shape[1], cfg.block_n)   # box: a page when P < BLOCK_N
-        k_desc, v_desc = (GluonDescriptor(t, [rows_kv, hkv * d], [hkv * d, 1], [box, d], layout)
-                          for t in (kc, vc))
-        consumer_regs, producer_regs = cfg.ws_regs
+        gather = self.ws_path == "gather"         # cp.async gathers from the pools: no descriptors
+        k_desc = v_desc = None
+        if not gather:
+            layout = gl.NVMMASharedLayout.get_default_for([cfg.block_n, d], gl.bfloat16 if q.dtype == torch.bfloat16
+                                                          else gl.float16)
+            rows_kv, box = kc.shape[0] * kc.shape[1], min(kc.shape[1], cfg.block_n)   # box: a page when P < BLOCK_N
+            k_desc, v_desc = (GluonDescriptor(t, [rows_kv, hkv * d], [hkv * d, 1], [box, d], layout)
+                              for t in (kc, vc))
+        consumer_regs, producer_regs = cfg.ws_regs_for(gather)
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count
         programs = min(plan.num_programs, sms * cfg.ctas_per_sm(d)) if self.options.ws_persist \
             else plan.num_programs
@@ -379,7 +399,7 @@ class TreeAttention:
             dict(HKV=hkv, G=q.shape[1] // hkv, D=d, P=kc.shape[1], BLOCK_N=cfg.block_n, NUM_WG=cfg.ws,
                  STAGES=cfg.num_stages, MASK_MODE=MASK_MODES.index(self.mask_mode), SPLIT=split,
                  WRITE_LSE=self.lse is not None, CONSUMER_REGS=consumer_regs, PRODUCER_REGS=producer_regs,
-                 PIPE=self.ws_pipe),
+                 PIPE=self.ws_pipe, GATHER=gather, K=kc if gather else None, V=vc if gather else None),
             dict(num_warps=4, maxnreg=cfg.max_regs))
         if not split:
             return [fwd]

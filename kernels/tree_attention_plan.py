@@ -82,14 +82,21 @@ class KernelConfig:
 
     @property
     def ws_regs(self) -> tuple[int, int]:
+        """`ws_regs_for` the TMA producer. Raises ConfigError for a tl config (ws 0)."""
+        return self.ws_regs_for(gather=False)
+
+    def ws_regs_for(self, gather: bool) -> tuple[int, int]:
         """(consumer, producer) registers per thread of the warp-specialised kernel's
-        partitions (setmaxnreg; multiples of 8, at most 256): the producer warp's
-        warpgroup keeps WS_PRODUCER_REGS, the consumers share the rest of
-        max_regs * (ws + 1) warpgroups' worth. Raises ConfigError for a tl config (ws 0)."""
+        partitions (setmaxnreg; multiples of 8, at most 256): the producer's warpgroup
+        keeps WS_PRODUCER_REGS (TMA) or, with gather (its cp.async page gathers),
+        WS_GATHER_PRODUCER_REGS; the consumers share the rest of max_regs * (ws + 1)
+        warpgroups' worth (below WS_MIN_CONSUMER_REGS with gather only for max_regs under 96
+        at ws 1, which `TreeAttention` refuses). Raises ConfigError for a tl config (ws 0)."""
         if not self.ws:
             raise ConfigError(f"kernel config {self}: ws_regs of a tl-kernel config (ws=0)")
-        spare = self.max_regs * (self.ws + 1) - WS_PRODUCER_REGS
-        return min(256, spare // max(self.ws, 1) // 8 * 8), WS_PRODUCER_REGS
+        producer = WS_GATHER_PRODUCER_REGS if gather else WS_PRODUCER_REGS
+        spare = self.max_regs * (self.ws + 1) - producer
+        return min(256, spare // max(self.ws, 1) // 8 * 8), producer
 
     def ws_shared_bytes(self, head_dim: int, itemsize: int = 2) -> int:
         """Shared memory of the warp-specialised kernel in bytes: Q (block_m, D) and the K/V
@@ -136,6 +143,9 @@ class KernelConfig:
 
 WS3_PIPE_MIN_TILES = 32      # KV tiles per work item from which 3 consumer warpgroups pipeline (run 10)
 WS_PRODUCER_REGS = 40        # the producer warp's warpgroup: scalar work and TMA issue only
+# the gathering producer warpgroup: each thread's row pages and addresses (sm_90 compile, Triton 3.9:
+# at 40 its tile loop spills at P 1 and 24, at 56 at none of P 1, 8, 24, 128)
+WS_GATHER_PRODUCER_REGS = 56
 WS_SCRATCH_BYTES = 8 * 1024 + 128  # per consumer warpgroup (see KernelConfig.ws_shared_bytes; compiles: 8232-8272)
 WS_MIN_CONSUMER_REGS = 128         # registers per consumer thread below which the build fails or spills in its loop
 REGS_PER_SM = 65536                # sm_90's register file (32-bit registers per SM)
@@ -264,6 +274,25 @@ def ws_fills(config: KernelConfig, batch_size: int, num_kv_heads: int, rows: int
         return True
     programs = batch_size * num_kv_heads * math.ceil(rows / 64)
     return programs > 2 * num_sms or not tl_tma and programs >= num_sms
+
+
+def ws_page_path(page_size: int, block_n: int, page_tma: bool = False, gather: bool = False) -> str:
+    """How the warp-specialised kernel reads a pool of `page_size`-token pages in `block_n`-token
+    tiles (`TreeAttention.kernel`'s page path):
+
+    - "tma": P % block_n == 0, one TMA box per tile (inside one page);
+    - "tma-page": with page_tma (`KernelOptions.ws_page_tma`), P a multiple of 16 that divides
+      block_n: one TMA box of P rows per page;
+    - "gather": with gather (`KernelOptions.ws_gather`), any other P >= 1: the producer's
+      cp.async gathers, a page lookup per token row (`tree_attention_gather`);
+    - "": none of them (the pool keeps the tl kernel).
+
+    Raises nothing."""
+    if page_size % block_n == 0:
+        return "tma"
+    if page_tma and page_size % 16 == 0 and block_n % page_size == 0:
+        return "tma-page"
+    return "gather" if gather else ""
 
 
 def choose_num_splits(programs: int, kv_tiles: list[int], num_sms: int, block_m: int,

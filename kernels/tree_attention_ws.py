@@ -11,7 +11,9 @@ warps by role:
   shared-memory buffers with TMA (page from the block table, one box of
   BLOCK_N tokens x D), each buffer guarded by a "ready" mbarrier per tensor and an
   "empty" mbarrier that every consumer releases; it runs ahead into the next
-  item while the consumers finish the last one;
+  item while the consumers finish the last one (with GATHER, for pages TMA cannot read,
+  the producer is a warpgroup that copies each tile row by row with cp.async,
+  `tree_attention_gather`, each ready barrier counting one arrival per producer thread);
 - NUM_WG consumer warpgroups, each owning 64 rows, run Q K^T (wgmma, Q from
   shared memory), the online softmax (FlashAttention-2, fp32, exp2) and P V
   (wgmma, P from registers) on each tile as soon as it lands; with PIPE, tile
@@ -56,6 +58,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
+
+from treebench.kernels.tree_attention_gather import GATHER_THREADS, GATHER_WARPS, gather_layout, gather_tile, tile_pages
 
 # TMA global -> shared copy: `async_copy_global_to_shared` in Triton 3.6, `async_load` in 3.9
 # (where the old name raises).
@@ -211,6 +215,57 @@ def _ws_producer(prm, ptrs, smem, WG: gl.constexpr, HKV: gl.constexpr, G: gl.con
                 mbarrier.expect(v_ready.index(st), tile_bytes)
                 _tma_tile(V_DESC, pages, lane, sel, t, kh, v_ready.index(st), v_bufs.index(st), P, BLOCK_N, D)
             it += 1
+
+
+@gluon.jit
+def _gather_producer(prm, ptrs, smem, HKV: gl.constexpr, G: gl.constexpr, D: gl.constexpr, P: gl.constexpr,
+                     BLOCK_N: gl.constexpr, STAGES: gl.constexpr, NUM_WG: gl.constexpr):
+    """One warpgroup (GATHER_WARPS): every K/V tile of this program's work items into the ring
+    by cp.async pointer gathers, in order (`tree_attention_gather`): each tile's row pages are
+    loaded one tile ahead, before the wait for its ring slot, so no copy waits on a block-table
+    load but the first of each item; rows past S_b land as zeros."""
+    m_tiles, num_splits, tiles_per_split, qk_scale, n_items = prm
+    (Q, BT, CTX_LENS, QO, MASK, BIAS, O, LSE, O_PART, LSE_PART, K, V,
+     stride_qt, stride_qh, stride_bt, stride_mw, stride_bias, stride_ps) = ptrs
+    q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, fix_bar = smem
+    layout: gl.constexpr = gather_layout(D)
+    it = 0                                      # ring position, across work items
+    for item in range(gl.program_id(0), n_items, gl.num_programs(0)):
+        b, kh, split, L, S, qo, T, t_lo, t_hi, t_ctx, m0 = _work_item(
+            item, CTX_LENS, QO, m_tiles, num_splits, tiles_per_split, HKV, G, BLOCK_N, NUM_WG)
+        bt_row = BT + b.to(gl.int64) * stride_bt
+        last = gl.maximum(S - 1, 0) // P        # the request's last page (past it: that page again)
+        pages = tile_pages(bt_row, t_lo, last, P, BLOCK_N, layout)
+        for t in range(t_lo, t_hi):
+            nxt = tile_pages(bt_row, t + 1, last, P, BLOCK_N, layout)   # one tile ahead
+            st = it % STAGES
+            mbarrier.wait(kv_empty.index(st), ((it // STAGES) & 1) ^ 1)   # a fresh barrier passes phase 1
+            gather_tile(k_bufs.index(st), v_bufs.index(st), k_ready.index(st), v_ready.index(st), K, V, pages, t, S,
+                        kh, HKV, D, P, BLOCK_N, layout)
+            pages = nxt
+            it += 1
+
+
+@gluon.jit
+def _producer(prm, ptrs, smem, WG: gl.constexpr, HKV: gl.constexpr, G: gl.constexpr, D: gl.constexpr,
+              P: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASK_MODE: gl.constexpr,
+              SPLIT: gl.constexpr, WRITE_LSE: gl.constexpr, PIPE: gl.constexpr, NUM_WG: gl.constexpr,
+              GATHER: gl.constexpr):
+    """The producer partition: `_gather_producer` with GATHER, else `_ws_producer` (TMA)."""
+    if GATHER:
+        _gather_producer(prm, ptrs, smem, HKV, G, D, P, BLOCK_N, STAGES, NUM_WG)
+    else:
+        _ws_producer(prm, ptrs, smem, WG, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE, PIPE, NUM_WG)
+
+
+@gluon.jit
+def _wait_landed(bar, phase, GATHER: gl.constexpr):
+    """Waits for a ring slot's ready barrier `bar` to complete `phase`; with GATHER (a tile
+    written by cp.async, the generic proxy) then fences (fence.proxy.async) so that the
+    wgmma that reads the slot (the async proxy) sees it."""
+    mbarrier.wait(bar, phase)
+    if GATHER:
+        fence_async_shared()
 
 
 @gluon.jit
@@ -380,13 +435,13 @@ def _next_words(t, words, mctx, BLOCK_N: gl.constexpr, MASK_MODE: gl.constexpr):
 @gluon.jit
 def _tile_step(q_wg, k_bufs, v_bufs, k_ready, v_ready, kv_empty, pos, t, s0, acc, m_i, l_i, words, qk_scale, mctx,
                STAGES: gl.constexpr, BLOCK_N: gl.constexpr, MASK_MODE: gl.constexpr, MASKED: gl.constexpr,
-               s_layout: gl.constexpr, o_layout: gl.constexpr):
+               s_layout: gl.constexpr, o_layout: gl.constexpr, GATHER: gl.constexpr):
     """KV tile t at ring position pos, in turn: Q K^T, softmax, P V, release. MASKED:
     `words` are tile t's bitmask words, and tile t + 1's are loaded while Q K^T runs.
-    Returns (acc, m_i, l_i, words)."""
+    GATHER: the tiles are cp.async gathers (`_wait_landed`). Returns (acc, m_i, l_i, words)."""
     st = pos % STAGES
     ph = (pos // STAGES) & 1
-    mbarrier.wait(k_ready.index(st), ph)
+    _wait_landed(k_ready.index(st), ph, GATHER)
     s = warpgroup_mma(q_wg, k_bufs.index(st).permute((1, 0)), s0, use_acc=False, is_async=True)
     if MASKED:
         allowed_words = words
@@ -399,7 +454,7 @@ def _tile_step(q_wg, k_bufs, v_bufs, k_ready, v_ready, kv_empty, pos, t, s0, acc
         p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, 0, 0.0, MASK_MODE, False)
     acc = _rescale(acc, gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)))
     pa = gl.convert_layout(p.to(k_bufs.dtype), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
-    mbarrier.wait(v_ready.index(st), ph)
+    _wait_landed(v_ready.index(st), ph, GATHER)
     acc = warpgroup_mma(pa, v_bufs.index(st), acc, is_async=True)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
     mbarrier.arrive(kv_empty.index(st), count=1)
@@ -409,17 +464,19 @@ def _tile_step(q_wg, k_bufs, v_bufs, k_ready, v_ready, kv_empty, pos, t, s0, acc
 @gluon.jit
 def _ws_consumer(prm, ptrs, smem, WG: gl.constexpr, HKV: gl.constexpr, G: gl.constexpr, D: gl.constexpr,
                  P: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASK_MODE: gl.constexpr,
-                 SPLIT: gl.constexpr, WRITE_LSE: gl.constexpr, PIPE: gl.constexpr, NUM_WG: gl.constexpr):
+                 SPLIT: gl.constexpr, WRITE_LSE: gl.constexpr, PIPE: gl.constexpr, NUM_WG: gl.constexpr,
+                 GATHER: gl.constexpr):
     """One warpgroup: rows [m0 + 64 WG, m0 + 64 WG + 64) of each of this program's work
     items, over every tile of the item. PIPE: FlashAttention-3's intra-warpgroup
     pipelining (its Algorithm 2): tile j's Q K^T is issued before tile j - 1's P V, and
     tile j's softmax runs while that P V is on the tensor cores; else each tile's Q K^T,
-    softmax and P V in turn."""
+    softmax and P V in turn. GATHER: the ring's tiles are cp.async gathers, fenced after
+    each ready wait (`_wait_landed`)."""
     m_tiles, num_splits, tiles_per_split, qk_scale, n_items = prm
     (Q, BT, CTX_LENS, QO, MASK, BIAS, O, LSE, O_PART, LSE_PART, K_DESC, V_DESC,
      stride_qt, stride_qh, stride_bt, stride_mw, stride_bias, stride_ps) = ptrs
     q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, fix_bar = smem
-    dtype: gl.constexpr = K_DESC.dtype
+    dtype: gl.constexpr = k_bufs.dtype
     ld_layout: gl.constexpr = _load_layout(D)
     s_layout: gl.constexpr = _mma_layout(BLOCK_N)
     o_layout: gl.constexpr = _mma_layout(D)
@@ -467,7 +524,7 @@ def _ws_consumer(prm, ptrs, smem, WG: gl.constexpr, HKV: gl.constexpr, G: gl.con
             p_prev = gl.zeros([64, BLOCK_N], dtype, layout=p_layout)
             if nc > 0:                          # prologue: tile 0's Q K^T and softmax
                 st = it % STAGES
-                mbarrier.wait(k_ready.index(st), (it // STAGES) & 1)
+                _wait_landed(k_ready.index(st), (it // STAGES) & 1, GATHER)
                 s = warpgroup_mma(q_wg, k_bufs.index(st).permute((1, 0)), s0, use_acc=False, is_async=True)
                 s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
                 p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, 0, 0.0, MASK_MODE, False)
@@ -476,7 +533,7 @@ def _ws_consumer(prm, ptrs, smem, WG: gl.constexpr, HKV: gl.constexpr, G: gl.con
                 st = (it + j) % STAGES
                 sp = (it + j - 1) % STAGES
                 mbarrier.wait(k_ready.index(st), ((it + j) // STAGES) & 1)
-                mbarrier.wait(v_ready.index(sp), ((it + j - 1) // STAGES) & 1)
+                _wait_landed(v_ready.index(sp), ((it + j - 1) // STAGES) & 1, GATHER)   # one fence for both
                 s_tok = warpgroup_mma(q_wg, k_bufs.index(st).permute((1, 0)), s0, use_acc=False, is_async=True)
                 acc_tok = warpgroup_mma(p_prev, v_bufs.index(sp), acc, is_async=True)
                 s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))      # Q K^T of tile j done
@@ -489,7 +546,7 @@ def _ws_consumer(prm, ptrs, smem, WG: gl.constexpr, HKV: gl.constexpr, G: gl.con
             words = _next_words(t_lo + nc, words, mctx, BLOCK_N, MASK_MODE)
             if nc > 0:                          # epilogue: the last context tile's P V
                 sp = (it + nc - 1) % STAGES
-                mbarrier.wait(v_ready.index(sp), ((it + nc - 1) // STAGES) & 1)
+                _wait_landed(v_ready.index(sp), ((it + nc - 1) // STAGES) & 1, GATHER)
                 acc_tok = warpgroup_mma(p_prev, v_bufs.index(sp), acc, is_async=True)
                 acc, p_prev = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, p_prev))
                 mbarrier.arrive(kv_empty.index(sp), count=1)
@@ -497,12 +554,12 @@ def _ws_consumer(prm, ptrs, smem, WG: gl.constexpr, HKV: gl.constexpr, G: gl.con
             for j in range(0, nc):
                 acc, m_i, l_i, words = _tile_step(q_wg, k_bufs, v_bufs, k_ready, v_ready, kv_empty, it + j, t_lo + j,
                                                   s0, acc, m_i, l_i, words, qk_scale, mctx, STAGES, BLOCK_N, MASK_MODE,
-                                                  False, s_layout, o_layout)
+                                                  False, s_layout, o_layout, GATHER)
             words = _next_words(t_lo + nc, words, mctx, BLOCK_N, MASK_MODE)
         for j in range(nc, n):                  # the tiles overlapping [L, S): masked, one at a time
             acc, m_i, l_i, words = _tile_step(q_wg, k_bufs, v_bufs, k_ready, v_ready, kv_empty, it + j, t_lo + j, s0,
                                               acc, m_i, l_i, words, qk_scale, mctx, STAGES, BLOCK_N, MASK_MODE, True,
-                                              s_layout, o_layout)
+                                              s_layout, o_layout, GATHER)
         for j in range(n, t_hi - t_lo):         # an idle warpgroup: release each slot once it has landed
             st = (it + j) % STAGES
             mbarrier.wait(k_ready.index(st), ((it + j) // STAGES) & 1)
@@ -544,6 +601,7 @@ def tree_attn_ws_kernel(
     HKV: gl.constexpr, G: gl.constexpr, D: gl.constexpr, P: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_WG: gl.constexpr, STAGES: gl.constexpr, MASK_MODE: gl.constexpr, SPLIT: gl.constexpr,
     WRITE_LSE: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, PIPE: gl.constexpr = True,
+    GATHER: gl.constexpr = False, K=None, V=None,
 ):
     """Grid: (programs,), each program taking work items pid, pid + programs, ... of the
     n_items = B * HKV * num_splits * m_tiles (M-tile fastest); programs = n_items gives one
@@ -563,11 +621,24 @@ def tree_attn_ws_kernel(
     `tree_attention_reduce.tree_attn_merge_kernel`. An item's M-tile holds NUM_WG * 64
     packed rows; items past a short request's rows stream nothing and store nothing.
     CONSUMER_REGS / PRODUCER_REGS: registers per thread of the consumer and producer
-    partitions (setmaxnreg; launch with maxnreg so that they fit, `KernelConfig.ws_regs`).
-    PIPE: the consumers' intra-warpgroup pipelining. Raises nothing at run time; a
-    NUM_WG other than 1-3 fails to compile."""
-    smem_layout: gl.constexpr = K_DESC.layout
-    dtype: gl.constexpr = K_DESC.dtype
+    partitions (setmaxnreg; launch with maxnreg so that they fit, `KernelConfig.ws_regs_for`).
+    PIPE: the consumers' intra-warpgroup pipelining. GATHER: the producer is a warpgroup
+    that reads every tile by cp.async pointer gathers (`tree_attention_gather`, any P) from
+    K / V, the (N, P, HKV, D) pools themselves (contiguous, 16-byte aligned), instead of
+    TMA; K_DESC / V_DESC are then None (and K / V None without GATHER). Raises nothing
+    at run time; a NUM_WG other than 1-3 fails to compile."""
+    if GATHER:
+        dtype: gl.constexpr = K.dtype.element_ty
+        smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D], dtype)
+        kv_k = K
+        kv_v = V
+    else:
+        smem_layout: gl.constexpr = K_DESC.layout
+        dtype: gl.constexpr = K_DESC.dtype
+        kv_k = K_DESC
+        kv_v = V_DESC
+    PRODUCER_WARPS: gl.constexpr = GATHER_WARPS if GATHER else 1
+    READY_COUNT: gl.constexpr = GATHER_THREADS if GATHER else 1   # cp.async: one arrival per producer thread
     q_smem = gl.allocate_shared_memory(dtype, [NUM_WG, 64, D], smem_layout)
     k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], smem_layout)
     v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], smem_layout)
@@ -577,12 +648,12 @@ def tree_attn_ws_kernel(
     fix_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     mbarrier.init(fix_bar, count=1)
     for i in gl.static_range(STAGES):
-        mbarrier.init(k_ready.index(i), count=1)
-        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(k_ready.index(i), count=READY_COUNT)
+        mbarrier.init(v_ready.index(i), count=READY_COUNT)
         mbarrier.init(kv_empty.index(i), count=NUM_WG)
 
     prm = (m_tiles, num_splits, tiles_per_split, qk_scale, n_items)
-    ptrs = (Q, BT, CTX_LENS, QO, MASK, BIAS, O, LSE, O_PART, LSE_PART, K_DESC, V_DESC,
+    ptrs = (Q, BT, CTX_LENS, QO, MASK, BIAS, O, LSE, O_PART, LSE_PART, kv_k, kv_v,   # descriptors, or the pools
             stride_qt, stride_qh, stride_bt, stride_mw, stride_bias, stride_ps)
     smem = (q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, fix_bar)
     # Each partition's constexprs are spelled out: packed in a tuple (or a tuple built with +)
@@ -590,28 +661,28 @@ def tree_attn_ws_kernel(
     if NUM_WG == 1:
         gl.warp_specialize([
             (_ws_consumer, (prm, ptrs, smem, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
-                    PIPE, NUM_WG)),
-            (_ws_producer, (prm, ptrs, smem, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
-                    PIPE, NUM_WG)),
-        ], [1], [PRODUCER_REGS])
+                    PIPE, NUM_WG, GATHER)),
+            (_producer, (prm, ptrs, smem, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
+                    PIPE, NUM_WG, GATHER)),
+        ], [PRODUCER_WARPS], [PRODUCER_REGS])
     elif NUM_WG == 2:
         gl.warp_specialize([
             (_ws_consumer, (prm, ptrs, smem, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
-                    PIPE, NUM_WG)),
+                    PIPE, NUM_WG, GATHER)),
             (_ws_consumer, (prm, ptrs, smem, 1, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
-                    PIPE, NUM_WG)),
-            (_ws_producer, (prm, ptrs, smem, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
-                    PIPE, NUM_WG)),
-        ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+                    PIPE, NUM_WG, GATHER)),
+            (_producer, (prm, ptrs, smem, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
+                    PIPE, NUM_WG, GATHER)),
+        ], [4, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
     else:
         gl.static_assert(NUM_WG == 3, "NUM_WG: 1, 2 or 3 consumer warpgroups")
         gl.warp_specialize([
             (_ws_consumer, (prm, ptrs, smem, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
-                    PIPE, NUM_WG)),
+                    PIPE, NUM_WG, GATHER)),
             (_ws_consumer, (prm, ptrs, smem, 1, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
-                    PIPE, NUM_WG)),
+                    PIPE, NUM_WG, GATHER)),
             (_ws_consumer, (prm, ptrs, smem, 2, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
-                    PIPE, NUM_WG)),
-            (_ws_producer, (prm, ptrs, smem, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
-                    PIPE, NUM_WG)),
-        ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
+                    PIPE, NUM_WG, GATHER)),
+            (_producer, (prm, ptrs, smem, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
+                    PIPE, NUM_WG, GATHER)),
+        ], [4, 4, PRODUCER_WARPS], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])

@@ -4,6 +4,7 @@ what the compiler made of it: the facts docs/kernel.md cites from "a local sm_90
     python lab/sm90_compile.py                          # the default config, TMA and P 16 paths
     python lab/sm90_compile.py --config 128,32,8,3,128,1 --page-size 128 --num-ctas 1
     python lab/sm90_compile.py --ws [--config 128,64,4,4,168,0,2] [--mask tree|bias|causal] [--pipe on|off]
+    python lab/sm90_compile.py --ws --ws-gather --page-size 8    # the producer's cp.async page gathers
     python lab/sm90_compile.py --config 16,64,2,4,0,1 --kv-dtype float8_e4m3fn --fp8-path fp16 --ops
     python lab/sm90_compile.py --config 16,64,4,4,0,0 --kv-dtype float8_e4m3fn --fp8-path fp16 --ops --swap-ab
 
@@ -23,7 +24,9 @@ cuobjdump (bundled with the triton wheel). The default builds need Triton 3.9 (t
 with 3.6 and 3.9, whose figures differ (docs/kernel.md says which it quotes).
 
 With --ws it builds the warp-specialised Gluon kernel instead (the table's WS2 and
-WS3 configs, or --config's; --pipe forces the intra-warpgroup pipelining on or off)
+WS3 configs, or --config's; --pipe forces the intra-warpgroup pipelining on or off;
+--page-size P reads TMA boxes of whole tiles or, below the tile, of one page each;
+--ws-gather the producer's cp.async page gathers at any P)
 and prints whether it pipelines, its registers, spills, shared memory, warps, and
 wgmma / TMA / setmaxnreg / cp.async (LDGSTS) instruction counts; it exits without Python's teardown,
 where Triton 3.9's Gluon reports leaked nanobind objects.
@@ -157,9 +160,10 @@ def loop_bodies(sass: str, marks: tuple[str, ...]) -> list[list[str]]:
     return [bodies[k] for k in sorted(inner)]
 
 
-def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool | None = None, page_size: int = 128) -> dict:
+def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool | None = None, page_size: int = 128,
+               gather: bool = False) -> dict:
     """Builds the warp-specialised Gluon kernel (`kernels/tree_attention_ws.py`) for sm_90
-    as `TreeAttention` would launch it (Hq 32, Hkv 8, D 128, bf16, P 128, no split) and
+    as `TreeAttention` would launch it (Hq 32, Hkv 8, D 128, bf16, no split) and
     reads its resource use and SASS.
 
     Args:
@@ -168,12 +172,16 @@ def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool | None = None, 
         pipe: intra-warpgroup pipelining (the kernel's PIPE); None: the tuned choice at the
             speed target's context, L 2048 (`KernelConfig.ws_pipe_for` of its KV tiles).
         page_size: P; below BLOCK_N the build loads one TMA box of P rows per page.
+        gather: the producer's cp.async page gathers (the kernel's GATHER,
+            `KernelOptions.ws_gather`) instead of TMA; any page_size.
 
     Returns:
         dict of pipe (bool, as built), regs (the launch's per-thread count, before the
         partitions' setmaxnreg), spill_loads, spill_stores, shared_bytes, num_warps, hgmma,
         utmaldg, setmaxnreg and ldgsts (counts of those SASS instructions; LDGSTS: the
-        consumers' cp.async of the next item's Q rows), and tile_loops
+        consumers' cp.async of the next item's Q rows, and with gather the producer's K/V
+        copies), producer_loop (the gather producer's tile loop: instructions, LDGSTS and
+        spill instructions, or None), and tile_loops
         (`mma_loops`: instructions, HGMMAs and spills of each innermost wgmma loop).
 
     Raises:
@@ -195,20 +203,43 @@ def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool | None = None, 
     layout = gl.NVMMASharedLayout.get_default_for([cfg.block_n, D], gl.bfloat16)
     sig = {n: POINTERS.get(n, "i32") for n in kernel.arg_names}
     sig["qk_scale"] = "fp32"
-    sig["K_DESC"] = sig["V_DESC"] = f"tensordesc<bf16[{min(page_size, cfg.block_n)}, {D}],{layout!r}>"
-    consumer, producer = cfg.ws_regs
+    consumer, producer = cfg.ws_regs_for(gather)
     const = dict(HKV=HKV, G=G, D=D, P=page_size, BLOCK_N=cfg.block_n, NUM_WG=cfg.ws, STAGES=cfg.num_stages,
                  MASK_MODE=mask_mode, SPLIT=False, WRITE_LSE=False, CONSUMER_REGS=consumer,
-                 PRODUCER_REGS=producer, PIPE=pipe)
+                 PRODUCER_REGS=producer, PIPE=pipe, GATHER=gather)
+    if gather:
+        const["K_DESC"] = const["V_DESC"] = None
+    else:
+        sig["K_DESC"] = sig["V_DESC"] = f"tensordesc<bf16[{min(page_size, cfg.block_n)}, {D}],{layout!r}>"
+        const["K"] = const["V"] = None
     sig.update({c: "constexpr" for c in const})
-    attrs = {(kernel.arg_names.index(n),): [["tt.divisibility", 16]] for n in ALIGNED if n in kernel.arg_names}
+    attrs = {(kernel.arg_names.index(n),): [["tt.divisibility", 16]] for n in ALIGNED
+             if n in kernel.arg_names and n not in const}
     src = GluonASTSource(kernel, sig, {(kernel.arg_names.index(c),): v for c, v in const.items()}, attrs)
     ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, maxnreg=cfg.max_regs))
     usage, sass = cubin_usage(ck.asm["cubin"])
     return dict(pipe=pipe, **usage, shared_bytes=int(ck.metadata.shared), num_warps=int(ck.metadata.num_warps),
                 hgmma=sass.count("HGMMA"), utmaldg=len(re.findall(r"UTMALDG", sass)),
                 setmaxnreg=len(re.findall(r"SETMAXREG", sass)), ldgsts=len(re.findall(r"LDGSTS", sass)),
-                tile_loops=mma_loops(sass))
+                producer_loop=gather_loop(sass) if gather else None, tile_loops=mma_loops(sass))
+
+
+def gather_loop(sass: str) -> tuple[int, int, int] | None:
+    """The gather producer's tile loop in a SASS listing: the innermost backward-branch loop
+    holding more than 8 LDGSTS (the consumers' Q copies sit outside any tile loop), as
+    (instructions, LDGSTS, spill instructions LDL/STL); None when there is none."""
+    ins = [(int(m[1], 16), m[2]) for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+(.*?);", sass)]
+    loops = []
+    for addr, text in ins:
+        m = re.search(r"\bBRA\b.*?(0x[0-9a-f]+)", text)
+        if m and int(m[1], 16) < addr:
+            body = [t for a, t in ins if int(m[1], 16) <= a <= addr]
+            if sum("LDGSTS" in t for t in body) > 8:
+                loops.append((addr - int(m[1], 16), body))
+    if not loops:
+        return None
+    body = min(loops)[1]
+    return len(body), sum("LDGSTS" in t for t in body), sum(bool(re.search(r"\b(LDL|STL)\b", t)) for t in body)
 
 
 def mma_loops(sass: str) -> list[tuple[int, int, int]]:
@@ -286,9 +317,11 @@ def main() -> int:
     ap.add_argument("--swap-ab", action="store_true",
                     help="tl builds: KernelOptions.swap_ab (S^T = K Q^T, O^T += V^T P^T)")
     ap.add_argument("--ws", action="store_true",
-                    help="the warp-specialised Gluon kernel instead, at P 128 (--config with a 7th field ws > 0; "
-                         "default: the table's 2- and 3-warpgroup configs; --page-size, --kv-desc and "
-                         "--num-ctas do not apply)")
+                    help="the warp-specialised Gluon kernel instead (--config with a 7th field ws > 0; "
+                         "default: the table's 2- and 3-warpgroup configs; at --page-size, TMA boxes unless "
+                         "--ws-gather; --kv-desc and --num-ctas do not apply)")
+    ap.add_argument("--ws-gather", action="store_true",
+                    help="--ws only: the producer's cp.async page gathers (KernelOptions.ws_gather), any --page-size")
     ap.add_argument("--mask", choices=["tree", "bias", "causal"], default=None,
                     help="--ws only: the mask mode (default tree; the tl builds use the bitmask)")
     ap.add_argument("--pipe", choices=["auto", "on", "off"], default=None,
@@ -305,11 +338,13 @@ def main() -> int:
     try:
         if args.num_ctas not in (1, 2, 4):
             raise ConfigError(f"--num-ctas {args.num_ctas}: 1, 2 or 4")
-        if not args.ws and (args.mask or args.pipe):
-            flag = "--mask" if args.mask else "--pipe"
+        if not args.ws and (args.mask or args.pipe or args.ws_gather):
+            flag = "--mask" if args.mask else "--pipe" if args.pipe else "--ws-gather"
             raise ConfigError(f"{flag} applies to the warp-specialised build only: add --ws")
         if args.ws and args.swap_ab:
             raise ConfigError("--swap-ab applies to the tl builds only: drop --ws")
+        if not args.page_size >= 1:
+            raise ConfigError(f"--page-size {args.page_size}: must be a positive number of tokens")
         if args.ws:
             from treebench.kernels.tree_attention_plan import WS2, WS3
             mask = args.mask or "tree"
@@ -318,7 +353,9 @@ def main() -> int:
                 ("2 warpgroups (WS2)", WS2), ("3 warpgroups (WS3)", WS3)]
             for name, cfg in cfgs:
                 pipe = None if args.pipe in (None, "auto") else args.pipe == "on"
-                print(f"{name}, {mask}: {compile_ws(cfg, mode, pipe=pipe)}", flush=True)
+                res = compile_ws(cfg, mode, pipe=pipe, page_size=args.page_size, gather=args.ws_gather)
+                path = "gather" if args.ws_gather else "tma"
+                print(f"{name}, {mask}, P {args.page_size} {path}: {res}", flush=True)
             sys.stderr.flush()
             os._exit(0)   # skip teardown: Triton 3.9's Gluon prints nanobind leak reports there
         if args.config and parse_kernel_config(args.config).ws:

@@ -129,6 +129,139 @@ def test_ws_kernel_one_tma_box_per_page_on_gpu(page_size, tree, batch, splits):
     assert off.kernel.startswith("tl gather")
 
 
+# ---- the warp-specialised kernel's page paths (KernelOptions.ws_gather) ----------------
+
+
+@pytest.mark.parametrize("page_size,block_n,page_tma,gather,expect", [
+    (128, 64, False, False, "tma"), (64, 64, True, True, "tma"), (96, 32, False, True, "tma"),
+    (16, 64, True, False, "tma-page"), (32, 64, True, True, "tma-page"), (16, 32, True, True, "tma-page"),
+    (16, 64, False, False, ""), (16, 64, False, True, "gather"), (96, 64, True, False, ""),
+    *((p, 64, True, False, "") for p in (1, 3, 8, 24, 40, 48, 96, 232)),
+    *((p, 64, True, True, "gather") for p in (1, 3, 8, 24, 40, 48, 96, 232)),
+    (8, 32, True, True, "gather"), (48, 32, True, True, "gather"),
+])
+def test_ws_page_path_takes_any_page_size_only_with_gather(page_size, block_n, page_tma, gather, expect):
+    """TMA boxes of a tile where P % BLOCK_N == 0, of a page where P is a multiple of 16
+    dividing the tile (with ws_page_tma); any other P only with ws_gather."""
+    from treebench.kernels.tree_attention_plan import ws_page_path
+    assert ws_page_path(page_size, block_n, page_tma, gather) == expect
+
+
+@pytest.mark.parametrize("page_size,gather,why,box", [
+    (8, False, "page size 8 is not a multiple of BLOCK_N 64 (KernelOptions.ws_gather=True reads any page size)", 64),
+    (8, True, "", 8), (24, True, "", 24), (1, True, "", 1), (96, True, "", 96),
+    (128, True, "", 64), (16, True, "", 16), (16, False, "", 16),
+])
+def test_ws_unsupported_page_reasons_with_and_without_gather(monkeypatch, page_size, gather, why, box):
+    """ws_unsupported on a stand-in sm_90 batch: without ws_gather a pool TMA cannot read is
+    refused with the page size and the option that takes it; with it the pool's layout is
+    still checked (`kv_desc_unsupported` with P-token boxes), and pools TMA can read keep
+    their TMA checks (a tile, or a page with ws_page_tma)."""
+    import types
+
+    from treebench.kernels import tree_attention
+    seen = []
+
+    def kv_desc(inputs, block_n):
+        seen.append(block_n)
+        p = inputs.k_cache.shape[1]
+        return f"page size {p} is not a multiple of BLOCK_N {block_n}" if p % block_n else ""
+
+    monkeypatch.setattr(tree_attention, "interpreting", lambda: False)
+    monkeypatch.setattr(tree_attention, "kv_desc_unsupported", kv_desc)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    q = torch.zeros(3, 8, 128, dtype=torch.bfloat16)
+    pool = torch.zeros(4, page_size, 2, 128, dtype=torch.bfloat16)
+    inputs = types.SimpleNamespace(device=torch.device("cuda"), q=q, k_cache=pool, v_cache=pool,
+                                   k_scale=1.0, v_scale=1.0)
+    assert tree_attention.ws_unsupported(inputs, 64, True, gather) == why
+    assert seen == [box]
+    monkeypatch.setattr(tree_attention, "kv_desc_unsupported", lambda inputs, block_n: "the K/V pools are not "
+                        "contiguous (N, P, Hkv, D)")
+    assert "not contiguous" in tree_attention.ws_unsupported(inputs, 64, True, gather)
+    fp8 = types.SimpleNamespace(**{**vars(inputs), "k_cache": pool.to(torch.float8_e4m3fn)})
+    assert "kv dtype" in tree_attention.ws_unsupported(fp8, 64, True, gather)
+
+
+def test_ws_gather_option_plumbing_on_the_cpu():
+    """KernelOptions.ws_gather: off by default, a bool; without a GPU the plan keeps the tl
+    kernel (same output, bit for bit) and ws=True names why; the gathering producer's
+    registers (`KernelConfig.ws_regs_for`) leave every table config's consumers their floor."""
+    from treebench.harness.errors import ConfigError
+    from treebench.kernels.tree_attention_plan import (WS2, WS3, WS_GATHER_PRODUCER_REGS, WS_MIN_CONSUMER_REGS,
+                                                       WS_PRODUCER_REGS)
+    assert KernelOptions().ws_gather is False and KernelOptions(ws_gather=True).changed() == {"ws_gather": True}
+    for bad in (1, None, "yes"):
+        with pytest.raises(ConfigError, match=f"ws_gather={bad!r}: must be True or False"):
+            KernelOptions(ws_gather=bad)
+    assert WS2.ws_regs_for(True) == (224, WS_GATHER_PRODUCER_REGS)     # (3 * 168 - 56) / 2, a multiple of 8
+    assert WS3.ws_regs_for(True) == (152, WS_GATHER_PRODUCER_REGS) and WS3.ws_regs == (152, WS_PRODUCER_REGS)
+    assert WS2.ws_regs_for(False) == WS2.ws_regs
+    assert KernelConfig(64, 64, 4, 2, 88, 0, 1).ws_regs_for(True)[0] < WS_MIN_CONSUMER_REGS   # refused with gather
+    case = Case(batch_size=2, context_len="ragged:0-40", tree="full:2:2", page_size=8, **TINY)
+    base = run(case)
+    on = run(case, options=KernelOptions(ws_gather=True))
+    assert on.kernel == base.kernel == "tl gather splits=1" and on.ws_path == "" and not on.ws
+    torch.testing.assert_close(on.out, base.out, rtol=0, atol=0)
+    if DEVICE == "cpu":
+        with pytest.raises(ConfigError, match="ws=True: the warp-specialised kernel needs a CUDA GPU"):
+            TreeAttention(build_inputs(case, DEVICE), ws=True, options=KernelOptions(ws_gather=True))
+
+
+SM90 = DEVICE == "cuda" and torch.cuda.get_device_capability() == (9, 0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not SM90, reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("page_size", [1, 3, 8, 24, 48])
+@pytest.mark.parametrize("tree,context,splits", [
+    ("vllm:pr_27", "list:1000", None),                       # B 1: 112 rows, split-KV over the one request
+    ("full:3:3", "list:0,37,64,130,700,1001", 1),            # B 6: 160 rows (3 warpgroups), L_b 0 and ragged
+    ("random:40:3", "ragged:0-900", 3),                      # B 5: mixed trees, several M-tiles, idle consumers
+])
+def test_ws_gather_any_page_size_on_gpu(page_size, tree, context, splits):
+    """options.ws_gather: the warp-specialised kernel gathers each tile by cp.async at pages no
+    TMA path reads (P 1-48), against the float64 reference (output and LSE): GQA 4, the tree
+    bitmask, split-KV on and off, L_b 0 and lengths that end mid-page and mid-tile (rows past
+    S_b zero-filled, never read from the NaN slots); replayed from a CUDA graph."""
+    batch = len(context.split(":")[1].split(",")) if context.startswith("list:") else 5
+    case = Case(batch_size=batch, context_len=context, tree=tree, tree_per_request="mixed",
+                page_size=page_size, num_q_heads=32, num_kv_heads=8, head_dim=128)
+    ta = run(case, ws=True, num_splits=splits, options=KernelOptions(ws_gather=True))
+    assert ta.ws and ta.ws_path == "gather" and not ta.kv_desc
+    assert ta.kernel == f"ws gather splits={ta.plan.num_splits}"
+    assert ta.plan.num_splits == splits if splits else ta.plan.num_splits > 1
+    from treebench.harness.timing.timers import capture_graph
+    expect = ta.out.clone()
+    g = capture_graph(ta)
+    ta.out.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(ta.out, expect, rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not SM90, reason="needs an sm_90 GPU")
+def test_ws_gather_reasons_and_paths_on_gpu():
+    """Without ws_gather P 8 names the option and keeps the tl kernel; with it the default plan
+    takes the gathers for a large batch of the 27-node tree (bias and causal modes too), while
+    pools TMA can read (P 16, 128) keep their TMA paths."""
+    import dataclasses
+
+    from treebench.kernels.tree_attention import ws_unsupported
+    case = Case(batch_size=48, context_len="ragged:100-400", tree="vllm:pr_27", page_size=8,
+                num_q_heads=32, num_kv_heads=8, head_dim=128)
+    inputs = build_inputs(case, DEVICE)
+    assert "ws_gather" in ws_unsupported(inputs, 64, True) and ws_unsupported(inputs, 64, True, True) == ""
+    assert TreeAttention(inputs).kernel.startswith("tl gather")
+    for mode in ("tree", "bias", "causal"):
+        assert run(case, mode, options=KernelOptions(ws_gather=True)).kernel == "ws gather splits=1"
+    for p, path in ((16, "tma-page"), (128, "tma")):
+        ta = TreeAttention(build_inputs(dataclasses.replace(case, page_size=p), DEVICE),
+                           options=KernelOptions(ws_gather=True))
+        assert ta.ws_path == path and ta.kv_desc
+
+
 def test_latency_sweep_refuses_bad_arguments_and_runs_in_the_interpreter(tmp_path):
     """lab/latency_sweep.py: one line and exit 2 on bad input, nothing written; --smoke
     runs its two tiny cells in the interpreter and writes every candidate's row."""
@@ -152,6 +285,8 @@ def test_latency_sweep_refuses_bad_arguments_and_runs_in_the_interpreter(tmp_pat
     rows = json.loads(out.read_text())["rows"]
     assert {r["status"] for r in rows} == {"pass"} and {"default", "early", "tl16x32w2s2+early"} <= \
         {r["candidate"] for r in rows}
+    gather = [r["candidate"] for r in rows if r["group"] == "pages" and r["page_size"] == 8]
+    assert gather == ["default", "ws_gather"]           # P 8: the default against the ws gathers only
     out = tmp_path / "smoke-fp8.json"
     r = subprocess.run([sys.executable, str(script), "--smoke", "--groups", "fp8,b1", "--out", str(out)],
                        capture_output=True, text=True, env=env, timeout=300)

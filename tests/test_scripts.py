@@ -260,6 +260,27 @@ def test_sm90_compile_builds_the_warp_specialised_kernel(config, pipe, warps):
     assert len(bad.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("config, page", [("128,64,4,4,168,0,2", 8), ("192,64,4,3,128,0,3", 1)])
+def test_sm90_compile_builds_the_gathering_producer(config, page):
+    """docs/kernel.md's ws_gather build, from a local sm_90 compile: no TMA load, the
+    producer's tile loop issues 8 cp.async (LDGSTS) per thread for K and 8 for V (64-token
+    tiles, D 128, 4 producer warps) and spills nothing at its 56 registers; no consumer tile
+    loop spills; the warps and shared memory of the TMA build."""
+    pytest.importorskip("triton")
+    r = _script("sm90_compile.py", "--ws", "--ws-gather", "--page-size", str(page), "--config", config)
+    if r.returncode != 0 and ("cuobjdump" in r.stderr or "ptxas" in r.stderr):
+        pytest.skip(f"no sm_90 toolchain in this Triton: {r.stderr.strip().splitlines()[-1]}")
+    assert r.returncode == 0, r.stderr
+    assert f"P {page} gather: " in r.stdout
+    got = ast.literal_eval(r.stdout.strip().splitlines()[-1].split(": ", 1)[1])
+    cfg = parse_kernel_config(config)
+    assert got["utmaldg"] == 0 and got["hgmma"] > 0 and got["num_warps"] == 4 * (cfg.ws + 1), got
+    n, copies, spills = got["producer_loop"]
+    assert copies >= 16 and spills == 0, got
+    assert all(sp == 0 for _, _, sp in got["tile_loops"][:2 * cfg.ws]), got    # the consumers' tile loops
+    assert got["shared_bytes"] <= cfg.ws_shared_bytes(128), got
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU refusal")
 def test_ws_probe_run_without_a_gpu_says_so():
     r = _script("ws_probe.py", "run")
@@ -320,6 +341,8 @@ def test_bench_kernel_report_counts_failures_of_every_phase(tmp_path):
     (["--config", "64,64,4,3", "--pipe", "on"], "--pipe applies to the warp-specialised build only: add --ws"),
     (["--mask", "bias"], "--mask applies to the warp-specialised build only: add --ws"),
     (["--ws", "--swap-ab"], "--swap-ab applies to the tl builds only: drop --ws"),
+    (["--ws-gather", "--page-size", "8"], "--ws-gather applies to the warp-specialised build only: add --ws"),
+    (["--ws", "--ws-gather", "--page-size", "0"], "--page-size 0: must be a positive number of tokens"),
 ])
 def test_sm90_compile_refuses_ws_configs_it_cannot_build(args, needle):
     pytest.importorskip("triton")
