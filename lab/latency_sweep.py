@@ -212,6 +212,8 @@ def sweep(args) -> list[dict]:
     rows: list[dict] = []
     t0 = time.monotonic()
     for group, case in cells(args.groups, args.smoke):
+        if args.page_sizes and case.page_size not in args.page_sizes:
+            continue
         if time.monotonic() - t0 > args.budget_s:
             print(f"budget of {args.budget_s:.0f} s spent: stopping before {case.case_id}", flush=True)
             break
@@ -288,10 +290,15 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--candidates", default="",
                     help="comma-separated candidate names to run (default: all of each group's; vLLM's kernel and "
                          "the fp8 group's bf16 twin always run)")
+    ap.add_argument("--page-sizes", default="", help="comma-separated page sizes: only the cells at these")
     ap.add_argument("--smoke", action="store_true", help="a tiny cell per group in the CPU interpreter")
     args = ap.parse_args(argv)
     args.groups = [g for g in args.groups.split(",") if g]
     args.candidates = {c for c in args.candidates.split(",") if c}
+    try:
+        args.page_sizes = {int(p) for p in args.page_sizes.split(",") if p}
+    except ValueError:
+        refuse(f"--page-sizes {args.page_sizes!r}: want comma-separated integers")
     if not args.groups or any(g not in GROUPS for g in args.groups):
         refuse(f"--groups {','.join(args.groups)!r}: use a comma-separated subset of {','.join(GROUPS)}")
     known = {c[0] for g in args.groups for p in (8, 128) for c in candidates(g, p, args.smoke)}

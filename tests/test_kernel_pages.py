@@ -274,7 +274,8 @@ def test_latency_sweep_refuses_bad_arguments_and_runs_in_the_interpreter(tmp_pat
     for args, needle in ((["--out", str(tmp_path / "x.txt")], "want a new .json"),
                          (["--out", str(tmp_path / "a.json"), "--groups", "nope"], "--groups"),
                          (["--out", str(tmp_path / "a.json"), "--budget-s", "0"], "--budget-s"),
-                         (["--out", str(tmp_path / "a.json"), "--candidates", "default,nope"], "no candidate nope")):
+                         (["--out", str(tmp_path / "a.json"), "--candidates", "default,nope"], "no candidate nope"),
+                         (["--out", str(tmp_path / "a.json"), "--page-sizes", "16,x"], "--page-sizes")):
         r = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, env=env)
         assert r.returncode == 2 and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert not list(tmp_path.iterdir())
@@ -300,10 +301,11 @@ def test_latency_sweep_refuses_bad_arguments_and_runs_in_the_interpreter(tmp_pat
     assert twin["kv_dtype"] == "bfloat16" and "kvfp8" not in twin["case_id"]
     assert "/bf16" in r.stdout
     out = tmp_path / "smoke-only.json"
-    r = subprocess.run([sys.executable, str(script), "--smoke", "--groups", "fp8", "--candidates", "swap_ab",
-                        "--out", str(out)], capture_output=True, text=True, env=env, timeout=300)
+    r = subprocess.run([sys.executable, str(script), "--smoke", "--groups", "fp8,pages", "--candidates", "fp8_cast",
+                        "--page-sizes", "16", "--out", str(out)], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert {r["candidate"] for r in json.loads(out.read_text())["rows"]} == {"bf16_default", "swap_ab"}
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["candidate"] for r in rows} == {"bf16_default", "fp8_cast"} and {r["group"] for r in rows} == {"fp8"}
 
 
 def test_latency_sweep_makes_a_raising_candidate_a_row_and_goes_on():
