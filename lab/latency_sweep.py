@@ -11,10 +11,10 @@ Cells (bf16, Hq 32, Hkv 8, D 128, shuffled pages, one tree per batch as in the s
 - `pages`: full:3:3, vllm:pr_27 and eagle:mc_sim_7b_63 at B 16, medusa:mc_sim_7b_63 and
   vllm:pr_27 at B 64, vllm:pr_27 at B 1, all at L 2048, P 16 and 128: what a tile spanning
   several pages costs, and at P 16 the tl kernel's gather (`tl`) against the plan's choice;
-  and full:3:3 at B 16, medusa and vllm:pr_27 at B 64 at P 1 and 8 (`GATHER_PAGES`), pages no
-  TMA path reads, with two candidates only: the default (the tl kernel's gather) and
-  `ws_gather` (the warp-specialised kernel's cp.async gathers), to set against the same
-  trees' P 128 default;
+  and the B >= 16 cells at P 1 and 8 (`GATHER_PAGES`), pages no TMA path reads, with two
+  candidates only: the default (the warp-specialised kernel's cp.async gathers) and
+  `no_ws_gather` (the tl kernel's per-token gather), to set against the same trees' P 128
+  default;
 - `b1`: B 1, L 2048, the 27-node tree (vllm:pr_27), full:3:3 and full:3:1, P 16 and 128: one
   request, so split-KV fills the GPU and the merge is on the critical path (`B1_CANDIDATES`:
   split counts, the fused merge, merge rows, the tl kernel against the warp-specialised one);
@@ -28,8 +28,8 @@ Cells (bf16, Hq 32, Hkv 8, D 128, shuffled pages, one tree per batch as in the s
 Candidates (`candidates`, explicit and small: under 2 minutes on an H200): the default plan;
 early_first forced on and off; small tl tiles (BLOCK_M 16-64, BLOCK_N 16-64, 1-4 warps)
 with early_first, for the latency cells; `page_gather`, and `ws_page_tma=False` (the tl
-kernel's gather instead of one TMA box per page), for the P 16 cells; `ws_gather` for the
-P 1 and 8 cells. Every candidate's
+kernel's gather instead of one TMA box per page) and `tl` (the tl kernel forced), for the P 16
+cells; `no_ws_gather` for the P 1 and 8 cells. Every candidate's
 output is compared with the float64 reference before it is timed (a mismatch is reported,
 not timed). Each is timed twice: with the harness's timer
 (`time_callable`, CUDA graph, L2 flushed before every call, as the seed suite) and back to
@@ -77,7 +77,7 @@ LATENCY_CELLS = (*((1, t) for t in SEED_TREES), (16, "full:3:0"), (16, "full:3:1
 PAGE_CELLS = (("full:3:3", 16), ("medusa:mc_sim_7b_63", 64), ("vllm:pr_27", 64), ("vllm:pr_27", 1),
               ("vllm:pr_27", 16), ("eagle:mc_sim_7b_63", 16))
 PAGES = (16, 128)
-# pages no TMA path reads, timed on the B >= 16 page cells with the default and ws_gather only
+# pages no TMA path reads, timed on the B >= 16 page cells with the default and no_ws_gather only
 # (each is a new build of both kernels: the group's runtime stays small)
 GATHER_PAGES = (1, 8)
 # Small tl tiles for one or two KV tiles per request: (BLOCK_M, BLOCK_N, warps, stages); one
@@ -118,7 +118,7 @@ def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple]:
     if group == "b1":
         return out[:1] + [(name, None, KernelOptions(), kw) for name, kw in B1_CANDIDATES[::5 if smoke else 1]]
     if group == "pages" and page_size in GATHER_PAGES:
-        return [out[0], ("ws_gather", None, KernelOptions(ws_gather=True))]
+        return [out[0], ("no_ws_gather", None, KernelOptions(ws_gather=False))]
     if group == "fp8":
         paths = [(f"fp8_{p}", None, KernelOptions(fp8_path=p)) for p in FP8_ALT_PATHS]
         tiles = [(f"tl{bm}x{bn}w{w}s{s}{'' if p == 'fp16' else '+' + p}", KernelConfig(bm, bn, w, s),
@@ -301,7 +301,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         refuse(f"--page-sizes {args.page_sizes!r}: want comma-separated integers")
     if not args.groups or any(g not in GROUPS for g in args.groups):
         refuse(f"--groups {','.join(args.groups)!r}: use a comma-separated subset of {','.join(GROUPS)}")
-    known = {c[0] for g in args.groups for p in (8, 128) for c in candidates(g, p, args.smoke)}
+    known = {c[0] for g in args.groups for p in (1, 8, 16, 128) for c in candidates(g, p, args.smoke)}
     if args.candidates - known:
         refuse(f"--candidates: no candidate {', '.join(sorted(args.candidates - known))} in groups "
                f"{','.join(args.groups)}")

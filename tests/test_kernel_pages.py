@@ -184,13 +184,13 @@ def test_ws_unsupported_page_reasons_with_and_without_gather(monkeypatch, page_s
 
 
 def test_ws_gather_option_plumbing_on_the_cpu():
-    """KernelOptions.ws_gather: off by default, a bool; without a GPU the plan keeps the tl
+    """KernelOptions.ws_gather: on by default, a bool; without a GPU the plan keeps the tl
     kernel (same output, bit for bit) and ws=True names why; the gathering producer's
     registers (`KernelConfig.ws_regs_for`) leave every table config's consumers their floor."""
     from treebench.harness.errors import ConfigError
     from treebench.kernels.tree_attention_plan import (WS2, WS3, WS_GATHER_PRODUCER_REGS, WS_MIN_CONSUMER_REGS,
                                                        WS_PRODUCER_REGS)
-    assert KernelOptions().ws_gather is False and KernelOptions(ws_gather=True).changed() == {"ws_gather": True}
+    assert KernelOptions().ws_gather is True and KernelOptions(ws_gather=False).changed() == {"ws_gather": False}
     for bad in (1, None, "yes"):
         with pytest.raises(ConfigError, match=f"ws_gather={bad!r}: must be True or False"):
             KernelOptions(ws_gather=bad)
@@ -253,7 +253,8 @@ def test_ws_gather_reasons_and_paths_on_gpu():
                 num_q_heads=32, num_kv_heads=8, head_dim=128)
     inputs = build_inputs(case, DEVICE)
     assert "ws_gather" in ws_unsupported(inputs, 64, True) and ws_unsupported(inputs, 64, True, True) == ""
-    assert TreeAttention(inputs).kernel.startswith("tl gather")
+    assert TreeAttention(inputs, options=KernelOptions(ws_gather=False)).kernel.startswith("tl gather")
+    assert TreeAttention(inputs).kernel == "ws gather splits=1"                  # the default
     for mode in ("tree", "bias", "causal"):
         assert run(case, mode, options=KernelOptions(ws_gather=True)).kernel == "ws gather splits=1"
     for p, path in ((16, "tma-page"), (128, "tma")):
@@ -287,7 +288,7 @@ def test_latency_sweep_refuses_bad_arguments_and_runs_in_the_interpreter(tmp_pat
     assert {r["status"] for r in rows} == {"pass"} and {"default", "early", "tl16x32w2s2+early"} <= \
         {r["candidate"] for r in rows}
     gather = [r["candidate"] for r in rows if r["group"] == "pages" and r["page_size"] == 8]
-    assert gather == ["default", "ws_gather"]           # P 8: the default against the ws gathers only
+    assert gather == ["default", "no_ws_gather"]        # P 8: the default against the tl kernel's gather only
     out = tmp_path / "smoke-fp8.json"
     r = subprocess.run([sys.executable, str(script), "--smoke", "--groups", "fp8,b1", "--out", str(out)],
                        capture_output=True, text=True, env=env, timeout=300)
