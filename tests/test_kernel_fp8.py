@@ -197,9 +197,10 @@ GQA4 = dict(num_q_heads=32, num_kv_heads=8, head_dim=128)             # G 4, the
 
 
 def ws_fp8_case(fmt: str, page_size: int, tree: str, batch: int = 6, **kw) -> Case:
-    """L_b 0, 1, 63, 64, 100, 1000 (0 and lengths off multiples of 64), k_scale 0.25, v_scale 0.5."""
+    """L_b 0, 1, 63, 64, 100, 1000 (0 and lengths off multiples of 64), k_scale 0.25, v_scale 0.5
+    unless kw says otherwise."""
     return Case(batch_size=batch, context_len="list:" + ",".join(["0", "1", "63", "64", "100", "1000"][:batch]),
-                tree=tree, page_size=page_size, kv_dtype=fmt, k_scale=0.25, v_scale=0.5, **GQA4, **kw)
+                tree=tree, page_size=page_size, kv_dtype=fmt, **({"k_scale": 0.25, "v_scale": 0.5} | kw), **GQA4)
 
 
 def run_ws_fp8(inputs, case: Case, atol_dtype: str | None = None, **kw) -> TreeAttention:
@@ -239,12 +240,24 @@ def test_ws_fp8_matches_the_reference_on_gpu(fmt, page_size, splits, tree, trees
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not SM90, reason="needs a CUDA sm_90 GPU (the warp-specialised kernel)")
-@pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float8_e5m2"])
-def test_ws_fp8_converts_every_finite_code_exactly_on_gpu(fmt):
+@pytest.mark.parametrize("fmt,scale", [("float8_e4m3fn", 0.25), ("float8_e5m2", 1.0)])
+def test_ws_fp8_with_fp16_queries_on_gpu(fmt, scale):
+    """fp16 queries: the converted tiles and the MMAs in fp16 (Triton's cast of the codes; e5m2's
+    smallest codes stay fp16 normals only at scales from 1, `Case`'s rule)."""
+    case = ws_fp8_case(fmt, 128, "vllm:pr_27", dtype="float16", k_scale=scale, v_scale=2 * scale if scale < 1 else 1.0)
+    assert run_ws_fp8(build_inputs(case, DEVICE), case, ws=True, num_splits=2).ws
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not SM90, reason="needs a CUDA sm_90 GPU (the warp-specialised kernel)")
+@pytest.mark.parametrize("fmt,k_scale,v_scale", [("float8_e4m3fn", 2.0 ** -6, 2.0 ** -8),
+                                                 ("float8_e5m2", 2.0 ** -13, 2.0 ** -15)])
+def test_ws_fp8_converts_every_finite_code_exactly_on_gpu(fmt, k_scale, v_scale):
     """Every used pool slot of K and V rewritten with the finite codes in turn (subnormals and both
-    zeros included) and power-of-2 scales: the converter's integer conversion is exact, so the
-    output meets the query dtype's own tolerance, not the fp8 one."""
-    case = ws_fp8_case(fmt, 128, "vllm:pr_27")
+    zeros included) and power-of-2 scales that keep |k| <= 7 and |v| <= 1.75: the converter's
+    integer conversion is exact, so the output meets the query dtype's own tolerance, not the
+    fp8 one."""
+    case = ws_fp8_case(fmt, 128, "vllm:pr_27", k_scale=k_scale, v_scale=v_scale)
     inputs = build_inputs(case, DEVICE)
     codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
     finite = codes[codes.view(getattr(torch, fmt)).float().isfinite()].to(DEVICE)   # 254 / 248 codes
@@ -341,3 +354,67 @@ def test_ws_fp8_option_and_configs():
         KernelConfig(64, 64, 4, 3, 0, 0, 0, 4)                # the tl kernel has no converter
     with pytest.raises(ConfigError, match="the register file"):
         KernelConfig(192, 64, 4, 3, 128, 0, 3, 3)             # 5 warpgroups of 128 registers: 81920 > 65536
+
+
+def _run_ptx(asm: str, regs: dict[str, int]) -> dict[str, int]:
+    """A tiny interpreter of the integer PTX `bf16_asm` emits (mov, prmt without sign replication,
+    and, or, shr, mul.rn.bf16x2) over 32-bit values; regs holds $2 / $3 and receives $0 / $1."""
+    def val(x: str) -> int:
+        return int(x, 16) if x.startswith("0x") or x.startswith("0X") else regs[x] if x in regs else int(x)
+
+    def bf16x2(a: int, b: int) -> int:
+        out = 0
+        for sh in (0, 16):
+            x, y = (torch.tensor([(v >> sh) & 0xFFFF], dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+                    .double() for v in (a, b))
+            out |= (int((x * y).to(torch.bfloat16).view(torch.int16).item()) & 0xFFFF) << sh
+        return out
+
+    for ins in asm.strip("{} ").split(";"):
+        ins = ins.strip()
+        if not ins or ins.startswith(".reg"):
+            continue
+        op, args = ins.split(None, 1)
+        a = [x.strip() for x in args.split(",")]
+        if op == "mov.b32":
+            regs[a[0]] = val(a[1])
+        elif op == "prmt.b32":
+            src, sel = val(a[1]) | (val(a[2]) << 32), val(a[3])
+            assert not sel & 0x8888, "sign replication is not modelled"
+            regs[a[0]] = sum(((src >> (8 * ((sel >> (4 * i)) & 7))) & 0xFF) << (8 * i) for i in range(4))
+        elif op in ("and.b32", "or.b32", "shr.b32"):
+            x, y = val(a[1]), val(a[2])
+            regs[a[0]] = (x & y) if op == "and.b32" else (x | y) if op == "or.b32" else (x >> y)
+        elif op == "mul.rn.bf16x2":
+            regs[a[0]] = bf16x2(val(a[1]), val(a[2]))
+        else:
+            raise AssertionError(f"unmodelled PTX: {ins}")
+    return regs
+
+
+@pytest.mark.parametrize("fmt", ["e4m3fn", "e5m2"])
+@pytest.mark.parametrize("masked", [False, True])
+def test_ws_fp8_bf16_conversion_ptx_of_every_code(fmt, masked):
+    """The converter's fp8 -> bf16 PTX (`tree_attention_ws_fp8.bf16_asm`), interpreted on the CPU over
+    all 256 codes, four to a register in each byte position: every finite code gives torch's bf16
+    bit for bit (denormals and both zeros included), and with a mask of 0 every code gives +0."""
+    pytest.importorskip("triton.experimental.gluon")
+    from treebench.kernels.tree_attention_ws_fp8 import bf16_asm
+
+    asm = bf16_asm(fmt == "e5m2", masked)
+    codes = torch.arange(256, dtype=torch.int32)
+    want = codes.to(torch.uint8).view(FP8[fmt]).to(torch.bfloat16).view(torch.int16).int() & 0xFFFF
+    finite = codes.to(torch.uint8).view(FP8[fmt]).float().isfinite()
+    for rot in range(4):                                   # each code in each of the 4 byte positions
+        for w in range(64):
+            four = [int(codes[(4 * w + (i + rot) % 4) % 256]) for i in range(4)]
+            regs = {"$2": sum(c << (8 * i) for i, c in enumerate(four)), "$3": 0xFFFFFFFF}
+            got = _run_ptx(asm, regs)
+            halves = [got["$0"] & 0xFFFF, got["$0"] >> 16, got["$1"] & 0xFFFF, got["$1"] >> 16]
+            for c, h in zip(four, halves):
+                if finite[c]:
+                    assert h == int(want[c]), (fmt, hex(c), hex(h), hex(int(want[c])))
+            if masked:
+                regs = {"$2": regs["$2"], "$3": 0}
+                got = _run_ptx(asm, regs)
+                assert got["$0"] == got["$1"] == 0
