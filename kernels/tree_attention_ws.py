@@ -45,6 +45,10 @@ reads those tiles whole, so rows past S_b hold whatever the pool holds there
 producer zeroes the V rows past S_b of a request's last tile in shared memory
 before handing it on (P V would turn 0 * NaN into NaN).
 
+fp8 pools (`KernelOptions.ws_fp8`): the producer lands the codes in a ring of their own and a
+converter warpgroup writes each tile once in Q's dtype into the consumers' ring, V rows past
+S_b as zeros (`tree_attention_ws_fp8`, which draws the rings and their barriers).
+
 Only for sm_90 GPUs with Gluon's Hopper API (Triton 3.6 to 3.9); the CPU
 interpreter does not run Gluon, so `TreeAttention` uses the tl kernel there.
 """
