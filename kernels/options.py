@@ -92,6 +92,13 @@ class KernelOptions:
             from registers, and BLOCK_N the wgmma M dimension, so 16-row tiles can use wgmma with
             4 warps. False (default): S = Q K^T, O += P V. A tl-kernel option: True selects the tl
             kernel. Not measured yet (docs/kernel.md, "fp8 pools", gives what it compiles to).
+        ws_fp8: fp8 pools (float8_e4m3fn / float8_e5m2 codes, any k_scale / v_scale) in the
+            warp-specialised kernel: the producer's TMA lands the codes in a ring of their own, a
+            converter warpgroup writes each tile once in Q's dtype for all consumer warpgroups
+            (V rows past S_b as zeros), and the plan's WS2 / WS3 rows take their fp8 twins
+            (`tree_attention_plan.WS_FP8_CONFIGS`). False (default: compiled for sm_90 but not yet
+            timed on a GPU, docs/kernel.md "fp8 pools"): fp8 pools run the tl kernel. No effect on
+            bf16 / fp16 pools, whose build is unchanged.
 
     Raises:
         ConfigError: a field of the wrong type (see `__post_init__`).
@@ -108,13 +115,15 @@ class KernelOptions:
     ws_gather: bool = True               # warp-specialised kernel at pages TMA cannot read: cp.async gathers
     fp8_path: str = "fp16"               # tl kernel, fp8 pools: "fp16", "cast" or "bits" (FP8_PATHS)
     swap_ab: bool = False                # tl kernel: S^T = K Q^T, O^T += V^T P^T (K/V tile as the A operand)
+    ws_fp8: bool = False                 # fp8 pools in the warp-specialised kernel (a converter warpgroup)
 
     def __post_init__(self) -> None:
         """Checks every field's type.
 
         Raises:
             ConfigError: kv_desc, ws_pipe, pdl or early_first not None / True / False;
-                ws_persist, page_gather, ws_page_tma, ws_gather or swap_ab not a bool; ws3_pipe_min_tiles not a
+                ws_persist, page_gather, ws_page_tma, ws_gather, swap_ab or ws_fp8 not a bool;
+                ws3_pipe_min_tiles not a
                 positive integer; fp8_path not one of `FP8_PATHS`. The message names the
                 field and the value.
         """
@@ -122,7 +131,7 @@ class KernelOptions:
             v = getattr(self, name)
             if not (v is None or isinstance(v, bool)):
                 raise ConfigError(f"KernelOptions {name}={v!r}: must be None (the default rule), True or False")
-        for name in ("ws_persist", "page_gather", "ws_page_tma", "ws_gather", "swap_ab"):
+        for name in ("ws_persist", "page_gather", "ws_page_tma", "ws_gather", "swap_ab", "ws_fp8"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"KernelOptions {name}={getattr(self, name)!r}: must be True or False")
         if self.fp8_path not in FP8_PATHS:

@@ -27,10 +27,11 @@ from treebench.harness.errors import ConfigError
 from treebench.harness.model.paged import BatchInputs
 from treebench.kernels.launch import FixedLaunch, verify_fast_path
 from treebench.kernels.options import FP8_PATHS, KernelOptions
-from treebench.kernels.tree_attention_plan import (FP8_KV_DTYPES, MASK_MODES, SMEM_PER_SM, WS_MIN_CONSUMER_REGS,
-                                         KernelConfig, check_inputs, choose_config, is_integer, make_plan,
-                                         next_pow2, pack_tree_masks, short_context_config, tree_bias, ws_fills,
-                                         ws_page_path)
+from treebench.kernels.tree_attention_plan import (FP8_KV_DTYPES, MASK_MODES, SMEM_PER_SM, WS_CONVERTER_REGS,
+                                         WS_FP8_CONFIGS, WS_MIN_CONSUMER_REGS, KernelConfig, check_inputs,
+                                         choose_config, is_integer, make_plan, next_pow2, pack_tree_masks,
+                                         short_context_config, tree_bias, ws_fills, ws_page_path,
+                                         ws_pool_unsupported)
 from treebench.kernels.tree_attention_reduce import HAS_PDL, tree_attn_merge_kernel
 from treebench.kernels.tree_attention_tl import LOG2E, tree_attn_fwd_kernel
 
@@ -89,7 +90,8 @@ def kv_desc_unsupported(inputs: BatchInputs, block_n: int) -> str:
     return ""
 
 
-def ws_unsupported(inputs: BatchInputs, block_n: int = 64, page_tma: bool = False, gather: bool = False) -> str:
+def ws_unsupported(inputs: BatchInputs, block_n: int = 64, page_tma: bool = False, gather: bool = False,
+                   fp8: bool = False) -> str:
     """Why the warp-specialised Gluon kernel (`tree_attention_ws`) cannot run this batch, or "".
 
     Args:
@@ -99,15 +101,18 @@ def ws_unsupported(inputs: BatchInputs, block_n: int = 64, page_tma: bool = Fals
             (`KernelOptions.ws_page_tma`): P a multiple of 16 that divides block_n is taken too.
         gather: cp.async page gathers where neither TMA path reads the pool
             (`KernelOptions.ws_gather`): any other P is taken too (`ws_page_path`).
+        fp8: fp8 pools through the converter warpgroup (`KernelOptions.ws_fp8`; TMA paths only).
 
     Returns:
-        "" on an sm_90 GPU (wgmma is Hopper's; sm_100 has none) with a Triton whose
-        Gluon has the Hopper API, D 64 or 128, bf16/fp16 pools (its TMA paths read a
-        request's last tile whole, past S_b, which fp8 pools' NaN codes forbid) and pools
-        TMA can read in block_n-token tiles (`kv_desc_unsupported`, or with page_tma in
-        P-token boxes) or, with gather, contiguous 16-byte aligned pools of any P; else
-        the first reason against, one line. Raises nothing.
+        "" for pools `ws_pool_unsupported` takes (with fp8: fp8 codes, any scales) on an sm_90
+        GPU (wgmma is Hopper's; sm_100 has none) with a Triton whose Gluon has the Hopper API,
+        D 64 or 128 and pools TMA can read in block_n-token tiles (`kv_desc_unsupported`, or
+        with page_tma in P-token boxes) or, with gather, contiguous 16-byte aligned bf16/fp16
+        pools of any P; else the first reason against, one line. Raises nothing.
     """
+    why = ws_pool_unsupported(inputs.q.dtype, inputs.k_cache.dtype, inputs.k_scale, inputs.v_scale, fp8)
+    if why:
+        return why
     if interpreting() or inputs.device.type != "cuda":
         return "the warp-specialised kernel needs a CUDA GPU (Gluon does not run in the Triton interpreter)"
     if torch.cuda.get_device_capability(inputs.device) != (9, 0):
@@ -115,12 +120,10 @@ def ws_unsupported(inputs: BatchInputs, block_n: int = 64, page_tma: bool = Fals
     d, p = inputs.q.shape[-1], inputs.k_cache.shape[1]
     if d not in (64, 128):
         return f"head dim {d}: the warp-specialised kernel takes D 64 or 128 (shared memory)"
-    if inputs.k_cache.dtype != inputs.q.dtype:
-        return (f"kv dtype {inputs.k_cache.dtype}: the warp-specialised kernel reads bf16/fp16 pools only (its "
-                "last tile is read past S_b, where fp8 pools hold NaN codes)")
-    if (inputs.k_scale, inputs.v_scale) != (1.0, 1.0):
-        return "k_scale / v_scale other than 1: the warp-specialised kernel applies no KV scales"
     path = ws_page_path(p, block_n, page_tma, gather)
+    if path == "gather" and inputs.k_cache.dtype in FP8_KV_DTYPES:
+        return (f"page size {p} with an fp8 pool: the warp-specialised kernel's gathers read bf16/fp16 pools "
+                "(its fp8 converter reads TMA tiles)")
     # TMA boxes of a tile (tma) or of a page (tma-page); the gathers need only the pools' layout,
     # which the same checks with P-token boxes give
     why = kv_desc_unsupported(inputs, p if path in ("tma-page", "gather") else block_n)
@@ -228,12 +231,16 @@ class TreeAttention:
             raise ConfigError(f"config={config!r}: must be a KernelConfig (treebench.kernels.tree_attention_plan)")
         rows = hq // hkv * max(ts)
         cfg = config or choose_config(rows, d, interpreting(), ws=ws is not False)
+        fp8_ws = opts.ws_fp8 and inputs.k_cache.dtype in FP8_KV_DTYPES
+        cfg = WS_FP8_CONFIGS.get(cfg, cfg) if config is None and fp8_ws else cfg   # a converter and two rings
         if ws is True or cfg.ws:
             why_ws = ("ws=False" if ws is False
                       else "kv_desc=False (it loads every tile by TMA)" if kv_desc is False
                       else "swap_ab (a tl-kernel option)" if opts.swap_ab
                       else "fused_merge (it merges in a second kernel)" if fused_merge
-                      else ws_unsupported(inputs, cfg.block_n, opts.ws_page_tma, opts.ws_gather))
+                      else ws_unsupported(inputs, cfg.block_n, opts.ws_page_tma, opts.ws_gather, opts.ws_fp8))
+            if not why_ws and cfg.ws and bool(cfg.fp8_stages) != fp8_ws:
+                why_ws = f"fp8_stages={cfg.fp8_stages}: > 0 for fp8 pools with ws_fp8 (the converter's ring), else 0"
             if not why_ws and cfg.ws and cfg.ws_shared_bytes(d, inputs.q.element_size()) > SMEM_PER_SM:
                 why_ws = (f"{cfg.ws_shared_bytes(d, inputs.q.element_size())} bytes of shared memory at D {d} "
                           f"(one CTA has {SMEM_PER_SM})")
@@ -380,10 +387,11 @@ class TreeAttention:
         rows = q.shape[0] * q.shape[1]                                  # sum T * Hq
         o_part, lse_part, lse = self._partials()
         gather = self.ws_path == "gather"         # cp.async gathers from the pools: no descriptors
+        fp8 = bool(cfg.fp8_stages)               # the pool's codes: their own ring, a converter warpgroup
         k_desc = v_desc = None
         if not gather:
-            layout = gl.NVMMASharedLayout.get_default_for([cfg.block_n, d], gl.bfloat16 if q.dtype == torch.bfloat16
-                                                          else gl.float16)
+            gl_kv = {torch.float8_e4m3fn: gl.float8e4nv, torch.float8_e5m2: gl.float8e5, torch.bfloat16: gl.bfloat16}
+            layout = gl.NVMMASharedLayout.get_default_for([cfg.block_n, d], gl_kv.get(kc.dtype, gl.float16))
             rows_kv, box = kc.shape[0] * kc.shape[1], min(kc.shape[1], cfg.block_n)   # box: a page when P < BLOCK_N
             k_desc, v_desc = (GluonDescriptor(t, [rows_kv, hkv * d], [hkv * d, 1], [box, d], layout)
                               for t in (kc, vc))
@@ -393,13 +401,15 @@ class TreeAttention:
             else plan.num_programs
         fwd = FixedLaunch(tree_attn_ws_kernel, (programs,), [
             q, k_desc, v_desc, inp.block_table, inp.context_lens, inp.qo_indptr, words, bias,
-            self.out, lse, o_part, lse_part, inp.sm_scale * LOG2E, q.stride(0), q.stride(1),
+            self.out, lse, o_part, lse_part, inp.sm_scale * inp.k_scale * LOG2E, inp.v_scale if fp8 else None,
+            q.stride(0), q.stride(1),
             inp.block_table.stride(0), stride_mw, stride_bias, rows, plan.m_tiles, plan.num_splits,
             plan.tiles_per_split, plan.num_programs],
             dict(HKV=hkv, G=q.shape[1] // hkv, D=d, P=kc.shape[1], BLOCK_N=cfg.block_n, NUM_WG=cfg.ws,
                  STAGES=cfg.num_stages, MASK_MODE=MASK_MODES.index(self.mask_mode), SPLIT=split,
                  WRITE_LSE=self.lse is not None, CONSUMER_REGS=consumer_regs, PRODUCER_REGS=producer_regs,
-                 PIPE=self.ws_pipe, GATHER=gather, K=kc if gather else None, V=vc if gather else None),
+                 PIPE=self.ws_pipe, GATHER=gather, K=kc if gather else None, V=vc if gather else None,
+                 **(dict(F8_STAGES=cfg.fp8_stages, CONVERTER_REGS=WS_CONVERTER_REGS) if fp8 else {})),
             dict(num_warps=4, maxnreg=cfg.max_regs))
         if not split:
             return [fwd]

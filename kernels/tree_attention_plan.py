@@ -40,6 +40,7 @@ class KernelConfig:
     max_regs: int = 0  # registers per thread cap (Triton's maxnreg; 0 = the compiler's choice)
     bt_ahead: int = 0  # 1: each context tile's block-table entries are loaded one tile ahead of its K/V
     ws: int = 0        # consumer warpgroups of the warp-specialised Gluon kernel (0: the tl kernel)
+    fp8_stages: int = 0  # ws over fp8 pools: buffers of the TMA ring of fp8 codes, read by a converter warpgroup
 
     def __post_init__(self) -> None:
         rules = (("block_m", lambda v: 16 <= v <= 256 and (not v & (v - 1) or v == 192),
@@ -49,7 +50,8 @@ class KernelConfig:
                  ("num_stages", lambda v: 1 <= v <= 8, "an integer from 1 to 8"),
                  ("max_regs", lambda v: v == 0 or 24 <= v <= 255, "the integer 0 (no cap) or one from 24 to 255"),
                  ("bt_ahead", lambda v: v in (0, 1), "the integer 0 or 1 (2 and 3 measured slower, docs/kernel.md)"),
-                ("ws", lambda v: v in (0, 1, 2, 3), "the integer 0 (the tl kernel) or 1 to 3 consumer warpgroups"))
+                ("ws", lambda v: v in (0, 1, 2, 3), "the integer 0 (the tl kernel) or 1 to 3 consumer warpgroups"),
+                ("fp8_stages", lambda v: v == 0 or 2 <= v <= 6 and self.ws, "0, or 2 to 6 with ws > 0 (fp8 pools)"))
         for name, ok, want in rules:
             v = getattr(self, name)
             if not is_integer(v) or not ok(v):      # True, 4.0 and "4" are refused; numpy integers are taken
@@ -66,11 +68,11 @@ class KernelConfig:
         consumer warpgroup, 32- or 64-token tiles (the bitmask window holds 64 columns), 4
         warps, 2-6 stages, no block-table look-ahead (the producer reads the table ahead
         itself), and a max_regs that fits the register
-        file (max_regs * 128 threads * (ws + 1) warpgroups <= 65536) while leaving each
+        file (max_regs * 128 threads * `ws_warpgroups` <= 65536) while leaving each
         consumer at least WS_MIN_CONSUMER_REGS (ptxas refuses fewer for its tile)."""
-        limit = REGS_PER_SM // (128 * (self.ws + 1)) // 8 * 8
-        floor = next(m for m in range(8, 257, 8)
-                     if (m * (self.ws + 1) - WS_PRODUCER_REGS) // self.ws // 8 * 8 >= WS_MIN_CONSUMER_REGS)
+        groups, others = self.ws_warpgroups, WS_PRODUCER_REGS + (WS_CONVERTER_REGS if self.fp8_stages else 0)
+        limit = REGS_PER_SM // (128 * groups) // 8 * 8
+        floor = next(m for m in range(8, 257, 8) if (m * groups - others) // self.ws // 8 * 8 >= WS_MIN_CONSUMER_REGS)
         if (self.block_m != 64 * self.ws or self.block_n not in (32, 64) or self.num_warps != 4
                 or not 2 <= self.num_stages <= 6 or self.bt_ahead or not 0 < self.max_regs <= limit
                 or self.ws_regs[0] < WS_MIN_CONSUMER_REGS):
@@ -81,6 +83,11 @@ class KernelConfig:
                               "register file)")
 
     @property
+    def ws_warpgroups(self) -> int:
+        """Warpgroups: ws consumers, the producer warp's, with fp8_stages the converter (tl: 0)."""
+        return self.ws + 1 + (self.fp8_stages > 0) if self.ws else 0
+
+    @property
     def ws_regs(self) -> tuple[int, int]:
         """`ws_regs_for` the TMA producer. Raises ConfigError for a tl config (ws 0)."""
         return self.ws_regs_for(gather=False)
@@ -89,13 +96,14 @@ class KernelConfig:
         """(consumer, producer) registers per thread of the warp-specialised kernel's
         partitions (setmaxnreg; multiples of 8, at most 256): the producer's warpgroup
         keeps WS_PRODUCER_REGS (TMA) or, with gather (its cp.async page gathers),
-        WS_GATHER_PRODUCER_REGS; the consumers share the rest of max_regs * (ws + 1)
-        warpgroups' worth (below WS_MIN_CONSUMER_REGS with gather only for max_regs under 96
-        at ws 1, which `TreeAttention` refuses). Raises ConfigError for a tl config (ws 0)."""
+        WS_GATHER_PRODUCER_REGS; an fp8 converter (fp8_stages) WS_CONVERTER_REGS; the
+        consumers share the rest of max_regs * `ws_warpgroups`' worth (below
+        WS_MIN_CONSUMER_REGS with gather only for max_regs under 96 at ws 1, which
+        `TreeAttention` refuses). Raises ConfigError for a tl config (ws 0)."""
         if not self.ws:
             raise ConfigError(f"kernel config {self}: ws_regs of a tl-kernel config (ws=0)")
         producer = WS_GATHER_PRODUCER_REGS if gather else WS_PRODUCER_REGS
-        spare = self.max_regs * (self.ws + 1) - producer
+        spare = self.max_regs * self.ws_warpgroups - producer - (WS_CONVERTER_REGS if self.fp8_stages else 0)
         return min(256, spare // max(self.ws, 1) // 8 * 8), producer
 
     def ws_shared_bytes(self, head_dim: int, itemsize: int = 2) -> int:
@@ -104,9 +112,10 @@ class KernelConfig:
         its layout conversions and the barriers (sm_90 compiles, D 128, Triton 3.6: 90172 B
         for ws 1 with 2 stages, 180336 B for ws 2 with 4, 245920 B for ws 2 with 6,
         172152 B for ws 3 with 3; block_n 32: 139384 B for ws 3 with 4). An upper bound of
-        those; past SMEM_PER_SM a config cannot launch (`TreeAttention` refuses it)."""
+        those; past SMEM_PER_SM a config cannot launch (`TreeAttention` refuses it). itemsize:
+        bytes per element of Q (and of the K/V ring); fp8_stages adds the ring of 1-byte codes."""
         return ((self.block_m + 2 * self.num_stages * self.block_n) * head_dim * itemsize
-                + self.ws * WS_SCRATCH_BYTES)
+                + 2 * self.fp8_stages * self.block_n * head_dim + self.ws * WS_SCRATCH_BYTES)
 
     def ws_pipe_for(self, tiles_per_split: int, ws3_min_tiles: int | None = None) -> bool:
         """The tuned choice of the warp-specialised kernel's intra-warpgroup pipelining
@@ -122,10 +131,12 @@ class KernelConfig:
         pipelined build spills more (59 values against 46 in the sm_90 compile, Triton
         3.6), a cost that only a long enough loop earns back.
 
-        Raises ConfigError for a tl config (ws 0)."""
+        3 over fp8 pools (fp8_stages: 128 registers per consumer) never: that pipelined build spills
+        in every context tile loop (sm_90 compile). Raises ConfigError for a tl config (ws 0)."""
         if not self.ws:
             raise ConfigError(f"kernel config {self}: ws_pipe_for of a tl-kernel config (ws=0)")
-        return self.ws < 3 or tiles_per_split >= (WS3_PIPE_MIN_TILES if ws3_min_tiles is None else ws3_min_tiles)
+        min_tiles = WS3_PIPE_MIN_TILES if ws3_min_tiles is None else ws3_min_tiles
+        return self.ws < 3 or not self.fp8_stages and tiles_per_split >= min_tiles
 
     def ctas_per_sm(self, head_dim: int, itemsize: int = 2) -> int:
         """Programs of this config that run at once on one SM: 2 for the tl kernel's
@@ -137,7 +148,7 @@ class KernelConfig:
         if not self.ws:
             return 2
         by_smem = SMEM_PER_SM // (self.ws_shared_bytes(head_dim, itemsize) + 1024)
-        by_regs = REGS_PER_SM // (self.max_regs * 128 * (self.ws + 1))
+        by_regs = REGS_PER_SM // (self.max_regs * 128 * self.ws_warpgroups)
         return max(1, min(2, by_smem, by_regs))
 
 
@@ -146,6 +157,7 @@ WS_PRODUCER_REGS = 40        # the producer warp's warpgroup: scalar work and TM
 # the gathering producer warpgroup: each thread's row pages and addresses (sm_90 compile, Triton 3.9:
 # at 40 its tile loop spills at P 1 and 24, at 56 at none of P 1, 8, 24, 128)
 WS_GATHER_PRODUCER_REGS = 56
+WS_CONVERTER_REGS = 56       # the fp8 converter warpgroup: one tile's codes and converted values
 WS_SCRATCH_BYTES = 8 * 1024 + 128  # per consumer warpgroup (see KernelConfig.ws_shared_bytes; compiles: 8232-8272)
 WS_MIN_CONSUMER_REGS = 128         # registers per consumer thread below which the build fails or spills in its loop
 REGS_PER_SM = 65536                # sm_90's register file (32-bit registers per SM)
@@ -153,18 +165,18 @@ SMEM_PER_SM = 227 * 1024      # the largest dynamic shared memory of one sm_90 C
 
 
 def parse_kernel_config(text: str) -> KernelConfig:
-    """'BLOCK_M,BLOCK_N,warps,stages[,max_regs[,bt_ahead[,ws]]]' (the scripts' --config) -> KernelConfig.
+    """'BLOCK_M,BLOCK_N,warps,stages[,max_regs[,bt_ahead[,ws[,fp8_stages]]]]' (--config) -> KernelConfig.
 
     Raises:
-        ConfigError: not 4 to 7 integers, or a field KernelConfig refuses.
+        ConfigError: not 4 to 8 integers, or a field KernelConfig refuses.
     """
     try:
         fields = [int(f) for f in text.split(",")]
     except ValueError:
         fields = []
-    if not 4 <= len(fields) <= 7:
-        raise ConfigError(f"--config {text!r}: want BLOCK_M,BLOCK_N,warps,stages[,max_regs[,bt_ahead[,ws]]] "
-                          "(integers)")
+    if not 4 <= len(fields) <= 8:
+        raise ConfigError(f"--config {text!r}: want BLOCK_M,BLOCK_N,warps,stages[,max_regs[,bt_ahead[,ws"
+                          "[,fp8_stages]]]] (integers)")
     return KernelConfig(*fields)
 
 
@@ -188,6 +200,11 @@ class Plan:
 # no reason against, D is 128 (the tuned one) and the batch is large enough (`ws_fills`); else the tl-kernel rows below.
 WS2 = KernelConfig(128, 64, 4, 4, 168, 0, 2)
 WS3 = KernelConfig(192, 64, 4, 3, 128, 0, 3)
+# The same rows over fp8 pools (KernelOptions.ws_fp8): a converter warpgroup more, a ring of fp8 codes
+# beside the converted one (sm_90 compiles only, not yet timed: docs/kernel.md, "fp8 pools").
+WS2_FP8 = KernelConfig(128, 64, 4, 3, 128, 0, 2, 4)
+WS3_FP8 = KernelConfig(192, 64, 4, 3, 96, 0, 3, 3)
+WS_FP8_CONFIGS = {WS2: WS2_FP8, WS3: WS3_FP8}   # a table config -> its fp8-pool twin
 GPU_CONFIGS: tuple[tuple[int, int, KernelConfig], ...] = (
     (16, 128, KernelConfig(16, 64, 2, 4)),
     (16, 256, KernelConfig(16, 64, 4, 3)),
@@ -392,6 +409,20 @@ def tree_bias(trees: list[TokenTree]) -> torch.Tensor:
         raise ConfigError("tree_per_request: the shared qq_bias mode needs one tree for the whole batch "
                           "(use tree_per_request = 'same', or the per-request bitmask backend triton_tree)")
     return trees[0].additive_bias(torch.float32)
+
+
+def ws_pool_unsupported(q_dtype: torch.dtype, kv_dtype: torch.dtype, k_scale: float, v_scale: float,
+                        fp8: bool = False) -> str:
+    """Why the warp-specialised kernel cannot read K/V pools of kv_dtype (Q: q_dtype), or "": Q's dtype
+    with scales 1, or with fp8 (`KernelOptions.ws_fp8`) fp8 codes with any scales. Raises nothing."""
+    if kv_dtype in FP8_KV_DTYPES:
+        return "" if fp8 else (f"kv dtype {kv_dtype}: the warp-specialised kernel reads fp8 pools only with "
+                               "KernelOptions.ws_fp8 (its converter warpgroup)")
+    if kv_dtype != q_dtype:
+        return f"kv dtype {kv_dtype}: the warp-specialised kernel reads pools in Q's dtype ({q_dtype}) or fp8 codes"
+    if (k_scale, v_scale) != (1.0, 1.0):
+        return "k_scale / v_scale other than 1 with a bf16/fp16 pool: the warp-specialised kernel scales fp8 pools only"
+    return ""
 
 
 def check_inputs(dtype: torch.dtype, head_dim: int, mask_mode: str, kv_dtype: torch.dtype | None = None) -> None:

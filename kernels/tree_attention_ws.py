@@ -47,6 +47,10 @@ reads those tiles whole, so rows past S_b hold whatever the pool holds there
 producer zeroes the V rows past S_b of a request's last tile in shared memory
 before handing it on (P V would turn 0 * NaN into NaN).
 
+fp8 pools (`KernelOptions.ws_fp8`): the producer lands the codes in a ring of their own and a
+converter warpgroup writes each tile once in Q's dtype into the consumers' ring, V rows past
+S_b as zeros (`tree_attention_ws_fp8`, which draws the rings and their barriers).
+
 Only for sm_90 GPUs with Gluon's Hopper API (Triton 3.6 to 3.9); the CPU
 interpreter does not run Gluon, so `TreeAttention` uses the tl kernel there.
 """
@@ -60,6 +64,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 
 from treebench.kernels.tree_attention_gather import GATHER_THREADS, GATHER_WARPS, gather_layout, gather_tile, tile_pages
+from treebench.kernels.tree_attention_ws_fp8 import convert_kv_tile, mma_smem_layout
 
 # TMA global -> shared copy: `async_copy_global_to_shared` in Triton 3.6, `async_load` in 3.9
 # (where the old name raises).
@@ -166,7 +171,8 @@ def _ws_producer(prm, ptrs, smem, WG: gl.constexpr, HKV: gl.constexpr, G: gl.con
     order. The last tile of a request (rows past S_b read from the pool's unused slots)
     lands on fix_bar first; its V rows past S_b are zeroed here before the consumers
     see it (P V would turn 0 * NaN into NaN); its K rows only give scores the consumers
-    mask to -inf."""
+    mask to -inf. With an fp8 pool `smem` holds the fp8 ring (the kernel passes it), whose
+    tiles the converter zeroes past S_b as it converts them, so none lands on fix_bar."""
     m_tiles, num_splits, tiles_per_split, qk_scale, n_items = prm
     (Q, BT, CTX_LENS, QO, MASK, BIAS, O, LSE, O_PART, LSE_PART, K_DESC, V_DESC,
      stride_qt, stride_qh, stride_bt, stride_mw, stride_bias, stride_ps) = ptrs
@@ -174,7 +180,8 @@ def _ws_producer(prm, ptrs, smem, WG: gl.constexpr, HKV: gl.constexpr, G: gl.con
     bt_layout: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
     lane = gl.arange(0, BT_CHUNK, layout=bt_layout)
     NP: gl.constexpr = BLOCK_N // P if P < BLOCK_N else 1   # pages per tile
-    tile_bytes: gl.constexpr = BLOCK_N * D * 2
+    tile_bytes: gl.constexpr = BLOCK_N * D * k_bufs.dtype.primitive_bitwidth // 8
+    FIX_V: gl.constexpr = not k_bufs.dtype.is_fp8()          # fp8 codes: the converter zeroes the tail
     it = 0                                      # ring position, across work items
     fixes = 0                                   # fix_bar phase
     for item in range(gl.program_id(0), n_items, gl.num_programs(0)):
@@ -203,7 +210,11 @@ def _ws_producer(prm, ptrs, smem, WG: gl.constexpr, HKV: gl.constexpr, G: gl.con
             mbarrier.wait(kv_empty.index(st), ((it // STAGES) & 1) ^ 1)   # a fresh barrier passes phase 1
             mbarrier.expect(k_ready.index(st), tile_bytes)
             _tma_tile(K_DESC, pages, lane, sel, t, kh, k_ready.index(st), k_bufs.index(st), P, BLOCK_N, D)
-            if (t + 1) * BLOCK_N > S:           # the request's last tile holds rows past S
+            if FIX_V:
+                tail = (t + 1) * BLOCK_N > S    # the request's last tile holds rows past S
+            else:
+                tail = False
+            if tail:
                 mbarrier.expect(fix_bar, tile_bytes)
                 _tma_tile(V_DESC, pages, lane, sel, t, kh, fix_bar, v_bufs.index(st), P, BLOCK_N, D)
                 mbarrier.wait(fix_bar, fixes & 1)
@@ -243,6 +254,26 @@ def _gather_producer(prm, ptrs, smem, HKV: gl.constexpr, G: gl.constexpr, D: gl.
             gather_tile(k_bufs.index(st), v_bufs.index(st), k_ready.index(st), v_ready.index(st), K, V, pages, t, S,
                         kh, HKV, D, P, BLOCK_N, layout)
             pages = nxt
+            it += 1
+
+
+@gluon.jit
+def _ws_converter(prm, ptrs, smem, ring8, HKV: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr,
+                  D: gl.constexpr, STAGES: gl.constexpr, F8_STAGES: gl.constexpr, NUM_WG: gl.constexpr):
+    """One warpgroup, fp8 pools only: every tile the producer lands in the fp8 ring (ring8),
+    in the producer's order, into the consumers' ring (smem) in the MMA dtype, V rows past
+    S_b as zeros (`tree_attention_ws_fp8.convert_kv_tile`)."""
+    m_tiles, num_splits, tiles_per_split, qk_scale, n_items = prm
+    (Q, BT, CTX_LENS, QO, MASK, BIAS, O, LSE, O_PART, LSE_PART, K_DESC, V_DESC,
+     stride_qt, stride_qh, stride_bt, stride_mw, stride_bias, stride_ps) = ptrs
+    q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, fix_bar = smem
+    it = 0                                      # ring position, across work items (both rings)
+    for item in range(gl.program_id(0), n_items, gl.num_programs(0)):
+        b, kh, split, L, S, qo, T, t_lo, t_hi, t_ctx, m0 = _work_item(
+            item, CTX_LENS, QO, m_tiles, num_splits, tiles_per_split, HKV, G, BLOCK_N, NUM_WG)
+        for t in range(t_lo, t_hi):
+            convert_kv_tile(ring8, k_bufs, v_bufs, k_ready, v_ready, kv_empty, it, S - t * BLOCK_N, STAGES,
+                            F8_STAGES, BLOCK_N, D)
             it += 1
 
 
@@ -462,7 +493,7 @@ def _tile_step(q_wg, k_bufs, v_bufs, k_ready, v_ready, kv_empty, pos, t, s0, acc
 
 
 @gluon.jit
-def _ws_consumer(prm, ptrs, smem, WG: gl.constexpr, HKV: gl.constexpr, G: gl.constexpr, D: gl.constexpr,
+def _ws_consumer(prm, ptrs, smem, v_scale, WG: gl.constexpr, HKV: gl.constexpr, G: gl.constexpr, D: gl.constexpr,
                  P: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASK_MODE: gl.constexpr,
                  SPLIT: gl.constexpr, WRITE_LSE: gl.constexpr, PIPE: gl.constexpr, NUM_WG: gl.constexpr,
                  GATHER: gl.constexpr):
@@ -470,13 +501,14 @@ def _ws_consumer(prm, ptrs, smem, WG: gl.constexpr, HKV: gl.constexpr, G: gl.con
     items, over every tile of the item. PIPE: FlashAttention-3's intra-warpgroup
     pipelining (its Algorithm 2): tile j's Q K^T is issued before tile j - 1's P V, and
     tile j's softmax runs while that P V is on the tensor cores; else each tile's Q K^T,
-    softmax and P V in turn. GATHER: the ring's tiles are cp.async gathers, fenced after
-    each ready wait (`_wait_landed`)."""
+    softmax and P V in turn. smem's tiles are in the MMA dtype (Q's); with an fp8 pool the
+    converter fills them and v_scale (fp32) multiplies the normalised output (None otherwise).
+    GATHER: the ring's tiles are cp.async gathers, fenced after each ready wait (`_wait_landed`)."""
     m_tiles, num_splits, tiles_per_split, qk_scale, n_items = prm
     (Q, BT, CTX_LENS, QO, MASK, BIAS, O, LSE, O_PART, LSE_PART, K_DESC, V_DESC,
      stride_qt, stride_qh, stride_bt, stride_mw, stride_bias, stride_ps) = ptrs
     q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, fix_bar = smem
-    dtype: gl.constexpr = k_bufs.dtype
+    dtype: gl.constexpr = k_bufs.dtype          # the MMA dtype: the pool's, or Q's over fp8 codes
     ld_layout: gl.constexpr = _load_layout(D)
     s_layout: gl.constexpr = _mma_layout(BLOCK_N)
     o_layout: gl.constexpr = _mma_layout(D)
@@ -572,7 +604,12 @@ def _ws_consumer(prm, ptrs, smem, WG: gl.constexpr, HKV: gl.constexpr, G: gl.con
 
         seen = l_i > 0.0                        # False only for a split that saw nothing of a row
         l_safe = gl.where(seen, l_i, 1.0)
-        out = acc / gl.expand_dims(gl.convert_layout(l_safe, row_o), 1)
+        if GATHER:                              # gathers read bf16 / fp16 pools
+            out = acc / gl.expand_dims(gl.convert_layout(l_safe, row_o), 1)
+        elif K_DESC.dtype.is_fp8():             # a V code c means c * v_scale
+            out = acc * gl.expand_dims(gl.convert_layout(v_scale / l_safe, row_o), 1)
+        else:
+            out = acc / gl.expand_dims(gl.convert_layout(l_safe, row_o), 1)
         lse = gl.where(seen, (m_i + gl.log2(l_safe)) * 0.6931471805599453, float("-inf"))
         out = gl.convert_layout(out, ld_layout)
         r_ld, ok_ld, _ = _q_rows(qo, T, kh, m0, stride_qt, stride_qh, WG, G, ld_layout)   # recomputed, not kept live
@@ -593,7 +630,8 @@ def _ws_consumer(prm, ptrs, smem, WG: gl.constexpr, HKV: gl.constexpr, G: gl.con
                               "tiles_per_split", "n_items"])
 def tree_attn_ws_kernel(
     Q, K_DESC, V_DESC, BT, CTX_LENS, QO, MASK, BIAS, O, LSE, O_PART, LSE_PART,
-    qk_scale,                                   # sm_scale * log2(e), fp32
+    qk_scale,                                   # sm_scale * k_scale * log2(e), fp32
+    v_scale,                                    # fp8 pools: V's scale, fp32; else None (a constexpr)
     stride_qt, stride_qh,                       # q (sum T, Hq, D); its last dim is contiguous
     stride_bt, stride_mw, stride_bias,          # block_table row, mask-words row, bias row
     stride_ps,                                  # partial workspace: one split's plane, sum T * Hq
@@ -601,7 +639,7 @@ def tree_attn_ws_kernel(
     HKV: gl.constexpr, G: gl.constexpr, D: gl.constexpr, P: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_WG: gl.constexpr, STAGES: gl.constexpr, MASK_MODE: gl.constexpr, SPLIT: gl.constexpr,
     WRITE_LSE: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, PIPE: gl.constexpr = True,
-    GATHER: gl.constexpr = False, K=None, V=None,
+    GATHER: gl.constexpr = False, K=None, V=None, F8_STAGES: gl.constexpr = 0, CONVERTER_REGS: gl.constexpr = 0,
 ):
     """Grid: (programs,), each program taking work items pid, pid + programs, ... of the
     n_items = B * HKV * num_splits * m_tiles (M-tile fastest); programs = n_items gives one
@@ -626,15 +664,27 @@ def tree_attn_ws_kernel(
     that reads every tile by cp.async pointer gathers (`tree_attention_gather`, any P) from
     K / V, the (N, P, HKV, D) pools themselves (contiguous, 16-byte aligned), instead of
     TMA; K_DESC / V_DESC are then None (and K / V None without GATHER). Raises nothing
-    at run time; a NUM_WG other than 1-3 fails to compile."""
-    if GATHER:
+    at run time; a NUM_WG other than 1-3 fails to compile.
+
+    fp8 pools (K_DESC / V_DESC over float8_e4m3fn / float8_e5m2 codes, their layout the
+    NVMMA one of a (BLOCK_N, D) fp8 tile): the producer lands the codes in a ring of
+    F8_STAGES fp8 buffers and a converter warpgroup (CONVERTER_REGS registers) writes each
+    tile once into the consumers' STAGES-deep ring in Q's dtype (`tree_attention_ws_fp8`);
+    qk_scale then holds k_scale and v_scale scales the output."""
+    if GATHER:                                  # bf16 / fp16 pools (fp8 pools take the TMA paths)
         dtype: gl.constexpr = K.dtype.element_ty
         smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D], dtype)
         kv_k = K
         kv_v = V
+        FP8: gl.constexpr = False
     else:
-        smem_layout: gl.constexpr = K_DESC.layout
-        dtype: gl.constexpr = K_DESC.dtype
+        FP8: gl.constexpr = K_DESC.dtype.is_fp8()
+        if FP8:                                 # the consumers' tiles in Q's dtype, from the converter
+            dtype: gl.constexpr = Q.dtype.element_ty
+            smem_layout: gl.constexpr = mma_smem_layout(BLOCK_N, D, dtype)
+        else:
+            smem_layout: gl.constexpr = K_DESC.layout
+            dtype: gl.constexpr = K_DESC.dtype
         kv_k = K_DESC
         kv_v = V_DESC
     PRODUCER_WARPS: gl.constexpr = GATHER_WARPS if GATHER else 1
@@ -658,18 +708,61 @@ def tree_attn_ws_kernel(
     smem = (q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, fix_bar)
     # Each partition's constexprs are spelled out: packed in a tuple (or a tuple built with +)
     # they reach the partition as runtime values with Triton 3.6 and 3.9.
-    if NUM_WG == 1:
+    if FP8:                                     # producer -> fp8 ring -> converter -> smem's ring -> consumers
+        k8_bufs = gl.allocate_shared_memory(K_DESC.dtype, [F8_STAGES, BLOCK_N, D], K_DESC.layout)
+        v8_bufs = gl.allocate_shared_memory(K_DESC.dtype, [F8_STAGES, BLOCK_N, D], K_DESC.layout)
+        k8_ready = gl.allocate_shared_memory(gl.int64, [F8_STAGES, 1], mbarrier.MBarrierLayout())
+        v8_ready = gl.allocate_shared_memory(gl.int64, [F8_STAGES, 1], mbarrier.MBarrierLayout())
+        kv8_empty = gl.allocate_shared_memory(gl.int64, [F8_STAGES, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(F8_STAGES):
+            mbarrier.init(k8_ready.index(i), count=1)
+            mbarrier.init(v8_ready.index(i), count=1)
+            mbarrier.init(kv8_empty.index(i), count=1)
+        ring8 = (k8_bufs, v8_bufs, k8_ready, v8_ready, kv8_empty)
+        smem8 = (q_smem, k8_bufs, v8_bufs, k8_ready, v8_ready, kv8_empty, fix_bar)   # the producer's ring
+        if NUM_WG == 1:
+            gl.warp_specialize([
+                (_ws_consumer, (prm, ptrs, smem, v_scale, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT,
+                                WRITE_LSE, PIPE, NUM_WG, GATHER)),
+                (_ws_converter, (prm, ptrs, smem, ring8, HKV, G, BLOCK_N, D, STAGES, F8_STAGES, NUM_WG)),
+                (_ws_producer, (prm, ptrs, smem8, 0, HKV, G, D, P, BLOCK_N, F8_STAGES, MASK_MODE, SPLIT, WRITE_LSE,
+                                PIPE, NUM_WG)),
+            ], [4, 1], [CONVERTER_REGS, PRODUCER_REGS])
+        elif NUM_WG == 2:
+            gl.warp_specialize([
+                (_ws_consumer, (prm, ptrs, smem, v_scale, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT,
+                                WRITE_LSE, PIPE, NUM_WG, GATHER)),
+                (_ws_consumer, (prm, ptrs, smem, v_scale, 1, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT,
+                                WRITE_LSE, PIPE, NUM_WG, GATHER)),
+                (_ws_converter, (prm, ptrs, smem, ring8, HKV, G, BLOCK_N, D, STAGES, F8_STAGES, NUM_WG)),
+                (_ws_producer, (prm, ptrs, smem8, 0, HKV, G, D, P, BLOCK_N, F8_STAGES, MASK_MODE, SPLIT, WRITE_LSE,
+                                PIPE, NUM_WG)),
+            ], [4, 4, 1], [CONSUMER_REGS, CONVERTER_REGS, PRODUCER_REGS])
+        else:
+            gl.static_assert(NUM_WG == 3, "NUM_WG: 1, 2 or 3 consumer warpgroups")
+            gl.warp_specialize([
+                (_ws_consumer, (prm, ptrs, smem, v_scale, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT,
+                                WRITE_LSE, PIPE, NUM_WG, GATHER)),
+                (_ws_consumer, (prm, ptrs, smem, v_scale, 1, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT,
+                                WRITE_LSE, PIPE, NUM_WG, GATHER)),
+                (_ws_consumer, (prm, ptrs, smem, v_scale, 2, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT,
+                                WRITE_LSE, PIPE, NUM_WG, GATHER)),
+                (_ws_converter, (prm, ptrs, smem, ring8, HKV, G, BLOCK_N, D, STAGES, F8_STAGES, NUM_WG)),
+                (_ws_producer, (prm, ptrs, smem8, 0, HKV, G, D, P, BLOCK_N, F8_STAGES, MASK_MODE, SPLIT, WRITE_LSE,
+                                PIPE, NUM_WG)),
+            ], [4, 4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, CONVERTER_REGS, PRODUCER_REGS])
+    elif NUM_WG == 1:
         gl.warp_specialize([
-            (_ws_consumer, (prm, ptrs, smem, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
+            (_ws_consumer, (prm, ptrs, smem, v_scale, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
                     PIPE, NUM_WG, GATHER)),
             (_producer, (prm, ptrs, smem, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
                     PIPE, NUM_WG, GATHER)),
         ], [PRODUCER_WARPS], [PRODUCER_REGS])
     elif NUM_WG == 2:
         gl.warp_specialize([
-            (_ws_consumer, (prm, ptrs, smem, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
+            (_ws_consumer, (prm, ptrs, smem, v_scale, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
                     PIPE, NUM_WG, GATHER)),
-            (_ws_consumer, (prm, ptrs, smem, 1, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
+            (_ws_consumer, (prm, ptrs, smem, v_scale, 1, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
                     PIPE, NUM_WG, GATHER)),
             (_producer, (prm, ptrs, smem, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
                     PIPE, NUM_WG, GATHER)),
@@ -677,11 +770,11 @@ def tree_attn_ws_kernel(
     else:
         gl.static_assert(NUM_WG == 3, "NUM_WG: 1, 2 or 3 consumer warpgroups")
         gl.warp_specialize([
-            (_ws_consumer, (prm, ptrs, smem, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
+            (_ws_consumer, (prm, ptrs, smem, v_scale, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
                     PIPE, NUM_WG, GATHER)),
-            (_ws_consumer, (prm, ptrs, smem, 1, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
+            (_ws_consumer, (prm, ptrs, smem, v_scale, 1, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
                     PIPE, NUM_WG, GATHER)),
-            (_ws_consumer, (prm, ptrs, smem, 2, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
+            (_ws_consumer, (prm, ptrs, smem, v_scale, 2, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
                     PIPE, NUM_WG, GATHER)),
             (_producer, (prm, ptrs, smem, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
                     PIPE, NUM_WG, GATHER)),

@@ -22,8 +22,10 @@ Cells (bf16, Hq 32, Hkv 8, D 128, shuffled pages, one tree per batch as in the s
   over an e4m3 pool with k_scale 0.25 and v_scale 0.5, with the same cell in bf16 timed
   beside (`bf16_default`): which tl tiles (`FP8_CONFIGS`) and which fp8 operand path
   (`KernelOptions.fp8_path`: the default fp16 MMAs over cast codes, the cast to Q's dtype, or
-  bit-manipulated codes, `FP8_ALT_PATHS`) an fp8 pool wants, and whether swapped MMA
-  operands (`KernelOptions.swap_ab`, the plan's config and `SWAP_CONFIGS`) beat them.
+  bit-manipulated codes, `FP8_ALT_PATHS`) an fp8 pool wants, whether swapped MMA
+  operands (`KernelOptions.swap_ab`, the plan's config and `SWAP_CONFIGS`) beat them, and the
+  warp-specialised kernel over the codes (`KernelOptions.ws_fp8`: the plan's choice, and with
+  ws=True forced, e.g. at P 16 or where the plan keeps the tl kernel).
 
 Candidates (`candidates`, explicit and small: under 2 minutes on an H200): the default plan;
 early_first forced on and off; small tl tiles (BLOCK_M 16-64, BLOCK_N 16-64, 1-4 warps)
@@ -127,7 +129,9 @@ def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple]:
         swaps = [("swap_ab", None, KernelOptions(swap_ab=True))] + [
             (f"tl{bm}x{bn}w{w}s{s}+swap", KernelConfig(bm, bn, w, s), KernelOptions(swap_ab=True))
             for bm, bn, w, s in SWAP_CONFIGS[::5 if smoke else 1]]
-        return out[:1] + paths + tiles + swaps
+        ws_fp8 = [("ws_fp8", None, KernelOptions(ws_fp8=True))] + ([] if smoke else [   # Gluon needs a GPU
+            ("ws_fp8_forced", None, KernelOptions(ws_fp8=True), {"ws": True})])
+        return out[:1] + paths + tiles + swaps + ws_fp8
     if group == "latency":
         out += [(f"tl{bm}x{bn}w{w}s{s}+early", KernelConfig(bm, bn, w, s), KernelOptions(early_first=True))
                 for bm, bn, w, s in TINY_CONFIGS]

@@ -5,6 +5,7 @@ what the compiler made of it: the facts docs/kernel.md cites from "a local sm_90
     python lab/sm90_compile.py --config 128,32,8,3,128,1 --page-size 128 --num-ctas 1
     python lab/sm90_compile.py --ws [--config 128,64,4,4,168,0,2] [--mask tree|bias|causal] [--pipe on|off]
     python lab/sm90_compile.py --ws --ws-gather --page-size 8    # the producer's cp.async page gathers
+    python lab/sm90_compile.py --ws --kv-dtype float8_e4m3fn [--page-size 16]   # WS2_FP8 / WS3_FP8, the converter
     python lab/sm90_compile.py --config 16,64,2,4,0,1 --kv-dtype float8_e4m3fn --fp8-path fp16 --ops
     python lab/sm90_compile.py --config 16,64,4,4,0,0 --kv-dtype float8_e4m3fn --fp8-path fp16 --ops --swap-ab
 
@@ -29,7 +30,10 @@ WS3 configs, or --config's; --pipe forces the intra-warpgroup pipelining on or o
 --ws-gather the producer's cp.async page gathers at any P)
 and prints whether it pipelines, its registers, spills, shared memory, warps, and
 wgmma / TMA / setmaxnreg / cp.async (LDGSTS) instruction counts; it exits without Python's teardown,
-where Triton 3.9's Gluon reports leaked nanobind objects.
+where Triton 3.9's Gluon reports leaked nanobind objects. --page-size applies to it (P 16
+and 32: one TMA box per page), and so does --kv-dtype: over fp8 pools it builds the fp8
+twins of the table's configs (`WS_FP8_CONFIGS`; a --config needs an 8th field, fp8_stages)
+and also prints the converter's tile loop (`convert_loops`).
 
 Exit 2 with one line on bad input (a --config KernelConfig refuses, --ws with a
 tl-kernel config or --swap-ab, a ws config without --ws, a ws config over one CTA's shared
@@ -50,7 +54,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from treebench.harness.errors import ConfigError  # noqa: E402
-from treebench.kernels.tree_attention_plan import SMEM_PER_SM, KernelConfig, parse_kernel_config  # noqa: E402
+from treebench.kernels.tree_attention_plan import (SMEM_PER_SM, WS_CONVERTER_REGS, KernelConfig,  # noqa: E402
+                                                   parse_kernel_config)
 
 HKV, G, D = 8, 4, 128
 FP8_PATHS = {"cast": 0, "bits": 1, "fp16": 2}   # --fp8-path: the kernel's FP8_PATH (KernelOptions.fp8_path)
@@ -161,7 +166,7 @@ def loop_bodies(sass: str, marks: tuple[str, ...]) -> list[list[str]]:
 
 
 def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool | None = None, page_size: int = 128,
-               gather: bool = False) -> dict:
+               gather: bool = False, kv_dtype: str = "bf16") -> dict:
     """Builds the warp-specialised Gluon kernel (`kernels/tree_attention_ws.py`) for sm_90
     as `TreeAttention` would launch it (Hq 32, Hkv 8, D 128, bf16, no split) and
     reads its resource use and SASS.
@@ -174,6 +179,8 @@ def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool | None = None, 
         page_size: P; below BLOCK_N the build loads one TMA box of P rows per page.
         gather: the producer's cp.async page gathers (the kernel's GATHER,
             `KernelOptions.ws_gather`) instead of TMA; any page_size.
+        kv_dtype: the pools' element type, a key of `KV_TYPES` (bf16 queries always); an fp8
+            one needs a config with fp8_stages (the converter's ring).
 
     Returns:
         dict of pipe (bool, as built), regs (the launch's per-thread count, before the
@@ -196,11 +203,15 @@ def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool | None = None, 
 
     if not cfg.ws:
         raise ConfigError(f"--ws needs a warp-specialised config (its 7th field ws > 0), not {cfg}")
+    if (kv_dtype != "bf16") != bool(cfg.fp8_stages):
+        raise ConfigError(f"--config {cfg}: fp8_stages (its 8th field) > 0 exactly when --kv-dtype is an fp8 one")
     if cfg.ws_shared_bytes(D) > SMEM_PER_SM:
         raise ConfigError(f"--config {cfg}: about {cfg.ws_shared_bytes(D)} bytes of shared memory at D {D}, "
                           f"over one CTA's {SMEM_PER_SM}: fewer stages")
     pipe = cfg.ws_pipe_for(math.ceil(TARGET_CONTEXT / cfg.block_n)) if pipe is None else pipe
-    layout = gl.NVMMASharedLayout.get_default_for([cfg.block_n, D], gl.bfloat16)
+    kv = KV_TYPES[kv_dtype]
+    layout = gl.NVMMASharedLayout.get_default_for([cfg.block_n, D], {"bf16": gl.bfloat16, "fp8e4nv": gl.float8e4nv,
+                                                                      "fp8e5": gl.float8e5}[kv])
     sig = {n: POINTERS.get(n, "i32") for n in kernel.arg_names}
     sig["qk_scale"] = "fp32"
     consumer, producer = cfg.ws_regs_for(gather)
@@ -210,19 +221,24 @@ def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool | None = None, 
     if gather:
         const["K_DESC"] = const["V_DESC"] = None
     else:
-        sig["K_DESC"] = sig["V_DESC"] = f"tensordesc<bf16[{min(page_size, cfg.block_n)}, {D}],{layout!r}>"
+        sig["K_DESC"] = sig["V_DESC"] = f"tensordesc<{kv}[{min(page_size, cfg.block_n)}, {D}],{layout!r}>"
         const["K"] = const["V"] = None
+    if cfg.fp8_stages:                          # the V scale a runtime fp32; else None, a constexpr
+        sig["v_scale"] = "fp32"
+        const.update(F8_STAGES=cfg.fp8_stages, CONVERTER_REGS=WS_CONVERTER_REGS)
+    else:
+        const["v_scale"] = None
     sig.update({c: "constexpr" for c in const})
     attrs = {(kernel.arg_names.index(n),): [["tt.divisibility", 16]] for n in ALIGNED
              if n in kernel.arg_names and n not in const}
     src = GluonASTSource(kernel, sig, {(kernel.arg_names.index(c),): v for c, v in const.items()}, attrs)
     ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, maxnreg=cfg.max_regs))
     usage, sass = cubin_usage(ck.asm["cubin"])
-    return dict(pipe=pipe, **usage, shared_bytes=int(ck.metadata.shared), num_warps=int(ck.metadata.num_warps),
-                hgmma=sass.count("HGMMA"), utmaldg=len(re.findall(r"UTMALDG", sass)),
-                setmaxnreg=len(re.findall(r"SETMAXREG", sass)), ldgsts=len(re.findall(r"LDGSTS", sass)),
-                producer_loop=gather_loop(sass) if gather else None, tile_loops=mma_loops(sass))
-
+    out = dict(pipe=pipe, **usage, shared_bytes=int(ck.metadata.shared), num_warps=int(ck.metadata.num_warps),
+               hgmma=sass.count("HGMMA"), utmaldg=len(re.findall(r"UTMALDG", sass)),
+               setmaxnreg=len(re.findall(r"SETMAXREG", sass)), ldgsts=len(re.findall(r"LDGSTS", sass)),
+               producer_loop=gather_loop(sass) if gather else None, tile_loops=mma_loops(sass))
+    return out | ({"convert_loops": convert_loops(sass)} if cfg.fp8_stages else {})
 
 def gather_loop(sass: str) -> tuple[int, int, int] | None:
     """The gather producer's tile loop in a SASS listing: the innermost backward-branch loop
@@ -240,6 +256,16 @@ def gather_loop(sass: str) -> tuple[int, int, int] | None:
         return None
     body = min(loops)[1]
     return len(body), sum("LDGSTS" in t for t in body), sum(bool(re.search(r"\b(LDL|STL)\b", t)) for t in body)
+
+
+def convert_loops(sass: str) -> list[dict]:
+    """The fp8 converter's tile loop (bf16 queries): each innermost loop with the bf16x2 multiplies
+    of `tree_attention_ws_fp8.bf16_asm` (HMUL2) and no wgmma or exp2 (a consumer's), with its
+    length and the counts of its loads, stores, conversion and integer ops, barriers and spills
+    (per tile and thread: one K and one V tile)."""
+    names = ("LDS", "STS", "PRMT", "LOP3", "LEA", "SHF", "HMUL2", "F2FP", "F2F", "SEL", "BAR", "LDL", "STL")
+    return [{"ins": len(body)} | {n: sum(1 for o in body if o == n or o.startswith(n + "_")) for n in names}
+            for body in loop_bodies(sass, ("HMUL2",)) if "HGMMA" not in body and "MUFU" not in body]
 
 
 def mma_loops(sass: str) -> list[tuple[int, int, int]]:
@@ -302,13 +328,13 @@ def cubin_usage(cubin: bytes) -> tuple[dict, str]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", help="one build: BLOCK_M,BLOCK_N,warps,stages[,max_regs[,bt_ahead[,ws]]] "
-                                     "(ws > 0 with --ws)")
+    ap.add_argument("--config", help="one build: BLOCK_M,BLOCK_N,warps,stages[,max_regs[,bt_ahead[,ws[,fp8_stages]]]] "
+                                     "(ws > 0 with --ws; fp8_stages > 0 with --ws and an fp8 --kv-dtype)")
     ap.add_argument("--page-size", type=int, default=128)
     ap.add_argument("--kv-desc", choices=["on", "off"], default="on")
     ap.add_argument("--num-ctas", type=int, default=1)
     ap.add_argument("--kv-dtype", choices=list(KV_TYPES), default="bf16",
-                    help="the K/V pools' dtype (tl builds; queries stay bf16)")
+                    help="the K/V pools' dtype (queries stay bf16)")
     ap.add_argument("--fp8-path", choices=list(FP8_PATHS), default="cast",
                     help="with an fp8 --kv-dtype: KernelOptions.fp8_path (how codes become MMA operands)")
     ap.add_argument("--ops", action="store_true",
@@ -318,8 +344,9 @@ def main() -> int:
                     help="tl builds: KernelOptions.swap_ab (S^T = K Q^T, O^T += V^T P^T)")
     ap.add_argument("--ws", action="store_true",
                     help="the warp-specialised Gluon kernel instead (--config with a 7th field ws > 0; "
-                         "default: the table's 2- and 3-warpgroup configs; at --page-size, TMA boxes unless "
-                         "--ws-gather; --kv-desc and --num-ctas do not apply)")
+                         "default: the table's 2- and 3-warpgroup configs, or their fp8 twins over an fp8 "
+                         "--kv-dtype; at --page-size, TMA boxes unless --ws-gather; --kv-desc, --num-ctas and "
+                         "--fp8-path do not apply)")
     ap.add_argument("--ws-gather", action="store_true",
                     help="--ws only: the producer's cp.async page gathers (KernelOptions.ws_gather), any --page-size")
     ap.add_argument("--mask", choices=["tree", "bias", "causal"], default=None,
@@ -345,17 +372,23 @@ def main() -> int:
             raise ConfigError("--swap-ab applies to the tl builds only: drop --ws")
         if not args.page_size >= 1:
             raise ConfigError(f"--page-size {args.page_size}: must be a positive number of tokens")
+        if args.ws and args.fp8_path != "cast":
+            raise ConfigError("--fp8-path applies to the tl builds only (the warp-specialised one converts in a "
+                              "converter warpgroup): drop --ws")
         if args.ws:
-            from treebench.kernels.tree_attention_plan import WS2, WS3
+            from treebench.kernels.tree_attention_plan import WS2, WS2_FP8, WS3, WS3_FP8
             mask = args.mask or "tree"
             mode = ("tree", "bias", "causal").index(mask)
+            fp8 = args.kv_dtype != "bf16"
             cfgs = [(args.config, parse_kernel_config(args.config))] if args.config else [
-                ("2 warpgroups (WS2)", WS2), ("3 warpgroups (WS3)", WS3)]
+                ("2 warpgroups (WS2_FP8)" if fp8 else "2 warpgroups (WS2)", WS2_FP8 if fp8 else WS2),
+                ("3 warpgroups (WS3_FP8)" if fp8 else "3 warpgroups (WS3)", WS3_FP8 if fp8 else WS3)]
             for name, cfg in cfgs:
                 pipe = None if args.pipe in (None, "auto") else args.pipe == "on"
-                res = compile_ws(cfg, mode, pipe=pipe, page_size=args.page_size, gather=args.ws_gather)
+                res = compile_ws(cfg, mode, pipe=pipe, page_size=args.page_size, gather=args.ws_gather,
+                                 kv_dtype=args.kv_dtype)
                 path = "gather" if args.ws_gather else "tma"
-                print(f"{name}, {mask}, P {args.page_size} {path}: {res}", flush=True)
+                print(f"{name}, {mask}, {args.kv_dtype} pool, P {args.page_size} {path}: {res}", flush=True)
             sys.stderr.flush()
             os._exit(0)   # skip teardown: Triton 3.9's Gluon prints nanobind leak reports there
         if args.config and parse_kernel_config(args.config).ws:

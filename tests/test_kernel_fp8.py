@@ -187,3 +187,234 @@ def test_fp8_paths_on_gpu(path, fmt, page_size, tree, batch):
     case = Case(batch_size=batch, context_len="ragged:0-900", tree=tree, tree_per_request="mixed",
                 page_size=page_size, num_q_heads=32, num_kv_heads=8, head_dim=128)
     assert run_fp8(case, FP8[fmt], options=KernelOptions(fp8_path=path)).kernel.startswith("tl ")
+
+
+# ---- fp8 pools in the warp-specialised kernel (KernelOptions.ws_fp8) -------------------------
+
+SM90 = DEVICE == "cuda" and torch.cuda.get_device_capability() == (9, 0)
+WS_FP8 = KernelOptions(ws_fp8=True)
+GQA4 = dict(num_q_heads=32, num_kv_heads=8, head_dim=128)             # G 4, the tuned D
+
+
+def ws_fp8_case(fmt: str, page_size: int, tree: str, batch: int = 6, **kw) -> Case:
+    """L_b 0, 1, 63, 64, 100, 1000 (0 and lengths off multiples of 64), k_scale 0.25, v_scale 0.5
+    unless kw says otherwise."""
+    return Case(batch_size=batch, context_len="list:" + ",".join(["0", "1", "63", "64", "100", "1000"][:batch]),
+                tree=tree, page_size=page_size, kv_dtype=fmt, **({"k_scale": 0.25, "v_scale": 0.5} | kw), **GQA4)
+
+
+def run_ws_fp8(inputs, case: Case, atol_dtype: str | None = None, **kw) -> TreeAttention:
+    """The ws_fp8 kernel on `inputs` (output and LSE first NaN) against the float64 reference; the
+    fp8 tolerance unless atol_dtype names a stricter one (the query dtype's own)."""
+    from treebench.harness.model.compare import compare_lse
+    from treebench.harness.model.reference import reference_attention
+
+    ta = TreeAttention(inputs.for_backend(), return_lse=True, options=WS_FP8, **kw)
+    ta.out.fill_(float("nan"))
+    ta.lse.fill_(float("nan"))
+    out = ta()
+    ref, ref_lse = reference_attention(inputs, return_lse=True)
+    rec = compare(out, ref, inputs.qo_indptr, case.dtype, kv_dtype=None if atol_dtype else case.kv_dtype)
+    assert rec.nonfinite == 0 and rec.passed, rec
+    lrec = compare_lse(ta.lse, ref_lse, inputs.qo_indptr, case.dtype)
+    assert lrec.passed, lrec.reason()
+    return ta
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not SM90, reason="needs a CUDA sm_90 GPU (the warp-specialised kernel)")
+@pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float8_e5m2"])
+@pytest.mark.parametrize("page_size", [128, 16])
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("tree,trees", [("vllm:pr_27", "same"), ("full:3:3", "same"), ("vllm:pr_27", "mixed")])
+def test_ws_fp8_matches_the_reference_on_gpu(fmt, page_size, splits, tree, trees):
+    """ws=True with ws_fp8: 112 rows (WS2_FP8) and 160 (WS3_FP8), per-request trees (consumers whose
+    rows all pad), ragged L_b with 0, split-KV off and on (splits that see nothing), P 128 (one
+    box per tile) and P 16 (one per page); every request's last tile is read past S_b, where the
+    pool holds NaN codes."""
+    case = ws_fp8_case(fmt, page_size, tree, tree_per_request=trees)
+    ta = run_ws_fp8(build_inputs(case, DEVICE), case, ws=True, num_splits=splits)
+    assert ta.ws and ta.plan.config.fp8_stages > 0 and ta.plan.num_splits == splits
+    assert ta.kernel == f"ws {'tma' if page_size == 128 else 'tma-page'} splits={splits}"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not SM90, reason="needs a CUDA sm_90 GPU (the warp-specialised kernel)")
+@pytest.mark.parametrize("fmt,scale", [("float8_e4m3fn", 0.25), ("float8_e5m2", 1.0)])
+def test_ws_fp8_with_fp16_queries_on_gpu(fmt, scale):
+    """fp16 queries: the converted tiles and the MMAs in fp16 (Triton's cast of the codes; e5m2's
+    smallest codes stay fp16 normals only at scales from 1, `Case`'s rule)."""
+    case = ws_fp8_case(fmt, 128, "vllm:pr_27", dtype="float16", k_scale=scale, v_scale=2 * scale if scale < 1 else 1.0)
+    assert run_ws_fp8(build_inputs(case, DEVICE), case, ws=True, num_splits=2).ws
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not SM90, reason="needs a CUDA sm_90 GPU (the warp-specialised kernel)")
+@pytest.mark.parametrize("fmt,k_scale,v_scale", [("float8_e4m3fn", 2.0 ** -6, 2.0 ** -8),
+                                                 ("float8_e5m2", 2.0 ** -13, 2.0 ** -15)])
+def test_ws_fp8_converts_every_finite_code_exactly_on_gpu(fmt, k_scale, v_scale):
+    """Every used pool slot of K and V rewritten with the finite codes in turn (subnormals and both
+    zeros included) and power-of-2 scales that keep |k| <= 7 and |v| <= 1.75: the converter's
+    integer conversion is exact, so the output meets the query dtype's own tolerance, not the
+    fp8 one."""
+    case = ws_fp8_case(fmt, 128, "vllm:pr_27", k_scale=k_scale, v_scale=v_scale)
+    inputs = build_inputs(case, DEVICE)
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    finite = codes[codes.view(getattr(torch, fmt)).float().isfinite()].to(DEVICE)   # 254 / 248 codes
+    for pool in (inputs.k_cache, inputs.v_cache):
+        used = ~pool.float().isnan()                      # the unused slots keep the NaN code
+        pool.view(torch.uint8)[used] = finite[torch.arange(int(used.sum()), device=DEVICE) % len(finite)]
+    run_ws_fp8(inputs, case, atol_dtype=case.dtype, ws=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not SM90, reason="needs a CUDA sm_90 GPU (the warp-specialised kernel)")
+@pytest.mark.parametrize("page_size", [128, 16])
+def test_ws_fp8_default_plan_takes_the_ws_kernel_on_gpu(page_size):
+    """B 64 with the 27-node tree: with ws_fp8 the plan's choice (ws=None) is the warp-specialised
+    kernel, and without it the tl kernel (the same batch)."""
+    case = Case(batch_size=64, context_len="ragged:0-700", tree="vllm:pr_27", page_size=page_size,
+                kv_dtype="float8_e4m3fn", k_scale=0.25, v_scale=0.5, **GQA4)
+    inputs = build_inputs(case, DEVICE)
+    assert run_ws_fp8(inputs, case).kernel.startswith("ws tma")
+    assert TreeAttention(inputs.for_backend()).kernel.startswith("tl ")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not SM90, reason="needs a CUDA sm_90 GPU (the warp-specialised kernel)")
+def test_ws_fp8_refuses_a_config_without_its_ring_on_gpu():
+    """A warp-specialised config must match its pool: an fp8 pool with ws_fp8 needs fp8_stages (the
+    converter's ring), a bf16 pool a config without."""
+    from treebench.kernels.tree_attention_plan import WS2, WS2_FP8
+
+    fp8 = build_inputs(ws_fp8_case("float8_e4m3fn", 128, "vllm:pr_27"), DEVICE).for_backend()
+    with pytest.raises(ConfigError, match="fp8_stages=0"):
+        TreeAttention(fp8, config=WS2, options=WS_FP8)
+    bf16 = build_inputs(Case(batch_size=2, context_len=100, tree="vllm:pr_27", page_size=128, **GQA4), DEVICE)
+    with pytest.raises(ConfigError, match="fp8_stages=4"):
+        TreeAttention(bf16.for_backend(), config=WS2_FP8, options=WS_FP8)
+
+
+def test_ws_pool_reasons():
+    """`ws_pool_unsupported`: fp8 codes only with ws_fp8, and then with any scales; a pool in Q's
+    dtype only with scales 1; any other pool dtype never."""
+    from treebench.kernels.tree_attention_plan import ws_pool_unsupported
+
+    bf16, e4m3, e5m2 = torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2
+    for kv in (e4m3, e5m2):
+        assert "KernelOptions.ws_fp8" in ws_pool_unsupported(bf16, kv, 1.0, 1.0)
+        assert ws_pool_unsupported(bf16, kv, 0.25, 0.5, fp8=True) == ""
+        assert ws_pool_unsupported(torch.float16, kv, 0.25, 0.5, fp8=True) == ""
+    assert ws_pool_unsupported(bf16, bf16, 1.0, 1.0) == ws_pool_unsupported(bf16, bf16, 1.0, 1.0, fp8=True) == ""
+    assert "k_scale / v_scale" in ws_pool_unsupported(bf16, bf16, 0.5, 1.0, fp8=True)
+    assert "Q's dtype" in ws_pool_unsupported(bf16, torch.float16, 1.0, 1.0, fp8=True)
+
+
+def test_ws_unsupported_names_the_flag_before_the_device():
+    """An fp8 batch: without ws_fp8 the first reason is the pool, with it the next one (here, on the
+    CPU, the device); TreeAttention(ws=True) raises each, and the default plan runs the tl kernel."""
+    case = Case(batch_size=2, context_len=20, tree="full:2:1", page_size=16, kv_dtype="float8_e4m3fn",
+                k_scale=0.25, v_scale=0.5, **TINY)
+    inputs = build_inputs(case, DEVICE).for_backend()
+    assert "ws_fp8" in ws_unsupported(inputs)
+    if DEVICE == "cpu":
+        assert "CUDA GPU" in ws_unsupported(inputs, fp8=True)
+        with pytest.raises(ConfigError, match="ws=True: the warp-specialised kernel needs a CUDA GPU"):
+            TreeAttention(inputs, ws=True, options=WS_FP8)
+    with pytest.raises(ConfigError, match="ws=True: kv dtype torch.float8_e4m3fn.*KernelOptions.ws_fp8"):
+        TreeAttention(inputs, ws=True)
+    ta = TreeAttention(inputs, options=WS_FP8)            # too small a batch for the ws kernel: tl
+    assert ta.kernel.startswith("tl ") and not ta.ws
+
+
+def test_ws_fp8_option_and_configs():
+    """The flag's type check and default; the fp8 twins of the table's warp-specialised rows: one
+    warpgroup more in the register file (the converter's WS_CONVERTER_REGS), both rings within one
+    CTA's shared memory, 3 warpgroups never pipelined; fp8_stages only with ws."""
+    from treebench.kernels.tree_attention_plan import (SMEM_PER_SM, WS2, WS2_FP8, WS3, WS3_FP8, WS_CONVERTER_REGS,
+                                                       WS_FP8_CONFIGS, WS_PRODUCER_REGS, KernelConfig,
+                                                       parse_kernel_config)
+
+    assert KernelOptions().ws_fp8 is False and KernelOptions(ws_fp8=True).changed() == {"ws_fp8": True}
+    with pytest.raises(ConfigError, match="ws_fp8=1"):
+        KernelOptions(ws_fp8=1)
+    assert WS_FP8_CONFIGS == {WS2: WS2_FP8, WS3: WS3_FP8}
+    for bf16, fp8 in WS_FP8_CONFIGS.items():
+        assert (fp8.block_m, fp8.block_n, fp8.ws) == (bf16.block_m, bf16.block_n, bf16.ws) and fp8.fp8_stages
+        assert fp8.ws_warpgroups == bf16.ws_warpgroups + 1 == fp8.ws + 2
+        consumer, producer = fp8.ws_regs
+        assert consumer * fp8.ws + producer + WS_CONVERTER_REGS <= fp8.max_regs * fp8.ws_warpgroups
+        assert fp8.max_regs * 128 * fp8.ws_warpgroups <= 65536 and consumer >= 128
+        assert fp8.ws_shared_bytes(128) <= SMEM_PER_SM < fp8.ws_shared_bytes(128) + 2 * 64 * 128 * 2 * 2
+        assert fp8.ctas_per_sm(128) == 1
+    assert WS2_FP8.ws_regs == (208, WS_PRODUCER_REGS) and WS3_FP8.ws_regs == (128, WS_PRODUCER_REGS)
+    assert WS2_FP8.ws_pipe_for(33) and not WS3_FP8.ws_pipe_for(1 << 20) and WS3.ws_pipe_for(33)
+    assert parse_kernel_config("128,64,4,3,128,0,2,4") == WS2_FP8
+    with pytest.raises(ConfigError, match="fp8_stages=4"):
+        KernelConfig(64, 64, 4, 3, 0, 0, 0, 4)                # the tl kernel has no converter
+    with pytest.raises(ConfigError, match="the register file"):
+        KernelConfig(192, 64, 4, 3, 128, 0, 3, 3)             # 5 warpgroups of 128 registers: 81920 > 65536
+
+
+def _run_ptx(asm: str, regs: dict[str, int]) -> dict[str, int]:
+    """A tiny interpreter of the integer PTX `bf16_asm` emits (mov, prmt without sign replication,
+    and, or, shr, mul.rn.bf16x2) over 32-bit values; regs holds $2 / $3 and receives $0 / $1."""
+    def val(x: str) -> int:
+        return int(x, 16) if x.startswith("0x") or x.startswith("0X") else regs[x] if x in regs else int(x)
+
+    def bf16x2(a: int, b: int) -> int:
+        out = 0
+        for sh in (0, 16):
+            x, y = (torch.tensor([(v >> sh) & 0xFFFF], dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+                    .double() for v in (a, b))
+            out |= (int((x * y).to(torch.bfloat16).view(torch.int16).item()) & 0xFFFF) << sh
+        return out
+
+    for ins in asm.strip("{} ").split(";"):
+        ins = ins.strip()
+        if not ins or ins.startswith(".reg"):
+            continue
+        op, args = ins.split(None, 1)
+        a = [x.strip() for x in args.split(",")]
+        if op == "mov.b32":
+            regs[a[0]] = val(a[1])
+        elif op == "prmt.b32":
+            src, sel = val(a[1]) | (val(a[2]) << 32), val(a[3])
+            assert not sel & 0x8888, "sign replication is not modelled"
+            regs[a[0]] = sum(((src >> (8 * ((sel >> (4 * i)) & 7))) & 0xFF) << (8 * i) for i in range(4))
+        elif op in ("and.b32", "or.b32", "shr.b32"):
+            x, y = val(a[1]), val(a[2])
+            regs[a[0]] = (x & y) if op == "and.b32" else (x | y) if op == "or.b32" else (x >> y)
+        elif op == "mul.rn.bf16x2":
+            regs[a[0]] = bf16x2(val(a[1]), val(a[2]))
+        else:
+            raise AssertionError(f"unmodelled PTX: {ins}")
+    return regs
+
+
+@pytest.mark.parametrize("fmt", ["e4m3fn", "e5m2"])
+@pytest.mark.parametrize("masked", [False, True])
+def test_ws_fp8_bf16_conversion_ptx_of_every_code(fmt, masked):
+    """The converter's fp8 -> bf16 PTX (`tree_attention_ws_fp8.bf16_asm`), interpreted on the CPU over
+    all 256 codes, four to a register in each byte position: every finite code gives torch's bf16
+    bit for bit (denormals and both zeros included), and with a mask of 0 every code gives +0."""
+    pytest.importorskip("triton.experimental.gluon")
+    from treebench.kernels.tree_attention_ws_fp8 import bf16_asm
+
+    asm = bf16_asm(fmt == "e5m2", masked)
+    codes = torch.arange(256, dtype=torch.int32)
+    want = codes.to(torch.uint8).view(FP8[fmt]).to(torch.bfloat16).view(torch.int16).int() & 0xFFFF
+    finite = codes.to(torch.uint8).view(FP8[fmt]).float().isfinite()
+    for rot in range(4):                                   # each code in each of the 4 byte positions
+        for w in range(64):
+            four = [int(codes[(4 * w + (i + rot) % 4) % 256]) for i in range(4)]
+            regs = {"$2": sum(c << (8 * i) for i, c in enumerate(four)), "$3": 0xFFFFFFFF}
+            got = _run_ptx(asm, regs)
+            halves = [got["$0"] & 0xFFFF, got["$0"] >> 16, got["$1"] & 0xFFFF, got["$1"] >> 16]
+            for c, h in zip(four, halves):
+                if finite[c]:
+                    assert h == int(want[c]), (fmt, hex(c), hex(h), hex(int(want[c])))
+            if masked:
+                regs = {"$2": regs["$2"], "$3": 0}
+                got = _run_ptx(asm, regs)
+                assert got["$0"] == got["$1"] == 0

@@ -281,6 +281,29 @@ def test_sm90_compile_builds_the_gathering_producer(config, page):
     assert got["shared_bytes"] <= cfg.ws_shared_bytes(128), got
 
 
+@pytest.mark.parametrize("kv", ["float8_e4m3fn", "float8_e5m2"])
+def test_sm90_compile_builds_the_warp_specialised_kernel_over_fp8_pools(kv):
+    """docs/kernel.md's ws_fp8 figures, from a local sm_90 compile: over fp8 pools the 2-warpgroup
+    build has 16 warps (the converter's warpgroup more), its converter loop converts a K and a V
+    tile per iteration by integer ops and bf16x2 multiplies (64 HMUL2, no F2F) without spilling,
+    the consumers' context tile loops do not spill, and shared memory (both rings) stays within
+    the config's estimate and one CTA's."""
+    pytest.importorskip("triton")
+    from treebench.kernels.tree_attention_plan import SMEM_PER_SM, WS2_FP8
+    r = _script("sm90_compile.py", "--ws", "--kv-dtype", kv, "--config", "128,64,4,3,128,0,2,4")
+    if r.returncode != 0 and ("cuobjdump" in r.stderr or "ptxas" in r.stderr):
+        pytest.skip(f"no sm_90 toolchain in this Triton: {r.stderr.strip().splitlines()[-1]}")
+    assert r.returncode == 0, r.stderr
+    got = ast.literal_eval(r.stdout.strip().splitlines()[-1].split(": ", 1)[1])
+    assert got["num_warps"] == 16 and got["pipe"] and got["hgmma"] > 0 and got["utmaldg"] > 0, got
+    (loop,) = got["convert_loops"]
+    assert loop["HMUL2"] == 64 and loop["F2F"] == loop["LDL"] == loop["STL"] == 0 and loop["STS"] == 16, got
+    assert all(sp == 0 for _, _, sp in got["tile_loops"][:4]), got      # the context tile loops
+    assert got["shared_bytes"] <= WS2_FP8.ws_shared_bytes(128) <= SMEM_PER_SM, got
+    bad = _script("sm90_compile.py", "--ws", "--kv-dtype", kv, "--config", "128,64,4,4,168,0,2")
+    assert bad.returncode == 2 and "fp8_stages (its 8th field) > 0 exactly when" in bad.stderr, bad.stderr
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU refusal")
 def test_ws_probe_run_without_a_gpu_says_so():
     r = _script("ws_probe.py", "run")
@@ -343,6 +366,7 @@ def test_bench_kernel_report_counts_failures_of_every_phase(tmp_path):
     (["--ws", "--swap-ab"], "--swap-ab applies to the tl builds only: drop --ws"),
     (["--ws-gather", "--page-size", "8"], "--ws-gather applies to the warp-specialised build only: add --ws"),
     (["--ws", "--ws-gather", "--page-size", "0"], "--page-size 0: must be a positive number of tokens"),
+    (["--ws", "--kv-dtype", "float8_e4m3fn", "--fp8-path", "fp16"], "--fp8-path applies to the tl builds only"),
 ])
 def test_sm90_compile_refuses_ws_configs_it_cannot_build(args, needle):
     pytest.importorskip("triton")
