@@ -16,6 +16,8 @@ on the fast path.
 
 from __future__ import annotations
 
+import inspect
+
 import logging
 from collections.abc import Callable, Sequence
 
@@ -48,7 +50,10 @@ class FixedLaunch:
         compiled = self.kernel[self.grid](*self.args, **self.consts, **self.options)
         if compiled is None or not hasattr(compiled, "packed_metadata"):
             return False
-        named = dict(zip(self.kernel.arg_names, self.args)) | self.consts
+        # parameters left at their defaults (constexprs a launch does not pass) keep them
+        defaults = {n: p.default for n, p in inspect.signature(self.kernel.fn).parameters.items()
+                    if p.default is not inspect.Parameter.empty}
+        named = defaults | dict(zip(self.kernel.arg_names, self.args)) | self.consts
         values = [v.data_ptr() if isinstance(v, torch.Tensor) else v for v in (named[n] for n in self.kernel.arg_names)]
         self._fast = (compiled, self.args[0].device.index, values)
         return True
