@@ -23,6 +23,18 @@ if DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
 TINY = dict(num_q_heads=4, num_kv_heads=2, head_dim=64)    # G 2 with Hkv 2
 
 
+def assert_graph_replays(ta, expect: torch.Tensor, replays: int = 1) -> None:
+    """Captures the callable `ta` in a CUDA graph and replays it `replays` times, each time
+    after filling `ta.out` with NaN, asserting the output equals `expect` bit for bit."""
+    from treebench.harness.timing.timers import capture_graph
+    graph = capture_graph(ta)
+    for _ in range(replays):
+        ta.out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(ta.out, expect, rtol=0, atol=0)
+
+
 def run_checked(case, mode: str = "tree", **kw):
     """Runs the kernel on `case` (`TreeAttention(inputs, mode, return_lse=True, **kw)`, its output
     first filled with NaN so every element must be written) and asserts output and LSE against the

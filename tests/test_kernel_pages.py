@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from tests.kernel_device import DEVICE, TINY, triton  # noqa: E402,F401  (sets TRITON_INTERPRET first)
+from tests.kernel_device import assert_graph_replays  # noqa: E402
 from tests.kernel_device import run_checked as run  # noqa: E402
 from treebench.backends.triton_tree import TRITON_CAPABILITIES, TritonTreeBackend  # noqa: E402
 from treebench.harness.adapter.contract import capability_skip  # noqa: E402
@@ -231,13 +232,7 @@ def test_ws_gather_any_page_size_on_gpu(page_size, tree, context, splits):
     assert ta.ws and ta.ws_path == "gather" and not ta.kv_desc
     assert ta.kernel == f"ws gather splits={ta.plan.num_splits}"
     assert ta.plan.num_splits == splits if splits else ta.plan.num_splits > 1
-    from treebench.harness.timing.timers import capture_graph
-    expect = ta.out.clone()
-    g = capture_graph(ta)
-    ta.out.fill_(float("nan"))
-    g.replay()
-    torch.cuda.synchronize()
-    torch.testing.assert_close(ta.out, expect, rtol=0, atol=0)
+    assert_graph_replays(ta, ta.out.clone())
 
 
 @pytest.mark.gpu

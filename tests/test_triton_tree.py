@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from tests.kernel_device import DEVICE, TINY, triton  # noqa: E402,F401  (sets TRITON_INTERPRET first)
+from tests.kernel_device import assert_graph_replays  # noqa: E402
 from tests.kernel_device import run_checked as check  # noqa: E402
 from treebench.harness.model.cases import Case  # noqa: E402
 from treebench.harness.model.compare import compare, compare_lse  # noqa: E402
-from treebench.harness.timing.timers import capture_graph  # noqa: E402
 from treebench.harness.errors import ConfigError  # noqa: E402
 from treebench.harness.model.paged import build_inputs  # noqa: E402
 from treebench.harness.model.reference import reference_attention  # noqa: E402
@@ -198,13 +198,7 @@ def test_callable_replays_from_a_cuda_graph(splits):
                 page_size=16, num_q_heads=8, num_kv_heads=2, head_dim=128)
     inputs = build_inputs(case, "cuda")
     ta = TreeAttention(inputs, num_splits=splits)
-    expect = ta().clone()
-    graph = capture_graph(ta)
-    for _ in range(3):                                        # the split counters reset every launch
-        ta.out.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(ta.out, expect)
+    assert_graph_replays(ta, ta().clone(), replays=3)      # the split counters reset every launch
 
 
 @pytest.mark.gpu
@@ -293,11 +287,7 @@ def test_pdl_merge_matches_ordinary_launches_and_replays(page_size):
     assert on.pdl and not off.pdl and on.plan.num_splits > 1
     expect = off().clone()
     torch.testing.assert_close(on().clone(), expect, rtol=0, atol=0)
-    graph = capture_graph(on)
-    on.out.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    torch.testing.assert_close(on.out, expect, rtol=0, atol=0)
+    assert_graph_replays(on, expect)
 
 
 @pytest.mark.parametrize("kw, needle", [
@@ -597,12 +587,7 @@ def test_ws_kernel_on_gpu(cfg, pipe, splits):
     for persist in (True, False):
         ta = check(case, config=cfg, num_splits=splits, options=KernelOptions(ws_pipe=pipe, ws_persist=persist))
         assert ta.ws and ta.kv_desc
-        expect = ta.out.clone()
-        g = capture_graph(ta)
-        ta.out.fill_(float("nan"))
-        g.replay()
-        torch.cuda.synchronize()
-        torch.testing.assert_close(ta.out, expect, rtol=0, atol=0)
+        assert_graph_replays(ta, ta.out.clone())
 
 
 @pytest.mark.gpu
