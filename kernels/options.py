@@ -87,11 +87,6 @@ class KernelOptions:
             L 2048 it took 0.48-0.70x of the tl kernel's per-token gather at P 1 and 8 on the
             27-node tree, full:3:3 and medusa at B 16 and 64 (`results/h200/kernel/ws-gather-sweep.txt`).
             False: such pages keep the tl kernel. Pools TMA can read keep the TMA paths either way.
-        swap_ab: the tl kernel's MMAs with swapped operands, S^T = K Q^T and O^T += V^T P^T
-            (`tree_attention_swap`): the converted K/V tile is the A operand, which wgmma can take
-            from registers, and BLOCK_N the wgmma M dimension, so 16-row tiles can use wgmma with
-            4 warps. False (default): S = Q K^T, O += P V. A tl-kernel option: True selects the tl
-            kernel. Not measured yet (docs/kernel.md, "fp8 pools", gives what it compiles to).
         ws_fp8: fp8 pools (float8_e4m3fn / float8_e5m2 codes, any k_scale / v_scale) in the
             warp-specialised kernel: the producer's TMA lands the codes in a ring of their own, a
             converter warpgroup writes each tile once in Q's dtype for all consumer warpgroups
@@ -114,7 +109,6 @@ class KernelOptions:
     ws_page_tma: bool = True             # warp-specialised kernel at P 16 / 32: one TMA box per page
     ws_gather: bool = True               # warp-specialised kernel at pages TMA cannot read: cp.async gathers
     fp8_path: str = "fp16"               # tl kernel, fp8 pools: "fp16", "cast" or "bits" (FP8_PATHS)
-    swap_ab: bool = False                # tl kernel: S^T = K Q^T, O^T += V^T P^T (K/V tile as the A operand)
     ws_fp8: bool = False                 # fp8 pools in the warp-specialised kernel (a converter warpgroup)
 
     def __post_init__(self) -> None:
@@ -122,7 +116,7 @@ class KernelOptions:
 
         Raises:
             ConfigError: kv_desc, ws_pipe, pdl or early_first not None / True / False;
-                ws_persist, page_gather, ws_page_tma, ws_gather, swap_ab or ws_fp8 not a bool;
+                ws_persist, page_gather, ws_page_tma, ws_gather or ws_fp8 not a bool;
                 ws3_pipe_min_tiles not a
                 positive integer; fp8_path not one of `FP8_PATHS`. The message names the
                 field and the value.
@@ -131,7 +125,7 @@ class KernelOptions:
             v = getattr(self, name)
             if not (v is None or isinstance(v, bool)):
                 raise ConfigError(f"KernelOptions {name}={v!r}: must be None (the default rule), True or False")
-        for name in ("ws_persist", "page_gather", "ws_page_tma", "ws_gather", "swap_ab", "ws_fp8"):
+        for name in ("ws_persist", "page_gather", "ws_page_tma", "ws_gather", "ws_fp8"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"KernelOptions {name}={getattr(self, name)!r}: must be True or False")
         if self.fp8_path not in FP8_PATHS:

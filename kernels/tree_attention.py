@@ -190,7 +190,7 @@ class TreeAttention:
                 kernel. A `config` with ws > 0 is run as given. The warp-specialised
                 kernel loads every tile by TMA (options.ws_gather: by cp.async where TMA cannot
                 read the pool) and merges splits in a second kernel, so
-                options.kv_desc=False, options.swap_ab or fused_merge=True select the tl kernel. ws=True, or a
+                options.kv_desc=False or fused_merge=True select the tl kernel. ws=True, or a
                 warp-specialised `config`, where it cannot run raises ConfigError.
             options: the launch choices outside the plan (`treebench.kernels.options.KernelOptions`:
                 TMA descriptor loads of the context tiles, `triton.tools.tensor_descriptor.
@@ -236,7 +236,6 @@ class TreeAttention:
         if ws is True or cfg.ws:
             why_ws = ("ws=False" if ws is False
                       else "kv_desc=False (it loads every tile by TMA)" if kv_desc is False
-                      else "swap_ab (a tl-kernel option)" if opts.swap_ab
                       else "fused_merge (it merges in a second kernel)" if fused_merge
                       else ws_unsupported(inputs, cfg.block_n, opts.ws_page_tma, opts.ws_gather, opts.ws_fp8))
             if not why_ws and fp8_ws and cfg.ws >= 3:
@@ -365,8 +364,7 @@ class TreeAttention:
                  DOT_FP32=interpreting(), KV_DESC=self.kv_desc,
                  BT_AHEAD=bool(cfg.bt_ahead), PDL=self.pdl, PAGE_GATHER=self.options.page_gather,
                  EARLY_FIRST=self.early_first, FP8_PATH=FP8_PATHS.index(self.options.fp8_path),
-                 Q_ROW_SCALE=self.options.fp8_path != "cast" and kc.dtype in FP8_KV_DTYPES and q.dtype == torch.bfloat16,
-                 SWAP_AB=self.options.swap_ab),
+                 Q_ROW_SCALE=self.options.fp8_path != "cast" and kc.dtype in FP8_KV_DTYPES and q.dtype == torch.bfloat16),
             dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
                  **({"maxnreg": cfg.max_regs} if cfg.max_regs and not interpreting() else {})))
         if not split or fused:

@@ -1,5 +1,4 @@
-"""The tile-language MMA helper shared by the tl kernel (`tree_attention_tl`) and its
-swapped-operand step (`tree_attention_swap`)."""
+"""The tile-language MMA helper of the tl kernel (`tree_attention_tl`)."""
 
 from __future__ import annotations
 

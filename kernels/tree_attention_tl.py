@@ -50,9 +50,6 @@ rounded to fp16 once); k_scale is folded into the score scale, v_scale into the
 final normalisation.
 No path reads an unused slot (the fp8 NaN code in the harness): the masked
 loads stop at S_b.
-
-SWAP_AB runs both loops' MMAs with swapped operands, S^T = K Q^T and O^T += V^T P^T
-(`tree_attention_swap`): the K/V tile is the A operand, Q^T the B operand.
 """
 
 from __future__ import annotations
@@ -62,7 +59,6 @@ import triton.language as tl
 
 from treebench.kernels.tree_attention_ops import mma as _dot
 from treebench.kernels.tree_attention_reduce import gdc_launch_dependents, merge_partials
-from treebench.kernels.tree_attention_swap import swap_step, tree_allowed_t
 
 MASK_BITS, MASK_BIAS, MASK_CAUSAL = 0, 1, 2
 LOG2E = 1.4426950408889634  # log2(e): exp(x) == exp2(x * LOG2E)
@@ -180,7 +176,7 @@ def tree_attn_fwd_kernel(
     MASK_MODE: tl.constexpr, WRITE_LSE: tl.constexpr, DOT_FP32: tl.constexpr,
     KV_DESC: tl.constexpr = False, BT_AHEAD: tl.constexpr = False, PDL: tl.constexpr = False,
     PAGE_GATHER: tl.constexpr = False, EARLY_FIRST: tl.constexpr = False, FP8_PATH: tl.constexpr = 0,
-    Q_ROW_SCALE: tl.constexpr = False, SWAP_AB: tl.constexpr = False,
+    Q_ROW_SCALE: tl.constexpr = False,
 ):
     """Grid: (B * HKV * num_splits * m_tiles,), M-tile fastest so the M-tiles that
     share a KV stream run together (their re-reads hit L2). SPLIT: num_splits > 1.
@@ -202,8 +198,7 @@ def tree_attn_fwd_kernel(
     normalised output (a code c means c * scale). Q_ROW_SCALE (FP8_PATH 1 or 2 with bf16
     Q): each row of Q is divided by the power of 2 that brings its largest |q| to at most
     32768 before the cast to fp16 (1 for every |q| <= 32768), and that row's raw scores
-    are multiplied by it, so no bf16 query overflows fp16. SWAP_AB: every tile through
-    `tree_attention_swap.swap_step` (S^T and O^T, the K/V tile as the MMAs' A operand).
+    are multiplied by it, so no bf16 query overflows fp16.
 
     Split s covers the request's tiles [s * tiles_per_split, (s + 1) * tiles_per_split):
     its first tile does not depend on a load, so (with BT_AHEAD and KV_DESC) its
@@ -262,12 +257,7 @@ def tree_attn_fwd_kernel(
     else:                                       # one scalar for every row
         qk_row = qk_scale
         qk_2d = qk_scale
-    if SWAP_AB:                                 # O^T (D, BLOCK_M) and Q^T; per-row score factors
-        acc = tl.zeros((D, BLOCK_M), tl.float32)
-        q_t = tl.trans(q)                                    # (D, BLOCK_M)
-        col_scale = qk_row if Q_ROW_SCALE else tl.zeros((BLOCK_M,), tl.float32) + qk_scale
-    else:
-        acc = tl.zeros((BLOCK_M, D), tl.float32)
+    acc = tl.zeros((BLOCK_M, D), tl.float32)
     K_h = K + kh * stride_kh
     V_h = V + kh * stride_kh
 
@@ -302,16 +292,13 @@ def tree_attn_fwd_kernel(
                                       PAGE_TILE, GATHER_PAGES)
             k = _kv_operand(tl.load(K_h + kv[:, None] + offs_d[None, :]), dtype, FP8_PATH)    # (BLOCK_N, D)
             v = _kv_operand(tl.load(V_h + kv[:, None] + offs_d[None, :]), dtype, FP8_PATH)
-        if SWAP_AB:
-            acc, m_i, l_i = swap_step(q_t, k, v, acc, m_i, l_i, col_scale, None, 0.0, dtype, False, DOT_FP32)
-        else:
-            s = _dot(q, tl.trans(k), None, DOT_FP32)              # (BLOCK_M, BLOCK_N) raw scores
-            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_row)        # log2 units
-            alpha = tl.exp2(m_i - m_new)
-            p = tl.exp2(s * qk_2d - m_new[:, None])               # one FFMA per score
-            l_i = l_i * alpha + tl.sum(p, 1)
-            acc = _dot(p.to(dtype), v, acc * alpha[:, None], DOT_FP32)   # the MMA accumulates in place
-            m_i = m_new
+        s = _dot(q, tl.trans(k), None, DOT_FP32)              # (BLOCK_M, BLOCK_N) raw scores
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_row)        # log2 units
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s * qk_2d - m_new[:, None])               # one FFMA per score
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = _dot(p.to(dtype), v, acc * alpha[:, None], DOT_FP32)   # the MMA accumulates in place
+        m_i = m_new
 
     for t in range(tl.maximum(t_lo, t_ctx), t_hi):  # 2) tiles overlapping [L, S): masked
         offs_n = t * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -329,25 +316,18 @@ def tree_attn_fwd_kernel(
                         FP8_PATH)
         v = _kv_operand(tl.load(V_h + kv[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0), dtype,
                         FP8_PATH)
-        if SWAP_AB:                             # the mask as (BLOCK_N, BLOCK_M), like S^T
-            allowed, bias = tree_allowed_t(MASK, BIAS, row_tok, node, row_ok, offs_n, L, T, stride_mw,
-                                           stride_bias, BLOCK_M, BLOCK_N, MASK_MODE)
-            acc, m_i, l_i = swap_step(q_t, k, v, acc, m_i, l_i, col_scale, allowed, bias, dtype, True, DOT_FP32)
-        else:
-            allowed, bias = _tree_allowed(MASK, BIAS, row_tok, node, row_ok, offs_n, L, T, stride_mw,
-                                          stride_bias, BLOCK_M, BLOCK_N, MASK_MODE)
-            s = _dot(q, tl.trans(k), None, DOT_FP32) * qk_2d + bias
-            s = tl.where(allowed, s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that saw nothing yet
-            alpha = tl.exp2(m_i - m_safe)
-            p = tl.exp2(s - m_safe[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
-            acc = _dot(p.to(dtype), v, acc * alpha[:, None], DOT_FP32)
-            m_i = m_new
+        allowed, bias = _tree_allowed(MASK, BIAS, row_tok, node, row_ok, offs_n, L, T, stride_mw,
+                                      stride_bias, BLOCK_M, BLOCK_N, MASK_MODE)
+        s = _dot(q, tl.trans(k), None, DOT_FP32) * qk_2d + bias
+        s = tl.where(allowed, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that saw nothing yet
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = _dot(p.to(dtype), v, acc * alpha[:, None], DOT_FP32)
+        m_i = m_new
 
-    if SWAP_AB:                                 # O^T back to (BLOCK_M, D)
-        acc = tl.trans(acc)
     if PDL:                                     # the merge kernel may launch now (it waits for this grid)
         gdc_launch_dependents()
     seen = l_i > 0.0                            # False only for a split that saw nothing of a row

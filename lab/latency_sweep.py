@@ -22,10 +22,9 @@ Cells (bf16, Hq 32, Hkv 8, D 128, shuffled pages, one tree per batch as in the s
   over an e4m3 pool with k_scale 0.25 and v_scale 0.5, with the same cell in bf16 timed
   beside (`bf16_default`): which tl tiles (`FP8_CONFIGS`) and which fp8 operand path
   (`KernelOptions.fp8_path`: the default fp16 MMAs over cast codes, the cast to Q's dtype, or
-  bit-manipulated codes, `FP8_ALT_PATHS`) an fp8 pool wants, whether swapped MMA
-  operands (`KernelOptions.swap_ab`, the plan's config and `SWAP_CONFIGS`) beat them, and the
-  warp-specialised kernel over the codes (`KernelOptions.ws_fp8`: the plan's choice, and with
-  ws=True forced, e.g. at P 16 or where the plan keeps the tl kernel).
+  bit-manipulated codes, `FP8_ALT_PATHS`) an fp8 pool wants, and the warp-specialised kernel
+  over the codes (`KernelOptions.ws_fp8`: the plan's choice, and with ws=True forced, e.g. at
+  P 16 or where the plan keeps the tl kernel).
 
 Candidates (`candidates`, explicit and small: under 2 minutes on an H200): the default plan;
 early_first forced on and off; small tl tiles (BLOCK_M 16-64, BLOCK_N 16-64, 1-4 warps)
@@ -94,10 +93,6 @@ FP8_CONFIGS = ((16, 64, 2, 4), (64, 64, 4, 3), (128, 64, 8, 3))
 # KernelOptions.fp8_path values timed against the default ("fp16"): with the plan's config, and
 # the first with each FP8_CONFIGS tile.
 FP8_ALT_PATHS = ("cast", "bits")
-# Swapped-operand tiles (KernelOptions.swap_ab) timed with the plan's config and these: 16 rows
-# with 4 warps (a warpgroup: wgmma, the K/V tile as its A operand from registers; 2 warps stay
-# on mma_v2) and the table's 64-row tile.
-SWAP_CONFIGS = ((16, 64, 4, 4), (64, 64, 4, 3))
 B1_TREES = ("vllm:pr_27", "full:3:3", "full:3:1")
 # (name, TreeAttention keyword arguments) for one request at L 2048
 B1_CANDIDATES = (*((f"splits{n}", {"num_splits": n}) for n in (4, 8, 12, 16, 24, 32)),
@@ -126,12 +121,9 @@ def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple]:
         tiles = [(f"tl{bm}x{bn}w{w}s{s}{'' if p == 'fp16' else '+' + p}", KernelConfig(bm, bn, w, s),
                   KernelOptions(fp8_path=p)) for bm, bn, w, s in FP8_CONFIGS[::5 if smoke else 1]
                  for p in ("fp16", FP8_ALT_PATHS[0])]
-        swaps = [("swap_ab", None, KernelOptions(swap_ab=True))] + [
-            (f"tl{bm}x{bn}w{w}s{s}+swap", KernelConfig(bm, bn, w, s), KernelOptions(swap_ab=True))
-            for bm, bn, w, s in SWAP_CONFIGS[::5 if smoke else 1]]
         ws_fp8 = [("ws_fp8", None, KernelOptions(ws_fp8=True))] + ([] if smoke else [   # Gluon needs a GPU
             ("ws_fp8_forced", None, KernelOptions(ws_fp8=True), {"ws": True})])
-        return out[:1] + paths + tiles + swaps + ws_fp8
+        return out[:1] + paths + tiles + ws_fp8
     if group == "latency":
         out += [(f"tl{bm}x{bn}w{w}s{s}+early", KernelConfig(bm, bn, w, s), KernelOptions(early_first=True))
                 for bm, bn, w, s in TINY_CONFIGS]

@@ -7,7 +7,6 @@ what the compiler made of it: the facts docs/kernel.md cites from "a local sm_90
     python lab/sm90_compile.py --ws --ws-gather --page-size 8    # the producer's cp.async page gathers
     python lab/sm90_compile.py --ws --kv-dtype float8_e4m3fn [--page-size 16]   # WS2_FP8 / WS3_FP8, the converter
     python lab/sm90_compile.py --config 16,64,2,4,0,1 --kv-dtype float8_e4m3fn --fp8-path fp16 --ops
-    python lab/sm90_compile.py --config 16,64,4,4,0,0 --kv-dtype float8_e4m3fn --fp8-path fp16 --ops --swap-ab
 
 For each build (the forward kernel as `TreeAttention` would launch it for Hq 32,
 Hkv 8, D 128, bf16, tree mask, no split) it prints one line, "name: {dict}", with registers per thread,
@@ -18,8 +17,7 @@ flight when the loop waits for a tile; 0 = none). --kv-dtype builds it over fp8 
 (bf16 queries), --fp8-path picks `KernelOptions.fp8_path`, and --ops adds the counts of
 `op_counts` (conversion, shared-memory, MMA and barrier instructions; the context loop's
 TTGIR layout and conversion ops; where each HGMMA takes its A operand; the same counts
-inside each SASS loop that issues MMAs). --swap-ab builds `KernelOptions.swap_ab`'s kernel
-(S^T = K Q^T, O^T += V^T P^T). Uses Triton's own ptxas and
+inside each SASS loop that issues MMAs). Uses Triton's own ptxas and
 cuobjdump (bundled with the triton wheel). The default builds need Triton 3.9 (the
 2-CTA build asserts in Triton 3.6's compiler); one --config build and --ws work
 with 3.6 and 3.9, whose figures differ (docs/kernel.md says which it quotes).
@@ -36,7 +34,7 @@ twins of the table's configs (`WS_FP8_CONFIGS`; a --config needs an 8th field, f
 and also prints the converter's tile loop (`convert_loops`).
 
 Exit 2 with one line on bad input (a --config KernelConfig refuses, --ws with a
-tl-kernel config or --swap-ab, a ws config without --ws, a ws config over one CTA's shared
+tl-kernel config, a ws config without --ws, a ws config over one CTA's shared
 memory, no Triton).
 """
 
@@ -67,7 +65,7 @@ ALIGNED = [*POINTERS, "stride_qt", "stride_qh", "stride_kn", "stride_kp", "strid
 
 
 def compile_forward(cfg: KernelConfig, page_size: int, kv_desc: bool, num_ctas: int = 1, kv_dtype: str = "bf16",
-                    fp8_path: int = 0, ops: bool = False, swap_ab: bool = False) -> dict:
+                    fp8_path: int = 0, ops: bool = False) -> dict:
     """Builds the forward kernel for sm_90 and reads its resource use and SASS.
 
     Args:
@@ -79,7 +77,6 @@ def compile_forward(cfg: KernelConfig, page_size: int, kv_desc: bool, num_ctas: 
         fp8_path: the kernel's FP8_PATH (how fp8 codes become MMA operands; 0: the cast).
         ops: also count the conversion, shared-memory and barrier instructions of the
             SASS and TTGIR (`op_counts`).
-        swap_ab: the swapped-operand build (the kernel's SWAP_AB).
 
     Returns:
         dict of regs, spill_loads, spill_stores, shared_bytes, hgmma, utmaldg,
@@ -104,7 +101,7 @@ def compile_forward(cfg: KernelConfig, page_size: int, kv_desc: bool, num_ctas: 
     const = dict(HKV=HKV, G=G, D=D, P=page_size, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SPLIT=False,
                  FUSED_MERGE=False, MASK_MODE=0, WRITE_LSE=False, DOT_FP32=False, KV_DESC=kv_desc,
                  BT_AHEAD=bool(cfg.bt_ahead), PDL=False, PAGE_GATHER=False, EARLY_FIRST=False,
-                 FP8_PATH=fp8_path, Q_ROW_SCALE=fp8_path != 0 and kv_dtype != "bf16", SWAP_AB=swap_ab)
+                 FP8_PATH=fp8_path, Q_ROW_SCALE=fp8_path != 0 and kv_dtype != "bf16")
     if kv_desc:
         sig["K_DESC"] = sig["V_DESC"] = f"tensordesc<{kv}[{cfg.block_n}, {D}]>"
     else:
@@ -340,8 +337,6 @@ def main() -> int:
     ap.add_argument("--ops", action="store_true",
                     help="also print SASS conversion / shared-memory / MMA / barrier counts and the "
                          "context loop's TTGIR layout and conversion ops")
-    ap.add_argument("--swap-ab", action="store_true",
-                    help="tl builds: KernelOptions.swap_ab (S^T = K Q^T, O^T += V^T P^T)")
     ap.add_argument("--ws", action="store_true",
                     help="the warp-specialised Gluon kernel instead (--config with a 7th field ws > 0; "
                          "default: the table's 2- and 3-warpgroup configs, or their fp8 twins over an fp8 "
@@ -368,8 +363,6 @@ def main() -> int:
         if not args.ws and (args.mask or args.pipe or args.ws_gather):
             flag = "--mask" if args.mask else "--pipe" if args.pipe else "--ws-gather"
             raise ConfigError(f"{flag} applies to the warp-specialised build only: add --ws")
-        if args.ws and args.swap_ab:
-            raise ConfigError("--swap-ab applies to the tl builds only: drop --ws")
         if not args.page_size >= 1:
             raise ConfigError(f"--page-size {args.page_size}: must be a positive number of tokens")
         if args.ws and args.fp8_path != "cast":
@@ -407,8 +400,8 @@ def main() -> int:
             raise ConfigError(f"--fp8-path {args.fp8_path} needs an fp8 --kv-dtype")
         path = FP8_PATHS[args.fp8_path]
         for name, cfg, p, tma, ctas in builds:
-            res = compile_forward(cfg, p, tma, ctas, args.kv_dtype, path, args.ops, args.swap_ab)
-            print(f"{name}, {args.kv_dtype} pool{', swap_ab' if args.swap_ab else ''}: {res}", flush=True)
+            res = compile_forward(cfg, p, tma, ctas, args.kv_dtype, path, args.ops)
+            print(f"{name}, {args.kv_dtype} pool: {res}", flush=True)
     except ConfigError as e:
         print(f"sm90_compile: {e}", file=sys.stderr)
         return 2

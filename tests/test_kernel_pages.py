@@ -291,7 +291,7 @@ def test_latency_sweep_refuses_bad_arguments_and_runs_in_the_interpreter(tmp_pat
     rows = json.loads(out.read_text())["rows"]
     assert {r["group"] for r in rows} == {"fp8", "b1"} and {r["status"] for r in rows} == {"pass"}
     assert {"bf16_default", "default", "fp8_cast", "fp8_bits", "tl16x64w2s4", "tl16x64w2s4+cast", "splits4",
-            "swap_ab", "tl16x64w4s4+swap", "ws_fp8"} <= {r["candidate"] for r in rows}
+            "ws_fp8"} <= {r["candidate"] for r in rows}
     assert {r["splits"] for r in rows if r["candidate"] == "splits32"} == {32}
     twin = next(r for r in rows if r["candidate"] == "bf16_default")
     assert twin["kv_dtype"] == "bfloat16" and "kvfp8" not in twin["case_id"]

@@ -214,25 +214,6 @@ def test_sm90_compile_shows_the_look_ahead_keeps_gathered_tiles_in_flight():
     assert off["spill_loads"] == on["spill_loads"] == 0 and on["hgmma"] > 0
 
 
-def test_sm90_compile_swapped_operands_take_the_fp8_tile_from_registers():
-    """docs/kernel.md's swap_ab finding, from a local sm_90 compile: with swapped operands a
-    16-row, 4-warp tile over an fp8 pool (fp16 path) runs wgmma (not mma_v2) and every HGMMA
-    takes its A operand (the converted K / V^T tile) from registers; unswapped, it is mma_v2."""
-    pytest.importorskip("triton")
-    builds = []
-    for swap in ([], ["--swap-ab"]):
-        r = _script("sm90_compile.py", "--config", "16,64,4,4,0,0", "--kv-dtype", "float8_e4m3fn", "--fp8-path",
-                    "fp16", "--ops", *swap)
-        if r.returncode != 0 and ("cuobjdump" in r.stderr or "ptxas" in r.stderr):
-            pytest.skip(f"no sm_90 toolchain in this Triton: {r.stderr.strip().splitlines()[-1]}")
-        assert r.returncode == 0, r.stderr
-        builds.append(ast.literal_eval(r.stdout.strip().splitlines()[-1].split(": ", 1)[1]))
-    off, on = builds
-    assert off["hgmma"] == 0 and off["sass"]["HMMA"] > 0, off
-    assert on["hgmma"] > 0 and on["hgmma_a"] == {"regs": on["hgmma"], "desc": 0} and on["sass"]["HMMA"] == 0, on
-    assert len(on["mma_loops"]) == 2 and on["spill_loads"] == 0, on
-
-
 @pytest.mark.parametrize("config, pipe, warps", [("128,64,4,4,168,0,2", "auto", 12), ("192,32,4,4,128,0,3", "on", 16)])
 def test_sm90_compile_builds_the_warp_specialised_kernel(config, pipe, warps):
     """The Gluon kernel compiles for sm_90 with this machine's Triton (a subprocess: no
@@ -363,7 +344,6 @@ def test_bench_kernel_report_counts_failures_of_every_phase(tmp_path):
     (["--config", "192,64,4,3"], "192 rows are the 3 consumer warpgroups"),
     (["--config", "64,64,4,3", "--pipe", "on"], "--pipe applies to the warp-specialised build only: add --ws"),
     (["--mask", "bias"], "--mask applies to the warp-specialised build only: add --ws"),
-    (["--ws", "--swap-ab"], "--swap-ab applies to the tl builds only: drop --ws"),
     (["--ws-gather", "--page-size", "8"], "--ws-gather applies to the warp-specialised build only: add --ws"),
     (["--ws", "--ws-gather", "--page-size", "0"], "--page-size 0: must be a positive number of tokens"),
     (["--ws", "--kv-dtype", "float8_e4m3fn", "--fp8-path", "fp16"], "--fp8-path applies to the tl builds only"),
