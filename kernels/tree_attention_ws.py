@@ -60,18 +60,15 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from treebench.kernels.tree_attention_gather import GATHER_THREADS, GATHER_WARPS, gather_layout, gather_tile, tile_pages
-from treebench.kernels.tree_attention_ws_fp8 import convert_kv_tile, mma_smem_layout
+from treebench.kernels.tree_attention_gather import GATHER_THREADS, GATHER_WARPS
+from treebench.kernels.tree_attention_ws_fp8 import mma_smem_layout
+from treebench.kernels.tree_attention_ws_load import item_request, item_tiles, producer, ws_converter, ws_producer
 
-# TMA global -> shared copy: `async_copy_global_to_shared` in Triton 3.6, `async_load` in 3.9
-# (where the old name raises).
-_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 # cp.async global -> shared: `async_copy_global_to_shared` in Triton 3.6, `async_load` in 3.9.
 _cp_async = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
-BT_CHUNK = gl.constexpr(32)   # block-table entries the producer loads at once (one per lane)
 
 
 @gluon.constexpr_function
@@ -85,45 +82,6 @@ def _load_layout(d):
 def _mma_layout(n):
     """wgmma accumulator layout of a (64, n) tile over one warpgroup."""
     return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, n, 16])
-
-
-@gluon.jit
-def _item_request(item, CTX_LENS, QO, m_tiles, num_splits, HKV: gl.constexpr):
-    """(L, qo, T) of work item `item`'s request: three scalar loads, issued ahead of use."""
-    b = item // (m_tiles * num_splits * HKV)
-    L = gl.load(CTX_LENS + b)
-    qo = gl.load(QO + b)
-    T = gl.load(QO + b + 1) - qo
-    return L, qo, T
-
-
-@gluon.jit
-def _item_tiles(item, L, qo, T, m_tiles, num_splits, tiles_per_split, HKV: gl.constexpr, G: gl.constexpr,
-                BLOCK_N: gl.constexpr, NUM_WG: gl.constexpr):
-    """Work item `item` (M-tile fastest, then split, KV head, request) of a request with
-    (L, qo, T) -> (b, kh, split, L, S, qo, T, t_lo, t_hi, t_ctx, m0): its KV tiles are
-    [t_lo, t_hi), those before t_ctx wholly inside the context; an item with no rows
-    streams nothing."""
-    mt = item % m_tiles
-    split = (item // m_tiles) % num_splits
-    kh = (item // (m_tiles * num_splits)) % HKV
-    b = item // (m_tiles * num_splits * HKV)
-    S = L + T
-    m0 = mt * (NUM_WG * 64)
-    t_lo = split * tiles_per_split
-    t_hi = gl.minimum(t_lo + tiles_per_split, gl.cdiv(S, BLOCK_N))
-    t_hi = gl.where(m0 < T * G, t_hi, t_lo)     # no rows here: an empty loop in every partition
-    t_hi = gl.maximum(t_hi, t_lo)
-    t_ctx = gl.maximum(gl.minimum(L // BLOCK_N, t_hi), t_lo)
-    return b, kh, split, L, S, qo, T, t_lo, t_hi, t_ctx, m0
-
-
-@gluon.jit
-def _work_item(item, CTX_LENS, QO, m_tiles, num_splits, tiles_per_split, HKV: gl.constexpr, G: gl.constexpr,
-               BLOCK_N: gl.constexpr, NUM_WG: gl.constexpr):
-    """`_item_tiles` of work item `item`, its request's (L, qo, T) loaded here."""
-    L, qo, T = _item_request(item, CTX_LENS, QO, m_tiles, num_splits, HKV)
-    return _item_tiles(item, L, qo, T, m_tiles, num_splits, tiles_per_split, HKV, G, BLOCK_N, NUM_WG)
 
 
 @gluon.jit
@@ -150,146 +108,6 @@ def _issue_q(q_wg, Q, item, qo, T, m_tiles, num_splits, stride_qt, stride_qh, d_
 
 
 @gluon.jit
-def _zero_rows_past(slot, valid, BLOCK_N: gl.constexpr, D: gl.constexpr):
-    """Zeroes rows [valid, BLOCK_N) of one (BLOCK_N, D) shared-memory tile, 8 rows at a
-    time, from one warp (generic-proxy stores; the caller fences before handing it on)."""
-    tpw_d: gl.constexpr = D // 8 if D < 256 else 32
-    layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // tpw_d, tpw_d], [1, 1], [1, 0])
-    for c in gl.static_range(BLOCK_N // 8):
-        if (c + 1) * 8 > valid:
-            sub = slot.slice(c * 8, 8, dim=0)
-            v = sub.load(layout)
-            r = c * 8 + gl.arange(0, 8, layout=gl.SliceLayout(1, layout))
-            sub.store(gl.where(gl.expand_dims(r < valid, 1), v, gl.zeros_like(v)))
-
-
-@gluon.jit
-def _ws_producer(prm, ptrs, smem, WG: gl.constexpr, HKV: gl.constexpr, G: gl.constexpr, D: gl.constexpr,
-                 P: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASK_MODE: gl.constexpr,
-                 SPLIT: gl.constexpr, WRITE_LSE: gl.constexpr, PIPE: gl.constexpr, NUM_WG: gl.constexpr):
-    """One warp: every K/V tile of this program's work items into the ring, by TMA, in
-    order. The last tile of a request (rows past S_b read from the pool's unused slots)
-    lands on fix_bar first; its V rows past S_b are zeroed here before the consumers
-    see it (P V would turn 0 * NaN into NaN); its K rows only give scores the consumers
-    mask to -inf. With an fp8 pool `smem` holds the fp8 ring (the kernel passes it), whose
-    tiles the converter zeroes past S_b as it converts them, so none lands on fix_bar."""
-    m_tiles, num_splits, tiles_per_split, qk_scale, n_items = prm
-    (Q, BT, CTX_LENS, QO, MASK, BIAS, O, LSE, O_PART, LSE_PART, K_DESC, V_DESC,
-     stride_qt, stride_qh, stride_bt, stride_mw, stride_bias, stride_ps) = ptrs
-    q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, fix_bar = smem
-    bt_layout: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
-    lane = gl.arange(0, BT_CHUNK, layout=bt_layout)
-    NP: gl.constexpr = BLOCK_N // P if P < BLOCK_N else 1   # pages per tile
-    tile_bytes: gl.constexpr = BLOCK_N * D * k_bufs.dtype.primitive_bitwidth // 8
-    FIX_V: gl.constexpr = not k_bufs.dtype.is_fp8()          # fp8 codes: the converter zeroes the tail
-    it = 0                                      # ring position, across work items
-    fixes = 0                                   # fix_bar phase
-    for item in range(gl.program_id(0), n_items, gl.num_programs(0)):
-        b, kh, split, L, S, qo, T, t_lo, t_hi, t_ctx, m0 = _work_item(
-            item, CTX_LENS, QO, m_tiles, num_splits, tiles_per_split, HKV, G, BLOCK_N, NUM_WG)
-        bt_row = BT + b.to(gl.int64) * stride_bt
-        last = gl.maximum(t_hi - 1, 0)
-        # The pages of BT_CHUNK tiles (of BT_CHUNK pages when a tile spans several) in one
-        # load, one per lane, so filling the ring waits on one block-table latency, not one per tile.
-        if P < BLOCK_N:                         # NP pages per tile, one TMA box each
-            last = gl.maximum(S - 1, 0) // P    # the request's last page (past it: that page again)
-            pages = gl.load(bt_row + gl.minimum(t_lo * NP + lane, last))
-        else:
-            pages = gl.load(bt_row + (gl.minimum(t_lo + lane, last) * BLOCK_N) // P)
-        for t in range(t_lo, t_hi):
-            j = t - t_lo
-            st = it % STAGES
-            if P < BLOCK_N:
-                if (j % (BT_CHUNK // NP) == 0) & (j > 0):
-                    pages = gl.load(bt_row + gl.minimum(t * NP + lane, last))
-                sel = (j % (BT_CHUNK // NP)) * NP
-            else:
-                if (j % BT_CHUNK == 0) & (j > 0):
-                    pages = gl.load(bt_row + (gl.minimum(t + lane, last) * BLOCK_N) // P)
-                sel = j % BT_CHUNK
-            mbarrier.wait(kv_empty.index(st), ((it // STAGES) & 1) ^ 1)   # a fresh barrier passes phase 1
-            mbarrier.expect(k_ready.index(st), tile_bytes)
-            _tma_tile(K_DESC, pages, lane, sel, t, kh, k_ready.index(st), k_bufs.index(st), P, BLOCK_N, D)
-            if FIX_V:
-                tail = (t + 1) * BLOCK_N > S    # the request's last tile holds rows past S
-            else:
-                tail = False
-            if tail:
-                mbarrier.expect(fix_bar, tile_bytes)
-                _tma_tile(V_DESC, pages, lane, sel, t, kh, fix_bar, v_bufs.index(st), P, BLOCK_N, D)
-                mbarrier.wait(fix_bar, fixes & 1)
-                fixes += 1
-                _zero_rows_past(v_bufs.index(st), S - t * BLOCK_N, BLOCK_N, D)
-                fence_async_shared()            # the zeros before the consumers' wgmma reads
-                mbarrier.arrive(v_ready.index(st), count=1)
-            else:
-                mbarrier.expect(v_ready.index(st), tile_bytes)
-                _tma_tile(V_DESC, pages, lane, sel, t, kh, v_ready.index(st), v_bufs.index(st), P, BLOCK_N, D)
-            it += 1
-
-
-@gluon.jit
-def _gather_producer(prm, ptrs, smem, HKV: gl.constexpr, G: gl.constexpr, D: gl.constexpr, P: gl.constexpr,
-                     BLOCK_N: gl.constexpr, STAGES: gl.constexpr, NUM_WG: gl.constexpr):
-    """One warpgroup (GATHER_WARPS): every K/V tile of this program's work items into the ring
-    by cp.async pointer gathers, in order (`tree_attention_gather`): each tile's row pages are
-    loaded one tile ahead, before the wait for its ring slot, so no copy waits on a block-table
-    load but the first of each item; rows past S_b land as zeros."""
-    m_tiles, num_splits, tiles_per_split, qk_scale, n_items = prm
-    (Q, BT, CTX_LENS, QO, MASK, BIAS, O, LSE, O_PART, LSE_PART, K, V,
-     stride_qt, stride_qh, stride_bt, stride_mw, stride_bias, stride_ps) = ptrs
-    q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, fix_bar = smem
-    layout: gl.constexpr = gather_layout(D)
-    it = 0                                      # ring position, across work items
-    for item in range(gl.program_id(0), n_items, gl.num_programs(0)):
-        b, kh, split, L, S, qo, T, t_lo, t_hi, t_ctx, m0 = _work_item(
-            item, CTX_LENS, QO, m_tiles, num_splits, tiles_per_split, HKV, G, BLOCK_N, NUM_WG)
-        bt_row = BT + b.to(gl.int64) * stride_bt
-        last = gl.maximum(S - 1, 0) // P        # the request's last page (past it: that page again)
-        pages = tile_pages(bt_row, t_lo, last, P, BLOCK_N, layout)
-        for t in range(t_lo, t_hi):
-            nxt = tile_pages(bt_row, t + 1, last, P, BLOCK_N, layout)   # one tile ahead
-            st = it % STAGES
-            mbarrier.wait(kv_empty.index(st), ((it // STAGES) & 1) ^ 1)   # a fresh barrier passes phase 1
-            gather_tile(k_bufs.index(st), v_bufs.index(st), k_ready.index(st), v_ready.index(st), K, V, pages, t, S,
-                        kh, HKV, D, P, BLOCK_N, layout)
-            pages = nxt
-            it += 1
-
-
-@gluon.jit
-def _ws_converter(prm, ptrs, smem, ring8, HKV: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr,
-                  D: gl.constexpr, STAGES: gl.constexpr, F8_STAGES: gl.constexpr, NUM_WG: gl.constexpr):
-    """One warpgroup, fp8 pools only: every tile the producer lands in the fp8 ring (ring8),
-    in the producer's order, into the consumers' ring (smem) in the MMA dtype, V rows past
-    S_b as zeros (`tree_attention_ws_fp8.convert_kv_tile`)."""
-    m_tiles, num_splits, tiles_per_split, qk_scale, n_items = prm
-    (Q, BT, CTX_LENS, QO, MASK, BIAS, O, LSE, O_PART, LSE_PART, K_DESC, V_DESC,
-     stride_qt, stride_qh, stride_bt, stride_mw, stride_bias, stride_ps) = ptrs
-    q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, fix_bar = smem
-    it = 0                                      # ring position, across work items (both rings)
-    for item in range(gl.program_id(0), n_items, gl.num_programs(0)):
-        b, kh, split, L, S, qo, T, t_lo, t_hi, t_ctx, m0 = _work_item(
-            item, CTX_LENS, QO, m_tiles, num_splits, tiles_per_split, HKV, G, BLOCK_N, NUM_WG)
-        for t in range(t_lo, t_hi):
-            convert_kv_tile(ring8, k_bufs, v_bufs, k_ready, v_ready, kv_empty, it, S - t * BLOCK_N, STAGES,
-                            F8_STAGES, BLOCK_N, D)
-            it += 1
-
-
-@gluon.jit
-def _producer(prm, ptrs, smem, WG: gl.constexpr, HKV: gl.constexpr, G: gl.constexpr, D: gl.constexpr,
-              P: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASK_MODE: gl.constexpr,
-              SPLIT: gl.constexpr, WRITE_LSE: gl.constexpr, PIPE: gl.constexpr, NUM_WG: gl.constexpr,
-              GATHER: gl.constexpr):
-    """The producer partition: `_gather_producer` with GATHER, else `_ws_producer` (TMA)."""
-    if GATHER:
-        _gather_producer(prm, ptrs, smem, HKV, G, D, P, BLOCK_N, STAGES, NUM_WG)
-    else:
-        _ws_producer(prm, ptrs, smem, WG, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE, PIPE, NUM_WG)
-
-
-@gluon.jit
 def _wait_landed(bar, phase, GATHER: gl.constexpr):
     """Waits for a ring slot's ready barrier `bar` to complete `phase`; with GATHER (a tile
     written by cp.async, the generic proxy) then fences (fence.proxy.async) so that the
@@ -297,20 +115,6 @@ def _wait_landed(bar, phase, GATHER: gl.constexpr):
     mbarrier.wait(bar, phase)
     if GATHER:
         fence_async_shared()
-
-
-@gluon.jit
-def _tma_tile(desc, pages, lane, sel, t, kh, bar, buf, P: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr):
-    """KV tile t of a (request, KV head) into `buf` (BLOCK_N, D) by TMA, arriving on `bar`: one
-    box when a tile lies in one page (pages[sel] is its page); else one P-row box per page
-    (pages[sel + i], i < BLOCK_N // P), each into its rows of buf."""
-    if P < BLOCK_N:
-        for i in gl.static_range(BLOCK_N // P):
-            page = gl.sum(gl.where(lane == sel + i, pages, 0), axis=0)
-            _tma_load(desc, [page * P, kh * D], bar, buf.slice(i * P, P))
-    else:
-        page = gl.sum(gl.where(lane == sel, pages, 0), axis=0)
-        _tma_load(desc, [page * P + (t * BLOCK_N) % P, kh * D], bar, buf)
 
 
 @gluon.jit
@@ -521,14 +325,14 @@ def _ws_consumer(prm, ptrs, smem, v_scale, WG: gl.constexpr, HKV: gl.constexpr, 
     it = 0                                      # ring position, across work items
     # Each item's request (L, qo, T) is loaded one item ahead, and its Q rows are copied
     # (cp.async) into q_wg while the previous item finishes: the first item's here.
-    nxt_L, nxt_qo, nxt_T = _item_request(gl.program_id(0), CTX_LENS, QO, m_tiles, num_splits, HKV)
+    nxt_L, nxt_qo, nxt_T = item_request(gl.program_id(0), CTX_LENS, QO, m_tiles, num_splits, HKV)
     _issue_q(q_wg, Q, gl.program_id(0), nxt_qo, nxt_T, m_tiles, num_splits, stride_qt, stride_qh, d_ld, WG, HKV, G,
              NUM_WG, ld_layout)
     for item in range(gl.program_id(0), n_items, gl.num_programs(0)):
-        b, kh, split, L, S, qo, T, t_lo, t_hi, t_ctx, m0 = _item_tiles(
+        b, kh, split, L, S, qo, T, t_lo, t_hi, t_ctx, m0 = item_tiles(
             item, nxt_L, nxt_qo, nxt_T, m_tiles, num_splits, tiles_per_split, HKV, G, BLOCK_N, NUM_WG)
         nxt = item + gl.num_programs(0)
-        nxt_L, nxt_qo, nxt_T = _item_request(gl.minimum(nxt, n_items - 1), CTX_LENS, QO, m_tiles, num_splits, HKV)
+        nxt_L, nxt_qo, nxt_T = item_request(gl.minimum(nxt, n_items - 1), CTX_LENS, QO, m_tiles, num_splits, HKV)
         async_copy.wait_group(0)                # this item's Q rows (issued during the last item)
         fence_async_shared()                    # cp.async's writes before the wgmma reads them
 
@@ -650,7 +454,7 @@ def tree_attn_ws_kernel(
 
     Q (sum T, Hq, D) bf16/fp16; K_DESC / V_DESC: Gluon TMA descriptors of the pools viewed
     as (N * P, HKV * D), block (BLOCK_N, D) where P % BLOCK_N == 0, else (P, D) with
-    BLOCK_N % P == 0 and P a multiple of 16 (one box per page, `_tma_tile`), the
+    BLOCK_N % P == 0 and P a multiple of 16 (one box per page, `tree_attention_ws_load`), the
     layout of a (BLOCK_N, D) buffer either way; BT (B, max pages) int32;
     CTX_LENS (B,) int32 L_b; QO (B + 1,) int32 offsets of each request's nodes; MASK
     (sum T, W) int64 / BIAS (T, T) fp32 for MASK_MODE 0 / 1; O (sum T, Hq, D) in the
@@ -724,8 +528,8 @@ def tree_attn_ws_kernel(
             gl.warp_specialize([
                 (_ws_consumer, (prm, ptrs, smem, v_scale, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT,
                                 WRITE_LSE, PIPE, NUM_WG, GATHER)),
-                (_ws_converter, (prm, ptrs, smem, ring8, HKV, G, BLOCK_N, D, STAGES, F8_STAGES, NUM_WG)),
-                (_ws_producer, (prm, ptrs, smem8, 0, HKV, G, D, P, BLOCK_N, F8_STAGES, MASK_MODE, SPLIT, WRITE_LSE,
+                (ws_converter, (prm, ptrs, smem, ring8, HKV, G, BLOCK_N, D, STAGES, F8_STAGES, NUM_WG)),
+                (ws_producer, (prm, ptrs, smem8, 0, HKV, G, D, P, BLOCK_N, F8_STAGES, MASK_MODE, SPLIT, WRITE_LSE,
                                 PIPE, NUM_WG)),
             ], [4, 1], [CONVERTER_REGS, PRODUCER_REGS])
         elif NUM_WG == 2:
@@ -734,8 +538,8 @@ def tree_attn_ws_kernel(
                                 WRITE_LSE, PIPE, NUM_WG, GATHER)),
                 (_ws_consumer, (prm, ptrs, smem, v_scale, 1, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT,
                                 WRITE_LSE, PIPE, NUM_WG, GATHER)),
-                (_ws_converter, (prm, ptrs, smem, ring8, HKV, G, BLOCK_N, D, STAGES, F8_STAGES, NUM_WG)),
-                (_ws_producer, (prm, ptrs, smem8, 0, HKV, G, D, P, BLOCK_N, F8_STAGES, MASK_MODE, SPLIT, WRITE_LSE,
+                (ws_converter, (prm, ptrs, smem, ring8, HKV, G, BLOCK_N, D, STAGES, F8_STAGES, NUM_WG)),
+                (ws_producer, (prm, ptrs, smem8, 0, HKV, G, D, P, BLOCK_N, F8_STAGES, MASK_MODE, SPLIT, WRITE_LSE,
                                 PIPE, NUM_WG)),
             ], [4, 4, 1], [CONSUMER_REGS, CONVERTER_REGS, PRODUCER_REGS])
         else:
@@ -747,15 +551,15 @@ def tree_attn_ws_kernel(
                                 WRITE_LSE, PIPE, NUM_WG, GATHER)),
                 (_ws_consumer, (prm, ptrs, smem, v_scale, 2, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT,
                                 WRITE_LSE, PIPE, NUM_WG, GATHER)),
-                (_ws_converter, (prm, ptrs, smem, ring8, HKV, G, BLOCK_N, D, STAGES, F8_STAGES, NUM_WG)),
-                (_ws_producer, (prm, ptrs, smem8, 0, HKV, G, D, P, BLOCK_N, F8_STAGES, MASK_MODE, SPLIT, WRITE_LSE,
+                (ws_converter, (prm, ptrs, smem, ring8, HKV, G, BLOCK_N, D, STAGES, F8_STAGES, NUM_WG)),
+                (ws_producer, (prm, ptrs, smem8, 0, HKV, G, D, P, BLOCK_N, F8_STAGES, MASK_MODE, SPLIT, WRITE_LSE,
                                 PIPE, NUM_WG)),
             ], [4, 4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, CONVERTER_REGS, PRODUCER_REGS])
     elif NUM_WG == 1:
         gl.warp_specialize([
             (_ws_consumer, (prm, ptrs, smem, v_scale, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
                     PIPE, NUM_WG, GATHER)),
-            (_producer, (prm, ptrs, smem, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
+            (producer, (prm, ptrs, smem, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
                     PIPE, NUM_WG, GATHER)),
         ], [PRODUCER_WARPS], [PRODUCER_REGS])
     elif NUM_WG == 2:
@@ -764,7 +568,7 @@ def tree_attn_ws_kernel(
                     PIPE, NUM_WG, GATHER)),
             (_ws_consumer, (prm, ptrs, smem, v_scale, 1, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
                     PIPE, NUM_WG, GATHER)),
-            (_producer, (prm, ptrs, smem, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
+            (producer, (prm, ptrs, smem, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
                     PIPE, NUM_WG, GATHER)),
         ], [4, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
     else:
@@ -776,6 +580,6 @@ def tree_attn_ws_kernel(
                     PIPE, NUM_WG, GATHER)),
             (_ws_consumer, (prm, ptrs, smem, v_scale, 2, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
                     PIPE, NUM_WG, GATHER)),
-            (_producer, (prm, ptrs, smem, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
+            (producer, (prm, ptrs, smem, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT, WRITE_LSE,
                     PIPE, NUM_WG, GATHER)),
         ], [4, 4, PRODUCER_WARPS], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
