@@ -30,7 +30,7 @@ as soon as its last MMA has read the buffer, and loads the next request's
 (run 13 in lab/runs.md: 4% faster on full:3:3 at B 64, and fewer spills). The softmax
 rescales lazily (FlashAttention-4's conditional rescaling): on an unmasked tile the
 running max moves only when the tile's row max passes it by more than 8 (log2 units,
-a factor 2^8), so most tiles leave alpha at 1 and `_rescale` skips the accumulator's multiply warp by warp;
+a factor 2^8), so most tiles leave alpha at 1 and `rescale` skips the accumulator's multiply warp by warp;
 padding rows (past T_b * G) start at a huge max, so their P is 0 and P V multiplies
 zeros (run 15 in lab/runs.md: 4.5% faster on full:3:3 at B 64 with the L2 flushed,
 7.6% back to back, where the H200 runs at its power cap).
@@ -40,7 +40,7 @@ node-major (row r = node * G + g), as in the tl kernel. Tiles wholly inside
 the context [0, L_b) need no mask; the tiles overlapping [L_b, S_b) apply the
 tree mask (MASK_MODE 0 bitmask, 1 additive bias, 2 causal) in the consumer. The
 bitmask is turned into one 64-bit word of allowed columns per row and tile
-(`_mask_words`: context bits and the row's tree bits), loaded ahead of the
+(`tree_attention_ws_softmax`: context bits and the row's tree bits), loaded ahead of the
 tile's Q K^T, so per score only one bit is tested. TMA
 reads those tiles whole, so rows past S_b hold whatever the pool holds there
 (NaN in the harness's pools): their scores are masked to -inf, and the
@@ -66,6 +66,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from treebench.kernels.tree_attention_gather import GATHER_THREADS, GATHER_WARPS
 from treebench.kernels.tree_attention_ws_fp8 import mma_smem_layout
 from treebench.kernels.tree_attention_ws_load import item_request, item_tiles, producer, ws_converter, ws_producer
+from treebench.kernels.tree_attention_ws_softmax import next_words, rescale, softmax_tile, tile_mask
 
 # cp.async global -> shared: `async_copy_global_to_shared` in Triton 3.6, `async_load` in 3.9.
 _cp_async = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
@@ -118,156 +119,6 @@ def _wait_landed(bar, phase, GATHER: gl.constexpr):
 
 
 @gluon.jit
-def _mask_words(MASK, row_tok, row_ok, n0, L, stride_mw, BLOCK_N: gl.constexpr):
-    """The bitmask's allowed columns of KV tile [n0, n0 + BLOCK_N), which overlaps [L, L + T):
-    per row (row_tok, row_ok in one row layout), bit c of the returned (lo, hi) int32 pair
-    (bits 0-31, 32-63 of one 64-bit word) is set iff column n0 + c is context (< L) or a
-    tree node the row's node sees. Bits of nodes past T_b are 0 in `pack_tree_masks`'s
-    words, and a row past T_b * G loads 0 (context only). Only row-wide work: two word
-    loads and a few shifts, issued before the tile's Q K^T wait so that their latency
-    hides behind the MMA."""
-    gl.static_assert(BLOCK_N <= 64, "one 64-bit word of mask bits per tile")
-    n_ctx = gl.minimum(gl.maximum(L - n0, 0), BLOCK_N)           # context columns: bits [0, n_ctx)
-    jb = gl.maximum(n0 - L, 0)                                   # tree node of bit n_ctx
-    wa = jb // 64
-    sh = (jb % 64).to(gl.uint64)
-    row_words = MASK + row_tok.to(gl.int64) * stride_mw
-    lo_word = gl.load(row_words + gl.minimum(wa, stride_mw - 1), mask=row_ok, other=0)
-    hi_word = gl.load(row_words + gl.minimum(wa + 1, stride_mw - 1), mask=row_ok & (wa + 1 < stride_mw), other=0)
-    lo_word = lo_word.to(gl.uint64, bitcast=True)                # unsigned: logical shifts
-    hi_word = hi_word.to(gl.uint64, bitcast=True)
-    window = (lo_word >> sh) | gl.where(sh > 0, hi_word << ((64 - sh) % 64), 0)   # nodes jb, jb + 1, ...
-    one = gl.full_like(window, 1)
-    ctx_bits = gl.where(n_ctx >= 64, ~(one * 0), (one << (n_ctx % 64).to(gl.uint64)) - 1)
-    word = ctx_bits | (window << (n_ctx % 64).to(gl.uint64))
-    lo = word.to(gl.uint32).to(gl.int32, bitcast=True)
-    hi = (word >> 32).to(gl.uint32).to(gl.int32, bitcast=True)
-    return lo, hi
-
-
-@gluon.jit
-def _word_allowed(lo, hi, BLOCK_N: gl.constexpr, s_layout: gl.constexpr):
-    """(64, BLOCK_N) bool in s_layout: bit c of row r's (lo, hi) words (`_mask_words`);
-    per element one select, one shift and one test."""
-    c = gl.expand_dims(gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout)), 0)
-    half = gl.expand_dims(lo, 1)
-    if BLOCK_N > 32:
-        half = gl.where(c >= 32, gl.expand_dims(hi, 1), half)
-    return ((half >> (c % 32)) & 1) != 0
-
-
-@gluon.jit
-def _tree_allowed_ws(BIAS, node, row_ok, offs_n, L, T, stride_bias, BLOCK_N: gl.constexpr, MASK_MODE: gl.constexpr,
-                     s_layout: gl.constexpr):
-    """(allowed (64, BLOCK_N) bool, additive bias in log2 units or 0.0) in s_layout for
-    columns offs_n (SliceLayout(0, s_layout)) of a tile overlapping [L, L + T); rows
-    node / row_ok in SliceLayout(1, s_layout); MASK_MODE 1 (shared bias) or 2 (causal),
-    as `tree_attention_tl._tree_allowed` (the bitmask: `_mask_words`)."""
-    j = offs_n - L
-    in_tree = (j >= 0) & (j < T)
-    jj = gl.maximum(j, 0)
-    ctx = gl.expand_dims(offs_n < L, 0)
-    both = gl.expand_dims(row_ok, 1) & gl.expand_dims(in_tree, 0)
-    if MASK_MODE == 1:
-        bptr = BIAS + gl.expand_dims(node, 1) * stride_bias + gl.expand_dims(jj, 0)
-        allowed = ctx | both
-        bias = gl.load(bptr, mask=both, other=0.0) * 1.4426950408889634
-    else:
-        allowed = ctx | (both & (gl.expand_dims(jj, 0) <= gl.expand_dims(node, 1)))
-        bias = gl.zeros([64, BLOCK_N], gl.float32, layout=s_layout)
-    return allowed, bias
-
-
-RESCALE_THRESHOLD = gl.constexpr(8.0)   # log2 units: an unmasked tile's p stays <= 256
-
-
-@gluon.jit
-def _softmax_tile(s, m_i, l_i, qk_scale, allowed, bias, MASK_MODE: gl.constexpr, MASKED: gl.constexpr):
-    """Online softmax of one (64, BLOCK_N) fp32 score tile s (raw Q K^T): returns (p fp32
-    in s's layout, alpha, m_new, l_new), all in log2 units (exp2). MASKED: the tile
-    overlaps [L, S), so `allowed` (bool, s's shape) applies, plus `bias` (log2 units) with
-    the shared bias (MASK_MODE 1), and a row may see nothing yet; the running max is exact
-    there. Unmasked tiles rescale lazily (p up to 2^RESCALE_THRESHOLD; the output divides
-    by l in the same units, so the result is the same softmax)."""
-    if MASKED:
-        if MASK_MODE == 1:
-            s = gl.where(allowed, s * qk_scale + bias, float("-inf"))
-        else:
-            s = gl.where(allowed, s * qk_scale, float("-inf"))
-        m_new = gl.maximum(m_i, gl.max(s, axis=1))
-        m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)   # a row that saw nothing yet
-        alpha = gl.exp2(m_i - m_safe)
-        p = gl.exp2(s - gl.expand_dims(m_safe, 1))
-    else:
-        # Lazy rescaling: the running max moves only when a tile's row max passes it by more
-        # than RESCALE_THRESHOLD (log2 units), so p <= 2^8 and alpha is exactly 1 on most tiles,
-        # where `_rescale` skips the accumulator's multiply.
-        m_tile = gl.max(s, axis=1) * qk_scale
-        m_new = gl.where(m_tile > m_i + RESCALE_THRESHOLD, m_tile, m_i)
-        alpha = gl.exp2(m_i - m_new)
-        p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))   # one FFMA per score
-    l_new = l_i * alpha + gl.sum(p, axis=1)
-    return p, alpha, m_new, l_new
-
-
-@gluon.constexpr_function
-def _rescale_asm(n):
-    """PTX of `_rescale` for n accumulator values per thread: four alpha tests (a thread's
-    first four values cover both of its rows), a warp vote, and n multiplies skipped by a
-    warp whose alphas are all 1. Operands: $0..$n-1 out (tied to the acc inputs), then n
-    alphas from $2n."""
-    tests = "".join(f"setp.neu.f32 p{k}, ${2 * n + k}, 0f3F800000; " for k in range(4))
-    body = "".join(f"mul.f32 ${i}, ${i}, ${2 * n + i}; " for i in range(n))
-    return ("{ .reg .pred p<4>; " + tests + "or.pred p0, p0, p1; or.pred p2, p2, p3; or.pred p0, p0, p2; "
-            "vote.sync.any.pred p0, p0, 0xffffffff; @!p0 bra.uni SKIP; " + body + "SKIP: }")
-
-
-@gluon.constexpr_function
-def _rescale_constraints(n):
-    """Constraints of `_rescale_asm(n)`: n outputs, the n acc inputs tied to them, n alphas."""
-    return ",".join(["=r"] * n + [str(i) for i in range(n)] + ["r"] * n)
-
-
-@gluon.jit
-def _rescale(acc, alpha_o):
-    """acc * alpha per row for a (64, D) fp32 wgmma accumulator (alpha_o in SliceLayout(1, its
-    layout)), the multiply skipped by each warp whose 16 rows all have alpha 1 (with lazy
-    rescaling, most tiles: FlashAttention-4's conditional rescaling, as described in Modal's
-    "We reverse-engineered Flash Attention 4", 2025). One inline-asm block over a thread's
-    D / 2 values, in the accumulator's register order: values 4k, 4k + 1 of row r and
-    4k + 2, 4k + 3 of row r + 8 (the wgmma m64nNk16 layout), so the first four alphas are
-    both rows' (the sm_90 SASS multiplies registers 0-1 mod 4 by one alpha and 2-3 by the
-    other)."""
-    n: gl.constexpr = acc.shape[1] // 2                  # values per thread: 64 x D over 128 threads
-    a = gl.expand_dims(alpha_o, 1) + gl.zeros_like(acc)
-    return gl.inline_asm_elementwise(_rescale_asm(n), _rescale_constraints(n), [acc, a], gl.float32, True, n)
-
-
-@gluon.jit
-def _tile_mask(s_layout: gl.constexpr, t, words, mctx, BLOCK_N: gl.constexpr, MASK_MODE: gl.constexpr):
-    """(allowed, bias) of masked KV tile t for `_softmax_tile`: from the tile's bitmask
-    words (MASK_MODE 0, `_mask_words`), else `_tree_allowed_ws`'s."""
-    MASK, BIAS, row_tok, node, row_ok, L, T, stride_mw, stride_bias = mctx
-    if MASK_MODE == 0:
-        lo, hi = words
-        allowed = _word_allowed(lo, hi, BLOCK_N, s_layout)
-        bias = 0.0
-    else:
-        offs_n = t * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-        allowed, bias = _tree_allowed_ws(BIAS, node, row_ok, offs_n, L, T, stride_bias, BLOCK_N, MASK_MODE, s_layout)
-    return allowed, bias
-
-
-@gluon.jit
-def _next_words(t, words, mctx, BLOCK_N: gl.constexpr, MASK_MODE: gl.constexpr):
-    """The bitmask words of KV tile t (`_mask_words`) with MASK_MODE 0; else `words` as they are."""
-    MASK, BIAS, row_tok, node, row_ok, L, T, stride_mw, stride_bias = mctx
-    if MASK_MODE == 0:
-        words = _mask_words(MASK, row_tok, row_ok, t * BLOCK_N, L, stride_mw, BLOCK_N)
-    return words
-
-
-@gluon.jit
 def _tile_step(q_wg, k_bufs, v_bufs, k_ready, v_ready, kv_empty, pos, t, s0, acc, m_i, l_i, words, qk_scale, mctx,
                STAGES: gl.constexpr, BLOCK_N: gl.constexpr, MASK_MODE: gl.constexpr, MASKED: gl.constexpr,
                s_layout: gl.constexpr, o_layout: gl.constexpr, GATHER: gl.constexpr):
@@ -280,14 +131,14 @@ def _tile_step(q_wg, k_bufs, v_bufs, k_ready, v_ready, kv_empty, pos, t, s0, acc
     s = warpgroup_mma(q_wg, k_bufs.index(st).permute((1, 0)), s0, use_acc=False, is_async=True)
     if MASKED:
         allowed_words = words
-        words = _next_words(t + 1, words, mctx, BLOCK_N, MASK_MODE)
+        words = next_words(t + 1, words, mctx, BLOCK_N, MASK_MODE)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
     if MASKED:
-        allowed, bias = _tile_mask(s_layout, t, allowed_words, mctx, BLOCK_N, MASK_MODE)
-        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, allowed, bias, MASK_MODE, True)
+        allowed, bias = tile_mask(s_layout, t, allowed_words, mctx, BLOCK_N, MASK_MODE)
+        p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, qk_scale, allowed, bias, MASK_MODE, True)
     else:
-        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, 0, 0.0, MASK_MODE, False)
-    acc = _rescale(acc, gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)))
+        p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, qk_scale, 0, 0.0, MASK_MODE, False)
+    acc = rescale(acc, gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)))
     pa = gl.convert_layout(p.to(k_bufs.dtype), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
     _wait_landed(v_ready.index(st), ph, GATHER)
     acc = warpgroup_mma(pa, v_bufs.index(st), acc, is_async=True)
@@ -348,7 +199,7 @@ def _ws_consumer(prm, ptrs, smem, v_scale, WG: gl.constexpr, HKV: gl.constexpr, 
         m_i = gl.where(row_ok, float("-inf"), 1.0e30)
         l_i = gl.zeros([64], gl.float32, layout=row_s)
         acc = gl.zeros([64, D], gl.float32, layout=o_layout)
-        words = (gl.zeros([64], gl.int32, layout=row_s), gl.zeros([64], gl.int32, layout=row_s))   # `_mask_words`
+        words = (gl.zeros([64], gl.int32, layout=row_s), gl.zeros([64], gl.int32, layout=row_s))   # `next_words`
         # A warpgroup whose rows all lie past the request's T * G (the last M-tile of a tree
         # whose rows are not a multiple of NUM_WG * 64) computes nothing: it only releases
         # each ring slot once the slot has landed (the drain loop below).
@@ -363,7 +214,7 @@ def _ws_consumer(prm, ptrs, smem, v_scale, WG: gl.constexpr, HKV: gl.constexpr, 
                 _wait_landed(k_ready.index(st), (it // STAGES) & 1, GATHER)
                 s = warpgroup_mma(q_wg, k_bufs.index(st).permute((1, 0)), s0, use_acc=False, is_async=True)
                 s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-                p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, 0, 0.0, MASK_MODE, False)
+                p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, qk_scale, 0, 0.0, MASK_MODE, False)
                 p_prev = gl.convert_layout(p.to(dtype), p_layout)
             for j in range(1, nc):
                 st = (it + j) % STAGES
@@ -373,13 +224,13 @@ def _ws_consumer(prm, ptrs, smem, v_scale, WG: gl.constexpr, HKV: gl.constexpr, 
                 s_tok = warpgroup_mma(q_wg, k_bufs.index(st).permute((1, 0)), s0, use_acc=False, is_async=True)
                 acc_tok = warpgroup_mma(p_prev, v_bufs.index(sp), acc, is_async=True)
                 s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))      # Q K^T of tile j done
-                p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, 0, 0.0, MASK_MODE, False)
+                p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, qk_scale, 0, 0.0, MASK_MODE, False)
                 acc, p_prev = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, p_prev))
                 mbarrier.arrive(kv_empty.index(sp), count=1)
-                acc = _rescale(acc, gl.convert_layout(alpha, row_o))
+                acc = rescale(acc, gl.convert_layout(alpha, row_o))
                 p_prev = gl.convert_layout(p.to(dtype), p_layout)
             # the first masked tile's bitmask words, loaded before the last context tile's P V
-            words = _next_words(t_lo + nc, words, mctx, BLOCK_N, MASK_MODE)
+            words = next_words(t_lo + nc, words, mctx, BLOCK_N, MASK_MODE)
             if nc > 0:                          # epilogue: the last context tile's P V
                 sp = (it + nc - 1) % STAGES
                 _wait_landed(v_ready.index(sp), ((it + nc - 1) // STAGES) & 1, GATHER)
@@ -391,7 +242,7 @@ def _ws_consumer(prm, ptrs, smem, v_scale, WG: gl.constexpr, HKV: gl.constexpr, 
                 acc, m_i, l_i, words = _tile_step(q_wg, k_bufs, v_bufs, k_ready, v_ready, kv_empty, it + j, t_lo + j,
                                                   s0, acc, m_i, l_i, words, qk_scale, mctx, STAGES, BLOCK_N, MASK_MODE,
                                                   False, s_layout, o_layout, GATHER)
-            words = _next_words(t_lo + nc, words, mctx, BLOCK_N, MASK_MODE)
+            words = next_words(t_lo + nc, words, mctx, BLOCK_N, MASK_MODE)
         for j in range(nc, n):                  # the tiles overlapping [L, S): masked, one at a time
             acc, m_i, l_i, words = _tile_step(q_wg, k_bufs, v_bufs, k_ready, v_ready, kv_empty, it + j, t_lo + j, s0,
                                               acc, m_i, l_i, words, qk_scale, mctx, STAGES, BLOCK_N, MASK_MODE, True,
