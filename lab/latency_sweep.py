@@ -300,7 +300,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     known = {c[0] for g in args.groups for p in (1, 8, 16, 128) for c in candidates(g, p, args.smoke)}
     if args.candidates - known:
         refuse(f"--candidates: no candidate {', '.join(sorted(args.candidates - known))} in groups "
-               f"{','.join(args.groups)}")
+               f"{','.join(args.groups)}; known: {', '.join(sorted(known))}")
     if not args.budget_s > 0:
         refuse(f"--budget-s {args.budget_s}: must be a positive number of seconds")
     if args.out.suffix != ".json" or args.out.exists() or not args.out.parent.is_dir():

@@ -270,7 +270,7 @@ def test_latency_sweep_refuses_bad_arguments_and_runs_in_the_interpreter(tmp_pat
     for args, needle in ((["--out", str(tmp_path / "x.txt")], "want a new .json"),
                          (["--out", str(tmp_path / "a.json"), "--groups", "nope"], "--groups"),
                          (["--out", str(tmp_path / "a.json"), "--budget-s", "0"], "--budget-s"),
-                         (["--out", str(tmp_path / "a.json"), "--candidates", "default,nope"], "no candidate nope"),
+                         (["--out", str(tmp_path / "a.json"), "--candidates", "default,nope"], "no candidate nope in groups latency,pages; known: "),
                          (["--out", str(tmp_path / "a.json"), "--page-sizes", "16,x"], "--page-sizes")):
         r = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, env=env)
         assert r.returncode == 2 and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
