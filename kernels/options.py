@@ -62,6 +62,14 @@ class KernelOptions:
             its K/V, not three. None (default): with the short-context configs
             (`tree_attention_plan.SHORT_CONFIGS`, measured with it: 0.94-0.98x at L 16, P 16);
             off elsewhere (not measured apart from the sweep's noise at L 2048). True / False: forced.
+        short_build: the tl kernel built with less code (after an L2 flush a call fetches its
+            instructions cold): "one-tile" (the kernel's ONE_TILE: one split and every
+            S_b <= BLOCK_N, so no loop; the tile loaded once and a plain softmax, no rescale) or
+            else "masked-only" (MASKED_ONLY: no context loop, every tile through the masked
+            one); neither loads by TMA nor looks block-table entries ahead (`TreeAttention.kernel`
+            names the build). None (default): with the short-context configs, as early_first,
+            unless kv_desc=True asks for TMA context tiles (not yet timed on the H200). True:
+            forced on the tl kernel (with kv_desc=True: ConfigError). False: today's build.
         ws_page_tma: the warp-specialised kernel at P < 64 that divides its 64-token tile
             (P 16, 32): one TMA box of P rows per page, BLOCK_N // P per tile, all arriving
             on the tile's barrier. True (default: at P 16, L 2048, B 16-64 0.55-0.72x of the tl
@@ -106,6 +114,7 @@ class KernelOptions:
     pdl: bool | None = None              # merge kernel as a programmatic dependent launch (None: wherever possible)
     page_gather: bool = False            # tl pointer loads: one block-table entry per page, not per token
     early_first: bool | None = None      # tl pointer paths: a split's first tile's pages loaded with the lengths
+    short_build: bool | None = None      # tl kernel: one tile and no loop, or no context loop (None: short configs)
     ws_page_tma: bool = True             # warp-specialised kernel at P 16 / 32: one TMA box per page
     ws_gather: bool = True               # warp-specialised kernel at pages TMA cannot read: cp.async gathers
     fp8_path: str = "fp16"               # tl kernel, fp8 pools: "fp16", "cast" or "bits" (FP8_PATHS)
@@ -115,16 +124,20 @@ class KernelOptions:
         """Checks every field's type.
 
         Raises:
-            ConfigError: kv_desc, ws_pipe, pdl or early_first not None / True / False;
+            ConfigError: kv_desc, ws_pipe, pdl, early_first or short_build not None / True / False;
+                short_build=True with kv_desc=True (the short build has no context loop to load by TMA);
                 ws_persist, page_gather, ws_page_tma, ws_gather or ws_fp8 not a bool;
                 ws3_pipe_min_tiles not a
                 positive integer; fp8_path not one of `FP8_PATHS`. The message names the
                 field and the value.
         """
-        for name in ("kv_desc", "ws_pipe", "pdl", "early_first"):
+        for name in ("kv_desc", "ws_pipe", "pdl", "early_first", "short_build"):
             v = getattr(self, name)
             if not (v is None or isinstance(v, bool)):
                 raise ConfigError(f"KernelOptions {name}={v!r}: must be None (the default rule), True or False")
+        if self.short_build is True and self.kv_desc is True:
+            raise ConfigError("KernelOptions short_build=True with kv_desc=True: the short build has no context loop "
+                              "to load by TMA (pass kv_desc=None or False)")
         for name in ("ws_persist", "page_gather", "ws_page_tma", "ws_gather", "ws_fp8"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"KernelOptions {name}={getattr(self, name)!r}: must be True or False")
@@ -133,6 +146,13 @@ class KernelOptions:
         if not is_integer(self.ws3_pipe_min_tiles) or self.ws3_pipe_min_tiles < 1:
             raise ConfigError(f"KernelOptions ws3_pipe_min_tiles={self.ws3_pipe_min_tiles!r}: "
                               "must be a positive integer")
+
+    def short_build_on(self, short_config: bool) -> bool:
+        """Whether the tl kernel takes its short build (the `short_build` rule): short_config is
+        True where `tree_attention_plan.short_context_config` gave the batch's config. Raises nothing."""
+        if self.short_build is None:
+            return short_config and self.kv_desc is not True
+        return self.short_build
 
     def changed(self) -> dict[str, object]:
         """The fields that differ from the defaults, {name: value} (for logs and CSV rows)."""

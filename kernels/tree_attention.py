@@ -154,7 +154,9 @@ class TreeAttention:
         kernel: the path taken, e.g. "ws tma splits=1" or "tl gather splits=4": the forward
             kernel (tl / ws), its page path (tma: TMA boxes of whole tiles; tma-page: one
             TMA box per page; tile: a tile inside one page, pointer loads; gather: page
-            lookups per token, on ws by cp.async; gather-page: per page) and the KV split count.
+            lookups per token, on ws by cp.async; gather-page: per page) and the KV split count,
+            then the tl kernel's short build if it takes one ("tl tile splits=1 one-tile").
+        short_build: that build (`KernelOptions.short_build`): "one-tile", "masked-only" or "".
         kv_desc: the context tiles are loaded through TMA descriptors.
         ws_path: the warp-specialised kernel's page path (`ws_page_path`); "" on the tl kernel.
         pdl: the split-KV merge kernel is a programmatic dependent launch.
@@ -262,25 +264,30 @@ class TreeAttention:
                     why_ws = "the tl kernel's programs fit one wave"
             if why_ws:
                 cfg = tl_cfg
-        short = None if config is not None or cfg.ws or interpreting() else \
-            short_context_config(rows, d, max(ss), len(ts), hkv, sms)
+        short = None if config is not None or cfg.ws else \
+            short_context_config(rows, d, max(ss), len(ts), hkv, sms, interpreting())
         cfg = short or cfg
         # a split's first tile's pages loaded with the lengths: measured with the short configs
         self.early_first = bool(short) if opts.early_first is None else opts.early_first
         self.ws = bool(cfg.ws)
+        short_build = not self.ws and opts.short_build_on(short is not None)   # no context loop, so no TMA
         # the warp-specialised kernel's page path ("tma", "tma-page" or "gather"; "" on the tl kernel)
         self.ws_path = ws_page_path(inputs.k_cache.shape[1], cfg.block_n, opts.ws_page_tma,
                                     opts.ws_gather) if self.ws else ""
         why_not = kv_desc_unsupported(inputs, cfg.block_n)
         if kv_desc and why_not:
             raise ConfigError(f"kv_desc: {why_not}")
-        self.kv_desc = self.ws_path.startswith("tma") or not self.ws and kv_desc is not False and not why_not
+        self.kv_desc = self.ws_path.startswith("tma") or not (self.ws or short_build) and kv_desc is not False \
+            and not why_not
         why_not_pdl = pdl_unsupported(inputs.device)
         if pdl and why_not_pdl:
             raise ConfigError(f"pdl: {why_not_pdl}")
         pdl_on = pdl is not False and not why_not_pdl
         self.plan = make_plan(len(ts), hkv, hq // hkv, ts, ss, d, num_sms=sms, interpret=interpreting(),
                               config=cfg, num_splits=num_splits, tma_tiles=self.kv_desc)
+        # one split and every S_b within a tile: no loop at all; else no context loop
+        self.short_build = "" if not short_build else \
+            "one-tile" if self.plan.num_splits == 1 and max(ss) <= cfg.block_n else "masked-only"
         self.out = torch.empty(inputs.q.shape, dtype=inputs.dtype, device=dev)
         self.lse = torch.empty(inputs.q.shape[:2], dtype=torch.float32, device=dev) if return_lse else None
         # a merge kernel to launch early; the warp-specialised kernel does not signal its
@@ -290,7 +297,8 @@ class TreeAttention:
         self.ws_pipe = ((cfg.ws_pipe_for(self.plan.tiles_per_split, opts.ws3_pipe_min_tiles)
                          if opts.ws_pipe is None else opts.ws_pipe) if self.ws else None)
         self._launches = self._build_ws_launches(ts) if self.ws else self._build_launches(ls, ts)
-        self.kernel = f"{'ws' if self.ws else 'tl'} {self._page_path()} splits={self.plan.num_splits}"
+        self.kernel = f"{'ws' if self.ws else 'tl'} {self._page_path()} splits={self.plan.num_splits}" + \
+            (f" {self.short_build}" if self.short_build else "")
         self()                                   # warm-up: compiles
         self.fast_launch = fast_launch and not interpreting() and verify_fast_path(self._launches, self)
 
@@ -362,7 +370,9 @@ class TreeAttention:
             dict(HKV=hkv, G=g, D=d, P=kc.shape[1], BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SPLIT=split,
                  FUSED_MERGE=fused, MASK_MODE=MASK_MODES.index(self.mask_mode), WRITE_LSE=self.lse is not None,
                  DOT_FP32=interpreting(), KV_DESC=self.kv_desc,
-                 BT_AHEAD=bool(cfg.bt_ahead), PDL=self.pdl, PAGE_GATHER=self.options.page_gather,
+                 BT_AHEAD=bool(cfg.bt_ahead) and not self.short_build, PDL=self.pdl,
+                 PAGE_GATHER=self.options.page_gather, MASKED_ONLY=self.short_build == "masked-only",
+                 ONE_TILE=self.short_build == "one-tile",
                  EARLY_FIRST=self.early_first, FP8_PATH=FP8_PATHS.index(self.options.fp8_path),
                  Q_ROW_SCALE=self.options.fp8_path != "cast" and kc.dtype in FP8_KV_DTYPES and q.dtype == torch.bfloat16),
             dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,

@@ -253,11 +253,11 @@ SHORT_CONFIGS: tuple[tuple[int, int, KernelConfig, bool], ...] = (
 
 
 def short_context_config(rows: int, head_dim: int, max_seq_len: int, batch_size: int, num_kv_heads: int,
-                         num_sms: int) -> KernelConfig | None:
+                         num_sms: int, interpret: bool = False) -> KernelConfig | None:
     """The tl-kernel config for a batch whose every S_b is short (`SHORT_CONFIGS`), or None
-    (the tuned table applies). rows = G * max T_b; max_seq_len = max S_b. D 128 only (the
-    measured one). Raises nothing."""
-    if head_dim != 128:
+    (the tuned table applies; always under the CPU interpreter, `interpret`). rows = G * max T_b;
+    max_seq_len = max S_b. D 128 only (the measured one). Raises nothing."""
+    if head_dim != 128 or interpret:
         return None
     for max_s, max_rows, cfg, one_wave in SHORT_CONFIGS:
         waves_ok = batch_size * num_kv_heads * math.ceil(rows / cfg.block_m) <= 2 * num_sms

@@ -43,6 +43,12 @@ their columns past S_b must read as zeros, not as the pool's NaN slots.
 With split-KV the merge kernel is a programmatic dependent launch (PDL) where
 the device allows it.
 
+Short contexts have two smaller builds (less code to fetch cold after an L2
+flush): MASKED_ONLY drops the context loop (every tile goes through the masked
+loop; context columns pass its mask anyway), and ONE_TILE, for one split with
+every S_b <= BLOCK_N, drops both loops: tile 0 is loaded once and its softmax is
+a plain one (row max, exp2, sum; no rescale of a running state).
+
 fp8 pools (float8_e4m3fn, float8_e5m2, per-tensor scales): every K/V tile is
 converted right after its load and the MMAs run in Q's dtype (FP8_PATH 0, the
 cast) or in fp16 (1: the codes' bits moved into fp16; 2: the cast to fp16, Q
@@ -157,6 +163,23 @@ def _tree_allowed(MASK, BIAS, row_tok, node, row_ok, offs_n, L, T, stride_mw, st
     return allowed, bias
 
 
+@triton.jit
+def _masked_tile(q, K_h, V_h, kv, offs_d, valid, MASK, BIAS, row_tok, node, row_ok, offs_n, L, T, qk_2d,
+                 stride_mw, stride_bias, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MASK_MODE: tl.constexpr,
+                 DOT_FP32: tl.constexpr, FP8_PATH: tl.constexpr):
+    """(scores (BLOCK_M, BLOCK_N) fp32 in log2 units, -inf where masked; V (BLOCK_N, D) in Q's
+    dtype) of a tile overlapping [L, L + T) at pool offsets kv; its K/V rows where not valid
+    (past S_b) are loaded as zeros, never read from the pool."""
+    k = _kv_operand(tl.load(K_h + kv[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0), q.dtype,
+                    FP8_PATH)
+    v = _kv_operand(tl.load(V_h + kv[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0), q.dtype,
+                    FP8_PATH)
+    allowed, bias = _tree_allowed(MASK, BIAS, row_tok, node, row_ok, offs_n, L, T, stride_mw,
+                                  stride_bias, BLOCK_M, BLOCK_N, MASK_MODE)
+    s = _dot(q, tl.trans(k), None, DOT_FP32) * qk_2d + bias
+    return tl.where(allowed, s, float("-inf")), v
+
+
 # Integer arguments that vary from batch to batch are not specialised (Triton
 # would otherwise compile a new kernel when one of them is 1 or a multiple of 16).
 @triton.jit(do_not_specialize=["stride_bt", "stride_mw", "stride_bias", "stride_ps", "m_tiles", "num_splits",
@@ -176,7 +199,7 @@ def tree_attn_fwd_kernel(
     MASK_MODE: tl.constexpr, WRITE_LSE: tl.constexpr, DOT_FP32: tl.constexpr,
     KV_DESC: tl.constexpr = False, BT_AHEAD: tl.constexpr = False, PDL: tl.constexpr = False,
     PAGE_GATHER: tl.constexpr = False, EARLY_FIRST: tl.constexpr = False, FP8_PATH: tl.constexpr = 0,
-    Q_ROW_SCALE: tl.constexpr = False,
+    Q_ROW_SCALE: tl.constexpr = False, MASKED_ONLY: tl.constexpr = False, ONE_TILE: tl.constexpr = False,
 ):
     """Grid: (B * HKV * num_splits * m_tiles,), M-tile fastest so the M-tiles that
     share a KV stream run together (their re-reads hit L2). SPLIT: num_splits > 1.
@@ -200,11 +223,18 @@ def tree_attn_fwd_kernel(
     32768 before the cast to fp16 (1 for every |q| <= 32768), and that row's raw scores
     are multiplied by it, so no bf16 query overflows fp16.
 
+    The short builds (neither with KV_DESC or BT_AHEAD, whose context loop they drop):
+    MASKED_ONLY, every tile of the split through the masked loop; ONE_TILE (the caller
+    guarantees one split and every S_b <= BLOCK_N), no loop: tile 0 loaded once, masked at
+    S_b, and a plain softmax (m = row max, p = exp2(s - m), l = sum p, acc = p V).
+
     Split s covers the request's tiles [s * tiles_per_split, (s + 1) * tiles_per_split):
     its first tile does not depend on a load, so (with BT_AHEAD and KV_DESC) its
     block-table entry is loaded in the same round trip as the request's context
     length, not after it.
     Splits past a short request's last tile see nothing (LSE -inf, weight 0 in the merge)."""
+    tl.static_assert(not ((MASKED_ONLY or ONE_TILE) and (KV_DESC or BT_AHEAD)), "short builds: no context loop")
+    tl.static_assert(not (ONE_TILE and (SPLIT or MASKED_ONLY)), "ONE_TILE: one split, not with MASKED_ONLY")
     pid = tl.program_id(0)
     mt = pid % m_tiles
     split = (pid // m_tiles) % num_splits
@@ -271,62 +301,72 @@ def tree_attn_fwd_kernel(
         else:
             kv_next = _kv_tile_offsets(BT, b, tl.minimum(t_lo, last) * BLOCK_N, bt_width, stride_bt, stride_kn,
                                        stride_kp, P, BLOCK_N, PAGE_TILE, GATHER_PAGES)
-    for t in range(t_lo, t_ctx):                # 1) context tiles: no mask
-        if KV_DESC:                              # one TMA box per tile (P % BLOCK_N == 0)
-            start = t * BLOCK_N
-            if BT_AHEAD:
-                page = page_next
-                page_next = tl.load(bt_row + (tl.minimum(t + 1, last) * BLOCK_N) // P)
+    if not (MASKED_ONLY or ONE_TILE):
+        for t in range(t_lo, t_ctx):                # 1) context tiles: no mask
+            if KV_DESC:                              # one TMA box per tile (P % BLOCK_N == 0)
+                start = t * BLOCK_N
+                if BT_AHEAD:
+                    page = page_next
+                    page_next = tl.load(bt_row + (tl.minimum(t + 1, last) * BLOCK_N) // P)
+                else:
+                    page = tl.load(bt_row + start // P)
+                row0 = page * P + start % P
+                k = _kv_operand(K_DESC.load([row0, kh * D]), dtype, FP8_PATH)   # (BLOCK_N, D) in Q's dtype
+                v = _kv_operand(V_DESC.load([row0, kh * D]), dtype, FP8_PATH)
             else:
-                page = tl.load(bt_row + start // P)
-            row0 = page * P + start % P
-            k = _kv_operand(K_DESC.load([row0, kh * D]), dtype, FP8_PATH)   # (BLOCK_N, D) in Q's dtype
-            v = _kv_operand(V_DESC.load([row0, kh * D]), dtype, FP8_PATH)
-        else:
-            if BT_AHEAD:
-                kv = kv_next
-                kv_next = _kv_tile_offsets(BT, b, tl.minimum(t + 1, last) * BLOCK_N, bt_width, stride_bt,
-                                           stride_kn, stride_kp, P, BLOCK_N, PAGE_TILE, GATHER_PAGES)
-            else:
-                kv = _kv_tile_offsets(BT, b, t * BLOCK_N, bt_width, stride_bt, stride_kn, stride_kp, P, BLOCK_N,
-                                      PAGE_TILE, GATHER_PAGES)
-            k = _kv_operand(tl.load(K_h + kv[:, None] + offs_d[None, :]), dtype, FP8_PATH)    # (BLOCK_N, D)
-            v = _kv_operand(tl.load(V_h + kv[:, None] + offs_d[None, :]), dtype, FP8_PATH)
-        s = _dot(q, tl.trans(k), None, DOT_FP32)              # (BLOCK_M, BLOCK_N) raw scores
-        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_row)        # log2 units
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s * qk_2d - m_new[:, None])               # one FFMA per score
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = _dot(p.to(dtype), v, acc * alpha[:, None], DOT_FP32)   # the MMA accumulates in place
-        m_i = m_new
+                if BT_AHEAD:
+                    kv = kv_next
+                    kv_next = _kv_tile_offsets(BT, b, tl.minimum(t + 1, last) * BLOCK_N, bt_width, stride_bt,
+                                               stride_kn, stride_kp, P, BLOCK_N, PAGE_TILE, GATHER_PAGES)
+                else:
+                    kv = _kv_tile_offsets(BT, b, t * BLOCK_N, bt_width, stride_bt, stride_kn, stride_kp, P, BLOCK_N,
+                                          PAGE_TILE, GATHER_PAGES)
+                k = _kv_operand(tl.load(K_h + kv[:, None] + offs_d[None, :]), dtype, FP8_PATH)    # (BLOCK_N, D)
+                v = _kv_operand(tl.load(V_h + kv[:, None] + offs_d[None, :]), dtype, FP8_PATH)
+            s = _dot(q, tl.trans(k), None, DOT_FP32)              # (BLOCK_M, BLOCK_N) raw scores
+            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_row)        # log2 units
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(s * qk_2d - m_new[:, None])               # one FFMA per score
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = _dot(p.to(dtype), v, acc * alpha[:, None], DOT_FP32)   # the MMA accumulates in place
+            m_i = m_new
 
-    for t in range(tl.maximum(t_lo, t_ctx), t_hi):  # 2) tiles overlapping [L, S): masked
-        offs_n = t * BLOCK_N + tl.arange(0, BLOCK_N)
-        valid = offs_n < S
-        if EARLY_FIRST and not KV_DESC:
-            if t == t_lo:                       # the split's first tile: its offsets were loaded early
-                kv = kv_first
+    if ONE_TILE:                                # one split, every S_b <= BLOCK_N: tile 0 alone
+        offs_n = tl.arange(0, BLOCK_N)
+        if EARLY_FIRST:
+            kv = kv_first
+        else:
+            kv = _kv_tile_offsets(BT, b, 0, bt_width, stride_bt, stride_kn, stride_kp, P, BLOCK_N, PAGE_TILE,
+                                  GATHER_PAGES)
+        s, v = _masked_tile(q, K_h, V_h, kv, offs_d, offs_n < S, MASK, BIAS, row_tok, node, row_ok, offs_n, L,
+                            T, qk_2d, stride_mw, stride_bias, BLOCK_M, BLOCK_N, MASK_MODE, DOT_FP32, FP8_PATH)
+        m_i = tl.max(s, 1)                      # a plain softmax: no running max to rescale
+        p = tl.exp2(s - tl.where(m_i == float("-inf"), 0.0, m_i)[:, None])
+        l_i = tl.sum(p, 1)
+        acc = _dot(p.to(dtype), v, None, DOT_FP32)
+    else:
+        t_first = t_lo if MASKED_ONLY else tl.maximum(t_lo, t_ctx)
+        for t in range(t_first, t_hi):              # 2) tiles overlapping [L, S) (MASKED_ONLY: every tile): masked
+            offs_n = t * BLOCK_N + tl.arange(0, BLOCK_N)
+            valid = offs_n < S
+            if EARLY_FIRST and not KV_DESC:
+                if t == t_lo:                       # the split's first tile: its offsets were loaded early
+                    kv = kv_first
+                else:
+                    kv = _kv_tile_offsets(BT, b, t * BLOCK_N, bt_width, stride_bt, stride_kn, stride_kp, P, BLOCK_N,
+                                          PAGE_TILE, GATHER_PAGES)
             else:
                 kv = _kv_tile_offsets(BT, b, t * BLOCK_N, bt_width, stride_bt, stride_kn, stride_kp, P, BLOCK_N,
                                       PAGE_TILE, GATHER_PAGES)
-        else:
-            kv = _kv_tile_offsets(BT, b, t * BLOCK_N, bt_width, stride_bt, stride_kn, stride_kp, P, BLOCK_N,
-                                  PAGE_TILE, GATHER_PAGES)
-        k = _kv_operand(tl.load(K_h + kv[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0), dtype,
-                        FP8_PATH)
-        v = _kv_operand(tl.load(V_h + kv[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0), dtype,
-                        FP8_PATH)
-        allowed, bias = _tree_allowed(MASK, BIAS, row_tok, node, row_ok, offs_n, L, T, stride_mw,
-                                      stride_bias, BLOCK_M, BLOCK_N, MASK_MODE)
-        s = _dot(q, tl.trans(k), None, DOT_FP32) * qk_2d + bias
-        s = tl.where(allowed, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that saw nothing yet
-        alpha = tl.exp2(m_i - m_safe)
-        p = tl.exp2(s - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = _dot(p.to(dtype), v, acc * alpha[:, None], DOT_FP32)
-        m_i = m_new
+            s, v = _masked_tile(q, K_h, V_h, kv, offs_d, valid, MASK, BIAS, row_tok, node, row_ok, offs_n, L, T,
+                                qk_2d, stride_mw, stride_bias, BLOCK_M, BLOCK_N, MASK_MODE, DOT_FP32, FP8_PATH)
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that saw nothing yet
+            alpha = tl.exp2(m_i - m_safe)
+            p = tl.exp2(s - m_safe[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = _dot(p.to(dtype), v, acc * alpha[:, None], DOT_FP32)
+            m_i = m_new
 
     if PDL:                                     # the merge kernel may launch now (it waits for this grid)
         gdc_launch_dependents()

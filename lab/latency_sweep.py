@@ -27,12 +27,13 @@ Cells (bf16, Hq 32, Hkv 8, D 128, shuffled pages, one tree per batch as in the s
   P 16 or where the plan keeps the tl kernel).
 
 Candidates (`candidates`, explicit and small: under 2 minutes on an H200): the default plan;
-early_first forced on and off; small tl tiles (BLOCK_M 16-64, BLOCK_N 16-64, 1-4 warps)
-with early_first, for the latency cells; `page_gather`, and `ws_page_tma=False` (the tl
-kernel's gather instead of one TMA box per page) and `tl` (the tl kernel forced), for the P 16
-cells; `no_ws_gather` for the P 1 and 8 cells. Every candidate's
-output is compared with the float64 reference before it is timed (a mismatch is reported,
-not timed). Each is timed twice: with the harness's timer
+early_first forced on and off; for the latency cells, the tl kernel's short build forced on
+and off (`short_build`, `no_short_build`: `KernelOptions.short_build`, run right after the
+default) and small tl tiles (BLOCK_M 16-64, BLOCK_N 16-64, 1-4 warps) with early_first;
+`page_gather`, and `ws_page_tma=False` (the tl kernel's gather instead of one TMA box per
+page) and `tl` (the tl kernel forced), for the P 16 cells; `no_ws_gather` for the P 1 and 8
+cells. Every candidate's output is compared with the float64 reference before it is timed (a
+mismatch is reported, not timed). Each is timed twice: with the harness's timer
 (`time_callable`, CUDA graph, L2 flushed before every call, as the seed suite) and back to
 back with `triton.testing.do_bench_cudagraph` (warm L2, the peers' published method).
 
@@ -125,6 +126,8 @@ def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple]:
             ("ws_fp8_forced", None, KernelOptions(ws_fp8=True), {"ws": True})])
         return out[:1] + paths + tiles + ws_fp8
     if group == "latency":
+        out[1:1] = [("short_build", None, KernelOptions(short_build=True)),
+                    ("no_short_build", None, KernelOptions(short_build=False))]
         out += [(f"tl{bm}x{bn}w{w}s{s}+early", KernelConfig(bm, bn, w, s), KernelOptions(early_first=True))
                 for bm, bn, w, s in TINY_CONFIGS]
         if not smoke:   # the table's warp-specialised config, forced (Gluon needs a GPU)

@@ -7,14 +7,17 @@ what the compiler made of it: the facts docs/kernel.md cites from "a local sm_90
     python lab/sm90_compile.py --ws --ws-gather --page-size 8    # the producer's cp.async page gathers
     python lab/sm90_compile.py --ws --kv-dtype float8_e4m3fn [--page-size 16]   # WS2_FP8 / WS3_FP8, the converter
     python lab/sm90_compile.py --config 16,64,2,4,0,1 --kv-dtype float8_e4m3fn --fp8-path fp16 --ops
+    python lab/sm90_compile.py --config 16,32,2,2 --page-size 16 --kv-desc off --short-build one-tile
 
 For each build (the forward kernel as `TreeAttention` would launch it for Hq 32,
 Hkv 8, D 128, bf16, tree mask, no split) it prints one line, "name: {dict}", with registers per thread,
-spilled loads/stores (LDL/STL), shared memory in bytes, the counts of wgmma
+spilled loads/stores (LDL/STL), SASS instructions (NOPs left out), shared memory in bytes, the counts of wgmma
 (HGMMA), TMA (UTMALDG) and TMA-multicast instructions in the SASS, and the `num`
 of each `ttg.async_wait` inside the context loop (how many async copies stay in
 flight when the loop waits for a tile; 0 = none). --kv-dtype builds it over fp8 pools
-(bf16 queries), --fp8-path picks `KernelOptions.fp8_path`, and --ops adds the counts of
+(bf16 queries), --fp8-path picks `KernelOptions.fp8_path`, --short-build the kernel's short
+build (`KernelOptions.short_build`: ONE_TILE or MASKED_ONLY; needs --kv-desc off and no
+look-ahead), and --ops adds the counts of
 `op_counts` (conversion, shared-memory, MMA and barrier instructions; the context loop's
 TTGIR layout and conversion ops; where each HGMMA takes its A operand; the same counts
 inside each SASS loop that issues MMAs). Uses Triton's own ptxas and
@@ -65,7 +68,7 @@ ALIGNED = [*POINTERS, "stride_qt", "stride_qh", "stride_kn", "stride_kp", "strid
 
 
 def compile_forward(cfg: KernelConfig, page_size: int, kv_desc: bool, num_ctas: int = 1, kv_dtype: str = "bf16",
-                    fp8_path: int = 0, ops: bool = False) -> dict:
+                    fp8_path: int = 0, ops: bool = False, short: str = "") -> dict:
     """Builds the forward kernel for sm_90 and reads its resource use and SASS.
 
     Args:
@@ -77,14 +80,15 @@ def compile_forward(cfg: KernelConfig, page_size: int, kv_desc: bool, num_ctas: 
         fp8_path: the kernel's FP8_PATH (how fp8 codes become MMA operands; 0: the cast).
         ops: also count the conversion, shared-memory and barrier instructions of the
             SASS and TTGIR (`op_counts`).
+        short: the short build, "one-tile" (ONE_TILE) or "masked-only" (MASKED_ONLY); "": none.
 
     Returns:
-        dict of regs, spill_loads, spill_stores, shared_bytes, hgmma, utmaldg,
+        dict of regs, spill_loads, spill_stores, ins (SASS instructions but NOPs), shared_bytes, hgmma, utmaldg,
         multicast (ints) and loop_async_wait (list of ints, TTGIR order); with ops, also
         sass and ttgir (dicts of counts, `op_counts`).
 
     Raises:
-        ConfigError: kv_desc with P % BLOCK_N != 0.
+        ConfigError: kv_desc with P % BLOCK_N != 0; a short build with kv_desc or cfg.bt_ahead.
     """
     import triton
     from triton.backends.compiler import GPUTarget
@@ -94,6 +98,8 @@ def compile_forward(cfg: KernelConfig, page_size: int, kv_desc: bool, num_ctas: 
 
     if kv_desc and page_size % cfg.block_n:
         raise ConfigError(f"TMA path needs P % BLOCK_N == 0 (P {page_size}, BLOCK_N {cfg.block_n})")
+    if short and (kv_desc or cfg.bt_ahead):
+        raise ConfigError(f"--short-build {short} has no context loop: add --kv-desc off and a config with bt_ahead 0")
     kv = KV_TYPES[kv_dtype]
     sig = {n: POINTERS.get(n, "i32") for n in kernel.arg_names}
     sig["K"] = sig["V"] = f"*{kv}"
@@ -101,7 +107,8 @@ def compile_forward(cfg: KernelConfig, page_size: int, kv_desc: bool, num_ctas: 
     const = dict(HKV=HKV, G=G, D=D, P=page_size, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SPLIT=False,
                  FUSED_MERGE=False, MASK_MODE=0, WRITE_LSE=False, DOT_FP32=False, KV_DESC=kv_desc,
                  BT_AHEAD=bool(cfg.bt_ahead), PDL=False, PAGE_GATHER=False, EARLY_FIRST=False,
-                 FP8_PATH=fp8_path, Q_ROW_SCALE=fp8_path != 0 and kv_dtype != "bf16")
+                 FP8_PATH=fp8_path, Q_ROW_SCALE=fp8_path != 0 and kv_dtype != "bf16",
+                 MASKED_ONLY=short == "masked-only", ONE_TILE=short == "one-tile")
     if kv_desc:
         sig["K_DESC"] = sig["V_DESC"] = f"tensordesc<{kv}[{cfg.block_n}, {D}]>"
     else:
@@ -116,7 +123,8 @@ def compile_forward(cfg: KernelConfig, page_size: int, kv_desc: bool, num_ctas: 
     ttgir = ck.asm["ttgir"]
     loop = ttgir[ttgir.find("scf.for"):]
     loop = loop[:loop.find("scf.yield")]                     # the first loop: the context tiles
-    out = dict(**usage, shared_bytes=int(ck.metadata.shared), hgmma=sass.count("HGMMA"),
+    ins = len(re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?(?!NOP\b)[A-Z]", sass))
+    out = dict(**usage, ins=ins, shared_bytes=int(ck.metadata.shared), hgmma=sass.count("HGMMA"),
                utmaldg=len(re.findall(r"UTMALDG", sass)), multicast=sass.count("MULTICAST"),
                loop_async_wait=[int(n) for n in re.findall(r"ttg\.async_wait.*?\{num = (\d+)", loop)])
     return out | (op_counts(sass, loop) if ops else {})
@@ -334,6 +342,8 @@ def main() -> int:
                     help="the K/V pools' dtype (queries stay bf16)")
     ap.add_argument("--fp8-path", choices=list(FP8_PATHS), default="cast",
                     help="with an fp8 --kv-dtype: KernelOptions.fp8_path (how codes become MMA operands)")
+    ap.add_argument("--short-build", choices=["one-tile", "masked-only"], default="",
+                    help="the tl kernel's short build (KernelOptions.short_build); needs --kv-desc off")
     ap.add_argument("--ops", action="store_true",
                     help="also print SASS conversion / shared-memory / MMA / barrier counts and the "
                          "context loop's TTGIR layout and conversion ops")
@@ -365,6 +375,8 @@ def main() -> int:
             raise ConfigError(f"{flag} applies to the warp-specialised build only: add --ws")
         if not args.page_size >= 1:
             raise ConfigError(f"--page-size {args.page_size}: must be a positive number of tokens")
+        if args.ws and args.short_build:
+            raise ConfigError("--short-build applies to the tl builds only: drop --ws")
         if args.ws and args.fp8_path != "cast":
             raise ConfigError("--fp8-path applies to the tl builds only (the warp-specialised one converts in a "
                               "converter warpgroup): drop --ws")
@@ -400,7 +412,7 @@ def main() -> int:
             raise ConfigError(f"--fp8-path {args.fp8_path} needs an fp8 --kv-dtype")
         path = FP8_PATHS[args.fp8_path]
         for name, cfg, p, tma, ctas in builds:
-            res = compile_forward(cfg, p, tma, ctas, args.kv_dtype, path, args.ops)
+            res = compile_forward(cfg, p, tma, ctas, args.kv_dtype, path, args.ops, args.short_build)
             print(f"{name}, {args.kv_dtype} pool: {res}", flush=True)
     except ConfigError as e:
         print(f"sm90_compile: {e}", file=sys.stderr)

@@ -214,6 +214,25 @@ def test_sm90_compile_shows_the_look_ahead_keeps_gathered_tiles_in_flight():
     assert off["spill_loads"] == on["spill_loads"] == 0 and on["hgmma"] > 0
 
 
+def test_sm90_compile_short_builds_have_less_code():
+    """docs/kernel.md's short build, from a local sm_90 compile: the 16-row short config at P 16
+    without the context loop (masked-only), and without any loop (one-tile), has fewer SASS
+    instructions than today's build; a short build with TMA context tiles is refused."""
+    pytest.importorskip("triton")
+    ins = []
+    for short in ([], ["--short-build", "masked-only"], ["--short-build", "one-tile"]):
+        r = _script("sm90_compile.py", "--config", "16,32,2,2", "--page-size", "16", "--kv-desc", "off", *short)
+        if r.returncode != 0 and ("cuobjdump" in r.stderr or "ptxas" in r.stderr):
+            pytest.skip(f"no sm_90 toolchain in this Triton: {r.stderr.strip().splitlines()[-1]}")
+        assert r.returncode == 0, r.stderr
+        build = ast.literal_eval(r.stdout.strip().splitlines()[-1].split(": ", 1)[1])
+        ins.append(build["ins"])
+        assert build["spill_loads"] == 0 and build["loop_async_wait"] == ([] if "one-tile" in short else [0])
+    assert ins[0] > ins[1] > ins[2], ins
+    r = _script("sm90_compile.py", "--config", "16,32,2,2", "--short-build", "one-tile")
+    assert r.returncode == 2 and "--kv-desc off" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("config, pipe, warps", [("128,64,4,4,168,0,2", "auto", 12), ("192,32,4,4,128,0,3", "on", 16)])
 def test_sm90_compile_builds_the_warp_specialised_kernel(config, pipe, warps):
     """The Gluon kernel compiles for sm_90 with this machine's Triton (a subprocess: no
