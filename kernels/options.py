@@ -62,14 +62,14 @@ class KernelOptions:
             its K/V, not three. None (default): with the short-context configs
             (`tree_attention_plan.SHORT_CONFIGS`, measured with it: 0.94-0.98x at L 16, P 16);
             off elsewhere (not measured apart from the sweep's noise at L 2048). True / False: forced.
-        short_build: the tl kernel built with less code (after an L2 flush a call fetches its
-            instructions cold): "one-tile" (the kernel's ONE_TILE: one split and every
-            S_b <= BLOCK_N, so no loop; the tile loaded once and a plain softmax, no rescale) or
-            else "masked-only" (MASKED_ONLY: no context loop, every tile through the masked
-            one); neither loads by TMA nor looks block-table entries ahead (`TreeAttention.kernel`
-            names the build). None (default): with the short-context configs, as early_first,
-            unless kv_desc=True asks for TMA context tiles (not yet timed on the H200). True:
-            forced on the tl kernel (with kv_desc=True: ConfigError). False: today's build.
+        short_build: the tl kernel's one-tile build where it can run (one split and every
+            S_b <= BLOCK_N): the kernel's ONE_TILE, no loop, the tile loaded once and a plain
+            softmax with no rescale, no TMA and no block-table look-ahead (after an L2 flush a
+            call fetches its instructions cold; `TreeAttention.kernel` ends in " one-tile").
+            None (default): with the short-context configs, as early_first, unless kv_desc=True
+            asks for TMA context tiles (at L 16 on the H200 0.91-1.0x of the build without it,
+            flushed, on 15 of the 16 one-tile cells, `results/h200/kernel/short-build-sweep.txt`).
+            True: wherever it can run (with kv_desc=True: ConfigError). False: never.
         ws_page_tma: the warp-specialised kernel at P < 64 that divides its 64-token tile
             (P 16, 32): one TMA box of P rows per page, BLOCK_N // P per tile, all arriving
             on the tile's barrier. True (default: at P 16, L 2048, B 16-64 0.55-0.72x of the tl
@@ -114,7 +114,7 @@ class KernelOptions:
     pdl: bool | None = None              # merge kernel as a programmatic dependent launch (None: wherever possible)
     page_gather: bool = False            # tl pointer loads: one block-table entry per page, not per token
     early_first: bool | None = None      # tl pointer paths: a split's first tile's pages loaded with the lengths
-    short_build: bool | None = None      # tl kernel: one tile and no loop, or no context loop (None: short configs)
+    short_build: bool | None = None      # tl kernel: one tile, no loop (None: with the short configs)
     ws_page_tma: bool = True             # warp-specialised kernel at P 16 / 32: one TMA box per page
     ws_gather: bool = True               # warp-specialised kernel at pages TMA cannot read: cp.async gathers
     fp8_path: str = "fp16"               # tl kernel, fp8 pools: "fp16", "cast" or "bits" (FP8_PATHS)

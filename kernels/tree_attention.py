@@ -156,7 +156,7 @@ class TreeAttention:
             TMA box per page; tile: a tile inside one page, pointer loads; gather: page
             lookups per token, on ws by cp.async; gather-page: per page) and the KV split count,
             then the tl kernel's short build if it takes one ("tl tile splits=1 one-tile").
-        short_build: that build (`KernelOptions.short_build`): "one-tile", "masked-only" or "".
+        short_build: that build (`KernelOptions.short_build`): "one-tile" or "".
         kv_desc: the context tiles are loaded through TMA descriptors.
         ws_path: the warp-specialised kernel's page path (`ws_page_path`); "" on the tl kernel.
         pdl: the split-KV merge kernel is a programmatic dependent launch.
@@ -270,24 +270,24 @@ class TreeAttention:
         # a split's first tile's pages loaded with the lengths: measured with the short configs
         self.early_first = bool(short) if opts.early_first is None else opts.early_first
         self.ws = bool(cfg.ws)
-        short_build = not self.ws and opts.short_build_on(short is not None)   # no context loop, so no TMA
+        # the one-tile build: one split, every S_b within one tile (so no context loop and no TMA)
+        one_tile = not self.ws and num_splits in (None, 1) and max(ss) <= cfg.block_n and \
+            opts.short_build_on(short is not None)
         # the warp-specialised kernel's page path ("tma", "tma-page" or "gather"; "" on the tl kernel)
         self.ws_path = ws_page_path(inputs.k_cache.shape[1], cfg.block_n, opts.ws_page_tma,
                                     opts.ws_gather) if self.ws else ""
         why_not = kv_desc_unsupported(inputs, cfg.block_n)
         if kv_desc and why_not:
             raise ConfigError(f"kv_desc: {why_not}")
-        self.kv_desc = self.ws_path.startswith("tma") or not (self.ws or short_build) and kv_desc is not False \
+        self.kv_desc = self.ws_path.startswith("tma") or not (self.ws or one_tile) and kv_desc is not False \
             and not why_not
         why_not_pdl = pdl_unsupported(inputs.device)
         if pdl and why_not_pdl:
             raise ConfigError(f"pdl: {why_not_pdl}")
         pdl_on = pdl is not False and not why_not_pdl
         self.plan = make_plan(len(ts), hkv, hq // hkv, ts, ss, d, num_sms=sms, interpret=interpreting(),
-                              config=cfg, num_splits=num_splits, tma_tiles=self.kv_desc)
-        # one split and every S_b within a tile: no loop at all; else no context loop
-        self.short_build = "" if not short_build else \
-            "one-tile" if self.plan.num_splits == 1 and max(ss) <= cfg.block_n else "masked-only"
+                              config=cfg, num_splits=1 if one_tile else num_splits, tma_tiles=self.kv_desc)
+        self.short_build = "one-tile" if one_tile else ""
         self.out = torch.empty(inputs.q.shape, dtype=inputs.dtype, device=dev)
         self.lse = torch.empty(inputs.q.shape[:2], dtype=torch.float32, device=dev) if return_lse else None
         # a merge kernel to launch early; the warp-specialised kernel does not signal its
@@ -371,8 +371,7 @@ class TreeAttention:
                  FUSED_MERGE=fused, MASK_MODE=MASK_MODES.index(self.mask_mode), WRITE_LSE=self.lse is not None,
                  DOT_FP32=interpreting(), KV_DESC=self.kv_desc,
                  BT_AHEAD=bool(cfg.bt_ahead) and not self.short_build, PDL=self.pdl,
-                 PAGE_GATHER=self.options.page_gather, MASKED_ONLY=self.short_build == "masked-only",
-                 ONE_TILE=self.short_build == "one-tile",
+                 PAGE_GATHER=self.options.page_gather, ONE_TILE=self.short_build == "one-tile",
                  EARLY_FIRST=self.early_first, FP8_PATH=FP8_PATHS.index(self.options.fp8_path),
                  Q_ROW_SCALE=self.options.fp8_path != "cast" and kc.dtype in FP8_KV_DTYPES and q.dtype == torch.bfloat16),
             dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,

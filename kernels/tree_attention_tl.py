@@ -43,11 +43,10 @@ their columns past S_b must read as zeros, not as the pool's NaN slots.
 With split-KV the merge kernel is a programmatic dependent launch (PDL) where
 the device allows it.
 
-Short contexts have two smaller builds (less code to fetch cold after an L2
-flush): MASKED_ONLY drops the context loop (every tile goes through the masked
-loop; context columns pass its mask anyway), and ONE_TILE, for one split with
-every S_b <= BLOCK_N, drops both loops: tile 0 is loaded once and its softmax is
-a plain one (row max, exp2, sum; no rescale of a running state).
+Short contexts have a smaller build (less code to fetch cold after an L2
+flush): ONE_TILE, for one split with every S_b <= BLOCK_N, drops both loops:
+tile 0 is loaded once and its softmax is a plain one (row max, exp2, sum; no
+rescale of a running state).
 
 fp8 pools (float8_e4m3fn, float8_e5m2, per-tensor scales): every K/V tile is
 converted right after its load and the MMAs run in Q's dtype (FP8_PATH 0, the
@@ -199,7 +198,7 @@ def tree_attn_fwd_kernel(
     MASK_MODE: tl.constexpr, WRITE_LSE: tl.constexpr, DOT_FP32: tl.constexpr,
     KV_DESC: tl.constexpr = False, BT_AHEAD: tl.constexpr = False, PDL: tl.constexpr = False,
     PAGE_GATHER: tl.constexpr = False, EARLY_FIRST: tl.constexpr = False, FP8_PATH: tl.constexpr = 0,
-    Q_ROW_SCALE: tl.constexpr = False, MASKED_ONLY: tl.constexpr = False, ONE_TILE: tl.constexpr = False,
+    Q_ROW_SCALE: tl.constexpr = False, ONE_TILE: tl.constexpr = False,
 ):
     """Grid: (B * HKV * num_splits * m_tiles,), M-tile fastest so the M-tiles that
     share a KV stream run together (their re-reads hit L2). SPLIT: num_splits > 1.
@@ -223,18 +222,16 @@ def tree_attn_fwd_kernel(
     32768 before the cast to fp16 (1 for every |q| <= 32768), and that row's raw scores
     are multiplied by it, so no bf16 query overflows fp16.
 
-    The short builds (neither with KV_DESC or BT_AHEAD, whose context loop they drop):
-    MASKED_ONLY, every tile of the split through the masked loop; ONE_TILE (the caller
-    guarantees one split and every S_b <= BLOCK_N), no loop: tile 0 loaded once, masked at
-    S_b, and a plain softmax (m = row max, p = exp2(s - m), l = sum p, acc = p V).
+    ONE_TILE, the short build (the caller guarantees one split and every S_b <= BLOCK_N; not
+    with KV_DESC or BT_AHEAD, which serve the context loop it drops): no loop, tile 0 loaded
+    once, masked at S_b, and a plain softmax (m = row max, p = exp2(s - m), l = sum p, acc = p V).
 
     Split s covers the request's tiles [s * tiles_per_split, (s + 1) * tiles_per_split):
     its first tile does not depend on a load, so (with BT_AHEAD and KV_DESC) its
     block-table entry is loaded in the same round trip as the request's context
     length, not after it.
     Splits past a short request's last tile see nothing (LSE -inf, weight 0 in the merge)."""
-    tl.static_assert(not ((MASKED_ONLY or ONE_TILE) and (KV_DESC or BT_AHEAD)), "short builds: no context loop")
-    tl.static_assert(not (ONE_TILE and (SPLIT or MASKED_ONLY)), "ONE_TILE: one split, not with MASKED_ONLY")
+    tl.static_assert(not (ONE_TILE and (KV_DESC or BT_AHEAD or SPLIT)), "ONE_TILE: one split, no context loop")
     pid = tl.program_id(0)
     mt = pid % m_tiles
     split = (pid // m_tiles) % num_splits
@@ -301,7 +298,7 @@ def tree_attn_fwd_kernel(
         else:
             kv_next = _kv_tile_offsets(BT, b, tl.minimum(t_lo, last) * BLOCK_N, bt_width, stride_bt, stride_kn,
                                        stride_kp, P, BLOCK_N, PAGE_TILE, GATHER_PAGES)
-    if not (MASKED_ONLY or ONE_TILE):
+    if not ONE_TILE:
         for t in range(t_lo, t_ctx):                # 1) context tiles: no mask
             if KV_DESC:                              # one TMA box per tile (P % BLOCK_N == 0)
                 start = t * BLOCK_N
@@ -345,8 +342,7 @@ def tree_attn_fwd_kernel(
         l_i = tl.sum(p, 1)
         acc = _dot(p.to(dtype), v, None, DOT_FP32)
     else:
-        t_first = t_lo if MASKED_ONLY else tl.maximum(t_lo, t_ctx)
-        for t in range(t_first, t_hi):              # 2) tiles overlapping [L, S) (MASKED_ONLY: every tile): masked
+        for t in range(tl.maximum(t_lo, t_ctx), t_hi):  # 2) tiles overlapping [L, S): masked
             offs_n = t * BLOCK_N + tl.arange(0, BLOCK_N)
             valid = offs_n < S
             if EARLY_FIRST and not KV_DESC:

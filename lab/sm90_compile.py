@@ -16,7 +16,7 @@ spilled loads/stores (LDL/STL), SASS instructions (NOPs left out), shared memory
 of each `ttg.async_wait` inside the context loop (how many async copies stay in
 flight when the loop waits for a tile; 0 = none). --kv-dtype builds it over fp8 pools
 (bf16 queries), --fp8-path picks `KernelOptions.fp8_path`, --short-build the kernel's short
-build (`KernelOptions.short_build`: ONE_TILE or MASKED_ONLY; needs --kv-desc off and no
+build (`KernelOptions.short_build`: ONE_TILE; needs --kv-desc off and no
 look-ahead), and --ops adds the counts of
 `op_counts` (conversion, shared-memory, MMA and barrier instructions; the context loop's
 TTGIR layout and conversion ops; where each HGMMA takes its A operand; the same counts
@@ -80,7 +80,7 @@ def compile_forward(cfg: KernelConfig, page_size: int, kv_desc: bool, num_ctas: 
         fp8_path: the kernel's FP8_PATH (how fp8 codes become MMA operands; 0: the cast).
         ops: also count the conversion, shared-memory and barrier instructions of the
             SASS and TTGIR (`op_counts`).
-        short: the short build, "one-tile" (ONE_TILE) or "masked-only" (MASKED_ONLY); "": none.
+        short: the short build, "one-tile" (ONE_TILE); "": none.
 
     Returns:
         dict of regs, spill_loads, spill_stores, ins (SASS instructions but NOPs), shared_bytes, hgmma, utmaldg,
@@ -108,7 +108,7 @@ def compile_forward(cfg: KernelConfig, page_size: int, kv_desc: bool, num_ctas: 
                  FUSED_MERGE=False, MASK_MODE=0, WRITE_LSE=False, DOT_FP32=False, KV_DESC=kv_desc,
                  BT_AHEAD=bool(cfg.bt_ahead), PDL=False, PAGE_GATHER=False, EARLY_FIRST=False,
                  FP8_PATH=fp8_path, Q_ROW_SCALE=fp8_path != 0 and kv_dtype != "bf16",
-                 MASKED_ONLY=short == "masked-only", ONE_TILE=short == "one-tile")
+                 ONE_TILE=short == "one-tile")
     if kv_desc:
         sig["K_DESC"] = sig["V_DESC"] = f"tensordesc<{kv}[{cfg.block_n}, {D}]>"
     else:
@@ -342,7 +342,7 @@ def main() -> int:
                     help="the K/V pools' dtype (queries stay bf16)")
     ap.add_argument("--fp8-path", choices=list(FP8_PATHS), default="cast",
                     help="with an fp8 --kv-dtype: KernelOptions.fp8_path (how codes become MMA operands)")
-    ap.add_argument("--short-build", choices=["one-tile", "masked-only"], default="",
+    ap.add_argument("--short-build", choices=["one-tile"], default="",
                     help="the tl kernel's short build (KernelOptions.short_build); needs --kv-desc off")
     ap.add_argument("--ops", action="store_true",
                     help="also print SASS conversion / shared-memory / MMA / barrier counts and the "

@@ -1,6 +1,6 @@
 """The tl kernel's short build (`KernelOptions.short_build`): ONE_TILE (one split, every
-S_b <= BLOCK_N: one tile, no loop, a plain softmax) and MASKED_ONLY (no context loop, every
-tile through the masked one), against the float64 reference; the option's rule and checks.
+S_b <= BLOCK_N: one tile, no loop, a plain softmax) against the float64 reference; the
+option's rule and checks.
 
 CPU: Triton's interpreter (16 x 16 tiles, so S_b <= 16 takes ONE_TILE), tiny shapes; on a GPU
 the same tests compile the kernel (64-token tiles: every S_b here still fits one tile).
@@ -35,11 +35,13 @@ def consts(ta: TreeAttention) -> dict:
 
 
 def assert_build(ta: TreeAttention, build: str) -> None:
-    """ta runs the short build `build` ("one-tile" / "masked-only"), without TMA or look-ahead."""
+    """ta runs the short build `build` ("one-tile") without TMA or look-ahead, or ("") today's build."""
     c = consts(ta)
-    assert ta.short_build == build and ta.kernel.endswith(f" {build}"), ta.kernel
-    assert (c["ONE_TILE"], c["MASKED_ONLY"]) == (build == "one-tile", build == "masked-only")
-    assert not c["KV_DESC"] and not c["BT_AHEAD"] and not ta.kv_desc
+    assert ta.short_build == build and c["ONE_TILE"] is (build == "one-tile"), ta.kernel
+    if build:
+        assert ta.kernel.endswith(f" {build}") and not c["KV_DESC"] and not c["BT_AHEAD"] and not ta.kv_desc
+    else:
+        assert ta.kernel.endswith(f"splits={ta.plan.num_splits}"), ta.kernel
 
 
 def check(case: Case, lse: bool = True, **kw) -> TreeAttention:
@@ -73,47 +75,37 @@ def test_one_tile_matches_the_reference(page_size, mode):
     assert ta.plan.num_splits == 1 and ta.plan.m_tiles == 2
 
 
-@pytest.mark.parametrize("page_size", [1, 3, 16])
-@pytest.mark.parametrize("mode", ["tree", "bias", "causal"])
-def test_masked_only_matches_the_reference(page_size, mode):
-    """L_b 0, 5, 23 and 40: S_b 7 to 47, up to 3 tiles, the first ones wholly context tiles that
-    now take the masked loop; one split."""
-    case = Case(batch_size=4, context_len="list:0,5,23,40", tree="full:2:2", page_size=page_size,
-                tree_per_request="mixed" if mode == "tree" else "same", **SMALL)
-    assert_build(run(case, mode, config=TILE, options=SHORT), "masked-only")
-
-
 @pytest.mark.parametrize("page_size", [3, 16])
 @pytest.mark.parametrize("fused", [False, True])
-def test_masked_only_with_splits_that_see_nothing(page_size, fused):
-    """Split-KV (3 splits of one tile each) over L_b 0 and ragged contexts: the splits past a
-    short request's last tile see nothing of its rows (LSE -inf, weight 0 in the merge); and S_b
-    <= BLOCK_N with split-KV is masked-only too (ONE_TILE needs one split)."""
+def test_short_build_where_it_cannot_run(page_size, fused):
+    """short_build=True where one tile does not hold every S_b (S_b 7 to 45, up to 3 tiles), or
+    with split-KV asked for: today's build, the context loop and the masked one (with splits
+    past a short request's last tile seeing nothing, weight 0 in the merge)."""
     case = Case(batch_size=4, context_len="list:0,3,25,38", tree="full:2:2", tree_per_request="mixed",
                 page_size=page_size, **SMALL)
+    assert_build(run(case, config=TILE, options=SHORT), "")
     ta = run(case, config=TILE, num_splits=3, fused_merge=fused, options=SHORT)
-    assert_build(ta, "masked-only")
+    assert_build(ta, "")
     assert ta.plan.num_splits == 3
     short = Case(batch_size=2, context_len="list:9,2", tree="full:2:2", page_size=page_size, **SMALL)
-    assert_build(run(short, config=TILE, num_splits=2, fused_merge=fused, options=SHORT), "masked-only")
+    assert_build(run(short, config=TILE, num_splits=2, fused_merge=fused, options=SHORT), "")
 
 
-@pytest.mark.parametrize("build,context", [("one-tile", "list:9,1"), ("masked-only", "list:9,30")])
-def test_short_builds_without_lse(build, context):
-    case = Case(batch_size=2, context_len=context, tree="full:2:2", page_size=16, **SMALL)
-    assert_build(check(case, lse=False, options=SHORT), build)
+@pytest.mark.parametrize("page_size", [3, 16])
+def test_one_tile_without_lse(page_size):
+    case = Case(batch_size=2, context_len="list:9,1", tree="full:2:2", page_size=page_size, **SMALL)
+    assert_build(check(case, lse=False, config=TILE, options=SHORT), "one-tile")
 
 
-@pytest.mark.parametrize("build,context", [("one-tile", "list:9,0,4"), ("masked-only", "list:9,0,37")])
 @pytest.mark.parametrize("path", ["fp16", "cast"])
 @pytest.mark.parametrize("page_size", [3, 16])
-def test_short_builds_over_an_fp8_pool(build, context, path, page_size):
+def test_one_tile_over_an_fp8_pool(path, page_size):
     """An e4m3 pool with k_scale 0.25 and v_scale 0.5 (the seed_fp8 pool), bf16 queries: the
     fp16 MMAs with each query row scaled into fp16's range (Q_ROW_SCALE), and the cast."""
-    case = Case(batch_size=3, context_len=context, tree="full:2:2", tree_per_request="mixed",
+    case = Case(batch_size=3, context_len="list:9,0,4", tree="full:2:2", tree_per_request="mixed",
                 page_size=page_size, **FP8, **SMALL)
-    ta = check(case, options=KernelOptions(short_build=True, fp8_path=path))
-    assert_build(ta, build)
+    ta = check(case, config=TILE, options=KernelOptions(short_build=True, fp8_path=path))
+    assert_build(ta, "one-tile")
     assert consts(ta)["Q_ROW_SCALE"] is (path == "fp16")
 
 
@@ -141,8 +133,8 @@ def test_short_context_config_never_applies_in_the_interpreter():
 
 def test_default_takes_the_short_build_exactly_where_the_short_config_applies(monkeypatch):
     """With short_context_config standing in for the GPU's (the interpreter's tile wherever max
-    S_b <= 40, else None), the default options take one-tile at S_b <= 16, masked-only up to 40
-    and today's build past it, early_first alike; kv_desc=True and short_build=False keep
+    S_b <= 40, else None), the default options take one-tile at S_b <= 16 (the tile) and today's
+    build past it, early_first on up to 40; kv_desc=True and short_build=False keep
     today's build (the short config and early_first stay); a given config skips the rule."""
     import treebench.kernels.tree_attention as kt
 
@@ -152,12 +144,12 @@ def test_default_takes_the_short_build_exactly_where_the_short_config_applies(mo
         asked.append(max_s)
         return KernelConfig(16, 16, 1, 1) if max_s <= 40 else None
     monkeypatch.setattr(kt, "short_context_config", short_config)
-    for context, build in (("list:9,0", "one-tile"), ("list:9,33", "masked-only"), ("list:9,34", "")):
+    for context, build, early in (("list:9,0", "one-tile", True), ("list:9,33", "", True), ("list:9,34", "", False)):
         case = Case(batch_size=2, context_len=context, tree="full:2:2", page_size=16, **SMALL)
         ta = run(case)
-        assert (ta.short_build, ta.early_first) == (build, bool(build)), ta.kernel
-        assert consts(ta)["ONE_TILE"] is (build == "one-tile") and consts(ta)["MASKED_ONLY"] is (build == "masked-only")
-        assert ta.kv_desc is not bool(build) and ta.kernel.endswith(f"splits=1{' ' if build else ''}{build}")
+        assert (ta.short_build, ta.early_first) == (build, early), ta.kernel
+        assert consts(ta)["ONE_TILE"] is (build == "one-tile")
+        assert ta.kernel.endswith(f"splits=1{' ' if build else ''}{build}")
     assert asked == [16, 40, 41]
     case = Case(batch_size=2, context_len="list:9,0", tree="full:2:2", page_size=16, **SMALL)
     for opts in (KernelOptions(kv_desc=True), KernelOptions(short_build=False)):

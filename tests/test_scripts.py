@@ -216,11 +216,11 @@ def test_sm90_compile_shows_the_look_ahead_keeps_gathered_tiles_in_flight():
 
 def test_sm90_compile_short_builds_have_less_code():
     """docs/kernel.md's short build, from a local sm_90 compile: the 16-row short config at P 16
-    without the context loop (masked-only), and without any loop (one-tile), has fewer SASS
-    instructions than today's build; a short build with TMA context tiles is refused."""
+    without any loop (one-tile) has fewer SASS instructions than today's build; a short build
+    with TMA context tiles is refused."""
     pytest.importorskip("triton")
     ins = []
-    for short in ([], ["--short-build", "masked-only"], ["--short-build", "one-tile"]):
+    for short in ([], ["--short-build", "one-tile"]):
         r = _script("sm90_compile.py", "--config", "16,32,2,2", "--page-size", "16", "--kv-desc", "off", *short)
         if r.returncode != 0 and ("cuobjdump" in r.stderr or "ptxas" in r.stderr):
             pytest.skip(f"no sm_90 toolchain in this Triton: {r.stderr.strip().splitlines()[-1]}")
@@ -228,7 +228,7 @@ def test_sm90_compile_short_builds_have_less_code():
         build = ast.literal_eval(r.stdout.strip().splitlines()[-1].split(": ", 1)[1])
         ins.append(build["ins"])
         assert build["spill_loads"] == 0 and build["loop_async_wait"] == ([] if "one-tile" in short else [0])
-    assert ins[0] > ins[1] > ins[2], ins
+    assert ins[0] > ins[1], ins
     r = _script("sm90_compile.py", "--config", "16,32,2,2", "--short-build", "one-tile")
     assert r.returncode == 2 and "--kv-desc off" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
