@@ -66,20 +66,21 @@ CELLS = [(64, 2048, "vllm:pr_27"), (64, 2048, "full:3:3"), (64, 2048, "full:3:1"
          (1, 1024, "vllm:pr_27"), (1, 2048, "full:3:3"), (16, 2048, "eagle:mc_sim_7b_63")]
 TIMERS = {"flushed": ("cuda_graph", True), "loop": ("cuda_graph_loop", False)}   # --timer: (mode, flush_l2)
 KERNEL_FILES = ("__init__.py", "launch.py", "tree_attention.py", "tree_attention_plan.py", "tree_attention_reduce.py")
-OPTIONAL_FILES = ("tree_attention_tl.py", "tree_attention_ws.py",   # revisions with the warp-specialised kernel
-                  "options.py")                                    # revisions with KernelOptions
+# every other module of the base's kernels folder is copied too (the tl, warp-specialised, options, gather
+# and fp8 modules of later revisions), so the base imports its own modules, never this tree's
 
 
 def load_base(base: Path, name: str = "base"):
-    """A revision's `kernels` package from folder `base`, imported as `kernels_<name>` (its
-    absolute `kernels.` imports rewritten) from a temporary copy."""
+    """A revision's `kernels` package from folder `base` (every `*.py` in it), imported as
+    `kernels_<name>` from a temporary copy, its absolute imports of the package
+    (`treebench.kernels.` and, in older revisions, `kernels.`) rewritten to the copy."""
     tmp = tempfile.mkdtemp(prefix="ab-kernel-")
     atexit.register(shutil.rmtree, tmp, ignore_errors=True)
     pkg = Path(tmp) / f"kernels_{name}"
     pkg.mkdir()
-    for file in KERNEL_FILES + tuple(n for n in OPTIONAL_FILES if (base / n).is_file()):
-        text = (base / file).read_text().replace("from kernels.", f"from {pkg.name}.").replace(
-            "import kernels.", f"import {pkg.name}.")
+    for file in sorted({*KERNEL_FILES, *(p.name for p in base.glob("*.py"))}):
+        text = (base / file).read_text().replace("treebench.kernels.", f"{pkg.name}.")
+        text = text.replace("from kernels.", f"from {pkg.name}.").replace("import kernels.", f"import {pkg.name}.")
         (pkg / file).write_text(text)
     sys.path.insert(0, str(pkg.parent))
     return importlib.import_module(f"{pkg.name}.tree_attention")

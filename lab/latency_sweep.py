@@ -24,7 +24,9 @@ Cells (bf16, Hq 32, Hkv 8, D 128, shuffled pages, one tree per batch as in the s
   (`KernelOptions.fp8_path`: the default fp16 MMAs over cast codes, the cast to Q's dtype, or
   bit-manipulated codes, `FP8_ALT_PATHS`) an fp8 pool wants, and the warp-specialised kernel
   over the codes (`KernelOptions.ws_fp8`: the plan's choice, and with ws=True forced, e.g. at
-  P 16 or where the plan keeps the tl kernel).
+  P 16 or where the plan keeps the tl kernel);
+- `fp8_latency`: the `latency` cells over that e4m3 pool (the seed_fp8 suite's L 16 cells),
+  with their bf16 twins: the default, the other fp8 operand paths, and the short build off.
 
 Candidates (`candidates`, explicit and small: under 2 minutes on an H200): the default plan;
 early_first forced on and off; for the latency cells, the tl kernel's short build forced on
@@ -100,7 +102,7 @@ B1_CANDIDATES = (*((f"splits{n}", {"num_splits": n}) for n in (4, 8, 12, 16, 24,
                  *((f"fused_merge splits{n}", {"fused_merge": True, "num_splits": n}) for n in (8, 16)),
                  ("fused_merge", {"fused_merge": True}), ("merge_rows4", {"merge_rows": 4}),
                  ("tl", {"ws": False}), ("tl splits16", {"ws": False, "num_splits": 16}))
-GROUPS = ("latency", "pages", "fp8", "b1")
+GROUPS = ("latency", "pages", "fp8", "b1", "fp8_latency")
 
 
 def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple]:
@@ -125,6 +127,9 @@ def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple]:
         ws_fp8 = [("ws_fp8", None, KernelOptions(ws_fp8=True))] + ([] if smoke else [   # Gluon needs a GPU
             ("ws_fp8_forced", None, KernelOptions(ws_fp8=True), {"ws": True})])
         return out[:1] + paths + tiles + ws_fp8
+    if group == "fp8_latency":
+        return out[:1] + [(f"fp8_{p}", None, KernelOptions(fp8_path=p)) for p in FP8_ALT_PATHS] + [
+            ("no_short_build", None, KernelOptions(short_build=False))]
     if group == "latency":
         out[1:1] = [("short_build", None, KernelOptions(short_build=True)),
                     ("no_short_build", None, KernelOptions(short_build=False))]
@@ -147,7 +152,9 @@ def cells(groups: list[str], smoke: bool) -> list[tuple[str, Case]]:
             ("pages", Case(batch_size=2, context_len=40, tree="full:2:2", page_size=16, **tiny)),
             ("pages", Case(batch_size=2, context_len=40, tree="full:2:2", page_size=GATHER_PAGES[1], **tiny)),
             ("fp8", Case(batch_size=2, context_len=20, tree="full:2:1", page_size=16, **FP8, **tiny)),
-            ("b1", Case(batch_size=1, context_len=70, tree="full:2:2", page_size=16, **tiny))) if g in groups]
+            ("b1", Case(batch_size=1, context_len=70, tree="full:2:2", page_size=16, **tiny)),
+            ("fp8_latency", Case(batch_size=1, context_len=16, tree="full:2:1", page_size=8, **FP8, **tiny)))
+            if g in groups]
     seed = dict(num_q_heads=32, num_kv_heads=8, head_dim=128, dtype="bfloat16", layout="shuffled")
     out = []
     if "latency" in groups:
@@ -164,6 +171,9 @@ def cells(groups: list[str], smoke: bool) -> list[tuple[str, Case]]:
     if "fp8" in groups:
         out += [("fp8", Case(batch_size=64, context_len=2048, tree=t, page_size=p, **FP8, **seed))
                 for t in FP8_TREES for p in PAGES]
+    if "fp8_latency" in groups:
+        out += [("fp8_latency", Case(batch_size=b, context_len=16, tree=t, page_size=p, **FP8, **seed))
+                for b, t in LATENCY_CELLS for p in PAGES]
     return out
 
 
@@ -229,7 +239,7 @@ def sweep(args) -> list[dict]:
                 {"candidate": "vllm_triton", "status": "pass", **dict(zip(("flushed_us", "loop_us"),
                                                                          time_both(fn, device, False)))}
             cell_rows.append(base | row)
-        if group == "fp8":        # the same cell over a bf16 pool, the other side of the fp8 / bf16 ratio
+        if group in ("fp8", "fp8_latency"):   # the same cell over a bf16 pool, the other side of the fp8 / bf16 ratio
             twin = dataclasses.replace(case, kv_dtype=None, k_scale=1.0, v_scale=1.0)
             t_in = build_inputs(twin, device)
             cell_rows.append(base | {"candidate": "bf16_default", "case_id": twin.case_id, "kv_dtype": twin.dtype,

@@ -287,11 +287,14 @@ def test_latency_sweep_refuses_bad_arguments_and_runs_in_the_interpreter(tmp_pat
     gather = [r["candidate"] for r in rows if r["group"] == "pages" and r["page_size"] == 8]
     assert gather == ["default", "no_ws_gather"]        # P 8: the default against the tl kernel's gather only
     out = tmp_path / "smoke-fp8.json"
-    r = subprocess.run([sys.executable, str(script), "--smoke", "--groups", "fp8,b1", "--out", str(out)],
+    r = subprocess.run([sys.executable, str(script), "--smoke", "--groups", "fp8,b1,fp8_latency", "--out", str(out)],
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr
     rows = json.loads(out.read_text())["rows"]
-    assert {r["group"] for r in rows} == {"fp8", "b1"} and {r["status"] for r in rows} == {"pass"}
+    assert {r["group"] for r in rows} == {"fp8", "b1", "fp8_latency"} and {r["status"] for r in rows} == {"pass"}
+    short = {r["candidate"]: r for r in rows if r["group"] == "fp8_latency"}   # an L 16 cell over the e4m3 pool
+    assert set(short) == {"bf16_default", "default", "fp8_cast", "fp8_bits", "no_short_build"}
+    assert short["default"]["kv_dtype"] == "float8_e4m3fn" and short["bf16_default"]["kv_dtype"] == "bfloat16"
     assert {"bf16_default", "default", "fp8_cast", "fp8_bits", "tl16x64w2s4", "tl16x64w2s4+cast", "splits4",
             "ws_fp8"} <= {r["candidate"] for r in rows}
     assert {r["splits"] for r in rows if r["candidate"] == "splits32"} == {32}

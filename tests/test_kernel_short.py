@@ -149,7 +149,7 @@ def test_default_takes_the_short_build_exactly_where_the_short_config_applies(mo
         ta = run(case)
         assert (ta.short_build, ta.early_first) == (build, early), ta.kernel
         assert consts(ta)["ONE_TILE"] is (build == "one-tile")
-        assert ta.kernel.endswith(f"splits=1{' ' if build else ''}{build}")
+        assert ta.kernel.endswith(" one-tile") is (build == "one-tile"), ta.kernel   # a GPU may split the others
     assert asked == [16, 40, 41]
     case = Case(batch_size=2, context_len="list:9,0", tree="full:2:2", page_size=16, **SMALL)
     for opts in (KernelOptions(kv_desc=True), KernelOptions(short_build=False)):

@@ -413,3 +413,16 @@ def test_clock_probe_refuses_bad_input_with_one_line(tmp_path):
         r = _script("clock_probe.py", "--out", str(tmp_path / "o"), *args)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_ab_kernel_base_imports_its_own_modules(tmp_path):
+    """load_base copies every module of the base folder and points the base's package imports at
+    the copy: a marker in the base's tl kernel module is what its tree_attention sees."""
+    base = _base_copy(tmp_path)
+    tl = base / "tree_attention_tl.py"
+    tl.write_text(tl.read_text() + "\nAB_BASE_MARKER = 'base'\n")
+    mod = _import_script("ab_kernel").load_base(base, "marker")
+    tl_mod = sys.modules[mod.tree_attn_fwd_kernel.fn.__module__]
+    assert tl_mod.__name__ == "kernels_marker.tree_attention_tl" and tl_mod.AB_BASE_MARKER == "base"
+    assert not any(getattr(v, "__module__", "").startswith("treebench.kernels.")
+                   for v in vars(mod).values() if callable(v) and not isinstance(v, type(sys)))
