@@ -26,7 +26,8 @@ Cells (bf16, Hq 32, Hkv 8, D 128, shuffled pages, one tree per batch as in the s
   over the codes (`KernelOptions.ws_fp8`: the plan's choice, and with ws=True forced, e.g. at
   P 16 or where the plan keeps the tl kernel);
 - `fp8_latency`: the `latency` cells over that e4m3 pool (the seed_fp8 suite's L 16 cells),
-  with their bf16 twins: the default, the other fp8 operand paths, and the short build off.
+  with their bf16 twins: the default, the other fp8 operand paths, the short build off, and
+  short-config tiles with more warps (`FP8_SHORT_CONFIGS`, the one-tile build where it runs).
 
 Candidates (`candidates`, explicit and small: under 2 minutes on an H200): the default plan;
 early_first forced on and off; for the latency cells, the tl kernel's short build forced on
@@ -89,6 +90,8 @@ GATHER_PAGES = (1, 8)
 TINY_CONFIGS = ((16, 16, 1, 2), (16, 32, 2, 2), (16, 64, 2, 2), (32, 32, 2, 2), (32, 64, 4, 2),
                 (64, 32, 4, 2), (64, 64, 4, 2), (16, 32, 2, 1), (16, 64, 2, 1), (32, 64, 4, 1), (64, 64, 4, 1))
 FP8_TREES = ("full:3:1", "full:3:2", "vllm:pr_27")
+# tl tiles for the L 16 cells over an fp8 pool (`fp8_latency`): the short configs' tiles with 2-8 warps
+FP8_SHORT_CONFIGS = ((16, 32, 4, 2), (16, 32, 8, 2), (16, 64, 4, 2), (32, 64, 8, 2), (16, 32, 2, 1), (32, 64, 4, 1))
 # tl tiles for an fp8 pool, (BLOCK_M, BLOCK_N, warps, stages): the table's 16- and 64-row tiles
 # (larger BLOCK_N and more warps measured slower over fp8 pools) and one 128-row tile for the
 # 112 rows of the 27-node tree (one M tile, each K/V tile read once).
@@ -127,9 +130,11 @@ def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple]:
         ws_fp8 = [("ws_fp8", None, KernelOptions(ws_fp8=True))] + ([] if smoke else [   # Gluon needs a GPU
             ("ws_fp8_forced", None, KernelOptions(ws_fp8=True), {"ws": True})])
         return out[:1] + paths + tiles + ws_fp8
-    if group == "fp8_latency":
+    if group == "fp8_latency":   # more warps per tile: fewer conversions per thread before the first MMA
         return out[:1] + [(f"fp8_{p}", None, KernelOptions(fp8_path=p)) for p in FP8_ALT_PATHS] + [
-            ("no_short_build", None, KernelOptions(short_build=False))]
+            ("no_short_build", None, KernelOptions(short_build=False))] + [
+            (f"tl{bm}x{bn}w{w}s{s}+short", KernelConfig(bm, bn, w, s), KernelOptions(early_first=True, short_build=True))
+            for bm, bn, w, s in FP8_SHORT_CONFIGS[::4 if smoke else 1]]
     if group == "latency":
         out[1:1] = [("short_build", None, KernelOptions(short_build=True)),
                     ("no_short_build", None, KernelOptions(short_build=False))]

@@ -293,7 +293,9 @@ def test_latency_sweep_refuses_bad_arguments_and_runs_in_the_interpreter(tmp_pat
     rows = json.loads(out.read_text())["rows"]
     assert {r["group"] for r in rows} == {"fp8", "b1", "fp8_latency"} and {r["status"] for r in rows} == {"pass"}
     short = {r["candidate"]: r for r in rows if r["group"] == "fp8_latency"}   # an L 16 cell over the e4m3 pool
-    assert set(short) == {"bf16_default", "default", "fp8_cast", "fp8_bits", "no_short_build"}
+    assert set(short) == {"bf16_default", "default", "fp8_cast", "fp8_bits", "no_short_build", "tl16x32w4s2+short",
+                          "tl16x32w2s1+short"}
+    assert short["tl16x32w4s2+short"]["kernel"].endswith(" one-tile")          # S_b 19 fits its 32-token tile
     assert short["default"]["kv_dtype"] == "float8_e4m3fn" and short["bf16_default"]["kv_dtype"] == "bfloat16"
     assert {"bf16_default", "default", "fp8_cast", "fp8_bits", "tl16x64w2s4", "tl16x64w2s4+cast", "splits4",
             "ws_fp8"} <= {r["candidate"] for r in rows}
