@@ -67,8 +67,8 @@ class KernelOptions:
             softmax with no rescale, no TMA and no block-table look-ahead (after an L2 flush a
             call fetches its instructions cold; `TreeAttention.kernel` ends in " one-tile").
             None (default): with the short-context configs, as early_first, unless kv_desc=True
-            asks for TMA context tiles (at L 16 on the H200 0.91-1.0x of the build without it,
-            flushed, on 15 of the 16 one-tile cells, `results/h200/kernel/short-build-sweep.txt`).
+            asks for TMA context tiles (at L 16 on the H200 0.90-1.01x of the build without it
+            flushed and 0.81-0.96x back to back, `results/h200/kernel/short-build-sweep*.txt`).
             True: wherever it can run (with kv_desc=True: ConfigError). False: never.
         ws_page_tma: the warp-specialised kernel at P < 64 that divides its 64-token tile
             (P 16, 32): one TMA box of P rows per page, BLOCK_N // P per tile, all arriving
