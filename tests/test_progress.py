@@ -73,7 +73,11 @@ def test_a_closed_stream_stops_the_lines_not_the_sweep():
 
 def test_the_estimate_says_what_it_is_based_on():
     assert estimate(10, "run", "cpu") == ("about 40.0 s (10 pairs x 4.00 s: a rough constant of 4 s per run pair "
-                                          "on cpu; no earlier rows of this env to measure from)")
+                                          "on cpu; no earlier run in the file with 3 or more timed rows over more "
+                                          "than 0 s to measure from)")
+    fast = [{"env": "e1", "run_id": "r", "status": "pass", "timestamp": f"2026-01-01T00:00:00.{ms:03d}+00:00"}
+            for ms in (100, 300, 500, 700)]            # the rows' millisecond stamps: a run inside one second
+    assert estimate(10, "run", "cpu", fast, "e1", "x.jsonl").startswith("about 2.0 s (10 pairs x 0.20 s: measured")
     rows = [{"env": "e1", "run_id": "r", "status": "pass", "timestamp": f"2026-01-01T00:00:{s:02d}+00:00"}
             for s in (0, 2, 4, 6)]
     assert estimate(10, "run", "cuda:0", rows, "e1", "x.jsonl").startswith(

@@ -188,7 +188,7 @@ def worker_main(conn: Connection, device: str, log_level: int, parent_pid: int |
 def _error_row(name: str, case: Case, config: RunConfig, reason: str) -> dict:
     """An error row for backend `name` on `case`, made without running it."""
     row = base_row(name, case, config)
-    row.update(status="error", reason=reason, timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    row.update(status="error", reason=reason, timestamp=datetime.now(timezone.utc).isoformat(timespec="milliseconds"))
     return row
 
 

@@ -176,5 +176,5 @@ def estimate(pairs: int, mode: str, device: str, rows: Iterable[dict] = (), env_
     else:
         per = SECONDS_PER_PAIR.get((mode, device.split(":")[0]), SECONDS_PER_PAIR[(mode, "cpu")])
         basis = (f"a rough constant of {per:g} s per {mode} pair on {device.split(':')[0]}; "
-                 "no earlier rows of this env to measure from")
+                 "no earlier run in the file with 3 or more timed rows over more than 0 s to measure from")
     return f"about {format_duration(pairs * per)} ({plural(pairs, 'pair')} x {per:.2f} s: {basis})"
