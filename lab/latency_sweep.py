@@ -32,7 +32,8 @@ Cells (bf16, Hq 32, Hkv 8, D 128, shuffled pages, one tree per batch as in the s
 Candidates (`candidates`, explicit and small: under 2 minutes on an H200): the default plan;
 early_first forced on and off; for the latency cells, the tl kernel's short build forced on
 and off (`short_build`, `no_short_build`: `KernelOptions.short_build`, run right after the
-default) and small tl tiles (BLOCK_M 16-64, BLOCK_N 16-64, 1-4 warps) with early_first;
+default), small tl tiles (BLOCK_M 16-64, BLOCK_N 16-64, 1-4 warps) with early_first, and
+short tiles with 4 and 8 warps in the one-tile build (`SHORT_WARP_CONFIGS`, `+short`);
 `page_gather`, and `ws_page_tma=False` (the tl kernel's gather instead of one TMA box per
 page) and `tl` (the tl kernel forced), for the P 16 cells; `no_ws_gather` for the P 1 and 8
 cells. Every candidate's output is compared with the float64 reference before it is timed (a
@@ -92,6 +93,9 @@ TINY_CONFIGS = ((16, 16, 1, 2), (16, 32, 2, 2), (16, 64, 2, 2), (32, 32, 2, 2), 
 FP8_TREES = ("full:3:1", "full:3:2", "vllm:pr_27")
 # tl tiles for the L 16 cells over an fp8 pool (`fp8_latency`): the short configs' tiles with 2-8 warps
 FP8_SHORT_CONFIGS = ((16, 32, 4, 2), (16, 32, 8, 2), (16, 64, 4, 2), (32, 64, 8, 2), (16, 32, 2, 1), (32, 64, 4, 1))
+# the one-tile build with more warps for the bf16 latency cells: in a local sm_90 compile the 16-row
+# short config's one-tile build runs 859 SASS instructions per thread with 2 warps, 584 with 4, 496 with 8
+SHORT_WARP_CONFIGS = ((16, 32, 4, 2), (16, 32, 8, 2), (16, 64, 4, 2), (16, 64, 8, 2), (32, 64, 8, 2))
 # tl tiles for an fp8 pool, (BLOCK_M, BLOCK_N, warps, stages): the table's 16- and 64-row tiles
 # (larger BLOCK_N and more warps measured slower over fp8 pools) and one 128-row tile for the
 # 112 rows of the 27-node tree (one M tile, each K/V tile read once).
@@ -140,6 +144,9 @@ def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple]:
                     ("no_short_build", None, KernelOptions(short_build=False))]
         out += [(f"tl{bm}x{bn}w{w}s{s}+early", KernelConfig(bm, bn, w, s), KernelOptions(early_first=True))
                 for bm, bn, w, s in TINY_CONFIGS]
+        out += [(f"tl{bm}x{bn}w{w}s{s}+short", KernelConfig(bm, bn, w, s), KernelOptions(early_first=True,
+                                                                                          short_build=True))
+                for bm, bn, w, s in SHORT_WARP_CONFIGS[::3 if smoke else 1]]
         if not smoke:   # the table's warp-specialised config, forced (Gluon needs a GPU)
             out.append(("ws", None, KernelOptions(), {"ws": True}))
     elif page_size < 64:

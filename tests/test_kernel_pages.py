@@ -284,6 +284,7 @@ def test_latency_sweep_refuses_bad_arguments_and_runs_in_the_interpreter(tmp_pat
                                                         "no_short_build"} <= {r["candidate"] for r in rows}
     kernels = {r["candidate"]: r["kernel"] for r in rows if r["group"] == "latency"}      # S_b 19: two tiles
     assert kernels["short_build"] == kernels["no_short_build"] == kernels["default"]     # one-tile cannot run
+    assert kernels["tl16x32w4s2+short"].endswith(" one-tile") and kernels["tl16x64w8s2+short"].endswith(" one-tile")
     gather = [r["candidate"] for r in rows if r["group"] == "pages" and r["page_size"] == 8]
     assert gather == ["default", "no_ws_gather"]        # P 8: the default against the tl kernel's gather only
     out = tmp_path / "smoke-fp8.json"
