@@ -298,7 +298,20 @@ def tree_attn_fwd_kernel(
         else:
             kv_next = _kv_tile_offsets(BT, b, tl.minimum(t_lo, last) * BLOCK_N, bt_width, stride_bt, stride_kn,
                                        stride_kp, P, BLOCK_N, PAGE_TILE, GATHER_PAGES)
-    if not ONE_TILE:
+    if ONE_TILE:                                # one split, every S_b <= BLOCK_N: tile 0 alone
+        offs_n = tl.arange(0, BLOCK_N)
+        if EARLY_FIRST:
+            kv = kv_first
+        else:
+            kv = _kv_tile_offsets(BT, b, 0, bt_width, stride_bt, stride_kn, stride_kp, P, BLOCK_N, PAGE_TILE,
+                                  GATHER_PAGES)
+        s, v = _masked_tile(q, K_h, V_h, kv, offs_d, offs_n < S, MASK, BIAS, row_tok, node, row_ok, offs_n, L,
+                            T, qk_2d, stride_mw, stride_bias, BLOCK_M, BLOCK_N, MASK_MODE, DOT_FP32, FP8_PATH)
+        m_i = tl.max(s, 1)                      # a plain softmax: no running max to rescale
+        p = tl.exp2(s - tl.where(m_i == float("-inf"), 0.0, m_i)[:, None])
+        l_i = tl.sum(p, 1)
+        acc = _dot(p.to(dtype), v, None, DOT_FP32)
+    else:
         for t in range(t_lo, t_ctx):                # 1) context tiles: no mask
             if KV_DESC:                              # one TMA box per tile (P % BLOCK_N == 0)
                 start = t * BLOCK_N
@@ -328,20 +341,6 @@ def tree_attn_fwd_kernel(
             acc = _dot(p.to(dtype), v, acc * alpha[:, None], DOT_FP32)   # the MMA accumulates in place
             m_i = m_new
 
-    if ONE_TILE:                                # one split, every S_b <= BLOCK_N: tile 0 alone
-        offs_n = tl.arange(0, BLOCK_N)
-        if EARLY_FIRST:
-            kv = kv_first
-        else:
-            kv = _kv_tile_offsets(BT, b, 0, bt_width, stride_bt, stride_kn, stride_kp, P, BLOCK_N, PAGE_TILE,
-                                  GATHER_PAGES)
-        s, v = _masked_tile(q, K_h, V_h, kv, offs_d, offs_n < S, MASK, BIAS, row_tok, node, row_ok, offs_n, L,
-                            T, qk_2d, stride_mw, stride_bias, BLOCK_M, BLOCK_N, MASK_MODE, DOT_FP32, FP8_PATH)
-        m_i = tl.max(s, 1)                      # a plain softmax: no running max to rescale
-        p = tl.exp2(s - tl.where(m_i == float("-inf"), 0.0, m_i)[:, None])
-        l_i = tl.sum(p, 1)
-        acc = _dot(p.to(dtype), v, None, DOT_FP32)
-    else:
         for t in range(tl.maximum(t_lo, t_ctx), t_hi):  # 2) tiles overlapping [L, S): masked
             offs_n = t * BLOCK_N + tl.arange(0, BLOCK_N)
             valid = offs_n < S
