@@ -236,6 +236,7 @@ class TreeAttention:
         fp8_ws = opts.ws_fp8 and inputs.k_cache.dtype in FP8_KV_DTYPES
         cfg = WS_FP8_CONFIGS.get(cfg, cfg) if config is None and fp8_ws else cfg   # a converter and two rings
         tl_cfg = choose_config(rows, d, interpreting(), ws=False)       # the table's tl-kernel config
+        short_cfg = short_context_config(rows, d, max(ss), len(ts), hkv, sms, interpreting())   # or None
         if ws is True or cfg.ws:
             why_ws = ("ws=False" if ws is False
                       else "kv_desc=False (it loads every tile by TMA)" if kv_desc is False
@@ -259,13 +260,11 @@ class TreeAttention:
                                   "table has them above 64 rows at D 128; pass config=KernelConfig(..., ws=N))")
             if not why_ws and config is None and ws is None:
                 tl_tma = kv_desc is not False and not kv_desc_unsupported(inputs, tl_cfg.block_n)
-                short_ok = short_context_config(rows, d, max(ss), len(ts), hkv, sms) is not None
-                if not ws_fills(cfg, len(ts), hkv, rows, sms, tl_tma=tl_tma or short_ok):
+                if not ws_fills(cfg, len(ts), hkv, rows, sms, tl_tma=tl_tma or short_cfg is not None):
                     why_ws = "the tl kernel's programs fit one wave"
             if why_ws:
                 cfg = tl_cfg
-        short = None if config is not None or cfg.ws else \
-            short_context_config(rows, d, max(ss), len(ts), hkv, sms, interpreting())
+        short = None if config is not None or cfg.ws else short_cfg
         cfg = short or cfg
         # a split's first tile's pages loaded with the lengths: measured with the short configs
         self.early_first = bool(short) if opts.early_first is None else opts.early_first
