@@ -112,6 +112,13 @@ B1_CANDIDATES = (*((f"splits{n}", {"num_splits": n}) for n in (4, 8, 12, 16, 24,
 GROUPS = ("latency", "pages", "fp8", "b1", "fp8_latency")
 
 
+def one_tile_tiles(configs) -> list[tuple]:
+    """Candidates `tl{M}x{N}w{warps}s{stages}+short`: each (BLOCK_M, BLOCK_N, warps, stages) tile in
+    the one-tile build (`KernelOptions.short_build` forced, early_first on), where it can run."""
+    opts = KernelOptions(early_first=True, short_build=True)
+    return [(f"tl{bm}x{bn}w{w}s{s}+short", KernelConfig(bm, bn, w, s), opts) for bm, bn, w, s in configs]
+
+
 def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple]:
     """(name, config or None for the plan's, options[, TreeAttention keyword arguments]) of one
     cell group at one page size (with smoke, every fifth of the fp8 tiles and of the b1
@@ -136,17 +143,14 @@ def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple]:
         return out[:1] + paths + tiles + ws_fp8
     if group == "fp8_latency":   # more warps per tile: fewer conversions per thread before the first MMA
         return out[:1] + [(f"fp8_{p}", None, KernelOptions(fp8_path=p)) for p in FP8_ALT_PATHS] + [
-            ("no_short_build", None, KernelOptions(short_build=False))] + [
-            (f"tl{bm}x{bn}w{w}s{s}+short", KernelConfig(bm, bn, w, s), KernelOptions(early_first=True, short_build=True))
-            for bm, bn, w, s in FP8_SHORT_CONFIGS[::4 if smoke else 1]]
+            ("no_short_build", None, KernelOptions(short_build=False)),
+            *one_tile_tiles(FP8_SHORT_CONFIGS[::4 if smoke else 1])]
     if group == "latency":
         out[1:1] = [("short_build", None, KernelOptions(short_build=True)),
                     ("no_short_build", None, KernelOptions(short_build=False))]
         out += [(f"tl{bm}x{bn}w{w}s{s}+early", KernelConfig(bm, bn, w, s), KernelOptions(early_first=True))
                 for bm, bn, w, s in TINY_CONFIGS]
-        out += [(f"tl{bm}x{bn}w{w}s{s}+short", KernelConfig(bm, bn, w, s), KernelOptions(early_first=True,
-                                                                                          short_build=True))
-                for bm, bn, w, s in SHORT_WARP_CONFIGS[::3 if smoke else 1]]
+        out += one_tile_tiles(SHORT_WARP_CONFIGS[::3 if smoke else 1])
         if not smoke:   # the table's warp-specialised config, forced (Gluon needs a GPU)
             out.append(("ws", None, KernelOptions(), {"ws": True}))
     elif page_size < 64:
