@@ -17,7 +17,9 @@ Cells (bf16, Hq 32, Hkv 8, D 128, shuffled pages, one tree per batch as in the s
   default;
 - `b1`: B 1, L 2048, the 27-node tree (vllm:pr_27), full:3:3 and full:3:1, P 16 and 128: one
   request, so split-KV fills the GPU and the merge is on the critical path (`B1_CANDIDATES`:
-  split counts, the fused merge, merge rows, the tl kernel against the warp-specialised one);
+  split counts, the fused merge, merge rows, the tl kernel against the warp-specialised one;
+  `B1_TILES`: tl tiles of 64 and 128 rows with 8-32 splits); each passing row also gets the
+  device us per call of each kernel it launches (`kernels_us`, PyTorch profiler, back to back);
 - `fp8`: the `fp8_targets` cells (B 64, L 2048, full:3:1, full:3:2, vllm:pr_27, P 16 and 128)
   over an e4m3 pool with k_scale 0.25 and v_scale 0.5, with the same cell in bf16 timed
   beside (`bf16_default`): which tl tiles (`FP8_CONFIGS`) and which fp8 operand path
@@ -109,6 +111,10 @@ B1_CANDIDATES = (*((f"splits{n}", {"num_splits": n}) for n in (4, 8, 12, 16, 24,
                  *((f"fused_merge splits{n}", {"fused_merge": True, "num_splits": n}) for n in (8, 16)),
                  ("fused_merge", {"fused_merge": True}), ("merge_rows4", {"merge_rows": 4}),
                  ("tl", {"ws": False}), ("tl splits16", {"ws": False, "num_splits": 16}))
+# tl tiles for one request at L 2048, (BLOCK_M, BLOCK_N, warps, stages, splits): one 128-row M tile
+# (the 27-node tree's 112 rows read each K/V tile once) and 64-row tiles with more, shorter splits
+B1_TILES = ((128, 64, 8, 3, 8), (128, 64, 8, 2, 16), (128, 128, 8, 2, 16), (64, 64, 4, 2, 16),
+            (64, 64, 4, 2, 32), (64, 128, 8, 2, 16))
 GROUPS = ("latency", "pages", "fp8", "b1", "fp8_latency")
 
 
@@ -130,7 +136,9 @@ def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple]:
         out.append(("page_gather", None, KernelOptions(page_gather=True)))
         out.append(("page_gather+early", None, KernelOptions(page_gather=True, early_first=True)))
     if group == "b1":
-        return out[:1] + [(name, None, KernelOptions(), kw) for name, kw in B1_CANDIDATES[::5 if smoke else 1]]
+        tiles = [(f"tl{bm}x{bn}w{w}s{st} splits{n}", KernelConfig(bm, bn, w, st), KernelOptions(),
+                  {"ws": False, "num_splits": n}) for bm, bn, w, st, n in B1_TILES[::5 if smoke else 1]]
+        return out[:1] + [(name, None, KernelOptions(), kw) for name, kw in B1_CANDIDATES[::5 if smoke else 1]] + tiles
     if group == "pages" and page_size in GATHER_PAGES:
         return [out[0], ("no_ws_gather", None, KernelOptions(ws_gather=False))]
     if group == "fp8":
@@ -212,7 +220,8 @@ def time_both(fn, device: str, smoke: bool) -> tuple[float, float | None]:
     return flushed, float(triton.testing.do_bench_cudagraph(fn, rep=25, return_mode="median")) * 1e3
 
 
-def run_candidate(inputs, ref, case: Case, cfg, opts, device: str, smoke: bool, extra: dict | None = None) -> dict:
+def run_candidate(inputs, ref, case: Case, cfg, opts, device: str, smoke: bool, extra: dict | None = None,
+                  breakdown: bool = False) -> dict:
     from treebench.kernels.tree_attention import TreeAttention
     try:
         ta = TreeAttention(inputs.for_backend(), "tree", config=cfg, options=opts, **(extra or {}))
@@ -227,9 +236,29 @@ def run_candidate(inputs, ref, case: Case, cfg, opts, device: str, smoke: bool, 
         if not rec.passed:
             return row | {"status": "mismatch", "reason": f"max_abs_err {rec.max_abs_err:.3g}"}
         flushed, loop = time_both(ta, device, smoke)
+        kernels = kernel_times(ta) if breakdown and not smoke else {}
     except Exception as e:     # noqa: BLE001 -- as above
         return row | {"status": "error", "reason": error_reason(e)}
-    return row | {"status": "pass", "flushed_us": flushed, "loop_us": loop}
+    return row | {"status": "pass", "flushed_us": flushed, "loop_us": loop} | (
+        {"kernels_us": kernels} if kernels else {})
+
+
+def kernel_times(fn, calls: int = 20) -> dict[str, float]:
+    """Mean device us per call of each kernel `fn` launches, from the PyTorch profiler (CUPTI),
+    eager and back to back: which of the forward and merge kernels a call's time goes to."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    out: dict[str, float] = {}
+    for ev in prof.events():
+        if ev.device_type == DeviceType.CUDA:
+            out[ev.name[:40]] = out.get(ev.name[:40], 0.0) + ev.device_time / calls
+    return out
 
 
 def sweep(args) -> list[dict]:
@@ -265,8 +294,8 @@ def sweep(args) -> list[dict]:
         for name, cfg, opts, *extra in candidates(group, case.page_size, args.smoke):
             if args.candidates and name not in args.candidates:
                 continue
-            cell_rows.append(base | {"candidate": name} | run_candidate(inputs, ref, case, cfg, opts, device,
-                                                                         args.smoke, *extra))
+            cell_rows.append(base | {"candidate": name} | run_candidate(
+                inputs, ref, case, cfg, opts, device, args.smoke, *(extra or [None]), breakdown=group == "b1"))
         print_cell(label, cell_rows)
         rows += cell_rows
         write(args.out, rows)
@@ -285,8 +314,9 @@ def print_cell(label: str, rows: list[dict]) -> None:
         loop = "" if r["loop_us"] is None else f"{r['loop_us']:7.2f}"
         ratios = "".join(f"  /{n} {r['flushed_us'] / o['flushed_us']:.3f}"
                          for n, o in (("def", ref), ("vllm", peer), ("bf16", bf16)) if o is not None and r is not o)
+        kern = "".join(f"  [{n.split('_kernel')[0]} {us:.2f}]" for n, us in r.get("kernels_us", {}).items())
         print(f"   {r['candidate']:<24} {r['flushed_us']:7.2f} flushed {loop:>7} loop  {r.get('kernel', ''):<22}"
-              f"{ratios}", flush=True)
+              f"{ratios}{kern}", flush=True)
 
 
 def write(out: Path, rows: list[dict]) -> None:
