@@ -236,7 +236,8 @@ class TreeAttention:
         fp8_ws = opts.ws_fp8 and inputs.k_cache.dtype in FP8_KV_DTYPES
         cfg = WS_FP8_CONFIGS.get(cfg, cfg) if config is None and fp8_ws else cfg   # a converter and two rings
         tl_cfg = choose_config(rows, d, interpreting(), ws=False)       # the table's tl-kernel config
-        short_cfg = short_context_config(rows, d, max(ss), len(ts), hkv, sms, interpreting())   # or None
+        short_cfg = short_context_config(rows, d, max(ss), len(ts), hkv, sms, interpreting(),
+                                         fp8=inputs.k_cache.dtype in FP8_KV_DTYPES)   # or None
         if ws is True or cfg.ws:
             why_ws = ("ws=False" if ws is False
                       else "kv_desc=False (it loads every tile by TMA)" if kv_desc is False

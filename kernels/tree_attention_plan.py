@@ -240,26 +240,35 @@ def choose_config(rows: int, head_dim: int, interpret: bool, ws: bool = True) ->
 
 
 # Short contexts (every S_b fits one or two tiles: L 16 in the seed suite), where fixed latency
-# decides: (max S_b bound, rows bound, config, programs must fit one wave at 2 per SM).
-# lab/latency_sweep.py on the H200 (B 1 and 16, L 16, P 16 and 128, flushed; docs/kernel.md):
-# (16, 32, 2, 2) 0.80-0.91x of the table's config for 16-52 rows; (32, 64, 4, 2) 0.85-0.88x for
-# 104-112 rows at B 1, 1.24-1.29x at B 16 (more than one wave), where the table's config stays;
-# and, in one wave, for the 160 and 256 rows of full:3:3 and medusa at B 1, L 16 (S_b 56 and 80):
-# 0.84-0.89x (`results/h200/kernel/latency-sweep-l16.txt`).
-SHORT_CONFIGS: tuple[tuple[int, int, KernelConfig, bool], ...] = (
-    (32, 64, KernelConfig(16, 32, 2, 2), False),
-    (80, 256, KernelConfig(32, 64, 4, 2), True),
+# decides: (max S_b bound, rows bound, config over bf16/fp16 pools, config over fp8 pools,
+# programs must fit one wave at 2 per SM). lab/latency_sweep.py on the H200 (B 1 and 16, L 16,
+# P 16 and 128, flushed; docs/kernel.md, "Short contexts"):
+# - S_b <= 32, <= 64 rows (full:3:0 to full:3:2): (16, 32, 2, 2) took 0.80-0.91x of the table's
+#   config (`results/h200/kernel/latency-sweep-l16.txt`); in the one-tile build 4 warps took
+#   0.89-0.98x of 2 over bf16 pools, and 8 warps 0.88-0.93x of 2 over e4m3 pools (fewer fp8
+#   conversions per thread before the first MMA; `results/h200/kernel/short-warps-sweep.txt`);
+# - S_b <= 64 in one wave (the 27-node, eagle and full:3:3 trees at B 1): the one-tile 16-row
+#   tile of 64 tokens, 0.85-0.92x of (32, 64, 4, 2) with 8 warps over bf16 pools and 0.87-0.92x
+#   with 4 over e4m3 (the same file);
+# - S_b <= 80, <= 256 rows in one wave (medusa at B 1): (32, 64, 4, 2), 0.84-0.89x of the table's
+#   config (`latency-sweep-l16.txt`).
+SHORT_CONFIGS: tuple[tuple[int, int, KernelConfig, KernelConfig, bool], ...] = (
+    (32, 64, KernelConfig(16, 32, 4, 2), KernelConfig(16, 32, 8, 2), False),
+    (64, 256, KernelConfig(16, 64, 8, 2), KernelConfig(16, 64, 4, 2), True),
+    (80, 256, KernelConfig(32, 64, 4, 2), KernelConfig(32, 64, 4, 2), True),
 )
 
 
 def short_context_config(rows: int, head_dim: int, max_seq_len: int, batch_size: int, num_kv_heads: int,
-                         num_sms: int, interpret: bool = False) -> KernelConfig | None:
+                         num_sms: int, interpret: bool = False, fp8: bool = False) -> KernelConfig | None:
     """The tl-kernel config for a batch whose every S_b is short (`SHORT_CONFIGS`), or None
     (the tuned table applies; always under the CPU interpreter, `interpret`). rows = G * max T_b;
-    max_seq_len = max S_b. D 128 only (the measured one). Raises nothing."""
+    max_seq_len = max S_b; fp8: the pools hold fp8 codes. D 128 only (the measured one).
+    Raises nothing."""
     if head_dim != 128 or interpret:
         return None
-    for max_s, max_rows, cfg, one_wave in SHORT_CONFIGS:
+    for max_s, max_rows, cfg, cfg_fp8, one_wave in SHORT_CONFIGS:
+        cfg = cfg_fp8 if fp8 else cfg
         waves_ok = batch_size * num_kv_heads * math.ceil(rows / cfg.block_m) <= 2 * num_sms
         if max_seq_len <= max_s and rows <= max_rows and (waves_ok or not one_wave):
             return cfg

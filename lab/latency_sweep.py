@@ -29,13 +29,15 @@ Cells (bf16, Hq 32, Hkv 8, D 128, shuffled pages, one tree per batch as in the s
   P 16 or where the plan keeps the tl kernel);
 - `fp8_latency`: the `latency` cells over that e4m3 pool (the seed_fp8 suite's L 16 cells),
   with their bf16 twins: the default, the other fp8 operand paths, the short build off, and
-  short-config tiles with more warps (`FP8_SHORT_CONFIGS`, the one-tile build where it runs).
+  short-config tiles with more warps (`FP8_SHORT_CONFIGS`, the one-tile build where it runs) and
+  128-token one-tile tiles (`WIDE_SHORT_CONFIGS`).
 
 Candidates (`candidates`, explicit and small: under 2 minutes on an H200): the default plan;
 early_first forced on and off; for the latency cells, the tl kernel's short build forced on
 and off (`short_build`, `no_short_build`: `KernelOptions.short_build`, run right after the
 default), small tl tiles (BLOCK_M 16-64, BLOCK_N 16-64, 1-4 warps) with early_first, and
-short tiles with 4 and 8 warps in the one-tile build (`SHORT_WARP_CONFIGS`, `+short`);
+short tiles with 4 and 8 warps and 128-token tiles in the one-tile build (`SHORT_WARP_CONFIGS`,
+`WIDE_SHORT_CONFIGS`, `+short`);
 `page_gather`, and `ws_page_tma=False` (the tl kernel's gather instead of one TMA box per
 page) and `tl` (the tl kernel forced), for the P 16 cells; `no_ws_gather` for the P 1 and 8
 cells. Every candidate's output is compared with the float64 reference before it is timed (a
@@ -94,10 +96,13 @@ TINY_CONFIGS = ((16, 16, 1, 2), (16, 32, 2, 2), (16, 64, 2, 2), (32, 32, 2, 2), 
                 (64, 32, 4, 2), (64, 64, 4, 2), (16, 32, 2, 1), (16, 64, 2, 1), (32, 64, 4, 1), (64, 64, 4, 1))
 FP8_TREES = ("full:3:1", "full:3:2", "vllm:pr_27")
 # tl tiles for the L 16 cells over an fp8 pool (`fp8_latency`): the short configs' tiles with 2-8 warps
-FP8_SHORT_CONFIGS = ((16, 32, 4, 2), (16, 32, 8, 2), (16, 64, 4, 2), (32, 64, 8, 2), (16, 32, 2, 1), (32, 64, 4, 1))
+FP8_SHORT_CONFIGS = ((16, 32, 4, 2), (16, 32, 8, 2), (16, 64, 4, 2), (16, 64, 8, 2), (32, 64, 8, 2), (16, 32, 2, 1),
+                     (32, 64, 4, 1))
 # the one-tile build with more warps for the bf16 latency cells: in a local sm_90 compile the 16-row
 # short config's one-tile build runs 859 SASS instructions per thread with 2 warps, 584 with 4, 496 with 8
 SHORT_WARP_CONFIGS = ((16, 32, 4, 2), (16, 32, 8, 2), (16, 64, 4, 2), (16, 64, 8, 2), (32, 64, 8, 2))
+# one-tile 128-token tiles, for S_b up to 128 (medusa at L 16: S_b 80, three 32-token or two 64-token tiles)
+WIDE_SHORT_CONFIGS = ((16, 128, 4, 2), (16, 128, 8, 2), (32, 128, 4, 2), (32, 128, 8, 2), (64, 128, 8, 2))
 # tl tiles for an fp8 pool, (BLOCK_M, BLOCK_N, warps, stages): the table's 16- and 64-row tiles
 # (larger BLOCK_N and more warps measured slower over fp8 pools) and one 128-row tile for the
 # 112 rows of the 27-node tree (one M tile, each K/V tile read once).
@@ -152,13 +157,15 @@ def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple]:
     if group == "fp8_latency":   # more warps per tile: fewer conversions per thread before the first MMA
         return out[:1] + [(f"fp8_{p}", None, KernelOptions(fp8_path=p)) for p in FP8_ALT_PATHS] + [
             ("no_short_build", None, KernelOptions(short_build=False)),
-            *one_tile_tiles(FP8_SHORT_CONFIGS[::4 if smoke else 1])]
+            *one_tile_tiles(FP8_SHORT_CONFIGS[::4 if smoke else 1]),
+            *one_tile_tiles(WIDE_SHORT_CONFIGS[::5 if smoke else 1])]
     if group == "latency":
         out[1:1] = [("short_build", None, KernelOptions(short_build=True)),
                     ("no_short_build", None, KernelOptions(short_build=False))]
         out += [(f"tl{bm}x{bn}w{w}s{s}+early", KernelConfig(bm, bn, w, s), KernelOptions(early_first=True))
                 for bm, bn, w, s in TINY_CONFIGS]
         out += one_tile_tiles(SHORT_WARP_CONFIGS[::3 if smoke else 1])
+        out += one_tile_tiles(WIDE_SHORT_CONFIGS[::5 if smoke else 1])
         if not smoke:   # the table's warp-specialised config, forced (Gluon needs a GPU)
             out.append(("ws", None, KernelOptions(), {"ws": True}))
     elif page_size < 64:
@@ -266,7 +273,7 @@ def sweep(args) -> list[dict]:
     rows: list[dict] = []
     t0 = time.monotonic()
     for group, case in cells(args.groups, args.smoke):
-        if args.page_sizes and case.page_size not in args.page_sizes:
+        if args.page_sizes and case.page_size not in args.page_sizes or args.trees and case.tree not in args.trees:
             continue
         if time.monotonic() - t0 > args.budget_s:
             print(f"budget of {args.budget_s:.0f} s spent: stopping before {case.case_id}", flush=True)
@@ -346,10 +353,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                     help="comma-separated candidate names to run (default: all of each group's; vLLM's kernel and "
                          "the fp8 group's bf16 twin always run)")
     ap.add_argument("--page-sizes", default="", help="comma-separated page sizes: only the cells at these")
+    ap.add_argument("--trees", default="", help="comma-separated tree specs: only the cells of these")
     ap.add_argument("--smoke", action="store_true", help="a tiny cell per group in the CPU interpreter")
     args = ap.parse_args(argv)
     args.groups = [g for g in args.groups.split(",") if g]
     args.candidates = {c for c in args.candidates.split(",") if c}
+    args.trees = {t for t in args.trees.split(",") if t}
     try:
         args.page_sizes = {int(p) for p in args.page_sizes.split(",") if p}
     except ValueError:
@@ -360,6 +369,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     if args.candidates - known:
         refuse(f"--candidates: no candidate {', '.join(sorted(args.candidates - known))} in groups "
                f"{','.join(args.groups)}; known: {', '.join(sorted(known))}")
+    known_trees = {*SEED_TREES, *(c.tree for _, c in cells(GROUPS, True))}
+    if args.trees - known_trees:
+        refuse(f"--trees: no cell of tree {', '.join(sorted(args.trees - known_trees))}; "
+               f"known: {', '.join(sorted(known_trees))}")
     if not args.budget_s > 0:
         refuse(f"--budget-s {args.budget_s}: must be a positive number of seconds")
     if args.out.suffix != ".json" or args.out.exists() or not args.out.parent.is_dir():

@@ -271,7 +271,8 @@ def test_latency_sweep_refuses_bad_arguments_and_runs_in_the_interpreter(tmp_pat
                          (["--out", str(tmp_path / "a.json"), "--groups", "nope"], "--groups"),
                          (["--out", str(tmp_path / "a.json"), "--budget-s", "0"], "--budget-s"),
                          (["--out", str(tmp_path / "a.json"), "--candidates", "default,nope"], "no candidate nope in groups latency,pages; known: "),
-                         (["--out", str(tmp_path / "a.json"), "--page-sizes", "16,x"], "--page-sizes")):
+                         (["--out", str(tmp_path / "a.json"), "--page-sizes", "16,x"], "--page-sizes"),
+                         (["--out", str(tmp_path / "a.json"), "--trees", "full:3:3,nope"], "no cell of tree nope")):
         r = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, env=env)
         assert r.returncode == 2 and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert not list(tmp_path.iterdir())
@@ -295,7 +296,7 @@ def test_latency_sweep_refuses_bad_arguments_and_runs_in_the_interpreter(tmp_pat
     assert {r["group"] for r in rows} == {"fp8", "b1", "fp8_latency"} and {r["status"] for r in rows} == {"pass"}
     short = {r["candidate"]: r for r in rows if r["group"] == "fp8_latency"}   # an L 16 cell over the e4m3 pool
     assert set(short) == {"bf16_default", "default", "fp8_cast", "fp8_bits", "no_short_build", "tl16x32w4s2+short",
-                          "tl16x32w2s1+short"}
+                          "tl32x64w8s2+short", "tl16x128w4s2+short"}
     assert short["tl16x32w4s2+short"]["kernel"].endswith(" one-tile")          # S_b 19 fits its 32-token tile
     assert short["default"]["kv_dtype"] == "float8_e4m3fn" and short["bf16_default"]["kv_dtype"] == "bfloat16"
     assert {"bf16_default", "default", "fp8_cast", "fp8_bits", "tl16x64w2s4", "tl16x64w2s4+cast", "splits4",

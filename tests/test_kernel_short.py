@@ -127,7 +127,7 @@ def test_short_build_rule_and_checks():
 
 
 def test_short_context_config_never_applies_in_the_interpreter():
-    assert short_context_config(16, 128, 20, 16, 8, 132) == KernelConfig(16, 32, 2, 2)
+    assert short_context_config(16, 128, 20, 16, 8, 132) == KernelConfig(16, 32, 4, 2)
     assert short_context_config(16, 128, 20, 16, 8, 132, interpret=True) is None
 
 
@@ -140,7 +140,7 @@ def test_default_takes_the_short_build_exactly_where_the_short_config_applies(mo
 
     asked = []
 
-    def short_config(rows, d, max_s, b, hkv, sms, interpret=False):
+    def short_config(rows, d, max_s, b, hkv, sms, interpret=False, fp8=False):
         asked.append(max_s)
         return KernelConfig(16, 16, 1, 1) if max_s <= 40 else None
     monkeypatch.setattr(kt, "short_context_config", short_config)
