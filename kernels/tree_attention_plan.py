@@ -250,11 +250,15 @@ def choose_config(rows: int, head_dim: int, interpret: bool, ws: bool = True) ->
 # - S_b <= 64 in one wave (the 27-node, eagle and full:3:3 trees at B 1): the one-tile 16-row
 #   tile of 64 tokens, 0.85-0.92x of (32, 64, 4, 2) with 8 warps over bf16 pools and 0.87-0.92x
 #   with 4 over e4m3 (the same file);
-# - S_b <= 80, <= 256 rows in one wave (medusa at B 1): (32, 64, 4, 2), 0.84-0.89x of the table's
-#   config (`latency-sweep-l16.txt`).
+# - S_b <= 128 in one wave (medusa at B 1, S_b 80): the one-tile 16-row tile of 128 tokens with
+#   8 warps, 0.71-0.82x of (32, 64, 4, 2) over bf16 and 0.61-0.73x over e4m3 pools
+#   (`results/h200/kernel/short-wide-sweep.txt`);
+# - S_b <= 80, <= 256 rows in one wave of 32-row programs (medusa at B 3): (32, 64, 4, 2),
+#   0.84-0.89x of the table's config at B 1 (`latency-sweep-l16.txt`).
 SHORT_CONFIGS: tuple[tuple[int, int, KernelConfig, KernelConfig, bool], ...] = (
     (32, 64, KernelConfig(16, 32, 4, 2), KernelConfig(16, 32, 8, 2), False),
     (64, 256, KernelConfig(16, 64, 8, 2), KernelConfig(16, 64, 4, 2), True),
+    (128, 256, KernelConfig(16, 128, 8, 2), KernelConfig(16, 128, 8, 2), True),
     (80, 256, KernelConfig(32, 64, 4, 2), KernelConfig(32, 64, 4, 2), True),
 )
 
