@@ -245,7 +245,7 @@ def choose_config(rows: int, head_dim: int, interpret: bool, ws: bool = True) ->
 # P 16 and 128, flushed; docs/kernel.md, "Short contexts"):
 # - S_b <= 32, <= 64 rows (full:3:0 to full:3:2): (16, 32, 2, 2) took 0.80-0.91x of the table's
 #   config (`results/h200/kernel/latency-sweep-l16.txt`); in the one-tile build 4 warps took
-#   0.89-0.98x of 2 over bf16 pools, and 8 warps 0.88-0.93x of 2 over e4m3 pools (fewer fp8
+#   0.90-0.98x of 2 over bf16 pools, and 8 warps 0.88-0.93x of 2 over e4m3 pools (fewer fp8
 #   conversions per thread before the first MMA; `results/h200/kernel/short-warps-sweep.txt`);
 # - S_b <= 64 in one wave (the 27-node, eagle and full:3:3 trees at B 1): the one-tile 16-row
 #   tile of 64 tokens, 0.85-0.92x of (32, 64, 4, 2) with 8 warps over bf16 pools and 0.87-0.92x
