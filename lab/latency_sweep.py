@@ -19,7 +19,8 @@ Cells (bf16, Hq 32, Hkv 8, D 128, shuffled pages, one tree per batch as in the s
   request, so split-KV fills the GPU and the merge is on the critical path (`B1_CANDIDATES`:
   split counts, the fused merge, merge rows, the tl kernel against the warp-specialised one;
   `B1_TILES`: tl tiles of 64 and 128 rows with 8-32 splits); each passing row also gets the
-  device us per call of each kernel it launches (`kernels_us`, PyTorch profiler, back to back);
+  device us per call of each kernel it launches (`kernels_us`: `splits_sweep.kernel_times`, the
+  median over 20 profiled calls back to back);
 - `fp8`: the `fp8_targets` cells (B 64, L 2048, full:3:1, full:3:2, vllm:pr_27, P 16 and 128)
   over an e4m3 pool with k_scale 0.25 and v_scale 0.5, with the same cell in bf16 timed
   beside (`bf16_default`): which tl tiles (`FP8_CONFIGS`) and which fp8 operand path
@@ -67,6 +68,7 @@ from pathlib import Path
 from typing import NoReturn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))       # lab/: splits_sweep's profiler pass
 
 import torch  # noqa: E402
 
@@ -80,6 +82,7 @@ from treebench.harness.timing.stats import summarize  # noqa: E402
 from treebench.harness.timing.timers import time_callable  # noqa: E402
 from treebench.kernels.options import KernelOptions  # noqa: E402
 from treebench.kernels.tree_attention_plan import KernelConfig  # noqa: E402
+from splits_sweep import kernel_times  # noqa: E402
 
 FP8 = {"kv_dtype": "float8_e4m3fn", "k_scale": 0.25, "v_scale": 0.5}   # seed_fp8's pool
 SEED_TREES = ("full:3:0", "full:3:1", "full:3:2", "full:3:3", "vllm:pr_27", "eagle:mc_sim_7b_63", "medusa:mc_sim_7b_63")
@@ -250,24 +253,6 @@ def run_candidate(inputs, ref, case: Case, cfg, opts, device: str, smoke: bool, 
         {"kernels_us": kernels} if kernels else {})
 
 
-def kernel_times(fn, calls: int = 20) -> dict[str, float]:
-    """Mean device us per call of each kernel `fn` launches, from the PyTorch profiler (CUPTI),
-    eager and back to back: which of the forward and merge kernels a call's time goes to."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    out: dict[str, float] = {}
-    for ev in prof.events():
-        if ev.device_type == DeviceType.CUDA:
-            out[ev.name[:40]] = out.get(ev.name[:40], 0.0) + ev.device_time / calls
-    return out
-
-
 def sweep(args) -> list[dict]:
     device = "cpu" if args.smoke else "cuda"
     rows: list[dict] = []
@@ -302,7 +287,7 @@ def sweep(args) -> list[dict]:
             if args.candidates and name not in args.candidates:
                 continue
             cell_rows.append(base | {"candidate": name} | run_candidate(
-                inputs, ref, case, cfg, opts, device, args.smoke, *(extra or [None]), breakdown=group == "b1"))
+                inputs, ref, case, cfg, opts, device, args.smoke, *extra, breakdown=group == "b1"))
         print_cell(label, cell_rows)
         rows += cell_rows
         write(args.out, rows)
