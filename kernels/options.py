@@ -21,7 +21,7 @@ __all__ = ["FP8_PATHS", "KernelOptions"]
 
 # How the tl kernel turns a tile of fp8 codes into MMA operands (`KernelOptions.fp8_path`);
 # the index is the kernel's FP8_PATH.
-FP8_PATHS = ("cast", "bits", "fp16", "fp8")
+FP8_PATHS = ("cast", "bits", "fp16")
 
 
 @dataclass(frozen=True)
@@ -87,13 +87,7 @@ class KernelOptions:
             largest |q| within 32768 (the row's scores multiplied back; 1 for every |q| <= 32768),
             so no query overflows (exact for elements within 2^-24 of the row's largest, i.e.
             down to 2^-17 at scale 1), and the probabilities P are rounded to fp16, not bf16.
-            "fp8": the MMAs in fp8 itself (e4m3 x e4m3 / e5m2 wgmma on sm_90, twice bf16's matrix
-            rate, no conversion of K or V): each row of Q quantised to e4m3 with a power-of-2 scale
-            and P to e4m3 (times 2^8), as FlashAttention-3's fp8 forward does; so not exact, and the
-            harness checks such rows at the fp8-MMA tolerance
-            (`treebench.harness.model.compare.FP8_MMA_TOLERANCES`). Tiles under 64 rows have no
-            fp8 wgmma: Triton upcasts their operands to fp16.
-            The other paths are exact for every finite code (docs/kernel.md, "fp8 pools").
+            Every path is exact for every finite code (docs/kernel.md, "fp8 pools").
         ws_gather: the warp-specialised kernel at page sizes neither of its TMA paths reads
             (P not a multiple of the tile, and not a multiple of 16 that divides it: P 1, 3, 8,
             24, 40, 48, 96 with 64-token tiles): its producer, a warpgroup, gathers each tile
@@ -123,7 +117,7 @@ class KernelOptions:
     short_build: bool | None = None      # tl kernel: one tile, no loop (None: with the short configs)
     ws_page_tma: bool = True             # warp-specialised kernel at P 16 / 32: one TMA box per page
     ws_gather: bool = True               # warp-specialised kernel at pages TMA cannot read: cp.async gathers
-    fp8_path: str = "fp16"               # tl kernel, fp8 pools: "fp16", "cast", "bits" or "fp8" (FP8_PATHS)
+    fp8_path: str = "fp16"               # tl kernel, fp8 pools: "fp16", "cast" or "bits" (FP8_PATHS)
     ws_fp8: bool = False                 # fp8 pools in the warp-specialised kernel (a converter warpgroup)
 
     def __post_init__(self) -> None:

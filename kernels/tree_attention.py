@@ -373,8 +373,7 @@ class TreeAttention:
                  BT_AHEAD=bool(cfg.bt_ahead) and not self.short_build, PDL=self.pdl,
                  PAGE_GATHER=self.options.page_gather, ONE_TILE=self.short_build == "one-tile",
                  EARLY_FIRST=self.early_first, FP8_PATH=FP8_PATHS.index(self.options.fp8_path),
-                 Q_ROW_SCALE=self.options.fp8_path in ("bits", "fp16") and kc.dtype in FP8_KV_DTYPES
-                 and q.dtype == torch.bfloat16),
+                 Q_ROW_SCALE=self.options.fp8_path != "cast" and kc.dtype in FP8_KV_DTYPES and q.dtype == torch.bfloat16),
             dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
                  **({"maxnreg": cfg.max_regs} if cfg.max_regs and not interpreting() else {})))
         if not split or fused:

@@ -51,10 +51,8 @@ rescale of a running state).
 fp8 pools (float8_e4m3fn, float8_e5m2, per-tensor scales): every K/V tile is
 converted right after its load and the MMAs run in Q's dtype (FP8_PATH 0, the
 cast) or in fp16 (1: the codes' bits moved into fp16; 2: the cast to fp16, Q
-rounded to fp16 once), or in fp8 itself (3: each row of Q quantised to e4m3 with a
-power-of-2 scale, the probabilities P scaled by 2^8 and quantised to e4m3, the
-codes untouched: e4m3 x e4m3 / e5m2 wgmma on sm_90, no conversion of K or V);
-k_scale is folded into the score scale, v_scale into the final normalisation.
+rounded to fp16 once); k_scale is folded into the score scale, v_scale into the
+final normalisation.
 No path reads an unused slot (the fp8 NaN code in the harness): the masked
 loads stop at S_b.
 """
@@ -65,15 +63,10 @@ import triton
 import triton.language as tl
 
 from treebench.kernels.tree_attention_ops import mma as _dot
-from treebench.kernels.tree_attention_ops import to_e4m3
 from treebench.kernels.tree_attention_reduce import gdc_launch_dependents, merge_partials
 
 MASK_BITS, MASK_BIAS, MASK_CAUSAL = 0, 1, 2
 LOG2E = 1.4426950408889634  # log2(e): exp(x) == exp2(x * LOG2E)
-FP8_MMA_PATH = tl.constexpr(3)           # FP8_PATH of the fp8 MMAs (`KernelOptions.fp8_path` "fp8")
-E4M3_MAX = tl.constexpr(448.0)           # largest finite float8_e4m3fn value
-P_FP8_SCALE = tl.constexpr(256.0)        # FP8_PATH 3: P in [0, 1] times 2^8 before its e4m3 rounding (e4m3 normals
-                            # reach 2^-6, so p down to 2^-14 keeps 4 significant bits)
 
 
 @triton.jit
@@ -98,25 +91,11 @@ def _fp8_bits_to_fp16(x):
 def _kv_operand(x, dtype: tl.constexpr, FP8_PATH: tl.constexpr):
     """A loaded K/V tile (BLOCK_N, D) as an MMA operand in `dtype` (bf16 / fp16).
     FP8_PATH 0 and 2: `.to(dtype)`. 1: fp8 codes converted to fp16 by bit manipulation
-    (`_fp8_bits_to_fp16`); with FP8_PATH 1 and 2, dtype is fp16 for an fp8 pool. 3: fp8 codes
-    as they are (fp8 MMAs)."""
+    (`_fp8_bits_to_fp16`); with FP8_PATH 1 and 2, dtype is fp16 for an fp8 pool."""
     if FP8_PATH == 1 and x.dtype.is_fp8():
         y = _fp8_bits_to_fp16(x)
-    elif FP8_PATH == 3 and x.dtype.is_fp8():               # the MMAs take the codes themselves
-        y = x
     else:
         y = x.to(dtype)
-    return y
-
-
-@triton.jit
-def _p_operand(p, dtype: tl.constexpr, FP8_PATH: tl.constexpr, EMULATE: tl.constexpr):
-    """Probabilities p (BLOCK_M, BLOCK_N) fp32 in [0, 1] as the P V MMA's A operand: in `dtype`,
-    or with FP8_PATH 3 (dtype e4m3 then) times P_FP8_SCALE in e4m3 (the output divides it out)."""
-    if FP8_PATH == 3:
-        y = to_e4m3(p * P_FP8_SCALE, EMULATE)
-    else:
-        y = p.to(dtype)
     return y
 
 
@@ -237,10 +216,7 @@ def tree_attn_fwd_kernel(
 
     K and V may be fp8 codes (float8_e4m3fn / float8_e5m2): each tile is converted after
     its load (FP8_PATH, `_kv_operand`: 0 to Q's dtype, 1 and 2 to fp16 with Q cast to
-    fp16 too), or (3) left as codes for fp8 MMAs: each row of Q divided by the power of 2
-    that brings its largest |q| into e4m3's top binade (at most 448) and rounded to e4m3,
-    that row's raw scores multiplied back; P times 2^8 rounded to e4m3, the output divided
-    by 2^8. k_scale is folded into qk_scale and v_scale multiplies the
+    fp16 too); k_scale is folded into qk_scale and v_scale multiplies the
     normalised output (a code c means c * scale). Q_ROW_SCALE (FP8_PATH 1 or 2 with bf16
     Q): each row of Q is divided by the power of 2 that brings its largest |q| to at most
     32768 before the cast to fp16 (1 for every |q| <= 32768), and that row's raw scores
@@ -288,16 +264,7 @@ def tree_attn_fwd_kernel(
     offs_d = tl.arange(0, D)
     q_off = row_tok.to(tl.int64)[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :]
     q = tl.load(Q + q_off, mask=row_ok[:, None], other=0.0)   # (BLOCK_M, D)
-    if FP8_PATH == 3 and K.dtype.element_ty.is_fp8():       # the MMAs in fp8: Q quantised row by row
-        qf = q.to(tl.float32)
-        amax = tl.maximum(tl.max(tl.abs(qf), 1), 1e-30)      # (BLOCK_M,); a zero row keeps zeros
-        # 2^e with the least e keeping the row's |q| / 2^e <= 448 (e4m3's max), so the row's largest
-        # element lands in e4m3's top binade; log2's error may cost a factor of 2 in range, never overflow
-        e = tl.ceil(tl.log2(amax * (1.0 / E4M3_MAX)))
-        e = tl.where(amax * tl.exp2(-e) > E4M3_MAX, e + 1.0, e)
-        q = to_e4m3(qf * tl.exp2(-e)[:, None], DOT_FP32)     # round to nearest even
-        row_scale = tl.exp2(e)                               # (BLOCK_M,): multiplies the row's raw scores
-    elif Q_ROW_SCALE:                                        # bf16 Q into fp16's range, row by row
+    if Q_ROW_SCALE:                                          # bf16 Q into fp16's range, row by row
         qf = q.to(tl.float32)
         amax = tl.max(tl.abs(qf), 1)                         # (BLOCK_M,)
         # 2^e with e >= 0 the least power keeping the row's |q| <= 32768 (fp16's max is 65504;
@@ -311,7 +278,7 @@ def tree_attn_fwd_kernel(
 
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
-    if Q_ROW_SCALE or (FP8_PATH == 3 and K.dtype.element_ty.is_fp8()):   # raw score -> log2 units, per row
+    if Q_ROW_SCALE:                             # raw score -> log2 units: per row, the row's power of 2 folded in
         qk_row = qk_scale * row_scale                        # (BLOCK_M,)
         qk_2d = qk_row[:, None]
     else:                                       # one scalar for every row
@@ -343,7 +310,7 @@ def tree_attn_fwd_kernel(
         m_i = tl.max(s, 1)                      # a plain softmax: no running max to rescale
         p = tl.exp2(s - tl.where(m_i == float("-inf"), 0.0, m_i)[:, None])
         l_i = tl.sum(p, 1)
-        acc = _dot(_p_operand(p, dtype, FP8_PATH, DOT_FP32), v, None, DOT_FP32)
+        acc = _dot(p.to(dtype), v, None, DOT_FP32)
     else:
         for t in range(t_lo, t_ctx):                # 1) context tiles: no mask
             if KV_DESC:                              # one TMA box per tile (P % BLOCK_N == 0)
@@ -371,7 +338,7 @@ def tree_attn_fwd_kernel(
             alpha = tl.exp2(m_i - m_new)
             p = tl.exp2(s * qk_2d - m_new[:, None])               # one FFMA per score
             l_i = l_i * alpha + tl.sum(p, 1)
-            acc = _dot(_p_operand(p, dtype, FP8_PATH, DOT_FP32), v, acc * alpha[:, None], DOT_FP32)   # the MMA accumulates in place
+            acc = _dot(p.to(dtype), v, acc * alpha[:, None], DOT_FP32)   # the MMA accumulates in place
             m_i = m_new
 
         for t in range(tl.maximum(t_lo, t_ctx), t_hi):  # 2) tiles overlapping [L, S): masked
@@ -393,16 +360,13 @@ def tree_attn_fwd_kernel(
             alpha = tl.exp2(m_i - m_safe)
             p = tl.exp2(s - m_safe[:, None])
             l_i = l_i * alpha + tl.sum(p, 1)
-            acc = _dot(_p_operand(p, dtype, FP8_PATH, DOT_FP32), v, acc * alpha[:, None], DOT_FP32)
+            acc = _dot(p.to(dtype), v, acc * alpha[:, None], DOT_FP32)
             m_i = m_new
 
     if PDL:                                     # the merge kernel may launch now (it waits for this grid)
         gdc_launch_dependents()
     seen = l_i > 0.0                            # False only for a split that saw nothing of a row
-    if FP8_PATH == 3 and K.dtype.element_ty.is_fp8():   # P entered the MMAs times P_FP8_SCALE
-        out = acc * ((v_scale / P_FP8_SCALE) / tl.where(seen, l_i, 1.0))[:, None]
-    else:
-        out = acc * (v_scale / tl.where(seen, l_i, 1.0))[:, None]    # v_scale: fp8 V codes (1.0 otherwise)
+    out = acc * (v_scale / tl.where(seen, l_i, 1.0))[:, None]    # v_scale: fp8 V codes (1.0 otherwise)
     lse = tl.where(seen, (m_i + tl.log2(tl.where(seen, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
     lse_off = row_tok.to(tl.int64) * (HKV * G) + head          # (BLOCK_M,) into (sum T, Hq)
     o_off = lse_off[:, None] * D + offs_d[None, :]              # out is contiguous (sum T, Hq, D)
