@@ -28,6 +28,11 @@ Cells (bf16, Hq 32, Hkv 8, D 128, shuffled pages, one tree per batch as in the s
   bit-manipulated codes, `FP8_ALT_PATHS`) an fp8 pool wants, and the warp-specialised kernel
   over the codes (`KernelOptions.ws_fp8`: the plan's choice, and with ws=True forced, e.g. at
   P 16 or where the plan keeps the tl kernel);
+- `decode`: the small trees (full:3:0 to full:3:2, 4-52 rows per KV head) at B 1 and 16, L 1024
+  and 2048, P 16 and 128: single-token and few-token decode, where flashinfer_xqa (timed beside,
+  with vLLM's kernel) was the seed suite's best peer and triton_tree took 0.61-1.00x of it
+  (`results/h200/seed/`); split counts (`DECODE_SPLITS`) and tl tiles (`DECODE_TILES`) against
+  the plan's choice;
 - `fp8_latency`: the `latency` cells over that e4m3 pool (the seed_fp8 suite's L 16 cells),
   with their bf16 twins: the default, the other fp8 operand paths, the short build off, and
   short-config tiles with more warps (`FP8_SHORT_CONFIGS`, the one-tile build where it runs) and
@@ -123,7 +128,14 @@ B1_CANDIDATES = (*((f"splits{n}", {"num_splits": n}) for n in (4, 8, 12, 16, 24,
 # (the 27-node tree's 112 rows read each K/V tile once) and 64-row tiles with more, shorter splits
 B1_TILES = ((128, 64, 8, 3, 8), (128, 64, 8, 2, 16), (128, 128, 8, 2, 16), (64, 64, 4, 2, 16),
             (64, 64, 4, 2, 32), (64, 128, 8, 2, 16))
-GROUPS = ("latency", "pages", "fp8", "b1", "fp8_latency")
+DECODE_TREES = ("full:3:0", "full:3:1", "full:3:2")
+DECODE_SPLITS = (1, 2, 4, 8, 16, 24)
+# tl tiles for the decode cells, (BLOCK_M, BLOCK_N, warps, stages): the table's 16-row tile with
+# more warps, fewer stages and 32- or 128-token tiles, and the 64-row tile for full:3:2's 52 rows
+DECODE_TILES = ((16, 64, 4, 3), (16, 64, 2, 2), (16, 32, 2, 4), (16, 128, 4, 3), (64, 64, 4, 2))
+GROUPS = ("latency", "pages", "fp8", "b1", "fp8_latency", "decode")
+# peers timed beside the candidates of a group (vLLM's kernel in every group)
+GROUP_PEERS = {"decode": ("vllm_triton", "flashinfer_xqa")}
 
 
 def one_tile_tiles(configs) -> list[tuple]:
@@ -147,6 +159,11 @@ def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple]:
         tiles = [(f"tl{bm}x{bn}w{w}s{st} splits{n}", KernelConfig(bm, bn, w, st), KernelOptions(),
                   {"ws": False, "num_splits": n}) for bm, bn, w, st, n in B1_TILES[::5 if smoke else 1]]
         return out[:1] + [(name, None, KernelOptions(), kw) for name, kw in B1_CANDIDATES[::5 if smoke else 1]] + tiles
+    if group == "decode":
+        splits = [(f"splits{n}", None, KernelOptions(), {"num_splits": n}) for n in DECODE_SPLITS[::3 if smoke else 1]]
+        tiles = [(f"tl{bm}x{bn}w{w}s{st}", KernelConfig(bm, bn, w, st), KernelOptions())
+                 for bm, bn, w, st in DECODE_TILES[::3 if smoke else 1]]
+        return out[:1] + splits + tiles
     if group == "pages" and page_size in GATHER_PAGES:
         return [out[0], ("no_ws_gather", None, KernelOptions(ws_gather=False))]
     if group == "fp8":
@@ -187,7 +204,8 @@ def cells(groups: list[str], smoke: bool) -> list[tuple[str, Case]]:
             ("pages", Case(batch_size=2, context_len=40, tree="full:2:2", page_size=GATHER_PAGES[1], **tiny)),
             ("fp8", Case(batch_size=2, context_len=20, tree="full:2:1", page_size=16, **FP8, **tiny)),
             ("b1", Case(batch_size=1, context_len=70, tree="full:2:2", page_size=16, **tiny)),
-            ("fp8_latency", Case(batch_size=1, context_len=16, tree="full:2:1", page_size=8, **FP8, **tiny)))
+            ("fp8_latency", Case(batch_size=1, context_len=16, tree="full:2:1", page_size=8, **FP8, **tiny)),
+            ("decode", Case(batch_size=2, context_len=70, tree="full:2:0", page_size=16, **tiny)))
             if g in groups]
     seed = dict(num_q_heads=32, num_kv_heads=8, head_dim=128, dtype="bfloat16", layout="shuffled")
     out = []
@@ -205,18 +223,31 @@ def cells(groups: list[str], smoke: bool) -> list[tuple[str, Case]]:
     if "fp8" in groups:
         out += [("fp8", Case(batch_size=64, context_len=2048, tree=t, page_size=p, **FP8, **seed))
                 for t in FP8_TREES for p in PAGES]
+    if "decode" in groups:
+        out += [("decode", Case(batch_size=b, context_len=ln, tree=t, page_size=p, **seed))
+                for b in (1, 16) for ln in (1024, 2048) for t in DECODE_TREES for p in PAGES]
     if "fp8_latency" in groups:
         out += [("fp8_latency", Case(batch_size=b, context_len=16, tree=t, page_size=p, **FP8, **seed))
                 for b, t in LATENCY_CELLS for p in PAGES]
     return out
 
 
-def vllm_call(inputs):
-    """vLLM's unified_attention on `inputs` as a zero-argument callable, or (None, why)."""
+PEER_CLASSES = {"vllm_triton": ("treebench.backends.vllm_triton", "VllmTriton"),
+                "flashinfer_xqa": ("treebench.backends.flashinfer_xqa", "FlashInferXqa")}
+
+
+def peer_call(name: str, inputs, case: Case):
+    """Peer `name`'s kernel (`PEER_CLASSES`) on `inputs` (of `case`) as a zero-argument callable,
+    or (None, why): the peer not importable here, or refusing the case."""
+    import importlib
     try:
-        from treebench.backends.vllm_triton import VllmTriton
-        return VllmTriton().prepare(inputs.for_backend()), ""
-    except Exception as e:   # noqa: BLE001 -- vLLM missing or refusing: a row with the reason
+        module, cls = PEER_CLASSES[name]
+        backend = getattr(importlib.import_module(module), cls)()
+        why = backend.availability() or backend.supports(case)
+        if why:
+            return None, why
+        return backend.prepare(inputs.for_backend()), ""
+    except Exception as e:   # noqa: BLE001 -- the peer missing or refusing: a row with the reason
         return None, f"{type(e).__name__}: {e}".splitlines()[0][:200]
 
 
@@ -271,11 +302,11 @@ def sweep(args) -> list[dict]:
                 "tree": case.tree, "page_size": case.page_size, "case_id": case.case_id,
                 "kv_dtype": case.kv_dtype or case.dtype, "k_scale": case.k_scale, "v_scale": case.v_scale}
         cell_rows = []
-        if not args.smoke:
-            fn, why = vllm_call(inputs)
-            row = {"candidate": "vllm_triton", "status": "skipped", "reason": why} if fn is None else \
-                {"candidate": "vllm_triton", "status": "pass", **dict(zip(("flushed_us", "loop_us"),
-                                                                         time_both(fn, device, False)))}
+        for peer in () if args.smoke else GROUP_PEERS.get(group, ("vllm_triton",)):
+            fn, why = peer_call(peer, inputs, case)
+            row = {"candidate": peer, "status": "skipped", "reason": why} if fn is None else \
+                {"candidate": peer, "status": "pass", **dict(zip(("flushed_us", "loop_us"),
+                                                                time_both(fn, device, False)))}
             cell_rows.append(base | row)
         if group in ("fp8", "fp8_latency"):   # the same cell over a bf16 pool, the other side of the fp8 / bf16 ratio
             twin = dataclasses.replace(case, kv_dtype=None, k_scale=1.0, v_scale=1.0)
@@ -298,7 +329,7 @@ def sweep(args) -> list[dict]:
 def print_cell(label: str, rows: list[dict]) -> None:
     """One line per candidate: flushed / back-to-back us and the ratios to default and vLLM."""
     by = {r["candidate"]: r for r in rows if r.get("status") == "pass"}
-    ref, peer, bf16 = by.get("default"), by.get("vllm_triton"), by.get("bf16_default")
+    ref, peer, xqa, bf16 = by.get("default"), by.get("vllm_triton"), by.get("flashinfer_xqa"), by.get("bf16_default")
     print(f"== {label}", flush=True)
     for r in rows:
         if r.get("status") != "pass":
@@ -306,7 +337,8 @@ def print_cell(label: str, rows: list[dict]) -> None:
             continue
         loop = "" if r["loop_us"] is None else f"{r['loop_us']:7.2f}"
         ratios = "".join(f"  /{n} {r['flushed_us'] / o['flushed_us']:.3f}"
-                         for n, o in (("def", ref), ("vllm", peer), ("bf16", bf16)) if o is not None and r is not o)
+                         for n, o in (("def", ref), ("vllm", peer), ("xqa", xqa), ("bf16", bf16))
+                         if o is not None and r is not o)
         kern = "".join(f"  [{n.split('_kernel')[0]} {us:.2f}]" for n, us in r.get("kernels_us", {}).items())
         err = f"  err {r['max_abs_err']:.2g}" if "max_abs_err" in r else ""
         print(f"   {r['candidate']:<24} {r['flushed_us']:7.2f} flushed {loop:>7} loop  {r.get('kernel', ''):<22}"

@@ -289,11 +289,14 @@ def test_latency_sweep_refuses_bad_arguments_and_runs_in_the_interpreter(tmp_pat
     gather = [r["candidate"] for r in rows if r["group"] == "pages" and r["page_size"] == 8]
     assert gather == ["default", "no_ws_gather"]        # P 8: the default against the tl kernel's gather only
     out = tmp_path / "smoke-fp8.json"
-    r = subprocess.run([sys.executable, str(script), "--smoke", "--groups", "fp8,b1,fp8_latency", "--out", str(out)],
-                       capture_output=True, text=True, env=env, timeout=300)
+    r = subprocess.run([sys.executable, str(script), "--smoke", "--groups", "fp8,b1,fp8_latency,decode", "--out",
+                        str(out)], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr
     rows = json.loads(out.read_text())["rows"]
-    assert {r["group"] for r in rows} == {"fp8", "b1", "fp8_latency"} and {r["status"] for r in rows} == {"pass"}
+    assert {r["group"] for r in rows} == {"fp8", "b1", "fp8_latency", "decode"} and {r["status"] for r in rows} == {"pass"}
+    decode = {r["candidate"]: r for r in rows if r["group"] == "decode"}       # split counts and tiles
+    assert set(decode) == {"default", "splits1", "splits8", "tl16x64w4s3", "tl16x128w4s3"}
+    assert decode["splits8"]["splits"] == 8 and "block_n=128" in decode["tl16x128w4s3"]["config"]
     short = {r["candidate"]: r for r in rows if r["group"] == "fp8_latency"}   # an L 16 cell over the e4m3 pool
     assert set(short) == {"bf16_default", "default", "fp8_cast", "fp8_bits", "no_short_build", "tl16x32w4s2+short",
                           "tl32x64w8s2+short", "tl16x128w4s2+short"}
