@@ -1,5 +1,6 @@
 """The repository ships the product, not a lab notebook: the tracked tree stays small,
-results/ holds only the current H200 baseline, reports/ at most two reports, and nothing
+results/ holds only the current H200 baseline, reports/ at most three reports (the seed,
+seed_fp8 and plan suites' H200 runs), and nothing
 outside lab/ speaks of work sessions or issue numbers (lab/README.md, lab/runs.md)."""
 
 from __future__ import annotations
@@ -49,9 +50,12 @@ def test_results_hold_only_the_h200_baseline(tracked):
     assert tops <= {"h200", "local"}, f"results/ holds {sorted(tops)}: superseded runs belong in git history"
 
 
-def test_reports_hold_at_most_two_html(tracked):
+MAX_REPORTS = 3    # the seed, seed_fp8 and plan suites' H200 reports; the others rebuild from their rows
+
+
+def test_reports_hold_at_most_three_html(tracked):
     html = [p for p in tracked if p.relative_to(ROOT).parts[0] == "reports" and p.suffix == ".html"]
-    assert len(html) <= 2, f"{len(html)} tracked reports: {sorted(p.name for p in html)}"
+    assert len(html) <= MAX_REPORTS, f"{len(html)} tracked reports: {sorted(p.name for p in html)}"
 
 
 def test_no_session_or_issue_words_outside_lab(tracked):

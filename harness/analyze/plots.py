@@ -23,6 +23,7 @@ from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 from matplotlib.ticker import FuncFormatter, LogFormatterSciNotation, LogLocator, NullFormatter
+from PIL import Image
 
 from treebench.harness.analyze.cells import ratio
 
@@ -73,12 +74,25 @@ def styled(fn: F) -> F:
     return cast(F, wrapper)
 
 
+PNG_COLORS = 256          # palette entries of every PNG (`png_uri`)
+
+
 def png_uri(fig: Figure, note: str = "") -> Picture:
-    """Renders `fig` to a base64 PNG data URI, with the smallest font size of its visible text."""
+    """Renders `fig` to a base64 PNG data URI, with the smallest font size of its visible text.
+
+    The PNG is stored with a palette of PNG_COLORS colours (Pillow's median cut, no dithering),
+    not as RGBA: on the seed report's figures that is about 3.2x fewer bytes, with no visible
+    change to the colour scales or the text."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight", facecolor="white")
+    buf.seek(0)
+    with Image.open(buf) as img:
+        small = img.convert("RGB").quantize(colors=PNG_COLORS, method=Image.Quantize.MEDIANCUT,
+                                            dither=Image.Dither.NONE)
+    out = io.BytesIO()
+    small.save(out, format="PNG", optimize=True)
     sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
-    return Picture("data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii"),
+    return Picture("data:image/png;base64," + base64.b64encode(out.getvalue()).decode("ascii"),
                    float(min(sizes, default=RC["font.size"])), DPI, note)
 
 
