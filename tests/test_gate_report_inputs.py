@@ -113,6 +113,14 @@ def test_report_to_unwritable_path_is_one_line(tmp_path, capsys):
     assert blocker.read_text(encoding="utf-8") == "keep me"
 
 
+def test_report_to_an_empty_path_is_one_line(tmp_path, capsys, monkeypatch):
+    """-o '' is refused as run --out '' is, not taken for the default path."""
+    monkeypatch.chdir(tmp_path)
+    rc, _, err = _main(capsys, "report", str(BASE), "-o", "")
+    assert rc == 2 and err.count("\n") == 1 and "report -o is empty" in err
+    assert not (tmp_path / "reports").exists()
+
+
 @pytest.mark.parametrize("flag", ["--junit", "--summary"])
 def test_gate_unwritable_output_is_checked_first(tmp_path, capsys, flag):
     blocker = tmp_path / "afile"

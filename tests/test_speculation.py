@@ -290,3 +290,25 @@ def test_plan_suite_loads_with_the_searched_sizes():
     assert sizes == {1, 2, 3, 4, 6, 8, 12, 16, 20, 24, 32, 48, 64, 96, 128}
     assert {c.batch_size for c in suite.cases} == {1, 16, 64} and {c.context_len for c in suite.cases} == {2048}
     assert "treebench tree-search" in suite.description
+
+
+def test_cli_tree_search_suite_out_never_replaces_another_file(tmp_path):
+    """--suite-out is checked before the search: an existing file tree-search did not write, a
+    non-.toml path or an empty one is refused with one line and exit 2, and left as it is; a
+    suite tree-search wrote is replaced by the new one."""
+    notes = tmp_path / "notes.toml"
+    notes.write_text("important\nsecond line\n")
+    args = ("tree-search", "--acceptance", str(shipped_models()[0]), "--max-nodes", "8")
+    for out, needle in ((notes, "was not written by tree-search"), (tmp_path / "s.txt", "give a .toml path"),
+                        ("", "--suite-out is empty"), (tmp_path, "is a folder")):
+        proc = _cli(*args, "--suite-out", str(out))
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and needle in lines[0], proc.stderr
+        assert not proc.stdout                                   # refused before the search printed anything
+    assert notes.read_text() == "important\nsecond line\n"
+    assert not (tmp_path / "s.txt").exists()
+    suite = tmp_path / "s.toml"
+    for sizes in ("1,4", "1,8"):                                  # the second run replaces the first's suite
+        proc = _cli(*args, "--sizes", sizes, "--suite-out", str(suite))
+        assert proc.returncode == 0, proc.stderr
+    assert {parse_tree(c.tree).size for c in load_suite(suite).cases} == {1, 8}

@@ -59,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
     if not rows:
         raise ConfigError(f"report {' '.join(args.results)}: no result rows; give a run's .jsonl file or "
                           "folder (folders are not searched recursively)")
+    if args.output is not None and not args.output.strip():
+        raise ConfigError("report -o is empty: give an .html path, e.g. reports/NAME.html (or leave -o out)")
     out = Path(args.output or Path("reports/local") / f"{Path(args.results[0]).stem}.html")
     if out.suffix.lower() not in (".html", ".htm"):
         raise ConfigError(f"report -o {out}: give an .html path, e.g. reports/NAME.html")
