@@ -237,3 +237,12 @@ def test_a_bad_backend_string_says_what_is_wrong_with_it(tmp_path, spec, words):
     proc = _cli("check", "--backend", spec.format(**fill), "--out", str(out))
     _one_line_exit_2(proc, *(w.format(**fill) for w in words))
     assert "not found" not in proc.stderr and "Error" not in proc.stderr and not out.exists()
+
+
+@pytest.mark.parametrize("argv", [["--bogus"], ["--bogus", "list"], ["--quiet=1", "run"]])
+def test_an_option_before_the_command_is_refused_not_ignored(argv, tmp_path):
+    """`treebench --bogus run` once ran `run` with --bogus dropped: any option before the command
+    but -h, --help and --version is one line and exit 2, and nothing runs (no results folder)."""
+    proc = _cli(*argv, cwd=tmp_path)
+    _one_line_exit_2(proc, "unrecognized option", argv[0], "before the command")
+    assert not (tmp_path / "results").exists() and not (tmp_path / "reports").exists()

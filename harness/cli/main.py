@@ -188,14 +188,24 @@ def _setup_logging(quiet: bool) -> None:
     logger.setLevel(logging.WARNING if quiet else logging.INFO)
 
 
+TOP_OPTIONS = ("-h", "--help", "--version")   # the only options before the command
+
+
 def _parse(argv: list[str]) -> tuple[str, argparse.Namespace]:
     """The subcommand `argv` names and its arguments, read by that subcommand's parser alone. A
     subcommand whose arguments default `argv` (run, check) gets the command line there.
 
     Raises:
-        ConfigError: no or an unknown subcommand, bad or unrecognized arguments.
+        ConfigError: no or an unknown subcommand, an option before it other than TOP_OPTIONS,
+            bad or unrecognized arguments.
     """
     joined = _join_option_values(argv)
+    first = next((i for i, a in enumerate(joined) if not a.startswith("-")), len(joined))   # the command's place
+    unknown = [a for a in joined[:first] if a.split("=", 1)[0] not in TOP_OPTIONS]
+    if unknown:
+        where = joined[first] if first < len(joined) else "COMMAND"
+        raise ConfigError(f"unrecognized option {unknown[0]} before the command (options go after it: "
+                          f"{PROG} {where} {unknown[0]}; see {PROG} --help)")
     name = build_parser(full=False).parse_known_args(joined)[0].command
     args, extra = command_parser(name).parse_known_args(joined[joined.index(name) + 1:])
     if extra:
