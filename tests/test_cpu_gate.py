@@ -58,11 +58,16 @@ def _two_runs_and_gate(where: Path) -> tuple[subprocess.CompletedProcess, float]
         speeds.append(_machine_speed_us())
     rows = [json.loads(line) for line in (where / "a.jsonl").read_text().splitlines()]
     assert rows and all(r["timer"] == "wall" and r["cpu_threads"] == 1 for r in rows)
-    gate = _treebench("gate", "--baseline", str(where / "a.jsonl"), "--candidate", str(where / "b.jsonl"), cwd=where)
+    gate = _treebench("gate", "--baseline", str(where / "a.jsonl"), "--candidate", str(where / "b.jsonl"),
+                      "--threshold", str(GATE_THRESHOLD), cwd=where)
     return gate, max(speeds) / min(speeds)
 
 
 ATTEMPTS = 3
+# slower past 15%, not the gate's default 5%: scheduler-bucket timings were 25-50x off, while on a
+# shared 2-core machine all three attempts of two back-to-back runs of the same code have failed the
+# 5% gate (the last with 3 of 16 cells past it, p < 0.01) with the busy checks below passing
+GATE_THRESHOLD = 0.15
 PAUSE_S = 20   # between attempts: an attempt takes seconds, so a burst of other work could span all three
 SPEED_SPREAD = 1.15   # a fixed workload timed around the two runs moved by more: the machine changed, not treebench
 
