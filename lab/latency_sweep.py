@@ -82,6 +82,7 @@ from treebench.harness.model.cases import Case  # noqa: E402
 from treebench.harness.model.compare import compare  # noqa: E402
 from treebench.harness.model.paged import build_inputs  # noqa: E402
 from treebench.harness.model.reference import reference_attention  # noqa: E402
+from treebench.harness.run.loading import availability_of, load_one  # noqa: E402
 from treebench.harness.run.verify import error_reason  # noqa: E402
 from treebench.harness.timing.stats import summarize  # noqa: E402
 from treebench.harness.timing.timers import time_callable  # noqa: E402
@@ -232,18 +233,12 @@ def cells(groups: list[str], smoke: bool) -> list[tuple[str, Case]]:
     return out
 
 
-PEER_CLASSES = {"vllm_triton": ("treebench.backends.vllm_triton", "VllmTriton"),
-                "flashinfer_xqa": ("treebench.backends.flashinfer_xqa", "FlashInferXqa")}
-
-
 def peer_call(name: str, inputs, case: Case):
-    """Peer `name`'s kernel (`PEER_CLASSES`) on `inputs` (of `case`) as a zero-argument callable,
-    or (None, why): the peer not importable here, or refusing the case."""
-    import importlib
+    """The registered backend `name`'s kernel on `inputs` (of `case`) as a zero-argument callable,
+    or (None, why): the peer not loadable or not available here, or refusing the case."""
     try:
-        module, cls = PEER_CLASSES[name]
-        backend = getattr(importlib.import_module(module), cls)()
-        why = backend.availability() or backend.supports(case)
+        backend = load_one(name)
+        why = availability_of(backend) or backend.supports(case)
         if why:
             return None, why
         return backend.prepare(inputs.for_backend()), ""
