@@ -122,6 +122,13 @@ def test_report_to_an_empty_path_is_one_line(tmp_path, capsys, monkeypatch):
 
 
 @pytest.mark.parametrize("flag", ["--junit", "--summary"])
+def test_gate_empty_output_path_is_one_line(capsys, flag):
+    """--junit '' / --summary '' are refused (`check_output_path`), not taken for the option left out."""
+    rc, out, err = _main(capsys, "gate", "--baseline", str(BASE), "--candidate", str(BASE), flag, "")
+    assert rc == 2 and out == "" and err.count("\n") == 1 and f"gate {flag} is empty" in err
+
+
+@pytest.mark.parametrize("flag", ["--junit", "--summary"])
 def test_gate_unwritable_output_is_checked_first(tmp_path, capsys, flag):
     blocker = tmp_path / "afile"
     blocker.write_text("keep me", encoding="utf-8")

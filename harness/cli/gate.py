@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
     if args.junit and Path(args.junit).suffix.lower() != ".xml":   # it overwrites: never a stray file
         raise ConfigError(f"gate --junit {args.junit}: must end in .xml (it is overwritten)")
     for flag, path in (("gate --summary", args.summary), ("gate --junit", args.junit)):
-        if path:
+        if path is not None:                # '' too: check_output_path refuses it
             check_output_path(path, flag)
             refuse_input_path(path, flag, [*args.baseline, *args.candidate])
     if args.summary and args.junit and Path(args.summary).resolve() == Path(args.junit).resolve():

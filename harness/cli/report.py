@@ -59,12 +59,10 @@ def run(args: argparse.Namespace) -> int:
     if not rows:
         raise ConfigError(f"report {' '.join(args.results)}: no result rows; give a run's .jsonl file or "
                           "folder (folders are not searched recursively)")
-    if args.output is not None and not args.output.strip():
-        raise ConfigError("report -o is empty: give an .html path, e.g. reports/NAME.html (or leave -o out)")
-    out = Path(args.output or Path("reports/local") / f"{Path(args.results[0]).stem}.html")
+    default = Path("reports/local") / f"{Path(args.results[0]).stem}.html"
+    out = check_output_path(default if args.output is None else args.output, "report -o")
     if out.suffix.lower() not in (".html", ".htm"):
         raise ConfigError(f"report -o {out}: give an .html path, e.g. reports/NAME.html")
-    check_output_path(out, "report -o")
     refuse_non_html(out, "report -o")
     causal = args.causal_backend or "causal_baseline"
     present = sorted({r["backend"] for r in rows})

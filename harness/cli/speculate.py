@@ -76,9 +76,7 @@ def check_suite_out(path_text: str) -> Path:
         ConfigError: an empty path, not .toml, a folder, an existing file tree-search did not
             write, or a path that cannot be written (`check_output_path`).
     """
-    if not path_text.strip():
-        raise ConfigError("--suite-out is empty: give a new suite path such as suites/local/searched.toml")
-    path = check_output_path(Path(path_text), "--suite-out")
+    path = check_output_path(path_text, "--suite-out")
     if path.suffix.lower() != ".toml":
         raise ConfigError(f"--suite-out {path}: give a .toml path, e.g. suites/local/searched.toml")
     if path.exists():

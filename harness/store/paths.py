@@ -177,12 +177,14 @@ def refuse_non_html(path: str | Path, flag: str) -> None:
 
 
 def check_output_path(path: str | Path, flag: str) -> Path:
-    """Checks up front that `path` can be written (nothing is created).
+    """Checks up front that `path` can be written (nothing is created); returns it as a Path.
 
     Raises:
-        ConfigError: `path` is a folder, an existing file that cannot be written, or lies
-            under a non-folder or an unwritable folder.
+        ConfigError: `path` is an empty string (an option given as ''), a folder, an existing
+            file that cannot be written, or lies under a non-folder or an unwritable folder.
     """
+    if isinstance(path, str) and not path.strip():
+        raise ConfigError(f"{flag} is empty: give a file path (or leave {flag.split()[-1]} out)")
     p = Path(path)
     if p.is_dir():
         raise ConfigError(f"{flag} {p}: is a folder; give a file path")
