@@ -341,7 +341,12 @@ def choose_num_splits(programs: int, kv_tiles: list[int], num_sms: int, block_m:
             shared memory).
 
     Returns:
-        1 when the grid already fills the GPU. Else, for the memory-bound
+        1 when the grid already fills the GPU, or for the larger tiles read by TMA when it
+        fills TC_FULL_FRACTION of it (a second wave of splits and the merge cost more than the
+        idle SMs: full:3:2's 52 rows at B 16, 128 programs on 132 SMs, took 0.83-0.88x of
+        2 splits' time at P 128, L 1024 and 2048, `results/h200/kernel/decode-sweep.txt`;
+        at P 16, the per-token gather, 0.95x at L 1024 and 1.04x at L 2048, so it keeps the
+        rule below). Else, for the memory-bound
         BLOCK_M 16 tiles, enough splits for 3 programs per SM, down to one KV
         tile per split (at most STREAM_MAX_SPLITS): short splits hide the
         latency of a small batch. For the tensor-core-bound larger tiles, as
@@ -351,7 +356,7 @@ def choose_num_splits(programs: int, kv_tiles: list[int], num_sms: int, block_m:
         (lab/splits_sweep.py, run4-splits.csv in lab/runs.md; the TMA
         kernel's in run5*; docs/kernel.md).
     """
-    if programs >= num_sms:
+    if programs >= num_sms or block_m > 16 and tma_tiles and programs >= TC_FULL_FRACTION * num_sms:
         return 1
     if block_m <= 16:
         want = math.ceil(3 * num_sms / programs)
@@ -364,6 +369,7 @@ def choose_num_splits(programs: int, kv_tiles: list[int], num_sms: int, block_m:
     return max(1, min(want, cap, MAX_SPLITS))
 
 
+TC_FULL_FRACTION = 0.9      # larger TMA tiles: a grid this full of the SMs takes no split-KV
 MIN_TILES_PER_SPLIT = 3     # tensor-core-bound tiles: fewer made B 1 slower (run 4)
 TC_MAX_SPLITS = 8           # tensor-core-bound tiles read by TMA: 11 splits slower than 8 at L 2048,
                             # while P 16 (a page lookup per token) lost 3-11% with the cap (run 5)

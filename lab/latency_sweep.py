@@ -26,8 +26,10 @@ Cells (bf16, Hq 32, Hkv 8, D 128, shuffled pages, one tree per batch as in the s
   beside (`bf16_default`): which tl tiles (`FP8_CONFIGS`) and which fp8 operand path
   (`KernelOptions.fp8_path`: the default fp16 MMAs over cast codes, the cast to Q's dtype, or
   bit-manipulated codes, `FP8_ALT_PATHS`) an fp8 pool wants, and the warp-specialised kernel
-  over the codes (`KernelOptions.ws_fp8`: the plan's choice, and with ws=True forced, e.g. at
-  P 16 or where the plan keeps the tl kernel);
+  over the codes against the tl kernel (`KernelOptions.ws_fp8`: `ws_fp8` the plan's choice with
+  it on, `no_ws_fp8` with it off whatever the default, `ws_fp8_forced` ws=True where the plan
+  keeps the tl kernel); with
+  --fp8-all-trees also eagle:mc_sim_7b_63, full:3:3 and medusa:mc_sim_7b_63 (`FP8_WS_TREES`);
 - `decode`: the small trees (full:3:0 to full:3:2, 4-52 rows per KV head) at B 1 and 16, L 1024
   and 2048, P 16 and 128: single-token and few-token decode, where flashinfer_xqa (timed beside,
   with vLLM's kernel) was the seed suite's best peer and triton_tree took 0.61-1.00x of it
@@ -104,6 +106,8 @@ GATHER_PAGES = (1, 8)
 TINY_CONFIGS = ((16, 16, 1, 2), (16, 32, 2, 2), (16, 64, 2, 2), (32, 32, 2, 2), (32, 64, 4, 2),
                 (64, 32, 4, 2), (64, 64, 4, 2), (16, 32, 2, 1), (16, 64, 2, 1), (32, 64, 4, 1), (64, 64, 4, 1))
 FP8_TREES = ("full:3:1", "full:3:2", "vllm:pr_27")
+# with --fp8-all-trees: every seed tree of 26 nodes or more too (the warp-specialised kernel's rows)
+FP8_WS_TREES = ("eagle:mc_sim_7b_63", "full:3:3", "medusa:mc_sim_7b_63")
 # tl tiles for the L 16 cells over an fp8 pool (`fp8_latency`): the short configs' tiles with 2-8 warps
 FP8_SHORT_CONFIGS = ((16, 32, 4, 2), (16, 32, 8, 2), (16, 64, 4, 2), (16, 64, 8, 2), (32, 64, 8, 2), (16, 32, 2, 1),
                      (32, 64, 4, 1))
@@ -172,8 +176,8 @@ def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple]:
         tiles = [(f"tl{bm}x{bn}w{w}s{s}{'' if p == 'fp16' else '+' + p}", KernelConfig(bm, bn, w, s),
                   KernelOptions(fp8_path=p)) for bm, bn, w, s in FP8_CONFIGS[::5 if smoke else 1]
                  for p in ("fp16", FP8_ALT_PATHS[0])]
-        ws_fp8 = [("ws_fp8", None, KernelOptions(ws_fp8=True))] + ([] if smoke else [   # Gluon needs a GPU
-            ("ws_fp8_forced", None, KernelOptions(ws_fp8=True), {"ws": True})])
+        ws_fp8 = [("ws_fp8", None, KernelOptions(ws_fp8=True)), ("no_ws_fp8", None, KernelOptions(ws_fp8=False))] + (
+            [] if smoke else [("ws_fp8_forced", None, KernelOptions(ws_fp8=True), {"ws": True})])   # Gluon needs a GPU
         return out[:1] + paths + tiles + ws_fp8
     if group == "fp8_latency":   # more warps per tile: fewer conversions per thread before the first MMA
         return out[:1] + [(f"fp8_{p}", None, KernelOptions(fp8_path=p)) for p in FP8_ALT_PATHS] + [
@@ -195,8 +199,9 @@ def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple]:
     return out
 
 
-def cells(groups: list[str], smoke: bool) -> list[tuple[str, Case]]:
-    """(group, case) in the order they are run: latency cells first."""
+def cells(groups: list[str], smoke: bool, fp8_all_trees: bool = False) -> list[tuple[str, Case]]:
+    """(group, case) in the order they are run: latency cells first (fp8_all_trees: the fp8 group
+    with `FP8_WS_TREES` too)."""
     if smoke:
         tiny = dict(num_q_heads=4, num_kv_heads=2, head_dim=64, layout="shuffled")
         return [(g, c) for g, c in (
@@ -223,7 +228,7 @@ def cells(groups: list[str], smoke: bool) -> list[tuple[str, Case]]:
                 for t in B1_TREES for p in PAGES]
     if "fp8" in groups:
         out += [("fp8", Case(batch_size=64, context_len=2048, tree=t, page_size=p, **FP8, **seed))
-                for t in FP8_TREES for p in PAGES]
+                for t in FP8_TREES + (FP8_WS_TREES if fp8_all_trees else ()) for p in PAGES]
     if "decode" in groups:
         out += [("decode", Case(batch_size=b, context_len=ln, tree=t, page_size=p, **seed))
                 for b in (1, 16) for ln in (1024, 2048) for t in DECODE_TREES for p in PAGES]
@@ -284,7 +289,7 @@ def sweep(args) -> list[dict]:
     device = "cpu" if args.smoke else "cuda"
     rows: list[dict] = []
     t0 = time.monotonic()
-    for group, case in cells(args.groups, args.smoke):
+    for group, case in cells(args.groups, args.smoke, args.fp8_all_trees):
         if args.page_sizes and case.page_size not in args.page_sizes or args.trees and case.tree not in args.trees:
             continue
         if time.monotonic() - t0 > args.budget_s:
@@ -368,6 +373,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                          "the fp8 group's bf16 twin always run)")
     ap.add_argument("--page-sizes", default="", help="comma-separated page sizes: only the cells at these")
     ap.add_argument("--trees", default="", help="comma-separated tree specs: only the cells of these")
+    ap.add_argument("--fp8-all-trees", action="store_true",
+                    help="the fp8 group over every seed tree of 26 nodes or more too (FP8_WS_TREES)")
     ap.add_argument("--smoke", action="store_true", help="a tiny cell per group in the CPU interpreter")
     args = ap.parse_args(argv)
     args.groups = [g for g in args.groups.split(",") if g]

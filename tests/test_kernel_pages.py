@@ -303,7 +303,7 @@ def test_latency_sweep_refuses_bad_arguments_and_runs_in_the_interpreter(tmp_pat
     assert short["tl16x32w4s2+short"]["kernel"].endswith(" one-tile")          # S_b 19 fits its 32-token tile
     assert short["default"]["kv_dtype"] == "float8_e4m3fn" and short["bf16_default"]["kv_dtype"] == "bfloat16"
     assert {"bf16_default", "default", "fp8_cast", "fp8_bits", "tl16x64w2s4", "tl16x64w2s4+cast", "splits4",
-            "ws_fp8"} <= {r["candidate"] for r in rows}
+            "ws_fp8", "no_ws_fp8"} <= {r["candidate"] for r in rows}
     assert {r["splits"] for r in rows if r["candidate"] == "splits32"} == {32}
     twin = next(r for r in rows if r["candidate"] == "bf16_default")
     assert twin["kv_dtype"] == "bfloat16" and "kvfp8" not in twin["case_id"]

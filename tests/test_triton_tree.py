@@ -65,7 +65,8 @@ def test_tree_bias_is_zero_on_ancestors_and_rejects_mixed_trees():
     (16, [33], 64, 8),         # B 1, tensor-core-bound tiles read by TMA: at most 8 splits
     (16, [17], 64, 5),         # B 1, L 1024: capped at 3 KV tiles per split
     (32, [33], 64, 8),         # B 1, 4 M-tiles: one wave at 2 programs per SM
-    (128, [33], 64, 2),        # B 16: one wave at 2 programs per SM
+    (128, [33], 64, 1),        # B 16, TMA tiles: 128 programs fill 0.9 of 132 SMs, no split-KV
+    (118, [33], 64, 2),        # under 0.9 of the SMs: one wave at 2 programs per SM
     (8, [1], 16, 1),           # one tile: nothing to split
 ])
 def test_choose_num_splits(programs, tiles, block_m, expect):
@@ -354,9 +355,11 @@ def test_kernel_config_rejects_bt_ahead_out_of_range():
 
 def test_choose_num_splits_caps_only_tma_tiles():
     """P 16 with 64-token tiles (a page lookup per token, no TMA), or TMA off: the
-    8-split cap, measured for the TMA path, does not apply; 3 KV tiles per split does."""
+    8-split cap and the 0.9-full rule, measured for the TMA path, do not apply; 3 KV tiles
+    per split does."""
     assert choose_num_splits(16, [33], 132, 64, tma_tiles=True) == 8
     assert choose_num_splits(16, [33], 132, 64, tma_tiles=False) == 11
+    assert choose_num_splits(128, [33], 132, 64, tma_tiles=False) == 2    # the gather keeps its 2 splits
     plan = dict(num_sms=132, interpret=False)
     assert make_plan(1, 8, 4, [28], [2076], 128, tma_tiles=True, **plan).num_splits == 8
     assert make_plan(1, 8, 4, [28], [2076], 128, tma_tiles=False, **plan).num_splits == 11
