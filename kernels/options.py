@@ -99,9 +99,12 @@ class KernelOptions:
             warp-specialised kernel: the producer's TMA lands the codes in a ring of their own, a
             converter warpgroup writes each tile once in Q's dtype for all consumer warpgroups
             (V rows past S_b as zeros), and the plan's WS2 / WS3 rows take their fp8 twins
-            (`tree_attention_plan.WS_FP8_CONFIGS`). False (default: compiled for sm_90 but not yet
-            timed on a GPU, docs/kernel.md "fp8 pools"): fp8 pools run the tl kernel. No effect on
-            bf16 / fp16 pools, whose build is unchanged.
+            (`tree_attention_plan.WS_FP8_CONFIGS`; 3 consumer warpgroups over fp8 are refused).
+            For kernel development only: on an H200 its output leaves the fp8 tolerance in a few
+            elements that change from run to run (fp16 queries; medusa at B 64, L 2048 with its
+            pipelining on), a race not yet found (`results/h200/kernel/ws-fp8-probe.txt`,
+            docs/kernel.md "fp8 in the warp-specialised kernel"). False (default): fp8 pools run
+            the tl kernel. No effect on bf16 / fp16 pools, whose build is unchanged.
 
     Raises:
         ConfigError: a field of the wrong type (see `__post_init__`).

@@ -302,3 +302,28 @@ def test_the_report_shows_kv_dtype_where_it_varies():
     pivot = time_pivot(timed_frame([row(plain), row(fp8)]), ["torch_sdpa"])
     assert len(pivot) == 2 and sorted(pivot["kv_dtype"]) == ["bfloat16", "float8_e4m3fn"]
     assert "kv_dtype" not in time_pivot(timed_frame([row(plain), row(plain, "flex")]), ["torch_sdpa", "flex"])
+
+
+@pytest.mark.parametrize("kv", ["float8_e4m3fn", None])
+def test_logical_from_pool_follows_rewritten_pool_slots(kv):
+    """`BatchInputs.logical_from_pool`: after pool slots are rewritten (here every used value's
+    mantissa's last bit flipped; these codes stay finite), the reference sees the new codes, the same as the pool read through
+    the block table; on unchanged inputs it changes nothing."""
+    from treebench.harness.model.reference import paged_reference_attention
+
+    case = Case(batch_size=3, context_len="list:0,5,20", tree="full:2:1", page_size=4, num_q_heads=4,
+                num_kv_heads=2, head_dim=16, kv_dtype=kv, **({"k_scale": 0.25, "v_scale": 0.5} if kv else {}))
+    inputs = build_inputs(case, "cpu")
+    before = inputs.k_logical.view(torch.uint8).clone()
+    inputs.logical_from_pool()
+    assert torch.equal(inputs.k_logical.view(torch.uint8), before)
+    for pool in (inputs.k_cache, inputs.v_cache):
+        n = pool.element_size()               # bytes per value: the low one (little-endian) holds the
+        used = (~pool.float().isnan()).repeat_interleave(n, dim=-1)   # mantissa's last bit
+        used &= torch.arange(used.shape[-1]) % n == 0
+        pool.view(torch.uint8)[used] ^= 1
+    stale = reference_attention(inputs)
+    inputs.logical_from_pool()
+    fresh = reference_attention(inputs)
+    assert not torch.equal(stale, fresh)
+    assert torch.allclose(fresh, paged_reference_attention(inputs.for_backend()), rtol=0, atol=1e-12)

@@ -122,6 +122,19 @@ class BatchInputs(BackendInputs):
     v_logical: torch.Tensor = dataclasses.field(kw_only=True)  # (sum S_b, Hkv, D) kv dtype: each request's V in logical order (reference only)
     kv_indptr: torch.Tensor = dataclasses.field(kw_only=True)  # (B+1,) int64 on CPU: prefix sums of S_b into k_logical
 
+    def logical_from_pool(self) -> None:
+        """Rewrites `k_logical` / `v_logical` in place from the paged pool, read through
+        block_table (bit for bit, as bytes, so fp8 codes included), after a caller changed pool
+        slots (e.g. a test that writes chosen codes): the reference reads the logical copies.
+        Raises nothing."""
+        P = self.page_size
+        ptr = self.kv_indptr.tolist()
+        for b, s in enumerate(self.host_lists()[2]):
+            pages = self.block_table[b, :-(-s // P)].long()
+            for pool, logical in ((self.k_cache, self.k_logical), (self.v_cache, self.v_logical)):
+                rows = pool.view(torch.uint8).index_select(0, pages).flatten(0, 1)[:s]
+                logical.view(torch.uint8)[ptr[b]:ptr[b] + s] = rows
+
     def for_backend(self) -> BackendInputs:
         """The view a backend gets: the same tensors (no copy), reference-only fields absent."""
         kept = {f.name: getattr(self, f.name) for f in dataclasses.fields(BackendInputs)}
