@@ -115,6 +115,7 @@ def convert_kv_tile(ring8, k_bufs, v_bufs, k_ready, v_ready, kv_empty, it, valid
     mbarrier.arrive(k_ready.index(st), count=1)
     mbarrier.wait(v8_ready.index(st8), ph8)
     codes = v8_bufs.index(st8).load(layout)
+    fence_async_shared()                        # these generic reads before the producer's next TMA write
     _barrier()                                  # every thread holds its codes: the fp8 slot is free
     mbarrier.arrive(kv8_empty.index(st8), count=1)
     # rows past S_b (a request's last tile: the pool's unused slots) become zeros, not converted codes
