@@ -168,8 +168,9 @@ def test_kv_pool_dtypes_the_kernel_refuses():
 @pytest.mark.parametrize("page_size", [16, 128, 24])
 @pytest.mark.parametrize("tree,batch", [("full:3:1", 3), ("random:40:3", 5), ("full:3:3", 64)])
 def test_fp8_pools_on_gpu(fmt, page_size, tree, batch):
-    """Compiled, GPU configs: 16-160 packed rows, TMA tiles at P 128; the warp-specialised
-    kernel refuses fp8 pools (B 64, 160 rows would take it), so the tl kernel runs."""
+    """Compiled, GPU configs: 16-160 packed rows, TMA tiles at P 128; the tl kernel runs (B 64
+    with 160 rows would take the 3-warpgroup build, which refuses fp8 pools; the smaller batches
+    fit one wave of it), and without ws_fp8 the warp-specialised kernel names the pool."""
     case = Case(batch_size=batch, context_len="ragged:0-900", tree=tree, tree_per_request="mixed",
                 page_size=page_size, num_q_heads=32, num_kv_heads=8, head_dim=128)
     ta = run_fp8(case, FP8[fmt])
@@ -193,6 +194,7 @@ def test_fp8_paths_on_gpu(path, fmt, page_size, tree, batch):
 
 SM90 = DEVICE == "cuda" and torch.cuda.get_device_capability() == (9, 0)
 WS_FP8 = KernelOptions(ws_fp8=True)
+NO_WS_FP8 = KernelOptions(ws_fp8=False)
 GQA4 = dict(num_q_heads=32, num_kv_heads=8, head_dim=128)             # G 4, the tuned D
 
 
@@ -277,13 +279,14 @@ def test_ws_fp8_converts_every_finite_code_exactly_on_gpu(fmt, k_scale, v_scale)
 @pytest.mark.skipif(not SM90, reason="needs a CUDA sm_90 GPU (the warp-specialised kernel)")
 @pytest.mark.parametrize("page_size", [128, 16])
 def test_ws_fp8_default_plan_takes_the_ws_kernel_on_gpu(page_size):
-    """B 64 with the 27-node tree: with ws_fp8 the plan's choice (ws=None) is the warp-specialised
-    kernel, and without it the tl kernel (the same batch)."""
+    """B 64 with the 27-node tree: with ws_fp8 (the default) the plan's choice (ws=None) is the
+    warp-specialised kernel, and with ws_fp8=False the tl kernel (the same batch)."""
     case = Case(batch_size=64, context_len="ragged:0-700", tree="vllm:pr_27", page_size=page_size,
                 kv_dtype="float8_e4m3fn", k_scale=0.25, v_scale=0.5, **GQA4)
     inputs = build_inputs(case, DEVICE)
     assert run_ws_fp8(inputs, case).kernel.startswith("ws tma")
-    assert TreeAttention(inputs.for_backend()).kernel.startswith("tl ")
+    assert TreeAttention(inputs.for_backend()).kernel.startswith("ws tma")
+    assert TreeAttention(inputs.for_backend(), options=NO_WS_FP8).kernel.startswith("tl ")
 
 
 @pytest.mark.gpu
@@ -317,8 +320,9 @@ def test_ws_pool_reasons():
 
 
 def test_ws_unsupported_names_the_flag_before_the_device():
-    """An fp8 batch: without ws_fp8 the first reason is the pool, with it the next one (here, on the
-    CPU, the device); TreeAttention(ws=True) raises each, and the default plan runs the tl kernel."""
+    """An fp8 batch: without ws_fp8 the first reason is the pool, with it (the default) the next one
+    (here, on the CPU, the device); TreeAttention(ws=True) raises each, and the default plan runs
+    the tl kernel."""
     case = Case(batch_size=2, context_len=20, tree="full:2:1", page_size=16, kv_dtype="float8_e4m3fn",
                 k_scale=0.25, v_scale=0.5, **TINY)
     inputs = build_inputs(case, DEVICE).for_backend()
@@ -328,7 +332,7 @@ def test_ws_unsupported_names_the_flag_before_the_device():
         with pytest.raises(ConfigError, match="ws=True: the warp-specialised kernel needs a CUDA GPU"):
             TreeAttention(inputs, ws=True, options=WS_FP8)
     with pytest.raises(ConfigError, match="ws=True: kv dtype torch.float8_e4m3fn.*KernelOptions.ws_fp8"):
-        TreeAttention(inputs, ws=True)
+        TreeAttention(inputs, ws=True, options=NO_WS_FP8)
     ta = TreeAttention(inputs, options=WS_FP8)            # too small a batch for the ws kernel: tl
     assert ta.kernel.startswith("tl ") and not ta.ws
 
@@ -341,7 +345,7 @@ def test_ws_fp8_option_and_configs():
                                                        WS_FP8_CONFIGS, WS_PRODUCER_REGS, KernelConfig,
                                                        parse_kernel_config)
 
-    assert KernelOptions().ws_fp8 is False and KernelOptions(ws_fp8=True).changed() == {"ws_fp8": True}
+    assert KernelOptions().ws_fp8 is True and KernelOptions(ws_fp8=False).changed() == {"ws_fp8": False}
     with pytest.raises(ConfigError, match="ws_fp8=1"):
         KernelOptions(ws_fp8=1)
     assert WS_FP8_CONFIGS == {WS2: WS2_FP8, WS3: WS3_FP8}
