@@ -55,11 +55,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from treebench.harness.errors import ConfigError  # noqa: E402
+from treebench.kernels.options import FP8_PATHS  # noqa: E402  (--fp8-path: the kernel's FP8_PATH is the index)
 from treebench.kernels.tree_attention_plan import (SMEM_PER_SM, WS_CONVERTER_REGS, KernelConfig,  # noqa: E402
                                                    parse_kernel_config)
 
 HKV, G, D = 8, 4, 128
-FP8_PATHS = {"cast": 0, "bits": 1, "fp16": 2}   # --fp8-path: the kernel's FP8_PATH (KernelOptions.fp8_path)
 KV_TYPES = {"bf16": "bf16", "float8_e4m3fn": "fp8e4nv", "float8_e5m2": "fp8e5"}   # --kv-dtype: Triton's names
 TARGET_CONTEXT = 2048 + 40   # S_b of full:3:3 at L 2048, the speed target: --pipe auto's choice
 POINTERS = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "O": "*bf16", "BT": "*i32", "CTX_LENS": "*i32", "QO": "*i32",
@@ -410,7 +410,7 @@ def main() -> int:
                 ("P 128 TMA, 128 rows over a 2-CTA cluster", "128,64,4,3,0,1", 128, True, 2))]
         if args.kv_dtype == "bf16" and args.fp8_path != "cast":
             raise ConfigError(f"--fp8-path {args.fp8_path} needs an fp8 --kv-dtype")
-        path = FP8_PATHS[args.fp8_path]
+        path = FP8_PATHS.index(args.fp8_path)
         for name, cfg, p, tma, ctas in builds:
             res = compile_forward(cfg, p, tma, ctas, args.kv_dtype, path, args.ops, args.short_build)
             print(f"{name}, {args.kv_dtype} pool: {res}", flush=True)
