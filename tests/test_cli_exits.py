@@ -130,6 +130,77 @@ def test_a_closed_stdout_keeps_the_exit_code_of_the_rows(tiny, tmp_path, argv, c
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
 
 
+@pytest.mark.parametrize("spec", ["random:1000:1", "full:3:5"])
+def test_a_reader_that_leaves_mid_output_gives_141(tmp_path, spec):
+    """Output larger than a pipe buffer, read one line and closed (`treebench tree SPEC | head -1`):
+    the write that finds the reader gone raises, so the command exits 141, not 0 with the rest
+    dropped."""
+    proc = subprocess.Popen([sys.executable, "-m", "treebench", "tree", spec], cwd=tmp_path, env=env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 141, err
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+def test_plain_console_writes_in_pieces_that_see_a_closed_reader(monkeypatch):
+    """A rich table printed through `PlainConsole` reaches the stream in pieces of at most
+    WRITE_CHUNK characters, each flushed, so a closed pipe raises on the next piece."""
+    from rich.table import Table
+
+    from treebench.harness.cli.common import WRITE_CHUNK, PlainConsole
+
+    class Pipe:
+        def __init__(self):
+            self.writes, self.flushes = [], 0
+
+        def write(self, text):
+            if len(self.writes) == 2:
+                raise BrokenPipeError(32, "closed")
+            self.writes.append(text)
+            return len(text)
+
+        def flush(self):
+            self.flushes += 1
+
+        def isatty(self):
+            return False
+
+    pipe = Pipe()
+    table = Table("row")
+    for i in range(5000):
+        table.add_row(f"{i:>8} " + "x" * 60)
+    console = PlainConsole(file=pipe, width=100)
+    with pytest.raises(BrokenPipeError):
+        console.print(table)
+    assert [len(w) for w in pipe.writes] == [WRITE_CHUNK, WRITE_CHUNK] and pipe.flushes == 2
+
+
+def test_rm_and_merge_wait_for_the_run_writing_the_file(tiny, tmp_path):
+    """`rm` and `merge` rewrite a results file: while another process holds its write lock they
+    are refused in one line (exit 2) and the file is unchanged."""
+    from treebench.harness.store.lock import hold
+
+    out = tmp_path / "rows.jsonl"
+    assert treebench("check", "--suite", tiny, "--backend", "torch_sdpa", "--out", out, "--quiet",
+                     cwd=tmp_path).returncode == 0
+    before = out.read_bytes()
+    with hold(out):   # a run in the middle of appending to it
+        done = treebench("rm", out, "--backend", "torch_sdpa", cwd=tmp_path)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.strip() == (f"treebench: error: results file {out} is being written by another treebench "
+                                       f"process (pid {os.getpid()}); wait for it to finish, then remove the rows")
+        other = tmp_path / "other.jsonl"
+        other.write_bytes(before)
+        done = treebench("merge", out, other, cwd=tmp_path)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.strip().endswith("wait for it to finish or merge into another OUT"), done.stderr
+        assert out.read_bytes() == before
+    done = treebench("rm", out, "--backend", "torch_sdpa", cwd=tmp_path)
+    assert done.returncode == 0 and out.read_text() == "", done.stderr
+
+
 def test_version_names_the_distribution_version(tmp_path):
     from treebench.harness import __version__
 

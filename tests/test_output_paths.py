@@ -89,6 +89,17 @@ def test_out_that_holds_something_else_is_refused(tiny, tmp_path, capsys, conten
     assert out.read_text() == content
 
 
+@pytest.mark.parametrize("flag,name", [("--out", "rows.jsonl"), ("--report", "r.html")])
+def test_an_output_below_a_file_names_the_file(tiny, tmp_path, capsys, flag, name):
+    """An output path whose folder is an existing file: the line says which file, not mkdir's
+    "File exists"; the file is left alone."""
+    blocker = tmp_path / "old.jsonl"
+    blocker.write_text("keep\n")
+    assert main(_run(tiny, flag, str(blocker / name))) == 2
+    assert f"{blocker} is a file, not a folder" in _one_line_error(capsys)
+    assert blocker.read_text() == "keep\n"
+
+
 def test_env_file_as_out_is_refused(tiny, tmp_path, capsys):
     env = tmp_path / "env-0123456789ab.json"
     env.write_text('{"env_id": "0123456789ab"}\n')

@@ -32,10 +32,46 @@ log = logging.getLogger(__name__)
 OFF_TERMINAL_WIDTH = 100_000      # columns of a console that is not a terminal: lines are never wrapped
 
 
+WRITE_CHUNK = 1 << 16   # characters per write to stdout: one pipe buffer
+
+
+def emit(text: str, stream=None) -> None:
+    """Writes `text` to stdout (or `stream`) in WRITE_CHUNK pieces, each flushed. A pipe whose
+    reader leaves mid-output (`treebench tree random:1000:1 | head -1`) then raises
+    BrokenPipeError: one large write comes back short without an error, and Python's buffer
+    drops the rest silently, so the command would exit 0 (CPython 3.11, Linux)."""
+    stream = sys.stdout if stream is None else stream
+    for i in range(0, len(text), WRITE_CHUNK):
+        stream.write(text[i:i + WRITE_CHUNK])
+        stream.flush()
+
+
+class _ChunkedFile:
+    """A text stream whose writes go through `emit`; everything else is the stream's."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        emit(text, self._stream)
+        return len(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
 class PlainConsole(Console):
     """A rich console that prints what it is given: no emoji codes (a case id's `:100:` stays
-    text); a closed stdout raises BrokenPipeError (main() keeps the exit code the rows gave)
-    instead of rich's exit 1."""
+    text); its output is written in pieces (`emit`), and a closed stdout raises
+    BrokenPipeError (main() keeps the exit code the rows gave) instead of rich's exit 1."""
+
+    @property
+    def file(self):
+        return _ChunkedFile(Console.file.fget(self))
+
+    @file.setter
+    def file(self, new_file) -> None:
+        Console.file.fset(self, new_file)
 
     def on_broken_pipe(self) -> None:
         raise BrokenPipeError(32, "the reader of the output went away")

@@ -14,12 +14,12 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from treebench.harness.analyze.gate import GateConfig, compare_runs, env_differences
 from treebench.harness.analyze.gate_render import junit_xml, markdown
+from treebench.harness.cli.common import emit
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.env import read_envs
 from treebench.harness.store.paths import check_output_path, refuse_input_path
@@ -191,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
             Path(args.junit).write_text(junit_xml(result), encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"gate: cannot write {e.filename}: {e.strerror}; choose another path") from None
-    sys.stdout.write(text)
+    emit(text)
     if result.comparable == 0:
         log.warning("gate: no (case, backend) pair could be compared; failing")
     log.info("gate: %s", ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in result.counts().items()))

@@ -233,7 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         name, args = _parse(argv)
         _setup_logging(getattr(args, "quiet", False))
-        return int(command(name).run(args))
+        code = int(command(name).run(args))
+        sys.stdout.flush()   # what is still buffered: a reader gone by now is a closed stdout too
+        return code
     except ConfigError as e:
         sys.stderr.write(f"{PROG}: error: {one_line(str(e))}\n")
         return BAD_INPUT

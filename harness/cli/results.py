@@ -40,7 +40,7 @@ def run_merge(args) -> int:
     if not rows:
         raise ConfigError(f"merge {' '.join(args.inputs)}: no result rows; point it at .jsonl result files "
                           "or folders of them (folders are not searched recursively)")
-    with hold(out if out.parent.is_dir() else None):   # not while a run appends to OUT
+    with hold(out if out.parent.is_dir() else None, "wait for it to finish or merge into another OUT"):
         added = merge_results(out, inputs, rows=rows)  # validates OUT before writing anything
     _print(f"merged {plural(len(added), 'row')} into {out} ({plural(len(rows) - len(added), 'duplicate')} dropped)")
     return 0
@@ -63,7 +63,7 @@ def run_rm(args) -> int:
 
     Raises:
         ConfigError: no filter (rm never empties a file by default), an empty value, a value that
-            names no row (nothing is removed then), a missing file.
+            names no row (nothing is removed then), a missing file, a file a run is writing.
     """
     filters = {"--run-id": args.run_ids, "--backend": args.backends, "--env": args.env_ids}
     if not any(filters.values()):
@@ -75,9 +75,12 @@ def run_rm(args) -> int:
     path = Path(args.results)
     if not path.is_file():
         raise ConfigError(f"rm {path}: no such results file")
+    from treebench.harness.store.lock import hold
     from treebench.harness.store.remove import remove_rows
 
-    n = remove_rows(path, run_ids=tuple(args.run_ids), backends=tuple(args.backends), env_ids=tuple(args.env_ids))
+    with hold(path, "wait for it to finish, then remove the rows"):   # not while a run appends to it
+        n = remove_rows(path, run_ids=tuple(args.run_ids), backends=tuple(args.backends),
+                        env_ids=tuple(args.env_ids))
     _print(f"removed {plural(n, 'row')} from {path}")
     return 0
 

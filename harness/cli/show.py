@@ -11,7 +11,7 @@ import sys
 from rich.markup import escape
 from rich.table import Table
 
-from treebench.harness.cli.common import OFF_TERMINAL_WIDTH, Command, console
+from treebench.harness.cli.common import OFF_TERMINAL_WIDTH, Command, console, emit
 
 PIPE_WIDTH = 160   # columns of `treebench list`'s table off a terminal when COLUMNS is not set
 
@@ -73,14 +73,14 @@ def run_tree(args) -> int:
     tree = parse_tree(args.spec)
     summary = tree_summary(tree)
     if args.json:
-        sys.stdout.write(json.dumps(summary) + "\n")
+        emit(json.dumps(summary) + "\n")
         return 0
     utf8 = (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "") == "utf8"
     lines = [render_tree(tree, ascii=not utf8)]
     lines += [f"parents: {' '.join(map(str, summary['parents']))}",
               f"depths:  {' '.join(map(str, summary['depths']))}", "mask (row i: 1 where node j is i or its ancestor):"]
     lines += [f"  {i:>3} {row}" for i, row in enumerate(summary["ancestor_mask"])]
-    sys.stdout.write("\n".join(lines) + "\n")
+    emit("\n".join(lines) + "\n")
     return 0
 
 

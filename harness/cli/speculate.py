@@ -18,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from treebench.harness.cli.common import Command, plural
+from treebench.harness.cli.common import Command, emit, plural
 from treebench.harness.errors import ConfigError
 from treebench.harness.speculation.search import MAX_SEARCH_NODES
 from treebench.harness.store.paths import check_output_path
@@ -111,7 +111,7 @@ def run_tree_search(args) -> int:
     for model, trees in found:
         out.append(f"# {model.name} ({model.kind}; draft {model.draft}, target {model.target}): {model.citation}")
         out += [f"T={t.size} E={t.expected:.4f} depth={t.depth} {choices_text(t.choices)}" for t in trees]
-    sys.stdout.write("\n".join(out) + "\n")
+    emit("\n".join(out) + "\n")
     if args.suite_out:
         path = Path(args.suite_out)
         try:
@@ -158,7 +158,7 @@ def run_plan(args) -> int:
              format_table(verdicts), ""]
     best = {v.best.size: v.best.choices for v in verdicts if v.best}
     lines += [f"T={t}: {choices_text(c)}" for t, c in sorted(best.items())]
-    sys.stdout.write("\n".join(lines) + "\n")
+    emit("\n".join(lines) + "\n")
     return 0
 
 

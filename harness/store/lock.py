@@ -8,8 +8,8 @@ and is refused before it writes anything. The kernel drops the lock when the
 holder exits, however it exits (SIGKILL, a segfault), so a stale sidecar never
 blocks anyone: the next run takes it over.
 
-The sidecar, not the results file, is locked: `rm` and `merge` may replace the
-results file, and its pid must be readable. The holder deletes the sidecar on
+The sidecar, not the results file, is locked: `rm` and `merge` replace the
+results file (and take the same lock while they do), and its pid must be readable. The holder deletes the sidecar on
 release; since a process may open the sidecar just before that, a lock is only
 taken once the path still names the file that was locked (same inode).
 
@@ -47,8 +47,12 @@ def _holder(fd: int) -> str:
     return f"pid {text}" if text.isdigit() else "unknown pid"
 
 
-def _take(path: Path) -> int:
-    """A file descriptor of `path` under an exclusive flock, `path` still naming it.
+OUT_HINT = "wait for it to finish or choose another --out"   # what a refused run or check can do
+
+
+def _take(path: Path, hint: str = OUT_HINT) -> int:
+    """A file descriptor of `path` under an exclusive flock, `path` still naming it (hint: the
+    refusal's advice).
 
     Raises:
         ConfigError: another process holds the lock.
@@ -62,7 +66,7 @@ def _take(path: Path) -> int:
             os.close(fd)
             results = str(path)[: -len(".lock")]
             raise ConfigError(f"results file {results} is being written by another treebench process ({holder}); "
-                              "wait for it to finish or choose another --out") from None
+                              f"{hint}") from None
         try:
             same = os.stat(path).st_ino == os.fstat(fd).st_ino
         except FileNotFoundError:
@@ -73,8 +77,9 @@ def _take(path: Path) -> int:
 
 
 @contextlib.contextmanager
-def hold(results: Path | str | None) -> Iterator[None]:
-    """Holds the write lock of `results` (nothing when None or where fcntl is missing).
+def hold(results: Path | str | None, hint: str = OUT_HINT) -> Iterator[None]:
+    """Holds the write lock of `results` (nothing when None or where fcntl is missing); hint:
+    the advice the refusal ends with (`rm` and `merge`, which take no --out, give their own).
 
     Raises:
         ConfigError: another process is writing `results` (one line: the file, its pid,
@@ -85,7 +90,7 @@ def hold(results: Path | str | None) -> Iterator[None]:
         return
     path = lock_path(Path(results))
     try:
-        fd = _take(path)
+        fd = _take(path, hint)
     except OSError as e:
         raise ConfigError(f"--out {results}: cannot create its lock file {path} ({e.strerror})") from None
     try:

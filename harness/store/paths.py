@@ -22,6 +22,16 @@ from treebench.harness.store.rows import SCHEMA, is_known_schema, is_torn_row
 HTML_SUFFIXES = (".html", ".htm")   # what a report path may end in
 
 
+
+def folder_problem(path: Path) -> str:
+    """Why `path`'s folder cannot be made, where the cause is on disk: "X is a file, not a folder"
+    for the nearest existing ancestor X that is no folder (mkdir alone says "File exists"); else
+    "". Raises nothing."""
+    for parent in path.parents:
+        if parent.exists():
+            return "" if parent.is_dir() else f"{parent} is a file, not a folder"
+    return ""
+
 def check_writable(path: str | Path, create: bool = True, what: str = "--out") -> Path:
     """Validates a results path before a run, creating parent folders and the
     file (empty, or left as it is when it exists: never truncated).
@@ -54,7 +64,8 @@ def check_writable(path: str | Path, create: bool = True, what: str = "--out") -
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise ConfigError(f"{what} {path}: cannot write there ({e.strerror}); give a writable file path") from None
+        raise ConfigError(f"{what} {path}: cannot write there ({folder_problem(path) or e.strerror}); "
+                          "give a writable file path") from None
     try:   # the env fingerprint goes beside it: a real probe (os.access says yes to root on an immutable folder)
         with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".treebench-probe-"):
             pass
@@ -140,7 +151,7 @@ def check_html_writable(path: str | Path, flag: str, example: str, create: bool 
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise ConfigError(f"{flag} {p}: cannot create its folder ({e.strerror})") from None
+        raise ConfigError(f"{flag} {p}: cannot create its folder ({folder_problem(p) or e.strerror})") from None
     if not os.access(p.parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise ConfigError(f"{flag} {p}: cannot write there (permission denied); give a writable .html path")
     try:  # and a real write probe: os.access says yes to root on read-only file systems (/sys)
