@@ -69,9 +69,9 @@ class PlainConsole(Console):
     def file(self):
         return _ChunkedFile(Console.file.fget(self))
 
-    @file.setter
+    @file.setter   # rich declares Console.file with a setter, which mypy reads as an overload
     def file(self, new_file) -> None:
-        Console.file.fset(self, new_file)
+        Console.file.fset(self, new_file)  # type: ignore[attr-defined]
 
     def on_broken_pipe(self) -> None:
         raise BrokenPipeError(32, "the reader of the output went away")
