@@ -9,9 +9,10 @@ holder exits, however it exits (SIGKILL, a segfault), so a stale sidecar never
 blocks anyone: the next run takes it over.
 
 The sidecar, not the results file, is locked: `rm` and `merge` replace the
-results file (and take the same lock while they do), and its pid must be readable. The holder deletes the sidecar on
-release; since a process may open the sidecar just before that, a lock is only
-taken once the path still names the file that was locked (same inode).
+results file (and take the same lock while they do), and its pid must be readable.
+The holder deletes the sidecar on release; since a process may open the sidecar
+just before that, a lock is only taken once the path still names the file that
+was locked (same inode).
 
 Under torchrun every rank locks its own rank file, and rank 0 also ``--out``
 (treebench.harness.sweep.execute), so ranks never lock each other out. On
@@ -92,7 +93,7 @@ def hold(results: Path | str | None, hint: str = OUT_HINT) -> Iterator[None]:
     try:
         fd = _take(path, hint)
     except OSError as e:
-        raise ConfigError(f"--out {results}: cannot create its lock file {path} ({e.strerror})") from None
+        raise ConfigError(f"results file {results}: cannot create its lock file {path} ({e.strerror})") from None
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

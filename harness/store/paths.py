@@ -22,7 +22,6 @@ from treebench.harness.store.rows import SCHEMA, is_known_schema, is_torn_row
 HTML_SUFFIXES = (".html", ".htm")   # what a report path may end in
 
 
-
 def folder_problem(path: Path) -> str:
     """Why `path`'s folder cannot be made, where the cause is on disk: "X is a file, not a folder"
     for the nearest existing ancestor X that is no folder (mkdir alone says "File exists"); else
@@ -31,6 +30,7 @@ def folder_problem(path: Path) -> str:
         if parent.exists():
             return "" if parent.is_dir() else f"{parent} is a file, not a folder"
     return ""
+
 
 def check_writable(path: str | Path, create: bool = True, what: str = "--out") -> Path:
     """Validates a results path before a run, creating parent folders and the
