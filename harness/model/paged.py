@@ -123,10 +123,10 @@ class BatchInputs(BackendInputs):
     kv_indptr: torch.Tensor = dataclasses.field(kw_only=True)  # (B+1,) int64 on CPU: prefix sums of S_b into k_logical
 
     def logical_from_pool(self) -> None:
-        """Rewrites `k_logical` / `v_logical` in place from the paged pool, read through
-        block_table (bit for bit, as bytes, so fp8 codes included), after a caller changed pool
-        slots (e.g. a test that writes chosen codes): the reference reads the logical copies.
-        Raises nothing."""
+        """Rewrites `k_logical` / `v_logical` ((sum S_b, Hkv, D), the kv dtype) in place from
+        `k_cache` / `v_cache` ((N, P, Hkv, D)), read through block_table, bit for bit as bytes
+        (fp8 codes included), after a caller changed pool slots (e.g. a test that writes chosen
+        codes): the reference reads the logical copies. Raises nothing."""
         P = self.page_size
         ptr = self.kv_indptr.tolist()
         for b, s in enumerate(self.host_lists()[2]):
