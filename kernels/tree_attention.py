@@ -243,9 +243,6 @@ class TreeAttention:
                       else "kv_desc=False (it loads every tile by TMA)" if kv_desc is False
                       else "fused_merge (it merges in a second kernel)" if fused_merge
                       else ws_unsupported(inputs, cfg.block_n, opts.ws_page_tma, opts.ws_gather, opts.ws_fp8))
-            if not why_ws and fp8_ws and cfg.ws >= 3:
-                why_ws = ("3 consumer warpgroups over an fp8 pool: elements out of tolerance on the H200 (e5m2, "
-                          "split-KV; results/h200/kernel/pytest-ws-fp8.txt)")
             if not why_ws and cfg.ws and bool(cfg.fp8_stages) != fp8_ws:
                 why_ws = f"fp8_stages={cfg.fp8_stages}: > 0 for fp8 pools with ws_fp8 (the converter's ring), else 0"
             if not why_ws and cfg.ws and cfg.ws_shared_bytes(d, inputs.q.element_size()) > SMEM_PER_SM:
@@ -259,6 +256,8 @@ class TreeAttention:
             if ws is True and not cfg.ws:
                 raise ConfigError(f"ws=True: no warp-specialised config for {rows} packed rows at D {d} (the "
                                   "table has them above 64 rows at D 128; pass config=KernelConfig(..., ws=N))")
+            if not why_ws and config is None and ws is None and short_cfg is not None:
+                why_ws = "a short-context config holds every S_b (SHORT_CONFIGS)"
             if not why_ws and config is None and ws is None:
                 tl_tma = kv_desc is not False and not kv_desc_unsupported(inputs, tl_cfg.block_n)
                 if not ws_fills(cfg, len(ts), hkv, rows, sms, tl_tma=tl_tma or short_cfg is not None):

@@ -240,9 +240,15 @@ def choose_config(rows: int, head_dim: int, interpret: bool, ws: bool = True) ->
 
 
 # Short contexts (every S_b fits one or two tiles: L 16 in the seed suite), where fixed latency
-# decides: (max S_b bound, rows bound, config over bf16/fp16 pools, config over fp8 pools,
-# programs must fit one wave at 2 per SM). lab/latency_sweep.py on the H200 (B 1 and 16, L 16,
-# P 16 and 128, flushed; docs/kernel.md, "Short contexts"):
+# decides: (max S_b bound, rows above, rows bound, config over bf16/fp16 pools, config over fp8
+# pools or None (the table's), the grid it needs). The grid, counted in the entry's own BLOCK_M
+# rows: "one wave" (at most 2 programs per SM), "fills" (at least one per SM) or "any".
+# lab/latency_sweep.py on the H200 (L 16, P 16 and 128, flushed; docs/kernel.md, "Short contexts"):
+# - S_b <= 64, 17-256 rows, 64-row programs filling every SM (B 16 and 64 with the trees of 13 nodes
+#   or more but medusa; B 16 with full:3:2 has 128 programs on 132 SMs and keeps the next entry):
+#   the one-tile 64-row tile of 64 tokens with 4 warps, 0.82-0.91x of the plan's earlier choice
+#   (the warp-specialised kernel or a 16-row tile) over bf16 pools
+#   (`results/h200/kernel/batched-short-sweep.txt`); not measured over fp8 pools;
 # - S_b <= 32, <= 64 rows (full:3:0 to full:3:2): (16, 32, 2, 2) took 0.80-0.91x of the table's
 #   config (`results/h200/kernel/latency-sweep-l16.txt`); in the one-tile build 4 warps took
 #   0.90-0.98x of 2 over bf16 pools, and 8 warps 0.88-0.93x of 2 over e4m3 pools (fewer fp8
@@ -255,27 +261,30 @@ def choose_config(rows: int, head_dim: int, interpret: bool, ws: bool = True) ->
 #   (`results/h200/kernel/short-wide-sweep.txt`);
 # - S_b <= 80, <= 256 rows in one wave of 32-row programs (medusa at B 3): (32, 64, 4, 2),
 #   0.84-0.89x of the table's config at B 1 (`latency-sweep-l16.txt`).
-SHORT_CONFIGS: tuple[tuple[int, int, KernelConfig, KernelConfig, bool], ...] = (
-    (32, 64, KernelConfig(16, 32, 4, 2), KernelConfig(16, 32, 8, 2), False),
-    (64, 256, KernelConfig(16, 64, 8, 2), KernelConfig(16, 64, 4, 2), True),
-    (128, 256, KernelConfig(16, 128, 8, 2), KernelConfig(16, 128, 8, 2), True),
-    (80, 256, KernelConfig(32, 64, 4, 2), KernelConfig(32, 64, 4, 2), True),
+SHORT_CONFIGS: tuple[tuple[int, int, int, KernelConfig, KernelConfig | None, str], ...] = (
+    (64, 16, 256, KernelConfig(64, 64, 4, 2), None, "fills"),
+    (32, 0, 64, KernelConfig(16, 32, 4, 2), KernelConfig(16, 32, 8, 2), "any"),
+    (64, 0, 256, KernelConfig(16, 64, 8, 2), KernelConfig(16, 64, 4, 2), "one wave"),
+    (128, 0, 256, KernelConfig(16, 128, 8, 2), KernelConfig(16, 128, 8, 2), "one wave"),
+    (80, 0, 256, KernelConfig(32, 64, 4, 2), KernelConfig(32, 64, 4, 2), "one wave"),
 )
 
 
 def short_context_config(rows: int, head_dim: int, max_seq_len: int, batch_size: int, num_kv_heads: int,
                          num_sms: int, interpret: bool = False, fp8: bool = False) -> KernelConfig | None:
-    """The tl-kernel config for a batch whose every S_b is short (`SHORT_CONFIGS`), or None
-    (the tuned table applies; always under the CPU interpreter, `interpret`). rows = G * max T_b;
-    max_seq_len = max S_b; fp8: the pools hold fp8 codes. D 128 only (the measured one).
-    Raises nothing."""
+    """The tl-kernel config for a batch whose every S_b is short (`SHORT_CONFIGS`, the first
+    entry that holds), or None (the tuned table applies; always under the CPU interpreter,
+    `interpret`). rows = G * max T_b; max_seq_len = max S_b; fp8: the pools hold fp8 codes (an
+    entry without an fp8 config is skipped). D 128 only (the measured one). Raises nothing."""
     if head_dim != 128 or interpret:
         return None
-    for max_s, max_rows, cfg, cfg_fp8, one_wave in SHORT_CONFIGS:
-        cfg = cfg_fp8 if fp8 else cfg
-        waves_ok = batch_size * num_kv_heads * math.ceil(rows / cfg.block_m) <= 2 * num_sms
-        if max_seq_len <= max_s and rows <= max_rows and (waves_ok or not one_wave):
-            return cfg
+    for max_s, min_rows, max_rows, cfg, cfg_fp8, grid in SHORT_CONFIGS:
+        chosen = cfg_fp8 if fp8 else cfg
+        if chosen is None or not (max_seq_len <= max_s and min_rows < rows <= max_rows):
+            continue
+        programs = batch_size * num_kv_heads * math.ceil(rows / chosen.block_m)
+        if grid == "any" or grid == "one wave" and programs <= 2 * num_sms or grid == "fills" and programs >= num_sms:
+            return chosen
     return None
 
 

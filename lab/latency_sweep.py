@@ -35,6 +35,13 @@ Cells (bf16, Hq 32, Hkv 8, D 128, shuffled pages, one tree per batch as in the s
   with vLLM's kernel) was the seed suite's best peer and triton_tree took 0.61-1.00x of it
   (`results/h200/seed/`); split counts (`DECODE_SPLITS`) and tl tiles (`DECODE_TILES`) against
   the plan's choice;
+- `batched_short`: L 16 at B 64 and 16, P 16 and 128, the trees of 13 nodes or more (full:3:2,
+  full:3:3, vllm:pr_27, eagle:mc_sim_7b_63, medusa:mc_sim_7b_63): the seed cells at L 16 where
+  triton_tree took 0.55-0.76x of the best peer (`results/h200/seed/`), one or two KV tiles per
+  request but hundreds to thousands of programs, so neither the one-wave short configs nor
+  split-KV apply; the default against the warp-specialised kernel forced on (`ws`, with and
+  without its persistent wave and PIPE) and off (`tl`), and tl tiles (`BATCHED_SHORT_TILES`) in the
+  looped build and, those of 64 tokens or more, in the one-tile build;
 - `fp8_latency`: the `latency` cells over that e4m3 pool (the seed_fp8 suite's L 16 cells),
   with their bf16 twins: the default, the other fp8 operand paths, the short build off, and
   short-config tiles with more warps (`FP8_SHORT_CONFIGS`, the one-tile build where it runs) and
@@ -138,7 +145,12 @@ DECODE_SPLITS = (1, 2, 4, 8, 16, 24)
 # tl tiles for the decode cells, (BLOCK_M, BLOCK_N, warps, stages): the table's 16-row tile with
 # more warps, fewer stages and 32- or 128-token tiles, and the 64-row tile for full:3:2's 52 rows
 DECODE_TILES = ((16, 64, 4, 3), (16, 64, 2, 2), (16, 32, 2, 4), (16, 128, 4, 3), (64, 64, 4, 2))
-GROUPS = ("latency", "pages", "fp8", "b1", "fp8_latency", "decode")
+BATCHED_SHORT_TREES = ("full:3:2", "full:3:3", "vllm:pr_27", "eagle:mc_sim_7b_63", "medusa:mc_sim_7b_63")
+# tl tiles for the batched L 16 cells, (BLOCK_M, BLOCK_N, warps, stages); those whose BLOCK_N holds
+# every S_b (16 + T: 29-80 tokens) also in the one-tile build
+BATCHED_SHORT_TILES = ((16, 64, 8, 2), (32, 64, 4, 2), (64, 64, 4, 2), (64, 32, 4, 2), (128, 64, 8, 2),
+                       (16, 128, 8, 2), (64, 128, 8, 2))
+GROUPS = ("latency", "pages", "fp8", "b1", "fp8_latency", "decode", "batched_short")
 # peers timed beside the candidates of a group (vLLM's kernel in every group)
 GROUP_PEERS = {"decode": ("vllm_triton", "flashinfer_xqa")}
 
@@ -169,6 +181,15 @@ def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple]:
         tiles = [(f"tl{bm}x{bn}w{w}s{st}", KernelConfig(bm, bn, w, st), KernelOptions())
                  for bm, bn, w, st in DECODE_TILES[::3 if smoke else 1]]
         return out[:1] + splits + tiles
+    if group == "batched_short":
+        tiles = BATCHED_SHORT_TILES[::4 if smoke else 1]
+        return out[:1] + [("tl", None, KernelOptions(), {"ws": False})] + (
+            [] if smoke else [("ws", None, KernelOptions(), {"ws": True}),     # Gluon needs a GPU
+                              ("ws_no_persist", None, KernelOptions(ws_persist=False), {"ws": True}),
+                              ("ws_no_pipe", None, KernelOptions(ws_pipe=False), {"ws": True}),
+                              ("ws_pipe", None, KernelOptions(ws_pipe=True), {"ws": True})]) + [
+            (f"tl{bm}x{bn}w{w}s{s}", KernelConfig(bm, bn, w, s), KernelOptions(short_build=False), {"ws": False})
+            for bm, bn, w, s in tiles] + one_tile_tiles(t for t in tiles if t[1] >= 64)
     if group == "pages" and page_size in GATHER_PAGES:
         return [out[0], ("no_ws_gather", None, KernelOptions(ws_gather=False))]
     if group == "fp8":
@@ -211,7 +232,8 @@ def cells(groups: list[str], smoke: bool, fp8_all_trees: bool = False) -> list[t
             ("fp8", Case(batch_size=2, context_len=20, tree="full:2:1", page_size=16, **FP8, **tiny)),
             ("b1", Case(batch_size=1, context_len=70, tree="full:2:2", page_size=16, **tiny)),
             ("fp8_latency", Case(batch_size=1, context_len=16, tree="full:2:1", page_size=8, **FP8, **tiny)),
-            ("decode", Case(batch_size=2, context_len=70, tree="full:2:0", page_size=16, **tiny)))
+            ("decode", Case(batch_size=2, context_len=70, tree="full:2:0", page_size=16, **tiny)),
+            ("batched_short", Case(batch_size=3, context_len=16, tree="full:2:2", page_size=16, **tiny)))
             if g in groups]
     seed = dict(num_q_heads=32, num_kv_heads=8, head_dim=128, dtype="bfloat16", layout="shuffled")
     out = []
@@ -232,6 +254,9 @@ def cells(groups: list[str], smoke: bool, fp8_all_trees: bool = False) -> list[t
     if "decode" in groups:
         out += [("decode", Case(batch_size=b, context_len=ln, tree=t, page_size=p, **seed))
                 for b in (1, 16) for ln in (1024, 2048) for t in DECODE_TREES for p in PAGES]
+    if "batched_short" in groups:
+        out += [("batched_short", Case(batch_size=b, context_len=16, tree=t, page_size=p, **seed))
+                for b in (64, 16) for t in BATCHED_SHORT_TREES for p in PAGES]
     if "fp8_latency" in groups:
         out += [("fp8_latency", Case(batch_size=b, context_len=16, tree=t, page_size=p, **FP8, **seed))
                 for b, t in LATENCY_CELLS for p in PAGES]

@@ -1,7 +1,7 @@
 """Where the warp-specialised kernel leaves the float64 reference's tolerance: one GPU call that
 runs the same batches through it with one factor changed at a time and prints each run's error.
 
-    python lab/ws_fp8_probe.py > $OUT/ws-fp8-probe.txt
+    python lab/ws_fp8_probe.py [--ws3] > $OUT/ws-fp8-probe.txt
 
 Variants (Hq 32, Hkv 8, D 128, bf16 queries unless named; ws=True; "every code": every used pool
 slot of K and/or V rewritten with the finite fp8 codes in turn, k_scale 2^-6 / v_scale 2^-8 for
@@ -12,6 +12,9 @@ e4m3, as `tests/test_kernel_fp8.py`'s every-code test; `KernelOptions.ws_fp8` on
   intra-warpgroup pipelining on and off, codes in K only, V only and both;
 - the fp16-query e4m3 batch and B 64, L 2048 medusa over e4m3 (P 128), five runs each, pipelining
   on and off: is the error the same every run (a wrong value) or not (a race)?
+- with --ws3, only the 3-consumer-warpgroup build (WS3_FP8, full:3:3's 160 rows): the six-request
+  batch over e5m2 and e4m3 with 3 splits at P 128 and 16, and B 64, L 2048 over both, five runs
+  each, against the tl kernel on the same batch.
 
 Each line: variant, kernel, max abs error, the fraction of elements out of tolerance, the worst
 element (request, token, head) and pass / FAIL. Needs an sm_90 GPU.
@@ -20,6 +23,7 @@ element (request, token, head) and pass / FAIL. Needs an sm_90 GPU.
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 import torch
 
@@ -63,7 +67,28 @@ def run(label: str, inputs, case: Case, strict: bool = False, options: KernelOpt
           f"worst {rec.worst} {'pass' if rec.passed and not rec.nonfinite else 'FAIL'}", flush=True)
 
 
+def ws3() -> None:
+    """The --ws3 variants."""
+    for fmt in ("float8_e5m2", "float8_e4m3fn"):
+        cases = [(f"full:3:3 six {fmt[6:]} P{p} splits 3", 3,
+                  Case(batch_size=6, context_len=SIX, tree="full:3:3", page_size=p, kv_dtype=fmt, k_scale=0.25,
+                       v_scale=0.5, **GQA4)) for p in (128, 16)]
+        cases.append((f"full:3:3 B64 L2048 {fmt[6:]} P128", None,
+                      Case(batch_size=64, context_len=2048, tree="full:3:3", page_size=128, kv_dtype=fmt,
+                           k_scale=0.25, v_scale=0.5, layout="shuffled", **GQA4)))
+        for name, splits, case in cases:
+            inputs = build_inputs(case, "cuda")
+            for i in range(REPEATS):
+                run(f"{name} ws run {i}", inputs, case, ws=True, num_splits=splits)
+            run(f"{name} tl", inputs, case, ws=False, num_splits=splits)
+
+
 def main() -> None:
+    if sys.argv[1:] == ["--ws3"]:
+        return ws3()
+    if sys.argv[1:]:
+        print(f"ws_fp8_probe: unknown arguments {' '.join(sys.argv[1:])}; use no arguments or --ws3", file=sys.stderr)
+        raise SystemExit(2)
     pipe_off = KernelOptions(ws_fp8=True, ws_pipe=False)
     for ls in (1.0, 4.0, 16.0):
         case = Case(batch_size=6, context_len=SIX, tree="vllm:pr_27", page_size=128, logit_scale=ls, **GQA4)

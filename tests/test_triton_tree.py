@@ -528,7 +528,9 @@ def test_short_context_configs_cover_the_seed_trees_at_b1_l16_in_one_wave():
     the 16-row, 32-token tile at any B (4 warps over bf16, 8 over fp8 pools); S_b <= 64 with
     <= 256 rows the 16-row, 64-token tile while its programs fit one wave at 2 per SM (B 1: the
     27-node tree's 112 rows, full:3:3's 160), S_b <= 128 the 16-row, 128-token one (medusa's 256
-    rows at B 1 and 2), and S_b <= 80 the 32-row tile in one wave; else the table's config."""
+    rows at B 1 and 2), and S_b <= 80 the 32-row tile in one wave; else the table's config.
+    First of all, over bf16/fp16 pools only: S_b <= 64 with 17-256 rows takes the 64-row, 64-token
+    tile once its programs fill every SM (B 16 and 64 at L 16 with the 27-node tree)."""
     from treebench.kernels.tree_attention_plan import short_context_config
     assert short_context_config(16, 128, 20, 16, 8, 132) == KernelConfig(16, 32, 4, 2)        # full:3:1, L 16
     assert short_context_config(16, 128, 20, 16, 8, 132, fp8=True) == KernelConfig(16, 32, 8, 2)
@@ -540,7 +542,13 @@ def test_short_context_configs_cover_the_seed_trees_at_b1_l16_in_one_wave():
     assert short_context_config(256, 128, 80, 2, 8, 132) == KernelConfig(16, 128, 8, 2)       # 256 programs
     assert short_context_config(256, 128, 80, 3, 8, 132) == KernelConfig(32, 64, 4, 2)        # 384 16-row ones
     assert short_context_config(256, 128, 80, 4, 8, 132) == KernelConfig(32, 64, 4, 2)        # 256 programs
-    assert short_context_config(160, 128, 56, 16, 8, 132) is None       # 640 programs: over one wave
+    assert short_context_config(160, 128, 56, 16, 8, 132) == KernelConfig(64, 64, 4, 2)       # 384 64-row ones
+    assert short_context_config(160, 128, 56, 16, 8, 132, fp8=True) is None   # 640 16-row programs: over one wave
+    assert short_context_config(112, 128, 44, 64, 8, 132) == KernelConfig(64, 64, 4, 2)       # 1024 programs
+    assert short_context_config(52, 128, 29, 64, 8, 132) == KernelConfig(64, 64, 4, 2)        # full:3:2, 512
+    assert short_context_config(52, 128, 29, 16, 8, 132) == KernelConfig(16, 32, 4, 2)        # 128 < 132 SMs
+    assert short_context_config(16, 128, 20, 64, 8, 132) == KernelConfig(16, 32, 4, 2)        # 16 rows: not above 16
+    assert short_context_config(256, 128, 80, 64, 8, 132) is None       # medusa at B 64: S_b 80 > 64
     assert short_context_config(256, 128, 81, 3, 8, 132) is None        # a longer context, past one wave
     assert short_context_config(256, 128, 129, 1, 8, 132) is None       # past one 128-token tile
     assert short_context_config(257, 128, 80, 1, 8, 132) is None        # more rows
