@@ -127,6 +127,8 @@ def test_ws_kernel_one_tma_box_per_page_on_gpu(page_size, tree, batch, splits):
     ta = run(case, ws=True, num_splits=splits)
     assert ta.kernel.startswith("ws tma-page")
     off = TreeAttention(build_inputs(case, DEVICE), options=KernelOptions(ws_page_tma=False))
+    assert off.kernel.startswith("ws gather")      # the producer's gathers (ws_gather, the default)
+    off = TreeAttention(build_inputs(case, DEVICE), options=KernelOptions(ws_page_tma=False, ws_gather=False))
     assert off.kernel.startswith("tl gather")
 
 

@@ -658,10 +658,14 @@ def test_ws_default_plan_pipelines_3_warpgroups_from_32_tiles_on_gpu():
 @pytest.mark.skipif(DEVICE != "cuda" or torch.cuda.get_device_capability() != (9, 0), reason="needs an sm_90 GPU")
 def test_ws_32_token_tiles_take_pages_of_96_on_gpu():
     """P 96 is a multiple of 32, not of 64: a warp-specialised config of 32-token tiles
-    reads it by TMA and is exact; one of 64-token tiles is refused, naming the page size."""
+    reads it by TMA and is exact; one of 64-token tiles reads it by the producer's gathers
+    (`KernelOptions.ws_gather`, on by default) and is refused without them, naming the page size."""
+    from treebench.kernels.options import KernelOptions
     case = Case(batch_size=5, context_len="ragged:0-500", tree="full:3:3", page_size=96,
                 num_q_heads=16, num_kv_heads=4, head_dim=128)
     ta = check(case, config=KernelConfig(192, 32, 4, 4, 128, 0, 3))
-    assert ta.ws and ta.plan.config.block_n == 32
+    assert ta.ws and ta.plan.config.block_n == 32 and ta.ws_path == "tma"
+    wide = KernelConfig(192, 64, 4, 3, 128, 0, 3)
+    assert TreeAttention(build_inputs(case, DEVICE), config=wide).ws_path == "gather"
     with pytest.raises(ConfigError, match="page size 96 is not a multiple of BLOCK_N 64"):
-        TreeAttention(build_inputs(case, DEVICE), config=KernelConfig(192, 64, 4, 3, 128, 0, 3))
+        TreeAttention(build_inputs(case, DEVICE), config=wide, options=KernelOptions(ws_gather=False))
