@@ -260,7 +260,7 @@ class TreeAttention:
                 why_ws = "a short-context config holds every S_b (SHORT_CONFIGS)"
             if not why_ws and config is None and ws is None:
                 tl_tma = kv_desc is not False and not kv_desc_unsupported(inputs, tl_cfg.block_n)
-                if not ws_fills(cfg, len(ts), hkv, rows, sms, tl_tma=tl_tma or short_cfg is not None):
+                if not ws_fills(cfg, len(ts), hkv, rows, sms, tl_tma=tl_tma):
                     why_ws = "the tl kernel's programs fit one wave"
             if why_ws:
                 cfg = tl_cfg
