@@ -183,7 +183,9 @@ def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple]:
         return out[:1] + splits + tiles
     if group == "batched_short":
         tiles = BATCHED_SHORT_TILES[::4 if smoke else 1]
-        return out[:1] + [("tl", None, KernelOptions(), {"ws": False})] + (
+        # lse: the LSE store the triton_tree adapter asks for (return_lse=True), beside the plan's build
+        return out[:1] + [("lse", None, KernelOptions(), {"return_lse": True}),
+                          ("tl", None, KernelOptions(), {"ws": False})] + (
             [] if smoke else [("ws", None, KernelOptions(), {"ws": True}),     # Gluon needs a GPU
                               ("ws_no_persist", None, KernelOptions(ws_persist=False), {"ws": True}),
                               ("ws_no_pipe", None, KernelOptions(ws_pipe=False), {"ws": True}),

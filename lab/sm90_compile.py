@@ -8,9 +8,10 @@ what the compiler made of it: the facts docs/kernel.md cites from "a local sm_90
     python lab/sm90_compile.py --ws --kv-dtype float8_e4m3fn [--page-size 16]   # WS2_FP8 / WS3_FP8, the converter
     python lab/sm90_compile.py --config 16,64,2,4,0,1 --kv-dtype float8_e4m3fn --fp8-path fp16 --ops
     python lab/sm90_compile.py --config 16,32,2,2 --page-size 16 --kv-desc off --short-build one-tile
+    python lab/sm90_compile.py --config 64,64,4,2 --page-size 16 --kv-desc off --short-build one-tile --mask causal --lse
 
 For each build (the forward kernel as `TreeAttention` would launch it for Hq 32,
-Hkv 8, D 128, bf16, tree mask, no split) it prints one line, "name: {dict}", with registers per thread,
+Hkv 8, D 128, bf16, the tree mask unless --mask, no split, no LSE unless --lse) it prints one line, "name: {dict}", with registers per thread,
 spilled loads/stores (LDL/STL), SASS instructions (NOPs left out), shared memory in bytes, the counts of wgmma
 (HGMMA), TMA (UTMALDG) and TMA-multicast instructions in the SASS, and the `num`
 of each `ttg.async_wait` inside the context loop (how many async copies stay in
@@ -68,7 +69,8 @@ ALIGNED = [*POINTERS, "stride_qt", "stride_qh", "stride_kn", "stride_kp", "strid
 
 
 def compile_forward(cfg: KernelConfig, page_size: int, kv_desc: bool, num_ctas: int = 1, kv_dtype: str = "bf16",
-                    fp8_path: int = 0, ops: bool = False, short: str = "") -> dict:
+                    fp8_path: int = 0, ops: bool = False, short: str = "", mask_mode: int = 0,
+                    write_lse: bool = False) -> dict:
     """Builds the forward kernel for sm_90 and reads its resource use and SASS.
 
     Args:
@@ -81,6 +83,8 @@ def compile_forward(cfg: KernelConfig, page_size: int, kv_desc: bool, num_ctas: 
         ops: also count the conversion, shared-memory and barrier instructions of the
             SASS and TTGIR (`op_counts`).
         short: the short build, "one-tile" (ONE_TILE); "": none.
+        mask_mode: the kernel's MASK_MODE (0 bitmask, 1 bias, 2 causal).
+        write_lse: WRITE_LSE (the LSE store the adapter asks for).
 
     Returns:
         dict of regs, spill_loads, spill_stores, ins (SASS instructions but NOPs), shared_bytes, hgmma, utmaldg,
@@ -105,7 +109,7 @@ def compile_forward(cfg: KernelConfig, page_size: int, kv_desc: bool, num_ctas: 
     sig["K"] = sig["V"] = f"*{kv}"
     sig["qk_scale"] = sig["v_scale"] = "fp32"
     const = dict(HKV=HKV, G=G, D=D, P=page_size, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SPLIT=False,
-                 FUSED_MERGE=False, MASK_MODE=0, WRITE_LSE=False, DOT_FP32=False, KV_DESC=kv_desc,
+                 FUSED_MERGE=False, MASK_MODE=mask_mode, WRITE_LSE=write_lse, DOT_FP32=False, KV_DESC=kv_desc,
                  BT_AHEAD=bool(cfg.bt_ahead), PDL=False, PAGE_GATHER=False, EARLY_FIRST=False,
                  FP8_PATH=fp8_path, Q_ROW_SCALE=fp8_path != 0 and kv_dtype != "bf16",
                  ONE_TILE=short == "one-tile")
@@ -355,7 +359,9 @@ def main() -> int:
     ap.add_argument("--ws-gather", action="store_true",
                     help="--ws only: the producer's cp.async page gathers (KernelOptions.ws_gather), any --page-size")
     ap.add_argument("--mask", choices=["tree", "bias", "causal"], default=None,
-                    help="--ws only: the mask mode (default tree; the tl builds use the bitmask)")
+                    help="the mask mode (default tree, the bitmask)")
+    ap.add_argument("--lse", action="store_true",
+                    help="tl builds: also store the LSE (WRITE_LSE, as the triton_tree adapter launches it)")
     ap.add_argument("--pipe", choices=["auto", "on", "off"], default=None,
                     help="--ws only: the intra-warpgroup pipelining (PIPE); auto (default): the tuned "
                          "choice at L 2048 (KernelConfig.ws_pipe_for; on for every table config there)")
@@ -370,11 +376,13 @@ def main() -> int:
     try:
         if args.num_ctas not in (1, 2, 4):
             raise ConfigError(f"--num-ctas {args.num_ctas}: 1, 2 or 4")
-        if not args.ws and (args.mask or args.pipe or args.ws_gather):
-            flag = "--mask" if args.mask else "--pipe" if args.pipe else "--ws-gather"
+        if not args.ws and (args.pipe or args.ws_gather):
+            flag = "--pipe" if args.pipe else "--ws-gather"
             raise ConfigError(f"{flag} applies to the warp-specialised build only: add --ws")
         if not args.page_size >= 1:
             raise ConfigError(f"--page-size {args.page_size}: must be a positive number of tokens")
+        if args.ws and args.lse:
+            raise ConfigError("--lse applies to the tl builds only: drop --ws")
         if args.ws and args.short_build:
             raise ConfigError("--short-build applies to the tl builds only: drop --ws")
         if args.ws and args.fp8_path != "cast":
@@ -411,9 +419,11 @@ def main() -> int:
         if args.kv_dtype == "bf16" and args.fp8_path != "cast":
             raise ConfigError(f"--fp8-path {args.fp8_path} needs an fp8 --kv-dtype")
         path = FP8_PATHS.index(args.fp8_path)
+        mask = args.mask or "tree"
         for name, cfg, p, tma, ctas in builds:
-            res = compile_forward(cfg, p, tma, ctas, args.kv_dtype, path, args.ops, args.short_build)
-            print(f"{name}, {args.kv_dtype} pool: {res}", flush=True)
+            res = compile_forward(cfg, p, tma, ctas, args.kv_dtype, path, args.ops, args.short_build,
+                                  ("tree", "bias", "causal").index(mask), args.lse)
+            print(f"{name}, {mask}{', LSE' if args.lse else ''}, {args.kv_dtype} pool: {res}", flush=True)
     except ConfigError as e:
         print(f"sm90_compile: {e}", file=sys.stderr)
         return 2

@@ -126,10 +126,11 @@ def test_ws_kernel_one_tma_box_per_page_on_gpu(page_size, tree, batch, splits):
                 page_size=page_size, num_q_heads=32, num_kv_heads=8, head_dim=128)
     ta = run(case, ws=True, num_splits=splits)
     assert ta.kernel.startswith("ws tma-page")
-    off = TreeAttention(build_inputs(case, DEVICE), options=KernelOptions(ws_page_tma=False))
+    off = TreeAttention(build_inputs(case, DEVICE), ws=True, num_splits=splits,
+                        options=KernelOptions(ws_page_tma=False))
     assert off.kernel.startswith("ws gather")      # the producer's gathers (ws_gather, the default)
     off = TreeAttention(build_inputs(case, DEVICE), options=KernelOptions(ws_page_tma=False, ws_gather=False))
-    assert off.kernel.startswith("tl gather")
+    assert off.kernel.startswith("tl gather")      # the plan's kernel: no TMA path reads these pages
 
 
 # ---- the warp-specialised kernel's page paths (KernelOptions.ws_gather) ----------------
@@ -310,6 +311,13 @@ def test_latency_sweep_refuses_bad_arguments_and_runs_in_the_interpreter(tmp_pat
     twin = next(r for r in rows if r["candidate"] == "bf16_default")
     assert twin["kv_dtype"] == "bfloat16" and "kvfp8" not in twin["case_id"]
     assert "/bf16" in r.stdout
+    out = tmp_path / "smoke-short.json"                # batched L 16: the plan's build with the LSE store beside it
+    r = subprocess.run([sys.executable, str(script), "--smoke", "--groups", "batched_short", "--out", str(out)],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = {r["candidate"]: r for r in json.loads(out.read_text())["rows"]}
+    assert {"default", "lse", "tl", "tl16x64w8s2+short"} <= set(rows) and {r["status"] for r in rows.values()} == {"pass"}
+    assert rows["lse"]["kernel"] == rows["default"]["kernel"]
     out = tmp_path / "smoke-only.json"
     r = subprocess.run([sys.executable, str(script), "--smoke", "--groups", "fp8,pages", "--candidates", "fp8_cast",
                         "--page-sizes", "16", "--out", str(out)], capture_output=True, text=True, env=env, timeout=300)

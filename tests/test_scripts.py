@@ -233,6 +233,25 @@ def test_sm90_compile_short_builds_have_less_code():
     assert r.returncode == 2 and "--kv-desc off" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
+def test_sm90_compile_counts_the_tree_mask_and_the_lse_store():
+    """docs/kernel.md's one-tile 64-row build at P 16: the tree mask and the LSE store each add
+    SASS instructions to the causal build without the LSE, and none spills."""
+    pytest.importorskip("triton")
+    ins = {}
+    for mask, lse in (("tree", []), ("tree", ["--lse"]), ("causal", []), ("causal", ["--lse"])):
+        r = _script("sm90_compile.py", "--config", "64,64,4,2", "--page-size", "16", "--kv-desc", "off",
+                    "--short-build", "one-tile", "--mask", mask, *lse)
+        if r.returncode != 0 and ("cuobjdump" in r.stderr or "ptxas" in r.stderr):
+            pytest.skip(f"no sm_90 toolchain in this Triton: {r.stderr.strip().splitlines()[-1]}")
+        assert r.returncode == 0, r.stderr
+        head, build = r.stdout.strip().splitlines()[-1].split(": ", 1)
+        assert head == f"64,64,4,2, {mask}{', LSE' if lse else ''}, bf16 pool", head
+        got = ast.literal_eval(build)
+        assert got["spill_loads"] == got["spill_stores"] == 0 and got["hgmma"] > 0, got
+        ins[mask, bool(lse)] = got["ins"]
+    assert ins["tree", False] > ins["causal", False] < ins["causal", True] < ins["tree", True], ins
+
+
 @pytest.mark.parametrize("config, pipe, warps", [("128,64,4,4,168,0,2", "auto", 12), ("192,32,4,4,128,0,3", "on", 16)])
 def test_sm90_compile_builds_the_warp_specialised_kernel(config, pipe, warps):
     """The Gluon kernel compiles for sm_90 with this machine's Triton (a subprocess: no
@@ -362,7 +381,7 @@ def test_bench_kernel_report_counts_failures_of_every_phase(tmp_path):
     (["--ws", "--config", "128,64,4,4,64,0,2"], "each consumer warpgroup keeps at least 128"),
     (["--config", "192,64,4,3"], "192 rows are the 3 consumer warpgroups"),
     (["--config", "64,64,4,3", "--pipe", "on"], "--pipe applies to the warp-specialised build only: add --ws"),
-    (["--mask", "bias"], "--mask applies to the warp-specialised build only: add --ws"),
+    (["--ws", "--lse"], "--lse applies to the tl builds only: drop --ws"),
     (["--ws-gather", "--page-size", "8"], "--ws-gather applies to the warp-specialised build only: add --ws"),
     (["--ws", "--ws-gather", "--page-size", "0"], "--page-size 0: must be a positive number of tokens"),
     (["--ws", "--kv-dtype", "float8_e4m3fn", "--fp8-path", "fp16"], "--fp8-path applies to the tl builds only"),
