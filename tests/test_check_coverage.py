@@ -185,6 +185,25 @@ def test_coverage_from_rows_reads_skips_and_a_suite_check_has_no_table(tmp_path,
     assert main(["check", "--backend", "torch_sdpa", "--suite", "check", "--deep"]) == 2
 
 
+def test_a_check_where_no_case_ran_shows_no_axis_as_ran(tmp_path, capsys):
+    """An unavailable backend: every case is skipped, and the axes no row names (the device,
+    the second prepare, the repeated calls) read as skipped too, not as ran."""
+    spec = tmp_path / "away.py"
+    spec.write_text("from tests.broken_backends import Correct\n\n\n"
+                    "class Away(Correct):\n    name = 'away'\n\n"
+                    "    def availability(self):\n        return 'needs a machine this is not'\n")
+    rc, rows = _check(f"{spec}:Away", tmp_path)
+    assert rc == 3 and rows and {r["status"] for r in rows} == {"skipped"}
+    out = capsys.readouterr().out
+    lines = out[out.index("coverage ("):].splitlines()
+    ran = [ln for ln in lines[1:] if ln.split()[1:2] == ["ran"]]        # "  axis  ran v1, v2" lines
+    assert ran and all(ln.rstrip().endswith("ran (none)") for ln in ran), ran
+    assert "no case ran" in out and "skipped cpu" in out
+    cov = coverage_from_rows(rows + [{"status": "pass", "check_axes": {"page_size": "16"}}],
+                             base={"device": {"ran": ["cpu"], "skipped": {}}})
+    assert cov["device"] == {"ran": ["cpu"], "skipped": {}}       # one case ran: the device's value stands
+
+
 def test_the_report_shows_the_coverage_of_default_check_rows(tmp_path):
     rc, rows = _check("tests/broken_backends.py:Correct", tmp_path)
     assert rc == 0

@@ -270,3 +270,35 @@ def test_a_mismatching_pair_keeps_its_timing_but_the_summary_shows_none(tiny, tm
     assert [r["status"] for r in rows] == ["mismatch"] * 2 and all(r["median_us"] is not None for r in rows)
     table = [line for line in done.stdout.splitlines() if "broken_root_hidden" in line and "│" in line]
     assert table and table[0].rstrip(" │").endswith("-"), done.stdout
+
+
+def test_a_full_disk_is_one_line_exit_2_and_keeps_the_rows_written(tiny, tmp_path, monkeypatch, capsys):
+    """A write that finds no space (ENOSPC) mid-run: one line naming the file, the --resume hint,
+    exit 2; the rows before it stay readable. Any other OSError still raises."""
+    import errno
+
+    from treebench.harness.cli.main import main
+    from treebench.harness.run import runner
+
+    real, calls = runner.append_row, []
+
+    def append_then_full(path, row):
+        calls.append(row)
+        if len(calls) > 1:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(path, row)
+
+    monkeypatch.setattr(runner, "append_row", append_then_full)
+    out = tmp_path / "r.jsonl"
+    rc = main(["run", "--suite", str(tiny), "--backends", "reference", "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "Traceback" not in err[0], err
+    assert os.strerror(errno.ENOSPC) in err[0] and f"--out {out} --resume" in err[0] and str(out) in err[0]
+    assert len(read_rows([out])) == 1
+
+    def broken(path, row):
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(runner, "append_row", broken)
+    with pytest.raises(OSError):
+        main(["run", "--suite", str(tiny), "--backends", "reference", "--out", str(tmp_path / "s.jsonl"), "--quiet"])

@@ -89,6 +89,21 @@ def test_out_that_holds_something_else_is_refused(tiny, tmp_path, capsys, conten
     assert out.read_text() == content
 
 
+@pytest.mark.parametrize("field,value,needle", [("status", "weird", "field 'status' is 'weird'"),
+                                                ("median_us", "3.1", "field 'median_us' is str"),
+                                                ("case_id", None, "field 'case_id' is missing")])
+def test_out_with_a_row_the_readers_refuse_is_refused_and_left_alone(tiny, tmp_path, capsys, field, value, needle):
+    """An existing --out whose row report, gate and merge would refuse: the run adds nothing to it."""
+    out = tmp_path / "rows.jsonl"
+    bad = {**_row(1), field: value}
+    out.write_text(json.dumps(_row(0)) + "\n" + json.dumps({k: v for k, v in bad.items() if v is not None}) + "\n")
+    before = out.read_bytes()
+    assert main(_run(tiny, "--out", str(out))) == 2
+    line = _one_line_error(capsys)
+    assert "--out" in line and "line 2" in line and needle in line, line
+    assert out.read_bytes() == before
+
+
 @pytest.mark.parametrize("flag,name", [("--out", "rows.jsonl"), ("--report", "r.html")])
 def test_an_output_below_a_file_names_the_file(tiny, tmp_path, capsys, flag, name):
     """An output path whose folder is an existing file: the line says which file, not mkdir's

@@ -22,6 +22,7 @@ which keep the exit code of their rows. Result files are only ever appended to
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
 import os
@@ -31,6 +32,8 @@ import sys
 from pathlib import Path
 
 from treebench.harness.errors import ConfigError
+
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT)   # a write that found no space: one line, exit 2
 
 PROG = "treebench"
 OK, FAILED, BAD_INPUT, INTERRUPTED = 0, 1, 2, 130   # exit codes (130: 128 + SIGINT, the shell's convention)
@@ -218,7 +221,8 @@ def _parse(argv: list[str]) -> tuple[str, argparse.Namespace]:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `treebench` console script; returns the exit code.
 
-    Any ConfigError (bad input) is one line on stderr and exit 2. Ctrl-C and SIGTERM end
+    Any ConfigError (bad input), and a write that finds the disk full, is one line on stderr
+    and exit 2. Ctrl-C and SIGTERM end
     with one line (the --resume hint when rows were being written), exit 130 / 143. A
     closed stdout (`treebench list | head -3`) sends the rest of the output to /dev/null
     and exits with the code the command had decided on (run, check), else 141.
@@ -246,6 +250,10 @@ def main(argv: list[str] | None = None) -> int:
         return OUTCOME[0] if OUTCOME[0] is not None else BROKEN_PIPE
     except KeyboardInterrupt as e:
         return _interrupted(isinstance(e, Terminated))
+    except OSError as e:
+        if e.errno not in FULL_DISK:
+            raise
+        return _disk_full(e)
     finally:
         if previous is not None:
             _install(signal.SIGTERM, previous)
@@ -281,6 +289,23 @@ def _interrupted(terminated: bool) -> int:
     except OSError:
         pass
     return TERMINATED if terminated else INTERRUPTED
+
+
+def _disk_full(e: OSError) -> int:
+    """The one line when a write finds no space (ENOSPC, EDQUOT): what could not be written, that
+    the rows before it are kept (a torn last line is set apart and skipped when the file is read),
+    and the --resume hint while rows were being written; exit 2."""
+    from treebench.harness.cli.common import ACTIVE_OUT
+
+    out = ACTIVE_OUT[0]
+    what = e.filename or out or "a file"
+    where = (f"; rows already written to {out} are kept: free space, then run the same command "
+             f"with --out {out} --resume" if out is not None else "; what was written before is kept")
+    try:
+        sys.stderr.write(f"{PROG}: error: could not write {what}: {e.strerror or e}{where}\n")
+    except OSError:
+        pass
+    return BAD_INPUT
 
 
 def _stdout_to_devnull() -> None:

@@ -32,6 +32,9 @@ def note(coverage: dict, axis: str, value: str, reason: str | None) -> None:
         entry["skipped"].setdefault(value, reason)
 
 
+NO_CASE_RAN = "no case ran (every case was skipped)"
+
+
 def coverage_from_rows(rows: Iterable[dict], base: dict | None = None) -> dict:
     """The coverage record of default-check rows (those with `check_axes`); {} when none has it.
     Each axis's values that ran are in `ordered` order.
@@ -39,10 +42,20 @@ def coverage_from_rows(rows: Iterable[dict], base: dict | None = None) -> dict:
     Args:
         rows: result rows.
         base: a record to start from (the builder's: it holds axes no row carries, such
-            as the device); the rows' statuses then decide each value they name.
+            as the device); the rows' statuses then decide each value they name. When
+            every row was skipped, what `base` planned to run on the axes no row names
+            (the device, the second prepare, the repeated calls) is skipped too, "no case ran".
     """
+    rows = list(rows)
     coverage: dict[str, dict] = {axis: {"ran": list(e["ran"]), "skipped": dict(e["skipped"])}
                                  for axis, e in (base or {}).items()}
+    row_axes = {axis for r in rows for axis in (r.get("check_axes") or {})}
+    if rows and all(r.get("status") == "skipped" for r in rows):
+        for axis in set(coverage) - row_axes:
+            entry = coverage[axis]
+            for value in entry.pop("ran"):
+                entry["skipped"].setdefault(value, NO_CASE_RAN)
+            entry["ran"] = []
     axes_seen: dict[tuple[str, str], str | None] = {}
     for r in rows:
         for axis, value in (r.get("check_axes") or {}).items():

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.env import ENV_FILE_RE
-from treebench.harness.store.rows import SCHEMA, is_known_schema, is_torn_row
+from treebench.harness.store.rows import SCHEMA, is_known_schema, is_torn_row, migrate_row
+from treebench.harness.store.validate import row_problem
 
 HTML_SUFFIXES = (".html", ".htm")   # what a report path may end in
 
@@ -81,7 +82,8 @@ def check_writable(path: str | Path, create: bool = True, what: str = "--out") -
 
 def check_results_file(path: str | Path, what: str, advice: str = "give a new path or a .jsonl results file") -> None:
     """Refuses an existing file that holds anything but result rows of a schema this code reads
-    (1 to SCHEMA; blank lines and rows torn by a killed writer allowed); a missing or empty file passes.
+    (1 to SCHEMA), each with the fields report, gate and merge read (`validate.row_problem`;
+    blank lines and rows torn by a killed writer allowed); a missing or empty file passes.
 
     Args:
         what: how the message names the path ("--out", "merge OUT", "rm").
@@ -90,7 +92,8 @@ def check_results_file(path: str | Path, what: str, advice: str = "give a new pa
 
     Raises:
         ConfigError: `path` holds something else (a suite, a report, a config, rows of another
-            schema): appending to it would damage it, reading it would mislead.
+            schema, a row with a missing or mistyped field): appending to it would damage it,
+            reading it would mislead.
     """
     path = Path(path)
     try:
@@ -112,6 +115,10 @@ def check_results_file(path: str | Path, what: str, advice: str = "give a new pa
                 got = f"schema {row.get('schema')!r}" if isinstance(row, dict) else "not a result row"
                 raise ConfigError(f"{what} {path}: not a treebench results file (line {n}: {got}; "
                                   f"JSON rows of schema 1 to {SCHEMA} expected); {advice}")
+            problem = row_problem(migrate_row(row))
+            if problem:   # report, gate and merge would refuse the file: do not add to it
+                raise ConfigError(f"{what} {path}: line {n} is not a result row that treebench can read "
+                                  f"({problem}); {advice}")
 
 
 def check_html_path(path: str | Path, flag: str, example: str) -> Path:
