@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _row(i: int, **extra) -> dict:
-    return {"schema": SCHEMA, "run_id": "r", "backend": "b", "case_id": f"c{i}", "status": "pass", **extra}
+    return {"schema": SCHEMA, "run_id": "r", "backend": "b", "case_id": f"c{i}", "status": "pass",
+            "case": {"batch_size": 1}, **extra}
 
 
 def test_append_is_one_write_of_one_full_line(tmp_path, monkeypatch):
@@ -366,3 +367,15 @@ def test_a_run_records_both_measured_peaks_in_its_env_file(tmp_path, monkeypatch
     (env_file,) = tmp_path.glob("env-*.json")
     env = json.loads(env_file.read_text())
     assert (env["peak_bw_bytes_per_s"], env["peak_matmul_tflops"]) == (3.5e12, 701.0)
+
+
+def test_rm_removes_a_row_that_run_out_refuses_to_append_to(tmp_path):
+    """A row whose fields the readers refuse (status 'weird'): run --out and merge OUT refuse the
+    file, and rm, which edits it in place, is what takes the row out."""
+    path = tmp_path / "r.jsonl"
+    _store_of(path, [ROWS[0], _row(9, run_id="bad", status="weird")])
+    with pytest.raises(ConfigError, match="line 2 is not a result row that treebench can read .*'weird'"):
+        check_writable(path)
+    remove_rows(path, run_ids=["bad"])
+    check_writable(path)
+    assert [r["case_id"] for r in read_rows([path])] == ["c0"]

@@ -80,7 +80,8 @@ def check_writable(path: str | Path, create: bool = True, what: str = "--out") -
     return path
 
 
-def check_results_file(path: str | Path, what: str, advice: str = "give a new path or a .jsonl results file") -> None:
+def check_results_file(path: str | Path, what: str, advice: str = "give a new path or a .jsonl results file",
+                       fields: bool = True) -> None:
     """Refuses an existing file that holds anything but result rows of a schema this code reads
     (1 to SCHEMA), each with the fields report, gate and merge read (`validate.row_problem`;
     blank lines and rows torn by a killed writer allowed); a missing or empty file passes.
@@ -89,6 +90,8 @@ def check_results_file(path: str | Path, what: str, advice: str = "give a new pa
         what: how the message names the path ("--out", "merge OUT", "rm").
         advice: the message's last clause, what to do about it (a command that edits the file in
             place has no use for a new path).
+        fields: also refuse a row whose fields report, gate and merge refuse (a file to append
+            to); False for `treebench rm`, which may be what removes such a row.
 
     Raises:
         ConfigError: `path` holds something else (a suite, a report, a config, rows of another
@@ -115,7 +118,7 @@ def check_results_file(path: str | Path, what: str, advice: str = "give a new pa
                 got = f"schema {row.get('schema')!r}" if isinstance(row, dict) else "not a result row"
                 raise ConfigError(f"{what} {path}: not a treebench results file (line {n}: {got}; "
                                   f"JSON rows of schema 1 to {SCHEMA} expected); {advice}")
-            problem = row_problem(migrate_row(row))
+            problem = row_problem(migrate_row(row)) if fields else None
             if problem:   # report, gate and merge would refuse the file: do not add to it
                 raise ConfigError(f"{what} {path}: line {n} is not a result row that treebench can read "
                                   f"({problem}); {advice}")

@@ -54,7 +54,7 @@ def remove_rows(path: str | Path, *, run_ids: Iterable[str] = (), backends: Iter
         raise ConfigError(f"rm {path}: not found; give an existing .jsonl results file")
     if not path.is_file() or path.suffix != ".jsonl":
         raise ConfigError(f"rm {path}: not a .jsonl results file; give one results file, not a folder")
-    check_results_file(path, "rm", "fix or remove that line first")
+    check_results_file(path, "rm", "fix or remove that line first", fields=False)   # rm may remove a bad row
     lines = path.read_bytes().splitlines(keepends=True)
     rows = [_row(line) for line in lines]
     _refuse_unmatched(path, wanted, [r for r in rows if r is not None])
