@@ -57,8 +57,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from treebench.harness.errors import ConfigError  # noqa: E402
 from treebench.kernels.options import FP8_PATHS  # noqa: E402  (--fp8-path: the kernel's FP8_PATH is the index)
-from treebench.kernels.tree_attention_plan import (SMEM_PER_SM, WS_CONVERTER_REGS, KernelConfig,  # noqa: E402
-                                                   parse_kernel_config)
+from treebench.kernels.tree_attention_plan import (MASK_MODES, SMEM_PER_SM, WS_CONVERTER_REGS,  # noqa: E402
+                                                   KernelConfig, parse_kernel_config)
 
 HKV, G, D = 8, 4, 128
 KV_TYPES = {"bf16": "bf16", "float8_e4m3fn": "fp8e4nv", "float8_e5m2": "fp8e5"}   # --kv-dtype: Triton's names
@@ -358,7 +358,7 @@ def main() -> int:
                          "--fp8-path do not apply)")
     ap.add_argument("--ws-gather", action="store_true",
                     help="--ws only: the producer's cp.async page gathers (KernelOptions.ws_gather), any --page-size")
-    ap.add_argument("--mask", choices=["tree", "bias", "causal"], default=None,
+    ap.add_argument("--mask", choices=list(MASK_MODES), default=None,
                     help="the mask mode (default tree, the bitmask)")
     ap.add_argument("--lse", action="store_true",
                     help="tl builds: also store the LSE (WRITE_LSE, as the triton_tree adapter launches it)")
@@ -391,7 +391,7 @@ def main() -> int:
         if args.ws:
             from treebench.kernels.tree_attention_plan import WS2, WS2_FP8, WS3, WS3_FP8
             mask = args.mask or "tree"
-            mode = ("tree", "bias", "causal").index(mask)
+            mode = MASK_MODES.index(mask)
             fp8 = args.kv_dtype != "bf16"
             cfgs = [(args.config, parse_kernel_config(args.config))] if args.config else [
                 ("2 warpgroups (WS2_FP8)" if fp8 else "2 warpgroups (WS2)", WS2_FP8 if fp8 else WS2),
@@ -422,7 +422,7 @@ def main() -> int:
         mask = args.mask or "tree"
         for name, cfg, p, tma, ctas in builds:
             res = compile_forward(cfg, p, tma, ctas, args.kv_dtype, path, args.ops, args.short_build,
-                                  ("tree", "bias", "causal").index(mask), args.lse)
+                                  MASK_MODES.index(mask), args.lse)
             print(f"{name}, {mask}{', LSE' if args.lse else ''}, {args.kv_dtype} pool: {res}", flush=True)
     except ConfigError as e:
         print(f"sm90_compile: {e}", file=sys.stderr)
