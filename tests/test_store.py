@@ -374,8 +374,9 @@ def test_rm_removes_a_row_that_run_out_refuses_to_append_to(tmp_path):
     file, and rm, which edits it in place, is what takes the row out."""
     path = tmp_path / "r.jsonl"
     _store_of(path, [ROWS[0], _row(9, run_id="bad", status="weird")])
-    with pytest.raises(ConfigError, match="line 2 is not a result row that treebench can read .*'weird'"):
+    with pytest.raises(ConfigError, match="line 2 is not a result row that treebench can read .*'weird'") as e:
         check_writable(path)
+    assert str(e.value).endswith(f"fix that line or remove it (treebench rm {path} --run-id bad)")
     remove_rows(path, run_ids=["bad"])
     check_writable(path)
     assert [r["case_id"] for r in read_rows([path])] == ["c0"]

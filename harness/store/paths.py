@@ -91,7 +91,8 @@ def check_results_file(path: str | Path, what: str, advice: str = "give a new pa
         advice: the message's last clause, what to do about it (a command that edits the file in
             place has no use for a new path).
         fields: also refuse a row whose fields report, gate and merge refuse (a file to append
-            to); False for `treebench rm`, which may be what removes such a row.
+            to; the message then says how to fix or remove that row, in place of `advice`); False
+            for `treebench rm`, which may be what removes such a row.
 
     Raises:
         ConfigError: `path` holds something else (a suite, a report, a config, rows of another
@@ -120,8 +121,10 @@ def check_results_file(path: str | Path, what: str, advice: str = "give a new pa
                                   f"JSON rows of schema 1 to {SCHEMA} expected); {advice}")
             problem = row_problem(migrate_row(row)) if fields else None
             if problem:   # report, gate and merge would refuse the file: do not add to it
+                run = row.get("run_id")
+                rm = f"treebench rm {path} --run-id {run}" if isinstance(run, str) and run else "treebench rm"
                 raise ConfigError(f"{what} {path}: line {n} is not a result row that treebench can read "
-                                  f"({problem}); {advice}")
+                                  f"({problem}); give a new path, or fix that line or remove it ({rm})")
 
 
 def check_html_path(path: str | Path, flag: str, example: str) -> Path:
