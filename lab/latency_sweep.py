@@ -42,6 +42,11 @@ Cells (bf16, Hq 32, Hkv 8, D 128, shuffled pages, one tree per batch as in the s
   split-KV apply; the default against the warp-specialised kernel forced on (`ws`, with and
   without its persistent wave and PIPE) and off (`tl`), and tl tiles (`BATCHED_SHORT_TILES`) in the
   looped build and, those of 64 tokens or more, in the one-tile build;
+- `ws1`: full:3:2 (52 rows per KV head) at B 16 and 64, L 1024 and 2048, P 16 and 128, where the
+  seed suite's P 16 took up to 1.14x of its P 128 (`results/h200/seed/`): the tl kernel's
+  per-token gather with one and two splits against the warp-specialised kernel with one consumer
+  warpgroup (`WS1_CONFIGS`), which at P 16 reads one TMA box per page, and its cp.async gather
+  (`ws1x2 gather`); flashinfer_xqa and vLLM's kernel timed beside;
 - `fp8_latency`: the `latency` cells over that e4m3 pool (the seed_fp8 suite's L 16 cells),
   with their bf16 twins: the default, the other fp8 operand paths, the short build off, and
   short-config tiles with more warps (`FP8_SHORT_CONFIGS`, the one-tile build where it runs) and
@@ -150,9 +155,14 @@ BATCHED_SHORT_TREES = ("full:3:2", "full:3:3", "vllm:pr_27", "eagle:mc_sim_7b_63
 # every S_b (16 + T: 29-80 tokens) also in the one-tile build
 BATCHED_SHORT_TILES = ((16, 64, 8, 2), (32, 64, 4, 2), (64, 64, 4, 2), (64, 32, 4, 2), (128, 64, 8, 2),
                        (16, 128, 8, 2), (64, 128, 8, 2))
-GROUPS = ("latency", "pages", "fp8", "b1", "fp8_latency", "decode", "batched_short")
+# the warp-specialised kernel with one consumer warpgroup (64 rows) for full:3:2's 52 rows per KV head,
+# (BLOCK_M, BLOCK_N, warps, stages, max_regs, bt_ahead, ws): at P 16 its producer reads one TMA box per
+# page (`ws_page_tma`) where the tl kernel gathers per token
+WS1_CONFIGS = ((64, 64, 4, 2, 128, 0, 1), (64, 64, 4, 3, 168, 0, 1), (64, 64, 4, 4, 168, 0, 1))
+WS1_CELLS = tuple((b, ln) for b in (16, 64) for ln in (1024, 2048))   # (B, L) of full:3:2
+GROUPS = ("latency", "pages", "fp8", "b1", "fp8_latency", "decode", "batched_short", "ws1")
 # peers timed beside the candidates of a group (vLLM's kernel in every group)
-GROUP_PEERS = {"decode": ("vllm_triton", "flashinfer_xqa")}
+GROUP_PEERS = {"decode": ("vllm_triton", "flashinfer_xqa"), "ws1": ("vllm_triton", "flashinfer_xqa")}
 
 
 def one_tile_tiles(configs) -> list[tuple]:
@@ -181,6 +191,12 @@ def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple]:
         tiles = [(f"tl{bm}x{bn}w{w}s{st}", KernelConfig(bm, bn, w, st), KernelOptions())
                  for bm, bn, w, st in DECODE_TILES[::3 if smoke else 1]]
         return out[:1] + splits + tiles
+    if group == "ws1":
+        ws1 = [] if smoke else [   # Gluon needs a GPU
+            *((f"ws1x{st}", KernelConfig(*c), KernelOptions()) for c in WS1_CONFIGS for st in [c[3]]),
+            ("ws1x2 gather", KernelConfig(*WS1_CONFIGS[0]), KernelOptions(ws_page_tma=False))]
+        return out[:1] + [(f"tl splits{n}", None, KernelOptions(), {"ws": False, "num_splits": n})
+                          for n in (1, 2)] + ws1
     if group == "batched_short":
         tiles = BATCHED_SHORT_TILES[::4 if smoke else 1]
         # lse: the LSE store the triton_tree adapter asks for (return_lse=True), beside the plan's build
@@ -235,7 +251,8 @@ def cells(groups: list[str], smoke: bool, fp8_all_trees: bool = False) -> list[t
             ("b1", Case(batch_size=1, context_len=70, tree="full:2:2", page_size=16, **tiny)),
             ("fp8_latency", Case(batch_size=1, context_len=16, tree="full:2:1", page_size=8, **FP8, **tiny)),
             ("decode", Case(batch_size=2, context_len=70, tree="full:2:0", page_size=16, **tiny)),
-            ("batched_short", Case(batch_size=3, context_len=16, tree="full:2:2", page_size=16, **tiny)))
+            ("batched_short", Case(batch_size=3, context_len=16, tree="full:2:2", page_size=16, **tiny)),
+            ("ws1", Case(batch_size=2, context_len=70, tree="full:2:2", page_size=16, **tiny)))
             if g in groups]
     seed = dict(num_q_heads=32, num_kv_heads=8, head_dim=128, dtype="bfloat16", layout="shuffled")
     out = []
@@ -259,6 +276,9 @@ def cells(groups: list[str], smoke: bool, fp8_all_trees: bool = False) -> list[t
     if "batched_short" in groups:
         out += [("batched_short", Case(batch_size=b, context_len=16, tree=t, page_size=p, **seed))
                 for b in (64, 16) for t in BATCHED_SHORT_TREES for p in PAGES]
+    if "ws1" in groups:
+        out += [("ws1", Case(batch_size=b, context_len=ln, tree="full:3:2", page_size=p, **seed))
+                for b, ln in WS1_CELLS for p in PAGES]
     if "fp8_latency" in groups:
         out += [("fp8_latency", Case(batch_size=b, context_len=16, tree=t, page_size=p, **FP8, **seed))
                 for b, t in LATENCY_CELLS for p in PAGES]

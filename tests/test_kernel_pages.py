@@ -312,12 +312,15 @@ def test_latency_sweep_refuses_bad_arguments_and_runs_in_the_interpreter(tmp_pat
     assert twin["kv_dtype"] == "bfloat16" and "kvfp8" not in twin["case_id"]
     assert "/bf16" in r.stdout
     out = tmp_path / "smoke-short.json"                # batched L 16: the plan's build with the LSE store beside it
-    r = subprocess.run([sys.executable, str(script), "--smoke", "--groups", "batched_short", "--out", str(out)],
+    r = subprocess.run([sys.executable, str(script), "--smoke", "--groups", "batched_short,ws1", "--out", str(out)],
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr
-    rows = {r["candidate"]: r for r in json.loads(out.read_text())["rows"]}
-    assert {"default", "lse", "tl", "tl16x64w8s2+short"} <= set(rows) and {r["status"] for r in rows.values()} == {"pass"}
+    every = json.loads(out.read_text())["rows"]
+    rows = {r["candidate"]: r for r in every if r["group"] == "batched_short"}
+    assert {"default", "lse", "tl", "tl16x64w8s2+short"} <= set(rows) and {r["status"] for r in every} == {"pass"}
     assert rows["lse"]["kernel"] == rows["default"]["kernel"]
+    ws1 = {r["candidate"]: r for r in every if r["group"] == "ws1"}   # the tl kernel's splits (Gluon needs a GPU)
+    assert set(ws1) == {"default", "tl splits1", "tl splits2"} and ws1["tl splits2"]["splits"] == 2
     out = tmp_path / "smoke-only.json"
     r = subprocess.run([sys.executable, str(script), "--smoke", "--groups", "fp8,pages", "--candidates", "fp8_cast",
                         "--page-sizes", "16", "--out", str(out)], capture_output=True, text=True, env=env, timeout=300)
