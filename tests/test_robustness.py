@@ -197,6 +197,25 @@ def test_run_resume_reruns_untimed_check_rows(tmp_path):
     assert len(rows) == 2 * n_check and all(r["median_us"] is not None for r in rows[n_check:])
 
 
+def test_run_prints_its_run_id_which_rm_takes(tmp_path, capsys):
+    """`run` ends by naming its run_id, rows and report: the id `treebench rm --run-id` takes to
+    remove this run from a results file it was appended to."""
+    from treebench.harness.cli.main import main
+    from treebench.harness.store.rows import read_rows
+
+    out = tmp_path / "r.jsonl"
+    for _ in range(2):
+        assert main(["run", "--suite", "smoke", "--backends", "reference", "--out", str(out), "--report",
+                     str(tmp_path / "r.html")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    ids = [ln.removeprefix("run_id: ") for ln in lines if ln.startswith("run_id: ")]
+    rows = read_rows([out])
+    assert len(ids) == 2 and ids[0] != ids[1] and [r["run_id"] for r in rows] == \
+        [ids[0]] * (len(rows) // 2) + [ids[1]] * (len(rows) // 2)
+    assert main(["rm", str(out), "--run-id", ids[0]]) == 0
+    assert {r["run_id"] for r in read_rows([out])} == {ids[1]}
+
+
 def test_a_wrapped_compiler_error_keeps_its_cause_below_the_banner():
     # the shape of inductor's message around a failed CuteDSL build: the cause sits below a banner
     e = RuntimeError("LoweringException: RuntimeError: CuteDSL template failed: " + "=" * 80 + "\n"

@@ -187,6 +187,8 @@ def run(args) -> int:
     if nothing_ran(result.rows) is None:
         warn_backends_that_ran_nothing(result.rows)
     print_summary(result.rows, f"treebench run: suite {suite.name}, {plural(len(suite.cases), 'case')}")
-    console().print(f"rows: {out}\nreport: {report}", markup=False, highlight=False, soft_wrap=True)
+    run_ids = sorted({r["run_id"] for r in result.rows if r.get("run_id")})
+    console().print("\n".join([*([f"run_id: {', '.join(run_ids)}"] if run_ids else []), f"rows: {out}",
+                               f"report: {report}"]), markup=False, highlight=False, soft_wrap=True)
     report_nothing_ran(result.rows, args.allow_skip)
     return code
