@@ -246,6 +246,23 @@ def _suite(tmp_path: Path, text: str) -> Path:
     return p
 
 
+def test_findings_suites_load_by_name_from_any_directory(tmp_path, monkeypatch):
+    """suites/findings/NAME.toml is `findings/NAME` (with or without .toml) wherever the command
+    runs; a file of that relative path, where one exists, wins; an unknown one lists every name."""
+    from treebench.harness.errors import ConfigError
+    monkeypatch.chdir(tmp_path)
+    names = available_suites(findings=True)
+    assert "findings/xqa_fp8_gqa48_4" in names and "smoke" in names and "findings/xqa_fp8_gqa48_4" not in \
+        available_suites()
+    for name in ("findings/xqa_fp8_gqa48_4", "findings/xqa_fp8_gqa48_4.toml"):
+        assert load_suite(name).path.parent.name == "findings" and load_suite(name).cases
+    (tmp_path / "findings").mkdir()
+    (tmp_path / "findings" / "xqa_fp8_gqa48_4.toml").write_text('[axes]\nbatch_size = [2]\ncontext_len = [4]\ntree = ["chain:2"]\n')
+    assert load_suite("findings/xqa_fp8_gqa48_4.toml").path == Path("findings/xqa_fp8_gqa48_4.toml")
+    with pytest.raises(ConfigError, match="file not found.*findings/fa4_tma_nan_tail"):
+        load_suite("findings/nope")
+
+
 def test_shipped_suites_load():
     assert {"smoke", "check", "seed"} <= set(available_suites())
     smoke = load_suite("smoke")

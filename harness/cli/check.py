@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 def add_arguments(p) -> None:
     """The options of `treebench check`."""
     p.add_argument("--suite", default=None,
-                   help="a suite shipped with treebench (check, check_p64, smoke, ...) or a TOML file path; "
+                   help="a suite shipped with treebench (check, check_p64, smoke, ..., findings/NAME) or a TOML file path; "
                         "default: the backend's default check, built from its capabilities, with a coverage table")
     p.add_argument("--deep", action="store_true",
                    help="the default check with more values on every axis (tree sizes, page sizes, seeds)")

@@ -22,7 +22,6 @@ from rich.console import Console
 from rich.table import Table
 
 from treebench.harness.errors import ConfigError
-from treebench.harness.model.suites import SUITES_DIR
 from treebench.harness.run.progress import plural
 from treebench.harness.store.rows import new_run_id
 from treebench.harness.timing.modes import MODES
@@ -120,9 +119,12 @@ def positive_seconds(text: str) -> float:
 
 def add_suite_argument(p, default: str) -> None:
     """--suite, as run and check take it."""
-    shipped = ", ".join(sorted(f.stem for f in SUITES_DIR.glob("*.toml")))
+    from treebench.harness.model.suites import available_suites
+    shipped = ", ".join(available_suites())
+    findings = ", ".join(available_suites(findings=True)[len(shipped.split(", ")):])
     p.add_argument("--suite", default=default,
-                   help=f"a suite shipped with treebench ({shipped}) or a TOML file path (default: {default})")
+                   help=f"a suite shipped with treebench ({shipped}; peers' bugs kept as suites: {findings}) "
+                        f"or a TOML file path (default: {default})")
 
 
 def add_sweep_options(p, timed: bool = True) -> None:

@@ -58,13 +58,19 @@ class Suite:
     path: Path
 
 
-def available_suites() -> list[str]:
-    """Names of the suites in <repo root>/suites/."""
-    return sorted(p.stem for p in SUITES_DIR.glob("*.toml"))
+FINDINGS = "findings"   # suites/findings/: peers' bugs kept as suites, named findings/NAME
+
+
+def available_suites(findings: bool = False) -> list[str]:
+    """Names of the suites in <repo root>/suites/; with findings, those of suites/findings/ too,
+    as findings/NAME."""
+    return sorted(p.stem for p in SUITES_DIR.glob("*.toml")) + (
+        sorted(f"{FINDINGS}/{p.stem}" for p in (SUITES_DIR / FINDINGS).glob("*.toml")) if findings else [])
 
 
 def suite_path(name_or_path: str | Path) -> Path:
-    """Resolves a suite name or path to an existing file.
+    """Resolves a suite name (`available_suites`: NAME or findings/NAME, with or without .toml)
+    or path to an existing file. A path that exists wins over a shipped suite of the same name.
 
     Raises:
         ConfigError: no such file or suite name.
@@ -72,13 +78,16 @@ def suite_path(name_or_path: str | Path) -> Path:
     s = str(name_or_path)
     if s.endswith(".toml") or "/" in s or Path(s).is_file():
         p = Path(s)
+        shipped = SUITES_DIR / (s if s.endswith(".toml") else f"{s}.toml")
+        if not p.is_file() and s.startswith(f"{FINDINGS}/") and shipped.is_file():
+            return shipped
         if not p.is_file():
             raise ConfigError(f"--suite {s}: file not found; give a TOML file or one of: "
-                              f"{', '.join(available_suites())}")
+                              f"{', '.join(available_suites(findings=True))}")
         return p
     p = SUITES_DIR / f"{s}.toml"
     if not p.is_file():
-        raise ConfigError(f"--suite {s}: unknown suite; known: {', '.join(available_suites())} "
+        raise ConfigError(f"--suite {s}: unknown suite; known: {', '.join(available_suites(findings=True))} "
                           "(or give a path to a .toml file)")
     return p
 
