@@ -209,6 +209,9 @@ def test_run_prints_its_run_id_which_rm_takes(tmp_path, capsys):
                      str(tmp_path / "r.html")]) == 0
     lines = capsys.readouterr().out.splitlines()
     ids = [ln.removeprefix("run_id: ") for ln in lines if ln.startswith("run_id: ")]
+    reports = [ln for ln in lines if ln.startswith("report: ")]     # the second names the first run's rows
+    assert "earlier" not in reports[0] and \
+        f"holds {len(read_rows([out])) // 2} rows of earlier runs: treebench report {out}" in reports[1]
     rows = read_rows([out])
     assert len(ids) == 2 and ids[0] != ids[1] and [r["run_id"] for r in rows] == \
         [ids[0]] * (len(rows) // 2) + [ids[1]] * (len(rows) // 2)

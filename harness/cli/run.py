@@ -109,6 +109,16 @@ def _write_report(rows: list[dict], out: Path, report: Path, title: str) -> bool
         return False
 
 
+def _earlier_rows(out: Path, run_ids: set[str]) -> int:
+    """Rows of `out` from runs other than `run_ids` (0 when it cannot be read: the summary only)."""
+    from treebench.harness.store.rows import read_rows
+
+    try:
+        return sum(r.get("run_id") not in run_ids for r in read_rows([out]))
+    except (ConfigError, OSError):
+        return 0
+
+
 def _check_gpus(n: int) -> None:
     """Raises ConfigError when `--gpus n` cannot be honoured: under torchrun already, or fewer visible GPUs."""
     import torch
@@ -188,7 +198,11 @@ def run(args) -> int:
         warn_backends_that_ran_nothing(result.rows)
     print_summary(result.rows, f"treebench run: suite {suite.name}, {plural(len(suite.cases), 'case')}")
     run_ids = sorted({r["run_id"] for r in result.rows if r.get("run_id")})
+    earlier = _earlier_rows(out, set(run_ids))
     console().print("\n".join([*([f"run_id: {', '.join(run_ids)}"] if run_ids else []), f"rows: {out}",
-                               f"report: {report}"]), markup=False, highlight=False, soft_wrap=True)
+                               f"report: {report}" + (f" (this run's rows; {out} holds {plural(earlier, 'row')} of "
+                                                      f"earlier runs: treebench report {out} -o FILE.html covers "
+                                                      "them all)" if earlier else "")]),
+                    markup=False, highlight=False, soft_wrap=True)
     report_nothing_ran(result.rows, args.allow_skip)
     return code
