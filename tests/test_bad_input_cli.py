@@ -246,3 +246,17 @@ def test_an_option_before_the_command_is_refused_not_ignored(argv, tmp_path):
     proc = _cli(*argv, cwd=tmp_path)
     _one_line_exit_2(proc, "unrecognized option", argv[0], "before the command")
     assert not (tmp_path / "results").exists() and not (tmp_path / "reports").exists()
+
+
+@pytest.mark.parametrize("caps", ["{'devices': ('cpu',)}", "('cpu',)"])
+def test_a_backend_whose_capabilities_is_not_a_capabilities_is_refused_before_any_row(tmp_path, caps):
+    """A dict or tuple where `Capabilities(...)` belongs is the backend file's mistake, found when
+    it loads: one line and exit 2, no rows (not an error row per case)."""
+    (tmp_path / "mine.py").write_text(
+        "from treebench import Backend\n\n\nclass Mine(Backend):\n    name = 'mine'\n"
+        f"    capabilities = {caps}\n\n    def prepare(self, inputs):\n        return lambda: None\n")
+    out = tmp_path / "rows.jsonl"
+    for argv in (("check", "--backend"), ("run", "--backends")):
+        proc = _cli(*argv, f"{tmp_path / 'mine.py'}:Mine", "--out", str(out), cwd=tmp_path)
+        _one_line_exit_2(proc, "Mine.capabilities is a", "not a Capabilities", "treebench.Capabilities(...)")
+        assert not out.exists()

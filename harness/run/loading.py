@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from treebench.harness.adapter.contract import REGISTRY, Backend, check_unique_names
+from treebench.harness.adapter.contract import REGISTRY, Backend, Capabilities, check_unique_names
 from treebench.harness.errors import ConfigError
 
 SPEC_ATTR = "treebench_spec"   # attribute load_one sets on a backend: how an --isolate worker loads it again
@@ -93,7 +93,8 @@ def load_backend(spec: str) -> Backend:
     Raises:
         ConfigError: unknown name, a malformed spec (an empty side of the colon, or a second colon),
             a directory, unimportable module, missing class, a name that is not a class, a class
-            without the adapter contract's methods, or a module (or __init__) that called sys.exit.
+            without the adapter contract's methods, a `capabilities` that is not a
+            `Capabilities`, or a module (or __init__) that called sys.exit.
     """
     import treebench.backends  # noqa: F401  (registers the built-in adapters)
 
@@ -111,7 +112,13 @@ def load_backend(spec: str) -> Backend:
         raise ConfigError(f"--backend {spec!r}: {getattr(cls, '__name__', cls)!r}.name is {name!r}; "
                           "set `name` to a non-empty string")
     with _as_its_own_program(spec, spec.rpartition(":")[0]):
-        return cls()
+        backend = cls()
+    caps = getattr(backend, "capabilities", None)
+    if caps is not None and not isinstance(caps, Capabilities):
+        raise ConfigError(f"--backend {spec!r}: {cls.__name__}.capabilities is a {type(caps).__name__}, not a "
+                          "Capabilities; set it to treebench.Capabilities(...) or leave "
+                          "it out (any case)")
+    return backend
 
 
 def load_one(spec: str):
