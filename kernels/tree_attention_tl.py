@@ -129,41 +129,72 @@ def _kv_tile_offsets(BT, b, start, bt_width, stride_bt, stride_kn, stride_kp,
 
 
 @triton.jit
-def _tree_allowed(MASK, BIAS, row_tok, node, row_ok, offs_n, L, T, stride_mw, stride_bias,
+def _window_words(MASK, row_tok, row_ok, n0, L, stride_mw):
+    """The bitmask's allowed columns [n0, n0 + 64) of a tile: per row, bit c of the returned
+    (lo, hi) int32 pair (bits 0-31 and 32-63 of one 64-bit word) is set iff column n0 + c is
+    context (< L) or a tree node the row's node sees. Bits of nodes past T_b are 0 in
+    `pack_tree_masks`'s words, a word past the row's last loads 0, and a row past T_b * G
+    loads 0 (context only). Row-wide work only: two word loads and a few shifts (the
+    warp-specialised kernel's `_mask_words`)."""
+    n_ctx = tl.minimum(tl.maximum(L - n0, 0), 64)               # context columns: bits [0, n_ctx)
+    jb = tl.maximum(n0 - L, 0)                                  # tree node of bit n_ctx
+    wa = jb // 64
+    sh = (jb % 64).to(tl.uint64)
+    row_words = MASK + row_tok.to(tl.int64) * stride_mw
+    # (a where, not row_ok & scalar: the CPU interpreter refuses that mask's dtype)
+    lo_word = tl.load(row_words + tl.minimum(wa, stride_mw - 1), mask=tl.where(wa < stride_mw, row_ok, False), other=0)
+    hi_word = tl.load(row_words + tl.minimum(wa + 1, stride_mw - 1), mask=tl.where(wa + 1 < stride_mw, row_ok, False),
+                      other=0)
+    lo_word = lo_word.to(tl.uint64, bitcast=True)               # unsigned: logical shifts
+    hi_word = hi_word.to(tl.uint64, bitcast=True)
+    window = (lo_word >> sh) | tl.where(sh > 0, hi_word << ((64 - sh) % 64), 0)   # nodes jb, jb + 1, ...
+    one = window * 0 + 1
+    ctx_bits = tl.where(n_ctx >= 64, ~(one * 0), (one << (n_ctx % 64).to(tl.uint64)) - 1)
+    word = ctx_bits | (window << (n_ctx % 64).to(tl.uint64))
+    lo = word.to(tl.uint32).to(tl.int32, bitcast=True)
+    hi = (word >> 32).to(tl.uint32).to(tl.int32, bitcast=True)
+    return lo, hi
+
+
+@triton.jit
+def _tree_allowed(MASK, BIAS, row_tok, node, row_ok, offs_n, n0, L, T, stride_mw, stride_bias,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MASK_MODE: tl.constexpr):
     """(allowed (BLOCK_M, BLOCK_N) bool, additive bias in log2 units or 0.0) for
-    columns offs_n of a tile overlapping [L, L + T); row_tok = qo_b + node."""
-    j = offs_n - L                                          # (BLOCK_N,) tree index of the column
-    in_tree = (j >= 0) & (j < T)
-    jj = tl.maximum(j, 0)
-    ctx = (offs_n < L)[None, :]
-    both = row_ok[:, None] & in_tree[None, :]
+    columns offs_n = n0 + [0, BLOCK_N) of a tile overlapping [L, L + T); row_tok = qo_b + node."""
     if MASK_MODE == 0:
-        # The tile's tree columns span at most WORDS consecutive mask words; load each
-        # as a (BLOCK_M,) row vector (no 2D gather, so no layout shuffle through shared memory).
-        WORDS: tl.constexpr = BLOCK_N // 64 + 1 if BLOCK_N >= 64 else 2
-        w0 = tl.min(jj, 0) // 64                             # first word the tile touches
-        shift = (jj % 64).to(tl.int64)[None, :]
-        bits = tl.zeros((BLOCK_M, BLOCK_N), tl.int64)
-        for w in tl.static_range(WORDS):
-            widx = tl.minimum(w0 + w, stride_mw - 1)          # clamp past the row's last word (stride_mw = W)
-            word = tl.load(MASK + row_tok * stride_mw + widx, mask=row_ok, other=0)   # (BLOCK_M,) int64
-            hit = ((jj // 64) == w0 + w)[None, :]
-            bits = tl.where(hit, (word[:, None] >> shift) & 1, bits)
-        allowed = ctx | (both & (bits != 0))
+        # Per row, one 64-bit window of mask bits per 64 columns (`_window_words`, context bits
+        # folded in); per score one 32-bit shift and test, and a select per further 32 columns,
+        # where a per-column shift of each 64-bit word the tile touches took 295 more SASS
+        # instructions per thread than the causal test (docs/kernel.md, "Short contexts").
+        c = tl.arange(0, BLOCK_N)
+        lo, hi = _window_words(MASK, row_tok, row_ok, n0, L, stride_mw)
+        half = tl.broadcast_to(lo[:, None], (BLOCK_M, BLOCK_N))
+        if BLOCK_N > 32:
+            half = tl.where((c // 32 == 1)[None, :], hi[:, None], half)
+        for k in tl.static_range(1, (BLOCK_N + 63) // 64):
+            lo_k, hi_k = _window_words(MASK, row_tok, row_ok, n0 + 64 * k, L, stride_mw)
+            half = tl.where((c // 32 == 2 * k)[None, :], lo_k[:, None], half)
+            half = tl.where((c // 32 == 2 * k + 1)[None, :], hi_k[:, None], half)
+        allowed = ((half >> (c % 32)[None, :]) & 1) != 0
         bias = 0.0
-    elif MASK_MODE == 1:
-        bptr = BIAS + node[:, None] * stride_bias + jj[None, :]
-        allowed = ctx | both
-        bias = tl.load(bptr, mask=both, other=0.0) * 1.4426950408889634   # (BLOCK_M, BLOCK_N) fp32, log2 units
     else:
-        allowed = ctx | (both & (jj[None, :] <= node[:, None]))
-        bias = 0.0
+        j = offs_n - L                                      # (BLOCK_N,) tree index of the column
+        in_tree = (j >= 0) & (j < T)
+        jj = tl.maximum(j, 0)
+        ctx = (offs_n < L)[None, :]
+        both = row_ok[:, None] & in_tree[None, :]
+        if MASK_MODE == 1:
+            bptr = BIAS + node[:, None] * stride_bias + jj[None, :]
+            allowed = ctx | both
+            bias = tl.load(bptr, mask=both, other=0.0) * 1.4426950408889634   # (BLOCK_M, BLOCK_N) fp32, log2 units
+        else:
+            allowed = ctx | (both & (jj[None, :] <= node[:, None]))
+            bias = 0.0
     return allowed, bias
 
 
 @triton.jit
-def _masked_tile(q, K_h, V_h, kv, offs_d, valid, MASK, BIAS, row_tok, node, row_ok, offs_n, L, T, qk_2d,
+def _masked_tile(q, K_h, V_h, kv, offs_d, valid, MASK, BIAS, row_tok, node, row_ok, offs_n, n0, L, T, qk_2d,
                  stride_mw, stride_bias, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MASK_MODE: tl.constexpr,
                  DOT_FP32: tl.constexpr, FP8_PATH: tl.constexpr):
     """(scores (BLOCK_M, BLOCK_N) fp32 in log2 units, -inf where masked; V (BLOCK_N, D) in Q's
@@ -173,7 +204,7 @@ def _masked_tile(q, K_h, V_h, kv, offs_d, valid, MASK, BIAS, row_tok, node, row_
                     FP8_PATH)
     v = _kv_operand(tl.load(V_h + kv[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0), q.dtype,
                     FP8_PATH)
-    allowed, bias = _tree_allowed(MASK, BIAS, row_tok, node, row_ok, offs_n, L, T, stride_mw,
+    allowed, bias = _tree_allowed(MASK, BIAS, row_tok, node, row_ok, offs_n, n0, L, T, stride_mw,
                                   stride_bias, BLOCK_M, BLOCK_N, MASK_MODE)
     s = _dot(q, tl.trans(k), None, DOT_FP32) * qk_2d + bias
     return tl.where(allowed, s, float("-inf")), v
@@ -305,8 +336,8 @@ def tree_attn_fwd_kernel(
         else:
             kv = _kv_tile_offsets(BT, b, 0, bt_width, stride_bt, stride_kn, stride_kp, P, BLOCK_N, PAGE_TILE,
                                   GATHER_PAGES)
-        s, v = _masked_tile(q, K_h, V_h, kv, offs_d, offs_n < S, MASK, BIAS, row_tok, node, row_ok, offs_n, L,
-                            T, qk_2d, stride_mw, stride_bias, BLOCK_M, BLOCK_N, MASK_MODE, DOT_FP32, FP8_PATH)
+        s, v = _masked_tile(q, K_h, V_h, kv, offs_d, offs_n < S, MASK, BIAS, row_tok, node, row_ok, offs_n, 0,
+                            L, T, qk_2d, stride_mw, stride_bias, BLOCK_M, BLOCK_N, MASK_MODE, DOT_FP32, FP8_PATH)
         m_i = tl.max(s, 1)                      # a plain softmax: no running max to rescale
         p = tl.exp2(s - tl.where(m_i == float("-inf"), 0.0, m_i)[:, None])
         l_i = tl.sum(p, 1)
@@ -353,7 +384,8 @@ def tree_attn_fwd_kernel(
             else:
                 kv = _kv_tile_offsets(BT, b, t * BLOCK_N, bt_width, stride_bt, stride_kn, stride_kp, P, BLOCK_N,
                                       PAGE_TILE, GATHER_PAGES)
-            s, v = _masked_tile(q, K_h, V_h, kv, offs_d, valid, MASK, BIAS, row_tok, node, row_ok, offs_n, L, T,
+            s, v = _masked_tile(q, K_h, V_h, kv, offs_d, valid, MASK, BIAS, row_tok, node, row_ok, offs_n,
+                                t * BLOCK_N, L, T,
                                 qk_2d, stride_mw, stride_bias, BLOCK_M, BLOCK_N, MASK_MODE, DOT_FP32, FP8_PATH)
             m_new = tl.maximum(m_i, tl.max(s, 1))
             m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that saw nothing yet

@@ -111,11 +111,17 @@ def test_kernel_split_kv_on_and_off(splits, fused):
     assert len(ta._launches) == (2 if splits > 1 and not fused else 1)
 
 
-def test_kernel_tree_wider_than_one_mask_word():
-    """T = 71 > 64: two int64 words per node; bit 63 is the sign bit."""
-    case = Case(batch_size=2, context_len=5, tree="random:70:4", tree_per_request="mixed", page_size=16,
+@pytest.mark.parametrize("tree,context,config", [
+    ("random:70:4", 5, KernelConfig(32, 64, 1, 1)),
+    ("random:150:3", "ragged:0-70", KernelConfig(16, 128, 1, 1)),    # two 64-column windows per tile
+    ("random:150:3", "ragged:0-70", KernelConfig(16, 32, 1, 1)),     # a window's low half only
+    ("random:130:5", 64, KernelConfig(16, 64, 1, 1))])               # tiles aligned to the mask words
+def test_kernel_tree_wider_than_one_mask_word(tree, context, config):
+    """T = 71 to 151 > 64: two or three int64 words per node (bit 63 is the sign bit); each
+    tile's 64-column windows straddle two words wherever L_b is not a multiple of 64."""
+    case = Case(batch_size=2, context_len=context, tree=tree, tree_per_request="mixed", page_size=16,
                 num_q_heads=2, num_kv_heads=2, head_dim=32)
-    check(case, config=KernelConfig(32, 64, 1, 1))
+    check(case, config=config)
 
 
 @pytest.mark.parametrize("mode", ["bias", "causal"])
