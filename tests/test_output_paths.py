@@ -379,3 +379,28 @@ def test_check_help_does_not_offer_run_timing_in_resume(capsys):
         start = text.index("--resume skip")
         resume = text[start:text.index("--shard I/N", start)]
         assert ("--timer" in resume) is timed, resume
+
+
+def test_report_outputs_overwrite_only_treebench_reports(tmp_path, capsys):
+    """`report -o` and `run --report` replace a report treebench wrote (with the generator tag,
+    or one written before it had one) and an empty file, never another HTML page."""
+    rows = tmp_path / "a.jsonl"
+    append_row(rows, _row(0))
+    page = tmp_path / "page.html"
+    page.write_text("<html><body>my handwritten page</body></html>\n")
+    assert main(["report", str(rows), "-o", str(page)]) == 2
+    assert "was not written by treebench (it is left as it is)" in _one_line_error(capsys)
+    assert page.read_text() == "<html><body>my handwritten page</body></html>\n"
+    assert main(["run", "--suite", "smoke", "--backends", "reference", "--out", str(tmp_path / "b.jsonl"),
+                 "--report", str(page), "--quiet", "--dry-run"]) == 2
+    assert "was not written by treebench" in _one_line_error(capsys)
+    mine = tmp_path / "mine.html"
+    assert main(["report", str(rows), "-o", str(mine)]) == 0
+    assert '<meta name="generator" content="treebench">' in mine.read_text()
+    assert main(["report", str(rows), "-o", str(mine)]) == 0                 # its own report again
+    old = tmp_path / "old.html"                                              # the template before the tag
+    old.write_text(mine.read_text().replace('<meta name="generator" content="treebench">\n', ""))
+    empty = tmp_path / "empty.html"
+    empty.write_text("")
+    for path in (old, empty):
+        assert main(["report", str(rows), "-o", str(path)]) == 0 and "generator" in path.read_text()

@@ -135,7 +135,8 @@ def check_html_path(path: str | Path, flag: str, example: str) -> Path:
         example: a path the message suggests, e.g. "reports/NAME.html".
 
     Raises:
-        ConfigError: `path` is a directory, does not end in .html/.htm, or exists and is not HTML.
+        ConfigError: `path` is a directory, does not end in .html/.htm, or exists and is not a
+            treebench report (`refuse_non_html`).
     """
     p = Path(path)
     if p.is_dir():
@@ -179,12 +180,19 @@ def check_html_writable(path: str | Path, flag: str, example: str, create: bool 
     return p
 
 
+# How a report's first 4 KiB show that treebench wrote it: the generator meta tag of
+# harness/analyze/templates/report.html.j2, or (reports written before it had one) the
+# template's first style rule.
+REPORT_MARKS = (b'<meta name="generator" content="treebench">', b":root { --fg:#1f2328; --muted:#59636e;")
+
+
 def refuse_non_html(path: str | Path, flag: str) -> None:
-    """Refuses to overwrite an existing file that is not an HTML page (a report's output).
+    """Refuses to overwrite an existing file that is not a treebench report (`REPORT_MARKS`):
+    an empty file may be overwritten, any other page is left as it is.
 
     Raises:
-        ConfigError: `path` exists and is not a regular file, cannot be read, or does not
-            start with markup.
+        ConfigError: `path` exists and is not a regular file, cannot be read, does not start
+            with markup, or is an HTML page treebench did not write.
     """
     p = Path(path)
     if not p.exists():
@@ -198,6 +206,9 @@ def refuse_non_html(path: str | Path, flag: str) -> None:
         raise ConfigError(f"{flag} {p}: cannot read it ({e.strerror}); give a writable .html path") from None
     if head and not head.startswith(b"<"):
         raise ConfigError(f"{flag} {p}: exists and is not an HTML file; give a new .html path")
+    if head and not any(mark in head for mark in REPORT_MARKS):
+        raise ConfigError(f"{flag} {p}: exists and was not written by treebench (it is left as it is); give a "
+                          "new .html path, or remove it first")
 
 
 def check_output_path(path: str | Path, flag: str) -> Path:
