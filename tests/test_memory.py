@@ -177,3 +177,20 @@ def test_a_huge_prediction_reads_in_its_own_unit(monkeypatch):
     monkeypatch.setattr(memory, "free_device_bytes", lambda device: 16 * 2**30)
     reason = fit_reason(CASES[0], Counting(scratch=9 * 2**60), "cpu", "check")
     assert reason.startswith("predicted 9.00 EiB > free 16.0 GiB on cpu (inputs ") and "workspace 9.00 EiB)" in reason
+
+
+def test_a_dry_run_counts_the_pairs_the_memory_prediction_will_skip(monkeypatch):
+    """--dry-run predicts memory as the run does: the pairs it says will be skipped are the ones
+    the run skips; with the check off none are."""
+    from treebench.harness.sweep.execute import SweepOptions, execute
+    free = 64 * 2**20
+    monkeypatch.setattr(memory, "free_device_bytes", lambda device: free)
+    small, huge = Counting(), Counting(scratch=free)
+    huge.name = "huge"
+    for check_memory, skipped in ((True, 2), (False, 0)):
+        run = RunConfig(mode="check", quiet=True, device="cpu", check_memory=check_memory)
+        plan = execute(CASES[:2], [small, huge], SweepOptions(run=run, dry_run=True))
+        assert (plan.planned, plan.will_skip, plan.will_skip_memory) == (4, skipped, skipped)
+        assert small.prepared == huge.prepared == 0                      # a dry run prepares nothing
+    rows = run_cases(CASES[:2], [small, huge], RunConfig(mode="check", quiet=True, device="cpu"))
+    assert sum(r["status"] == "skipped" for r in rows) == 2

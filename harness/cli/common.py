@@ -272,13 +272,16 @@ def _nothing_ran_tail(allow_skip: bool) -> str:
 
 def dry_run_code(result, allow_skip: bool) -> int:
     """The exit code of a --dry-run, as the run itself would end: NOTHING_RAN (one line on stderr)
-    when every pair it would run is a skipped row (backend unavailable or case unsupported) and
+    when every pair it would run is a skipped row (backend unavailable, case unsupported or
+    predicted not to fit the free memory) and
     `allow_skip` is not given; else 0 (also when --resume keeps stored rows, which the run counts,
     and on a torchrun rank past 0, whose exit code rank 0 sets)."""
     if not result.planned or result.will_skip < result.planned or result.resumed or not result.primary:
         return 0
     CONSOLE.file.write(f"treebench: dry run: every one of the {plural(result.planned, 'pair')} would be skipped "
-                       f"(backend unavailable or case unsupported: `treebench list` says why){_nothing_ran_tail(allow_skip)}\n")
+                       f"(backend unavailable or case unsupported: `treebench list` says why"
+                       + (f"; {result.will_skip_memory} of them predicted not to fit the free memory"
+                          if result.will_skip_memory else "") + f"){_nothing_ran_tail(allow_skip)}\n")
     CONSOLE.file.flush()
     return 0 if allow_skip else NOTHING_RAN
 
@@ -291,7 +294,9 @@ def print_plan(suite, backends, result) -> None:
     out = console()
     out.print(f"dry run: suite {suite.name}, {plural(len(suite.cases), 'case')} x {plural(len(backends), 'backend')}: "
               f"{plural(result.planned, 'pair')} to run here ({result.will_skip} of them skipped rows: backend "
-              f"unavailable or case unsupported){stored}", markup=False)
+              f"unavailable or case unsupported" + (f", or for {result.will_skip_memory} of them predicted not "
+                                                    "to fit the free memory (--no-memory-check runs them)"
+                                                    if result.will_skip_memory else "") + f"){stored}", markup=False)
     if result.estimate:
         out.print(f"estimated time: {result.estimate}", markup=False)
 

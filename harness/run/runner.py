@@ -73,7 +73,7 @@ def timed_as(row: dict, timing_mode: str, flush_l2: bool) -> bool:
     return timer == timing_mode
 
 
-def _device_for(backend, runner_device: torch.device) -> torch.device:
+def device_for(backend, runner_device: torch.device) -> torch.device:
     """The device a backend's inputs live on: its own preference, else the
     runner's when its capabilities allow it, else its first listed device."""
     pref = getattr(backend, "device", None)
@@ -147,7 +147,7 @@ def run_cases(cases: Sequence[Case], backends: Sequence, config: RunConfig = Run
             for case, backend in todo:
                 data = data if data is not None and data.case is case else CaseData(case)
                 shown.start(f"{case.case_id} | {_name(backend)}")
-                pair_device = _device_for(backend, device)
+                pair_device = device_for(backend, device)
                 if pool is not None and avail[id(backend)] is None:
                     row = pool.run(backend, case, pair_device, config)
                 else:

@@ -14,13 +14,15 @@ import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import torch
 from rich.console import Console
 
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.pair import AvailabilityRaised, availabilities
 from treebench.harness.run.progress import estimate
 from treebench.harness.run.config import RunConfig
-from treebench.harness.run.runner import default_device, row_satisfies, run_cases
+from treebench.harness.run.memory import fit_reason
+from treebench.harness.run.runner import default_device, device_for, row_satisfies, run_cases
 from treebench.harness.store.rows import new_run_id
 from treebench.harness.timing.bandwidth import measure_matrix_rate, measure_peak_bandwidth
 from treebench.harness.sweep.shard import (
@@ -72,7 +74,9 @@ class SweepResult:
     rows: list[dict] = field(default_factory=list)   # rows to summarise: this run's (all ranks' on rank 0)
     planned: int = 0                                 # pairs this process was to run (after shard, rank, resume)
     resumed: int | None = 0                          # pairs skipped as already stored (None: dry run without --resume)
-    will_skip: int = 0                               # planned pairs that will be skipped rows (unavailable/unsupported)
+    will_skip: int = 0                               # planned pairs that will be skipped rows (unavailable/unsupported,
+                                                     # or predicted out of memory)
+    will_skip_memory: int = 0                        # ... of them for the memory prediction
     primary: bool = True                             # False on torchrun ranks > 0 (they report nothing)
     missing_ranks: list[int] = field(default_factory=list)  # ranks rank 0 gave up waiting for
     store_path: Path | None = None                   # where this process appended its rows
@@ -121,11 +125,14 @@ def _config(opts: SweepOptions, env: dict, device: str, store: Path | None, skip
                    device=device, peak_bytes_per_s=env["peak_bw_bytes_per_s"], quiet=quiet, skip=skip)
 
 
-def _count_skips(cases, backends, names, skip: frozenset) -> int:
-    """Pairs not yet stored that the runner will record as skipped: backend unavailable
-    here (`pair.availabilities`) or case not supported (what --dry-run reports;
-    memory prediction is not run)."""
+def _count_skips(cases, backends, names, skip: frozenset, run: RunConfig, device: str) -> tuple[int, int]:
+    """(pairs not yet stored that the runner will record as skipped, how many of those for the
+    memory prediction): backend unavailable here (`pair.availabilities`), case not supported,
+    or (with run.check_memory) predicted not to fit the device's free memory now
+    (`memory.fit_reason`, counting a case's inputs and reference for its first pair only, as
+    the runner builds them once per case). What --dry-run reports."""
     down = availabilities(backends)
+    twice = run.determinism or run.mode == "check"
 
     def unsupported(b, c) -> bool:
         try:
@@ -136,8 +143,25 @@ def _count_skips(cases, backends, names, skip: frozenset) -> int:
 
     def declined(b) -> bool:      # unavailable; a raising availability() gives error rows instead
         return bool(down[id(b)]) and not isinstance(down[id(b)], AvailabilityRaised)
-    return sum(1 for c in cases for b, n in zip(backends, names)
-               if (c.case_id, n) not in skip and (declined(b) or unsupported(b, c)))
+
+    def too_big(b, c, built: bool) -> bool:
+        try:
+            return fit_reason(c, b, device_for(b, torch.device(device)), run.mode, twice, built, built) is not None
+        except Exception:  # noqa: BLE001 -- a raising workspace_bytes() hook is the runner's to report
+            return False
+    skipped = for_memory = 0
+    for c in cases:
+        built = False
+        for b, n in zip(backends, names):
+            if (c.case_id, n) in skip:
+                continue
+            if declined(b) or unsupported(b, c):
+                skipped += 1
+            elif run.check_memory and too_big(b, c, built):
+                skipped, for_memory = skipped + 1, for_memory + 1
+            else:
+                built = True
+    return skipped, for_memory
 
 
 def execute(cases, backends, opts: SweepOptions, console: Console | None = None) -> SweepResult:
@@ -177,7 +201,7 @@ def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Co
     result = SweepResult(planned=planned, resumed=len(mine) * len(names) - planned,
                          primary=rank is None or rank.primary, env_id=env["env_id"])
     if opts.dry_run:
-        result.will_skip = _count_skips(mine, backends, names, skip)
+        result.will_skip, result.will_skip_memory = _count_skips(mine, backends, names, skip, opts.run, device)
         stored = read_rows([opts.out]) if opts.out is not None and Path(opts.out).is_file() else []
         result.estimate = estimate(planned - result.will_skip, opts.run.mode, device, stored, env["env_id"],
                                    str(opts.out))
