@@ -370,6 +370,7 @@ def test_list_fits_the_width_in_a_pipe(columns, width):
     (["rm", "{f}"], "give at least one of --run-id, --backend, --env"),
     (["rm", "{f}", "--run-id", ""], "--run-id is empty"),
     (["rm", "{f}.missing", "--backend", "x"], "no such results file"),
+    (["rm", "{d}", "--backend", "x"], "is a directory; give the results .jsonl file"),
     (["rm"], "required: RESULTS"),
 ])
 def test_rm_argument_errors_are_one_line_and_exit_2(tmp_path, argv, needle):
@@ -381,7 +382,7 @@ def test_rm_argument_errors_are_one_line_and_exit_2(tmp_path, argv, needle):
     f = tmp_path / "rows.jsonl"
     f.write_text("")
     root = Path(__file__).resolve().parents[1]
-    done = subprocess.run([sys.executable, "-m", "treebench", *(a.format(f=f) for a in argv)], cwd=root,
+    done = subprocess.run([sys.executable, "-m", "treebench", *(a.format(f=f, d=tmp_path) for a in argv)], cwd=root,
                           capture_output=True, text=True, check=False, env={**os.environ, "PYTHONPATH": str(root)})
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("treebench: error: "), done.stderr

@@ -73,6 +73,8 @@ def run_rm(args) -> int:
         if any(not v.strip() for v in values):
             raise ConfigError(f"rm: {option} is empty: give a value")
     path = Path(args.results)
+    if path.is_dir():
+        raise ConfigError(f"rm {path}: is a directory; give the results .jsonl file to remove rows from")
     if not path.is_file():
         raise ConfigError(f"rm {path}: no such results file")
     from treebench.harness.store.lock import hold
