@@ -234,8 +234,9 @@ def test_sm90_compile_short_builds_have_less_code():
 
 
 def test_sm90_compile_counts_the_tree_mask_and_the_lse_store():
-    """docs/kernel.md's one-tile 64-row build at P 16: the tree mask and the LSE store each add
-    SASS instructions to the causal build without the LSE, and none spills."""
+    """docs/kernel.md's one-tile 64-row build at P 16: the LSE store adds SASS instructions to
+    either mask's build, the tree bitmask's 64-bit window per row leaves its build below the
+    causal one (1150 against 1228 with Triton 3.9, 1208 against 1287 with 3.6), and none spills."""
     pytest.importorskip("triton")
     ins = {}
     for mask, lse in (("tree", []), ("tree", ["--lse"]), ("causal", []), ("causal", ["--lse"])):
@@ -249,7 +250,8 @@ def test_sm90_compile_counts_the_tree_mask_and_the_lse_store():
         got = ast.literal_eval(build)
         assert got["spill_loads"] == got["spill_stores"] == 0 and got["hgmma"] > 0, got
         ins[mask, bool(lse)] = got["ins"]
-    assert ins["tree", False] > ins["causal", False] < ins["causal", True] < ins["tree", True], ins
+    assert ins["tree", False] < ins["causal", False] < ins["causal", True], ins
+    assert ins["tree", False] < ins["tree", True], ins
 
 
 @pytest.mark.parametrize("config, pipe, warps", [("128,64,4,4,168,0,2", "auto", 12), ("192,32,4,4,128,0,3", "on", 16)])
