@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from treebench.harness.errors import ConfigError
+from treebench.harness.model.suites import available_suites
 from treebench.harness.run.progress import plural
 from treebench.harness.store.rows import new_run_id
 from treebench.harness.timing.modes import MODES
@@ -119,12 +120,11 @@ def positive_seconds(text: str) -> float:
 
 def add_suite_argument(p, default: str) -> None:
     """--suite, as run and check take it."""
-    from treebench.harness.model.suites import available_suites
-    shipped = ", ".join(available_suites())
-    findings = ", ".join(available_suites(findings=True)[len(shipped.split(", ")):])
+    shipped = available_suites()
+    findings = available_suites(findings=True)[len(shipped):]
     p.add_argument("--suite", default=default,
-                   help=f"a suite shipped with treebench ({shipped}; peers' bugs kept as suites: {findings}) "
-                        f"or a TOML file path (default: {default})")
+                   help=f"a suite shipped with treebench ({', '.join(shipped)}; peers' bugs kept as suites: "
+                        f"{', '.join(findings)}) or a TOML file path (default: {default})")
 
 
 def add_sweep_options(p, timed: bool = True) -> None:
