@@ -193,7 +193,7 @@ def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple]:
         return out[:1] + splits + tiles
     if group == "ws1":
         ws1 = [] if smoke else [   # Gluon needs a GPU
-            *((f"ws1x{st}", KernelConfig(*c), KernelOptions()) for c in WS1_CONFIGS for st in [c[3]]),
+            *((f"ws1x{c[3]}", KernelConfig(*c), KernelOptions()) for c in WS1_CONFIGS),   # named by stages
             ("ws1x2 gather", KernelConfig(*WS1_CONFIGS[0]), KernelOptions(ws_page_tma=False))]
         return out[:1] + [(f"tl splits{n}", None, KernelOptions(), {"ws": False, "num_splits": n})
                           for n in (1, 2)] + ws1
