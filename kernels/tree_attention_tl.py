@@ -130,8 +130,10 @@ def _kv_tile_offsets(BT, b, start, bt_width, stride_bt, stride_kn, stride_kp,
 
 @triton.jit
 def _window_words(MASK, row_tok, row_ok, n0, L, stride_mw):
-    """The bitmask's allowed columns [n0, n0 + 64) of a tile: per row, bit c of the returned
-    (lo, hi) int32 pair (bits 0-31 and 32-63 of one 64-bit word) is set iff column n0 + c is
+    """The bitmask's allowed columns [n0, n0 + 64) of a tile, as (lo, hi): two (BLOCK_M,) int32
+    vectors in row_tok's layout (bits 0-31 and 32-63 of one 64-bit word per row). MASK holds
+    `pack_tree_masks`'s int64 words, stride_mw of them per token row; n0 and L are scalars
+    (tokens). Bit c of a row's word is set iff column n0 + c is
     context (< L) or a tree node the row's node sees. Bits of nodes past T_b are 0 in
     `pack_tree_masks`'s words, a word past the row's last loads 0, and a row past T_b * G
     loads 0 (context only). Row-wide work only: two word loads and a few shifts (the
@@ -163,9 +165,8 @@ def _tree_allowed(MASK, BIAS, row_tok, node, row_ok, offs_n, n0, L, T, stride_mw
     columns offs_n = n0 + [0, BLOCK_N) of a tile overlapping [L, L + T); row_tok = qo_b + node."""
     if MASK_MODE == 0:
         # Per row, one 64-bit window of mask bits per 64 columns (`_window_words`, context bits
-        # folded in); per score one 32-bit shift and test, and a select per further 32 columns,
-        # where a per-column shift of each 64-bit word the tile touches took 295 more SASS
-        # instructions per thread than the causal test (docs/kernel.md, "Short contexts").
+        # folded in); per score one 32-bit shift and test, and a select per further 32 columns
+        # (docs/kernel.md, "Masks").
         c = tl.arange(0, BLOCK_N)
         lo, hi = _window_words(MASK, row_tok, row_ok, n0, L, stride_mw)
         half = tl.broadcast_to(lo[:, None], (BLOCK_M, BLOCK_N))
