@@ -52,9 +52,10 @@ def _slower_cells(where: Path) -> tuple[set[tuple[str, str]], bool]:
     had a timing the harness itself flags noisy (`is_noisy`: a burst of other work during that
     cell), from the gate's own comparison."""
     from treebench.harness.analyze.gate import GateConfig, compare_runs
+    from treebench.harness.store.rows import read_rows
 
-    rows = [[json.loads(line) for line in (where / f"{name}.jsonl").read_text().splitlines()] for name in "ab"]
-    slower = compare_runs(*rows, GateConfig(threshold=GATE_THRESHOLD)).of_kind("slower")
+    slower = compare_runs(read_rows([where / "a.jsonl"]), read_rows([where / "b.jsonl"]),
+                          GateConfig(threshold=GATE_THRESHOLD)).of_kind("slower")
     return {(v.case_id, v.backend) for v in slower}, bool(slower) and all(v.noisy for v in slower)
 
 
