@@ -198,11 +198,11 @@ def run(args) -> int:
         warn_backends_that_ran_nothing(result.rows)
     print_summary(result.rows, f"treebench run: suite {suite.name}, {plural(len(suite.cases), 'case')}")
     run_ids = sorted({r["run_id"] for r in result.rows if r.get("run_id")})
+    lines = ([f"run_id: {', '.join(run_ids)}"] if run_ids else []) + [f"rows: {out}", f"report: {report}"]
     earlier = _earlier_rows(out, set(run_ids))
-    console().print("\n".join([*([f"run_id: {', '.join(run_ids)}"] if run_ids else []), f"rows: {out}",
-                               f"report: {report}" + (f" (this run's rows; {out} holds {plural(earlier, 'row')} of "
-                                                      f"earlier runs: treebench report {out} -o FILE.html covers "
-                                                      "them all)" if earlier else "")]),
-                    markup=False, highlight=False, soft_wrap=True)
+    if earlier:
+        lines[-1] += (f" (this run's rows; {out} holds {plural(earlier, 'row')} of earlier runs: "
+                      f"treebench report {out} -o FILE.html covers them all)")
+    console().print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
     report_nothing_ran(result.rows, args.allow_skip)
     return code
