@@ -278,10 +278,10 @@ def dry_run_code(result, allow_skip: bool) -> int:
     and on a torchrun rank past 0, whose exit code rank 0 sets)."""
     if not result.planned or result.will_skip < result.planned or result.resumed or not result.primary:
         return 0
+    memory = f"; {result.will_skip_memory} of them predicted not to fit the free memory" if result.will_skip_memory else ""
     CONSOLE.file.write(f"treebench: dry run: every one of the {plural(result.planned, 'pair')} would be skipped "
-                       f"(backend unavailable or case unsupported: `treebench list` says why"
-                       + (f"; {result.will_skip_memory} of them predicted not to fit the free memory"
-                          if result.will_skip_memory else "") + f"){_nothing_ran_tail(allow_skip)}\n")
+                       f"(backend unavailable or case unsupported: `treebench list` says why{memory})"
+                       f"{_nothing_ran_tail(allow_skip)}\n")
     CONSOLE.file.flush()
     return 0 if allow_skip else NOTHING_RAN
 
@@ -291,12 +291,12 @@ def print_plan(suite, backends, result) -> None:
     what --out already holds without it), and how long the run should take."""
     stored = (f"; {result.stored_note}" if result.stored_note else
               "" if result.resumed is None else f", {result.resumed} already stored (skipped by --resume)")
+    memory = (f", or for {result.will_skip_memory} of them predicted not to fit the free memory "
+              "(--no-memory-check runs them)" if result.will_skip_memory else "")
     out = console()
     out.print(f"dry run: suite {suite.name}, {plural(len(suite.cases), 'case')} x {plural(len(backends), 'backend')}: "
               f"{plural(result.planned, 'pair')} to run here ({result.will_skip} of them skipped rows: backend "
-              f"unavailable or case unsupported" + (f", or for {result.will_skip_memory} of them predicted not "
-                                                    "to fit the free memory (--no-memory-check runs them)"
-                                                    if result.will_skip_memory else "") + f"){stored}", markup=False)
+              f"unavailable or case unsupported{memory}){stored}", markup=False)
     if result.estimate:
         out.print(f"estimated time: {result.estimate}", markup=False)
 
