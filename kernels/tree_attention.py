@@ -28,9 +28,9 @@ from treebench.harness.model.paged import BatchInputs
 from treebench.kernels.launch import FixedLaunch, verify_fast_path
 from treebench.kernels.options import FP8_PATHS, KernelOptions
 from treebench.kernels.tree_attention_plan import (FP8_KV_DTYPES, MASK_MODES, SMEM_PER_SM, WS_CONVERTER_REGS,
-                                         WS_FP8_CONFIGS, WS_MIN_CONSUMER_REGS, KernelConfig, check_inputs,
+                                         WS1, WS_FP8_CONFIGS, WS_MIN_CONSUMER_REGS, KernelConfig, check_inputs,
                                          choose_config, is_integer, make_plan, next_pow2, pack_tree_masks,
-                                         short_context_config, tree_bias, ws_fills, ws_page_path,
+                                         short_context_config, tree_bias, ws1_config, ws_fills, ws_page_path,
                                          ws_pool_unsupported)
 from treebench.kernels.tree_attention_reduce import HAS_PDL, tree_attn_merge_kernel
 from treebench.kernels.tree_attention_tl import LOG2E, tree_attn_fwd_kernel
@@ -187,7 +187,9 @@ class TreeAttention:
             ws: the warp-specialised Gluon kernel (`tree_attention_ws`). None (default):
                 where the tuned table's config is a warp-specialised one (`KernelConfig.ws`
                 > 0), `ws_unsupported` finds no reason against it and the batch is large
-                enough (`ws_fills`); else the table's tl-kernel config. True: the table's
+                enough (`ws_fills`), or with one consumer warpgroup where `ws1_config` gives it
+                (33-64 rows over P 16 / 32 in one wave that fills the SMs, no short-context
+                config); else the table's tl-kernel config. True: the table's
                 warp-specialised config whatever the batch size. False: always the tl
                 kernel. A `config` with ws > 0 is run as given. The warp-specialised
                 kernel loads every tile by TMA (options.ws_gather: by cp.async where TMA cannot
@@ -238,6 +240,13 @@ class TreeAttention:
         tl_cfg = choose_config(rows, d, interpreting(), ws=False)       # the table's tl-kernel config
         short_cfg = short_context_config(rows, d, max(ss), len(ts), hkv, sms, interpreting(),
                                          fp8=inputs.k_cache.dtype in FP8_KV_DTYPES)   # or None
+        # one consumer warpgroup where the tl kernel's 64-row tile would gather P 16 / 32 per token
+        ws1 = None
+        if config is None and ws is None and short_cfg is None and cfg == tl_cfg and not interpreting():
+            ws1 = ws1_config(rows, d, len(ts), hkv, sms,
+                             ws_page_path(inputs.k_cache.shape[1], WS1.block_n, opts.ws_page_tma),
+                             fp8=inputs.k_cache.dtype in FP8_KV_DTYPES)
+        cfg = ws1 or cfg
         if ws is True or cfg.ws:
             why_ws = ("ws=False" if ws is False
                       else "kv_desc=False (it loads every tile by TMA)" if kv_desc is False
@@ -258,7 +267,7 @@ class TreeAttention:
                                   "table has them above 64 rows at D 128; pass config=KernelConfig(..., ws=N))")
             if not why_ws and config is None and ws is None and short_cfg is not None:
                 why_ws = "a short-context config holds every S_b (SHORT_CONFIGS)"
-            if not why_ws and config is None and ws is None:
+            if not why_ws and config is None and ws is None and ws1 is None:
                 tl_tma = kv_desc is not False and not kv_desc_unsupported(inputs, tl_cfg.block_n)
                 if not ws_fills(cfg, len(ts), hkv, rows, sms, tl_tma=tl_tma):
                     why_ws = "the tl kernel's programs fit one wave"

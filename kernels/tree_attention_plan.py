@@ -205,6 +205,10 @@ WS3 = KernelConfig(192, 64, 4, 3, 128, 0, 3)
 WS2_FP8 = KernelConfig(128, 64, 4, 3, 128, 0, 2, 4)
 WS3_FP8 = KernelConfig(192, 64, 4, 3, 96, 0, 3, 3)
 WS_FP8_CONFIGS = {WS2: WS2_FP8, WS3: WS3_FP8}   # a table config -> its fp8-pool twin
+# One consumer warpgroup (64 rows, a 3-stage ring) for the tl kernel's 64-row batches that it would
+# read by per-token gathers (P 16 and 32) where the warp-specialised kernel reads one TMA box per
+# page (`ws1_config`).
+WS1 = KernelConfig(64, 64, 4, 3, 168, 0, 1)
 GPU_CONFIGS: tuple[tuple[int, int, KernelConfig], ...] = (
     (16, 128, KernelConfig(16, 64, 2, 4)),
     (16, 256, KernelConfig(16, 64, 4, 3)),
@@ -313,6 +317,37 @@ def ws_fills(config: KernelConfig, batch_size: int, num_kv_heads: int, rows: int
         return True
     programs = batch_size * num_kv_heads * math.ceil(rows / 64)
     return programs > 2 * num_sms or not tl_tma and programs >= num_sms
+
+
+def ws1_config(rows: int, head_dim: int, batch_size: int, num_kv_heads: int, num_sms: int,
+               page_path: str, fp8: bool = False) -> KernelConfig | None:
+    """WS1 (the warp-specialised kernel with one consumer warpgroup) for a batch the table gives
+    the tl kernel's 64-row tile, or None (the table's choice stands).
+
+    It holds when rows = G * max T_b is 33-64 (one 64-row M-tile, as full:3:2's 52 rows at G 4),
+    D is 128, the pool is bf16/fp16 (fp8 False), the warp-specialised kernel would read it one
+    TMA box per page (page_path "tma-page": P 16 or 32, where the tl kernel gathers per token)
+    and the B * Hkv programs fill at least TC_FULL_FRACTION of the SMs in one wave of one program
+    per SM (no split-KV). Measured on the H200 for full:3:2 at B 16 (128 programs on 132 SMs),
+    L 1024 and 2048, P 16, L2 flushed (`results/h200/kernel/ws1-sweep.txt`): 0.82x and 0.86x of
+    the tl kernel's gather with its 2 splits (0.84x and 0.82x of its one split), which brings
+    P 16 to 1.00x of the tl kernel's P 128 at L 2048; 2 stages took 0.98-1.05x of the gather and
+    4 stages 1.00x of 3. At B 64 (512 programs) it took 1.02-1.03x of the tl kernel's gather,
+    which keeps it there. fp8 pools are not measured.
+
+    Args:
+        rows: G * max T_b.
+        head_dim: D.
+        batch_size, num_kv_heads: B and Hkv.
+        num_sms: multiprocessors of the device (132 on an H200).
+        page_path: `ws_page_path` of the pool's page size for a 64-token tile.
+        fp8: the pools hold fp8 codes.
+    Raises nothing."""
+    programs = batch_size * num_kv_heads
+    if (32 < rows <= 64 and head_dim == 128 and not fp8 and page_path == "tma-page"
+            and TC_FULL_FRACTION * num_sms <= programs <= num_sms):
+        return WS1
+    return None
 
 
 def ws_page_path(page_size: int, block_n: int, page_tma: bool = False, gather: bool = False) -> str:

@@ -42,8 +42,9 @@ Cells (bf16, Hq 32, Hkv 8, D 128, shuffled pages, one tree per batch as in the s
   split-KV apply; the default against the warp-specialised kernel forced on (`ws`, with and
   without its persistent wave and PIPE) and off (`tl`), and tl tiles (`BATCHED_SHORT_TILES`) in the
   looped build and, those of 64 tokens or more, in the one-tile build;
-- `ws1`: full:3:2 (52 rows per KV head) at B 16 and 64, L 1024 and 2048, P 16 and 128, where the
-  seed suite's P 16 took up to 1.14x of its P 128 (`results/h200/seed/`): the tl kernel's
+- `ws1`: full:3:2 (52 rows per KV head) at B 16, L 256, and at B 16 and 64, L 1024 and 2048, each
+  at P 16, 32 and 128, where the seed suite's P 16 took up to 1.14x of its P 128
+  (`results/h200/seed/`, before `ws1_config`; the default now takes WS1 at B 16, P 16 / 32): the tl kernel's
   per-token gather with one and two splits against the warp-specialised kernel with one consumer
   warpgroup (`WS1_CONFIGS`), which at P 16 reads one TMA box per page, and its cp.async gather
   (`ws1x2 gather`); flashinfer_xqa and vLLM's kernel timed beside;
@@ -159,7 +160,8 @@ BATCHED_SHORT_TILES = ((16, 64, 8, 2), (32, 64, 4, 2), (64, 64, 4, 2), (64, 32, 
 # (BLOCK_M, BLOCK_N, warps, stages, max_regs, bt_ahead, ws): at P 16 its producer reads one TMA box per
 # page (`ws_page_tma`) where the tl kernel gathers per token
 WS1_CONFIGS = ((64, 64, 4, 2, 128, 0, 1), (64, 64, 4, 3, 168, 0, 1), (64, 64, 4, 4, 168, 0, 1))
-WS1_CELLS = tuple((b, ln) for b in (16, 64) for ln in (1024, 2048))   # (B, L) of full:3:2
+WS1_CELLS = ((16, 256), *((b, ln) for b in (16, 64) for ln in (1024, 2048)))   # (B, L) of full:3:2
+WS1_PAGES = (16, 32, 128)
 GROUPS = ("latency", "pages", "fp8", "b1", "fp8_latency", "decode", "batched_short", "ws1")
 # peers timed beside the candidates of a group (vLLM's kernel in every group)
 GROUP_PEERS = {"decode": ("vllm_triton", "flashinfer_xqa"), "ws1": ("vllm_triton", "flashinfer_xqa")}
@@ -278,7 +280,7 @@ def cells(groups: list[str], smoke: bool, fp8_all_trees: bool = False) -> list[t
                 for b in (64, 16) for t in BATCHED_SHORT_TREES for p in PAGES]
     if "ws1" in groups:
         out += [("ws1", Case(batch_size=b, context_len=ln, tree="full:3:2", page_size=p, **seed))
-                for b, ln in WS1_CELLS for p in PAGES]
+                for b, ln in WS1_CELLS for p in WS1_PAGES]
     if "fp8_latency" in groups:
         out += [("fp8_latency", Case(batch_size=b, context_len=16, tree=t, page_size=p, **FP8, **seed))
                 for b, t in LATENCY_CELLS for p in PAGES]

@@ -133,6 +133,33 @@ def test_ws_kernel_one_tma_box_per_page_on_gpu(page_size, tree, batch, splits):
     assert off.kernel.startswith("tl gather")      # the plan's kernel: no TMA path reads these pages
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA GPU")
+@pytest.mark.parametrize("page_size", [16, 32])
+@pytest.mark.parametrize("context_len", [1024, "ragged:900-1100"])
+def test_plan_takes_one_consumer_warpgroup_for_full32_at_b16_on_gpu(page_size, context_len):
+    """full:3:2 (52 rows at G 4) at B 16, Hkv 8 over P 16 / 32: where the B * Hkv programs fill
+    the GPU in one wave (128 on an H200's 132 SMs, `ws1_config`) the plan reads the pages one TMA
+    box each with one consumer warpgroup; without ws_page_tma, at B 64 or at P 128 it keeps the tl
+    kernel."""
+    import dataclasses
+
+    from treebench.kernels.tree_attention_plan import WS1
+    case = Case(batch_size=16, context_len=context_len, tree="full:3:2", page_size=page_size,
+                num_q_heads=32, num_kv_heads=8, head_dim=128)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    ta = run(case)
+    if not 0.9 * sms <= 16 * 8 <= sms:
+        assert not ta.ws            # another GPU's SM count: the rule does not hold
+        pytest.skip(f"{sms} SMs: B 16 x Hkv 8 programs are not one wave that fills them")
+    assert ta.plan.config == WS1 and ta.kernel == "ws tma-page splits=1"
+    assert run(case, options=KernelOptions(ws_page_tma=False)).kernel.startswith("tl gather")
+    for other in (dict(batch_size=64), dict(page_size=128)):
+        assert not run(dataclasses.replace(case, **other)).ws, other
+    fp8 = dataclasses.replace(case, kv_dtype="float8_e4m3fn")   # fp8 pools: not measured, the tl kernel
+    assert not TreeAttention(build_inputs(fp8, DEVICE)).ws
+
+
 # ---- the warp-specialised kernel's page paths (KernelOptions.ws_gather) ----------------
 
 

@@ -573,6 +573,31 @@ def test_ws_fills_when_the_tl_kernel_needs_more_than_one_wave():
     assert not ws_fills(WS2, 1, 8, 112, 132, tl_tma=False)  # 16 programs: split-KV on the tl kernel
 
 
+@pytest.mark.parametrize("rows,d,batch,page_path,fp8,expect", [
+    (52, 128, 16, "tma-page", False, True),      # full:3:2 at B 16, P 16 / 32: 128 programs on 132 SMs
+    (64, 128, 16, "tma-page", False, True),
+    (36, 128, 15, "tma-page", False, True),      # 120 programs: 0.91 of the SMs
+    (52, 128, 14, "tma-page", False, False),     # 112 programs: below 0.9, split-KV keeps the tl kernel
+    (52, 128, 17, "tma-page", False, False),     # 136 programs: past one per SM
+    (52, 128, 64, "tma-page", False, False),     # B 64: the tl kernel's gather measured as fast
+    (52, 128, 16, "tma", False, False),          # P 128: the tl kernel reads it by TMA
+    (52, 128, 16, "gather", False, False),       # P 8: no box per page
+    (52, 128, 16, "", False, False),             # ws_page_tma off
+    (52, 128, 16, "tma-page", True, False),      # fp8 pools: not measured
+    (52, 64, 16, "tma-page", False, False),      # D 64: not measured
+    (32, 128, 16, "tma-page", False, False),     # 32 rows: the table's 32-row tile
+    (65, 128, 16, "tma-page", False, False),     # two 64-row M-tiles
+])
+def test_ws1_config_only_where_measured(rows, d, batch, page_path, fp8, expect):
+    """`ws1_config` (H200: 132 SMs, Hkv 8): one consumer warpgroup for 33-64 rows at D 128 over
+    bf16/fp16 pools read one TMA box per page, when the B * Hkv programs fill 0.9-1.0 of the SMs."""
+    from treebench.kernels.tree_attention_plan import WS1, ws1_config
+    got = ws1_config(rows, d, batch, 8, 132, page_path, fp8=fp8)
+    assert got == (WS1 if expect else None)
+    if expect:
+        assert WS1.ws == 1 and WS1.block_m == 64 and WS1.num_stages == 3
+
+
 @pytest.mark.skipif(DEVICE == "cuda", reason="the refusal is for a machine without a CUDA GPU")
 def test_ws_kernel_is_refused_without_a_gpu():
     """A warp-specialised config names why it cannot run here; the default quietly
