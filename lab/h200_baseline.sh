@@ -15,6 +15,10 @@
 # BUDGET (s for the whole stage from its start, default 560: every timeout is capped at what is
 # left), CHECK_TIMEOUT (s per check, default 400), RUN_TIMEOUT (s for the run, default 560),
 # RESUME_FROM (a results file of an earlier call cut by its time limit: copied in, run with --resume),
+# SHARDS (N: run shards 0/N ... N-1/N one after another in this call, each resuming its file under
+# $OUT/STAGE/ if an earlier call left one, skipping those an earlier call finished (STAGE-shardI.done),
+# stopping when under 45 s of BUDGET are left: with OUT a folder that outlives the call, such as /tmp/run
+# on a warm machine, the same command repeated finishes the suite; not with SHARD or RESUME_FROM),
 # CHECK_JOBS (checks at once, default 6; not MAX_JOBS, which FlashInfer's JIT reads as its ninja -j), TAR (a .tgz path: the stage's folder packed into one file at
 # the end).
 # Every command and its exit code go to $OUT/STAGE/exit-codes.txt (TAR packs the folder into one
@@ -24,6 +28,9 @@ set -uo pipefail
 : "${OUT:?set OUT}" "${STAGE:?set STAGE: checks, seed, pages, seed_fp8 or fp8_targets}"
 case $STAGE in checks|seed|pages|seed_fp8|fp8_targets) ;;
   *) echo "h200_baseline.sh: unknown STAGE=$STAGE (checks, seed, pages, seed_fp8, fp8_targets)" >&2; exit 2 ;; esac
+if [ -n "${SHARDS:-}" ] && { [ -n "${SHARD:-}${RESUME_FROM:-}" ] || ! [[ $SHARDS =~ ^[1-9][0-9]*$ ]] || [ "$STAGE" = checks ]; }; then
+  echo "h200_baseline.sh: SHARDS=$SHARDS: give a count of at least 1 for a run stage, and neither SHARD nor RESUME_FROM" >&2; exit 2
+fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 T_START=$(date +%s)
 left() { echo $(( ${BUDGET:-560} - ($(date +%s) - T_START) )); }   # seconds of the stage's budget left
@@ -76,11 +83,27 @@ case $STAGE in
     done
     wait ;;
   seed|pages|seed_fp8|fp8_targets)
+    if [ -n "${SHARDS:-}" ]; then
+      for (( i = 0; i < SHARDS; i++ )); do
+        name=$STAGE-shard$i
+        [ -f "$dir/$name.done" ] && continue
+        if (( $(left) < 45 )); then note "shards $i-$(( SHARDS - 1 )) of $SHARDS (not started: under 45 s of BUDGET left)" -; break; fi
+        shard=(--shard "$i/$SHARDS")
+        if [ -f "$dir/$name.jsonl" ]; then
+          shard+=(--resume); [ -f "$dir/$name.txt" ] && mv "$dir/$name.txt" "$dir/$name.txt.$(date +%s)"
+        fi
+        timeout -k 10 "$(cap "${RUN_TIMEOUT:-560}")" python3 -m treebench run --suite "$STAGE" --backends "$backends" \
+          "${shard[@]}" --out "$dir/$name.jsonl" --report "$dir/$name.html" > "$dir/$name.txt" 2>&1
+        rc=$?; note "treebench run --suite $STAGE --backends $backends ${shard[*]}" $rc
+        if [ $rc = 0 ]; then touch "$dir/$name.done"; else break; fi
+      done
+    else
     name=$STAGE; shard=()
     if [ -n "${SHARD:-}" ]; then shard=(--shard "$SHARD"); name=$STAGE-shard${SHARD%%/*}; fi
     if [ -n "${RESUME_FROM:-}" ]; then cp "$RESUME_FROM" "$dir/$name.jsonl"; shard+=(--resume); fi
     timeout -k 10 "$(cap "${RUN_TIMEOUT:-560}")" python3 -m treebench run --suite "$STAGE" --backends "$backends" "${shard[@]}" \
       --out "$dir/$name.jsonl" --report "$dir/$name.html" > "$dir/$name.txt" 2>&1
-    note "treebench run --suite $STAGE --backends $backends ${shard[*]}" $? ;;
+    note "treebench run --suite $STAGE --backends $backends ${shard[*]}" $?
+    fi ;;
 esac
 if [ -n "${TAR:-}" ]; then tar czf "$TAR" -C "$OUT" "$STAGE"; fi   # the stage's folder as one file

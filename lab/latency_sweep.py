@@ -147,7 +147,7 @@ B1_CANDIDATES = (*((f"splits{n}", {"num_splits": n}) for n in (4, 8, 12, 16, 24,
 B1_TILES = ((128, 64, 8, 3, 8), (128, 64, 8, 2, 16), (128, 128, 8, 2, 16), (64, 64, 4, 2, 16),
             (64, 64, 4, 2, 32), (64, 128, 8, 2, 16))
 DECODE_TREES = ("full:3:0", "full:3:1", "full:3:2")
-DECODE_SPLITS = (1, 2, 4, 8, 16, 24)
+DECODE_SPLITS = (1, 2, 3, 4, 5, 6, 8, 16, 24)   # 3, 5 and 6 beside 4, the plan's count at B 16 (128 programs)
 # tl tiles for the decode cells, (BLOCK_M, BLOCK_N, warps, stages): the table's 16-row tile with
 # more warps, fewer stages and 32- or 128-token tiles, and the 64-row tile for full:3:2's 52 rows
 DECODE_TILES = ((16, 64, 4, 3), (16, 64, 2, 2), (16, 32, 2, 4), (16, 128, 4, 3), (64, 64, 4, 2))
@@ -189,7 +189,7 @@ def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple]:
                   {"ws": False, "num_splits": n}) for bm, bn, w, st, n in B1_TILES[::5 if smoke else 1]]
         return out[:1] + [(name, None, KernelOptions(), kw) for name, kw in B1_CANDIDATES[::5 if smoke else 1]] + tiles
     if group == "decode":
-        splits = [(f"splits{n}", None, KernelOptions(), {"num_splits": n}) for n in DECODE_SPLITS[::3 if smoke else 1]]
+        splits = [(f"splits{n}", None, KernelOptions(), {"num_splits": n}) for n in ((1, 8) if smoke else DECODE_SPLITS)]
         tiles = [(f"tl{bm}x{bn}w{w}s{st}", KernelConfig(bm, bn, w, st), KernelOptions())
                  for bm, bn, w, st in DECODE_TILES[::3 if smoke else 1]]
         return out[:1] + splits + tiles
