@@ -447,3 +447,54 @@ def test_ab_kernel_base_imports_its_own_modules(tmp_path):
     assert tl_mod.__name__ == "kernels_marker.tree_attention_tl" and tl_mod.AB_BASE_MARKER == "base"
     assert not any(getattr(v, "__module__", "").startswith("treebench.kernels.")
                    for v in vars(mod).values() if callable(v) and not isinstance(v, type(sys)))
+
+
+STUB_PYTHON = """#!/usr/bin/env bash
+# stands in for `python3 -m treebench`: `run` appends its arguments as one row to --out, exits $STUB_RC
+[ "$3" = run ] || exit 0
+echo "$*" >> "$STUB_LOG"
+while [ $# -gt 0 ]; do [ "$1" = --out ] && echo '{}' >> "$2"; shift; done
+exit "${STUB_RC:-0}"
+"""
+
+
+def _baseline(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    """lab/h200_baseline.sh with a stand-in python3 first on PATH (no treebench run, no GPU)."""
+    stub = tmp_path / "bin"
+    stub.mkdir(exist_ok=True)
+    (stub / "python3").write_text(STUB_PYTHON)
+    (stub / "python3").chmod(0o755)
+    full = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}", "STUB_LOG": str(tmp_path / "runs.log"),
+            "BACKENDS": "triton_tree", **env}
+    return subprocess.run(["bash", str(LAB / "h200_baseline.sh")], cwd=ROOT, capture_output=True, text=True,
+                          env=full, timeout=60)
+
+
+@pytest.mark.parametrize("env", [{"SHARDS": "0"}, {"SHARDS": "two"}, {"SHARDS": "2", "SHARD": "0/2"},
+                                 {"SHARDS": "2", "RESUME_FROM": "x.jsonl"}, {"SHARDS": "2", "STAGE": "checks"}])
+def test_h200_baseline_refuses_bad_shards_with_one_line(tmp_path, env):
+    out = tmp_path / "out"
+    r = _baseline(tmp_path, OUT=str(out), **{"STAGE": "seed", **env})
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "SHARDS=" in r.stderr, r.stderr
+    assert not out.exists()
+
+
+def test_h200_baseline_shards_resume_and_finish_across_calls(tmp_path):
+    """SHARDS=3: a cut shard stops the call; the next call resumes it and runs the rest; a third
+    call finds every shard done and runs nothing; with under 45 s of budget nothing starts."""
+    out, log = tmp_path / "out", tmp_path / "runs.log"
+    r = _baseline(tmp_path, OUT=str(out), STAGE="seed", SHARDS="3", STUB_RC="124")
+    assert r.returncode == 0, r.stderr
+    assert log.read_text().count(" run ") == 1 and "--shard 0/3" in log.read_text()
+    assert not list((out / "seed").glob("*.done"))
+    r = _baseline(tmp_path, OUT=str(out), STAGE="seed", SHARDS="3")
+    runs = log.read_text().splitlines()[1:]
+    assert [(" --shard 0/3 --resume" in x, f"--shard {i}/3" in x) for i, x in enumerate(runs)] == [
+        (True, True), (False, True), (False, True)], runs
+    assert sorted(p.name for p in (out / "seed").glob("*.done")) == [f"seed-shard{i}.done" for i in range(3)]
+    assert (out / "seed" / "seed-shard0.jsonl").read_text().count("{}") == 2
+    _baseline(tmp_path, OUT=str(out), STAGE="seed", SHARDS="3")
+    assert len(log.read_text().splitlines()) == 4
+    fresh = tmp_path / "fresh"
+    _baseline(tmp_path, OUT=str(fresh), STAGE="seed", SHARDS="2", BUDGET="30")
+    assert "not started" in (fresh / "seed" / "exit-codes.txt").read_text() and not (fresh / "seed" / "seed-shard0.jsonl").exists()
