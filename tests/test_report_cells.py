@@ -64,6 +64,21 @@ def test_the_headline_matches_a_hand_computation(three_cell_html):
     assert three_cell_html.index('id="cells"') < three_cell_html.index('id="summary"')   # the first section
 
 
+def test_a_cell_without_a_peers_row_is_named_in_the_headline_and_the_table(tmp_path):
+    """A peer with rows elsewhere but none for a cell (a run cut before it) is counted in the
+    headline and named beside that cell's best peer; a peer's skipped row is no gap."""
+    rows = three_cells()
+    first = rows[0]["case_id"]
+    cut = [r for r in rows if not (r["case_id"] == first and r["backend"] == "xformers_tree")]
+    assert headline.missing_peers(cut, ["flashinfer_mask", "xformers_tree"]) == {first: ["xformers_tree"]}
+    assert headline.missing_peers(rows, ["flashinfer_mask", "xformers_tree", "vllm_triton"]) == {}
+    html = report.write_report(cut, read_envs([BASE]), tmp_path / "cut.html", "cut").read_text()
+    line = re.search(r'<p class="headline">(.*?)</p>', html).group(1)
+    assert line == ("triton_tree / best peer: min 0.50×, median 0.80×, max 2.00× over 3 cells; "
+                    "slower on 1 (xformers_tree 1); 1 cell without a row of every peer (xformers_tree 1)")
+    assert _section(html, "cells").count("flashinfer_mask (not run: xformers_tree)") == 1
+
+
 def test_the_first_table_has_every_cell_with_its_columns(three_cell_html):
     first = _section(three_cell_html, "cells")
     assert 'class="scroll tall"' in first

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 
@@ -147,11 +147,12 @@ def axis_columns(frame: pd.DataFrame) -> list[str]:
     return [c for c in frame.columns if c not in CELL_VALUES]
 
 
-def headline_table(frame: pd.DataFrame, own: str | None) -> Table:
+def headline_table(frame: pd.DataFrame, own: str | None, missing: dict[str, list[str]] | None = None) -> Table:
     """The first table: axes, own µs, best peer µs and name, own / best peer, roofline µs, own / roofline.
 
     Cells where ours is slower than the best peer carry css class 'slower', faster ones 'faster'.
-    Without `own`, the best backend and its time only.
+    Without `own`, the best backend and its time only. A cell `missing` (`missing_peers`) names
+    has its best peer followed by "(not run: peer, ...)".
     """
     axes = axis_columns(frame)
     head = [(AXIS_LABELS.get(a, a.replace("_", " ")), "n" if a in ("batch_size", "T") else "") for a in axes]
@@ -166,7 +167,11 @@ def headline_table(frame: pd.DataFrame, own: str | None) -> Table:
         if own:
             r = rec["ratio"]
             cls = "n" if r != r else ("n slower" if r > 1 else "n faster")
-            cells += [(us(rec["own_us"]), "n"), (us(rec["peer_us"]), "n"), (rec["peer"] or "", ""), (ratio(r), cls)]
+            gone = (missing or {}).get(rec["case_id"])
+            peer = rec["peer"] or ""
+            if gone and isinstance(peer, str):
+                peer += f" (not run: {', '.join(gone)})"
+            cells += [(us(rec["own_us"]), "n"), (us(rec["peer_us"]), "n"), (peer, ""), (ratio(r), cls)]
         else:
             cells += [(us(rec["own_us"]), "n"), (rec["peer"] or "", "")]
         cells += [(num(rec["roofline_us"], ".3g"), "n"), (ratio(rec["roofline_ratio"]), "n")]
@@ -188,17 +193,49 @@ class Headline:
     slower: int                  # cells with ratio > 1
     slower_to: dict[str, int]    # peer -> cells where it beats own
     roofline_pct: float | None   # median % of roofline reached by own (None: no measured peak)
+    lacking_cells: int = 0       # cells of the n with no row of some peer that ran elsewhere in the results
+    lacking: dict[str, int] = field(default_factory=dict)   # peer -> cells of the n with no row of it
 
     @property
     def text(self) -> str:
-        """'triton_tree / best peer: min 0.27×, median 0.67×, max 1.47× over 126 cells; slower on 22 (...)'."""
+        """'triton_tree / best peer: min 0.27×, median 0.67×, max 1.47× over 126 cells; slower on 22 (...)',
+        and, when some of those cells have no row of a peer that ran elsewhere in the results (a cut or
+        partial run), '; N cells without a row of every peer (peer k, ...)'."""
         by = ", ".join(f"{p} {k}" for p, k in sorted(self.slower_to.items(), key=lambda pk: -pk[1]))
-        return (f"{self.own} / best peer: min {ratio(self.lo)}, median {ratio(self.median)}, max {ratio(self.hi)} "
+        text = (f"{self.own} / best peer: min {ratio(self.lo)}, median {ratio(self.median)}, max {ratio(self.hi)} "
                 f"over {self.n} cells; slower on {self.slower}" + (f" ({by})" if by else ""))
+        if self.lacking_cells:
+            who = ", ".join(f"{p} {k}" for p, k in sorted(self.lacking.items(), key=lambda pk: (-pk[1], pk[0])))
+            text += f"; {self.lacking_cells} cell{'s' if self.lacking_cells > 1 else ''} without a row of every peer ({who})"
+        return text
 
 
-def headline(frame: pd.DataFrame, own: str | None) -> Headline | None:
-    """The headline of a `cell_frame`, or None without `own` or without a cell both timed."""
+def missing_peers(rows: Sequence[dict], rivals: Sequence[str]) -> dict[str, list[str]]:
+    """case_id -> the `rivals` with no row of any status for that case, over the cases some row names.
+
+    A peer that skipped a case by capability has a row (status "skipped") and is not missing;
+    a peer with no row at all for a case it has rows elsewhere for was not run there (a sweep cut
+    by its time limit, a shard not yet run), so that case's best peer is over fewer peers.
+    Only rivals with at least one row count. Cases with nothing missing are left out.
+    """
+    have: dict[str, set[str]] = {}
+    for r in rows:
+        have.setdefault(r["case_id"], set()).add(r["backend"])
+    present = {b for bs in have.values() for b in bs}
+    wanted = [b for b in rivals if b in present]
+    out = {c: [b for b in wanted if b not in bs] for c, bs in have.items()}
+    return {c: m for c, m in out.items() if m}
+
+
+def headline(frame: pd.DataFrame, own: str | None, missing: dict[str, list[str]] | None = None) -> Headline | None:
+    """The headline of a `cell_frame`, or None without `own` or without a cell both timed.
+
+    Args:
+        frame: `cell_frame`'s table.
+        own: the report's own backend.
+        missing: `missing_peers` of the rows (None: every cell counted as complete); the cells of the
+            headline it names are counted in `Headline.lacking`.
+    """
     if not own or frame.empty:
         return None
     both = frame.dropna(subset=["ratio"])
@@ -206,9 +243,11 @@ def headline(frame: pd.DataFrame, own: str | None) -> Headline | None:
         return None
     slow = both[both["ratio"] > 1]
     roof = frame["roofline_pct"].dropna()
+    short = [missing[c] for c in both["case_id"] if missing and c in missing]
     return Headline(own, len(both), float(both["ratio"].min()), float(both["ratio"].median()),
                     float(both["ratio"].max()), len(slow), dict(Counter(slow["peer"])),
-                    float(roof.median()) if not roof.empty else None)
+                    float(roof.median()) if not roof.empty else None, len(short),
+                    dict(Counter(b for m in short for b in m)))
 
 
 def roofline_basis(envs: dict[str, dict], ids: Sequence[str]) -> list[str]:

@@ -25,7 +25,7 @@ import pandas as pd
 from treebench.harness.analyze import plots as plots
 from treebench.harness.analyze.cells import Table, frame_cells, kv_table_cells, num, ratio, us
 from treebench.harness.analyze.headline import (OWN_KERNELS, timed_backends, cell_frame, contenders, headline,
-                                                headline_table, non_contenders, own_kernels, peers, pick_own,
+                                                headline_table, missing_peers, non_contenders, own_kernels, peers, pick_own,
                                                 roofline_basis)
 from treebench.harness.errors import ConfigError
 from treebench.harness.analyze.tables import (kv_dtype_table, mask_overhead_table, speedup_table, timed_frame,
@@ -343,6 +343,7 @@ def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, titl
                               order, values="noisy") if not df.empty else None)
     rivals = peers(rows, own, causal_backend)
     cells = cell_frame(rows, envs, own, rivals)
+    missing = missing_peers(rows, rivals)     # cells a peer that ran elsewhere has no row for (a cut run)
     n_cases = len({r["case_id"] for r in rows})
     ctx = dict(
         title=title, generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), sources=list(sources),
@@ -350,8 +351,8 @@ def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, titl
         causal=causal_backend, has_causal=causal_backend in order, summary=summary,
         not_racing=not_racing_note(order, racing, own, skip),
         own=own, own_kernels=sorted(own_kernels(own) & set(order)), own_kernels_all=OWN_KERNELS, rivals=[b for b in rivals if b in order],
-        headline=headline(cells, own),
-        cells=headline_table(cells, own).without_empty_columns() if not cells.empty else None,
+        headline=headline(cells, own, missing),
+        cells=headline_table(cells, own, missing).without_empty_columns() if not cells.empty else None,
         summary_columns={k: any(x[k] is not None for x in summary) for k in ("speedup", "overhead_pct", "pct_peak")},
         verdicts=verdicts, gate=gate, n_noisy=len(noisy), noise_rule=NOISE_RULE,
         env_ids=ids, env_rows=env_rows, roofline_basis=roofline_basis(envs, ids),
