@@ -43,6 +43,12 @@ available() {   # the backends `treebench list` marks available, less EXCLUDE, c
   tb list 2>/dev/null | awk -F'│' -v skip="$skip" \
     'NF > 3 && $3 ~ /yes/ {gsub(/ /, "", $2); if (index(skip, "," $2 ",") == 0) {printf "%s%s", sep, $2; sep=","}}'
 }
+run_suite() {   # treebench run of STAGE into $dir/$name.* with the options in shard; notes and returns its exit code
+  local rc
+  timeout -k 10 "$(cap "${RUN_TIMEOUT:-560}")" python3 -m treebench run --suite "$STAGE" --backends "$backends" "${shard[@]}" \
+    --out "$dir/$name.jsonl" --report "$dir/$name.html" > "$dir/$name.txt" 2>&1
+  rc=$?; note "treebench run --suite $STAGE --backends $backends ${shard[*]}" $rc; return $rc
+}
 backends=${BACKENDS:-$(available)}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv > "$dir/nvidia-smi.csv" 2>&1
 tb list > "$dir/list.txt" 2>&1
@@ -92,18 +98,13 @@ case $STAGE in
         if [ -f "$dir/$name.jsonl" ]; then
           shard+=(--resume); [ -f "$dir/$name.txt" ] && mv "$dir/$name.txt" "$dir/$name.txt.$(date +%s)"
         fi
-        timeout -k 10 "$(cap "${RUN_TIMEOUT:-560}")" python3 -m treebench run --suite "$STAGE" --backends "$backends" \
-          "${shard[@]}" --out "$dir/$name.jsonl" --report "$dir/$name.html" > "$dir/$name.txt" 2>&1
-        rc=$?; note "treebench run --suite $STAGE --backends $backends ${shard[*]}" $rc
-        if [ $rc = 0 ]; then touch "$dir/$name.done"; else break; fi
+        if run_suite; then touch "$dir/$name.done"; else break; fi
       done
     else
     name=$STAGE; shard=()
     if [ -n "${SHARD:-}" ]; then shard=(--shard "$SHARD"); name=$STAGE-shard${SHARD%%/*}; fi
     if [ -n "${RESUME_FROM:-}" ]; then cp "$RESUME_FROM" "$dir/$name.jsonl"; shard+=(--resume); fi
-    timeout -k 10 "$(cap "${RUN_TIMEOUT:-560}")" python3 -m treebench run --suite "$STAGE" --backends "$backends" "${shard[@]}" \
-      --out "$dir/$name.jsonl" --report "$dir/$name.html" > "$dir/$name.txt" 2>&1
-    note "treebench run --suite $STAGE --backends $backends ${shard[*]}" $?
+    run_suite
     fi ;;
 esac
 if [ -n "${TAR:-}" ]; then tar czf "$TAR" -C "$OUT" "$STAGE"; fi   # the stage's folder as one file
