@@ -254,6 +254,27 @@ def test_default_paths_of_runs_started_together_differ(tiny, tmp_path, monkeypat
     assert len(results) == 2 and results == reports
 
 
+def test_default_file_names_carry_the_run_id_printed_and_stored(tiny, tmp_path, monkeypatch, capsys):
+    """The token in the default results and report names is the run's `run_id`: the one printed
+    in the summary and stored in every row, so a file can be found from a row and back."""
+    from treebench.harness.store.rows import read_rows
+    from treebench.harness.sweep import shard
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(shard.RUN_ID_ENV, raising=False)
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    assert main(["run", "--suite", str(tiny), "--backends", "reference"]) == 0
+    (results,) = (tmp_path / "results/local").glob("tiny-*.jsonl")
+    run_id = results.stem.removeprefix("tiny-")
+    assert {r["run_id"] for r in read_rows([results])} == {run_id}
+    assert (tmp_path / "reports/local" / f"tiny-{run_id}.html").is_file()
+    assert f"run_id: {run_id}" in capsys.readouterr().out
+    monkeypatch.setenv(shard.RUN_ID_ENV, "shared id/1")    # the id every rank of a launch agrees on
+    assert main(["run", "--suite", str(tiny), "--backends", "reference", "--quiet"]) == 0
+    rows = read_rows([tmp_path / "results/local/tiny-shared_id_1.jsonl"])
+    assert {r["run_id"] for r in rows} == {"shared_id_1"}
+
+
 def test_interrupt_names_the_results_file_and_how_to_resume(tiny, tmp_path, capsys, monkeypatch):
     import treebench.harness.sweep.execute
 

@@ -308,14 +308,16 @@ def test_gpus_relaunches_the_command_line_under_torchrun(suite, tmp_path, monkey
 
     launched = []
     monkeypatch.setattr(cli_sweep, "_check_gpus", lambda n: None)
-    monkeypatch.setattr(shard, "launch_torchrun", lambda n, argv: launched.append((n, argv)) or 7)
+    monkeypatch.setattr(shard, "launch_torchrun",
+                        lambda n, argv, run_id=None: launched.append((n, argv, run_id)) or 7)
     monkeypatch.chdir(tmp_path)
     argv = ["run", "--suite", str(suite), "--gpus", "2", "--backends", "torch_sdpa", "--quiet"]
     assert main(argv) == 7                                             # torchrun's exit code is ours
-    ((n, relaunched),) = launched
+    ((n, relaunched, run_id),) = launched
     assert n == 2 and relaunched[:6] == ["run", "--suite", str(suite), "--backends", "torch_sdpa", "--quiet"]
     assert relaunched[6] == "--out" and relaunched[7].startswith("results/local/s-")   # one file for all ranks
     assert relaunched[8] == "--report" and relaunched[9].startswith("reports/local/s-")
+    assert relaunched[7] == f"results/local/s-{run_id}.jsonl"          # the ranks' run id names the files
     assert main(["run", "--suite", str(suite), "--gp", "2"]) == 2        # no abbreviations: they would survive
 
 

@@ -33,6 +33,7 @@ from treebench.harness.cli.common import (
     print_plan,
     print_summary,
     report_nothing_ran,
+    safe_name,
     stamp,
     suite_name,
     sweep_options,
@@ -131,6 +132,15 @@ def _check_gpus(n: int) -> None:
         raise ConfigError(f"--gpus {n}: torch sees {found} CUDA GPU(s); ask for at most {found}")
 
 
+def run_stamp() -> str:
+    """This run's id, also the stamp of its default file names: the id the ranks of a torchrun
+    launch share (`shard.shared_run_id`, made file-name safe), else a fresh one (`common.stamp`)."""
+    from treebench.harness.sweep.shard import shared_run_id
+
+    shared = shared_run_id()
+    return safe_name(shared) if shared else stamp()
+
+
 def _launch_gpus(args, suite) -> int:
     """`run --gpus N` (N > 1): relaunches this command line under torchrun, with --out and --report
     filled in so that every rank uses the same files; returns torchrun's exit code."""
@@ -139,7 +149,7 @@ def _launch_gpus(args, suite) -> int:
 
     argv = strip_option(args.argv, "--gpus")
     name = suite_name(suite)
-    stamp_text = stamp()
+    stamp_text = run_stamp()
     out = args.out or str(Path("results/local") / f"{name}-{stamp_text}.jsonl")
     report = _report_path(args.report, name, out, stamp_text)
     check_writable(out, create=False)
@@ -147,7 +157,7 @@ def _launch_gpus(args, suite) -> int:
         argv += ["--out", out]
     if args.report is None:
         argv += ["--report", str(report)]
-    return launch_torchrun(args.gpus, argv)
+    return launch_torchrun(args.gpus, argv, run_id=stamp_text)
 
 
 def run(args) -> int:
@@ -175,7 +185,8 @@ def run(args) -> int:
         if args.gpus > 1 and not args.dry_run:
             return _launch_gpus(args, suite)
     name = suite_name(suite)
-    stamp_text = stamp()
+    stamp_text = run_stamp()
+    opts = replace(opts, run=replace(opts.run, run_id=stamp_text))
     out_path = args.out or Path("results/local") / f"{name}-{stamp_text}.jsonl"
     report = _report_path(args.report, name, out_path, stamp_text, create=not args.dry_run)  # before anything is written
     out = check_writable(out_path, not args.dry_run)

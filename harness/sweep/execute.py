@@ -121,7 +121,7 @@ def _resume_skip(opts: SweepOptions, env_id: str, rank: Rank | None) -> frozense
 def _config(opts: SweepOptions, env: dict, device: str, store: Path | None, skip: frozenset,
             quiet: bool) -> RunConfig:
     """The run request with what this process found: store, run and env ids, device, bandwidth, skips."""
-    return replace(opts.run, store_path=store, run_id=shared_run_id() or new_run_id(), env_id=env["env_id"],
+    return replace(opts.run, store_path=store, run_id=opts.run.run_id or shared_run_id() or new_run_id(), env_id=env["env_id"],
                    device=device, peak_bytes_per_s=env["peak_bw_bytes_per_s"], quiet=quiet, skip=skip)
 
 

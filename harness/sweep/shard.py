@@ -228,12 +228,13 @@ def torchrun_command(nproc: int, argv: Sequence[str]) -> list[str]:
             "-m", "treebench", *argv]
 
 
-def launch_torchrun(nproc: int, argv: Sequence[str]) -> int:
+def launch_torchrun(nproc: int, argv: Sequence[str], run_id: str | None = None) -> int:
     """Runs `argv` (a `treebench run ...` command line without --gpus) on `nproc` ranks; returns
-    torchrun's exit code. Every rank gets the same $TREEBENCH_RUN_ID, so its rows share one run id,
+    torchrun's exit code. Every rank gets the same $TREEBENCH_RUN_ID (`run_id`, else the one set
+    already, else a fresh one), so its rows share one run id,
     and an equal share of the CPU threads (torchrun's default, OMP_NUM_THREADS=1, would slow the
     host-side input building) unless OMP_NUM_THREADS is set already."""
-    env = {**os.environ, RUN_ID_ENV: os.environ.get(RUN_ID_ENV) or new_run_id()}
+    env = {**os.environ, RUN_ID_ENV: run_id or os.environ.get(RUN_ID_ENV) or new_run_id()}
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
     cmd = torchrun_command(nproc, argv)
     log.info("launching %d ranks: %s", nproc, " ".join(cmd))
