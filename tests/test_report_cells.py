@@ -79,6 +79,22 @@ def test_a_cell_without_a_peers_row_is_named_in_the_headline_and_the_table(tmp_p
     assert _section(html, "cells").count("flashinfer_mask (not run: xformers_tree)") == 1
 
 
+def test_a_case_without_a_backends_row_is_flagged_in_any_report(tmp_path):
+    """A report of peers alone (no own kernel, so no headline) still says which backend lacks a
+    row for some case it ran elsewhere; a skipped row is a row, and a complete run says nothing."""
+    peers = [r for r in three_cells() if r["backend"] in ("flashinfer_mask", "xformers_tree")]
+    first = peers[0]["case_id"]
+    assert report.missing_row_warnings(peers) == []           # xformers_tree's skip is a row
+    cut = [r for r in peers if not (r["case_id"] == first and r["backend"] == "flashinfer_mask")]
+    ((level, text),) = report.missing_row_warnings(cut)
+    assert level == "warn" and text.startswith("1 case of 3 lack a row of a backend")
+    assert "(flashinfer_mask 1)" in text and "--resume" in text
+    html = report.write_report(cut, read_envs([BASE]), tmp_path / "peers.html", "peers").read_text()
+    assert 'class="headline"' not in html and "(flashinfer_mask 1)" in html
+    complete = report.write_report(peers, read_envs([BASE]), tmp_path / "all.html", "all").read_text()
+    assert "lack a row of a backend" not in complete
+
+
 def test_the_first_table_has_every_cell_with_its_columns(three_cell_html):
     first = _section(three_cell_html, "cells")
     assert 'class="scroll tall"' in first

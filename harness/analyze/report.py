@@ -128,6 +128,25 @@ def verdict_lines(summary: Sequence[dict], baseline: str | None, causal: str, n_
     return lines + l2_warnings(summary)
 
 
+def missing_row_warnings(rows: Sequence[dict]) -> list[tuple[str, str]]:
+    """('warn', sentence) when some case has no row of a backend that has rows for other cases (a
+    sweep cut by its limit, a shard not yet run, results merged from runs over other backends):
+    that case's comparisons are over fewer backends. A skipped row is a row. [] when every case
+    has a row of every backend (`headline.missing_peers` over all of them)."""
+    missing = missing_peers(rows, sorted({r["backend"] for r in rows}))
+    if not missing:
+        return []
+    per: dict[str, int] = {}
+    for names in missing.values():
+        for b in names:
+            per[b] = per.get(b, 0) + 1
+    who = ", ".join(f"{b} {k}" for b, k in sorted(per.items(), key=lambda bk: (-bk[1], bk[0])))
+    n = len(missing)
+    return [("warn", f"{n} case{'s' if n > 1 else ''} of {len({r['case_id'] for r in rows})} lack a row of a backend "
+                     f"that has rows for other cases ({who}): a cut or partial run; their comparisons are over "
+                     "fewer backends; the same sweep with `--out FILE --resume` runs only the missing pairs.")]
+
+
 def interpreter_warnings(envs: dict[str, dict], ids: Sequence[str]) -> list[tuple[str, str]]:
     """A warning when an env of the report ran Triton through its CPU interpreter
     (TRITON_INTERPRET=1): its Triton kernels' times measure the interpreter, not the kernel."""
@@ -334,7 +353,7 @@ def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, titl
     peak_bw = next((envs[i].get("peak_bw_bytes_per_s") for i in ids if i in envs), None)
     matmul = next((envs[i].get("peak_matmul_tflops") for i in ids if i in envs), None)
     verdicts = verdict_lines(summary, baseline, causal_backend, len({r["case_id"] for r in rows}))
-    verdicts += mixed_timing_warnings(rows) + interpreter_warnings(envs, ids)
+    verdicts += mixed_timing_warnings(rows) + missing_row_warnings(rows) + interpreter_warnings(envs, ids)
     if noisy:
         verdicts.append(("warn", f"{len(noisy)} timed row(s) are noisy ({NOISE_RULE}); marked ⚠noisy in the "
                                  f"time table — rerun them on a quieter {'GPU' if gpu else 'machine'} before "
