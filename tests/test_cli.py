@@ -227,7 +227,7 @@ def test_gpus_relaunch_keeps_timer_and_l2(tiny, tmp_path, monkeypatch):
 
     launched = []
     monkeypatch.setattr(cli_sweep, "_check_gpus", lambda n: None)
-    monkeypatch.setattr(shard, "launch_torchrun", lambda n, argv: launched.append(argv) or 0)
+    monkeypatch.setattr(shard, "launch_torchrun", lambda n, argv, run_id=None: launched.append(argv) or 0)
     monkeypatch.chdir(tmp_path)
     assert main(["run", "--suite", str(tiny), "--gpus", "2", "--timer", "cuda_event", "--l2=warm", "--quiet"]) == 0
     ((argv),) = launched

@@ -87,12 +87,36 @@ def test_a_case_without_a_backends_row_is_flagged_in_any_report(tmp_path):
     assert report.missing_row_warnings(peers) == []           # xformers_tree's skip is a row
     cut = [r for r in peers if not (r["case_id"] == first and r["backend"] == "flashinfer_mask")]
     ((level, text),) = report.missing_row_warnings(cut)
-    assert level == "warn" and text.startswith("1 case of 3 lack a row of a backend")
+    assert level == "warn" and text.startswith("1 case of 3 lacks a row of a backend")
     assert "(flashinfer_mask 1)" in text and "--resume" in text
     html = report.write_report(cut, read_envs([BASE]), tmp_path / "peers.html", "peers").read_text()
     assert 'class="headline"' not in html and "(flashinfer_mask 1)" in html
     complete = report.write_report(peers, read_envs([BASE]), tmp_path / "all.html", "all").read_text()
-    assert "lack a row of a backend" not in complete
+    assert "a row of a backend that has rows" not in complete
+
+
+def test_report_says_on_the_terminal_which_backend_lacks_rows(tmp_path, caplog, capsys):
+    """`treebench report` on a cut file logs the gap as a warning beside the page's path; a complete
+    file logs no such line."""
+    import json
+    import logging
+    import shutil
+
+    from treebench.harness.cli.main import main
+
+    peers = [r for r in three_cells() if r["backend"] in ("flashinfer_mask", "xformers_tree")]
+    for name, rows in (("cut", peers[1:]), ("all", peers)):
+        src = tmp_path / f"{name}.jsonl"
+        src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        for env in BASE.parent.glob("env-*.json"):
+            shutil.copy(env, tmp_path)
+    caplog.set_level(logging.WARNING)
+    assert main(["report", str(tmp_path / "cut.jsonl"), "-o", str(tmp_path / "cut.html")]) == 0
+    assert [m for m in caplog.messages if "lacks a row of a backend" in m and "(flashinfer_mask 1)" in m]
+    assert capsys.readouterr().out.strip().endswith("cut.html")
+    caplog.clear()
+    assert main(["report", str(tmp_path / "all.jsonl"), "-o", str(tmp_path / "all.html")]) == 0
+    assert not [m for m in caplog.messages if "a row of a backend" in m]
 
 
 def test_the_first_table_has_every_cell_with_its_columns(three_cell_html):

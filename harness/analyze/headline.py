@@ -227,6 +227,26 @@ def missing_peers(rows: Sequence[dict], rivals: Sequence[str]) -> dict[str, list
     return {c: m for c, m in out.items() if m}
 
 
+def missing_row_warnings(rows: Sequence[dict]) -> list[tuple[str, str]]:
+    """('warn', sentence) when some case has no row of a backend that has rows for other cases (a
+    sweep cut by its limit, a shard not yet run, results merged from runs over other backends):
+    that case's comparisons are over fewer backends. A skipped row is a row. [] when every case
+    has a row of every backend (`missing_peers` over all of them)."""
+    missing = missing_peers(rows, sorted({r["backend"] for r in rows}))
+    if not missing:
+        return []
+    per: dict[str, int] = {}
+    for names in missing.values():
+        for b in names:
+            per[b] = per.get(b, 0) + 1
+    who = ", ".join(f"{b} {k}" for b, k in sorted(per.items(), key=lambda bk: (-bk[1], bk[0])))
+    n = len(missing)
+    return [("warn", f"{n} case{'s' if n > 1 else ''} of {len({r['case_id'] for r in rows})} "
+                     f"lack{'' if n > 1 else 's'} a row of a backend "
+                     f"that has rows for other cases ({who}): a cut or partial run; their comparisons are over "
+                     "fewer backends; the same sweep with `--out FILE --resume` runs only the missing pairs.")]
+
+
 def headline(frame: pd.DataFrame, own: str | None, missing: dict[str, list[str]] | None = None) -> Headline | None:
     """The headline of a `cell_frame`, or None without `own` or without a cell both timed.
 

@@ -25,7 +25,7 @@ import pandas as pd
 from treebench.harness.analyze import plots as plots
 from treebench.harness.analyze.cells import Table, frame_cells, kv_table_cells, num, ratio, us
 from treebench.harness.analyze.headline import (OWN_KERNELS, timed_backends, cell_frame, contenders, headline,
-                                                headline_table, missing_peers, non_contenders, own_kernels, peers, pick_own,
+                                                headline_table, missing_peers, missing_row_warnings, non_contenders, own_kernels, peers, pick_own,
                                                 roofline_basis)
 from treebench.harness.errors import ConfigError
 from treebench.harness.analyze.tables import (kv_dtype_table, mask_overhead_table, speedup_table, timed_frame,
@@ -126,25 +126,6 @@ def verdict_lines(summary: Sequence[dict], baseline: str | None, causal: str, n_
         for f in s["fallbacks"]:
             lines.append(("warn", f"{b}: timed with {'; '.join(s['timers'])} — {f}."))
     return lines + l2_warnings(summary)
-
-
-def missing_row_warnings(rows: Sequence[dict]) -> list[tuple[str, str]]:
-    """('warn', sentence) when some case has no row of a backend that has rows for other cases (a
-    sweep cut by its limit, a shard not yet run, results merged from runs over other backends):
-    that case's comparisons are over fewer backends. A skipped row is a row. [] when every case
-    has a row of every backend (`headline.missing_peers` over all of them)."""
-    missing = missing_peers(rows, sorted({r["backend"] for r in rows}))
-    if not missing:
-        return []
-    per: dict[str, int] = {}
-    for names in missing.values():
-        for b in names:
-            per[b] = per.get(b, 0) + 1
-    who = ", ".join(f"{b} {k}" for b, k in sorted(per.items(), key=lambda bk: (-bk[1], bk[0])))
-    n = len(missing)
-    return [("warn", f"{n} case{'s' if n > 1 else ''} of {len({r['case_id'] for r in rows})} lack a row of a backend "
-                     f"that has rows for other cases ({who}): a cut or partial run; their comparisons are over "
-                     "fewer backends; the same sweep with `--out FILE --resume` runs only the missing pairs.")]
 
 
 def interpreter_warnings(envs: dict[str, dict], ids: Sequence[str]) -> list[tuple[str, str]]:

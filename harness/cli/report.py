@@ -10,16 +10,19 @@ on bad input (a ConfigError, turned into one line by `treebench.harness.cli.main
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 
 from treebench.harness.analyze.gate import GateConfig, GateResult, compare_runs, env_differences
-from treebench.harness.analyze.headline import DEFAULT_OWN, OWN_KERNELS
+from treebench.harness.analyze.headline import DEFAULT_OWN, OWN_KERNELS, missing_row_warnings
 from treebench.harness.analyze.report import DEFAULT_BASELINES, write_report
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.paths import check_output_path, refuse_non_html
 from treebench.harness.store.validate import read_checked_rows
 from treebench.harness.store.env import read_envs
+
+log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
     title = args.title or "treebench — " + ", ".join(Path(p).name for p in args.results)
     path = write_report(rows, envs, out, title, baseline=args.baseline_backend, causal_backend=causal,
                         gate=gate, sources=args.results, sections=sections, own=args.own)
+    for _, text in missing_row_warnings(rows):   # also on the page; a gap must not pass unseen
+        log.warning("%s", text)
     sys.stdout.write(f"{path}\n")  # the command's output: where the report is
     return 0
 

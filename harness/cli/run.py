@@ -62,8 +62,8 @@ def add_arguments(p) -> None:
                    help="comma-separated names, package.module:Class or path/file.py:Class, or 'all' "
                         "(default: every available built-in backend)")
     p.add_argument("--out", default=None,
-                   help="results JSONL to append to (default: results/local/<suite>-<UTC time>.jsonl)")
-    p.add_argument("--report", default=None, help="HTML report path (default: reports/local/<suite>-<UTC time>.html)")
+                   help="results JSONL to append to (default: results/local/<suite>-<run_id>.jsonl)")
+    p.add_argument("--report", default=None, help="HTML report path (default: reports/local/<suite>-<run_id>.html)")
     p.add_argument("--gpus", type=_gpu_count, default=None, metavar="N",
                    help="spread the cases over N GPUs: relaunches this command under torchrun, one rank per GPU")
     p.add_argument("--timer", choices=TIMERS, default="auto",
@@ -81,7 +81,7 @@ def add_arguments(p) -> None:
 
 def _report_path(path: str | None, suite: str, out: str | Path | None = None, stamp_text: str | None = None,
                  create: bool = True) -> Path:
-    """The report path (default reports/local/<suite>-<UTC time>.html), checked before the run;
+    """The report path (default reports/local/<suite>-<run_id>.html), checked before the run;
     create=False (a dry run) checks what it can without making its folder.
 
     Raises:
