@@ -312,3 +312,17 @@ def test_cli_tree_search_suite_out_never_replaces_another_file(tmp_path):
         proc = _cli(*args, "--sizes", sizes, "--suite-out", str(suite))
         assert proc.returncode == 0, proc.stderr
     assert {parse_tree(c.tree).size for c in load_suite(suite).cases} == {1, 8}
+
+
+def test_cli_tree_search_suite_out_creates_missing_folders(tmp_path, capsys):
+    """--suite-out in folders that do not exist yet: they are made (as run --out and report -o make
+    theirs) and the suite loads; a folder that cannot be made is refused before the search."""
+    args = ["tree-search", "--acceptance", str(shipped_models()[0]), "--max-nodes", "4"]
+    suite = tmp_path / "new" / "deeper" / "s.toml"
+    assert main([*args, "--suite-out", str(suite)]) == 0
+    assert f"wrote {suite}: " in capsys.readouterr().err
+    assert {parse_tree(c.tree).size for c in load_suite(suite).cases} == {1, 2, 3, 4}
+    (tmp_path / "a-file").write_text("x")
+    assert main([*args, "--suite-out", str(tmp_path / "a-file" / "s.toml")]) == 2
+    out, err = capsys.readouterr()
+    assert not out and err.count("\n") == 1 and "is not a folder" in err

@@ -21,7 +21,7 @@ from pathlib import Path
 from treebench.harness.cli.common import Command, emit, plural
 from treebench.harness.errors import ConfigError
 from treebench.harness.speculation.search import MAX_SEARCH_NODES
-from treebench.harness.store.paths import check_output_path
+from treebench.harness.store.paths import check_output_path, folder_problem
 
 
 def _int_list(text: str) -> list[int]:
@@ -45,7 +45,8 @@ def add_tree_search_arguments(p) -> None:
     p.add_argument("--max-depth", type=int, default=None, metavar="D", help="deepest draft token allowed")
     p.add_argument("--sizes", type=_int_list, default=None, metavar="T,T,...",
                    help="print / write only these sizes (default: every size 1..N)")
-    p.add_argument("--suite-out", default=None, metavar="FILE", help="write a suite TOML whose tree axis lists them")
+    p.add_argument("--suite-out", default=None, metavar="FILE",
+                   help="write a suite TOML whose tree axis lists them (missing folders are created)")
     p.add_argument("--batch-sizes", type=_int_list, default=[1, 16, 64], metavar="B,B,...",
                    help="the suite's batch_size axis (default 1,16,64)")
     p.add_argument("--context-lens", type=_int_list, default=[2048], metavar="L,L,...",
@@ -94,11 +95,13 @@ def check_suite_out(path_text: str) -> Path:
 
 
 def run_tree_search(args) -> int:
-    """Prints each model's best tree per size ("T=.. E=.. depth=.. [choices]"); --suite-out also writes a suite.
+    """Prints each model's best tree per size ("T=.. E=.. depth=.. [choices]"); --suite-out also writes a
+    suite, creating its missing folders (as run --out and report -o do).
 
     Raises:
         ConfigError: a bad acceptance file, --max-nodes / --max-depth / --sizes out of range,
-            a --suite-out that `check_suite_out` refuses, or a written suite that does not load.
+            a --suite-out that `check_suite_out` refuses or that cannot be written, or a written suite
+            that does not load.
     """
     from treebench.harness.model.suites import load_suite
     from treebench.harness.speculation.commands import searched, suite_text
@@ -115,9 +118,10 @@ def run_tree_search(args) -> int:
     if args.suite_out:
         path = Path(args.suite_out)
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(suite_text(found, path.stem, _command_line(args), args.batch_sizes, args.context_lens))
         except OSError as e:
-            raise ConfigError(f"--suite-out {path}: cannot write ({e.strerror})") from None
+            raise ConfigError(f"--suite-out {path}: cannot write ({folder_problem(path) or e.strerror})") from None
         suite = load_suite(path)
         sys.stderr.write(f"wrote {path}: {plural(len(suite.cases), 'case')}\n")
     return 0
