@@ -91,6 +91,7 @@ CONSOLE = console(stderr=True)   # progress bars and log records: one console, s
 FAILED = ("mismatch", "error")   # row statuses that make run / check exit 1
 NOTHING_RAN = 3                  # exit code of a run / check in which no pair ran (without --allow-skip)
 ACTIVE_OUT: list[Path | None] = [None]   # the results file of the run/check in progress (for Ctrl-C)
+ACTIVE_RUN_ID: list[str | None] = [None]  # the run_id its rows carry, when known before it starts (for Ctrl-C)
 OUTCOME: list[int | None] = [None]       # the exit code run/check decided on, kept if stdout closes early
 TIMERS = MODES
 L2_STATES = ("cold", "warm")  # run --l2: cold flushes the L2 before every timed call (flush_l2), warm does not

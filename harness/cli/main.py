@@ -12,10 +12,11 @@ unreadable suite, bad --out, bad arguments), reported as ONE line on stderr,
 ``treebench: error: ...``, never a traceback; 3 nothing ran: a run or check in
 which every pair was skipped (backend unavailable here, case unsupported), which
 proves nothing, unless --allow-skip; 130 interrupted (Ctrl-C), 143 terminated
-(SIGTERM), both with the --resume hint; 139 (or 128 + another fatal signal) a
-crash, after a line naming the backend and case in flight; 141 stdout closed
-(a pipe's reader exited) before the output was written, except for run and check,
-which keep the exit code of their rows. Result files are only ever appended to
+(SIGTERM), both with the --resume hint (and a run's run_id, which `rm --run-id`
+takes); 139 (or 128 + another fatal signal) a crash, after a line naming the
+backend and case in flight; 141 stdout closed (a pipe's reader exited) before
+the output was written, except for run and check, which keep the exit code of
+their rows. Result files are only ever appended to
 (except by `rm`).
 """
 
@@ -228,11 +229,11 @@ def main(argv: list[str] | None = None) -> int:
     and exits with the code the command had decided on (run, check), else 141.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    from treebench.harness.cli.common import OUTCOME
+    from treebench.harness.cli.common import ACTIVE_RUN_ID, OUTCOME
     from treebench.harness.run.inflight import enable_crash_report
 
     enable_crash_report()   # a segfault prints the stack, whose frames name the pair in flight
-    OUTCOME[0] = None
+    OUTCOME[0] = ACTIVE_RUN_ID[0] = None
     previous = _install(signal.SIGTERM, _on_sigterm)
     try:
         name, args = _parse(argv)
@@ -277,12 +278,16 @@ def _install(signum: int, handler):
 
 
 def _interrupted(terminated: bool) -> int:
-    """The one line after Ctrl-C or SIGTERM, with the --resume hint while rows were being written."""
-    from treebench.harness.cli.common import ACTIVE_OUT
+    """The one line after Ctrl-C or SIGTERM, with the --resume hint while rows were being written,
+    and (run) the run_id those rows carry, with the `treebench rm` that removes them."""
+    from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID
 
-    out = ACTIVE_OUT[0]
-    where = (f" in {out}; to finish, run the same command with --out {out} --resume"
-             if out is not None else "")
+    out, run_id = ACTIVE_OUT[0], ACTIVE_RUN_ID[0]
+    where = ""
+    if out is not None:
+        resume = f"to finish, run the same command with --out {out} --resume"
+        where = (f" in {out}, run_id {run_id}; {resume}, or remove them with treebench rm {out} --run-id {run_id}"
+                 if run_id else f" in {out}; {resume}")
     what = "terminated (SIGTERM)" if terminated else "interrupted"
     try:
         sys.stderr.write(f"{PROG}: {what}; rows already written are kept{where}\n")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from treebench.harness.cli.common import (
     ACTIVE_OUT,
+    ACTIVE_RUN_ID,
     CONSOLE,
     L2_STATES,
     OUTCOME,
@@ -191,6 +192,7 @@ def run(args) -> int:
     report = _report_path(args.report, name, out_path, stamp_text, create=not args.dry_run)  # before anything is written
     out = check_writable(out_path, not args.dry_run)
     ACTIVE_OUT[0] = None if args.dry_run else out
+    ACTIVE_RUN_ID[0] = None if args.dry_run else stamp_text   # an interrupt names it: rm --run-id takes it
     opts = replace(opts, out=out)
     result = execute(suite.cases, backends, opts, CONSOLE)
     if args.dry_run:
