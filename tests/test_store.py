@@ -281,6 +281,23 @@ def test_remove_rows_keeps_a_torn_line_as_it_is(tmp_path):
     assert [r["case_id"] for r in read_rows([path])] == ["c1"]
 
 
+def test_remove_rows_warns_of_the_torn_line_it_keeps(tmp_path, caplog):
+    """A torn last line is kept (it matches nothing) and named in a warning, as report, merge and
+    --resume name it; a blank line is not warned about, and a refused rm warns of nothing."""
+    path = tmp_path / "r.jsonl"
+    _store_of(path, ROWS[:2])
+    with open(path, "ab") as f:
+        f.write(b'\n{"schema": 2, "run_id": "r1", "backe')     # a blank line, then a writer killed mid-row
+    with caplog.at_level(logging.WARNING, logger="treebench"), pytest.raises(ConfigError, match="no row has"):
+        remove_rows(path, run_ids=["nosuch"])
+    assert not caplog.records
+    with caplog.at_level(logging.WARNING, logger="treebench"):
+        assert remove_rows(path, run_ids=["r1"]) == 1
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path}:4: skipping a torn or malformed result line (kept in the file as it is)"]
+    assert path.read_bytes().endswith(b'\n\n{"schema": 2, "run_id": "r1", "backe')
+
+
 def test_remove_rows_is_atomic(tmp_path, monkeypatch):
     path = tmp_path / "r.jsonl"
     _store_of(path, ROWS)

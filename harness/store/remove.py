@@ -11,14 +11,16 @@ The file is rewritten whole: the kept lines, byte for byte, go to a temporary
 file in the same folder, which is fsync'd and then renamed over the original
 (`os.replace`, atomic on POSIX), so a failure at any point leaves the original
 as it was. A line that is not a JSON row (one torn by a killed writer) matches
-nothing and is kept as it is. Env fingerprint files beside the results are
-left alone: other files may name the same env. Do not remove rows from a file
+nothing and is kept as it is, with a warning naming file and line (as report,
+merge and --resume give). Env fingerprint files beside the results are left
+alone: other files may name the same env. Do not remove rows from a file
 that a run is still appending to: rows appended during the rewrite are lost.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 from collections.abc import Iterable
@@ -27,11 +29,14 @@ from pathlib import Path
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.paths import check_results_file
 
+log = logging.getLogger(__name__)
+
 
 def remove_rows(path: str | Path, *, run_ids: Iterable[str] = (), backends: Iterable[str] = (),
                 env_ids: Iterable[str] = ()) -> int:
     """Removes from the results file `path` every row whose run_id, backend or env is one of the
-    values given (any one matching is enough); other lines are kept byte for byte.
+    values given (any one matching is enough); other lines are kept byte for byte, each torn or
+    malformed one with a warning naming its line.
 
     Args:
         path: one results file (.jsonl).
@@ -63,6 +68,9 @@ def remove_rows(path: str | Path, *, run_ids: Iterable[str] = (), backends: Iter
         _replace(path, b"".join(kept))
     except OSError as e:
         raise ConfigError(f"rm {path}: cannot rewrite it ({e.strerror}); the file is unchanged") from None
+    for n, (line, row) in enumerate(zip(lines, rows), start=1):   # after any refusal: that stays one line
+        if row is None and line.strip():
+            log.warning("%s:%d: skipping a torn or malformed result line (kept in the file as it is)", path, n)
     return len(lines) - len(kept)
 
 
