@@ -268,7 +268,7 @@ def test_a_stale_done_marker_of_another_launch_is_not_taken_for_this_one(suite, 
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["run", "--gpus", "2"], "torch sees 0 CUDA GPU(s)"),
+    (["run", "--gpus", "2"], "--gpus 2: needs CUDA GPUs, and torch sees none here"),
     (["run", "--gpus", "0"], "'0' is not a GPU count"),
     (["check", "--backend", "torch_sdpa", "--shard", "2/2"], "--shard 2/2"),
 ])
@@ -277,6 +277,14 @@ def test_bad_scale_options_exit_2(argv, words, capsys, monkeypatch):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0]
+
+
+def test_gpus_beyond_the_visible_ones_says_how_many_there_are(monkeypatch, capsys):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    monkeypatch.setattr("torch.cuda.device_count", lambda: 1)
+    assert main(["run", "--gpus", "2", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--gpus 2: torch sees 1 CUDA GPU(s); ask for at most 1" in err[0]
 
 
 def test_under_torchrun_out_is_required_and_gpus_refused(monkeypatch, capsys):

@@ -122,13 +122,17 @@ def _earlier_rows(out: Path, run_ids: set[str]) -> int:
 
 
 def _check_gpus(n: int) -> None:
-    """Raises ConfigError when `--gpus n` cannot be honoured: under torchrun already, or fewer visible GPUs."""
+    """Raises ConfigError when `--gpus n` cannot be honoured: under torchrun already, no CUDA GPU
+    visible, or fewer than n."""
     import torch
     from treebench.harness.sweep.shard import torchrun_rank
 
     if torchrun_rank() is not None:
         raise ConfigError("--gpus: already running under torchrun; drop --gpus (torchrun chose the ranks)")
     found = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if found == 0:
+        raise ConfigError(f"--gpus {n}: needs CUDA GPUs, and torch sees none here (no CUDA device, or a CPU-only "
+                          "torch build); drop --gpus to run on the CPU")
     if n > found:
         raise ConfigError(f"--gpus {n}: torch sees {found} CUDA GPU(s); ask for at most {found}")
 
