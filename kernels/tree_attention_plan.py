@@ -302,7 +302,7 @@ def ws_fills(config: KernelConfig, batch_size: int, num_kv_heads: int, rows: int
     warp-specialised kernel's fixed costs lost to the tl kernel's TMA path (run V, seed suite
     back to back: the 27-node and eagle trees at B 16 1.03-1.19x at L 16 and 1024; B 1
     1.2-1.6x in run 8); its gather at P 16 took 1.33x of P 128's TMA on those trees at B 16,
-    L 2048 (`results/h200/seed/seed.jsonl`), where the warp-specialised kernel's P 16 stayed
+    L 2048 (the seed run at 4aba09b, `lab/runs.md`), where the warp-specialised kernel's P 16 stayed
     within 1.04x of its P 128 at B 64 (`results/h200/pages/`).
 
     Args:

@@ -7,7 +7,7 @@ them when it imports: one GPU call gives the numbers that choose the configs.
 Cells (bf16, Hq 32, Hkv 8, D 128, shuffled pages, one tree per batch as in the seed suite):
 - `latency`: L 16, P 16 and 128, B 1 with every seed tree (T 1-64) and B 16 with full:3:0 and
   full:3:1: one or two KV tiles per request, so fixed costs decide (the seed cells where vLLM's
-  kernel was faster, `results/h200/seed/`, and their neighbours);
+  kernel was faster in the seed run at 4aba09b, `lab/runs.md`, and their neighbours);
 - `pages`: full:3:3, vllm:pr_27 and eagle:mc_sim_7b_63 at B 16, medusa:mc_sim_7b_63 and
   vllm:pr_27 at B 64, vllm:pr_27 at B 1, all at L 2048, P 16 and 128: what a tile spanning
   several pages costs, and at P 16 the tl kernel's gather (`tl`) against the plan's choice;
@@ -33,18 +33,18 @@ Cells (bf16, Hq 32, Hkv 8, D 128, shuffled pages, one tree per batch as in the s
 - `decode`: the small trees (full:3:0 to full:3:2, 4-52 rows per KV head) at B 1 and 16, L 1024
   and 2048, P 16 and 128: single-token and few-token decode, where flashinfer_xqa (timed beside,
   with vLLM's kernel) was the seed suite's best peer and triton_tree took 0.61-1.00x of it
-  (`results/h200/seed/`); split counts (`DECODE_SPLITS`) and tl tiles (`DECODE_TILES`) against
+  (the seed run at a84176c, `lab/runs.md`); split counts (`DECODE_SPLITS`) and tl tiles (`DECODE_TILES`) against
   the plan's choice;
 - `batched_short`: L 16 at B 64 and 16, P 16 and 128, the trees of 13 nodes or more (full:3:2,
   full:3:3, vllm:pr_27, eagle:mc_sim_7b_63, medusa:mc_sim_7b_63): the seed cells at L 16 where
-  triton_tree took 0.55-0.76x of the best peer (`results/h200/seed/`), one or two KV tiles per
+  triton_tree took 0.55-0.76x of the best peer (the seed run at a84176c), one or two KV tiles per
   request but hundreds to thousands of programs, so neither the one-wave short configs nor
   split-KV apply; the default against the warp-specialised kernel forced on (`ws`, with and
   without its persistent wave and PIPE) and off (`tl`), and tl tiles (`BATCHED_SHORT_TILES`) in the
   looped build and, those of 64 tokens or more, in the one-tile build;
 - `ws1`: full:3:2 (52 rows per KV head) at B 16, L 256, and at B 16 and 64, L 1024 and 2048, each
   at P 16, 32 and 128, where the seed suite's P 16 took up to 1.14x of its P 128
-  (`results/h200/seed/`, before `ws1_config`; the default now takes WS1 at B 16, P 16 / 32): the tl kernel's
+  (the seed run at 6758b82, before `ws1_config`; the default now takes WS1 at B 16, P 16 / 32): the tl kernel's
   per-token gather with one and two splits against the warp-specialised kernel with one consumer
   warpgroup (`WS1_CONFIGS`), which at P 16 reads one TMA box per page, and its cp.async gather
   (`ws1x2 gather`); flashinfer_xqa and vLLM's kernel timed beside;
