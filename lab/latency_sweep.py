@@ -33,7 +33,8 @@ Cells (bf16, Hq 32, Hkv 8, D 128, shuffled pages, one tree per batch as in the s
 - `decode`: the small trees (full:3:0 to full:3:2, 4-52 rows per KV head) at B 1 and 16, L 1024
   and 2048, P 16 and 128: single-token and few-token decode, where flashinfer_xqa (timed beside,
   with vLLM's kernel) was the seed suite's best peer and triton_tree took 0.61-1.00x of it
-  (the seed run at a84176c, `lab/runs.md`); split counts (`DECODE_SPLITS`) and tl tiles (`DECODE_TILES`) against
+  (the seed run at a84176c, `lab/runs.md`); split counts (`DECODE_SPLITS`), tl tiles (`DECODE_TILES`) and tl tiles with
+  their own split counts (`DECODE_TILE_SPLITS`) against
   the plan's choice;
 - `batched_short`: L 16 at B 64 and 16, P 16 and 128, the trees of 13 nodes or more (full:3:2,
   full:3:3, vllm:pr_27, eagle:mc_sim_7b_63, medusa:mc_sim_7b_63): the seed cells at L 16 where
@@ -151,6 +152,12 @@ DECODE_SPLITS = (1, 2, 3, 4, 5, 6, 8, 16, 24)   # 3, 5 and 6 beside 4, the plan'
 # tl tiles for the decode cells, (BLOCK_M, BLOCK_N, warps, stages): the table's 16-row tile with
 # more warps, fewer stages and 32- or 128-token tiles, and the 64-row tile for full:3:2's 52 rows
 DECODE_TILES = ((16, 64, 4, 3), (16, 64, 2, 2), (16, 32, 2, 4), (16, 128, 4, 3), (64, 64, 4, 2))
+# tl tiles with a split count each, (BLOCK_M, BLOCK_N, warps, stages, splits), for the B 16 decode cells:
+# smaller or shallower tiles (more programs resident per SM) with more splits than the plan's 4 (5-8 splits
+# of its own tile took 1.05-1.16x of 4, `results/h200/kernel/decode-splits.txt`)
+DECODE_TILE_SPLITS = ((16, 32, 2, 3, 6), (16, 32, 2, 3, 8), (16, 32, 2, 4, 4), (16, 32, 2, 4, 6), (16, 32, 2, 4, 8),
+                      (16, 64, 2, 3, 4), (16, 64, 2, 3, 6), (16, 64, 2, 2, 6), (16, 64, 2, 2, 8), (16, 32, 4, 3, 8),
+                      (16, 64, 4, 3, 4), (16, 128, 4, 2, 4))
 BATCHED_SHORT_TREES = ("full:3:2", "full:3:3", "vllm:pr_27", "eagle:mc_sim_7b_63", "medusa:mc_sim_7b_63")
 # tl tiles for the batched L 16 cells, (BLOCK_M, BLOCK_N, warps, stages); those whose BLOCK_N holds
 # every S_b (16 + T: 29-80 tokens) also in the one-tile build
@@ -192,7 +199,9 @@ def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple]:
         splits = [(f"splits{n}", None, KernelOptions(), {"num_splits": n}) for n in ((1, 8) if smoke else DECODE_SPLITS)]
         tiles = [(f"tl{bm}x{bn}w{w}s{st}", KernelConfig(bm, bn, w, st), KernelOptions())
                  for bm, bn, w, st in DECODE_TILES[::3 if smoke else 1]]
-        return out[:1] + splits + tiles
+        tile_splits = [(f"tl{bm}x{bn}w{w}s{st} splits{n}", KernelConfig(bm, bn, w, st), KernelOptions(),
+                        {"ws": False, "num_splits": n}) for bm, bn, w, st, n in DECODE_TILE_SPLITS[::6 if smoke else 1]]
+        return out[:1] + splits + tiles + tile_splits
     if group == "ws1":
         ws1 = [] if smoke else [   # Gluon needs a GPU
             *((f"ws1x{c[3]}", KernelConfig(*c), KernelOptions()) for c in WS1_CONFIGS),   # named by stages
@@ -339,7 +348,8 @@ def sweep(args) -> list[dict]:
     rows: list[dict] = []
     t0 = time.monotonic()
     for group, case in cells(args.groups, args.smoke, args.fp8_all_trees):
-        if args.page_sizes and case.page_size not in args.page_sizes or args.trees and case.tree not in args.trees:
+        if args.page_sizes and case.page_size not in args.page_sizes or args.trees and case.tree not in args.trees \
+                or args.batch_sizes and case.batch_size not in args.batch_sizes:
             continue
         if time.monotonic() - t0 > args.budget_s:
             print(f"budget of {args.budget_s:.0f} s spent: stopping before {case.case_id}", flush=True)
@@ -422,6 +432,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                          "the fp8 group's bf16 twin always run)")
     ap.add_argument("--page-sizes", default="", help="comma-separated page sizes: only the cells at these")
     ap.add_argument("--trees", default="", help="comma-separated tree specs: only the cells of these")
+    ap.add_argument("--batch-sizes", default="", help="comma-separated batch sizes: only the cells at these")
     ap.add_argument("--fp8-all-trees", action="store_true",
                     help="the fp8 group over every seed tree of 26 nodes or more too (FP8_WS_TREES)")
     ap.add_argument("--smoke", action="store_true", help="a tiny cell per group in the CPU interpreter")
@@ -433,6 +444,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         args.page_sizes = {int(p) for p in args.page_sizes.split(",") if p}
     except ValueError:
         refuse(f"--page-sizes {args.page_sizes!r}: want comma-separated integers")
+    try:
+        args.batch_sizes = {int(b) for b in args.batch_sizes.split(",") if b}
+    except ValueError:
+        refuse(f"--batch-sizes {args.batch_sizes!r}: want comma-separated integers")
     if not args.groups or any(g not in GROUPS for g in args.groups):
         refuse(f"--groups {','.join(args.groups)!r}: use a comma-separated subset of {','.join(GROUPS)}")
     known = {c[0] for g in args.groups for p in (1, 8, 16, 128) for c in candidates(g, p, args.smoke)}

@@ -302,6 +302,7 @@ def test_latency_sweep_refuses_bad_arguments_and_runs_in_the_interpreter(tmp_pat
                          (["--out", str(tmp_path / "a.json"), "--budget-s", "0"], "--budget-s"),
                          (["--out", str(tmp_path / "a.json"), "--candidates", "default,nope"], "no candidate nope in groups latency,pages; known: "),
                          (["--out", str(tmp_path / "a.json"), "--page-sizes", "16,x"], "--page-sizes"),
+                         (["--out", str(tmp_path / "a.json"), "--batch-sizes", "1,x"], "--batch-sizes"),
                          (["--out", str(tmp_path / "a.json"), "--trees", "full:3:3,nope"], "no cell of tree nope")):
         r = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, env=env)
         assert r.returncode == 2 and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
@@ -325,8 +326,10 @@ def test_latency_sweep_refuses_bad_arguments_and_runs_in_the_interpreter(tmp_pat
     rows = json.loads(out.read_text())["rows"]
     assert {r["group"] for r in rows} == {"fp8", "b1", "fp8_latency", "decode"} and {r["status"] for r in rows} == {"pass"}
     decode = {r["candidate"]: r for r in rows if r["group"] == "decode"}       # split counts and tiles
-    assert set(decode) == {"default", "splits1", "splits8", "tl16x64w4s3", "tl16x128w4s3"}
+    assert set(decode) == {"default", "splits1", "splits8", "tl16x64w4s3", "tl16x128w4s3", "tl16x32w2s3 splits6",
+                           "tl16x64w2s3 splits6"}
     assert decode["splits8"]["splits"] == 8 and "block_n=128" in decode["tl16x128w4s3"]["config"]
+    assert decode["tl16x32w2s3 splits6"]["splits"] == 6 and "block_n=32" in decode["tl16x32w2s3 splits6"]["config"]
     short = {r["candidate"]: r for r in rows if r["group"] == "fp8_latency"}   # an L 16 cell over the e4m3 pool
     assert set(short) == {"bf16_default", "default", "fp8_cast", "fp8_bits", "no_short_build", "tl16x32w4s2+short",
                           "tl32x64w8s2+short", "tl16x128w4s2+short"}
