@@ -18,8 +18,8 @@ class Clock:
         return self.now
 
 
-def row(i: int) -> dict:
-    return {"backend": "torch_sdpa", "case_id": f"case{i}", "status": "pass"}
+def row(i: int, backend: str = "torch_sdpa", status: str = "pass") -> dict:
+    return {"backend": backend, "case_id": f"case{i}", "status": status}
 
 
 @pytest.mark.parametrize("seconds, text", [(0.37, "0.4 s"), (12.0, "12.0 s"), (100, "1 min 40 s"),
@@ -37,7 +37,7 @@ def test_plural_says_one_pair_and_two_pairs(n, noun, many, text):
 
 
 def test_the_estimate_of_one_pair_says_pair():
-    assert estimate(1, "run", "cpu").startswith("about 4.0 s (1 pair x 4.00 s: ")
+    assert estimate(1, "run", "cpu").startswith("about 0.1 s (1 pair x 0.10 s: ")
     rows = [{"env": "e1", "run_id": "r", "status": "pass", "timestamp": f"2026-01-01T00:00:{s:02d}+00:00"}
             for s in (0, 2, 4)]
     assert "measured over 2 earlier pairs" in estimate(1, "run", "cpu", rows, "e1", "x.jsonl")
@@ -50,7 +50,8 @@ def test_slow_pairs_get_a_line_each_with_the_time_left():
         clock.now += 2.5
         shown.finish(row(i))
     lines = out.getvalue().splitlines()
-    assert lines[0] == "[1/4] torch_sdpa on case0: pass (2.5 s elapsed, about 7.5 s left)"
+    assert lines[0] == "[1/4] torch_sdpa on case0: pass (2.5 s elapsed, warming up, time left not known yet)"
+    assert lines[1] == "[2/4] torch_sdpa on case1: pass (5.0 s elapsed, about 5.0 s left)"
     assert lines[-1] == "[4/4] torch_sdpa on case3: pass (10.0 s elapsed, done)" and len(lines) == 4
 
 
@@ -72,9 +73,11 @@ def test_a_closed_stream_stops_the_lines_not_the_sweep():
 
 
 def test_the_estimate_says_what_it_is_based_on():
-    assert estimate(10, "run", "cpu") == ("about 40.0 s (10 pairs x 4.00 s: a rough constant of 4 s per run pair "
-                                          "on cpu; no earlier run in the file with 3 or more timed rows over more "
-                                          "than 0 s to measure from)")
+    assert estimate(10, "run", "cpu") == ("about 1.0 s (10 pairs x 0.10 s: a rough constant of 0.1 s per run pair "
+                                          "on cpu, for the smoke suite's case sizes; no earlier run in the file with "
+                                          "3 or more timed rows over more than 0 s to measure from)")
+    assert "1.50 s: a rough constant of 1.5 s per run pair on cuda, for the seed suite's" in estimate(10, "run", "cuda:1")
+    assert "0.07 s per check pair on cpu, for a default check's case" in estimate(10, "check", "mps")
     fast = [{"env": "e1", "run_id": "r", "status": "pass", "timestamp": f"2026-01-01T00:00:00.{ms:03d}+00:00"}
             for ms in (100, 300, 500, 700)]            # the rows' millisecond stamps: a run inside one second
     assert estimate(10, "run", "cpu", fast, "e1", "x.jsonl").startswith("about 2.0 s (10 pairs x 0.20 s: measured")
@@ -83,3 +86,81 @@ def test_the_estimate_says_what_it_is_based_on():
     assert estimate(10, "run", "cuda:0", rows, "e1", "x.jsonl").startswith(
         "about 20.0 s (10 pairs x 2.00 s: measured over 3 earlier pairs of this env in x.jsonl)")
     assert "of other envs" in estimate(10, "run", "cuda:0", rows, "e2", "x.jsonl")
+
+
+def sweep(backends: list[str], cases: int, first_s: float, then_s: float, plan: bool = True,
+          skipped: frozenset = frozenset()) -> tuple[list[tuple[float, float | None]], list[str]]:
+    """A case-major sweep on the fake clock: each backend's first pair that runs takes first_s
+    seconds, its others then_s, the (case, backend) pairs in `skipped` none (skipped rows).
+    Returns (true seconds left, LineProgress.left_s) after each pair, and the lines."""
+    clock, out = Clock(), io.StringIO()
+    pairs = [(c, b) for c in range(cases) for b in backends]
+    ran: set[str] = set()
+    cost = []
+    for c, b in pairs:
+        cost.append(0.0 if (c, b) in skipped else then_s if b in ran else first_s)
+        ran |= set() if (c, b) in skipped else {b}
+    shown = LineProgress(len(pairs), out, clock, [b for _, b in pairs] if plan else None)
+    lefts = []
+    for i, ((c, b), s) in enumerate(zip(pairs, cost)):
+        clock.now += s
+        shown.finish(row(c, b, "skipped" if (c, b) in skipped else "pass"))
+        lefts.append((sum(cost[i + 1:]), shown.left_s()))
+    return lefts, out.getvalue().splitlines()
+
+
+@pytest.mark.parametrize("backends", [["a", "b", "c"], [f"b{i}" for i in range(14)]])
+@pytest.mark.parametrize("cases", [31, 8])
+def test_the_time_left_leaves_each_backends_warm_up_out(backends, cases):
+    """First pairs of 40 s, then 1 s: scaling the mean pair up would say ~40x the time left."""
+    lefts, lines = sweep(backends, cases, first_s=40.0, then_s=1.0)
+    n = len(backends)
+    assert len(lines) == len(lefts)                       # pairs of 1 s or more: a line each
+    for line in lines[:n]:                                # only first pairs timed: no figure
+        assert line.endswith(" elapsed, warming up, time left not known yet)"), line
+    for (true_s, left_s), line in zip(lefts[n:-1], lines[n:-1]):
+        assert left_s == pytest.approx(true_s) and line.endswith(f", about {format_duration(true_s)} left)")
+    assert lines[-1].endswith(", done)")
+
+
+def test_backends_yet_to_start_add_a_warm_up():
+    """A sweep of one case: every pair is a first pair, each costing the warm-up seen."""
+    lefts, _ = sweep(["a", "b", "c", "d"], 1, first_s=40.0, then_s=1.0)
+    assert [left_s for _, left_s in lefts] == [120.0, 80.0, 40.0, 0.0]
+
+
+def test_each_backend_is_timed_at_its_own_pace():
+    clock, out = Clock(), io.StringIO()
+    pairs = [(c, b) for c in range(5) for b in ("slow", "fast")]
+    shown = LineProgress(len(pairs), out, clock, [b for _, b in pairs])
+    for c, b in pairs[:4]:                         # warm-ups, then one steady pair each: 10 s and 2 s
+        clock.now += 30.0 if c == 0 else 10.0 if b == "slow" else 2.0
+        shown.finish(row(c, b))
+    assert shown.left_s() == 3 * 10.0 + 3 * 2.0
+
+
+def test_a_skipped_first_pair_is_no_warm_up():
+    """b skips case 0 (a skipped row, no time): its warm-up comes with its first pair that runs."""
+    lefts, _ = sweep(["a", "b"], 6, first_s=40.0, then_s=1.0, skipped=frozenset({(0, "b")}))
+    (true_a, left_a), (true_b, left_b) = lefts[2:4]
+    assert (true_a, true_b) == (48.0, 8.0)
+    assert left_a == 40.0 + 4 * 1.0 + 4 * 0.0     # b's warm-up still to come (its pairs at its 0 s so far)
+    assert left_b == 4 * 1.0 + 4 * 0.0           # b's warm-up done: not counted again
+
+
+def test_skipped_pairs_alone_give_no_time_left():
+    lefts, _ = sweep(["a", "b"], 3, first_s=5.0, then_s=1.0, skipped=frozenset({(0, "a"), (0, "b")}))
+    assert [left_s for _, left_s in lefts[:2]] == [None, None]          # no warm-up seen to count b's by
+    assert lefts[2][1] == 5.0                   # a's warm-up done: b's to come, the pairs left at their 0 s
+
+
+def test_without_the_plan_the_pairs_left_cost_the_steady_mean():
+    lefts, lines = sweep(["a", "b", "c"], 31, first_s=40.0, then_s=1.0, plan=False)
+    assert [left_s for _, left_s in lefts[:3]] == [None, None, None] and "not known yet" in lines[2]
+    for true_s, left_s in lefts[3:]:
+        assert left_s == pytest.approx(true_s)
+
+
+def test_a_plan_of_another_size_is_refused():
+    with pytest.raises(ValueError, match="names 2 pairs, total is 3"):
+        LineProgress(3, io.StringIO(), backends=["a", "b"])

@@ -142,7 +142,7 @@ def run_cases(cases: Sequence[Case], backends: Sequence, config: RunConfig = Run
     t0 = time.perf_counter()
     STOP_REQUESTED[0] = None
     try:
-        with progress(len(todo), config.quiet, console) as shown:
+        with progress(len(todo), config.quiet, console, [_name(b) for _, b in todo]) as shown:
             data: CaseData | None = None
             for case, backend in todo:
                 data = data if data is not None and data.case is case else CaseData(case)
