@@ -5,6 +5,7 @@ that keeps two runs from appending to one results file."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -113,8 +114,10 @@ def test_sigterm_exits_143_with_the_resume_hint(tiny, tmp_path):
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err
-    assert err.strip().splitlines()[-1] == (f"treebench: terminated (SIGTERM); rows already written are kept in {out}; "
-                                            f"to finish, run the same command with --out {out} --resume")
+    line = err.strip().splitlines()[-1]
+    assert re.fullmatch(rf"treebench: terminated \(SIGTERM\); rows already written are kept in {re.escape(str(out))}, "
+                        rf"run_id (\S+); to finish, run the same command with --out {re.escape(str(out))} --resume, "
+                        rf"or remove them with treebench rm {re.escape(str(out))} --run-id \1", line), line
 
 
 @pytest.mark.parametrize("argv, code", [

@@ -287,10 +287,11 @@ def test_interrupt_names_the_results_file_and_how_to_resume(tiny, tmp_path, caps
     assert f"rows already written are kept in {out}" in err and f"--out {out} --resume" in err
 
 
+@pytest.mark.parametrize("command, backend", [("run", "--backends"), ("check", "--backend")])
 @pytest.mark.parametrize("stop", [KeyboardInterrupt, "Terminated"])
-def test_interrupt_names_the_run_id_that_rm_takes(tiny, tmp_path, capsys, monkeypatch, stop):
-    """Ctrl-C (130) or SIGTERM (143) in a run: the one line names the run_id its rows carry, and
-    the rm that removes them, as the end of a finished run prints `run_id: ID`."""
+def test_interrupt_names_the_run_id_that_rm_takes(tiny, tmp_path, capsys, monkeypatch, stop, command, backend):
+    """Ctrl-C (130) or SIGTERM (143) in a run or a check --out: the one line names the run_id its
+    rows carry, and the rm that removes them, as the end of a finished run prints `run_id: ID`."""
     import treebench.harness.cli.main as cli_main
     import treebench.harness.sweep.execute
 
@@ -299,14 +300,26 @@ def test_interrupt_names_the_run_id_that_rm_takes(tiny, tmp_path, capsys, monkey
 
     def interrupted(cases, backends, opts, console):
         seen.append(opts.run.run_id)          # the id every row of this run would carry
+        append_row(opts.out, {**_row(0), "run_id": opts.run.run_id})
         raise stop
     monkeypatch.setattr(treebench.harness.sweep.execute, "execute", interrupted)
     out = tmp_path / "r.jsonl"
-    code = main(["run", "--suite", str(tiny), "--backends", "reference", "--out", str(out), "--quiet"])
+    code = main([command, "--suite", str(tiny), backend, "reference", "--out", str(out), "--quiet"])
     assert code == (143 if stop is cli_main.Terminated else 130) and seen and seen[0]
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and f"kept in {out}, run_id {seen[0]};" in lines[0], lines
     assert lines[0].endswith(f"--out {out} --resume, or remove them with treebench rm {out} --run-id {seen[0]}")
+
+
+def test_an_interrupted_check_that_writes_no_file_says_nothing_of_rm(tiny, capsys, monkeypatch):
+    import treebench.harness.sweep.execute
+
+    def interrupted(cases, backends, opts, console):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(treebench.harness.sweep.execute, "execute", interrupted)
+    assert main(["check", "--suite", str(tiny), "--backend", "reference", "--quiet"]) == 130
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == ["treebench: interrupted; rows already written are kept"], lines
 
 
 def test_backend_option_spellings(tiny, capsys):

@@ -8,11 +8,11 @@ import logging
 from dataclasses import replace
 
 from treebench.harness.cli.common import (
-    ACTIVE_OUT,
     CONSOLE,
     OUTCOME,
     add_sweep_options,
     check_suite_arg,
+    claim_results,
     dry_run_code,
     exit_code,
     given_once,
@@ -20,6 +20,7 @@ from treebench.harness.cli.common import (
     print_plan,
     print_summary,
     report_nothing_ran,
+    stamp,
     sweep_options,
 )
 from treebench.harness.errors import ConfigError
@@ -48,8 +49,8 @@ def run(args) -> int:
     """
     from treebench.harness.model.suites import load_suite
     from treebench.harness.run.loading import load_one
-    from treebench.harness.store.paths import check_writable
     from treebench.harness.sweep.execute import execute
+    from treebench.harness.sweep.shard import shared_run_id
 
     if args.suite is not None:
         check_suite_arg(args.suite)
@@ -69,8 +70,9 @@ def run(args) -> int:
         opts = replace(opts, run=replace(opts.run, check_axes=built.check_axes))
     else:
         suite = load_suite(args.suite)
-    out = check_writable(args.out, not args.dry_run) if args.out else None
-    ACTIVE_OUT[0] = None if args.dry_run else out
+    run_id = shared_run_id() or stamp()   # the id the rows carry, named by an interrupt (rm --run-id takes it)
+    opts = replace(opts, run=replace(opts.run, run_id=run_id))
+    out = claim_results(args.out, run_id, args.dry_run) if args.out else None
     result = execute(suite.cases, [backend], replace(opts, out=out), CONSOLE)
     if args.dry_run:
         print_plan(suite, [backend], result)

@@ -91,7 +91,7 @@ CONSOLE = console(stderr=True)   # progress bars and log records: one console, s
 FAILED = ("mismatch", "error")   # row statuses that make run / check exit 1
 NOTHING_RAN = 3                  # exit code of a run / check in which no pair ran (without --allow-skip)
 ACTIVE_OUT: list[Path | None] = [None]   # the results file of the run/check in progress (for Ctrl-C)
-ACTIVE_RUN_ID: list[str | None] = [None]  # the run_id its rows carry, when known before it starts (for Ctrl-C)
+ACTIVE_RUN_ID: list[str | None] = [None]  # the run_id its rows carry (for Ctrl-C: rm --run-id takes it)
 OUTCOME: list[int | None] = [None]       # the exit code run/check decided on, kept if stdout closes early
 TIMERS = MODES
 L2_STATES = ("cold", "warm")  # run --l2: cold flushes the L2 before every timed call (flush_l2), warm does not
@@ -155,6 +155,23 @@ def add_sweep_options(p, timed: bool = True) -> None:
                         f"unsupported); without it such a run proves nothing and exits {NOTHING_RAN}")
     p.add_argument("--quiet", action="store_true", help="no progress bar, warnings only")
     p.set_defaults(argv=None)   # main() puts the command line here: `given_once` reads it, --gpus relaunches it
+
+
+def claim_results(path: str | Path, run_id: str, dry_run: bool) -> Path:
+    """`check_writable(path)` for the results file of a run or check (a dry run creates nothing),
+    kept with the run_id its rows carry for the line after an interrupt or a full disk
+    (ACTIVE_OUT, ACTIVE_RUN_ID: the --resume hint and the `treebench rm --run-id` that removes
+    the rows); returns the path.
+
+    Raises:
+        ConfigError: as check_writable.
+    """
+    from treebench.harness.store.paths import check_writable
+
+    out = check_writable(path, not dry_run)
+    if not dry_run:
+        ACTIVE_OUT[0], ACTIVE_RUN_ID[0] = out, run_id
+    return out
 
 
 def sweep_options(args, mode: str):

@@ -12,11 +12,11 @@ unreadable suite, bad --out, bad arguments), reported as ONE line on stderr,
 ``treebench: error: ...``, never a traceback; 3 nothing ran: a run or check in
 which every pair was skipped (backend unavailable here, case unsupported), which
 proves nothing, unless --allow-skip; 130 interrupted (Ctrl-C), 143 terminated
-(SIGTERM), both with the --resume hint (and a run's run_id, which `rm --run-id`
-takes); 139 (or 128 + another fatal signal) a crash, after a line naming the
-backend and case in flight; 141 stdout closed (a pipe's reader exited) before
-the output was written, except for run and check, which keep the exit code of
-their rows. Result files are only ever appended to
+(SIGTERM), both with the --resume hint (and the run_id of the rows a run or a
+check --out wrote, which `rm --run-id` takes); 139 (or 128 + another fatal
+signal) a crash, after a line naming the backend and case in flight; 141 stdout
+closed (a pipe's reader exited) before the output was written, except for run
+and check, which keep the exit code of their rows. Result files are only ever appended to
 (except by `rm`).
 """
 
@@ -229,11 +229,11 @@ def main(argv: list[str] | None = None) -> int:
     and exits with the code the command had decided on (run, check), else 141.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    from treebench.harness.cli.common import ACTIVE_RUN_ID, OUTCOME
+    from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID, OUTCOME
     from treebench.harness.run.inflight import enable_crash_report
 
     enable_crash_report()   # a segfault prints the stack, whose frames name the pair in flight
-    OUTCOME[0] = ACTIVE_RUN_ID[0] = None
+    OUTCOME[0] = ACTIVE_OUT[0] = ACTIVE_RUN_ID[0] = None
     previous = _install(signal.SIGTERM, _on_sigterm)
     try:
         name, args = _parse(argv)
@@ -277,17 +277,23 @@ def _install(signum: int, handler):
         return None
 
 
+def _kept_rows(out: Path, run_id: str | None, then: str) -> str:
+    """Where the rows written so far are kept and the commands that finish or remove them:
+    " in OUT, run_id ID; THEN the same command with --out OUT --resume, or remove them with
+    treebench rm OUT --run-id ID" (without a run_id, its clauses left out)."""
+    resume = f"{then} the same command with --out {out} --resume"
+    if not run_id:
+        return f" in {out}; {resume}"
+    return f" in {out}, run_id {run_id}; {resume}, or remove them with treebench rm {out} --run-id {run_id}"
+
+
 def _interrupted(terminated: bool) -> int:
-    """The one line after Ctrl-C or SIGTERM, with the --resume hint while rows were being written,
-    and (run) the run_id those rows carry, with the `treebench rm` that removes them."""
+    """The one line after Ctrl-C or SIGTERM, with the --resume hint while rows were being written
+    (run, check --out), the run_id those rows carry and the `treebench rm` that removes them."""
     from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID
 
     out, run_id = ACTIVE_OUT[0], ACTIVE_RUN_ID[0]
-    where = ""
-    if out is not None:
-        resume = f"to finish, run the same command with --out {out} --resume"
-        where = (f" in {out}, run_id {run_id}; {resume}, or remove them with treebench rm {out} --run-id {run_id}"
-                 if run_id else f" in {out}; {resume}")
+    where = "" if out is None else _kept_rows(out, run_id, "to finish, run")
     what = "terminated (SIGTERM)" if terminated else "interrupted"
     try:
         sys.stderr.write(f"{PROG}: {what}; rows already written are kept{where}\n")

@@ -15,8 +15,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from treebench.harness.cli.common import (
-    ACTIVE_OUT,
-    ACTIVE_RUN_ID,
     CONSOLE,
     L2_STATES,
     OUTCOME,
@@ -24,6 +22,7 @@ from treebench.harness.cli.common import (
     add_suite_argument,
     add_sweep_options,
     check_suite_arg,
+    claim_results,
     console,
     dry_run_code,
     exit_code,
@@ -173,7 +172,6 @@ def run(args) -> int:
     """
     from treebench.harness.model.suites import load_suite
     from treebench.harness.run.loading import resolve_backends
-    from treebench.harness.store.paths import check_writable
     from treebench.harness.sweep.execute import execute
 
     for names in (("--backends", "--backend"), ("--timer",), ("--l2",)):
@@ -194,9 +192,7 @@ def run(args) -> int:
     opts = replace(opts, run=replace(opts.run, run_id=stamp_text))
     out_path = args.out or Path("results/local") / f"{name}-{stamp_text}.jsonl"
     report = _report_path(args.report, name, out_path, stamp_text, create=not args.dry_run)  # before anything is written
-    out = check_writable(out_path, not args.dry_run)
-    ACTIVE_OUT[0] = None if args.dry_run else out
-    ACTIVE_RUN_ID[0] = None if args.dry_run else stamp_text   # an interrupt names it: rm --run-id takes it
+    out = claim_results(out_path, stamp_text, args.dry_run)
     opts = replace(opts, out=out)
     result = execute(suite.cases, backends, opts, CONSOLE)
     if args.dry_run:
