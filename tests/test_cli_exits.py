@@ -275,9 +275,12 @@ def test_a_mismatching_pair_keeps_its_timing_but_the_summary_shows_none(tiny, tm
     assert table and table[0].rstrip(" │").endswith("-"), done.stdout
 
 
-def test_a_full_disk_is_one_line_exit_2_and_keeps_the_rows_written(tiny, tmp_path, monkeypatch, capsys):
-    """A write that finds no space (ENOSPC) mid-run: one line naming the file, the --resume hint,
-    exit 2; the rows before it stay readable. Any other OSError still raises."""
+@pytest.mark.parametrize("command, backend", [("run", "--backends"), ("check", "--backend")])
+def test_a_full_disk_is_one_line_exit_2_and_keeps_the_rows_written(tiny, tmp_path, monkeypatch, capsys, command,
+                                                                    backend):
+    """A write that finds no space (ENOSPC) mid-run: one line naming the file, the run_id of the
+    rows written with the --resume and `rm --run-id` commands, exit 2; the rows before it stay
+    readable. Any other OSError still raises."""
     import errno
 
     from treebench.harness.cli.main import main
@@ -293,15 +296,17 @@ def test_a_full_disk_is_one_line_exit_2_and_keeps_the_rows_written(tiny, tmp_pat
 
     monkeypatch.setattr(runner, "append_row", append_then_full)
     out = tmp_path / "r.jsonl"
-    rc = main(["run", "--suite", str(tiny), "--backends", "reference", "--out", str(out), "--quiet"])
+    rc = main([command, "--suite", str(tiny), backend, "reference", "--out", str(out), "--quiet"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "Traceback" not in err[0], err
-    assert os.strerror(errno.ENOSPC) in err[0] and f"--out {out} --resume" in err[0] and str(out) in err[0]
-    assert len(read_rows([out])) == 1
+    (row,) = read_rows([out])
+    assert err[0] == (f"treebench: error: could not write {out}: {os.strerror(errno.ENOSPC)}; rows already written "
+                      f"are kept in {out}, run_id {row['run_id']}; free space, then run the same command with --out "
+                      f"{out} --resume, or remove them with treebench rm {out} --run-id {row['run_id']}")
 
     def broken(path, row):
         raise OSError(errno.EIO, os.strerror(errno.EIO))
 
     monkeypatch.setattr(runner, "append_row", broken)
     with pytest.raises(OSError):
-        main(["run", "--suite", str(tiny), "--backends", "reference", "--out", str(tmp_path / "s.jsonl"), "--quiet"])
+        main([command, "--suite", str(tiny), backend, "reference", "--out", str(tmp_path / "s.jsonl"), "--quiet"])

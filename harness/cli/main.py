@@ -305,13 +305,14 @@ def _interrupted(terminated: bool) -> int:
 def _disk_full(e: OSError) -> int:
     """The one line when a write finds no space (ENOSPC, EDQUOT): what could not be written, that
     the rows before it are kept (a torn last line is set apart and skipped when the file is read),
-    and the --resume hint while rows were being written; exit 2."""
-    from treebench.harness.cli.common import ACTIVE_OUT
+    and while rows were being written (run, check --out) the run_id they carry with the --resume
+    hint and the `treebench rm` that removes them; exit 2."""
+    from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID
 
     out = ACTIVE_OUT[0]
     what = e.filename or out or "a file"
-    where = (f"; rows already written to {out} are kept: free space, then run the same command "
-             f"with --out {out} --resume" if out is not None else "; what was written before is kept")
+    where = ("; what was written before is kept" if out is None else
+             "; rows already written are kept" + _kept_rows(out, ACTIVE_RUN_ID[0], "free space, then run"))
     try:
         sys.stderr.write(f"{PROG}: error: could not write {what}: {e.strerror or e}{where}\n")
     except OSError:
