@@ -102,22 +102,45 @@ def test_a_segfault_without_isolate_names_the_backend_and_case_in_flight(tiny, t
     assert len(named) == 1 and "--isolate" in named[0], done.stderr
 
 
-def test_sigterm_exits_143_with_the_resume_hint(tiny, tmp_path):
-    mark, out = tmp_path / "hang.pid", tmp_path / "rows.jsonl"
-    proc = subprocess.Popen([sys.executable, "-m", "treebench", "check", "--suite", str(tiny), "--backend",
-                             f"{FAULTS}:Hangs", "--out", str(out), "--quiet"], cwd=tmp_path,
+def stop_when_hung(argv, tmp_path: Path, signum: int) -> tuple[int, str]:
+    """Runs `python -m treebench ARGV` with the Hangs backend, sends `signum` once its first pair
+    hangs; (exit code, stderr)."""
+    mark = tmp_path / "hang.pid"
+    proc = subprocess.Popen([sys.executable, "-m", "treebench", *map(str, argv)], cwd=tmp_path,
                             env={**env(), "TREEBENCH_TEST_HANG_MARK": str(mark)}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not mark.exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.1)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signum)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 143, err
+    return proc.returncode, err
+
+
+def test_sigterm_exits_143_with_the_resume_hint(tiny, tmp_path):
+    out = tmp_path / "rows.jsonl"
+    out.touch()                           # there before: kept, and named with the commands that resume or clean up
+    code, err = stop_when_hung(["check", "--suite", tiny, "--backend", f"{FAULTS}:Hangs", "--out", out, "--quiet"],
+                               tmp_path, signal.SIGTERM)
+    assert code == 143, err
     line = err.strip().splitlines()[-1]
     assert re.fullmatch(rf"treebench: terminated \(SIGTERM\); rows already written are kept in {re.escape(str(out))}, "
                         rf"run_id (\S+); to finish, run the same command with --out {re.escape(str(out))} --resume, "
                         rf"or remove them with treebench rm {re.escape(str(out))} --run-id \1", line), line
+    assert out.exists()
+
+
+@pytest.mark.parametrize("argv", [["run", "--backends", f"{FAULTS}:Hangs", "--isolate", "--report", "r.html"],
+                                  ["check", "--backend", f"{FAULTS}:Hangs"]])
+def test_ctrl_c_before_the_first_row_removes_the_results_file_the_sweep_created(tiny, tmp_path, argv):
+    """Ctrl-C while the first pair runs (in a worker under --isolate, or in the process): no row
+    was written, so the --out file that the run or check created is removed, and the line says so."""
+    out = tmp_path / "d" / "rows.jsonl"
+    code, err = stop_when_hung([*argv, "--suite", tiny, "--out", out, "--quiet"], tmp_path, signal.SIGINT)
+    assert code == 130, err
+    assert err.strip().splitlines()[-1] == (f"treebench: interrupted before any row was written: the empty results "
+                                            f"file {out} it had created is removed"), err
+    assert not out.exists() and not list(out.parent.glob("*.jsonl*"))
 
 
 @pytest.mark.parametrize("argv, code", [

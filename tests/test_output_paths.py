@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from treebench.harness.cli.common import safe_name
 from treebench.harness.cli.main import main
-from treebench.harness.store.rows import SCHEMA, append_row
+from treebench.harness.store.rows import SCHEMA, append_row, read_rows
 
 TINY = """
 [suite]
@@ -282,9 +282,47 @@ def test_interrupt_names_the_results_file_and_how_to_resume(tiny, tmp_path, caps
         raise KeyboardInterrupt
     monkeypatch.setattr(treebench.harness.sweep.execute, "execute", interrupted)
     out = tmp_path / "r.jsonl"
+    append_row(out, _row(0))              # an earlier run's row
     assert main(["run", "--suite", str(tiny), "--backends", "reference", "--out", str(out), "--quiet"]) == 130
     err = capsys.readouterr().err
     assert f"rows already written are kept in {out}" in err and f"--out {out} --resume" in err
+    assert len(read_rows([out])) == 1
+
+
+@pytest.mark.parametrize("command, backend", [("run", "--backends"), ("check", "--backend")])
+@pytest.mark.parametrize("stop", ["interrupt", "full disk", "bad input"])
+@pytest.mark.parametrize("existed", [False, True])
+def test_a_results_file_created_by_a_sweep_that_wrote_no_row_is_removed(tiny, tmp_path, capsys, monkeypatch,
+                                                                        command, backend, stop, existed):
+    """Stopped before its first row (Ctrl-C, a full disk, an error), run and check remove the
+    --out file they created, and say so; a file that was there before is kept, empty or not."""
+    import errno
+
+    import treebench.harness.sweep.execute
+    from treebench.harness.errors import ConfigError
+
+    def stopped(cases, backends, opts, console):
+        if stop == "interrupt":
+            raise KeyboardInterrupt
+        if stop == "full disk":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        raise ConfigError("refused")
+    monkeypatch.setattr(treebench.harness.sweep.execute, "execute", stopped)
+    out = tmp_path / "r.jsonl"
+    if existed:
+        out.touch()
+    code = main([command, "--suite", str(tiny), backend, "reference", "--out", str(out), "--quiet"])
+    assert code == (130 if stop == "interrupt" else 2)
+    assert {p.name for p in tmp_path.iterdir()} == {"tiny.toml", *["r.jsonl"] * existed}
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    line = lines[0]
+    if stop == "bad input":
+        assert line == "treebench: error: refused"
+    elif existed:
+        assert f"rows already written are kept in {out}" in line and f"--out {out} --resume" in line, line
+    else:
+        assert f"before any row was written: the empty results file {out} it had created is removed" in line, line
 
 
 @pytest.mark.parametrize("command, backend", [("run", "--backends"), ("check", "--backend")])

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from treebench.harness.cli.common import (
     CONSOLE,
+    CREATED_OUT,
     OUTCOME,
     add_sweep_options,
     check_suite_arg,
@@ -74,6 +75,7 @@ def run(args) -> int:
     opts = replace(opts, run=replace(opts.run, run_id=run_id))
     out = claim_results(args.out, run_id, args.dry_run) if args.out else None
     result = execute(suite.cases, [backend], replace(opts, out=out), CONSOLE)
+    CREATED_OUT[0] = None   # the sweep is over: its file holds what it wrote, kept whatever follows
     if args.dry_run:
         print_plan(suite, [backend], result)
         return dry_run_code(result, args.allow_skip)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import os
 import re
 import statistics
 import sys
@@ -92,6 +93,7 @@ FAILED = ("mismatch", "error")   # row statuses that make run / check exit 1
 NOTHING_RAN = 3                  # exit code of a run / check in which no pair ran (without --allow-skip)
 ACTIVE_OUT: list[Path | None] = [None]   # the results file of the run/check in progress (for Ctrl-C)
 ACTIVE_RUN_ID: list[str | None] = [None]  # the run_id its rows carry (for Ctrl-C: rm --run-id takes it)
+CREATED_OUT: list[Path | None] = [None]  # ACTIVE_OUT when this run/check created it (removed if it stops before a row)
 OUTCOME: list[int | None] = [None]       # the exit code run/check decided on, kept if stdout closes early
 TIMERS = MODES
 L2_STATES = ("cold", "warm")  # run --l2: cold flushes the L2 before every timed call (flush_l2), warm does not
@@ -161,16 +163,21 @@ def claim_results(path: str | Path, run_id: str, dry_run: bool) -> Path:
     """`check_writable(path)` for the results file of a run or check (a dry run creates nothing),
     kept with the run_id its rows carry for the line after an interrupt or a full disk
     (ACTIVE_OUT, ACTIVE_RUN_ID: the --resume hint and the `treebench rm --run-id` that removes
-    the rows); returns the path.
+    the rows), and in CREATED_OUT when this call created the file: main() removes it again if
+    the sweep stops (an interrupt, an error) before its first row; returns the path. Under
+    torchrun the ranks write rank files first, so the file is never marked for removal there.
 
     Raises:
-        ConfigError: as check_writable.
+        ConfigError: as check_writable; a malformed torchrun environment.
     """
     from treebench.harness.store.paths import check_writable
+    from treebench.harness.sweep.shard import torchrun_rank
 
+    ours = not os.path.lexists(path) and torchrun_rank() is None   # a dangling link is not ours either
     out = check_writable(path, not dry_run)
     if not dry_run:
         ACTIVE_OUT[0], ACTIVE_RUN_ID[0] = out, run_id
+        CREATED_OUT[0] = out if ours else None
     return out
 
 

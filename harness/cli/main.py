@@ -17,7 +17,8 @@ check --out wrote, which `rm --run-id` takes); 139 (or 128 + another fatal
 signal) a crash, after a line naming the backend and case in flight; 141 stdout
 closed (a pipe's reader exited) before the output was written, except for run
 and check, which keep the exit code of their rows. Result files are only ever appended to
-(except by `rm`).
+(except by `rm`); a results file that a run or check created is removed again when it
+stops (an interrupt, an error) before its first row.
 """
 
 from __future__ import annotations
@@ -229,11 +230,11 @@ def main(argv: list[str] | None = None) -> int:
     and exits with the code the command had decided on (run, check), else 141.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID, OUTCOME
+    from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID, CREATED_OUT, OUTCOME
     from treebench.harness.run.inflight import enable_crash_report
 
     enable_crash_report()   # a segfault prints the stack, whose frames name the pair in flight
-    OUTCOME[0] = ACTIVE_OUT[0] = ACTIVE_RUN_ID[0] = None
+    OUTCOME[0] = ACTIVE_OUT[0] = ACTIVE_RUN_ID[0] = CREATED_OUT[0] = None
     previous = _install(signal.SIGTERM, _on_sigterm)
     try:
         name, args = _parse(argv)
@@ -256,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         return _disk_full(e)
     finally:
+        _drop_unwritten_out()   # an error or a crash of the sweep: a file it created and left empty goes
         if previous is not None:
             _install(signal.SIGTERM, previous)
 
@@ -277,6 +279,27 @@ def _install(signum: int, handler):
         return None
 
 
+def _drop_unwritten_out() -> Path | None:
+    """Removes the results file the run or check created (CREATED_OUT) when the sweep stopped
+    before its first row reached it (the file is still empty); returns it, else None. A file
+    that was there before the run, or that holds anything, is left as it is. Raises nothing."""
+    from treebench.harness.cli.common import CREATED_OUT
+
+    path, CREATED_OUT[0] = CREATED_OUT[0], None
+    try:
+        if path is None or path.stat().st_size:
+            return None
+        path.unlink()
+    except OSError:
+        return None
+    return path
+
+
+def _removed(out: Path) -> str:
+    """What the line says of a results file that `_drop_unwritten_out` removed."""
+    return f"before any row was written: the empty results file {out} it had created is removed"
+
+
 def _kept_rows(out: Path, run_id: str | None, then: str) -> str:
     """Where the rows written so far are kept and the commands that finish or remove them:
     " in OUT, run_id ID; THEN the same command with --out OUT --resume, or remove them with
@@ -289,14 +312,16 @@ def _kept_rows(out: Path, run_id: str | None, then: str) -> str:
 
 def _interrupted(terminated: bool) -> int:
     """The one line after Ctrl-C or SIGTERM, with the --resume hint while rows were being written
-    (run, check --out), the run_id those rows carry and the `treebench rm` that removes them."""
+    (run, check --out), the run_id those rows carry and the `treebench rm` that removes them; or,
+    stopped before the first row, that the results file it had created is removed."""
     from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID
 
-    out, run_id = ACTIVE_OUT[0], ACTIVE_RUN_ID[0]
+    out, run_id, removed = ACTIVE_OUT[0], ACTIVE_RUN_ID[0], _drop_unwritten_out()
     where = "" if out is None else _kept_rows(out, run_id, "to finish, run")
     what = "terminated (SIGTERM)" if terminated else "interrupted"
     try:
-        sys.stderr.write(f"{PROG}: {what}; rows already written are kept{where}\n")
+        sys.stderr.write(f"{PROG}: {what} {_removed(removed)}\n" if removed else
+                         f"{PROG}: {what}; rows already written are kept{where}\n")
     except OSError:
         pass
     return TERMINATED if terminated else INTERRUPTED
@@ -306,12 +331,14 @@ def _disk_full(e: OSError) -> int:
     """The one line when a write finds no space (ENOSPC, EDQUOT): what could not be written, that
     the rows before it are kept (a torn last line is set apart and skipped when the file is read),
     and while rows were being written (run, check --out) the run_id they carry with the --resume
-    hint and the `treebench rm` that removes them; exit 2."""
+    hint and the `treebench rm` that removes them, or, before the first row, that the results
+    file it had created is removed; exit 2."""
     from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID
 
-    out = ACTIVE_OUT[0]
+    out, removed = ACTIVE_OUT[0], _drop_unwritten_out()
     what = e.filename or out or "a file"
     where = ("; what was written before is kept" if out is None else
+             f"; stopped {_removed(removed)}; free space, then run the same command again" if removed else
              "; rows already written are kept" + _kept_rows(out, ACTIVE_RUN_ID[0], "free space, then run"))
     try:
         sys.stderr.write(f"{PROG}: error: could not write {what}: {e.strerror or e}{where}\n")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from treebench.harness.cli.common import (
     CONSOLE,
+    CREATED_OUT,
     L2_STATES,
     OUTCOME,
     TIMERS,
@@ -195,6 +196,7 @@ def run(args) -> int:
     out = claim_results(out_path, stamp_text, args.dry_run)
     opts = replace(opts, out=out)
     result = execute(suite.cases, backends, opts, CONSOLE)
+    CREATED_OUT[0] = None   # the sweep is over: its file holds what it wrote, kept whatever follows
     if args.dry_run:
         print_plan(suite, backends, result)
         return dry_run_code(result, args.allow_skip)
