@@ -274,12 +274,26 @@ def test_different_env_is_refused_unless_allowed(tmp_path, capsys):
     assert "Env differences (allowed)" in capsys.readouterr().out
 
 
-def test_missing_env_file_is_refused(tmp_path):
-    other = tmp_path / "noenv"
-    other.mkdir()
-    shutil.copy(RERUN / "seed.jsonl", other / "seed.jsonl")
-    with pytest.raises(ConfigError, match="not found beside its results"):
-        gate_cmd.run(_args("--baseline", str(BASE), "--candidate", str(other)))
+@pytest.mark.parametrize("side", ["--baseline", "--candidate"])
+@pytest.mark.parametrize("named", ["folder", "file"])
+def test_a_missing_env_file_is_named_with_its_env_id_and_results_file(tmp_path, capsys, side, named):
+    """Rows whose env-<id>.json is not beside them: one line saying which env file is missing next
+    to which results file (exit 2), not that the fingerprints differ; --allow-env-mismatch compares."""
+    cli = pytest.importorskip("treebench.harness.cli.main")
+    noenv = tmp_path / "noenv"
+    noenv.mkdir()
+    given = {"--baseline": BASE, "--candidate": RERUN}
+    rows = shutil.copy(given[side] / "seed.jsonl", noenv / "seed.jsonl")
+    (env_id,) = {r["env"] for r in read_rows([rows])}
+    given[side] = noenv if named == "folder" else rows
+    argv = ["gate", *(str(a) for flag in given.items() for a in flag)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [(f"treebench: error: gate {side}: the env file for env id {env_id} is missing next to {rows} "
+                    f"(env-{env_id}.json, which the run wrote beside its rows); copy it there, or pass "
+                    "--allow-env-mismatch to compare without it")], err
+    assert cli.main([*argv, "--allow-env-mismatch"]) == 0
+    assert "not found beside its results" in capsys.readouterr().out
 
 
 def test_missing_results_path(tmp_path):

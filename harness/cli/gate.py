@@ -1,7 +1,7 @@
 """`treebench gate --baseline A --candidate B`: the regression gate as a command.
 
-Reads both sides' rows and env fingerprints from the store, refuses env fingerprints
-that differ unless `--allow-env-mismatch`, compares them
+Reads both sides' rows and env fingerprints from the store, refuses rows whose env file
+is missing and env fingerprints that differ unless `--allow-env-mismatch`, compares them
 (`treebench.harness.analyze.gate.compare_runs`) and writes the Markdown summary on
 stdout (fit for `$GITHUB_STEP_SUMMARY`), optionally appended to `--summary` and as
 JUnit XML to `--junit` (`treebench.harness.analyze.gate_render`). Exit 0 pass, 1 fail
@@ -12,6 +12,7 @@ input (a ConfigError, turned into one line by `treebench.harness.cli.main`).
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 from collections.abc import Sequence
@@ -143,13 +144,44 @@ def _refuse_shared_runs(base_rows: Sequence[dict], cand_rows: Sequence[dict]) ->
                           "compare a run with itself and pass: give the baseline's and a new run's results")
 
 
+def _refuse_missing_env(paths: Sequence[str], rows: Sequence[dict], envs: dict[str, dict], flag: str) -> None:
+    """Refuses rows whose env fingerprint file (env-<id>.json) is not beside them: comparing
+    fingerprints would report as a difference what is only a file not copied along.
+
+    Raises:
+        ConfigError: names the first missing env id and a results file whose rows carry it.
+    """
+    missing = sorted({r["env"] for r in rows if r.get("env")} - envs.keys())
+    if missing:
+        env_id, more = missing[0], f" (and {len(missing) - 1} more env ids)" if len(missing) > 1 else ""
+        raise ConfigError(f"gate {flag}: the env file for env id {env_id} is missing next to "
+                          f"{_holder(paths, env_id)}{more} (env-{env_id}.json, which the run wrote beside its rows); "
+                          "copy it there, or pass --allow-env-mismatch to compare without it")
+
+
+def _holder(paths: Sequence[str], env_id: str) -> Path:
+    """The first results file of `paths` holding a row of env `env_id` (else the first file)."""
+    files = result_files(paths)
+    for f in files:
+        with open(f, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                try:
+                    row = json.loads(line) if env_id in line else None
+                except (json.JSONDecodeError, RecursionError):   # a torn line: the readers skipped it
+                    continue
+                if isinstance(row, dict) and row.get("env") == env_id:
+                    return f
+    return files[0]
+
+
 def run(args: argparse.Namespace) -> int:
     """Runs the gate; returns 0 (pass) or 1 (slower or correctness loss).
 
     Raises:
         ConfigError: bad flags (a --backends naming nothing, or a backend in neither side's
-            rows), unreadable results, a results file on both sides, or env fingerprints that
-            differ without --allow-env-mismatch (the CLI exits 2).
+            rows), unreadable results, a results file on both sides, or, without
+            --allow-env-mismatch, an env file missing beside its rows or env fingerprints that
+            differ (the CLI exits 2).
     """
     config = GateConfig(_fraction(str(args.threshold)), args.alpha, args.min_samples,
                         bool(getattr(args, "allow_missing", False)))
@@ -174,6 +206,9 @@ def run(args: argparse.Namespace) -> int:
                               f"{', '.join(sorted(present))}")
         base_rows = _only(base_rows, backends, args.baseline, "--baseline")
         cand_rows = _only(cand_rows, backends, args.candidate, "--candidate")
+    if not args.allow_env_mismatch:
+        _refuse_missing_env(args.baseline, base_rows, base_envs, "--baseline")
+        _refuse_missing_env(args.candidate, cand_rows, cand_envs, "--candidate")
     notes = env_differences(base_envs, cand_envs, base_rows, cand_rows)
     if notes and not args.allow_env_mismatch:
         raise ConfigError(f"gate: env fingerprints differ ({'; '.join(notes)}); compare runs from the same "
