@@ -20,7 +20,7 @@ from treebench.harness.store import rows as store
 from treebench.harness.store.env import env_fingerprint, env_id_of, read_envs, write_env
 from treebench.harness.store.paths import check_writable
 from treebench.harness.store.remove import remove_rows
-from treebench.harness.store.rows import SCHEMA, append_row, migrate_row, new_run_id, read_rows
+from treebench.harness.store.rows import SCHEMA, append_row, find_row, migrate_row, new_run_id, read_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -110,6 +110,28 @@ def test_read_rows_takes_folders_and_rejects_missing_paths(tmp_path):
         read_rows([tmp_path / "nope.jsonl"])
     with pytest.raises(ConfigError, match="/dev/null: is not a regular file"):   # it exists: not "not found"
         read_rows(["/dev/null"])
+
+
+def test_find_row_names_the_file_and_line_of_the_first_match(tmp_path):
+    """The one search the readers name a row's file and line with (a bad row, a row of a missing
+    env): files in read_rows' order, folders expanded, lines counted over torn and blank lines,
+    older rows matched as migrated, None when no row matches."""
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    first.write_text(json.dumps(_row(0)) + "\n")
+    second.write_text('{"schema": 2, "run_id": "r", "backe\n' + "\n"          # a torn line, a blank one
+                      + json.dumps({**_row(1), "schema": 1, "backend": "triton_causal"}) + "\n"
+                      + json.dumps(_row(2, env="e9")) + "\n")
+    hit = find_row([tmp_path], lambda r: r.get("env") == "e9")
+    assert hit is not None and (hit.path, hit.line, hit.row["case_id"]) == (second, 4, "c2")
+    hit = find_row([tmp_path], lambda r: r.get("mask_kind") == "causal")       # schema 1: mask_kind migrated
+    assert hit is not None and (hit.path, hit.line) == (second, 3)
+    assert find_row([second, first], lambda r: r["backend"] == "b").path == second
+    assert find_row([first, second], lambda r: r["backend"] == "b").path == first
+    hit = find_row([tmp_path], lambda r: True, containing="e9")                 # only lines holding e9 parsed
+    assert hit is not None and hit.line == 4
+    assert find_row([tmp_path], lambda r: r["case_id"] == "c7") is None
+    with pytest.raises(ConfigError, match="nope.jsonl: not found"):
+        find_row([tmp_path / "nope.jsonl"], lambda r: True)
 
 
 def test_check_writable_refuses_a_directory(tmp_path):

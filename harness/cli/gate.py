@@ -12,7 +12,6 @@ input (a ConfigError, turned into one line by `treebench.harness.cli.main`).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 from collections.abc import Sequence
@@ -24,7 +23,7 @@ from treebench.harness.cli.common import emit
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.env import read_envs
 from treebench.harness.store.paths import check_output_path, refuse_input_path
-from treebench.harness.store.rows import paused_gc, result_files
+from treebench.harness.store.rows import find_row, paused_gc, result_files
 from treebench.harness.store.validate import read_checked_rows
 
 log = logging.getLogger(__name__)
@@ -161,17 +160,8 @@ def _refuse_missing_env(paths: Sequence[str], rows: Sequence[dict], envs: dict[s
 
 def _holder(paths: Sequence[str], env_id: str) -> Path:
     """The first results file of `paths` holding a row of env `env_id` (else the first file)."""
-    files = result_files(paths)
-    for f in files:
-        with open(f, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                try:
-                    row = json.loads(line) if env_id in line else None
-                except (json.JSONDecodeError, RecursionError):   # a torn line: the readers skipped it
-                    continue
-                if isinstance(row, dict) and row.get("env") == env_id:
-                    return f
-    return files[0]
+    found = find_row(paths, lambda r: r.get("env") == env_id, containing=env_id)
+    return found.path if found else result_files(paths)[0]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ descriptor, then fsync'd: a killed run loses at most the row in flight, and
 existing files are never truncated. A row is identified by ``row_key``:
 (case_id, backend, env); ``stored_keys`` gives the keys a ``--resume`` skips.
 ``row_l2_flushed`` reads a row's L2 state, older rows (no ``l2_flushed``) included.
+``find_row`` names the file and line of a row, for the readers' one-line messages.
 
 Schema history (asv's ``api_version`` and ``update_to_2``): ``read_rows`` upgrades
 every older row with `migrate_row`, so old files stay readable, and refuses a row
@@ -37,6 +38,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import NamedTuple
 
 from treebench.harness.errors import ConfigError
 
@@ -317,3 +319,38 @@ def _checked_row(row: object, f: Path, n: int) -> dict:
         raise ConfigError(f"results file {f}:{n}: schema {got}, newer than this treebench reads ({SCHEMA}); "
                           "upgrade treebench to read it")
     return migrate_row(row)
+
+
+class RowPlace(NamedTuple):
+    """Where a row is: its results file and 1-based line, and the row as read_rows gives it."""
+
+    path: Path   # the results file
+    line: int    # 1-based line number in it
+    row: dict    # the row, migrated to SCHEMA
+
+
+def find_row(paths, match: Callable[[dict], bool], containing: str | None = None) -> RowPlace | None:
+    """The first row of `paths` (files, or folders of them, in read_rows' order) for which
+    match(row) is true, else None; what a reader names in its message (the file of a bad row,
+    of a row of a missing env). Torn lines and rows of an unknown schema are passed over, as
+    read_rows refuses or skips them; only lines holding the text `containing` (when given) are
+    parsed: a cheap filter for a rare value in a large file.
+
+    Raises:
+        ConfigError: as result_files, for a path that does not exist.
+    """
+    for f in result_files(paths):
+        with open(f, encoding="utf-8", errors="replace") as fh:
+            for n, line in enumerate(fh, start=1):
+                if containing is not None and containing not in line:
+                    continue
+                try:
+                    row = json.loads(line)
+                except (json.JSONDecodeError, RecursionError):   # a torn line: read_rows skipped it
+                    continue
+                if not isinstance(row, dict) or not is_known_schema(row.get("schema")):
+                    continue
+                row = migrate_row(row)
+                if match(row):
+                    return RowPlace(f, n, row)
+    return None

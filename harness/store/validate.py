@@ -3,13 +3,12 @@ rely on checked (`row_problem`), and (gate, report) a row read twice (a file giv
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Sequence
 
 from treebench.harness.errors import ConfigError
-from treebench.harness.store.rows import STATUSES, read_rows, result_files
+from treebench.harness.store.rows import STATUSES, find_row, read_rows
 
 REQUIRED_FIELDS = {"backend": str, "case": dict, "case_id": str, "status": str}
 # case axes the report's tables and plots group rows by
@@ -79,18 +78,11 @@ def validated_rows(paths: Sequence[str], command: str, case_axes: bool = False,
     rows = read_rows(paths, require_rows=require_rows)
     if all(row_problem(r, case_axes) is None for r in rows):
         return rows
-    for f in result_files(paths):  # find where the bad row is, for the message
-        with open(f, encoding="utf-8", errors="replace") as fh:
-            for n, line in enumerate(fh, start=1):
-                try:
-                    row = json.loads(line)
-                except (json.JSONDecodeError, RecursionError):   # a torn line: read_rows skipped it
-                    continue
-                problem = row_problem(row, case_axes) if isinstance(row, dict) else None
-                if problem:
-                    raise ConfigError(f"{command}: results file {f}:{n}: {problem}; every row needs "
-                                      f"{', '.join(REQUIRED_FIELDS)} (case a JSON object), as `treebench run` writes")
-    raise ConfigError(f"{command}: a result row lacks one of {', '.join(REQUIRED_FIELDS)}")
+    bad = find_row(paths, lambda r: row_problem(r, case_axes) is not None)   # where it is, for the message
+    if bad is None:
+        raise ConfigError(f"{command}: a result row lacks one of {', '.join(REQUIRED_FIELDS)}")
+    raise ConfigError(f"{command}: results file {bad.path}:{bad.line}: {row_problem(bad.row, case_axes)}; every row "
+                      f"needs {', '.join(REQUIRED_FIELDS)} (case a JSON object), as `treebench run` writes")
 
 
 def drop_repeated_rows(rows: list[dict], command: str) -> list[dict]:
