@@ -198,6 +198,48 @@ def test_report_shows_gate_verdicts_and_mismatch_worst_element(slow_report):
     assert "tree of 40 nodes exceeds the backend&#39;s maximum 32" in html
 
 
+@pytest.mark.parametrize("side", ["baseline", "candidate"])
+def test_against_a_results_file_without_its_env_file_is_reported_with_a_line_naming_it(tmp_path, capsys, side):
+    """An env-<id>.json not copied along is no fingerprint difference: the report is written, and
+    a line on the terminal and in the gate section names the env id and the results file."""
+    from html import escape
+
+    from treebench.harness.cli.main import main
+
+    noenv = tmp_path / "noenv"
+    noenv.mkdir()
+    rows = Path(shutil.copy((BASE if side == "baseline" else SLOW) / "seed.jsonl", noenv / "seed.jsonl"))
+    (env_id,) = {r["env"] for r in read_rows([rows])}
+    base, cand = (noenv, SLOW) if side == "baseline" else (BASE, rows)
+    out = tmp_path / "r.html"
+    assert main(["report", str(cand), "-o", str(out), "--against", str(base)]) == 0
+    line = (f"{side}: the env file for env id {env_id} is missing next to {rows} (env-{env_id}.json, which the "
+            "run wrote beside its rows); its rows were compared without their env fingerprint")
+    err = capsys.readouterr().err
+    assert f"report --against: {line}\n" in err and "fingerprints differ" not in err, err
+    html = out.read_text()
+    assert html.count(escape(line)) == 1 and html.count("slower</span>") == 36
+
+
+def test_against_env_fingerprints_that_differ_are_refused_beside_a_missing_env_file(tmp_path, capsys):
+    """The baseline's env file found differs from the candidate's: refused (exit 2, no page), even
+    when another env file is missing; that one is not what the line calls a difference."""
+    from treebench.harness.cli.main import main
+
+    other = Path(shutil.copytree(BASE, tmp_path / "other"))
+    for f in other.glob("env-*.json"):
+        f.write_text(json.dumps({**json.loads(f.read_text()), "driver": "575.51.03"}))
+    noenv = tmp_path / "noenv"
+    noenv.mkdir()
+    (noenv / "slow.jsonl").write_text("".join(json.dumps({**r, "env": "0123456789ab"}) + "\n" for r in read_rows(SLOW)))
+    out = tmp_path / "r.html"
+    assert main(["report", str(SLOW), str(noenv / "slow.jsonl"), "-o", str(out), "--against", str(other)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["treebench: error: report --against: env fingerprints differ (driver: 575.51.03 -> 570.124.06); "
+                   "pass --allow-env-mismatch to compare anyway"], err
+    assert not out.exists()
+
+
 def test_seed_table_has_the_seed_layout(slow_report):
     html = slow_report.read_text()
     head = re.search(r"Markdown of this table.*?<pre>(.*?)\n", html, re.S).group(1)

@@ -109,6 +109,7 @@ class GateResult:
     verdicts: tuple[Verdict, ...]
     config: GateConfig
     env_notes: tuple[str, ...] = ()        # env differences that were allowed
+    env_missing: tuple[str, ...] = ()      # env files missing beside their rows: those fingerprints not compared
 
     @property
     def comparable(self) -> int:

@@ -21,9 +21,9 @@ from treebench.harness.analyze.gate import GateConfig, compare_runs, env_differe
 from treebench.harness.analyze.gate_render import junit_xml, markdown
 from treebench.harness.cli.common import emit
 from treebench.harness.errors import ConfigError
-from treebench.harness.store.env import read_envs
+from treebench.harness.store.env import missing_env_line, read_envs
 from treebench.harness.store.paths import check_output_path, refuse_input_path
-from treebench.harness.store.rows import find_row, paused_gc, result_files
+from treebench.harness.store.rows import paused_gc, result_files
 from treebench.harness.store.validate import read_checked_rows
 
 log = logging.getLogger(__name__)
@@ -150,18 +150,9 @@ def _refuse_missing_env(paths: Sequence[str], rows: Sequence[dict], envs: dict[s
     Raises:
         ConfigError: names the first missing env id and a results file whose rows carry it.
     """
-    missing = sorted({r["env"] for r in rows if r.get("env")} - envs.keys())
-    if missing:
-        env_id, more = missing[0], f" (and {len(missing) - 1} more env ids)" if len(missing) > 1 else ""
-        raise ConfigError(f"gate {flag}: the env file for env id {env_id} is missing next to "
-                          f"{_holder(paths, env_id)}{more} (env-{env_id}.json, which the run wrote beside its rows); "
-                          "copy it there, or pass --allow-env-mismatch to compare without it")
-
-
-def _holder(paths: Sequence[str], env_id: str) -> Path:
-    """The first results file of `paths` holding a row of env `env_id` (else the first file)."""
-    found = find_row(paths, lambda r: r.get("env") == env_id, containing=env_id)
-    return found.path if found else result_files(paths)[0]
+    line = missing_env_line(paths, rows, envs)
+    if line:
+        raise ConfigError(f"gate {flag}: {line}; copy it there, or pass --allow-env-mismatch to compare without it")
 
 
 def run(args: argparse.Namespace) -> int:

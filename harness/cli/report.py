@@ -2,7 +2,8 @@
 
 Reads the rows and env fingerprints of RESULTS from the store, checks the output path
 (an .html file that is not one of the inputs), optionally runs the gate against
-`--against`'s baseline results, and writes the page with
+`--against`'s baseline results (rows whose env file is missing compared with a line
+naming it), and writes the page with
 `treebench.harness.analyze.report.write_report`; prints the page's path. Exit 0, or 2
 on bad input (a ConfigError, turned into one line by `treebench.harness.cli.main`).
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from treebench.harness.analyze.gate import GateConfig, GateResult, compare_runs, env_differences
@@ -20,7 +22,7 @@ from treebench.harness.analyze.report import DEFAULT_BASELINES, write_report
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.paths import check_output_path, refuse_non_html
 from treebench.harness.store.validate import read_checked_rows
-from treebench.harness.store.env import read_envs
+from treebench.harness.store.env import missing_env_line, read_envs
 
 log = logging.getLogger(__name__)
 
@@ -99,10 +101,29 @@ def _speculation(args: argparse.Namespace, rows: list[dict]) -> str:
 
 
 def _gate(args: argparse.Namespace, rows: list[dict], envs: dict[str, dict]) -> GateResult:
-    """GateResult of these rows against --against's baseline results."""
+    """GateResult of these rows against --against's baseline results. Rows whose env file is
+    missing (not copied along) are compared, and a line on the terminal and in the gate section
+    says so: the env fingerprints compared are those found.
+
+    Raises:
+        ConfigError: unreadable baseline results, or, without --allow-env-mismatch, env
+            fingerprints that differ.
+    """
     base_rows, base_envs = read_checked_rows(args.against, "report --against", case_axes=True), read_envs(args.against)
-    notes = env_differences(base_envs, envs, base_rows, rows)
+    notes = env_differences(base_envs, envs, _with_env_file(base_rows, base_envs), _with_env_file(rows, envs))
     if notes and not args.allow_env_mismatch:
         raise ConfigError(f"report --against: env fingerprints differ ({'; '.join(notes)}); "
                           "pass --allow-env-mismatch to compare anyway")
-    return compare_runs(base_rows, rows, GateConfig(), notes)
+    missing = []
+    for side, paths, side_rows, side_envs in (("baseline", args.against, base_rows, base_envs),
+                                              ("candidate", args.results, rows, envs)):
+        line = missing_env_line(paths, side_rows, side_envs)
+        if line:
+            missing.append(f"{side}: {line}; its rows were compared without their env fingerprint")
+            log.warning("report --against: %s", missing[-1])
+    return replace(compare_runs(base_rows, rows, GateConfig(), notes), env_missing=tuple(missing))
+
+
+def _with_env_file(rows: list[dict], envs: dict[str, dict]) -> list[dict]:
+    """`rows` but those naming an env whose fingerprint file is missing (`missing_env_line` names it)."""
+    return [r for r in rows if not r.get("env") or r["env"] in envs]

@@ -1,7 +1,7 @@
 """The env fingerprint: the machine and software a run measured on, one file per env beside the results.
 
 A run writes ``env-<env_id>.json`` beside its results file; every row names its env
-by ``env``. `env_id_of` hashes the fingerprint's stable fields: two runs with the
+by ``env`` (`missing_env_line` names an env whose file was not copied along). `env_id_of` hashes the fingerprint's stable fields: two runs with the
 same env_id measured on the same GPU, driver, CPU, thread settings and software,
 so their timings compare. The peak bandwidth and the dense bf16 matrix rate are measured
 by the caller (`treebench.harness.timing.bandwidth.measure_peak_bandwidth`,
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from treebench.harness.errors import ConfigError
+from treebench.harness.store.rows import find_row, result_files
 
 if TYPE_CHECKING:
     import torch  # imported where used: readers of env files (gate, report, merge) need no torch
@@ -189,3 +190,22 @@ def read_envs(paths) -> dict[str, dict]:
         envs[env["env_id"]] = env
     return envs
 
+
+
+def missing_env_line(paths, rows, envs: dict[str, dict]) -> str | None:
+    """One line naming the first env id of `rows` whose env file is not among `envs` (env-<id>.json
+    not beside the rows) and a results file of `paths` holding a row of it (`find_row`), with how
+    many more env ids lack theirs; None when none does. A file not copied along is no fingerprint
+    difference: the gate refuses it in these words, the report notes it.
+
+    Raises:
+        ConfigError: as result_files, for a path that does not exist.
+    """
+    missing = sorted({r["env"] for r in rows if r.get("env")} - envs.keys())
+    if not missing:
+        return None
+    env_id, more = missing[0], f" (and {len(missing) - 1} more env ids)" if len(missing) > 1 else ""
+    found = find_row(paths, lambda r: r.get("env") == env_id, containing=env_id)
+    holder = found.path if found else result_files(paths)[0]
+    return (f"the env file for env id {env_id} is missing next to {holder}{more} (env-{env_id}.json, "
+            "which the run wrote beside its rows)")
