@@ -349,15 +349,39 @@ def test_interrupt_names_the_run_id_that_rm_takes(tiny, tmp_path, capsys, monkey
     assert lines[0].endswith(f"--out {out} --resume, or remove them with treebench rm {out} --run-id {seen[0]}")
 
 
-def test_an_interrupted_check_that_writes_no_file_says_nothing_of_rm(tiny, capsys, monkeypatch):
+@pytest.mark.parametrize("command, backend, extra, tail", [
+    ("check", "--backend", [], "check without --out keeps no rows: nothing was written; give --out FILE to keep them"),
+    ("check", "--backend", ["--dry-run"], "a dry run writes no rows: nothing was written"),
+    ("run", "--backends", ["--dry-run"], "a dry run writes no rows: nothing was written"),
+])
+def test_an_interrupted_sweep_that_writes_no_rows_says_nothing_was_written(tiny, capsys, monkeypatch, command,
+                                                                          backend, extra, tail):
+    """Ctrl-C in a check without --out or in a dry run: no rows were written, so the line says that,
+    not that rows are kept, and names no rm."""
     import treebench.harness.sweep.execute
 
     def interrupted(cases, backends, opts, console):
         raise KeyboardInterrupt
     monkeypatch.setattr(treebench.harness.sweep.execute, "execute", interrupted)
-    assert main(["check", "--suite", str(tiny), "--backend", "reference", "--quiet"]) == 130
+    assert main([command, "--suite", str(tiny), backend, "reference", "--quiet", *extra]) == 130
     lines = capsys.readouterr().err.strip().splitlines()
-    assert lines == ["treebench: interrupted; rows already written are kept"], lines
+    assert lines == [f"treebench: interrupted; {tail}"], lines
+
+
+def test_an_interrupted_check_without_out_says_how_far_it_got(tmp_path, capsys):
+    """Stopped in its third pair, a check without --out says so: 2 of the 3 pairs had finished."""
+    suite = tmp_path / "three.toml"
+    suite.write_text(TINY.format(name="three").replace("batch_size = [1]", "batch_size = [1, 2, 3]"))
+    third = tmp_path / "third.py"
+    third.write_text(f"import sys\nsys.path.insert(0, {str(Path(FAULTS).parent)!r})\n"
+                     "from fault_backends import Exact\n\n\nclass StopsThird(Exact):\n    name = 'stops_third'\n\n"
+                     "    def prepare(self, inputs):\n        if len(inputs.context_lens) == 3:   # B 3: the third case\n"
+                     "            raise KeyboardInterrupt\n        return super().prepare(inputs)\n")
+    assert main(["check", "--suite", str(suite), "--backend", f"{third}:StopsThird", "--quiet"]) == 130
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1] == ("treebench: interrupted after 2 of 3 pairs; check without --out keeps no rows: nothing "
+                         "was written; give --out FILE to keep them"), lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["third.py", "three.toml"]
 
 
 def test_backend_option_spellings(tiny, capsys):

@@ -10,6 +10,8 @@ from dataclasses import replace
 from treebench.harness.cli.common import (
     CONSOLE,
     CREATED_OUT,
+    DRY_RUN_WRITES_NOTHING,
+    NOTHING_WRITTEN,
     OUTCOME,
     add_sweep_options,
     check_suite_arg,
@@ -53,6 +55,9 @@ def run(args) -> int:
     from treebench.harness.sweep.execute import execute
     from treebench.harness.sweep.shard import shared_run_id
 
+    if args.dry_run or args.out is None:   # what the line after Ctrl-C says: no rows to keep
+        NOTHING_WRITTEN[0] = (DRY_RUN_WRITES_NOTHING if args.dry_run else
+                              "check without --out keeps no rows: nothing was written; give --out FILE to keep them")
     if args.suite is not None:
         check_suite_arg(args.suite)
         if args.deep:

@@ -13,7 +13,8 @@ unreadable suite, bad --out, bad arguments), reported as ONE line on stderr,
 which every pair was skipped (backend unavailable here, case unsupported), which
 proves nothing, unless --allow-skip; 130 interrupted (Ctrl-C), 143 terminated
 (SIGTERM), both with the --resume hint (and the run_id of the rows a run or a
-check --out wrote, which `rm --run-id` takes); 139 (or 128 + another fatal
+check --out wrote, which `rm --run-id` takes), or where no rows are written (a
+check without --out, a dry run) saying that nothing was, after how many pairs; 139 (or 128 + another fatal
 signal) a crash, after a line naming the backend and case in flight; 141 stdout
 closed (a pipe's reader exited) before the output was written, except for run
 and check, which keep the exit code of their rows. Result files are only ever appended to
@@ -230,11 +231,11 @@ def main(argv: list[str] | None = None) -> int:
     and exits with the code the command had decided on (run, check), else 141.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID, CREATED_OUT, OUTCOME
-    from treebench.harness.run.inflight import enable_crash_report
+    from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID, CREATED_OUT, NOTHING_WRITTEN, OUTCOME
+    from treebench.harness.run.inflight import PROGRESS, enable_crash_report
 
     enable_crash_report()   # a segfault prints the stack, whose frames name the pair in flight
-    OUTCOME[0] = ACTIVE_OUT[0] = ACTIVE_RUN_ID[0] = CREATED_OUT[0] = None
+    OUTCOME[0] = ACTIVE_OUT[0] = ACTIVE_RUN_ID[0] = CREATED_OUT[0] = NOTHING_WRITTEN[0] = PROGRESS[0] = None
     previous = _install(signal.SIGTERM, _on_sigterm)
     try:
         name, args = _parse(argv)
@@ -313,18 +314,34 @@ def _kept_rows(out: Path, run_id: str | None, then: str) -> str:
 def _interrupted(terminated: bool) -> int:
     """The one line after Ctrl-C or SIGTERM, with the --resume hint while rows were being written
     (run, check --out), the run_id those rows carry and the `treebench rm` that removes them; or,
-    stopped before the first row, that the results file it had created is removed."""
-    from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID
+    stopped before the first row, that the results file it had created is removed; or, where no
+    rows are written (check without --out, a dry run), that nothing was, after how many pairs."""
+    from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID, NOTHING_WRITTEN
 
     out, run_id, removed = ACTIVE_OUT[0], ACTIVE_RUN_ID[0], _drop_unwritten_out()
     where = "" if out is None else _kept_rows(out, run_id, "to finish, run")
     what = "terminated (SIGTERM)" if terminated else "interrupted"
+    if removed:
+        line = f"{what} {_removed(removed)}"
+    elif out is None and NOTHING_WRITTEN[0]:
+        line = f"{what}{_pairs_done()}; {NOTHING_WRITTEN[0]}"
+    else:
+        line = f"{what}; rows already written are kept{where}"
     try:
-        sys.stderr.write(f"{PROG}: {what} {_removed(removed)}\n" if removed else
-                         f"{PROG}: {what}; rows already written are kept{where}\n")
+        sys.stderr.write(f"{PROG}: {line}\n")
     except OSError:
         pass
     return TERMINATED if terminated else INTERRUPTED
+
+
+def _pairs_done() -> str:
+    """' after N of M pairs' of the sweep in progress (treebench.harness.run.inflight.PROGRESS),
+    '' before its runner started."""
+    from treebench.harness.cli.common import plural
+    from treebench.harness.run.inflight import PROGRESS
+
+    done = PROGRESS[0]
+    return "" if done is None else f" after {done[0]} of {plural(done[1], 'pair')}"
 
 
 def _disk_full(e: OSError) -> int:

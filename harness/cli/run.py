@@ -17,7 +17,9 @@ from pathlib import Path
 from treebench.harness.cli.common import (
     CONSOLE,
     CREATED_OUT,
+    DRY_RUN_WRITES_NOTHING,
     L2_STATES,
+    NOTHING_WRITTEN,
     OUTCOME,
     TIMERS,
     add_suite_argument,
@@ -175,6 +177,8 @@ def run(args) -> int:
     from treebench.harness.run.loading import resolve_backends
     from treebench.harness.sweep.execute import execute
 
+    if args.dry_run:
+        NOTHING_WRITTEN[0] = DRY_RUN_WRITES_NOTHING   # what the line after Ctrl-C says
     for names in (("--backends", "--backend"), ("--timer",), ("--l2",)):
         given_once(getattr(args, "argv", None), names)
     check_suite_arg(args.suite)

@@ -1,4 +1,5 @@
-"""The pair in flight, named where a crash can still say it.
+"""The pair in flight, named where a crash can still say it; and how far the sweep got
+(`PROGRESS`), for the line after an interrupt.
 
 A backend that segfaults (or aborts, or dies of any fatal signal) outside
 ``--isolate`` takes the whole process with it: no Python code runs after the
@@ -34,6 +35,9 @@ from typing import TypeVar
 R = TypeVar("R")
 
 ISOLATE_HINT = "rerun with --isolate to make a crash an error row and go on"
+# (pairs finished, pairs this process runs) of the sweep in progress, set by the runner; None before
+# it starts. The CLI's line after Ctrl-C says it where no results file holds the rows (check without --out).
+PROGRESS: list[tuple[int, int] | None] = [None]
 
 
 def crash_label(backend: str, case_id: str) -> str:

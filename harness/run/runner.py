@@ -23,7 +23,7 @@ from rich.console import Console
 from treebench.harness.model.cases import Case
 from treebench.harness.adapter.contract import check_unique_names
 from treebench.harness.run.config import RunConfig
-from treebench.harness.run.inflight import call_in_flight
+from treebench.harness.run.inflight import PROGRESS, call_in_flight
 from treebench.harness.run.pair import CaseData, availabilities, run_case_backend
 from treebench.harness.run.progress import progress
 from treebench.harness.store.rows import append_row, new_run_id, row_l2_flushed
@@ -141,6 +141,7 @@ def run_cases(cases: Sequence[Case], backends: Sequence, config: RunConfig = Run
     rows: list[dict] = []
     t0 = time.perf_counter()
     STOP_REQUESTED[0] = None
+    PROGRESS[0] = (0, len(todo))
     try:
         with progress(len(todo), config.quiet, console, [_name(b) for _, b in todo]) as shown:
             data: CaseData | None = None
@@ -156,6 +157,7 @@ def run_cases(cases: Sequence[Case], backends: Sequence, config: RunConfig = Run
                 if config.store_path is not None:
                     append_row(config.store_path, row)
                 rows.append(row)
+                PROGRESS[0] = (len(rows), len(todo))
                 _log_row(row)
                 shown.finish(row)
                 if STOP_REQUESTED[0] is not None:   # a signal whose exception a backend swallowed
