@@ -163,6 +163,31 @@ def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
     assert needle in _one_line_error(capsys)
 
 
+SINGLE_COMMAS = "separate names with single commas, e.g. a,b"
+
+
+@pytest.mark.parametrize("value, why", [
+    ("reference,,torch_sdpa", f"empty name between commas in 'reference,,torch_sdpa'; {SINGLE_COMMAS}"),
+    ("reference,", f"empty name after the last comma in 'reference,'; {SINGLE_COMMAS}"),
+    (",reference", f"empty name before the first comma in ',reference'; {SINGLE_COMMAS}"),
+    ("reference,reference", "'reference' named twice in 'reference,reference'; name each once"),
+    ("reference, torch_sdpa ,reference", "'reference' named twice in 'reference, torch_sdpa ,reference'; name each once"),
+])
+@pytest.mark.parametrize("command", ["run", "gate"])
+def test_a_backend_list_with_an_empty_or_repeated_name_is_one_line(tiny, tmp_path, capsys, command, value, why):
+    """--backends a,,b and a,a were read as a,b and a without a word: bad input now, one line
+    naming the entry, exit 2, nothing written."""
+    written = tmp_path / "written"
+    data = ROOT / "tests" / "data" / "results"
+    argv = (["run", "--suite", str(tiny), "--backends", value, "--out", str(written / "r.jsonl"),
+             "--report", str(written / "r.html")] if command == "run" else
+            ["gate", "--baseline", str(data / "h200-baseline"), "--candidate", str(data / "h200-rerun"),
+             "--backends", value, "--summary", str(written / "s.md")])
+    assert main(argv) == 2
+    assert _one_line_error(capsys) == f"treebench: error: {'gate ' if command == 'gate' else ''}--backends: {why}"
+    assert not written.exists()
+
+
 def test_timer_and_l2_options_and_their_defaults():
     from treebench.harness.cli.common import L2_STATES, TIMERS
     from treebench.harness.cli.main import build_parser

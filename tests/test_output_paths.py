@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 
 import pytest
-from treebench.harness.cli.common import safe_name
 from treebench.harness.cli.main import main
+from treebench.harness.cli.run import safe_name
 from treebench.harness.store.rows import SCHEMA, append_row, read_rows
 
 TINY = """

@@ -252,6 +252,11 @@ def test_cli_bad_acceptance_file_exit_2_one_line(tmp_path):
     (["tree-search", "--acceptance", "{good}", "--max-nodes", "x"], "invalid int value"),
     (["plan", "--results", "{rows}", "--acceptance", "{good}", "--step-us", "fast"], "--step-us"),
     (["plan", "--results", "{rows}", "--acceptance", "{good}", "--backends", "nope"], "--backends nope"),
+    (["plan", "--results", "{rows}", "--acceptance", "{good}", "--backends", "flat,,flat"],
+     "--backends: empty name between commas in 'flat,,flat'"),
+    (["plan", "--results", "{rows}", "--acceptance", "{good}", "--backends", "flat,flat"],
+     "--backends: 'flat' named twice in 'flat,flat'"),
+    (["plan", "--results", "{rows}", "--acceptance", "{good}", "--backends", " , "], "--backends ' , ' names no backend"),
 ])
 def test_cli_bad_input_in_process(tmp_path, capsys, argv, words):
     paths = {"bad": str(_write(tmp_path, b"\xff", "bad.toml")), "good": str(shipped_models()[0]),

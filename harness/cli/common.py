@@ -1,7 +1,7 @@
 """What the subcommands of the `treebench` command line share: the subcommand
 interface, the stderr console, the options of run and check and the one function
-that turns them into a sweep request, argument checks, default file names, and
-the summary printed after a sweep.
+that turns them into a sweep request, argument checks (comma-separated names among
+them), and the summary printed after a sweep.
 
 Bad input raises ConfigError (main() prints it as one line, exit 2).
 """
@@ -12,7 +12,6 @@ import argparse
 import logging
 import math
 import os
-import re
 import statistics
 import sys
 from collections.abc import Callable
@@ -214,6 +213,25 @@ def nonempty(value: str | None, option: str) -> str | None:
     return value
 
 
+def comma_list(text: str, option: str) -> list[str]:
+    """'a, b' -> ['a', 'b'], the names a comma-separated option gives (--backends); [] when it
+    names nothing ('', ' , '), which each caller refuses in its own words.
+
+    Raises:
+        ConfigError: an empty name beside a comma ('a,,b', 'a,') or a name given twice ('a,a').
+    """
+    names = [n.strip() for n in text.split(",")]
+    if any(names) and "" in names:
+        i = names.index("")
+        where = ("before the first comma" if i == 0 else "after the last comma" if i == len(names) - 1
+                 else "between commas")
+        raise ConfigError(f"{option}: empty name {where} in {text!r}; separate names with single commas, e.g. a,b")
+    twice = next((n for i, n in enumerate(names) if n and n in names[:i]), None)
+    if twice is not None:
+        raise ConfigError(f"{option}: {twice!r} named twice in {text!r}; name each once")
+    return [n for n in names if n]
+
+
 def check_suite_arg(suite: str) -> None:
     """Raises ConfigError when --suite is empty or names a directory."""
     if not suite.strip():
@@ -239,21 +257,6 @@ def stamp() -> str:
     """UTC time plus a random token: runs started in the same second (job-array shards)
     get different default output files."""
     return new_run_id()
-
-
-def safe_name(name: str, path: Path | None = None) -> str:
-    """`name` made safe for a default file name: only [A-Za-z0-9._-] (others become "_"), no
-    leading dots; else the suite file's stem, made safe the same way; else "suite"."""
-    for candidate in (name, path.stem if path is not None else ""):
-        cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", str(candidate or "")).lstrip("._-")
-        if cleaned:
-            return cleaned
-    return "suite"
-
-
-def suite_name(suite) -> str:
-    """The suite's name, safe for a default file name."""
-    return safe_name(suite.name, getattr(suite, "path", None))
 
 
 # ---- after a sweep -------------------------------------------------------------------------
@@ -326,17 +329,6 @@ def print_plan(suite, backends, result) -> None:
               f"unavailable or case unsupported{memory}){stored}", markup=False)
     if result.estimate:
         out.print(f"estimated time: {result.estimate}", markup=False)
-
-
-def warn_backends_that_ran_nothing(rows: list[dict]) -> None:
-    """One warning per backend whose every row was skipped, with the first row's reason
-    (an unavailable backend otherwise shows only a count of skipped rows)."""
-    by_backend: dict[str, list[dict]] = {}
-    for r in rows:
-        by_backend.setdefault(r["backend"], []).append(r)
-    for name, rs in by_backend.items():
-        if all(r["status"] == "skipped" for r in rs):
-            log.warning("%s: no case ran: %s", name, rs[0].get("reason") or "skipped")
 
 
 def _summary_table(rows: list[dict], title: str) -> Table:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from treebench.harness.analyze.gate import GateConfig, compare_runs, env_differences
 from treebench.harness.analyze.gate_render import junit_xml, markdown
-from treebench.harness.cli.common import emit
+from treebench.harness.cli.common import comma_list, emit
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.env import missing_env_line, read_envs
 from treebench.harness.store.paths import check_output_path, refuse_input_path
@@ -74,11 +74,11 @@ def _backend_filter(text: str | None) -> set[str] | None:
     """--backends -> the set of names, None when not given.
 
     Raises:
-        ConfigError: given but names nothing ('' or only commas).
+        ConfigError: given but names nothing ('' or only commas), an empty name or one given twice.
     """
     if text is None:
         return None
-    names = {b.strip() for b in text.split(",") if b.strip()}
+    names = set(comma_list(text, "gate --backends"))
     if not names:
         raise ConfigError(f"gate --backends {text!r}: names no backend; give comma-separated names, "
                           "e.g. triton_tree,xformers_tree, or leave it out to compare every backend")

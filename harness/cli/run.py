@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from treebench.harness.cli.common import (
     add_sweep_options,
     check_suite_arg,
     claim_results,
+    comma_list,
     console,
     dry_run_code,
     exit_code,
@@ -36,15 +38,38 @@ from treebench.harness.cli.common import (
     print_plan,
     print_summary,
     report_nothing_ran,
-    safe_name,
     stamp,
-    suite_name,
     sweep_options,
-    warn_backends_that_ran_nothing,
 )
 from treebench.harness.errors import ConfigError
 
 log = logging.getLogger(__name__)
+
+
+def safe_name(name: str, path: Path | None = None) -> str:
+    """`name` made safe for a default file name: only [A-Za-z0-9._-] (others become "_"), no
+    leading dots; else the suite file's stem, made safe the same way; else "suite"."""
+    for candidate in (name, path.stem if path is not None else ""):
+        cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", str(candidate or "")).lstrip("._-")
+        if cleaned:
+            return cleaned
+    return "suite"
+
+
+def suite_name(suite) -> str:
+    """The suite's name, safe for a default file name."""
+    return safe_name(suite.name, getattr(suite, "path", None))
+
+
+def warn_backends_that_ran_nothing(rows: list[dict]) -> None:
+    """One warning per backend whose every row was skipped, with the first row's reason
+    (an unavailable backend otherwise shows only a count of skipped rows)."""
+    by_backend: dict[str, list[dict]] = {}
+    for r in rows:
+        by_backend.setdefault(r["backend"], []).append(r)
+    for name, rs in by_backend.items():
+        if all(r["status"] == "skipped" for r in rs):
+            log.warning("%s: no case ran: %s", name, rs[0].get("reason") or "skipped")
 
 
 def _gpu_count(text: str) -> int:
@@ -187,7 +212,7 @@ def run(args) -> int:
     nonempty(args.shard, "--shard")
     opts = sweep_options(args, "run")
     suite = load_suite(args.suite)
-    backends = resolve_backends(args.backends)
+    backends = resolve_backends(None if args.backends is None else comma_list(args.backends, "--backends"))
     if args.gpus:
         _check_gpus(args.gpus)
         if args.gpus > 1 and not args.dry_run:

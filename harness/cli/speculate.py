@@ -18,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from treebench.harness.cli.common import Command, emit, plural
+from treebench.harness.cli.common import Command, comma_list, emit, plural
 from treebench.harness.errors import ConfigError
 from treebench.harness.speculation.search import MAX_SEARCH_NODES
 from treebench.harness.store.paths import check_output_path, folder_problem
@@ -141,7 +141,8 @@ def run_plan(args) -> int:
     """Prints the verdict table (``treebench.harness.speculation.plan``) and the best trees' choices lists.
 
     Raises:
-        ConfigError: bad --step-us, acceptance file or results, or a --backends name not in the results.
+        ConfigError: bad --step-us, acceptance file or results, or a --backends that names nothing, names
+            one twice or one not in the results.
     """
     from treebench.harness.speculation.acceptance import load_model
     from treebench.harness.speculation.commands import only_backends
@@ -154,8 +155,12 @@ def run_plan(args) -> int:
     if args.max_depth is not None and args.max_depth < 1:
         raise ConfigError(f"--max-depth {args.max_depth}: give a depth >= 1")
     curves = load_curves(args.results)
-    if args.backends:
-        curves = only_backends(curves, [b.strip() for b in args.backends.split(",") if b.strip()])
+    if args.backends is not None:
+        names = comma_list(args.backends, "--backends")
+        if not names:
+            raise ConfigError(f"--backends {args.backends!r} names no backend: give names such as a,b, or leave "
+                              "it out for every backend in the results")
+        curves = only_backends(curves, names)
     verdicts = plan(curves, model, step, args.max_depth)
     lines = [f"acceptance model {model.name} ({model.kind}): {model.citation}",
              f"step cost {step} us; tok/ms = B * E / (verify us + step us) * 1000; T counts the root", "",

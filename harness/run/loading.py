@@ -12,7 +12,7 @@ import contextlib
 import importlib
 import importlib.util
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from treebench.harness.adapter.contract import REGISTRY, Backend, Capabilities, check_unique_names
@@ -140,22 +140,20 @@ def load_one(spec: str):
     return backend
 
 
-def resolve_backends(spec: str | None) -> list:
-    """Backends for `run`: None -> every available built-in; "all" -> every built-in;
-    else a comma-separated list of names or class specs.
+def resolve_backends(names: Sequence[str] | None) -> list:
+    """Backends for `run`: None -> every available built-in; ["all"] -> every built-in;
+    else each registry name or class spec (the CLI splits --backends into them).
 
     Raises:
-        ConfigError: an empty list, an unknown or unloadable backend, or two backends
-            of one name.
+        ConfigError: no name, an unknown or unloadable backend, or two backends of one name.
     """
     import treebench.backends  # noqa: F401  (registers the built-in adapters)
 
-    if spec is None:
+    if names is None:
         found = [REGISTRY[n]() for n in sorted(REGISTRY)]
         return [b for b in found if availability_of(b) is None]
-    if spec.strip() == "all":
+    if list(names) == ["all"]:
         return [REGISTRY[n]() for n in sorted(REGISTRY)]
-    names = list(dict.fromkeys(s.strip() for s in spec.split(",") if s.strip()))
     if not names:
         raise ConfigError("--backends is empty: give names such as torch_sdpa,reference, or all")
     loaded = [load_one(n) for n in names]
