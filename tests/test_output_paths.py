@@ -269,10 +269,42 @@ def test_default_file_names_carry_the_run_id_printed_and_stored(tiny, tmp_path, 
     assert {r["run_id"] for r in read_rows([results])} == {run_id}
     assert (tmp_path / "reports/local" / f"tiny-{run_id}.html").is_file()
     assert f"run_id: {run_id}" in capsys.readouterr().out
-    monkeypatch.setenv(shard.RUN_ID_ENV, "shared id/1")    # the id every rank of a launch agrees on
+    monkeypatch.setenv(shard.RUN_ID_ENV, "shared.id_1")    # the id every rank of a launch agrees on
     assert main(["run", "--suite", str(tiny), "--backends", "reference", "--quiet"]) == 0
-    rows = read_rows([tmp_path / "results/local/tiny-shared_id_1.jsonl"])
-    assert {r["run_id"] for r in rows} == {"shared_id_1"}
+    rows = read_rows([tmp_path / "results/local/tiny-shared.id_1.jsonl"])
+    assert {r["run_id"] for r in rows} == {"shared.id_1"}
+
+
+RUN_ID_RULE = ("a run id may hold only ASCII letters, digits, '-', '_' and '.' (at most 100, the first a letter "
+               "or digit), as it goes into file names and commands; ")
+
+
+@pytest.mark.parametrize("value", ["shared id/1", "a/b", "-x", ".hidden", "r:1", "x" * 101])
+@pytest.mark.parametrize("command, variable", [("run", "TREEBENCH_RUN_ID"), ("check", "TREEBENCH_RUN_ID"),
+                                               ("run", "TORCHELASTIC_RUN_ID"), ("check", "TORCHELASTIC_RUN_ID")])
+def test_a_run_id_given_from_outside_is_checked_where_it_is_taken_in(tiny, tmp_path, monkeypatch, capsys, value,
+                                                                     command, variable):
+    """A run id from $TREEBENCH_RUN_ID or torchrun's $TORCHELASTIC_RUN_ID that would break a file
+    name or the rm command a line prints ('/', a space, a leading '-'): one line naming the
+    variable, its value and the characters allowed, exit 2, nothing written."""
+    import re
+
+    from treebench.harness.sweep import shard
+
+    monkeypatch.chdir(tmp_path)
+    for name in (shard.RUN_ID_ENV, "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(variable, value)
+    backend = "--backends" if command == "run" else "--backend"
+    out = ["--out", str(tmp_path / "out" / "r.jsonl")] if command == "check" else []
+    assert main([command, "--suite", str(tiny), backend, "reference", "--quiet", *out]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    source = "$TREEBENCH_RUN_ID" if variable == shard.RUN_ID_ENV else "$TORCHELASTIC_RUN_ID (torchrun --rdzv-id)"
+    fix = ("set it to one such as ID, or unset it for a fresh one" if variable == shard.RUN_ID_ENV else
+           "give torchrun --rdzv-id one such as ID, or set $TREEBENCH_RUN_ID to one")
+    assert len(err) == 1 and re.sub(r"\d{8}T\d{6}Z-[0-9a-f]{6}", "ID", err[0]) == (
+        f"treebench: error: {source} {value!r}: {RUN_ID_RULE}{fix}"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.toml"]
 
 
 def test_interrupt_names_the_results_file_and_how_to_resume(tiny, tmp_path, capsys, monkeypatch):

@@ -230,6 +230,19 @@ def test_run_ids_are_unique_and_start_with_the_utc_time():
     assert len(ids) == 200 and all(len(i) == 23 and i[8] == "T" and i[15:17] == "Z-" for i in ids)
 
 
+def test_the_run_ids_treebench_makes_pass_the_check_of_ids_given_from_outside():
+    """Fresh ids and torchrun's (`torchrun-` + its uuid4 rendezvous id) stay valid; what breaks a
+    file name or a command line does not."""
+    import uuid
+
+    for run_id in [new_run_id() for _ in range(50)] + [f"torchrun-{uuid.uuid4()}" for _ in range(50)]:
+        assert store.check_run_id(run_id, "id", "fix") == run_id
+    assert store.check_run_id("x" * store.RUN_ID_MAX, "id", "fix")
+    for bad in ("", "a/b", "a b", "-a", ".a", "a\n", "é", "x" * (store.RUN_ID_MAX + 1)):
+        with pytest.raises(ConfigError, match=r"^id '.*': a run id may hold only .*; fix$"):
+            store.check_run_id(bad, "id", "fix")
+
+
 # ---- the env fingerprint: CPU and threads, the peak handed in -------------------------------
 
 def test_env_records_cpu_and_threads_and_they_count_in_env_id(monkeypatch):

@@ -166,11 +166,15 @@ def _check_gpus(n: int) -> None:
 
 def run_stamp() -> str:
     """This run's id, also the stamp of its default file names: the id the ranks of a torchrun
-    launch share (`shard.shared_run_id`, made file-name safe), else a fresh one (`common.stamp`)."""
+    launch share (`shard.shared_run_id`, checked to be file-name safe), else a fresh one
+    (`common.stamp`).
+
+    Raises:
+        ConfigError: a shared run id holding what a run id may not.
+    """
     from treebench.harness.sweep.shard import shared_run_id
 
-    shared = shared_run_id()
-    return safe_name(shared) if shared else stamp()
+    return shared_run_id() or stamp()
 
 
 def _launch_gpus(args, suite) -> int:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.merge import merge_results
-from treebench.harness.store.rows import new_run_id
+from treebench.harness.store.rows import check_run_id, new_run_id
 
 log = logging.getLogger(__name__)
 
@@ -128,11 +128,20 @@ def rank_device(rank: Rank) -> str:
 
 
 def shared_run_id(environ: Mapping[str, str] = os.environ) -> str | None:
-    """The run id every rank of one launch agrees on: $TREEBENCH_RUN_ID, else torchrun's run id, else None."""
+    """The run id every rank of one launch agrees on: $TREEBENCH_RUN_ID, else torchrun's run id, else None.
+
+    Raises:
+        ConfigError: either holds what a run id may not (`treebench.harness.store.rows.check_run_id`).
+    """
     if environ.get(RUN_ID_ENV):
-        return environ[RUN_ID_ENV]
+        return check_run_id(environ[RUN_ID_ENV], f"${RUN_ID_ENV}",
+                            f"set it to one such as {new_run_id()}, or unset it for a fresh one")
     elastic = environ.get("TORCHELASTIC_RUN_ID", "")
-    return f"torchrun-{elastic}" if elastic and elastic != "none" else None
+    if not elastic or elastic == "none":
+        return None
+    check_run_id(elastic, "$TORCHELASTIC_RUN_ID (torchrun --rdzv-id)",
+                 f"give torchrun --rdzv-id one such as {new_run_id()}, or set ${RUN_ID_ENV} to one")
+    return f"torchrun-{elastic}"
 
 
 # ---- per-rank files and the barrier ----------------------------------------------------------
