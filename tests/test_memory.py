@@ -191,6 +191,7 @@ def test_a_dry_run_counts_the_pairs_the_memory_prediction_will_skip(monkeypatch)
         run = RunConfig(mode="check", quiet=True, device="cpu", check_memory=check_memory)
         plan = execute(CASES[:2], [small, huge], SweepOptions(run=run, dry_run=True))
         assert (plan.planned, plan.will_skip, plan.will_skip_memory) == (4, skipped, skipped)
+        assert f"({4 - skipped} pairs, " in plan.estimate                # the time of the pairs that run
         assert small.prepared == huge.prepared == 0                      # a dry run prepares nothing
     rows = run_cases(CASES[:2], [small, huge], RunConfig(mode="check", quiet=True, device="cpu"))
     assert sum(r["status"] == "skipped" for r in rows) == 2

@@ -15,7 +15,8 @@ import pytest
 from treebench.harness.model.cases import Case
 from treebench.harness.analyze.tables import mask_overhead_table, speedup_table
 from treebench.harness.model.workload import (DEVICE_PEAKS, attended_pairs, attention_bytes, attention_flops,
-                                              case_metrics, device_peak, kv_bytes, rates, row_work)
+                                              case_metrics, device_peak, kv_bytes, kv_values_read, rates,
+                                              row_work)
 from treebench.harness.model.paged import build_inputs
 from treebench.harness.model.reference import request_mask
 from treebench.harness.store.rows import read_rows
@@ -54,6 +55,20 @@ def test_attention_bytes_by_hand():
     qo = 2 * 17 * 32 * 128 * 2                           # Q read + O written
     mask = math.ceil(16 / 8) + math.ceil(169 / 8)        # T^2 bits per request
     assert attention_bytes([16, 1024], [4, 13], 32, 8, 128, 16, 2) == kv + qo + mask + pages * 4
+
+
+@pytest.mark.parametrize("context_len, tree, heads", [("ragged:3-37", "full:2:2", (8, 2)), (232, "chain:4", (4, 4))])
+def test_kv_values_read_count_what_the_reference_expands(context_len, tree, heads):
+    """2 x sum_b S_b x Hq x D: the K and V values of the reference's per-request (S_b, Hq, D) tensors
+    after repeat_interleave over the group; page size and dtype play no part."""
+    case = Case(batch_size=3, context_len=context_len, tree=tree, num_q_heads=heads[0], num_kv_heads=heads[1],
+                head_dim=16, page_size=5)
+    inputs = build_inputs(case)
+    ls, ts, _ = inputs.host_lists()
+    ptr = inputs.kv_indptr.tolist()
+    expanded = sum(inputs.k_logical[ptr[b]:ptr[b + 1]].repeat_interleave(case.group_size, dim=1).numel()
+                   for b in range(case.batch_size))                                    # (S_b, Hq, D) each
+    assert kv_values_read(ls, ts, case.num_q_heads, case.head_dim) == 2 * expanded
 
 
 def test_rates():

@@ -4,10 +4,16 @@ last always) and the --dry-run estimate's model."""
 from __future__ import annotations
 
 import io
+from datetime import UTC, datetime, timedelta
 
 import pytest
-
+from treebench.harness.model.cases import Case
+from treebench.harness.model.suites import load_suite
 from treebench.harness.run.progress import EVERY_S, LineProgress, estimate, format_duration, plural
+from treebench.harness.sweep.shard import Shard
+
+SMOKE = Case(batch_size=1, context_len=16, tree="full:2:2", num_q_heads=4, num_kv_heads=2, head_dim=64)
+SEED = Case(batch_size=64, context_len=2048, tree="full:3:3")            # Hq 32, Hkv 8, D 128
 
 
 class Clock:
@@ -16,6 +22,14 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+def stored(case: Case, seconds: list[float], env: str = "e1", timer: str | None = "wall") -> list[dict]:
+    """Result rows of one earlier run of `case`, one per pair, written `seconds` after midnight."""
+    return [{"env": env, "run_id": "r", "status": "pass", "timer": timer, "case": case.axes,
+             "context_lens": case.context_lens(), "tree_sizes": [t.size for t in case.trees()],
+             "timestamp": (datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=s)).isoformat()}
+            for s in seconds]
 
 
 def row(i: int, backend: str = "torch_sdpa", status: str = "pass") -> dict:
@@ -37,10 +51,8 @@ def test_plural_says_one_pair_and_two_pairs(n, noun, many, text):
 
 
 def test_the_estimate_of_one_pair_says_pair():
-    assert estimate(1, "run", "cpu").startswith("about 0.1 s (1 pair x 0.10 s: ")
-    rows = [{"env": "e1", "run_id": "r", "status": "pass", "timestamp": f"2026-01-01T00:00:{s:02d}+00:00"}
-            for s in (0, 2, 4)]
-    assert "measured over 2 earlier pairs" in estimate(1, "run", "cpu", rows, "e1", "x.jsonl")
+    assert estimate([SMOKE], "run", "cpu").startswith("about 0.1 s (1 pair, 0.09 s each on average: ")
+    assert "measured over 2 earlier pairs" in estimate([SMOKE], "run", "cpu", stored(SMOKE, [0, 2, 4]), "e1", "x.jsonl")
 
 
 def test_slow_pairs_get_a_line_each_with_the_time_left():
@@ -73,19 +85,69 @@ def test_a_closed_stream_stops_the_lines_not_the_sweep():
 
 
 def test_the_estimate_says_what_it_is_based_on():
-    assert estimate(10, "run", "cpu") == ("about 1.0 s (10 pairs x 0.10 s: a rough constant of 0.1 s per run pair "
-                                          "on cpu, for the smoke suite's case sizes; no earlier run in the file with "
-                                          "3 or more timed rows over more than 0 s to measure from)")
-    assert "1.50 s: a rough constant of 1.5 s per run pair on cuda, for the seed suite's" in estimate(10, "run", "cuda:1")
-    assert "0.07 s per check pair on cpu, for a default check's case" in estimate(10, "check", "mps")
-    fast = [{"env": "e1", "run_id": "r", "status": "pass", "timestamp": f"2026-01-01T00:00:00.{ms:03d}+00:00"}
-            for ms in (100, 300, 500, 700)]            # the rows' millisecond stamps: a run inside one second
-    assert estimate(10, "run", "cpu", fast, "e1", "x.jsonl").startswith("about 2.0 s (10 pairs x 0.20 s: measured")
-    rows = [{"env": "e1", "run_id": "r", "status": "pass", "timestamp": f"2026-01-01T00:00:{s:02d}+00:00"}
-            for s in (0, 2, 4, 6)]
-    assert estimate(10, "run", "cuda:0", rows, "e1", "x.jsonl").startswith(
-        "about 20.0 s (10 pairs x 2.00 s: measured over 3 earlier pairs of this env in x.jsonl)")
-    assert "of other envs" in estimate(10, "run", "cuda:0", rows, "e2", "x.jsonl")
+    assert estimate([SMOKE] * 10, "run", "cpu") == (
+        "about 0.9 s (10 pairs, 0.09 s each on average: a cost model fitted on a 2-core CPU, 0.09 s + 52.6 s per "
+        "10^9 K/V values read (2 x S_b x Hq x D per request) per run pair on cpu; no earlier run in the file with "
+        "3 or more timed rows over more than 0 s to scale it by)")
+    assert "0.80 s each on average: a cost model measured over the seed suite on an H200, 0.8 s per run pair on cuda " \
+           "whatever its size;" in estimate([SMOKE] * 10, "run", "cuda:1")
+    assert "0.052 s + 66.6 s per 10^9 K/V values read (2 x S_b x Hq x D per request) per check pair on cpu" in \
+        estimate([SMOKE] * 10, "check", "mps")
+    fast = stored(SMOKE, [0.1, 0.3, 0.5, 0.7])     # millisecond stamps: a run inside one second, 0.2 s per pair
+    assert estimate([SMOKE] * 10, "run", "cpu", fast, "e1", "x.jsonl") == (
+        "about 2.0 s (10 pairs, 0.20 s each on average: the cost model, 0.09 s + 52.6 s per 10^9 K/V values read "
+        "(2 x S_b x Hq x D per request) per run pair on cpu, x 2.21 as measured over 3 earlier pairs of this env "
+        "in x.jsonl)")
+    rows = stored(SMOKE, [0, 2, 4, 6])
+    assert estimate([SMOKE] * 10, "run", "cuda:0", rows, "e1", "x.jsonl").startswith(
+        "about 20.0 s (10 pairs, 2.00 s each on average: the cost model, 0.8 s per run pair on cuda whatever its "
+        "size, x 2.50 as measured over 3 earlier pairs of this env in x.jsonl)")
+    assert "of other envs" in estimate([SMOKE] * 10, "run", "cuda:0", rows, "e2", "x.jsonl")
+
+
+def per_pair_s(line: str) -> float:
+    """The seconds per pair an estimate's line states ('..., 0.09 s each on average: ...')."""
+    return float(line.split(" s each on average")[0].rsplit(", ", 1)[1])
+
+
+@pytest.mark.parametrize("mode", ["run", "check"])
+def test_a_seed_sized_case_costs_far_more_per_pair_than_a_smoke_sized_one(mode):
+    """The time follows each case's size: B 64 L 2048 T 40 (H 32x8, D 128) reads ~50000x the K/V of B 1 L 16
+    T 7 (H 4x2, D 64); on the CPU its pairs took ~50 s against ~0.1 s."""
+    seed, smoke = per_pair_s(estimate([SEED] * 4, mode, "cpu")), per_pair_s(estimate([SMOKE] * 4, mode, "cpu"))
+    assert seed > 100 * smoke and seed > 20.0
+    both = per_pair_s(estimate([SEED, SMOKE, SMOKE, SMOKE], mode, "cpu"))   # a sum over the pairs, not a count
+    assert both == pytest.approx((seed + 3 * smoke) / 4, rel=0.01)
+
+
+def test_the_seed_suite_estimate_on_the_cpu_is_near_the_measured_pace():
+    """A model check, timing nothing: the CPU run pairs of the seed suite (its 4 CPU backends) against what
+    they took on a 2-core CPU: 5.3 s per pair over its first shard (`--shard 0/21`: B 1, 16, 64 x L 16 and
+    1024), 9.4 s over that shard and `--shard 13/21` (L 16 and 2048) together."""
+    cases = load_suite("seed").cases
+    first = per_pair_s(estimate([c for c in Shard(0, 21).select(cases) for _ in range(4)], "run", "cpu"))
+    assert 5.6 / 2 < first < 5.6 * 2
+    whole = per_pair_s(estimate([c for c in cases for _ in range(4)], "run", "cpu"))
+    assert 9.4 / 2 < whole < 9.4 * 2
+
+
+def test_rows_of_small_cases_scale_the_model_instead_of_setting_the_pace():
+    """A results file of smoke rows (0.1 s per pair) predicts seed-sized pairs at the model's size
+    ratio, scaled by how fast the machine ran the smoke rows (here twice the model's time)."""
+    model = per_pair_s(estimate([SEED] * 4, "run", "cpu"))
+    rows = stored(SMOKE, [0.0, 0.18, 0.36, 0.54])           # 3 pairs of 0.18 s: 2x the model's 0.09 s
+    line = estimate([SEED] * 4, "run", "cpu", rows, "e1", "x.jsonl")
+    assert per_pair_s(line) == pytest.approx(2 * model, rel=0.02) and "x 1.99 as measured over 3 earlier" in line
+    check_rows = [dict(r, timer=None) for r in rows]        # an untimed run is a check: its own model scales
+    assert "x 3.41 as measured" in estimate([SEED] * 4, "run", "cpu", check_rows, "e1", "x.jsonl")
+
+
+def test_rows_without_a_size_or_a_time_are_left_out_of_the_scale():
+    rows = stored(SMOKE, [0, 2, 4]) + [{"env": "e1", "run_id": "r2", "status": "pass", "timestamp": t}
+                                       for t in ("2026-01-01T00:00:00+00:00", "2026-01-01T00:01:00+00:00",
+                                                 "2026-01-01T00:02:00+00:00")]
+    rows[1] = dict(rows[1], timestamp="not a time")
+    assert "no earlier run in the file" in estimate([SMOKE], "run", "cpu", rows, "e1", "x.jsonl")
 
 
 def sweep(backends: list[str], cases: int, first_s: float, then_s: float, plan: bool = True,

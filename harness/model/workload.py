@@ -98,6 +98,24 @@ def kv_bytes(context_lens: Sequence[int], tree_sizes: Sequence[int], num_kv_head
             * 2)                      # K and V
 
 
+def kv_values_read(context_lens: Sequence[int], tree_sizes: Sequence[int], num_q_heads: int, head_dim: int) -> int:
+    """K and V values as the Hq query heads read them: 2 * sum_b S_b * Hq * D (a count, not bytes).
+
+    Unlike `kv_bytes` (each KV head once, whole pages: what a GQA kernel moves from HBM), each
+    of a group's G query heads counts the S_b tokens' K and V rows again, as a computation that
+    expands K/V to Hq heads touches them (the float64 reference's repeat_interleave, SDPA's
+    enable_gqa on a CPU). The CPU time of a (case, backend) pair follows it
+    (`treebench.harness.run.progress.PAIR_COSTS`).
+
+    Args:
+        context_lens: [L_b] for b in [0, B).
+        tree_sizes: [T_b] for b in [0, B).
+    """
+    return (sum(l + t for l, t in zip(context_lens, tree_sizes, strict=True))  # sum_b S_b tokens
+            * num_q_heads * head_dim     # values per token, per query head
+            * 2)                         # K and V
+
+
 def attention_bytes(context_lens: Sequence[int], tree_sizes: Sequence[int], num_q_heads: int,
                     num_kv_heads: int, head_dim: int, page_size: int, element_bytes: int,
                     kv_element_bytes: int | None = None) -> int:

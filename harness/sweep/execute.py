@@ -125,12 +125,13 @@ def _config(opts: SweepOptions, env: dict, device: str, store: Path | None, skip
                    device=device, peak_bytes_per_s=env["peak_bw_bytes_per_s"], quiet=quiet, skip=skip)
 
 
-def _count_skips(cases, backends, names, skip: frozenset, run: RunConfig, device: str) -> tuple[int, int]:
-    """(pairs not yet stored that the runner will record as skipped, how many of those for the
-    memory prediction): backend unavailable here (`pair.availabilities`), case not supported,
-    or (with run.check_memory) predicted not to fit the device's free memory now
-    (`memory.fit_reason`, counting a case's inputs and reference for its first pair only, as
-    the runner builds them once per case). What --dry-run reports."""
+def _plan_pairs(cases, backends, names, skip: frozenset, run: RunConfig, device: str) -> tuple[list, int, int]:
+    """(the case of each pair not yet stored that will run, once per backend that runs it; how many
+    such pairs the runner will record as skipped; how many of those for the memory prediction):
+    skipped for a backend unavailable here (`pair.availabilities`), a case not supported, or (with
+    run.check_memory) a case predicted not to fit the device's free memory now (`memory.fit_reason`,
+    counting a case's inputs and reference for its first pair only, as the runner builds them once
+    per case). What --dry-run reports and times."""
     down = availabilities(backends)
     twice = run.determinism or run.mode == "check"
 
@@ -149,7 +150,7 @@ def _count_skips(cases, backends, names, skip: frozenset, run: RunConfig, device
             return fit_reason(c, b, device_for(b, torch.device(device)), run.mode, twice, built, built) is not None
         except Exception:  # noqa: BLE001 -- a raising workspace_bytes() hook is the runner's to report
             return False
-    skipped = for_memory = 0
+    to_run, skipped, for_memory = [], 0, 0
     for c in cases:
         built = False
         for b, n in zip(backends, names):
@@ -161,7 +162,8 @@ def _count_skips(cases, backends, names, skip: frozenset, run: RunConfig, device
                 skipped, for_memory = skipped + 1, for_memory + 1
             else:
                 built = True
-    return skipped, for_memory
+                to_run.append(c)
+    return to_run, skipped, for_memory
 
 
 def execute(cases, backends, opts: SweepOptions, console: Console | None = None) -> SweepResult:
@@ -201,10 +203,9 @@ def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Co
     result = SweepResult(planned=planned, resumed=len(mine) * len(names) - planned,
                          primary=rank is None or rank.primary, env_id=env["env_id"])
     if opts.dry_run:
-        result.will_skip, result.will_skip_memory = _count_skips(mine, backends, names, skip, opts.run, device)
+        to_run, result.will_skip, result.will_skip_memory = _plan_pairs(mine, backends, names, skip, opts.run, device)
         stored = read_rows([opts.out]) if opts.out is not None and Path(opts.out).is_file() else []
-        result.estimate = estimate(planned - result.will_skip, opts.run.mode, device, stored, env["env_id"],
-                                   str(opts.out))
+        result.estimate = estimate(to_run, opts.run.mode, device, stored, env["env_id"], str(opts.out))
         if not opts.resume:   # `resumed` counts what --resume skips: without it, say what --out holds
             result.resumed, result.stored_note = None, _stored_note(opts, stored, env["env_id"], mine, names)
         return result
