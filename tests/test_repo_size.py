@@ -1,5 +1,6 @@
 """The repository ships the product, not a lab notebook: the tracked tree stays small,
-results/ holds only the current H200 baseline, reports/ at most three reports (the seed,
+results/ holds only the current baselines, one folder per GPU kind (h200, the targets'
+machine, and h100), reports/ at most three reports (the seed,
 seed_fp8 and plan suites' H200 runs), and nothing
 outside lab/ speaks of work sessions or issue numbers (lab/README.md, lab/runs.md)."""
 
@@ -45,9 +46,9 @@ def test_no_tracked_file_is_over_5_mb(tracked):
     assert not big, f"tracked files over {MAX_FILE_BYTES / 1e6:.0f} MB: {', '.join(big)}"
 
 
-def test_results_hold_only_the_h200_baseline(tracked):
+def test_results_hold_only_the_current_baselines(tracked):
     tops = {p.relative_to(ROOT).parts[1] for p in tracked if p.relative_to(ROOT).parts[0] == "results"}
-    assert tops <= {"h200", "local"}, f"results/ holds {sorted(tops)}: superseded runs belong in git history"
+    assert tops <= {"h100", "h200", "local"}, f"results/ holds {sorted(tops)}: superseded runs belong in git history"
 
 
 MAX_REPORTS = 3    # the seed, seed_fp8 and plan suites' H200 reports; the others rebuild from their rows
