@@ -250,6 +250,12 @@ def test_cli_bad_acceptance_file_exit_2_one_line(tmp_path):
 @pytest.mark.parametrize("argv, words", [
     (["tree-search", "--acceptance", "{bad}", "--max-nodes", "4"], "not UTF-8"),
     (["tree-search", "--acceptance", "{good}", "--max-nodes", "x"], "invalid int value"),
+    (["tree-search", "--acceptance", "{good}", "--max-nodes", "8", "--sizes", "4,4"],
+     "argument --sizes: 4 given twice in '4,4'; give each once"),
+    (["tree-search", "--acceptance", "{good}", "--max-nodes", "8", "--batch-sizes", "1,16,01"],
+     "argument --batch-sizes: 1 given twice in '1,16,01'; give each once"),
+    (["tree-search", "--acceptance", "{good}", "--max-nodes", "37", "--context-lens", "232,2048,232"],
+     "argument --context-lens: 232 given twice in '232,2048,232'; give each once"),
     (["plan", "--results", "{rows}", "--acceptance", "{good}", "--step-us", "fast"], "--step-us"),
     (["plan", "--results", "{rows}", "--acceptance", "{good}", "--backends", "nope"], "--backends nope"),
     (["plan", "--results", "{rows}", "--acceptance", "{good}", "--backends", "flat,,flat"],

@@ -25,13 +25,17 @@ from treebench.harness.store.paths import check_output_path, folder_problem
 
 
 def _int_list(text: str) -> list[int]:
-    """argparse type: "4,8,16" -> [4, 8, 16], each >= 1."""
+    """argparse type: "4,8,16" -> [4, 8, 16], each >= 1 and given once (a repeat would repeat a
+    printed tree or a suite's cases)."""
     try:
         values = [int(x) for x in text.split(",")]
     except ValueError:
         values = []
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of positive integers, e.g. 4,8,16")
+    twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+    if twice is not None:
+        raise argparse.ArgumentTypeError(f"{twice} given twice in {text!r}; give each once")
     return values
 
 
