@@ -1,15 +1,26 @@
 """Plain progress lines off a terminal (one per slow pair, one per ~10 s of fast ones, the
-last always) and the --dry-run estimate's model."""
+last always), the bar on a terminal with the same time left, and the --dry-run estimate's model."""
 
 from __future__ import annotations
 
 import io
+import re
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from rich.console import Console
 from treebench.harness.model.cases import Case
 from treebench.harness.model.suites import load_suite
-from treebench.harness.run.progress import EVERY_S, LineProgress, estimate, format_duration, plural
+from treebench.harness.run.progress import (
+    EVERY_S,
+    BarProgress,
+    LineProgress,
+    estimate,
+    format_duration,
+    plural,
+    progress,
+)
 from treebench.harness.sweep.shard import Shard
 
 SMOKE = Case(batch_size=1, context_len=16, tree="full:2:2", num_q_heads=4, num_kv_heads=2, head_dim=64)
@@ -226,3 +237,40 @@ def test_without_the_plan_the_pairs_left_cost_the_steady_mean():
 def test_a_plan_of_another_size_is_refused():
     with pytest.raises(ValueError, match="names 2 pairs, total is 3"):
         LineProgress(3, io.StringIO(), backends=["a", "b"])
+
+
+def bar_text(shown: BarProgress) -> str:
+    """What the bar shows now, as plain text on a wide terminal."""
+    out = io.StringIO()
+    Console(file=out, force_terminal=True, color_system=None, width=300).print(shown.bar.get_renderable())
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("plan", [True, False])
+def test_the_bar_shows_the_time_left_the_lines_show(plan):
+    """On a terminal the bar says after each pair what the plain lines say: first pairs of 40 s, then
+    1 s (rich's own figure, from the mean pace so far, would say ~10x the time left), and 'warming
+    up' before a steady pair."""
+    pairs = [(c, b) for c in range(8) for b in ("a", "b", "c")]
+    clock, out = Clock(), io.StringIO()
+    names = [b for _, b in pairs] if plan else None
+    lines = LineProgress(len(pairs), out, clock, names)
+    bar = BarProgress(len(pairs), Console(file=io.StringIO(), force_terminal=True), clock, names)
+    assert "warming up, time left not known yet" in bar_text(bar)
+    for c, b in pairs:
+        bar.start(f"{b} on case{c}")
+        clock.now += 40.0 if c == 0 else 1.0
+        lines.finish(row(c, b))
+        bar.finish(row(c, b))
+        said = out.getvalue().splitlines()[-1].rsplit(" elapsed, ", 1)[1].removesuffix(")")
+        shown = bar_text(bar)
+        assert said in shown and f"{lines.done_pairs}/{len(pairs)}" in shown, (said, shown)
+        assert not re.search(r"\d+:\d\d:\d\d|-:--:--", shown), shown      # no figure of rich's own
+    assert [ln.rsplit(" elapsed, ", 1)[1] for ln in out.getvalue().splitlines()[2:4]] == [
+        "warming up, time left not known yet)", "about 20.0 s left)"]
+
+
+def test_the_bar_is_given_each_pairs_backend():
+    """On a terminal the bar is told each pair's backend, so it counts a warm-up for those yet to run."""
+    with progress(4, False, Console(file=io.StringIO(), force_terminal=True), ["a", "a", "b", "b"]) as shown:
+        assert isinstance(shown, BarProgress) and shown.to_do == Counter({"a": 2, "b": 2})

@@ -18,8 +18,9 @@ alike), else the mean over every backend's such steady pairs, plus one warm-up
 (the mean of the first pairs seen) for a backend yet to run a pair (so one too
 many for a backend that skips them all). Before any steady pair (the first case
 of a case-major sweep) the line says the time left is not known yet instead of
-scaling the warm-ups up. Without the backend of each pair (`LineProgress`'s
-`backends`), the pairs left cost the steady mean, no warm-up.
+scaling the warm-ups up. Without the backend of each pair (`TimeLeft`'s
+`backends`), the pairs left cost the steady mean, no warm-up. The bar and the lines
+show the same figure (`TimeLeft.left_text`), updated as each pair ends.
 
 `estimate` is the cheap model behind ``--dry-run``'s time line: each pair that will run
 costs `PAIR_COSTS`' seconds for its case's size (a fixed part plus a part per K/V value
@@ -40,7 +41,7 @@ from datetime import datetime
 from typing import TextIO
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from treebench.harness.model.cases import Case
 from treebench.harness.model.workload import kv_values_read
 
@@ -113,13 +114,12 @@ def format_duration(seconds: float) -> str:
     return f"{s // 3600} h {s % 3600 // 60} min"
 
 
-class LineProgress:
-    """Plain progress lines (see the module docstring) written to `stream`.
+class TimeLeft:
+    """How long the pairs not yet done should take (the module docstring's model), fed each
+    pair's row as it ends; what the plain lines and the bar both show.
 
     Args:
         total: pairs the sweep runs.
-        stream: where the lines go (stderr); a write that fails (a closed pipe) stops them,
-            never the sweep.
         clock: monotonic seconds (tests pass a fake one).
         backends: the backend name of each of the `total` pairs, in any order; None when not
             known (the time left then adds no warm-up for backends yet to run a pair).
@@ -128,12 +128,11 @@ class LineProgress:
         ValueError: `backends` does not name `total` pairs.
     """
 
-    def __init__(self, total: int, stream: TextIO, clock: Callable[[], float] = time.monotonic,
+    def __init__(self, total: int, clock: Callable[[], float] = time.monotonic,
                  backends: Iterable[str] | None = None):
         self.total, self.clock = total, clock
-        self.stream: TextIO | None = stream
         self.done_pairs = 0
-        self.t0 = self.last = self.ended = clock()
+        self.t0 = self.ended = clock()
         self.to_do: Counter[str] | None = None if backends is None else Counter(backends)  # backend -> pairs left
         if self.to_do is not None and sum(self.to_do.values()) != total:
             raise ValueError(f"backends names {sum(self.to_do.values())} pairs, total is {total}")
@@ -141,28 +140,12 @@ class LineProgress:
         self.warmup_s: list[float] = []         # those first pairs' times (seconds)
         self.steady_s: dict[str, list[float]] = {}   # backend -> its other pairs' times (seconds)
 
-    def start(self, label: str) -> None:
-        """A pair begins (nothing is printed: lines come when pairs end)."""
-
-    def finish(self, row: dict) -> None:
-        """A pair ended with `row` (its 'backend', 'case_id', 'status'): prints its line when one is due."""
+    def record(self, row: dict) -> float:
+        """A pair ended with `row` (its 'backend', 'status'): files its time (seconds since the
+        previous pair ended) as its backend's warm-up or as a steady pair; returns the clock now."""
         self.done_pairs += 1
         now = self.clock()
-        self._record(row, now - self.ended)
-        self.ended = now
-        elapsed = now - self.t0
-        slow = elapsed / self.done_pairs >= SLOW_PAIR_S
-        if self.done_pairs < self.total and not slow and now - self.last < EVERY_S:
-            return
-        self.last = now
-        left = self.left_s()
-        when = ("done" if self.done_pairs >= self.total else "warming up, time left not known yet" if left is None
-                else f"about {format_duration(left)} left")
-        self._write(f"[{self.done_pairs}/{self.total}] {row['backend']} on {row['case_id']}: {row['status']} "
-                    f"({format_duration(elapsed)} elapsed, {when})")
-
-    def _record(self, row: dict, pair_s: float) -> None:
-        """Files the pair's time (seconds) as its backend's warm-up or as a steady pair."""
+        pair_s, self.ended = now - self.ended, now
         name = row.get("backend", "")
         if self.to_do is not None and self.to_do[name] > 0:
             self.to_do[name] -= 1
@@ -171,6 +154,7 @@ class LineProgress:
             self.warmup_s.append(pair_s)
         else:
             self.steady_s.setdefault(name, []).append(pair_s)
+        return now
 
     def left_s(self) -> float | None:
         """Seconds the pairs not yet done should take (the module docstring's model); None
@@ -192,6 +176,47 @@ class LineProgress:
             left += n * (per or 0.0)
         return left
 
+    def left_text(self) -> str:
+        """'done', 'warming up, time left not known yet' (`left_s` None) or 'about 1 min 40 s left'."""
+        if self.done_pairs >= self.total:
+            return "done"
+        left = self.left_s()
+        return "warming up, time left not known yet" if left is None else f"about {format_duration(left)} left"
+
+
+class LineProgress(TimeLeft):
+    """Plain progress lines (see the module docstring) written to `stream`.
+
+    Args:
+        total: pairs the sweep runs.
+        stream: where the lines go (stderr); a write that fails (a closed pipe) stops them,
+            never the sweep.
+        clock, backends: as `TimeLeft`'s.
+
+    Raises:
+        ValueError: `backends` does not name `total` pairs.
+    """
+
+    def __init__(self, total: int, stream: TextIO, clock: Callable[[], float] = time.monotonic,
+                 backends: Iterable[str] | None = None):
+        super().__init__(total, clock, backends)
+        self.stream: TextIO | None = stream
+        self.last = self.t0
+
+    def start(self, label: str) -> None:
+        """A pair begins (nothing is printed: lines come when pairs end)."""
+
+    def finish(self, row: dict) -> None:
+        """A pair ended with `row` (its 'backend', 'case_id', 'status'): prints its line when one is due."""
+        now = self.record(row)
+        elapsed = now - self.t0
+        slow = elapsed / self.done_pairs >= SLOW_PAIR_S
+        if self.done_pairs < self.total and not slow and now - self.last < EVERY_S:
+            return
+        self.last = now
+        self._write(f"[{self.done_pairs}/{self.total}] {row['backend']} on {row['case_id']}: {row['status']} "
+                    f"({format_duration(elapsed)} elapsed, {self.left_text()})")
+
     def _write(self, line: str) -> None:
         if self.stream is None:
             return
@@ -202,21 +227,26 @@ class LineProgress:
             self.stream = None
 
 
-class BarProgress:
-    """rich's transient progress bar on a terminal console."""
+class BarProgress(TimeLeft):
+    """rich's transient progress bar on a terminal console; its time left is `TimeLeft.left_text`,
+    as the plain lines say it (rich's own column would count each backend's warm-up as a pair's
+    pace). Args as `TimeLeft`'s, with the console to draw on."""
 
-    def __init__(self, total: int, console: Console):
+    def __init__(self, total: int, console: Console, clock: Callable[[], float] = time.monotonic,
+                 backends: Iterable[str] | None = None):
+        super().__init__(total, clock, backends)
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TimeRemainingColumn(), console=console, transient=True)
-        self.task = self.bar.add_task("starting", total=total)
+                            TextColumn("{task.fields[left]}", markup=False), console=console, transient=True)
+        self.task = self.bar.add_task("starting", total=total, left=self.left_text())
 
     def start(self, label: str) -> None:
         """Shows the pair in flight."""
         self.bar.update(self.task, description=label)
 
     def finish(self, row: dict) -> None:
-        """One more pair done."""
-        self.bar.advance(self.task)
+        """One more pair done, and the time left after it."""
+        self.record(row)
+        self.bar.update(self.task, advance=1, left=self.left_text())
 
 
 class NoProgress:
@@ -231,8 +261,8 @@ class NoProgress:
 
 class progress:
     """Context manager giving the progress display of a sweep of `total` pairs: none when
-    `quiet`, the bar on a terminal, plain lines elsewhere (`LineProgress`, given `backends`:
-    each pair's backend name, or None)."""
+    `quiet`, the bar on a terminal, plain lines elsewhere (`LineProgress`); both given
+    `backends`, each pair's backend name, or None."""
 
     def __init__(self, total: int, quiet: bool, console: Console | None, backends: Iterable[str] | None = None):
         self.total, self.quiet, self.backends = total, quiet, backends
@@ -242,7 +272,7 @@ class progress:
         if self.quiet:
             self.shown = NoProgress()
         elif self.console.is_terminal:
-            self.shown = BarProgress(self.total, self.console)
+            self.shown = BarProgress(self.total, self.console, backends=self.backends)
             self.shown.bar.start()
         else:
             self.shown = LineProgress(self.total, self.console.file, backends=self.backends)
