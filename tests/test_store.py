@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from treebench.harness.errors import ConfigError
 from treebench.harness.store import env as store_env
-from treebench.harness.store import remove
 from treebench.harness.store import rows as store
 from treebench.harness.store.env import env_fingerprint, env_id_of, read_envs, write_env
 from treebench.harness.store.paths import check_writable
@@ -340,7 +339,7 @@ def test_remove_rows_is_atomic(tmp_path, monkeypatch):
 
     def fail(*a, **k):
         raise OSError(28, "No space left on device")
-    monkeypatch.setattr(remove.os, "replace", fail)                 # the temp file is written, the rename fails
+    monkeypatch.setattr("os.replace", fail)                         # the temp file is written, the rename fails
     with pytest.raises(ConfigError, match="cannot rewrite it .*unchanged"):
         remove_rows(path, run_ids=["r2"])
     assert path.read_bytes() == before

@@ -33,6 +33,7 @@ from treebench.harness.analyze.tables import (kv_dtype_table, mask_overhead_tabl
 from treebench.harness.model.coverage import coverage_by_backend
 from treebench.harness.model.workload import device_peak, rates, row_work
 from treebench.harness.timing.stats import NOISE_RULE, geometric_mean, is_noisy
+from treebench.harness.store.outputs import write_whole
 from treebench.harness.store.rows import STATUSES, l2_label, row_l2_flushed, timing_label
 from treebench.harness.model.tree_specs import parse_tree
 
@@ -298,7 +299,8 @@ def _environment() -> jinja2.Environment:
 def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, title: str = "treebench", *,
                  baseline: str | None = None, causal_backend: str = "causal_baseline", gate=None,
                  sources: Sequence[str] = (), sections: Sequence[str] = (), own: str | None = None) -> Path:
-    """Writes a self-contained HTML report of `rows` to `path` and returns it.
+    """Writes a self-contained HTML report of `rows` to `path`, whole or not at all
+    (`treebench.harness.store.outputs.write_whole`), and returns it.
 
     Args:
         rows: result rows (schema 1), any mix of backends and cases.
@@ -370,7 +372,7 @@ def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, titl
     p = Path(path)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(html, encoding="utf-8")
+        write_whole(p, html)      # whole or not at all: an interrupt leaves an earlier report as it was
     except OSError as e:
         raise ConfigError(f"report -o {p}: cannot write ({e.strerror}); choose another path") from None
     log.info("report written to %s (%d rows, %.0f kB)", p, len(rows), len(html) / 1e3)

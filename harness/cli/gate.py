@@ -22,6 +22,7 @@ from treebench.harness.analyze.gate_render import junit_xml, markdown
 from treebench.harness.cli.common import comma_list, emit
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.env import missing_env_line, read_envs
+from treebench.harness.store.outputs import will_write, write_whole
 from treebench.harness.store.paths import check_output_path, refuse_input_path
 from treebench.harness.store.rows import paused_gc, result_files
 from treebench.harness.store.validate import read_checked_rows
@@ -174,6 +175,11 @@ def run(args: argparse.Namespace) -> int:
             refuse_input_path(path, flag, [*args.baseline, *args.candidate])
     if args.summary and args.junit and Path(args.summary).resolve() == Path(args.junit).resolve():
         raise ConfigError(f"gate --summary and --junit are the same file {args.junit}; give two paths")
+    if args.summary:                        # for the line after an interrupt
+        will_write(args.summary, "--summary", written=f"the summary was appended to --summary {args.summary}",
+                   unchanged=f"nothing was appended to --summary {args.summary}")
+    if args.junit:
+        will_write(args.junit, "--junit")
     backends = _backend_filter(args.backends)
     _refuse_shared_files(args.baseline, args.candidate)
     base_rows, base_envs = _load(args.baseline, "--baseline")
@@ -204,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
                 f.write(text)
         if args.junit:
             Path(args.junit).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.junit).write_text(junit_xml(result), encoding="utf-8")
+            write_whole(args.junit, junit_xml(result))
     except OSError as e:
         raise ConfigError(f"gate: cannot write {e.filename}: {e.strerror}; choose another path") from None
     emit(text)

@@ -14,7 +14,9 @@ which every pair was skipped (backend unavailable here, case unsupported), which
 proves nothing, unless --allow-skip; 130 interrupted (Ctrl-C), 143 terminated
 (SIGTERM), both with the --resume hint (and the run_id of the rows a run or a
 check --out wrote, which `rm --run-id` takes), or where no rows are written (a
-check without --out, a dry run) saying that nothing was, after how many pairs; 139 (or 128 + another fatal
+check without --out, a dry run) saying that nothing was, after how many pairs, or in a
+command that writes no rows (gate, report, rm, tree-search, ...) whether each file it
+writes was written (each is written whole or not at all: treebench.harness.store.outputs); 139 (or 128 + another fatal
 signal) a crash, after a line naming the backend and case in flight; 141 stdout
 closed (a pipe's reader exited) before the output was written, except for run
 and check, which keep the exit code of their rows. Result files are only ever appended to
@@ -45,6 +47,7 @@ TERMINATED, BROKEN_PIPE = 143, 141                  # 128 + SIGTERM, 128 + SIGPI
 _RUN = "correctness then timing for every case x backend; appends rows, writes a report"
 _GATE = "compare two result sets: exit 1 on a significant slowdown or a correctness loss"
 _REPORT = "write an HTML report from result files"
+ROW_COMMANDS = ("run", "check", "merge")   # the subcommands that write result rows
 # subcommand -> (module of treebench.harness.cli[:its Command], help, extra parser settings)
 COMMANDS: dict[str, tuple[str, str, dict]] = {
     "run": ("run", _RUN, {"description": _RUN[:1].upper() + _RUN[1:] + ".",
@@ -233,10 +236,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID, CREATED_OUT, NOTHING_WRITTEN, OUTCOME
     from treebench.harness.run.inflight import PROGRESS, enable_crash_report
+    from treebench.harness.store.outputs import OUTPUTS
 
     enable_crash_report()   # a segfault prints the stack, whose frames name the pair in flight
     OUTCOME[0] = ACTIVE_OUT[0] = ACTIVE_RUN_ID[0] = CREATED_OUT[0] = NOTHING_WRITTEN[0] = PROGRESS[0] = None
+    OUTPUTS.clear()
     previous = _install(signal.SIGTERM, _on_sigterm)
+    name = None
     try:
         name, args = _parse(argv)
         _setup_logging(getattr(args, "quiet", False))
@@ -252,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         _stdout_to_devnull()
         return OUTCOME[0] if OUTCOME[0] is not None else BROKEN_PIPE
     except KeyboardInterrupt as e:
-        return _interrupted(isinstance(e, Terminated))
+        return _interrupted(isinstance(e, Terminated), name)
     except OSError as e:
         if e.errno not in FULL_DISK:
             raise
@@ -311,12 +317,16 @@ def _kept_rows(out: Path, run_id: str | None, then: str) -> str:
     return f" in {out}, run_id {run_id}; {resume}, or remove them with treebench rm {out} --run-id {run_id}"
 
 
-def _interrupted(terminated: bool) -> int:
-    """The one line after Ctrl-C or SIGTERM, with the --resume hint while rows were being written
-    (run, check --out), the run_id those rows carry and the `treebench rm` that removes them; or,
-    stopped before the first row, that the results file it had created is removed; or, where no
-    rows are written (check without --out, a dry run), that nothing was, after how many pairs."""
+def _interrupted(terminated: bool, name: str | None) -> int:
+    """The one line after Ctrl-C or SIGTERM in subcommand `name`, with the --resume hint while rows
+    were being written (run, check --out), the run_id those rows carry and the `treebench rm` that
+    removes them; or, stopped before the first row, that the results file it had created is
+    removed; or, where no rows are written (check without --out, a dry run), that nothing was,
+    after how many pairs; or, in a command that writes no rows (not ROW_COMMANDS), whether each
+    file it writes was written (`outputs_note`); or, stopped before the subcommand was known
+    (`name` None), that nothing was written."""
     from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID, NOTHING_WRITTEN
+    from treebench.harness.store.outputs import outputs_note
 
     out, run_id, removed = ACTIVE_OUT[0], ACTIVE_RUN_ID[0], _drop_unwritten_out()
     where = "" if out is None else _kept_rows(out, run_id, "to finish, run")
@@ -325,6 +335,10 @@ def _interrupted(terminated: bool) -> int:
         line = f"{what} {_removed(removed)}"
     elif out is None and NOTHING_WRITTEN[0]:
         line = f"{what}{_pairs_done()}; {NOTHING_WRITTEN[0]}"
+    elif name is None:
+        line = f"{what} while starting; nothing was written"
+    elif name not in ROW_COMMANDS:
+        line = f"{what}{outputs_note()}"
     else:
         line = f"{what}; rows already written are kept{where}"
     try:

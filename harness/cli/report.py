@@ -20,6 +20,7 @@ from treebench.harness.analyze.gate import GateConfig, GateResult, compare_runs,
 from treebench.harness.analyze.headline import DEFAULT_OWN, OWN_KERNELS, missing_row_warnings
 from treebench.harness.analyze.report import DEFAULT_BASELINES, write_report
 from treebench.harness.errors import ConfigError
+from treebench.harness.store.outputs import will_write
 from treebench.harness.store.paths import check_output_path, refuse_non_html
 from treebench.harness.store.validate import read_checked_rows
 from treebench.harness.store.env import missing_env_line, read_envs
@@ -69,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
     if out.suffix.lower() not in (".html", ".htm"):
         raise ConfigError(f"report -o {out}: give an .html path, e.g. reports/NAME.html")
     refuse_non_html(out, "report -o")
+    will_write(out, "the report")              # for the line after an interrupt
     causal = args.causal_backend or "causal_baseline"
     present = sorted({r["backend"] for r in rows})
     if args.step_us is not None and not args.acceptance:

@@ -78,8 +78,11 @@ def run_rm(args) -> int:
     if not path.is_file():
         raise ConfigError(f"rm {path}: no such results file")
     from treebench.harness.store.lock import hold
+    from treebench.harness.store.outputs import will_write
     from treebench.harness.store.remove import remove_rows
 
+    will_write(path, "rm", written=f"the rows were removed from {path}",   # for the line after an interrupt
+               unchanged=f"no row was removed: {path} is left as it was")
     with hold(path, "wait for it to finish, then remove the rows"):   # not while a run appends to it
         n = remove_rows(path, run_ids=tuple(args.run_ids), backends=tuple(args.backends),
                         env_ids=tuple(args.env_ids))

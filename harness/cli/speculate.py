@@ -21,6 +21,7 @@ from pathlib import Path
 from treebench.harness.cli.common import Command, comma_list, emit, plural
 from treebench.harness.errors import ConfigError
 from treebench.harness.speculation.search import MAX_SEARCH_NODES
+from treebench.harness.store.outputs import will_write, write_whole
 from treebench.harness.store.paths import check_output_path, folder_problem
 
 
@@ -112,7 +113,7 @@ def run_tree_search(args) -> int:
     from treebench.harness.speculation.search import choices_text
 
     if args.suite_out is not None:                  # before the search: a bad path costs nothing
-        check_suite_out(args.suite_out)
+        will_write(check_suite_out(args.suite_out), "--suite-out")
     found = searched(args.acceptance, args.max_nodes, args.max_depth, args.sizes)
     out = []
     for model, trees in found:
@@ -123,7 +124,7 @@ def run_tree_search(args) -> int:
         path = Path(args.suite_out)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(suite_text(found, path.stem, _command_line(args), args.batch_sizes, args.context_lens))
+            write_whole(path, suite_text(found, path.stem, _command_line(args), args.batch_sizes, args.context_lens))
         except OSError as e:
             raise ConfigError(f"--suite-out {path}: cannot write ({folder_problem(path) or e.strerror})") from None
         suite = load_suite(path)

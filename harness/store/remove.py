@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
 from treebench.harness.errors import ConfigError
+from treebench.harness.store.outputs import write_whole
 from treebench.harness.store.paths import check_results_file
 
 log = logging.getLogger(__name__)
@@ -65,7 +64,7 @@ def remove_rows(path: str | Path, *, run_ids: Iterable[str] = (), backends: Iter
     _refuse_unmatched(path, wanted, [r for r in rows if r is not None])
     kept = [line for line, row in zip(lines, rows) if not _matches(row, wanted)]
     try:
-        _replace(path, b"".join(kept))
+        write_whole(path, b"".join(kept))
     except OSError as e:
         raise ConfigError(f"rm {path}: cannot rewrite it ({e.strerror}); the file is unchanged") from None
     for n, (line, row) in enumerate(zip(lines, rows), start=1):   # after any refusal: that stays one line
@@ -102,19 +101,3 @@ def _row(line: bytes) -> dict | None:
 def _matches(row: dict | None, wanted: dict[str, frozenset[str]]) -> bool:
     """True when `row` is a row one of whose fields holds one of its wanted values."""
     return row is not None and any(row.get(field) in values for field, values in wanted.items())
-
-
-def _replace(path: Path, data: bytes) -> None:
-    """Writes `data` to a temporary file beside `path`, fsyncs it and renames it over `path`;
-    on any failure the temporary file is removed and `path` is unchanged."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, path.stat().st_mode & 0o7777)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
