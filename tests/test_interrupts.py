@@ -52,6 +52,16 @@ def test_an_interrupt_before_the_command_is_known_says_nothing_was_written(monke
     assert _line(capsys) == "treebench: interrupted while starting; nothing was written"
 
 
+def test_an_interrupt_while_the_cli_imports_torch_is_the_start_up_line(monkeypatch, capsys):
+    """Ctrl-C in main's own start-up (its imports load torch; then the crash report is set up):
+    the start-up line and 130, not a traceback."""
+    import treebench.harness.run.inflight as inflight
+
+    monkeypatch.setattr(inflight, "enable_crash_report", _stop(KeyboardInterrupt))
+    assert main(["list"]) == 130
+    assert _line(capsys) == "treebench: interrupted while starting; nothing was written"
+
+
 @pytest.mark.parametrize("what", list(STOPS))
 @pytest.mark.parametrize("existed", [False, True])
 def test_an_interrupted_report_says_whether_it_was_written(tmp_path, monkeypatch, capsys, what, existed):

@@ -322,6 +322,25 @@ def test_interrupt_names_the_results_file_and_how_to_resume(tiny, tmp_path, caps
 
 
 @pytest.mark.parametrize("command, backend", [("run", "--backends"), ("check", "--backend")])
+def test_an_interrupt_during_the_first_pair_says_the_results_file_is_left_as_it_was(tiny, tmp_path, capsys,
+                                                                                   monkeypatch, command, backend):
+    """Ctrl-C while the first pair runs, --out holding an earlier run's rows: this run wrote none, so
+    no rm of its run_id (which would find nothing) and no word of rows kept."""
+    import treebench.harness.run.runner
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(treebench.harness.run.runner, "run_case_backend", interrupted)
+    out = tmp_path / "r.jsonl"
+    append_row(out, _row(0))              # an earlier run's row
+    before = out.read_bytes()
+    assert main([command, "--suite", str(tiny), backend, "reference", "--out", str(out), "--quiet"]) == 130
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1] == f"treebench: interrupted before this run's first row; {out} is left as it was", lines
+    assert out.read_bytes() == before
+
+
+@pytest.mark.parametrize("command, backend", [("run", "--backends"), ("check", "--backend")])
 @pytest.mark.parametrize("stop", ["interrupt", "full disk", "bad input"])
 @pytest.mark.parametrize("existed", [False, True])
 def test_a_results_file_created_by_a_sweep_that_wrote_no_row_is_removed(tiny, tmp_path, capsys, monkeypatch,
