@@ -36,7 +36,8 @@ R = TypeVar("R")
 
 ISOLATE_HINT = "rerun with --isolate to make a crash an error row and go on"
 # (pairs finished, pairs this process runs) of the sweep in progress, set by the runner; None before
-# it starts. The CLI's line after Ctrl-C says it where no results file holds the rows (check without --out).
+# it starts. The CLI's line after Ctrl-C says it where no results file holds the rows (check without --out),
+# and, at 0 pairs finished, that the results file got no row of this run.
 PROGRESS: list[tuple[int, int] | None] = [None]
 
 

@@ -191,7 +191,6 @@ def read_envs(paths) -> dict[str, dict]:
     return envs
 
 
-
 def missing_env_line(paths, rows, envs: dict[str, dict]) -> str | None:
     """One line naming the first env id of `rows` whose env file is not among `envs` (env-<id>.json
     not beside the rows) and a results file of `paths` holding a row of it (`find_row`), with how
