@@ -137,6 +137,11 @@ FP8_CONFIGS = ((16, 64, 2, 4), (64, 64, 4, 3), (128, 64, 8, 3))
 # KernelOptions.fp8_path values timed against the default ("fp16"): with the plan's config, and
 # the first with each FP8_CONFIGS tile.
 FP8_ALT_PATHS = ("cast", "bits")
+# split-KV over fp8 pools at B 64 (the plan gives 512 programs one split each): the codes' conversion
+# runs on the program's own warps, so more, shorter programs per SM may hide it behind the loads;
+# and the 16-row tile with 4 warps (fewer conversions per thread) over the fp16 path
+FP8_SPLITS = (2, 3, 4)
+FP8_SPLIT_TILES = ((16, 64, 4, 4, 1), (16, 64, 4, 4, 2), (16, 32, 2, 4, 2), (64, 64, 4, 4, 2))
 B1_TREES = ("vllm:pr_27", "full:3:3", "full:3:1")
 # (name, TreeAttention keyword arguments) for one request at L 2048
 B1_CANDIDATES = (*((f"splits{n}", {"num_splits": n}) for n in (4, 8, 12, 16, 24, 32)),
@@ -228,7 +233,10 @@ def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple]:
                  for p in ("fp16", FP8_ALT_PATHS[0])]
         ws_fp8 = [("ws_fp8", None, KernelOptions(ws_fp8=True)), ("no_ws_fp8", None, KernelOptions(ws_fp8=False))] + (
             [] if smoke else [("ws_fp8_forced", None, KernelOptions(ws_fp8=True), {"ws": True})])   # Gluon needs a GPU
-        return out[:1] + paths + tiles + ws_fp8
+        splits = [(f"splits{n}", None, KernelOptions(), {"num_splits": n}) for n in FP8_SPLITS[::5 if smoke else 1]]
+        split_tiles = [(f"tl{bm}x{bn}w{w}s{s} splits{n}", KernelConfig(bm, bn, w, s), KernelOptions(),
+                        {"ws": False, "num_splits": n}) for bm, bn, w, s, n in FP8_SPLIT_TILES[::5 if smoke else 1]]
+        return out[:1] + paths + tiles + ws_fp8 + splits + split_tiles
     if group == "fp8_latency":   # more warps per tile: fewer conversions per thread before the first MMA
         return out[:1] + [(f"fp8_{p}", None, KernelOptions(fp8_path=p)) for p in FP8_ALT_PATHS] + [
             ("no_short_build", None, KernelOptions(short_build=False)),
