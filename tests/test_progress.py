@@ -5,19 +5,20 @@ from __future__ import annotations
 
 import io
 import re
-from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from rich.console import Console
 from treebench.harness.model.cases import Case
 from treebench.harness.model.suites import load_suite
+from treebench.harness.run.config import RunConfig
 from treebench.harness.run.progress import (
     EVERY_S,
     BarProgress,
     LineProgress,
     estimate,
     format_duration,
+    pair_seconds,
     plural,
     progress,
 )
@@ -98,10 +99,9 @@ def test_a_closed_stream_stops_the_lines_not_the_sweep():
 def test_the_estimate_says_what_it_is_based_on():
     assert estimate([SMOKE] * 10, "run", "cpu") == (
         "about 0.9 s (10 pairs, 0.09 s each on average: a cost model fitted on a 2-core CPU, 0.09 s + 52.6 s per "
-        "10^9 K/V values read (2 x S_b x Hq x D per request) per run pair on cpu; no earlier run in the file with "
-        "3 or more timed rows over more than 0 s to scale it by)")
+        "10^9 K/V values read (2 x S_b x Hq x D per request) per run pair on cpu)")
     assert "0.80 s each on average: a cost model measured over the seed suite on an H200, 0.8 s per run pair on cuda " \
-           "whatever its size;" in estimate([SMOKE] * 10, "run", "cuda:1")
+           "whatever its size)" in estimate([SMOKE] * 10, "run", "cuda:1")
     assert "0.052 s + 66.6 s per 10^9 K/V values read (2 x S_b x Hq x D per request) per check pair on cpu" in \
         estimate([SMOKE] * 10, "check", "mps")
     fast = stored(SMOKE, [0.1, 0.3, 0.5, 0.7])     # millisecond stamps: a run inside one second, 0.2 s per pair
@@ -158,7 +158,38 @@ def test_rows_without_a_size_or_a_time_are_left_out_of_the_scale():
                                        for t in ("2026-01-01T00:00:00+00:00", "2026-01-01T00:01:00+00:00",
                                                  "2026-01-01T00:02:00+00:00")]
     rows[1] = dict(rows[1], timestamp="not a time")
-    assert "no earlier run in the file" in estimate([SMOKE], "run", "cpu", rows, "e1", "x.jsonl")
+    assert "; x.jsonl has no earlier run with 3 or more" in estimate([SMOKE], "run", "cpu", rows, "e1", "x.jsonl")
+
+
+UNSCALED = ("about 0.9 s (10 pairs, 0.09 s each on average: a cost model fitted on a 2-core CPU, 0.09 s + 52.6 s per "
+            "10^9 K/V values read (2 x S_b x Hq x D per request) per run pair on cpu")
+
+
+@pytest.mark.parametrize("rows", [[], stored(SMOKE, [0, 2]), stored(SMOKE, [5, 5, 5]),
+                                  [dict(r, status="skipped") for r in stored(SMOKE, [0, 2, 4])]],
+                         ids=["empty", "2 rows", "no time between rows", "skipped rows"])
+def test_a_results_file_without_an_earlier_run_to_scale_by_says_so(rows):
+    assert estimate([SMOKE] * 10, "run", "cpu", rows, "e1", "x.jsonl") == (
+        UNSCALED + "; x.jsonl has no earlier run with 3 or more rows that ran (not skipped) to scale it by)")
+
+
+def test_without_a_results_file_the_estimate_says_nothing_of_earlier_runs():
+    assert estimate([SMOKE] * 10, "run", "cpu") == UNSCALED + ")"
+
+
+@pytest.mark.parametrize("out", [None, "new", "empty"])
+def test_the_dry_run_line_names_the_results_file_only_when_there_is_one(out, tmp_path, capsys):
+    """No --out (a fresh file of its own) or an --out not there yet: nothing to scale by, nothing said of
+    earlier runs; an --out without an earlier run to scale by: the line says so."""
+    from treebench.harness.cli.main import main
+    path = tmp_path / "x.jsonl"
+    if out == "empty":
+        path.write_text("")
+    assert main(["run", "--suite", "smoke", "--backends", "reference", "--dry-run"]
+                + (["--out", str(path)] if out else [])) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("estimated time: "))
+    assert line.endswith(f"; {path} has no earlier run with 3 or more rows that ran (not skipped) to scale it by)"
+                         if out == "empty" else " per run pair on cpu)"), line
 
 
 def sweep(backends: list[str], cases: int, first_s: float, then_s: float, plan: bool = True,
@@ -239,6 +270,86 @@ def test_a_plan_of_another_size_is_refused():
         LineProgress(3, io.StringIO(), backends=["a", "b"])
 
 
+@pytest.mark.parametrize("backends, costs", [(None, [1.0, 1.0]), (["a", "b"], [1.0]), (["a", "b"], [1.0, 0.0])])
+def test_costs_without_a_plan_of_their_size_or_not_positive_are_refused(backends, costs):
+    with pytest.raises(ValueError, match="positive cost for each of the 2 pairs"):
+        LineProgress(2, io.StringIO(), backends=backends, costs=costs)
+
+
+def follow(pairs: list[tuple[int, str]], seconds: list[float], costs: list[float] | None,
+           skipped: frozenset = frozenset()) -> list[float | None]:
+    """LineProgress.left_s after each (case, backend) pair of `pairs`, pair i taking seconds[i] on the
+    fake clock and predicted to cost costs[i] (None: no costs given)."""
+    clock = Clock()
+    shown = LineProgress(len(pairs), io.StringIO(), clock, [b for _, b in pairs], costs)
+    lefts = []
+    for (c, b), s in zip(pairs, seconds):
+        clock.now += s
+        shown.finish(row(c, b, "skipped" if (c, b) in skipped else "pass"))
+        lefts.append(shown.left_s())
+    return lefts
+
+
+@pytest.mark.parametrize("pace", [0.5, 3.0])
+def test_the_time_left_follows_each_pairs_cost(pace):
+    """Small cases first, then cases of 20x their predicted cost: past the warm-ups (40 s) the time left
+    is the predicted seconds left x the measured / predicted seconds of the pairs done, the true time
+    left here. Counting the pairs left at the small pairs' mean would say ~1/9 of it."""
+    sizes = [1.0] * 4 + [20.0] * 3
+    pairs = [(c, b) for c in range(len(sizes)) for b in ("a", "b")]
+    costs = [sizes[c] for c, _ in pairs]
+    seconds = [40.0 if c == 0 else pace * sizes[c] for c, _ in pairs]
+    lefts = follow(pairs, seconds, costs)
+    assert lefts[:2] == [None, None]
+    for i, left in enumerate(lefts[2:], start=2):
+        assert left == pytest.approx(sum(seconds[i + 1:])), i
+    before_big = 7                                      # the last small pair done
+    assert follow(pairs, seconds, None)[before_big] < sum(seconds[before_big + 1:]) / 8
+
+
+@pytest.mark.parametrize("cost", [1.0, 0.37, 52.6])
+def test_pairs_of_one_size_give_the_time_left_they_gave_without_costs(cost):
+    """A warm-up of 30 s each, then 10 s (slow) and 2 s (fast) pairs, fast skipping case 2 and slow's
+    first pair a skipped one: the costs, all alike, change no figure."""
+    pairs = [(c, b) for c in range(6) for b in ("slow", "fast", "late")]
+    skipped = frozenset({(2, "fast"), (0, "slow"), (0, "late"), (1, "late")})
+    seconds = [0.0 if (c, b) in skipped else 30.0 if (c, b) in ((1, "slow"), (0, "fast"), (2, "late")) else
+               10.0 if b == "slow" else 2.0 for c, b in pairs]
+    unweighted = follow(pairs, seconds, None, skipped)
+    assert unweighted[0] is None and unweighted[1:4] == [60.0, 60.0, 30.0] and unweighted[-1] == 0.0
+    assert follow(pairs, seconds, [cost] * len(pairs), skipped) == pytest.approx(unweighted)
+
+
+def test_the_runner_gives_the_progress_each_pairs_predicted_seconds(monkeypatch):
+    from treebench.harness.adapter.contract import Capabilities
+    from treebench.harness.run import runner
+
+    class Away:                       # unavailable: skipped rows, nothing built
+        mask_kind, capabilities = "tree", Capabilities()
+
+        def __init__(self, name):
+            self.name = name
+
+        def availability(self):
+            return "not here"
+
+        def supports(self, case):
+            return None
+
+    seen = {}
+
+    class Recorded(progress):
+        def __init__(self, total, quiet, console, backends=None, costs=None):
+            seen.update(backends=list(backends or []), costs=costs)
+            super().__init__(total, True, console, backends, costs)
+
+    monkeypatch.setattr(runner, "progress", Recorded)
+    rows = runner.run_cases([SMOKE, SEED], [Away("a"), Away("b")], RunConfig(mode="check", device="cpu", quiet=True))
+    assert [r["status"] for r in rows] == ["skipped"] * 4 and seen["backends"] == ["a", "b", "a", "b"]
+    assert seen["costs"] == pair_seconds([(SMOKE, "cpu")] * 2 + [(SEED, "cpu")] * 2, "check")
+    assert seen["costs"][2] > 100 * seen["costs"][0]
+
+
 def bar_text(shown: BarProgress) -> str:
     """What the bar shows now, as plain text on a wide terminal."""
     out = io.StringIO()
@@ -270,7 +381,18 @@ def test_the_bar_shows_the_time_left_the_lines_show(plan):
         "warming up, time left not known yet)", "about 20.0 s left)"]
 
 
-def test_the_bar_is_given_each_pairs_backend():
-    """On a terminal the bar is told each pair's backend, so it counts a warm-up for those yet to run."""
-    with progress(4, False, Console(file=io.StringIO(), force_terminal=True), ["a", "a", "b", "b"]) as shown:
-        assert isinstance(shown, BarProgress) and shown.to_do == Counter({"a": 2, "b": 2})
+def test_the_bar_is_given_each_pairs_backend_and_cost():
+    """On a terminal the bar is told each pair's backend, so it counts a warm-up for those yet to run,
+    and its predicted cost."""
+    with progress(4, False, Console(file=io.StringIO(), force_terminal=True), ["a", "a", "b", "b"],
+                  [1.0, 2.0, 3.0, 4.0]) as shown:
+        assert isinstance(shown, BarProgress)
+        assert {name: list(costs) for name, costs in shown.to_do.items()} == {"a": [1.0, 2.0], "b": [3.0, 4.0]}
+
+
+@pytest.mark.parametrize("name", ["flex[bold]", "two_pass[/x]", "[red]B1-L16-full:2:2[/red] | a\\"])
+def test_the_bar_shows_a_name_with_brackets_as_written(name):
+    """A case id or backend name is no rich markup: '[bold]' stays in the bar, '[/x]' raises nothing."""
+    bar = BarProgress(1, Console(file=io.StringIO(), force_terminal=True))
+    bar.start(name)
+    assert name in bar_text(bar)

@@ -9,18 +9,19 @@ shows nothing, so `LineProgress` prints plain lines instead::
 one per finished pair while pairs take 1 s or more on average, else one every
 10 s, and always the last. ``--quiet`` shows neither.
 
-The time left allows for warm-up. A backend's first pair that runs (not skipped)
-carries its one-off costs, a JIT compile or autotuning (FlashInfer's took about
-40 s in a GPU sweep whose pairs took about 1 s), so its time is kept apart; a
-pair's time is the span since the previous pair ended. Each backend's pairs left
-cost its mean over its other pairs (skipped ones included: the pairs left skip
-alike), else the mean over every backend's such steady pairs, plus one warm-up
-(the mean of the first pairs seen) for a backend yet to run a pair (so one too
-many for a backend that skips them all). Before any steady pair (the first case
-of a case-major sweep) the line says the time left is not known yet instead of
-scaling the warm-ups up. Without the backend of each pair (`TimeLeft`'s
-`backends`), the pairs left cost the steady mean, no warm-up. The bar and the lines
-show the same figure (`TimeLeft.left_text`), updated as each pair ends.
+The time left allows for warm-up and for pairs of different sizes. A backend's first pair that
+runs (not skipped) carries its one-off costs, a JIT compile or autotuning (FlashInfer's took about
+40 s in a GPU sweep whose pairs took about 1 s), so its time is kept apart; a pair's time is the
+span since the previous pair ended. Each backend's pairs left cost their `PAIR_COSTS` seconds
+(`pair_seconds`, as ``--dry-run`` counts them) x its measured / predicted seconds over its other
+pairs (skipped ones included: the pairs left skip alike), else that ratio over every backend's such
+steady pairs, so a sweep whose large cases come last is not timed at its small cases' pace; plus one
+warm-up (the mean of the first pairs seen) in place of the first pair left of a backend yet to run
+a pair (one too many for a backend that skips them all). Before any steady pair (the first case of
+a case-major sweep) the line says the time left is not known yet instead of scaling the warm-ups
+up. Without the backend of each pair (`TimeLeft`'s `backends`) the pairs left cost the steady mean,
+no warm-up; without their `costs` they count alike. The bar and the lines show the same figure
+(`TimeLeft.left_text`), updated as each pair ends.
 
 `estimate` is the cheap model behind ``--dry-run``'s time line: each pair that will run
 costs `PAIR_COSTS`' seconds for its case's size (a fixed part plus a part per K/V value
@@ -28,19 +29,21 @@ the query heads read, `workload.kv_values_read`), summed over the pairs. When th
 file holds earlier runs (this env's first, else any env's), the sum is scaled by their
 measured time over what the model gives their pairs (each run's span of row timestamps),
 so rows of small cases on a fast machine do not predict large cases there at the small
-cases' pace. The line says which.
+cases' pace. The line says which, and that no earlier run was found in the results file
+(nothing without one).
 """
 
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TextIO
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from treebench.harness.model.cases import Case
 from treebench.harness.model.workload import kv_values_read
@@ -98,6 +101,11 @@ PAIR_COSTS = {("run", "cpu"): PairCost(0.09, 52.6, "fitted on a 2-core CPU"),
               ("check", "cuda"): PairCost(0.5, 0.0, "measured over default checks on an H200")}
 
 
+def _pace(pairs: list[tuple[float, float]]) -> float | None:
+    """Measured over predicted seconds of (measured, predicted seconds) `pairs`; None without any."""
+    return sum(m for m, _ in pairs) / sum(c for _, c in pairs) if pairs else None
+
+
 def plural(n: int, noun: str, many: str | None = None) -> str:
     """'1 pair', '2 pairs', '0 pairs': the count and its noun, in the plural (`many`, else noun + 's')
     unless n is 1. Every count-and-noun of treebench's output lines goes through it."""
@@ -121,59 +129,71 @@ class TimeLeft:
     Args:
         total: pairs the sweep runs.
         clock: monotonic seconds (tests pass a fake one).
-        backends: the backend name of each of the `total` pairs, in any order; None when not
-            known (the time left then adds no warm-up for backends yet to run a pair).
+        backends: the backend name of each of the `total` pairs, each backend's pairs in the order
+            they run; None when not known (the time left then adds no warm-up for backends yet
+            to run a pair).
+        costs: the predicted seconds of each pair of `backends`, in its order (`pair_seconds`);
+            None: every pair alike.
 
     Raises:
-        ValueError: `backends` does not name `total` pairs.
+        ValueError: `backends` does not name `total` pairs, or `costs` is given without
+            `backends`, for another number of pairs or with a cost that is not positive.
     """
 
     def __init__(self, total: int, clock: Callable[[], float] = time.monotonic,
-                 backends: Iterable[str] | None = None):
+                 backends: Iterable[str] | None = None, costs: Iterable[float] | None = None):
         self.total, self.clock = total, clock
         self.done_pairs = 0
         self.t0 = self.ended = clock()
-        self.to_do: Counter[str] | None = None if backends is None else Counter(backends)  # backend -> pairs left
-        if self.to_do is not None and sum(self.to_do.values()) != total:
-            raise ValueError(f"backends names {sum(self.to_do.values())} pairs, total is {total}")
+        names = None if backends is None else list(backends)
+        if names is not None and len(names) != total:
+            raise ValueError(f"backends names {len(names)} pairs, total is {total}")
+        weights = [1.0] * total if costs is None else list(costs)
+        if costs is not None and (names is None or len(weights) != total or min(weights, default=1.0) <= 0):
+            raise ValueError(f"costs must give a positive cost for each of the {total} pairs of backends")
+        self.to_do: dict[str, deque[float]] | None = None   # backend -> predicted seconds of its pairs left, in order
+        if names is not None:
+            self.to_do = {}
+            for name, cost in zip(names, weights):
+                self.to_do.setdefault(name, deque()).append(cost)
         self.warm: set[str] = set()             # backends whose first pair that ran (not skipped) is done
         self.warmup_s: list[float] = []         # those first pairs' times (seconds)
-        self.steady_s: dict[str, list[float]] = {}   # backend -> its other pairs' times (seconds)
+        self.steady: dict[str, list[tuple[float, float]]] = {}   # backend -> (measured, predicted seconds) of its other pairs
 
     def record(self, row: dict) -> float:
         """A pair ended with `row` (its 'backend', 'status'): files its time (seconds since the
-        previous pair ended) as its backend's warm-up or as a steady pair; returns the clock now."""
+        previous pair ended) as its backend's warm-up or as a steady pair, beside its predicted
+        seconds; returns the clock now."""
         self.done_pairs += 1
         now = self.clock()
         pair_s, self.ended = now - self.ended, now
         name = row.get("backend", "")
-        if self.to_do is not None and self.to_do[name] > 0:
-            self.to_do[name] -= 1
+        mine = self.to_do.get(name) if self.to_do is not None else None
+        cost = mine.popleft() if mine else 1.0
         if name not in self.warm and row.get("status") != "skipped":
             self.warm.add(name)
             self.warmup_s.append(pair_s)
         else:
-            self.steady_s.setdefault(name, []).append(pair_s)
+            self.steady.setdefault(name, []).append((pair_s, cost))
         return now
 
     def left_s(self) -> float | None:
         """Seconds the pairs not yet done should take (the module docstring's model); None
-        while a steady time per pair is needed and no steady pair has been timed."""
-        steady = [s for times in self.steady_s.values() for s in times]
-        overall = sum(steady) / len(steady) if steady else None
+        while a steady pace is needed and no steady pair has been timed."""
+        overall = _pace([p for pairs in self.steady.values() for p in pairs])
         if self.to_do is None:
             return None if overall is None else overall * (self.total - self.done_pairs)
         left = 0.0
-        for name, n in self.to_do.items():
-            if n and name not in self.warm:         # its first pair that runs: a warm-up like those seen
+        for name, pending in self.to_do.items():
+            costs = list(pending)
+            if costs and name not in self.warm:     # its first pair that runs: a warm-up like those seen
                 if not self.warmup_s:
                     return None
-                left, n = left + sum(self.warmup_s) / len(self.warmup_s), n - 1
-            mine = self.steady_s.get(name)
-            per = sum(mine) / len(mine) if mine else overall
-            if n and per is None:
+                left, costs = left + sum(self.warmup_s) / len(self.warmup_s), costs[1:]
+            pace = _pace(self.steady[name]) if name in self.steady else overall
+            if costs and pace is None:
                 return None
-            left += n * (per or 0.0)
+            left += sum(costs) * (pace or 0.0)
         return left
 
     def left_text(self) -> str:
@@ -191,15 +211,15 @@ class LineProgress(TimeLeft):
         total: pairs the sweep runs.
         stream: where the lines go (stderr); a write that fails (a closed pipe) stops them,
             never the sweep.
-        clock, backends: as `TimeLeft`'s.
+        clock, backends, costs: as `TimeLeft`'s.
 
     Raises:
-        ValueError: `backends` does not name `total` pairs.
+        ValueError: as `TimeLeft`'s.
     """
 
     def __init__(self, total: int, stream: TextIO, clock: Callable[[], float] = time.monotonic,
-                 backends: Iterable[str] | None = None):
-        super().__init__(total, clock, backends)
+                 backends: Iterable[str] | None = None, costs: Iterable[float] | None = None):
+        super().__init__(total, clock, backends, costs)
         self.stream: TextIO | None = stream
         self.last = self.t0
 
@@ -230,18 +250,18 @@ class LineProgress(TimeLeft):
 class BarProgress(TimeLeft):
     """rich's transient progress bar on a terminal console; its time left is `TimeLeft.left_text`,
     as the plain lines say it (rich's own column would count each backend's warm-up as a pair's
-    pace). Args as `TimeLeft`'s, with the console to draw on."""
+    pace). Args and errors as `TimeLeft`'s, with the console to draw on."""
 
     def __init__(self, total: int, console: Console, clock: Callable[[], float] = time.monotonic,
-                 backends: Iterable[str] | None = None):
-        super().__init__(total, clock, backends)
+                 backends: Iterable[str] | None = None, costs: Iterable[float] | None = None):
+        super().__init__(total, clock, backends, costs)
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                             TextColumn("{task.fields[left]}", markup=False), console=console, transient=True)
         self.task = self.bar.add_task("starting", total=total, left=self.left_text())
 
     def start(self, label: str) -> None:
-        """Shows the pair in flight."""
-        self.bar.update(self.task, description=label)
+        """Shows the pair in flight, `label` as written (a '[bold]' in a case id or backend name is no markup)."""
+        self.bar.update(self.task, description=escape(label))
 
     def finish(self, row: dict) -> None:
         """One more pair done, and the time left after it."""
@@ -262,20 +282,21 @@ class NoProgress:
 class progress:
     """Context manager giving the progress display of a sweep of `total` pairs: none when
     `quiet`, the bar on a terminal, plain lines elsewhere (`LineProgress`); both given
-    `backends`, each pair's backend name, or None."""
+    `backends` and `costs` (as `TimeLeft`'s) or None."""
 
-    def __init__(self, total: int, quiet: bool, console: Console | None, backends: Iterable[str] | None = None):
-        self.total, self.quiet, self.backends = total, quiet, backends
+    def __init__(self, total: int, quiet: bool, console: Console | None, backends: Iterable[str] | None = None,
+                 costs: Iterable[float] | None = None):
+        self.total, self.quiet, self.backends, self.costs = total, quiet, backends, costs
         self.console = console or Console(stderr=True)
 
     def __enter__(self):
         if self.quiet:
             self.shown = NoProgress()
         elif self.console.is_terminal:
-            self.shown = BarProgress(self.total, self.console, backends=self.backends)
+            self.shown = BarProgress(self.total, self.console, backends=self.backends, costs=self.costs)
             self.shown.bar.start()
         else:
-            self.shown = LineProgress(self.total, self.console.file, backends=self.backends)
+            self.shown = LineProgress(self.total, self.console.file, backends=self.backends, costs=self.costs)
         return self.shown
 
     def __exit__(self, *exc) -> None:
@@ -286,6 +307,19 @@ class progress:
 def case_values(case: Case) -> int:
     """`kv_values_read` of `case`: its L_b and T_b as the run draws them (a count of values)."""
     return kv_values_read(case.context_lens(), [t.size for t in case.trees()], case.num_q_heads, case.head_dim)
+
+
+def cost_model(mode: str, device: str) -> tuple[PairCost, str]:
+    """(`PAIR_COSTS`' model of a `mode` pair on `device`, e.g. 'cpu', 'cuda:0'; its device type): the
+    CPU's for a device type without its own."""
+    kind = device.split(":")[0]
+    return (PAIR_COSTS[(mode, kind)], kind) if (mode, kind) in PAIR_COSTS else (PAIR_COSTS[(mode, "cpu")], "cpu")
+
+
+def pair_seconds(pairs: Sequence[tuple[Case, str]], mode: str) -> list[float]:
+    """`cost_model`'s seconds of each (case, device) pair in `mode` ('run' or 'check'): `TimeLeft`'s costs."""
+    values = {c: case_values(c) for c in {case for case, _ in pairs}}      # one size per distinct case
+    return [cost_model(mode, device)[0].seconds(values[case]) for case, device in pairs]
 
 
 def row_values(row: dict) -> int | None:
@@ -332,35 +366,34 @@ def stored_scale(rows: Iterable[dict], env_id: str | None, kind: str) -> tuple[f
 
 
 def estimate(cases: Sequence[Case], mode: str, device: str, rows: Iterable[dict] = (), env_id: str | None = None,
-             source: str = "") -> str:
+             source: str | None = None) -> str:
     """'about 1 h 29 min (480 pairs, 11.13 s each on average: ...)': the time the pairs that will run
     should take, and what the figure is based on.
 
-    Each pair costs `PAIR_COSTS[(mode, device type)]` for its case's size (the CPU's for a device type
-    without its own); with earlier runs in `rows` (the results file `source`; this env's, else any
-    env's), the sum is scaled by their measured / modelled time (`stored_scale`).
+    Each pair costs `PAIR_COSTS[(mode, device type)]` for its case's size (`cost_model`); with earlier
+    runs in `rows` (the results file `source`; this env's, else any env's), the sum is scaled by their
+    measured / modelled time (`stored_scale`).
 
     Args:
         cases: the case of each pair that will run, once per backend that runs it.
         mode: 'run' or 'check'.
         device: where they run, e.g. 'cpu', 'cuda:0'.
         rows: the rows stored in `source`; env_id: this run's env id.
+        source: the results file, or None without one (the model then goes unscaled, unremarked).
     """
-    kind = device.split(":")[0] if (mode, device.split(":")[0]) in PAIR_COSTS else "cpu"
-    cost = PAIR_COSTS[(mode, kind)]
-    values = {c: case_values(c) for c in set(cases)}       # one size per distinct case
-    total = sum(cost.seconds(values[c]) for c in cases)     # seconds
+    cost, kind = cost_model(mode, device)
+    total = sum(pair_seconds([(c, kind) for c in cases], mode))     # seconds
     rows = list(rows)
     mine = stored_scale(rows, env_id, kind)
     found = mine if mine is not None else stored_scale(rows, None, kind)
+    basis = f"a cost model {cost.fitted_on}, {cost.describe(mode, kind)}"
     if found is not None:
         scale, n = found
         whose = "this env" if mine is not None else "other envs (another commit, machine or versions)"
         total *= scale
         basis = (f"the cost model, {cost.describe(mode, kind)}, x {scale:.2f} as measured over "
                  f"{plural(n, 'earlier pair')} of {whose} in {source}")
-    else:
-        basis = (f"a cost model {cost.fitted_on}, {cost.describe(mode, kind)}; no earlier run in the file with "
-                 "3 or more timed rows over more than 0 s to scale it by")
+    elif source is not None:
+        basis += f"; {source} has no earlier run with 3 or more rows that ran (not skipped) to scale it by"
     each = f", {total / len(cases):.2f} s each on average" if cases else ""
     return f"about {format_duration(total)} ({plural(len(cases), 'pair')}{each}: {basis})"

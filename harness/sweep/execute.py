@@ -204,8 +204,9 @@ def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Co
                          primary=rank is None or rank.primary, env_id=env["env_id"])
     if opts.dry_run:
         to_run, result.will_skip, result.will_skip_memory = _plan_pairs(mine, backends, names, skip, opts.run, device)
-        stored = read_rows([opts.out]) if opts.out is not None and Path(opts.out).is_file() else []
-        result.estimate = estimate(to_run, opts.run.mode, device, stored, env["env_id"], str(opts.out))
+        found = str(opts.out) if opts.out is not None and Path(opts.out).is_file() else None   # no file: no rows
+        stored = read_rows([opts.out]) if found else []
+        result.estimate = estimate(to_run, opts.run.mode, device, stored, env["env_id"], found)
         if not opts.resume:   # `resumed` counts what --resume skips: without it, say what --out holds
             result.resumed, result.stored_note = None, _stored_note(opts, stored, env["env_id"], mine, names)
         return result
