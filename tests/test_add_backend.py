@@ -78,3 +78,23 @@ def test_a_backend_file_imports_a_module_beside_it(tmp_path):
     path.write_text(code + "\nimport shared_helper  # noqa: E402\nassert shared_helper.ANSWER == 42\n")
     proc, rows = check(path, cls, tmp_path)                       # run from the folder above
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_example_file_alone_names_its_one_backend_class(tmp_path):
+    """`--backend my_backend.py` (no :Class) takes the one backend class the file defines; a backend
+    class it imports from elsewhere does not count. `run --backends` takes the same form."""
+    name, code, _ = example()
+    path = tmp_path / name
+    path.write_text(code + "\nfrom treebench.backends.torch_sdpa import TorchSdpaBackend  # noqa: E402,F401\n")
+    backend = re.search(r'name = "(\w+)"', code)[1]
+    out = tmp_path / "rows.jsonl"
+    for argv in (["check", "--backend", name], ["run", "--backends", f"reference,{name}", "--report",
+                                                 str(tmp_path / "r.html")]):
+        proc = subprocess.run([sys.executable, "-m", "treebench", *argv, "--suite", "smoke", "--quiet", "--out",
+                               str(out)], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["backend"] for r in rows].count(backend) == 2 * sum(r["backend"] == "reference" for r in rows) > 0
+    assert {r["backend"] for r in rows} == {backend, "reference"}
+    assert {r["status"] for r in rows if r["backend"] == backend} <= {"pass", "skipped"}

@@ -260,3 +260,64 @@ def test_a_backend_whose_capabilities_is_not_a_capabilities_is_refused_before_an
         proc = _cli(*argv, f"{tmp_path / 'mine.py'}:Mine", "--out", str(out), cwd=tmp_path)
         _one_line_exit_2(proc, "Mine.capabilities is a", "not a Capabilities", "treebench.Capabilities(...)")
         assert not out.exists()
+
+
+CORRECT = "from tests.broken_backends import Correct\n"
+BACKEND_FILES = {   # a backend file given without :Class, and what the one line says of it
+    "two": (CORRECT + "class Helper:\n    pass\n\n\nclass A(Correct):\n    name = 'a'\n\n\nclass B(Correct):\n"
+            "    name = 'b'\n", ["defines 2 backend classes (A, B)", "pick one as {f}:CLASS, e.g. {f}:A"]),
+    "none": ("class Helper:\n    pass\n", ["{f} defines no backend class", "non-empty string `name`", "`prepare`"]),
+    "imported": (CORRECT, ["{f} defines no backend class", "it imports Correct from elsewhere", "e.g. {f}:Correct"]),
+    "nameless": (("from treebench import Backend\n\n\nclass Mine(Backend):\n    def prepare(self, inputs):\n"
+                  "        return lambda: None\n"), ["{f} defines no backend class", "set `name` on Mine to"]),
+}
+
+
+@pytest.mark.parametrize("kind", BACKEND_FILES)
+def test_a_backend_file_without_a_class_needs_exactly_one_backend_class(tmp_path, kind):
+    """`--backend mine.py` takes the one backend class mine.py defines; none or several is one line, exit 2."""
+    body, words = BACKEND_FILES[kind]
+    f = tmp_path / "mine.py"
+    f.write_text(body)
+    out = tmp_path / "rows.jsonl"
+    commands = [("check", "--backend", str(f))] + ([("run", "--backends", f"reference,{f}")] if kind == "two" else [])
+    for argv in commands:
+        proc = _cli(*argv, "--out", str(out), "--suite", "smoke", cwd=tmp_path)
+        _one_line_exit_2(proc, f"--backend {str(f)!r}", *(w.format(f=f) for w in words))
+        assert not out.exists()
+
+
+@pytest.mark.parametrize("spec, argv", [
+    ("nothere.py", ("check", "--backend", "{}")),
+    ("sub/nothere", ("check", "--backend", "{}")),
+    ("sub/nothere.py", ("check", "--backend", "{}")),
+    ("nothere.py", ("run", "--backends", "reference,{}")),
+])
+def test_a_missing_backend_file_is_named_missing_not_unknown(tmp_path, spec, argv):
+    proc = _cli(*argv[:2], argv[2].format(spec), "--out", str(tmp_path / "rows.jsonl"), cwd=tmp_path)
+    _one_line_exit_2(proc, f"--backend {spec!r}: file {spec} not found")
+    assert "unknown backend" not in proc.stderr and not (tmp_path / "rows.jsonl").exists()
+
+
+def _user_backend(path: Path, cls: str, name: str, registered: bool = False) -> Path:
+    head = "from treebench import register\n" + CORRECT + "\n\n@register\n" if registered else CORRECT + "\n\n"
+    path.write_text(f"{head}class {cls}(Correct):\n    name = {name!r}\n")
+    return path
+
+
+@pytest.mark.parametrize("registered", [False, True], ids=["unregistered", "registered"])
+@pytest.mark.parametrize("other", ["built_in", "user_file", "same_file"])
+def test_two_backend_classes_of_one_name_are_named_by_their_sources(tmp_path, other, registered):
+    """A backend name held by two classes is one line naming where each is defined (file or module, and
+    class), so the user knows which to rename; the same file given twice is named as given twice."""
+    mine = _user_backend(tmp_path / "mine.py", "Mine", "flex" if other == "built_in" else "twin", registered)
+    theirs = {"built_in": "flex", "user_file": str(_user_backend(tmp_path / "b.py", "B", "twin", registered)),
+              "same_file": "./mine.py:Mine"}[other]
+    out = tmp_path / "rows.jsonl"
+    proc = _cli("run", "--backends", f"{theirs},mine.py", "--suite", "smoke", "--out", str(out), cwd=tmp_path)
+    verb = "registered by" if registered else "used by"
+    words = {"built_in": [f"backend name 'flex' is {verb} both treebench.backends.flex:FlexTree and {mine}:Mine"],
+             "user_file": [f"backend name 'twin' is {verb} both {theirs}:B and {mine}:Mine", "`name`"],
+             "same_file": [f"{mine}:Mine (backend name 'twin') is given twice; name each backend once"]}[other]
+    _one_line_exit_2(proc, *words)
+    assert not out.exists()

@@ -456,7 +456,7 @@ def test_two_backends_of_one_name_are_refused_before_anything_is_written(tiny, t
     argv = ["run", "--suite", str(tiny), "--backends", f"{FAULTS}:Twin,{same}:Same", "--out", str(out),
             "--report", str(tmp_path / "r.html"), "--quiet", *dry]
     assert main(argv) == 2
-    assert "backend name 'twin' is used by both Twin and Same" in _one_line_error(capsys)
+    assert f"backend name 'twin' is used by both {FAULTS}:Twin and {same}:Same" in _one_line_error(capsys)
     assert not (tmp_path / "d").exists() and not (tmp_path / "r.html").exists()
 
 

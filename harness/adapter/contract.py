@@ -17,6 +17,7 @@ name or by `pkg.mod:Class` / `path/file.py:Class` is treebench.harness.run.loadi
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -28,6 +29,9 @@ from treebench.harness.errors import BackendUnavailable, ConfigError
 from treebench.harness.model.paged import BackendInputs
 
 REGISTRY: dict[str, type["Backend"]] = {}
+# Prefix of the module names under which treebench.harness.run.loading imports a backend file
+# (`path/file.py:Class`): `source_of` shows such a class by its file, not by that name.
+FILE_MODULE_PREFIX = "treebench_user_"
 
 
 @dataclass(frozen=True)
@@ -147,16 +151,30 @@ def capability_skip(caps: Capabilities, case: Case) -> str | None:
     return None
 
 
+def source_of(cls: type) -> str:
+    """Where a backend class is defined, as `--backend` takes it: 'path/file.py:Class' for a class of a
+    file loaded by path (its absolute path), else 'package.module:Class'."""
+    where = cls.__module__
+    file = getattr(sys.modules.get(where), "__file__", None)
+    if where.startswith(FILE_MODULE_PREFIX) and file:
+        where = file
+    return f"{where}:{cls.__qualname__}"
+
+
 def register(cls: type[Backend]) -> type[Backend]:
-    """Class decorator: adds `cls` to REGISTRY under `cls.name`.
+    """Class decorator: adds `cls` to REGISTRY under `cls.name`. The same class imported again (its
+    module loaded a second time) replaces itself.
 
     Raises:
-        ValueError: empty or duplicate name.
+        ValueError: empty name.
+        ConfigError: a name another class holds, naming both classes' sources.
     """
     if not cls.name:
         raise ValueError(f"{cls.__qualname__} has no name")
-    if cls.name in REGISTRY and REGISTRY[cls.name] is not cls:
-        raise ValueError(f"backend name {cls.name!r} registered twice")
+    old = REGISTRY.get(cls.name)
+    if old is not None and source_of(old) != source_of(cls):
+        raise ConfigError(f"backend name {cls.name!r} is registered by both {source_of(old)} and "
+                          f"{source_of(cls)}; give one of them another `name`")
     REGISTRY[cls.name] = cls
     return cls
 
@@ -165,12 +183,15 @@ def check_unique_names(backends) -> None:
     """Refuses two backends of one name in a run (their rows would be merged under that name).
 
     Raises:
-        ConfigError: naming the duplicate and the classes that share it.
+        ConfigError: naming the duplicate and where each class that shares it is defined.
     """
     seen: dict[str, object] = {}
     for b in backends:
         name = getattr(b, "name", type(b).__name__)
         if name in seen:
-            raise ConfigError(f"backend name {name!r} is used by both {type(seen[name]).__name__} and "
-                              f"{type(b).__name__}; give each backend class its own `name`")
+            first, second = source_of(type(seen[name])), source_of(type(b))
+            if first == second:
+                raise ConfigError(f"{first} (backend name {name!r}) is given twice; name each backend once")
+            raise ConfigError(f"backend name {name!r} is used by both {first} and {second}; "
+                              "give each backend class its own `name`")
         seen[name] = b

@@ -39,7 +39,8 @@ def add_arguments(p) -> None:
     p.add_argument("--deep", action="store_true",
                    help="the default check with more values on every axis (tree sizes, page sizes, seeds)")
     p.add_argument("--backend", "--backends", dest="backend", required=True,
-                   help="one backend: registry name, package.module:Class or path/file.py:Class")
+                   help="one backend: registry name, package.module:Class, path/file.py:Class, or path/file.py "
+                        "(the one backend class the file defines)")
     p.add_argument("--out", default=None, help="also append the rows to this results JSONL")
     add_sweep_options(p, timed=False)
 

@@ -87,7 +87,8 @@ def add_arguments(p) -> None:
     """The options of `treebench run`."""
     add_suite_argument(p, "smoke")
     p.add_argument("--backends", "--backend", dest="backends", default=None,
-                   help="comma-separated names, package.module:Class or path/file.py:Class, or 'all' "
+                   help="comma-separated names, package.module:Class, path/file.py:Class or path/file.py (its one "
+                        "backend class), or 'all' "
                         "(default: every available built-in backend)")
     p.add_argument("--out", default=None,
                    help="results JSONL to append to (default: results/local/<suite>-<run_id>.jsonl)")

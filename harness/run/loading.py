@@ -1,5 +1,6 @@
-"""Backend loading: a backend instance from a registry name, ``package.module:Class`` or
-``path/file.py:Class``, and the backends of one invocation.
+"""Backend loading: a backend instance from a registry name, ``package.module:Class``,
+``path/file.py:Class`` or ``path/file.py`` (the one backend class the file defines), and the
+backends of one invocation.
 
 The only module of the harness that imports the built-in adapters (the
 ``backends`` package, which registers them): the adapter contract below it
@@ -11,15 +12,25 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from treebench.harness.adapter.contract import REGISTRY, Backend, Capabilities, check_unique_names
+from treebench.harness.adapter.contract import (
+    FILE_MODULE_PREFIX,
+    REGISTRY,
+    Backend,
+    Capabilities,
+    check_unique_names,
+)
 from treebench.harness.errors import ConfigError
 
 SPEC_ATTR = "treebench_spec"   # attribute load_one sets on a backend: how an --isolate worker loads it again
-FORMS = "PATH.py:Class or package.module:Class (or a registered backend name)"   # what --backend takes
+FORMS = "PATH.py:Class or package.module:Class (or PATH.py, or a registered backend name)"   # what --backend takes
+CONTRACT = ("name", "availability", "supports", "prepare")   # the members a backend class has
+BACKEND_CLASS = ("a class with a non-empty string `name` and `availability`, `supports` and `prepare`, "
+                 "e.g. a subclass of treebench.Backend")   # what a backend class is, in a line
 
 
 @contextlib.contextmanager
@@ -49,28 +60,35 @@ def _is_namespace(module) -> bool:
     return getattr(module, "__file__", None) is None and (spec is None or spec.origin in (None, "namespace"))
 
 
+def _load_file(spec: str, target: str):
+    """The module of the Python file `target` ('path/file.py'), its folder put on sys.path as under
+    `python path/file.py`; ConfigError when it is missing, a directory or not a Python file."""
+    path = Path(target)
+    if path.is_dir():
+        raise _a_directory(spec, target)
+    if not path.is_file():
+        raise ConfigError(f"--backend {spec!r}: file {target} not found")
+    mod_name = f"{FILE_MODULE_PREFIX}{abs(hash(str(path.resolve())))}"
+    s = importlib.util.spec_from_file_location(mod_name, path)
+    if s is None or s.loader is None:
+        raise ConfigError(f"--backend {spec!r}: {target} is not a Python file (.py)")
+    module = importlib.util.module_from_spec(s)
+    sys.modules[mod_name] = module
+    folder = str(path.resolve().parent)     # its siblings import, as under `python path/file.py`
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    with _as_its_own_program(spec, str(path)):
+        s.loader.exec_module(module)
+    return module
+
+
 def _load_class(spec: str) -> type:
     """The class `spec` ('pkg.mod:Class' or 'path/file.py:Class') names; ConfigError when it cannot be had."""
     target, _, cls_name = spec.rpartition(":")
     if not target.strip() or not cls_name.strip() or (":" in target and not Path(target).exists()):
         raise ConfigError(f"--backend {spec!r}: malformed; give {FORMS}")
-    if target.endswith(".py") or "/" in target:
-        path = Path(target)
-        if path.is_dir():
-            raise _a_directory(spec, target)
-        if not path.is_file():
-            raise ConfigError(f"--backend {spec!r}: file {target} not found")
-        mod_name = f"treebench_user_{abs(hash(str(path.resolve())))}"
-        s = importlib.util.spec_from_file_location(mod_name, path)
-        if s is None or s.loader is None:
-            raise ConfigError(f"--backend {spec!r}: {target} is not a Python file (.py)")
-        module = importlib.util.module_from_spec(s)
-        sys.modules[mod_name] = module
-        folder = str(path.resolve().parent)     # its siblings import, as under `python path/file.py`
-        if folder not in sys.path:
-            sys.path.insert(0, folder)
-        with _as_its_own_program(spec, str(path)):
-            s.loader.exec_module(module)
+    if _names_a_file(target):
+        module = _load_file(spec, target)
     else:
         try:
             with _as_its_own_program(spec, target):
@@ -87,31 +105,85 @@ def _load_class(spec: str) -> type:
     return cls
 
 
+def _names_a_file(target: str) -> bool:
+    """Whether `target` (a --backend value or the part before ':Class') is a file path: it ends in .py
+    or holds a path separator."""
+    return target.endswith(".py") or any(sep and sep in target for sep in (os.sep, os.altsep))
+
+
+def _is_backend_class(obj) -> bool:
+    """Whether `obj` is a class that meets the adapter contract: CONTRACT's members, a non-empty str `name`."""
+    name = getattr(obj, "name", None)
+    return (isinstance(obj, type) and all(hasattr(obj, attr) for attr in CONTRACT)
+            and isinstance(name, str) and bool(name.strip()))
+
+
+def _classes(module, defined: bool) -> list[type]:
+    """The classes bound in `module`, once each in order: those it defines (`defined`), or those it imports."""
+    found = (v for v in vars(module).values() if isinstance(v, type))
+    return list(dict.fromkeys(c for c in found if (c.__module__ == module.__name__) == defined))
+
+
+def _the_backend_class(spec: str, module) -> type:
+    """The one backend class the file `spec` defines (classes it imports do not count).
+
+    Raises:
+        ConfigError: it defines none, or several (listing them: the user picks one as spec:Class).
+    """
+    found = [c for c in _classes(module, defined=True) if _is_backend_class(c)]
+    if len(found) == 1:
+        return found[0]
+    if found:
+        names = [c.__name__ for c in found]
+        raise ConfigError(f"--backend {spec!r}: {spec} defines {len(names)} backend classes ({', '.join(names)}); "
+                          f"pick one as {spec}:CLASS, e.g. {spec}:{names[0]}")
+    nameless = [c.__name__ for c in _classes(module, defined=True)
+                if all(hasattr(c, attr) for attr in CONTRACT[1:]) and not _is_backend_class(c)]
+    imported = [c.__name__ for c in _classes(module, defined=False) if _is_backend_class(c)]
+    why = (f"; set `name` on {', '.join(nameless)} to a non-empty string" if nameless else
+           f"; it imports {', '.join(imported)} from elsewhere: name one to use it, e.g. {spec}:{imported[0]}"
+           if imported else "")
+    raise ConfigError(f"--backend {spec!r}: {spec} defines no backend class ({BACKEND_CLASS}){why}")
+
+
 def load_backend(spec: str) -> Backend:
-    """A backend instance from a registry name, 'pkg.mod:Class' or 'path/file.py:Class'.
+    """A backend instance from a registry name, 'pkg.mod:Class', 'path/file.py:Class' or 'path/file.py'
+    (a value ending in .py or holding a path separator: the one backend class the file defines).
 
     Raises:
         ConfigError: unknown name, a malformed spec (an empty side of the colon, or a second colon),
-            a directory, unimportable module, missing class, a name that is not a class, a class
-            without the adapter contract's methods, a `capabilities` that is not a
-            `Capabilities`, or a module (or __init__) that called sys.exit.
+            a missing file, a directory, unimportable module, missing class, a name that is not a class,
+            a file without exactly one backend class, a class without the adapter contract's methods,
+            a `capabilities` that is not a `Capabilities`, a name registered by another class, or a
+            module (or __init__) that called sys.exit.
     """
     import treebench.backends  # noqa: F401  (registers the built-in adapters)
 
-    if ":" not in spec:
-        if spec not in REGISTRY:
-            raise ConfigError(f"unknown backend {spec!r}; known: {', '.join(sorted(REGISTRY))} "
-                              "(or give package.module:Class / path/file.py:Class)")
+    if ":" in spec:
+        return _instance(spec, _load_class(spec))
+    if spec in REGISTRY:
         return REGISTRY[spec]()
-    cls = _load_class(spec)
-    for attr in ("name", "availability", "supports", "prepare"):
+    if _names_a_file(spec):
+        return _instance(spec, _the_backend_class(spec, _load_file(spec, spec)))
+    raise ConfigError(f"unknown backend {spec!r}; known: {', '.join(sorted(REGISTRY))} "
+                      "(or give path/file.py, path/file.py:Class or package.module:Class)")
+
+
+def _instance(spec: str, cls: type) -> Backend:
+    """An instance of the class `spec` gave, once it meets the adapter contract.
+
+    Raises:
+        ConfigError: a member of CONTRACT missing, an empty `name`, a `capabilities` that is not a
+            Capabilities, or an __init__ that called sys.exit.
+    """
+    for attr in CONTRACT:
         if not hasattr(cls, attr):
             raise ConfigError(f"--backend {spec!r}: {cls.__name__} lacks `{attr}` of the adapter contract")
     name = getattr(cls, "name", None)
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"--backend {spec!r}: {getattr(cls, '__name__', cls)!r}.name is {name!r}; "
                           "set `name` to a non-empty string")
-    with _as_its_own_program(spec, spec.rpartition(":")[0]):
+    with _as_its_own_program(spec, spec.rpartition(":")[0] or spec):
         backend = cls()
     caps = getattr(backend, "capabilities", None)
     if caps is not None and not isinstance(caps, Capabilities):
