@@ -425,3 +425,14 @@ def test_rm_of_a_value_naming_no_row_exits_2_and_removes_nothing(tiny, tmp_path,
     line = _one_line_error(capsys)
     assert f"'{filters[-1]}'" in line and "nothing removed" in line
     assert out.read_bytes() == before
+
+
+def test_summary_table_shows_names_as_written(capsys):
+    """The end-of-run table reads no rich markup from backend or suite names."""
+    from treebench.harness.cli.common import print_summary
+
+    rows = [{"backend": "flex[bold]", "status": "pass", "median_us": 2.0, "case_id": "c"},
+            {"backend": "two[/x]", "status": "skipped", "median_us": None, "case_id": "c"}]
+    print_summary(rows, "suite [red]s[/red]")
+    out = capsys.readouterr().out
+    assert "flex[bold]" in out and "two[/x]" in out and "suite [red]s[/red]" in out

@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from treebench.harness.errors import ConfigError
 from treebench.harness.model.suites import available_suites
@@ -335,14 +336,14 @@ def _summary_table(rows: list[dict], title: str) -> Table:
     """Per-backend counts of each status and the median of the passing rows' medians (us): a
     mismatching row is timed and keeps its timing, but its speed is not a result, so neither
     this table nor the report shows it."""
-    table = Table(title=title)
+    table = Table(title=Text(title))   # names as written: a '[x]' in a backend or suite name is no markup
     for col in ("backend", "pass", "mismatch", "error", "skipped", "median_us"):
         table.add_column(col, justify="left" if col == "backend" else "right")
     for name in dict.fromkeys(r["backend"] for r in rows):
         mine = [r for r in rows if r["backend"] == name]
         counts = [str(sum(r["status"] == s for r in mine)) for s in ("pass", "mismatch", "error", "skipped")]
         timed = [r["median_us"] for r in mine if r["status"] == "pass" and r.get("median_us") is not None]
-        table.add_row(name, *counts, f"{statistics.median(timed):.1f}" if timed else "-")
+        table.add_row(Text(name), *counts, f"{statistics.median(timed):.1f}" if timed else "-")
     return table
 
 
