@@ -316,8 +316,21 @@ def test_two_backend_classes_of_one_name_are_named_by_their_sources(tmp_path, ot
     out = tmp_path / "rows.jsonl"
     proc = _cli("run", "--backends", f"{theirs},mine.py", "--suite", "smoke", "--out", str(out), cwd=tmp_path)
     verb = "registered by" if registered else "used by"
-    words = {"built_in": [f"backend name 'flex' is {verb} both treebench.backends.flex:FlexTree and {mine}:Mine"],
+    built_in = (f"backend name 'flex' is registered by both treebench.backends.flex:FlexTree and {mine}:Mine"
+                if registered else "backend name 'flex' is the built-in treebench.backends.flex:FlexTree's; give Mine")
+    words = {"built_in": [built_in],
              "user_file": [f"backend name 'twin' is {verb} both {theirs}:B and {mine}:Mine", "`name`"],
              "same_file": [f"{mine}:Mine (backend name 'twin') is given twice; name each backend once"]}[other]
     _one_line_exit_2(proc, *words)
+    assert not out.exists()
+
+
+def test_a_user_backend_may_not_take_a_built_in_name_even_alone(tmp_path):
+    """A user class named like a built-in adapter is refused on its own too: its rows would read as
+    that adapter's in a results file, a report and the gate."""
+    _user_backend(tmp_path / "mine.py", "Mine", "flex")
+    out = tmp_path / "rows.jsonl"
+    proc = _cli("check", "--backend", "mine.py:Mine", "--suite", "smoke", "--out", str(out), cwd=tmp_path)
+    _one_line_exit_2(proc, "backend name 'flex' is the built-in treebench.backends.flex:FlexTree's",
+                     "give Mine its own `name`")
     assert not out.exists()

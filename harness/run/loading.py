@@ -183,6 +183,7 @@ def _instance(spec: str, cls: type) -> Backend:
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"--backend {spec!r}: {getattr(cls, '__name__', cls)!r}.name is {name!r}; "
                           "set `name` to a non-empty string")
+    _refuse_a_built_in_name(spec, cls, name)
     with _as_its_own_program(spec, spec.rpartition(":")[0] or spec):
         backend = cls()
     caps = getattr(backend, "capabilities", None)
@@ -191,6 +192,22 @@ def _instance(spec: str, cls: type) -> Backend:
                           "Capabilities; set it to treebench.Capabilities(...) or leave "
                           "it out (any case)")
     return backend
+
+
+def _refuse_a_built_in_name(spec: str, cls: type, name: str) -> None:
+    """A class given by module or file must not take a built-in adapter's name: its rows would read
+    as that adapter's in a results file, a report and the gate.
+
+    Raises:
+        ConfigError: naming the built-in that holds the name.
+    """
+    import treebench.backends  # noqa: F401  (registers the built-in adapters)
+    from treebench.harness.adapter.contract import source_of
+
+    held = REGISTRY.get(name)
+    if held is not None and held is not cls and held.__module__.startswith("treebench.backends."):
+        raise ConfigError(f"--backend {spec!r}: backend name {name!r} is the built-in {source_of(held)}'s; "
+                          f"give {cls.__name__} its own `name` (its rows would read as that adapter's)")
 
 
 def load_one(spec: str):
