@@ -430,32 +430,48 @@ def refuse(msg: str) -> NoReturn:
     raise SystemExit(2)
 
 
+def listed(text: str | None, flag: str, kind: type = str) -> list:
+    """The entries of a comma-separated flag, each read by `kind` ('16,128' -> [16, 128]); [] when
+    the flag is not given. Refuses (one line, exit 2) an empty flag or entry ('16,,128', '16,'),
+    an entry `kind` cannot read, and an entry given twice ('16,16', for integers '16,016' too)."""
+    if text is None:
+        return []
+    words = [w.strip() for w in text.split(",")]
+    if not any(words):
+        refuse(f"{flag} is empty: give comma-separated entries, or leave it out")
+    if "" in words:
+        refuse(f"{flag} {text!r}: an empty entry (two commas in a row, or a comma at an end); "
+               "separate the entries with single commas")
+    try:
+        values = [kind(w) for w in words]
+    except ValueError:
+        refuse(f"{flag} {text!r}: want comma-separated integers")
+    twice = next((w for i, (w, v) in enumerate(zip(words, values)) if v in values[:i]), None)
+    if twice is not None:
+        refuse(f"{flag} {text!r}: {twice} given twice; give each entry once")
+    return values
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, type=Path, help="JSON file to write (a new path)")
     ap.add_argument("--budget-s", type=float, default=240.0, help="stop starting new cells after this (s)")
     ap.add_argument("--groups", default="latency,pages", help=f"comma-separated subset of {','.join(GROUPS)}")
-    ap.add_argument("--candidates", default="",
+    ap.add_argument("--candidates", default=None,
                     help="comma-separated candidate names to run (default: all of each group's; vLLM's kernel and "
                          "the fp8 group's bf16 twin always run)")
-    ap.add_argument("--page-sizes", default="", help="comma-separated page sizes: only the cells at these")
-    ap.add_argument("--trees", default="", help="comma-separated tree specs: only the cells of these")
-    ap.add_argument("--batch-sizes", default="", help="comma-separated batch sizes: only the cells at these")
+    ap.add_argument("--page-sizes", default=None, help="comma-separated page sizes: only the cells at these")
+    ap.add_argument("--trees", default=None, help="comma-separated tree specs: only the cells of these")
+    ap.add_argument("--batch-sizes", default=None, help="comma-separated batch sizes: only the cells at these")
     ap.add_argument("--fp8-all-trees", action="store_true",
                     help="the fp8 group over every seed tree of 26 nodes or more too (FP8_WS_TREES)")
     ap.add_argument("--smoke", action="store_true", help="a tiny cell per group in the CPU interpreter")
     args = ap.parse_args(argv)
-    args.groups = [g for g in args.groups.split(",") if g]
-    args.candidates = {c for c in args.candidates.split(",") if c}
-    args.trees = {t for t in args.trees.split(",") if t}
-    try:
-        args.page_sizes = {int(p) for p in args.page_sizes.split(",") if p}
-    except ValueError:
-        refuse(f"--page-sizes {args.page_sizes!r}: want comma-separated integers")
-    try:
-        args.batch_sizes = {int(b) for b in args.batch_sizes.split(",") if b}
-    except ValueError:
-        refuse(f"--batch-sizes {args.batch_sizes!r}: want comma-separated integers")
+    args.groups = listed(args.groups, "--groups")
+    args.candidates = set(listed(args.candidates, "--candidates"))
+    args.trees = set(listed(args.trees, "--trees"))
+    args.page_sizes = set(listed(args.page_sizes, "--page-sizes", int))
+    args.batch_sizes = set(listed(args.batch_sizes, "--batch-sizes", int))
     if not args.groups or any(g not in GROUPS for g in args.groups):
         refuse(f"--groups {','.join(args.groups)!r}: use a comma-separated subset of {','.join(GROUPS)}")
     known = {c[0] for g in args.groups for p in (1, 8, 16, 128) for c in candidates(g, p, args.smoke)}

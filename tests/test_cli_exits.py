@@ -101,6 +101,14 @@ def test_a_segfault_without_isolate_names_the_backend_and_case_in_flight(tiny, t
     assert len(named) == 1 and "--isolate" in named[0], done.stderr
 
 
+def test_a_backend_ending_the_process_without_isolate_ends_treebench_with_its_code_and_no_line(tiny, tmp_path):
+    """The README's exit-code table: `os._exit(7)` in a backend outside --isolate is exit 7, nothing
+    said on stderr (no handler runs); --isolate makes it an error row (tests/test_isolate.py)."""
+    done = treebench("check", "--suite", tiny, "--backend", f"{FAULTS}:ExitsHard", "--quiet", cwd=tmp_path)
+    assert (done.returncode, done.stderr.strip()) == (7, ""), done.stderr
+    assert "| the backend's | a backend ended the process itself (`os._exit(n)`" in (ROOT / "README.md").read_text()
+
+
 def stop_when_hung(argv, tmp_path: Path, signum: int) -> tuple[int, str]:
     """Runs `python -m treebench ARGV` with the Hangs backend, sends `signum` once its first pair
     hangs; (exit code, stderr)."""

@@ -411,3 +411,18 @@ def test_a_zero_median_does_not_break_the_report(tmp_path):
     rows[0]["median_us"] = 0.0
     html = report.write_report(rows, {}, tmp_path / "r.html").read_text(encoding="utf-8")
     assert "triton_tree" in html
+
+
+def test_env_field_differences_name_each_differing_field_with_both_sides_values():
+    """Per field of gate.ENV_FIELDS in order: the baseline's and the candidate's values, ', '-joined when
+    a side's rows span several envs; fields alike, fields outside ENV_FIELDS and envs without a file
+    are left out, and the gate's note lines are made of the same values."""
+    base_envs = {"a": {"driver": "570", "torch": "2.9", "hostname": "x"}}
+    cand_envs = {"b": {"driver": "575", "torch": "2.9", "hostname": "y"},
+                 "c": {"driver": "580", "torch": "2.9", "hostname": "y"}}
+    base_rows, cand_rows = [{"env": "a"}], [{"env": "b"}, {"env": "c"}, {"env": "gone"}]
+    assert gate.env_field_differences(base_envs, cand_envs, base_rows, cand_rows) == [
+        gate.EnvDifference("driver", "570", "575, 580")]
+    assert gate.env_differences(base_envs, cand_envs, base_rows, cand_rows) == [
+        "candidate env fingerprint env-gone.json not found beside its results", "driver: 570 -> 575, 580"]
+    assert gate.env_field_differences(base_envs, {"b": base_envs["a"]}, base_rows, [{"env": "b"}]) == []

@@ -359,15 +359,49 @@ def test_latency_sweep_refuses_bad_arguments_and_runs_in_the_interpreter(tmp_pat
     assert {r["candidate"] for r in rows} == {"bf16_default", "fp8_cast"} and {r["group"] for r in rows} == {"fp8"}
 
 
-def test_latency_sweep_makes_a_raising_candidate_a_row_and_goes_on():
-    """A candidate whose build raises something other than ConfigError (out of resources, a
-    compiler error) is an "error" row with the reason, not the end of the sweep."""
+def _latency_sweep():
+    """lab/latency_sweep.py as a module (lab/ is no package)."""
     import importlib.util
     from pathlib import Path
     spec = importlib.util.spec_from_file_location(
         "latency_sweep", Path(__file__).resolve().parents[1] / "lab" / "latency_sweep.py")
     sweep = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sweep)
+    return sweep
+
+
+EMPTY = "is empty: give comma-separated entries, or leave it out"
+EMPTY_ENTRY = "an empty entry (two commas in a row, or a comma at an end); separate the entries with single commas"
+
+
+@pytest.mark.parametrize("flag, a, b", [("--groups", "latency", "pages"), ("--candidates", "default", "early"),
+                                        ("--trees", "full:3:1", "full:3:3"), ("--page-sizes", "16", "128"),
+                                        ("--batch-sizes", "1", "16")])
+@pytest.mark.parametrize("text, words", [("", EMPTY), (" , ", EMPTY), ("{a},,{b}", EMPTY_ENTRY), ("{a},", EMPTY_ENTRY),
+                                         (",{a}", EMPTY_ENTRY), ("{a},{b},{a}", "{a} given twice; give each entry once")])
+def test_latency_sweep_refuses_empty_and_repeated_list_entries(tmp_path, capsys, flag, a, b, text, words):
+    """lab/latency_sweep.py's comma-separated flags: an empty entry or one given twice is one line
+    and exit 2 (the script's `refuse`), before any kernel runs and with nothing written."""
+    given = text.format(a=a, b=b)
+    with pytest.raises(SystemExit) as stop:
+        _latency_sweep().parse(["--out", str(tmp_path / "a.json"), flag, given, "--smoke"])
+    said = f"{flag} {EMPTY}" if words == EMPTY else f"{flag} {given!r}: {words.format(a=a)}"
+    assert (stop.value.code, capsys.readouterr().err) == (2, f"latency_sweep: {said}\n")
+    assert not list(tmp_path.iterdir())
+
+
+def test_latency_sweep_reads_an_integer_given_twice_by_its_value(tmp_path, capsys):
+    """'16,016' names page size 16 twice: refused like '16,16'."""
+    with pytest.raises(SystemExit) as stop:
+        _latency_sweep().parse(["--out", str(tmp_path / "a.json"), "--page-sizes", "16,016", "--smoke"])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err == "latency_sweep: --page-sizes '16,016': 016 given twice; give each entry once\n"
+
+
+def test_latency_sweep_makes_a_raising_candidate_a_row_and_goes_on():
+    """A candidate whose build raises something other than ConfigError (out of resources, a
+    compiler error) is an "error" row with the reason, not the end of the sweep."""
+    sweep = _latency_sweep()
     case = Case(batch_size=1, context_len=8, tree="chain:2", num_q_heads=2, num_kv_heads=1, head_dim=16,
                 page_size=8)
     inputs = build_inputs(case, "cpu")

@@ -240,6 +240,26 @@ def test_against_env_fingerprints_that_differ_are_refused_beside_a_missing_env_f
     assert not out.exists()
 
 
+def test_against_other_env_fingerprints_with_allow_env_mismatch_lists_each_differing_field(tmp_path, slow_report):
+    """--allow-env-mismatch compares across envs, and a banner at the top of the page lists every
+    env field that differs with this run's value and the baseline's; envs alike on the compared
+    fields (the planted-slowdown run differs from its baseline only in git commit and peaks) get none."""
+    other = Path(shutil.copytree(BASE, tmp_path / "other"))
+    for f in other.glob("env-*.json"):
+        f.write_text(json.dumps({**json.loads(f.read_text()), "driver": "575.51.03", "torch": "2.10.0"}))
+    out = tmp_path / "r.html"
+    assert report_cmd.run(_args([str(SLOW), "-o", str(out), "--against", str(other), "--allow-env-mismatch"])) == 0
+    html = out.read_text()
+    banner = re.search(r'<div class="banner" id="env-differences">(.*?)</div>', html, re.S)
+    assert banner and "Compared across environments." in banner.group(1), html[:6000]
+    cells = re.findall(r"<tr><td>(\w+)</td><td><code>([^<]*)</code></td><td><code>([^<]*)</code></td></tr>",
+                       banner.group(1))
+    torch = json.loads(next(SLOW.glob("env-*.json")).read_text())["torch"]
+    assert cells == [("driver", "570.124.06", "575.51.03"), ("torch", torch, "2.10.0")], cells
+    assert html.index("env-differences") < html.index('<section id="cells">')   # before any table
+    assert "env-differences" not in slow_report.read_text()
+
+
 def test_seed_table_has_the_seed_layout(slow_report):
     html = slow_report.read_text()
     head = re.search(r"Markdown of this table.*?<pre>(.*?)\n", html, re.S).group(1)

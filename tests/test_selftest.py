@@ -4,9 +4,6 @@ names (so it is a real bug, not an equivalent mutant, and the new default suite 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -120,11 +117,48 @@ def test_the_readme_counts_the_shipped_variants():
             and f"passes {len(CORRECT)} correct ones" in readme.replace("\n", " "))
 
 
-def test_selftest_cli_kills_every_mutant_and_exits_0():
-    proc = subprocess.run([sys.executable, "-m", "treebench", "selftest", "--device", "cpu"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600, check=False, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    lines = proc.stdout.splitlines()
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
+def _replayed(monkeypatch, found) -> dict:
+    """Makes `treebench selftest`'s selftest call hand `found` (Outcomes) to its on_outcome and return
+    them; returns the keyword arguments the CLI passed (filled in when it runs)."""
+    from treebench.harness.selftest import power
+
+    asked: dict = {}
+
+    def replay(**kwargs):
+        asked.update(kwargs)
+        for o in found:
+            kwargs["on_outcome"](o)
+        return list(found)
+    monkeypatch.setattr(power, "selftest", replay)
+    return asked
+
+
+def test_selftest_cli_kills_every_mutant_and_exits_0(outcomes, monkeypatch, capsys):
+    """`treebench selftest --device cpu` makes the module fixture's call (every shipped backend, the
+    default check, cpu, no determinism) and prints its outcomes: one line per backend, then the
+    summary; exit 0. The outcomes are the fixture's, replayed, not a second full selftest: that one
+    ran in a subprocess for minutes and ran past its 600 s limit where several test processes
+    shared two cores."""
+    from treebench.harness.cli.main import main
+
+    asked = _replayed(monkeypatch, outcomes.values())
+    assert main(["selftest", "--device", "cpu"]) == 0
+    assert {k: v for k, v in asked.items() if k != "on_outcome"} == {"determinism": False, "device": "cpu"}
+    lines = capsys.readouterr().out.splitlines()
     assert len(lines) == len(ALL_MUTANTS) + len(CORRECT) + 1          # one line per backend, then the summary
     assert not any(line.startswith("SURVIVED") for line in lines)
     assert f"kills {len(ALL_MUTANTS)} of {len(ALL_MUTANTS)}" in lines[-1]
+
+
+def test_selftest_cli_names_a_survivor_and_exits_1(outcomes, monkeypatch, capsys):
+    from dataclasses import replace
+
+    from treebench.harness.cli.main import main
+
+    found = [replace(o, failed_check=False, evidence="") if o.name == "mutant_mask_word_32" else o
+             for o in outcomes.values()]
+    _replayed(monkeypatch, found)
+    assert main(["selftest", "--device", "cpu"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[:2] for line in lines if line.startswith("SURVIVED")] == [["SURVIVED", "mutant_mask_word_32"]]
+    assert lines[-1].endswith("; survivors: mutant_mask_word_32 (needs mask words)"), lines[-1]

@@ -103,6 +103,15 @@ class Verdict:
 
 
 @dataclass(frozen=True)
+class EnvDifference:
+    """One env field (ENV_FIELDS) whose values differ between the two runs' fingerprints."""
+
+    field: str       # e.g. "driver"
+    baseline: str    # the baseline's value(s), ", "-joined when its rows span several envs
+    candidate: str   # the candidate's value(s), likewise
+
+
+@dataclass(frozen=True)
 class GateResult:
     """All verdicts of one comparison."""
 
@@ -110,6 +119,7 @@ class GateResult:
     config: GateConfig
     env_notes: tuple[str, ...] = ()        # env differences that were allowed
     env_missing: tuple[str, ...] = ()      # env files missing beside their rows: those fingerprints not compared
+    env_fields: tuple[EnvDifference, ...] = ()  # env fields whose values differ (allowed), for the report page
 
     @property
     def comparable(self) -> int:
@@ -304,19 +314,30 @@ def _unlike_timing(base: dict, cand: dict) -> str:
     return "; ".join(what)
 
 
-def env_differences(base_envs: dict[str, dict], cand_envs: dict[str, dict],
-                    base_rows: Sequence[dict], cand_rows: Sequence[dict]) -> list[str]:
-    """One line per env field (ENV_FIELDS) whose values differ between the runs' fingerprints.
-
-    A row whose env fingerprint file is missing counts as a difference.
-    """
-    notes, sides = [], []
-    for envs, rows, name in ((base_envs, base_rows, "baseline"), (cand_envs, cand_rows, "candidate")):
-        ids = sorted(cast("set[str]", {r.get("env") for r in rows if r.get("env")}))
-        notes += [f"{name} env fingerprint env-{i}.json not found beside its results" for i in ids if i not in envs]
-        sides.append([envs[i] for i in ids if i in envs])
+def env_field_differences(base_envs: dict[str, dict], cand_envs: dict[str, dict],
+                          base_rows: Sequence[dict], cand_rows: Sequence[dict]) -> list[EnvDifference]:
+    """The env fields (ENV_FIELDS, in that order) whose values differ between the fingerprints of
+    the envs `base_rows` and `cand_rows` name; envs without a fingerprint in `*_envs` are left out."""
+    sides = [[envs[i] for i in sorted(cast("set[str]", {r.get("env") for r in rows if r.get("env")})) if i in envs]
+             for envs, rows in ((base_envs, base_rows), (cand_envs, cand_rows))]
+    out = []
     for f in ENV_FIELDS:
         b, c = ({str(e.get(f)) for e in side} for side in sides)
         if b and c and b != c:
-            notes.append(f"{f}: {', '.join(sorted(b))} -> {', '.join(sorted(c))}")
-    return notes
+            out.append(EnvDifference(f, ", ".join(sorted(b)), ", ".join(sorted(c))))
+    return out
+
+
+def env_differences(base_envs: dict[str, dict], cand_envs: dict[str, dict],
+                    base_rows: Sequence[dict], cand_rows: Sequence[dict]) -> list[str]:
+    """One line per env field (ENV_FIELDS) whose values differ between the runs' fingerprints
+    (`env_field_differences`), 'field: baseline -> candidate'.
+
+    A row whose env fingerprint file is missing counts as a difference.
+    """
+    notes = []
+    for envs, rows, name in ((base_envs, base_rows, "baseline"), (cand_envs, cand_rows, "candidate")):
+        ids = sorted(cast("set[str]", {r.get("env") for r in rows if r.get("env")}))
+        notes += [f"{name} env fingerprint env-{i}.json not found beside its results" for i in ids if i not in envs]
+    fields = env_field_differences(base_envs, cand_envs, base_rows, cand_rows)
+    return notes + [f"{d.field}: {d.baseline} -> {d.candidate}" for d in fields]

@@ -16,7 +16,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from treebench.harness.analyze.gate import GateConfig, GateResult, compare_runs, env_differences
+from treebench.harness.analyze.gate import (GateConfig, GateResult, compare_runs, env_differences,
+                                            env_field_differences)
 from treebench.harness.analyze.headline import DEFAULT_OWN, OWN_KERNELS, missing_row_warnings
 from treebench.harness.analyze.report import DEFAULT_BASELINES, write_report
 from treebench.harness.errors import ConfigError
@@ -105,14 +106,16 @@ def _speculation(args: argparse.Namespace, rows: list[dict]) -> str:
 def _gate(args: argparse.Namespace, rows: list[dict], envs: dict[str, dict]) -> GateResult:
     """GateResult of these rows against --against's baseline results. Rows whose env file is
     missing (not copied along) are compared, and a line on the terminal and in the gate section
-    says so: the env fingerprints compared are those found.
+    says so: the env fingerprints compared are those found. With --allow-env-mismatch, the env
+    fields that differ go in `env_fields`, which the page lists at its top.
 
     Raises:
         ConfigError: unreadable baseline results, or, without --allow-env-mismatch, env
             fingerprints that differ.
     """
     base_rows, base_envs = read_checked_rows(args.against, "report --against", case_axes=True), read_envs(args.against)
-    notes = env_differences(base_envs, envs, _with_env_file(base_rows, base_envs), _with_env_file(rows, envs))
+    found = (base_envs, envs, _with_env_file(base_rows, base_envs), _with_env_file(rows, envs))
+    notes = env_differences(*found)
     if notes and not args.allow_env_mismatch:
         raise ConfigError(f"report --against: env fingerprints differ ({'; '.join(notes)}); "
                           "pass --allow-env-mismatch to compare anyway")
@@ -123,7 +126,8 @@ def _gate(args: argparse.Namespace, rows: list[dict], envs: dict[str, dict]) -> 
         if line:
             missing.append(f"{side}: {line}; its rows were compared without their env fingerprint")
             log.warning("report --against: %s", missing[-1])
-    return replace(compare_runs(base_rows, rows, GateConfig(), notes), env_missing=tuple(missing))
+    return replace(compare_runs(base_rows, rows, GateConfig(), notes), env_missing=tuple(missing),
+                   env_fields=tuple(env_field_differences(*found)))
 
 
 def _with_env_file(rows: list[dict], envs: dict[str, dict]) -> list[dict]:
