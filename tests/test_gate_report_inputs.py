@@ -426,3 +426,14 @@ def test_env_field_differences_name_each_differing_field_with_both_sides_values(
     assert gate.env_differences(base_envs, cand_envs, base_rows, cand_rows) == [
         "candidate env fingerprint env-gone.json not found beside its results", "driver: 570 -> 575, 580"]
     assert gate.env_field_differences(base_envs, {"b": base_envs["a"]}, base_rows, [{"env": "b"}]) == []
+
+
+@pytest.mark.parametrize("gpu", [None, "NVIDIA H200"])
+def test_cpu_env_fields_count_between_two_cpu_runs_only(gpu):
+    """Two CPU runs on another processor or thread count differ (their times follow them); two GPU
+    runs whose hosts' CPUs differ do not (GPU-timed rows)."""
+    base = {"a": {"gpu_name": gpu, "torch": "2.9", "cpu_model": "Xeon A", "torch_threads": 1}}
+    cand = {"b": {"gpu_name": gpu, "torch": "2.9", "cpu_model": "EPYC B", "torch_threads": 2}}
+    found = gate.env_field_differences(base, cand, [{"env": "a"}], [{"env": "b"}])
+    assert found == ([] if gpu else [gate.EnvDifference("cpu_model", "Xeon A", "EPYC B"),
+                                     gate.EnvDifference("torch_threads", "1", "2")])

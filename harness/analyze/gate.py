@@ -54,6 +54,9 @@ KIND_TITLES = {  # every verdict kind with its title, in the summary's display o
 }
 COMPARED = ("correctness_loss", "slower", "faster", "fixed", "still_failing", "unchanged")
 ENV_FIELDS = ("gpu_name", "sm_count", "driver", "cuda", "torch", "triton", "xformers", "flashinfer")
+# compared too when every env of both runs is a CPU's (no gpu_name): a CPU run's times follow the
+# processor and torch's intra-op threads (GPU-timed rows do not)
+CPU_ENV_FIELDS = ("cpu_model", "cpu_count", "torch_threads", "omp_num_threads", "triton_interpret")
 BAD = ("mismatch", "error")
 
 
@@ -316,12 +319,14 @@ def _unlike_timing(base: dict, cand: dict) -> str:
 
 def env_field_differences(base_envs: dict[str, dict], cand_envs: dict[str, dict],
                           base_rows: Sequence[dict], cand_rows: Sequence[dict]) -> list[EnvDifference]:
-    """The env fields (ENV_FIELDS, in that order) whose values differ between the fingerprints of
-    the envs `base_rows` and `cand_rows` name; envs without a fingerprint in `*_envs` are left out."""
+    """The env fields (ENV_FIELDS, in that order, then CPU_ENV_FIELDS when every env of both sides
+    is a CPU's) whose values differ between the fingerprints of the envs `base_rows` and
+    `cand_rows` name; envs without a fingerprint in `*_envs` are left out."""
     sides = [[envs[i] for i in sorted(cast("set[str]", {r.get("env") for r in rows if r.get("env")})) if i in envs]
              for envs, rows in ((base_envs, base_rows), (cand_envs, cand_rows))]
     out = []
-    for f in ENV_FIELDS:
+    on_cpu = all(sides) and not any(e.get("gpu_name") for side in sides for e in side)
+    for f in ENV_FIELDS + (CPU_ENV_FIELDS if on_cpu else ()):
         b, c = ({str(e.get(f)) for e in side} for side in sides)
         if b and c and b != c:
             out.append(EnvDifference(f, ", ".join(sorted(b)), ", ".join(sorted(c))))
