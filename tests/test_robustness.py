@@ -1,6 +1,6 @@
 """Regressions from the new-user robustness test: mutating backends, resume of check rows,
 sys.exit in a backend, duplicate names, huge axes, overflowing trees, non-UTF-8 suites,
-unnamed backends, unprintable exceptions, availability order."""
+unnamed backends, unprintable exceptions, availability order, a JSONL file of something else."""
 
 from __future__ import annotations
 
@@ -260,3 +260,26 @@ def test_a_chained_cause_and_unprintable_characters_reach_the_reason():
     a, b = RuntimeError("a"), RuntimeError("b")
     a.__cause__, b.__cause__ = b, a                      # a cycle ends
     assert error_reason(a).count("(from") == 3
+
+
+@pytest.mark.parametrize("reader", [
+    ["report", "{f}", "-o", "{tmp}/r.html"],
+    ["report", "{good}", "--against", "{f}", "-o", "{tmp}/r.html"],
+    ["gate", "--baseline", "{f}", "--candidate", "{good}"],
+    ["merge", "{tmp}/m.jsonl", "{f}"],
+])
+def test_a_jsonl_file_of_something_else_is_named_as_such(tmp_path, capsys, reader):
+    """Rows without a schema field are not a treebench results file: every reader says so in one
+    line (exit 2) instead of speaking of schema None."""
+    from treebench.harness.cli.main import main
+    from treebench.harness.store.rows import SCHEMA, append_row
+
+    f, good = tmp_path / "x.jsonl", tmp_path / "good.jsonl"
+    f.write_text('{"x": 1}\n')
+    append_row(good, {"schema": SCHEMA, "run_id": "r", "env": "e", "case_id": "c", "backend": "b", "status": "pass",
+                      "case": {"batch_size": 1, "context_len": 4, "tree": "chain:1"}})
+    argv = [a.format(f=f, good=good, tmp=tmp_path) for a in reader]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"treebench: error: results file {f}: not a treebench results file (line 1 has no schema field); "
+                   "give .jsonl files written by treebench run"], err

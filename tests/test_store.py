@@ -92,12 +92,28 @@ def test_killed_writer_leaves_only_whole_rows(tmp_path):
     assert [r["i"] for r in rows] == list(range(len(rows)))
 
 
-@pytest.mark.parametrize("bad", [{"schema": 0}, {"schema": "2"}, {"no_schema": True}, [1, 2]])
+@pytest.mark.parametrize("bad", [{"schema": 0}, {"schema": "2"}, {"schema": None}])
 def test_unknown_schema_is_refused(tmp_path, bad):
     path = tmp_path / "r.jsonl"
     path.write_text(json.dumps(_row(0)) + "\n" + json.dumps(bad) + "\n")
-    with pytest.raises(ConfigError, match=r"r\.jsonl:2: schema"):
+    with pytest.raises(ConfigError, match=rf"r\.jsonl:2: schema {bad['schema']!r}, this treebench reads schemas 1 to"):
         read_rows([path])
+
+
+@pytest.mark.parametrize("line, n, what", [('{"x": 1}', 1, "has no schema field"),
+                                           ('[1, 2]', 1, "is not a JSON object"),
+                                           ("ROW\n{}", 2, "has no schema field")])
+def test_json_without_a_schema_field_is_not_a_results_file(tmp_path, line, n, what):
+    """JSON lines of something else are named as such, not as rows of schema None."""
+    path = tmp_path / "r.jsonl"
+    path.write_text(line.replace("ROW", json.dumps(_row(0))) + "\n")
+    with pytest.raises(ConfigError) as e:
+        read_rows([path])
+    assert str(e.value) == (f"results file {path}: not a treebench results file (line {n} {what}); give .jsonl "
+                            "files written by treebench run")
+    with pytest.raises(ConfigError, match=rf"not a treebench results file \(line {n}: "
+                                          f"{'no schema field' if 'schema' in what else 'not a result row'};"):
+        check_writable(path)
 
 
 def test_read_rows_takes_folders_and_rejects_missing_paths(tmp_path):

@@ -329,10 +329,15 @@ def _checked_row(row: object, f: Path, n: int) -> dict:
     """Row `n` of file `f` at the current schema (migrated when older).
 
     Raises:
-        ConfigError: not a JSON object, or an unknown schema (a newer one: upgrade treebench).
+        ConfigError: not a JSON object or no schema field (not a treebench results file), or a
+            schema this code does not know (a newer one: upgrade treebench).
     """
-    got = row.get("schema") if isinstance(row, dict) else type(row).__name__
-    if not isinstance(row, dict) or not isinstance(got, int) or isinstance(got, bool) or got < 1:
+    if not isinstance(row, dict) or "schema" not in row:   # a JSON file of something else
+        what = "has no schema field" if isinstance(row, dict) else "is not a JSON object"
+        raise ConfigError(f"results file {f}: not a treebench results file (line {n} {what}); give .jsonl "
+                          "files written by treebench run")
+    got = row["schema"]
+    if not isinstance(got, int) or isinstance(got, bool) or got < 1:
         raise ConfigError(f"results file {f}:{n}: schema {got!r}, this treebench reads schemas 1 to {SCHEMA}")
     if got > SCHEMA:
         raise ConfigError(f"results file {f}:{n}: schema {got}, newer than this treebench reads ({SCHEMA}); "
