@@ -6,8 +6,9 @@ docs/architecture.md "Result rows and files") and writes its env fingerprint
 beside it (`treebench.harness.store.env`). Reports and the gate read only the store.
 
 Rows are appended with one ``os.write`` of one whole line on an ``O_APPEND``
-descriptor, then fsync'd: a killed run loses at most the row in flight, and
-existing files are never truncated. A row is identified by ``row_key``:
+descriptor, then fsync'd: a killed run loses at most the row in flight. A write
+that fails part-way (a full disk) is undone: the file is cut back to the rows it
+held, and no other truncation ever happens. A row is identified by ``row_key``:
 (case_id, backend, env); ``stored_keys`` gives the keys a ``--resume`` skips.
 ``row_l2_flushed`` reads a row's L2 state, older rows (no ``l2_flushed``) included.
 ``find_row`` names the file and line of a row, for the readers' one-line messages.
@@ -85,55 +86,59 @@ def check_run_id(run_id: str, source: str, fix: str) -> str:
 
 
 def append_row(path: str | Path, row: dict) -> None:
-    """Appends `row` as one JSON line to `path`, atomically with respect to a crash.
+    """Appends `row` as one JSON line to `path`, whole or not at all.
 
-    One ``os.write`` of the whole line on an ``O_APPEND`` fd, then fsync. If the
+    One ``os.write`` of the whole line on an ``O_APPEND`` fd, then fsync (`_append`). If the
     file ends in a torn line (a run killed mid-write by something other than
     this function), a newline is written first so the new row stays whole.
 
     Raises:
         ConfigError: the path cannot be opened for appending (a directory, no permission).
+        OSError: the write or fsync failed (ENOSPC, EDQUOT: a full disk); the file is cut back to
+            the rows it held before, and the error's filename is `path`.
     """
-    path = Path(path)
     line = (json.dumps(row, sort_keys=False, allow_nan=True) + "\n").encode()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    except OSError as e:
-        raise ConfigError(f"results file {path}: cannot append ({e.strerror}); "
-                          "give --out a writable file path") from None
-    try:
-        if _ends_torn(path):
-            line = b"\n" + line
-        os.write(fd, line)
-        _fsync(fd)
-    finally:
-        os.close(fd)
+    _append(Path(path), line, "give --out a writable file path")
 
 
 def append_rows(path: str | Path, rows: list[dict]) -> None:
-    """Appends many rows with one buffered write and one fsync (merges of thousands of rows).
-
-    A kill mid-write leaves at most one torn last line, which read_rows skips and
-    the next append closes with a newline; whole rows already in the file are untouched.
+    """Appends many rows with one buffered write and one fsync (merges of thousands of rows), all
+    or none of them (`_append`).
 
     Raises:
         ConfigError: the path cannot be opened for appending.
+        OSError: as append_row; none of `rows` is left in the file.
     """
-    if not rows:
-        return
-    path = Path(path)
-    blob = "".join(json.dumps(r, sort_keys=False, allow_nan=True) + "\n" for r in rows).encode()
+    if rows:
+        blob = "".join(json.dumps(r, sort_keys=False, allow_nan=True) + "\n" for r in rows).encode()
+        _append(Path(path), blob, "give a writable file path")
+
+
+def _append(path: Path, data: bytes, fix: str) -> None:
+    """Appends `data` (whole lines) to `path` and fsyncs it, after a newline when the file ends in
+    a torn line. A write or fsync that fails part-way (a full disk) is undone: the file is cut
+    back to its length before, so it never ends in half a row this call wrote.
+
+    Raises:
+        ConfigError: `path` cannot be opened for appending; the message ends with `fix`.
+        OSError: the write or fsync failed, with `path` as its filename, once the file is cut back.
+    """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     except OSError as e:
-        raise ConfigError(f"results file {path}: cannot append ({e.strerror}); give a writable file path") from None
+        raise ConfigError(f"results file {path}: cannot append ({e.strerror}); {fix}") from None
     try:
-        view = memoryview(b"\n" + blob if _ends_torn(path) else blob)
-        while view:
-            view = view[os.write(fd, view):]
-        _fsync(fd)
+        size = os.fstat(fd).st_size   # under the file's lock (store.lock) no one else appends
+        data = b"\n" + data if _ends_torn(path) else data
+        try:
+            while data:   # one write, unless the disk takes only part of it
+                data = data[os.write(fd, data):]
+            _fsync(fd)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            raise OSError(e.errno, e.strerror, str(path)) from e
     finally:
         os.close(fd)
 
