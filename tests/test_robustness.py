@@ -281,5 +281,5 @@ def test_a_jsonl_file_of_something_else_is_named_as_such(tmp_path, capsys, reade
     argv = [a.format(f=f, good=good, tmp=tmp_path) for a in reader]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"treebench: error: results file {f}: not a treebench results file (line 1 has no schema field); "
-                   "give .jsonl files written by treebench run"], err
+    assert err == [(f"treebench: error: results file {f}: not a treebench results file (line 1 has no schema "
+                    "field); give .jsonl files written by treebench run")], err

@@ -369,7 +369,7 @@ def _disk_full(e: OSError) -> int:
     are kept (the row that did not fit is cut off again: store.rows.append_row) with, from a run or check --out,
     their run_id, the --resume hint and the `treebench rm` of them; before its first row, what became of --out."""
     from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID
-    from treebench.harness.run.inflight import PROGRESS   # (rows written, pairs) of the run in progress
+    from treebench.harness.run.inflight import PROGRESS  # (rows written, pairs) of the run in progress
 
     out, removed, again = ACTIVE_OUT[0], _drop_unwritten_out(), "free space, then run the same command again"
     what, first = e.filename or out or "a file", PROGRESS[0] is not None and PROGRESS[0][0] == 0
