@@ -11,8 +11,9 @@ that fails part-way (a full disk) is undone: the file is cut back to the rows it
 held, and no other truncation ever happens. A row is identified by ``row_key``:
 (case_id, backend, env); ``stored_keys`` gives the keys a ``--resume`` skips.
 ``row_l2_flushed`` reads a row's L2 state, older rows (no ``l2_flushed``) included.
-``find_row`` names the file and line of a row, for the readers' one-line messages.
-``new_run_id`` makes a run id; ``check_run_id`` checks one given from outside ($TREEBENCH_RUN_ID).
+``find_row`` names the file and line of a row, for the readers' one-line messages
+(``row_places`` gives every row with its place). ``new_run_id`` makes a run id;
+``check_run_id`` checks one given from outside ($TREEBENCH_RUN_ID).
 
 Schema history (asv's ``api_version`` and ``update_to_2``): ``read_rows`` upgrades
 every older row with `migrate_row`, so old files stay readable, and refuses a row
@@ -359,11 +360,20 @@ class RowPlace(NamedTuple):
 
 
 def find_row(paths, match: Callable[[dict], bool], containing: str | None = None) -> RowPlace | None:
-    """The first row of `paths` (files, or folders of them, in read_rows' order) for which
-    match(row) is true, else None; what a reader names in its message (the file of a bad row,
-    of a row of a missing env). Torn lines and rows of an unknown schema are passed over, as
-    read_rows refuses or skips them; only lines holding the text `containing` (when given) are
-    parsed: a cheap filter for a rare value in a large file.
+    """The first row of `paths` (`row_places(paths, containing)`) for which match(row) is true, else
+    None; what a reader names in its message (the file of a bad row, of a row of a missing env).
+
+    Raises:
+        ConfigError: as result_files, for a path that does not exist.
+    """
+    return next((place for place in row_places(paths, containing) if match(place.row)), None)
+
+
+def row_places(paths, containing: str | None = None) -> Iterator[RowPlace]:
+    """Every row of `paths` (files, or folders of them, in read_rows' order) with its file and line.
+    Torn lines and rows of an unknown schema are passed over, as read_rows refuses or skips them;
+    only lines holding the text `containing` (when given) are parsed: a cheap filter for a rare
+    value in a large file.
 
     Raises:
         ConfigError: as result_files, for a path that does not exist.
@@ -377,9 +387,5 @@ def find_row(paths, match: Callable[[dict], bool], containing: str | None = None
                     row = json.loads(line)
                 except (json.JSONDecodeError, RecursionError):   # a torn line: read_rows skipped it
                     continue
-                if not isinstance(row, dict) or not is_known_schema(row.get("schema")):
-                    continue
-                row = migrate_row(row)
-                if match(row):
-                    return RowPlace(f, n, row)
-    return None
+                if isinstance(row, dict) and is_known_schema(row.get("schema")):
+                    yield RowPlace(f, n, migrate_row(row))
