@@ -377,6 +377,58 @@ def test_a_results_file_created_by_a_sweep_that_wrote_no_row_is_removed(tiny, tm
 
 
 @pytest.mark.parametrize("command, backend", [("run", "--backends"), ("check", "--backend")])
+@pytest.mark.parametrize("full_at, existed", [(0, False), (0, True), (1, True)])
+def test_a_row_the_disk_cannot_hold_is_cut_off_again(tmp_path, capsys, caplog, monkeypatch, command, backend,
+                                                     full_at, existed):
+    """A full disk half-way through a row (this run's first or second): exit 2 with one line naming
+    the file and the error; the file holds exactly the rows before that one and reads cleanly, and
+    the line says what became of it (removed, left as it was, or this run's rows to resume or rm)."""
+    import errno
+    import logging
+
+    from treebench.harness.store.paths import check_writable
+
+    suite = tmp_path / "two.toml"
+    suite.write_text(TINY.format(name="two").replace("context_len = [8]", "context_len = [8, 12]"))
+    out, real_write, rows_seen = tmp_path / "r.jsonl", os.write, []
+    if existed:
+        append_row(out, _row(0))                                         # an earlier run's row
+
+    def row_then_full(fd, data):
+        if bytes(data[:11]) == b'{"schema": ':
+            rows_seen.append(data)
+            if len(rows_seen) == full_at + 1:
+                real_write(fd, bytes(data[: len(data) // 2]))
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+    before = out.read_bytes() if existed else b""
+    with monkeypatch.context() as m:
+        m.setattr(os, "write", row_then_full)
+        code = main([command, "--suite", str(suite), backend, "reference", "--out", str(out), "--quiet"])
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert line.startswith(f"treebench: error: could not write {out}: {os.strerror(errno.ENOSPC)}; "), line
+    if not existed:
+        assert not out.exists() and line.endswith(f"the empty results file {out} it had created is removed; free "
+                                                  "space, then run the same command again"), line
+        return
+    assert out.read_bytes() == before + (rows_seen[0] if full_at else b"")
+    check_writable(out)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="treebench"):
+        rows = read_rows([out])                                         # no torn line to warn of
+    assert not caplog.records and len(rows) == 1 + full_at
+    if full_at == 0:
+        assert line.endswith(f"stopped before this run's first row: {out} is left as it was; free space, then run "
+                             "the same command again"), line
+    else:
+        run_id = rows[-1]["run_id"]
+        assert line.endswith(f"rows already written are kept in {out}, run_id {run_id}; free space, then run the "
+                             f"same command with --out {out} --resume, or remove them with treebench rm {out} "
+                             f"--run-id {run_id}"), line
+
+
+@pytest.mark.parametrize("command, backend", [("run", "--backends"), ("check", "--backend")])
 @pytest.mark.parametrize("stop", [KeyboardInterrupt, "Terminated"])
 def test_interrupt_names_the_run_id_that_rm_takes(tiny, tmp_path, capsys, monkeypatch, stop, command, backend):
     """Ctrl-C (130) or SIGTERM (143) in a run or a check --out: the one line names the run_id its
@@ -573,3 +625,25 @@ def test_report_outputs_overwrite_only_treebench_reports(tmp_path, capsys):
     empty.write_text("")
     for path in (old, empty):
         assert main(["report", str(rows), "-o", str(path)]) == 0 and "generator" in path.read_text()
+
+
+def test_a_merge_the_disk_cannot_hold_adds_none_of_its_rows(tmp_path, capsys, monkeypatch):
+    """A full disk half-way through merge's one write: exit 2, one line naming OUT and the error,
+    and OUT holds exactly what it held before."""
+    import errno
+
+    src, out = tmp_path / "in" / "a.jsonl", tmp_path / "out" / "m.jsonl"
+    for i in (1, 2):
+        append_row(src, _row(i))
+    append_row(out, _row(0))
+    before, real_write = out.read_bytes(), os.write
+
+    def half_then_full(fd, data):
+        real_write(fd, bytes(data[: len(data) // 2]))
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    with monkeypatch.context() as m:
+        m.setattr(os, "write", half_then_full)
+        assert main(["merge", str(out), str(src)]) == 2
+    assert _one_line_error(capsys) == (f"treebench: error: could not write {out}: {os.strerror(errno.ENOSPC)}; what "
+                                       "was written before is kept")
+    assert out.read_bytes() == before

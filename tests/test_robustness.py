@@ -1,9 +1,10 @@
 """Regressions from the new-user robustness test: mutating backends, resume of check rows,
 sys.exit in a backend, duplicate names, huge axes, overflowing trees, non-UTF-8 suites,
-unnamed backends, unprintable exceptions, availability order."""
+unnamed backends, unprintable exceptions, availability order, a JSONL file of something else."""
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import pytest
@@ -260,3 +261,95 @@ def test_a_chained_cause_and_unprintable_characters_reach_the_reason():
     a, b = RuntimeError("a"), RuntimeError("b")
     a.__cause__, b.__cause__ = b, a                      # a cycle ends
     assert error_reason(a).count("(from") == 3
+
+
+@pytest.mark.parametrize("reader", [
+    ["report", "{f}", "-o", "{tmp}/r.html"],
+    ["report", "{good}", "--against", "{f}", "-o", "{tmp}/r.html"],
+    ["gate", "--baseline", "{f}", "--candidate", "{good}"],
+    ["merge", "{tmp}/m.jsonl", "{f}"],
+])
+def test_a_jsonl_file_of_something_else_is_named_as_such(tmp_path, capsys, reader):
+    """Rows without a schema field are not a treebench results file: every reader says so in one
+    line (exit 2) instead of speaking of schema None."""
+    from treebench.harness.cli.main import main
+    from treebench.harness.store.rows import SCHEMA, append_row
+
+    f, good = tmp_path / "x.jsonl", tmp_path / "good.jsonl"
+    f.write_text('{"x": 1}\n')
+    append_row(good, {"schema": SCHEMA, "run_id": "r", "env": "e", "case_id": "c", "backend": "b", "status": "pass",
+                      "case": {"batch_size": 1, "context_len": 4, "tree": "chain:1"}})
+    argv = [a.format(f=f, good=good, tmp=tmp_path) for a in reader]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [(f"treebench: error: results file {f}: not a treebench results file (line 1 has no schema "
+                    "field); give .jsonl files written by treebench run")], err
+
+
+TWO_CASES = """
+[axes]
+batch_size = [1]
+context_len = [8, 12]
+tree = ["chain:2"]
+num_q_heads = [2]
+num_kv_heads = [1]
+head_dim = [16]
+dtype = ["float32"]
+page_size = [16]
+"""
+
+
+@pytest.mark.parametrize("source, run_id, fix", [
+    ("TREEBENCH_RUN_ID", "job42", "unset $TREEBENCH_RUN_ID (or set a new one) for a run of its own"),
+    ("TORCHELASTIC_RUN_ID", "torchrun-job42",
+     "give torchrun another --rdzv-id (or set $TREEBENCH_RUN_ID) for a run of its own"),
+    (None, None, None)])
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_run_id_given_again_for_one_out_is_warned_of(tmp_path, capsys, monkeypatch, source, run_id, fix, resume):
+    """A run id from outside that already names rows in --out (the same job run twice): the second
+    run warns in one line, names what the shared id costs and how to avoid it, and still appends; a
+    --resume (which continues that run) and a run with a fresh id say nothing."""
+    from treebench.harness.cli.main import main
+    from treebench.harness.store.rows import read_rows
+
+    for name in ("TREEBENCH_RUN_ID", "TORCHELASTIC_RUN_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    if source:
+        monkeypatch.setenv(source, "job42")
+    suite, out = tmp_path / "two.toml", tmp_path / "r.jsonl"
+    suite.write_text(TWO_CASES)
+    argv = ["check", "--suite", str(suite), "--backend", "reference", "--out", str(out), "--quiet"]
+    assert main([*argv, "--shard", "0/2"]) == 0
+    assert capsys.readouterr().err == ""
+    assert main([*argv, *(["--resume"] if resume else [])]) == 0
+    err = capsys.readouterr().err.splitlines()
+    rows = read_rows([out])
+    assert len(rows) == (2 if resume else 3) and len({r["run_id"] for r in rows}) == (1 if source else 2)
+    if resume or not source:
+        assert err == [], err
+        return
+    named = f"${source}{' (torchrun --rdzv-id)' * (source != 'TREEBENCH_RUN_ID')}"
+    assert err == [(f"WARNING  run id {run_id} ({named}) already names 1 row in {out}, written before this run "
+                    f"started: its rows get the same id, so `treebench rm {out} --run-id {run_id}` removes both runs' "
+                    "rows, and gate and report keep only the earlier row of a pair both measured in one env; "
+                    f"{fix}, or add --resume to continue that run")], err
+
+
+def test_a_run_id_given_in_code_again_is_warned_of_too(tmp_path, caplog):
+    """An id a caller gave execute (not from the environment) that --out already holds: the same
+    warning, with the fix that fits."""
+    from treebench.harness.store.rows import SCHEMA, append_row
+    from treebench.harness.sweep.execute import _warn_reused_run_id
+
+    out = tmp_path / "r.jsonl"
+    _warn_reused_run_id(out, "fixed")                                    # no file yet: nothing to say
+    for run_id in ("fixed", "other", "fixed"):
+        append_row(out, {"schema": SCHEMA, "run_id": run_id, "case_id": "c", "backend": "b", "status": "pass",
+                         "case": {}})
+    _warn_reused_run_id(out, "new")
+    assert not caplog.records
+    with caplog.at_level(logging.WARNING, logger="treebench"):
+        _warn_reused_run_id(out, "fixed")
+    (message,) = caplog.messages
+    assert message.startswith(f"run id fixed already names 2 rows in {out}, ") and \
+        message.endswith("; give this run another id, or add --resume to continue that run"), message

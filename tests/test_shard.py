@@ -251,6 +251,21 @@ def test_ranks_write_their_own_files_and_rank_0_merges(suite, tmp_path, monkeypa
                                                                   *(p.name for p in tmp_path.glob("env-*.json"))])
 
 
+def test_only_a_second_launch_under_one_run_id_is_warned_of(suite, tmp_path, monkeypatch, caplog):
+    """The ranks of one launch share its run id and rank 0 merges their rows into --out: no warning.
+    The same launch id run again into that --out (a restart, a job run twice): rank 0 warns once."""
+    out = tmp_path / "two.jsonl"
+    for launch in range(2):
+        caplog.clear()
+        for rank in (1, 0):
+            _as_rank(monkeypatch, rank, 2)
+            assert _check(suite, out) == 0
+        warned = [m for m in caplog.messages if "already names" in m]
+        assert len(warned) == launch and all(m.startswith(f"run id launch-1 ($TREEBENCH_RUN_ID) already names 12 "
+                                                          f"rows in {out}, ") for m in warned), warned
+    assert len(read_rows([out])) == 24
+
+
 def test_rank_0_gives_up_waiting_without_losing_rows(suite, tmp_path, monkeypatch, caplog):
     out = tmp_path / "two.jsonl"
     _as_rank(monkeypatch, 0, 2)

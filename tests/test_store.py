@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import importlib.metadata
 import json
 import logging
@@ -92,12 +93,63 @@ def test_killed_writer_leaves_only_whole_rows(tmp_path):
     assert [r["i"] for r in rows] == list(range(len(rows)))
 
 
-@pytest.mark.parametrize("bad", [{"schema": 0}, {"schema": "2"}, {"no_schema": True}, [1, 2]])
+@pytest.mark.parametrize("err", [errno.ENOSPC, errno.EDQUOT])
+@pytest.mark.parametrize("fails", ["write", "fsync"])
+@pytest.mark.parametrize("many", [False, True])
+def test_an_append_that_fails_part_way_leaves_exactly_the_earlier_rows(tmp_path, monkeypatch, caplog, err, fails,
+                                                                       many):
+    """A full disk mid-row (half the bytes written, then ENOSPC or EDQUOT; or the fsync refusing
+    them): the file is cut back to the rows before, reads without a torn-line warning, and the
+    error names the file."""
+    path = tmp_path / "r.jsonl"
+    for i in range(2):
+        append_row(path, _row(i))
+    before, real_write = path.read_bytes(), os.write
+
+    def half_then_full(fd, data):
+        real_write(fd, bytes(data[: len(data) // 2]))
+        raise OSError(err, os.strerror(err))
+
+    def written_then_full(fd, data):
+        return real_write(fd, data) if fails == "fsync" else half_then_full(fd, data)
+
+    with monkeypatch.context() as m, pytest.raises(OSError) as e:
+        m.setattr(store.os, "write", written_then_full)
+        if fails == "fsync":
+            m.setattr(store.os, "fsync", lambda fd: half_then_full(fd, b""))
+        store.append_rows(path, [_row(2), _row(3)]) if many else append_row(path, _row(2, samples_us=[1.5] * 37))
+    assert (e.value.errno, e.value.filename) == (err, str(path))
+    assert path.read_bytes() == before
+    check_writable(path)                                     # a file that --out takes as it is
+    with caplog.at_level(logging.WARNING, logger="treebench"):
+        assert [r["case_id"] for r in read_rows([path])] == ["c0", "c1"]
+    assert not caplog.records
+    append_row(path, _row(2))                                # and the next row lands on a line of its own
+    assert [r["case_id"] for r in read_rows([path])] == ["c0", "c1", "c2"]
+
+
+@pytest.mark.parametrize("bad", [{"schema": 0}, {"schema": "2"}, {"schema": None}])
 def test_unknown_schema_is_refused(tmp_path, bad):
     path = tmp_path / "r.jsonl"
     path.write_text(json.dumps(_row(0)) + "\n" + json.dumps(bad) + "\n")
-    with pytest.raises(ConfigError, match=r"r\.jsonl:2: schema"):
+    with pytest.raises(ConfigError, match=rf"r\.jsonl:2: schema {bad['schema']!r}, this treebench reads schemas 1 to"):
         read_rows([path])
+
+
+@pytest.mark.parametrize("line, n, what", [('{"x": 1}', 1, "has no schema field"),
+                                           ('[1, 2]', 1, "is not a JSON object"),
+                                           ("ROW\n{}", 2, "has no schema field")])
+def test_json_without_a_schema_field_is_not_a_results_file(tmp_path, line, n, what):
+    """JSON lines of something else are named as such, not as rows of schema None."""
+    path = tmp_path / "r.jsonl"
+    path.write_text(line.replace("ROW", json.dumps(_row(0))) + "\n")
+    with pytest.raises(ConfigError) as e:
+        read_rows([path])
+    assert str(e.value) == (f"results file {path}: not a treebench results file (line {n} {what}); give .jsonl "
+                            "files written by treebench run")
+    with pytest.raises(ConfigError, match=rf"not a treebench results file \(line {n}: "
+                                          f"{'no schema field' if 'schema' in what else 'not a result row'};"):
+        check_writable(path)
 
 
 def test_read_rows_takes_folders_and_rejects_missing_paths(tmp_path):

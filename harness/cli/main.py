@@ -365,17 +365,17 @@ def _pairs_done() -> str:
 
 
 def _disk_full(e: OSError) -> int:
-    """The one line when a write finds no space (ENOSPC, EDQUOT): what could not be written, that
-    the rows before it are kept (a torn last line is set apart and skipped when the file is read),
-    and while rows were being written (run, check --out) the run_id they carry with the --resume
-    hint and the `treebench rm` that removes them, or, before the first row, that the results
-    file it had created is removed; exit 2."""
+    """The one line when a write finds no space (ENOSPC, EDQUOT): the file and the error; that the rows before it
+    are kept (the row that did not fit is cut off again: store.rows.append_row) with, from a run or check --out,
+    their run_id, the --resume hint and the `treebench rm` of them; before its first row, what became of --out."""
     from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID
+    from treebench.harness.run.inflight import PROGRESS  # (rows written, pairs) of the run in progress
 
-    out, removed = ACTIVE_OUT[0], _drop_unwritten_out()
-    what = e.filename or out or "a file"
+    out, removed, again = ACTIVE_OUT[0], _drop_unwritten_out(), "free space, then run the same command again"
+    what, first = e.filename or out or "a file", PROGRESS[0] is not None and PROGRESS[0][0] == 0
     where = ("; what was written before is kept" if out is None else
-             f"; stopped {_removed(removed)}; free space, then run the same command again" if removed else
+             f"; stopped {_removed(removed)}; {again}" if removed else
+             f"; stopped before this run's first row: {out} is left as it was; {again}" if first else
              "; rows already written are kept" + _kept_rows(out, ACTIVE_RUN_ID[0], "free space, then run"))
     try:
         sys.stderr.write(f"{PROG}: error: could not write {what}: {e.strerror or e}{where}\n")

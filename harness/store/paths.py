@@ -116,7 +116,8 @@ def check_results_file(path: str | Path, what: str, advice: str = "give a new pa
                     continue
                 row = None
             if not isinstance(row, dict) or not is_known_schema(row.get("schema")):
-                got = f"schema {row.get('schema')!r}" if isinstance(row, dict) else "not a result row"
+                got = ("not a result row" if not isinstance(row, dict) else "no schema field" if "schema" not in row
+                       else f"schema {row['schema']!r}")
                 raise ConfigError(f"{what} {path}: not a treebench results file (line {n}: {got}; "
                                   f"JSON rows of schema 1 to {SCHEMA} expected); {advice}")
             problem = row_problem(migrate_row(row)) if fields else None

@@ -6,12 +6,14 @@ docs/architecture.md "Result rows and files") and writes its env fingerprint
 beside it (`treebench.harness.store.env`). Reports and the gate read only the store.
 
 Rows are appended with one ``os.write`` of one whole line on an ``O_APPEND``
-descriptor, then fsync'd: a killed run loses at most the row in flight, and
-existing files are never truncated. A row is identified by ``row_key``:
+descriptor, then fsync'd: a killed run loses at most the row in flight. A write
+that fails part-way (a full disk) is undone: the file is cut back to the rows it
+held, and no other truncation ever happens. A row is identified by ``row_key``:
 (case_id, backend, env); ``stored_keys`` gives the keys a ``--resume`` skips.
 ``row_l2_flushed`` reads a row's L2 state, older rows (no ``l2_flushed``) included.
-``find_row`` names the file and line of a row, for the readers' one-line messages.
-``new_run_id`` makes a run id; ``check_run_id`` checks one given from outside ($TREEBENCH_RUN_ID).
+``find_row`` names the file and line of a row, for the readers' one-line messages
+(``row_places`` gives every row with its place). ``new_run_id`` makes a run id;
+``check_run_id`` checks one given from outside ($TREEBENCH_RUN_ID).
 
 Schema history (asv's ``api_version`` and ``update_to_2``): ``read_rows`` upgrades
 every older row with `migrate_row`, so old files stay readable, and refuses a row
@@ -85,55 +87,59 @@ def check_run_id(run_id: str, source: str, fix: str) -> str:
 
 
 def append_row(path: str | Path, row: dict) -> None:
-    """Appends `row` as one JSON line to `path`, atomically with respect to a crash.
+    """Appends `row` as one JSON line to `path`, whole or not at all.
 
-    One ``os.write`` of the whole line on an ``O_APPEND`` fd, then fsync. If the
+    One ``os.write`` of the whole line on an ``O_APPEND`` fd, then fsync (`_append`). If the
     file ends in a torn line (a run killed mid-write by something other than
     this function), a newline is written first so the new row stays whole.
 
     Raises:
         ConfigError: the path cannot be opened for appending (a directory, no permission).
+        OSError: the write or fsync failed (ENOSPC, EDQUOT: a full disk); the file is cut back to
+            the rows it held before, and the error's filename is `path`.
     """
-    path = Path(path)
     line = (json.dumps(row, sort_keys=False, allow_nan=True) + "\n").encode()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    except OSError as e:
-        raise ConfigError(f"results file {path}: cannot append ({e.strerror}); "
-                          "give --out a writable file path") from None
-    try:
-        if _ends_torn(path):
-            line = b"\n" + line
-        os.write(fd, line)
-        _fsync(fd)
-    finally:
-        os.close(fd)
+    _append(Path(path), line, "give --out a writable file path")
 
 
 def append_rows(path: str | Path, rows: list[dict]) -> None:
-    """Appends many rows with one buffered write and one fsync (merges of thousands of rows).
-
-    A kill mid-write leaves at most one torn last line, which read_rows skips and
-    the next append closes with a newline; whole rows already in the file are untouched.
+    """Appends many rows with one buffered write and one fsync (merges of thousands of rows), all
+    or none of them (`_append`).
 
     Raises:
         ConfigError: the path cannot be opened for appending.
+        OSError: as append_row; none of `rows` is left in the file.
     """
-    if not rows:
-        return
-    path = Path(path)
-    blob = "".join(json.dumps(r, sort_keys=False, allow_nan=True) + "\n" for r in rows).encode()
+    if rows:
+        blob = "".join(json.dumps(r, sort_keys=False, allow_nan=True) + "\n" for r in rows).encode()
+        _append(Path(path), blob, "give a writable file path")
+
+
+def _append(path: Path, data: bytes, fix: str) -> None:
+    """Appends `data` (whole lines) to `path` and fsyncs it, after a newline when the file ends in
+    a torn line. A write or fsync that fails part-way (a full disk) is undone: the file is cut
+    back to its length before, so it never ends in half a row this call wrote.
+
+    Raises:
+        ConfigError: `path` cannot be opened for appending; the message ends with `fix`.
+        OSError: the write or fsync failed, with `path` as its filename, once the file is cut back.
+    """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     except OSError as e:
-        raise ConfigError(f"results file {path}: cannot append ({e.strerror}); give a writable file path") from None
+        raise ConfigError(f"results file {path}: cannot append ({e.strerror}); {fix}") from None
     try:
-        view = memoryview(b"\n" + blob if _ends_torn(path) else blob)
-        while view:
-            view = view[os.write(fd, view):]
-        _fsync(fd)
+        size = os.fstat(fd).st_size   # under the file's lock (store.lock) no one else appends
+        data = b"\n" + data if _ends_torn(path) else data
+        try:
+            while data:   # one write, unless the disk takes only part of it
+                data = data[os.write(fd, data):]
+            _fsync(fd)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            raise OSError(e.errno, e.strerror, str(path)) from e
     finally:
         os.close(fd)
 
@@ -329,10 +335,15 @@ def _checked_row(row: object, f: Path, n: int) -> dict:
     """Row `n` of file `f` at the current schema (migrated when older).
 
     Raises:
-        ConfigError: not a JSON object, or an unknown schema (a newer one: upgrade treebench).
+        ConfigError: not a JSON object or no schema field (not a treebench results file), or a
+            schema this code does not know (a newer one: upgrade treebench).
     """
-    got = row.get("schema") if isinstance(row, dict) else type(row).__name__
-    if not isinstance(row, dict) or not isinstance(got, int) or isinstance(got, bool) or got < 1:
+    if not isinstance(row, dict) or "schema" not in row:   # a JSON file of something else
+        what = "has no schema field" if isinstance(row, dict) else "is not a JSON object"
+        raise ConfigError(f"results file {f}: not a treebench results file (line {n} {what}); give .jsonl "
+                          "files written by treebench run")
+    got = row["schema"]
+    if not isinstance(got, int) or isinstance(got, bool) or got < 1:
         raise ConfigError(f"results file {f}:{n}: schema {got!r}, this treebench reads schemas 1 to {SCHEMA}")
     if got > SCHEMA:
         raise ConfigError(f"results file {f}:{n}: schema {got}, newer than this treebench reads ({SCHEMA}); "
@@ -349,11 +360,20 @@ class RowPlace(NamedTuple):
 
 
 def find_row(paths, match: Callable[[dict], bool], containing: str | None = None) -> RowPlace | None:
-    """The first row of `paths` (files, or folders of them, in read_rows' order) for which
-    match(row) is true, else None; what a reader names in its message (the file of a bad row,
-    of a row of a missing env). Torn lines and rows of an unknown schema are passed over, as
-    read_rows refuses or skips them; only lines holding the text `containing` (when given) are
-    parsed: a cheap filter for a rare value in a large file.
+    """The first row of `paths` (`row_places(paths, containing)`) for which match(row) is true, else
+    None; what a reader names in its message (the file of a bad row, of a row of a missing env).
+
+    Raises:
+        ConfigError: as result_files, for a path that does not exist.
+    """
+    return next((place for place in row_places(paths, containing) if match(place.row)), None)
+
+
+def row_places(paths, containing: str | None = None) -> Iterator[RowPlace]:
+    """Every row of `paths` (files, or folders of them, in read_rows' order) with its file and line.
+    Torn lines and rows of an unknown schema are passed over, as read_rows refuses or skips them;
+    only lines holding the text `containing` (when given) are parsed: a cheap filter for a rare
+    value in a large file.
 
     Raises:
         ConfigError: as result_files, for a path that does not exist.
@@ -367,9 +387,5 @@ def find_row(paths, match: Callable[[dict], bool], containing: str | None = None
                     row = json.loads(line)
                 except (json.JSONDecodeError, RecursionError):   # a torn line: read_rows skipped it
                     continue
-                if not isinstance(row, dict) or not is_known_schema(row.get("schema")):
-                    continue
-                row = migrate_row(row)
-                if match(row):
-                    return RowPlace(f, n, row)
-    return None
+                if isinstance(row, dict) and is_known_schema(row.get("schema")):
+                    yield RowPlace(f, n, migrate_row(row))

@@ -19,7 +19,7 @@ from rich.console import Console
 
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.pair import AvailabilityRaised, availabilities
-from treebench.harness.run.progress import estimate
+from treebench.harness.run.progress import estimate, plural
 from treebench.harness.run.config import RunConfig
 from treebench.harness.run.memory import fit_reason
 from treebench.harness.run.runner import default_device, device_for, row_satisfies, run_cases
@@ -34,12 +34,13 @@ from treebench.harness.sweep.shard import (
     rank_device,
     rank_files,
     rank_path,
+    run_id_origin,
     shared_run_id,
     torchrun_rank,
     wait_for_ranks,
 )
 from treebench.harness.store.env import env_fingerprint, write_env
-from treebench.harness.store.rows import read_rows, row_key, stored_keys
+from treebench.harness.store.rows import read_rows, row_key, row_places, stored_keys
 from treebench.harness.store.lock import hold_all
 
 log = logging.getLogger(__name__)
@@ -217,6 +218,8 @@ def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Co
         assert opts.out is not None  # _check_options: torchrun needs --out
         clear_done(opts.out, rank)
     config = _config(opts, env, device, store, skip, opts.run.quiet or not result.primary)
+    if result.primary and not opts.resume and opts.out is not None:
+        _warn_reused_run_id(opts.out, config.run_id)
     result.rows, result.store_path = run_cases(mine, backends, config, console=console), store
     if rank:
         _finish_rank(opts, rank, config.run_id, result)
@@ -243,6 +246,25 @@ def _stored_note(opts: SweepOptions, stored: list[dict], env_id: str, cases, nam
                 f"{len(other)} other env(s) ({', '.join(sorted(map(str, other))[:3])}), which --resume does not skip "
                 "(an env id covers the machine, the package versions and the git commit)")
     return ""
+
+
+def _warn_reused_run_id(out: Path, run_id: str) -> None:
+    """Warns (one line) when rows of `out` already carry `run_id`, the id of a run that is not a
+    --resume: a $TREEBENCH_RUN_ID or torchrun --rdzv-id used again (a job run twice, a torchrun
+    restart). The runs' rows would share the id, so `rm --run-id` could not tell them apart, and
+    gate and report would keep the earlier row of a pair both measured in one env and drop the
+    later as a repeat (`store.validate.drop_repeated_rows`). A warning, not a refusal: a restart of
+    a torchrun launch meets it too, and shards run one after another under one id mean to share
+    it. Rank files are not read: this launch's ranks write them, and rank 0 merges them after."""
+    places = row_places([out], containing=run_id) if out.is_file() else ()
+    n = sum(place.row.get("run_id") == run_id for place in places)
+    if not n:
+        return
+    source, fix = run_id_origin() if shared_run_id() == run_id else ("", "give this run another id")
+    log.warning("run id %s%s already names %s in %s, written before this run started: its rows get the same id, so "
+                "`treebench rm %s --run-id %s` removes both runs' rows, and gate and report keep only the earlier "
+                "row of a pair both measured in one env; %s, or add --resume to continue that run", run_id,
+                f" ({source})" if source else "", plural(n, "row"), out, out, run_id, fix)
 
 
 def _release_cached(device: str) -> None:

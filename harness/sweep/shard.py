@@ -144,6 +144,15 @@ def shared_run_id(environ: Mapping[str, str] = os.environ) -> str | None:
     return f"torchrun-{elastic}"
 
 
+def run_id_origin(environ: Mapping[str, str] = os.environ) -> tuple[str, str]:
+    """(where `shared_run_id` takes the run id from, how to give the next launch another one):
+    $TREEBENCH_RUN_ID when it is set, else torchrun's $TORCHELASTIC_RUN_ID."""
+    if environ.get(RUN_ID_ENV):
+        return f"${RUN_ID_ENV}", f"unset ${RUN_ID_ENV} (or set a new one) for a run of its own"
+    return ("$TORCHELASTIC_RUN_ID (torchrun --rdzv-id)",
+            f"give torchrun another --rdzv-id (or set ${RUN_ID_ENV}) for a run of its own")
+
+
 # ---- per-rank files and the barrier ----------------------------------------------------------
 
 
