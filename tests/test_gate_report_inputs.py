@@ -301,7 +301,7 @@ def test_a_results_file_given_twice_is_read_once(caplog):
     files = sorted(str(p) for p in BASE.glob("*.jsonl"))
     once = read_checked_rows(files, "report")
     assert len(read_checked_rows(files + files, "report")) == len(once)
-    assert any("repeated rows dropped" in m for m in caplog.messages)
+    assert any("repeated rows dropped, the earlier of each pair kept" in m and "reused run id" in m for m in caplog.messages)
     other_run = [{**r, "run_id": "another"} for r in once]
     assert len(drop_repeated_rows(once + other_run, "report")) == 2 * len(once)
 

@@ -97,6 +97,7 @@ def drop_repeated_rows(rows: list[dict], command: str) -> list[dict]:
         seen.add(key)
         kept.append(r)
     if len(kept) < len(rows):
-        log.warning("%s: %d repeated rows dropped (the same run's case and backend twice: "
-                    "a results file given twice?)", command, len(rows) - len(kept))
+        log.warning("%s: %d repeated rows dropped, the earlier of each pair kept (the same run id, env, case "
+                    "and backend twice: a results file given twice, or two runs under one reused run id)",
+                    command, len(rows) - len(kept))
     return kept
