@@ -351,13 +351,18 @@ def run_candidate(inputs, ref, case: Case, cfg, opts, device: str, smoke: bool, 
         {"kernels_us": kernels} if kernels else {})
 
 
+def chosen(args, case: Case) -> bool:
+    """The cell passes --page-sizes, --trees and --batch-sizes (each: any value when not given)."""
+    return not (args.page_sizes and case.page_size not in args.page_sizes or args.trees and case.tree not in args.trees
+                or args.batch_sizes and case.batch_size not in args.batch_sizes)
+
+
 def sweep(args) -> list[dict]:
     device = "cpu" if args.smoke else "cuda"
     rows: list[dict] = []
     t0 = time.monotonic()
     for group, case in cells(args.groups, args.smoke, args.fp8_all_trees):
-        if args.page_sizes and case.page_size not in args.page_sizes or args.trees and case.tree not in args.trees \
-                or args.batch_sizes and case.batch_size not in args.batch_sizes:
+        if not chosen(args, case):
             continue
         if time.monotonic() - t0 > args.budget_s:
             print(f"budget of {args.budget_s:.0f} s spent: stopping before {case.case_id}", flush=True)
@@ -482,6 +487,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     if args.trees - known_trees:
         refuse(f"--trees: no cell of tree {', '.join(sorted(args.trees - known_trees))}; "
                f"known: {', '.join(sorted(known_trees))}")
+    every = [c for _, c in cells(args.groups, args.smoke, args.fp8_all_trees)]
+    if not any(chosen(args, c) for c in every):
+        refuse(f"no cell of groups {','.join(args.groups)} at the --page-sizes, --trees and --batch-sizes given; "
+               f"their cells have page sizes {sorted({c.page_size for c in every})}, batch sizes "
+               f"{sorted({c.batch_size for c in every})}")
     if not args.budget_s > 0:
         refuse(f"--budget-s {args.budget_s}: must be a positive number of seconds")
     if args.out.suffix != ".json" or args.out.exists() or not args.out.parent.is_dir():

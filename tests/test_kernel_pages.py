@@ -398,6 +398,17 @@ def test_latency_sweep_reads_an_integer_given_twice_by_its_value(tmp_path, capsy
     assert capsys.readouterr().err == "latency_sweep: --page-sizes '16,016': 016 given twice; give each entry once\n"
 
 
+@pytest.mark.parametrize("flag, value", [("--page-sizes", "0"), ("--batch-sizes", "-3"), ("--page-sizes", "48")])
+def test_latency_sweep_refuses_filters_that_leave_no_cell(tmp_path, capsys, flag, value):
+    """A page or batch size no cell of the groups has (0, negative, unknown) is one line and exit 2,
+    naming the sizes there are, not a sweep that times nothing."""
+    with pytest.raises(SystemExit) as stop:
+        _latency_sweep().parse(["--out", str(tmp_path / "a.json"), "--groups", "latency", flag, value, "--smoke"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.startswith("latency_sweep: no cell of groups latency at the --page-sizes")
+    assert "their cells have page sizes [" in err and err.count("\n") == 1 and not list(tmp_path.iterdir())
+
+
 def test_latency_sweep_makes_a_raising_candidate_a_row_and_goes_on():
     """A candidate whose build raises something other than ConfigError (out of resources, a
     compiler error) is an "error" row with the reason, not the end of the sweep."""
