@@ -1,11 +1,16 @@
 """The line after Ctrl-C or SIGTERM in the commands that write no rows: it says no more than
 that they were interrupted, and of each file they write (a report, a suite, a gate's summary
 and JUnit XML, the results file rm rewrites) whether it was written; such a file is written
-whole or not at all."""
+whole or not at all. Ctrl-C while treebench starts (held until torch is imported) and while a
+run or check loads its suite: the line says what is true there, nothing written."""
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +22,23 @@ from treebench.harness.store.outputs import write_whole
 from treebench.harness.store.rows import read_rows
 
 BASE = Path(__file__).parent / "data" / "results" / "h200-baseline"
+ROOT = Path(__file__).resolve().parent.parent
+START_UP = "treebench: interrupted while starting; nothing was written"
+# The console script (`from treebench import main; sys.exit(main())`), after a line on stdout that says it
+# is about to start, and with an import hook that sends this process SIGINT as MODULE is first looked for.
+ENTRY = """import os, signal, sys
+class CtrlC:
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name == {module!r}:
+            sys.meta_path.remove(CtrlC)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+sys.meta_path.insert(0, CtrlC)
+import treebench
+print("starting", flush=True)
+sys.exit(treebench.main())
+"""
 STOPS = {"interrupted": (KeyboardInterrupt, 130), "terminated (SIGTERM)": (cli_main.Terminated, 143)}
 
 
@@ -175,3 +197,167 @@ def test_write_whole_names_the_path_asked_for_when_it_fails(tmp_path):
     with pytest.raises(OSError) as e:
         write_whole(tmp_path / "missing" / "out.xml", "x")
     assert e.value.filename == str(tmp_path / "missing" / "out.xml")
+
+
+def _start(tmp_path: Path, *argv: str, module: str = "") -> subprocess.Popen:
+    """`treebench ARGV` as the console script runs it, in `tmp_path`, once it has said it starts;
+    SIGINT sent to it as MODULE is first looked for (none when "")."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    proc = subprocess.Popen([sys.executable, "-c", ENTRY.format(module=module), *argv], cwd=tmp_path,
+                            env={**env, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout.readline() == "starting\n"
+    return proc
+
+
+def _smoke(out: Path) -> tuple[str, ...]:
+    return ("run", "--suite", "smoke", "--backends", "reference", "--out", str(out), "--report", "r.html", "--quiet")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module", ["numpy._core.multiarray", "numpy.exceptions", "numpy.linalg"])
+def test_ctrl_c_while_torch_imports_numpy_stops_the_run_at_the_end_of_start_up(tmp_path, module):
+    """torch's start-up imports numpy from C++ and drops an exception raised there: a Ctrl-C in it was
+    lost (the run went on), or became an ImportError traceback, or left numpy half-imported (no report).
+    Held until the imports end, it is the start-up line and 130 whichever module it lands in."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"this numpy has no {module}")
+    proc = _start(tmp_path, *_smoke(tmp_path / "r.jsonl"), module=module)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130 and err.strip().splitlines() == [START_UP], err
+    assert sorted(os.listdir(tmp_path)) == []
+
+
+@pytest.mark.slow
+def test_ctrl_c_at_any_moment_of_start_up_stops_the_run_before_anything_is_written(tmp_path):
+    """SIGINT at several moments of `treebench run`'s first second (importing torch takes about that
+    long): each run exits 130 with one line saying nothing was written, and writes nothing."""
+    allowed = {START_UP, "treebench: interrupted before this run's first row; nothing was written"}
+    runs = {}
+    for delay in (0.02, 0.1, 0.2, 0.35, 0.6):   # each run sent SIGINT before the next starts; they end together
+        where = tmp_path / str(delay)
+        where.mkdir()
+        proc = _start(where, *_smoke(where / "r.jsonl"))
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        runs[delay] = (where, proc)
+    for delay, (where, proc) in runs.items():
+        _, err = proc.communicate(timeout=300)
+        lines = err.strip().splitlines()
+        assert proc.returncode == 130 and len(lines) == 1 and lines[0] in allowed, (delay, err)
+        assert os.listdir(where) == [], delay
+
+
+def test_a_held_interrupt_is_raised_when_the_hold_ends():
+    """Inside `interrupts_held` a SIGINT is only recorded; the block's end puts the handler back and
+    raises it, and a later SIGINT goes to that handler as before."""
+    from treebench.harness.run.inflight import interrupts_held
+
+    before = signal.getsignal(signal.SIGINT)
+    came = []
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts_held():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.01)
+            came.append("after the signal")
+    assert came and signal.getsignal(signal.SIGINT) is before
+    with interrupts_held():
+        pass                                   # no SIGINT: nothing raised
+    assert signal.getsignal(signal.SIGINT) is before
+    if before is signal.default_int_handler:
+        with pytest.raises(KeyboardInterrupt):   # Python's handler back: a SIGINT now raises at once
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+
+
+def test_an_error_inside_the_hold_puts_the_handler_back():
+    """An exception leaving the block goes on unchanged (a SIGINT that came is dropped with it)."""
+    from treebench.harness.run.inflight import interrupts_held
+
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(BaseException) as e:
+        with interrupts_held():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.01)
+            raise RuntimeError("an import failed")
+    assert e.type is RuntimeError and signal.getsignal(signal.SIGINT) is before
+
+
+@pytest.mark.parametrize("failing", [False, True])
+def test_the_console_entry_puts_the_sigint_handler_back(monkeypatch, capsys, failing):
+    """`treebench.main` holds SIGINT from its first line; the CLI's start-up ends the hold, and an
+    import that fails before it ends it too."""
+    import treebench
+
+    before = signal.getsignal(signal.SIGINT)
+    monkeypatch.setattr(sys, "argv", ["treebench", "tree", "chain:1"])
+    if failing:
+        monkeypatch.setitem(sys.modules, "treebench.harness.cli.main", None)   # importing it raises ImportError
+        with pytest.raises(ImportError):
+            treebench.main()
+    else:
+        assert treebench.main() == 0
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+TINY = """
+[suite]
+name = "tiny"
+[axes]
+batch_size = [1]
+context_len = [8]
+tree = ["chain:2"]
+num_q_heads = [2]
+num_kv_heads = [1]
+head_dim = [16]
+dtype = ["float32"]
+page_size = [16]
+"""
+
+
+@pytest.mark.parametrize("what", list(STOPS))
+@pytest.mark.parametrize("command, out", [("run", None), ("run", "new"), ("run", "there"), ("check", "new"),
+                                          ("check", "there")])
+def test_an_interrupt_while_the_suite_loads_says_nothing_was_written(tmp_path, monkeypatch, capsys, what,
+                                                                     command, out):
+    """Ctrl-C or SIGTERM in run or check before its results file is claimed: nothing was written, and
+    a --out that was there is left as it was; no word of rows kept."""
+    import treebench.harness.model.suites as suites
+
+    stop, code = STOPS[what]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny.toml").write_text(TINY)
+    path = tmp_path / "r.jsonl"
+    if out == "there":
+        path.write_bytes((BASE / "seed.jsonl").read_bytes())
+    monkeypatch.setattr(suites, "load_suite", _stop(stop))
+    backend = "--backends" if command == "run" else "--backend"
+    argv = [command, "--suite", "tiny.toml", backend, "reference", "--quiet", *(["--out", str(path)] if out else [])]
+    assert main(argv) == code
+    tail = f"{path} is left as it was" if out == "there" else "nothing was written"
+    assert _line(capsys) == f"treebench: {what} before this run's first row; {tail}"
+    assert sorted(os.listdir(tmp_path)) == [*(["r.jsonl"] if out == "there" else []), "tiny.toml"]
+    assert out != "there" or path.read_bytes() == (BASE / "seed.jsonl").read_bytes()
+
+
+def test_a_results_file_that_changed_before_the_first_pair_is_not_said_to_be_left_as_it_was(tmp_path, monkeypatch,
+                                                                                            capsys):
+    """--resume merges rows a killed launch left in rank files into --out before the first pair: an
+    interrupt then must not say that --out is left as it was."""
+    import treebench.harness.sweep.execute
+
+    from treebench.harness.store.rows import append_row
+
+    def merged_then_stopped(cases, backends, opts, console):
+        append_row(opts.out, read_rows([BASE / "seed.jsonl"])[0])     # another run's row
+        raise KeyboardInterrupt
+    monkeypatch.setattr(treebench.harness.sweep.execute, "execute", merged_then_stopped)
+    (tmp_path / "tiny.toml").write_text(TINY)
+    out = tmp_path / "r.jsonl"
+    out.write_bytes((BASE / "seed.jsonl").read_bytes())
+    assert main(["check", "--suite", str(tmp_path / "tiny.toml"), "--backend", "reference", "--out", str(out),
+                 "--quiet"]) == 130
+    line = _line(capsys)
+    assert "left as it was" not in line and f"rows already written are kept in {out}" in line, line

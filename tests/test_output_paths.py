@@ -310,7 +310,8 @@ def test_a_run_id_given_from_outside_is_checked_where_it_is_taken_in(tiny, tmp_p
 def test_interrupt_names_the_results_file_and_how_to_resume(tiny, tmp_path, capsys, monkeypatch):
     import treebench.harness.sweep.execute
 
-    def interrupted(*a, **k):
+    def interrupted(cases, backends, opts, console):
+        append_row(opts.out, {**_row(1), "run_id": opts.run.run_id})   # a row of this run
         raise KeyboardInterrupt
     monkeypatch.setattr(treebench.harness.sweep.execute, "execute", interrupted)
     out = tmp_path / "r.jsonl"
@@ -318,19 +319,23 @@ def test_interrupt_names_the_results_file_and_how_to_resume(tiny, tmp_path, caps
     assert main(["run", "--suite", str(tiny), "--backends", "reference", "--out", str(out), "--quiet"]) == 130
     err = capsys.readouterr().err
     assert f"rows already written are kept in {out}" in err and f"--out {out} --resume" in err
-    assert len(read_rows([out])) == 1
+    assert len(read_rows([out])) == 2
 
 
 @pytest.mark.parametrize("command, backend", [("run", "--backends"), ("check", "--backend")])
+@pytest.mark.parametrize("where", ["treebench.harness.run.runner:run_case_backend",   # in the first pair
+                                   "treebench.harness.sweep.execute:execute"])       # before it (env fingerprint)
 def test_an_interrupt_during_the_first_pair_says_the_results_file_is_left_as_it_was(tiny, tmp_path, capsys,
-                                                                                   monkeypatch, command, backend):
-    """Ctrl-C while the first pair runs, --out holding an earlier run's rows: this run wrote none, so
-    no rm of its run_id (which would find nothing) and no word of rows kept."""
-    import treebench.harness.run.runner
+                                                                                   monkeypatch, command, backend,
+                                                                                   where):
+    """Ctrl-C while the first pair runs or before it, --out holding an earlier run's rows: this run wrote
+    none, so no rm of its run_id (which would find nothing) and no word of rows kept."""
+    import importlib
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
-    monkeypatch.setattr(treebench.harness.run.runner, "run_case_backend", interrupted)
+    module, name = where.split(":")
+    monkeypatch.setattr(importlib.import_module(module), name, interrupted)
     out = tmp_path / "r.jsonl"
     append_row(out, _row(0))              # an earlier run's row
     before = out.read_bytes()
@@ -370,6 +375,8 @@ def test_a_results_file_created_by_a_sweep_that_wrote_no_row_is_removed(tiny, tm
     line = lines[0]
     if stop == "bad input":
         assert line == "treebench: error: refused"
+    elif existed and stop == "interrupt":
+        assert line == f"treebench: interrupted before this run's first row; {out} is left as it was", line
     elif existed:
         assert f"rows already written are kept in {out}" in line and f"--out {out} --resume" in line, line
     else:

@@ -29,14 +29,22 @@ INTERRUPTED = 130   # 128 + SIGINT, the shell's convention
 def main() -> int:
     """The `treebench` console script: `treebench.harness.cli.main.main` (argv from sys.argv),
     with Ctrl-C during start-up (importing torch and the harness takes seconds) ending in the
-    same one line and exit code 130 as Ctrl-C during a run, instead of a traceback.
+    same one line and exit code 130 as Ctrl-C during a run, instead of a traceback. SIGINT is
+    held from here until the CLI's imports are done (treebench.harness.run.inflight), so that
+    a Ctrl-C cannot be lost inside them or leave a module half-imported.
 
     Returns:
         the CLI's exit code (0 ok, 1 failed rows or gate, 2 bad input, 130 interrupted);
         130 also when interrupted while importing.
     """
     try:
-        from treebench.harness.cli.main import main as cli_main
+        from treebench.harness.run.inflight import hold_interrupts, release_interrupts
+        hold_interrupts()   # released, and a Ctrl-C that came raised, at the end of the CLI's start-up
+        try:
+            from treebench.harness.cli.main import main as cli_main
+        except BaseException:   # an import that failed (or raised KeyboardInterrupt itself) ends the hold
+            release_interrupts(raise_held=False)
+            raise
     except KeyboardInterrupt:
         sys.stderr.write("treebench: interrupted while starting; nothing was written\n")
         return INTERRUPTED

@@ -52,6 +52,7 @@ def run(args) -> int:
         ConfigError: bad arguments, suite, backend or --out.
     """
     from treebench.harness.model.suites import load_suite
+    from treebench.harness.run.inflight import mark_unwritten
     from treebench.harness.run.loading import load_one
     from treebench.harness.sweep.execute import execute
     from treebench.harness.sweep.shard import shared_run_id
@@ -59,6 +60,8 @@ def run(args) -> int:
     if args.dry_run or args.out is None:   # what the line after Ctrl-C says: no rows to keep
         NOTHING_WRITTEN[0] = (DRY_RUN_WRITES_NOTHING if args.dry_run else
                               "check without --out keeps no rows: nothing was written; give --out FILE to keep them")
+    else:
+        mark_unwritten(args.out)   # Ctrl-C before the first row: nothing written, --out left as it was
     if args.suite is not None:
         check_suite_arg(args.suite)
         if args.deep:

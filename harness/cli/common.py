@@ -165,13 +165,15 @@ def claim_results(path: str | Path, run_id: str, dry_run: bool) -> Path:
     """`check_writable(path)` for the results file of a run or check (a dry run creates nothing),
     kept with the run_id its rows carry for the line after an interrupt or a full disk
     (ACTIVE_OUT, ACTIVE_RUN_ID: the --resume hint and the `treebench rm --run-id` that removes
-    the rows), and in CREATED_OUT when this call created the file: main() removes it again if
-    the sweep stops (an interrupt, an error) before its first row; returns the path. Under
-    torchrun the ranks write rank files first, so the file is never marked for removal there.
+    the rows; its size now in inflight.UNWRITTEN), and in CREATED_OUT when this call created the
+    file: main() removes it again if the sweep stops (an interrupt, an error) before its first
+    row; returns the path. Under torchrun the ranks write rank files first, so the file is never
+    marked for removal there.
 
     Raises:
         ConfigError: as check_writable; a malformed torchrun environment.
     """
+    from treebench.harness.run.inflight import mark_unwritten
     from treebench.harness.store.paths import check_writable
     from treebench.harness.sweep.shard import torchrun_rank
 
@@ -180,6 +182,7 @@ def claim_results(path: str | Path, run_id: str, dry_run: bool) -> Path:
     if not dry_run:
         ACTIVE_OUT[0], ACTIVE_RUN_ID[0] = out, run_id
         CREATED_OUT[0] = out if ours else None
+        mark_unwritten(out)
     return out
 
 

@@ -27,6 +27,7 @@ stops (an interrupt, an error) before its first row.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import importlib
 import logging
@@ -229,19 +230,22 @@ def main(argv: list[str] | None = None) -> int:
 
     Any ConfigError (bad input), and a write that finds the disk full, is one line on stderr
     and exit 2. Ctrl-C and SIGTERM end with one line (the --resume hint when rows were being
-    written), exit 130 / 143, from the first import on. A closed stdout (`treebench list | head -3`) sends the rest of the output to /dev/null
-    and exits with the code the command had decided on (run, check), else 141.
+    written), exit 130 / 143; a Ctrl-C while the start-up imports load torch is held until they
+    end (`interrupts_held`). A closed stdout (`treebench list | head -3`) sends the rest of the
+    output to /dev/null and exits with the code the command had decided on (run, check), else 141.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:   # these imports load torch: seconds in which a Ctrl-C is still start-up
-        from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID, CREATED_OUT, NOTHING_WRITTEN, OUTCOME
-        from treebench.harness.run.inflight import PROGRESS, enable_crash_report
-        from treebench.harness.store.outputs import OUTPUTS
-        enable_crash_report()   # a segfault prints the stack, whose frames name the pair in flight
+    try:   # these imports load torch: seconds of start-up, with Ctrl-C held until their end
+        from treebench.harness.run.inflight import PROGRESS, UNWRITTEN, enable_crash_report, interrupts_held
+        with interrupts_held():
+            from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID, CREATED_OUT, NOTHING_WRITTEN, OUTCOME
+            from treebench.harness.store.outputs import OUTPUTS
+            enable_crash_report()   # a segfault prints the stack, whose frames name the pair in flight
     except KeyboardInterrupt:
         sys.stderr.write(f"{PROG}: interrupted while starting; nothing was written\n")
         return INTERRUPTED
-    OUTCOME[0] = ACTIVE_OUT[0] = ACTIVE_RUN_ID[0] = CREATED_OUT[0] = NOTHING_WRITTEN[0] = PROGRESS[0] = None
+    OUTCOME[0] = ACTIVE_OUT[0] = ACTIVE_RUN_ID[0] = CREATED_OUT[0] = NOTHING_WRITTEN[0] = None
+    PROGRESS[0] = UNWRITTEN[0] = None
     OUTPUTS.clear()
     previous = _install(signal.SIGTERM, _on_sigterm)
     name = None
@@ -323,13 +327,13 @@ def _interrupted(terminated: bool, name: str | None) -> int:
     """The one line after Ctrl-C or SIGTERM in subcommand `name`, with the --resume hint while rows
     were being written (run, check --out), the run_id those rows carry and the `treebench rm` that
     removes them; or, stopped before the first row, that the results file it had created is
-    removed; or, stopped before its first pair ended, that the results file is left as it was;
-    or, where no rows are written (check without --out, a dry run), that nothing was,
-    after how many pairs; or, in a command that writes no rows (not ROW_COMMANDS), whether each
-    file it writes was written (`outputs_note`); or, stopped before the subcommand was known
-    (`name` None), that nothing was written."""
+    removed, or else that nothing was written or the results file is left as it was
+    (`unwritten_note`); or, where no rows are written (check without --out, a dry run), that
+    nothing was, after how many pairs; or, in a command that writes no rows (not ROW_COMMANDS),
+    whether each file it writes was written (`outputs_note`); or, stopped before the subcommand
+    was known (`name` None), that nothing was written."""
     from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID, NOTHING_WRITTEN
-    from treebench.harness.run.inflight import PROGRESS   # None: no runner here (one of several processes)
+    from treebench.harness.run.inflight import unwritten_note
     from treebench.harness.store.outputs import outputs_note
 
     out, run_id, removed = ACTIVE_OUT[0], ACTIVE_RUN_ID[0], _drop_unwritten_out()
@@ -339,18 +343,16 @@ def _interrupted(terminated: bool, name: str | None) -> int:
         line = f"{what} {_removed(removed)}"
     elif out is None and NOTHING_WRITTEN[0]:
         line = f"{what}{_pairs_done()}; {NOTHING_WRITTEN[0]}"
-    elif out is not None and name in ("run", "check") and PROGRESS[0] is not None and PROGRESS[0][0] == 0:
-        line = f"{what} before this run's first row; {out} is left as it was"
+    elif name in ("run", "check") and (unwritten := unwritten_note()):
+        line = f"{what} before this run's first row; {unwritten}"
     elif name is None:
         line = f"{what} while starting; nothing was written"
     elif name not in ROW_COMMANDS:
         line = f"{what}{outputs_note()}"
     else:
         line = f"{what}; rows already written are kept{where}"
-    try:
+    with contextlib.suppress(OSError):
         sys.stderr.write(f"{PROG}: {line}\n")
-    except OSError:
-        pass
     return TERMINATED if terminated else INTERRUPTED
 
 
@@ -377,10 +379,8 @@ def _disk_full(e: OSError) -> int:
              f"; stopped {_removed(removed)}; {again}" if removed else
              f"; stopped before this run's first row: {out} is left as it was; {again}" if first else
              "; rows already written are kept" + _kept_rows(out, ACTIVE_RUN_ID[0], "free space, then run"))
-    try:
+    with contextlib.suppress(OSError):
         sys.stderr.write(f"{PROG}: error: could not write {what}: {e.strerror or e}{where}\n")
-    except OSError:
-        pass
     return BAD_INPUT
 
 

@@ -181,6 +181,7 @@ def run_stamp() -> str:
 def _launch_gpus(args, suite) -> int:
     """`run --gpus N` (N > 1): relaunches this command line under torchrun, with --out and --report
     filled in so that every rank uses the same files; returns torchrun's exit code."""
+    from treebench.harness.run.inflight import UNWRITTEN
     from treebench.harness.store.paths import check_writable
     from treebench.harness.sweep.shard import launch_torchrun, strip_option
 
@@ -194,6 +195,7 @@ def _launch_gpus(args, suite) -> int:
         argv += ["--out", out]
     if args.report is None:
         argv += ["--report", str(report)]
+    UNWRITTEN[0] = None   # the ranks write the rows: the line after Ctrl-C says they are kept
     return launch_torchrun(args.gpus, argv, run_id=stamp_text)
 
 
@@ -204,11 +206,13 @@ def run(args) -> int:
         ConfigError: bad arguments, suite, backends or output paths (checked before anything is written).
     """
     from treebench.harness.model.suites import load_suite
+    from treebench.harness.run.inflight import mark_unwritten
     from treebench.harness.run.loading import resolve_backends
     from treebench.harness.sweep.execute import execute
 
     if args.dry_run:
         NOTHING_WRITTEN[0] = DRY_RUN_WRITES_NOTHING   # what the line after Ctrl-C says
+    mark_unwritten(args.out or None)   # Ctrl-C before the first row: nothing written, --out left as it was
     for names in (("--backends", "--backend"), ("--timer",), ("--l2",)):
         given_once(getattr(args, "argv", None), names)
     check_suite_arg(args.suite)

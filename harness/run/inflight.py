@@ -1,5 +1,6 @@
-"""The pair in flight, named where a crash can still say it; and how far the sweep got
-(`PROGRESS`), for the line after an interrupt.
+"""The pair in flight, named where a crash can still say it; how far the sweep got
+(`PROGRESS`) and whether its results file holds a row of it yet (`UNWRITTEN`), for the
+line after an interrupt; and Ctrl-C held while the CLI starts (`interrupts_held`).
 
 A backend that segfaults (or aborts, or dies of any fatal signal) outside
 ``--isolate`` takes the whole process with it: no Python code runs after the
@@ -21,15 +22,26 @@ one-line function whose code object is renamed to that sentence, so the frame
 name faulthandler prints is the pair itself. Renaming a code object costs
 microseconds, nothing is written per pair, and the line is there whatever
 stderr is (a terminal, a CI log, a file).
+
+Start-up imports torch, whose C++ start-up imports numpy and drops an exception raised
+there: a KeyboardInterrupt inside it was lost (the run went on), or left numpy
+half-imported (error rows, an ImportError later). So the console entry holds SIGINT from
+its first line (`hold_interrupts`): a Ctrl-C is only recorded, and `interrupts_held` raises
+it as a KeyboardInterrupt once the imports are done, where the CLI says it stopped while
+starting.
 """
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import io
+import os
+import signal
 import sys
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TypeVar
 
 R = TypeVar("R")
@@ -37,8 +49,13 @@ R = TypeVar("R")
 ISOLATE_HINT = "rerun with --isolate to make a crash an error row and go on"
 # (pairs finished, pairs this process runs) of the sweep in progress, set by the runner; None before
 # it starts. The CLI's line after Ctrl-C says it where no results file holds the rows (check without --out),
-# and, at 0 pairs finished, that the results file got no row of this run.
+# and, at 0 pairs finished, that the results file got no row of this run (`unwritten_note`).
 PROGRESS: list[tuple[int, int] | None] = [None]
+# The results file of the run or check in progress as it was before any row of it: (path, None for a default
+# path not made yet; size in bytes, None where there is no file), set by the CLI (`mark_unwritten`); None
+# where no run or check is in progress, or rows are written elsewhere (a --gpus launch's ranks).
+UNWRITTEN: list[tuple[Path | None, int | None] | None] = [None]
+_HELD: list = []   # while SIGINT is held: [the handler the hold replaced, whether a SIGINT came]
 
 
 def crash_label(backend: str, case_id: str) -> str:
@@ -61,6 +78,36 @@ def call_in_flight(backend: str, case_id: str, fn: Callable[..., R], *args) -> R
     return types.FunctionType(code, _call.__globals__)(fn, *args)
 
 
+def mark_unwritten(path: str | Path | None) -> None:
+    """Records the results file `path` (None: a default path not made yet) and its size now in
+    UNWRITTEN: as it was before the run or check in progress wrote to it."""
+    UNWRITTEN[0] = (None if path is None else Path(path), _size(path))
+
+
+def _size(path: str | Path | None) -> int | None:
+    """The size in bytes of the file at `path`; None for no path or no file there."""
+    try:
+        return None if path is None else os.stat(path).st_size
+    except OSError:
+        return None
+
+
+def unwritten_note() -> str | None:
+    """What the line after an interrupt says of the results file of a run or check that no row of
+    it has reached (UNWRITTEN; PROGRESS at no pair finished, or the runner not started): "nothing was
+    written" where there is no file, "PATH is left as it was" where it has the size it had then.
+
+    Returns:
+        That note; None where no run or check is in progress, or the file changed or got a row.
+    """
+    if UNWRITTEN[0] is None or (PROGRESS[0] is not None and PROGRESS[0][0] > 0):
+        return None
+    path, size = UNWRITTEN[0]
+    if _size(path) != size:
+        return None
+    return "nothing was written" if size is None else f"{path} is left as it was"
+
+
 def enable_crash_report() -> bool:
     """Turns on faulthandler on stderr (a fatal signal prints the Python stack, in-flight pair
     included), unless it is on already (pytest turns it on) or stderr has no file descriptor.
@@ -75,3 +122,62 @@ def enable_crash_report() -> bool:
     except (AttributeError, ValueError, io.UnsupportedOperation, RuntimeError):
         return False
     return True
+
+
+def hold_interrupts() -> bool:
+    """Holds SIGINT: from now until `release_interrupts`, a Ctrl-C only records that it came.
+    Nothing changes when it is held already, or off the main thread (no handler can be set there).
+
+    Returns:
+        True when SIGINT is held afterwards.
+    """
+    if _HELD:
+        return True
+    try:
+        previous = signal.signal(signal.SIGINT, _record)
+    except ValueError:   # not the main thread (an embedding application): leave signals alone
+        return False
+    _HELD[:] = [previous, False]
+    return True
+
+
+def _record(signum, frame) -> None:
+    """The SIGINT handler while held: notes that a Ctrl-C came."""
+    if _HELD:
+        _HELD[1] = True
+
+
+def release_interrupts(raise_held: bool = True) -> None:
+    """Ends the hold, if any: puts back the SIGINT handler it replaced (Python's own where none
+    was set from Python), so that a later Ctrl-C acts as ever.
+
+    Raises:
+        KeyboardInterrupt: a SIGINT came while held (and `raise_held`).
+    """
+    if not _HELD:
+        return
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler if _HELD[0] is None else _HELD[0])
+    finally:
+        came = _HELD[1]
+        _HELD.clear()
+    if came and raise_held:
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[None]:
+    """SIGINT held for the with-block (`hold_interrupts`; a hold already in place, the console
+    entry's, goes on), released at its end whoever began it. A Ctrl-C that came meanwhile is
+    raised there; an exception leaving the block puts the handler back and goes on unchanged.
+
+    Raises:
+        KeyboardInterrupt: a SIGINT came while held, and the block ended without an exception.
+    """
+    hold_interrupts()
+    try:
+        yield
+    except BaseException:
+        release_interrupts(raise_held=False)
+        raise
+    release_interrupts()
