@@ -338,3 +338,12 @@ def test_a_full_disk_is_one_line_exit_2_and_keeps_the_rows_written(tiny, tmp_pat
     monkeypatch.setattr(runner, "append_row", broken)
     with pytest.raises(OSError):
         main([command, "--suite", str(tiny), backend, "reference", "--out", str(tmp_path / "s.jsonl"), "--quiet"])
+
+
+def test_top_level_help_imports_no_torch():
+    """`treebench --help` lists the subcommands without loading torch (a tenth of a second, not seconds)."""
+    code = ("import sys\nfrom treebench.harness.cli.main import main\ntry:\n    main(['--help'])\n"
+            "except SystemExit:\n    pass\nprint('torch loaded' if 'torch' in sys.modules else 'no torch')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.stdout.strip().endswith("no torch"), proc.stdout[-500:] + proc.stderr[-2000:]
+    assert "run" in proc.stdout and "check" in proc.stdout

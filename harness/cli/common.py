@@ -23,7 +23,6 @@ from rich.table import Table
 from rich.text import Text
 
 from treebench.harness.errors import ConfigError
-from treebench.harness.model.suites import available_suites
 from treebench.harness.run.progress import plural
 from treebench.harness.store.rows import new_run_id
 from treebench.harness.timing.modes import MODES
@@ -125,6 +124,8 @@ def positive_seconds(text: str) -> float:
 
 def add_suite_argument(p, default: str) -> None:
     """--suite, as run and check take it."""
+    from treebench.harness.model.suites import available_suites   # loads torch: not at `treebench --help`
+
     shipped = available_suites()
     findings = available_suites(findings=True)[len(shipped):]
     p.add_argument("--suite", default=default,

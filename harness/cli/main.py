@@ -55,8 +55,7 @@ COMMANDS: dict[str, tuple[str, str, dict]] = {
                           "allow_abbrev": False}),  # --gpus relaunches the command line: options spelled out
     "check": ("check", "correctness only for one backend: exit 0 pass, 1 mismatch/error, 2 bad input, 3 nothing ran",
               {}),
-    "selftest": ("selftest", "the check's power: mutants of a dense backend it must kill, variants it must pass",
-                 {}),
+    "selftest": ("selftest", "the check's power: mutants of a dense backend it must kill, variants it must pass", {}),
     "merge": ("results:MERGE", ("append result files (e.g. --shard job outputs) to OUT, dropping duplicates "
                                "(same case, backend, env, timer and L2 state)"), {}),
     "rm": ("results:RM", "remove rows from a results file by --run-id, --backend or --env", {}),
@@ -238,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     try:   # these imports load torch: seconds of start-up, with Ctrl-C held until their end
         from treebench.harness.run.inflight import PROGRESS, UNWRITTEN, enable_crash_report, interrupts_held
         with interrupts_held():
+            if argv and argv[0] not in TOP_OPTIONS:   # a subcommand loads torch: here, under the hold
+                importlib.import_module("torch")
             from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID, CREATED_OUT, NOTHING_WRITTEN, OUTCOME
             from treebench.harness.store.outputs import OUTPUTS
             enable_crash_report()   # a segfault prints the stack, whose frames name the pair in flight

@@ -20,8 +20,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
-from treebench.harness.model.paged import BatchInputs
+if TYPE_CHECKING:   # the paged inputs load torch; this module's arithmetic needs none
+    from treebench.harness.model.paged import BatchInputs
 
 ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4,   # bytes per element of each case dtype
                  "float8_e4m3fn": 1, "float8_e5m2": 1}         # and of each kv_dtype

@@ -40,13 +40,15 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-from treebench.harness.model.cases import Case
 from treebench.harness.model.workload import kv_values_read
+
+if TYPE_CHECKING:   # the case model loads torch, which `treebench --help` does not
+    from treebench.harness.model.cases import Case
 
 EVERY_S = 10.0          # a line at least this often (seconds) when pairs are fast
 SLOW_PAIR_S = 1.0       # a line per pair once pairs take this long on average (seconds)
@@ -58,15 +60,14 @@ SLOW_PAIR_S = 1.0       # a line per pair once pairs take this long on average (
 # (not skipped) but the first (as `stored_scale` reads it), every CPU backend (flex, reference, torch_sdpa,
 # two_pass). run: `treebench run` twice (suite smoke, 31 pairs each, 0.092 s per pair), `treebench run
 # --suite seed --shard 0/21` (22 pairs, 5.3 s per pair), `--shard 13/21` (21 pairs, 13.7 s) and a suite in
-# between (B 2, 8 x L 256, 2048 x full:3:1, full:3:2; B 64 L 2048 and B 128 L 16 with full:3:0; Hq 32,
-# Hkv 8, D 128, P 16; 39 pairs, 7.4 s): 0.09 s + 52.6 s per 1e9 values, modelled / measured 1.00, 1.00,
-# 1.06, 0.81 and 1.09. check: `treebench check --backend B` (the default check, 167 pairs over the four
-# backends, 0.070 s per pair) and `treebench check --suite seed --shard 0/21 --backend B` (19 pairs, 8.2 s),
-# pooled: 0.052 s + 66.6 s per 1e9 values, exact on both pools; one backend's pairs alone take 0.2x
-# (torch_sdpa) to 3x (flex, which compiles per shape) what the pooled model gives. FLOPs in place of V missed by
-# 10x (a B 64 L 2048 T 1 run pair took 54 s for 2.1 GFLOP, a B 64 L 1024 T 40 one 26 s for 43 GFLOP) and
-# FLOPs beside V fitted no better. The seed shards, the suite in between and the seed check shared the 2
-# cores with other work for part of their time (load average up to 2.5).
+# between (B 2, 8 x L 256, 2048 x full:3:1, full:3:2; B 64 L 2048 and B 128 L 16 with full:3:0; Hq 32, Hkv 8,
+# D 128, P 16; 39 pairs, 7.4 s): 0.09 s + 52.6 s per 1e9 values, modelled / measured 1.00, 1.00, 1.06, 0.81, 1.09.
+# check: `treebench check --backend B` (the default check, 167 pairs over the four backends, 0.070 s per pair) and
+# `treebench check --suite seed --shard 0/21 --backend B` (19 pairs, 8.2 s), pooled: 0.052 s + 66.6 s per 1e9 values,
+# exact on both pools; one backend's pairs alone take 0.2x (torch_sdpa) to 3x (flex, which compiles per shape) what
+# the pooled model gives. FLOPs in place of V missed by 10x (a B 64 L 2048 T 1 run pair took 54 s for 2.1 GFLOP, a B
+# 64 L 1024 T 40 one 26 s for 43 GFLOP) and FLOPs beside V fitted no better. The seed shards, the suite in between and
+# the seed check shared the 2 cores with other work for part of their time (load average up to 2.5).
 # CUDA: no size term. Run: 0.81 s per pair over the 1696 pairs that ran in the 5 runs of
 # results/h200/seed/seed.jsonl (the seed suite, 14 backends, an H200; 0.41 to 1.15 s per pair by run, each
 # backend's first-pair compile included), where a case's mean time per pair did not follow its size (0.14 to
