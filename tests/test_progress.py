@@ -12,13 +12,12 @@ from rich.console import Console
 from treebench.harness.model.cases import Case
 from treebench.harness.model.suites import load_suite
 from treebench.harness.run.config import RunConfig
+from treebench.harness.run.costs import estimate, pair_seconds
 from treebench.harness.run.progress import (
     EVERY_S,
     BarProgress,
     LineProgress,
-    estimate,
     format_duration,
-    pair_seconds,
     plural,
     progress,
 )
@@ -396,3 +395,17 @@ def test_the_bar_shows_a_name_with_brackets_as_written(name):
     bar = BarProgress(1, Console(file=io.StringIO(), force_terminal=True))
     bar.start(name)
     assert name in bar_text(bar)
+
+
+def test_a_backend_that_compiles_each_shape_costs_more_per_pair():
+    """flex compiles each new shape on a CPU: its pairs cost COMPILE_S more, in the dry run's line (which
+    says so) and in the live time left's weights; other backends' pairs do not."""
+    from treebench.harness.run.costs import COMPILE_S
+
+    extra = COMPILE_S[("flex", "cpu")]
+    plain, flex = pair_seconds([(SMOKE, "cpu")] * 2, "run", ["torch_sdpa", "flex"])
+    assert flex == pytest.approx(plain + extra)
+    assert pair_seconds([(SMOKE, "cuda")], "run", ["flex"]) == pair_seconds([(SMOKE, "cuda")], "run")
+    line = estimate([SMOKE] * 2, "run", "cpu", backends=["torch_sdpa", "flex"])
+    assert f"+ {extra:g} s per flex pair (it compiles each shape)" in line
+    assert per_pair_s(line) == pytest.approx((plain + flex) / 2, abs=0.01)

@@ -107,7 +107,7 @@ def kv_values_read(context_lens: Sequence[int], tree_sizes: Sequence[int], num_q
     of a group's G query heads counts the S_b tokens' K and V rows again, as a computation that
     expands K/V to Hq heads touches them (the float64 reference's repeat_interleave, SDPA's
     enable_gqa on a CPU). The CPU time of a (case, backend) pair follows it
-    (`treebench.harness.run.progress.PAIR_COSTS`).
+    (`treebench.harness.run.costs.PAIR_COSTS`).
 
     Args:
         context_lens: [L_b] for b in [0, B).

@@ -19,7 +19,8 @@ from rich.console import Console
 
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.pair import AvailabilityRaised, availabilities
-from treebench.harness.run.progress import estimate, plural
+from treebench.harness.run.costs import estimate
+from treebench.harness.run.progress import plural
 from treebench.harness.run.config import RunConfig
 from treebench.harness.run.memory import fit_reason
 from treebench.harness.run.runner import default_device, device_for, row_satisfies, run_cases
@@ -127,7 +128,7 @@ def _config(opts: SweepOptions, env: dict, device: str, store: Path | None, skip
 
 
 def _plan_pairs(cases, backends, names, skip: frozenset, run: RunConfig, device: str) -> tuple[list, int, int]:
-    """(the case of each pair not yet stored that will run, once per backend that runs it; how many
+    """((case, backend name) of each pair not yet stored that will run; how many
     such pairs the runner will record as skipped; how many of those for the memory prediction):
     skipped for a backend unavailable here (`pair.availabilities`), a case not supported, or (with
     run.check_memory) a case predicted not to fit the device's free memory now (`memory.fit_reason`,
@@ -163,7 +164,7 @@ def _plan_pairs(cases, backends, names, skip: frozenset, run: RunConfig, device:
                 skipped, for_memory = skipped + 1, for_memory + 1
             else:
                 built = True
-                to_run.append(c)
+                to_run.append((c, n))
     return to_run, skipped, for_memory
 
 
@@ -207,7 +208,8 @@ def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Co
         to_run, result.will_skip, result.will_skip_memory = _plan_pairs(mine, backends, names, skip, opts.run, device)
         found = str(opts.out) if opts.out is not None and Path(opts.out).is_file() else None   # no file: no rows
         stored = read_rows([opts.out]) if found else []
-        result.estimate = estimate(to_run, opts.run.mode, device, stored, env["env_id"], found)
+        result.estimate = estimate([c for c, _ in to_run], opts.run.mode, device, stored, env["env_id"], found,
+                                   [n for _, n in to_run])
         if not opts.resume:   # `resumed` counts what --resume skips: without it, say what --out holds
             result.resumed, result.stored_note = None, _stored_note(opts, stored, env["env_id"], mine, names)
         return result

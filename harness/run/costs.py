@@ -1,0 +1,182 @@
+"""The cost model of a (case, backend) pair: the seconds it should take, for `--dry-run`'s time
+line (`estimate`) and the live time left (`pair_seconds`, `treebench.harness.run.progress.TimeLeft`).
+
+`estimate` is the cheap model behind ``--dry-run``'s time line: each pair that will run
+costs `PAIR_COSTS`' seconds for its case's size (a fixed part plus a part per K/V value
+the query heads read, `workload.kv_values_read`), summed over the pairs. When the results
+file holds earlier runs (this env's first, else any env's), the sum is scaled by their
+measured time over what the model gives their pairs (each run's span of row timestamps),
+so rows of small cases on a fast machine do not predict large cases there at the small
+cases' pace. The line says which, and that no earlier run was found in the results file
+(nothing without one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from treebench.harness.model.workload import kv_values_read
+from treebench.harness.run.progress import format_duration, plural
+
+if TYPE_CHECKING:   # the case model loads torch, which `treebench --help` does not
+    from treebench.harness.model.cases import Case
+
+# The cost model of --dry-run's time line, by (mode, device type): correctness only (check) or correctness
+# and timing (run); skipped pairs cost nothing. A pair that runs costs fixed_s + s_per_gvalue * V / 1e9
+# seconds, V = `kv_values_read` of its case (2 x sum_b S_b x Hq x D).
+# CPU: fitted on a 2-core AMD EPYC container (`nproc` 2, torch 2.13.0) by least squares on (modelled /
+# measured - 1) per run, a run's measured time being the span of its row timestamps over its rows that ran
+# (not skipped) but the first (as `stored_scale` reads it), every CPU backend (flex, reference, torch_sdpa,
+# two_pass). run: `treebench run` twice (suite smoke, 31 pairs each, 0.092 s per pair), `treebench run
+# --suite seed --shard 0/21` (22 pairs, 5.3 s per pair), `--shard 13/21` (21 pairs, 13.7 s) and a suite in
+# between (B 2, 8 x L 256, 2048 x full:3:1, full:3:2; B 64 L 2048 and B 128 L 16 with full:3:0; Hq 32, Hkv 8,
+# D 128, P 16; 39 pairs, 7.4 s): 0.09 s + 52.6 s per 1e9 values, modelled / measured 1.00, 1.00, 1.06, 0.81, 1.09.
+# check: `treebench check --backend B` (the default check, 167 pairs over the four backends, 0.070 s per pair) and
+# `treebench check --suite seed --shard 0/21 --backend B` (19 pairs, 8.2 s), pooled: 0.052 s + 66.6 s per 1e9 values,
+# exact on both pools; one backend's pairs alone take 0.2x (torch_sdpa) to 3x (flex, which compiles per shape) what
+# the pooled model gives. FLOPs in place of V missed by 10x (a B 64 L 2048 T 1 run pair took 54 s for 2.1 GFLOP, a B
+# 64 L 1024 T 40 one 26 s for 43 GFLOP) and FLOPs beside V fitted no better. The seed shards, the suite in between and
+# the seed check shared the 2 cores with other work for part of their time (load average up to 2.5).
+# CUDA: no size term. Run: 0.81 s per pair over the 1696 pairs that ran in the 5 runs of
+# results/h200/seed/seed.jsonl (the seed suite, 14 backends, an H200; 0.41 to 1.15 s per pair by run, each
+# backend's first-pair compile included), where a case's mean time per pair did not follow its size (0.14 to
+# 2.0 s with no trend from B 1 L 16 to B 64 L 2048). Check: 0.5 s per pair, the median over the 17 backends'
+# default checks in results/h200/default-check/ (0.02 to 6.7 s: FlashInfer's backends compile per shape).
+
+
+@dataclass(frozen=True)
+class PairCost:
+    """Seconds one (case, backend) pair that runs should take: fixed_s + s_per_gvalue * V / 1e9,
+    V being the case's K/V values read (`treebench.harness.model.workload.kv_values_read`)."""
+
+    fixed_s: float        # seconds per pair whatever its size (build, prepare, compare, timing budget, compiles)
+    s_per_gvalue: float   # seconds per 1e9 K/V values the query heads read; 0.0: no size term
+    fitted_on: str        # where the figures come from, as the time line says it
+
+    def seconds(self, values: int) -> float:
+        """Seconds of one pair whose case reads `values` K/V values."""
+        return self.fixed_s + self.s_per_gvalue * values / 1e9
+
+    def describe(self, mode: str, kind: str) -> str:
+        """The model in words: '0.09 s + 52.6 s per 10^9 K/V values read (...) per run pair on cpu'."""
+        if not self.s_per_gvalue:
+            return f"{self.fixed_s:g} s per {mode} pair on {kind} whatever its size"
+        return (f"{self.fixed_s:g} s + {self.s_per_gvalue:g} s per 10^9 K/V values read (2 x S_b x Hq x D per "
+                f"request) per {mode} pair on {kind}")
+
+
+# Seconds more per pair for a backend that compiles each new shape, by (backend name, device type).
+# flex (torch.compile of flex_attention) on a 2-core CPU: `treebench run --backends B --quiet` of the smoke
+# suite (8 pairs) took 8.0 and 8.1 s of wall time for flex against 3.4-3.6 s for torch_sdpa, reference and
+# two_pass (start-up included, one machine, load average about 2): about 0.6 s more per pair.
+COMPILE_S = {("flex", "cpu"): 0.6}
+PAIR_COSTS = {("run", "cpu"): PairCost(0.09, 52.6, "fitted on a 2-core CPU"),
+              ("check", "cpu"): PairCost(0.052, 66.6, "fitted on a 2-core CPU"),
+              ("run", "cuda"): PairCost(0.8, 0.0, "measured over the seed suite on an H200"),
+              ("check", "cuda"): PairCost(0.5, 0.0, "measured over default checks on an H200")}
+
+
+def case_values(case: Case) -> int:
+    """`kv_values_read` of `case`: its L_b and T_b as the run draws them (a count of values)."""
+    return kv_values_read(case.context_lens(), [t.size for t in case.trees()], case.num_q_heads, case.head_dim)
+
+
+def cost_model(mode: str, device: str) -> tuple[PairCost, str]:
+    """(`PAIR_COSTS`' model of a `mode` pair on `device`, e.g. 'cpu', 'cuda:0'; its device type): the
+    CPU's for a device type without its own."""
+    kind = device.split(":")[0]
+    return (PAIR_COSTS[(mode, kind)], kind) if (mode, kind) in PAIR_COSTS else (PAIR_COSTS[(mode, "cpu")], "cpu")
+
+
+def pair_seconds(pairs: Sequence[tuple[Case, str]], mode: str, backends: Sequence[str] | None = None) -> list[float]:
+    """`cost_model`'s seconds of each (case, device) pair in `mode` ('run' or 'check'), plus `COMPILE_S` of
+    the pair's backend (`backends`: the backend name of each pair, or None): `TimeLeft`'s costs."""
+    values = {c: case_values(c) for c in {case for case, _ in pairs}}      # one size per distinct case
+    names = backends if backends is not None else [""] * len(pairs)
+    return [cost_model(mode, device)[0].seconds(values[case]) + COMPILE_S.get((name, device.split(":")[0]), 0.0)
+            for (case, device), name in zip(pairs, names, strict=True)]
+
+
+def row_values(row: dict) -> int | None:
+    """`kv_values_read` of a stored row, from its context_lens, tree_sizes and case axes; None when
+    it lacks them."""
+    try:
+        axes = row["case"]
+        return kv_values_read(row["context_lens"], row["tree_sizes"], int(axes["num_q_heads"]),
+                              int(axes["head_dim"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _timed_runs(rows: Iterable[dict], env_id: str | None) -> list[list[tuple[float, dict, int]]]:
+    """Earlier runs of `env_id` (of any env when None), each as its rows that ran (not skipped) with a
+    timestamp and a size: (timestamp in seconds, row, `row_values`) in time order, grouped by run_id;
+    runs of 3 or more such rows."""
+    runs: dict[str, list[tuple[float, dict, int]]] = {}
+    for r in rows:
+        if (env_id is not None and r.get("env") != env_id) or r.get("status") == "skipped" or not r.get("timestamp"):
+            continue
+        try:
+            stamp = datetime.fromisoformat(r["timestamp"]).timestamp()
+        except (TypeError, ValueError):
+            continue
+        if (values := row_values(r)) is not None:
+            runs.setdefault(r.get("run_id") or "", []).append((stamp, r, values))
+    return [sorted(run, key=lambda x: x[0]) for run in runs.values() if len(run) >= 3]
+
+
+def stored_scale(rows: Iterable[dict], env_id: str | None, kind: str) -> tuple[float, int] | None:
+    """(measured / modelled seconds, pairs it is based on) of the earlier runs in `rows` (`_timed_runs`): per run,
+    the span from its first to its last row against `PAIR_COSTS`' (and `COMPILE_S`') seconds on device type `kind`
+    ('cpu' or 'cuda') for its rows but the first (the pairs the span covers), at the run's own mode (a run with a
+    timed row is a run, else a check); None without a run spanning over 0 s."""
+    span = modelled = 0.0
+    pairs = 0
+    for run in _timed_runs(rows, env_id):
+        cost = PAIR_COSTS[("run" if any(r.get("timer") for _, r, _ in run) else "check", kind)]
+        span += run[-1][0] - run[0][0]
+        modelled += sum(cost.seconds(values) + COMPILE_S.get((str(r.get("backend")), kind), 0.0)
+                        for _, r, values in run[1:])
+        pairs += len(run) - 1
+    return (span / modelled, pairs) if span > 0 and modelled > 0 else None
+
+
+def estimate(cases: Sequence[Case], mode: str, device: str, rows: Iterable[dict] = (), env_id: str | None = None,
+             source: str | None = None, backends: Sequence[str] | None = None) -> str:
+    """'about 1 h 29 min (480 pairs, 11.13 s each on average: ...)': the time the pairs that will run
+    should take, and what the figure is based on.
+
+    Each pair costs `PAIR_COSTS[(mode, device type)]` for its case's size (`cost_model`); with earlier
+    runs in `rows` (the results file `source`; this env's, else any env's), the sum is scaled by their
+    measured / modelled time (`stored_scale`).
+
+    Args:
+        cases: the case of each pair that will run, once per backend that runs it.
+        mode: 'run' or 'check'.
+        device: where they run, e.g. 'cpu', 'cuda:0'.
+        rows: the rows stored in `source`; env_id: this run's env id.
+        source: the results file, or None without one (the model then goes unscaled, unremarked).
+        backends: the backend name of each pair (its `COMPILE_S`), or None.
+    """
+    cost, kind = cost_model(mode, device)
+    total = sum(pair_seconds([(c, kind) for c in cases], mode, backends))     # seconds
+    rows = list(rows)
+    mine = stored_scale(rows, env_id, kind)
+    found = mine if mine is not None else stored_scale(rows, None, kind)
+    compiling = sorted({n for n in backends or () if (n, kind) in COMPILE_S})
+    model = cost.describe(mode, kind) + "".join(f", + {COMPILE_S[(n, kind)]:g} s per {n} pair (it compiles each "
+                                                "shape)" for n in compiling)
+    basis = f"a cost model {cost.fitted_on}, {model}"
+    if found is not None:
+        scale, n = found
+        whose = "this env" if mine is not None else "other envs (another commit, machine or versions)"
+        total *= scale
+        basis = (f"the cost model, {model}, x {scale:.2f} as measured over "
+                 f"{plural(n, 'earlier pair')} of {whose} in {source}")
+    elif source is not None:
+        basis += f"; {source} has no earlier run with 3 or more rows that ran (not skipped) to scale it by"
+    each = f", {total / len(cases):.2f} s each on average" if cases else ""
+    return f"about {format_duration(total)} ({plural(len(cases), 'pair')}{each}: {basis})"
