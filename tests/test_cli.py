@@ -427,6 +427,25 @@ def test_rm_of_a_value_naming_no_row_exits_2_and_removes_nothing(tiny, tmp_path,
     assert out.read_bytes() == before
 
 
+def test_rm_removes_the_rows_matching_every_option_and_says_which(tiny, tmp_path, capsys):
+    """`rm --run-id R --backend B` removes B's rows of run R, not every row of R and every row of B;
+    a run id and a backend that each name rows, but never together, are refused."""
+    out = tmp_path / "r.jsonl"
+    for backend in ("torch_sdpa", "torch_sdpa", "reference"):     # runs A and B of torch_sdpa, C of reference
+        assert main(["check", "--suite", str(tiny), "--backend", backend, "--quiet", "--out", str(out)]) == 0
+    rows = read_rows([out])
+    a, b, c = dict.fromkeys(r["run_id"] for r in rows)
+    capsys.readouterr()
+    assert main(["rm", str(out), "--run-id", c, "--backend", "torch_sdpa"]) == 2
+    assert _one_line_error(capsys).endswith(f"no row has run_id {c!r} and backend 'torch_sdpa' (each value names "
+                                            "rows, but no row matches them all); nothing removed: check the filters")
+    assert main(["rm", str(out), "--run-id", a, c, "--backend", "torch_sdpa", "reference"]) == 0
+    assert capsys.readouterr().out.split() == ["removed", "4", "rows", "from", str(out), "(run_id",
+                                               f"{a!r}", "or", f"{c!r}", "and", "backend", "'reference'", "or",
+                                               "'torch_sdpa')"]
+    assert [r["run_id"] for r in read_rows([out])] == [b, b]
+
+
 def test_summary_table_shows_names_as_written(capsys):
     """The end-of-run table reads no rich markup from backend or suite names."""
     from treebench.harness.cli.common import print_summary
