@@ -139,16 +139,6 @@ def _write_report(rows: list[dict], out: Path, report: Path, title: str) -> bool
         return False
 
 
-def _earlier_rows(out: Path, run_ids: set[str]) -> int:
-    """Rows of `out` from runs other than `run_ids` (0 when it cannot be read: the summary only)."""
-    from treebench.harness.store.rows import read_rows
-
-    try:
-        return sum(r.get("run_id") not in run_ids for r in read_rows([out]))
-    except (ConfigError, OSError):
-        return 0
-
-
 def _check_gpus(n: int) -> None:
     """Raises ConfigError when `--gpus n` cannot be honoured: under torchrun already, no CUDA GPU
     visible, or fewer than n."""
@@ -252,7 +242,7 @@ def run(args) -> int:
     print_summary(result.rows, f"treebench run: suite {suite.name}, {plural(len(suite.cases), 'case')}")
     run_ids = sorted({r["run_id"] for r in result.rows if r.get("run_id")})
     lines = ([f"run_id: {', '.join(run_ids)}"] if run_ids else []) + [f"rows: {out}", f"report: {report}"]
-    earlier = _earlier_rows(out, set(run_ids))
+    earlier = result.earlier_rows   # counted while the run held --out: not a run that appended since
     if earlier:
         lines[-1] += (f" (this run's rows; {out} holds {plural(earlier, 'row')} of earlier runs: "
                       f"treebench report {out} -o FILE.html covers them all)")
