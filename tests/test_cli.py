@@ -147,6 +147,9 @@ def test_run_names_each_backend_that_ran_nothing(tiny, tmp_path, caplog):
     (["run", "--suite", "missing/dir/s.toml"], "file not found"),
     (["run", "--backends", "nope"], "unknown backend 'nope'"),
     (["run", "--backends", ","], "--backends is empty"),
+    (["run", "--backends", "all,torch_sdpa"], "--backends: 'all' names every built-in backend and cannot be combined "
+                                              "with other names; give --backends all alone, or list the names"),
+    (["run", "--backends", "reference, all"], "'all' names every built-in backend and cannot be combined"),
     (["check"], "required: --backend"),
     (["check", "--backend", "nope"], "unknown backend 'nope'"),
     (["check", "--backend", "no/such/file.py:X"], "not found"),

@@ -88,8 +88,8 @@ def add_arguments(p) -> None:
     add_suite_argument(p, "smoke")
     p.add_argument("--backends", "--backend", dest="backends", default=None,
                    help="comma-separated names, package.module:Class, path/file.py:Class or path/file.py (its one "
-                        "backend class), or 'all' "
-                        "(default: every available built-in backend)")
+                        "backend class), or 'all' alone "
+                        "(every built-in backend; default: every available built-in backend)")
     p.add_argument("--out", default=None,
                    help="results JSONL to append to (default: results/local/<suite>-<run_id>.jsonl)")
     p.add_argument("--report", default=None, help="HTML report path (default: reports/local/<suite>-<run_id>.html)")
