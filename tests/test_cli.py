@@ -147,6 +147,9 @@ def test_run_names_each_backend_that_ran_nothing(tiny, tmp_path, caplog):
     (["run", "--suite", "missing/dir/s.toml"], "file not found"),
     (["run", "--backends", "nope"], "unknown backend 'nope'"),
     (["run", "--backends", ","], "--backends is empty"),
+    (["run", "--backends", "all,torch_sdpa"], "--backends: 'all' names every built-in backend and cannot be combined "
+                                              "with other names; give --backends all alone, or list the names"),
+    (["run", "--backends", "reference, all"], "'all' names every built-in backend and cannot be combined"),
     (["check"], "required: --backend"),
     (["check", "--backend", "nope"], "unknown backend 'nope'"),
     (["check", "--backend", "no/such/file.py:X"], "not found"),
@@ -425,6 +428,25 @@ def test_rm_of_a_value_naming_no_row_exits_2_and_removes_nothing(tiny, tmp_path,
     line = _one_line_error(capsys)
     assert f"'{filters[-1]}'" in line and "nothing removed" in line
     assert out.read_bytes() == before
+
+
+def test_rm_removes_the_rows_matching_every_option_and_says_which(tiny, tmp_path, capsys):
+    """`rm --run-id R --backend B` removes B's rows of run R, not every row of R and every row of B;
+    a run id and a backend that each name rows, but never together, are refused."""
+    out = tmp_path / "r.jsonl"
+    for backend in ("torch_sdpa", "torch_sdpa", "reference"):     # runs A and B of torch_sdpa, C of reference
+        assert main(["check", "--suite", str(tiny), "--backend", backend, "--quiet", "--out", str(out)]) == 0
+    rows = read_rows([out])
+    a, b, c = dict.fromkeys(r["run_id"] for r in rows)
+    capsys.readouterr()
+    assert main(["rm", str(out), "--run-id", c, "--backend", "torch_sdpa"]) == 2
+    assert _one_line_error(capsys).endswith(f"no row has run_id {c!r} and backend 'torch_sdpa' (each value names "
+                                            "rows, but no row matches them all); nothing removed: check the filters")
+    assert main(["rm", str(out), "--run-id", a, c, "--backend", "torch_sdpa", "reference"]) == 0
+    assert capsys.readouterr().out.split() == ["removed", "4", "rows", "from", str(out), "(run_id",
+                                               f"{a!r}", "or", f"{c!r}", "and", "backend", "'reference'", "or",
+                                               "'torch_sdpa')"]
+    assert [r["run_id"] for r in read_rows([out])] == [b, b]
 
 
 def test_summary_table_shows_names_as_written(capsys):

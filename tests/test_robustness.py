@@ -220,6 +220,31 @@ def test_run_prints_its_run_id_which_rm_takes(tmp_path, capsys):
     assert {r["run_id"] for r in read_rows([out])} == {ids[1]}
 
 
+def test_run_summary_counts_the_earlier_rows_held_while_it_wrote(tmp_path, capsys, monkeypatch):
+    """Rows another run appends once this run has released --out (before its summary) are not
+    counted as rows of earlier runs: the count is taken while this run holds the file."""
+    import json
+
+    from treebench.harness.cli import run as run_cli
+    from treebench.harness.cli.main import main
+    from treebench.harness.store.lock import lock_path
+    from treebench.harness.store.rows import append_row, read_rows
+
+    out = tmp_path / "r.jsonl"
+    real = run_cli._write_report
+
+    def later_run_appends(rows, out_path, report, title):
+        assert not lock_path(out_path).exists()           # released: another run may write now
+        for row in read_rows([out_path]):
+            append_row(out_path, json.loads(json.dumps(row)) | {"run_id": "later"})
+        return real(rows, out_path, report, title)
+    monkeypatch.setattr(run_cli, "_write_report", later_run_appends)
+    assert main(["run", "--suite", "smoke", "--backends", "reference", "--out", str(out), "--report",
+                 str(tmp_path / "r.html")]) == 0
+    (line,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("report: ")]
+    assert line == f"report: {tmp_path / 'r.html'}" and "later" in {r["run_id"] for r in read_rows([out])}
+
+
 def test_a_wrapped_compiler_error_keeps_its_cause_below_the_banner():
     # the shape of inductor's message around a failed CuteDSL build: the cause sits below a banner
     e = RuntimeError("LoweringException: RuntimeError: CuteDSL template failed: " + "=" * 80 + "\n"

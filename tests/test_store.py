@@ -19,7 +19,7 @@ from treebench.harness.store import env as store_env
 from treebench.harness.store import rows as store
 from treebench.harness.store.env import env_fingerprint, env_id_of, read_envs, write_env
 from treebench.harness.store.paths import check_writable
-from treebench.harness.store.remove import remove_rows
+from treebench.harness.store.remove import describe, remove_rows
 from treebench.harness.store.rows import SCHEMA, append_row, find_row, migrate_row, new_run_id, read_rows
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -347,7 +347,9 @@ ROWS = [_row(0, run_id="r1", env="e1", backend="a"), _row(1, run_id="r2", env="e
     ({"run_ids": ["r2"]}, {1, 2}),
     ({"backends": ("c",)}, {3}),
     ({"env_ids": {"e1"}}, {0, 1}),
-    ({"run_ids": ["r1"], "backends": ["c"]}, {0, 3}),             # any filter matching removes the row
+    ({"run_ids": ["r2"], "backends": ["a"]}, {2}),                # kinds combine with AND
+    ({"run_ids": ["r1", "r2"], "backends": ["a"]}, {0, 2}),       # values of one kind with OR
+    ({"run_ids": ["r2", "r3"], "backends": ["b", "c"], "env_ids": ["e1", "e2"]}, {1, 3}),
     ({"run_ids": "r3"}, {3}),                                      # one string is one value
 ])
 def test_remove_rows_removes_exactly_the_matching_rows(tmp_path, filters, removed):
@@ -355,6 +357,19 @@ def test_remove_rows_removes_exactly_the_matching_rows(tmp_path, filters, remove
     lines = _store_of(path, ROWS)
     assert remove_rows(path, **filters) == len(removed)
     assert path.read_bytes() == b"".join(line for i, line in enumerate(lines) if i not in removed)
+
+
+def test_describe_names_each_kind_and_its_values():
+    assert describe(run_ids=["r2", "r1"], env_ids="e1") == "run_id 'r1' or 'r2' and env 'e1'"
+    assert describe(backends=("torch_sdpa",)) == "backend 'torch_sdpa'"
+
+
+def test_remove_rows_compares_a_non_string_field_as_its_text(tmp_path):
+    """A row whose run_id is a number is named by that number's text, and removed by it."""
+    path = tmp_path / "r.jsonl"
+    lines = _store_of(path, [_row(0, run_id=7), *ROWS[:1]])
+    assert remove_rows(path, run_ids=["7"]) == 1
+    assert path.read_bytes() == lines[1]
 
 
 def test_remove_rows_keeps_a_torn_line_as_it_is(tmp_path):
@@ -403,10 +418,16 @@ def test_remove_rows_is_atomic(tmp_path, monkeypatch):
     ({"run_ids": ["nope"], "env_ids": ["none"]}, "no row has run_id 'nope'"),
     ({"run_ids": ["r1"], "backends": ["typo"]}, "no row has backend 'typo' .*backends here: a, b, c"),   # r1 alone
     ({"env_ids": ["e1", "e9"]}, "no row has env 'e9'"),
+    ({"run_ids": ["r1"], "backends": ["c"]},                                    # each names rows, never together
+     r"no row has run_id 'r1' and backend 'c' \(each value names rows, but no row matches them all\)"),
+    ({"run_ids": ["r1", "r3"], "backends": ["b", "c"], "env_ids": ["e1"]},
+     "no row has run_id 'r1' or 'r3' and backend 'b' or 'c' and env 'e1'"),
+    ({"run_ids": ["r2", "r3"], "backends": ["a"]},                              # r2 does, r3 has no row of a
+     r"no row with backend 'a' has run_id 'r3' \(run_ids of those rows: r1, r2\)"),
 ])
 def test_remove_rows_refuses_a_value_that_names_no_row(tmp_path, filters, match):
-    """A value matching no row is a typo: rm names it and removes nothing, not even the rows the
-    other values match."""
+    """A value matching no row, or no row the other kinds select, and filters no row matches
+    together are typos: rm names them and removes nothing, not even the rows the other values match."""
     path = tmp_path / "r.jsonl"
     _store_of(path, ROWS)
     before = path.read_bytes()

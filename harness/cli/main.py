@@ -58,7 +58,7 @@ COMMANDS: dict[str, tuple[str, str, dict]] = {
     "selftest": ("selftest", "the check's power: mutants of a dense backend it must kill, variants it must pass", {}),
     "merge": ("results:MERGE", ("append result files (e.g. --shard job outputs) to OUT, dropping duplicates "
                                "(same case, backend, env, timer and L2 state)"), {}),
-    "rm": ("results:RM", "remove rows from a results file by --run-id, --backend or --env", {}),
+    "rm": ("results:RM", "remove the rows of a results file that match --run-id, --backend and --env", {}),
     "list": ("show:LIST", "backends with availability and reasons", {}),
     "tree": ("show:TREE", "print a token tree: drawing, parents, depths, mask", {}),
     "tree-search": ("speculate:TREE_SEARCH",

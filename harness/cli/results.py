@@ -1,5 +1,5 @@
 """The result-store subcommands: `treebench merge` (append result files to one, dropping
-duplicates) and `treebench rm` (remove rows by run, backend or env). Two commands in
+duplicates) and `treebench rm` (remove rows by run, backend and env). Two commands in
 one module: `MERGE` and `RM` (the cli package holds at most ten modules)."""
 
 from __future__ import annotations
@@ -49,21 +49,26 @@ def run_merge(args) -> int:
 def add_rm_arguments(p) -> None:
     """The arguments of `treebench rm`: a results file and at least one filter."""
     p.add_argument("results", metavar="RESULTS", help="results JSONL to remove rows from")
+    p.description = ("Remove rows from a results file, atomically. A row is removed when it matches every option "
+                     "given, each by one of its values: --run-id A B --backend x removes backend x's rows of runs "
+                     "A and B.")
     p.add_argument("--run-id", dest="run_ids", action="extend", nargs="+", default=[], metavar="ID",
-                   help="remove the rows of these runs (repeatable)")
+                   help="only rows of one of these runs (repeatable)")
     p.add_argument("--backend", dest="backends", action="extend", nargs="+", default=[], metavar="NAME",
-                   help="remove the rows of these backends (repeatable)")
+                   help="only rows of one of these backends (repeatable)")
     p.add_argument("--env", dest="env_ids", action="extend", nargs="+", default=[], metavar="ENV",
-                   help="remove the rows of these env fingerprints (repeatable)")
+                   help="only rows of one of these env fingerprints (repeatable)")
 
 
 def run_rm(args) -> int:
     """`treebench rm RESULTS --run-id ID... --backend NAME... --env ENV...`: removes the rows that
-    match any value given (treebench.harness.store.remove.remove_rows) and says how many.
+    match every option given, each with one of its values (treebench.harness.store.remove.remove_rows),
+    and says how many and which.
 
     Raises:
         ConfigError: no filter (rm never empties a file by default), an empty value, a value that
-            names no row (nothing is removed then), a missing file, a file a run is writing.
+            names no row or none the other options select, options no row matches together (nothing
+            is removed then), a missing file, a file a run is writing.
     """
     filters = {"--run-id": args.run_ids, "--backend": args.backends, "--env": args.env_ids}
     if not any(filters.values()):
@@ -79,14 +84,14 @@ def run_rm(args) -> int:
         raise ConfigError(f"rm {path}: no such results file")
     from treebench.harness.store.lock import hold
     from treebench.harness.store.outputs import will_write
-    from treebench.harness.store.remove import remove_rows
+    from treebench.harness.store.remove import describe, remove_rows
 
     will_write(path, "rm", written=f"the rows were removed from {path}",   # for the line after an interrupt
                unchanged=f"no row was removed: {path} is left as it was")
+    given = {"run_ids": tuple(args.run_ids), "backends": tuple(args.backends), "env_ids": tuple(args.env_ids)}
     with hold(path, "wait for it to finish, then remove the rows"):   # not while a run appends to it
-        n = remove_rows(path, run_ids=tuple(args.run_ids), backends=tuple(args.backends),
-                        env_ids=tuple(args.env_ids))
-    _print(f"removed {plural(n, 'row')} from {path}")
+        n = remove_rows(path, **given)
+    _print(f"removed {plural(n, 'row')} from {path} ({describe(**given)})")
     return 0
 
 

@@ -88,8 +88,8 @@ def add_arguments(p) -> None:
     add_suite_argument(p, "smoke")
     p.add_argument("--backends", "--backend", dest="backends", default=None,
                    help="comma-separated names, package.module:Class, path/file.py:Class or path/file.py (its one "
-                        "backend class), or 'all' "
-                        "(default: every available built-in backend)")
+                        "backend class), or 'all' alone "
+                        "(every built-in backend; default: every available built-in backend)")
     p.add_argument("--out", default=None,
                    help="results JSONL to append to (default: results/local/<suite>-<run_id>.jsonl)")
     p.add_argument("--report", default=None, help="HTML report path (default: reports/local/<suite>-<run_id>.html)")
@@ -137,16 +137,6 @@ def _write_report(rows: list[dict], out: Path, report: Path, title: str) -> bool
     except Exception as e:  # noqa: BLE001 -- the rows are safe in the store; say so and fail
         log.error("report not written (%s: %s); the rows are in %s", type(e).__name__, e, out)
         return False
-
-
-def _earlier_rows(out: Path, run_ids: set[str]) -> int:
-    """Rows of `out` from runs other than `run_ids` (0 when it cannot be read: the summary only)."""
-    from treebench.harness.store.rows import read_rows
-
-    try:
-        return sum(r.get("run_id") not in run_ids for r in read_rows([out]))
-    except (ConfigError, OSError):
-        return 0
 
 
 def _check_gpus(n: int) -> None:
@@ -252,7 +242,7 @@ def run(args) -> int:
     print_summary(result.rows, f"treebench run: suite {suite.name}, {plural(len(suite.cases), 'case')}")
     run_ids = sorted({r["run_id"] for r in result.rows if r.get("run_id")})
     lines = ([f"run_id: {', '.join(run_ids)}"] if run_ids else []) + [f"rows: {out}", f"report: {report}"]
-    earlier = _earlier_rows(out, set(run_ids))
+    earlier = result.earlier_rows   # counted while the run held --out: not a run that appended since
     if earlier:
         lines[-1] += (f" (this run's rows; {out} holds {plural(earlier, 'row')} of earlier runs: "
                       f"treebench report {out} -o FILE.html covers them all)")

@@ -234,10 +234,14 @@ def resolve_backends(names: Sequence[str] | None) -> list:
     else each registry name or class spec (the CLI splits --backends into them).
 
     Raises:
-        ConfigError: no name, an unknown or unloadable backend, or two backends of one name.
+        ConfigError: no name, "all" beside other names, an unknown or unloadable backend, or two
+            backends of one name.
     """
     import treebench.backends  # noqa: F401  (registers the built-in adapters)
 
+    if names is not None and "all" in names and len(names) > 1:
+        raise ConfigError("--backends: 'all' names every built-in backend and cannot be combined with other names; "
+                          "give --backends all alone, or list the names")
     if names is None:
         found = [REGISTRY[n]() for n in sorted(REGISTRY)]
         return [b for b in found if availability_of(b) is None]

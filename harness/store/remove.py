@@ -1,11 +1,13 @@
 """Removing rows from a results file (as asv's ``asv rm``), atomically.
 
-A row is removed when it matches ANY of the given values: its ``run_id`` is one
-of `run_ids`, OR its ``backend`` one of `backends`, OR its ``env`` one of
-`env_ids` (a union: ``run_ids=("r1",), backends=("b",)`` removes every row of
-run r1 and every row of backend b). Values are compared exactly; there are no
-patterns. Every value given must name at least one row: one that names none is
-a typo, refused before anything is removed (not even the rows the other values name).
+Filters of different kinds combine with AND, values of one kind with OR: a row is
+removed when its ``run_id`` is one of `run_ids` (if any are given) AND its
+``backend`` one of `backends` (if any) AND its ``env`` one of `env_ids` (if any):
+``run_ids=("r1", "r2"), backends=("b",)`` removes backend b's rows of runs r1 and
+r2, and nothing else. Values are compared exactly; there are no patterns. Every
+value given must name at least one row, and at least one row the other kinds
+select; and some row must match every filter. Anything else is a typo, refused
+before anything is removed (not even the rows the other values name).
 
 The file is rewritten whole: the kept lines, byte for byte, go to a temporary
 file in the same folder, which is fsync'd and then renamed over the original
@@ -33,9 +35,10 @@ log = logging.getLogger(__name__)
 
 def remove_rows(path: str | Path, *, run_ids: Iterable[str] = (), backends: Iterable[str] = (),
                 env_ids: Iterable[str] = ()) -> int:
-    """Removes from the results file `path` every row whose run_id, backend or env is one of the
-    values given (any one matching is enough); other lines are kept byte for byte, each torn or
-    malformed one with a warning naming its line.
+    """Removes from the results file `path` every row that matches each kind of filter given (its
+    run_id one of `run_ids`, and its backend one of `backends`, and its env one of `env_ids`; a kind
+    given no value does not filter); other lines are kept byte for byte, each torn or malformed one
+    with a warning naming its line.
 
     Args:
         path: one results file (.jsonl).
@@ -46,13 +49,14 @@ def remove_rows(path: str | Path, *, run_ids: Iterable[str] = (), backends: Iter
         How many rows were removed (at least one).
 
     Raises:
-        ConfigError: no value given at all, a value that names no row of the file, `path` is missing,
-            not a regular file, not a .jsonl file, holds something other than result rows, or cannot be
-            rewritten (the file is then unchanged).
+        ConfigError: no value given at all; a value that names no row of the file, or no row that the
+            other kinds select; filters that no row matches together; `path` is missing, not a regular
+            file, not a .jsonl file, holds something other than result rows, or cannot be rewritten
+            (the file is then unchanged).
     """
     path = Path(path)
-    wanted = {"run_id": _values(run_ids), "backend": _values(backends), "env": _values(env_ids)}
-    if not any(wanted.values()):
+    wanted = _wanted(run_ids, backends, env_ids)
+    if not wanted:
         raise ConfigError(f"rm {path}: no run id, backend or env id given; name the rows to remove")
     if not path.exists():
         raise ConfigError(f"rm {path}: not found; give an existing .jsonl results file")
@@ -73,20 +77,59 @@ def remove_rows(path: str | Path, *, run_ids: Iterable[str] = (), backends: Iter
     return len(lines) - len(kept)
 
 
+def describe(*, run_ids: Iterable[str] = (), backends: Iterable[str] = (), env_ids: Iterable[str] = ()) -> str:
+    """The rows the filters select, in words: ``run_id 'r1' or 'r2' and backend 'b'`` (the kinds in
+    this order, each kind's values sorted; a kind given no value is left out)."""
+    return _words(_wanted(run_ids, backends, env_ids))
+
+
+def _wanted(run_ids: Iterable[str], backends: Iterable[str], env_ids: Iterable[str]) -> dict[str, frozenset[str]]:
+    """Row field -> the values given for it, for each kind given at least one value."""
+    given = {"run_id": _values(run_ids), "backend": _values(backends), "env": _values(env_ids)}
+    return {field: values for field, values in given.items() if values}
+
+
+def _words(wanted: dict[str, frozenset[str]]) -> str:
+    """`wanted` in words: each kind's values joined by "or", the kinds by "and"."""
+    return " and ".join(f"{field} " + " or ".join(map(repr, sorted(values))) for field, values in wanted.items())
+
+
 def _refuse_unmatched(path: Path, wanted: dict[str, frozenset[str]], rows: list[dict]) -> None:
-    """Raises ConfigError naming the first value of `wanted` that no row holds, with the values the
-    file does hold for that field (at most 5)."""
+    """Raises ConfigError (nothing removed) naming the first value of `wanted` that no row holds;
+    else the filters, when no row matches them all; else the first value that no row the other
+    kinds select holds. Each names the values those rows do hold for that field (at most 5)."""
     for field, values in wanted.items():
-        held = {str(r[field]) for r in rows if r.get(field) is not None}
-        for v in sorted(values - held):
-            shown = ", ".join(sorted(held)[:5]) + (", ..." if len(held) > 5 else "") or "none"
-            raise ConfigError(f"rm {path}: no row has {field} {v!r} ({field}s here: {shown}); nothing removed: "
-                              "check the value")
+        _refuse_missing(path, field, values, rows, None)
+    if not any(_matches(r, wanted) for r in rows):
+        raise ConfigError(f"rm {path}: no row has {_words(wanted)} (each value names rows, but no row matches "
+                          "them all); nothing removed: check the filters")
+    for field, values in wanted.items():
+        others = {f: v for f, v in wanted.items() if f != field}
+        if others:
+            _refuse_missing(path, field, values, [r for r in rows if _matches(r, others)], others)
+
+
+def _refuse_missing(path: Path, field: str, values: frozenset[str], rows: list[dict],
+                    within: dict[str, frozenset[str]] | None) -> None:
+    """Raises ConfigError naming the first of `values` that no row of `rows` holds in `field`;
+    `within`: the filters that selected `rows` (None: every row of the file)."""
+    held = {v for r in rows if (v := _field(r, field)) is not None}
+    for v in sorted(values - held):
+        shown = ", ".join(sorted(held)[:5]) + (", ..." if len(held) > 5 else "") or "none"
+        where = (f"no row has {field} {v!r} ({field}s here: {shown})" if within is None else
+                 f"no row with {_words(within)} has {field} {v!r} ({field}s of those rows: {shown})")
+        raise ConfigError(f"rm {path}: {where}; nothing removed: check the value")
 
 
 def _values(given: Iterable[str]) -> frozenset[str]:
     """The values of one filter as a set (a lone string is one value, not its characters)."""
     return frozenset([given] if isinstance(given, str) else given)
+
+
+def _field(row: dict, field: str) -> str | None:
+    """The row's `field` as the text a filter value is compared with (None when absent or null)."""
+    value = row.get(field)
+    return None if value is None else str(value)
 
 
 def _row(line: bytes) -> dict | None:
@@ -99,5 +142,5 @@ def _row(line: bytes) -> dict | None:
 
 
 def _matches(row: dict | None, wanted: dict[str, frozenset[str]]) -> bool:
-    """True when `row` is a row one of whose fields holds one of its wanted values."""
-    return row is not None and any(row.get(field) in values for field, values in wanted.items())
+    """True when `row` is a row whose field holds one of its wanted values, for every field of `wanted`."""
+    return row is not None and all(_field(row, field) in values for field, values in wanted.items())
