@@ -19,7 +19,7 @@ around it one axis varied at a time, never a product:
 | layout | shuffled, contiguous, interleaved | the block table |
 | shape | Hq = T, B = T, T = P, G = T | an index swapped with another of the same extent |
 | logit_scale | 1, 1000 (scores of magnitude 1e3-1e4) | softmax without the running max, overflow |
-| sm_scale | 1/sqrt(D), 0.3 (no D of the check gives it) | inputs.sm_scale ignored for 1/sqrt(D) |
+| sm_scale | 1/sqrt(D), 0.3 (1/sqrt(D) for no integer D) | inputs.sm_scale ignored for 1/sqrt(D) |
 | values | random, position (V rows spell their own position and head) | a wrong mask or head by whole channels |
 | kv_dtype | same (the query dtype); float8_e4m3fn and float8_e5m2 with k_scale 0.25, v_scale 0.5; e4m3 with G 6 (Hq 12, Hkv 2), with "mean" values (Q = K = 0: each row the mean of the V rows it sees) and with k_scale = v_scale = 0.5 | scales ignored, swapped or applied twice, NaN slots read, the wrong fp8 format decoded, a causal mask on fp8 data, GQA on fp8 |
 
@@ -51,7 +51,7 @@ HEAD_DIMS, DEEP_HEAD_DIMS = (64, 128, 256), (32, 80, 96)
 GROUP_SIZES, DEEP_GROUP_SIZES = (1, 2, 4, 8), (16,)
 KV_HEADS = (1, 3, 8)                      # Hkv besides the base's 2, at the base G: 3 is past 2 and no power of two
 BATCH_SIZES = (11,)                       # B besides the base's 2: past 8 and no power of two
-SM_SCALES = (0.3,)                        # softmax scales that no D of the check (1/sqrt(D), D 32..256) gives
+SM_SCALES = (0.3,)                        # scales that are 1/sqrt(D) for no integer D (0.3: D = 11.1)
 DTYPES_ANY = ("bfloat16", "float16", "float32")
 LOGIT_SCALES, DEEP_LOGIT_SCALES = (1000.0,), (300.0, 3000.0)
 DEEP_SEEDS = (1, 2)                       # extra seeds of the base case and the mixed-tree case
