@@ -23,6 +23,10 @@ BASE = dict(batch_size=2, context_len=8, tree="full:2:1")
     ("context_len", "ragged:9-3", "LO <= HI"),
     ("context_len", "ragged:x", "ragged:LO-HI"),
     ("context_len", 2.5, "integer >= 0"),
+    ("sm_scale", 0, "sm_scale=0: must be a positive finite number"),
+    ("sm_scale", float("inf"), "positive finite"),
+    ("sm_scale", True, "positive finite"),
+    ("sm_scale", "0.3", "positive finite"),
 ])
 def test_bad_fields_raise_config_error(field, value, fragment):
     with pytest.raises(ConfigError, match=fragment):
@@ -109,3 +113,27 @@ def test_one_choices_tree_in_any_spelling_has_one_case_id(spelling):
     b = Case(batch_size=2, context_len=37, tree="[(0,), (1,), (0, 0)]")
     assert a.tree == "[(0,), (1,), (0, 0)]" and a.case_id == b.case_id
     assert [t.parents for t in a.trees()] == [t.parents for t in b.trees()]
+
+
+def test_sm_scale_is_in_the_id_only_when_set_and_draws_its_twins_values():
+    """sm_scale left out (or 1/sqrt(D) spelt out) is the default case, id unchanged; set, it adds
+    'sm0.3-' to the id and keeps the default twin's draws (it seeds no stream)."""
+    base = Case(**{**BASE, "head_dim": 64})
+    assert "sm_scale" not in base.axes and base.softmax_scale == 0.125
+    assert Case(**{**BASE, "head_dim": 64, "sm_scale": 0.125}) == base
+    scaled = Case(**{**BASE, "head_dim": 64, "sm_scale": 0.3})
+    assert "-sm0.3-" in scaled.case_id and scaled.case_id != base.case_id and scaled.softmax_scale == 0.3
+    assert Case(**scaled.axes) == scaled and scaled.axes["sm_scale"] == 0.3
+    assert Case(**{**BASE, "head_dim": 64, "sm_scale": 1}).sm_scale == 1.0
+    assert scaled.torch_seed("qkv") == base.torch_seed("qkv") and scaled.context_lens() == base.context_lens()
+
+
+def test_a_suite_sweeps_sm_scale(tmp_path):
+    from treebench.harness.model.suites import load_suite
+    p = tmp_path / "scales.toml"
+    p.write_text('[axes]\nbatch_size = [1]\ncontext_len = [4]\ntree = ["chain:1"]\nhead_dim = [64]\n'
+                 "sm_scale = [0.3, 1]\n")
+    assert [c.sm_scale for c in load_suite(str(p)).cases] == [0.3, 1.0]
+    p.write_text(p.read_text().replace("[0.3, 1]", '["big"]'))
+    with pytest.raises(ConfigError, match="sm_scale='big'"):
+        load_suite(str(p))

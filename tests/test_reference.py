@@ -46,6 +46,7 @@ CASES = [
     dict(batch_size=2, context_len=37, tree="parents:-1,0,0,1,1,2,5"),
     dict(batch_size=3, context_len="ragged:0-50", tree="full:3:2", tree_per_request="mixed"),
     dict(batch_size=2, context_len=16, tree="chain:5", num_q_heads=6, num_kv_heads=3),
+    dict(batch_size=2, context_len=9, tree="full:2:2", sm_scale=0.3),
 ]
 
 
@@ -66,6 +67,18 @@ def test_reference_lse_is_logsumexp_of_scaled_scores():
     q, k = inputs.q[0, 0].double(), inputs.k_logical[:, 0].double()   # (D,), (S, D)
     expect = torch.logsumexp(k @ q * inputs.sm_scale, dim=0)
     torch.testing.assert_close(lse[0, 0], expect)
+
+
+def test_the_case_sm_scale_is_the_inputs_and_the_references_scale():
+    """build_inputs hands case.sm_scale to inputs.sm_scale (default 1/sqrt(D)), with the twin's Q/K/V."""
+    kw = dict(batch_size=2, context_len=9, tree="full:2:2", num_q_heads=4, num_kv_heads=2, head_dim=16,
+              dtype="float32")
+    scaled, plain = build_inputs(Case(sm_scale=0.3, **kw)), build_inputs(Case(**kw))
+    assert scaled.sm_scale == 0.3 and plain.sm_scale == 0.25
+    assert torch.equal(scaled.q, plain.q) and torch.equal(scaled.k_logical, plain.k_logical)
+    ref = reference_attention(scaled)
+    torch.testing.assert_close(ref, path_unrolled_oracle(scaled), rtol=1e-10, atol=1e-10)
+    assert (ref - reference_attention(plain)).abs().max() > 0.05
 
 
 @pytest.mark.parametrize("tree_per_request", ["same", "mixed"])

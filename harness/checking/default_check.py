@@ -12,11 +12,14 @@ around it one axis varied at a time, never a product:
 | dtype | bfloat16, float16 (float32 when the backend takes any dtype) | the dtype's kernel path |
 | head_dim | 64, 128, 256 | the head-dim instantiation |
 | group_size | G = 1, 2, 4, 8 with Hkv = 2 | the GQA mapping h // G |
+| num_kv_heads | Hkv = 1, 2, 3, 8 at the base G | a KV head index clamped or wrapped at 2, per-KV-head strides |
+| batch_size | B = 2, 11 | requests past a fixed 8 (11: not a power of two) skipped or zeroed |
 | context_len | L_b = 0, 1, P - 1, P, P + 1 each, one list of those plus S_b = P, 2P (B 8), ragged:0-3P (B 8), 16384 with position values (B 1) | empty contexts, page edges, a NaN page after a full last page, per-request offsets, a softmax sum that drifts over a long context |
 | tree_per_request | same, mixed (B 4, T 13) | one request's tree used for another |
 | layout | shuffled, contiguous, interleaved | the block table |
 | shape | Hq = T, B = T, T = P, G = T | an index swapped with another of the same extent |
 | logit_scale | 1, 1000 (scores of magnitude 1e3-1e4) | softmax without the running max, overflow |
+| sm_scale | 1/sqrt(D), 0.3 (1/sqrt(D) for no integer D) | inputs.sm_scale ignored for 1/sqrt(D) |
 | values | random, position (V rows spell their own position and head) | a wrong mask or head by whole channels |
 | kv_dtype | same (the query dtype); float8_e4m3fn and float8_e5m2 with k_scale 0.25, v_scale 0.5; e4m3 with G 6 (Hq 12, Hkv 2), with "mean" values (Q = K = 0: each row the mean of the V rows it sees) and with k_scale = v_scale = 0.5 | scales ignored, swapped or applied twice, NaN slots read, the wrong fp8 format decoded, a causal mask on fp8 data, GQA on fp8 |
 
@@ -46,6 +49,9 @@ UNBOUNDED_MAX_T, DEEP_UNBOUNDED_MAX_T = 256, 512   # the largest T tried when a 
 PAGE_SIZES, DEEP_PAGE_SIZES = (1, 16, 24, 64, 128, 256), (3, 8, 32)
 HEAD_DIMS, DEEP_HEAD_DIMS = (64, 128, 256), (32, 80, 96)
 GROUP_SIZES, DEEP_GROUP_SIZES = (1, 2, 4, 8), (16,)
+KV_HEADS = (1, 3, 8)                      # Hkv besides the base's 2, at the base G: 3 is past 2 and no power of two
+BATCH_SIZES = (11,)                       # B besides the base's 2: past 8 and no power of two
+SM_SCALES = (0.3,)                        # scales that are 1/sqrt(D) for no integer D (0.3: D = 11.1)
 DTYPES_ANY = ("bfloat16", "float16", "float32")
 LOGIT_SCALES, DEEP_LOGIT_SCALES = (1000.0,), (300.0, 3000.0)
 DEEP_SEEDS = (1, 2)                       # extra seeds of the base case and the mixed-tree case
@@ -189,6 +195,10 @@ def axis_values(base: Case, caps: Capabilities, deep: bool):
         yield "head_dim", str(d), replace(base, head_dim=d)
     for g in sorted(set(GROUP_SIZES) | ({*DEEP_GROUP_SIZES} if deep else set()) | {base.group_size}):
         yield "group_size", str(g), replace(base, num_q_heads=BASE_HKV * g, num_kv_heads=BASE_HKV)
+    for h in sorted({*KV_HEADS, base.num_kv_heads}):
+        yield "num_kv_heads", str(h), replace(base, num_q_heads=h * base.group_size, num_kv_heads=h)
+    for b in sorted({*BATCH_SIZES, base.batch_size}):
+        yield "batch_size", str(b), replace(base, batch_size=b)
     yield from _context_values(base, P, T)
     yield "tree_per_request", "same", base
     yield "tree_per_request", "mixed", replace(base, batch_size=4, tree="full:3:2", tree_per_request="mixed")
@@ -197,6 +207,8 @@ def axis_values(base: Case, caps: Capabilities, deep: bool):
     yield from _shape_values(base, P)
     for s in (1.0, *LOGIT_SCALES, *(DEEP_LOGIT_SCALES if deep else ())):
         yield "logit_scale", f"{s:g}", replace(base, logit_scale=s)
+    yield "sm_scale", "1/sqrt(D)", base
+    yield from (("sm_scale", f"{s:g}", replace(base, sm_scale=s)) for s in SM_SCALES)
     yield "values", "random", base
     yield "values", "position", replace(base, values="position")
     yield from _kv_values(base)

@@ -32,10 +32,12 @@ FLOAT_RANGE = {"float8_e4m3fn": (448.0, 2.0**-6), "float8_e5m2": (57344.0, 2.0**
                "bfloat16": (3.3895313892515355e38, 2.0**-126), "float16": (65504.0, 2.0**-14)}
 PHYSICAL_AXES = ("layout", "page_size")  # how K/V are stored, not what they are
 STORAGE_AXES = ("kv_dtype", "k_scale", "v_scale")  # the pool's number format: no stream's seed reads them
+UNSEEDED_AXES = (*STORAGE_AXES, "sm_scale")  # read by no stream's seed: such a case draws its default twin's values
 # Axes added after case ids were first stored: left out of `axes` (so of the id and the seeds)
 # while they hold these defaults, so every earlier case keeps its id and its draws.
 # kv_dtype None means "the query dtype" (a kv_dtype equal to `dtype` is stored as None).
-LATER_AXES = {"logit_scale": 1.0, "values": "random", "kv_dtype": None, "k_scale": 1.0, "v_scale": 1.0}
+LATER_AXES = {"logit_scale": 1.0, "values": "random", "kv_dtype": None, "k_scale": 1.0, "v_scale": 1.0,
+              "sm_scale": None}
 MAX_LOGIT_SCALE = 1e6  # sqrt(1e6) * N(0, 1) draws stay far inside fp16's range (65504)
 # Upper bounds: a value past these is a typo (1e9 requests would hang in context_lens before any memory check).
 MAX_AXIS = {"batch_size": 65536, "num_q_heads": 1024, "num_kv_heads": 1024, "head_dim": 1024, "page_size": 4096}
@@ -60,12 +62,13 @@ class Case:
     layout: str = "shuffled"       # physical page layout: contiguous | shuffled | interleaved
     tree_per_request: str = "same"  # "same": every request uses `tree`; "mixed": random trees per request
     seed: int = 0                  # base seed; with the case id it fixes every random draw
-    logit_scale: float = 1.0       # Q and K scaled by sqrt(this): scores q.k * sm_scale of std ~logit_scale
+    logit_scale: float = 1.0       # Q and K scaled by sqrt(this): scores q.k / sqrt(D) of std ~logit_scale
     values: str = "random"         # V: "random" N(0, 1), "position": +-(1 + h/Hkv) by the bits of the position,
                                    # "mean": position V with Q = K = 0 (each output row: the mean of the V rows it sees)
     kv_dtype: str | None = None    # the K/V pool's dtype: None (= dtype), bfloat16, float16, float8_e4m3fn, float8_e5m2
     k_scale: float = 1.0           # per-tensor K scale: a stored K code c means float(c) * k_scale (fp8 pools only)
     v_scale: float = 1.0           # per-tensor V scale, likewise
+    sm_scale: float | None = None  # softmax scale (inputs.sm_scale): scores q.k * sm_scale; None: 1/sqrt(D)
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "num_q_heads", "num_kv_heads", "head_dim", "page_size"):
@@ -86,6 +89,7 @@ class Case:
         if self.values not in VALUE_MODES:
             raise ConfigError(f"case field values={self.values!r}: use one of {', '.join(VALUE_MODES)}")
         self._check_logit_scale()
+        self._check_sm_scale()
         self._check_kv()
         self.context_range()  # validates context_len
         parse_tree(self.tree)  # validates tree; raises TreeError (a ConfigError)
@@ -101,6 +105,25 @@ class Case:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= MAX_LOGIT_SCALE:
             raise ConfigError(f"case field logit_scale={v!r}: must be a number in (0, {MAX_LOGIT_SCALE:g}]")
         object.__setattr__(self, "logit_scale", float(v))
+
+    def _check_sm_scale(self) -> None:
+        """Validates sm_scale and stores it as a float (1 and 1.0 are one case id), or as None when
+        it equals 1/sqrt(D) (the default spelt out is the default case).
+
+        Raises:
+            ConfigError: not None and not a positive finite number.
+        """
+        v = self.sm_scale
+        if v is None:
+            return
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
+            raise ConfigError(f"case field sm_scale={v!r}: must be a positive finite number (or left out: 1/sqrt(D))")
+        object.__setattr__(self, "sm_scale", None if v == self.head_dim ** -0.5 else float(v))
+
+    @property
+    def softmax_scale(self) -> float:
+        """The scale the scores q.k are multiplied by: sm_scale, or 1/sqrt(D) when it is None."""
+        return self.head_dim ** -0.5 if self.sm_scale is None else self.sm_scale
 
     def _check_kv(self) -> None:
         """Validates kv_dtype, k_scale and v_scale; stores a kv_dtype equal to `dtype` as None and the
@@ -220,7 +243,7 @@ class Case:
                 f"{self.dtype}-{self.layout}-{self._later_prefix()}{h}")
 
     def _later_prefix(self) -> str:
-        """'logit1000-vposition-kvfp8e4m3-ks0.25-vs0.5-' for LATER_AXES away from their defaults ('' otherwise)."""
+        """'logit1000-vposition-kvfp8e4m3-ks0.25-vs0.5-sm0.3-' for LATER_AXES away from their defaults ('' otherwise)."""
         axes = self.axes
         parts = [f"logit{self.logit_scale:g}"] if "logit_scale" in axes else []
         parts += [f"v{self.values}"] if "values" in axes else []
@@ -228,6 +251,7 @@ class Case:
         parts += [FP8_PREFIX.get(kv, f"kv{kv}")] if "kv_dtype" in axes else []
         parts += [f"ks{self.k_scale:g}"] if "k_scale" in axes else []
         parts += [f"vs{self.v_scale:g}"] if "v_scale" in axes else []
+        parts += [f"sm{self.sm_scale:g}"] if "sm_scale" in axes else []
         return "".join(p + "-" for p in parts)
 
     def rng(self, stream: str) -> random.Random:
@@ -235,10 +259,11 @@ class Case:
 
         The physical layout (`layout`, `page_size`) feeds only the "layout" stream,
         so one logical case (trees, context lengths, Q/K/V) is the same under every
-        layout and page size; the pool's format (STORAGE_AXES) feeds none, so an fp8
-        case draws the values (and pages) of its bf16/fp16 twin and stores their codes.
+        layout and page size; the pool's format and the softmax scale (UNSEEDED_AXES) feed
+        none, so an fp8 case draws the values (and pages) of its bf16/fp16 twin and stores
+        their codes, and a case with sm_scale set draws those of its 1/sqrt(D) twin.
         """
-        axes = {k: v for k, v in self.axes.items() if k not in STORAGE_AXES}
+        axes = {k: v for k, v in self.axes.items() if k not in UNSEEDED_AXES}
         if stream != "layout":
             axes = {k: v for k, v in axes.items() if k not in PHYSICAL_AXES}
         blob = json.dumps([axes, stream], sort_keys=True)

@@ -97,7 +97,7 @@ class BackendInputs(_Batch):
     seq_lens: torch.Tensor      # (B,) int32: S_b = L_b + T_b
     qo_indptr: torch.Tensor     # (B+1,) int32: prefix sums of T_b
     trees: list[TokenTree]      # B token trees
-    sm_scale: float             # softmax scale, default 1/sqrt(D)
+    sm_scale: float             # softmax scale: scores q.k * sm_scale (case.softmax_scale; default 1/sqrt(D))
     case: Case                  # the case these inputs realise
     k_scale: float = 1.0        # per-tensor K scale: a stored code c means c * k_scale (fp8 pools; 1.0 otherwise)
     v_scale: float = 1.0        # per-tensor V scale, likewise
@@ -227,7 +227,8 @@ def build_inputs(case: Case, device: str | torch.device = "cpu",
     the case, so every GPU draws the same values; the CPU draws other ones) and
     cast to the case dtype; the pool is filled with one vectorised scatter.
     `case.logit_scale` multiplies Q and K by its square root before the cast (scores
-    q.k * sm_scale of standard deviation ~logit_scale); `case.values == "position"`
+    q.k / sqrt(D) of standard deviation ~logit_scale); `sm_scale` is `case.softmax_scale`
+    (case.sm_scale, or 1/sqrt(D) when it is None); `case.values == "position"`
     replaces V by `position_values`, and "mean" does that and zeroes Q and K. An fp8
     `case.kv_dtype` stores `quantise`d codes of the same draws (K / k_scale, V / v_scale)
     and sets `k_scale` / `v_scale`.
@@ -285,6 +286,6 @@ def build_inputs(case: Case, device: str | torch.device = "cpu",
         q=q, k_cache=k_cache, v_cache=v_cache, block_table=block_table.to(dev),
         context_lens=torch.tensor(lens, dtype=torch.int32, device=dev),
         seq_lens=torch.tensor(seqs, dtype=torch.int32, device=dev),
-        qo_indptr=qo.to(dev), trees=trees, sm_scale=case.head_dim ** -0.5, case=case,
+        qo_indptr=qo.to(dev), trees=trees, sm_scale=case.softmax_scale, case=case,
         k_scale=case.k_scale, v_scale=case.v_scale,
         k_logical=k_log, v_logical=v_log, kv_indptr=torch.tensor([0] + seqs).cumsum(0))

@@ -69,7 +69,7 @@ class Dense:
         return h // (num_q_heads // num_kv_heads)
 
     def scale(self, inputs) -> float:
-        """Softmax scale: inputs.sm_scale (1/sqrt(D))."""
+        """Softmax scale: inputs.sm_scale (1/sqrt(D) unless the case sets sm_scale)."""
         return inputs.sm_scale
 
     def dequantise(self, inputs, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

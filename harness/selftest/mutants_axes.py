@@ -68,6 +68,39 @@ class MhaFastPath(Dense):
         return 0 if num_q_heads == num_kv_heads else super().kv_head(h, num_q_heads, num_kv_heads)
 
 
+class KvHeadClamped(Dense):
+    """Clamps the KV head index to 1, as a kernel built and tested with Hkv = 2 only may: right
+    while Hkv <= 2, every query head of KV head 2 and above reads KV head 1."""
+    name = "mutant_kv_head_clamped"
+    description = "KV head index clamped to 1 (min(h // G, 1)): right only for Hkv <= 2"
+    axis = "KV heads > 2"
+
+    def kv_head(self, h, num_q_heads, num_kv_heads):
+        return min(super().kv_head(h, num_q_heads, num_kv_heads), 1)
+
+
+class BatchCutAt8(Dense):
+    """Computes requests 0-7 only and leaves the rows of request 8 on zero, as a kernel whose
+    grid or per-request metadata holds 8 requests."""
+    name = "mutant_batch_cut_at_8"
+    description = "requests from index 8 on never computed: their output rows stay zero"
+    axis = "batches > 8"
+
+    def attend(self, inputs, b, q):
+        return super().attend(inputs, b, q) if b < 8 else torch.zeros(q.shape, device=q.device)
+
+
+class FixedSoftmaxScale(Dense):
+    """Scales the scores by 1/sqrt(D) from the head dim instead of reading inputs.sm_scale: right
+    whenever the caller's scale is the default."""
+    name = "mutant_fixed_sm_scale"
+    description = "scores scaled by 1/sqrt(D) from the head dim; inputs.sm_scale ignored"
+    axis = "softmax scale"
+
+    def scale(self, inputs):
+        return inputs.q.shape[-1] ** -0.5
+
+
 class Fp16Denominator(Dense):
     """The softmax denominator accumulated token by token in float16: it stalls once its
     ulp outgrows the terms (past 2048 for terms near 1, far earlier for small ones)."""
@@ -165,5 +198,6 @@ class SwitchesAfterWarmup(Dense):
         return run
 
 
-AXIS_MUTANTS = (MaskWord32, Page64Offset, PowerOfTwoPageOffset, NoMaxSubtraction, MhaFastPath, Fp16Denominator, ContextPartialDivides,
-                ReadsPastPageEnd, HeadsNodesConfused, AccumulatesIntoOutput, SwitchesAfterWarmup)
+AXIS_MUTANTS = (MaskWord32, Page64Offset, PowerOfTwoPageOffset, NoMaxSubtraction, MhaFastPath, KvHeadClamped,
+                BatchCutAt8, FixedSoftmaxScale, Fp16Denominator, ContextPartialDivides, ReadsPastPageEnd,
+                HeadsNodesConfused, AccumulatesIntoOutput, SwitchesAfterWarmup)
