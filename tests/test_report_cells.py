@@ -367,3 +367,15 @@ def test_the_summary_says_the_tree_time_is_relative_to_the_causal_time(tmp_path)
     assert '<td class="n">-57.8%</td>' in summary
     assert "negative: the tree kernel is faster" in summary
     assert "triton_tree: time -57.8% relative to causal_baseline" in summary
+
+
+def test_a_set_softmax_scale_gets_its_own_heatmap_panel_and_is_fixed_in_the_latency_lines():
+    """Rows of a case with sm_scale set and of its default-scale twin are not averaged together: each
+    scale is its own heatmap panel ('1/sqrt(D)' for the default), and the latency lines keep one."""
+    base = [r for r in read_rows(FP8_TARGETS) if not r["case"].get("kv_dtype") and r["case"]["page_size"] == 16]
+    scaled = [{**r, "case": {**r["case"], "sm_scale": 0.3}, "case_id": r["case_id"] + "-sm0.3"} for r in base]
+    frame = headline.cell_frame(base + scaled, read_envs(FP8_TARGETS.parent), "triton_tree", ["vllm_triton"])
+    panels = plots.heatmap_panels(frame.dropna(subset=["ratio"]))
+    assert [t for t, _ in panels] == ["sm scale 0.3", "sm scale 1/sqrt(D)"]
+    fixed, note = plots._fixed_axes(timed_frame(base + scaled + scaled[:1]))
+    assert set(fixed["sm_scale"]) == {"0.3"} and note == "sm scale 0.3"

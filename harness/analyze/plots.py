@@ -41,7 +41,7 @@ PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
 F = TypeVar("F", bound=Callable[..., Any])
 FACETS = ("page_size", "kv_dtype", "layout", "tree_per_request", "num_q_heads", "num_kv_heads", "head_dim", "dtype",
-          "k_scale", "v_scale", "values", "logit_scale")
+          "k_scale", "v_scale", "values", "logit_scale", "sm_scale")
 MAX_HEATMAP_FACETS = 2   # heatmap panels per value pair of the first two varying FACETS (page size x kv dtype)
 
 

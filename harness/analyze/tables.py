@@ -22,7 +22,8 @@ def timed_frame(rows: Sequence[dict], envs: dict[str, dict] | None = None) -> pd
 
     Columns: case_id, backend, batch_size, context_len, tree, T, ... (every case
     axis; a row's case leaves LATER_AXES at their defaults out, filled in here, kv_dtype
-    with the query dtype, so an axis varies only where values differ), median_us,
+    with the query dtype and sm_scale as text, '1/sqrt(D)' by default, so an axis varies only
+    where values differ), median_us,
     p25_us, p75_us, timer, env, run_id, and with `envs` (env fingerprints by env id)
     roofline_us (`treebench.harness.model.workload.row_roofline_us` on the row's env; NaN
     without a measured bandwidth). Mismatching rows are left out: a wrong kernel's
@@ -34,6 +35,7 @@ def timed_frame(rows: Sequence[dict], envs: dict[str, dict] | None = None) -> pd
             continue
         sizes = r.get("tree_sizes") or [None]
         case = {**LATER_AXES, "kv_dtype": r["case"].get("dtype"), **r["case"]}
+        case["sm_scale"] = "1/sqrt(D)" if case["sm_scale"] is None else f"{case['sm_scale']:g}"   # one type, sortable
         recs.append({"case_id": r["case_id"], "backend": r["backend"], **case, "T": sizes[0],
                      "median_us": r["median_us"], "p25_us": r.get("p25_us"), "p75_us": r.get("p75_us"),
                      "timer": r.get("timer"), "env": r.get("env"), "run_id": r.get("run_id")})
