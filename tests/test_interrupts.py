@@ -21,6 +21,8 @@ from treebench.harness.speculation.acceptance import shipped_models
 from treebench.harness.store.outputs import write_whole
 from treebench.harness.store.rows import read_rows
 
+from tests.tiny_suites import tiny_suite
+
 BASE = Path(__file__).parent / "data" / "results" / "h200-baseline"
 ROOT = Path(__file__).resolve().parent.parent
 START_UP = "treebench: interrupted while starting; nothing was written"
@@ -302,21 +304,6 @@ def test_the_console_entry_puts_the_sigint_handler_back(monkeypatch, capsys, fai
     assert signal.getsignal(signal.SIGINT) is before
 
 
-TINY = """
-[suite]
-name = "tiny"
-[axes]
-batch_size = [1]
-context_len = [8]
-tree = ["chain:2"]
-num_q_heads = [2]
-num_kv_heads = [1]
-head_dim = [16]
-dtype = ["float32"]
-page_size = [16]
-"""
-
-
 @pytest.mark.parametrize("what", list(STOPS))
 @pytest.mark.parametrize("command, out", [("run", None), ("run", "new"), ("run", "there"), ("check", "new"),
                                           ("check", "there")])
@@ -328,7 +315,7 @@ def test_an_interrupt_while_the_suite_loads_says_nothing_was_written(tmp_path, m
 
     stop, code = STOPS[what]
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "tiny.toml").write_text(TINY)
+    (tmp_path / "tiny.toml").write_text(tiny_suite())
     path = tmp_path / "r.jsonl"
     if out == "there":
         path.write_bytes((BASE / "seed.jsonl").read_bytes())
@@ -354,7 +341,7 @@ def test_a_results_file_that_changed_before_the_first_pair_is_not_said_to_be_lef
         append_row(opts.out, read_rows([BASE / "seed.jsonl"])[0])     # another run's row
         raise KeyboardInterrupt
     monkeypatch.setattr(treebench.harness.sweep.execute, "execute", merged_then_stopped)
-    (tmp_path / "tiny.toml").write_text(TINY)
+    (tmp_path / "tiny.toml").write_text(tiny_suite())
     out = tmp_path / "r.jsonl"
     out.write_bytes((BASE / "seed.jsonl").read_bytes())
     assert main(["check", "--suite", str(tmp_path / "tiny.toml"), "--backend", "reference", "--out", str(out),

@@ -11,26 +11,12 @@ import pytest
 from treebench.harness.cli.main import main
 from treebench.harness.cli.run import safe_name
 from treebench.harness.store.rows import SCHEMA, append_row, read_rows
-
-TINY = """
-[suite]
-name = "{name}"
-[axes]
-batch_size = [1]
-context_len = [8]
-tree = ["chain:2"]
-num_q_heads = [2]
-num_kv_heads = [1]
-head_dim = [16]
-dtype = ["float32"]
-page_size = [16]
-"""
-
+from tests.tiny_suites import TINY, tiny_suite
 
 @pytest.fixture
 def tiny(tmp_path) -> Path:
     p = tmp_path / "tiny.toml"
-    p.write_text(TINY.format(name="tiny"))
+    p.write_text(tiny_suite())
     return p
 
 
@@ -396,7 +382,7 @@ def test_a_row_the_disk_cannot_hold_is_cut_off_again(tmp_path, capsys, caplog, m
     from treebench.harness.store.paths import check_writable
 
     suite = tmp_path / "two.toml"
-    suite.write_text(TINY.format(name="two").replace("context_len = [8]", "context_len = [8, 12]"))
+    suite.write_text(tiny_suite("two", (8, 12)))
     out, real_write, rows_seen = tmp_path / "r.jsonl", os.write, []
     if existed:
         append_row(out, _row(0))                                         # an earlier run's row

@@ -18,6 +18,7 @@ from treebench.harness.run.config import RunConfig
 from treebench.harness.run.runner import row_satisfies, run_cases
 from treebench.harness.model.tree_specs import parse_tree
 from tests.broken_backends import BrokenCausalMask, Correct
+from tests.tiny_suites import tiny_suite
 
 CASE = Case(batch_size=2, context_len=5, tree="chain:2", num_q_heads=2, num_kv_heads=1, head_dim=8,
             dtype="float32", page_size=4)
@@ -311,19 +312,6 @@ def test_a_jsonl_file_of_something_else_is_named_as_such(tmp_path, capsys, reade
                     "field); give .jsonl files written by treebench run")], err
 
 
-TWO_CASES = """
-[axes]
-batch_size = [1]
-context_len = [8, 12]
-tree = ["chain:2"]
-num_q_heads = [2]
-num_kv_heads = [1]
-head_dim = [16]
-dtype = ["float32"]
-page_size = [16]
-"""
-
-
 @pytest.mark.parametrize("source, run_id, fix", [
     ("TREEBENCH_RUN_ID", "job42", "unset $TREEBENCH_RUN_ID (or set a new one) for a run of its own"),
     ("TORCHELASTIC_RUN_ID", "torchrun-job42",
@@ -342,7 +330,7 @@ def test_a_run_id_given_again_for_one_out_is_warned_of(tmp_path, capsys, monkeyp
     if source:
         monkeypatch.setenv(source, "job42")
     suite, out = tmp_path / "two.toml", tmp_path / "r.jsonl"
-    suite.write_text(TWO_CASES)
+    suite.write_text(tiny_suite("two", (8, 12)))
     argv = ["check", "--suite", str(suite), "--backend", "reference", "--out", str(out), "--quiet"]
     assert main([*argv, "--shard", "0/2"]) == 0
     assert capsys.readouterr().err == ""
