@@ -348,3 +348,15 @@ def test_a_results_file_that_changed_before_the_first_pair_is_not_said_to_be_lef
                  "--quiet"]) == 130
     line = _line(capsys)
     assert "left as it was" not in line and f"rows already written are kept in {out}" in line, line
+
+
+@pytest.mark.parametrize("name", ["run", "check", "merge"])
+def test_an_interrupt_before_any_results_file_is_claimed_says_nothing_was_written(name, capsys):
+    """Stopped after the subcommand is known but before its results file is claimed or marked (the
+    backends and env still loading): no word of rows kept, which no file holds."""
+    from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID, NOTHING_WRITTEN
+    from treebench.harness.run.inflight import PROGRESS, UNWRITTEN
+
+    ACTIVE_OUT[0] = ACTIVE_RUN_ID[0] = NOTHING_WRITTEN[0] = PROGRESS[0] = UNWRITTEN[0] = None
+    assert cli_main._interrupted(False, name) == 130
+    assert capsys.readouterr().err == "treebench: interrupted; nothing was written\n"

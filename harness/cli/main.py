@@ -350,8 +350,8 @@ def _interrupted(terminated: bool, name: str | None) -> int:
         line = f"{what} while starting; nothing was written"
     elif name not in ROW_COMMANDS:
         line = f"{what}{outputs_note()}"
-    else:
-        line = f"{what}; rows already written are kept{where}"
+    else:   # no results file claimed yet (run and check load their suite and backends first): nothing written
+        line = f"{what}; rows already written are kept{where}" if out is not None else f"{what}; nothing was written"
     with contextlib.suppress(OSError):
         sys.stderr.write(f"{PROG}: {line}\n")
     return TERMINATED if terminated else INTERRUPTED
