@@ -93,11 +93,19 @@ def cost_model(mode: str, device: str) -> tuple[PairCost, str]:
 
 def pair_seconds(pairs: Sequence[tuple[Case, str]], mode: str, backends: Sequence[str] | None = None) -> list[float]:
     """`cost_model`'s seconds of each (case, device) pair in `mode` ('run' or 'check'), plus `COMPILE_S` of
-    the pair's backend (`backends`: the backend name of each pair, or None): `TimeLeft`'s costs."""
+    the pair's backend on the device type whose model applies (`backends`: the backend name of each
+    pair, or None): `TimeLeft`'s costs, in seconds.
+
+    Raises:
+        ValueError: `backends` names another number of pairs than `pairs`.
+    """
     values = {c: case_values(c) for c in {case for case, _ in pairs}}      # one size per distinct case
     names = backends if backends is not None else [""] * len(pairs)
-    return [cost_model(mode, device)[0].seconds(values[case]) + COMPILE_S.get((name, device.split(":")[0]), 0.0)
-            for (case, device), name in zip(pairs, names, strict=True)]
+    out = []
+    for (case, device), name in zip(pairs, names, strict=True):
+        cost, kind = cost_model(mode, device)     # kind: the device type whose model applies
+        out.append(cost.seconds(values[case]) + COMPILE_S.get((name, kind), 0.0))
+    return out
 
 
 def row_values(row: dict) -> int | None:
