@@ -23,6 +23,7 @@ from treebench.harness.adapter.contract import (
     Backend,
     Capabilities,
     check_unique_names,
+    source_of,
 )
 from treebench.harness.errors import ConfigError
 
@@ -202,7 +203,6 @@ def _refuse_a_built_in_name(spec: str, cls: type, name: str) -> None:
         ConfigError: naming the built-in that holds the name.
     """
     import treebench.backends  # noqa: F401  (registers the built-in adapters)
-    from treebench.harness.adapter.contract import source_of
 
     held = REGISTRY.get(name)
     if held is not None and held is not cls and held.__module__.startswith("treebench.backends."):
