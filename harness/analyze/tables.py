@@ -35,7 +35,9 @@ def timed_frame(rows: Sequence[dict], envs: dict[str, dict] | None = None) -> pd
             continue
         sizes = r.get("tree_sizes") or [None]
         case = {**LATER_AXES, "kv_dtype": r["case"].get("dtype"), **r["case"]}
-        case["sm_scale"] = "1/sqrt(D)" if case["sm_scale"] is None else f"{case['sm_scale']:g}"   # one type, sortable
+        scale = case["sm_scale"]   # as text, one type to sort; a number the way a suite writes it
+        case["sm_scale"] = ("1/sqrt(D)" if scale is None else f"{scale:g}" if isinstance(scale, float | int)
+                            else str(scale))
         recs.append({"case_id": r["case_id"], "backend": r["backend"], **case, "T": sizes[0],
                      "median_us": r["median_us"], "p25_us": r.get("p25_us"), "p75_us": r.get("p75_us"),
                      "timer": r.get("timer"), "env": r.get("env"), "run_id": r.get("run_id")})
