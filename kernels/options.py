@@ -21,7 +21,7 @@ __all__ = ["FP8_PATHS", "KernelOptions"]
 
 # How the tl kernel turns a tile of fp8 codes into MMA operands (`KernelOptions.fp8_path`);
 # the index is the kernel's FP8_PATH.
-FP8_PATHS = ("cast", "bits", "fp16")
+FP8_PATHS = ("cast", "bits", "fp16", "cvt")
 
 
 @dataclass(frozen=True)
@@ -80,9 +80,17 @@ class KernelOptions:
             0.72-0.81x of "cast" on the six fp8 target cells before the rows of Q were scaled,
             `results/h200/kernel/latency-sweep-fp8paths.txt`, and 0.75-0.76x after, on full:3:1,
             `fp8-default-sweep.txt`).
+            "cvt": fp16 MMAs as "fp16", the codes converted by the same hardware instruction
+            written as inline PTX, which Triton leaves beside the load: the tile reaches shared
+            memory in fp16 and the MMA operands are read by ldmatrix, where "fp16"'s cast is
+            moved past the shared-memory round trip and the fp8 tile is read by plain loads (a
+            local sm_90 compile of the 16-row tile over e4m3 at P 16: 1055 SASS instructions
+            against 1276 one-tile; with the 64-token, 4-stage context loop 2417 against 3367
+            and no spills against 10 spilled loads; `lab/sm90_compile.py --ops`, Triton 3.9).
+            The interpreter runs it as "fp16" (no PTX).
             "cast": `.to(Q's dtype)` (to bf16 on sm_90: through fp16 and fp32, about 2
             conversions per code). "bits": fp16 MMAs too, the codes' bit fields moved into fp16
-            by integer operations (e5m2: a shift). With "fp16" and "bits", bf16 queries are
+            by integer operations (e5m2: a shift). With "fp16", "cvt" and "bits", bf16 queries are
             rounded to fp16 once, each row first divided by the power of 2 that keeps its
             largest |q| within 32768 (the row's scores multiplied back; 1 for every |q| <= 32768),
             so no query overflows (exact for elements within 2^-24 of the row's largest, i.e.
@@ -120,7 +128,7 @@ class KernelOptions:
     short_build: bool | None = None      # tl kernel: one tile, no loop (None: with the short configs)
     ws_page_tma: bool = True             # warp-specialised kernel at P 16 / 32: one TMA box per page
     ws_gather: bool = True               # warp-specialised kernel at pages TMA cannot read: cp.async gathers
-    fp8_path: str = "fp16"               # tl kernel, fp8 pools: "fp16", "cast" or "bits" (FP8_PATHS)
+    fp8_path: str = "fp16"               # tl kernel, fp8 pools: "fp16", "cvt", "cast" or "bits" (FP8_PATHS)
     ws_fp8: bool = True                  # fp8 pools in the warp-specialised kernel (a converter warpgroup)
 
     def __post_init__(self) -> None:

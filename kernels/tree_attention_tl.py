@@ -88,12 +88,31 @@ def _fp8_bits_to_fp16(x):
 
 
 @triton.jit
+def _fp8_cvt_to_fp16(x):
+    """fp8 codes x as fp16 by the hardware's paired conversion (cvt.rn.f16x2.e4m3x2 /
+    e5m2x2, four codes per instance), as inline PTX marked impure so the compiler keeps it
+    next to the load: the tile then reaches shared memory in fp16 and the MMA operands are
+    read by ldmatrix (a pure conversion is moved past the shared-memory round trip)."""
+    if x.dtype == tl.float8e5:
+        y = tl.inline_asm_elementwise(
+            "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.rn.f16x2.e5m2x2 $0, lo; cvt.rn.f16x2.e5m2x2 $1, hi; }",
+            "=r,=r,r", [x.to(tl.uint8, bitcast=True)], dtype=tl.float16, is_pure=False, pack=4)
+    else:
+        y = tl.inline_asm_elementwise(
+            "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi; }",
+            "=r,=r,r", [x.to(tl.uint8, bitcast=True)], dtype=tl.float16, is_pure=False, pack=4)
+    return y
+
+
+@triton.jit
 def _kv_operand(x, dtype: tl.constexpr, FP8_PATH: tl.constexpr):
     """A loaded K/V tile (BLOCK_N, D) as an MMA operand in `dtype` (bf16 / fp16).
     FP8_PATH 0 and 2: `.to(dtype)`. 1: fp8 codes converted to fp16 by bit manipulation
     (`_fp8_bits_to_fp16`); with FP8_PATH 1 and 2, dtype is fp16 for an fp8 pool."""
     if FP8_PATH == 1 and x.dtype.is_fp8():
         y = _fp8_bits_to_fp16(x)
+    elif FP8_PATH == 3 and x.dtype.is_fp8():
+        y = _fp8_cvt_to_fp16(x)
     else:
         y = x.to(dtype)
     return y

@@ -24,11 +24,13 @@ Cells (bf16, Hq 32, Hkv 8, D 128, shuffled pages, one tree per batch as in the s
 - `fp8`: the `fp8_targets` cells (B 64, L 2048, full:3:1, full:3:2, vllm:pr_27, P 16 and 128)
   over an e4m3 pool with k_scale 0.25 and v_scale 0.5, with the same cell in bf16 timed
   beside (`bf16_default`): which tl tiles (`FP8_CONFIGS`) and which fp8 operand path
-  (`KernelOptions.fp8_path`: the default fp16 MMAs over cast codes, the cast to Q's dtype, or
-  bit-manipulated codes, `FP8_ALT_PATHS`) an fp8 pool wants, and the warp-specialised kernel
+  (`KernelOptions.fp8_path`: the default fp16 MMAs over cast codes, the cast to Q's dtype,
+  bit-manipulated codes, or the PTX conversion that keeps fp16 tiles in shared memory,
+  `FP8_ALT_PATHS`) an fp8 pool wants, and the warp-specialised kernel
   over the codes against the tl kernel (`KernelOptions.ws_fp8`: `ws_fp8` the plan's choice with
   it on, `no_ws_fp8` with it off whatever the default, `ws_fp8_forced` ws=True where the plan
-  keeps the tl kernel); with
+  keeps the tl kernel); split counts (`FP8_SPLITS`, `FP8_SPLIT_TILES`) and the cvt path's
+  16-row tiles and splits (`FP8_CVT_TILES`, `FP8_CVT_SPLITS`); with
   --fp8-all-trees also eagle:mc_sim_7b_63, full:3:3 and medusa:mc_sim_7b_63 (`FP8_WS_TREES`);
 - `decode`: the small trees (full:3:0 to full:3:2, 4-52 rows per KV head) at B 1 and 16, L 1024
   and 2048, P 16 and 128: single-token and few-token decode, where flashinfer_xqa (timed beside,
@@ -136,12 +138,16 @@ WIDE_SHORT_CONFIGS = ((16, 128, 4, 2), (16, 128, 8, 2), (32, 128, 4, 2), (32, 12
 FP8_CONFIGS = ((16, 64, 2, 4), (64, 64, 4, 3), (128, 64, 8, 3))
 # KernelOptions.fp8_path values timed against the default ("fp16"): with the plan's config, and
 # the first with each FP8_CONFIGS tile.
-FP8_ALT_PATHS = ("cast", "bits")
+FP8_ALT_PATHS = ("cast", "bits", "cvt")
 # split-KV over fp8 pools at B 64 (the plan gives 512 programs one split each): the codes' conversion
 # runs on the program's own warps, so more, shorter programs per SM may hide it behind the loads;
 # and the 16-row tile with 4 warps (fewer conversions per thread) over the fp16 path
 FP8_SPLITS = (2, 3, 4)
 FP8_SPLIT_TILES = ((16, 64, 4, 4, 1), (16, 64, 4, 4, 2), (16, 32, 2, 4, 2), (64, 64, 4, 4, 2))
+# 16-row tl tiles over the "cvt" path (fp16 tiles in shared memory: more shared memory per stage
+# than the fp16 path's fp8 tiles, so fewer stages may keep more programs per SM), and split-KV with it
+FP8_CVT_TILES = ((16, 64, 2, 3), (16, 64, 2, 2), (16, 64, 4, 3), (16, 32, 2, 4))
+FP8_CVT_SPLITS = (2,)
 B1_TREES = ("vllm:pr_27", "full:3:3", "full:3:1")
 # (name, TreeAttention keyword arguments) for one request at L 2048
 B1_CANDIDATES = (*((f"splits{n}", {"num_splits": n}) for n in (4, 8, 12, 16, 24, 32)),
@@ -236,7 +242,10 @@ def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple]:
         splits = [(f"splits{n}", None, KernelOptions(), {"num_splits": n}) for n in FP8_SPLITS[::5 if smoke else 1]]
         split_tiles = [(f"tl{bm}x{bn}w{w}s{s} splits{n}", KernelConfig(bm, bn, w, s), KernelOptions(),
                         {"ws": False, "num_splits": n}) for bm, bn, w, s, n in FP8_SPLIT_TILES[::5 if smoke else 1]]
-        return out[:1] + paths + tiles + ws_fp8 + splits + split_tiles
+        cvt = [(f"tl{bm}x{bn}w{w}s{s}+cvt", KernelConfig(bm, bn, w, s), KernelOptions(fp8_path="cvt"))
+               for bm, bn, w, s in FP8_CVT_TILES[::5 if smoke else 1]] + [
+            (f"cvt splits{n}", None, KernelOptions(fp8_path="cvt"), {"num_splits": n}) for n in FP8_CVT_SPLITS]
+        return out[:1] + paths + tiles + ws_fp8 + splits + split_tiles + cvt
     if group == "fp8_latency":   # more warps per tile: fewer conversions per thread before the first MMA
         return out[:1] + [(f"fp8_{p}", None, KernelOptions(fp8_path=p)) for p in FP8_ALT_PATHS] + [
             ("no_short_build", None, KernelOptions(short_build=False)),

@@ -109,7 +109,7 @@ def test_fp8_paths_match_the_reference(path, fmt, qdtype, page_size, kv_desc):
     assert ta.kernel == ("tl tma splits=1" if kv_desc else "tl tile splits=1")
 
 
-@pytest.mark.parametrize("path", ["bits", "fp16", "cast"])
+@pytest.mark.parametrize("path", ["bits", "fp16", "cast", "cvt"])
 def test_fp8_paths_keep_bf16_queries_past_fp16s_range(path):
     """bf16 queries up to 2^20 in some rows (fp16's largest value is 65504) and the K scale
     shrunk to keep the logits moderate: the fp16 paths scale such rows into fp16's range
@@ -180,7 +180,7 @@ def test_fp8_pools_on_gpu(fmt, page_size, tree, batch):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA GPU")
-@pytest.mark.parametrize("path", ["bits", "fp16"])
+@pytest.mark.parametrize("path", ["bits", "fp16", "cvt"])
 @pytest.mark.parametrize("fmt", ["e4m3fn", "e5m2"])
 @pytest.mark.parametrize("page_size,tree,batch", [(16, "full:3:1", 3), (128, "random:40:3", 5)])
 def test_fp8_paths_on_gpu(path, fmt, page_size, tree, batch):

@@ -233,6 +233,27 @@ def test_sm90_compile_short_builds_have_less_code():
     assert r.returncode == 2 and "--kv-desc off" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
+def test_sm90_compile_cvt_path_keeps_fp16_tiles_in_shared_memory():
+    """docs/kernel.md's fp8 operand paths, from a local sm_90 compile of the 16-row tile at P 16
+    over an e4m3 pool: Triton moves the fp16 path's cast past the shared-memory round trip, so
+    the operands are read from fp8 tiles by plain loads; the cvt path's conversion (inline PTX)
+    stays beside the load, the tiles are stored in fp16 and read by ldmatrix, with fewer
+    instructions and no spills, one-tile build and context loop alike."""
+    pytest.importorskip("triton")
+    for shape in (["--config", "16,32,2,2", "--short-build", "one-tile"], ["--config", "16,64,2,4"]):
+        got = {}
+        for path in ("fp16", "cvt"):
+            r = _script("sm90_compile.py", *shape, "--page-size", "16", "--kv-desc", "off", "--ops",
+                        "--kv-dtype", "float8_e4m3fn", "--fp8-path", path)
+            if r.returncode != 0 and ("cuobjdump" in r.stderr or "ptxas" in r.stderr):
+                pytest.skip(f"no sm_90 toolchain in this Triton: {r.stderr.strip().splitlines()[-1]}")
+            assert r.returncode == 0, r.stderr
+            got[path] = ast.literal_eval(r.stdout.strip().splitlines()[-1].split(": ", 1)[1])
+        fp16, cvt = got["fp16"], got["cvt"]
+        assert cvt["sass"]["LDSM"] > fp16["sass"]["LDSM"] and cvt["sass"]["LDS"] < fp16["sass"]["LDS"], (shape, got)
+        assert cvt["ins"] < fp16["ins"] and cvt["spill_loads"] == 0, (shape, got)
+
+
 def test_sm90_compile_counts_the_tree_mask_and_the_lse_store():
     """docs/kernel.md's one-tile 64-row build at P 16: the LSE store adds SASS instructions to
     either mask's build, the tree bitmask's 64-bit window per row leaves its build below the
