@@ -144,15 +144,15 @@ def test_an_interrupted_gate_says_what_it_wrote(tmp_path, monkeypatch, capsys):
     argv = ["gate", "--baseline", str(BASE), "--candidate", str(BASE), "--allow-env-mismatch",
             "--summary", str(summary), "--junit", str(junit)]
     monkeypatch.setattr(gate, "compare_runs", _stop(KeyboardInterrupt))
-    monkeypatch.setattr(gate, "_refuse_shared_files", lambda *a: None)     # the one results folder on both sides
-    monkeypatch.setattr(gate, "_refuse_shared_runs", lambda *a: None)
+    monkeypatch.setattr(gate, "refuse_shared_files", lambda *a: None)     # the one results folder on both sides
+    monkeypatch.setattr(gate, "refuse_shared_runs", lambda *a: None)
     assert main(argv) == 130
     assert _line(capsys) == (f"treebench: interrupted; nothing was appended to --summary {summary}; "
                              f"--junit {junit} was not written")
     assert summary.read_text() == "earlier steps\n" and not junit.exists()
     monkeypatch.undo()
-    monkeypatch.setattr(gate, "_refuse_shared_files", lambda *a: None)
-    monkeypatch.setattr(gate, "_refuse_shared_runs", lambda *a: None)
+    monkeypatch.setattr(gate, "refuse_shared_files", lambda *a: None)
+    monkeypatch.setattr(gate, "refuse_shared_runs", lambda *a: None)
     monkeypatch.setattr(gate, "emit", _stop(KeyboardInterrupt))             # both files written, then Ctrl-C
     assert main(argv) == 130
     assert _line(capsys) == (f"treebench: interrupted; the summary was appended to --summary {summary}; "
