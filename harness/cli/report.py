@@ -24,7 +24,7 @@ from treebench.harness.analyze.headline import DEFAULT_OWN, OWN_KERNELS, missing
 from treebench.harness.analyze.report import DEFAULT_BASELINES, write_report
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.outputs import will_write
-from treebench.harness.store.paths import check_output_path, refuse_non_html
+from treebench.harness.store.paths import check_output_path, default_report, refuse_non_html
 from treebench.harness.store.validate import read_checked_rows
 from treebench.harness.store.env import missing_env_line, read_envs
 
@@ -48,7 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "present; a name given here must have rows)")
     parser.add_argument("--against", nargs="+", metavar="BASELINE", default=None,
                         help="also run the gate against these baseline results and show its verdicts")
-    parser.add_argument("--allow-env-mismatch", action="store_true", help="with --against: compare across envs, and rows whose env file is missing")
+    parser.add_argument("--allow-env-mismatch", action="store_true",
+                        help="with --against: compare across envs, and rows whose env file is missing")
     parser.add_argument("--acceptance", default=None, metavar="FILE",
                         help="an acceptance model (TOML/JSON): adds a speculation section, expected accepted tokens "
                              "against verify time per backend and the best tree per (B, L) (see `treebench plan`)")
@@ -69,8 +70,7 @@ def run(args: argparse.Namespace) -> int:
     if not rows:
         raise ConfigError(f"report {' '.join(args.results)}: no result rows; give a run's .jsonl file or "
                           "folder (folders are not searched recursively)")
-    default = Path("reports/local") / f"{Path(args.results[0]).stem}.html"
-    out = check_output_path(default if args.output is None else args.output, "report -o")
+    out = check_output_path(default_report(args.results[0]) if args.output is None else args.output, "report -o")
     if out.suffix.lower() not in (".html", ".htm"):
         raise ConfigError(f"report -o {out}: give an .html path, e.g. reports/NAME.html")
     refuse_non_html(out, "report -o")
