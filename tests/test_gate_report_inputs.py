@@ -380,6 +380,60 @@ def test_gate_refuses_a_copy_of_one_run_on_both_sides(tmp_path):
     assert "run r1 is in both --baseline and --candidate" in p.stderr and len(p.stderr.strip().splitlines()) == 1
 
 
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> Path:
+    """The results file of one tiny CPU run of torch_sdpa, its env file beside it."""
+    from tests.tiny_suites import tiny_suite
+
+    root = tmp_path_factory.mktemp("tiny_run")
+    (root / "tiny.toml").write_text(tiny_suite())
+    out = root / "run" / "tiny.jsonl"
+    assert cli.main(["run", "--suite", str(root / "tiny.toml"), "--backends", "torch_sdpa", "--out", str(out),
+                     "--report", str(root / "tiny.html"), "--quiet"]) == 0
+    return out
+
+
+def _sides(kind: str, run: Path, tmp: Path) -> tuple[Path, Path]:
+    """(baseline, candidate) paths that `kind` of refusal is about, made from the tiny run."""
+    import shutil
+
+    if kind == "the same file":
+        return run, run
+    if kind == "a folder and its file":
+        return run.parent, run
+    if kind == "a copy of the run":
+        return run, Path(shutil.copytree(run.parent, tmp / "copy")) / run.name
+    noenv = tmp / "noenv"
+    noenv.mkdir()
+    other = _write(noenv / "other.jsonl", [{**r, "run_id": "another-run"} for r in map(json.loads, run.open())])
+    return (other, run) if kind == "baseline env file missing" else (run, other)
+
+
+@pytest.mark.parametrize("kind", ["the same file", "a folder and its file", "a copy of the run",
+                                  "baseline env file missing", "candidate env file missing"])
+def test_report_against_refuses_what_the_gate_refuses_in_its_words(tiny_run, tmp_path, capsys, kind):
+    """`report --against` compared a run with itself, and a baseline without its env file, and wrote
+    the page; now it refuses both as the gate does: the same one line (its own command and flags
+    named), exit 2, and a report already at -o left as it was."""
+    base, cand = _sides(kind, tiny_run, tmp_path)
+    rc, out, gate_err = _main(capsys, "gate", "--baseline", str(base), "--candidate", str(cand))
+    assert rc == 2 and out == "" and len(gate_err.strip().splitlines()) == 1, gate_err
+    page = tmp_path / "r.html"
+    page.write_text('<meta name="generator" content="treebench"> an earlier report')
+    rc, out, err = _main(capsys, "report", str(cand), "-o", str(page), "--against", str(base))
+    assert rc == 2 and out == "" and page.read_text().endswith("an earlier report")
+    words = gate_err.replace("error: gate", "error: report").replace("--baseline", "--against") \
+        .replace("--candidate", "RESULTS")
+    assert err == words, (err, gate_err)
+    if "env" in kind:
+        assert "copy it there, or pass --allow-env-mismatch" in err
+        assert _main(capsys, "report", str(cand), "-o", str(page), "--against", str(base),
+                     "--allow-env-mismatch")[0] == 0
+        assert "an earlier report" not in page.read_text()
+    else:
+        assert "a run with itself" in err
+
+
 def test_env_records_the_triton_interpreter(monkeypatch):
     from treebench.harness.store.env import env_fingerprint
     monkeypatch.setenv("TRITON_INTERPRET", "1")

@@ -144,15 +144,15 @@ def test_an_interrupted_gate_says_what_it_wrote(tmp_path, monkeypatch, capsys):
     argv = ["gate", "--baseline", str(BASE), "--candidate", str(BASE), "--allow-env-mismatch",
             "--summary", str(summary), "--junit", str(junit)]
     monkeypatch.setattr(gate, "compare_runs", _stop(KeyboardInterrupt))
-    monkeypatch.setattr(gate, "_refuse_shared_files", lambda *a: None)     # the one results folder on both sides
-    monkeypatch.setattr(gate, "_refuse_shared_runs", lambda *a: None)
+    monkeypatch.setattr(gate, "refuse_shared_files", lambda *a: None)     # the one results folder on both sides
+    monkeypatch.setattr(gate, "refuse_shared_runs", lambda *a: None)
     assert main(argv) == 130
     assert _line(capsys) == (f"treebench: interrupted; nothing was appended to --summary {summary}; "
                              f"--junit {junit} was not written")
     assert summary.read_text() == "earlier steps\n" and not junit.exists()
     monkeypatch.undo()
-    monkeypatch.setattr(gate, "_refuse_shared_files", lambda *a: None)
-    monkeypatch.setattr(gate, "_refuse_shared_runs", lambda *a: None)
+    monkeypatch.setattr(gate, "refuse_shared_files", lambda *a: None)
+    monkeypatch.setattr(gate, "refuse_shared_runs", lambda *a: None)
     monkeypatch.setattr(gate, "emit", _stop(KeyboardInterrupt))             # both files written, then Ctrl-C
     assert main(argv) == 130
     assert _line(capsys) == (f"treebench: interrupted; the summary was appended to --summary {summary}; "
@@ -327,6 +327,49 @@ def test_an_interrupt_while_the_suite_loads_says_nothing_was_written(tmp_path, m
     assert _line(capsys) == f"treebench: {what} before this run's first row; {tail}"
     assert sorted(os.listdir(tmp_path)) == [*(["r.jsonl"] if out == "there" else []), "tiny.toml"]
     assert out != "there" or path.read_bytes() == (BASE / "seed.jsonl").read_bytes()
+
+
+@pytest.mark.parametrize("what", list(STOPS))
+@pytest.mark.parametrize("out_given", [False, True])
+def test_a_run_stopped_before_its_report_says_so_and_the_hint_writes_it(tmp_path, monkeypatch, capsys, what,
+                                                                         out_given):
+    """Stopped after the last row, while the report is made: the line said only to --resume; now it
+    says the report was not written and how to write it, and the --resume it names writes that
+    report, named after the run it finishes, without running a pair again."""
+    import treebench.harness.analyze.report as report
+
+    stop, code = STOPS[what]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny.toml").write_text(tiny_suite())
+    argv = ["run", "--suite", "tiny.toml", "--backends", "torch_sdpa", "--quiet"]
+    with monkeypatch.context() as m:
+        m.setattr(report, "write_report", _stop(stop))
+        assert main([*argv, *(["--out", "mine.jsonl"] if out_given else [])]) == code
+    (out,) = [Path("mine.jsonl")] if out_given else Path("results/local").glob("*.jsonl")
+    rows = out.read_bytes()
+    page = Path(f"reports/local/tiny-{read_rows([out])[0]['run_id']}.html")
+    flags = f" --report {page}" if out_given else ""
+    assert _line(capsys) == (f"treebench: {what} after this run's last row; its rows are kept in {out}; the report "
+                             f"{page} was not written; to write it, run treebench report {out} -o {page}, or the "
+                             f"same command with --out {out}{flags} --resume")
+    assert not page.exists()
+    assert main([*argv, "--out", str(out), *flags.split(), "--resume"]) == 0
+    said = capsys.readouterr().out
+    assert f"report: {page}\n" in said and page.exists() and out.read_bytes() == rows, said
+    assert sorted(p.name for p in Path("reports/local").iterdir()) == [page.name]
+
+
+def test_a_run_stopped_after_its_report_says_it_was_written(tmp_path, monkeypatch, capsys):
+    import treebench.harness.cli.run as run_cmd
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny.toml").write_text(tiny_suite())
+    monkeypatch.setattr(run_cmd, "print_summary", _stop(KeyboardInterrupt))
+    assert main(["run", "--suite", "tiny.toml", "--backends", "torch_sdpa", "--out", "r.jsonl", "--report", "r.html",
+                 "--quiet"]) == 130
+    assert _line(capsys) == "treebench: interrupted after this run's last row; its rows are kept in r.jsonl; the " \
+                            "report r.html was written"
+    assert Path("r.html").exists()
 
 
 def test_a_results_file_that_changed_before_the_first_pair_is_not_said_to_be_left_as_it_was(tmp_path, monkeypatch,

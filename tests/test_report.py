@@ -200,8 +200,9 @@ def test_report_shows_gate_verdicts_and_mismatch_worst_element(slow_report):
 
 @pytest.mark.parametrize("side", ["baseline", "candidate"])
 def test_against_a_results_file_without_its_env_file_is_reported_with_a_line_naming_it(tmp_path, capsys, side):
-    """An env-<id>.json not copied along is no fingerprint difference: the report is written, and
-    a line on the terminal and in the gate section names the env id and the results file."""
+    """With --allow-env-mismatch, an env-<id>.json not copied along is no fingerprint difference: the
+    report is written, and a line on the terminal and in the gate section names the env id and the
+    results file (without it, the comparison is refused, as the gate refuses it)."""
     from html import escape
 
     from treebench.harness.cli.main import main
@@ -212,7 +213,7 @@ def test_against_a_results_file_without_its_env_file_is_reported_with_a_line_nam
     (env_id,) = {r["env"] for r in read_rows([rows])}
     base, cand = (noenv, SLOW) if side == "baseline" else (BASE, rows)
     out = tmp_path / "r.html"
-    assert main(["report", str(cand), "-o", str(out), "--against", str(base)]) == 0
+    assert main(["report", str(cand), "-o", str(out), "--against", str(base), "--allow-env-mismatch"]) == 0
     line = (f"{side}: the env file for env id {env_id} is missing next to {rows} (env-{env_id}.json, which the "
             "run wrote beside its rows); its rows were compared without their env fingerprint")
     err = capsys.readouterr().err
@@ -221,23 +222,21 @@ def test_against_a_results_file_without_its_env_file_is_reported_with_a_line_nam
     assert html.count(escape(line)) == 1 and html.count("slower</span>") == 36
 
 
-def test_against_env_fingerprints_that_differ_are_refused_beside_a_missing_env_file(tmp_path, capsys):
-    """The baseline's env file found differs from the candidate's: refused (exit 2, no page), even
-    when another env file is missing; that one is not what the line calls a difference."""
+def test_against_env_fingerprints_that_differ_are_refused_in_the_gates_words(tmp_path, capsys):
+    """The baseline's env file differs from the candidate's: refused as the gate refuses it (exit 2,
+    one line), and a report already at -o is left as it was."""
     from treebench.harness.cli.main import main
 
     other = Path(shutil.copytree(BASE, tmp_path / "other"))
     for f in other.glob("env-*.json"):
         f.write_text(json.dumps({**json.loads(f.read_text()), "driver": "575.51.03"}))
-    noenv = tmp_path / "noenv"
-    noenv.mkdir()
-    (noenv / "slow.jsonl").write_text("".join(json.dumps({**r, "env": "0123456789ab"}) + "\n" for r in read_rows(SLOW)))
     out = tmp_path / "r.html"
-    assert main(["report", str(SLOW), str(noenv / "slow.jsonl"), "-o", str(out), "--against", str(other)]) == 2
+    out.write_text('<meta name="generator" content="treebench"> an earlier report')
+    assert main(["report", str(SLOW), "-o", str(out), "--against", str(other)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["treebench: error: report --against: env fingerprints differ (driver: 575.51.03 -> 570.124.06); "
-                   "pass --allow-env-mismatch to compare anyway"], err
-    assert not out.exists()
+    assert err == ["treebench: error: report: env fingerprints differ (driver: 575.51.03 -> 570.124.06); "
+                   "compare runs from the same GPU and software, or pass --allow-env-mismatch"], err
+    assert out.read_text().endswith("an earlier report")
 
 
 def test_against_other_env_fingerprints_with_allow_env_mismatch_lists_each_differing_field(tmp_path, slow_report):

@@ -133,6 +133,27 @@ def test_resume_needs_out(suite, capsys):
     assert len(err) == 1 and "--resume needs --out" in err[0]
 
 
+@pytest.mark.parametrize("out_given", [False, True])
+def test_resume_names_its_report_after_the_results_file_it_finishes(tmp_path, monkeypatch, capsys, out_given):
+    """`run --resume` without --report named its report after a new run id, beside the run_id of the
+    rows it finished; now after the results file (`treebench report`'s default name too), which for
+    a default --out is the first run's report, named by the run id it resumes."""
+    from tests.tiny_suites import tiny_suite
+
+    monkeypatch.chdir(tmp_path)
+    Path("tiny.toml").write_text(tiny_suite())
+    argv = ["run", "--suite", "tiny.toml", "--backends", "torch_sdpa", "--quiet"]
+    assert main([*argv, *(["--out", "mine.jsonl"] if out_given else [])]) == 0
+    (out,) = [Path("mine.jsonl")] if out_given else Path("results/local").glob("*.jsonl")
+    run_id = read_rows([out])[0]["run_id"]
+    page = Path("reports/local") / (f"{out.stem}.html" if out_given else f"tiny-{run_id}.html")
+    capsys.readouterr()
+    assert main([*argv, "--out", str(out), "--resume"]) == 0
+    said = capsys.readouterr().out.splitlines()
+    assert said[-3:] == [f"run_id: {run_id}", f"rows: {out}", f"report: {page}"], said
+    assert page.exists()
+
+
 def test_dry_run_counts_the_pairs_that_will_be_skipped(suite, tmp_path, capsys):
     """--dry-run says how many planned pairs will only be skipped rows (an
     unavailable backend, an unsupported case), apart from those that will run."""

@@ -18,13 +18,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from treebench.harness.analyze.gate import GateConfig, compare_runs, env_differences
+from treebench.harness.analyze.gate_inputs import (GATE, refuse_env_differences, refuse_missing_env,
+                                                   refuse_shared_files, refuse_shared_runs)
 from treebench.harness.analyze.gate_render import junit_xml, markdown
 from treebench.harness.cli.common import comma_list, emit
 from treebench.harness.errors import ConfigError
-from treebench.harness.store.env import missing_env_line, read_envs
+from treebench.harness.store.env import read_envs
 from treebench.harness.store.outputs import will_write, write_whole
 from treebench.harness.store.paths import check_output_path, refuse_input_path
-from treebench.harness.store.rows import paused_gc, result_files
+from treebench.harness.store.rows import paused_gc
 from treebench.harness.store.validate import read_checked_rows
 
 log = logging.getLogger(__name__)
@@ -110,52 +112,6 @@ def _only(rows: list[dict], backends: set[str] | None, paths: Sequence[str], fla
     return rows
 
 
-def _refuse_shared_files(baseline: Sequence[str], candidate: Sequence[str]) -> None:
-    """Refuses a results file that both sides read (named twice, or inside a folder named on the
-    other side, or a link to it): the gate would compare a run with itself and pass.
-
-    Raises:
-        ConfigError: a file on both sides, or a path that does not exist (as reading it would).
-    """
-    def identity(f: Path) -> tuple[int, int]:
-        st = f.stat()
-        return st.st_dev, st.st_ino              # a link or a second spelling of one file is the same file
-    base = {identity(f) for f in result_files(baseline)}
-    shared = [f for f in result_files(candidate) if identity(f) in base]
-    if shared:
-        raise ConfigError(f"gate: --baseline and --candidate both read {shared[0]}"
-                          f"{f' (and {len(shared) - 1} more)' if len(shared) > 1 else ''}; the gate would compare "
-                          "a run with itself and pass: give the baseline's and a new run's results")
-
-
-def _refuse_shared_runs(base_rows: Sequence[dict], cand_rows: Sequence[dict]) -> None:
-    """Refuses rows of one run on both sides (a copy of a results file, or one merged into both):
-    rows carry their run's `run_id`, and a run compared with itself passes whatever it measured.
-
-    Raises:
-        ConfigError: a run_id in both sides' rows.
-    """
-    shared = {str(r["run_id"]) for r in base_rows if r.get("run_id") is not None} & \
-        {str(r["run_id"]) for r in cand_rows if r.get("run_id") is not None}
-    if shared:
-        first = sorted(shared)[0]
-        raise ConfigError(f"gate: run {first} is in both --baseline and --candidate"
-                          f"{f' (and {len(shared) - 1} more runs)' if len(shared) > 1 else ''}; the gate would "
-                          "compare a run with itself and pass: give the baseline's and a new run's results")
-
-
-def _refuse_missing_env(paths: Sequence[str], rows: Sequence[dict], envs: dict[str, dict], flag: str) -> None:
-    """Refuses rows whose env fingerprint file (env-<id>.json) is not beside them: comparing
-    fingerprints would report as a difference what is only a file not copied along.
-
-    Raises:
-        ConfigError: names the first missing env id and a results file whose rows carry it.
-    """
-    line = missing_env_line(paths, rows, envs)
-    if line:
-        raise ConfigError(f"gate {flag}: {line}; copy it there, or pass --allow-env-mismatch to compare without it")
-
-
 def run(args: argparse.Namespace) -> int:
     """Runs the gate; returns 0 (pass) or 1 (slower or correctness loss).
 
@@ -181,10 +137,10 @@ def run(args: argparse.Namespace) -> int:
     if args.junit:
         will_write(args.junit, "--junit")
     backends = _backend_filter(args.backends)
-    _refuse_shared_files(args.baseline, args.candidate)
+    refuse_shared_files(args.baseline, args.candidate, GATE)
     base_rows, base_envs = _load(args.baseline, "--baseline")
     cand_rows, cand_envs = _load(args.candidate, "--candidate")
-    _refuse_shared_runs(base_rows, cand_rows)
+    refuse_shared_runs(base_rows, cand_rows, GATE)
     if backends is not None:
         present = {r["backend"] for r in base_rows + cand_rows}
         unknown = sorted(backends - present)
@@ -194,12 +150,11 @@ def run(args: argparse.Namespace) -> int:
         base_rows = _only(base_rows, backends, args.baseline, "--baseline")
         cand_rows = _only(cand_rows, backends, args.candidate, "--candidate")
     if not args.allow_env_mismatch:
-        _refuse_missing_env(args.baseline, base_rows, base_envs, "--baseline")
-        _refuse_missing_env(args.candidate, cand_rows, cand_envs, "--candidate")
+        refuse_missing_env(args.baseline, base_rows, base_envs, GATE.baseline, GATE)
+        refuse_missing_env(args.candidate, cand_rows, cand_envs, GATE.candidate, GATE)
     notes = env_differences(base_envs, cand_envs, base_rows, cand_rows)
-    if notes and not args.allow_env_mismatch:
-        raise ConfigError(f"gate: env fingerprints differ ({'; '.join(notes)}); compare runs from the same "
-                          "GPU and software, or pass --allow-env-mismatch")
+    if not args.allow_env_mismatch:
+        refuse_env_differences(notes, GATE)
     with paused_gc():   # 10^5 rows a side: the collector's passes over them would be a third of the gate's time
         result = compare_runs(base_rows, cand_rows, config, notes)
         text = markdown(result, " ".join(args.baseline), " ".join(args.candidate))

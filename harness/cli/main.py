@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     try:   # these imports load torch: seconds of start-up, with Ctrl-C held until their end
-        from treebench.harness.run.inflight import PROGRESS, UNWRITTEN, enable_crash_report, interrupts_held
+        from treebench.harness.run.inflight import PROGRESS, REPORT_DUE, UNWRITTEN, enable_crash_report, interrupts_held
         with interrupts_held():
             if argv and argv[0] not in TOP_OPTIONS:   # a subcommand loads torch: here, under the hold
                 importlib.import_module("torch")
@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"{PROG}: interrupted while starting; nothing was written\n")
         return INTERRUPTED
     OUTCOME[0] = ACTIVE_OUT[0] = ACTIVE_RUN_ID[0] = CREATED_OUT[0] = NOTHING_WRITTEN[0] = None
-    PROGRESS[0] = UNWRITTEN[0] = None
+    PROGRESS[0] = UNWRITTEN[0] = REPORT_DUE[0] = None
     OUTPUTS.clear()
     previous = _install(signal.SIGTERM, _on_sigterm)
     name = None
@@ -314,34 +314,27 @@ def _removed(out: Path) -> str:
     return f"before any row was written: the empty results file {out} it had created is removed"
 
 
-def _kept_rows(out: Path, run_id: str | None, then: str) -> str:
-    """Where the rows written so far are kept and the commands that finish or remove them:
-    " in OUT, run_id ID; THEN the same command with --out OUT --resume, or remove them with
-    treebench rm OUT --run-id ID" (without a run_id, its clauses left out)."""
-    resume = f"{then} the same command with --out {out} --resume"
-    if not run_id:
-        return f" in {out}; {resume}"
-    return f" in {out}, run_id {run_id}; {resume}, or remove them with treebench rm {out} --run-id {run_id}"
-
-
 def _interrupted(terminated: bool, name: str | None) -> int:
     """The one line after Ctrl-C or SIGTERM in subcommand `name`, with the --resume hint while rows
     were being written (run, check --out), the run_id those rows carry and the `treebench rm` that
     removes them; or, stopped before the first row, that the results file it had created is
     removed, or else that nothing was written or the results file is left as it was
-    (`unwritten_note`); or, where no rows are written (check without --out, a dry run), that
-    nothing was, after how many pairs; or, in a command that writes no rows (not ROW_COMMANDS),
+    (`unwritten_note`); or, a run stopped after its last row, whether its report was written
+    and how to write it (`report_note`); or, where no rows are written (check without --out, a
+    dry run), that nothing was, after how many pairs; or, in a command that writes no rows (not ROW_COMMANDS),
     whether each file it writes was written (`outputs_note`); or, stopped before the subcommand
     was known (`name` None), that nothing was written."""
     from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID, NOTHING_WRITTEN
-    from treebench.harness.run.inflight import unwritten_note
+    from treebench.harness.run.inflight import kept_rows, report_note, unwritten_note
     from treebench.harness.store.outputs import outputs_note
 
     out, run_id, removed = ACTIVE_OUT[0], ACTIVE_RUN_ID[0], _drop_unwritten_out()
-    where = "" if out is None else _kept_rows(out, run_id, "to finish, run")
+    where = "" if out is None else kept_rows(out, run_id, "to finish, run")
     what = "terminated (SIGTERM)" if terminated else "interrupted"
     if removed:
         line = f"{what} {_removed(removed)}"
+    elif name == "run" and (due := report_note()):
+        line = f"{what}{due}"
     elif out is None and NOTHING_WRITTEN[0]:
         line = f"{what}{_pairs_done()}; {NOTHING_WRITTEN[0]}"
     elif name in ("run", "check") and (unwritten := unwritten_note()):
@@ -372,14 +365,14 @@ def _disk_full(e: OSError) -> int:
     are kept (the row that did not fit is cut off again: store.rows.append_row) with, from a run or check --out,
     their run_id, the --resume hint and the `treebench rm` of them; before its first row, what became of --out."""
     from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID
-    from treebench.harness.run.inflight import PROGRESS  # (rows written, pairs) of the run in progress
+    from treebench.harness.run.inflight import PROGRESS, kept_rows  # PROGRESS: (rows written, pairs) of the run
 
     out, removed, again = ACTIVE_OUT[0], _drop_unwritten_out(), "free space, then run the same command again"
     what, first = e.filename or out or "a file", PROGRESS[0] is not None and PROGRESS[0][0] == 0
     where = ("; what was written before is kept" if out is None else
              f"; stopped {_removed(removed)}; {again}" if removed else
              f"; stopped before this run's first row: {out} is left as it was; {again}" if first else
-             "; rows already written are kept" + _kept_rows(out, ACTIVE_RUN_ID[0], "free space, then run"))
+             "; rows already written are kept" + kept_rows(out, ACTIVE_RUN_ID[0], "free space, then run"))
     with contextlib.suppress(OSError):
         sys.stderr.write(f"{PROG}: error: could not write {what}: {e.strerror or e}{where}\n")
     return BAD_INPUT

@@ -2,8 +2,8 @@
 
 Reads the rows and env fingerprints of RESULTS from the store, checks the output path
 (an .html file that is not one of the inputs), optionally runs the gate against
-`--against`'s baseline results (rows whose env file is missing compared with a line
-naming it), and writes the page with
+`--against`'s baseline results (refusing what `treebench gate` refuses:
+`treebench.harness.analyze.gate_inputs`), and writes the page with
 `treebench.harness.analyze.report.write_report`; prints the page's path. Exit 0, or 2
 on bad input (a ConfigError, turned into one line by `treebench.harness.cli.main`).
 """
@@ -18,11 +18,13 @@ from pathlib import Path
 
 from treebench.harness.analyze.gate import (GateConfig, GateResult, compare_runs, env_differences,
                                             env_field_differences)
+from treebench.harness.analyze.gate_inputs import (REPORT, refuse_env_differences, refuse_missing_env,
+                                                   refuse_shared_files, refuse_shared_runs)
 from treebench.harness.analyze.headline import DEFAULT_OWN, OWN_KERNELS, missing_row_warnings
 from treebench.harness.analyze.report import DEFAULT_BASELINES, write_report
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.outputs import will_write
-from treebench.harness.store.paths import check_output_path, refuse_non_html
+from treebench.harness.store.paths import check_output_path, default_report, refuse_non_html
 from treebench.harness.store.validate import read_checked_rows
 from treebench.harness.store.env import missing_env_line, read_envs
 
@@ -46,7 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "present; a name given here must have rows)")
     parser.add_argument("--against", nargs="+", metavar="BASELINE", default=None,
                         help="also run the gate against these baseline results and show its verdicts")
-    parser.add_argument("--allow-env-mismatch", action="store_true", help="with --against: compare across envs")
+    parser.add_argument("--allow-env-mismatch", action="store_true",
+                        help="with --against: compare across envs, and rows whose env file is missing")
     parser.add_argument("--acceptance", default=None, metavar="FILE",
                         help="an acceptance model (TOML/JSON): adds a speculation section, expected accepted tokens "
                              "against verify time per backend and the best tree per (B, L) (see `treebench plan`)")
@@ -59,15 +62,15 @@ def run(args: argparse.Namespace) -> int:
 
     Raises:
         ConfigError: missing results, no rows, bad --baseline-backend or --own, a --causal-backend
-            without rows, or (with
-            --against) env fingerprints that differ (the CLI exits 2).
+            without rows, or, with --against, what `treebench gate` refuses (a results file or a
+            run on both sides; without --allow-env-mismatch, a missing env file or env
+            fingerprints that differ); the CLI exits 2, and a report already at -o is left as it is.
     """
     rows, envs = read_checked_rows(args.results, "report", case_axes=True), read_envs(args.results)
     if not rows:
         raise ConfigError(f"report {' '.join(args.results)}: no result rows; give a run's .jsonl file or "
                           "folder (folders are not searched recursively)")
-    default = Path("reports/local") / f"{Path(args.results[0]).stem}.html"
-    out = check_output_path(default if args.output is None else args.output, "report -o")
+    out = check_output_path(default_report(args.results[0]) if args.output is None else args.output, "report -o")
     if out.suffix.lower() not in (".html", ".htm"):
         raise ConfigError(f"report -o {out}: give an .html path, e.g. reports/NAME.html")
     refuse_non_html(out, "report -o")
@@ -104,21 +107,27 @@ def _speculation(args: argparse.Namespace, rows: list[dict]) -> str:
 
 
 def _gate(args: argparse.Namespace, rows: list[dict], envs: dict[str, dict]) -> GateResult:
-    """GateResult of these rows against --against's baseline results. Rows whose env file is
-    missing (not copied along) are compared, and a line on the terminal and in the gate section
-    says so: the env fingerprints compared are those found. With --allow-env-mismatch, the env
-    fields that differ go in `env_fields`, which the page lists at its top.
+    """GateResult of these rows against --against's baseline results, refused as `treebench gate`
+    refuses them (`treebench.harness.analyze.gate_inputs`): a results file or a run on both sides,
+    and, without --allow-env-mismatch, rows whose env file is missing or env fingerprints that
+    differ. With --allow-env-mismatch, rows whose env file is missing are compared and a line on
+    the terminal and in the gate section says so (the env fingerprints compared are those found),
+    and the env fields that differ go in `env_fields`, which the page lists at its top.
 
     Raises:
-        ConfigError: unreadable baseline results, or, without --allow-env-mismatch, env
-            fingerprints that differ.
+        ConfigError: unreadable baseline results, a file or run on both sides, or, without
+            --allow-env-mismatch, a missing env file or env fingerprints that differ.
     """
+    refuse_shared_files(args.against, args.results, REPORT)
     base_rows, base_envs = read_checked_rows(args.against, "report --against", case_axes=True), read_envs(args.against)
+    refuse_shared_runs(base_rows, rows, REPORT)
+    if not args.allow_env_mismatch:
+        refuse_missing_env(args.against, base_rows, base_envs, REPORT.baseline, REPORT)
+        refuse_missing_env(args.results, rows, envs, REPORT.candidate, REPORT)
     found = (base_envs, envs, _with_env_file(base_rows, base_envs), _with_env_file(rows, envs))
     notes = env_differences(*found)
-    if notes and not args.allow_env_mismatch:
-        raise ConfigError(f"report --against: env fingerprints differ ({'; '.join(notes)}); "
-                          "pass --allow-env-mismatch to compare anyway")
+    if not args.allow_env_mismatch:
+        refuse_env_differences(notes, REPORT)
     missing = []
     for side, paths, side_rows, side_envs in (("baseline", args.against, base_rows, base_envs),
                                               ("candidate", args.results, rows, envs)):

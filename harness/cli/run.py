@@ -92,7 +92,9 @@ def add_arguments(p) -> None:
                         "(every built-in backend; default: every available built-in backend)")
     p.add_argument("--out", default=None,
                    help="results JSONL to append to (default: results/local/<suite>-<run_id>.jsonl)")
-    p.add_argument("--report", default=None, help="HTML report path (default: reports/local/<suite>-<run_id>.html)")
+    p.add_argument("--report", default=None,
+                   help="HTML report path (default: reports/local/<suite>-<run_id>.html; with --resume, named after "
+                        "--out: reports/local/<--out's name>.html, the first run's report for a default --out)")
     p.add_argument("--gpus", type=_gpu_count, default=None, metavar="N",
                    help="spread the cases over N GPUs: relaunches this command under torchrun, one rank per GPU")
     p.add_argument("--timer", choices=TIMERS, default="auto",
@@ -109,17 +111,20 @@ def add_arguments(p) -> None:
 
 
 def _report_path(path: str | None, suite: str, out: str | Path | None = None, stamp_text: str | None = None,
-                 create: bool = True) -> Path:
-    """The report path (default reports/local/<suite>-<run_id>.html), checked before the run;
-    create=False (a dry run) checks what it can without making its folder.
+                 create: bool = True, resume: bool = False) -> Path:
+    """The report path, checked before the run: `path`, else reports/local/<suite>-<run_id>.html, or
+    with `resume` the report named after the results file `out` (`paths.default_report`), as the
+    run that --resume finishes named it where its --out was the default; create=False (a dry run)
+    checks what it can without making its folder.
 
     Raises:
         ConfigError: not an .html/.htm path, an existing file that is not HTML, the --out file,
             a directory, or a folder that cannot be made or written.
     """
-    from treebench.harness.store.paths import check_html_writable
+    from treebench.harness.store.paths import REPORTS, check_html_writable, default_report
 
-    p = Path(path) if path else Path("reports/local") / f"{suite}-{stamp_text or stamp()}.html"
+    p = Path(path) if path else default_report(out) if resume and out is not None else \
+        REPORTS / f"{suite}-{stamp_text or stamp()}.html"
     if out is not None and p.resolve() == Path(out).resolve():
         raise ConfigError(f"--report {p}: is the --out results file; give a separate .html path")
     return check_html_writable(p, "--report", f"reports/local/{suite}.html", create=create)
@@ -179,7 +184,7 @@ def _launch_gpus(args, suite) -> int:
     name = suite_name(suite)
     stamp_text = run_stamp()
     out = args.out or str(Path("results/local") / f"{name}-{stamp_text}.jsonl")
-    report = _report_path(args.report, name, out, stamp_text)
+    report = _report_path(args.report, name, out, stamp_text, resume=args.resume)
     check_writable(out, create=False)
     if args.out is None:  # every rank must append to the same file
         argv += ["--out", out]
@@ -196,8 +201,9 @@ def run(args) -> int:
         ConfigError: bad arguments, suite, backends or output paths (checked before anything is written).
     """
     from treebench.harness.model.suites import load_suite
-    from treebench.harness.run.inflight import mark_unwritten
+    from treebench.harness.run.inflight import mark_unwritten, report_due
     from treebench.harness.run.loading import resolve_backends
+    from treebench.harness.store.paths import default_report
     from treebench.harness.sweep.execute import execute
 
     if args.dry_run:
@@ -220,7 +226,8 @@ def run(args) -> int:
     stamp_text = run_stamp()
     opts = replace(opts, run=replace(opts.run, run_id=stamp_text))
     out_path = args.out or Path("results/local") / f"{name}-{stamp_text}.jsonl"
-    report = _report_path(args.report, name, out_path, stamp_text, create=not args.dry_run)  # before anything is written
+    report = _report_path(args.report, name, out_path, stamp_text, create=not args.dry_run,
+                          resume=args.resume)   # before anything is written
     out = claim_results(out_path, stamp_text, args.dry_run)
     opts = replace(opts, out=out)
     result = execute(suite.cases, backends, opts, CONSOLE)
@@ -234,6 +241,8 @@ def run(args) -> int:
     if not result.rows and args.shard:
         log.warning("no case of suite %s falls to this process (--shard %s): nothing was run", suite.name,
                     args.shard)
+    resume_flags = "" if args.report or report == default_report(out) else f" --report {report}"
+    report_due(out, report, resume_flags)   # for the line after an interrupt: the rows are in, the report next
     if not _write_report(result.rows, out, report, f"treebench {suite.name}"):
         code = 1
     OUTCOME[0] = code   # the rows decide the exit code, whether or not stdout is still read

@@ -1,6 +1,7 @@
 """The pair in flight, named where a crash can still say it; how far the sweep got
-(`PROGRESS`) and whether its results file holds a row of it yet (`UNWRITTEN`), for the
-line after an interrupt; and Ctrl-C held while the CLI starts (`interrupts_held`).
+(`PROGRESS`), whether its results file holds a row of it yet (`UNWRITTEN`) and, once its
+last row is written, whether the run's report is (`REPORT_DUE`), for the line after an
+interrupt; and Ctrl-C held while the CLI starts (`interrupts_held`).
 
 A backend that segfaults (or aborts, or dies of any fatal signal) outside
 ``--isolate`` takes the whole process with it: no Python code runs after the
@@ -44,6 +45,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
+from treebench.harness.store.outputs import Output, will_write
+
 R = TypeVar("R")
 
 ISOLATE_HINT = "rerun with --isolate to make a crash an error row and go on"
@@ -55,6 +58,10 @@ PROGRESS: list[tuple[int, int] | None] = [None]
 # path not made yet; size in bytes, None where there is no file), set by the CLI (`mark_unwritten`); None
 # where no run or check is in progress, or rows are written elsewhere (a --gpus launch's ranks).
 UNWRITTEN: list[tuple[Path | None, int | None] | None] = [None]
+# The report of a run whose sweep is over: (its results file, the report as `will_write` noted it, the flags
+# besides --out that a --resume needs to write that report), set by the CLI (`report_due`); None before the
+# sweep is over, and in a command that writes no report.
+REPORT_DUE: list[tuple[Path, Output, str] | None] = [None]
 _HELD: list = []   # while SIGINT is held: [the handler the hold replaced, whether a SIGINT came]
 
 
@@ -106,6 +113,42 @@ def unwritten_note() -> str | None:
     if _size(path) != size:
         return None
     return "nothing was written" if size is None else f"{path} is left as it was"
+
+
+def kept_rows(out: Path, run_id: str | None, then: str) -> str:
+    """Where the rows written so far are kept and the commands that finish or remove them:
+    " in OUT, run_id ID; THEN the same command with --out OUT --resume, or remove them with
+    treebench rm OUT --run-id ID" (without a run_id, its clauses left out)."""
+    resume = f"{then} the same command with --out {out} --resume"
+    if not run_id:
+        return f" in {out}; {resume}"
+    return f" in {out}, run_id {run_id}; {resume}, or remove them with treebench rm {out} --run-id {run_id}"
+
+
+def report_due(out: str | Path, report: str | Path, resume_flags: str = "") -> None:
+    """Notes in REPORT_DUE that every row of the run in progress is in `out` and that its report
+    `report` comes next; `resume_flags` (" --report PATH" or "") are what a --resume needs besides
+    --out to write that report."""
+    REPORT_DUE[0] = (Path(out), will_write(report, "the report"), resume_flags)
+
+
+def report_note() -> str | None:
+    """What the line after an interrupt says once the run's sweep is over (REPORT_DUE): " after this
+    run's last row; its rows are kept in OUT; the report R was written", or, not written, "...; the
+    report R was not written; to write it, run treebench report OUT -o R, or the same command with
+    --out OUT --resume".
+
+    Returns:
+        That note; None before the sweep is over (REPORT_DUE unset).
+    """
+    if REPORT_DUE[0] is None:
+        return None
+    out, report, flags = REPORT_DUE[0]
+    kept = f" after this run's last row; its rows are kept in {out}"
+    if report.changed():
+        return f"{kept}; {report.written}"
+    return (f"{kept}; {report.unchanged}; to write it, run treebench report {out} -o {report.path}, "
+            f"or the same command with --out {out}{flags} --resume")
 
 
 def enable_crash_report() -> bool:

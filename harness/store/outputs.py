@@ -24,6 +24,10 @@ class Output(NamedTuple):
     written: str                          # what the line says when it changed: "report -o PATH was written"
     unchanged: str                        # what it says when not: "report -o PATH was not written"
 
+    def changed(self) -> bool:
+        """True when the file is there and not as it was when noted: it was written. Raises nothing."""
+        return _state(self.path) not in (None, self.before)
+
 
 OUTPUTS: list[Output] = []   # the files the command in progress writes besides rows (main() empties it)
 
@@ -37,7 +41,7 @@ def _state(path: Path) -> tuple[int, int, int] | None:
     return st.st_ino, st.st_size, st.st_mtime_ns
 
 
-def will_write(path: str | Path, label: str, written: str | None = None, unchanged: str | None = None) -> None:
+def will_write(path: str | Path, label: str, written: str | None = None, unchanged: str | None = None) -> Output:
     """Notes, before the work that leads to it, that the command in progress writes `path`.
 
     Args:
@@ -45,18 +49,22 @@ def will_write(path: str | Path, label: str, written: str | None = None, unchang
             written", or "LABEL PATH was not written" (with ": the file already there is left as
             it was" when one was).
         written, unchanged: the line's words in place of those.
+
+    Returns:
+        The Output noted (also appended to OUTPUTS).
     """
     p = Path(path)
     before = _state(p)
     kept = ": the file already there is left as it was" if before is not None else ""
     OUTPUTS.append(Output(p, before, written or f"{label} {p} was written",
                           unchanged or f"{label} {p} was not written{kept}"))
+    return OUTPUTS[-1]
 
 
 def outputs_note() -> str:
     """'; report -o PATH was not written: ...' for each file noted by `will_write`, as it is now
     against when it was noted; '' when none was noted. Raises nothing."""
-    return "".join(f"; {o.written if _state(o.path) not in (None, o.before) else o.unchanged}" for o in OUTPUTS)
+    return "".join(f"; {o.written if o.changed() else o.unchanged}" for o in OUTPUTS)
 
 
 def write_whole(path: str | Path, data: str | bytes) -> None:

@@ -4,7 +4,9 @@
   nothing but result rows, whose folder takes the env fingerprint beside it;
 - outputs of the readers (`check_output_path`, `check_html_path`, `refuse_non_html`,
   `refuse_input_path`): a report or gate summary never lands on a folder, on a
-  file that is not its kind, or on the results being read.
+  file that is not its kind, or on the results being read;
+- the default report of a results file (`default_report`): reports/local/<its name>.html,
+  so a run's default results/local/<suite>-<run_id>.jsonl and report share their name.
 """
 
 from __future__ import annotations
@@ -21,6 +23,13 @@ from treebench.harness.store.rows import SCHEMA, is_known_schema, is_torn_row, m
 from treebench.harness.store.validate import row_problem
 
 HTML_SUFFIXES = (".html", ".htm")   # what a report path may end in
+REPORTS = Path("reports/local")     # where reports go unless a path is given
+
+
+def default_report(results: str | Path) -> Path:
+    """The report of the results file `results` unless a path is given: reports/local/<its stem>.html
+    (`treebench report`'s, and a resumed run's, whose results file is named after the run it resumes)."""
+    return REPORTS / f"{Path(results).stem}.html"
 
 
 def folder_problem(path: Path) -> str:

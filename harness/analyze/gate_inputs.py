@@ -1,0 +1,96 @@
+"""What the gate refuses to compare, wherever it runs (`treebench gate`, `treebench report --against`).
+
+A comparison whose two sides share a results file or a run passes whatever was measured: a run
+compared with itself has no regression to find (`refuse_shared_files`, `refuse_shared_runs`).
+Without ``--allow-env-mismatch``, rows whose env fingerprint file is not beside them
+(`refuse_missing_env`) and fingerprints that differ (`refuse_env_differences`) are refused
+too. Each refusal is a ConfigError of one line that names the command and its flags
+(`Sides`), so both commands say it in the same words; the CLI turns it into exit 2 before
+anything is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from treebench.harness.errors import ConfigError
+from treebench.harness.store.env import missing_env_line
+from treebench.harness.store.rows import result_files
+
+SAME_RUN = "the gate would compare a run with itself and pass: give the baseline's and a new run's results"
+
+
+@dataclass(frozen=True)
+class Sides:
+    """How a command names the two sides it compares, for its one-line refusals."""
+
+    command: str     # "gate", "report"
+    baseline: str    # the baseline's option, e.g. "--baseline"
+    candidate: str   # the candidate's option or argument, e.g. "--candidate"
+
+
+GATE = Sides("gate", "--baseline", "--candidate")
+REPORT = Sides("report", "--against", "RESULTS")
+
+
+def refuse_shared_files(baseline: Sequence[str | Path], candidate: Sequence[str | Path], sides: Sides) -> None:
+    """Refuses a results file that both sides read (named twice, or inside a folder named on the
+    other side, or a link to it).
+
+    Raises:
+        ConfigError: a file on both sides, or a path that does not exist (as reading it would).
+    """
+    def identity(f: Path) -> tuple[int, int]:
+        st = f.stat()
+        return st.st_dev, st.st_ino              # a link or a second spelling of one file is the same file
+    base = {identity(f) for f in result_files(baseline)}
+    shared = [f for f in result_files(candidate) if identity(f) in base]
+    if shared:
+        more = f" (and {len(shared) - 1} more)" if len(shared) > 1 else ""
+        raise ConfigError(f"{sides.command}: {sides.baseline} and {sides.candidate} both read {shared[0]}{more}; "
+                          f"{SAME_RUN}")
+
+
+def refuse_shared_runs(base_rows: Sequence[dict], cand_rows: Sequence[dict], sides: Sides) -> None:
+    """Refuses rows of one run on both sides (a copy of a results file, or one merged into both):
+    rows carry their run's `run_id`.
+
+    Raises:
+        ConfigError: a run_id in both sides' rows.
+    """
+    shared = {str(r["run_id"]) for r in base_rows if r.get("run_id") is not None} & \
+        {str(r["run_id"]) for r in cand_rows if r.get("run_id") is not None}
+    if shared:
+        more = f" (and {len(shared) - 1} more runs)" if len(shared) > 1 else ""
+        raise ConfigError(f"{sides.command}: run {min(shared)} is in both {sides.baseline} and "
+                          f"{sides.candidate}{more}; {SAME_RUN}")
+
+
+def refuse_missing_env(paths: Sequence[str | Path], rows: Sequence[dict], envs: dict[str, dict], flag: str,
+                       sides: Sides) -> None:
+    """Refuses rows whose env fingerprint file (env-<id>.json) is not beside them: comparing
+    fingerprints would report as a difference what is only a file not copied along.
+
+    Args:
+        flag: the side's option or argument (`sides.baseline` or `sides.candidate`).
+
+    Raises:
+        ConfigError: names the first missing env id and a results file whose rows carry it.
+    """
+    line = missing_env_line(paths, rows, envs)
+    if line:
+        raise ConfigError(f"{sides.command} {flag}: {line}; copy it there, or pass --allow-env-mismatch to "
+                          "compare without it")
+
+
+def refuse_env_differences(notes: Sequence[str], sides: Sides) -> None:
+    """Refuses env fingerprints that differ (`notes`: `treebench.harness.analyze.gate.env_differences`).
+
+    Raises:
+        ConfigError: `notes` is not empty.
+    """
+    if notes:
+        raise ConfigError(f"{sides.command}: env fingerprints differ ({'; '.join(notes)}); compare runs from the "
+                          "same GPU and software, or pass --allow-env-mismatch")
