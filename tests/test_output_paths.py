@@ -240,6 +240,32 @@ def test_default_paths_of_runs_started_together_differ(tiny, tmp_path, monkeypat
     assert len(results) == 2 and results == reports
 
 
+def test_a_run_id_used_again_keeps_the_earlier_runs_default_report(tiny, tmp_path, monkeypatch, capsys):
+    """A run whose default report is there already (its $TREEBENCH_RUN_ID used again, with or without
+    --resume) writes its report beside it as <suite>-<run_id>-2.html, -3, ..., warns naming both and
+    prints the new path; the earlier report is left as it was. A --report given is written there."""
+    from treebench.harness.sweep import shard
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(shard.RUN_ID_ENV, "job7")
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    reports, argv = tmp_path / "reports/local", ["run", "--suite", str(tiny), "--backends", "reference", "--quiet"]
+    assert main(argv) == 0
+    first = (reports / "tiny-job7.html").read_bytes()
+    capsys.readouterr()
+    for n, extra in ((2, []), (3, ["--resume", "--out", "results/local/tiny-job7.jsonl"])):
+        assert main([*argv, *extra]) == 0
+        out, err = capsys.readouterr()
+        assert f"report: reports/local/tiny-job7-{n}.html" in out.splitlines(), out
+        assert ("WARNING  reports/local/tiny-job7.html is the report of an earlier run under run id job7, and is "
+                f"kept: this run's report is reports/local/tiny-job7-{n}.html") in err.splitlines(), err
+    assert (reports / "tiny-job7.html").read_bytes() == first
+    assert sorted(p.name for p in reports.iterdir()) == ["tiny-job7-2.html", "tiny-job7-3.html", "tiny-job7.html"]
+    assert main([*argv, "--report", "reports/local/tiny-job7.html"]) == 0
+    assert "report: reports/local/tiny-job7.html" in capsys.readouterr().out
+    assert (reports / "tiny-job7.html").read_bytes() != first and len(list(reports.iterdir())) == 3
+
+
 def test_default_file_names_carry_the_run_id_printed_and_stored(tiny, tmp_path, monkeypatch, capsys):
     """The token in the default results and report names is the run's `run_id`: the one printed
     in the summary and stored in every row, so a file can be found from a row and back."""

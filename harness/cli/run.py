@@ -92,7 +92,8 @@ def add_arguments(p) -> None:
                         "(every built-in backend; default: every available built-in backend)")
     p.add_argument("--out", default=None,
                    help="results JSONL to append to (default: results/local/<suite>-<run_id>.jsonl)")
-    p.add_argument("--report", default=None, help="HTML report path (default: reports/local/<suite>-<run_id>.html)")
+    p.add_argument("--report", default=None, help="HTML report path (default: reports/local/<suite>-<run_id>.html, "
+                                                  "or <suite>-<run_id>-2.html, -3, ... where an earlier run's is)")
     p.add_argument("--gpus", type=_gpu_count, default=None, metavar="N",
                    help="spread the cases over N GPUs: relaunches this command under torchrun, one rank per GPU")
     p.add_argument("--timer", choices=TIMERS, default="auto",
@@ -110,16 +111,23 @@ def add_arguments(p) -> None:
 
 def _report_path(path: str | None, suite: str, out: str | Path | None = None, stamp_text: str | None = None,
                  create: bool = True) -> Path:
-    """The report path (default reports/local/<suite>-<run_id>.html), checked before the run;
-    create=False (a dry run) checks what it can without making its folder.
+    """The report path, checked before the run; create=False (a dry run) checks what it can without
+    making its folder. The default is reports/local/<suite>-<run_id>.html, or, when a file is there
+    (the report of an earlier run under this run id), the first free <suite>-<run_id>-<n>.html: that
+    report is kept, and a warning names both.
 
     Raises:
         ConfigError: not an .html/.htm path, an existing file that is not HTML, the --out file,
             a directory, or a folder that cannot be made or written.
     """
-    from treebench.harness.store.paths import check_html_writable
+    from treebench.harness.store.paths import check_html_writable, unused_path
 
-    p = Path(path) if path else Path("reports/local") / f"{suite}-{stamp_text or stamp()}.html"
+    run_id = stamp_text or stamp()
+    default = Path("reports/local") / f"{suite}-{run_id}.html"
+    p = Path(path) if path else unused_path(default)
+    if p != default and not path and create:
+        log.warning("%s is the report of an earlier run under run id %s, and is kept: this run's report is %s",
+                    default, run_id, p)
     if out is not None and p.resolve() == Path(out).resolve():
         raise ConfigError(f"--report {p}: is the --out results file; give a separate .html path")
     return check_html_writable(p, "--report", f"reports/local/{suite}.html", create=create)
