@@ -145,7 +145,7 @@ def test_ctrl_c_before_the_first_row_removes_the_results_file_the_sweep_created(
     assert code == 130, err
     assert err.strip().splitlines()[-1] == (f"treebench: interrupted before any row was written: the empty results "
                                             f"file {out} it had created is removed"), err
-    assert not out.exists() and not list(out.parent.glob("*.jsonl*"))
+    assert not out.exists() and not list(out.parent.glob("*.jsonl*")) and not list(out.parent.glob("env-*.json"))
 
 
 @pytest.mark.parametrize("argv, code", [

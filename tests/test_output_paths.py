@@ -358,6 +358,59 @@ def test_an_interrupt_during_the_first_pair_says_the_results_file_is_left_as_it_
 
 
 @pytest.mark.parametrize("command, backend", [("run", "--backends"), ("check", "--backend")])
+@pytest.mark.parametrize("out_there, env_there", [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize("stop", ["interrupt", "I/O error"])
+def test_a_stop_before_the_first_row_takes_back_the_env_file_it_wrote(tiny, tmp_path, capsys, monkeypatch,
+                                                                      command, backend, out_there, env_there, stop):
+    """Ctrl-C in the first pair, or its row failing to append: no row of this run was written, so the
+    env fingerprint it wrote beside --out is removed again and the line's "left as it was" / "removed"
+    stays true; an env file that was there before is left as it was. Once a row is written, the env
+    file stays."""
+    import errno
+
+    import treebench.harness.run.runner as runner
+    from treebench.harness.store import rows
+    from treebench.harness.store.env import env_fingerprint
+
+    monkeypatch.chdir(tmp_path)           # the run's default report goes to reports/local here
+    suite, folder = tmp_path / "two.toml", tmp_path / "d"
+    suite.write_text(tiny_suite("two", (8, 12)))
+    out, env_id = folder / "r.jsonl", env_fingerprint("cpu", None)["env_id"]
+    env_file = folder / f"env-{env_id}.json"
+    folder.mkdir()
+    if out_there:
+        append_row(out, _row(0))              # an earlier run's row
+    if env_there:
+        env_file.write_text('{"env_id": "kept as it was"}')
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    def broken(fd):
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+    real = runner.run_case_backend
+    with monkeypatch.context() as m:
+        m.setattr(*((runner, "run_case_backend", interrupted) if stop == "interrupt" else (rows, "_fsync", broken)))
+        argv = [command, "--suite", str(suite), backend, "reference", "--out", str(out), "--quiet"]
+        assert main(argv) == (130 if stop == "interrupt" else 2)
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert (f"{out} is left as it was" if out_there else f"the empty results file {out} it had created is removed"
+            ) in line, line
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    calls = []
+
+    def second_pair_interrupted(*a, **k):
+        calls.append(1)
+        if len(calls) > 1:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+    monkeypatch.setattr(runner, "run_case_backend", second_pair_interrupted)
+    assert main([*argv, "--resume"]) == 130
+    assert env_file.is_file() and len(read_rows([out])) == out_there + 1
+
+
+@pytest.mark.parametrize("command, backend", [("run", "--backends"), ("check", "--backend")])
 @pytest.mark.parametrize("stop", ["interrupt", "full disk", "bad input"])
 @pytest.mark.parametrize("existed", [False, True])
 def test_a_results_file_created_by_a_sweep_that_wrote_no_row_is_removed(tiny, tmp_path, capsys, monkeypatch,

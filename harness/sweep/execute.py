@@ -9,6 +9,7 @@ module holds the logic so that it can be tested without a command line.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from dataclasses import dataclass, field, replace
@@ -40,7 +41,7 @@ from treebench.harness.sweep.shard import (
     torchrun_rank,
     wait_for_ranks,
 )
-from treebench.harness.store.env import env_fingerprint, write_env
+from treebench.harness.store.env import env_beside, env_fingerprint
 from treebench.harness.store.rows import read_rows, row_key, row_places, stored_keys
 from treebench.harness.store.lock import hold_all
 
@@ -216,15 +217,14 @@ def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Co
             result.resumed, result.stored_note = None, _stored_note(opts, stored, env["env_id"], mine, names)
         return result
     store = rank_path(opts.out, rank) if rank and opts.out else opts.out
-    if opts.out is not None:
-        write_env(opts.out.parent, env)
-    if rank:
-        assert opts.out is not None  # _check_options: torchrun needs --out
-        clear_done(opts.out, rank)
     config = _config(opts, env, device, store, skip, opts.run.quiet or not result.primary)
-    if result.primary and opts.out is not None:
-        _warn_reused_run_id(opts.out, config.run_id, _measured_again(opts, cases, names, skip, env["env_id"]))
-    result.rows, result.store_path = run_cases(mine, backends, config, console=console), store
+    with _env_written(opts, env, store, rank):   # taken back when stopped before the first row
+        if rank:
+            assert opts.out is not None  # _check_options: torchrun needs --out
+            clear_done(opts.out, rank)
+        if result.primary and opts.out is not None:
+            _warn_reused_run_id(opts.out, config.run_id, _measured_again(opts, cases, names, skip, env["env_id"]))
+        result.rows, result.store_path = run_cases(mine, backends, config, console=console), store
     if rank:
         _finish_rank(opts, rank, config.run_id, result)
     if opts.resume and result.primary:
@@ -234,6 +234,19 @@ def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Co
     if result.primary and opts.out is not None and opts.run.mode == "run":   # run's summary names them
         result.earlier_rows = _earlier_rows(opts.out, {r["run_id"] for r in result.rows if r.get("run_id")})
     return result
+
+
+def _env_written(opts: SweepOptions, env: dict, store: Path | None, rank: Rank | None):
+    """The env file beside --out for the rows this process appends to `store` (`env.env_beside`),
+    removed again when the sweep stops before its first row, outside torchrun (a rank's may serve
+    the rows of another); nothing without --out.
+
+    Raises:
+        ConfigError: the env file cannot be written.
+    """
+    if opts.out is None or store is None:
+        return contextlib.nullcontext()
+    return env_beside(store, env, undo=rank is None)   # a rank file lies beside --out
 
 
 def _earlier_rows(out: Path, run_ids: set[str]) -> int:
