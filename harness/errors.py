@@ -6,10 +6,13 @@
     ├── ConfigError              bad input: tree spec, suite file, CLI value, case
     │   └── TreeError            a malformed token tree
     ├── BackendUnavailable       a backend cannot run on this machine
-    └── CorrectnessError         an output failed its comparison (used by callers
-                                 that want an exception instead of a record)
+    ├── CorrectnessError         an output failed its comparison (used by callers
+    │                            that want an exception instead of a record)
+    └── ResultsWriteError        rows could not be appended to a results file (a full
+                                 disk, an I/O error, a read-only file system); also an
+                                 OSError, with the file's errno, strerror and filename
 
-The CLI turns ``ConfigError`` into one line on stderr and exit code 2.
+The CLI turns ``ConfigError`` and ``ResultsWriteError`` into one line on stderr and exit code 2.
 """
 
 from __future__ import annotations
@@ -33,3 +36,8 @@ class BackendUnavailable(HarnessError):
 
 class CorrectnessError(HarnessError):
     """A backend's output did not match the reference."""
+
+
+class ResultsWriteError(HarnessError, OSError):
+    """Appending rows to a results file failed part-way (`store.rows.append_row`); the file is cut
+    back to the rows it held before. Built as OSError(errno, strerror, filename)."""

@@ -145,7 +145,7 @@ def test_ctrl_c_before_the_first_row_removes_the_results_file_the_sweep_created(
     assert code == 130, err
     assert err.strip().splitlines()[-1] == (f"treebench: interrupted before any row was written: the empty results "
                                             f"file {out} it had created is removed"), err
-    assert not out.exists() and not list(out.parent.glob("*.jsonl*"))
+    assert not out.exists() and not list(out.parent.glob("*.jsonl*")) and not list(out.parent.glob("env-*.json"))
 
 
 @pytest.mark.parametrize("argv, code", [
@@ -308,7 +308,7 @@ def test_a_full_disk_is_one_line_exit_2_and_keeps_the_rows_written(tiny, tmp_pat
                                                                     backend):
     """A write that finds no space (ENOSPC) mid-run: one line naming the file, the run_id of the
     rows written with the --resume and `rm --run-id` commands, exit 2; the rows before it stay
-    readable. Any other OSError still raises."""
+    readable."""
     import errno
 
     from treebench.harness.cli.main import main
@@ -332,12 +332,38 @@ def test_a_full_disk_is_one_line_exit_2_and_keeps_the_rows_written(tiny, tmp_pat
                       f"are kept in {out}, run_id {row['run_id']}; free space, then run the same command with --out "
                       f"{out} --resume, or remove them with treebench rm {out} --run-id {row['run_id']}")
 
-    def broken(path, row):
-        raise OSError(errno.EIO, os.strerror(errno.EIO))
 
-    monkeypatch.setattr(runner, "append_row", broken)
-    with pytest.raises(OSError):
-        main([command, "--suite", str(tiny), backend, "reference", "--out", str(tmp_path / "s.jsonl"), "--quiet"])
+@pytest.mark.parametrize("command, backend", [("run", "--backends"), ("check", "--backend")])
+@pytest.mark.parametrize("code", ["EIO", "EROFS"])
+def test_a_failed_append_is_one_line_exit_2_and_keeps_the_rows_written(tiny, tmp_path, monkeypatch, capsys, command,
+                                                                        backend, code):
+    """Any OSError while a row is appended (an I/O error, a file system remounted read-only), not only a
+    full disk: the row is cut off again, and the run ends as on a full disk, in one line naming the file
+    and the error, exit 2, the rows before it intact; the fix it names is not to free space."""
+    import errno
+
+    from treebench.harness.cli.main import main
+    from treebench.harness.store import rows
+
+    real, calls = rows._fsync, []
+
+    def fsync_then_fail(fd):
+        calls.append(fd)
+        if len(calls) > 1:   # the second row reached the file: the failed fsync must cut it off again
+            raise OSError(getattr(errno, code), os.strerror(getattr(errno, code)))
+        real(fd)
+
+    monkeypatch.setattr(rows, "_fsync", fsync_then_fail)
+    out = tmp_path / "r.jsonl"
+    rc = main([command, "--suite", str(tiny), backend, "reference", "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "Traceback" not in err[0], err
+    (row,) = read_rows([out])
+    assert out.read_bytes().count(b"\n") == 1
+    assert err[0] == (f"treebench: error: could not write {out}: {os.strerror(getattr(errno, code))}; rows already "
+                      f"written are kept in {out}, run_id {row['run_id']}; once {out} can be written, run the same "
+                      f"command with --out {out} --resume, or remove them with treebench rm {out} --run-id "
+                      f"{row['run_id']}")
 
 
 def test_top_level_help_imports_no_torch():

@@ -301,9 +301,27 @@ def test_a_results_file_given_twice_is_read_once(caplog):
     files = sorted(str(p) for p in BASE.glob("*.jsonl"))
     once = read_checked_rows(files, "report")
     assert len(read_checked_rows(files + files, "report")) == len(once)
-    assert any("repeated rows dropped, the earlier of each pair kept" in m and "reused run id" in m for m in caplog.messages)
+    assert any(f"{len(once)} repeated rows dropped, one of each kept (the same row read twice: a results file given "
+               "twice" in m for m in caplog.messages)
     other_run = [{**r, "run_id": "another"} for r in once]
     assert len(drop_repeated_rows(once + other_run, "report")) == 2 * len(once)
+
+
+@pytest.mark.parametrize("second", ["timed", "timed later", "timed warm"])
+def test_two_measurements_of_a_pair_under_one_run_id_are_both_kept(caplog, second):
+    """One run id naming two rows of a pair measured apart (a check's untimed row, then a run's timed
+    one under a reused $TREEBENCH_RUN_ID; a job run twice; another L2 state) is no repeat: gate and
+    report read both, and the gate compares the later."""
+    from treebench.harness.store.rows import read_rows
+    from treebench.harness.store.validate import drop_repeated_rows
+
+    (first,) = [r for r in read_rows([BASE / "seed.jsonl"]) if r["status"] == "pass"][:1]
+    untimed = {**first, "timer": None, "median_us": None, "samples_us": None, "l2_flushed": None}
+    timed = {**first, "timestamp": "2999-01-01T00:00:00.000+00:00"}
+    earlier = {"timed": untimed, "timed later": first, "timed warm": {**timed, "l2_flushed": False}}
+    rows = [earlier[second], timed]
+    assert drop_repeated_rows(rows, "report") == rows and not caplog.messages
+    assert gate.latest_rows(rows)[(first["case_id"], first["backend"])] is timed
 
 
 def test_gate_orders_a_cells_page_sizes_numerically():

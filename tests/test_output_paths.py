@@ -240,6 +240,39 @@ def test_default_paths_of_runs_started_together_differ(tiny, tmp_path, monkeypat
     assert len(results) == 2 and results == reports
 
 
+def test_a_run_id_used_again_keeps_the_earlier_runs_default_report(tiny, tmp_path, monkeypatch, capsys):
+    """A run whose default report is there already (its $TREEBENCH_RUN_ID used again) writes its
+    report beside it as <suite>-<run_id>-2.html, -3, ..., warns naming both and prints the new path;
+    the earlier report is left as it was. A --resume finishes the run its --out names and writes
+    that run's report (named after --out) over it, with no warning. A --report given is written there."""
+    from treebench.harness.sweep import shard
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(shard.RUN_ID_ENV, "job7")
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    reports, argv = tmp_path / "reports/local", ["run", "--suite", str(tiny), "--backends", "reference", "--quiet"]
+    assert main(argv) == 0
+    first = (reports / "tiny-job7.html").read_bytes()
+    capsys.readouterr()
+    for n in (2, 3):
+        assert main(argv) == 0
+        out, err = capsys.readouterr()
+        assert f"report: reports/local/tiny-job7-{n}.html" in out.splitlines(), out
+        assert ("WARNING  reports/local/tiny-job7.html is the report of an earlier run under run id job7, and is "
+                f"kept: this run's report is reports/local/tiny-job7-{n}.html") in err.splitlines(), err
+    assert (reports / "tiny-job7.html").read_bytes() == first
+    assert sorted(p.name for p in reports.iterdir()) == ["tiny-job7-2.html", "tiny-job7-3.html", "tiny-job7.html"]
+    (reports / "tiny-job7.html").write_bytes(first + b"<!-- the report of the run --resume finishes -->")
+    assert main([*argv, "--resume", "--out", "results/local/tiny-job7.jsonl"]) == 0
+    out, err = capsys.readouterr()
+    assert "report: reports/local/tiny-job7.html" in out.splitlines() and "is kept" not in err, (out, err)
+    assert not (reports / "tiny-job7.html").read_bytes().endswith(b"-->") and len(list(reports.iterdir())) == 3
+    (reports / "tiny-job7-2.html").write_bytes(first + b"<!-- a report to replace -->")
+    assert main([*argv, "--report", "reports/local/tiny-job7-2.html"]) == 0
+    assert "report: reports/local/tiny-job7-2.html" in capsys.readouterr().out
+    assert not (reports / "tiny-job7-2.html").read_bytes().endswith(b"-->") and len(list(reports.iterdir())) == 3
+
+
 def test_default_file_names_carry_the_run_id_printed_and_stored(tiny, tmp_path, monkeypatch, capsys):
     """The token in the default results and report names is the run's `run_id`: the one printed
     in the summary and stored in every row, so a file can be found from a row and back."""
@@ -329,6 +362,59 @@ def test_an_interrupt_during_the_first_pair_says_the_results_file_is_left_as_it_
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines[-1] == f"treebench: interrupted before this run's first row; {out} is left as it was", lines
     assert out.read_bytes() == before
+
+
+@pytest.mark.parametrize("command, backend", [("run", "--backends"), ("check", "--backend")])
+@pytest.mark.parametrize("out_there, env_there", [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize("stop", ["interrupt", "I/O error"])
+def test_a_stop_before_the_first_row_takes_back_the_env_file_it_wrote(tiny, tmp_path, capsys, monkeypatch,
+                                                                      command, backend, out_there, env_there, stop):
+    """Ctrl-C in the first pair, or its row failing to append: no row of this run was written, so the
+    env fingerprint it wrote beside --out is removed again and the line's "left as it was" / "removed"
+    stays true; an env file that was there before is left as it was. Once a row is written, the env
+    file stays."""
+    import errno
+
+    import treebench.harness.run.runner as runner
+    from treebench.harness.store import rows
+    from treebench.harness.store.env import env_fingerprint
+
+    monkeypatch.chdir(tmp_path)           # the run's default report goes to reports/local here
+    suite, folder = tmp_path / "two.toml", tmp_path / "d"
+    suite.write_text(tiny_suite("two", (8, 12)))
+    out, env_id = folder / "r.jsonl", env_fingerprint("cpu", None)["env_id"]
+    env_file = folder / f"env-{env_id}.json"
+    folder.mkdir()
+    if out_there:
+        append_row(out, _row(0))              # an earlier run's row
+    if env_there:
+        env_file.write_text('{"env_id": "kept as it was"}')
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    def broken(fd):
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+    real = runner.run_case_backend
+    with monkeypatch.context() as m:
+        m.setattr(*((runner, "run_case_backend", interrupted) if stop == "interrupt" else (rows, "_fsync", broken)))
+        argv = [command, "--suite", str(suite), backend, "reference", "--out", str(out), "--quiet"]
+        assert main(argv) == (130 if stop == "interrupt" else 2)
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert (f"{out} is left as it was" if out_there else f"the empty results file {out} it had created is removed"
+            ) in line, line
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    calls = []
+
+    def second_pair_interrupted(*a, **k):
+        calls.append(1)
+        if len(calls) > 1:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+    monkeypatch.setattr(runner, "run_case_backend", second_pair_interrupted)
+    assert main([*argv, "--resume"]) == 130
+    assert env_file.is_file() and len(read_rows([out])) == out_there + 1
 
 
 @pytest.mark.parametrize("command, backend", [("run", "--backends"), ("check", "--backend")])

@@ -344,8 +344,42 @@ def test_a_run_id_given_again_for_one_out_is_warned_of(tmp_path, capsys, monkeyp
     named = f"${source}{' (torchrun --rdzv-id)' * (source != 'TREEBENCH_RUN_ID')}"
     assert err == [(f"WARNING  run id {run_id} ({named}) already names 1 row in {out}, written before this run "
                     f"started: its rows get the same id, so `treebench rm {out} --run-id {run_id}` removes both runs' "
-                    "rows, and gate and report keep only the earlier row of a pair both measured in one env; "
+                    "rows, and gate and report read both runs' rows of a pair (the gate compares the later); "
                     f"{fix}, or add --resume to continue that run")], err
+
+
+def test_a_check_then_a_run_resumed_under_one_run_id_keeps_the_timed_rows(tmp_path, capsys, monkeypatch):
+    """`check --out F` then `run --resume --out F` under one $TREEBENCH_RUN_ID: --resume does not skip the
+    check's untimed rows, so the run measures those pairs again under the same id; it warns in one line
+    saying so and how to keep them apart, and gate and report read the timed rows (not dropped as
+    repeats of the untimed ones). A resume of the run itself says nothing."""
+    from treebench.harness.analyze.gate import latest_rows
+    from treebench.harness.cli.main import main
+    from treebench.harness.store.validate import read_checked_rows
+
+    for name in ("TORCHELASTIC_RUN_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TREEBENCH_RUN_ID", "job42")
+    monkeypatch.chdir(tmp_path)
+    suite, out = tmp_path / "two.toml", tmp_path / "r.jsonl"
+    suite.write_text(tiny_suite("two", (8, 12)))
+    assert main(["check", "--suite", str(suite), "--backend", "reference", "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    run = ["run", "--suite", str(suite), "--backends", "reference", "--out", str(out), "--resume", "--quiet"]
+    assert main(run) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("WARNING")]
+    assert err == [f"WARNING  run id job42 ($TREEBENCH_RUN_ID) already names 2 rows in {out} that --resume does not "
+                   "skip (untimed rows of `treebench check`, or rows timed with another --timer or --l2): this run "
+                   f"measures those pairs again under the same id, so `treebench rm {out} --run-id job42` removes the "
+                   "rows of both, and gate and report read both (the gate compares the later); to keep them apart, "
+                   "unset $TREEBENCH_RUN_ID (or set a new one) for a run of its own"], err
+    for command in ("report", "gate --candidate"):
+        rows = read_checked_rows([str(out)], command)
+        assert len(rows) == 4 and sum(r["median_us"] is not None for r in rows) == 2
+        assert all(r["median_us"] is not None for r in latest_rows(rows).values())
+    assert main(run) == 0                                   # the run resumed: every pair stored, nothing to say
+    assert "already names" not in capsys.readouterr().err
+    assert len(read_checked_rows([str(out)], "report")) == 4
 
 
 def test_a_run_id_given_in_code_again_is_warned_of_too(tmp_path, caplog):

@@ -37,7 +37,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from treebench.harness.errors import ConfigError
+from treebench.harness.errors import ConfigError, ResultsWriteError
 
 FULL_DISK = (errno.ENOSPC, errno.EDQUOT)   # a write that found no space: one line, exit 2
 
@@ -227,8 +227,8 @@ def _parse(argv: list[str]) -> tuple[str, argparse.Namespace]:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `treebench` console script; returns the exit code.
 
-    Any ConfigError (bad input), and a write that finds the disk full, is one line on stderr
-    and exit 2. Ctrl-C and SIGTERM end with one line (the --resume hint when rows were being
+    Any ConfigError (bad input), a write that finds the disk full, and any failed append of rows
+    (ResultsWriteError), is one line on stderr and exit 2. Ctrl-C and SIGTERM end with one line (the --resume hint when rows were being
     written), exit 130 / 143; a Ctrl-C while the start-up imports load torch is held until they
     end (`interrupts_held`). A closed stdout (`treebench list | head -3`) sends the rest of the
     output to /dev/null and exits with the code the command had decided on (run, check), else 141.
@@ -267,9 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as e:
         return _interrupted(isinstance(e, Terminated), name)
     except OSError as e:
-        if e.errno not in FULL_DISK:
+        if e.errno not in FULL_DISK and not isinstance(e, ResultsWriteError):
             raise
-        return _disk_full(e)
+        return _not_written(e)
     finally:
         _drop_unwritten_out()   # an error or a crash of the sweep: a file it created and left empty goes
         if previous is not None:
@@ -356,23 +356,23 @@ def _pairs_done() -> str:
     from treebench.harness.cli.common import plural
     from treebench.harness.run.inflight import PROGRESS
 
-    done = PROGRESS[0]
-    return "" if done is None else f" after {done[0]} of {plural(done[1], 'pair')}"
+    return "" if (done := PROGRESS[0]) is None else f" after {done[0]} of {plural(done[1], 'pair')}"
 
 
-def _disk_full(e: OSError) -> int:
-    """The one line when a write finds no space (ENOSPC, EDQUOT): the file and the error; that the rows before it
-    are kept (the row that did not fit is cut off again: store.rows.append_row) with, from a run or check --out,
-    their run_id, the --resume hint and the `treebench rm` of them; before its first row, what became of --out."""
+def _not_written(e: OSError) -> int:
+    """The one line when a write finds no space (ENOSPC, EDQUOT: free space) or rows fail to append (ResultsWriteError:
+    EIO, EROFS, ...): the file, the error, that the rows before are kept (the failed row is cut off: store.rows), from
+    a run or check --out with their run_id, --resume and `treebench rm`; before its first row, what became of --out."""
     from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID
     from treebench.harness.run.inflight import PROGRESS, kept_rows  # PROGRESS: (rows written, pairs) of the run
 
-    out, removed, again = ACTIVE_OUT[0], _drop_unwritten_out(), "free space, then run the same command again"
-    what, first = e.filename or out or "a file", PROGRESS[0] is not None and PROGRESS[0][0] == 0
+    out, removed, what = ACTIVE_OUT[0], _drop_unwritten_out(), e.filename or ACTIVE_OUT[0] or "a file"
+    then = "free space, then run" if e.errno in FULL_DISK else f"once {what} can be written, run"
     where = ("; what was written before is kept" if out is None else
-             f"; stopped {_removed(removed)}; {again}" if removed else
-             f"; stopped before this run's first row: {out} is left as it was; {again}" if first else
-             "; rows already written are kept" + kept_rows(out, ACTIVE_RUN_ID[0], "free space, then run"))
+             f"; stopped {_removed(removed)}; {then} the same command again" if removed else
+             f"; stopped before this run's first row: {out} is left as it was; {then} the same command again"
+             if PROGRESS[0] is not None and PROGRESS[0][0] == 0 else
+             "; rows already written are kept" + kept_rows(out, ACTIVE_RUN_ID[0], then))
     with contextlib.suppress(OSError):
         sys.stderr.write(f"{PROG}: error: could not write {what}: {e.strerror or e}{where}\n")
     return BAD_INPUT

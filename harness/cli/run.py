@@ -93,8 +93,9 @@ def add_arguments(p) -> None:
     p.add_argument("--out", default=None,
                    help="results JSONL to append to (default: results/local/<suite>-<run_id>.jsonl)")
     p.add_argument("--report", default=None,
-                   help="HTML report path (default: reports/local/<suite>-<run_id>.html; with --resume, named after "
-                        "--out: reports/local/<--out's name>.html, the first run's report for a default --out)")
+                   help="HTML report path (default: reports/local/<suite>-<run_id>.html, or <suite>-<run_id>-2.html, "
+                        "-3, ... where an earlier run's is; with --resume, named after --out: "
+                        "reports/local/<--out's name>.html, the first run's report for a default --out)")
     p.add_argument("--gpus", type=_gpu_count, default=None, metavar="N",
                    help="spread the cases over N GPUs: relaunches this command under torchrun, one rank per GPU")
     p.add_argument("--timer", choices=TIMERS, default="auto",
@@ -112,19 +113,30 @@ def add_arguments(p) -> None:
 
 def _report_path(path: str | None, suite: str, out: str | Path | None = None, stamp_text: str | None = None,
                  create: bool = True, resume: bool = False) -> Path:
-    """The report path, checked before the run: `path`, else reports/local/<suite>-<run_id>.html, or
-    with `resume` the report named after the results file `out` (`paths.default_report`), as the
-    run that --resume finishes named it where its --out was the default; create=False (a dry run)
-    checks what it can without making its folder.
+    """The report path, checked before the run; create=False (a dry run) checks what it can without
+    making its folder. The default is reports/local/<suite>-<run_id>.html, or, when a file is there
+    (the report of an earlier run under this run id), the first free <suite>-<run_id>-<n>.html: that
+    report is kept, and a warning names both. With `resume` the default is the report named after
+    the results file `out` (`paths.default_report`), as the run that --resume finishes named it where
+    its --out was the default: the resumed run's report replaces it.
 
     Raises:
         ConfigError: not an .html/.htm path, an existing file that is not HTML, the --out file,
             a directory, or a folder that cannot be made or written.
     """
-    from treebench.harness.store.paths import REPORTS, check_html_writable, default_report
+    from treebench.harness.store.paths import REPORTS, check_html_writable, default_report, unused_path
 
-    p = Path(path) if path else default_report(out) if resume and out is not None else \
-        REPORTS / f"{suite}-{stamp_text or stamp()}.html"
+    run_id = stamp_text or stamp()
+    default = REPORTS / f"{suite}-{run_id}.html"
+    if path:
+        p = Path(path)
+    elif resume and out is not None:
+        p = default_report(out)
+    else:
+        p = unused_path(default)
+        if p != default and create:
+            log.warning("%s is the report of an earlier run under run id %s, and is kept: this run's report is %s",
+                        default, run_id, p)
     if out is not None and p.resolve() == Path(out).resolve():
         raise ConfigError(f"--report {p}: is the --out results file; give a separate .html path")
     return check_html_writable(p, "--report", f"reports/local/{suite}.html", create=create)

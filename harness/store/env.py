@@ -1,6 +1,7 @@
 """The env fingerprint: the machine and software a run measured on, one file per env beside the results.
 
-A run writes ``env-<env_id>.json`` beside its results file; every row names its env
+A run writes ``env-<env_id>.json`` beside its results file (`env_beside`: taken back when it
+stops before its first row, where it was not there before); every row names its env
 by ``env`` (`missing_env_line` names an env whose file was not copied along). `env_id_of` hashes the fingerprint's stable fields: two runs with the
 same env_id measured on the same GPU, driver, CPU, thread settings and software,
 so their timings compare. The peak bandwidth and the dense bf16 matrix rate are measured
@@ -10,6 +11,7 @@ by the caller (`treebench.harness.timing.bandwidth.measure_peak_bandwidth`,
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import json
@@ -18,6 +20,7 @@ import platform
 import re
 import socket
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -158,6 +161,39 @@ def write_env(directory: str | Path, env: dict) -> Path:
             raise ConfigError(f"env fingerprint {path}: cannot write it ({e.strerror}); the results folder "
                               "must be writable") from None
     return path
+
+
+@contextlib.contextmanager
+def env_beside(results: str | Path, env: dict, undo: bool = True) -> Iterator[Path]:
+    """`write_env` beside the results file `results`, for the rows the with-block appends to it. When
+    the block raises (an interrupt, an error) while `results` has the size it had before the block (no
+    row reached it) and the env file was written here (nothing was there before), the env file is
+    removed again: a run stopped before its first row leaves no fingerprint of rows that do not exist.
+
+    Args:
+        undo: False keeps the env file in every case (torchrun ranks: another rank's rows may need it).
+
+    Raises:
+        ConfigError: as write_env; whatever the block raises, unchanged.
+    """
+    results = Path(results)
+    there, size = (results.parent / f"env-{env['env_id']}.json").exists(), _size(results)
+    path = write_env(results.parent, env)
+    try:
+        yield path
+    except BaseException:
+        if undo and not there and _size(results) == size:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        raise
+
+
+def _size(path: Path) -> int | None:
+    """The size in bytes of the file at `path`; None where there is none."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
 
 
 def _env_files(paths) -> list[Path]:

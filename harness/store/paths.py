@@ -190,6 +190,17 @@ def check_html_writable(path: str | Path, flag: str, example: str, create: bool 
     return p
 
 
+def unused_path(path: str | Path) -> Path:
+    """`path` when nothing is there, else the first of <stem>-2<suffix>, <stem>-3<suffix>, ... beside
+    it where nothing is: a default output name that an earlier run's file already holds (a run id
+    used again) gets a name of its own rather than overwriting that file. Raises nothing."""
+    p, n = Path(path), 2
+    found = p
+    while found.exists() or found.is_symlink():
+        found, n = p.with_name(f"{p.stem}-{n}{p.suffix}"), n + 1
+    return found
+
+
 # How a report's first 4 KiB show that treebench wrote it: the generator meta tag of
 # harness/analyze/templates/report.html.j2, or (reports written before it had one) the
 # template's first style rule.

@@ -7,7 +7,7 @@ beside it (`treebench.harness.store.env`). Reports and the gate read only the st
 
 Rows are appended with one ``os.write`` of one whole line on an ``O_APPEND``
 descriptor, then fsync'd: a killed run loses at most the row in flight. A write
-that fails part-way (a full disk) is undone: the file is cut back to the rows it
+that fails part-way (a full disk, an I/O error) is undone: the file is cut back to the rows it
 held, and no other truncation ever happens. A row is identified by ``row_key``:
 (case_id, backend, env); ``stored_keys`` gives the keys a ``--resume`` skips.
 ``row_l2_flushed`` reads a row's L2 state, older rows (no ``l2_flushed``) included.
@@ -44,7 +44,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import NamedTuple
 
-from treebench.harness.errors import ConfigError
+from treebench.harness.errors import ConfigError, ResultsWriteError
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +95,8 @@ def append_row(path: str | Path, row: dict) -> None:
 
     Raises:
         ConfigError: the path cannot be opened for appending (a directory, no permission).
-        OSError: the write or fsync failed (ENOSPC, EDQUOT: a full disk); the file is cut back to
-            the rows it held before, and the error's filename is `path`.
+        ResultsWriteError: an OSError once the file is open (ENOSPC or EDQUOT: a full disk; EIO;
+            EROFS); the file is cut back to the rows it held before, and the error's filename is `path`.
     """
     line = (json.dumps(row, sort_keys=False, allow_nan=True) + "\n").encode()
     _append(Path(path), line, "give --out a writable file path")
@@ -108,7 +108,7 @@ def append_rows(path: str | Path, rows: list[dict]) -> None:
 
     Raises:
         ConfigError: the path cannot be opened for appending.
-        OSError: as append_row; none of `rows` is left in the file.
+        ResultsWriteError: as append_row; none of `rows` is left in the file.
     """
     if rows:
         blob = "".join(json.dumps(r, sort_keys=False, allow_nan=True) + "\n" for r in rows).encode()
@@ -117,29 +117,32 @@ def append_rows(path: str | Path, rows: list[dict]) -> None:
 
 def _append(path: Path, data: bytes, fix: str) -> None:
     """Appends `data` (whole lines) to `path` and fsyncs it, after a newline when the file ends in
-    a torn line. A write or fsync that fails part-way (a full disk) is undone: the file is cut
-    back to its length before, so it never ends in half a row this call wrote.
+    a torn line. A write or fsync that fails part-way (a full disk, an I/O error) is undone: the
+    file is cut back to its length before, so it never ends in half a row this call wrote.
 
     Raises:
         ConfigError: `path` cannot be opened for appending; the message ends with `fix`.
-        OSError: the write or fsync failed, with `path` as its filename, once the file is cut back.
+        ResultsWriteError: any OSError once it is open (reading its end, the write, the fsync), with
+            that errno and `path` as its filename, after the file is cut back (where the file system
+            still allows it).
     """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     except OSError as e:
         raise ConfigError(f"results file {path}: cannot append ({e.strerror}); {fix}") from None
+    size = None
     try:
         size = os.fstat(fd).st_size   # under the file's lock (store.lock) no one else appends
         data = b"\n" + data if _ends_torn(path) else data
-        try:
-            while data:   # one write, unless the disk takes only part of it
-                data = data[os.write(fd, data):]
-            _fsync(fd)
-        except OSError as e:
+        while data:   # one write, unless the disk takes only part of it
+            data = data[os.write(fd, data):]
+        _fsync(fd)
+    except OSError as e:
+        if size is not None:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, size)
-            raise OSError(e.errno, e.strerror, str(path)) from e
+        raise ResultsWriteError(e.errno, e.strerror, str(path)) from e
     finally:
         os.close(fd)
 

@@ -1,5 +1,6 @@
 """Result rows read for `treebench gate`, `treebench report` and `treebench merge`: every field they
-rely on checked (`row_problem`), and (gate, report) a row read twice (a file given twice) kept once."""
+rely on checked (`row_problem`), and (gate, report) a row read twice (a file given twice) kept once;
+two measurements under one run id (a reused id) are two rows, both kept."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import math
 from collections.abc import Sequence
 
 from treebench.harness.errors import ConfigError
-from treebench.harness.store.rows import STATUSES, find_row, read_rows
+from treebench.harness.store.rows import STATUSES, find_row, read_rows, timing_key
 
 REQUIRED_FIELDS = {"backend": str, "case": dict, "case_id": str, "status": str}
 # case axes the report's tables and plots group rows by
@@ -57,8 +58,8 @@ def row_problem(row: dict, case_axes: bool = False) -> str | None:
 
 
 def read_checked_rows(paths: Sequence[str], command: str, case_axes: bool = False) -> list[dict]:
-    """`validated_rows(paths, command, case_axes)`; a row repeated to the letter of its identity
-    (run_id, env, case_id, backend: a file or folder given twice) is kept once, with a warning.
+    """`validated_rows(paths, command, case_axes)`; a row read twice (a file or folder given twice) is
+    kept once, with a warning (`drop_repeated_rows`).
 
     Raises:
         ConfigError: as validated_rows.
@@ -86,18 +87,26 @@ def validated_rows(paths: Sequence[str], command: str, case_axes: bool = False,
 
 
 def drop_repeated_rows(rows: list[dict], command: str) -> list[dict]:
-    """`rows` without the repeats of a (run_id, env, case_id, backend) already seen; warns
-    how many were dropped. Rows without a run_id are all kept (nothing tells them apart)."""
+    """`rows` without a second copy of a row already seen, identified by `repeat_key`: run_id, env,
+    case_id, backend, how it was timed and its timestamp; warns how many were dropped. Rows of one pair
+    that one run id names twice, measured apart (a `check` and then a `run --resume` under one
+    $TREEBENCH_RUN_ID, or a job run twice under it), are two measurements: both are kept. Rows without
+    a run_id are all kept (nothing tells them apart)."""
     seen: set[tuple] = set()
     kept = []
     for r in rows:
-        key = (r.get("run_id"), r.get("env"), r["case_id"], r["backend"])
+        key = repeat_key(r)
         if r.get("run_id") is not None and key in seen:
             continue
         seen.add(key)
         kept.append(r)
     if len(kept) < len(rows):
-        log.warning("%s: %d repeated rows dropped, the earlier of each pair kept (the same run id, env, case "
-                    "and backend twice: a results file given twice, or two runs under one reused run id)",
-                    command, len(rows) - len(kept))
+        log.warning("%s: %d repeated rows dropped, one of each kept (the same row read twice: a results file given "
+                    "twice, or a row copied into another file that is read too)", command, len(rows) - len(kept))
     return kept
+
+
+def repeat_key(row: dict) -> tuple:
+    """What makes two rows one row read twice: (run_id, env, case_id, backend, timer, L2 flushed,
+    timestamp); a run appends one row per pair, so two measurements differ in one of them at least."""
+    return (row.get("run_id"), row.get("env"), row["case_id"], row["backend"], *timing_key(row), row.get("timestamp"))

@@ -9,6 +9,7 @@ module holds the logic so that it can be tested without a command line.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from dataclasses import dataclass, field, replace
@@ -40,7 +41,7 @@ from treebench.harness.sweep.shard import (
     torchrun_rank,
     wait_for_ranks,
 )
-from treebench.harness.store.env import env_fingerprint, write_env
+from treebench.harness.store.env import env_beside, env_fingerprint
 from treebench.harness.store.rows import read_rows, row_key, row_places, stored_keys
 from treebench.harness.store.lock import hold_all
 
@@ -216,15 +217,14 @@ def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Co
             result.resumed, result.stored_note = None, _stored_note(opts, stored, env["env_id"], mine, names)
         return result
     store = rank_path(opts.out, rank) if rank and opts.out else opts.out
-    if opts.out is not None:
-        write_env(opts.out.parent, env)
-    if rank:
-        assert opts.out is not None  # _check_options: torchrun needs --out
-        clear_done(opts.out, rank)
     config = _config(opts, env, device, store, skip, opts.run.quiet or not result.primary)
-    if result.primary and not opts.resume and opts.out is not None:
-        _warn_reused_run_id(opts.out, config.run_id)
-    result.rows, result.store_path = run_cases(mine, backends, config, console=console), store
+    with _env_written(opts, env, store, rank):   # taken back when stopped before the first row
+        if rank:
+            assert opts.out is not None  # _check_options: torchrun needs --out
+            clear_done(opts.out, rank)
+        if result.primary and opts.out is not None:
+            _warn_reused_run_id(opts.out, config.run_id, _measured_again(opts, cases, names, skip, env["env_id"]))
+        result.rows, result.store_path = run_cases(mine, backends, config, console=console), store
     if rank:
         _finish_rank(opts, rank, config.run_id, result)
     if opts.resume and result.primary:
@@ -234,6 +234,19 @@ def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Co
     if result.primary and opts.out is not None and opts.run.mode == "run":   # run's summary names them
         result.earlier_rows = _earlier_rows(opts.out, {r["run_id"] for r in result.rows if r.get("run_id")})
     return result
+
+
+def _env_written(opts: SweepOptions, env: dict, store: Path | None, rank: Rank | None):
+    """The env file beside --out for the rows this process appends to `store` (`env.env_beside`),
+    removed again when the sweep stops before its first row, outside torchrun (a rank's may serve
+    the rows of another); nothing without --out.
+
+    Raises:
+        ConfigError: the env file cannot be written.
+    """
+    if opts.out is None or store is None:
+        return contextlib.nullcontext()
+    return env_beside(store, env, undo=rank is None)   # a rank file lies beside --out
 
 
 def _earlier_rows(out: Path, run_ids: set[str]) -> int:
@@ -262,23 +275,40 @@ def _stored_note(opts: SweepOptions, stored: list[dict], env_id: str, cases, nam
     return ""
 
 
-def _warn_reused_run_id(out: Path, run_id: str) -> None:
-    """Warns (one line) when rows of `out` already carry `run_id`, the id of a run that is not a
-    --resume: a $TREEBENCH_RUN_ID or torchrun --rdzv-id used again (a job run twice, a torchrun
-    restart). The runs' rows would share the id, so `rm --run-id` could not tell them apart, and
-    gate and report would keep the earlier row of a pair both measured in one env and drop the
-    later as a repeat (`store.validate.drop_repeated_rows`). A warning, not a refusal: a restart of
-    a torchrun launch meets it too, and shards run one after another under one id mean to share
-    it. Rank files are not read: this launch's ranks write them, and rank 0 merges them after."""
+def _measured_again(opts: SweepOptions, cases, names: list[str], skip: frozenset, env_id: str):
+    """Under --resume, the test of a stored row whose pair the sweep measures again: of env `env_id`,
+    its (case_id, backend) among the shard's `cases` (every rank's) x `names` and not in `skip` (an
+    untimed `check` row, or one timed another way, that `_stored` does not take as done); else None."""
+    if not opts.resume:
+        return None
+    again = {(c.case_id, n) for c in select_cases(cases, opts.shard, None) for n in names} - skip
+    return lambda row: row.get("env") == env_id and (row.get("case_id"), row.get("backend")) in again
+
+
+def _warn_reused_run_id(out: Path, run_id: str, again=None) -> None:
+    """Warns (one line) when rows of `out` already carry `run_id`, the id of a run that does not
+    continue them: a $TREEBENCH_RUN_ID or torchrun --rdzv-id used again (a job run twice, a torchrun
+    restart). Under --resume (`again`, from `_measured_again`) only the rows of pairs it measures
+    again count: the rows it skips are the run it continues. Either way the id then names rows of
+    two runs, so `rm --run-id` removes both; gate and report read both rows of a pair
+    (`store.validate.drop_repeated_rows`), the gate comparing the later. A warning, not a refusal: a
+    restart of a torchrun launch meets it too, and shards run one after another under one id mean to
+    share it. Rank files are not read: this launch's ranks write them, and rank 0 merges them after."""
     places = row_places([out], containing=run_id) if out.is_file() else ()
-    n = sum(place.row.get("run_id") == run_id for place in places)
+    n = sum(p.row.get("run_id") == run_id and (again is None or again(p.row)) for p in places)
     if not n:
         return
     source, fix = run_id_origin() if shared_run_id() == run_id else ("", "give this run another id")
-    log.warning("run id %s%s already names %s in %s, written before this run started: its rows get the same id, so "
-                "`treebench rm %s --run-id %s` removes both runs' rows, and gate and report keep only the earlier "
-                "row of a pair both measured in one env; %s, or add --resume to continue that run", run_id,
-                f" ({source})" if source else "", plural(n, "row"), out, out, run_id, fix)
+    named = f"run id {run_id}{f' ({source})' if source else ''} already names {plural(n, 'row')} in {out}"
+    if again is not None:
+        log.warning("%s that --resume does not skip (untimed rows of `treebench check`, or rows timed with another "
+                    "--timer or --l2): this run measures those pairs again under the same id, so `treebench rm %s "
+                    "--run-id %s` removes the rows of both, and gate and report read both (the gate compares the "
+                    "later); to keep them apart, %s", named, out, run_id, fix)
+        return
+    log.warning("%s, written before this run started: its rows get the same id, so `treebench rm %s --run-id %s` "
+                "removes both runs' rows, and gate and report read both runs' rows of a pair (the gate compares the "
+                "later); %s, or add --resume to continue that run", named, out, run_id, fix)
 
 
 def _release_cached(device: str) -> None:
