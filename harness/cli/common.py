@@ -124,7 +124,7 @@ def positive_seconds(text: str) -> float:
 
 def add_suite_argument(p, default: str) -> None:
     """--suite, as run and check take it."""
-    from treebench.harness.model.suites import available_suites   # loads torch: not at `treebench --help`
+    from treebench.harness.model.suites import available_suites   # not at `treebench --help`
 
     shipped = available_suites()
     findings = available_suites(findings=True)[len(shipped):]

@@ -4,7 +4,8 @@ gate | report.
 One module per subcommand (or a `common.Command` in a module that holds several),
 each with ``add_arguments(parser)`` and ``run(args) -> int``; `COMMANDS` below names
 them, and a subcommand's module is imported only when that subcommand runs, so
-`treebench --help` imports neither torch nor the harness.
+`treebench --help` imports neither torch nor the harness; `treebench COMMAND --help` imports
+the command's module alone, which builds its parser without torch.
 
 Exit codes: 0 success; 1 a result failed (a row mismatched or errored, or the
 gate found a regression); 2 bad input (malformed tree, unknown backend,
@@ -33,7 +34,6 @@ import importlib
 import logging
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -85,40 +85,16 @@ def _on_sigterm(signum, frame) -> None:
     raise stop
 
 
-def version_text() -> str:
-    """'treebench VERSION' (the installed distribution's, else the checkout's pyproject.toml),
-    plus the git commit (and ', modified' for uncommitted changes to tracked files) when
-    treebench runs from a git checkout."""
-    import importlib.metadata
-
-    root = Path(__file__).resolve().parents[2]
-    try:
-        __version__ = importlib.metadata.version(PROG)
-    except importlib.metadata.PackageNotFoundError:  # a checkout on PYTHONPATH: pyproject.toml says
-        import tomllib
-
-        try:
-            __version__ = tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
-        except (OSError, KeyError, tomllib.TOMLDecodeError):
-            __version__ = "(version unknown)"
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
-                              text=True, timeout=5, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=5, check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return f"{PROG} {__version__}"
-    return f"{PROG} {__version__} (git {head}{', modified' if dirty else ''})" if head else f"{PROG} {__version__}"
-
-
 class _Version(argparse.Action):
-    """--version: prints `version_text()` (git is asked only then) and exits 0."""
+    """--version: prints treebench.harness.store.env.version_line() (git is asked only then) and exits 0."""
 
     def __init__(self, option_strings, dest, **kwargs):
         super().__init__(option_strings, dest, nargs=0, help="print the version (and git commit) and exit")
 
     def __call__(self, parser, namespace, values, option_string=None):
-        sys.stdout.write(version_text() + "\n")
+        from treebench.harness.store.env import version_line
+
+        sys.stdout.write(version_line() + "\n")
         raise SystemExit(OK)
 
 
@@ -198,6 +174,13 @@ def _setup_logging(quiet: bool) -> None:
 
 
 TOP_OPTIONS = ("-h", "--help", "--version")   # the only options before the command
+HELP_OPTIONS = ("-h", "--help")   # `treebench COMMAND --help` prints the usage without loading torch
+
+
+def _asks_help(argv: list[str]) -> bool:
+    """Whether the command line asks for a usage (-h or --help before any `--`): no work, no torch."""
+    given = argv[:argv.index("--")] if "--" in argv else argv
+    return any(a in HELP_OPTIONS for a in given)
 
 
 def _parse(argv: list[str]) -> tuple[str, argparse.Namespace]:
@@ -237,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     try:   # these imports load torch: seconds of start-up, with Ctrl-C held until their end
         from treebench.harness.run.inflight import PROGRESS, UNWRITTEN, enable_crash_report, interrupts_held
         with interrupts_held():
-            if argv and argv[0] not in TOP_OPTIONS:   # a subcommand loads torch: here, under the hold
+            if argv and argv[0] not in TOP_OPTIONS and not _asks_help(argv):   # a subcommand loads torch: here
                 importlib.import_module("torch")
             from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID, CREATED_OUT, NOTHING_WRITTEN, OUTCOME
             from treebench.harness.store.outputs import OUTPUTS
