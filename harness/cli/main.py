@@ -28,6 +28,7 @@ stops (an interrupt, an error) before its first row.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import errno
 import importlib
@@ -69,6 +70,7 @@ COMMANDS: dict[str, tuple[str, str, dict]] = {
 }
 VALUE_OPTIONS_DASHED = ("--shard", "--threshold")  # values that may start with "-": --shard -1/2, gate --threshold -5% get a clear error
 _handler: logging.Handler | None = None  # the handler main() installed on the "treebench" logger
+_AT_EXIT = [False]   # whether main() has registered `_exit_ignores_interrupts`'s atexit call
 
 
 class Terminated(KeyboardInterrupt):
@@ -183,6 +185,15 @@ def _asks_help(argv: list[str]) -> bool:
     return any(a in HELP_OPTIONS for a in given)
 
 
+def _exit_ignores_interrupts() -> None:
+    """From the interpreter's exit on, SIGINT is ignored (registered once, at exit: atexit). The command has
+    ended, with its line said; Python's teardown (seconds with torch loaded) puts back the default action,
+    under which a Ctrl-C then would end the process without a line and with 130 whatever it had done."""
+    if not _AT_EXIT[0]:
+        _AT_EXIT[0] = True
+        atexit.register(signal.signal, signal.SIGINT, signal.SIG_IGN)   # no Python frame: nothing raised in it
+
+
 def _parse(argv: list[str]) -> tuple[str, argparse.Namespace]:
     """The subcommand `argv` names and its arguments, read by that subcommand's parser alone. A
     subcommand whose arguments default `argv` (run, check) gets the command line there.
@@ -213,10 +224,12 @@ def main(argv: list[str] | None = None) -> int:
     Any ConfigError (bad input), and a write that finds the disk full, is one line on stderr
     and exit 2. Ctrl-C and SIGTERM end with one line (the --resume hint when rows were being
     written), exit 130 / 143; a Ctrl-C while the start-up imports load torch is held until they
-    end (`interrupts_held`). A closed stdout (`treebench list | head -3`) sends the rest of the
+    end (`interrupts_held`); one after the command ended, while Python exits, is ignored
+    (`_exit_ignores_interrupts`). A closed stdout (`treebench list | head -3`) sends the rest of the
     output to /dev/null and exits with the code the command had decided on (run, check), else 141.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    _exit_ignores_interrupts()
     try:   # these imports load torch: seconds of start-up, with Ctrl-C held until their end
         from treebench.harness.run.inflight import PROGRESS, UNWRITTEN, enable_crash_report, interrupts_held
         with interrupts_held():
