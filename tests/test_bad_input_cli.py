@@ -283,7 +283,7 @@ def test_a_backend_file_without_a_class_needs_exactly_one_backend_class(tmp_path
     commands = [("check", "--backend", str(f))] + ([("run", "--backends", f"reference,{f}")] if kind == "two" else [])
     for argv in commands:
         proc = _cli(*argv, "--out", str(out), "--suite", "smoke", cwd=tmp_path)
-        _one_line_exit_2(proc, f"--backend {str(f)!r}", *(w.format(f=f) for w in words))
+        _one_line_exit_2(proc, f"{argv[1]} {str(f)!r}", *(w.format(f=f) for w in words))
         assert not out.exists()
 
 
@@ -295,7 +295,7 @@ def test_a_backend_file_without_a_class_needs_exactly_one_backend_class(tmp_path
 ])
 def test_a_missing_backend_file_is_named_missing_not_unknown(tmp_path, spec, argv):
     proc = _cli(*argv[:2], argv[2].format(spec), "--out", str(tmp_path / "rows.jsonl"), cwd=tmp_path)
-    _one_line_exit_2(proc, f"--backend {spec!r}: file {spec} not found")
+    _one_line_exit_2(proc, f"{argv[1]} {spec!r}: file {spec} not found")
     assert "unknown backend" not in proc.stderr and not (tmp_path / "rows.jsonl").exists()
 
 

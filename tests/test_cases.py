@@ -27,6 +27,12 @@ BASE = dict(batch_size=2, context_len=8, tree="full:2:1")
     ("sm_scale", float("inf"), "positive finite"),
     ("sm_scale", True, "positive finite"),
     ("sm_scale", "0.3", "positive finite"),
+    ("sm_scale", True, r"sm_scale=True: must be a positive finite number, e.g. 0.125 \(leave sm_scale out for "),
+    ("seed", True, "seed=True: must be an integer"),     # True is an int to Python: it was a case of its own
+    ("seed", "7", "seed='7': must be an integer"),
+    ("seed", 1.5, "seed=1.5: must be an integer"),
+    ("tree", 5, "tree=5: must be a tree spec string"),
+    ("batch_size", True, "batch_size=True: must be a positive integer"),
 ])
 def test_bad_fields_raise_config_error(field, value, fragment):
     with pytest.raises(ConfigError, match=fragment):

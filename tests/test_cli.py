@@ -166,6 +166,29 @@ def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
     assert needle in _one_line_error(capsys)
 
 
+@pytest.mark.parametrize("command, option", [("run", "--backends"), ("run", "--backend"), ("check", "--backend"),
+                                             ("check", "--backends")])
+@pytest.mark.parametrize("value, line", [
+    ("missing.py:X", "{option} 'missing.py:X': file missing.py not found"),
+    ("{broken}:NoSuchClass", "{option} '{broken}:NoSuchClass': {broken} has no class NoSuchClass"),
+    ("torch_sdpa,missing.py:X", "{option} 'missing.py:X': file missing.py not found"),
+    ("all,torch_sdpa", "{option}: 'all' names every built-in backend and cannot be combined with other names; "
+                       "give {option} all alone, or list the names"),
+    ("torch_sdpa,,reference", "{option}: empty name between commas in 'torch_sdpa,,reference'; separate names "
+                              "with single commas, e.g. a,b"),
+])
+def test_a_backend_error_names_the_option_as_typed(tiny, tmp_path, capsys, command, option, value, line):
+    """`run --backends a,b` and `check --backend x` (each takes both spellings): the line names the
+    option the user typed, not the other spelling; check refuses a list first (it takes one backend)."""
+    value = value.format(broken=BROKEN)
+    assert main([command, "--suite", str(tiny), option, value, "--out", str(tmp_path / "r.jsonl"), "--quiet"]) == 2
+    if command == "check" and "," in value:
+        line = f"check {option} {value}: check takes one backend; run one check per backend, or " \
+               "`treebench run --backends a,b` for several"
+    assert _one_line_error(capsys) == "treebench: error: " + line.format(option=option, broken=BROKEN)
+    assert not (tmp_path / "r.jsonl").exists()
+
+
 SINGLE_COMMAS = "separate names with single commas, e.g. a,b"
 
 

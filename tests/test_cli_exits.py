@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from treebench.harness.cli.main import COMMANDS
 from treebench.harness.store.rows import read_rows
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -373,3 +374,14 @@ def test_top_level_help_imports_no_torch():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert proc.stdout.strip().endswith("no torch"), proc.stdout[-500:] + proc.stderr[-2000:]
     assert "run" in proc.stdout and "check" in proc.stdout
+
+
+@pytest.mark.parametrize("argv", [[name, "--help"] for name in COMMANDS] + [["check", "-h"],
+                                                                            ["run", "--suite", "smoke", "--help"]])
+def test_a_subcommand_help_imports_no_torch(argv):
+    """`treebench COMMAND --help` prints the command's usage, its defaults read, without loading torch."""
+    code = ("import sys\nfrom treebench.harness.cli.main import main\n"
+            f"code = main({argv!r})\nprint('torch loaded' if 'torch' in sys.modules else 'no torch', code)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.stdout.strip().endswith("no torch 0"), proc.stdout[-500:] + proc.stderr[-2000:]
+    assert proc.stdout.startswith(f"usage: treebench {argv[0]} ") and not proc.stderr

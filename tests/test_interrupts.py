@@ -42,6 +42,16 @@ print("starting", flush=True)
 sys.exit(treebench.main())
 """
 STOPS = {"interrupted": (KeyboardInterrupt, 130), "terminated (SIGTERM)": (cli_main.Terminated, 143)}
+# The console script with a Ctrl-C once the command has ended: SIGINT sent as Python tears down its modules
+# (the seconds after the last line, with torch loaded), after it has put back the signals' default actions.
+LATE_CTRL_C = """import os, signal, sys
+class LateCtrlC:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+late = LateCtrlC()
+import treebench
+sys.exit(treebench.main())
+"""
 
 
 def _stop(stop: type[BaseException]):
@@ -113,6 +123,17 @@ def test_an_interrupted_report_says_whether_it_was_written(tmp_path, monkeypatch
     assert "an earlier report" not in out.read_text()
 
 
+def test_an_interrupt_while_a_report_reads_its_rows_says_the_report_was_not_written(tmp_path, monkeypatch, capsys):
+    """Reading large results takes a while: Ctrl-C then says what became of -o, not only "interrupted"."""
+    from treebench.harness.cli import report
+
+    out = tmp_path / "r.html"
+    monkeypatch.setattr(report, "read_checked_rows", _stop(KeyboardInterrupt))
+    assert main(["report", str(BASE), "-o", str(out)]) == 130
+    assert _line(capsys) == f"treebench: interrupted; the report {out} was not written"
+    assert not out.exists()
+
+
 def test_an_interrupt_while_a_report_is_written_leaves_the_earlier_one(tmp_path, monkeypatch, capsys):
     """Stopped between writing the page and putting it in place: the earlier report stays whole,
     no temporary file is left, and the line says so."""
@@ -169,6 +190,22 @@ def test_an_interrupted_rm_says_no_row_was_removed(tmp_path, monkeypatch, capsys
     assert main(["rm", str(results), "--run-id", run_id]) == 130
     assert _line(capsys) == f"treebench: interrupted; no row was removed: {results} is left as it was"
     assert results.read_bytes() == (BASE / "seed.jsonl").read_bytes()
+
+
+@pytest.mark.parametrize("command", ["rm", "report"])
+def test_a_ctrl_c_after_the_command_ended_changes_nothing(tmp_path, command):
+    """rm or report done (its file written, its line printed), then Ctrl-C while Python exits: the
+    process ended by SIGINT's default action, exit 130 with no line; now the command's own exit code."""
+    results = tmp_path / "r.jsonl"
+    results.write_bytes((BASE / "seed.jsonl").read_bytes())
+    argv = (["rm", str(results), "--run-id", read_rows([results])[0]["run_id"]] if command == "rm" else
+            ["report", str(BASE), "-o", str(tmp_path / "r.html")])
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    proc = subprocess.run([sys.executable, "-c", LATE_CTRL_C, *argv], cwd=tmp_path, capture_output=True, text=True,
+                          env={**env, "PYTHONPATH": str(ROOT)}, timeout=300, check=False)
+    assert proc.returncode == 0 and "interrupted" not in proc.stderr, (proc.returncode, proc.stderr[-2000:])
+    n = len(read_rows([BASE / "seed.jsonl"]))
+    assert proc.stdout.startswith(f"removed {n} rows from {results}" if command == "rm" else str(tmp_path / "r.html"))
 
 
 @pytest.mark.parametrize("existed", [False, True])

@@ -301,17 +301,18 @@ def test_suite_with_axes_groups_concatenates_and_drops_duplicates(tmp_path):
     ("[axes]\n", "axes group 0 must be a non-empty table"),
     ("[axes]\n" + GOOD_AXES + "heads = [4]\n", "unknown axis 'heads'"),
     ("[axes]\n" + GOOD_AXES + "page_size = []\n", "axis 'page_size' is empty"),
-    ("[axes]\n" + GOOD_AXES + "page_size = ['16']\n", "axis page_size value '16' must be int"),
-    ("[axes]\n" + GOOD_AXES + "page_size = [true]\n", "axis page_size value True must be int"),
-    ("[axes]\n" + GOOD_AXES + "page_size = [16.5]\n", "axis page_size value 16.5 must be int"),
+    ("[axes]\n" + GOOD_AXES + "page_size = ['16']\n", "axis page_size value '16': must be a positive integer (P)"),
+    ("[axes]\n" + GOOD_AXES + "page_size = [true]\n", "axis page_size value true: must be a positive integer (P)"),
+    ("[axes]\n" + GOOD_AXES + "page_size = [16.5]\n", "axis page_size value 16.5: must be a positive integer"),
     ("[axes]\n" + GOOD_AXES + "page_size = [0]\n", "page_size=0"),
     ("[axes]\n" + GOOD_AXES + "dtype = ['float8']\n", "dtype='float8'"),
     ("[axes]\n" + GOOD_AXES + "tree_per_request = ['some']\n", "tree_per_request"),
     ("[axes]\n" + GOOD_AXES.replace("[2]", "[3]") + "\n", "not a multiple of num_kv_heads"),
     ("[axes]\n" + GOOD_AXES.replace('"full:2:1"', '"full:x"'), "full:x"),
-    ("[axes]\n" + GOOD_AXES.replace('"full:2:1"', "5"), "axis tree value 5 must be str"),
+    ("[axes]\n" + GOOD_AXES.replace('"full:2:1"', "5"), "axis tree value 5: must be a tree spec string, e.g."),
     ("[axes]\n" + GOOD_AXES.replace("[16]", '["ragged:9-2"]'), "ragged:9-2"),
-    ("[axes]\n" + GOOD_AXES.replace("[16]", "[1.5]"), "axis context_len value 1.5 must be int or str"),
+    ("[axes]\n" + GOOD_AXES.replace("[16]", "[1.5]"),
+     "axis context_len value 1.5: must be an integer >= 0, 'ragged:LO-HI' or 'list:L0,L1,...'"),
     ("[[axes]]\n" + GOOD_AXES + "[[axes]]\n" + GOOD_AXES + "seed = ['x']\n", "axes group 1: axis seed"),
 ])
 def test_bad_suites_raise_config_error_naming_file_and_field(tmp_path, text, needle):
@@ -320,6 +321,37 @@ def test_bad_suites_raise_config_error_naming_file_and_field(tmp_path, text, nee
         load_suite(path)
     assert str(path) in str(e.value) and needle in str(e.value)
     assert "\n" not in str(e.value)
+
+
+SM_SCALE = "must be a positive finite number, e.g. 0.125 (leave sm_scale out for 1/sqrt(D))"
+
+
+@pytest.mark.parametrize("axis, value, line", [
+    ("sm_scale", "true", f"axis sm_scale value true: {SM_SCALE}"),
+    ("sm_scale", "'big'", f"case field sm_scale='big': {SM_SCALE}"),
+    ("sm_scale", "-0.5", f"case field sm_scale=-0.5: {SM_SCALE}"),
+    ("seed", "true", "axis seed value true: must be an integer, e.g. 0"),
+    ("logit_scale", "true", "axis logit_scale value true: must be a number in (0, 1e+06], e.g. 1.0"),
+    ("k_scale", "false", "axis k_scale value false: must be a positive finite number (other than 1.0 on an fp8 "
+                         "kv_dtype only)"),
+    ("kv_dtype", "true", "axis kv_dtype value true: must be one of bfloat16, float16, float8_e4m3fn, float8_e5m2 "
+                         "(leave kv_dtype out for the query dtype)"),
+    ("dtype", "true", "axis dtype value true: must be one of bfloat16, float16, float32"),
+    ("layout", "1", "axis layout value 1: must be one of contiguous, shuffled, interleaved"),
+])
+def test_a_bad_axis_value_gets_the_line_of_its_field(tmp_path, axis, value, line):
+    """A TOML true (Python's True is an int) or a string where a number goes: the line says what that
+    axis takes, as the case's own check does, never a list of Python type names."""
+    path = _suite(tmp_path, "[axes]\n" + GOOD_AXES + f"{axis} = [{value}]\n")
+    with pytest.raises(ConfigError) as e:
+        load_suite(path)
+    assert str(e.value) == f"suite {path}: axes group 0: {line}"
+
+
+def test_every_case_field_says_what_it_takes():
+    from treebench.harness.model.cases import AXIS_VALUES, CASE_FIELDS
+
+    assert set(AXIS_VALUES) == set(CASE_FIELDS)
 
 
 @pytest.mark.parametrize("name, needle", [("no_such_suite", "unknown suite"), ("missing/s.toml", "file not found"),

@@ -437,6 +437,22 @@ def test_remove_rows_refuses_a_value_that_names_no_row(tmp_path, filters, match)
     assert path.read_bytes() == before
 
 
+@pytest.mark.parametrize("filters", [{"run_ids": ["r1"]}, {"run_ids": ["r1"], "backends": ["a"]}])
+def test_rm_by_run_id_of_rows_without_one_says_so_and_what_selects_them(tmp_path, filters):
+    """Rows that carry no run_id (written before rows had one): rm --run-id says so plainly and names
+    the options that select them, with the values the file holds, instead of "run_ids here: none"."""
+    path = tmp_path / "r.jsonl"
+    rows = [{k: v for k, v in r.items() if k != "run_id"} for r in ROWS]
+    _store_of(path, rows)
+    before = path.read_bytes()
+    with pytest.raises(ConfigError) as e:
+        remove_rows(path, **filters)
+    assert str(e.value) == (f"rm {path}: no row has run_id 'r1': the rows of this file carry no run_id; nothing "
+                            "removed: leave out --run-id and select rows by --backend (backends here: a, b, c) or "
+                            "--env (envs here: e1, e2)")
+    assert path.read_bytes() == before
+
+
 @pytest.mark.parametrize("check, advice", [
     (lambda p: remove_rows(p, run_ids=["r1"]), "; fix or remove that line first"),
     (check_writable, "; give a new path or a .jsonl results file")])

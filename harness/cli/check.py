@@ -69,11 +69,11 @@ def run(args) -> int:
     nonempty(args.out, "--out")
     nonempty(args.shard, "--shard")
     opts = sweep_options(args, "check")
-    given_once(getattr(args, "argv", None), ("--backend", "--backends"))
+    option = given_once(getattr(args, "argv", None), ("--backend", "--backends"))   # as typed: errors name it
     if "," in args.backend or args.backend.strip() == "all":
-        raise ConfigError(f"check --backend {args.backend}: check takes one backend; run one check per "
+        raise ConfigError(f"check {option} {args.backend}: check takes one backend; run one check per "
                           "backend, or `treebench run --backends a,b` for several")
-    backend = load_one(args.backend)
+    backend = load_one(args.backend, option)
     built = None
     if args.suite is None:
         suite, built = _default_suite(backend, args.deep)

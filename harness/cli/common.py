@@ -124,7 +124,7 @@ def positive_seconds(text: str) -> float:
 
 def add_suite_argument(p, default: str) -> None:
     """--suite, as run and check take it."""
-    from treebench.harness.model.suites import available_suites   # loads torch: not at `treebench --help`
+    from treebench.harness.model.suites import available_suites   # not at `treebench --help`
 
     shipped = available_suites()
     findings = available_suites(findings=True)[len(shipped):]
@@ -246,16 +246,18 @@ def check_suite_arg(suite: str) -> None:
                           "or a suite name")
 
 
-def given_once(argv, names: tuple[str, ...]) -> None:
-    """Refuses an option given more than once under its spellings (argparse keeps the last silently).
+def given_once(argv, names: tuple[str, ...]) -> str:
+    """Refuses an option given more than once under its spellings (argparse keeps the last silently);
+    returns the spelling the command line used (`names[0]` when none), which its errors name.
 
     Raises:
         ConfigError: two of `names` (or one twice) on the command line.
     """
-    n = sum(a in names or a.split("=", 1)[0] in names for a in argv or [])
-    if n > 1:
+    given = [a.split("=", 1)[0] for a in argv or [] if a.split("=", 1)[0] in names]
+    if len(given) > 1:
         hint = " (comma-separate several backends)" if "--backends" in names else ""
-        raise ConfigError(f"{' / '.join(names)} given {n} times; give it once{hint}")
+        raise ConfigError(f"{' / '.join(names)} given {len(given)} times; give it once{hint}")
+    return given[0] if given else names[0]
 
 
 def stamp() -> str:

@@ -4,7 +4,8 @@ gate | report.
 One module per subcommand (or a `common.Command` in a module that holds several),
 each with ``add_arguments(parser)`` and ``run(args) -> int``; `COMMANDS` below names
 them, and a subcommand's module is imported only when that subcommand runs, so
-`treebench --help` imports neither torch nor the harness.
+`treebench --help` imports neither torch nor the harness; `treebench COMMAND --help` imports
+the command's module alone, which builds its parser without torch.
 
 Exit codes: 0 success; 1 a result failed (a row mismatched or errored, or the
 gate found a regression); 2 bad input (malformed tree, unknown backend,
@@ -27,13 +28,13 @@ stops (an interrupt, an error) before its first row.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import errno
 import importlib
 import logging
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -69,6 +70,7 @@ COMMANDS: dict[str, tuple[str, str, dict]] = {
 }
 VALUE_OPTIONS_DASHED = ("--shard", "--threshold")  # values that may start with "-": --shard -1/2, gate --threshold -5% get a clear error
 _handler: logging.Handler | None = None  # the handler main() installed on the "treebench" logger
+_AT_EXIT = [False]   # whether main() has registered `_exit_ignores_interrupts`'s atexit call
 
 
 class Terminated(KeyboardInterrupt):
@@ -85,40 +87,16 @@ def _on_sigterm(signum, frame) -> None:
     raise stop
 
 
-def version_text() -> str:
-    """'treebench VERSION' (the installed distribution's, else the checkout's pyproject.toml),
-    plus the git commit (and ', modified' for uncommitted changes to tracked files) when
-    treebench runs from a git checkout."""
-    import importlib.metadata
-
-    root = Path(__file__).resolve().parents[2]
-    try:
-        __version__ = importlib.metadata.version(PROG)
-    except importlib.metadata.PackageNotFoundError:  # a checkout on PYTHONPATH: pyproject.toml says
-        import tomllib
-
-        try:
-            __version__ = tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
-        except (OSError, KeyError, tomllib.TOMLDecodeError):
-            __version__ = "(version unknown)"
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
-                              text=True, timeout=5, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=5, check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return f"{PROG} {__version__}"
-    return f"{PROG} {__version__} (git {head}{', modified' if dirty else ''})" if head else f"{PROG} {__version__}"
-
-
 class _Version(argparse.Action):
-    """--version: prints `version_text()` (git is asked only then) and exits 0."""
+    """--version: prints treebench.harness.store.env.version_line() (git is asked only then) and exits 0."""
 
     def __init__(self, option_strings, dest, **kwargs):
         super().__init__(option_strings, dest, nargs=0, help="print the version (and git commit) and exit")
 
     def __call__(self, parser, namespace, values, option_string=None):
-        sys.stdout.write(version_text() + "\n")
+        from treebench.harness.store.env import version_line
+
+        sys.stdout.write(version_line() + "\n")
         raise SystemExit(OK)
 
 
@@ -198,6 +176,22 @@ def _setup_logging(quiet: bool) -> None:
 
 
 TOP_OPTIONS = ("-h", "--help", "--version")   # the only options before the command
+HELP_OPTIONS = ("-h", "--help")   # `treebench COMMAND --help` prints the usage without loading torch
+
+
+def _asks_help(argv: list[str]) -> bool:
+    """Whether the command line asks for a usage (-h or --help before any `--`): no work, no torch."""
+    given = argv[:argv.index("--")] if "--" in argv else argv
+    return any(a in HELP_OPTIONS for a in given)
+
+
+def _exit_ignores_interrupts() -> None:
+    """From the interpreter's exit on, SIGINT is ignored (registered once, at exit: atexit). The command has
+    ended, with its line said; Python's teardown (seconds with torch loaded) puts back the default action,
+    under which a Ctrl-C then would end the process without a line and with 130 whatever it had done."""
+    if not _AT_EXIT[0]:
+        _AT_EXIT[0] = True
+        atexit.register(signal.signal, signal.SIGINT, signal.SIG_IGN)   # no Python frame: nothing raised in it
 
 
 def _parse(argv: list[str]) -> tuple[str, argparse.Namespace]:
@@ -230,14 +224,16 @@ def main(argv: list[str] | None = None) -> int:
     Any ConfigError (bad input), a write that finds the disk full, and any failed append of rows
     (ResultsWriteError), is one line on stderr and exit 2. Ctrl-C and SIGTERM end with one line (the --resume hint when rows were being
     written), exit 130 / 143; a Ctrl-C while the start-up imports load torch is held until they
-    end (`interrupts_held`). A closed stdout (`treebench list | head -3`) sends the rest of the
+    end (`interrupts_held`); one after the command ended, while Python exits, is ignored
+    (`_exit_ignores_interrupts`). A closed stdout (`treebench list | head -3`) sends the rest of the
     output to /dev/null and exits with the code the command had decided on (run, check), else 141.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    _exit_ignores_interrupts()
     try:   # these imports load torch: seconds of start-up, with Ctrl-C held until their end
         from treebench.harness.run.inflight import PROGRESS, REPORT_DUE, UNWRITTEN, enable_crash_report, interrupts_held
         with interrupts_held():
-            if argv and argv[0] not in TOP_OPTIONS:   # a subcommand loads torch: here, under the hold
+            if argv and argv[0] not in TOP_OPTIONS and not _asks_help(argv):   # a subcommand loads torch: here
                 importlib.import_module("torch")
             from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID, CREATED_OUT, NOTHING_WRITTEN, OUTCOME
             from treebench.harness.store.outputs import OUTPUTS

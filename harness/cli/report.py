@@ -66,15 +66,15 @@ def run(args: argparse.Namespace) -> int:
             run on both sides; without --allow-env-mismatch, a missing env file or env
             fingerprints that differ); the CLI exits 2, and a report already at -o is left as it is.
     """
-    rows, envs = read_checked_rows(args.results, "report", case_axes=True), read_envs(args.results)
-    if not rows:
-        raise ConfigError(f"report {' '.join(args.results)}: no result rows; give a run's .jsonl file or "
-                          "folder (folders are not searched recursively)")
     out = check_output_path(default_report(args.results[0]) if args.output is None else args.output, "report -o")
     if out.suffix.lower() not in (".html", ".htm"):
         raise ConfigError(f"report -o {out}: give an .html path, e.g. reports/NAME.html")
     refuse_non_html(out, "report -o")
-    will_write(out, "the report")              # for the line after an interrupt
+    will_write(out, "the report")              # for the line after an interrupt, the rows' reading included
+    rows, envs = read_checked_rows(args.results, "report", case_axes=True), read_envs(args.results)
+    if not rows:
+        raise ConfigError(f"report {' '.join(args.results)}: no result rows; give a run's .jsonl file or "
+                          "folder (folders are not searched recursively)")
     causal = args.causal_backend or "causal_baseline"
     present = sorted({r["backend"] for r in rows})
     if args.step_us is not None and not args.acceptance:

@@ -221,7 +221,8 @@ def run(args) -> int:
     if args.dry_run:
         NOTHING_WRITTEN[0] = DRY_RUN_WRITES_NOTHING   # what the line after Ctrl-C says
     mark_unwritten(args.out or None)   # Ctrl-C before the first row: nothing written, --out left as it was
-    for names in (("--backends", "--backend"), ("--timer",), ("--l2",)):
+    option = given_once(getattr(args, "argv", None), ("--backends", "--backend"))   # as typed: errors name it
+    for names in (("--timer",), ("--l2",)):
         given_once(getattr(args, "argv", None), names)
     check_suite_arg(args.suite)
     nonempty(args.out, "--out")
@@ -229,7 +230,7 @@ def run(args) -> int:
     nonempty(args.shard, "--shard")
     opts = sweep_options(args, "run")
     suite = load_suite(args.suite)
-    backends = resolve_backends(None if args.backends is None else comma_list(args.backends, "--backends"))
+    backends = resolve_backends(None if args.backends is None else comma_list(args.backends, option), option)
     if args.gpus:
         _check_gpus(args.gpus)
         if args.gpus > 1 and not args.dry_run:

@@ -12,6 +12,7 @@ import math
 import json
 import random
 from dataclasses import asdict, dataclass, fields
+from typing import TypeGuard
 
 from treebench.harness.errors import ConfigError
 from treebench.harness.model.trees import TokenTree
@@ -42,6 +43,26 @@ MAX_LOGIT_SCALE = 1e6  # sqrt(1e6) * N(0, 1) draws stay far inside fp16's range 
 # Upper bounds: a value past these is a typo (1e9 requests would hang in context_lens before any memory check).
 MAX_AXIS = {"batch_size": 65536, "num_q_heads": 1024, "num_kv_heads": 1024, "head_dim": 1024, "page_size": 4096}
 MAX_CONTEXT_LEN = 2**24
+# What each axis takes, in words: the fix that the line refusing a value gives (a suite's axis or a Case field).
+AXIS_VALUES = {
+    "batch_size": "a positive integer (B), e.g. 4",
+    "context_len": "an integer >= 0, 'ragged:LO-HI' or 'list:L0,L1,...'",
+    "tree": "a tree spec string, e.g. 'full:3:2', 'chain:4' or 'parents:-1,0,0'",
+    "num_q_heads": "a positive integer (Hq), e.g. 32",
+    "num_kv_heads": "a positive integer (Hkv) that divides num_q_heads, e.g. 8",
+    "head_dim": "a positive integer (D), e.g. 128",
+    "dtype": f"one of {', '.join(DTYPES)}",
+    "page_size": "a positive integer (P), e.g. 16",
+    "layout": f"one of {', '.join(LAYOUTS)}",
+    "tree_per_request": "'same' or 'mixed'",
+    "seed": "an integer, e.g. 0",
+    "logit_scale": f"a number in (0, {MAX_LOGIT_SCALE:g}], e.g. 1.0",
+    "values": f"one of {', '.join(VALUE_MODES)}",
+    "kv_dtype": f"one of {', '.join(KV_DTYPES)} (leave kv_dtype out for the query dtype)",
+    "k_scale": "a positive finite number (other than 1.0 on an fp8 kv_dtype only)",
+    "v_scale": "a positive finite number (other than 1.0 on an fp8 kv_dtype only)",
+    "sm_scale": "a positive finite number, e.g. 0.125 (leave sm_scale out for 1/sqrt(D))",
+}
 
 
 @dataclass(frozen=True)
@@ -73,8 +94,8 @@ class Case:
     def __post_init__(self) -> None:
         for name in ("batch_size", "num_q_heads", "num_kv_heads", "head_dim", "page_size"):
             v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ConfigError(f"case field {name}={v!r}: must be a positive integer")
+            if not _is_int(v) or v < 1:
+                raise _bad_field(name, v)
             if v > MAX_AXIS[name]:
                 raise ConfigError(f"case field {name}={v}: exceeds the limit {MAX_AXIS[name]}; use a value <= {MAX_AXIS[name]}")
         if self.num_q_heads % self.num_kv_heads:
@@ -88,10 +109,14 @@ class Case:
             raise ConfigError(f"case field tree_per_request={self.tree_per_request!r}: use 'same' or 'mixed'")
         if self.values not in VALUE_MODES:
             raise ConfigError(f"case field values={self.values!r}: use one of {', '.join(VALUE_MODES)}")
+        if not _is_int(self.seed):   # True is an int to Python, and would be a case of its own
+            raise _bad_field("seed", self.seed)
         self._check_logit_scale()
         self._check_sm_scale()
         self._check_kv()
         self.context_range()  # validates context_len
+        if not isinstance(self.tree, str):
+            raise _bad_field("tree", self.tree)
         parse_tree(self.tree)  # validates tree; raises TreeError (a ConfigError)
         object.__setattr__(self, "tree", canonical_spec(self.tree))  # one case id per tree spelling
 
@@ -117,7 +142,7 @@ class Case:
         if v is None:
             return
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
-            raise ConfigError(f"case field sm_scale={v!r}: must be a positive finite number (or left out: 1/sqrt(D))")
+            raise _bad_field("sm_scale", v)
         object.__setattr__(self, "sm_scale", None if v == self.head_dim ** -0.5 else float(v))
 
     @property
@@ -198,7 +223,7 @@ class Case:
             ConfigError: malformed context_len.
         """
         c = self.context_len
-        if isinstance(c, int) and not isinstance(c, bool):
+        if _is_int(c):
             if c < 0:
                 raise ConfigError(f"case field context_len={c}: must be >= 0")
             if c > MAX_CONTEXT_LEN:
@@ -293,6 +318,16 @@ class Case:
             n = r.randint(0, max(base.size - 1, 1))
             out.append(parse_tree(f"random:{n}:{r.randint(0, 2**31 - 1)}"))
         return out
+
+
+def _is_int(v: object) -> TypeGuard[int]:
+    """Whether `v` is an int and not a bool (which Python counts as one)."""
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _bad_field(name: str, value: object) -> ConfigError:
+    """The error for Case field `name` given `value`: what the field takes (AXIS_VALUES)."""
+    return ConfigError(f"case field {name}={value!r}: must be {AXIS_VALUES[name]}")
 
 
 def fp8_scale_error(kv_dtype: str, dtype: str, name: str, scale: float) -> str | None:

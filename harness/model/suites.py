@@ -31,7 +31,7 @@ import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from treebench.harness.model.cases import Case, expand_axes
+from treebench.harness.model.cases import AXIS_VALUES, Case, expand_axes
 from treebench.harness.errors import ConfigError
 
 SUITES_DIR = Path(__file__).resolve().parents[2] / "suites"   # the suites folder beside harness/ (checkout or install)
@@ -106,14 +106,16 @@ def _check_axis(path: Path, group: int, field: str, values) -> list:
     """Type-checks one axis (values as a list); returns it as a list.
 
     Raises:
-        ConfigError: a value of the wrong type, naming file, group and axis.
+        ConfigError: a value of the wrong type (a TOML true where a number goes included), naming
+            file, group and axis, and what the axis takes (cases.AXIS_VALUES).
     """
     values = values if isinstance(values, list) else [values]
     ok = _allowed_types(field)
     for v in values:
         if (isinstance(v, bool) and bool not in ok) or not isinstance(v, ok):
-            kinds = " or ".join(t.__name__ for t in ok)
-            raise ConfigError(f"suite {path}: axes group {group}: axis {field} value {v!r} must be {kinds}")
+            shown = str(v).lower() if isinstance(v, bool) else repr(v)   # as TOML spells it
+            raise ConfigError(f"suite {path}: axes group {group}: axis {field} value {shown}: "
+                              f"must be {AXIS_VALUES[field]}")
     return values
 
 

@@ -17,12 +17,14 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-
-import torch
+from typing import TYPE_CHECKING
 
 from treebench.harness.errors import TreeError
 
 __all__ = ["MAX_NODES", "TokenTree", "check_size", "from_parents", "from_choices", "render_tree", "tree_summary"]
+
+if TYPE_CHECKING:
+    import torch  # imported where a mask is built: parsing a tree (a suite, a --help) needs no torch
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +65,8 @@ class TokenTree:
     @cached_property
     def ancestor_mask(self) -> torch.Tensor:
         """(T, T) bool on CPU: [i, j] True iff j is i or an ancestor of i."""
+        import torch
+
         t = self.size
         m = torch.zeros(t, t, dtype=torch.bool)
         m[0, 0] = True
@@ -71,11 +75,14 @@ class TokenTree:
             m[i, i] = True
         return m
 
-    def additive_bias(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """(T, T) additive attention bias on the CPU: 0 where node j is node i or an
-        ancestor of i, -inf elsewhere (the form of vLLM's `qq_bias` and xformers'
+    def additive_bias(self, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """(T, T) additive attention bias on the CPU in `dtype` (None: float32): 0 where node j
+        is node i or an ancestor of i, -inf elsewhere (the form of vLLM's `qq_bias` and xformers'
         `spec_attn_bias`)."""
-        return torch.zeros(self.size, self.size, dtype=dtype).masked_fill(~self.ancestor_mask, float("-inf"))
+        import torch
+
+        bias = torch.zeros(self.size, self.size, dtype=dtype or torch.float32)
+        return bias.masked_fill(~self.ancestor_mask, float("-inf"))
 
     @cached_property
     def children(self) -> tuple[tuple[int, ...], ...]:

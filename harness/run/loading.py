@@ -34,6 +34,18 @@ BACKEND_CLASS = ("a class with a non-empty string `name` and `availability`, `su
                  "e.g. a subclass of treebench.Backend")   # what a backend class is, in a line
 
 
+class _SpecError(ConfigError):
+    """A backend spec that cannot be loaded: "--backend 'SPEC': DETAIL", the option renamed as the
+    command line spelt it by `load_one` (run takes --backends)."""
+
+    def __init__(self, spec: str, detail: str) -> None:
+        super().__init__(spec, detail)
+        self.spec, self.detail = spec, detail
+
+    def __str__(self) -> str:
+        return f"--backend {self.spec!r}: {self.detail}"
+
+
 @contextlib.contextmanager
 def _as_its_own_program(spec: str, argv0: str) -> Iterator[None]:
     """While a backend module is imported: sys.argv is [argv0] (a module that parses its command line
@@ -43,15 +55,15 @@ def _as_its_own_program(spec: str, argv0: str) -> Iterator[None]:
     try:
         yield
     except SystemExit as e:
-        raise ConfigError(f"--backend {spec!r}: loading it called sys.exit({e.code!r}); a backend module "
-                          "must not exit at import or in __init__ (move the call under "
-                          "`if __name__ == \"__main__\":`)") from None
+        raise _SpecError(spec, f"loading it called sys.exit({e.code!r}); a backend module "
+                         "must not exit at import or in __init__ (move the call under "
+                         "`if __name__ == \"__main__\":`)") from None
     finally:
         sys.argv = saved
 
 
 def _a_directory(spec: str, target: str) -> ConfigError:
-    return ConfigError(f"--backend {spec!r}: {target} is a directory; give a Python file, PATH.py:Class")
+    return _SpecError(spec, f"{target} is a directory; give a Python file, PATH.py:Class")
 
 
 def _is_namespace(module) -> bool:
@@ -68,11 +80,11 @@ def _load_file(spec: str, target: str):
     if path.is_dir():
         raise _a_directory(spec, target)
     if not path.is_file():
-        raise ConfigError(f"--backend {spec!r}: file {target} not found")
+        raise _SpecError(spec, f"file {target} not found")
     mod_name = f"{FILE_MODULE_PREFIX}{abs(hash(str(path.resolve())))}"
     s = importlib.util.spec_from_file_location(mod_name, path)
     if s is None or s.loader is None:
-        raise ConfigError(f"--backend {spec!r}: {target} is not a Python file (.py)")
+        raise _SpecError(spec, f"{target} is not a Python file (.py)")
     module = importlib.util.module_from_spec(s)
     sys.modules[mod_name] = module
     folder = str(path.resolve().parent)     # its siblings import, as under `python path/file.py`
@@ -87,7 +99,7 @@ def _load_class(spec: str) -> type:
     """The class `spec` ('pkg.mod:Class' or 'path/file.py:Class') names; ConfigError when it cannot be had."""
     target, _, cls_name = spec.rpartition(":")
     if not target.strip() or not cls_name.strip() or (":" in target and not Path(target).exists()):
-        raise ConfigError(f"--backend {spec!r}: malformed; give {FORMS}")
+        raise _SpecError(spec, f"malformed; give {FORMS}")
     if _names_a_file(target):
         module = _load_file(spec, target)
     else:
@@ -95,14 +107,14 @@ def _load_class(spec: str) -> type:
             with _as_its_own_program(spec, target):
                 module = importlib.import_module(target)
         except ImportError as e:
-            raise ConfigError(f"--backend {spec!r}: cannot import {target} ({e})") from None
+            raise _SpecError(spec, f"cannot import {target} ({e})") from None
         if _is_namespace(module) and Path(target).is_dir():     # a folder of the working directory, not a module
             raise _a_directory(spec, target)
     cls = getattr(module, cls_name, None)
     if cls is None:
-        raise ConfigError(f"--backend {spec!r}: {target} has no class {cls_name}")
+        raise _SpecError(spec, f"{target} has no class {cls_name}")
     if not isinstance(cls, type):
-        raise ConfigError(f"--backend {spec!r}: {spec} is not a class (a {type(cls).__name__}); give {FORMS}")
+        raise _SpecError(spec, f"{spec} is not a class (a {type(cls).__name__}); give {FORMS}")
     return cls
 
 
@@ -136,15 +148,15 @@ def _the_backend_class(spec: str, module) -> type:
         return found[0]
     if found:
         names = [c.__name__ for c in found]
-        raise ConfigError(f"--backend {spec!r}: {spec} defines {len(names)} backend classes ({', '.join(names)}); "
-                          f"pick one as {spec}:CLASS, e.g. {spec}:{names[0]}")
+        raise _SpecError(spec, f"{spec} defines {len(names)} backend classes ({', '.join(names)}); "
+                         f"pick one as {spec}:CLASS, e.g. {spec}:{names[0]}")
     nameless = [c.__name__ for c in _classes(module, defined=True)
                 if all(hasattr(c, attr) for attr in CONTRACT[1:]) and not _is_backend_class(c)]
     imported = [c.__name__ for c in _classes(module, defined=False) if _is_backend_class(c)]
     why = (f"; set `name` on {', '.join(nameless)} to a non-empty string" if nameless else
            f"; it imports {', '.join(imported)} from elsewhere: name one to use it, e.g. {spec}:{imported[0]}"
            if imported else "")
-    raise ConfigError(f"--backend {spec!r}: {spec} defines no backend class ({BACKEND_CLASS}){why}")
+    raise _SpecError(spec, f"{spec} defines no backend class ({BACKEND_CLASS}){why}")
 
 
 def load_backend(spec: str) -> Backend:
@@ -179,19 +191,19 @@ def _instance(spec: str, cls: type) -> Backend:
     """
     for attr in CONTRACT:
         if not hasattr(cls, attr):
-            raise ConfigError(f"--backend {spec!r}: {cls.__name__} lacks `{attr}` of the adapter contract")
+            raise _SpecError(spec, f"{cls.__name__} lacks `{attr}` of the adapter contract")
     name = getattr(cls, "name", None)
     if not isinstance(name, str) or not name.strip():
-        raise ConfigError(f"--backend {spec!r}: {getattr(cls, '__name__', cls)!r}.name is {name!r}; "
-                          "set `name` to a non-empty string")
+        raise _SpecError(spec, f"{getattr(cls, '__name__', cls)!r}.name is {name!r}; "
+                         "set `name` to a non-empty string")
     _refuse_a_built_in_name(spec, cls, name)
     with _as_its_own_program(spec, spec.rpartition(":")[0] or spec):
         backend = cls()
     caps = getattr(backend, "capabilities", None)
     if caps is not None and not isinstance(caps, Capabilities):
-        raise ConfigError(f"--backend {spec!r}: {cls.__name__}.capabilities is a {type(caps).__name__}, not a "
-                          "Capabilities; set it to treebench.Capabilities(...) or leave "
-                          "it out (any case)")
+        raise _SpecError(spec, f"{cls.__name__}.capabilities is a {type(caps).__name__}, not a "
+                         "Capabilities; set it to treebench.Capabilities(...) or leave "
+                         "it out (any case)")
     return backend
 
 
@@ -206,22 +218,25 @@ def _refuse_a_built_in_name(spec: str, cls: type, name: str) -> None:
 
     held = REGISTRY.get(name)
     if held is not None and held is not cls and held.__module__.startswith("treebench.backends."):
-        raise ConfigError(f"--backend {spec!r}: backend name {name!r} is the built-in {source_of(held)}'s; "
-                          f"give {cls.__name__} its own `name` (its rows would read as that adapter's)")
+        raise _SpecError(spec, f"backend name {name!r} is the built-in {source_of(held)}'s; "
+                         f"give {cls.__name__} its own `name` (its rows would read as that adapter's)")
 
 
-def load_one(spec: str):
-    """`load_backend(spec)`, remembering `spec` on the instance (SPEC_ATTR) for isolated workers.
+def load_one(spec: str, option: str = "--backend"):
+    """`load_backend(spec)`, remembering `spec` on the instance (SPEC_ATTR) for isolated workers;
+    `option`: the command-line option that gave `spec`, as the user spelt it (its errors name it).
 
     Raises:
         ConfigError: unknown or unloadable backend (also when loading its module raised).
     """
     try:
         backend = load_backend(spec)
+    except _SpecError as e:
+        raise ConfigError(f"{option} {spec!r}: {e.detail}") from None
     except ConfigError:
         raise
     except Exception as e:  # noqa: BLE001 -- a user's module that fails to import is bad input
-        raise ConfigError(f"--backend {spec!r}: loading it raised {type(e).__name__}: {e}") from None
+        raise ConfigError(f"{option} {spec!r}: loading it raised {type(e).__name__}: {e}") from None
     try:
         setattr(backend, SPEC_ATTR, spec)  # how an --isolate worker loads it again
     except AttributeError:
@@ -229,9 +244,10 @@ def load_one(spec: str):
     return backend
 
 
-def resolve_backends(names: Sequence[str] | None) -> list:
+def resolve_backends(names: Sequence[str] | None, option: str = "--backends") -> list:
     """Backends for `run`: None -> every available built-in; ["all"] -> every built-in;
-    else each registry name or class spec (the CLI splits --backends into them).
+    else each registry name or class spec (the CLI splits --backends into them); `option`: the
+    command-line option that gave `names`, as the user spelt it (the errors name it).
 
     Raises:
         ConfigError: no name, "all" beside other names, an unknown or unloadable backend, or two
@@ -240,16 +256,16 @@ def resolve_backends(names: Sequence[str] | None) -> list:
     import treebench.backends  # noqa: F401  (registers the built-in adapters)
 
     if names is not None and "all" in names and len(names) > 1:
-        raise ConfigError("--backends: 'all' names every built-in backend and cannot be combined with other names; "
-                          "give --backends all alone, or list the names")
+        raise ConfigError(f"{option}: 'all' names every built-in backend and cannot be combined with other names; "
+                          f"give {option} all alone, or list the names")
     if names is None:
         found = [REGISTRY[n]() for n in sorted(REGISTRY)]
         return [b for b in found if availability_of(b) is None]
     if list(names) == ["all"]:
         return [REGISTRY[n]() for n in sorted(REGISTRY)]
     if not names:
-        raise ConfigError("--backends is empty: give names such as torch_sdpa,reference, or all")
-    loaded = [load_one(n) for n in names]
+        raise ConfigError(f"{option} is empty: give names such as torch_sdpa,reference, or all")
+    loaded = [load_one(n, option) for n in names]
     check_unique_names(loaded)      # before anything is written (the dry run refuses it too)
     return loaded
 

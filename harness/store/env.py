@@ -47,16 +47,39 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def _git_commit() -> str | None:
-    """HEAD of the repository holding this harness, '+dirty' when it has changes; None outside git."""
+def _git_head(short: bool = False, timeout_s: float = 10) -> tuple[str, bool] | None:
+    """(HEAD, whether tracked files have changes) of the repository holding this harness, HEAD
+    abbreviated when `short`; None outside git (or git missing, or slower than `timeout_s`)."""
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                              text=True, timeout=10, check=True).stdout.strip()
+        head = subprocess.run(["git", "rev-parse", *(["--short"] if short else []), "HEAD"], cwd=REPO_ROOT,
+                              capture_output=True, text=True, timeout=timeout_s, check=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
-                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+                               capture_output=True, text=True, timeout=timeout_s, check=True).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
-    return head + ("+dirty" if dirty else "") if head else None
+    return (head, bool(dirty)) if head else None
+
+
+def _git_commit() -> str | None:
+    """HEAD of the repository holding this harness, '+dirty' when it has changes; None outside git."""
+    found = _git_head()
+    return None if found is None else found[0] + ("+dirty" if found[1] else "")
+
+
+def version_line() -> str:
+    """'treebench VERSION' (the installed distribution's, else the checkout's pyproject.toml),
+    plus the git commit (and ', modified' for uncommitted changes to tracked files) when
+    treebench runs from a git checkout: what `treebench --version` prints."""
+    version = _version("treebench")
+    if version is None:   # a checkout on PYTHONPATH: pyproject.toml says
+        import tomllib
+
+        try:
+            version = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
+        except (OSError, KeyError, tomllib.TOMLDecodeError):
+            version = "(version unknown)"
+    found = _git_head(short=True, timeout_s=5)
+    return f"treebench {version}" + ("" if found is None else f" (git {found[0]}{', modified' if found[1] else ''})")
 
 
 def _nvidia_driver() -> str | None:

@@ -32,6 +32,8 @@ from treebench.harness.store.paths import check_results_file
 
 log = logging.getLogger(__name__)
 
+OPTIONS = {"run_id": "--run-id", "backend": "--backend", "env": "--env"}   # row field -> the rm option selecting by it
+
 
 def remove_rows(path: str | Path, *, run_ids: Iterable[str] = (), backends: Iterable[str] = (),
                 env_ids: Iterable[str] = ()) -> int:
@@ -113,12 +115,30 @@ def _refuse_missing(path: Path, field: str, values: frozenset[str], rows: list[d
                     within: dict[str, frozenset[str]] | None) -> None:
     """Raises ConfigError naming the first of `values` that no row of `rows` holds in `field`;
     `within`: the filters that selected `rows` (None: every row of the file)."""
-    held = {v for r in rows if (v := _field(r, field)) is not None}
+    held = _held(rows, field)
     for v in sorted(values - held):
+        if not held and within is None:
+            raise ConfigError(f"rm {path}: {_none_carry(field, v, rows)}")
         shown = ", ".join(sorted(held)[:5]) + (", ..." if len(held) > 5 else "") or "none"
         where = (f"no row has {field} {v!r} ({field}s here: {shown})" if within is None else
                  f"no row with {_words(within)} has {field} {v!r} ({field}s of those rows: {shown})")
         raise ConfigError(f"rm {path}: {where}; nothing removed: check the value")
+
+
+def _held(rows: list[dict], field: str) -> set[str]:
+    """The values `rows` hold in `field` (a row without it holds none)."""
+    return {v for r in rows if (v := _field(r, field)) is not None}
+
+
+def _none_carry(field: str, value: str, rows: list[dict]) -> str:
+    """Why `value` of `field` selects nothing when no row of the file carries `field` at all (rows
+    written without it, e.g. without a run_id), and the options that select them instead, each
+    with the values the rows hold (at most 3)."""
+    others = [f"{OPTIONS[f]} ({f}s here: {', '.join(sorted(held)[:3])}{', ...' if len(held) > 3 else ''})"
+              for f in OPTIONS if f != field and (held := _held(rows, f))]
+    instead = f" and select rows by {' or '.join(others)}" if others else ""
+    return (f"no row has {field} {value!r}: the rows of this file carry no {field}; nothing removed: "
+            f"leave out {OPTIONS[field]}{instead}")
 
 
 def _values(given: Iterable[str]) -> frozenset[str]:
