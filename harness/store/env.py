@@ -254,7 +254,7 @@ def missing_env_line(paths, rows, envs: dict[str, dict]) -> str | None:
     """One line naming the first env id of `rows` whose env file is not among `envs` (env-<id>.json
     not beside the rows) and a results file of `paths` holding a row of it (`find_row`), with how
     many more env ids lack theirs; None when none does. A file not copied along is no fingerprint
-    difference: the gate refuses it in these words, the report notes it.
+    difference: the gate and `report --against` refuse it in these words; with --allow-env-mismatch the report notes it.
 
     Raises:
         ConfigError: as result_files, for a path that does not exist.
