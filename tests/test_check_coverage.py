@@ -54,7 +54,7 @@ def test_a_dense_backend_gets_every_axis_with_nothing_skipped():
     assert {"1", "2", "4"} <= set(cov["group_size"]["ran"])
     assert {"0", "1", "15", "16", "17"} <= set(cov["context_len"]["ran"])
     assert cov["shape"]["ran"] == ["Hq=T", "B=T", "T=P", "G=T"]
-    assert cov["num_kv_heads"]["ran"] == ["1", "2", "3", "8"] and cov["batch_size"]["ran"] == ["2", "11"]
+    assert cov["num_kv_heads"]["ran"] == ["1", "2", "3", "8"] and cov["batch_size"]["ran"] == ["2", "11", "33"]
     assert cov["sm_scale"]["ran"] == ["1/sqrt(D)", "0.3"]
     assert all(not e["skipped"] for a, e in cov.items() if a != "device")
     sizes = {c.trees()[0].size for c in cases}
@@ -80,6 +80,8 @@ def test_capabilities_become_skipped_values_with_reasons():
     assert "256" in cov["head_dim"]["skipped"] and "2" in cov["group_size"]["skipped"]
     assert "per-request trees" in cov["tree_per_request"]["skipped"]["mixed"]
     assert all("ragged" in why for v, why in cov["context_len"]["skipped"].items())
+    big = next(c for c in d.cases if c.batch_size == 33)            # past 32 requests at uniform contexts
+    assert "33" in cov["batch_size"]["ran"] and not big.is_ragged and big.num_kv_heads == 1
     assert "0" in cov["context_len"]["ran"]                         # uniform contexts still run
     base = next(c for c in d.cases if d.check_axes[c.case_id].get("values") == "random")
     assert (base.group_size, base.dtype, base.page_size) == (1, "bfloat16", 16)   # inside the capabilities
@@ -87,10 +89,11 @@ def test_capabilities_become_skipped_values_with_reasons():
 
 @pytest.mark.parametrize("axis, mutant", [("num_kv_heads", "mutant_kv_head_clamped"),
                                            ("batch_size", "mutant_batch_cut_at_8"),
+                                           ("batch_size", "mutant_batch_cut_at_32"),
                                            ("sm_scale", "mutant_fixed_sm_scale")])
 def test_the_axis_kills_the_mutant_that_the_base_case_passes(axis, mutant):
-    """Hkv 3 and 8, B 11 and sm_scale 0.3 each kill a kernel right on the base case (Hkv 2, B 2,
-    1/sqrt(D)): the KV head clamped to 1, requests from 8 on dropped, inputs.sm_scale ignored."""
+    """Hkv 3 and 8, B 11 and 33 and sm_scale 0.3 each kill a kernel right on the base case (Hkv 2, B 2,
+    1/sqrt(D)): the KV head clamped to 1, requests from 8 (or 32) on dropped, inputs.sm_scale ignored."""
     from treebench.harness.selftest.dense import Dense
     from treebench.harness.selftest.mutants_field import ALL_MUTANTS
     from treebench.harness.selftest.power import selftest
@@ -103,6 +106,7 @@ def test_the_axis_kills_the_mutant_that_the_base_case_passes(axis, mutant):
                                    for b, cs in (([cls], base), ([cls, Dense], on_axis)))
     assert not on_base.failed_check and caught.failed_check and not dense.failed_check, dense.evidence
     assert axis != "num_kv_heads" or "-H6x3-" in caught.evidence, caught.evidence   # Hkv 1 passes, 3 fails
+    assert mutant != "mutant_batch_cut_at_32" or caught.evidence.startswith("B33-"), caught.evidence   # B 11 passes
 
 
 def test_deep_adds_values():

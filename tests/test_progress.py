@@ -62,7 +62,7 @@ def test_plural_says_one_pair_and_two_pairs(n, noun, many, text):
 
 
 def test_the_estimate_of_one_pair_says_pair():
-    assert estimate([SMOKE], "run", "cpu").startswith("about 0.1 s (1 pair, 0.09 s each on average: ")
+    assert estimate([SMOKE], "run", "cpu").startswith("about 3.6 s in all (1 pair, 0.09 s each on average: ")
     assert "measured over 2 earlier pairs" in estimate([SMOKE], "run", "cpu", stored(SMOKE, [0, 2, 4]), "e1", "x.jsonl")
 
 
@@ -96,22 +96,20 @@ def test_a_closed_stream_stops_the_lines_not_the_sweep():
 
 
 def test_the_estimate_says_what_it_is_based_on():
-    assert estimate([SMOKE] * 10, "run", "cpu") == (
-        "about 0.9 s (10 pairs, 0.09 s each on average: a cost model fitted on a 2-core CPU, 0.09 s + 52.6 s per "
-        "10^9 K/V values read (2 x S_b x Hq x D per request) per run pair on cpu)")
+    assert estimate([SMOKE] * 10, "run", "cpu") == UNSCALED + "; " + OUTSIDE_RUN + ")"
     assert "0.80 s each on average: a cost model measured over the seed suite on an H200, 0.8 s per run pair on cuda " \
-           "whatever its size)" in estimate([SMOKE] * 10, "run", "cuda:1")
+           "whatever its size; + 7.6 s outside the pairs" in estimate([SMOKE] * 10, "run", "cuda:1")
     assert "0.052 s + 66.6 s per 10^9 K/V values read (2 x S_b x Hq x D per request) per check pair on cpu" in \
         estimate([SMOKE] * 10, "check", "mps")
     fast = stored(SMOKE, [0.1, 0.3, 0.5, 0.7])     # millisecond stamps: a run inside one second, 0.2 s per pair
     assert estimate([SMOKE] * 10, "run", "cpu", fast, "e1", "x.jsonl") == (
-        "about 2.0 s (10 pairs, 0.20 s each on average: the cost model, 0.09 s + 52.6 s per 10^9 K/V values read "
-        "(2 x S_b x Hq x D per request) per run pair on cpu, x 2.21 as measured over 3 earlier pairs of this env "
-        "in x.jsonl)")
+        "about 5.5 s in all (10 pairs, 0.20 s each on average: the cost model, 0.09 s + 52.6 s per 10^9 K/V values "
+        "read (2 x S_b x Hq x D per request) per run pair on cpu, x 2.21 as measured over 3 earlier pairs of this "
+        "env in x.jsonl; " + OUTSIDE_RUN + ")")
     rows = stored(SMOKE, [0, 2, 4, 6])
     assert estimate([SMOKE] * 10, "run", "cuda:0", rows, "e1", "x.jsonl").startswith(
-        "about 20.0 s (10 pairs, 2.00 s each on average: the cost model, 0.8 s per run pair on cuda whatever its "
-        "size, x 2.50 as measured over 3 earlier pairs of this env in x.jsonl)")
+        "about 27.6 s in all (10 pairs, 2.00 s each on average: the cost model, 0.8 s per run pair on cuda whatever "
+        "its size, x 2.50 as measured over 3 earlier pairs of this env in x.jsonl; + 7.6 s outside the pairs")
     assert "of other envs" in estimate([SMOKE] * 10, "run", "cuda:0", rows, "e2", "x.jsonl")
 
 
@@ -160,8 +158,10 @@ def test_rows_without_a_size_or_a_time_are_left_out_of_the_scale():
     assert "; x.jsonl has no earlier run with 3 or more" in estimate([SMOKE], "run", "cpu", rows, "e1", "x.jsonl")
 
 
-UNSCALED = ("about 0.9 s (10 pairs, 0.09 s each on average: a cost model fitted on a 2-core CPU, 0.09 s + 52.6 s per "
-            "10^9 K/V values read (2 x S_b x Hq x D per request) per run pair on cpu")
+UNSCALED = ("about 4.4 s in all (10 pairs, 0.09 s each on average: a cost model fitted on a 2-core CPU, 0.09 s + "
+            "52.6 s per 10^9 K/V values read (2 x S_b x Hq x D per request) per run pair on cpu")
+OUTSIDE_RUN = ("+ 3.5 s outside the pairs (start-up: imports, torch's among them, and the env fingerprint; after the "
+               "last pair: the HTML report and the summary), measured on a 2-core CPU")
 
 
 @pytest.mark.parametrize("rows", [[], stored(SMOKE, [0, 2]), stored(SMOKE, [5, 5, 5]),
@@ -169,11 +169,50 @@ UNSCALED = ("about 0.9 s (10 pairs, 0.09 s each on average: a cost model fitted 
                          ids=["empty", "2 rows", "no time between rows", "skipped rows"])
 def test_a_results_file_without_an_earlier_run_to_scale_by_says_so(rows):
     assert estimate([SMOKE] * 10, "run", "cpu", rows, "e1", "x.jsonl") == (
-        UNSCALED + "; x.jsonl has no earlier run with 3 or more rows that ran (not skipped) to scale it by)")
+        UNSCALED + "; x.jsonl has no earlier run with 3 or more rows that ran (not skipped) to scale it by; "
+        + OUTSIDE_RUN + ")")
 
 
 def test_without_a_results_file_the_estimate_says_nothing_of_earlier_runs():
-    assert estimate([SMOKE] * 10, "run", "cpu") == UNSCALED + ")"
+    assert estimate([SMOKE] * 10, "run", "cpu") == UNSCALED + "; " + OUTSIDE_RUN + ")"
+
+
+def total_s(line: str) -> float:
+    """The seconds in all an estimate's line states ('about 5.9 s in all (...')."""
+    assert line.startswith("about ") and " s in all (" in line, line
+    return float(line.split()[1])
+
+
+@pytest.mark.parametrize("mode", ["run", "check"])
+@pytest.mark.parametrize("device", ["cpu", "cuda:0"])
+def test_the_time_outside_the_pairs_is_added_once_unscaled_and_said(mode, device):
+    """Start-up (imports, torch's among them, the env fingerprint) and, for a run, its report cost as much
+    for 0 pairs as for 10: added once to the pairs' sum, not scaled by earlier runs' pace, named in the line,
+    and left out of `pair_seconds`, the live time left's weights (a sweep under way has started)."""
+    from treebench.harness.run.costs import OUTSIDE_PAIRS
+
+    outside = OUTSIDE_PAIRS[(mode, device[:4].rstrip(":"))]
+    assert outside.seconds >= 1.0
+    empty = estimate([], mode, device)
+    assert total_s(empty) == pytest.approx(outside.seconds, abs=0.05) and "(0 pairs: " in empty
+    pairs = sum(pair_seconds([(SMOKE, device)] * 10, mode))
+    line = estimate([SMOKE] * 10, mode, device)
+    assert total_s(line) == pytest.approx(pairs + outside.seconds, abs=0.05)
+    assert per_pair_s(line) == pytest.approx(pairs / 10, abs=0.01)
+    assert line.endswith(f"; + {outside.seconds:g} s outside the pairs (start-up: imports, torch's among them, and "
+                         f"the env fingerprint; after the last pair: "
+                         f"{'the HTML report and the summary' if mode == 'run' else 'the summary'}), "
+                         f"{outside.measured_on})"), line
+    slow = stored(SMOKE, [0, 2, 4, 6], timer="wall" if mode == "run" else None)    # pairs far slower than modelled
+    scaled = estimate([SMOKE] * 10, mode, device, slow, "e1", "x.jsonl")
+    assert total_s(scaled) == pytest.approx(10 * per_pair_s(scaled) + outside.seconds, abs=0.1)
+
+
+def test_the_smoke_run_estimate_on_the_cpu_is_near_its_measured_time():
+    """A model check, timing nothing: `treebench run --suite smoke --backends torch_sdpa` (8 pairs of ~0.1 s)
+    took 4.0-4.5 s from start to exit on a 2-core CPU, ~1.3 s of it start-up and ~2.2 s its report."""
+    line = estimate(load_suite("smoke").cases, "run", "cpu", backends=["torch_sdpa"] * 8)
+    assert 4.0 / 1.5 < total_s(line) < 4.5 * 1.5
 
 
 @pytest.mark.parametrize("out", [None, "new", "empty"])
@@ -187,8 +226,8 @@ def test_the_dry_run_line_names_the_results_file_only_when_there_is_one(out, tmp
     assert main(["run", "--suite", "smoke", "--backends", "reference", "--dry-run"]
                 + (["--out", str(path)] if out else [])) == 0
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("estimated time: "))
-    assert line.endswith(f"; {path} has no earlier run with 3 or more rows that ran (not skipped) to scale it by)"
-                         if out == "empty" else " per run pair on cpu)"), line
+    assert line.endswith(f"; {path} has no earlier run with 3 or more rows that ran (not skipped) to scale it by; "
+                         f"{OUTSIDE_RUN})" if out == "empty" else f" per run pair on cpu; {OUTSIDE_RUN})"), line
 
 
 def sweep(backends: list[str], cases: int, first_s: float, then_s: float, plan: bool = True,

@@ -13,7 +13,7 @@ around it one axis varied at a time, never a product:
 | head_dim | 64, 128, 256 | the head-dim instantiation |
 | group_size | G = 1, 2, 4, 8 with Hkv = 2 | the GQA mapping h // G |
 | num_kv_heads | Hkv = 1, 2, 3, 8 at the base G | a KV head index clamped or wrapped at 2, per-KV-head strides |
-| batch_size | B = 2, 11 | requests past a fixed 8 (11: not a power of two) skipped or zeroed |
+| batch_size | B = 2, 11; 33 at Hkv 1 with ragged contexts 0-2P (uniform P + 1 without ragged support) | requests past a fixed 8, 16 or 32 (grid programs per dimension, per-request tables) skipped or zeroed; 11 and 33 are no powers of two |
 | context_len | L_b = 0, 1, P - 1, P, P + 1 each, one list of those plus S_b = P, 2P (B 8), ragged:0-3P (B 8), 16384 with position values (B 1) | empty contexts, page edges, a NaN page after a full last page, per-request offsets, a softmax sum that drifts over a long context |
 | tree_per_request | same, mixed (B 4, T 13) | one request's tree used for another |
 | layout | shuffled, contiguous, interleaved | the block table |
@@ -51,6 +51,7 @@ HEAD_DIMS, DEEP_HEAD_DIMS = (64, 128, 256), (32, 80, 96)
 GROUP_SIZES, DEEP_GROUP_SIZES = (1, 2, 4, 8), (16,)
 KV_HEADS = (1, 3, 8)                      # Hkv besides the base's 2, at the base G: 3 is past 2 and no power of two
 BATCH_SIZES = (11,)                       # B besides the base's 2: past 8 and no power of two
+LARGE_BATCH = 33                          # B past 32 (and 16), no power of two; at Hkv 1, the grid's smallest
 SM_SCALES = (0.3,)                        # scales that are 1/sqrt(D) for no integer D (0.3: D = 11.1)
 DTYPES_ANY = ("bfloat16", "float16", "float32")
 LOGIT_SCALES, DEEP_LOGIT_SCALES = (1000.0,), (300.0, 3000.0)
@@ -199,6 +200,7 @@ def axis_values(base: Case, caps: Capabilities, deep: bool):
         yield "num_kv_heads", str(h), replace(base, num_q_heads=h * base.group_size, num_kv_heads=h)
     for b in sorted({*BATCH_SIZES, base.batch_size}):
         yield "batch_size", str(b), replace(base, batch_size=b)
+    yield "batch_size", str(LARGE_BATCH), _large_batch(base, caps)
     yield from _context_values(base, P, T)
     yield "tree_per_request", "same", base
     yield "tree_per_request", "mixed", replace(base, batch_size=4, tree="full:3:2", tree_per_request="mixed")
@@ -214,6 +216,14 @@ def axis_values(base: Case, caps: Capabilities, deep: bool):
     yield from _kv_values(base)
     if deep:
         yield from _deep_extras(base)
+
+
+def _large_batch(base: Case, caps: Capabilities) -> Case:
+    """B = LARGE_BATCH at Hkv 1 (one KV head: half the base's programs, cheap in Triton's interpreter),
+    with contexts ragged over 0-2P where the backend takes them, so that per-request lengths
+    clamped or wrapped at 32 requests differ from the right ones, else the base's."""
+    context = f"ragged:0-{2 * base.page_size}" if caps.ragged_context else base.context_len
+    return replace(base, batch_size=LARGE_BATCH, num_q_heads=base.group_size, num_kv_heads=1, context_len=context)
 
 
 LONG_CONTEXT = 16384   # L_b of the long-context case: tokens enough for a float16 running sum to stall

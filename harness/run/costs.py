@@ -8,7 +8,9 @@ file holds earlier runs (this env's first, else any env's), the sum is scaled by
 measured time over what the model gives their pairs (each run's span of row timestamps),
 so rows of small cases on a fast machine do not predict large cases there at the small
 cases' pace. The line says which, and that no earlier run was found in the results file
-(nothing without one).
+(nothing without one). To the pairs' sum it adds `OUTSIDE_PAIRS`' seconds of the whole
+invocation outside its pairs (start-up and, for a run, its report), unscaled, and says so.
+`pair_seconds` counts the pairs alone: the time left of a sweep already under way.
 """
 
 from __future__ import annotations
@@ -77,6 +79,40 @@ PAIR_COSTS = {("run", "cpu"): PairCost(0.09, 52.6, "fitted on a 2-core CPU"),
               ("check", "cpu"): PairCost(0.052, 66.6, "fitted on a 2-core CPU"),
               ("run", "cuda"): PairCost(0.8, 0.0, "measured over the seed suite on an H200"),
               ("check", "cuda"): PairCost(0.5, 0.0, "measured over default checks on an H200")}
+
+
+@dataclass(frozen=True)
+class OutsidePairs:
+    """Seconds an invocation spends outside its pairs, whatever their number: start-up before the
+    first pair (imports, torch's among them, suite and backends, the env fingerprint: on CUDA its
+    bandwidth and matrix-rate probes) and, after the last, the summary (and a run's HTML report)."""
+
+    seconds: float     # start-up and wrap-up together
+    measured_on: str   # where the figure comes from, as the time line says it
+
+    def describe(self, mode: str) -> str:
+        """'+ 3.5 s outside the pairs (start-up: ...; after the last pair: ...), measured on a 2-core CPU'."""
+        after = "the HTML report and the summary" if mode == "run" else "the summary"
+        return (f"+ {self.seconds:g} s outside the pairs (start-up: imports, torch's among them, and the env "
+                f"fingerprint; after the last pair: {after}), {self.measured_on}")
+
+
+# Seconds of a `run` or `check` outside its pairs, by (mode, device type), added once to --dry-run's estimate.
+# CPU: the 2-core container of PAIR_COSTS' fit (torch 2.13.0), 3 times each, with rows and report written to
+# fresh files and each phase read off the row timestamps: `treebench run --suite smoke --backends torch_sdpa`
+# (8 pairs) took 4.0-4.5 s from start to exit at load average 0.1-1.9 (its `--dry-run` 1.7 s): first row
+# 1.25-1.5 s after the start (one pair of ~0.1 s in it), exit 2.2 s after its last row (the report):
+# 1.3 + 2.2 = 3.5 s; at load average 2-4 the run took 5.0-6.9 s, 1.9 + 3.3 s outside its pairs (3.0 s after
+# the last of 24 rows of 3 backends). `treebench check --backend torch_sdpa` (the default check): first row
+# 1.35-1.5 s after the start, exit 0.45-0.55 s after its last row: 1.3 + 0.5 = 1.8 s. Of the start-up,
+# `import torch` took 1.85 s under load, the CPU env fingerprint 0.02 s. CUDA: check: 5.4 s, `treebench check
+# --backend triton_tree` on an H200 (results/h200/default-check/: 28 s with start-up, its last pair done 22.6 s
+# after the sweep began); run: that and the report's 2.2 s as on the CPU (the report is CPU work).
+OUTSIDE_PAIRS = {("run", "cpu"): OutsidePairs(3.5, "measured on a 2-core CPU"),
+                 ("check", "cpu"): OutsidePairs(1.8, "measured on a 2-core CPU"),
+                 ("run", "cuda"): OutsidePairs(7.6, "a check's start-up on an H200 and the report's time on a "
+                                                    "2-core CPU"),
+                 ("check", "cuda"): OutsidePairs(5.4, "measured on an H200")}
 
 
 def case_values(case: Case) -> int:
@@ -154,12 +190,13 @@ def stored_scale(rows: Iterable[dict], env_id: str | None, kind: str) -> tuple[f
 
 def estimate(cases: Sequence[Case], mode: str, device: str, rows: Iterable[dict] = (), env_id: str | None = None,
              source: str | None = None, backends: Sequence[str] | None = None) -> str:
-    """'about 1 h 29 min (480 pairs, 11.13 s each on average: ...)': the time the pairs that will run
-    should take, and what the figure is based on.
+    """'about 1 h 29 min in all (480 pairs, 11.13 s each on average: ...; + 3.5 s outside the pairs (...), ...)':
+    the time the invocation should take from start to exit, and what the figure is based on.
 
     Each pair costs `PAIR_COSTS[(mode, device type)]` for its case's size (`cost_model`); with earlier
     runs in `rows` (the results file `source`; this env's, else any env's), the sum is scaled by their
-    measured / modelled time (`stored_scale`).
+    measured / modelled time (`stored_scale`). `OUTSIDE_PAIRS[(mode, device type)]` (start-up, a run's
+    report) is added once, unscaled.
 
     Args:
         cases: the case of each pair that will run, once per backend that runs it.
@@ -187,4 +224,6 @@ def estimate(cases: Sequence[Case], mode: str, device: str, rows: Iterable[dict]
     elif source is not None:
         basis += f"; {source} has no earlier run with 3 or more rows that ran (not skipped) to scale it by"
     each = f", {total / len(cases):.2f} s each on average" if cases else ""
-    return f"about {format_duration(total)} ({plural(len(cases), 'pair')}{each}: {basis})"
+    outside = OUTSIDE_PAIRS[(mode, kind)]
+    return (f"about {format_duration(total + outside.seconds)} in all ({plural(len(cases), 'pair')}{each}: {basis}; "
+            f"{outside.describe(mode)})")

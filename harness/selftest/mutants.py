@@ -28,6 +28,7 @@ AXES = {  # axis -> the cases that exercise it
     "G = 1": "plain multi-head attention, Hq == Hkv",
     "KV heads > 2": "Hkv of 3 and 8, so a KV head index clamped or wrapped at 2 reads the wrong head",
     "batches > 8": "B of 11 requests, so a batch cut at 8 requests drops some",
+    "batches > 32": "B of 33 requests, so a batch cut at 32 (or 16) requests drops some",
     "softmax scale": "an sm_scale other than 1/sqrt(D) (0.3), so a kernel that ignores inputs.sm_scale differs",
     "context 0": "a request with L_b = 0",
     "L_b = P·k": "a context ending exactly at a page end",

@@ -85,9 +85,19 @@ class BatchCutAt8(Dense):
     name = "mutant_batch_cut_at_8"
     description = "requests from index 8 on never computed: their output rows stay zero"
     axis = "batches > 8"
+    cut = 8   # the first request index never computed
 
     def attend(self, inputs, b, q):
-        return super().attend(inputs, b, q) if b < 8 else torch.zeros(q.shape, device=q.device)
+        return super().attend(inputs, b, q) if b < self.cut else torch.zeros(q.shape, device=q.device)
+
+
+class BatchCutAt32(BatchCutAt8):
+    """Computes requests 0-31 only, as a kernel whose grid is capped at 32 programs in the request
+    dimension or that reads the block table through a 32-entry per-request table: right up to B 32."""
+    name = "mutant_batch_cut_at_32"
+    description = "requests from index 32 on never computed: their output rows stay zero"
+    axis = "batches > 32"
+    cut = 32
 
 
 class FixedSoftmaxScale(Dense):
@@ -199,5 +209,5 @@ class SwitchesAfterWarmup(Dense):
 
 
 AXIS_MUTANTS = (MaskWord32, Page64Offset, PowerOfTwoPageOffset, NoMaxSubtraction, MhaFastPath, KvHeadClamped,
-                BatchCutAt8, FixedSoftmaxScale, Fp16Denominator, ContextPartialDivides, ReadsPastPageEnd,
-                HeadsNodesConfused, AccumulatesIntoOutput, SwitchesAfterWarmup)
+                BatchCutAt8, BatchCutAt32, FixedSoftmaxScale, Fp16Denominator, ContextPartialDivides,
+                ReadsPastPageEnd, HeadsNodesConfused, AccumulatesIntoOutput, SwitchesAfterWarmup)
