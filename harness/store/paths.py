@@ -28,7 +28,8 @@ REPORTS = Path("reports/local")     # where reports go unless a path is given
 
 def default_report(results: str | Path) -> Path:
     """The report of the results file `results` unless a path is given: reports/local/<its stem>.html
-    (`treebench report`'s, and a resumed run's, whose results file is named after the run it resumes). Raises nothing."""
+    (`treebench report`'s, and a resumed run's, whose results file is named after the run it
+    resumes). Raises nothing."""
     return REPORTS / f"{Path(results).stem}.html"
 
 
