@@ -509,3 +509,14 @@ def test_cpu_env_fields_count_between_two_cpu_runs_only(gpu):
     found = gate.env_field_differences(base, cand, [{"env": "a"}], [{"env": "b"}])
     assert found == ([] if gpu else [gate.EnvDifference("cpu_model", "Xeon A", "EPYC B"),
                                      gate.EnvDifference("torch_threads", "1", "2")])
+
+
+def test_report_with_every_file_after_against_says_against_took_them(tmp_path, capsys):
+    """`report --against A B` leaves RESULTS empty (--against takes one or more files): one line
+    saying --against took them and how to write it, not argparse's missing-argument line."""
+    base = _write(tmp_path / "base.jsonl", [_row()])
+    rc, _, err = _main(capsys, "report", "--against", str(base), str(base))
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"--against took every file after it ({base} {base})" in err and "before --against" in err, err
+    rc, _, err = _main(capsys, "report")
+    assert rc == 2 and "give the results files (RESULTS)" in err, err

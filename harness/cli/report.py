@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds `treebench report`'s arguments to `parser`."""
-    parser.add_argument("results", nargs="+", metavar="RESULTS", help=".jsonl results files or folders of them")
+    parser.add_argument("results", nargs="*", metavar="RESULTS", help=".jsonl results files or folders of them")
     parser.add_argument("-o", "--output", default=None,
                         help="output .html (default reports/local/<first results name>.html)")
     parser.add_argument("--title", default=None, help="page title (default: treebench + the results' names)")
@@ -61,11 +61,16 @@ def run(args: argparse.Namespace) -> int:
     """Writes the report; returns 0.
 
     Raises:
-        ConfigError: missing results, no rows, bad --baseline-backend or --own, a --causal-backend
+        ConfigError: no RESULTS (all taken by --against: the line says so), missing results, no rows, bad --baseline-backend or --own, a --causal-backend
             without rows, or, with --against, what `treebench gate` refuses (a results file or a
             run on both sides; without --allow-env-mismatch, a missing env file or env
             fingerprints that differ); the CLI exits 2, and a report already at -o is left as it is.
     """
+    if not args.results:   # nargs="*": `report --against A B` reads both as baselines, and says so
+        raise ConfigError(
+            f"report: no RESULTS: --against took every file after it ({' '.join(args.against)}); put the results "
+            "files before --against, or end its list with --" if args.against else
+            "report: give the results files (RESULTS), e.g. treebench report results/local/RUN.jsonl")
     out = check_output_path(default_report(args.results[0]) if args.output is None else args.output, "report -o")
     if out.suffix.lower() not in (".html", ".htm"):
         raise ConfigError(f"report -o {out}: give an .html path, e.g. reports/NAME.html")
