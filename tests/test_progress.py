@@ -12,7 +12,7 @@ from rich.console import Console
 from treebench.harness.model.cases import Case
 from treebench.harness.model.suites import load_suite
 from treebench.harness.run.config import RunConfig
-from treebench.harness.run.costs import estimate, pair_seconds
+from treebench.harness.run.costs import OUTSIDE_PAIRS, estimate, pair_seconds
 from treebench.harness.run.progress import (
     EVERY_S,
     BarProgress,
@@ -62,8 +62,8 @@ def test_plural_says_one_pair_and_two_pairs(n, noun, many, text):
 
 
 def test_the_estimate_of_one_pair_says_pair():
-    assert estimate([SMOKE], "run", "cpu").startswith("about 3.6 s in all (1 pair, 0.09 s each on average: ")
-    assert "measured over 2 earlier pairs" in estimate([SMOKE], "run", "cpu", stored(SMOKE, [0, 2, 4]), "e1", "x.jsonl")
+    assert estimate([SMOKE], "run", "cpu").startswith("about 3.6 s in all (1 pair, 0.09 s each on average, ")
+    assert "the pace of 2 earlier pairs" in estimate([SMOKE], "run", "cpu", stored(SMOKE, [0, 2, 4]), "e1", "x.jsonl")
 
 
 def test_slow_pairs_get_a_line_each_with_the_time_left():
@@ -76,6 +76,20 @@ def test_slow_pairs_get_a_line_each_with_the_time_left():
     assert lines[0] == "[1/4] torch_sdpa on case0: pass (2.5 s elapsed, warming up, time left not known yet)"
     assert lines[1] == "[2/4] torch_sdpa on case1: pass (5.0 s elapsed, about 5.0 s left)"
     assert lines[-1] == "[4/4] torch_sdpa on case3: pass (10.0 s elapsed, done)" and len(lines) == 4
+
+
+@pytest.mark.parametrize("plan", [True, False])
+def test_the_time_left_counts_what_follows_the_last_pair(plan):
+    """The summary and a run's report (`after_s`) come after the last pair: the time left counts them
+    until that pair is done."""
+    clock, out = Clock(), io.StringIO()
+    shown = LineProgress(4, out, clock, ["a"] * 4 if plan else None, [1.0] * 4 if plan else None, after_s=2.2)
+    for i in range(4):
+        clock.now += 2.5
+        shown.finish(row(i, "a"))
+    lines = out.getvalue().splitlines()
+    assert lines[1] == "[2/4] a on case1: pass (5.0 s elapsed, about 7.2 s left)"     # 2 pairs of 2.5 s and 2.2 s
+    assert lines[2].endswith("(7.5 s elapsed, about 4.7 s left)") and lines[-1].endswith("(10.0 s elapsed, done)")
 
 
 @pytest.mark.parametrize("total", [37, 999])
@@ -96,21 +110,42 @@ def test_a_closed_stream_stops_the_lines_not_the_sweep():
 
 
 def test_the_estimate_says_what_it_is_based_on():
-    assert estimate([SMOKE] * 10, "run", "cpu") == UNSCALED + "; " + OUTSIDE_RUN + ")"
-    assert "0.80 s each on average: a cost model measured over the seed suite on an H200, 0.8 s per run pair on cuda " \
-           "whatever its size; + 7.6 s outside the pairs" in estimate([SMOKE] * 10, "run", "cuda:1")
-    assert "0.052 s + 66.6 s per 10^9 K/V values read (2 x S_b x Hq x D per request) per check pair on cpu" in \
+    assert estimate([SMOKE] * 10, "run", "cpu") == UNSCALED
+    assert estimate([SMOKE] * 10, "run", "cuda:1") == (
+        "about 15.1 s in all (10 pairs, 0.80 s each on average, + 7.1 s of start-up, summary and report)\n"
+        "per run pair on cuda: 0.8 s whatever its size\n"
+        "figures measured over the seed suite on an H200, the report on a 2-core CPU")
+    assert "\nper check pair on cpu: 0.052 s + 66.6 s per 10^9 K/V values read (2 x S_b x Hq x D per request)\n" in \
         estimate([SMOKE] * 10, "check", "mps")
     fast = stored(SMOKE, [0.1, 0.3, 0.5, 0.7])     # millisecond stamps: a run inside one second, 0.2 s per pair
     assert estimate([SMOKE] * 10, "run", "cpu", fast, "e1", "x.jsonl") == (
-        "about 5.5 s in all (10 pairs, 0.20 s each on average: the cost model, 0.09 s + 52.6 s per 10^9 K/V values "
-        "read (2 x S_b x Hq x D per request) per run pair on cpu, x 2.21 as measured over 3 earlier pairs of this "
-        "env in x.jsonl; " + OUTSIDE_RUN + ")")
+        "about 5.5 s in all (10 pairs, 0.20 s each on average, + 3.5 s of start-up, summary and report)\n"
+        "per run pair on cpu: 0.09 s + 52.6 s per 10^9 K/V values read (2 x S_b x Hq x D per request)\n"
+        "figures measured on a 2-core CPU\n"
+        "scaled x 2.21 to the pace of 3 earlier pairs of this env in x.jsonl")
     rows = stored(SMOKE, [0, 2, 4, 6])
     assert estimate([SMOKE] * 10, "run", "cuda:0", rows, "e1", "x.jsonl").startswith(
-        "about 27.6 s in all (10 pairs, 2.00 s each on average: the cost model, 0.8 s per run pair on cuda whatever "
-        "its size, x 2.50 as measured over 3 earlier pairs of this env in x.jsonl; + 7.6 s outside the pairs")
+        "about 27.1 s in all (10 pairs, 2.00 s each on average, + 7.1 s of start-up, summary and report)\n"
+        "per run pair on cuda: 0.8 s whatever its size\n")
+    assert estimate([SMOKE] * 10, "run", "cuda:0", rows, "e1", "x.jsonl").endswith(
+        "\nscaled x 2.50 to the pace of 3 earlier pairs of this env in x.jsonl")
     assert "of other envs" in estimate([SMOKE] * 10, "run", "cuda:0", rows, "e2", "x.jsonl")
+
+
+@pytest.mark.parametrize("mode", ["run", "check"])
+@pytest.mark.parametrize("device", ["cpu", "cuda:0"])
+@pytest.mark.parametrize("source", [None, "results/local/smoke-20260101T000000Z.jsonl"])
+def test_the_estimate_says_once_where_its_figures_come_from_in_short_lines(mode, device, source):
+    """One line of the time, one of the cost model, one of where its figures come from (the pairs' and the
+    time outside them alike, said once), one of the scale: each about 140 characters at most as printed."""
+    rows = stored(SMOKE, [0, 2, 4, 6])
+    for found in ([], rows):
+        lines = estimate([SMOKE] * 10, mode, device, found if source else (), "e1", source,
+                         ["flex"] * 10, isolate=True).splitlines()
+        assert len(lines) == 3 + bool(source) + (device != "cpu"), lines
+        assert sum(ln.count("measured on") + ln.count("measured over") for ln in lines) == 1, lines
+        assert lines[2].startswith("figures measured ") and "2-core CPU" in lines[2]
+        assert len("estimated time: " + lines[0]) <= 150 and max(len("  " + ln) for ln in lines[1:]) <= 140, lines
 
 
 def per_pair_s(line: str) -> float:
@@ -145,9 +180,9 @@ def test_rows_of_small_cases_scale_the_model_instead_of_setting_the_pace():
     model = per_pair_s(estimate([SEED] * 4, "run", "cpu"))
     rows = stored(SMOKE, [0.0, 0.18, 0.36, 0.54])           # 3 pairs of 0.18 s: 2x the model's 0.09 s
     line = estimate([SEED] * 4, "run", "cpu", rows, "e1", "x.jsonl")
-    assert per_pair_s(line) == pytest.approx(2 * model, rel=0.02) and "x 1.99 as measured over 3 earlier" in line
+    assert per_pair_s(line) == pytest.approx(2 * model, rel=0.02) and "x 1.99 to the pace of 3 earlier" in line
     check_rows = [dict(r, timer=None) for r in rows]        # an untimed run is a check: its own model scales
-    assert "x 3.41 as measured" in estimate([SEED] * 4, "run", "cpu", check_rows, "e1", "x.jsonl")
+    assert "x 3.41 to the pace" in estimate([SEED] * 4, "run", "cpu", check_rows, "e1", "x.jsonl")
 
 
 def test_rows_without_a_size_or_a_time_are_left_out_of_the_scale():
@@ -155,13 +190,13 @@ def test_rows_without_a_size_or_a_time_are_left_out_of_the_scale():
                                        for t in ("2026-01-01T00:00:00+00:00", "2026-01-01T00:01:00+00:00",
                                                  "2026-01-01T00:02:00+00:00")]
     rows[1] = dict(rows[1], timestamp="not a time")
-    assert "; x.jsonl has no earlier run with 3 or more" in estimate([SMOKE], "run", "cpu", rows, "e1", "x.jsonl")
+    assert "\nnot scaled: x.jsonl has no earlier run with 3 or more" in estimate([SMOKE], "run", "cpu", rows, "e1",
+                                                                               "x.jsonl")
 
 
-UNSCALED = ("about 4.4 s in all (10 pairs, 0.09 s each on average: a cost model fitted on a 2-core CPU, 0.09 s + "
-            "52.6 s per 10^9 K/V values read (2 x S_b x Hq x D per request) per run pair on cpu")
-OUTSIDE_RUN = ("+ 3.5 s outside the pairs (start-up: imports, torch's among them, and the env fingerprint; after the "
-               "last pair: the HTML report and the summary), measured on a 2-core CPU")
+UNSCALED = ("about 4.4 s in all (10 pairs, 0.09 s each on average, + 3.5 s of start-up, summary and report)\n"
+            "per run pair on cpu: 0.09 s + 52.6 s per 10^9 K/V values read (2 x S_b x Hq x D per request)\n"
+            "figures measured on a 2-core CPU")
 
 
 @pytest.mark.parametrize("rows", [[], stored(SMOKE, [0, 2]), stored(SMOKE, [5, 5, 5]),
@@ -169,12 +204,11 @@ OUTSIDE_RUN = ("+ 3.5 s outside the pairs (start-up: imports, torch's among them
                          ids=["empty", "2 rows", "no time between rows", "skipped rows"])
 def test_a_results_file_without_an_earlier_run_to_scale_by_says_so(rows):
     assert estimate([SMOKE] * 10, "run", "cpu", rows, "e1", "x.jsonl") == (
-        UNSCALED + "; x.jsonl has no earlier run with 3 or more rows that ran (not skipped) to scale it by; "
-        + OUTSIDE_RUN + ")")
+        UNSCALED + "\nnot scaled: x.jsonl has no earlier run with 3 or more rows that ran (not skipped)")
 
 
 def test_without_a_results_file_the_estimate_says_nothing_of_earlier_runs():
-    assert estimate([SMOKE] * 10, "run", "cpu") == UNSCALED + "; " + OUTSIDE_RUN + ")"
+    assert estimate([SMOKE] * 10, "run", "cpu") == UNSCALED
 
 
 def total_s(line: str) -> float:
@@ -189,23 +223,77 @@ def test_the_time_outside_the_pairs_is_added_once_unscaled_and_said(mode, device
     """Start-up (imports, torch's among them, the env fingerprint) and, for a run, its report cost as much
     for 0 pairs as for 10: added once to the pairs' sum, not scaled by earlier runs' pace, named in the line,
     and left out of `pair_seconds`, the live time left's weights (a sweep under way has started)."""
-    from treebench.harness.run.costs import OUTSIDE_PAIRS
+    from treebench.harness.run.costs import MEASURED_ON
 
-    outside = OUTSIDE_PAIRS[(mode, device[:4].rstrip(":"))]
+    kind = device[:4].rstrip(":")
+    outside = OUTSIDE_PAIRS[(mode, kind)]
     assert outside.seconds >= 1.0
     empty = estimate([], mode, device)
-    assert total_s(empty) == pytest.approx(outside.seconds, abs=0.05) and "(0 pairs: " in empty
+    assert total_s(empty) == pytest.approx(outside.seconds, abs=0.05) and "(0 pairs, + " in empty
     pairs = sum(pair_seconds([(SMOKE, device)] * 10, mode))
     line = estimate([SMOKE] * 10, mode, device)
     assert total_s(line) == pytest.approx(pairs + outside.seconds, abs=0.05)
     assert per_pair_s(line) == pytest.approx(pairs / 10, abs=0.01)
-    assert line.endswith(f"; + {outside.seconds:g} s outside the pairs (start-up: imports, torch's among them, and "
-                         f"the env fingerprint; after the last pair: "
-                         f"{'the HTML report and the summary' if mode == 'run' else 'the summary'}), "
-                         f"{outside.measured_on})"), line
+    first, _, source = line.splitlines()
+    assert first.endswith(f", + {outside.seconds:g} s of "
+                          f"{'start-up, summary and report' if mode == 'run' else 'start-up and summary'})"), line
+    assert source == f"figures {MEASURED_ON[(mode, kind)]}"
     slow = stored(SMOKE, [0, 2, 4, 6], timer="wall" if mode == "run" else None)    # pairs far slower than modelled
     scaled = estimate([SMOKE] * 10, mode, device, slow, "e1", "x.jsonl")
     assert total_s(scaled) == pytest.approx(10 * per_pair_s(scaled) + outside.seconds, abs=0.1)
+
+
+@pytest.mark.parametrize("mode", ["run", "check"])
+def test_an_isolate_worker_adds_its_start_up_once_where_it_was_measured(mode):
+    """--isolate starts one worker when a pair runs: on a CPU its measured start-up is added once and said;
+    with no pair to run no worker starts; on CUDA, where it was not measured, the lines say it is left out."""
+    from treebench.harness.run.costs import WORKER_START_S
+
+    plain, isolated = estimate([SMOKE] * 10, mode, "cpu"), estimate([SMOKE] * 10, mode, "cpu", isolate=True)
+    assert WORKER_START_S["cpu"] >= 0.5
+    assert total_s(isolated) == pytest.approx(total_s(plain) + WORKER_START_S["cpu"], abs=0.05)
+    assert isolated.splitlines()[0].endswith(f", + {WORKER_START_S['cpu']:g} s for the --isolate worker)"), isolated
+    assert per_pair_s(isolated) == per_pair_s(plain)
+    assert estimate([], mode, "cpu", isolate=True) == estimate([], mode, "cpu")
+    gpu = estimate([SMOKE] * 10, mode, "cuda:0", isolate=True)
+    assert total_s(gpu) == total_s(estimate([SMOKE] * 10, mode, "cuda:0")) and "--isolate worker)" not in gpu
+    assert gpu.endswith("\nnot included: the --isolate worker's start-up on cuda (not measured)"), gpu
+
+
+def test_the_start_up_of_gpus_ranks_is_said_to_be_left_out():
+    """`run --gpus N` (N > 1) relaunches under torchrun: its ranks' start-up, not measured, is named as left
+    out, and so is their sharing of the pairs; --gpus 1 starts no rank."""
+    line = estimate([SMOKE] * 10, "run", "cuda:0", ranks=4)
+    assert total_s(line) == total_s(estimate([SMOKE] * 10, "run", "cuda:0"))
+    assert line.endswith("\nnot included: the start-up of the 4 torchrun ranks of --gpus 4 (not measured); the time is "
+                         "that of one GPU running every pair"), line
+    assert "not included" not in estimate([SMOKE] * 10, "run", "cuda:0", ranks=1)
+
+
+def test_a_dry_run_passes_isolate_and_gpus_to_the_estimate():
+    """`treebench run --gpus N --isolate --dry-run` reaches the estimate: --gpus through the sweep options,
+    --isolate through the run request."""
+    from treebench.harness.cli.common import sweep_options
+    from treebench.harness.cli.main import build_parser
+    from treebench.harness.sweep.execute import SweepOptions, execute
+
+    assert sweep_options(build_parser().parse_args(["run", "--gpus", "3", "--dry-run"]), "run").gpus == 3
+    assert sweep_options(build_parser().parse_args(["check", "--backend", "reference"]), "check").gpus is None
+
+    class Ready:
+        name, mask_kind = "ready", "tree"
+
+        def availability(self):
+            return None
+
+        def supports(self, case):
+            return None
+
+    run = RunConfig(mode="run", quiet=True, device="cpu", check_memory=False, isolate=True)
+    plan = execute([SMOKE], [Ready()], SweepOptions(run=run, dry_run=True, gpus=3))
+    assert ", + 1 s for the --isolate worker)\n" in plan.estimate, plan.estimate
+    assert plan.estimate.endswith("\nnot included: the start-up of the 3 torchrun ranks of --gpus 3 (not measured); "
+                                  "the time is that of one GPU running every pair"), plan.estimate
 
 
 def test_the_smoke_run_estimate_on_the_cpu_is_near_its_measured_time():
@@ -225,9 +313,14 @@ def test_the_dry_run_line_names_the_results_file_only_when_there_is_one(out, tmp
         path.write_text("")
     assert main(["run", "--suite", "smoke", "--backends", "reference", "--dry-run"]
                 + (["--out", str(path)] if out else [])) == 0
-    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("estimated time: "))
-    assert line.endswith(f"; {path} has no earlier run with 3 or more rows that ran (not skipped) to scale it by; "
-                         f"{OUTSIDE_RUN})" if out == "empty" else f" per run pair on cpu; {OUTSIDE_RUN})"), line
+    printed = capsys.readouterr().out
+    lines = printed[printed.index("estimated time: "):].splitlines()
+    assert lines[0] == "estimated time: about 4.2 s in all (8 pairs, 0.09 s each on average, + 3.5 s of start-up, " \
+                       "summary and report)"
+    assert lines[1] == "  per run pair on cpu: 0.09 s + 52.6 s per 10^9 K/V values read (2 x S_b x Hq x D per request)"
+    assert lines[2] == "  figures measured on a 2-core CPU"
+    assert lines[3:] == ([f"  not scaled: {path} has no earlier run with 3 or more rows that ran (not skipped)"]
+                         if out == "empty" else []), printed
 
 
 def sweep(backends: list[str], cases: int, first_s: float, then_s: float, plan: bool = True,
@@ -377,15 +470,16 @@ def test_the_runner_gives_the_progress_each_pairs_predicted_seconds(monkeypatch)
     seen = {}
 
     class Recorded(progress):
-        def __init__(self, total, quiet, console, backends=None, costs=None):
-            seen.update(backends=list(backends or []), costs=costs)
-            super().__init__(total, True, console, backends, costs)
+        def __init__(self, total, quiet, console, backends=None, costs=None, after_s=0.0):
+            seen.update(backends=list(backends or []), costs=costs, after_s=after_s)
+            super().__init__(total, True, console, backends, costs, after_s)
 
     monkeypatch.setattr(runner, "progress", Recorded)
     rows = runner.run_cases([SMOKE, SEED], [Away("a"), Away("b")], RunConfig(mode="check", device="cpu", quiet=True))
     assert [r["status"] for r in rows] == ["skipped"] * 4 and seen["backends"] == ["a", "b", "a", "b"]
     assert seen["costs"] == pair_seconds([(SMOKE, "cpu")] * 2 + [(SEED, "cpu")] * 2, "check")
     assert seen["costs"][2] > 100 * seen["costs"][0]
+    assert seen["after_s"] == OUTSIDE_PAIRS[("check", "cpu")].after_s == 0.5       # the check's summary
 
 
 def bar_text(shown: BarProgress) -> str:
@@ -446,5 +540,5 @@ def test_a_backend_that_compiles_each_shape_costs_more_per_pair():
     assert flex == pytest.approx(plain + extra)
     assert pair_seconds([(SMOKE, "cuda")], "run", ["flex"]) == pair_seconds([(SMOKE, "cuda")], "run")
     line = estimate([SMOKE] * 2, "run", "cpu", backends=["torch_sdpa", "flex"])
-    assert f"+ {extra:g} s per flex pair (it compiles each shape)" in line
+    assert line.splitlines()[1].endswith(f" per request), flex + {extra:g} s (it compiles each shape)")
     assert per_pair_s(line) == pytest.approx((plain + flex) / 2, abs=0.01)

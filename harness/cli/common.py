@@ -205,7 +205,7 @@ def sweep_options(args, mode: str):
                     flush_l2=getattr(args, "l2", "cold") == "cold")
     return SweepOptions(run=run, out=Path(args.out) if args.out else None, resume=args.resume,
                         shard=parse_shard(args.shard) if args.shard else None,
-                        merge_timeout_s=args.merge_timeout, dry_run=args.dry_run)
+                        merge_timeout_s=args.merge_timeout, dry_run=args.dry_run, gpus=getattr(args, "gpus", None))
 
 
 # ---- argument checks and names -------------------------------------------------------------
@@ -334,8 +334,11 @@ def print_plan(suite, backends, result) -> None:
     out.print(f"dry run: suite {suite.name}, {plural(len(suite.cases), 'case')} x {plural(len(backends), 'backend')}: "
               f"{plural(result.planned, 'pair')} to run here ({result.will_skip} of them skipped rows: backend "
               f"unavailable or case unsupported{memory}){stored}", markup=False)
-    if result.estimate:
-        out.print(f"estimated time: {result.estimate}", markup=False)
+    if result.estimate:   # its first line the time, each further one what the time is based on or leaves out
+        first, *rest = result.estimate.splitlines()
+        out.print(f"estimated time: {first}", markup=False)
+        for line in rest:
+            out.print(f"  {line}", markup=False)
 
 
 def _summary_table(rows: list[dict], title: str) -> Table:

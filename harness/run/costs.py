@@ -1,16 +1,20 @@
 """The cost model of a (case, backend) pair: the seconds it should take, for `--dry-run`'s time
-line (`estimate`) and the live time left (`pair_seconds`, `treebench.harness.run.progress.TimeLeft`).
+lines (`estimate`) and the live time left (`pair_seconds`, `after_last_pair_s`,
+`treebench.harness.run.progress.TimeLeft`).
 
-`estimate` is the cheap model behind ``--dry-run``'s time line: each pair that will run
+`estimate` is the cheap model behind ``--dry-run``'s time lines: each pair that will run
 costs `PAIR_COSTS`' seconds for its case's size (a fixed part plus a part per K/V value
 the query heads read, `workload.kv_values_read`), summed over the pairs. When the results
 file holds earlier runs (this env's first, else any env's), the sum is scaled by their
 measured time over what the model gives their pairs (each run's span of row timestamps),
 so rows of small cases on a fast machine do not predict large cases there at the small
-cases' pace. The line says which, and that no earlier run was found in the results file
-(nothing without one). To the pairs' sum it adds `OUTSIDE_PAIRS`' seconds of the whole
-invocation outside its pairs (start-up and, for a run, its report), unscaled, and says so.
-`pair_seconds` counts the pairs alone: the time left of a sweep already under way.
+cases' pace. The lines say which, and that no earlier run was found in the results file
+(nothing without one). To the pairs' sum it adds, unscaled, `OUTSIDE_PAIRS`' seconds of the
+whole invocation outside its pairs (start-up and, after the last pair, the summary and a run's
+report) and, under ``--isolate``, `WORKER_START_S` for its worker; what it cannot count
+(a worker's start on a device type without a figure, the ranks of ``--gpus N``) it names as
+not included. `pair_seconds` counts the pairs alone and `after_last_pair_s` the part after
+them: the time left of a sweep already under way.
 """
 
 from __future__ import annotations
@@ -18,13 +22,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
 
+from treebench.harness.model.cases import Case
 from treebench.harness.model.workload import kv_values_read
 from treebench.harness.run.progress import format_duration, plural
-
-if TYPE_CHECKING:   # the case model loads torch, which `treebench --help` does not
-    from treebench.harness.model.cases import Case
 
 # The cost model of --dry-run's time line, by (mode, device type): correctness only (check) or correctness
 # and timing (run); skipped pairs cost nothing. A pair that runs costs fixed_s + s_per_gvalue * V / 1e9
@@ -56,18 +57,17 @@ class PairCost:
 
     fixed_s: float        # seconds per pair whatever its size (build, prepare, compare, timing budget, compiles)
     s_per_gvalue: float   # seconds per 1e9 K/V values the query heads read; 0.0: no size term
-    fitted_on: str        # where the figures come from, as the time line says it
 
     def seconds(self, values: int) -> float:
         """Seconds of one pair whose case reads `values` K/V values."""
         return self.fixed_s + self.s_per_gvalue * values / 1e9
 
     def describe(self, mode: str, kind: str) -> str:
-        """The model in words: '0.09 s + 52.6 s per 10^9 K/V values read (...) per run pair on cpu'."""
+        """The model in words: 'per run pair on cpu: 0.09 s + 52.6 s per 10^9 K/V values read (...)'."""
         if not self.s_per_gvalue:
-            return f"{self.fixed_s:g} s per {mode} pair on {kind} whatever its size"
-        return (f"{self.fixed_s:g} s + {self.s_per_gvalue:g} s per 10^9 K/V values read (2 x S_b x Hq x D per "
-                f"request) per {mode} pair on {kind}")
+            return f"per {mode} pair on {kind}: {self.fixed_s:g} s whatever its size"
+        return (f"per {mode} pair on {kind}: {self.fixed_s:g} s + {self.s_per_gvalue:g} s per 10^9 K/V values read "
+                "(2 x S_b x Hq x D per request)")
 
 
 # Seconds more per pair for a backend that compiles each new shape, by (backend name, device type).
@@ -75,29 +75,28 @@ class PairCost:
 # suite (8 pairs) took 8.0 and 8.1 s of wall time for flex against 3.4-3.6 s for torch_sdpa, reference and
 # two_pass (start-up included, one machine, load average about 2): about 0.6 s more per pair.
 COMPILE_S = {("flex", "cpu"): 0.6}
-PAIR_COSTS = {("run", "cpu"): PairCost(0.09, 52.6, "fitted on a 2-core CPU"),
-              ("check", "cpu"): PairCost(0.052, 66.6, "fitted on a 2-core CPU"),
-              ("run", "cuda"): PairCost(0.8, 0.0, "measured over the seed suite on an H200"),
-              ("check", "cuda"): PairCost(0.5, 0.0, "measured over default checks on an H200")}
+PAIR_COSTS = {("run", "cpu"): PairCost(0.09, 52.6),
+              ("check", "cpu"): PairCost(0.052, 66.6),
+              ("run", "cuda"): PairCost(0.8, 0.0),
+              ("check", "cuda"): PairCost(0.5, 0.0)}
 
 
 @dataclass(frozen=True)
 class OutsidePairs:
-    """Seconds an invocation spends outside its pairs, whatever their number: start-up before the
-    first pair (imports, torch's among them, suite and backends, the env fingerprint: on CUDA its
-    bandwidth and matrix-rate probes) and, after the last, the summary (and a run's HTML report)."""
+    """Seconds an invocation spends outside its pairs, whatever their number."""
 
-    seconds: float     # start-up and wrap-up together
-    measured_on: str   # where the figure comes from, as the time line says it
+    start_s: float   # before the first pair: imports (torch's among them), suite and backends, the env
+                     # fingerprint (on CUDA its bandwidth and matrix-rate probes)
+    after_s: float   # after the last pair: the summary, and a run's HTML report
 
-    def describe(self, mode: str) -> str:
-        """'+ 3.5 s outside the pairs (start-up: ...; after the last pair: ...), measured on a 2-core CPU'."""
-        after = "the HTML report and the summary" if mode == "run" else "the summary"
-        return (f"+ {self.seconds:g} s outside the pairs (start-up: imports, torch's among them, and the env "
-                f"fingerprint; after the last pair: {after}), {self.measured_on}")
+    @property
+    def seconds(self) -> float:
+        """Start-up and wrap-up together."""
+        return self.start_s + self.after_s
 
 
-# Seconds of a `run` or `check` outside its pairs, by (mode, device type), added once to --dry-run's estimate.
+# Seconds of a `run` or `check` outside its pairs, by (mode, device type), added once to --dry-run's estimate
+# (the part after the last pair also to the live time left).
 # CPU: the 2-core container of PAIR_COSTS' fit (torch 2.13.0), 3 times each, with rows and report written to
 # fresh files and each phase read off the row timestamps: `treebench run --suite smoke --backends torch_sdpa`
 # (8 pairs) took 4.0-4.5 s from start to exit at load average 0.1-1.9 (its `--dry-run` 1.7 s): first row
@@ -107,12 +106,28 @@ class OutsidePairs:
 # 1.35-1.5 s after the start, exit 0.45-0.55 s after its last row: 1.3 + 0.5 = 1.8 s. Of the start-up,
 # `import torch` took 1.85 s under load, the CPU env fingerprint 0.02 s. CUDA: check: 5.4 s, `treebench check
 # --backend triton_tree` on an H200 (results/h200/default-check/: 28 s with start-up, its last pair done 22.6 s
-# after the sweep began); run: that and the report's 2.2 s as on the CPU (the report is CPU work).
-OUTSIDE_PAIRS = {("run", "cpu"): OutsidePairs(3.5, "measured on a 2-core CPU"),
-                 ("check", "cpu"): OutsidePairs(1.8, "measured on a 2-core CPU"),
-                 ("run", "cuda"): OutsidePairs(7.6, "a check's start-up on an H200 and the report's time on a "
-                                                    "2-core CPU"),
-                 ("check", "cuda"): OutsidePairs(5.4, "measured on an H200")}
+# after the sweep began), taken as 4.9 s of start-up and the summary's 0.5 s as on the CPU (the summary is CPU
+# work); run: that start-up and the report's 2.2 s as on the CPU (the report is CPU work too).
+OUTSIDE_PAIRS = {("run", "cpu"): OutsidePairs(1.3, 2.2),
+                 ("check", "cpu"): OutsidePairs(1.3, 0.5),
+                 ("run", "cuda"): OutsidePairs(4.9, 2.2),
+                 ("check", "cuda"): OutsidePairs(4.9, 0.5)}
+
+# Seconds to start the one `--isolate` worker of an invocation (treebench.harness.run.isolate.WorkerPool starts
+# it at the first pair it runs; a crash, a hang or a lost CUDA context starts another), by device type.
+# CPU: the container of PAIR_COSTS' fit, load average 1.7-1.8, 3 times: `WorkerPool("cpu")._start()` from a
+# script (spawn, the worker's imports, its ready message) took 1.03-1.05 s; end to end, `treebench run --suite
+# smoke --backends torch_sdpa --quiet`, 3 times with `--isolate` and 3 without, alternately: first row 2.2-3.3 s
+# after the start against 1.2-1.8 s, the pairs after it and the time after the last row alike. CUDA: not
+# measured (a worker also initialises CUDA), so a dry run says it is not included.
+WORKER_START_S = {"cpu": 1.0}
+
+# Where the figures of PAIR_COSTS, OUTSIDE_PAIRS and WORKER_START_S come from, by (mode, device type), as the
+# dry run's lines say it.
+MEASURED_ON = {("run", "cpu"): "measured on a 2-core CPU",
+               ("check", "cpu"): "measured on a 2-core CPU",
+               ("run", "cuda"): "measured over the seed suite on an H200, the report on a 2-core CPU",
+               ("check", "cuda"): "measured over default checks on an H200, the summary on a 2-core CPU"}
 
 
 def case_values(case: Case) -> int:
@@ -125,6 +140,12 @@ def cost_model(mode: str, device: str) -> tuple[PairCost, str]:
     CPU's for a device type without its own."""
     kind = device.split(":")[0]
     return (PAIR_COSTS[(mode, kind)], kind) if (mode, kind) in PAIR_COSTS else (PAIR_COSTS[(mode, "cpu")], "cpu")
+
+
+def after_last_pair_s(mode: str, device: str) -> float:
+    """`OUTSIDE_PAIRS`' seconds after the last pair of a `mode` sweep on `device` (the summary and a run's
+    report), for the device type whose model applies (`cost_model`): the end of `TimeLeft`'s time left."""
+    return OUTSIDE_PAIRS[(mode, cost_model(mode, device)[1])].after_s
 
 
 def pair_seconds(pairs: Sequence[tuple[Case, str]], mode: str, backends: Sequence[str] | None = None) -> list[float]:
@@ -188,15 +209,45 @@ def stored_scale(rows: Iterable[dict], env_id: str | None, kind: str) -> tuple[f
     return (span / modelled, pairs) if span > 0 and modelled > 0 else None
 
 
+def _scaling(rows: list[dict], env_id: str | None, kind: str, source: str | None) -> tuple[float, str]:
+    """(the factor of the pairs' modelled seconds, the line saying where it comes from, '' without a
+    results file): `stored_scale` of this env's earlier runs in `rows`, else of any env's; 1.0 without one."""
+    mine = stored_scale(rows, env_id, kind)
+    found = mine if mine is not None else stored_scale(rows, None, kind)
+    if found is not None:
+        scale, n = found
+        whose = "this env" if mine is not None else "other envs (another commit, machine or versions)"
+        return scale, f"scaled x {scale:.2f} to the pace of {plural(n, 'earlier pair')} of {whose} in {source}"
+    if source is not None:
+        return 1.0, f"not scaled: {source} has no earlier run with 3 or more rows that ran (not skipped)"
+    return 1.0, ""
+
+
+def _not_included(kind: str, worker: bool, ranks: int) -> list[str]:
+    """What the estimate leaves out, a line each: the `--isolate` worker's start on a device type without
+    a `WORKER_START_S` (`worker`: one starts), the start-up of `ranks` > 1 torchrun ranks."""
+    missing = []
+    if worker and kind not in WORKER_START_S:
+        missing.append(f"not included: the --isolate worker's start-up on {kind} (not measured)")
+    if ranks > 1:
+        missing.append(f"not included: the start-up of the {ranks} torchrun ranks of --gpus {ranks} (not measured); "
+                       "the time is that of one GPU running every pair")
+    return missing
+
+
 def estimate(cases: Sequence[Case], mode: str, device: str, rows: Iterable[dict] = (), env_id: str | None = None,
-             source: str | None = None, backends: Sequence[str] | None = None) -> str:
-    """'about 1 h 29 min in all (480 pairs, 11.13 s each on average: ...; + 3.5 s outside the pairs (...), ...)':
-    the time the invocation should take from start to exit, and what the figure is based on.
+             source: str | None = None, backends: Sequence[str] | None = None, *, isolate: bool = False,
+             ranks: int = 1) -> str:
+    """The time the invocation should take from start to exit, and what the figure is based on, a line each:
+    'about 1 h 29 min in all (480 pairs, 11.13 s each on average, + 3.5 s of start-up, summary and
+    report)', the cost model ('per run pair on cpu: 0.09 s + 52.6 s per 10^9 K/V values read ...'),
+    where its figures come from ('figures measured on a 2-core CPU'), with a results file how earlier
+    runs in it scale them ('scaled x 1.20 to the pace of ...'), and what it leaves out ('not included: ...').
 
     Each pair costs `PAIR_COSTS[(mode, device type)]` for its case's size (`cost_model`); with earlier
     runs in `rows` (the results file `source`; this env's, else any env's), the sum is scaled by their
-    measured / modelled time (`stored_scale`). `OUTSIDE_PAIRS[(mode, device type)]` (start-up, a run's
-    report) is added once, unscaled.
+    measured / modelled time (`stored_scale`). `OUTSIDE_PAIRS[(mode, device type)]` (start-up, the
+    summary, a run's report) is added once, unscaled, and so is `WORKER_START_S` under `isolate`.
 
     Args:
         cases: the case of each pair that will run, once per backend that runs it.
@@ -205,25 +256,31 @@ def estimate(cases: Sequence[Case], mode: str, device: str, rows: Iterable[dict]
         rows: the rows stored in `source`; env_id: this run's env id.
         source: the results file, or None without one (the model then goes unscaled, unremarked).
         backends: the backend name of each pair (its `COMPILE_S`), or None.
+        isolate: the pairs run in an `--isolate` worker (one starts when any pair runs).
+        ranks: the torchrun ranks `--gpus` would start (1: none); their start-up is named as not included.
+
+    Raises:
+        ValueError: `backends` names another number of pairs than `cases`.
     """
     cost, kind = cost_model(mode, device)
-    total = sum(pair_seconds([(c, kind) for c in cases], mode, backends))     # seconds
-    rows = list(rows)
-    mine = stored_scale(rows, env_id, kind)
-    found = mine if mine is not None else stored_scale(rows, None, kind)
+    scale, scaled = _scaling(list(rows), env_id, kind, source)
+    total = scale * sum(pair_seconds([(c, kind) for c in cases], mode, backends))     # seconds
+    worker_s = WORKER_START_S.get(kind, 0.0) if isolate and cases else 0.0
     compiling = sorted({n for n in backends or () if (n, kind) in COMPILE_S})
-    model = cost.describe(mode, kind) + "".join(f", + {COMPILE_S[(n, kind)]:g} s per {n} pair (it compiles each "
-                                                "shape)" for n in compiling)
-    basis = f"a cost model {cost.fitted_on}, {model}"
-    if found is not None:
-        scale, n = found
-        whose = "this env" if mine is not None else "other envs (another commit, machine or versions)"
-        total *= scale
-        basis = (f"the cost model, {model}, x {scale:.2f} as measured over "
-                 f"{plural(n, 'earlier pair')} of {whose} in {source}")
-    elif source is not None:
-        basis += f"; {source} has no earlier run with 3 or more rows that ran (not skipped) to scale it by"
-    each = f", {total / len(cases):.2f} s each on average" if cases else ""
-    outside = OUTSIDE_PAIRS[(mode, kind)]
-    return (f"about {format_duration(total + outside.seconds)} in all ({plural(len(cases), 'pair')}{each}: {basis}; "
-            f"{outside.describe(mode)})")
+    model = cost.describe(mode, kind) + "".join(f", {n} + {COMPILE_S[(n, kind)]:g} s (it compiles each shape)"
+                                                for n in compiling)
+    missing = _not_included(kind, isolate and bool(cases), ranks)
+    lines = [_time_line(total, len(cases), mode, OUTSIDE_PAIRS[(mode, kind)], worker_s), model,
+             f"figures {MEASURED_ON[(mode, kind)]}", scaled, *missing]
+    return "\n".join(line for line in lines if line)
+
+
+def _time_line(pairs_s: float, pairs: int, mode: str, outside: OutsidePairs, worker_s: float) -> str:
+    """'about 8.9 s in all (10 pairs, 0.44 s each on average, + 3.5 s of start-up, summary and report,
+    + 1 s for the --isolate worker)': `pairs` pairs of `pairs_s` seconds in all, `outside` and the
+    worker's `worker_s` (0: none) added."""
+    each = f", {pairs_s / pairs:.2f} s each on average" if pairs else ""
+    outside_text = "start-up, summary and report" if mode == "run" else "start-up and summary"
+    worker = f", + {worker_s:g} s for the --isolate worker" if worker_s else ""
+    return (f"about {format_duration(pairs_s + outside.seconds + worker_s)} in all ({plural(pairs, 'pair')}{each}, "
+            f"+ {outside.seconds:g} s of {outside_text}{worker})")

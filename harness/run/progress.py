@@ -20,8 +20,9 @@ warm-up (the mean of the first pairs seen) in place of the first pair left of a 
 a pair (one too many for a backend that skips them all). Before any steady pair (the first case of
 a case-major sweep) the line says the time left is not known yet instead of scaling the warm-ups
 up. Without the backend of each pair (`TimeLeft`'s `backends`) the pairs left cost the steady mean,
-no warm-up; without their `costs` they count alike. The bar and the lines show the same figure
-(`TimeLeft.left_text`), updated as each pair ends.
+no warm-up; without their `costs` they count alike. To the pairs left it adds the seconds after the
+last pair (`after_s`: the summary and a run's report, `after_last_pair_s`, as ``--dry-run`` counts
+them). The bar and the lines show the same figure (`TimeLeft.left_text`), updated as each pair ends.
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ class TimeLeft:
             to run a pair).
         costs: the predicted seconds of each pair of `backends`, in its order (`pair_seconds`);
             None: every pair alike.
+        after_s: seconds the sweep should take after its last pair (`after_last_pair_s`), added to
+            the time left until that pair is done.
 
     Raises:
         ValueError: `backends` does not name `total` pairs, or `costs` is given without
@@ -79,8 +82,8 @@ class TimeLeft:
     """
 
     def __init__(self, total: int, clock: Callable[[], float] = time.monotonic,
-                 backends: Iterable[str] | None = None, costs: Iterable[float] | None = None):
-        self.total, self.clock = total, clock
+                 backends: Iterable[str] | None = None, costs: Iterable[float] | None = None, after_s: float = 0.0):
+        self.total, self.clock, self.after_s = total, clock, after_s
         self.done_pairs = 0
         self.t0 = self.ended = clock()
         names = None if backends is None else list(backends)
@@ -116,12 +119,12 @@ class TimeLeft:
         return now
 
     def left_s(self) -> float | None:
-        """Seconds the pairs not yet done should take (the module docstring's model); None
-        while a steady pace is needed and no steady pair has been timed."""
+        """Seconds the pairs not yet done and what follows the last should take (the module
+        docstring's model); None while a steady pace is needed and no steady pair has been timed."""
         overall = _pace([p for pairs in self.steady.values() for p in pairs])
         if self.to_do is None:
-            return None if overall is None else overall * (self.total - self.done_pairs)
-        left = 0.0
+            return None if overall is None else overall * (self.total - self.done_pairs) + self.after_s
+        left = self.after_s
         for name, pending in self.to_do.items():
             costs = list(pending)
             if costs and name not in self.warm:     # its first pair that runs: a warm-up like those seen
@@ -149,15 +152,15 @@ class LineProgress(TimeLeft):
         total: pairs the sweep runs.
         stream: where the lines go (stderr); a write that fails (a closed pipe) stops them,
             never the sweep.
-        clock, backends, costs: as `TimeLeft`'s.
+        clock, backends, costs, after_s: as `TimeLeft`'s.
 
     Raises:
         ValueError: as `TimeLeft`'s.
     """
 
     def __init__(self, total: int, stream: TextIO, clock: Callable[[], float] = time.monotonic,
-                 backends: Iterable[str] | None = None, costs: Iterable[float] | None = None):
-        super().__init__(total, clock, backends, costs)
+                 backends: Iterable[str] | None = None, costs: Iterable[float] | None = None, after_s: float = 0.0):
+        super().__init__(total, clock, backends, costs, after_s)
         self.stream: TextIO | None = stream
         self.last = self.t0
 
@@ -191,8 +194,8 @@ class BarProgress(TimeLeft):
     pace). Args and errors as `TimeLeft`'s, with the console to draw on."""
 
     def __init__(self, total: int, console: Console, clock: Callable[[], float] = time.monotonic,
-                 backends: Iterable[str] | None = None, costs: Iterable[float] | None = None):
-        super().__init__(total, clock, backends, costs)
+                 backends: Iterable[str] | None = None, costs: Iterable[float] | None = None, after_s: float = 0.0):
+        super().__init__(total, clock, backends, costs, after_s)
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                             TextColumn("{task.fields[left]}", markup=False), console=console, transient=True)
         self.task = self.bar.add_task("starting", total=total, left=self.left_text())
@@ -220,21 +223,23 @@ class NoProgress:
 class progress:
     """Context manager giving the progress display of a sweep of `total` pairs: none when
     `quiet`, the bar on a terminal, plain lines elsewhere (`LineProgress`); both given
-    `backends` and `costs` (as `TimeLeft`'s) or None."""
+    `backends`, `costs` and `after_s` (as `TimeLeft`'s)."""
 
     def __init__(self, total: int, quiet: bool, console: Console | None, backends: Iterable[str] | None = None,
-                 costs: Iterable[float] | None = None):
-        self.total, self.quiet, self.backends, self.costs = total, quiet, backends, costs
+                 costs: Iterable[float] | None = None, after_s: float = 0.0):
+        self.total, self.quiet, self.backends, self.costs, self.after_s = total, quiet, backends, costs, after_s
         self.console = console or Console(stderr=True)
 
     def __enter__(self):
         if self.quiet:
             self.shown = NoProgress()
         elif self.console.is_terminal:
-            self.shown = BarProgress(self.total, self.console, backends=self.backends, costs=self.costs)
+            self.shown = BarProgress(self.total, self.console, backends=self.backends, costs=self.costs,
+                                     after_s=self.after_s)
             self.shown.bar.start()
         else:
-            self.shown = LineProgress(self.total, self.console.file, backends=self.backends, costs=self.costs)
+            self.shown = LineProgress(self.total, self.console.file, backends=self.backends, costs=self.costs,
+                                      after_s=self.after_s)
         return self.shown
 
     def __exit__(self, *exc) -> None:

@@ -25,7 +25,7 @@ from treebench.harness.adapter.contract import check_unique_names
 from treebench.harness.run.config import RunConfig
 from treebench.harness.run.inflight import PROGRESS, call_in_flight
 from treebench.harness.run.pair import CaseData, availabilities, run_case_backend
-from treebench.harness.run.costs import pair_seconds
+from treebench.harness.run.costs import after_last_pair_s, pair_seconds
 from treebench.harness.run.progress import progress
 from treebench.harness.store.rows import append_row, new_run_id, row_l2_flushed
 
@@ -145,7 +145,8 @@ def run_cases(cases: Sequence[Case], backends: Sequence, config: RunConfig = Run
     PROGRESS[0] = (0, len(todo))
     try:
         costs = pair_seconds([(c, device_for(b, device).type) for c, b in todo], config.mode, [_name(b) for _, b in todo])
-        with progress(len(todo), config.quiet, console, [_name(b) for _, b in todo], costs) as shown:
+        after_s = after_last_pair_s(config.mode, device.type)    # the summary, a run's report
+        with progress(len(todo), config.quiet, console, [_name(b) for _, b in todo], costs, after_s) as shown:
             data: CaseData | None = None
             for case, backend in todo:
                 data = data if data is not None and data.case is case else CaseData(case)

@@ -64,6 +64,8 @@ class SweepOptions:
     shard: Shard | None = None           # --shard i/n
     merge_timeout_s: float = DEFAULT_MERGE_TIMEOUT_S  # torchrun rank 0's wait for the other ranks
     dry_run: bool = False                # plan only: count the pairs, run nothing, write nothing
+    gpus: int | None = None              # run --gpus N: N > 1 relaunches under torchrun (the dry run's estimate
+                                         # names the ranks' start-up as not included)
 
     def __post_init__(self) -> None:
         if self.resume and self.out is None:
@@ -212,7 +214,7 @@ def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Co
         found = str(opts.out) if opts.out is not None and Path(opts.out).is_file() else None   # no file: no rows
         stored = read_rows([opts.out]) if found else []
         result.estimate = estimate([c for c, _ in to_run], opts.run.mode, device, stored, env["env_id"], found,
-                                   [n for _, n in to_run])
+                                   [n for _, n in to_run], isolate=opts.run.isolate, ranks=opts.gpus or 1)
         if not opts.resume:   # `resumed` counts what --resume skips: without it, say what --out holds
             result.resumed, result.stored_note = None, _stored_note(opts, stored, env["env_id"], mine, names)
         return result
