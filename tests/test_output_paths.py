@@ -226,7 +226,31 @@ def test_unwritable_report_is_found_before_the_run(tiny, tmp_path, capsys, monke
     rc = main(["run", "--suite", str(tiny), "--backends", "reference", "--out", str(out),
                "--report", str(tmp_path / "rep" / "r.html"), "--quiet"])
     assert rc == 2 and "cannot write there" in _one_line_error(capsys)
-    assert not out.exists()
+    assert not out.exists() and not (tmp_path / "rep").exists()
+
+
+@pytest.mark.parametrize("stop", ["interrupt", "first pair"])
+def test_a_run_stopped_before_its_report_leaves_no_report_folder(tiny, tmp_path, monkeypatch, stop):
+    """The report path is probed before the sweep, and its folder made only when the report is
+    written: Ctrl-C before then leaves no empty reports/local (nor a probe file) behind; a
+    folder that was there is kept; a finished run's report is in it."""
+    import treebench.harness.run.runner as runner
+    import treebench.harness.sweep.execute
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.chdir(tmp_path)
+    argv = ["run", "--suite", str(tiny), "--backends", "reference", "--quiet"]
+    with monkeypatch.context() as m:
+        m.setattr(*((treebench.harness.sweep.execute, "execute", interrupted) if stop == "interrupt"
+                    else (runner, "run_case_backend", interrupted)))
+        assert main(argv) == 130
+        assert not Path("reports").exists()
+        Path("reports/local").mkdir(parents=True)
+        assert main(argv) == 130
+        assert list(Path("reports/local").iterdir()) == []
+    assert main(argv) == 0
+    assert [p.suffix for p in Path("reports/local").iterdir()] == [".html"]
 
 
 def test_default_paths_of_runs_started_together_differ(tiny, tmp_path, monkeypatch):
