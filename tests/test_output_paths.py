@@ -442,6 +442,58 @@ def test_a_stop_before_the_first_row_takes_back_the_env_file_it_wrote(tiny, tmp_
 
 
 @pytest.mark.parametrize("command, backend", [("run", "--backends"), ("check", "--backend")])
+@pytest.mark.parametrize("other", ["rows written", "writing"])
+def test_a_stop_before_the_first_row_keeps_the_env_file_another_run_shares(tiny, tmp_path, monkeypatch, command,
+                                                                            backend, other):
+    """Two runs with --out files in one folder share its env file. The run that wrote it, stopped
+    before its first row, leaves it where the other run has since written rows naming it, or is
+    writing its results file (holding its lock): those rows keep their fingerprint."""
+    import contextlib
+
+    import treebench.harness.run.runner as runner
+    from treebench.harness.store.env import env_fingerprint
+    from treebench.harness.store.lock import hold
+
+    folder = tmp_path / "d"
+    folder.mkdir()
+    mine, theirs = folder / "a.jsonl", folder / "b.jsonl"
+    env_file = folder / f"env-{env_fingerprint('cpu', None)['env_id']}.json"
+    other_run = contextlib.ExitStack()
+
+    def other_run_then_interrupted(*a, **k):
+        assert env_file.is_file()                          # this run wrote it
+        if other == "rows written":
+            append_row(theirs, {**_row(0), "env": env_file.stem[len("env-"):]})
+        else:
+            other_run.enter_context(hold(theirs))
+        raise KeyboardInterrupt
+    monkeypatch.setattr(runner, "run_case_backend", other_run_then_interrupted)
+    with other_run:
+        assert main([command, "--suite", str(tiny), backend, "reference", "--out", str(mine), "--quiet"]) == 130
+        assert env_file.is_file() and not mine.exists()
+
+
+@pytest.mark.parametrize("sidecar, writing", [("a.jsonl.lock", False), ("b.jsonl.lock", True),
+                                              ("b.jsonl.lock:dead", False), ("b.jsonl.lock:", True),
+                                              ("pip.lock", False)])
+def test_another_writer_beside_a_results_file_is_told_by_the_pid_in_its_sidecar(tmp_path, sidecar, writing):
+    """A sidecar of another results file naming a live process (or no pid yet: a lock being taken) is
+    a run writing beside this one; its own sidecar, a killed holder's and other .lock files are not."""
+    import subprocess
+    import sys
+
+    from treebench.harness.store.lock import other_writer_beside
+
+    name, _, pid = sidecar.partition(":")
+    if pid == "dead":
+        proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True, check=True)
+        pid = proc.stdout.strip()
+    (tmp_path / name).write_text(pid if ":" in sidecar else f"{os.getpid()}\n")
+    assert other_writer_beside(tmp_path / "a.jsonl") is writing
+
+
+@pytest.mark.parametrize("command, backend", [("run", "--backends"), ("check", "--backend")])
 @pytest.mark.parametrize("stop", ["interrupt", "full disk", "bad input"])
 @pytest.mark.parametrize("existed", [False, True])
 def test_a_results_file_created_by_a_sweep_that_wrote_no_row_is_removed(tiny, tmp_path, capsys, monkeypatch,
