@@ -58,10 +58,32 @@ def test_public_api():
             assert obj.__module__.startswith("treebench.harness."), name
     for required in ("Backend", "Capabilities", "register", "load_backend", "Case", "BatchInputs", "build_inputs",
                      "reference_attention", "compare", "ConfigError", "TreeError", "load_suite", "run_cases",
-                     "read_rows", "append_row", "env_fingerprint", "parse_tree", "main"):
+                     "read_rows", "append_row", "env_fingerprint", "parse_tree", "main", "ResultsWriteError"):
         assert required in names
     with pytest.raises(AttributeError):
         harness.no_such_name  # noqa: B018
+
+
+def test_results_write_error_is_public_and_an_oserror(tmp_path, monkeypatch):
+    """The error a failed append raises is importable where the other errors are, and caught as
+    OSError (errno, strerror and filename of the results file) or as a HarnessError."""
+    import errno
+    import os
+
+    import treebench
+    from treebench import HarnessError, ResultsWriteError
+    from treebench.harness.store import rows
+
+    assert "ResultsWriteError" in harness.__all__ and treebench.ResultsWriteError is harness.ResultsWriteError
+    assert issubclass(ResultsWriteError, OSError) and issubclass(ResultsWriteError, HarnessError)
+
+    def broken(fd):
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+    monkeypatch.setattr(rows, "_fsync", broken)
+    out = tmp_path / "r.jsonl"
+    with pytest.raises(ResultsWriteError) as caught:
+        harness.append_row(out, {"schema": rows.SCHEMA, "run_id": "r"})
+    assert caught.value.errno == errno.EIO and caught.value.filename == str(out)
 
 
 def test_run_writes_rows_env_and_report(tiny, tmp_path, capsys):

@@ -385,3 +385,13 @@ def test_a_subcommand_help_imports_no_torch(argv):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert proc.stdout.strip().endswith("no torch 0"), proc.stdout[-500:] + proc.stderr[-2000:]
     assert proc.stdout.startswith(f"usage: treebench {argv[0]} ") and not proc.stderr
+
+
+def test_report_help_imports_no_pandas_or_matplotlib():
+    """`treebench report --help` names the report's defaults (`analyze.roles`) without loading pandas
+    or matplotlib, half a second of imports that only writing a report needs."""
+    code = ("import sys\nfrom treebench.harness.cli.main import main\n"
+            "code = main(['report', '--help'])\nprint(sorted({'pandas', 'matplotlib'} & set(sys.modules)), code)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.stdout.strip().endswith("[] 0"), proc.stdout[-500:] + proc.stderr[-2000:]
+    assert "(default: first of flashinfer_mask, xformers_tree, torch_sdpa)" in " ".join(proc.stdout.split())

@@ -421,6 +421,11 @@ def _sides(kind: str, run: Path, tmp: Path) -> tuple[Path, Path]:
         return run.parent, run
     if kind == "a copy of the run":
         return run, Path(shutil.copytree(run.parent, tmp / "copy")) / run.name
+    if kind.startswith("a baseline without rows"):
+        empty = tmp / "empty"
+        empty.mkdir()
+        (empty / "base.jsonl").touch()
+        return (empty / "base.jsonl" if kind.endswith("file") else empty), run
     noenv = tmp / "noenv"
     noenv.mkdir()
     other = _write(noenv / "other.jsonl", [{**r, "run_id": "another-run"} for r in map(json.loads, run.open())])
@@ -428,11 +433,12 @@ def _sides(kind: str, run: Path, tmp: Path) -> tuple[Path, Path]:
 
 
 @pytest.mark.parametrize("kind", ["the same file", "a folder and its file", "a copy of the run",
-                                  "baseline env file missing", "candidate env file missing"])
+                                  "baseline env file missing", "candidate env file missing",
+                                  "a baseline without rows: an empty file", "a baseline without rows: a folder"])
 def test_report_against_refuses_what_the_gate_refuses_in_its_words(tiny_run, tmp_path, capsys, kind):
-    """`report --against` compared a run with itself, and a baseline without its env file, and wrote
-    the page; now it refuses both as the gate does: the same one line (its own command and flags
-    named), exit 2, and a report already at -o left as it was."""
+    """`report --against` refuses what the gate refuses, in its words: a run compared with itself, a
+    baseline without its env file or without rows, a candidate without its env file. The same one
+    line (its own command and flags named), exit 2, and a report already at -o left as it was."""
     base, cand = _sides(kind, tiny_run, tmp_path)
     rc, out, gate_err = _main(capsys, "gate", "--baseline", str(base), "--candidate", str(cand))
     assert rc == 2 and out == "" and len(gate_err.strip().splitlines()) == 1, gate_err
@@ -448,6 +454,12 @@ def test_report_against_refuses_what_the_gate_refuses_in_its_words(tiny_run, tmp
         assert _main(capsys, "report", str(cand), "-o", str(page), "--against", str(base),
                      "--allow-env-mismatch")[0] == 0
         assert "an earlier report" not in page.read_text()
+    elif "without rows" in kind:
+        assert err == f"treebench: error: report --against {base}: no result rows; point it at a run's .jsonl file " \
+            "or folder (folders are not searched recursively)\n", err
+        fresh = tmp_path / "fresh.html"
+        assert _main(capsys, "report", str(cand), "-o", str(fresh), "--against", str(base))[0] == 2
+        assert not fresh.exists()
     else:
         assert "a run with itself" in err
 

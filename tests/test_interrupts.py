@@ -99,7 +99,7 @@ def test_an_interrupt_while_the_cli_imports_torch_is_the_start_up_line(monkeypat
 @pytest.mark.parametrize("what", list(STOPS))
 @pytest.mark.parametrize("existed", [False, True])
 def test_an_interrupted_report_says_whether_it_was_written(tmp_path, monkeypatch, capsys, what, existed):
-    from treebench.harness.cli import report
+    from treebench.harness.analyze import report
 
     stop, code = STOPS[what]
     out = tmp_path / "new" / "r.html"
@@ -113,8 +113,9 @@ def test_an_interrupted_report_says_whether_it_was_written(tmp_path, monkeypatch
     assert out.exists() == existed and (not existed or "an earlier report" in out.read_text())
     monkeypatch.undo()
 
+    write_report = report.write_report
+
     def written_then_stopped(*args, **kwargs):
-        from treebench.harness.analyze.report import write_report
         write_report(*args, **kwargs)
         raise stop()
     monkeypatch.setattr(report, "write_report", written_then_stopped)

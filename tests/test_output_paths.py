@@ -226,7 +226,31 @@ def test_unwritable_report_is_found_before_the_run(tiny, tmp_path, capsys, monke
     rc = main(["run", "--suite", str(tiny), "--backends", "reference", "--out", str(out),
                "--report", str(tmp_path / "rep" / "r.html"), "--quiet"])
     assert rc == 2 and "cannot write there" in _one_line_error(capsys)
-    assert not out.exists()
+    assert not out.exists() and not (tmp_path / "rep").exists()
+
+
+@pytest.mark.parametrize("stop", ["interrupt", "first pair"])
+def test_a_run_stopped_before_its_report_leaves_no_report_folder(tiny, tmp_path, monkeypatch, stop):
+    """The report path is probed before the sweep, and its folder made only when the report is
+    written: Ctrl-C before then leaves no empty reports/local (nor a probe file) behind; a
+    folder that was there is kept; a finished run's report is in it."""
+    import treebench.harness.run.runner as runner
+    import treebench.harness.sweep.execute
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.chdir(tmp_path)
+    argv = ["run", "--suite", str(tiny), "--backends", "reference", "--quiet"]
+    with monkeypatch.context() as m:
+        m.setattr(*((treebench.harness.sweep.execute, "execute", interrupted) if stop == "interrupt"
+                    else (runner, "run_case_backend", interrupted)))
+        assert main(argv) == 130
+        assert not Path("reports").exists()
+        Path("reports/local").mkdir(parents=True)
+        assert main(argv) == 130
+        assert list(Path("reports/local").iterdir()) == []
+    assert main(argv) == 0
+    assert [p.suffix for p in Path("reports/local").iterdir()] == [".html"]
 
 
 def test_default_paths_of_runs_started_together_differ(tiny, tmp_path, monkeypatch):
@@ -415,6 +439,58 @@ def test_a_stop_before_the_first_row_takes_back_the_env_file_it_wrote(tiny, tmp_
     monkeypatch.setattr(runner, "run_case_backend", second_pair_interrupted)
     assert main([*argv, "--resume"]) == 130
     assert env_file.is_file() and len(read_rows([out])) == out_there + 1
+
+
+@pytest.mark.parametrize("command, backend", [("run", "--backends"), ("check", "--backend")])
+@pytest.mark.parametrize("other", ["rows written", "writing"])
+def test_a_stop_before_the_first_row_keeps_the_env_file_another_run_shares(tiny, tmp_path, monkeypatch, command,
+                                                                            backend, other):
+    """Two runs with --out files in one folder share its env file. The run that wrote it, stopped
+    before its first row, leaves it where the other run has since written rows naming it, or is
+    writing its results file (holding its lock): those rows keep their fingerprint."""
+    import contextlib
+
+    import treebench.harness.run.runner as runner
+    from treebench.harness.store.env import env_fingerprint
+    from treebench.harness.store.lock import hold
+
+    folder = tmp_path / "d"
+    folder.mkdir()
+    mine, theirs = folder / "a.jsonl", folder / "b.jsonl"
+    env_file = folder / f"env-{env_fingerprint('cpu', None)['env_id']}.json"
+    other_run = contextlib.ExitStack()
+
+    def other_run_then_interrupted(*a, **k):
+        assert env_file.is_file()                          # this run wrote it
+        if other == "rows written":
+            append_row(theirs, {**_row(0), "env": env_file.stem[len("env-"):]})
+        else:
+            other_run.enter_context(hold(theirs))
+        raise KeyboardInterrupt
+    monkeypatch.setattr(runner, "run_case_backend", other_run_then_interrupted)
+    with other_run:
+        assert main([command, "--suite", str(tiny), backend, "reference", "--out", str(mine), "--quiet"]) == 130
+        assert env_file.is_file() and not mine.exists()
+
+
+@pytest.mark.parametrize("sidecar, writing", [("a.jsonl.lock", False), ("b.jsonl.lock", True),
+                                              ("b.jsonl.lock:dead", False), ("b.jsonl.lock:", True),
+                                              ("pip.lock", False)])
+def test_another_writer_beside_a_results_file_is_told_by_the_pid_in_its_sidecar(tmp_path, sidecar, writing):
+    """A sidecar of another results file naming a live process (or no pid yet: a lock being taken) is
+    a run writing beside this one; its own sidecar, a killed holder's and other .lock files are not."""
+    import subprocess
+    import sys
+
+    from treebench.harness.store.lock import other_writer_beside
+
+    name, _, pid = sidecar.partition(":")
+    if pid == "dead":
+        proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True, check=True)
+        pid = proc.stdout.strip()
+    (tmp_path / name).write_text(pid if ":" in sidecar else f"{os.getpid()}\n")
+    assert other_writer_beside(tmp_path / "a.jsonl") is writing
 
 
 @pytest.mark.parametrize("command, backend", [("run", "--backends"), ("check", "--backend")])

@@ -1,7 +1,8 @@
 """What the gate refuses to compare, wherever it runs (`treebench gate`, `treebench report --against`).
 
-A comparison whose two sides share a results file or a run passes whatever was measured: a run
-compared with itself has no regression to find (`refuse_shared_files`, `refuse_shared_runs`).
+A side without rows has nothing to compare (`refuse_no_rows`), and a comparison whose two sides
+share a results file or a run passes whatever was measured: a run compared with itself has no
+regression to find (`refuse_shared_files`, `refuse_shared_runs`).
 Without ``--allow-env-mismatch``, rows whose env fingerprint file is not beside them
 (`refuse_missing_env`) and fingerprints that differ (`refuse_env_differences`) are refused
 too. Each refusal is a ConfigError of one line that names the command and its flags
@@ -11,7 +12,7 @@ anything is written.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,23 @@ class Sides:
 
 GATE = Sides("gate", "--baseline", "--candidate")
 REPORT = Sides("report", "--against", "RESULTS")
+
+
+def refuse_no_rows(rows: Sequence[dict], paths: Sequence[str | Path], flag: str, sides: Sides,
+                   backends: Collection[str] | None = None) -> None:
+    """Refuses a side that holds no result rows (none of `backends`, when given): the gate would
+    compare nothing with it and pass.
+
+    Args:
+        flag: the side's option or argument (`sides.baseline` or `sides.candidate`).
+
+    Raises:
+        ConfigError: `rows` is empty; names the side's paths.
+    """
+    if not rows:
+        what = f" for backends {', '.join(sorted(backends))}" if backends else ""
+        raise ConfigError(f"{sides.command} {flag} {' '.join(map(str, paths))}: no result rows{what}; point it at "
+                          "a run's .jsonl file or folder (folders are not searched recursively)")
 
 
 def refuse_shared_files(baseline: Sequence[str | Path], candidate: Sequence[str | Path], sides: Sides) -> None:

@@ -22,13 +22,11 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from treebench.harness.analyze.cells import Table, num, ratio, us
+from treebench.harness.analyze.roles import DEFAULT_OWN, OWN_KERNELS
 from treebench.harness.analyze.tables import timed_frame, varying_axes
 from treebench.harness.errors import ConfigError
 from treebench.harness.model.workload import compute_roof, row_roofline_us
 
-# treebench's own kernels (kernels/): never a rival in "best peer" or "fastest on".
-OWN_KERNELS = ("triton_tree", "triton_tree_bias", "triton_causal")
-DEFAULT_OWN = "triton_tree"
 AXIS_LABELS = {"batch_size": "B", "context_len": "L", "tree": "tree", "T": "T", "page_size": "P",
                "num_q_heads": "Hq", "num_kv_heads": "Hkv", "head_dim": "D"}
 

@@ -24,6 +24,7 @@ import pandas as pd
 
 from treebench.harness.analyze import plots as plots
 from treebench.harness.analyze.cells import Table, frame_cells, kv_table_cells, num, ratio, us
+from treebench.harness.analyze.roles import DEFAULT_BASELINES
 from treebench.harness.analyze.headline import (OWN_KERNELS, timed_backends, cell_frame, contenders, headline,
                                                 headline_table, missing_peers, missing_row_warnings, non_contenders, own_kernels, peers, pick_own,
                                                 roofline_basis)
@@ -40,7 +41,6 @@ from treebench.harness.model.tree_specs import parse_tree
 log = logging.getLogger(__name__)
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-DEFAULT_BASELINES = ("flashinfer_mask", "xformers_tree", "torch_sdpa")  # preferred speedup baselines, in order
 
 
 # ---- formatting -------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from treebench.harness.analyze.gate import GateConfig, compare_runs, env_differences
 from treebench.harness.analyze.gate_inputs import (GATE, refuse_env_differences, refuse_missing_env,
-                                                   refuse_shared_files, refuse_shared_runs)
+                                                   refuse_no_rows, refuse_shared_files, refuse_shared_runs)
 from treebench.harness.analyze.gate_render import junit_xml, markdown
 from treebench.harness.cli.common import comma_list, emit
 from treebench.harness.errors import ConfigError
@@ -105,10 +105,7 @@ def _only(rows: list[dict], backends: set[str] | None, paths: Sequence[str], fla
     """
     if backends is not None:
         rows = [r for r in rows if r["backend"] in backends]
-    if not rows:
-        what = f" for backends {', '.join(sorted(backends))}" if backends else ""
-        raise ConfigError(f"gate {flag} {' '.join(paths)}: no result rows{what}; point it at a run's .jsonl "
-                          "file or folder (folders are not searched recursively)")
+    refuse_no_rows(rows, paths, flag, GATE, backends)
     return rows
 
 

@@ -15,18 +15,19 @@ import logging
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from treebench.harness.analyze.gate import (GateConfig, GateResult, compare_runs, env_differences,
-                                            env_field_differences)
 from treebench.harness.analyze.gate_inputs import (REPORT, refuse_env_differences, refuse_missing_env,
-                                                   refuse_shared_files, refuse_shared_runs)
-from treebench.harness.analyze.headline import DEFAULT_OWN, OWN_KERNELS, missing_row_warnings
-from treebench.harness.analyze.report import DEFAULT_BASELINES, write_report
+                                                   refuse_no_rows, refuse_shared_files, refuse_shared_runs)
+from treebench.harness.analyze.roles import DEFAULT_BASELINES, DEFAULT_OWN, OWN_KERNELS
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.outputs import will_write
 from treebench.harness.store.paths import check_output_path, default_report, refuse_non_html
 from treebench.harness.store.validate import read_checked_rows
 from treebench.harness.store.env import missing_env_line, read_envs
+
+if TYPE_CHECKING:   # the report's modules load pandas and matplotlib: imported where used, not for --help
+    from treebench.harness.analyze.gate import GateResult
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +63,13 @@ def run(args: argparse.Namespace) -> int:
 
     Raises:
         ConfigError: no RESULTS (all taken by --against: the line says so), missing results, no rows, bad --baseline-backend or --own, a --causal-backend
-            without rows, or, with --against, what `treebench gate` refuses (a results file or a
-            run on both sides; without --allow-env-mismatch, a missing env file or env
+            without rows, or, with --against, what `treebench gate` refuses (a baseline without
+            rows, a results file or a run on both sides; without --allow-env-mismatch, a missing env file or env
             fingerprints that differ); the CLI exits 2, and a report already at -o is left as it is.
     """
+    from treebench.harness.analyze.headline import missing_row_warnings
+    from treebench.harness.analyze.report import write_report
+
     if not args.results:   # nargs="*": `report --against A B` reads both as baselines, and says so
         raise ConfigError(
             f"report: no RESULTS: --against took every file after it ({' '.join(args.against)}); put the results "
@@ -120,11 +124,14 @@ def _gate(args: argparse.Namespace, rows: list[dict], envs: dict[str, dict]) -> 
     and the env fields that differ go in `env_fields`, which the page lists at its top.
 
     Raises:
-        ConfigError: unreadable baseline results, a file or run on both sides, or, without
+        ConfigError: unreadable baseline results, a baseline without rows, a file or run on both sides, or, without
             --allow-env-mismatch, a missing env file or env fingerprints that differ.
     """
+    from treebench.harness.analyze.gate import GateConfig, compare_runs, env_differences, env_field_differences
+
     refuse_shared_files(args.against, args.results, REPORT)
     base_rows, base_envs = read_checked_rows(args.against, "report --against", case_axes=True), read_envs(args.against)
+    refuse_no_rows(base_rows, args.against, REPORT.baseline, REPORT)
     refuse_shared_runs(base_rows, rows, REPORT)
     if not args.allow_env_mismatch:
         refuse_missing_env(args.against, base_rows, base_envs, REPORT.baseline, REPORT)

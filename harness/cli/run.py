@@ -112,9 +112,10 @@ def add_arguments(p) -> None:
 
 
 def _report_path(path: str | None, suite: str, out: str | Path | None = None, stamp_text: str | None = None,
-                 create: bool = True, resume: bool = False) -> Path:
-    """The report path, checked before the run; create=False (a dry run) checks what it can without
-    making its folder. The default is reports/local/<suite>-<run_id>.html, or, when a file is there
+                 probe: bool = True, resume: bool = False) -> Path:
+    """The report path, checked before the run, its folder left for the report's writer to make
+    (`paths.check_html_writable`); probe=False (a dry run) checks what it can without writing. The
+    default is reports/local/<suite>-<run_id>.html, or, when a file is there
     (the report of an earlier run under this run id), the first free <suite>-<run_id>-<n>.html: that
     report is kept, and a warning names both. With `resume` the default is the report named after
     the results file `out` (`paths.default_report`), as the run that --resume finishes named it where
@@ -134,12 +135,12 @@ def _report_path(path: str | None, suite: str, out: str | Path | None = None, st
         p = default_report(out)
     else:
         p = unused_path(default)
-        if p != default and create:
+        if p != default and probe:
             log.warning("%s is the report of an earlier run under run id %s, and is kept: this run's report is %s",
                         default, run_id, p)
     if out is not None and p.resolve() == Path(out).resolve():
         raise ConfigError(f"--report {p}: is the --out results file; give a separate .html path")
-    return check_html_writable(p, "--report", f"reports/local/{suite}.html", create=create)
+    return check_html_writable(p, "--report", f"reports/local/{suite}.html", probe=probe)
 
 
 def _write_report(rows: list[dict], out: Path, report: Path, title: str) -> bool:
@@ -239,7 +240,7 @@ def run(args) -> int:
     stamp_text = run_stamp()
     opts = replace(opts, run=replace(opts.run, run_id=stamp_text))
     out_path = args.out or Path("results/local") / f"{name}-{stamp_text}.jsonl"
-    report = _report_path(args.report, name, out_path, stamp_text, create=not args.dry_run,
+    report = _report_path(args.report, name, out_path, stamp_text, probe=not args.dry_run,
                           resume=args.resume)   # before anything is written
     out = claim_results(out_path, stamp_text, args.dry_run)
     opts = replace(opts, out=out)

@@ -1,8 +1,9 @@
 """The env fingerprint: the machine and software a run measured on, one file per env beside the results.
 
 A run writes ``env-<env_id>.json`` beside its results file (`env_beside`: taken back when it
-stops before its first row, where it was not there before); every row names its env
-by ``env`` (`missing_env_line` names an env whose file was not copied along). `env_id_of` hashes the fingerprint's stable fields: two runs with the
+stops before its first row, where it was not there before and no other rows or run there need
+it); every row names its env by ``env`` (`missing_env_line` names an env whose file was not
+copied along). `env_id_of` hashes the fingerprint's stable fields: two runs with the
 same env_id measured on the same GPU, driver, CPU, thread settings and software,
 so their timings compare. The peak bandwidth and the dense bf16 matrix rate are measured
 by the caller (`treebench.harness.timing.bandwidth.measure_peak_bandwidth`,
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from treebench.harness.errors import ConfigError
+from treebench.harness.store.lock import other_writer_beside
 from treebench.harness.store.rows import find_row, result_files
 
 if TYPE_CHECKING:
@@ -192,6 +194,7 @@ def env_beside(results: str | Path, env: dict, undo: bool = True) -> Iterator[Pa
     the block raises (an interrupt, an error) while `results` has the size it had before the block (no
     row reached it) and the env file was written here (nothing was there before), the env file is
     removed again: a run stopped before its first row leaves no fingerprint of rows that do not exist.
+    It is kept where another run may need it (`_env_needed`): results files in its folder share it.
 
     Args:
         undo: False keeps the env file in every case (torchrun ranks: another rank's rows may need it).
@@ -205,10 +208,22 @@ def env_beside(results: str | Path, env: dict, undo: bool = True) -> Iterator[Pa
     try:
         yield path
     except BaseException:
-        if undo and not there and _size(results) == size:
+        if undo and not there and _size(results) == size and not _env_needed(results, env["env_id"]):
             with contextlib.suppress(OSError):
                 path.unlink()
         raise
+
+
+def _env_needed(results: Path, env_id: str) -> bool:
+    """True when the env file of `env_id` beside `results` may serve rows other than this run's: a
+    row of a results file in that folder names `env_id` (another run's, written since this run
+    wrote the file), or another process is writing a results file there (`lock.other_writer_beside`:
+    a run whose rows may name it); True too when the folder cannot be read. Raises nothing."""
+    try:
+        return (find_row(results.parent, lambda r: r.get("env") == env_id, containing=env_id) is not None
+                or other_writer_beside(results))
+    except (ConfigError, OSError):
+        return True
 
 
 def _size(path: Path) -> int | None:

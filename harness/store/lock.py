@@ -17,6 +17,10 @@ was locked (same inode).
 Under torchrun every rank locks its own rank file, and rank 0 also ``--out``
 (treebench.harness.sweep.execute), so ranks never lock each other out. On
 platforms without fcntl (Windows) nothing is locked.
+
+`other_writer_beside` tells, from the sidecars' pids and without locking anything (a probe
+holding a lock for a moment would refuse a run starting then), whether another run is
+writing a results file in the same folder: the env file they share is not taken back then.
 """
 
 from __future__ import annotations
@@ -115,3 +119,35 @@ def hold_all(paths) -> Iterator[None]:
         for p in dict.fromkeys(Path(p) for p in paths if p is not None):
             stack.enter_context(hold(p))
         yield
+
+
+def other_writer_beside(results: Path | str) -> bool:
+    """True when a process may be writing another results file in the folder of `results`: a
+    sidecar there (not `results`'s own) names a live process, or no pid yet (a lock being taken).
+    False where fcntl is missing (nothing is locked). Raises nothing.
+
+    A sidecar left by a killed holder names a dead process and does not count; one whose pid was
+    reused since counts, which keeps what it protects a while longer, never less.
+    """
+    if fcntl is None:
+        return False
+    own = lock_path(Path(results)).name
+    for sidecar in Path(results).parent.glob("*.jsonl.lock"):
+        try:
+            text = sidecar.read_text(encoding="ascii", errors="replace").strip()
+        except OSError:
+            continue            # released (deleted) since the folder was listed
+        if sidecar.name != own and (not text.isdigit() or _alive(int(text))):
+            return True
+    return False
+
+
+def _alive(pid: int) -> bool:
+    """True when process `pid` exists (another user's included). Raises nothing."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError):
+        return True             # PermissionError: it exists, under another user
+    return True

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -158,28 +159,47 @@ def check_html_path(path: str | Path, flag: str, example: str) -> Path:
     return p
 
 
-def check_html_writable(path: str | Path, flag: str, example: str, create: bool = True) -> Path:
-    """`check_html_path`, then (create=True) makes the folder and proves a write there works.
+def check_html_writable(path: str | Path, flag: str, example: str, probe: bool = True) -> Path:
+    """`check_html_path`, then (probe=True) proves with a real write that the report can be written
+    there, leaving nothing behind: folders it lacks are made for the probe and removed again (the
+    report's writer makes them), so a run stopped before its report leaves no empty folder.
 
     Args:
         flag: how the message names the path (the option it came from).
         example: a path the message suggests, e.g. "reports/local/smoke.html".
-        create: False checks only what can be checked without writing (a dry run).
+        probe: False checks only what can be checked without writing (a dry run).
 
     Raises:
         ConfigError: everything `check_html_path` refuses, a folder that cannot be made, or a
             path that cannot be written (permission, read-only file system).
     """
     p = check_html_path(path, flag, example)
-    if not create:
+    if not probe:
         return p
+    made = [d for d in (p.parent, *p.parent.parents) if not d.exists()]   # deepest first
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ConfigError(f"{flag} {p}: cannot create its folder ({folder_problem(p) or e.strerror})") from None
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(f"{flag} {p}: cannot create its folder ({folder_problem(p) or e.strerror})") from None
+        _probe_html(p, flag)
+    finally:
+        for d in made:             # only folders this check made, and only while empty
+            with contextlib.suppress(OSError):
+                d.rmdir()
+    return p
+
+
+def _probe_html(p: Path, flag: str) -> None:
+    """Proves that `p`, in an existing folder, can be written: permissions, then a real write
+    (os.access says yes to root on read-only file systems such as /sys).
+
+    Raises:
+        ConfigError: `p` or its folder cannot be written.
+    """
     if not os.access(p.parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise ConfigError(f"{flag} {p}: cannot write there (permission denied); give a writable .html path")
-    try:  # and a real write probe: os.access says yes to root on read-only file systems (/sys)
+    try:
         if p.exists():
             with open(p, "ab"):
                 pass
@@ -188,7 +208,6 @@ def check_html_writable(path: str | Path, flag: str, example: str, create: bool 
                 pass
     except OSError as e:
         raise ConfigError(f"{flag} {p}: cannot write there ({e.strerror}); give a writable .html path") from None
-    return p
 
 
 def unused_path(path: str | Path) -> Path:
