@@ -395,3 +395,13 @@ def test_report_help_imports_no_pandas_or_matplotlib():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert proc.stdout.strip().endswith("[] 0"), proc.stdout[-500:] + proc.stderr[-2000:]
     assert "(default: first of flashinfer_mask, xformers_tree, torch_sdpa)" in " ".join(proc.stdout.split())
+
+
+def test_gate_help_imports_no_numpy_pandas_or_torch():
+    """`treebench gate --help` lists the gate's options without loading numpy (the statistics that
+    `analyze.gate` compares samples with), pandas or torch: imports that only a comparison needs."""
+    code = ("import sys\nfrom treebench.harness.cli.main import main\n"
+            "code = main(['gate', '--help'])\nprint(sorted({'numpy', 'pandas', 'torch'} & set(sys.modules)), code)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.stdout.strip().endswith("[] 0"), proc.stdout[-500:] + proc.stderr[-2000:]
+    assert "--min-samples" in proc.stdout and "--allow-env-mismatch" in proc.stdout

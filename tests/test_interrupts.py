@@ -165,7 +165,7 @@ def test_an_interrupted_gate_says_what_it_wrote(tmp_path, monkeypatch, capsys):
     summary.write_text("earlier steps\n")
     argv = ["gate", "--baseline", str(BASE), "--candidate", str(BASE), "--allow-env-mismatch",
             "--summary", str(summary), "--junit", str(junit)]
-    monkeypatch.setattr(gate, "compare_runs", _stop(KeyboardInterrupt))
+    monkeypatch.setattr("treebench.harness.analyze.gate.compare_runs", _stop(KeyboardInterrupt))
     monkeypatch.setattr(gate, "refuse_shared_files", lambda *a: None)     # the one results folder on both sides
     monkeypatch.setattr(gate, "refuse_shared_runs", lambda *a: None)
     assert main(argv) == 130

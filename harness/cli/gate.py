@@ -17,10 +17,8 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from treebench.harness.analyze.gate import GateConfig, compare_runs, env_differences
 from treebench.harness.analyze.gate_inputs import (GATE, refuse_env_differences, refuse_missing_env,
                                                    refuse_no_rows, refuse_shared_files, refuse_shared_runs)
-from treebench.harness.analyze.gate_render import junit_xml, markdown
 from treebench.harness.cli.common import comma_list, emit
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.env import read_envs
@@ -118,6 +116,9 @@ def run(args: argparse.Namespace) -> int:
             --allow-env-mismatch, an env file missing beside its rows or env fingerprints that
             differ (the CLI exits 2).
     """
+    from treebench.harness.analyze.gate import GateConfig, compare_runs, env_differences   # numpy: not for --help
+    from treebench.harness.analyze.gate_render import junit_xml, markdown
+
     config = GateConfig(_fraction(str(args.threshold)), args.alpha, args.min_samples,
                         bool(getattr(args, "allow_missing", False)))
     if args.junit and Path(args.junit).suffix.lower() != ".xml":   # it overwrites: never a stray file
