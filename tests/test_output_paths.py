@@ -531,6 +531,48 @@ def test_a_results_file_created_by_a_sweep_that_wrote_no_row_is_removed(tiny, tm
         assert f"before any row was written: the empty results file {out} it had created is removed" in line, line
 
 
+@pytest.mark.parametrize("command, backend, out", [("run", "--backends", None),
+                                                   ("run", "--backends", "kept/made/deeper/r.jsonl"),
+                                                   ("check", "--backend", "kept/made/deeper/r.jsonl")])
+@pytest.mark.parametrize("stop", ["interrupt", "full disk"])
+def test_a_sweep_that_wrote_no_row_leaves_no_folder_it_made(tiny, tmp_path, monkeypatch, command, backend, out,
+                                                            stop):
+    """Stopped before its first row, run and check remove the folders they made for the --out file
+    (results/local for run's default) with the file; a folder that was there before is kept, empty
+    or not."""
+    import errno
+
+    import treebench.harness.sweep.execute
+
+    def stopped(cases, backends, opts, console):
+        raise KeyboardInterrupt if stop == "interrupt" else OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(treebench.harness.sweep.execute, "execute", stopped)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "kept").mkdir()
+    argv = [command, "--suite", str(tiny), backend, "reference", "--quiet", *(["--out", out] if out else [])]
+    assert main(argv) == (130 if stop == "interrupt" else 2)
+    assert {p.name for p in tmp_path.iterdir()} == {"tiny.toml", "kept"}
+    assert not any((tmp_path / "kept").iterdir())
+
+
+def test_a_results_path_refused_after_its_folder_was_made_leaves_no_folder(tmp_path, monkeypatch):
+    """check_writable makes the folders of --out before proving them writable: a path it then refuses
+    leaves none of the folders it made, and keeps the one that was there."""
+    import errno
+    import tempfile
+
+    from treebench.harness.errors import ConfigError
+    from treebench.harness.store.paths import check_writable
+
+    def unwritable(*a, **k):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", unwritable)
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(ConfigError, match="is not writable"):
+        check_writable(tmp_path / "kept" / "made" / "deeper" / "r.jsonl")
+    assert [p.name for p in tmp_path.iterdir()] == ["kept"] and not any((tmp_path / "kept").iterdir())
+
+
 @pytest.mark.parametrize("command, backend", [("run", "--backends"), ("check", "--backend")])
 @pytest.mark.parametrize("full_at, existed", [(0, False), (0, True), (1, True)])
 def test_a_row_the_disk_cannot_hold_is_cut_off_again(tmp_path, capsys, caplog, monkeypatch, command, backend,

@@ -93,6 +93,7 @@ NOTHING_RAN = 3                  # exit code of a run / check in which no pair r
 ACTIVE_OUT: list[Path | None] = [None]   # the results file of the run/check in progress (for Ctrl-C)
 ACTIVE_RUN_ID: list[str | None] = [None]  # the run_id its rows carry (for Ctrl-C: rm --run-id takes it)
 CREATED_OUT: list[Path | None] = [None]  # ACTIVE_OUT when this run/check created it (removed if it stops before a row)
+CREATED_FOLDERS: list[Path] = []         # the folders made for CREATED_OUT, deepest first (removed with it while empty)
 NOTHING_WRITTEN: list[str | None] = [None]  # why the run/check in progress writes no rows (for Ctrl-C's line)
 DRY_RUN_WRITES_NOTHING = "a dry run writes no rows: nothing was written"   # NOTHING_WRITTEN of --dry-run
 OUTCOME: list[int | None] = [None]       # the exit code run/check decided on, kept if stdout closes early
@@ -167,22 +168,23 @@ def claim_results(path: str | Path, run_id: str, dry_run: bool) -> Path:
     kept with the run_id its rows carry for the line after an interrupt or a full disk
     (ACTIVE_OUT, ACTIVE_RUN_ID: the --resume hint and the `treebench rm --run-id` that removes
     the rows; its size now in inflight.UNWRITTEN), and in CREATED_OUT when this call created the
-    file: main() removes it again if the sweep stops (an interrupt, an error) before its first
-    row; returns the path. Under torchrun the ranks write rank files first, so the file is never
-    marked for removal there.
+    file (the folders it made for it in CREATED_FOLDERS): main() removes them again if the sweep stops
+    (an interrupt, an error) before its first row; returns the path. Under torchrun the ranks write
+    rank files first, so the file is never marked for removal there.
 
     Raises:
         ConfigError: as check_writable; a malformed torchrun environment.
     """
     from treebench.harness.run.inflight import mark_unwritten
-    from treebench.harness.store.paths import check_writable
+    from treebench.harness.store.paths import check_writable, missing_folders
     from treebench.harness.sweep.shard import torchrun_rank
 
     ours = not os.path.lexists(path) and torchrun_rank() is None   # a dangling link is not ours either
+    made = missing_folders(path) if ours else []
     out = check_writable(path, not dry_run)
     if not dry_run:
         ACTIVE_OUT[0], ACTIVE_RUN_ID[0] = out, run_id
-        CREATED_OUT[0] = out if ours else None
+        CREATED_OUT[0], CREATED_FOLDERS[:] = (out if ours else None), made
         mark_unwritten(out)
     return out
 

@@ -291,17 +291,21 @@ def _install(signum: int, handler):
 
 def _drop_unwritten_out() -> Path | None:
     """Removes the results file the run or check created (CREATED_OUT) when the sweep stopped
-    before its first row reached it (the file is still empty); returns it, else None. A file
-    that was there before the run, or that holds anything, is left as it is. Raises nothing."""
-    from treebench.harness.cli.common import CREATED_OUT
+    before its first row reached it (the file is still empty), and then each folder made for it
+    (CREATED_FOLDERS) that is empty; returns the file, else None. A file that was there before the
+    run, or that holds anything, is left as it is, and so is a folder that was. Raises nothing."""
+    from treebench.harness.cli.common import CREATED_FOLDERS, CREATED_OUT
+    from treebench.harness.store.paths import remove_empty_folders
 
     path, CREATED_OUT[0] = CREATED_OUT[0], None
+    made, CREATED_FOLDERS[:] = list(CREATED_FOLDERS), []
     try:
         if path is None or path.stat().st_size:
             return None
         path.unlink()
     except OSError:
         return None
+    remove_empty_folders(made)
     return path
 
 

@@ -46,7 +46,8 @@ def folder_problem(path: Path) -> str:
 
 def check_writable(path: str | Path, create: bool = True, what: str = "--out") -> Path:
     """Validates a results path before a run, creating parent folders and the
-    file (empty, or left as it is when it exists: never truncated).
+    file (empty, or left as it is when it exists: never truncated). The folders it makes are
+    `missing_folders(path)` beforehand; a refused path leaves none of them behind.
 
     Args:
         create: False checks only what can be checked without writing (a dry run).
@@ -73,6 +74,22 @@ def check_writable(path: str | Path, create: bool = True, what: str = "--out") -
         raise ConfigError(f"{what} {path}: give a .jsonl path (folders are read for *.jsonl files only)")
     if not create:
         return path
+    made = missing_folders(path)
+    try:
+        _create_results(path, what)
+    except ConfigError:
+        remove_empty_folders(made)   # a refused path leaves no folder made for it
+        raise
+    return path
+
+
+def _create_results(path: Path, what: str) -> None:
+    """Makes the folder of the results file `path`, proves the env fingerprint can be written
+    there, and creates the file (empty) unless it exists.
+
+    Raises:
+        ConfigError: the folder cannot be made or written, or the file cannot be opened for appending.
+    """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -88,7 +105,6 @@ def check_writable(path: str | Path, create: bool = True, what: str = "--out") -
         os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
     except OSError as e:
         raise ConfigError(f"{what} {path}: cannot write there ({e.strerror}); give a writable file path") from None
-    return path
 
 
 def check_results_file(path: str | Path, what: str, advice: str = "give a new path or a .jsonl results file",
@@ -176,7 +192,7 @@ def check_html_writable(path: str | Path, flag: str, example: str, probe: bool =
     p = check_html_path(path, flag, example)
     if not probe:
         return p
-    made = [d for d in (p.parent, *p.parent.parents) if not d.exists()]   # deepest first
+    made = missing_folders(p)
     try:
         try:
             p.parent.mkdir(parents=True, exist_ok=True)
@@ -184,10 +200,23 @@ def check_html_writable(path: str | Path, flag: str, example: str, probe: bool =
             raise ConfigError(f"{flag} {p}: cannot create its folder ({folder_problem(p) or e.strerror})") from None
         _probe_html(p, flag)
     finally:
-        for d in made:             # only folders this check made, and only while empty
-            with contextlib.suppress(OSError):
-                d.rmdir()
+        remove_empty_folders(made)
     return p
+
+
+def missing_folders(path: str | Path) -> list[Path]:
+    """The folders above the file `path` that are not there yet, deepest first: those that making
+    its folder creates, for `remove_empty_folders` to take away again. Raises nothing."""
+    p = Path(path)
+    return [d for d in (p.parent, *p.parent.parents) if not d.exists()]
+
+
+def remove_empty_folders(folders: Sequence[Path]) -> None:
+    """Removes each of `folders` (deepest first, as `missing_folders` lists them) that is empty;
+    a folder that holds anything, and those above it, are left as they are. Raises nothing."""
+    for d in folders:
+        with contextlib.suppress(OSError):
+            d.rmdir()
 
 
 def _probe_html(p: Path, flag: str) -> None:
