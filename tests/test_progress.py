@@ -15,8 +15,10 @@ from treebench.harness.run.config import RunConfig
 from treebench.harness.run.costs import OUTSIDE_PAIRS, estimate, pair_seconds
 from treebench.harness.run.progress import (
     EVERY_S,
+    REPORT_NEXT,
     BarProgress,
     LineProgress,
+    after_pairs,
     format_duration,
     plural,
     progress,
@@ -90,6 +92,38 @@ def test_the_time_left_counts_what_follows_the_last_pair(plan):
     lines = out.getvalue().splitlines()
     assert lines[1] == "[2/4] a on case1: pass (5.0 s elapsed, about 7.2 s left)"     # 2 pairs of 2.5 s and 2.2 s
     assert lines[2].endswith("(7.5 s elapsed, about 4.7 s left)") and lines[-1].endswith("(10.0 s elapsed, done)")
+
+
+@pytest.mark.parametrize("after_s, said", [(2.2, "writing the report, about 2.2 s left"),
+                                           (0.0, "writing the report")])
+def test_the_last_line_of_a_run_says_its_report_is_being_written(after_s, said):
+    """After a run's last pair its report is written: the last line says so (with the seconds it
+    should take) in place of 'done', and so does the bar."""
+    clock, out = Clock(), io.StringIO()
+    shown = LineProgress(3, out, clock, ["a"] * 3, [1.0] * 3, after_s=after_s, then=REPORT_NEXT)
+    bar = BarProgress(3, Console(file=io.StringIO(), force_terminal=True), clock, ["a"] * 3, [1.0] * 3,
+                      after_s=after_s, then=REPORT_NEXT)
+    for i in range(3):
+        clock.now += 2.5
+        shown.finish(row(i, "a"))
+        bar.finish(row(i, "a"))
+    lines = out.getvalue().splitlines()
+    assert lines[-2].endswith("(5.0 s elapsed, about 2.5 s left)" if not after_s else
+                              "(5.0 s elapsed, about 4.7 s left)")
+    assert lines[-1] == f"[3/3] a on case2: pass (7.5 s elapsed, {said})" and "done" not in bar_text(bar)
+    assert said in bar_text(bar)
+
+
+@pytest.mark.parametrize("terminal, quiet", [(True, False), (True, True), (False, False)])
+def test_what_follows_the_last_pair_is_shown_on_a_terminal_until_it_ends(terminal, quiet):
+    """On a terminal the bar is erased when the sweep ends: `after_pairs` shows the report being
+    written until it is, and erases that too; --quiet and plain lines show nothing more."""
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=terminal, color_system=None)
+    with after_pairs(console, quiet):
+        during = out.getvalue()
+    assert (REPORT_NEXT in during) == (terminal and not quiet), during
+    assert out.getvalue() == "" if quiet or not terminal else out.getvalue().endswith("\x1b[2K")
 
 
 @pytest.mark.parametrize("total", [37, 999])
@@ -470,9 +504,9 @@ def test_the_runner_gives_the_progress_each_pairs_predicted_seconds(monkeypatch)
     seen = {}
 
     class Recorded(progress):
-        def __init__(self, total, quiet, console, backends=None, costs=None, after_s=0.0):
-            seen.update(backends=list(backends or []), costs=costs, after_s=after_s)
-            super().__init__(total, True, console, backends, costs, after_s)
+        def __init__(self, total, quiet, console, backends=None, costs=None, after_s=0.0, then=""):
+            seen.update(backends=list(backends or []), costs=costs, after_s=after_s, then=then)
+            super().__init__(total, True, console, backends, costs, after_s, then)
 
     monkeypatch.setattr(runner, "progress", Recorded)
     rows = runner.run_cases([SMOKE, SEED], [Away("a"), Away("b")], RunConfig(mode="check", device="cpu", quiet=True))
@@ -480,6 +514,9 @@ def test_the_runner_gives_the_progress_each_pairs_predicted_seconds(monkeypatch)
     assert seen["costs"] == pair_seconds([(SMOKE, "cpu")] * 2 + [(SEED, "cpu")] * 2, "check")
     assert seen["costs"][2] > 100 * seen["costs"][0]
     assert seen["after_s"] == OUTSIDE_PAIRS[("check", "cpu")].after_s == 0.5       # the check's summary
+    assert seen["then"] == ""                                                      # the check is then done
+    runner.run_cases([SMOKE], [Away("a")], RunConfig(mode="run", device="cpu", quiet=True))
+    assert seen["then"] == REPORT_NEXT and seen["after_s"] == OUTSIDE_PAIRS[("run", "cpu")].after_s
 
 
 def bar_text(shown: BarProgress) -> str:
@@ -542,3 +579,20 @@ def test_a_backend_that_compiles_each_shape_costs_more_per_pair():
     line = estimate([SMOKE] * 2, "run", "cpu", backends=["torch_sdpa", "flex"])
     assert line.splitlines()[1].endswith(f" per request), flex + {extra:g} s (it compiles each shape)")
     assert per_pair_s(line) == pytest.approx((plain + flex) / 2, abs=0.01)
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_a_runs_last_progress_line_says_the_report_is_next(tmp_path, capsys, quiet):
+    """Off a terminal, `treebench run`'s last progress line says that the report is being written,
+    and the report is there when the run ends; --quiet prints no progress line."""
+    from tests.tiny_suites import tiny_suite
+    from treebench.harness.cli.main import main
+
+    suite, report = tmp_path / "tiny.toml", tmp_path / "r.html"
+    suite.write_text(tiny_suite())
+    argv = ["run", "--suite", str(suite), "--backends", "reference", "--out", str(tmp_path / "r.jsonl"),
+            "--report", str(report), *(["--quiet"] if quiet else [])]
+    assert main(argv) == 0 and report.is_file()
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if re.match(r"\[\d+/\d+\] ", ln)]
+    after_s = OUTSIDE_PAIRS[("run", "cpu")].after_s
+    assert lines == [] if quiet else lines[-1].endswith(f", writing the report, about {after_s} s left)"), lines

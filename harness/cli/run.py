@@ -216,6 +216,7 @@ def run(args) -> int:
     from treebench.harness.model.suites import load_suite
     from treebench.harness.run.inflight import mark_unwritten, report_due
     from treebench.harness.run.loading import resolve_backends
+    from treebench.harness.run.progress import after_pairs
     from treebench.harness.store.paths import default_report
     from treebench.harness.sweep.execute import execute
 
@@ -257,7 +258,9 @@ def run(args) -> int:
                     args.shard)
     resume_flags = "" if args.report or report == default_report(out) else f" --report {report}"
     report_due(out, report, resume_flags)   # for the line after an interrupt: the rows are in, the report next
-    if not _write_report(result.rows, out, report, f"treebench {suite.name}"):
+    with after_pairs(CONSOLE, args.quiet):  # on a terminal the bar that said "writing the report" is erased by now
+        written = _write_report(result.rows, out, report, f"treebench {suite.name}")
+    if not written:
         code = 1
     OUTCOME[0] = code   # the rows decide the exit code, whether or not stdout is still read
     if nothing_ran(result.rows) is None:

@@ -7,7 +7,13 @@ shows nothing, so `LineProgress` prints plain lines instead::
     [37/378] torch_sdpa on B16-L1024-full:3:2-...: pass (12.0 s elapsed, about 1 min 40 s left)
 
 one per finished pair while pairs take 1 s or more on average, else one every
-10 s, and always the last. ``--quiet`` shows neither.
+10 s, and always the last. Where work follows the last pair (`then`: a run's report), the last
+line and the bar say what it is in place of "done", with the seconds it should take::
+
+    [378/378] torch_sdpa on B16-L1024-full:3:2-...: pass (10 min 2 s elapsed, writing the report, about 2.2 s left)
+
+and on a terminal, where the bar is erased when the sweep ends, `after_pairs` shows it until it is
+done. ``--quiet`` shows none of these.
 
 The time left allows for warm-up and for pairs of different sizes. A backend's first pair that
 runs (not skipped) carries its one-off costs, a JIT compile or autotuning (FlashInfer's took about
@@ -27,17 +33,22 @@ them). The bar and the lines show the same figure (`TimeLeft.left_text`), update
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TextIO
 
 from rich.console import Console
+from rich.live import Live
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.spinner import Spinner
+from rich.text import Text
 
 EVERY_S = 10.0          # a line at least this often (seconds) when pairs are fast
 SLOW_PAIR_S = 1.0       # a line per pair once pairs take this long on average (seconds)
+REPORT_NEXT = "writing the report"   # what follows a run's last pair (`then`, `after_pairs`)
 
 
 def _pace(pairs: list[tuple[float, float]]) -> float | None:
@@ -75,6 +86,8 @@ class TimeLeft:
             None: every pair alike.
         after_s: seconds the sweep should take after its last pair (`after_last_pair_s`), added to
             the time left until that pair is done.
+        then: what follows the last pair, said in place of "done" once it ends (`REPORT_NEXT`
+            for a run); "" says "done".
 
     Raises:
         ValueError: `backends` does not name `total` pairs, or `costs` is given without
@@ -82,8 +95,9 @@ class TimeLeft:
     """
 
     def __init__(self, total: int, clock: Callable[[], float] = time.monotonic,
-                 backends: Iterable[str] | None = None, costs: Iterable[float] | None = None, after_s: float = 0.0):
-        self.total, self.clock, self.after_s = total, clock, after_s
+                 backends: Iterable[str] | None = None, costs: Iterable[float] | None = None, after_s: float = 0.0,
+                 then: str = ""):
+        self.total, self.clock, self.after_s, self.then = total, clock, after_s, then
         self.done_pairs = 0
         self.t0 = self.ended = clock()
         names = None if backends is None else list(backends)
@@ -138,9 +152,13 @@ class TimeLeft:
         return left
 
     def left_text(self) -> str:
-        """'done', 'warming up, time left not known yet' (`left_s` None) or 'about 1 min 40 s left'."""
+        """'warming up, time left not known yet' (`left_s` None) or 'about 1 min 40 s left'; after the
+        last pair 'done', or what follows it (`then`) with its seconds: 'writing the report, about 2.2 s
+        left'."""
         if self.done_pairs >= self.total:
-            return "done"
+            if not self.then:
+                return "done"
+            return f"{self.then}, about {format_duration(self.after_s)} left" if self.after_s > 0 else self.then
         left = self.left_s()
         return "warming up, time left not known yet" if left is None else f"about {format_duration(left)} left"
 
@@ -152,15 +170,16 @@ class LineProgress(TimeLeft):
         total: pairs the sweep runs.
         stream: where the lines go (stderr); a write that fails (a closed pipe) stops them,
             never the sweep.
-        clock, backends, costs, after_s: as `TimeLeft`'s.
+        clock, backends, costs, after_s, then: as `TimeLeft`'s.
 
     Raises:
         ValueError: as `TimeLeft`'s.
     """
 
     def __init__(self, total: int, stream: TextIO, clock: Callable[[], float] = time.monotonic,
-                 backends: Iterable[str] | None = None, costs: Iterable[float] | None = None, after_s: float = 0.0):
-        super().__init__(total, clock, backends, costs, after_s)
+                 backends: Iterable[str] | None = None, costs: Iterable[float] | None = None, after_s: float = 0.0,
+                 then: str = ""):
+        super().__init__(total, clock, backends, costs, after_s, then)
         self.stream: TextIO | None = stream
         self.last = self.t0
 
@@ -194,8 +213,9 @@ class BarProgress(TimeLeft):
     pace). Args and errors as `TimeLeft`'s, with the console to draw on."""
 
     def __init__(self, total: int, console: Console, clock: Callable[[], float] = time.monotonic,
-                 backends: Iterable[str] | None = None, costs: Iterable[float] | None = None, after_s: float = 0.0):
-        super().__init__(total, clock, backends, costs, after_s)
+                 backends: Iterable[str] | None = None, costs: Iterable[float] | None = None, after_s: float = 0.0,
+                 then: str = ""):
+        super().__init__(total, clock, backends, costs, after_s, then)
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                             TextColumn("{task.fields[left]}", markup=False), console=console, transient=True)
         self.task = self.bar.add_task("starting", total=total, left=self.left_text())
@@ -223,25 +243,37 @@ class NoProgress:
 class progress:
     """Context manager giving the progress display of a sweep of `total` pairs: none when
     `quiet`, the bar on a terminal, plain lines elsewhere (`LineProgress`); both given
-    `backends`, `costs` and `after_s` (as `TimeLeft`'s)."""
+    `backends`, `costs`, `after_s` and `then` (as `TimeLeft`'s)."""
 
     def __init__(self, total: int, quiet: bool, console: Console | None, backends: Iterable[str] | None = None,
-                 costs: Iterable[float] | None = None, after_s: float = 0.0):
-        self.total, self.quiet, self.backends, self.costs, self.after_s = total, quiet, backends, costs, after_s
-        self.console = console or Console(stderr=True)
+                 costs: Iterable[float] | None = None, after_s: float = 0.0, then: str = ""):
+        self.total, self.quiet, self.console = total, quiet, console or Console(stderr=True)
+        self.plan = {"backends": backends, "costs": costs, "after_s": after_s, "then": then}
 
     def __enter__(self):
         if self.quiet:
             self.shown = NoProgress()
         elif self.console.is_terminal:
-            self.shown = BarProgress(self.total, self.console, backends=self.backends, costs=self.costs,
-                                     after_s=self.after_s)
+            self.shown = BarProgress(self.total, self.console, **self.plan)
             self.shown.bar.start()
         else:
-            self.shown = LineProgress(self.total, self.console.file, backends=self.backends, costs=self.costs,
-                                      after_s=self.after_s)
+            self.shown = LineProgress(self.total, self.console.file, **self.plan)
         return self.shown
 
     def __exit__(self, *exc) -> None:
         if isinstance(self.shown, BarProgress):
             self.shown.bar.stop()
+
+
+@contextlib.contextmanager
+def after_pairs(console: Console, quiet: bool, what: str = REPORT_NEXT) -> Iterator[None]:
+    """Shows `what` (a transient spinner line) while the with-block runs, on a terminal and
+    unless `quiet`: the work after a sweep's last pair, where the bar that said it is erased.
+    Elsewhere the last plain line has said it (`TimeLeft.left_text`), and nothing is shown.
+    Raises whatever the block raises."""
+    if quiet or not console.is_terminal:
+        yield
+        return
+    with Live(Spinner("dots", Text(what)), console=console, transient=True) as live:
+        live.refresh()   # shown now, not at the spinner's first tick
+        yield

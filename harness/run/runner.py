@@ -26,7 +26,7 @@ from treebench.harness.run.config import RunConfig
 from treebench.harness.run.inflight import PROGRESS, call_in_flight
 from treebench.harness.run.pair import CaseData, availabilities, run_case_backend
 from treebench.harness.run.costs import after_last_pair_s, pair_seconds
-from treebench.harness.run.progress import progress
+from treebench.harness.run.progress import REPORT_NEXT, progress
 from treebench.harness.store.rows import append_row, new_run_id, row_l2_flushed
 
 log = logging.getLogger(__name__)
@@ -146,7 +146,8 @@ def run_cases(cases: Sequence[Case], backends: Sequence, config: RunConfig = Run
     try:
         costs = pair_seconds([(c, device_for(b, device).type) for c, b in todo], config.mode, [_name(b) for _, b in todo])
         after_s = after_last_pair_s(config.mode, device.type)    # the summary, a run's report
-        with progress(len(todo), config.quiet, console, [_name(b) for _, b in todo], costs, after_s) as shown:
+        then = REPORT_NEXT if config.mode == "run" else ""          # a check's summary: as good as done
+        with progress(len(todo), config.quiet, console, [_name(b) for _, b in todo], costs, after_s, then) as shown:
             data: CaseData | None = None
             for case, backend in todo:
                 data = data if data is not None and data.case is case else CaseData(case)
