@@ -87,7 +87,9 @@ class KernelOptions:
             local sm_90 compile of the 16-row tile over e4m3 at P 16: 1055 SASS instructions
             against 1276 one-tile; with the 64-token, 4-stage context loop 2417 against 3367
             and no spills against 10 spilled loads; `lab/sm90_compile.py --ops`, Triton 3.9).
-            The interpreter runs it as "fp16" (no PTX).
+            Not faster on an H100: 1.05-1.08x of "fp16" on full:3:1 at B 64, L 2048, 0.87-1.16x
+            (median 1.04) on the L 16 cells (`results/h100/kernel/fp8-cvt.txt`,
+            `fp8-lat-cvt.txt`). The interpreter runs it as "fp16" (no PTX).
             "cast": `.to(Q's dtype)` (to bf16 on sm_90: through fp16 and fp32, about 2
             conversions per code). "bits": fp16 MMAs too, the codes' bit fields moved into fp16
             by integer operations (e5m2: a shift). With "fp16", "cvt" and "bits", bf16 queries are

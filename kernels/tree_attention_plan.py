@@ -201,7 +201,7 @@ class Plan:
 WS2 = KernelConfig(128, 64, 4, 4, 168, 0, 2)
 WS3 = KernelConfig(192, 64, 4, 3, 128, 0, 3)
 # The same rows over fp8 pools (KernelOptions.ws_fp8): a converter warpgroup more, a ring of fp8 codes
-# beside the converted one (sm_90 compiles only, not yet timed: docs/kernel.md, "fp8 pools").
+# beside the converted one (docs/kernel.md, "fp8 in the warp-specialised kernel": builds and timings).
 WS2_FP8 = KernelConfig(128, 64, 4, 3, 128, 0, 2, 4)
 WS3_FP8 = KernelConfig(192, 64, 4, 3, 96, 0, 3, 3)
 WS_FP8_CONFIGS = {WS2: WS2_FP8, WS3: WS3_FP8}   # a table config -> its fp8-pool twin
