@@ -11,12 +11,14 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
 from pathlib import Path
 
 import pytest
 import treebench.harness.cli.main as cli_main
 from treebench.harness.cli.common import Command
 from treebench.harness.cli.main import main
+from treebench.harness.analyze.report import write_report as WRITE_REPORT
 from treebench.harness.speculation.acceptance import shipped_models
 from treebench.harness.store.outputs import write_whole
 from treebench.harness.store.rows import read_rows
@@ -395,6 +397,80 @@ def test_a_run_stopped_before_its_report_says_so_and_the_hint_writes_it(tmp_path
     said = capsys.readouterr().out
     assert f"report: {page}\n" in said and page.exists() and out.read_bytes() == rows, said
     assert sorted(p.name for p in Path("reports/local").iterdir()) == [page.name]
+
+
+def _ctrl_c() -> None:
+    """SIGINT to this process, raised by the SIGINT handler in place before this returns."""
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(5)
+
+
+def _import_failed(*args, **kwargs):
+    """A library's start-up turning a Ctrl-C into its own error, as numpy's does."""
+    try:
+        _ctrl_c()
+    except KeyboardInterrupt:
+        raise ImportError("initialization failed") from None
+
+
+def _dropped(*args, **kwargs):
+    """Library code that catches a Ctrl-C and goes on (no page written)."""
+    try:
+        _ctrl_c()
+    except KeyboardInterrupt:
+        pass
+
+
+class _Figure:
+    """An object whose last reference goes while the page is made."""
+
+
+def _stopped_in_a_callback(*args, **kwargs):
+    """A Ctrl-C raised in a weakref callback while the page is made, which Python prints and drops;
+    the page is written after it."""
+    figure = _Figure()
+    ref = weakref.ref(figure, lambda _: _ctrl_c())
+    del figure
+    assert ref() is None
+    return WRITE_REPORT(*args, **kwargs)
+
+
+@pytest.mark.parametrize("how, written", [(_import_failed, False), (_dropped, False), (_stopped_in_a_callback, True)])
+def test_a_ctrl_c_lost_while_the_report_is_made_still_stops_the_run(tmp_path, monkeypatch, capsys, how, written):
+    """Ctrl-C while a run's report loads its libraries or makes the page, where that code turns it
+    into an ImportError, drops it, or raises it where Python only prints it: the run still exits 130
+    with the line that says whether the report was written (and how to write it), no other line,
+    and stdout names no report."""
+    import treebench.harness.analyze.report as report
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny.toml").write_text(tiny_suite())
+    monkeypatch.setattr(report, "write_report", how)
+    monkeypatch.setattr(sys, "unraisablehook", sys.__unraisablehook__)   # Python's own, which prints to stderr
+    before = signal.getsignal(signal.SIGINT)
+    assert main(["run", "--suite", "tiny.toml", "--backends", "torch_sdpa", "--out", "r.jsonl", "--report", "r.html",
+                 "--quiet"]) == 130
+    out, err = capsys.readouterr()
+    lines = [ln for ln in err.strip().splitlines() if not ln.startswith("INFO ")]
+    said = ("the report r.html was written" if written else "the report r.html was not written; to write it, run "
+            "treebench report r.jsonl -o r.html, or the same command with --out r.jsonl --resume")
+    assert lines == [f"treebench: interrupted after this run's last row; its rows are kept in r.jsonl; {said}"], err
+    assert "report:" not in out and Path("r.html").exists() == written
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_a_run_whose_report_failed_names_no_report(tmp_path, monkeypatch, capsys):
+    """A report that could not be written: exit 1, the error line, and stdout names the rows only."""
+    import treebench.harness.analyze.report as report
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny.toml").write_text(tiny_suite())
+    monkeypatch.setattr(report, "write_report", _stop(RuntimeError))
+    assert main(["run", "--suite", "tiny.toml", "--backends", "torch_sdpa", "--out", "r.jsonl", "--report", "r.html",
+                 "--quiet"]) == 1
+    out, err = capsys.readouterr()
+    assert "ERROR    report not written (RuntimeError: ); the rows are in r.jsonl" in err.splitlines(), err
+    assert "rows: r.jsonl" in out.splitlines() and "report:" not in out and not Path("r.html").exists()
 
 
 def test_a_run_stopped_after_its_report_says_it_was_written(tmp_path, monkeypatch, capsys):

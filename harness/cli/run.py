@@ -144,13 +144,20 @@ def _report_path(path: str | None, suite: str, out: str | Path | None = None, st
 
 
 def _write_report(rows: list[dict], out: Path, report: Path, title: str) -> bool:
-    """Writes the HTML report from `rows` and the env files beside `out`; False (logged) on failure."""
+    """Writes the HTML report from `rows` and the env files beside `out`; False (logged) on failure.
+
+    Raises:
+        KeyboardInterrupt: Ctrl-C while the report's libraries load or the page is made, also one
+            that they dropped or turned into another error (`inflight.interrupts_noted`).
+    """
+    from treebench.harness.run.inflight import interrupts_noted
     from treebench.harness.store.env import read_envs
 
     try:
-        from treebench.harness.analyze.report import write_report
+        with interrupts_noted():
+            from treebench.harness.analyze.report import write_report
 
-        write_report(rows, read_envs([out]), report, title=title)
+            write_report(rows, read_envs([out]), report, title=title)
         return True
     except Exception as e:  # noqa: BLE001 -- the rows are safe in the store; say so and fail
         log.error("report not written (%s: %s); the rows are in %s", type(e).__name__, e, out)
@@ -267,9 +274,11 @@ def run(args) -> int:
         warn_backends_that_ran_nothing(result.rows)
     print_summary(result.rows, f"treebench run: suite {suite.name}, {plural(len(suite.cases), 'case')}")
     run_ids = sorted({r["run_id"] for r in result.rows if r.get("run_id")})
-    lines = ([f"run_id: {', '.join(run_ids)}"] if run_ids else []) + [f"rows: {out}", f"report: {report}"]
+    lines = ([f"run_id: {', '.join(run_ids)}"] if run_ids else []) + [f"rows: {out}"]
+    if written:   # a report that was not written is not named: the error above says where the rows are
+        lines.append(f"report: {report}")
     earlier = result.earlier_rows   # counted while the run held --out: not a run that appended since
-    if earlier:
+    if earlier and written:
         lines[-1] += (f" (this run's rows; {out} holds {plural(earlier, 'row')} of earlier runs: "
                       f"treebench report {out} -o FILE.html covers them all)")
     console().print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)

@@ -1,7 +1,8 @@
 """The pair in flight, named where a crash can still say it; how far the sweep got
 (`PROGRESS`), whether its results file holds a row of it yet (`UNWRITTEN`) and, once its
 last row is written, whether the run's report is (`REPORT_DUE`), for the line after an
-interrupt; and Ctrl-C held while the CLI starts (`interrupts_held`).
+interrupt; Ctrl-C held while the CLI starts (`interrupts_held`), and noted while a run's
+report is written (`interrupts_noted`).
 
 A backend that segfaults (or aborts, or dies of any fatal signal) outside
 ``--isolate`` takes the whole process with it: no Python code runs after the
@@ -30,6 +31,13 @@ half-imported (error rows, an ImportError later). So the console entry holds SIG
 its first line (`hold_interrupts`): a Ctrl-C is only recorded, and `interrupts_held` raises
 it as a KeyboardInterrupt once the imports are done, where the CLI says it stopped while
 starting.
+
+A run's report loads pandas and matplotlib, whose start-up drops an exception raised there
+alike: a Ctrl-C then becomes an ImportError ("initialization failed"), or is lost, and one
+raised in a weakref callback or a `__del__` while the page is made is only printed ("Exception
+ignored in ..."). So the report is written inside `interrupts_noted`: a Ctrl-C raises
+KeyboardInterrupt as ever, stopping the work at once, and is also noted, and the block's end
+raises it again wherever it was lost or turned into another exception.
 """
 
 from __future__ import annotations
@@ -224,3 +232,43 @@ def interrupts_held() -> Iterator[None]:
         release_interrupts(raise_held=False)
         raise
     release_interrupts()
+
+
+@contextlib.contextmanager
+def interrupts_noted() -> Iterator[None]:
+    """A SIGINT in the with-block raises KeyboardInterrupt as Python's own handler does, and is
+    noted: the block's end raises KeyboardInterrupt when one came, whatever became of the first
+    (caught and dropped, turned into an ImportError, raised in a weakref callback or a `__del__`,
+    where Python only prints it: such a KeyboardInterrupt is no longer printed). Off the main
+    thread (no handler can be set there) the block runs as it is.
+
+    Raises:
+        KeyboardInterrupt: a SIGINT came in the block (chained to the exception leaving it, if any).
+    """
+    came: list[bool] = []
+
+    def note(signum, frame) -> None:
+        came.append(True)
+        raise KeyboardInterrupt
+
+    def unraisable(args) -> None:   # a KeyboardInterrupt that Python could not raise is noted already
+        if not (came and isinstance(args.exc_value, KeyboardInterrupt)):
+            hook(args)
+
+    try:
+        previous = signal.signal(signal.SIGINT, note)
+    except ValueError:   # not the main thread (an embedding application): leave signals alone
+        yield
+        return
+    hook, sys.unraisablehook = sys.unraisablehook, unraisable
+    try:
+        yield
+    except BaseException as e:
+        if came and not isinstance(e, KeyboardInterrupt):
+            raise KeyboardInterrupt from e
+        raise
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
+        sys.unraisablehook = hook
+    if came:
+        raise KeyboardInterrupt
