@@ -538,7 +538,7 @@ def test_the_bar_shows_the_time_left_the_lines_show(plan):
     bar = BarProgress(len(pairs), Console(file=io.StringIO(), force_terminal=True), clock, names)
     assert "warming up, time left not known yet" in bar_text(bar)
     for c, b in pairs:
-        bar.start(f"{b} on case{c}")
+        bar.start(b, f"case{c}")
         clock.now += 40.0 if c == 0 else 1.0
         lines.finish(row(c, b))
         bar.finish(row(c, b))
@@ -560,11 +560,33 @@ def test_the_bar_is_given_each_pairs_backend_and_cost():
 
 
 @pytest.mark.parametrize("name", ["flex[bold]", "two_pass[/x]", "[red]B1-L16-full:2:2[/red] | a\\"])
-def test_the_bar_shows_a_name_with_brackets_as_written(name):
+@pytest.mark.parametrize("backend_named", [True, False])
+def test_the_bar_shows_a_name_with_brackets_as_written(name, backend_named):
     """A case id or backend name is no rich markup: '[bold]' stays in the bar, '[/x]' raises nothing."""
     bar = BarProgress(1, Console(file=io.StringIO(), force_terminal=True))
-    bar.start(name)
-    assert name in bar_text(bar)
+    bar.start(name, "case0") if backend_named else bar.start("a", name)
+    assert (f"{name} on case0" if backend_named else f"a on {name}") in bar_text(bar)
+
+
+CASE_ID = "B1-L16-eagle:mc_sim_7b_63-same-H4x2-D64-P16-bfloat16-shuffled-a9615797cd"
+
+
+@pytest.mark.parametrize("width", [80, 100, 60])
+def test_a_narrow_terminal_cuts_the_case_id_not_the_count_or_the_time_left(width):
+    """On an 80-column terminal the bar's line keeps the backend, N/M and the time left whole, on one
+    line, and cuts the long case id short with "…"; at 60 columns too, the case id all but gone."""
+    clock = Clock()
+    bar = BarProgress(378, Console(file=io.StringIO(), force_terminal=True), clock)
+    bar.start("torch_sdpa", CASE_ID)
+    for _ in range(40):
+        clock.now += 0.5
+        bar.finish(row(0))
+    screen = Console(file=io.StringIO(), force_terminal=True, color_system=None, width=width, record=True)
+    screen.print(bar.bar.get_renderable())
+    (line,) = screen.export_text().splitlines()
+    assert line.startswith("torch_sdpa on ") and line.rstrip().endswith(" 40/378 about 2 min 49 s left"), line
+    assert len(line) <= width and CASE_ID not in line and (width < 80 or "B1-L16-eagle" in line), line
+    assert width < 80 or "… " in line, line
 
 
 def test_a_backend_that_compiles_each_shape_costs_more_per_pair():

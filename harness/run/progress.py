@@ -1,7 +1,8 @@
 """What a sweep shows while it runs, and how long a planned one should take.
 
 On a terminal: rich's progress bar (the pair in flight, done / total, time left),
-erased when the sweep ends. Anywhere else (``> log 2>&1``, a CI log, a pipe) rich
+erased when the sweep ends; on a narrow terminal the case id is cut short ("…") so that
+the backend, done / total and the time left stay whole. Anywhere else (``> log 2>&1``, a CI log, a pipe) rich
 shows nothing, so `LineProgress` prints plain lines instead::
 
     [37/378] torch_sdpa on B16-L1024-full:3:2-...: pass (12.0 s elapsed, about 1 min 40 s left)
@@ -41,9 +42,9 @@ from typing import TextIO
 
 from rich.console import Console
 from rich.live import Live
-from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, Task, TextColumn
 from rich.spinner import Spinner
+from rich.table import Column
 from rich.text import Text
 
 EVERY_S = 10.0          # a line at least this often (seconds) when pairs are fast
@@ -183,7 +184,7 @@ class LineProgress(TimeLeft):
         self.stream: TextIO | None = stream
         self.last = self.t0
 
-    def start(self, label: str) -> None:
+    def start(self, backend: str, case_id: str) -> None:
         """A pair begins (nothing is printed: lines come when pairs end)."""
 
     def finish(self, row: dict) -> None:
@@ -207,22 +208,38 @@ class LineProgress(TimeLeft):
             self.stream = None
 
 
+class _Shortened(TextColumn):
+    """A column of plain text that the bar's table narrows first, cut there with "…" on one line."""
+
+    def __init__(self, text_format: str):
+        super().__init__(text_format, markup=False, table_column=Column(overflow="ellipsis"))   # narrowed
+
+    def render(self, task: Task) -> Text:
+        text = super().render(task)
+        text.no_wrap, text.overflow = True, "ellipsis"
+        return text
+
+
 class BarProgress(TimeLeft):
-    """rich's transient progress bar on a terminal console; its time left is `TimeLeft.left_text`,
-    as the plain lines say it (rich's own column would count each backend's warm-up as a pair's
-    pace). Args and errors as `TimeLeft`'s, with the console to draw on."""
+    """rich's transient progress bar on a terminal console: "BACKEND on CASE_ID ━━━━ N/M TIME LEFT",
+    the case id (then the bar) narrowed where the line does not fit; its time left is
+    `TimeLeft.left_text`, as the plain lines say it (rich's own column would count each backend's
+    warm-up as a pair's pace). Args and errors as `TimeLeft`'s, with the console to draw on."""
 
     def __init__(self, total: int, console: Console, clock: Callable[[], float] = time.monotonic,
                  backends: Iterable[str] | None = None, costs: Iterable[float] | None = None, after_s: float = 0.0,
                  then: str = ""):
         super().__init__(total, clock, backends, costs, after_s, then)
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("{task.fields[left]}", markup=False), console=console, transient=True)
-        self.task = self.bar.add_task("starting", total=total, left=self.left_text())
+        whole = Column(no_wrap=True)   # never narrowed: the case id and the bar are
+        self.bar = Progress(TextColumn("{task.fields[backend]}", markup=False, table_column=whole),
+                            _Shortened("{task.description}"), BarColumn(), MofNCompleteColumn(table_column=whole),
+                            TextColumn("{task.fields[left]}", markup=False, table_column=whole),
+                            console=console, transient=True)
+        self.task = self.bar.add_task("starting", total=total, backend="", left=self.left_text())
 
-    def start(self, label: str) -> None:
-        """Shows the pair in flight, `label` as written (a '[bold]' in a case id or backend name is no markup)."""
-        self.bar.update(self.task, description=escape(label))
+    def start(self, backend: str, case_id: str) -> None:
+        """Shows the pair in flight, "BACKEND on CASE_ID", as written (a '[bold]' in either is no markup)."""
+        self.bar.update(self.task, description=case_id, backend=f"{backend} on")
 
     def finish(self, row: dict) -> None:
         """One more pair done, and the time left after it."""
@@ -233,7 +250,7 @@ class BarProgress(TimeLeft):
 class NoProgress:
     """--quiet: nothing."""
 
-    def start(self, label: str) -> None:
+    def start(self, backend: str, case_id: str) -> None:
         """Nothing."""
 
     def finish(self, row: dict) -> None:

@@ -151,7 +151,7 @@ def run_cases(cases: Sequence[Case], backends: Sequence, config: RunConfig = Run
             data: CaseData | None = None
             for case, backend in todo:
                 data = data if data is not None and data.case is case else CaseData(case)
-                shown.start(f"{case.case_id} | {_name(backend)}")
+                shown.start(_name(backend), case.case_id)
                 pair_device = device_for(backend, device)
                 if pool is not None and avail[id(backend)] is None:
                     row = pool.run(backend, case, pair_device, config)
