@@ -50,9 +50,20 @@ def row(i: int, backend: str = "torch_sdpa", status: str = "pass") -> dict:
 
 
 @pytest.mark.parametrize("seconds, text", [(0.37, "0.4 s"), (12.0, "12.0 s"), (100, "1 min 40 s"),
-                                           (7537, "2 h 5 min")])
+                                           (7537, "2 h 5 min"), (0.037, "37 ms"), (0.0042, "4.2 ms"),
+                                           (0.0999, "100 ms"), (0.1, "0.1 s"), (0.0, "0.0 ms")])
 def test_format_duration(seconds, text):
     assert format_duration(seconds) == text
+
+
+def test_a_sweep_of_millisecond_pairs_says_how_long_it_took():
+    """A check's pairs on a GPU take milliseconds: 8 of 4 ms end "(32 ms elapsed, done)", not 0.0 s."""
+    clock, out = Clock(), io.StringIO()
+    lines = LineProgress(8, out, clock, ["torch_sdpa"] * 8)
+    for i in range(8):
+        clock.now += 0.004
+        lines.finish(row(i))
+    assert out.getvalue().splitlines() == ["[8/8] torch_sdpa on case7: pass (32 ms elapsed, done)"]
 
 
 @pytest.mark.parametrize("n, noun, many, text", [

@@ -64,7 +64,11 @@ def plural(n: int, noun: str, many: str | None = None) -> str:
 
 
 def format_duration(seconds: float) -> str:
-    """'0.4 s', '12.0 s', '1 min 40 s', '2 h 5 min' (rounded down to the unit shown)."""
+    """'4.2 ms', '37 ms' (under 0.1 s: a check's pairs on a GPU take milliseconds), '0.4 s', '12.0 s',
+    '1 min 40 s', '2 h 5 min' (minutes and hours rounded down to the unit shown)."""
+    if seconds < 0.1:
+        ms = seconds * 1e3
+        return f"{ms:.1f} ms" if ms < 10 else f"{ms:.0f} ms"
     if seconds < 60:
         return f"{seconds:.1f} s"
     s = int(seconds)
