@@ -234,7 +234,7 @@ class BarProgress(TimeLeft):
                  backends: Iterable[str] | None = None, costs: Iterable[float] | None = None, after_s: float = 0.0,
                  then: str = ""):
         super().__init__(total, clock, backends, costs, after_s, then)
-        whole = Column(no_wrap=True)   # never narrowed: the case id and the bar are
+        whole = Column(no_wrap=True)   # never narrowed: the case id, then the bar, give way
         self.bar = Progress(TextColumn("{task.fields[backend]}", markup=False, table_column=whole),
                             _Shortened("{task.description}"), BarColumn(), MofNCompleteColumn(table_column=whole),
                             TextColumn("{task.fields[left]}", markup=False, table_column=whole),
