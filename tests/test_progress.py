@@ -208,6 +208,23 @@ def test_the_seed_suite_estimate_on_the_cpu_is_near_the_measured_pace():
     assert 9.4 / 2 < whole < 9.4 * 2
 
 
+def test_the_readme_quotes_the_seed_suite_dry_run_on_a_cpu():
+    """The README's figure of `treebench run --suite seed --dry-run` on a CPU (its four CPU backends) is the one
+    the dry run gives now."""
+    from pathlib import Path
+
+    from treebench.harness.run.loading import resolve_backends
+    from treebench.harness.sweep.execute import SweepOptions, execute
+
+    backends = resolve_backends(["torch_sdpa", "flex", "reference", "two_pass"])
+    run = RunConfig(mode="run", quiet=True, device="cpu")
+    plan = execute(load_suite("seed").cases, backends, SweepOptions(run=run, dry_run=True))
+    total = plan.estimate.split(" in all")[0].removeprefix("about ")
+    quoted = (f"the seed suite's {plan.planned - plan.will_skip} run pairs on a CPU ({plan.will_skip} more to be "
+              f"recorded as skipped) at about {total} in all")
+    assert quoted in " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split()), quoted
+
+
 def test_rows_of_small_cases_scale_the_model_instead_of_setting_the_pace():
     """A results file of smoke rows (0.1 s per pair) predicts seed-sized pairs at the model's size
     ratio, scaled by how fast the machine ran the smoke rows (here twice the model's time)."""
