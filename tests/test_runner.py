@@ -304,8 +304,8 @@ def test_suite_with_axes_groups_concatenates_and_drops_duplicates(tmp_path):
     ("[axes]\n" + GOOD_AXES + "page_size = ['16']\n", "axis page_size value '16': must be a positive integer (P)"),
     ("[axes]\n" + GOOD_AXES + "page_size = [true]\n", "axis page_size value true: must be a positive integer (P)"),
     ("[axes]\n" + GOOD_AXES + "page_size = [16.5]\n", "axis page_size value 16.5: must be a positive integer"),
-    ("[axes]\n" + GOOD_AXES + "page_size = [16, 16]\n", "axes group 0: axis page_size value 16 given twice; give "
-                                                          "each once"),
+    ("[axes]\n" + GOOD_AXES + "page_size = [16, 16]\n",
+     "axes group 0: axis page_size value 16 given twice; give each once"),
     ("[axes]\n" + GOOD_AXES + "page_size = [8, 16, 8]\n", "axis page_size value 8 given twice"),
     ("[axes]\n" + GOOD_AXES + "logit_scale = [1, 1.0]\n", "axis logit_scale value 1.0 given twice"),
     ("[axes]\n" + GOOD_AXES + "layout = ['shuffled', 'shuffled']\n", "axis layout value 'shuffled' given twice"),

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from rich.console import Console
 
-
 # The time said: `treebench selftest` on a 2-core CPU (torch 2.13.0): 28 s of user time with one thread, 44 s of
 # wall time at load average 4.3 (OMP_NUM_THREADS=1); with torch's threads 4 min 47 s and 6 min 29 s at load average
 # 2.6-5 (the threads wait on cores that other work holds). The README gives 30 s on an idle one, both cores used.

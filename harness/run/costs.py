@@ -276,8 +276,9 @@ def estimate(cases: Sequence[Case], mode: str, device: str, rows: Iterable[dict]
 
     Each pair costs `PAIR_COSTS[(mode, device type)]` for its case's size (`cost_model`); with earlier
     runs in `rows` (the results file `source`; this env's, else any env's) that cover enough modelled
-    time (`SCALE_MIN_S`, `SCALE_MIN_SHARE`), the sum is scaled by their measured / modelled time (`stored_scale`). `OUTSIDE_PAIRS[(mode, device type)]` (start-up, the
-    summary, a run's report) is added once, unscaled, and so is `WORKER_START_S` under `isolate`.
+    time (`SCALE_MIN_S`, `SCALE_MIN_SHARE`), the sum is scaled by their measured / modelled time
+    (`stored_scale`). `OUTSIDE_PAIRS[(mode, device type)]` (start-up, the summary, a run's report) is
+    added once, unscaled, and so is `WORKER_START_S` under `isolate`.
 
     Args:
         cases: the case of each pair that will run, once per backend that runs it.
