@@ -357,7 +357,8 @@ def test_help_exits_0(capsys):
 @pytest.mark.parametrize("name, words", [
     ("run", ["Correctness then timing"]), ("gate", ["exit 1 on a significant slowdown"]),
     ("report", ["HTML report"]), ("rm", ["Remove rows"]),
-    ("check", ["Correctness only, for one backend", "Exit 0 when every case that ran passed, 1 when", "3 when no case"]),
+    ("check", ["Correctness only, for one backend", "Exit 0 when every case that ran passed, 1 when",
+               "3 when no case"]),
     ("selftest", ["mutants", "correct variants", "2-core CPU", "Exit 0 when every mutant is killed"]),
     ("list", ["registered backend", "Runs nothing; exit 0."]), ("tree", ["token tree", "2 on a malformed spec"]),
     ("tree-search", ["Sequoia", "Exit 0, 2 on bad input."]), ("plan", ["accepted tokens per ms", "Exit 0, 2"]),
