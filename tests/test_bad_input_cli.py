@@ -41,6 +41,16 @@ def test_a_deeply_nested_suite_is_bad_input(tmp_path, axis):
     assert not out.exists()
 
 
+def test_a_value_given_twice_in_a_suite_axis_is_bad_input(tmp_path):
+    """`page_size = [16, 16]` would run each case twice over: one line naming the axis and the value, exit 2."""
+    p = tmp_path / "twice.toml"
+    p.write_text('[axes]\nbatch_size = [1]\ncontext_len = [4]\ntree = ["chain:1"]\npage_size = [16, 16]\n')
+    out = tmp_path / "rows.jsonl"
+    proc = _cli("run", "--suite", str(p), "--backends", "reference", "--out", str(out))
+    _one_line_exit_2(proc, f"suite {p}: axes group 0: axis page_size value 16 given twice; give each once")
+    assert not out.exists()
+
+
 def test_a_deeply_nested_tree_spec_is_bad_input():
     _one_line_exit_2(_cli("tree", "[" * DEEP + "(0,)" + "]" * DEEP), "not a Python list of tuples")
 

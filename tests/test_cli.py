@@ -354,6 +354,29 @@ def test_help_exits_0(capsys):
     assert "check" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("name, words", [
+    ("run", ["Correctness then timing"]), ("gate", ["exit 1 on a significant slowdown"]),
+    ("report", ["HTML report"]), ("rm", ["Remove rows"]),
+    ("check", ["Correctness only, for one backend", "Exit 0 when every case that ran passed, 1 when",
+               "3 when no case"]),
+    ("selftest", ["mutants", "correct variants", "2-core CPU", "Exit 0 when every mutant is killed"]),
+    ("list", ["registered backend", "Runs nothing; exit 0."]), ("tree", ["token tree", "2 on a malformed spec"]),
+    ("tree-search", ["Sequoia", "Exit 0, 2 on bad input."]), ("plan", ["accepted tokens per ms", "Exit 0, 2"]),
+    ("merge", ["without duplicates", "Exit 0, 2 on bad input."]),
+])
+def test_every_subcommand_help_says_what_it_does(name, words, capsys):
+    """`treebench COMMAND --help` has a description between the usage and the options."""
+    from treebench.harness.cli.main import COMMANDS
+
+    assert set(COMMANDS) == {"run", "check", "selftest", "merge", "rm", "list", "tree", "tree-search", "plan", "gate",
+                             "report"}
+    assert main([name, "--help"]) == 0
+    usage, _, rest = capsys.readouterr().out.partition("\n\n")
+    description = " ".join(rest.split("\n\n")[0].split())
+    assert usage.startswith(f"usage: treebench {name}") and not description.startswith(("options:", "positional")), rest
+    assert all(w in description for w in words), description
+
+
 def _fake_module(monkeypatch, name: str, **attrs) -> None:
     monkeypatch.setitem(sys.modules, f"treebench.harness.cli.{name}", types.SimpleNamespace(**attrs))
 

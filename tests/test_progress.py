@@ -219,15 +219,58 @@ def test_the_seed_suite_estimate_on_the_cpu_is_near_the_measured_pace():
     assert 9.4 / 2 < whole < 9.4 * 2
 
 
+def test_the_readme_quotes_the_seed_suite_dry_run_on_a_cpu():
+    """The README's figure of `treebench run --suite seed --dry-run` on a CPU (its four CPU backends) is the one
+    the dry run gives now."""
+    from pathlib import Path
+
+    from treebench.harness.run.loading import resolve_backends
+    from treebench.harness.sweep.execute import SweepOptions, execute
+
+    backends = resolve_backends(["torch_sdpa", "flex", "reference", "two_pass"])
+    run = RunConfig(mode="run", quiet=True, device="cpu")
+    plan = execute(load_suite("seed").cases, backends, SweepOptions(run=run, dry_run=True))
+    total = plan.estimate.split(" in all")[0].removeprefix("about ")
+    quoted = (f"the seed suite's {plan.planned - plan.will_skip} run pairs on a CPU ({plan.will_skip} more to be "
+              f"recorded as skipped) at about {total} in all")
+    assert quoted in " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split()), quoted
+
+
 def test_rows_of_small_cases_scale_the_model_instead_of_setting_the_pace():
     """A results file of smoke rows (0.1 s per pair) predicts seed-sized pairs at the model's size
     ratio, scaled by how fast the machine ran the smoke rows (here twice the model's time)."""
     model = per_pair_s(estimate([SEED] * 4, "run", "cpu"))
-    rows = stored(SMOKE, [0.0, 0.18, 0.36, 0.54])           # 3 pairs of 0.18 s: 2x the model's 0.09 s
+    rows = stored(SMOKE, [0.18 * i for i in range(200)])    # 199 pairs of 0.18 s: 2x the model's 0.09 s, 18 s in all
     line = estimate([SEED] * 4, "run", "cpu", rows, "e1", "x.jsonl")
-    assert per_pair_s(line) == pytest.approx(2 * model, rel=0.02) and "x 1.99 to the pace of 3 earlier" in line
+    assert per_pair_s(line) == pytest.approx(2 * model, rel=0.02) and "x 1.99 to the pace of 199 earlier" in line
     check_rows = [dict(r, timer=None) for r in rows]        # an untimed run is a check: its own model scales
     assert "x 3.41 to the pace" in estimate([SEED] * 4, "run", "cpu", check_rows, "e1", "x.jsonl")
+
+
+def test_a_few_short_earlier_pairs_do_not_scale_a_long_sweep():
+    """`treebench run --suite random --backends torch_sdpa --out X`, stopped after 4 rows, then `--resume
+    --dry-run`: its 3 timed pairs (2.1 s as modelled) ran at x 0.26 of the model, which said 2 min 11 s for
+    the 78 pairs left; they took 8 min 41 s, the unscaled model's 8 min 24 s. Too little to set the pace."""
+    cases = load_suite("random").cases
+    rows = [r for case, s in zip(cases, [0.0, 0.19, 0.37, 0.557]) for r in stored(case, [s])]
+    line = estimate(cases[4:], "run", "cpu", rows, "e1", "X")
+    assert line == estimate(cases[4:], "run", "cpu") + (
+        "\nnot scaled: 3 earlier pairs in X, modelled at 2.1 s, too few to set the pace (10.0 s needed)")
+    assert line.startswith("about 8 min 2"), line
+
+
+@pytest.mark.parametrize("earlier, to_run, scaled", [
+    (4, [SMOKE] * 10, True),     # 0.27 s as modelled: more than a quarter of the 0.91 s to run
+    (4, [SMOKE] * 20, False),    # less than a quarter of 1.8 s
+    (200, [SEED] * 4, True),     # 18 s: more than 10 s, a small share of the ~3 min to run
+    (100, [SEED] * 4, False),    # 9.0 s
+])
+def test_earlier_pairs_scale_when_they_cover_10_s_or_a_quarter_of_what_is_left(earlier, to_run, scaled):
+    rows = stored(SMOKE, [0.18 * i for i in range(earlier)])     # 2x the model's time
+    line = estimate(to_run, "run", "cpu", rows, "e1", "x.jsonl")
+    unscaled = per_pair_s(estimate(to_run, "run", "cpu"))
+    assert per_pair_s(line) == pytest.approx(2 * unscaled if scaled else unscaled, rel=0.02), line
+    assert ("\nscaled x 1.99 to the pace" in line) == scaled and ("too few to set the pace" in line) != scaled
 
 
 def test_rows_without_a_size_or_a_time_are_left_out_of_the_scale():

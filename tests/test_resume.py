@@ -96,7 +96,7 @@ def test_resume_of_a_finished_sweep_runs_nothing_and_reports_all(suite, tmp_path
     before = out.read_bytes()
     assert main(_check(suite, out, "--resume", "--dry-run")) == 0
     text = " ".join(capsys.readouterr().out.split())          # rich may wrap the line
-    assert "0 pairs to run here (0 of them skipped rows" in text and "12 already stored" in text
+    assert "0 pairs to run here, 12 already stored (skipped by --resume)" in text
     assert main(_check(suite, out, "--resume")) == 0
     assert out.read_bytes() == before
     (line,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("│ exact ")]
@@ -156,15 +156,30 @@ def test_resume_names_its_report_after_the_results_file_it_finishes(tmp_path, mo
 
 def test_dry_run_counts_the_pairs_that_will_be_skipped(suite, tmp_path, capsys):
     """--dry-run says how many planned pairs will only be skipped rows (an
-    unavailable backend, an unsupported case), apart from those that will run."""
+    unavailable backend, an unsupported case), apart from those that will run: 24 to run, not 36."""
     out = tmp_path / "r.jsonl"
     args = ["run", "--suite", str(suite), "--backends", f"reference,{FAULTS}:Exact,xformers_tree",
             "--out", str(out), "--quiet", "--dry-run"]
     assert main(args) == 0
     text = " ".join(capsys.readouterr().out.split())
     # xformers is not installed on the CPU (and needs CUDA): its 12 pairs are skips
-    assert "36 pairs to run here (12 of them skipped rows" in text
+    assert ("3 backends: 24 pairs to run here, 12 to be recorded as skipped (backend unavailable or case "
+            "unsupported) estimated time: ") in text and "(24 pairs, " in text
     assert not out.exists()
+
+
+def test_the_dry_run_line_counts_the_pairs_predicted_not_to_fit_apart_from_those_to_run(capsys):
+    from types import SimpleNamespace
+
+    from treebench.harness.cli.common import print_plan
+    from treebench.harness.sweep.execute import SweepResult
+
+    suite = SimpleNamespace(name="s", cases=[1] * 5)
+    print_plan(suite, ["a", "b"], SweepResult(planned=10, will_skip=4, will_skip_memory=1, resumed=None))
+    assert " ".join(capsys.readouterr().out.split()) == (
+        "dry run: suite s, 5 cases x 2 backends: 6 pairs to run here, 4 to be recorded as skipped (backend "
+        "unavailable or case unsupported, or for 1 of them predicted not to fit the free memory (--no-memory-check "
+        "runs them))")
 
 
 # ---- --resume and the timer / L2 state ------------------------------------------------------------

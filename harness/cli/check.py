@@ -31,8 +31,15 @@ from treebench.harness.errors import ConfigError
 log = logging.getLogger(__name__)
 
 
+DESCRIPTION = ("Correctness only, for one backend: every case of the suite (default: the backend's default check, "
+               "built from its capabilities, then a coverage table) against the reference, nothing timed. Exit 0 "
+               "when every case that ran passed, 1 when any mismatched or errored, 2 on bad input, 3 when no case "
+               "ran (backend unavailable here, every case skipped) unless --allow-skip.")
+
+
 def add_arguments(p) -> None:
-    """The options of `treebench check`."""
+    """The description and options of `treebench check`."""
+    p.description = DESCRIPTION
     p.add_argument("--suite", default=None,
                    help="a suite shipped with treebench (check, check_p64, smoke, ..., findings/NAME) or a TOML file path; "
                         "default: the backend's default check, built from its capabilities, with a coverage table")

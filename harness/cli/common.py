@@ -326,16 +326,18 @@ def dry_run_code(result, allow_skip: bool) -> int:
 
 
 def print_plan(suite, backends, result) -> None:
-    """The --dry-run lines: how many pairs this process would run, how many --resume skips (or
-    what --out already holds without it), and how long the run should take."""
+    """The --dry-run lines: how many pairs this process would run, how many more it would record as
+    skipped, how many --resume skips (or what --out already holds without it), and how long the run
+    should take."""
     stored = (f"; {result.stored_note}" if result.stored_note else
               "" if result.resumed is None else f", {result.resumed} already stored (skipped by --resume)")
     memory = (f", or for {result.will_skip_memory} of them predicted not to fit the free memory "
               "(--no-memory-check runs them)" if result.will_skip_memory else "")
+    skipped = (f", {result.will_skip} to be recorded as skipped (backend unavailable or case unsupported{memory})"
+               if result.will_skip else "")
     out = console()
     out.print(f"dry run: suite {suite.name}, {plural(len(suite.cases), 'case')} x {plural(len(backends), 'backend')}: "
-              f"{plural(result.planned, 'pair')} to run here ({result.will_skip} of them skipped rows: backend "
-              f"unavailable or case unsupported{memory}){stored}", markup=False)
+              f"{plural(result.planned - result.will_skip, 'pair')} to run here{skipped}{stored}", markup=False)
     if result.estimate:   # its first line the time, each further one what the time is based on or leaves out
         first, *rest = result.estimate.splitlines()
         out.print(f"estimated time: {first}", markup=False)

@@ -15,7 +15,11 @@ def _print(text: str) -> None:
 
 
 def add_merge_arguments(p) -> None:
-    """The arguments of `treebench merge`."""
+    """The description and arguments of `treebench merge`."""
+    p.description = ("Append result files (--shard jobs' outputs, torchrun rank files) to OUT without duplicates: "
+                     "a row is dropped when OUT (or an input before it) holds one of the same case, backend, env, "
+                     "timer and L2 state measured at the same time or later; their env files are copied beside "
+                     "OUT. Exit 0, 2 on bad input.")
     p.add_argument("out", metavar="OUT", help="results JSONL to append to (created if missing)")
     p.add_argument("inputs", metavar="INPUT", nargs="+", help="result files or folders of them")
 

@@ -16,8 +16,10 @@ from treebench.harness.cli.common import OFF_TERMINAL_WIDTH, Command, console, e
 PIPE_WIDTH = 160   # columns of `treebench list`'s table off a terminal when COLUMNS is not set
 
 
-def _no_arguments(p) -> None:
-    """`treebench list` takes none."""
+def _list_arguments(p) -> None:
+    """The description of `treebench list`, which takes no arguments."""
+    p.description = ("List every registered backend: available here or not and why (when it is, which path it "
+                     "takes), its mask kind and devices. Runs nothing; exit 0.")
 
 
 def _safe_note(note) -> str:
@@ -54,7 +56,9 @@ def run_list(args) -> int:
 
 
 def add_tree_arguments(p) -> None:
-    """The arguments of `treebench tree`."""
+    """The description and arguments of `treebench tree`."""
+    p.description = ("Print a token tree: its drawing, parents, depths and ancestor mask (--json: those, its paths, "
+                     "choices and sizes as JSON). Exit 0, 2 on a malformed spec.")
     p.add_argument("spec", help="tree spec: chain:4, full:3:2, levels:4,2,1, parents:-1,0,0, [(0,), (1,)], "
                                 "eagle:mc_sim_7b_63, ...")
     p.add_argument("--json", action="store_true", help="print the tree summary as JSON")
@@ -84,5 +88,5 @@ def run_tree(args) -> int:
     return 0
 
 
-LIST = Command(_no_arguments, run_list)
+LIST = Command(_list_arguments, run_list)
 TREE = Command(add_tree_arguments, run_tree)

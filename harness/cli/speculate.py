@@ -41,7 +41,10 @@ def _int_list(text: str) -> list[int]:
 
 
 def add_tree_search_arguments(p) -> None:
-    """The options of `treebench tree-search`."""
+    """The description and options of `treebench tree-search`."""
+    p.description = ("For each tree size T up to --max-nodes, the tree that maximises the expected accepted tokens "
+                     "under an acceptance model (Sequoia's dynamic program), printed as choices lists; --suite-out "
+                     "also writes a suite of them. Exit 0, 2 on bad input.")
     p.add_argument("--acceptance", action="append", required=True, metavar="FILE",
                    help="acceptance model TOML/JSON (repeat for several), e.g. "
                         "harness/speculation/data/illustrative-geometric.toml")
@@ -133,7 +136,10 @@ def run_tree_search(args) -> int:
 
 
 def add_plan_arguments(p) -> None:
-    """The options of `treebench plan`."""
+    """The description and options of `treebench plan`."""
+    p.description = ("From measured rows and an acceptance model: per backend, batch size B and context length L, "
+                     "the best tree size and shape, its expected accepted tokens, verify time and accepted tokens "
+                     "per ms, against a chain and no speculation. Exit 0, 2 on bad input.")
     p.add_argument("--results", nargs="+", required=True, metavar="FILE", help="result JSONL files or folders")
     p.add_argument("--acceptance", required=True, metavar="FILE", help="acceptance model TOML/JSON")
     p.add_argument("--step-us", default="0", metavar="US",

@@ -107,15 +107,19 @@ def _check_axis(path: Path, group: int, field: str, values) -> list:
 
     Raises:
         ConfigError: a value of the wrong type (a TOML true where a number goes included), naming
-            file, group and axis, and what the axis takes (cases.AXIS_VALUES).
+            file, group and axis, and what the axis takes (cases.AXIS_VALUES); a value given twice
+            (page_size = [16, 16]), naming file, group, axis and value.
     """
     values = values if isinstance(values, list) else [values]
     ok = _allowed_types(field)
-    for v in values:
+    for i, v in enumerate(values):
+        shown = str(v).lower() if isinstance(v, bool) else repr(v)   # as TOML spells it
         if (isinstance(v, bool) and bool not in ok) or not isinstance(v, ok):
-            shown = str(v).lower() if isinstance(v, bool) else repr(v)   # as TOML spells it
             raise ConfigError(f"suite {path}: axes group {group}: axis {field} value {shown}: "
                               f"must be {AXIS_VALUES[field]}")
+        if v in values[:i]:
+            raise ConfigError(f"suite {path}: axes group {group}: axis {field} value {shown} given twice; "
+                              "give each once")
     return values
 
 

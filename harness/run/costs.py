@@ -8,8 +8,10 @@ the query heads read, `workload.kv_values_read`), summed over the pairs. When th
 file holds earlier runs (this env's first, else any env's), the sum is scaled by their
 measured time over what the model gives their pairs (each run's span of row timestamps),
 so rows of small cases on a fast machine do not predict large cases there at the small
-cases' pace. The lines say which, and that no earlier run was found in the results file
-(nothing without one). To the pairs' sum it adds, unscaled, `OUTSIDE_PAIRS`' seconds of the
+cases' pace; it is scaled only when those pairs cover enough modelled time (`SCALE_MIN_S`,
+or `SCALE_MIN_SHARE` of the pairs to run when that is less). The lines say which, that no
+earlier run was found in the results file, or that the one found covers too little
+(nothing without a results file). To the pairs' sum it adds, unscaled, `OUTSIDE_PAIRS`' seconds of the
 whole invocation outside its pairs (start-up and, after the last pair, the summary and a run's
 report) and, under ``--isolate``, `WORKER_START_S` for its worker; what it cannot count
 (a worker's start on a device type without a figure, the ranks of ``--gpus N``) it names as
@@ -193,11 +195,33 @@ def _timed_runs(rows: Iterable[dict], env_id: str | None) -> list[list[tuple[flo
     return [sorted(run, key=lambda x: x[0]) for run in runs.values() if len(run) >= 3]
 
 
-def stored_scale(rows: Iterable[dict], env_id: str | None, kind: str) -> tuple[float, int] | None:
-    """(measured / modelled seconds, pairs it is based on) of the earlier runs in `rows` (`_timed_runs`): per run,
-    the span from its first to its last row against `PAIR_COSTS`' (and `COMPILE_S`') seconds on device type `kind`
-    ('cpu' or 'cuda') for its rows but the first (the pairs the span covers), at the run's own mode (a run with a
-    timed row is a run, else a check); None without a run spanning over 0 s."""
+# The earlier pairs scale the estimate only when they cover at least SCALE_MIN_S seconds of modelled time, or
+# SCALE_MIN_SHARE of the modelled seconds of the pairs to run when that is less. A few short pairs say little of
+# the machine's pace (fixed costs, a load spike, a cold cache weigh on them alone), and their scale multiplies
+# every pair to run: `treebench run --suite random --backends torch_sdpa --out X`, stopped after 4 rows, then
+# `--resume --dry-run`: 3 earlier pairs (B 5, L ragged:0-700, random:12:1; 2.1 s as modelled) scaled the 78 pairs
+# left by x 0.26: 2 min 11 s said against 8 min 41 s taken, where the unscaled model said 8 min 24 s.
+# On the 2-core container of PAIR_COSTS' fit (load average 2) the same 3 pairs gave x 1.75 (14 min 36 s). Both
+# under 10 s: unscaled. Below SCALE_MIN_S the share bounds what a wrong scale can cost: pairs to run of at most 4x
+# the earlier pairs' modelled time (under 40 s), as when a smoke run is repeated (its runs: modelled / measured 1.00).
+SCALE_MIN_S = 10.0
+SCALE_MIN_SHARE = 0.25
+
+
+@dataclass(frozen=True)
+class Pace:
+    """The pace of earlier runs: what their pairs took against what the model gives them."""
+
+    scale: float        # measured / modelled seconds
+    pairs: int          # the pairs it is based on
+    modelled_s: float   # PAIR_COSTS' (and COMPILE_S') seconds of those pairs
+
+
+def stored_scale(rows: Iterable[dict], env_id: str | None, kind: str) -> Pace | None:
+    """The `Pace` of the earlier runs in `rows` (`_timed_runs`): per run, the span from its first to its last row
+    against `PAIR_COSTS`' (and `COMPILE_S`') seconds on device type `kind` ('cpu' or 'cuda') for its rows but the
+    first (the pairs the span covers), at the run's own mode (a run with a timed row is a run, else a check); None
+    without a run spanning over 0 s."""
     span = modelled = 0.0
     pairs = 0
     for run in _timed_runs(rows, env_id):
@@ -206,21 +230,27 @@ def stored_scale(rows: Iterable[dict], env_id: str | None, kind: str) -> tuple[f
         modelled += sum(cost.seconds(values) + COMPILE_S.get((str(r.get("backend")), kind), 0.0)
                         for _, r, values in run[1:])
         pairs += len(run) - 1
-    return (span / modelled, pairs) if span > 0 and modelled > 0 else None
+    return Pace(span / modelled, pairs, modelled) if span > 0 and modelled > 0 else None
 
 
-def _scaling(rows: list[dict], env_id: str | None, kind: str, source: str | None) -> tuple[float, str]:
+def _scaling(rows: list[dict], env_id: str | None, kind: str, source: str | None,
+             to_run_s: float) -> tuple[float, str]:
     """(the factor of the pairs' modelled seconds, the line saying where it comes from, '' without a
-    results file): `stored_scale` of this env's earlier runs in `rows`, else of any env's; 1.0 without one."""
+    results file): `stored_scale` of this env's earlier runs in `rows`, else of any env's; 1.0 without one,
+    or when its pairs cover less modelled time than `SCALE_MIN_S` and `SCALE_MIN_SHARE` of `to_run_s`, the
+    modelled seconds of the pairs to run."""
     mine = stored_scale(rows, env_id, kind)
     found = mine if mine is not None else stored_scale(rows, None, kind)
-    if found is not None:
-        scale, n = found
-        whose = "this env" if mine is not None else "other envs (another commit, machine or versions)"
-        return scale, f"scaled x {scale:.2f} to the pace of {plural(n, 'earlier pair')} of {whose} in {source}"
-    if source is not None:
-        return 1.0, f"not scaled: {source} has no earlier run with 3 or more rows that ran (not skipped)"
-    return 1.0, ""
+    if found is None:
+        no_run = f"not scaled: {source} has no earlier run with 3 or more rows that ran (not skipped)"
+        return 1.0, no_run if source is not None else ""
+    need = min(SCALE_MIN_S, SCALE_MIN_SHARE * to_run_s)     # seconds of modelled time the earlier pairs must cover
+    if found.modelled_s < need:
+        return 1.0, (f"not scaled: {plural(found.pairs, 'earlier pair')} in {source}, modelled at "
+                     f"{format_duration(found.modelled_s)}, too few to set the pace ({format_duration(need)} needed)")
+    whose = "this env" if mine is not None else "other envs (another commit, machine or versions)"
+    return found.scale, (f"scaled x {found.scale:.2f} to the pace of {plural(found.pairs, 'earlier pair')} "
+                         f"of {whose} in {source}")
 
 
 def _not_included(kind: str, worker: bool, ranks: int) -> list[str]:
@@ -245,9 +275,10 @@ def estimate(cases: Sequence[Case], mode: str, device: str, rows: Iterable[dict]
     runs in it scale them ('scaled x 1.20 to the pace of ...'), and what it leaves out ('not included: ...').
 
     Each pair costs `PAIR_COSTS[(mode, device type)]` for its case's size (`cost_model`); with earlier
-    runs in `rows` (the results file `source`; this env's, else any env's), the sum is scaled by their
-    measured / modelled time (`stored_scale`). `OUTSIDE_PAIRS[(mode, device type)]` (start-up, the
-    summary, a run's report) is added once, unscaled, and so is `WORKER_START_S` under `isolate`.
+    runs in `rows` (the results file `source`; this env's, else any env's) that cover enough modelled
+    time (`SCALE_MIN_S`, `SCALE_MIN_SHARE`), the sum is scaled by their measured / modelled time
+    (`stored_scale`). `OUTSIDE_PAIRS[(mode, device type)]` (start-up, the summary, a run's report) is
+    added once, unscaled, and so is `WORKER_START_S` under `isolate`.
 
     Args:
         cases: the case of each pair that will run, once per backend that runs it.
@@ -263,8 +294,9 @@ def estimate(cases: Sequence[Case], mode: str, device: str, rows: Iterable[dict]
         ValueError: `backends` names another number of pairs than `cases`.
     """
     cost, kind = cost_model(mode, device)
-    scale, scaled = _scaling(list(rows), env_id, kind, source)
-    total = scale * sum(pair_seconds([(c, kind) for c in cases], mode, backends))     # seconds
+    modelled = sum(pair_seconds([(c, kind) for c in cases], mode, backends))     # seconds
+    scale, scaled = _scaling(list(rows), env_id, kind, source, modelled)
+    total = scale * modelled
     worker_s = WORKER_START_S.get(kind, 0.0) if isolate and cases else 0.0
     compiling = sorted({n for n in backends or () if (n, kind) in COMPILE_S})
     model = cost.describe(mode, kind) + "".join(f", {n} + {COMPILE_S[(n, kind)]:g} s (it compiles each shape)"
