@@ -2,7 +2,8 @@
 that they were interrupted, and of each file they write (a report, a suite, a gate's summary
 and JUnit XML, the results file rm rewrites) whether it was written; such a file is written
 whole or not at all. Ctrl-C while treebench starts (held until torch is imported) and while a
-run or check loads its suite: the line says what is true there, nothing written."""
+run or check loads its suite: the line says what is true there, nothing written. A Ctrl-C that the
+libraries of a report or the gate drop or turn into another error still stops the command."""
 
 from __future__ import annotations
 
@@ -425,13 +426,18 @@ class _Figure:
     """An object whose last reference goes while the page is made."""
 
 
-def _stopped_in_a_callback(*args, **kwargs):
-    """A Ctrl-C raised in a weakref callback while the page is made, which Python prints and drops;
-    the page is written after it."""
+def _lost_in_a_callback(*args, **kwargs):
+    """A Ctrl-C raised in a weakref callback, which Python prints and drops."""
     figure = _Figure()
     ref = weakref.ref(figure, lambda _: _ctrl_c())
     del figure
     assert ref() is None
+
+
+def _stopped_in_a_callback(*args, **kwargs):
+    """A Ctrl-C raised in a weakref callback while the page is made (`_lost_in_a_callback`); the
+    page is written after it."""
+    _lost_in_a_callback()
     return WRITE_REPORT(*args, **kwargs)
 
 
@@ -456,6 +462,85 @@ def test_a_ctrl_c_lost_while_the_report_is_made_still_stops_the_run(tmp_path, mo
             "treebench report r.jsonl -o r.html, or the same command with --out r.jsonl --resume")
     assert lines == [f"treebench: interrupted after this run's last row; its rows are kept in r.jsonl; {said}"], err
     assert "report:" not in out and Path("r.html").exists() == written
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+@pytest.mark.parametrize("existed", [False, True])
+@pytest.mark.parametrize("how, written", [(_import_failed, False), (_dropped, False), (_stopped_in_a_callback, True)])
+def test_a_ctrl_c_lost_while_a_report_is_made_still_stops_the_command(tmp_path, monkeypatch, capsys, how, written,
+                                                                      existed):
+    """`treebench report`: a Ctrl-C that the report's libraries turn into an ImportError, drop, or
+    raise where Python only prints it, exits 130 with the one line that says whether the report was
+    written, an earlier report whole where it was not, and no path on stdout."""
+    import treebench.harness.analyze.report as report
+
+    out = tmp_path / "r.html"
+    if existed:
+        out.write_text('<meta name="generator" content="treebench"> an earlier report')
+    monkeypatch.setattr(report, "write_report", how)
+    monkeypatch.setattr(sys, "unraisablehook", sys.__unraisablehook__)   # Python's own, which prints to stderr
+    before = signal.getsignal(signal.SIGINT)
+    assert main(["report", str(BASE), "-o", str(out)]) == 130
+    said, err = capsys.readouterr()
+    kept = ": the file already there is left as it was" if existed and not written else ""
+    what = "was written" if written else f"was not written{kept}"
+    assert [ln for ln in err.strip().splitlines() if not ln.startswith("INFO ")] == [
+        f"treebench: interrupted; the report {out} {what}"], err
+    assert said == "" and os.listdir(tmp_path) == (["r.html"] if written or existed else [])
+    assert written or not existed or out.read_text().endswith("an earlier report")
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_a_ctrl_c_while_a_report_loads_its_libraries_says_the_report_was_not_written(tmp_path, monkeypatch, capsys):
+    """Ctrl-C while `treebench report` loads pandas and matplotlib (a second), turned into an
+    ImportError there as numpy's start-up does: exit 130, and the line says what became of -o."""
+    name = "treebench.harness.analyze.headline"   # the first of the report's modules that load them
+
+    class CtrlC:
+        @staticmethod
+        def find_spec(fullname, path=None, target=None):
+            if fullname == name:
+                _import_failed()
+
+    out = tmp_path / "r.html"
+    out.write_text('<meta name="generator" content="treebench"> an earlier report')
+    monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "meta_path", [CtrlC, *sys.meta_path])
+    assert main(["report", str(BASE), "-o", str(out)]) == 130
+    assert _line(capsys) == (f"treebench: interrupted; the report {out} was not written: the file already there "
+                             "is left as it was")
+    assert out.read_text().endswith("an earlier report") and os.listdir(tmp_path) == ["r.html"]
+
+
+@pytest.mark.parametrize("how, written", [(_import_failed, False), (_dropped, True), (_lost_in_a_callback, True)])
+def test_a_ctrl_c_lost_while_the_gate_compares_still_stops_it(tmp_path, monkeypatch, capsys, how, written):
+    """`treebench gate`: a Ctrl-C that its libraries turn into an ImportError, drop, or raise where
+    Python only prints it, exits 130 with the one line that says what became of --summary and
+    --junit, and no summary on stdout."""
+    from treebench.harness.analyze import gate as analyze_gate
+    from treebench.harness.cli import gate
+
+    compare_runs = analyze_gate.compare_runs
+
+    def lost_then_compared(*args, **kwargs):
+        how()
+        return compare_runs(*args, **kwargs)
+    summary, junit = tmp_path / "summary.md", tmp_path / "gate.xml"
+    summary.write_text("earlier steps\n")
+    monkeypatch.setattr(analyze_gate, "compare_runs", lost_then_compared)
+    monkeypatch.setattr(gate, "refuse_shared_files", lambda *a: None)     # the one results folder on both sides
+    monkeypatch.setattr(gate, "refuse_shared_runs", lambda *a: None)
+    monkeypatch.setattr(sys, "unraisablehook", sys.__unraisablehook__)   # Python's own, which prints to stderr
+    before = signal.getsignal(signal.SIGINT)
+    assert main(["gate", "--baseline", str(BASE), "--candidate", str(BASE), "--allow-env-mismatch",
+                 "--summary", str(summary), "--junit", str(junit)]) == 130
+    said, err = capsys.readouterr()
+    what = (f"the summary was appended to --summary {summary}; --junit {junit} was written" if written else
+            f"nothing was appended to --summary {summary}; --junit {junit} was not written")
+    assert [ln for ln in err.strip().splitlines() if not ln.startswith("INFO ")] == [
+        f"treebench: interrupted; {what}"], err
+    assert said == "" and junit.exists() == written and summary.read_text().startswith("earlier steps\n")
+    assert (summary.read_text() == "earlier steps\n") != written
     assert signal.getsignal(signal.SIGINT) is before
 
 

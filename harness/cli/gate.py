@@ -6,7 +6,9 @@ is missing and env fingerprints that differ unless `--allow-env-mismatch`, compa
 stdout (fit for `$GITHUB_STEP_SUMMARY`), optionally appended to `--summary` and as
 JUnit XML to `--junit` (`treebench.harness.analyze.gate_render`). Exit 0 pass, 1 fail
 (a significant slowdown, a correctness loss, a missing pair, nothing compared), 2 bad
-input (a ConfigError, turned into one line by `treebench.harness.cli.main`).
+input (a ConfigError, turned into one line by `treebench.harness.cli.main`), 130 on
+Ctrl-C, also one that the gate's libraries drop or turn into another error
+(`treebench.harness.run.inflight.interrupts_noted`).
 """
 
 from __future__ import annotations
@@ -16,16 +18,21 @@ import logging
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from treebench.harness.analyze.gate_inputs import (GATE, refuse_env_differences, refuse_missing_env,
                                                    refuse_no_rows, refuse_shared_files, refuse_shared_runs)
 from treebench.harness.cli.common import comma_list, emit
 from treebench.harness.errors import ConfigError
+from treebench.harness.run.inflight import interrupts_noted
 from treebench.harness.store.env import read_envs
 from treebench.harness.store.outputs import will_write, write_whole
 from treebench.harness.store.paths import check_output_path, refuse_input_path
 from treebench.harness.store.rows import paused_gc
 from treebench.harness.store.validate import read_checked_rows
+
+if TYPE_CHECKING:   # the gate's modules load numpy and scipy: imported where used, not for --help
+    from treebench.harness.analyze.gate import GateResult
 
 log = logging.getLogger(__name__)
 
@@ -108,13 +115,34 @@ def _only(rows: list[dict], backends: set[str] | None, paths: Sequence[str], fla
 
 
 def run(args: argparse.Namespace) -> int:
-    """Runs the gate; returns 0 (pass) or 1 (slower or correctness loss).
+    """Runs the gate and writes its files (`_compare`), then prints the Markdown summary; returns 0
+    (pass) or 1 (slower or correctness loss). The gate's libraries (numpy, scipy) load and its files
+    are written inside `inflight.interrupts_noted`, so that a Ctrl-C they drop or turn into another
+    error still stops the command before the summary is printed.
+
+    Raises:
+        ConfigError: as `_compare` (the CLI exits 2).
+        KeyboardInterrupt: Ctrl-C while the gate runs, also one that its libraries dropped or turned
+            into another error (the CLI exits 130).
+    """
+    with interrupts_noted():
+        result, text = _compare(args)
+    emit(text)
+    if result.comparable == 0:
+        log.warning("gate: no (case, backend) pair could be compared; failing")
+    log.info("gate: %s", ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in result.counts().items()))
+    return 1 if result.failed else 0
+
+
+def _compare(args: argparse.Namespace) -> tuple[GateResult, str]:
+    """The gate's result and its Markdown summary, appended to --summary and, as JUnit XML, written
+    to --junit.
 
     Raises:
         ConfigError: bad flags (a --backends naming nothing, or a backend in neither side's
-            rows), unreadable results, a results file on both sides, or, without
-            --allow-env-mismatch, an env file missing beside its rows or env fingerprints that
-            differ (the CLI exits 2).
+            rows), unreadable results, a results file on both sides, a --summary or --junit that
+            cannot be written, or, without --allow-env-mismatch, an env file missing beside its rows
+            or env fingerprints that differ.
     """
     from treebench.harness.analyze.gate import GateConfig, compare_runs, env_differences   # numpy: not for --help
     from treebench.harness.analyze.gate_render import junit_xml, markdown
@@ -156,6 +184,17 @@ def run(args: argparse.Namespace) -> int:
     with paused_gc():   # 10^5 rows a side: the collector's passes over them would be a third of the gate's time
         result = compare_runs(base_rows, cand_rows, config, notes)
         text = markdown(result, " ".join(args.baseline), " ".join(args.candidate))
+    _write(args, text, junit_xml(result) if args.junit else "")
+    return result, text
+
+
+def _write(args: argparse.Namespace, text: str, junit: str) -> None:
+    """Appends the Markdown summary `text` to --summary and writes `junit` to --junit (whole or not
+    at all), each where given; their folders are made.
+
+    Raises:
+        ConfigError: either file cannot be written.
+    """
     try:
         if args.summary:
             Path(args.summary).parent.mkdir(parents=True, exist_ok=True)   # as --junit's
@@ -163,11 +202,6 @@ def run(args: argparse.Namespace) -> int:
                 f.write(text)
         if args.junit:
             Path(args.junit).parent.mkdir(parents=True, exist_ok=True)
-            write_whole(args.junit, junit_xml(result))
+            write_whole(args.junit, junit)
     except OSError as e:
         raise ConfigError(f"gate: cannot write {e.filename}: {e.strerror}; choose another path") from None
-    emit(text)
-    if result.comparable == 0:
-        log.warning("gate: no (case, backend) pair could be compared; failing")
-    log.info("gate: %s", ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in result.counts().items()))
-    return 1 if result.failed else 0

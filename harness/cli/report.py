@@ -4,8 +4,10 @@ Reads the rows and env fingerprints of RESULTS from the store, checks the output
 (an .html file that is not one of the inputs), optionally runs the gate against
 `--against`'s baseline results (refusing what `treebench gate` refuses:
 `treebench.harness.analyze.gate_inputs`), and writes the page with
-`treebench.harness.analyze.report.write_report`; prints the page's path. Exit 0, or 2
-on bad input (a ConfigError, turned into one line by `treebench.harness.cli.main`).
+`treebench.harness.analyze.report.write_report`; prints the page's path. Exit 0, 2
+on bad input (a ConfigError, turned into one line by `treebench.harness.cli.main`), or 130
+on Ctrl-C, also one that the report's libraries drop or turn into another error
+(`treebench.harness.run.inflight.interrupts_noted`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from treebench.harness.analyze.gate_inputs import (REPORT, refuse_env_difference
                                                    refuse_no_rows, refuse_shared_files, refuse_shared_runs)
 from treebench.harness.analyze.roles import DEFAULT_BASELINES, DEFAULT_OWN, OWN_KERNELS
 from treebench.harness.errors import ConfigError
+from treebench.harness.run.inflight import interrupts_noted
 from treebench.harness.store.outputs import will_write
 from treebench.harness.store.paths import check_output_path, default_report, refuse_non_html
 from treebench.harness.store.validate import read_checked_rows
@@ -59,17 +62,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Writes the report; returns 0.
+    """Writes the report (`_write`), then warns of the rows it lacks and prints its path; returns 0.
+    The report's libraries (pandas, matplotlib) load and the page is made inside
+    `inflight.interrupts_noted`, so that a Ctrl-C they drop or turn into another error still
+    stops the command before the path is printed.
+
+    Raises:
+        ConfigError: as `_write`; the CLI exits 2, and a report already at -o is left as it is.
+        KeyboardInterrupt: Ctrl-C while the report is read or written, also one that its libraries
+            dropped or turned into another error; the CLI exits 130.
+    """
+    with interrupts_noted():
+        path, warnings = _write(args)
+    for text in warnings:   # also on the page; a gap must not pass unseen
+        log.warning("%s", text)
+    sys.stdout.write(f"{path}\n")  # the command's output: where the report is
+    return 0
+
+
+def _write(args: argparse.Namespace) -> tuple[Path, list[str]]:
+    """Writes the report of RESULTS to -o, whole or not at all; returns its path and the warnings of
+    the rows it lacks.
 
     Raises:
         ConfigError: no RESULTS (all taken by --against: the line says so), missing results, no rows, bad --baseline-backend or --own, a --causal-backend
             without rows, or, with --against, what `treebench gate` refuses (a baseline without
             rows, a results file or a run on both sides; without --allow-env-mismatch, a missing env file or env
-            fingerprints that differ); the CLI exits 2, and a report already at -o is left as it is.
+            fingerprints that differ).
     """
-    from treebench.harness.analyze.headline import missing_row_warnings
-    from treebench.harness.analyze.report import write_report
-
     if not args.results:   # nargs="*": `report --against A B` reads both as baselines, and says so
         raise ConfigError(
             f"report: no RESULTS: --against took every file after it ({' '.join(args.against)}); put the results "
@@ -79,7 +99,10 @@ def run(args: argparse.Namespace) -> int:
     if out.suffix.lower() not in (".html", ".htm"):
         raise ConfigError(f"report -o {out}: give an .html path, e.g. reports/NAME.html")
     refuse_non_html(out, "report -o")
-    will_write(out, "the report")              # for the line after an interrupt, the rows' reading included
+    will_write(out, "the report")      # for the line after an interrupt, the libraries' loading included
+    from treebench.harness.analyze.headline import missing_row_warnings   # pandas and matplotlib load here
+    from treebench.harness.analyze.report import write_report
+
     rows, envs = read_checked_rows(args.results, "report", case_axes=True), read_envs(args.results)
     if not rows:
         raise ConfigError(f"report {' '.join(args.results)}: no result rows; give a run's .jsonl file or "
@@ -95,10 +118,7 @@ def run(args: argparse.Namespace) -> int:
     title = args.title or "treebench — " + ", ".join(Path(p).name for p in args.results)
     path = write_report(rows, envs, out, title, baseline=args.baseline_backend, causal_backend=causal,
                         gate=gate, sources=args.results, sections=sections, own=args.own)
-    for _, text in missing_row_warnings(rows):   # also on the page; a gap must not pass unseen
-        log.warning("%s", text)
-    sys.stdout.write(f"{path}\n")  # the command's output: where the report is
-    return 0
+    return path, [text for _, text in missing_row_warnings(rows)]
 
 
 def _speculation(args: argparse.Namespace, rows: list[dict]) -> str:

@@ -1,8 +1,8 @@
 """The pair in flight, named where a crash can still say it; how far the sweep got
 (`PROGRESS`), whether its results file holds a row of it yet (`UNWRITTEN`) and, once its
 last row is written, whether the run's report is (`REPORT_DUE`), for the line after an
-interrupt; Ctrl-C held while the CLI starts (`interrupts_held`), and noted while a run's
-report is written (`interrupts_noted`).
+interrupt; Ctrl-C held while the CLI starts (`interrupts_held`), and noted while a report is
+written or the gate runs (`interrupts_noted`).
 
 A backend that segfaults (or aborts, or dies of any fatal signal) outside
 ``--isolate`` takes the whole process with it: no Python code runs after the
@@ -32,12 +32,13 @@ its first line (`hold_interrupts`): a Ctrl-C is only recorded, and `interrupts_h
 it as a KeyboardInterrupt once the imports are done, where the CLI says it stopped while
 starting.
 
-A run's report loads pandas and matplotlib, whose start-up drops an exception raised there
-alike: a Ctrl-C then becomes an ImportError ("initialization failed"), or is lost, and one
-raised in a weakref callback or a `__del__` while the page is made is only printed ("Exception
-ignored in ..."). So the report is written inside `interrupts_noted`: a Ctrl-C raises
-KeyboardInterrupt as ever, stopping the work at once, and is also noted, and the block's end
-raises it again wherever it was lost or turned into another exception.
+A run's report loads pandas and matplotlib (the gate numpy and scipy), whose start-up drops an
+exception raised there alike: a Ctrl-C then becomes an ImportError ("initialization failed"),
+or is lost, and one raised in a weakref callback or a `__del__` while the page is made is only
+printed ("Exception ignored in ..."). So a run's report, `treebench report` and `treebench gate`
+do that work inside `interrupts_noted`: a Ctrl-C raises KeyboardInterrupt as ever, stopping the
+work at once, and is also noted, and the block's end raises it again wherever it was lost or
+turned into another exception.
 """
 
 from __future__ import annotations
