@@ -400,6 +400,30 @@ def test_a_run_stopped_before_its_report_says_so_and_the_hint_writes_it(tmp_path
     assert sorted(p.name for p in Path("reports/local").iterdir()) == [page.name]
 
 
+def test_a_resume_stopped_before_its_report_names_the_report_it_chose(tmp_path, monkeypatch, capsys):
+    """A --resume whose default report (named after --out) holds another results file's report
+    takes <name>-2.html; stopped while it is made, the line's hint names that path, which the
+    report it suggests writes, leaving the other report as it was."""
+    import treebench.harness.analyze.report as report
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny.toml").write_text(tiny_suite())
+    argv = ["run", "--suite", "tiny.toml", "--backends", "reference", "--quiet", "--resume"]
+    assert main([*argv, "--out", "w/r.jsonl"]) == 0
+    other = Path("reports/local/r.html").read_bytes()
+    capsys.readouterr()
+    with monkeypatch.context() as m:
+        m.setattr(report, "write_report", _stop(KeyboardInterrupt))
+        assert main([*argv, "--out", "w/sep/r.jsonl"]) == 130
+    out, page = Path("w/sep/r.jsonl"), Path("reports/local/r-2.html")
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"treebench: interrupted after this run's last row; its rows are kept in {out}; the report {page} was not "
+        f"written; to write it, run treebench report {out} -o {page}, or the same command with --out {out} "
+        f"--report {page} --resume")
+    assert main(["report", str(out), "-o", str(page)]) == 0
+    assert page.exists() and Path("reports/local/r.html").read_bytes() == other
+
+
 def _ctrl_c() -> None:
     """SIGINT to this process, raised by the SIGINT handler in place before this returns."""
     os.kill(os.getpid(), signal.SIGINT)

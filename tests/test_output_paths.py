@@ -844,3 +844,26 @@ def test_a_merge_the_disk_cannot_hold_adds_none_of_its_rows(tmp_path, capsys, mo
     assert _one_line_error(capsys) == (f"treebench: error: could not write {out}: {os.strerror(errno.ENOSPC)}; what "
                                        "was written before is kept")
     assert out.read_bytes() == before
+
+
+def test_a_resume_keeps_the_report_of_another_results_file_of_the_same_name(tiny, tmp_path, monkeypatch, capsys):
+    """--resume without --report names its report after --out's file name; where that report was
+    made from another results file of the same name (another folder), it is kept: this run's report
+    is <name>-2.html, with a warning, and a resume of that same --out again writes over its own."""
+    monkeypatch.chdir(tmp_path)
+    reports = tmp_path / "reports/local"
+    assert main(_run(tiny, "--out", "w/r.jsonl", "--resume")) == 0
+    first = (reports / "r.html").read_bytes()
+    assert f'<meta name="treebench-results" content="{tmp_path / "w/r.jsonl"}">'.encode() in first
+    capsys.readouterr()
+    for _ in range(2):
+        assert main(_run(tiny, "--out", "w/sep/r.jsonl", "--resume")) == 0
+        out, err = capsys.readouterr()
+        assert "report: reports/local/r-2.html" in out.splitlines(), out
+        assert ("WARNING  reports/local/r.html is the report of other results than w/sep/r.jsonl, and is kept: "
+                "this run's report is reports/local/r-2.html") in err.splitlines(), err
+        assert (reports / "r.html").read_bytes() == first
+    assert sorted(p.name for p in reports.iterdir()) == ["r-2.html", "r.html"]
+    assert main(_run(tiny, "--out", "w/r.jsonl", "--resume")) == 0
+    out, err = capsys.readouterr()
+    assert "report: reports/local/r.html" in out.splitlines() and "is kept" not in err, (out, err)

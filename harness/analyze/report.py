@@ -310,7 +310,8 @@ def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, titl
         baseline: backend the speedups are against (default: `pick_baseline`).
         causal_backend: backend whose time the tree-mask overhead is measured against.
         gate: an optional `treebench.harness.analyze.gate.GateResult` to show with the summary.
-        sources: result paths, listed in the header.
+        sources: result paths, listed in the header and, made absolute, in its
+            `<meta name="treebench-results">` tags (`store.paths.report_results`).
         sections: extra HTML fragments (each a complete <section>, already escaped), appended after
             the report's own sections; the CLI adds the speculation section this way.
         own: the backend the first table and the headline are about (default triton_tree where
@@ -349,6 +350,7 @@ def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, titl
     n_cases = len({r["case_id"] for r in rows})
     ctx = dict(
         title=title, generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), sources=list(sources),
+        source_paths=[str(Path(s).resolve()) for s in sources],
         gpu=gpu or "CPU", n_rows=len(rows), n_cases=n_cases, order=order, baseline=baseline,
         causal=causal_backend, has_causal=causal_backend in order, summary=summary,
         not_racing=not_racing_note(order, racing, own, skip),

@@ -95,7 +95,8 @@ def add_arguments(p) -> None:
     p.add_argument("--report", default=None,
                    help="HTML report path (default: reports/local/<suite>-<run_id>.html, or <suite>-<run_id>-2.html, "
                         "-3, ... where an earlier run's is; with --resume, named after --out: "
-                        "reports/local/<--out's name>.html, the first run's report for a default --out)")
+                        "reports/local/<--out's name>.html, the first run's report for a default --out, or "
+                        "<--out's name>-2.html, -3, ... where a report of other results is)")
     p.add_argument("--gpus", type=_gpu_count, default=None, metavar="N",
                    help="spread the cases over N GPUs: relaunches this command under torchrun, one rank per GPU")
     p.add_argument("--timer", choices=TIMERS, default="auto",
@@ -119,20 +120,25 @@ def _report_path(path: str | None, suite: str, out: str | Path | None = None, st
     (the report of an earlier run under this run id), the first free <suite>-<run_id>-<n>.html: that
     report is kept, and a warning names both. With `resume` the default is the report named after
     the results file `out` (`paths.default_report`), as the run that --resume finishes named it where
-    its --out was the default: the resumed run's report replaces it.
+    its --out was the default: the resumed run's report replaces it, unless that report was made
+    from other results (`paths.resume_report`: then the first free <name>-<n>.html, with a warning).
 
     Raises:
         ConfigError: not an .html/.htm path, an existing file that is not HTML, the --out file,
             a directory, or a folder that cannot be made or written.
     """
-    from treebench.harness.store.paths import REPORTS, check_html_writable, default_report, unused_path
+    from treebench.harness.store.paths import (REPORTS, check_html_writable, default_report, resume_report,
+                                               unused_path)
 
     run_id = stamp_text or stamp()
     default = REPORTS / f"{suite}-{run_id}.html"
     if path:
         p = Path(path)
     elif resume and out is not None:
-        p = default_report(out)
+        p = resume_report(out)
+        if p != default_report(out) and probe:
+            log.warning("%s is the report of other results than %s, and is kept: this run's report is %s",
+                        default_report(out), out, p)
     else:
         p = unused_path(default)
         if p != default and probe:
@@ -157,7 +163,7 @@ def _write_report(rows: list[dict], out: Path, report: Path, title: str) -> bool
         with interrupts_noted():
             from treebench.harness.analyze.report import write_report
 
-            write_report(rows, read_envs([out]), report, title=title)
+            write_report(rows, read_envs([out]), report, title=title, sources=[str(out)])
         return True
     except Exception as e:  # noqa: BLE001 -- the rows are safe in the store; say so and fail
         log.error("report not written (%s: %s); the rows are in %s", type(e).__name__, e, out)

@@ -6,14 +6,17 @@
   `refuse_input_path`): a report or gate summary never lands on a folder, on a
   file that is not its kind, or on the results being read;
 - the default report of a results file (`default_report`): reports/local/<its name>.html,
-  so a run's default results/local/<suite>-<run_id>.jsonl and report share their name.
+  so a run's default results/local/<suite>-<run_id>.jsonl and report share their name; a
+  --resume's (`resume_report`) keeps a report there made from other results.
 """
 
 from __future__ import annotations
 
 import contextlib
+import html
 import json
 import os
+import re
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,6 +35,33 @@ def default_report(results: str | Path) -> Path:
     (`treebench report`'s, and a resumed run's, whose results file is named after the run it
     resumes). Raises nothing."""
     return REPORTS / f"{Path(results).stem}.html"
+
+
+def resume_report(results: str | Path) -> Path:
+    """The report a --resume of the results file `results` writes unless a path is given:
+    `default_report(results)` when nothing is there or the report there was made from `results`
+    alone (`report_results`), else the first <stem>-2.html, <stem>-3.html, ... beside it that is
+    free or made from `results`, so that a report of other results (another folder's file of the
+    same name) is kept. Raises nothing."""
+    first, n = default_report(results), 2
+    mine = [str(Path(results).resolve())]
+    found = first
+    while (found.exists() or found.is_symlink()) and report_results(found) != mine:
+        found, n = first.with_name(f"{first.stem}-{n}{first.suffix}"), n + 1
+    return found
+
+
+def report_results(path: str | Path) -> list[str] | None:
+    """The absolute paths of the results files the report `path` was made from, as its
+    `<meta name="treebench-results">` tags in its first 16 KiB record them; None when it cannot
+    be read or records none (a report made before the tags, or not a report). Raises nothing."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16384).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    found = [html.unescape(m) for m in re.findall(r'<meta name="treebench-results" content="([^"]*)">', head)]
+    return found or None
 
 
 def folder_problem(path: Path) -> str:
