@@ -280,3 +280,26 @@ def test_a_resumed_run_reports_the_stored_rows_of_its_own_l2_state(suite, tmp_pa
         assert main(_run(suite, out, "--resume", *extra, backends=f"{FAULTS}:Exact")) == 0
         assert out.read_bytes() == before                                     # nothing ran
         assert _summary_timer(capsys.readouterr().out) == label
+
+
+def test_a_resumed_run_reports_each_pairs_latest_stored_row(suite, tmp_path, monkeypatch, capsys):
+    """Run A stopped after 3 rows, then a full run B on the same --out: a --resume that runs
+    nothing summarises and reports each pair's latest row (B's), as report and gate take them,
+    and names only B's run id."""
+    import treebench.harness.analyze.report as report
+    from treebench.harness.sweep import shard
+
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    a, b, out = tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "r.jsonl"
+    for path, run_id in ((a, "run-a"), (b, "run-b")):
+        monkeypatch.setenv(shard.RUN_ID_ENV, run_id)
+        assert main(_run(suite, path, backends=f"{FAULTS}:Exact")) == 0
+    out.write_text("".join(a.read_text().splitlines(keepends=True)[:3]) + b.read_text())
+    monkeypatch.setenv(shard.RUN_ID_ENV, "run-c")
+    capsys.readouterr()
+    reported = []
+    monkeypatch.setattr(report, "write_report", lambda rows, *a, **k: reported.extend(rows))
+    assert main(_run(suite, out, "--resume", backends=f"{FAULTS}:Exact")) == 0
+    said = capsys.readouterr().out
+    assert "run_id: run-b" in said.splitlines(), said
+    assert len(reported) == N_CASES and {r["run_id"] for r in reported} == {"run-b"}
