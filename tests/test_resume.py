@@ -303,3 +303,15 @@ def test_a_resumed_run_reports_each_pairs_latest_stored_row(suite, tmp_path, mon
     said = capsys.readouterr().out
     assert "run_id: run-b" in said.splitlines(), said
     assert len(reported) == N_CASES and {r["run_id"] for r in reported} == {"run-b"}
+
+
+def test_a_resume_with_nothing_left_to_run_says_so(suite, tmp_path, capsys):
+    """A --resume that finds every pair stored says that nothing ran, on stderr, and exits as the
+    stored rows decide; one that runs a pair does not say it."""
+    out = tmp_path / "r.jsonl"
+    argv = [a for a in _run(suite, out, "--resume", backends=f"{FAULTS}:Exact") if a != "--quiet"]
+    assert main(argv) == 0
+    assert "nothing to run" not in capsys.readouterr().err
+    assert main(argv) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert f"INFO     nothing to run: all {N_CASES} pairs already stored in {out}" in err, err
