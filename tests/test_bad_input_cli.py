@@ -47,7 +47,7 @@ def test_a_value_given_twice_in_a_suite_axis_is_bad_input(tmp_path):
     p.write_text('[axes]\nbatch_size = [1]\ncontext_len = [4]\ntree = ["chain:1"]\npage_size = [16, 16]\n')
     out = tmp_path / "rows.jsonl"
     proc = _cli("run", "--suite", str(p), "--backends", "reference", "--out", str(out))
-    _one_line_exit_2(proc, f"suite {p}: axes group 0: axis page_size value 16 given twice; give each once")
+    _one_line_exit_2(proc, f"suite {p}: axes: axis page_size value 16 given twice; give each once")
     assert not out.exists()
 
 

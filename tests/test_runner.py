@@ -297,15 +297,16 @@ def test_suite_with_axes_groups_concatenates_and_drops_duplicates(tmp_path):
     ("[suite]\ncolour = 'red'\n[axes]\n" + GOOD_AXES, "unknown key 'colour'"),
     ("[suite]\nname = 7\n[axes]\n" + GOOD_AXES, "[suite] name must be a string"),
     ("axes = []\n", "[[axes]] is empty"),
-    ("axes = [3]\n", "axes group 0 must be a non-empty table"),
-    ("[axes]\n", "axes group 0 must be a non-empty table"),
+    ("axes = [3]\n", ": axes must be a non-empty table"),
+    ("[axes]\n", ": axes must be a non-empty table"),
+    ("[[axes]]\n" + GOOD_AXES + "[[axes]]\n", "axes group 1 must be a non-empty table"),
     ("[axes]\n" + GOOD_AXES + "heads = [4]\n", "unknown axis 'heads'"),
     ("[axes]\n" + GOOD_AXES + "page_size = []\n", "axis 'page_size' is empty"),
     ("[axes]\n" + GOOD_AXES + "page_size = ['16']\n", "axis page_size value '16': must be a positive integer (P)"),
     ("[axes]\n" + GOOD_AXES + "page_size = [true]\n", "axis page_size value true: must be a positive integer (P)"),
     ("[axes]\n" + GOOD_AXES + "page_size = [16.5]\n", "axis page_size value 16.5: must be a positive integer"),
     ("[axes]\n" + GOOD_AXES + "page_size = [16, 16]\n",
-     "axes group 0: axis page_size value 16 given twice; give each once"),
+     ": axes: axis page_size value 16 given twice; give each once"),
     ("[axes]\n" + GOOD_AXES + "page_size = [8, 16, 8]\n", "axis page_size value 8 given twice"),
     ("[axes]\n" + GOOD_AXES + "logit_scale = [1, 1.0]\n", "axis logit_scale value 1.0 given twice"),
     ("[axes]\n" + GOOD_AXES + "layout = ['shuffled', 'shuffled']\n", "axis layout value 'shuffled' given twice"),
@@ -350,7 +351,7 @@ def test_a_bad_axis_value_gets_the_line_of_its_field(tmp_path, axis, value, line
     path = _suite(tmp_path, "[axes]\n" + GOOD_AXES + f"{axis} = [{value}]\n")
     with pytest.raises(ConfigError) as e:
         load_suite(path)
-    assert str(e.value) == f"suite {path}: axes group 0: {line}"
+    assert str(e.value) == f"suite {path}: axes: {line}"
 
 
 def test_every_case_field_says_what_it_takes():

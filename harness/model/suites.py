@@ -102,7 +102,7 @@ def _allowed_types(field: str) -> tuple[type, ...]:
     return tuple(table.get(n, object) if isinstance(n, str) else n for n in names)
 
 
-def _check_axis(path: Path, group: int, field: str, values) -> list:
+def _check_axis(path: Path, group: str, field: str, values) -> list:
     """Type-checks one axis (values as a list); returns it as a list.
 
     Raises:
@@ -115,34 +115,35 @@ def _check_axis(path: Path, group: int, field: str, values) -> list:
     for i, v in enumerate(values):
         shown = str(v).lower() if isinstance(v, bool) else repr(v)   # as TOML spells it
         if (isinstance(v, bool) and bool not in ok) or not isinstance(v, ok):
-            raise ConfigError(f"suite {path}: axes group {group}: axis {field} value {shown}: "
+            raise ConfigError(f"suite {path}: {group}: axis {field} value {shown}: "
                               f"must be {AXIS_VALUES[field]}")
         if v in values[:i]:
-            raise ConfigError(f"suite {path}: axes group {group}: axis {field} value {shown} given twice; "
+            raise ConfigError(f"suite {path}: {group}: axis {field} value {shown} given twice; "
                               "give each once")
     return values
 
 
-def _expand_group(path: Path, group: int, axes) -> list[Case]:
-    """Validates and expands one axes table.
+def _expand_group(path: Path, group: str, axes) -> list[Case]:
+    """Validates and expands one axes table; `group` names it in messages ("axes", or
+    "axes group N" in a suite of several).
 
     Raises:
         ConfigError: not a table, unknown axis, wrong value type, or an invalid case.
     """
     if not isinstance(axes, dict) or not axes:
-        raise ConfigError(f"suite {path}: axes group {group} must be a non-empty table of axis = [values]")
+        raise ConfigError(f"suite {path}: {group} must be a non-empty table of axis = [values]")
     known = set(_FIELD_TYPES)
     for field in axes:
         if field not in known:
-            raise ConfigError(f"suite {path}: axes group {group}: unknown axis {field!r}; "
+            raise ConfigError(f"suite {path}: {group}: unknown axis {field!r}; "
                               f"known axes are {', '.join(_FIELD_TYPES)}")
     checked = {f: _check_axis(path, group, f, v) for f, v in axes.items()}
     try:
         return expand_axes(checked)
     except ConfigError as e:
-        raise ConfigError(f"suite {path}: axes group {group}: {e}") from None
+        raise ConfigError(f"suite {path}: {group}: {e}") from None
     except (ValueError, TypeError, IndexError) as e:  # a parser that did not say ConfigError
-        raise ConfigError(f"suite {path}: axes group {group}: invalid value ({type(e).__name__}: {e})") from None
+        raise ConfigError(f"suite {path}: {group}: invalid value ({type(e).__name__}: {e})") from None
 
 
 def _read_toml(path: Path) -> dict:
@@ -199,6 +200,6 @@ def load_suite(name_or_path: str | Path) -> Suite:
         raise ConfigError(f"suite {path}: [[axes]] is empty; give at least one axes table")
     cases: dict[str, Case] = {}
     for i, axes in enumerate(groups):
-        for case in _expand_group(path, i, axes):
+        for case in _expand_group(path, f"axes group {i}" if len(groups) > 1 else "axes", axes):
             cases.setdefault(case.case_id, case)
     return Suite(name, description, tuple(groups), tuple(cases.values()), path)
