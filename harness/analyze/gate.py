@@ -37,6 +37,7 @@ from typing import cast
 
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.rows import row_l2_flushed, timing_key, timing_label
+from treebench.harness.store.validate import latest_rows
 from treebench.harness.timing.stats import NOISE_RULE, is_noisy, mannwhitney_pvalues
 
 FAILING = ("slower", "correctness_loss")  # the kinds that fail the gate
@@ -142,17 +143,6 @@ class GateResult:
 
 
 # ---- comparison (pure) -----------------------------------------------------------------------
-
-def latest_rows(rows: Iterable[dict], by_timing: bool = False) -> dict[tuple, dict]:
-    """(case_id, backend) -> the row with the latest timestamp (file order breaks ties); with
-    `by_timing`, (case_id, backend, timer, L2 flushed) -> the latest such row."""
-    out: dict[tuple, dict] = {}
-    for r in rows:
-        key = (r["case_id"], r["backend"], *(timing_key(r) if by_timing else ()))
-        if key not in out or str(r.get("timestamp") or "") >= str(out[key].get("timestamp") or ""):
-            out[key] = r
-    return out
-
 
 def compare_runs(base_rows: Iterable[dict], cand_rows: Iterable[dict], config: GateConfig = GateConfig(),
                  env_notes: Sequence[str] = ()) -> GateResult:

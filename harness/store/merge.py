@@ -45,7 +45,7 @@ def merge_results(out: Path, inputs: Sequence[Path], with_run: bool = False,
     timed (timer and L2 state, `timing_key`): rows of one pair timed differently (say
     `--l2 cold` and `--l2 warm`) are different measurements, and both are kept. A row of a
     known key measured later (a re-run that now crashes or mismatches, say) is appended
-    too, because readers take a pair's latest row (`gate.latest_rows`): keeping only the
+    too, because readers take a pair's latest row (`validate.latest_rows`): keeping only the
     first would let an older pass hide it. Merging the same rows again adds nothing. Every input
     is read and validated before anything is written; env files beside the
     inputs are copied beside `out`. `rows`: the inputs' rows when the caller has

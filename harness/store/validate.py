@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.rows import STATUSES, find_row, read_rows, timing_key
@@ -110,3 +110,16 @@ def repeat_key(row: dict) -> tuple:
     """What makes two rows one row read twice: (run_id, env, case_id, backend, timer, L2 flushed,
     timestamp); a run appends one row per pair, so two measurements differ in one of them at least."""
     return (row.get("run_id"), row.get("env"), row["case_id"], row["backend"], *timing_key(row), row.get("timestamp"))
+
+
+def latest_rows(rows: Iterable[dict], by_timing: bool = False) -> dict[tuple, dict]:
+    """(case_id, backend) -> the row with the latest timestamp (file order breaks ties); with
+    `by_timing`, (case_id, backend, timer, L2 flushed) -> the latest such row: the row of a pair that
+    the gate compares, a report shows and a resumed run keeps. Raises KeyError for a row without
+    case_id or backend."""
+    out: dict[tuple, dict] = {}
+    for r in rows:
+        key = (r["case_id"], r["backend"], *(timing_key(r) if by_timing else ()))
+        if key not in out or str(r.get("timestamp") or "") >= str(out[key].get("timestamp") or ""):
+            out[key] = r
+    return out

@@ -43,6 +43,7 @@ from treebench.harness.sweep.shard import (
 )
 from treebench.harness.store.env import env_beside, env_fingerprint
 from treebench.harness.store.rows import read_rows, row_key, row_places, stored_keys
+from treebench.harness.store.validate import latest_rows
 from treebench.harness.store.lock import hold_all
 
 log = logging.getLogger(__name__)
@@ -343,14 +344,8 @@ def _finish_rank(opts: SweepOptions, rank: Rank, run_id: str, result: SweepResul
 
 def _with_stored(out: Path, env_id: str, cases, names: list[str], rows: list[dict], done) -> list[dict]:
     """Rows of every (case, backend) of the sweep for this env: those stored before that `done`
-    accepts (each pair's latest, by timestamp with file order breaking ties, as report and gate
-    take it: `analyze.gate.latest_rows`) plus `rows`."""
-    wanted = {(c.case_id, n) for c in cases for n in names}
-    new = {row_key(r)[:2] for r in rows}
-    earlier: dict[tuple, dict] = {}
-    for r in read_rows([out]) if Path(out).exists() else []:
-        key = (r.get("case_id"), r.get("backend"))
-        if r.get("env") == env_id and key in wanted and key not in new and done(r) and (
-                str(r.get("timestamp") or "") >= str(earlier.get(key, {}).get("timestamp") or "")):
-            earlier[key] = r
-    return list(earlier.values()) + rows
+    accepts (each pair's latest, as report and gate take it: `store.validate.latest_rows`) plus `rows`."""
+    wanted = {(c.case_id, n) for c in cases for n in names} - {row_key(r)[:2] for r in rows}
+    stored = [r for r in (read_rows([out]) if Path(out).exists() else [])
+              if r.get("env") == env_id and (r.get("case_id"), r.get("backend")) in wanted and done(r)]
+    return list(latest_rows(stored).values()) + rows
