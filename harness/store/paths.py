@@ -18,7 +18,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from treebench.harness.errors import ConfigError
@@ -39,16 +39,12 @@ def default_report(results: str | Path) -> Path:
 
 def resume_report(results: str | Path) -> Path:
     """The report a --resume of the results file `results` writes unless a path is given:
-    `default_report(results)` when nothing is there or the report there was made from `results`
-    alone (`report_results`), else the first <stem>-2.html, <stem>-3.html, ... beside it that is
-    free or made from `results`, so that a report of other results (another folder's file of the
-    same name) is kept. Raises nothing."""
-    first, n = default_report(results), 2
+    `default_report(results)`, or where a report made from other results is there (`report_results`
+    names not `results` alone: another folder's file of the same name), the first <stem>-2.html,
+    <stem>-3.html, ... that is free or made from `results` (`unused_path`), so that report is
+    kept. Raises nothing."""
     mine = [str(Path(results).resolve())]
-    found = first
-    while (found.exists() or found.is_symlink()) and report_results(found) != mine:
-        found, n = first.with_name(f"{first.stem}-{n}{first.suffix}"), n + 1
-    return found
+    return unused_path(default_report(results), reuse=lambda p: report_results(p) == mine)
 
 
 def report_results(path: str | Path) -> list[str] | None:
@@ -269,13 +265,14 @@ def _probe_html(p: Path, flag: str) -> None:
         raise ConfigError(f"{flag} {p}: cannot write there ({e.strerror}); give a writable .html path") from None
 
 
-def unused_path(path: str | Path) -> Path:
+def unused_path(path: str | Path, reuse: Callable[[Path], bool] | None = None) -> Path:
     """`path` when nothing is there, else the first of <stem>-2<suffix>, <stem>-3<suffix>, ... beside
     it where nothing is: a default output name that an earlier run's file already holds (a run id
-    used again) gets a name of its own rather than overwriting that file. Raises nothing."""
+    used again) gets a name of its own rather than overwriting that file. A name whose file `reuse`
+    accepts (a report made from the same results) is taken as if free. Raises nothing."""
     p, n = Path(path), 2
     found = p
-    while found.exists() or found.is_symlink():
+    while (found.exists() or found.is_symlink()) and not (reuse is not None and reuse(found)):
         found, n = p.with_name(f"{p.stem}-{n}{p.suffix}"), n + 1
     return found
 
