@@ -424,6 +424,15 @@ def test_a_resume_stopped_before_its_report_names_the_report_it_chose(tmp_path, 
     assert page.exists() and Path("reports/local/r.html").read_bytes() == other
 
 
+def _run_tiny(tmp_path: Path, monkeypatch) -> int:
+    """`treebench run` of a one-case suite on torch_sdpa in `tmp_path`, rows to r.jsonl and the report to
+    r.html, quiet; its exit code."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny.toml").write_text(tiny_suite())
+    return main(["run", "--suite", "tiny.toml", "--backends", "torch_sdpa", "--out", "r.jsonl", "--report", "r.html",
+                 "--quiet"])
+
+
 def _ctrl_c() -> None:
     """SIGINT to this process, raised by the SIGINT handler in place before this returns."""
     os.kill(os.getpid(), signal.SIGINT)
@@ -473,13 +482,10 @@ def test_a_ctrl_c_lost_while_the_report_is_made_still_stops_the_run(tmp_path, mo
     and stdout names no report."""
     import treebench.harness.analyze.report as report
 
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "tiny.toml").write_text(tiny_suite())
     monkeypatch.setattr(report, "write_report", how)
     monkeypatch.setattr(sys, "unraisablehook", sys.__unraisablehook__)   # Python's own, which prints to stderr
     before = signal.getsignal(signal.SIGINT)
-    assert main(["run", "--suite", "tiny.toml", "--backends", "torch_sdpa", "--out", "r.jsonl", "--report", "r.html",
-                 "--quiet"]) == 130
+    assert _run_tiny(tmp_path, monkeypatch) == 130
     out, err = capsys.readouterr()
     lines = [ln for ln in err.strip().splitlines() if not ln.startswith("INFO ")]
     said = ("the report r.html was written" if written else "the report r.html was not written; to write it, run "
@@ -572,11 +578,8 @@ def test_a_run_whose_report_failed_names_no_report(tmp_path, monkeypatch, capsys
     """A report that could not be written: exit 1, the error line, and stdout names the rows only."""
     import treebench.harness.analyze.report as report
 
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "tiny.toml").write_text(tiny_suite())
     monkeypatch.setattr(report, "write_report", _stop(RuntimeError))
-    assert main(["run", "--suite", "tiny.toml", "--backends", "torch_sdpa", "--out", "r.jsonl", "--report", "r.html",
-                 "--quiet"]) == 1
+    assert _run_tiny(tmp_path, monkeypatch) == 1
     out, err = capsys.readouterr()
     assert "ERROR    report not written (RuntimeError: ); the rows are in r.jsonl" in err.splitlines(), err
     assert "rows: r.jsonl" in out.splitlines() and "report:" not in out and not Path("r.html").exists()
@@ -585,11 +588,8 @@ def test_a_run_whose_report_failed_names_no_report(tmp_path, monkeypatch, capsys
 def test_a_run_stopped_after_its_report_says_it_was_written(tmp_path, monkeypatch, capsys):
     import treebench.harness.cli.run as run_cmd
 
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "tiny.toml").write_text(tiny_suite())
     monkeypatch.setattr(run_cmd, "print_summary", _stop(KeyboardInterrupt))
-    assert main(["run", "--suite", "tiny.toml", "--backends", "torch_sdpa", "--out", "r.jsonl", "--report", "r.html",
-                 "--quiet"]) == 130
+    assert _run_tiny(tmp_path, monkeypatch) == 130
     assert _line(capsys) == "treebench: interrupted after this run's last row; its rows are kept in r.jsonl; the " \
                             "report r.html was written"
     assert Path("r.html").exists()

@@ -85,10 +85,11 @@ def _write(args: argparse.Namespace) -> tuple[Path, list[str]]:
     the rows it lacks.
 
     Raises:
-        ConfigError: no RESULTS (all taken by --against: the line says so), missing results, no rows, bad --baseline-backend or --own, a --causal-backend
-            without rows, or, with --against, what `treebench gate` refuses (a baseline without
-            rows, a results file or a run on both sides; without --allow-env-mismatch, a missing env file or env
-            fingerprints that differ).
+        ConfigError: no RESULTS (all taken by --against: the line says so), missing results, no
+            rows, bad --baseline-backend or --own, a --causal-backend without rows, or, with
+            --against, what `treebench gate` refuses (a baseline without rows, a results file or a
+            run on both sides; without --allow-env-mismatch, a missing env file or env fingerprints
+            that differ).
     """
     if not args.results:   # nargs="*": `report --against A B` reads both as baselines, and says so
         raise ConfigError(

@@ -1,6 +1,7 @@
 """Result rows read for `treebench gate`, `treebench report` and `treebench merge`: every field they
 rely on checked (`row_problem`), and (gate, report) a row read twice (a file given twice) kept once;
-two measurements under one run id (a reused id) are two rows, both kept."""
+two measurements under one run id (a reused id) are two rows, both kept. Of a pair's rows, readers
+take the latest (`latest_rows`): the gate, the report and a resumed run's summary."""
 
 from __future__ import annotations
 
