@@ -146,7 +146,11 @@ def cost_model(mode: str, device: str) -> tuple[PairCost, str]:
 
 def after_last_pair_s(mode: str, device: str) -> float:
     """`OUTSIDE_PAIRS`' seconds after the last pair of a `mode` sweep on `device` (the summary and a run's
-    report), for the device type whose model applies (`cost_model`): the end of `TimeLeft`'s time left."""
+    report), for the device type whose model applies (`cost_model`): the end of `TimeLeft`'s time left.
+
+    Raises:
+        KeyError: `mode` is neither 'run' nor 'check'.
+    """
     return OUTSIDE_PAIRS[(mode, cost_model(mode, device)[1])].after_s
 
 

@@ -71,7 +71,8 @@ def _git_commit() -> str | None:
 def version_line() -> str:
     """'treebench VERSION' (the installed distribution's, else the checkout's pyproject.toml),
     plus the git commit (and ', modified' for uncommitted changes to tracked files) when
-    treebench runs from a git checkout: what `treebench --version` prints."""
+    treebench runs from a git checkout: what `treebench --version` prints. Raises nothing (git
+    missing or slower than 5 s: no commit)."""
     version = _version("treebench")
     if version is None:   # a checkout on PYTHONPATH: pyproject.toml says
         import tomllib
