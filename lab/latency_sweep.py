@@ -30,7 +30,8 @@ Cells (bf16, Hq 32, Hkv 8, D 128, shuffled pages, one tree per batch as in the s
   over the codes against the tl kernel (`KernelOptions.ws_fp8`: `ws_fp8` the plan's choice with
   it on, `no_ws_fp8` with it off whatever the default, `ws_fp8_forced` ws=True where the plan
   keeps the tl kernel); split counts (`FP8_SPLITS`, `FP8_SPLIT_TILES`) and the cvt path's
-  16-row tiles and splits (`FP8_CVT_TILES`, `FP8_CVT_SPLITS`); with
+  16-row tiles and splits (`FP8_CVT_TILES`, `FP8_CVT_SPLITS`), and the warp-specialised kernel
+  with one consumer warpgroup and a converter (`WS1_FP8_STAGES`); with
   --fp8-all-trees also eagle:mc_sim_7b_63, full:3:3 and medusa:mc_sim_7b_63 (`FP8_WS_TREES`);
 - `decode`: the small trees (full:3:0 to full:3:2, 4-52 rows per KV head) at B 1 and 16, L 1024
   and 2048, P 16 and 128: single-token and few-token decode, where flashinfer_xqa (timed beside,
@@ -148,6 +149,10 @@ FP8_SPLIT_TILES = ((16, 64, 4, 4, 1), (16, 64, 4, 4, 2), (16, 32, 2, 4, 2), (64,
 # than the fp16 path's fp8 tiles, so fewer stages may keep more programs per SM), and split-KV with it
 FP8_CVT_TILES = ((16, 64, 2, 3), (16, 64, 2, 2), (16, 64, 4, 3), (16, 32, 2, 4))
 FP8_CVT_SPLITS = (2,)
+# the warp-specialised kernel with one consumer warpgroup over fp8 pools (a converter warpgroup
+# beside it) for the 16 and 52 rows of full:3:1 and full:3:2, which the tl kernel converts in its own
+# warps: (stages, fp8 stages), named `ws1_fp8 s{stages}f{fp8 stages}`, forced (a config with ws 1)
+WS1_FP8_STAGES = ((3, 4), (2, 4), (3, 6), (4, 4))
 B1_TREES = ("vllm:pr_27", "full:3:3", "full:3:1")
 # (name, TreeAttention keyword arguments) for one request at L 2048
 B1_CANDIDATES = (*((f"splits{n}", {"num_splits": n}) for n in (4, 8, 12, 16, 24, 32)),
@@ -245,7 +250,9 @@ def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple]:
         cvt = [(f"tl{bm}x{bn}w{w}s{s}+cvt", KernelConfig(bm, bn, w, s), KernelOptions(fp8_path="cvt"))
                for bm, bn, w, s in FP8_CVT_TILES[::5 if smoke else 1]] + [
             (f"cvt splits{n}", None, KernelOptions(fp8_path="cvt"), {"num_splits": n}) for n in FP8_CVT_SPLITS]
-        return out[:1] + paths + tiles + ws_fp8 + splits + split_tiles + cvt
+        ws1_fp8 = [] if smoke else [(f"ws1_fp8 s{st}f{f8}", KernelConfig(64, 64, 4, st, 168, 0, 1, f8), KernelOptions())
+                                    for st, f8 in WS1_FP8_STAGES]   # Gluon needs a GPU
+        return out[:1] + paths + tiles + ws_fp8 + splits + split_tiles + cvt + ws1_fp8
     if group == "fp8_latency":   # more warps per tile: fewer conversions per thread before the first MMA
         return out[:1] + [(f"fp8_{p}", None, KernelOptions(fp8_path=p)) for p in FP8_ALT_PATHS] + [
             ("no_short_build", None, KernelOptions(short_build=False)),
