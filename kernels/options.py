@@ -115,6 +115,11 @@ class KernelOptions:
             kernel's time on the 27-node, eagle and medusa trees (`results/h200/kernel/fp8-ws-fence.txt`),
             and its GPU tests pass (`pytest-ws-fp8-fence.txt`). False: fp8 pools run the tl
             kernel. No effect on bf16 / fp16 pools, whose build is unchanged.
+        ws_fp8_fences: the fp8 converter's `fence_async_shared` + barrier pairs per K/V tile
+            (`tree_attention_ws_fp8.convert_kv_tile`): 3 (default) publishes K, releases the fp8
+            slot and publishes V each behind its own; 2 publishes K behind one and the rest behind
+            a second; 1 converts both tiles and publishes all three behind one. No effect on
+            bf16 / fp16 pools or the tl kernel.
 
     Raises:
         ConfigError: a field of the wrong type (see `__post_init__`).
@@ -132,6 +137,7 @@ class KernelOptions:
     ws_gather: bool = True               # warp-specialised kernel at pages TMA cannot read: cp.async gathers
     fp8_path: str = "fp16"               # tl kernel, fp8 pools: "fp16", "cvt", "cast" or "bits" (FP8_PATHS)
     ws_fp8: bool = True                  # fp8 pools in the warp-specialised kernel (a converter warpgroup)
+    ws_fp8_fences: int = 3               # the fp8 converter's fence + barrier pairs per K/V tile: 1, 2 or 3
 
     def __post_init__(self) -> None:
         """Checks every field's type.
@@ -141,7 +147,7 @@ class KernelOptions:
                 short_build=True with kv_desc=True (the short build has no context loop to load by TMA);
                 ws_persist, page_gather, ws_page_tma, ws_gather or ws_fp8 not a bool;
                 ws3_pipe_min_tiles not a
-                positive integer; fp8_path not one of `FP8_PATHS`. The message names the
+                positive integer; fp8_path not one of `FP8_PATHS`; ws_fp8_fences not 1, 2 or 3. The message names the
                 field and the value.
         """
         for name in ("kv_desc", "ws_pipe", "pdl", "early_first", "short_build"):
@@ -156,6 +162,8 @@ class KernelOptions:
                 raise ConfigError(f"KernelOptions {name}={getattr(self, name)!r}: must be True or False")
         if self.fp8_path not in FP8_PATHS:
             raise ConfigError(f"KernelOptions fp8_path={self.fp8_path!r}: must be one of {', '.join(FP8_PATHS)}")
+        if not is_integer(self.ws_fp8_fences) or self.ws_fp8_fences not in (1, 2, 3):
+            raise ConfigError(f"KernelOptions ws_fp8_fences={self.ws_fp8_fences!r}: must be 1, 2 or 3")
         if not is_integer(self.ws3_pipe_min_tiles) or self.ws3_pipe_min_tiles < 1:
             raise ConfigError(f"KernelOptions ws3_pipe_min_tiles={self.ws3_pipe_min_tiles!r}: "
                               "must be a positive integer")

@@ -295,6 +295,7 @@ def tree_attn_ws_kernel(
     NUM_WG: gl.constexpr, STAGES: gl.constexpr, MASK_MODE: gl.constexpr, SPLIT: gl.constexpr,
     WRITE_LSE: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, PIPE: gl.constexpr = True,
     GATHER: gl.constexpr = False, K=None, V=None, F8_STAGES: gl.constexpr = 0, CONVERTER_REGS: gl.constexpr = 0,
+    CVT_FENCES: gl.constexpr = 3,
 ):
     """Grid: (programs,), each program taking work items pid, pid + programs, ... of the
     n_items = B * HKV * num_splits * m_tiles (M-tile fastest); programs = n_items gives one
@@ -324,7 +325,8 @@ def tree_attn_ws_kernel(
     fp8 pools (K_DESC / V_DESC over float8_e4m3fn / float8_e5m2 codes, their layout the
     NVMMA one of a (BLOCK_N, D) fp8 tile): the producer lands the codes in a ring of
     F8_STAGES fp8 buffers and a converter warpgroup (CONVERTER_REGS registers) writes each
-    tile once into the consumers' STAGES-deep ring in Q's dtype (`tree_attention_ws_fp8`);
+    tile once into the consumers' STAGES-deep ring in Q's dtype (`tree_attention_ws_fp8`, with
+    CVT_FENCES fence-barrier pairs per tile);
     qk_scale then holds k_scale and v_scale scales the output."""
     if GATHER:                                  # bf16 / fp16 pools (fp8 pools take the TMA paths)
         dtype: gl.constexpr = K.dtype.element_ty
@@ -379,7 +381,7 @@ def tree_attn_ws_kernel(
             gl.warp_specialize([
                 (_ws_consumer, (prm, ptrs, smem, v_scale, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT,
                                 WRITE_LSE, PIPE, NUM_WG, GATHER)),
-                (ws_converter, (prm, ptrs, smem, ring8, HKV, G, BLOCK_N, D, STAGES, F8_STAGES, NUM_WG)),
+                (ws_converter, (prm, ptrs, smem, ring8, HKV, G, BLOCK_N, D, STAGES, F8_STAGES, NUM_WG, CVT_FENCES)),
                 (ws_producer, (prm, ptrs, smem8, 0, HKV, G, D, P, BLOCK_N, F8_STAGES, MASK_MODE, SPLIT, WRITE_LSE,
                                 PIPE, NUM_WG)),
             ], [4, 1], [CONVERTER_REGS, PRODUCER_REGS])
@@ -389,7 +391,7 @@ def tree_attn_ws_kernel(
                                 WRITE_LSE, PIPE, NUM_WG, GATHER)),
                 (_ws_consumer, (prm, ptrs, smem, v_scale, 1, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT,
                                 WRITE_LSE, PIPE, NUM_WG, GATHER)),
-                (ws_converter, (prm, ptrs, smem, ring8, HKV, G, BLOCK_N, D, STAGES, F8_STAGES, NUM_WG)),
+                (ws_converter, (prm, ptrs, smem, ring8, HKV, G, BLOCK_N, D, STAGES, F8_STAGES, NUM_WG, CVT_FENCES)),
                 (ws_producer, (prm, ptrs, smem8, 0, HKV, G, D, P, BLOCK_N, F8_STAGES, MASK_MODE, SPLIT, WRITE_LSE,
                                 PIPE, NUM_WG)),
             ], [4, 4, 1], [CONSUMER_REGS, CONVERTER_REGS, PRODUCER_REGS])
@@ -402,7 +404,7 @@ def tree_attn_ws_kernel(
                                 WRITE_LSE, PIPE, NUM_WG, GATHER)),
                 (_ws_consumer, (prm, ptrs, smem, v_scale, 2, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT,
                                 WRITE_LSE, PIPE, NUM_WG, GATHER)),
-                (ws_converter, (prm, ptrs, smem, ring8, HKV, G, BLOCK_N, D, STAGES, F8_STAGES, NUM_WG)),
+                (ws_converter, (prm, ptrs, smem, ring8, HKV, G, BLOCK_N, D, STAGES, F8_STAGES, NUM_WG, CVT_FENCES)),
                 (ws_producer, (prm, ptrs, smem8, 0, HKV, G, D, P, BLOCK_N, F8_STAGES, MASK_MODE, SPLIT, WRITE_LSE,
                                 PIPE, NUM_WG)),
             ], [4, 4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, CONVERTER_REGS, PRODUCER_REGS])

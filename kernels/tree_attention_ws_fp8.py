@@ -96,11 +96,19 @@ def to_mma(codes, dtype: gl.constexpr, keep):
 
 @gluon.jit
 def convert_kv_tile(ring8, k_bufs, v_bufs, k_ready, v_ready, kv_empty, it, valid, STAGES: gl.constexpr,
-                    F8_STAGES: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr):
+                    F8_STAGES: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr, FENCES: gl.constexpr = 3):
     """Ring position `it`: the K and V codes of one tile from fp8 slot it % F8_STAGES into
     converted slot it % STAGES (in k_bufs.dtype), rows [valid, BLOCK_N) of V as zeros
     (valid = S_b - the tile's first token; >= BLOCK_N for every tile but a request's last).
-    ring8 = (k8_bufs, v8_bufs, k8_ready, v8_ready, kv8_empty); one warpgroup calls it."""
+    ring8 = (k8_bufs, v8_bufs, k8_ready, v8_ready, kv8_empty); one warpgroup calls it.
+
+    FENCES: `fence_async_shared` + partition barrier pairs per tile (`KernelOptions.ws_fp8_fences`).
+    3: K published (k_ready) after its stores, the fp8 slot released (kv8_empty) after V's
+    loads, V published after its stores. 2: K published as in 3; V's loads and stores behind
+    one fence, then kv8_empty and v_ready. 1: K and V loaded, converted and stored, then one
+    fence and barrier before the three arrivals. Every arrival follows a fence that orders all of
+    this thread's earlier shared-memory reads and writes before the async proxy's (the producer's
+    next TMA write into the fp8 slot, the consumers' wgmma reads)."""
     k8_bufs, v8_bufs, k8_ready, v8_ready, kv8_empty = ring8
     layout: gl.constexpr = code_layout(D)
     st8 = it % F8_STAGES
@@ -110,18 +118,24 @@ def convert_kv_tile(ring8, k_bufs, v_bufs, k_ready, v_ready, kv_empty, it, valid
     k = to_mma(k8_bufs.index(st8).load(layout), k_bufs.dtype, None)
     mbarrier.wait(kv_empty.index(st), ((it // STAGES) & 1) ^ 1)   # a fresh barrier passes phase 1
     k_bufs.index(st).store(k)
-    fence_async_shared()                        # the stores before the consumers' wgmma reads
-    _barrier()
-    mbarrier.arrive(k_ready.index(st), count=1)
+    if FENCES > 1:
+        fence_async_shared()                    # the stores before the consumers' wgmma reads
+        _barrier()
+        mbarrier.arrive(k_ready.index(st), count=1)
     mbarrier.wait(v8_ready.index(st8), ph8)
     codes = v8_bufs.index(st8).load(layout)
-    fence_async_shared()                        # these generic reads before the producer's next TMA write
-    _barrier()                                  # every thread holds its codes: the fp8 slot is free
-    mbarrier.arrive(kv8_empty.index(st8), count=1)
+    if FENCES > 2:
+        fence_async_shared()                    # these generic reads before the producer's next TMA write
+        _barrier()                              # every thread holds its codes: the fp8 slot is free
+        mbarrier.arrive(kv8_empty.index(st8), count=1)
     # rows past S_b (a request's last tile: the pool's unused slots) become zeros, not converted codes
     r = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
     keep = gl.expand_dims(gl.where(r < valid, -1, 0), 1) + gl.zeros([BLOCK_N, D], gl.int32, layout=layout)
     v_bufs.index(st).store(to_mma(codes, v_bufs.dtype, keep))
     fence_async_shared()
     _barrier()
+    if FENCES < 3:
+        mbarrier.arrive(kv8_empty.index(st8), count=1)
+    if FENCES < 2:
+        mbarrier.arrive(k_ready.index(st), count=1)
     mbarrier.arrive(v_ready.index(st), count=1)

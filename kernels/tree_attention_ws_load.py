@@ -188,10 +188,11 @@ def _gather_producer(prm, ptrs, smem, HKV: gl.constexpr, G: gl.constexpr, D: gl.
 
 @gluon.jit
 def ws_converter(prm, ptrs, smem, ring8, HKV: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr,
-                  D: gl.constexpr, STAGES: gl.constexpr, F8_STAGES: gl.constexpr, NUM_WG: gl.constexpr):
+                  D: gl.constexpr, STAGES: gl.constexpr, F8_STAGES: gl.constexpr, NUM_WG: gl.constexpr,
+                  FENCES: gl.constexpr):
     """One warpgroup, fp8 pools only: every tile the producer lands in the fp8 ring (ring8),
     in the producer's order, into the consumers' ring (smem) in the MMA dtype, V rows past
-    S_b as zeros (`tree_attention_ws_fp8.convert_kv_tile`)."""
+    S_b as zeros (`tree_attention_ws_fp8.convert_kv_tile`, FENCES fence-barrier pairs per tile)."""
     m_tiles, num_splits, tiles_per_split, qk_scale, n_items = prm
     (Q, BT, CTX_LENS, QO, MASK, BIAS, O, LSE, O_PART, LSE_PART, K_DESC, V_DESC,
      stride_qt, stride_qh, stride_bt, stride_mw, stride_bias, stride_ps) = ptrs
@@ -202,7 +203,7 @@ def ws_converter(prm, ptrs, smem, ring8, HKV: gl.constexpr, G: gl.constexpr, BLO
             item, CTX_LENS, QO, m_tiles, num_splits, tiles_per_split, HKV, G, BLOCK_N, NUM_WG)
         for t in range(t_lo, t_hi):
             convert_kv_tile(ring8, k_bufs, v_bufs, k_ready, v_ready, kv_empty, it, S - t * BLOCK_N, STAGES,
-                            F8_STAGES, BLOCK_N, D)
+                            F8_STAGES, BLOCK_N, D, FENCES)
             it += 1
 
 

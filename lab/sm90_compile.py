@@ -175,7 +175,7 @@ def loop_bodies(sass: str, marks: tuple[str, ...]) -> list[list[str]]:
 
 
 def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool | None = None, page_size: int = 128,
-               gather: bool = False, kv_dtype: str = "bf16") -> dict:
+               gather: bool = False, kv_dtype: str = "bf16", cvt_fences: int = 3) -> dict:
     """Builds the warp-specialised Gluon kernel (`kernels/tree_attention_ws.py`) for sm_90
     as `TreeAttention` would launch it (Hq 32, Hkv 8, D 128, bf16, no split) and
     reads its resource use and SASS.
@@ -234,7 +234,7 @@ def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool | None = None, 
         const["K"] = const["V"] = None
     if cfg.fp8_stages:                          # the V scale a runtime fp32; else None, a constexpr
         sig["v_scale"] = "fp32"
-        const.update(F8_STAGES=cfg.fp8_stages, CONVERTER_REGS=WS_CONVERTER_REGS)
+        const.update(F8_STAGES=cfg.fp8_stages, CONVERTER_REGS=WS_CONVERTER_REGS, CVT_FENCES=cvt_fences)
     else:
         const["v_scale"] = None
     sig.update({c: "constexpr" for c in const})
@@ -365,6 +365,9 @@ def main() -> int:
     ap.add_argument("--pipe", choices=["auto", "on", "off"], default=None,
                     help="--ws only: the intra-warpgroup pipelining (PIPE); auto (default): the tuned "
                          "choice at L 2048 (KernelConfig.ws_pipe_for; on for every table config there)")
+    ap.add_argument("--cvt-fences", type=int, choices=[1, 2, 3], default=3,
+                    help="--ws over fp8 pools: the converter's fence + barrier pairs per tile "
+                         "(KernelOptions.ws_fp8_fences; default 3)")
     args = ap.parse_args()
     os.environ.pop("TRITON_INTERPRET", None)
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")   # Triton 3.6's default, as on the GPU (3.9 warns if unset)
@@ -399,7 +402,7 @@ def main() -> int:
             for name, cfg in cfgs:
                 pipe = None if args.pipe in (None, "auto") else args.pipe == "on"
                 res = compile_ws(cfg, mode, pipe=pipe, page_size=args.page_size, gather=args.ws_gather,
-                                 kv_dtype=args.kv_dtype)
+                                 kv_dtype=args.kv_dtype, cvt_fences=args.cvt_fences)
                 path = "gather" if args.ws_gather else "tma"
                 print(f"{name}, {mask}, {args.kv_dtype} pool, P {args.page_size} {path}: {res}", flush=True)
             sys.stderr.flush()
