@@ -41,6 +41,7 @@ class KernelConfig:
     bt_ahead: int = 0  # 1: each context tile's block-table entries are loaded one tile ahead of its K/V
     ws: int = 0        # consumer warpgroups of the warp-specialised Gluon kernel (0: the tl kernel)
     fp8_stages: int = 0  # ws over fp8 pools: buffers of the TMA ring of fp8 codes, read by a converter warpgroup
+    fp8_converters: int = 1  # with fp8_stages: converter warpgroups (1: K and V; 2: one for K, one for V)
 
     def __post_init__(self) -> None:
         rules = (("block_m", lambda v: 16 <= v <= 256 and (not v & (v - 1) or v == 192),
@@ -51,7 +52,9 @@ class KernelConfig:
                  ("max_regs", lambda v: v == 0 or 24 <= v <= 255, "the integer 0 (no cap) or one from 24 to 255"),
                  ("bt_ahead", lambda v: v in (0, 1), "the integer 0 or 1 (2 and 3 measured slower, docs/kernel.md)"),
                 ("ws", lambda v: v in (0, 1, 2, 3), "the integer 0 (the tl kernel) or 1 to 3 consumer warpgroups"),
-                ("fp8_stages", lambda v: v == 0 or 2 <= v <= 6 and self.ws, "0, or 2 to 6 with ws > 0 (fp8 pools)"))
+                ("fp8_stages", lambda v: v == 0 or 2 <= v <= 6 and self.ws, "0, or 2 to 6 with ws > 0 (fp8 pools)"),
+                ("fp8_converters", lambda v: v == 1 or v == 2 and self.fp8_stages,
+                 "1, or 2 with fp8_stages > 0 (a converter warpgroup for K and one for V)"))
         for name, ok, want in rules:
             v = getattr(self, name)
             if not is_integer(v) or not ok(v):      # True, 4.0 and "4" are refused; numpy integers are taken
@@ -70,7 +73,7 @@ class KernelConfig:
         itself), and a max_regs that fits the register
         file (max_regs * 128 threads * `ws_warpgroups` <= 65536) while leaving each
         consumer at least WS_MIN_CONSUMER_REGS (ptxas refuses fewer for its tile)."""
-        groups, others = self.ws_warpgroups, WS_PRODUCER_REGS + (WS_CONVERTER_REGS if self.fp8_stages else 0)
+        groups, others = self.ws_warpgroups, WS_PRODUCER_REGS + self.converter_regs
         limit = REGS_PER_SM // (128 * groups) // 8 * 8
         floor = next(m for m in range(8, 257, 8) if (m * groups - others) // self.ws // 8 * 8 >= WS_MIN_CONSUMER_REGS)
         if (self.block_m != 64 * self.ws or self.block_n not in (32, 64) or self.num_warps != 4
@@ -84,8 +87,13 @@ class KernelConfig:
 
     @property
     def ws_warpgroups(self) -> int:
-        """Warpgroups: ws consumers, the producer warp's, with fp8_stages the converter (tl: 0)."""
-        return self.ws + 1 + (self.fp8_stages > 0) if self.ws else 0
+        """Warpgroups: ws consumers, the producer warp's, with fp8_stages the converters (tl: 0)."""
+        return self.ws + 1 + (self.fp8_converters if self.fp8_stages else 0) if self.ws else 0
+
+    @property
+    def converter_regs(self) -> int:
+        """Registers per thread of all the fp8 converter warpgroups together (0 without fp8_stages)."""
+        return WS_CONVERTER_REGS * self.fp8_converters if self.fp8_stages else 0
 
     @property
     def ws_regs(self) -> tuple[int, int]:
@@ -103,7 +111,7 @@ class KernelConfig:
         if not self.ws:
             raise ConfigError(f"kernel config {self}: ws_regs of a tl-kernel config (ws=0)")
         producer = WS_GATHER_PRODUCER_REGS if gather else WS_PRODUCER_REGS
-        spare = self.max_regs * self.ws_warpgroups - producer - (WS_CONVERTER_REGS if self.fp8_stages else 0)
+        spare = self.max_regs * self.ws_warpgroups - producer - self.converter_regs
         return min(256, spare // max(self.ws, 1) // 8 * 8), producer
 
     def ws_shared_bytes(self, head_dim: int, itemsize: int = 2) -> int:
@@ -165,18 +173,19 @@ SMEM_PER_SM = 227 * 1024      # the largest dynamic shared memory of one sm_90 C
 
 
 def parse_kernel_config(text: str) -> KernelConfig:
-    """'BLOCK_M,BLOCK_N,warps,stages[,max_regs[,bt_ahead[,ws[,fp8_stages]]]]' (--config) -> KernelConfig.
+    """'BLOCK_M,BLOCK_N,warps,stages[,max_regs[,bt_ahead[,ws[,fp8_stages[,fp8_converters]]]]]' (--config)
+    -> KernelConfig.
 
     Raises:
-        ConfigError: not 4 to 8 integers, or a field KernelConfig refuses.
+        ConfigError: not 4 to 9 integers, or a field KernelConfig refuses.
     """
     try:
         fields = [int(f) for f in text.split(",")]
     except ValueError:
         fields = []
-    if not 4 <= len(fields) <= 8:
+    if not 4 <= len(fields) <= 9:
         raise ConfigError(f"--config {text!r}: want BLOCK_M,BLOCK_N,warps,stages[,max_regs[,bt_ahead[,ws"
-                          "[,fp8_stages]]]] (integers)")
+                          "[,fp8_stages[,fp8_converters]]]]] (integers)")
     return KernelConfig(*fields)
 
 

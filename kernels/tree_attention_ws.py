@@ -295,7 +295,7 @@ def tree_attn_ws_kernel(
     NUM_WG: gl.constexpr, STAGES: gl.constexpr, MASK_MODE: gl.constexpr, SPLIT: gl.constexpr,
     WRITE_LSE: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, PIPE: gl.constexpr = True,
     GATHER: gl.constexpr = False, K=None, V=None, F8_STAGES: gl.constexpr = 0, CONVERTER_REGS: gl.constexpr = 0,
-    CVT_FENCES: gl.constexpr = 3,
+    CVT_FENCES: gl.constexpr = 3, CONVERTERS: gl.constexpr = 1,
 ):
     """Grid: (programs,), each program taking work items pid, pid + programs, ... of the
     n_items = B * HKV * num_splits * m_tiles (M-tile fastest); programs = n_items gives one
@@ -326,7 +326,8 @@ def tree_attn_ws_kernel(
     NVMMA one of a (BLOCK_N, D) fp8 tile): the producer lands the codes in a ring of
     F8_STAGES fp8 buffers and a converter warpgroup (CONVERTER_REGS registers) writes each
     tile once into the consumers' STAGES-deep ring in Q's dtype (`tree_attention_ws_fp8`, with
-    CVT_FENCES fence-barrier pairs per tile);
+    CVT_FENCES fence-barrier pairs per tile; CONVERTERS 2: one converter warpgroup for K, one for
+    V, NUM_WG 1 or 2);
     qk_scale then holds k_scale and v_scale scales the output."""
     if GATHER:                                  # bf16 / fp16 pools (fp8 pools take the TMA paths)
         dtype: gl.constexpr = K.dtype.element_ty
@@ -374,10 +375,22 @@ def tree_attn_ws_kernel(
         for i in gl.static_range(F8_STAGES):
             mbarrier.init(k8_ready.index(i), count=1)
             mbarrier.init(v8_ready.index(i), count=1)
-            mbarrier.init(kv8_empty.index(i), count=1)
+            mbarrier.init(kv8_empty.index(i), count=CONVERTERS)   # every converter releases the slot
         ring8 = (k8_bufs, v8_bufs, k8_ready, v8_ready, kv8_empty)
         smem8 = (q_smem, k8_bufs, v8_bufs, k8_ready, v8_ready, kv8_empty, fix_bar)   # the producer's ring
-        if NUM_WG == 1:
+        if CONVERTERS == 2:
+            gl.static_assert(NUM_WG == 1, "two converter warpgroups: NUM_WG 1")
+            gl.warp_specialize([
+                (_ws_consumer, (prm, ptrs, smem, v_scale, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT,
+                                WRITE_LSE, PIPE, NUM_WG, GATHER)),
+                (ws_converter, (prm, ptrs, smem, ring8, HKV, G, BLOCK_N, D, STAGES, F8_STAGES, NUM_WG, CVT_FENCES,
+                                1)),
+                (ws_converter, (prm, ptrs, smem, ring8, HKV, G, BLOCK_N, D, STAGES, F8_STAGES, NUM_WG, CVT_FENCES,
+                                2)),
+                (ws_producer, (prm, ptrs, smem8, 0, HKV, G, D, P, BLOCK_N, F8_STAGES, MASK_MODE, SPLIT, WRITE_LSE,
+                                PIPE, NUM_WG)),
+            ], [4, 4, 1], [CONVERTER_REGS, CONVERTER_REGS, PRODUCER_REGS])
+        elif NUM_WG == 1:
             gl.warp_specialize([
                 (_ws_consumer, (prm, ptrs, smem, v_scale, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT,
                                 WRITE_LSE, PIPE, NUM_WG, GATHER)),

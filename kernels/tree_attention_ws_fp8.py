@@ -95,6 +95,32 @@ def to_mma(codes, dtype: gl.constexpr, keep):
 
 
 @gluon.jit
+def convert_one_tile(bufs8, ready8, kv8_empty, bufs, ready, kv_empty, it, valid, STAGES: gl.constexpr,
+                     F8_STAGES: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr, IS_V: gl.constexpr):
+    """Ring position `it` for one of two converter warpgroups (`KernelConfig.fp8_converters` 2):
+    the K tile's codes (IS_V False) or the V tile's (rows [valid, BLOCK_N) as zeros) from fp8 slot
+    it % F8_STAGES into converted slot it % STAGES, then one fence and barrier, this warpgroup's
+    arrival on kv8_empty (initialised for both converters) and on `ready` (k_ready / v_ready)."""
+    layout: gl.constexpr = code_layout(D)
+    st8 = it % F8_STAGES
+    st = it % STAGES
+    mbarrier.wait(ready8.index(st8), (it // F8_STAGES) & 1)
+    codes = bufs8.index(st8).load(layout)
+    if IS_V:   # rows past S_b (a request's last tile: the pool's unused slots) become zeros
+        r = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
+        keep = gl.expand_dims(gl.where(r < valid, -1, 0), 1) + gl.zeros([BLOCK_N, D], gl.int32, layout=layout)
+        vals = to_mma(codes, bufs.dtype, keep)
+    else:
+        vals = to_mma(codes, bufs.dtype, None)
+    mbarrier.wait(kv_empty.index(st), ((it // STAGES) & 1) ^ 1)   # a fresh barrier passes phase 1
+    bufs.index(st).store(vals)
+    fence_async_shared()                        # the code loads and the stores before the async proxy's next use
+    _barrier()
+    mbarrier.arrive(kv8_empty.index(st8), count=1)
+    mbarrier.arrive(ready.index(st), count=1)
+
+
+@gluon.jit
 def convert_kv_tile(ring8, k_bufs, v_bufs, k_ready, v_ready, kv_empty, it, valid, STAGES: gl.constexpr,
                     F8_STAGES: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr, FENCES: gl.constexpr = 3):
     """Ring position `it`: the K and V codes of one tile from fp8 slot it % F8_STAGES into

@@ -31,7 +31,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
 from treebench.kernels.tree_attention_gather import gather_layout, gather_tile, tile_pages
-from treebench.kernels.tree_attention_ws_fp8 import convert_kv_tile
+from treebench.kernels.tree_attention_ws_fp8 import convert_kv_tile, convert_one_tile
 
 # TMA global -> shared copy: `async_copy_global_to_shared` in Triton 3.6, `async_load` in 3.9
 # (where the old name raises).
@@ -189,21 +189,31 @@ def _gather_producer(prm, ptrs, smem, HKV: gl.constexpr, G: gl.constexpr, D: gl.
 @gluon.jit
 def ws_converter(prm, ptrs, smem, ring8, HKV: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr,
                   D: gl.constexpr, STAGES: gl.constexpr, F8_STAGES: gl.constexpr, NUM_WG: gl.constexpr,
-                  FENCES: gl.constexpr):
+                  FENCES: gl.constexpr, SIDE: gl.constexpr = 0):
     """One warpgroup, fp8 pools only: every tile the producer lands in the fp8 ring (ring8),
     in the producer's order, into the consumers' ring (smem) in the MMA dtype, V rows past
-    S_b as zeros (`tree_attention_ws_fp8.convert_kv_tile`, FENCES fence-barrier pairs per tile)."""
+    S_b as zeros. SIDE 0: both tiles (`tree_attention_ws_fp8.convert_kv_tile`, FENCES
+    fence-barrier pairs per tile); 1 / 2: the K / V tile only, beside a second converter
+    warpgroup taking the other (`convert_one_tile`)."""
     m_tiles, num_splits, tiles_per_split, qk_scale, n_items = prm
     (Q, BT, CTX_LENS, QO, MASK, BIAS, O, LSE, O_PART, LSE_PART, K_DESC, V_DESC,
      stride_qt, stride_qh, stride_bt, stride_mw, stride_bias, stride_ps) = ptrs
     q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, fix_bar = smem
+    k8_bufs, v8_bufs, k8_ready, v8_ready, kv8_empty = ring8
     it = 0                                      # ring position, across work items (both rings)
     for item in range(gl.program_id(0), n_items, gl.num_programs(0)):
         b, kh, split, L, S, qo, T, t_lo, t_hi, t_ctx, m0 = _work_item(
             item, CTX_LENS, QO, m_tiles, num_splits, tiles_per_split, HKV, G, BLOCK_N, NUM_WG)
         for t in range(t_lo, t_hi):
-            convert_kv_tile(ring8, k_bufs, v_bufs, k_ready, v_ready, kv_empty, it, S - t * BLOCK_N, STAGES,
-                            F8_STAGES, BLOCK_N, D, FENCES)
+            if SIDE == 0:
+                convert_kv_tile(ring8, k_bufs, v_bufs, k_ready, v_ready, kv_empty, it, S - t * BLOCK_N, STAGES,
+                                F8_STAGES, BLOCK_N, D, FENCES)
+            elif SIDE == 1:
+                convert_one_tile(k8_bufs, k8_ready, kv8_empty, k_bufs, k_ready, kv_empty, it, S - t * BLOCK_N,
+                                 STAGES, F8_STAGES, BLOCK_N, D, False)
+            else:
+                convert_one_tile(v8_bufs, v8_ready, kv8_empty, v_bufs, v_ready, kv_empty, it, S - t * BLOCK_N,
+                                 STAGES, F8_STAGES, BLOCK_N, D, True)
             it += 1
 
 

@@ -156,6 +156,9 @@ WS1_FP8_STAGES = ((3, 4), (2, 4), (3, 6), (4, 4))
 # the converter's fence + barrier pairs per K/V tile (`KernelOptions.ws_fp8_fences`): with the WS1 twins
 # above, and as `ws_fp8 fencesN` with the plan's choice
 WS_FP8_FENCES = (3, 2, 1)
+# the WS1 twin with two converter warpgroups, one for K and one for V (`KernelConfig.fp8_converters` 2;
+# 16 warps, so 128 registers per thread at launch): (stages, fp8 stages), named `ws1_fp8 2cvt s{..}f{..}`
+WS1_FP8_2CVT_STAGES = ((4, 4), (3, 4), (3, 6), (2, 4))
 B1_TREES = ("vllm:pr_27", "full:3:3", "full:3:1")
 # (name, TreeAttention keyword arguments) for one request at L 2048
 B1_CANDIDATES = (*((f"splits{n}", {"num_splits": n}) for n in (4, 8, 12, 16, 24, 32)),
@@ -256,7 +259,9 @@ def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple]:
         ws1_fp8 = [] if smoke else [   # Gluon needs a GPU
             *((f"ws1_fp8 s{st}f{f8}{'' if n == 3 else f' fences{n}'}", KernelConfig(64, 64, 4, st, 168, 0, 1, f8),
                KernelOptions(ws_fp8_fences=n)) for st, f8 in WS1_FP8_STAGES for n in WS_FP8_FENCES),
-            *((f"ws_fp8 fences{n}", None, KernelOptions(ws_fp8_fences=n)) for n in WS_FP8_FENCES if n != 3)]
+            *((f"ws_fp8 fences{n}", None, KernelOptions(ws_fp8_fences=n)) for n in WS_FP8_FENCES if n != 3),
+            *((f"ws1_fp8 2cvt s{st}f{f8}", KernelConfig(64, 64, 4, st, 128, 0, 1, f8, 2), KernelOptions())
+              for st, f8 in WS1_FP8_2CVT_STAGES)]
         return out[:1] + paths + tiles + ws_fp8 + splits + split_tiles + cvt + ws1_fp8
     if group == "fp8_latency":   # more warps per tile: fewer conversions per thread before the first MMA
         return out[:1] + [(f"fp8_{p}", None, KernelOptions(fp8_path=p)) for p in FP8_ALT_PATHS] + [

@@ -234,7 +234,8 @@ def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool | None = None, 
         const["K"] = const["V"] = None
     if cfg.fp8_stages:                          # the V scale a runtime fp32; else None, a constexpr
         sig["v_scale"] = "fp32"
-        const.update(F8_STAGES=cfg.fp8_stages, CONVERTER_REGS=WS_CONVERTER_REGS, CVT_FENCES=cvt_fences)
+        const.update(F8_STAGES=cfg.fp8_stages, CONVERTER_REGS=WS_CONVERTER_REGS, CVT_FENCES=cvt_fences,
+                     CONVERTERS=cfg.fp8_converters)
     else:
         const["v_scale"] = None
     sig.update({c: "constexpr" for c in const})
