@@ -116,11 +116,16 @@ class KernelOptions:
             and its GPU tests pass (`pytest-ws-fp8-fence.txt`). False: fp8 pools run the tl
             kernel. No effect on bf16 / fp16 pools, whose build is unchanged.
         ws_fp8_fences: the fp8 converter's `fence_async_shared` + barrier pairs per K/V tile
-            (`tree_attention_ws_fp8.convert_kv_tile`): 3 (default) publishes K, releases the fp8
-            slot and publishes V each behind its own; 2 publishes K behind one and the rest behind
-            a second; 1 converts both tiles and publishes all three behind one. No effect on
-            bf16 / fp16 pools or the tl kernel.
-
+            (`tree_attention_ws_fp8.convert_kv_tile`). 1 (default): both tiles converted and stored,
+            then one fence and barrier before the three arrivals (the fp8 slot's release, K's and V's
+            readiness). 2: K published behind its own, the rest behind a second. 3: K published,
+            the fp8 slot released and V published each behind its own (the first build). In an
+            Nsight Compute profile of the 3-pair build (an H100, full:3:2 at B 64, L 2048, e4m3, one
+            consumer warpgroup) a third of the converter's stall samples sat on the fences and the
+            barriers after them, the consumers' largest stall was the wait for converted K, and
+            the producer's the wait for free fp8 slots; 1 pair took 0.92-0.93x of 3 there and
+            0.97-0.98x on the 27-node tree (`results/h100/kernel/fp8-ws1-fences.txt`,
+            `fp8-ws-fences.txt`). No effect on bf16 / fp16 pools or the tl kernel.
     Raises:
         ConfigError: a field of the wrong type (see `__post_init__`).
     """
@@ -137,7 +142,7 @@ class KernelOptions:
     ws_gather: bool = True               # warp-specialised kernel at pages TMA cannot read: cp.async gathers
     fp8_path: str = "fp16"               # tl kernel, fp8 pools: "fp16", "cvt", "cast" or "bits" (FP8_PATHS)
     ws_fp8: bool = True                  # fp8 pools in the warp-specialised kernel (a converter warpgroup)
-    ws_fp8_fences: int = 3               # the fp8 converter's fence + barrier pairs per K/V tile: 1, 2 or 3
+    ws_fp8_fences: int = 1               # the fp8 converter's fence + barrier pairs per K/V tile: 1, 2 or 3
 
     def __post_init__(self) -> None:
         """Checks every field's type.

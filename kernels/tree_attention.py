@@ -240,12 +240,13 @@ class TreeAttention:
         tl_cfg = choose_config(rows, d, interpreting(), ws=False)       # the table's tl-kernel config
         short_cfg = short_context_config(rows, d, max(ss), len(ts), hkv, sms, interpreting(),
                                          fp8=inputs.k_cache.dtype in FP8_KV_DTYPES)   # or None
-        # one consumer warpgroup where the tl kernel's 64-row tile would gather P 16 / 32 per token
+        # one consumer warpgroup where the tl kernel's 64-row tile would gather P 16 / 32 per token,
+        # or convert an fp8 pool's tiles in its own warps over several waves (`ws1_config`)
         ws1 = None
         if config is None and ws is None and short_cfg is None and cfg == tl_cfg and not interpreting():
             ws1 = ws1_config(rows, d, len(ts), hkv, sms,
                              ws_page_path(inputs.k_cache.shape[1], WS1.block_n, opts.ws_page_tma),
-                             fp8=inputs.k_cache.dtype in FP8_KV_DTYPES)
+                             fp8=inputs.k_cache.dtype in FP8_KV_DTYPES, fp8_ws=opts.ws_fp8)
         cfg = ws1 or cfg
         if ws is True or cfg.ws:
             why_ws = ("ws=False" if ws is False

@@ -218,6 +218,8 @@ WS_FP8_CONFIGS = {WS2: WS2_FP8, WS3: WS3_FP8}   # a table config -> its fp8-pool
 # read by per-token gathers (P 16 and 32) where the warp-specialised kernel reads one TMA box per
 # page (`ws1_config`).
 WS1 = KernelConfig(64, 64, 4, 3, 168, 0, 1)
+# Its fp8-pool twin (a converter warpgroup, `ws1_config`): 4 stages and 4 fp8 stages.
+WS1_FP8 = KernelConfig(64, 64, 4, 4, 168, 0, 1, 4)
 GPU_CONFIGS: tuple[tuple[int, int, KernelConfig], ...] = (
     (16, 128, KernelConfig(16, 64, 2, 4)),
     (16, 256, KernelConfig(16, 64, 4, 3)),
@@ -329,20 +331,29 @@ def ws_fills(config: KernelConfig, batch_size: int, num_kv_heads: int, rows: int
 
 
 def ws1_config(rows: int, head_dim: int, batch_size: int, num_kv_heads: int, num_sms: int,
-               page_path: str, fp8: bool = False) -> KernelConfig | None:
-    """WS1 (the warp-specialised kernel with one consumer warpgroup) for a batch the table gives
-    the tl kernel's 64-row tile, or None (the table's choice stands).
+               page_path: str, fp8: bool = False, fp8_ws: bool = True) -> KernelConfig | None:
+    """WS1 (the warp-specialised kernel with one consumer warpgroup) or WS1_FP8 for a batch the
+    table gives the tl kernel's 64-row tile, or None (the table's choice stands).
 
-    It holds when rows = G * max T_b is 33-64 (one 64-row M-tile, as full:3:2's 52 rows at G 4),
-    D is 128, the pool is bf16/fp16 (fp8 False), the warp-specialised kernel would read it one
-    TMA box per page (page_path "tma-page": P 16 or 32, where the tl kernel gathers per token)
-    and the B * Hkv programs fill at least TC_FULL_FRACTION of the SMs in one wave of one program
-    per SM (no split-KV). Measured on the H200 for full:3:2 at B 16 (128 programs on 132 SMs),
-    L 1024 and 2048, P 16, L2 flushed (`results/h200/kernel/ws1-sweep.txt`): 0.82x and 0.86x of
-    the tl kernel's gather with its 2 splits (0.84x and 0.82x of its one split), which brings
-    P 16 to 1.00x of the tl kernel's P 128 at L 2048; 2 stages took 0.98-1.05x of the gather and
-    4 stages 1.00x of 3. At B 64 (512 programs) it took 1.02-1.03x of the tl kernel's gather,
-    which keeps it there. fp8 pools are not measured.
+    bf16 / fp16 pools (fp8 False): WS1 where rows = G * max T_b is 33-64 (one 64-row M-tile, as
+    full:3:2's 52 rows at G 4), D is 128, the warp-specialised kernel would read the pool one TMA
+    box per page (page_path "tma-page": P 16 or 32, where the tl kernel gathers per token) and the
+    B * Hkv programs fill at least TC_FULL_FRACTION of the SMs in one wave of one program per SM
+    (no split-KV). Measured on the H200 for full:3:2 at B 16 (128 programs on 132 SMs), L 1024 and
+    2048, P 16, L2 flushed (`results/h200/kernel/ws1-sweep.txt`): 0.82x and 0.86x of the tl
+    kernel's gather with its 2 splits (0.84x and 0.82x of its one split), which brings P 16 to
+    1.00x of the tl kernel's P 128 at L 2048; 2 stages took 0.98-1.05x of the gather and 4 stages
+    1.00x of 3. At B 64 (512 programs) it took 1.02-1.03x of the tl kernel's gather, which keeps
+    it there.
+
+    fp8 pools (fp8 True, with the warp-specialised fp8 build on, fp8_ws): WS1_FP8 where rows is
+    33-64, D is 128, TMA reads the pool (page_path "tma" or "tma-page") and the B * Hkv programs
+    need more than two waves of the tl kernel's two programs per SM (> 2 * num_sms): there the tl
+    kernel converts every tile in the warps that run its MMAs, the converter warpgroup beside one
+    consumer warpgroup once. Measured on an H100 for full:3:2 at B 64, L 2048, P 16 and 128, e4m3,
+    L2 flushed (`results/h100/kernel/fp8-ws1-2cvt.txt`): 0.91-0.93x of the tl kernel's fp16 path
+    (133.6-135.7 us against 143.0-148.6); two converter warpgroups (one for K, one for V) took
+    1.04-1.09x; full:3:1 (16 rows) kept the tl kernel, whose 16-row tile took 0.84-0.92x of WS1_FP8.
 
     Args:
         rows: G * max T_b.
@@ -351,10 +362,14 @@ def ws1_config(rows: int, head_dim: int, batch_size: int, num_kv_heads: int, num
         num_sms: multiprocessors of the device (132 on an H200).
         page_path: `ws_page_path` of the pool's page size for a 64-token tile.
         fp8: the pools hold fp8 codes.
+        fp8_ws: fp8 pools may take the warp-specialised kernel (`KernelOptions.ws_fp8`).
     Raises nothing."""
     programs = batch_size * num_kv_heads
-    if (32 < rows <= 64 and head_dim == 128 and not fp8 and page_path == "tma-page"
-            and TC_FULL_FRACTION * num_sms <= programs <= num_sms):
+    if not (32 < rows <= 64 and head_dim == 128):
+        return None
+    if fp8:
+        return WS1_FP8 if fp8_ws and page_path in ("tma", "tma-page") and programs > 2 * num_sms else None
+    if page_path == "tma-page" and TC_FULL_FRACTION * num_sms <= programs <= num_sms:
         return WS1
     return None
 

@@ -52,6 +52,8 @@ Cells (bf16, Hq 32, Hkv 8, D 128, shuffled pages, one tree per batch as in the s
   per-token gather with one and two splits against the warp-specialised kernel with one consumer
   warpgroup (`WS1_CONFIGS`), which at P 16 reads one TMA box per page, and its cp.async gather
   (`ws1x2 gather`); flashinfer_xqa and vLLM's kernel timed beside;
+- `fp8_wide`: the `fp8` group's candidates on the seed_fp8 suite's B 16 and 64, L 1024 and 2048
+  cells of its trees (`FP8_TREES`), P 16 and 128;
 - `fp8_latency`: the `latency` cells over that e4m3 pool (the seed_fp8 suite's L 16 cells),
   with their bf16 twins: the default, the other fp8 operand paths, the short build off, and
   short-config tiles with more warps (`FP8_SHORT_CONFIGS`, the one-tile build where it runs) and
@@ -191,7 +193,7 @@ BATCHED_SHORT_TILES = ((16, 64, 8, 2), (32, 64, 4, 2), (64, 64, 4, 2), (64, 32, 
 WS1_CONFIGS = ((64, 64, 4, 2, 128, 0, 1), (64, 64, 4, 3, 168, 0, 1), (64, 64, 4, 4, 168, 0, 1))
 WS1_CELLS = ((16, 256), *((b, ln) for b in (16, 64) for ln in (1024, 2048)))   # (B, L) of full:3:2
 WS1_PAGES = (16, 32, 128)
-GROUPS = ("latency", "pages", "fp8", "b1", "fp8_latency", "decode", "batched_short", "ws1")
+GROUPS = ("latency", "pages", "fp8", "b1", "fp8_latency", "decode", "batched_short", "ws1", "fp8_wide")
 # peers timed beside the candidates of a group (vLLM's kernel in every group)
 GROUP_PEERS = {"decode": ("vllm_triton", "flashinfer_xqa"), "ws1": ("vllm_triton", "flashinfer_xqa")}
 
@@ -206,7 +208,8 @@ def one_tile_tiles(configs) -> list[tuple]:
 def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple]:
     """(name, config or None for the plan's, options[, TreeAttention keyword arguments]) of one
     cell group at one page size (with smoke, every fifth of the fp8 tiles and of the b1
-    candidates: the interpreter runs each at its full size)."""
+    candidates: the interpreter runs each at its full size; `fp8_wide` takes the fp8 group's)."""
+    group = "fp8" if group == "fp8_wide" else group
     out: list[tuple[str, KernelConfig | None, KernelOptions]] = [
         ("default", None, KernelOptions()), ("early", None, KernelOptions(early_first=True)),
         ("no_early", None, KernelOptions(early_first=False))]
@@ -315,6 +318,9 @@ def cells(groups: list[str], smoke: bool, fp8_all_trees: bool = False) -> list[t
     if "fp8" in groups:
         out += [("fp8", Case(batch_size=64, context_len=2048, tree=t, page_size=p, **FP8, **seed))
                 for t in FP8_TREES + (FP8_WS_TREES if fp8_all_trees else ()) for p in PAGES]
+    if "fp8_wide" in groups:   # the seed_fp8 suite's B 16 / 64, L 1024 / 2048 cells of the fp8 trees
+        out += [("fp8", Case(batch_size=b, context_len=ln, tree=t, page_size=p, **FP8, **seed))
+                for t in FP8_TREES for b in (16, 64) for ln in (1024, 2048) for p in PAGES]
     if "decode" in groups:
         out += [("decode", Case(batch_size=b, context_len=ln, tree=t, page_size=p, **seed))
                 for b in (1, 16) for ln in (1024, 2048) for t in DECODE_TREES for p in PAGES]
