@@ -348,12 +348,14 @@ def ws1_config(rows: int, head_dim: int, batch_size: int, num_kv_heads: int, num
 
     fp8 pools (fp8 True, with the warp-specialised fp8 build on, fp8_ws): WS1_FP8 where rows is
     33-64, D is 128, TMA reads the pool (page_path "tma" or "tma-page") and the B * Hkv programs
-    need more than two waves of the tl kernel's two programs per SM (> 2 * num_sms): there the tl
-    kernel converts every tile in the warps that run its MMAs, the converter warpgroup beside one
-    consumer warpgroup once. Measured on an H100 for full:3:2 at B 64, L 2048, P 16 and 128, e4m3,
-    L2 flushed (`results/h100/kernel/fp8-ws1-2cvt.txt`): 0.91-0.93x of the tl kernel's fp16 path
-    (133.6-135.7 us against 143.0-148.6); two converter warpgroups (one for K, one for V) took
-    1.04-1.09x; full:3:1 (16 rows) kept the tl kernel, whose 16-row tile took 0.84-0.92x of WS1_FP8.
+    fill at least TC_FULL_FRACTION of the SMs: the tl kernel converts every tile in the warps
+    that run its MMAs, WS1_FP8's converter warpgroup beside them. Measured on an H100 for full:3:2,
+    e4m3, L2 flushed, against the tl kernel's fp16 path in the same process
+    (`results/h100/kernel/fp8-ws1-rule.txt`): 0.92-0.95x at B 64, L 1024 and 2048, P 16 and 128;
+    0.77-0.86x at B 16 (128 programs, where the tl kernel takes 2 splits at P 16); two converter
+    warpgroups, one for K and one for V, took 1.04-1.09x of one at B 64, L 2048
+    (`fp8-ws1-2cvt.txt`); full:3:1 (16 rows) keeps the tl kernel, whose 16-row tile took
+    0.84-0.92x of WS1_FP8 there.
 
     Args:
         rows: G * max T_b.
@@ -368,7 +370,8 @@ def ws1_config(rows: int, head_dim: int, batch_size: int, num_kv_heads: int, num
     if not (32 < rows <= 64 and head_dim == 128):
         return None
     if fp8:
-        return WS1_FP8 if fp8_ws and page_path in ("tma", "tma-page") and programs > 2 * num_sms else None
+        return WS1_FP8 if fp8_ws and page_path in ("tma", "tma-page") and programs >= TC_FULL_FRACTION * num_sms \
+            else None
     if page_path == "tma-page" and TC_FULL_FRACTION * num_sms <= programs <= num_sms:
         return WS1
     return None
