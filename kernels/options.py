@@ -123,8 +123,8 @@ class KernelOptions:
             Nsight Compute profile of the 3-pair build (an H100, full:3:2 at B 64, L 2048, e4m3, one
             consumer warpgroup) a third of the converter's stall samples sat on the fences and the
             barriers after them, the consumers' largest stall was the wait for converted K, and
-            the producer's the wait for free fp8 slots; 1 pair took 0.92-0.93x of 3 there and
-            0.97-0.98x on the 27-node tree (`results/h100/kernel/fp8-ws1-fences.txt`,
+            the producer's the wait for free fp8 slots; 1 pair took 0.92-0.95x of 3 there and
+            0.97x on the 27-node tree (`results/h100/kernel/fp8-ws1-fences.txt`,
             `fp8-ws-fences.txt`). No effect on bf16 / fp16 pools or the tl kernel.
     Raises:
         ConfigError: a field of the wrong type (see `__post_init__`).

@@ -353,7 +353,7 @@ def ws1_config(rows: int, head_dim: int, batch_size: int, num_kv_heads: int, num
     e4m3, L2 flushed, against the tl kernel's fp16 path in the same process
     (`results/h100/kernel/fp8-ws1-rule.txt`): 0.92-0.95x at B 64, L 1024 and 2048, P 16 and 128;
     0.77-0.86x at B 16 (128 programs, where the tl kernel takes 2 splits at P 16); two converter
-    warpgroups, one for K and one for V, took 1.04-1.09x of one at B 64, L 2048
+    warpgroups, one for K and one for V, took 1.13-1.18x of one at B 64, L 2048
     (`fp8-ws1-2cvt.txt`); full:3:1 (16 rows) keeps the tl kernel, whose 16-row tile took
     0.84-0.92x of WS1_FP8 there.
 

@@ -362,6 +362,31 @@ def test_ws_fp8_option_and_configs():
         KernelConfig(192, 64, 4, 3, 128, 0, 3, 3)             # 5 warpgroups of 128 registers: 81920 > 65536
 
 
+def test_fp8_converters_and_fences():
+    """Two converter warpgroups (one for K, one for V) only with an fp8 ring: one warpgroup more in
+    the register file and the consumers' share; `--config`'s 9th field; the converter's one fence
+    per tile by default (`KernelOptions.ws_fp8_fences`); WS1_FP8 fits one CTA."""
+    from treebench.kernels.tree_attention_plan import (SMEM_PER_SM, WS1_FP8, WS_CONVERTER_REGS, WS_PRODUCER_REGS,
+                                                       KernelConfig, parse_kernel_config)
+
+    two = KernelConfig(64, 64, 4, 4, 128, 0, 1, 4, 2)
+    assert two.ws_warpgroups == WS1_FP8.ws_warpgroups + 1 == 4
+    assert two.converter_regs == 2 * WS_CONVERTER_REGS and WS1_FP8.converter_regs == WS_CONVERTER_REGS
+    assert two.ws_regs == (256, WS_PRODUCER_REGS) and two.max_regs * 128 * two.ws_warpgroups <= 65536
+    assert parse_kernel_config("64,64,4,4,128,0,1,4,2") == two
+    assert KernelConfig(64, 64, 4, 3, 168, 0, 1).converter_regs == 0
+    with pytest.raises(ConfigError, match="fp8_converters=2"):
+        KernelConfig(64, 64, 4, 3, 168, 0, 1, 0, 2)           # no fp8 ring, nothing to convert
+    with pytest.raises(ConfigError, match="fp8_converters=3"):
+        KernelConfig(64, 64, 4, 4, 128, 0, 1, 4, 3)
+    with pytest.raises(ConfigError, match="the register file"):
+        KernelConfig(64, 64, 4, 4, 168, 0, 1, 4, 2)           # 4 warpgroups of 168 registers
+    with pytest.raises(ConfigError, match="4 to 9 integers|want BLOCK_M"):
+        parse_kernel_config("64,64,4,4,128,0,1,4,2,1")
+    assert WS1_FP8.ws_shared_bytes(128) <= SMEM_PER_SM and WS1_FP8.fp8_converters == 1
+    assert KernelOptions().ws_fp8_fences == 1 and KernelOptions(ws_fp8_fences=3).changed() == {"ws_fp8_fences": 3}
+
+
 def _run_ptx(asm: str, regs: dict[str, int]) -> dict[str, int]:
     """A tiny interpreter of the integer PTX `bf16_asm` emits (mov, prmt without sign replication,
     and, or, shr, mul.rn.bf16x2) over 32-bit values; regs holds $2 / $3 and receives $0 / $1."""

@@ -427,6 +427,10 @@ def test_tree_attention_module_has_no_global_knobs():
     (dict(ws3_pipe_min_tiles=0), "ws3_pipe_min_tiles=0: must be a positive integer"),
     (dict(ws3_pipe_min_tiles=32.0), "ws3_pipe_min_tiles=32.0: must be a positive integer"),
     (dict(ws3_pipe_min_tiles=True), "ws3_pipe_min_tiles=True: must be a positive integer"),
+    (dict(ws_fp8_fences=0), "ws_fp8_fences=0: must be 1, 2 or 3"),
+    (dict(ws_fp8_fences=4), "ws_fp8_fences=4: must be 1, 2 or 3"),
+    (dict(ws_fp8_fences=True), "ws_fp8_fences=True: must be 1, 2 or 3"),
+    (dict(ws_fp8_fences="1"), "ws_fp8_fences='1': must be 1, 2 or 3"),
 ])
 def test_kernel_options_reject_wrong_types(kw, needle):
     with pytest.raises(ConfigError, match=needle.replace("(", r"\(")):
@@ -583,19 +587,28 @@ def test_ws_fills_when_the_tl_kernel_needs_more_than_one_wave():
     (52, 128, 16, "tma", False, False),          # P 128: the tl kernel reads it by TMA
     (52, 128, 16, "gather", False, False),       # P 8: no box per page
     (52, 128, 16, "", False, False),             # ws_page_tma off
-    (52, 128, 16, "tma-page", True, False),      # fp8 pools: not measured
+    (52, 128, 16, "tma-page", True, True),       # fp8 pools: WS1_FP8 from 0.9 of the SMs' worth of programs
+    (52, 128, 16, "tma", True, True),            # ... at P 128 too
+    (52, 128, 64, "tma-page", True, True),       # ... and over several waves (512 programs)
+    (52, 128, 14, "tma", True, False),           # 112 programs: split-KV keeps the tl kernel
+    (52, 128, 64, "gather", True, False),        # fp8 pools are read by TMA only
+    (16, 128, 64, "tma", True, False),           # full:3:1's 16 rows: the tl kernel's 16-row tile
+    (52, 64, 64, "tma", True, False),            # D 64: not measured
     (52, 64, 16, "tma-page", False, False),      # D 64: not measured
     (32, 128, 16, "tma-page", False, False),     # 32 rows: the table's 32-row tile
     (65, 128, 16, "tma-page", False, False),     # two 64-row M-tiles
 ])
 def test_ws1_config_only_where_measured(rows, d, batch, page_path, fp8, expect):
-    """`ws1_config` (H200: 132 SMs, Hkv 8): one consumer warpgroup for 33-64 rows at D 128 over
-    bf16/fp16 pools read one TMA box per page, when the B * Hkv programs fill 0.9-1.0 of the SMs."""
-    from treebench.kernels.tree_attention_plan import WS1, ws1_config
+    """`ws1_config` (132 SMs, Hkv 8): one consumer warpgroup for 33-64 rows at D 128 over
+    bf16/fp16 pools read one TMA box per page, when the B * Hkv programs fill 0.9-1.0 of the SMs;
+    over fp8 pools read by TMA (WS1_FP8, a converter warpgroup beside) from 0.9 of the SMs up."""
+    from treebench.kernels.tree_attention_plan import WS1, WS1_FP8, ws1_config
     got = ws1_config(rows, d, batch, 8, 132, page_path, fp8=fp8)
-    assert got == (WS1 if expect else None)
+    assert got == ((WS1_FP8 if fp8 else WS1) if expect else None)
     if expect:
-        assert WS1.ws == 1 and WS1.block_m == 64 and WS1.num_stages == 3
+        assert got.ws == 1 and got.block_m == 64 and bool(got.fp8_stages) == fp8
+    if fp8:   # with KernelOptions.ws_fp8 off fp8 pools never take the warp-specialised kernel
+        assert ws1_config(rows, d, batch, 8, 132, page_path, fp8=True, fp8_ws=False) is None
 
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="the refusal is for a machine without a CUDA GPU")
