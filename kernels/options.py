@@ -109,8 +109,9 @@ class KernelOptions:
             warp-specialised kernel: the producer's TMA lands the codes in a ring of their own, a
             converter warpgroup writes each tile once in Q's dtype for all consumer warpgroups
             (V rows past S_b as zeros), and the plan's WS2 / WS3 rows take their fp8 twins
-            (`tree_attention_plan.WS_FP8_CONFIGS`; 3 consumer warpgroups over fp8 are refused),
-            where the plan's `ws_fills` rule takes the warp-specialised kernel, as for bf16 pools.
+            (`tree_attention_plan.WS_FP8_CONFIGS`), where the plan's `ws_fills` rule takes the
+            warp-specialised kernel, as for bf16 pools, and batches of 33-64 rows take WS1_FP8
+            (one consumer warpgroup, `tree_attention_plan.ws1_config`).
             True (default): on an H200 at B 64, L 2048 over e4m3 it took 0.70-0.80x of the tl
             kernel's time on the 27-node, eagle and medusa trees (`results/h200/kernel/fp8-ws-fence.txt`),
             and its GPU tests pass (`pytest-ws-fp8-fence.txt`). False: fp8 pools run the tl
