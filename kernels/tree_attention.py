@@ -435,7 +435,7 @@ class TreeAttention:
                  WRITE_LSE=self.lse is not None, CONSUMER_REGS=consumer_regs, PRODUCER_REGS=producer_regs,
                  PIPE=self.ws_pipe, GATHER=gather, K=kc if gather else None, V=vc if gather else None,
                  F8_STAGES=cfg.fp8_stages, CONVERTER_REGS=WS_CONVERTER_REGS if fp8 else 0,
-                 CVT_FENCES=self.options.ws_fp8_fences if fp8 else 3,
+                 CVT_FENCES=self.options.ws_fp8_fences if fp8 else 1,
                  CONVERTERS=cfg.fp8_converters),   # every constexpr
             dict(num_warps=4, maxnreg=cfg.max_regs))
         if not split:

@@ -295,7 +295,7 @@ def tree_attn_ws_kernel(
     NUM_WG: gl.constexpr, STAGES: gl.constexpr, MASK_MODE: gl.constexpr, SPLIT: gl.constexpr,
     WRITE_LSE: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, PIPE: gl.constexpr = True,
     GATHER: gl.constexpr = False, K=None, V=None, F8_STAGES: gl.constexpr = 0, CONVERTER_REGS: gl.constexpr = 0,
-    CVT_FENCES: gl.constexpr = 3, CONVERTERS: gl.constexpr = 1,
+    CVT_FENCES: gl.constexpr = 1, CONVERTERS: gl.constexpr = 1,
 ):
     """Grid: (programs,), each program taking work items pid, pid + programs, ... of the
     n_items = B * HKV * num_splits * m_tiles (M-tile fastest); programs = n_items gives one
@@ -327,7 +327,7 @@ def tree_attn_ws_kernel(
     F8_STAGES fp8 buffers and a converter warpgroup (CONVERTER_REGS registers) writes each
     tile once into the consumers' STAGES-deep ring in Q's dtype (`tree_attention_ws_fp8`, with
     CVT_FENCES fence-barrier pairs per tile; CONVERTERS 2: one converter warpgroup for K, one for
-    V, NUM_WG 1 or 2);
+    V, NUM_WG 1 only);
     qk_scale then holds k_scale and v_scale scales the output."""
     if GATHER:                                  # bf16 / fp16 pools (fp8 pools take the TMA paths)
         dtype: gl.constexpr = K.dtype.element_ty

@@ -95,6 +95,14 @@ def to_mma(codes, dtype: gl.constexpr, keep):
 
 
 @gluon.jit
+def past_s_b_mask(valid, BLOCK_N: gl.constexpr, D: gl.constexpr, layout: gl.constexpr):
+    """`to_mma`'s keep for a V tile: int32 (BLOCK_N, D) in `layout`, -1 on rows < valid, 0 on rows
+    past S_b (a request's last tile reaches the pool's unused slots; those rows become zeros)."""
+    r = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
+    return gl.expand_dims(gl.where(r < valid, -1, 0), 1) + gl.zeros([BLOCK_N, D], gl.int32, layout=layout)
+
+
+@gluon.jit
 def convert_one_tile(bufs8, ready8, kv8_empty, bufs, ready, kv_empty, it, valid, STAGES: gl.constexpr,
                      F8_STAGES: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr, IS_V: gl.constexpr):
     """Ring position `it` for one of two converter warpgroups (`KernelConfig.fp8_converters` 2):
@@ -106,10 +114,8 @@ def convert_one_tile(bufs8, ready8, kv8_empty, bufs, ready, kv_empty, it, valid,
     st = it % STAGES
     mbarrier.wait(ready8.index(st8), (it // F8_STAGES) & 1)
     codes = bufs8.index(st8).load(layout)
-    if IS_V:   # rows past S_b (a request's last tile: the pool's unused slots) become zeros
-        r = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
-        keep = gl.expand_dims(gl.where(r < valid, -1, 0), 1) + gl.zeros([BLOCK_N, D], gl.int32, layout=layout)
-        vals = to_mma(codes, bufs.dtype, keep)
+    if IS_V:
+        vals = to_mma(codes, bufs.dtype, past_s_b_mask(valid, BLOCK_N, D, layout))
     else:
         vals = to_mma(codes, bufs.dtype, None)
     mbarrier.wait(kv_empty.index(st), ((it // STAGES) & 1) ^ 1)   # a fresh barrier passes phase 1
@@ -122,7 +128,7 @@ def convert_one_tile(bufs8, ready8, kv8_empty, bufs, ready, kv_empty, it, valid,
 
 @gluon.jit
 def convert_kv_tile(ring8, k_bufs, v_bufs, k_ready, v_ready, kv_empty, it, valid, STAGES: gl.constexpr,
-                    F8_STAGES: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr, FENCES: gl.constexpr = 3):
+                    F8_STAGES: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr, FENCES: gl.constexpr):
     """Ring position `it`: the K and V codes of one tile from fp8 slot it % F8_STAGES into
     converted slot it % STAGES (in k_bufs.dtype), rows [valid, BLOCK_N) of V as zeros
     (valid = S_b - the tile's first token; >= BLOCK_N for every tile but a request's last).
@@ -154,10 +160,7 @@ def convert_kv_tile(ring8, k_bufs, v_bufs, k_ready, v_ready, kv_empty, it, valid
         fence_async_shared()                    # these generic reads before the producer's next TMA write
         _barrier()                              # every thread holds its codes: the fp8 slot is free
         mbarrier.arrive(kv8_empty.index(st8), count=1)
-    # rows past S_b (a request's last tile: the pool's unused slots) become zeros, not converted codes
-    r = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
-    keep = gl.expand_dims(gl.where(r < valid, -1, 0), 1) + gl.zeros([BLOCK_N, D], gl.int32, layout=layout)
-    v_bufs.index(st).store(to_mma(codes, v_bufs.dtype, keep))
+    v_bufs.index(st).store(to_mma(codes, v_bufs.dtype, past_s_b_mask(valid, BLOCK_N, D, layout)))
     fence_async_shared()
     _barrier()
     if FENCES < 3:

@@ -156,7 +156,8 @@ FP8_CVT_SPLITS = (2,)
 # warps: (stages, fp8 stages), named `ws1_fp8 s{stages}f{fp8 stages}`, forced (a config with ws 1)
 WS1_FP8_STAGES = ((3, 4), (2, 4), (3, 6), (4, 4))
 # the converter's fence + barrier pairs per K/V tile (`KernelOptions.ws_fp8_fences`): with the WS1 twins
-# above, and as `ws_fp8 fencesN` with the plan's choice
+# above (`ws1_fp8 s{..}f{..}` without a suffix: 3 pairs, the first build; ` fencesN`: N), and as
+# `ws_fp8 fencesN` with the plan's choice
 WS_FP8_FENCES = (3, 2, 1)
 # the WS1 twin with two converter warpgroups, one for K and one for V (`KernelConfig.fp8_converters` 2;
 # 16 warps, so 128 registers per thread at launch): (stages, fp8 stages), named `ws1_fp8 2cvt s{..}f{..}`

@@ -56,7 +56,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from treebench.harness.errors import ConfigError  # noqa: E402
-from treebench.kernels.options import FP8_PATHS  # noqa: E402  (--fp8-path: the kernel's FP8_PATH is the index)
+from treebench.kernels.options import FP8_PATHS, KernelOptions  # noqa: E402  (--fp8-path: the kernel's FP8_PATH is the index)
 from treebench.kernels.tree_attention_plan import (MASK_MODES, SMEM_PER_SM, WS_CONVERTER_REGS,  # noqa: E402
                                                    KernelConfig, parse_kernel_config)
 
@@ -175,7 +175,7 @@ def loop_bodies(sass: str, marks: tuple[str, ...]) -> list[list[str]]:
 
 
 def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool | None = None, page_size: int = 128,
-               gather: bool = False, kv_dtype: str = "bf16", cvt_fences: int = 3) -> dict:
+               gather: bool = False, kv_dtype: str = "bf16", cvt_fences: int = 1) -> dict:
     """Builds the warp-specialised Gluon kernel (`kernels/tree_attention_ws.py`) for sm_90
     as `TreeAttention` would launch it (Hq 32, Hkv 8, D 128, bf16, no split) and
     reads its resource use and SASS.
@@ -366,9 +366,9 @@ def main() -> int:
     ap.add_argument("--pipe", choices=["auto", "on", "off"], default=None,
                     help="--ws only: the intra-warpgroup pipelining (PIPE); auto (default): the tuned "
                          "choice at L 2048 (KernelConfig.ws_pipe_for; on for every table config there)")
-    ap.add_argument("--cvt-fences", type=int, choices=[1, 2, 3], default=3,
+    ap.add_argument("--cvt-fences", type=int, choices=[1, 2, 3], default=KernelOptions().ws_fp8_fences,
                     help="--ws over fp8 pools: the converter's fence + barrier pairs per tile "
-                         "(KernelOptions.ws_fp8_fences; default 3)")
+                         "(KernelOptions.ws_fp8_fences; default: its default)")
     args = ap.parse_args()
     os.environ.pop("TRITON_INTERPRET", None)
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")   # Triton 3.6's default, as on the GPU (3.9 warns if unset)
