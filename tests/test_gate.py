@@ -16,11 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from treebench.harness.analyze import gate, gate_render
+from treebench.harness.analyze import gate_render
 from treebench.harness.cli import gate as gate_cmd
 from treebench.harness.errors import ConfigError
 from treebench.harness.analyze.gate import GateConfig, classify, compare_runs
 from treebench.harness.store.rows import read_rows
+from treebench.harness.store import validate
 
 DATA = Path(__file__).parent / "data" / "results"
 BASE, RERUN, SLOW = DATA / "h200-baseline", DATA / "h200-rerun", DATA / "h200-slow10"
@@ -226,7 +227,7 @@ def test_a_correctness_loss_in_stored_rows_fails_the_gate():
 
 def test_latest_row_wins_when_a_case_repeats():
     old, new = _row(median=100) | {"timestamp": "2025-01-01"}, _row(median=200) | {"timestamp": "2025-02-01"}
-    assert gate.latest_rows([new, old])[("c1", "k")] is new
+    assert validate.latest_rows([new, old])[("c1", "k")] is new
 
 
 @pytest.mark.parametrize("kwargs, flag", [({"threshold": 0}, "--threshold"), ({"alpha": 1.5}, "--alpha"),

@@ -16,6 +16,7 @@ from treebench.harness.cli import gate as gate_cmd
 from treebench.harness.analyze import report
 from treebench.harness.analyze.gate import GateConfig, compare_runs
 from treebench.harness.timing.stats import is_noisy
+from treebench.harness.store import validate
 
 DATA = Path(__file__).parent / "data" / "results"
 BASE = DATA / "h200-baseline"
@@ -321,7 +322,7 @@ def test_two_measurements_of_a_pair_under_one_run_id_are_both_kept(caplog, secon
     earlier = {"timed": untimed, "timed later": first, "timed warm": {**timed, "l2_flushed": False}}
     rows = [earlier[second], timed]
     assert drop_repeated_rows(rows, "report") == rows and not caplog.messages
-    assert gate.latest_rows(rows)[(first["case_id"], first["backend"])] is timed
+    assert validate.latest_rows(rows)[(first["case_id"], first["backend"])] is timed
 
 
 def test_gate_orders_a_cells_page_sizes_numerically():

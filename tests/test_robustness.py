@@ -353,7 +353,7 @@ def test_a_check_then_a_run_resumed_under_one_run_id_keeps_the_timed_rows(tmp_pa
     check's untimed rows, so the run measures those pairs again under the same id; it warns in one line
     saying so and how to keep them apart, and gate and report read the timed rows (not dropped as
     repeats of the untimed ones). A resume of the run itself says nothing."""
-    from treebench.harness.analyze.gate import latest_rows
+    from treebench.harness.store.validate import latest_rows
     from treebench.harness.cli.main import main
     from treebench.harness.store.validate import read_checked_rows
 

@@ -145,7 +145,7 @@ def _compare(args: argparse.Namespace) -> tuple[GateResult, str]:
             or env fingerprints that differ.
     """
     from treebench.harness.analyze.gate import GateConfig, compare_runs, env_differences   # numpy: not for --help
-    from treebench.harness.analyze.gate_render import junit_xml, markdown
+    from treebench.harness.analyze.gate_render import markdown
 
     config = GateConfig(_fraction(str(args.threshold)), args.alpha, args.min_samples,
                         bool(getattr(args, "allow_missing", False)))
@@ -184,13 +184,13 @@ def _compare(args: argparse.Namespace) -> tuple[GateResult, str]:
     with paused_gc():   # 10^5 rows a side: the collector's passes over them would be a third of the gate's time
         result = compare_runs(base_rows, cand_rows, config, notes)
         text = markdown(result, " ".join(args.baseline), " ".join(args.candidate))
-    _write(args, text, junit_xml(result) if args.junit else "")
+    _write(args, text, result)
     return result, text
 
 
-def _write(args: argparse.Namespace, text: str, junit: str) -> None:
-    """Appends the Markdown summary `text` to --summary and writes `junit` to --junit (whole or not
-    at all), each where given; their folders are made.
+def _write(args: argparse.Namespace, text: str, result) -> None:
+    """Appends the Markdown summary `text` to --summary and writes `result`'s JUnit XML to --junit
+    (whole or not at all), each where given; their folders are made.
 
     Raises:
         ConfigError: either file cannot be written.
@@ -202,6 +202,7 @@ def _write(args: argparse.Namespace, text: str, junit: str) -> None:
                 f.write(text)
         if args.junit:
             Path(args.junit).parent.mkdir(parents=True, exist_ok=True)
-            write_whole(args.junit, junit)
+            from treebench.harness.analyze.gate_render import junit_xml
+            write_whole(args.junit, junit_xml(result))
     except OSError as e:
         raise ConfigError(f"gate: cannot write {e.filename}: {e.strerror}; choose another path") from None

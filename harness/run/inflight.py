@@ -193,6 +193,12 @@ def hold_interrupts() -> bool:
     return True
 
 
+def _restore_sigint(previous) -> None:
+    """Puts back a SIGINT handler that `signal.signal` returned: Python's own where it was None
+    (a handler set outside Python). Raises ValueError off the main thread."""
+    signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
+
+
 def _record(signum, frame) -> None:
     """The SIGINT handler while held: notes that a Ctrl-C came."""
     if _HELD:
@@ -209,7 +215,7 @@ def release_interrupts(raise_held: bool = True) -> None:
     if not _HELD:
         return
     try:
-        signal.signal(signal.SIGINT, signal.default_int_handler if _HELD[0] is None else _HELD[0])
+        _restore_sigint(_HELD[0])
     finally:
         came = _HELD[1]
         _HELD.clear()
@@ -269,7 +275,7 @@ def interrupts_noted() -> Iterator[None]:
             raise KeyboardInterrupt from e
         raise
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
+        _restore_sigint(previous)
         sys.unraisablehook = hook
     if came:
         raise KeyboardInterrupt

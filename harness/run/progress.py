@@ -287,14 +287,14 @@ class progress:
 
 
 @contextlib.contextmanager
-def after_pairs(console: Console, quiet: bool, what: str = REPORT_NEXT) -> Iterator[None]:
-    """Shows `what` (a transient spinner line) while the with-block runs, on a terminal and
+def after_pairs(console: Console, quiet: bool) -> Iterator[None]:
+    """Shows REPORT_NEXT (a transient spinner line) while the with-block runs, on a terminal and
     unless `quiet`: the work after a sweep's last pair, where the bar that said it is erased.
     Elsewhere the last plain line has said it (`TimeLeft.left_text`), and nothing is shown.
     Raises whatever the block raises."""
     if quiet or not console.is_terminal:
         yield
         return
-    with Live(Spinner("dots", Text(what)), console=console, transient=True) as live:
+    with Live(Spinner("dots", Text(REPORT_NEXT)), console=console, transient=True) as live:
         live.refresh()   # shown now, not at the spinner's first tick
         yield
