@@ -21,7 +21,7 @@ __all__ = ["FP8_PATHS", "KernelOptions"]
 
 # How the tl kernel turns a tile of fp8 codes into MMA operands (`KernelOptions.fp8_path`);
 # the index is the kernel's FP8_PATH.
-FP8_PATHS = ("cast", "bits", "fp16", "cvt")
+FP8_PATHS = ("cast", "bits", "fp16", "cvt", "split")
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,11 @@ class KernelOptions:
             largest |q| within 32768 (the row's scores multiplied back; 1 for every |q| <= 32768),
             so no query overflows (exact for elements within 2^-24 of the row's largest, i.e.
             down to 2^-17 at scale 1), and the probabilities P are rounded to fp16, not bf16.
+            "split" (float8_e4m3fn pools with bf16 queries; "fp16" elsewhere): Q K^T as two fp8
+            MMAs against K's codes, Q written as the sum of two e4m3 terms per element (each row
+            first scaled by a power of 2; exact for elements within 2^-9 of the row's largest |q|, the
+            rest within 2^-16 of it),
+            so K is never converted; V is cast to fp16 and P V runs in fp16.
             Every path is exact for every finite code (docs/kernel.md, "fp8 pools").
         ws_gather: the warp-specialised kernel at page sizes neither of its TMA paths reads
             (P not a multiple of the tile, and not a multiple of 16 that divides it: P 1, 3, 8,
@@ -141,7 +146,7 @@ class KernelOptions:
     short_build: bool | None = None      # tl kernel: one tile, no loop (None: with the short configs)
     ws_page_tma: bool = True             # warp-specialised kernel at P 16 / 32: one TMA box per page
     ws_gather: bool = True               # warp-specialised kernel at pages TMA cannot read: cp.async gathers
-    fp8_path: str = "fp16"               # tl kernel, fp8 pools: "fp16", "cvt", "cast" or "bits" (FP8_PATHS)
+    fp8_path: str = "fp16"               # tl kernel, fp8 pools: "fp16", "cvt", "split", "cast" or "bits" (FP8_PATHS)
     ws_fp8: bool = True                  # fp8 pools in the warp-specialised kernel (a converter warpgroup)
     ws_fp8_fences: int = 1               # the fp8 converter's fence + barrier pairs per K/V tile: 1, 2 or 3
 

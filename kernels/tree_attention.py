@@ -382,7 +382,8 @@ class TreeAttention:
                  BT_AHEAD=bool(cfg.bt_ahead) and not self.short_build, PDL=self.pdl,
                  PAGE_GATHER=self.options.page_gather, ONE_TILE=self.short_build == "one-tile",
                  EARLY_FIRST=self.early_first, FP8_PATH=FP8_PATHS.index(self._fp8_path()),
-                 Q_ROW_SCALE=self.options.fp8_path != "cast" and kc.dtype in FP8_KV_DTYPES and q.dtype == torch.bfloat16),
+                 Q_ROW_SCALE=self._fp8_path() not in ("cast", "split") and kc.dtype in FP8_KV_DTYPES
+                 and q.dtype == torch.bfloat16),
             dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
                  **({"maxnreg": cfg.max_regs} if cfg.max_regs and not interpreting() else {})))
         if not split or fused:
@@ -392,8 +393,14 @@ class TreeAttention:
     def _fp8_path(self) -> str:
         """The tl kernel's fp8 operand path: the options', but the interpreter runs no inline PTX,
         so "cvt" (the hardware conversion in PTX) runs as "fp16" there, the same values (every
-        fp8 code is exact in fp16, and both paths round Q to fp16 alike)."""
-        return "fp16" if self.options.fp8_path == "cvt" and interpreting() else self.options.fp8_path
+        fp8 code is exact in fp16, and both paths round Q to fp16 alike); "split" needs
+        float8_e4m3fn codes and bf16 queries and runs as "fp16" otherwise."""
+        path, inp = self.options.fp8_path, self.inputs
+        if path == "cvt" and interpreting():
+            return "fp16"
+        if path == "split" and (inp.k_cache.dtype != torch.float8_e4m3fn or inp.q.dtype != torch.bfloat16):
+            return "fp16"
+        return path
 
     def _build_ws_launches(self, ts: list[int]) -> list[FixedLaunch]:
         """The warp-specialised forward kernel (and the merge kernel with split-KV)."""

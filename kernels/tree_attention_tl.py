@@ -51,8 +51,9 @@ rescale of a running state).
 fp8 pools (float8_e4m3fn, float8_e5m2, per-tensor scales): every K/V tile is
 converted right after its load and the MMAs run in Q's dtype (FP8_PATH 0, the
 cast) or in fp16 (1: the codes' bits moved into fp16; 2: the cast to fp16, Q
-rounded to fp16 once); k_scale is folded into the score scale, v_scale into the
-final normalisation.
+rounded to fp16 once); with FP8_PATH 4 (e4m3 pools, bf16 queries) K's codes go straight into
+fp8 MMAs against Q split into two e4m3 terms (`_split_q`) and only V is converted (to fp16);
+k_scale is folded into the score scale, v_scale into the final normalisation.
 No path reads an unused slot (the fp8 NaN code in the harness): the masked
 loads stop at S_b.
 """
@@ -107,14 +108,68 @@ def _fp8_cvt_to_fp16(x):
 @triton.jit
 def _kv_operand(x, dtype: tl.constexpr, FP8_PATH: tl.constexpr):
     """A loaded K/V tile (BLOCK_N, D) as an MMA operand in `dtype` (bf16 / fp16).
-    FP8_PATH 0 and 2: `.to(dtype)`. 1: fp8 codes converted to fp16 by bit manipulation
-    (`_fp8_bits_to_fp16`); with FP8_PATH 1 and 2, dtype is fp16 for an fp8 pool."""
+    FP8_PATH 0, 2 and 4: `.to(dtype)`. 1: fp8 codes converted to fp16 by bit manipulation
+    (`_fp8_bits_to_fp16`); 3: by the hardware's paired conversion (`_fp8_cvt_to_fp16`); with
+    FP8_PATH 1-4, dtype is fp16 for an fp8 pool."""
     if FP8_PATH == 1 and x.dtype.is_fp8():
         y = _fp8_bits_to_fp16(x)
     elif FP8_PATH == 3 and x.dtype.is_fp8():
         y = _fp8_cvt_to_fp16(x)
     else:
         y = x.to(dtype)
+    return y
+
+
+@triton.jit
+def _e4m3_part(x):
+    """The part of fp32 x (any shape) that e4m3 holds exactly, as fp32: x's top 4 significant
+    bits (its mantissa cut to 3 bits) where |x| >= 2^-6 (e4m3's smallest normal), else x cut
+    to a multiple of 2^-9 (its subnormals' spacing), towards zero. x - part is exact in fp32,
+    and the later cast to e4m3 has nothing to round (the CPU interpreter rounds some values
+    wrongly)."""
+    top = (x.to(tl.uint32, bitcast=True) & 0xFFF00000).to(tl.float32, bitcast=True)
+    return tl.where(tl.abs(x) >= 0.015625, top, (x * 512.0).to(tl.int32).to(tl.float32) * (1.0 / 512.0))
+
+
+@triton.jit
+def _split_q(q):
+    """A bf16 query tile q (BLOCK_M, D) as two float8_e4m3fn terms for fp8 MMAs against K's codes:
+    (hi, lo, row_scale (BLOCK_M,) fp32) with hi + lo within 2^-9 of q / row_scale. Each row is
+    first divided by the power of 2 that brings its largest |q| into (128, 256] (e4m3's largest
+    finite value is 448); hi holds each element's top 4 significant bits and lo the rest, both
+    exact in e4m3 (`_e4m3_part`). Exact for every element within 2^-9 of its row's largest |q|
+    (bf16 has 8 significant bits, each term 4); any other element is off by less than 2^-16 of
+    the row's largest |q|. A zero row stays zero."""
+    qf = q.to(tl.float32)
+    amax = tl.max(tl.abs(qf), 1)                                      # (BLOCK_M,)
+    e = tl.ceil(tl.log2(tl.maximum(amax, 1e-30) * (1.0 / 256.0)))     # amax * 2^-e in (128, 256]
+    xs = qf * tl.exp2(-e)[:, None]                                    # exact: a power of 2
+    hi = _e4m3_part(xs)
+    lo = _e4m3_part(xs - hi)
+    return hi.to(tl.float8e4nv), lo.to(tl.float8e4nv), tl.exp2(e)
+
+
+@triton.jit
+def _scores(q, q_lo, k, DOT_FP32: tl.constexpr, FP8_PATH: tl.constexpr):
+    """Raw scores q k^T (BLOCK_M, BLOCK_N) fp32 of a K tile k (BLOCK_N, D). FP8_PATH 4 ("split"):
+    q and q_lo are `_split_q`'s e4m3 terms and k holds the pool's e4m3 codes, two fp8 MMAs
+    (the same tensor-core time as one 16-bit MMA) and no conversion of K; otherwise one MMA
+    in q's dtype (q_lo unused)."""
+    if FP8_PATH == 4:
+        s = _dot(q_lo, tl.trans(k), _dot(q, tl.trans(k), None, DOT_FP32), DOT_FP32)
+    else:
+        s = _dot(q, tl.trans(k), None, DOT_FP32)
+    return s
+
+
+@triton.jit
+def _k_operand(x, dtype: tl.constexpr, FP8_PATH: tl.constexpr):
+    """A loaded K tile as `_scores` takes it: the codes themselves with FP8_PATH 4, else
+    `_kv_operand`'s conversion."""
+    if FP8_PATH == 4:
+        y = x
+    else:
+        y = _kv_operand(x, dtype, FP8_PATH)
     return y
 
 
@@ -214,19 +269,19 @@ def _tree_allowed(MASK, BIAS, row_tok, node, row_ok, offs_n, n0, L, T, stride_mw
 
 
 @triton.jit
-def _masked_tile(q, K_h, V_h, kv, offs_d, valid, MASK, BIAS, row_tok, node, row_ok, offs_n, n0, L, T, qk_2d,
-                 stride_mw, stride_bias, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MASK_MODE: tl.constexpr,
-                 DOT_FP32: tl.constexpr, FP8_PATH: tl.constexpr):
-    """(scores (BLOCK_M, BLOCK_N) fp32 in log2 units, -inf where masked; V (BLOCK_N, D) in Q's
-    dtype) of a tile overlapping [L, L + T) at pool offsets kv; its K/V rows where not valid
-    (past S_b) are loaded as zeros, never read from the pool."""
-    k = _kv_operand(tl.load(K_h + kv[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0), q.dtype,
-                    FP8_PATH)
-    v = _kv_operand(tl.load(V_h + kv[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0), q.dtype,
+def _masked_tile(q, q_lo, K_h, V_h, kv, offs_d, valid, MASK, BIAS, row_tok, node, row_ok, offs_n, n0, L, T, qk_2d,
+                 dtype: tl.constexpr, stride_mw, stride_bias, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 MASK_MODE: tl.constexpr, DOT_FP32: tl.constexpr, FP8_PATH: tl.constexpr):
+    """(scores (BLOCK_M, BLOCK_N) fp32 in log2 units, -inf where masked; V (BLOCK_N, D) in the
+    MMA dtype `dtype`) of a tile overlapping [L, L + T) at pool offsets kv; its K/V rows where not
+    valid (past S_b) are loaded as zeros, never read from the pool."""
+    k = _k_operand(tl.load(K_h + kv[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0), dtype,
+                   FP8_PATH)
+    v = _kv_operand(tl.load(V_h + kv[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0), dtype,
                     FP8_PATH)
     allowed, bias = _tree_allowed(MASK, BIAS, row_tok, node, row_ok, offs_n, n0, L, T, stride_mw,
                                   stride_bias, BLOCK_M, BLOCK_N, MASK_MODE)
-    s = _dot(q, tl.trans(k), None, DOT_FP32) * qk_2d + bias
+    s = _scores(q, q_lo, k, DOT_FP32, FP8_PATH) * qk_2d + bias
     return tl.where(allowed, s, float("-inf")), v
 
 
@@ -268,7 +323,9 @@ def tree_attn_fwd_kernel(
     K and V may be fp8 codes (float8_e4m3fn / float8_e5m2): each tile is converted after
     its load (FP8_PATH, `_kv_operand`: 0 to Q's dtype, 1 and 2 to fp16 with Q cast to
     fp16 too); k_scale is folded into qk_scale and v_scale multiplies the
-    normalised output (a code c means c * scale). Q_ROW_SCALE (FP8_PATH 1 or 2 with bf16
+    normalised output (a code c means c * scale). FP8_PATH 4 (float8_e4m3fn K, bf16 Q): Q K^T
+    as two e4m3 MMAs, Q's terms from `_split_q` (each row's power of 2 folded into its score
+    scale), K's codes unconverted; V cast to fp16, P V in fp16. Q_ROW_SCALE (FP8_PATH 1 or 2 with bf16
     Q): each row of Q is divided by the power of 2 that brings its largest |q| to at most
     32768 before the cast to fp16 (1 for every |q| <= 32768), and that row's raw scores
     are multiplied by it, so no bf16 query overflows fp16.
@@ -315,6 +372,7 @@ def tree_attn_fwd_kernel(
     offs_d = tl.arange(0, D)
     q_off = row_tok.to(tl.int64)[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :]
     q = tl.load(Q + q_off, mask=row_ok[:, None], other=0.0)   # (BLOCK_M, D)
+    tl.static_assert(not (Q_ROW_SCALE and FP8_PATH == 4), "FP8_PATH 4 scales its rows itself")
     if Q_ROW_SCALE:                                          # bf16 Q into fp16's range, row by row
         qf = q.to(tl.float32)
         amax = tl.max(tl.abs(qf), 1)                         # (BLOCK_M,)
@@ -323,13 +381,17 @@ def tree_attn_fwd_kernel(
         e = tl.maximum(tl.ceil(tl.log2(tl.maximum(amax, 1.0) * (1.0 / 32768.0))), 0.0)
         q = (qf * tl.exp2(-e)[:, None]).to(tl.float16)       # exact: a power of 2, then bf16 -> fp16
         row_scale = tl.exp2(e)                               # (BLOCK_M,): multiplies the row's raw scores
+    elif FP8_PATH == 4:                                      # Q K^T in e4m3 (two terms of Q), P V in fp16
+        q, q_lo, row_scale = _split_q(q)
     elif FP8_PATH != 0 and K.dtype.element_ty.is_fp8():     # the MMAs in fp16 (Q rounded once)
         q = q.to(tl.float16)
-    dtype = q.dtype                                          # the MMA operands' dtype
+    if FP8_PATH != 4:
+        q_lo = q                                             # unused by `_scores`
+    dtype = tl.float16 if FP8_PATH == 4 else q.dtype         # the P V MMA's operands (and K's but with FP8_PATH 4)
 
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
-    if Q_ROW_SCALE:                             # raw score -> log2 units: per row, the row's power of 2 folded in
+    if Q_ROW_SCALE or FP8_PATH == 4:            # raw score -> log2 units: per row, the row's power of 2 folded in
         qk_row = qk_scale * row_scale                        # (BLOCK_M,)
         qk_2d = qk_row[:, None]
     else:                                       # one scalar for every row
@@ -356,8 +418,9 @@ def tree_attn_fwd_kernel(
         else:
             kv = _kv_tile_offsets(BT, b, 0, bt_width, stride_bt, stride_kn, stride_kp, P, BLOCK_N, PAGE_TILE,
                                   GATHER_PAGES)
-        s, v = _masked_tile(q, K_h, V_h, kv, offs_d, offs_n < S, MASK, BIAS, row_tok, node, row_ok, offs_n, 0,
-                            L, T, qk_2d, stride_mw, stride_bias, BLOCK_M, BLOCK_N, MASK_MODE, DOT_FP32, FP8_PATH)
+        s, v = _masked_tile(q, q_lo, K_h, V_h, kv, offs_d, offs_n < S, MASK, BIAS, row_tok, node, row_ok, offs_n,
+                            0, L, T, qk_2d, dtype, stride_mw, stride_bias, BLOCK_M, BLOCK_N, MASK_MODE, DOT_FP32,
+                            FP8_PATH)
         m_i = tl.max(s, 1)                      # a plain softmax: no running max to rescale
         p = tl.exp2(s - tl.where(m_i == float("-inf"), 0.0, m_i)[:, None])
         l_i = tl.sum(p, 1)
@@ -372,7 +435,7 @@ def tree_attn_fwd_kernel(
                 else:
                     page = tl.load(bt_row + start // P)
                 row0 = page * P + start % P
-                k = _kv_operand(K_DESC.load([row0, kh * D]), dtype, FP8_PATH)   # (BLOCK_N, D) in Q's dtype
+                k = _k_operand(K_DESC.load([row0, kh * D]), dtype, FP8_PATH)    # (BLOCK_N, D) MMA operand
                 v = _kv_operand(V_DESC.load([row0, kh * D]), dtype, FP8_PATH)
             else:
                 if BT_AHEAD:
@@ -382,9 +445,9 @@ def tree_attn_fwd_kernel(
                 else:
                     kv = _kv_tile_offsets(BT, b, t * BLOCK_N, bt_width, stride_bt, stride_kn, stride_kp, P, BLOCK_N,
                                           PAGE_TILE, GATHER_PAGES)
-                k = _kv_operand(tl.load(K_h + kv[:, None] + offs_d[None, :]), dtype, FP8_PATH)    # (BLOCK_N, D)
+                k = _k_operand(tl.load(K_h + kv[:, None] + offs_d[None, :]), dtype, FP8_PATH)     # (BLOCK_N, D)
                 v = _kv_operand(tl.load(V_h + kv[:, None] + offs_d[None, :]), dtype, FP8_PATH)
-            s = _dot(q, tl.trans(k), None, DOT_FP32)              # (BLOCK_M, BLOCK_N) raw scores
+            s = _scores(q, q_lo, k, DOT_FP32, FP8_PATH)           # (BLOCK_M, BLOCK_N) raw scores
             m_new = tl.maximum(m_i, tl.max(s, 1) * qk_row)        # log2 units
             alpha = tl.exp2(m_i - m_new)
             p = tl.exp2(s * qk_2d - m_new[:, None])               # one FFMA per score
@@ -404,9 +467,9 @@ def tree_attn_fwd_kernel(
             else:
                 kv = _kv_tile_offsets(BT, b, t * BLOCK_N, bt_width, stride_bt, stride_kn, stride_kp, P, BLOCK_N,
                                       PAGE_TILE, GATHER_PAGES)
-            s, v = _masked_tile(q, K_h, V_h, kv, offs_d, valid, MASK, BIAS, row_tok, node, row_ok, offs_n,
-                                t * BLOCK_N, L, T,
-                                qk_2d, stride_mw, stride_bias, BLOCK_M, BLOCK_N, MASK_MODE, DOT_FP32, FP8_PATH)
+            s, v = _masked_tile(q, q_lo, K_h, V_h, kv, offs_d, valid, MASK, BIAS, row_tok, node, row_ok, offs_n,
+                                t * BLOCK_N, L, T, qk_2d, dtype, stride_mw, stride_bias, BLOCK_M, BLOCK_N, MASK_MODE,
+                                DOT_FP32, FP8_PATH)
             m_new = tl.maximum(m_i, tl.max(s, 1))
             m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that saw nothing yet
             alpha = tl.exp2(m_i - m_safe)

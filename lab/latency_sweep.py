@@ -25,8 +25,9 @@ Cells (bf16, Hq 32, Hkv 8, D 128, shuffled pages, one tree per batch as in the s
   over an e4m3 pool with k_scale 0.25 and v_scale 0.5, with the same cell in bf16 timed
   beside (`bf16_default`): which tl tiles (`FP8_CONFIGS`) and which fp8 operand path
   (`KernelOptions.fp8_path`: the default fp16 MMAs over cast codes, the cast to Q's dtype,
-  bit-manipulated codes, or the PTX conversion that keeps fp16 tiles in shared memory,
-  `FP8_ALT_PATHS`) an fp8 pool wants, and the warp-specialised kernel
+  bit-manipulated codes, the PTX conversion that keeps fp16 tiles in shared memory, or K's codes
+  straight into fp8 MMAs against Q split in two e4m3 terms, `FP8_ALT_PATHS`; each tile of
+  `FP8_CONFIGS` with the default, the cast and the split) an fp8 pool wants, and the warp-specialised kernel
   over the codes against the tl kernel (`KernelOptions.ws_fp8`: `ws_fp8` the plan's choice with
   it on, `no_ws_fp8` with it off whatever the default, `ws_fp8_forced` ws=True where the plan
   keeps the tl kernel); split counts (`FP8_SPLITS`, `FP8_SPLIT_TILES`) and the cvt path's
@@ -141,7 +142,7 @@ WIDE_SHORT_CONFIGS = ((16, 128, 4, 2), (16, 128, 8, 2), (32, 128, 4, 2), (32, 12
 FP8_CONFIGS = ((16, 64, 2, 4), (64, 64, 4, 3), (128, 64, 8, 3))
 # KernelOptions.fp8_path values timed against the default ("fp16"): with the plan's config, and
 # the first with each FP8_CONFIGS tile.
-FP8_ALT_PATHS = ("cast", "bits", "cvt")
+FP8_ALT_PATHS = ("cast", "bits", "cvt", "split")
 # split-KV over fp8 pools at B 64 (the plan gives 512 programs one split each): the codes' conversion
 # runs on the program's own warps, so more, shorter programs per SM may hide it behind the loads;
 # and the 16-row tile with 4 warps (fewer conversions per thread) over the fp16 path
@@ -251,7 +252,7 @@ def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple]:
         paths = [(f"fp8_{p}", None, KernelOptions(fp8_path=p)) for p in FP8_ALT_PATHS]
         tiles = [(f"tl{bm}x{bn}w{w}s{s}{'' if p == 'fp16' else '+' + p}", KernelConfig(bm, bn, w, s),
                   KernelOptions(fp8_path=p)) for bm, bn, w, s in FP8_CONFIGS[::5 if smoke else 1]
-                 for p in ("fp16", FP8_ALT_PATHS[0])]
+                 for p in ("fp16", "cast", "split")]
         ws_fp8 = [("ws_fp8", None, KernelOptions(ws_fp8=True)), ("no_ws_fp8", None, KernelOptions(ws_fp8=False))] + (
             [] if smoke else [("ws_fp8_forced", None, KernelOptions(ws_fp8=True), {"ws": True})])   # Gluon needs a GPU
         splits = [(f"splits{n}", None, KernelOptions(), {"num_splits": n}) for n in FP8_SPLITS[::5 if smoke else 1]]

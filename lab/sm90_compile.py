@@ -111,7 +111,7 @@ def compile_forward(cfg: KernelConfig, page_size: int, kv_desc: bool, num_ctas: 
     const = dict(HKV=HKV, G=G, D=D, P=page_size, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SPLIT=False,
                  FUSED_MERGE=False, MASK_MODE=mask_mode, WRITE_LSE=write_lse, DOT_FP32=False, KV_DESC=kv_desc,
                  BT_AHEAD=bool(cfg.bt_ahead), PDL=False, PAGE_GATHER=False, EARLY_FIRST=False,
-                 FP8_PATH=fp8_path, Q_ROW_SCALE=fp8_path != 0 and kv_dtype != "bf16",
+                 FP8_PATH=fp8_path, Q_ROW_SCALE=fp8_path not in (0, 4) and kv_dtype != "bf16",
                  ONE_TILE=short == "one-tile")
     if kv_desc:
         sig["K_DESC"] = sig["V_DESC"] = f"tensordesc<{kv}[{cfg.block_n}, {D}]>"

@@ -24,7 +24,7 @@ from treebench.harness.model.reference import paged_reference_attention  # noqa:
 from treebench.kernels.options import KernelOptions  # noqa: E402
 
 from treebench.kernels.tree_attention import TreeAttention, ws_unsupported  # noqa: E402
-from treebench.kernels.tree_attention_tl import _fp8_bits_to_fp16  # noqa: E402
+from treebench.kernels.tree_attention_tl import _fp8_bits_to_fp16, _split_q  # noqa: E402
 
 FP8 = {"e4m3fn": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 
@@ -96,7 +96,7 @@ def test_fp8_scales_are_applied():
     assert not compare(TreeAttention(fp8)(), ref, fp8.qo_indptr, case.dtype).passed
 
 
-@pytest.mark.parametrize("path", ["bits", "fp16"])
+@pytest.mark.parametrize("path", ["bits", "fp16", "split"])
 @pytest.mark.parametrize("fmt", ["e4m3fn", "e5m2"])
 @pytest.mark.parametrize("qdtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("page_size,kv_desc", [(16, False), (32, True)])
@@ -107,9 +107,11 @@ def test_fp8_paths_match_the_reference(path, fmt, qdtype, page_size, kv_desc):
                 page_size=page_size, dtype=qdtype, **TINY)
     ta = run_fp8(case, FP8[fmt], options=KernelOptions(fp8_path=path, kv_desc=kv_desc))
     assert ta.kernel == ("tl tma splits=1" if kv_desc else "tl tile splits=1")
+    split = path == "split" and fmt == "e4m3fn" and qdtype == "bfloat16"   # else "split" runs as "fp16"
+    assert ta._fp8_path() == ("split" if split else "fp16" if path == "split" else path)
 
 
-@pytest.mark.parametrize("path", ["bits", "fp16", "cast", "cvt"])
+@pytest.mark.parametrize("path", ["bits", "fp16", "cast", "cvt", "split"])
 def test_fp8_paths_keep_bf16_queries_past_fp16s_range(path):
     """bf16 queries up to 2^20 in some rows (fp16's largest value is 65504) and the K scale
     shrunk to keep the logits moderate: the fp16 paths scale such rows into fp16's range
@@ -147,6 +149,39 @@ def test_fp8_bit_conversion_of_every_code(fmt):
     assert torch.equal(out[finite].view(torch.int16), want[finite].view(torch.int16))
 
 
+@triton.jit
+def _split_kernel(X, HI, LO, SCALE, M: tl.constexpr, D: tl.constexpr):
+    offs = tl.arange(0, M)[:, None] * D + tl.arange(0, D)[None, :]
+    hi, lo, scale = _split_q(tl.load(X + offs))
+    tl.store(HI + offs, hi)
+    tl.store(LO + offs, lo)
+    tl.store(SCALE + tl.arange(0, M), scale)
+
+
+def test_split_q_writes_each_bf16_query_as_two_e4m3_terms():
+    """`_split_q` (fp8_path "split"): hi + lo times the row's power of 2 gives back every bf16 element
+    within 2^-9 of its row's largest |q| exactly, and every other one within 2^-16 of that largest;
+    rows of any magnitude (2^-40 to 2^40, and zero) stay finite."""
+    m, d = 16, 32
+    q = torch.randn(m, d, dtype=torch.float64)
+    q[:, 0] = 3.0                                         # every row's largest |q| is known
+    q *= (2.0 ** torch.tensor([-40, -9, 0, 7, 8, 9, 20, 40] * 2, dtype=torch.float64))[:, None]
+    q[5, 1:] = q[5, 1:] * 2.0 ** -12                      # elements far below their row's largest
+    q[11] = 0.0
+    q = q.to(torch.bfloat16).to(DEVICE)
+    hi, lo = (torch.empty(m, d, dtype=torch.float8_e4m3fn, device=DEVICE) for _ in range(2))
+    scale = torch.empty(m, dtype=torch.float32, device=DEVICE)
+    _split_kernel[(1,)](q, hi, lo, scale, M=m, D=d)
+    back = (hi.double() + lo.double()) * scale.double()[:, None]
+    exact = q.double()
+    amax = exact.abs().amax(1, keepdim=True)
+    near = exact.abs() >= amax * 2.0 ** -9
+    assert back.isfinite().all() and torch.equal(back[11], exact[11])
+    assert torch.equal(back[near], exact[near])
+    assert ((back - exact).abs() <= amax * 2.0 ** -16).all()
+    assert (~near[5]).sum() == d - 1                      # the far-below row took the inexact branch
+
+
 def test_fp8_path_option_is_checked():
     with pytest.raises(ConfigError, match="fp8_path='fast'"):
         KernelOptions(fp8_path="fast")
@@ -180,7 +215,7 @@ def test_fp8_pools_on_gpu(fmt, page_size, tree, batch):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA GPU")
-@pytest.mark.parametrize("path", ["bits", "fp16", "cvt"])
+@pytest.mark.parametrize("path", ["bits", "fp16", "cvt", "split"])
 @pytest.mark.parametrize("fmt", ["e4m3fn", "e5m2"])
 @pytest.mark.parametrize("page_size,tree,batch", [(16, "full:3:1", 3), (128, "random:40:3", 5)])
 def test_fp8_paths_on_gpu(path, fmt, page_size, tree, batch):

@@ -331,12 +331,13 @@ def test_latency_sweep_refuses_bad_arguments_and_runs_in_the_interpreter(tmp_pat
     assert decode["splits8"]["splits"] == 8 and "block_n=128" in decode["tl16x128w4s3"]["config"]
     assert decode["tl16x32w2s3 splits6"]["splits"] == 6 and "block_n=32" in decode["tl16x32w2s3 splits6"]["config"]
     short = {r["candidate"]: r for r in rows if r["group"] == "fp8_latency"}   # an L 16 cell over the e4m3 pool
-    assert set(short) == {"bf16_default", "default", "fp8_cast", "fp8_bits", "fp8_cvt", "no_short_build", "tl16x32w4s2+short",
+    assert set(short) == {"bf16_default", "default", "fp8_cast", "fp8_bits", "fp8_cvt", "fp8_split", "no_short_build",
+                          "tl16x32w4s2+short",
                           "tl32x64w8s2+short", "tl16x128w4s2+short"}
     assert short["tl16x32w4s2+short"]["kernel"].endswith(" one-tile")          # S_b 19 fits its 32-token tile
     assert short["default"]["kv_dtype"] == "float8_e4m3fn" and short["bf16_default"]["kv_dtype"] == "bfloat16"
-    assert {"bf16_default", "default", "fp8_cast", "fp8_bits", "tl16x64w2s4", "tl16x64w2s4+cast", "splits4",
-            "ws_fp8", "no_ws_fp8"} <= {r["candidate"] for r in rows}
+    assert {"bf16_default", "default", "fp8_cast", "fp8_bits", "fp8_split", "tl16x64w2s4", "tl16x64w2s4+cast",
+            "tl16x64w2s4+split", "splits4", "ws_fp8", "no_ws_fp8"} <= {r["candidate"] for r in rows}
     assert {r["splits"] for r in rows if r["candidate"] == "splits32"} == {32}
     twin = next(r for r in rows if r["candidate"] == "bf16_default")
     assert twin["kv_dtype"] == "bfloat16" and "kvfp8" not in twin["case_id"]

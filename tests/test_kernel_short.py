@@ -97,7 +97,7 @@ def test_one_tile_without_lse(page_size):
     assert_build(check(case, lse=False, config=TILE, options=SHORT), "one-tile")
 
 
-@pytest.mark.parametrize("path", ["fp16", "cast"])
+@pytest.mark.parametrize("path", ["fp16", "cast", "split"])
 @pytest.mark.parametrize("page_size", [3, 16])
 def test_one_tile_over_an_fp8_pool(path, page_size):
     """An e4m3 pool with k_scale 0.25 and v_scale 0.5 (the seed_fp8 pool), bf16 queries: the
