@@ -573,6 +573,18 @@ def test_a_results_path_refused_after_its_folder_was_made_leaves_no_folder(tmp_p
     assert [p.name for p in tmp_path.iterdir()] == ["kept"] and not any((tmp_path / "kept").iterdir())
 
 
+def test_check_writable_made_names_the_folders_it_made(tmp_path):
+    """check_writable_made returns the folders it made for the results file, deepest first (the list
+    run and check remove again when stopped before a row): none where the folder was there, none
+    and nothing made for a dry run."""
+    from treebench.harness.store.paths import check_writable_made
+
+    out = tmp_path / "a" / "b" / "r.jsonl"
+    assert check_writable_made(out, create=False) == (out, []) and not (tmp_path / "a").exists()
+    assert check_writable_made(out) == (out, [tmp_path / "a" / "b", tmp_path / "a"]) and out.is_file()
+    assert check_writable_made(tmp_path / "a" / "s.jsonl") == (tmp_path / "a" / "s.jsonl", [])
+
+
 @pytest.mark.parametrize("command, backend", [("run", "--backends"), ("check", "--backend")])
 @pytest.mark.parametrize("full_at, existed", [(0, False), (0, True), (1, True)])
 def test_a_row_the_disk_cannot_hold_is_cut_off_again(tmp_path, capsys, caplog, monkeypatch, command, backend,

@@ -164,7 +164,7 @@ def add_sweep_options(p, timed: bool = True) -> None:
 
 
 def claim_results(path: str | Path, run_id: str, dry_run: bool) -> Path:
-    """`check_writable(path)` for the results file of a run or check (a dry run creates nothing),
+    """`check_writable_made(path)` for the results file of a run or check (a dry run creates nothing),
     kept with the run_id its rows carry for the line after an interrupt or a full disk
     (ACTIVE_OUT, ACTIVE_RUN_ID: the --resume hint and the `treebench rm --run-id` that removes
     the rows; its size now in inflight.UNWRITTEN), and in CREATED_OUT when this call created the
@@ -173,18 +173,17 @@ def claim_results(path: str | Path, run_id: str, dry_run: bool) -> Path:
     rank files first, so the file is never marked for removal there.
 
     Raises:
-        ConfigError: as check_writable; a malformed torchrun environment.
+        ConfigError: as check_writable_made; a malformed torchrun environment.
     """
     from treebench.harness.run.inflight import mark_unwritten
-    from treebench.harness.store.paths import check_writable, missing_folders
+    from treebench.harness.store.paths import check_writable_made
     from treebench.harness.sweep.shard import torchrun_rank
 
     ours = not os.path.lexists(path) and torchrun_rank() is None   # a dangling link is not ours either
-    made = missing_folders(path) if ours else []
-    out = check_writable(path, not dry_run)
+    out, made = check_writable_made(path, not dry_run)
     if not dry_run:
         ACTIVE_OUT[0], ACTIVE_RUN_ID[0] = out, run_id
-        CREATED_OUT[0], CREATED_FOLDERS[:] = (out if ours else None), made
+        CREATED_OUT[0], CREATED_FOLDERS[:] = (out if ours else None), (made if ours else [])
         mark_unwritten(out)
     return out
 

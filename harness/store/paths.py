@@ -1,6 +1,6 @@
 """Every check of a path treebench writes to, made before anything is written.
 
-- results files (`check_writable`, `check_results_file`): a .jsonl path that holds
+- results files (`check_writable`, `check_writable_made`, `check_results_file`): a .jsonl path that holds
   nothing but result rows, whose folder takes the env fingerprint beside it;
 - outputs of the readers (`check_output_path`, `check_html_path`, `refuse_non_html`,
   `refuse_input_path`): a report or gate summary never lands on a folder, on a
@@ -72,8 +72,14 @@ def folder_problem(path: Path) -> str:
 
 def check_writable(path: str | Path, create: bool = True, what: str = "--out") -> Path:
     """Validates a results path before a run, creating parent folders and the
-    file (empty, or left as it is when it exists: never truncated). The folders it makes are
-    `missing_folders(path)` beforehand; a refused path leaves none of them behind.
+    file (empty, or left as it is when it exists: never truncated); `check_writable_made`
+    without the folders it made. Raises as `check_writable_made`."""
+    return check_writable_made(path, create, what)[0]
+
+
+def check_writable_made(path: str | Path, create: bool = True, what: str = "--out") -> tuple[Path, list[Path]]:
+    """`check_writable`, returning the path and the folders made for it: `missing_folders(path)`
+    beforehand, deepest first ([] for create=False); a refused path leaves none of them behind.
 
     Args:
         create: False checks only what can be checked without writing (a dry run).
@@ -99,14 +105,14 @@ def check_writable(path: str | Path, create: bool = True, what: str = "--out") -
     if path.suffix != ".jsonl":
         raise ConfigError(f"{what} {path}: give a .jsonl path (folders are read for *.jsonl files only)")
     if not create:
-        return path
+        return path, []
     made = missing_folders(path)
     try:
         _create_results(path, what)
     except ConfigError:
         remove_empty_folders(made)   # a refused path leaves no folder made for it
         raise
-    return path
+    return path, made
 
 
 def _create_results(path: Path, what: str) -> None:
