@@ -570,7 +570,31 @@ def test_the_runner_gives_the_progress_each_pairs_predicted_seconds(monkeypatch)
     assert seen["after_s"] == OUTSIDE_PAIRS[("check", "cpu")].after_s == 0.5       # the check's summary
     assert seen["then"] == ""                                                      # the check is then done
     runner.run_cases([SMOKE], [Away("a")], RunConfig(mode="run", device="cpu", quiet=True))
+    assert seen["then"] == ""                                    # no report asked for: none is said to follow
+    runner.run_cases([SMOKE], [Away("a")], RunConfig(mode="run", device="cpu", quiet=True, report=True))
     assert seen["then"] == REPORT_NEXT and seen["after_s"] == OUTSIDE_PAIRS[("run", "cpu")].after_s
+
+
+def test_run_alone_asks_for_the_report_the_runner_says_comes_next(monkeypatch, tmp_path):
+    """`treebench run` sets RunConfig.report, the one flag the runner's progress and run's writing of the
+    report both read; a check leaves it off, and a check cannot ask for one."""
+    import treebench.harness.sweep.execute
+    from treebench.harness.cli.main import main
+    from treebench.harness.run.config import RunConfig
+    from treebench.harness.sweep.execute import SweepResult
+
+    seen = []
+
+    def record(cases, backends, opts, console):
+        seen.append((opts.run.mode, opts.run.report))
+        return SweepResult(primary=False)              # a torchrun rank > 0: nothing more to do
+    monkeypatch.setattr(treebench.harness.sweep.execute, "execute", record)
+    monkeypatch.chdir(tmp_path)
+    main(["run", "--suite", "smoke", "--backends", "reference", "--quiet"])
+    main(["check", "--suite", "smoke", "--backend", "reference", "--quiet"])
+    assert seen == [("run", True), ("check", False)]
+    with pytest.raises(ValueError, match="only a run ends with a report"):
+        RunConfig(mode="check", report=True)
 
 
 def bar_text(shown: BarProgress) -> str:

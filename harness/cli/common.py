@@ -188,9 +188,10 @@ def claim_results(path: str | Path, run_id: str, dry_run: bool) -> Path:
     return out
 
 
-def sweep_options(args, mode: str):
+def sweep_options(args, mode: str, report: bool = False):
     """The sweep request (treebench.harness.sweep.execute.SweepOptions) of run or check, built and
-    validated once; its `out` is --out as given (run replaces it with the default path).
+    validated once; its `out` is --out as given (run replaces it with the default path); `report`:
+    an HTML report follows the sweep (RunConfig.report, which run's writing of it reads too).
 
     Raises:
         ConfigError: a bad --shard, --timer cuda_graph_loop with a cold L2, --resume without --out.
@@ -199,7 +200,7 @@ def sweep_options(args, mode: str):
     from treebench.harness.sweep.execute import SweepOptions
     from treebench.harness.sweep.shard import parse_shard
 
-    run = RunConfig(mode=mode, quiet=args.quiet, determinism=args.determinism,
+    run = RunConfig(mode=mode, quiet=args.quiet, report=report, determinism=args.determinism,
                     check_memory=not args.no_memory_check,
                     isolate=args.isolate or args.case_timeout is not None, case_timeout_s=args.case_timeout,
                     timing_mode=getattr(args, "timer", "auto"),          # run only: check times nothing

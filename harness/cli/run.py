@@ -244,7 +244,7 @@ def run(args) -> int:
     nonempty(args.out, "--out")
     nonempty(args.report, "--report")
     nonempty(args.shard, "--shard")
-    opts = sweep_options(args, "run")
+    opts = sweep_options(args, "run", report=True)   # a run ends with its report: the runner's progress says so
     suite = load_suite(args.suite)
     backends = resolve_backends(None if args.backends is None else comma_list(args.backends, option), option)
     if args.gpus:
@@ -272,12 +272,14 @@ def run(args) -> int:
     if not result.rows and args.shard:
         log.warning("no case of suite %s falls to this process (--shard %s): nothing was run", suite.name,
                     args.shard)
-    resume_flags = "" if args.report or report == default_report(out) else f" --report {report}"
-    report_due(out, report, resume_flags)   # for the line after an interrupt: the rows are in, the report next
-    with after_pairs(CONSOLE, args.quiet):  # on a terminal the bar that said "writing the report" is erased by now
-        written = _write_report(result.rows, out, report, f"treebench {suite.name}")
-    if not written:
-        code = 1
+    written = False
+    if opts.run.report:
+        resume_flags = "" if args.report or report == default_report(out) else f" --report {report}"
+        report_due(out, report, resume_flags)   # for the line after an interrupt: the rows are in, the report next
+        with after_pairs(CONSOLE, args.quiet):  # on a terminal the bar that said "writing the report" is erased
+            written = _write_report(result.rows, out, report, f"treebench {suite.name}")
+        if not written:
+            code = 1
     OUTCOME[0] = code   # the rows decide the exit code, whether or not stdout is still read
     if nothing_ran(result.rows) is None:
         warn_backends_that_ran_nothing(result.rows)

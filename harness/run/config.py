@@ -20,7 +20,8 @@ class RunConfig:
     """How run_cases runs and where its rows go.
 
     Raises:
-        ValueError: unknown mode or timing mode, or a case time limit that is not a positive number.
+        ValueError: unknown mode or timing mode, a case time limit that is not a positive number, or a
+            report asked of a check.
         ConfigError: the back-to-back timer (cuda_graph_loop) asked for with a flushed L2.
     """
 
@@ -33,6 +34,8 @@ class RunConfig:
     timing_mode: str = "auto"           # treebench.harness.timing.timers.time_callable's mode
     flush_l2: bool = True               # flush the L2 before every timed call (GPU only): cold L2; False: warm L2
     quiet: bool = False                 # no progress bar
+    report: bool = False                # an HTML report follows the last pair (treebench run's): the progress
+                                        # names it as what comes next, and the summary counts earlier rows for it
     determinism: bool = False           # run the prepared callable twice and compare the outputs bitwise
     check_memory: bool = True           # skip a pair whose predicted device memory exceeds the free memory
     isolate: bool = False               # run every pair in a worker subprocess (treebench.harness.run.isolate)
@@ -44,6 +47,8 @@ class RunConfig:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
+        if self.report and self.mode != "run":
+            raise ValueError(f"report=True with mode {self.mode!r}: only a run ends with a report")
         if self.timing_mode not in TIMING_MODES:
             raise ValueError(f"timing_mode {self.timing_mode!r} is not one of {', '.join(TIMING_MODES)}")
         if self.timing_mode == "cuda_graph_loop" and self.flush_l2:

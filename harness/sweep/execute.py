@@ -89,8 +89,9 @@ class SweepResult:
     env_id: str | None = None
     stored_note: str = ""                            # --dry-run without --resume: what --out already holds
     estimate: str = ""                               # --dry-run: how long the pairs should take, and from what
-    earlier_rows: int = 0                            # `run`, primary: rows of --out from runs other than those of
-                                                     # `rows`, counted under its lock (not a run that appends after)
+    earlier_rows: int = 0                            # RunConfig.report, primary: rows of --out from runs other than
+                                                     # those of `rows`, counted under its lock (not a run that appends
+                                                     # after)
 
 
 def _check_options(opts: SweepOptions, rank: Rank | None) -> None:
@@ -234,7 +235,7 @@ def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Co
         assert opts.out is not None  # SweepOptions: --resume needs --out
         shard_cases = select_cases(cases, opts.shard, None)  # rank 0 reports every rank's cases
         result.rows = _with_stored(opts.out, env["env_id"], shard_cases, names, result.rows, _stored(opts))
-    if result.primary and opts.out is not None and opts.run.mode == "run":   # run's summary names them
+    if result.primary and opts.out is not None and opts.run.report:   # the summary's report line names them
         result.earlier_rows = _earlier_rows(opts.out, {r["run_id"] for r in result.rows if r.get("run_id")})
     return result
 
