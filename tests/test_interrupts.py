@@ -328,6 +328,55 @@ def test_an_error_inside_the_hold_puts_the_handler_back():
     assert e.type is RuntimeError and signal.getsignal(signal.SIGINT) is before
 
 
+def test_install_handler_sets_a_handler_on_the_main_thread_and_leaves_signals_alone_off_it():
+    """`install_handler` is signal.signal with the previous handler, where one can be set; off the main
+    thread it sets nothing and says so (False), where signal.signal raises ValueError."""
+    import threading
+
+    from treebench.harness.run.inflight import install_handler
+
+    before = signal.getsignal(signal.SIGINT)
+
+    def mine(signum, frame):
+        pass
+    try:
+        assert install_handler(signal.SIGINT, mine) == (True, before) and signal.getsignal(signal.SIGINT) is mine
+    finally:
+        signal.signal(signal.SIGINT, before)
+    got = []
+    thread = threading.Thread(target=lambda: got.append(install_handler(signal.SIGINT, mine)))
+    thread.start()
+    thread.join()
+    assert got == [(False, None)] and signal.getsignal(signal.SIGINT) is before
+
+
+def test_off_the_main_thread_the_cli_and_its_interrupt_blocks_set_no_handler(monkeypatch, capsys):
+    """An application that runs `main` (SIGTERM), `interrupts_held` and `interrupts_noted` (SIGINT) on
+    another thread: each goes through `install_handler`, sets nothing there and runs as it would."""
+    import threading
+
+    from treebench.harness.run import inflight
+
+    calls, done = [], []
+    real = inflight.install_handler
+
+    def counted(signum, handler):
+        calls.append(signal.Signals(signum).name)
+        return real(signum, handler)
+    monkeypatch.setattr(inflight, "install_handler", counted)
+    before = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
+
+    def work():
+        with inflight.interrupts_held(), inflight.interrupts_noted():
+            done.append(main(["tree", "chain:1"]))
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    assert done == [0] and "chain:1" in capsys.readouterr().out
+    assert sorted(calls) == ["SIGINT"] * 3 + ["SIGTERM"]   # the two blocks, main's hold (none held), its SIGTERM
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
 @pytest.mark.parametrize("failing", [False, True])
 def test_the_console_entry_puts_the_sigint_handler_back(monkeypatch, capsys, failing):
     """`treebench.main` holds SIGINT from its first line; the CLI's start-up ends the hold, and an

@@ -231,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     _exit_ignores_interrupts()
     try:   # these imports load torch: seconds of start-up, with Ctrl-C held until their end
-        from treebench.harness.run.inflight import PROGRESS, REPORT_DUE, UNWRITTEN, enable_crash_report, interrupts_held
+        from treebench.harness.run.inflight import (PROGRESS, REPORT_DUE, UNWRITTEN, enable_crash_report,
+                                                    install_handler, interrupts_held)
         with interrupts_held():
             if argv and argv[0] not in TOP_OPTIONS and not _asks_help(argv):   # a subcommand loads torch: here
                 importlib.import_module("torch")
@@ -244,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     OUTCOME[0] = ACTIVE_OUT[0] = ACTIVE_RUN_ID[0] = CREATED_OUT[0] = NOTHING_WRITTEN[0] = None
     PROGRESS[0] = UNWRITTEN[0] = REPORT_DUE[0] = None
     OUTPUTS.clear()
-    previous = _install(signal.SIGTERM, _on_sigterm)
+    installed, previous = install_handler(signal.SIGTERM, _on_sigterm)
     name = None
     try:
         name, args = _parse(argv)
@@ -268,8 +269,8 @@ def main(argv: list[str] | None = None) -> int:
         return _not_written(e)
     finally:
         _drop_unwritten_out()   # an error or a crash of the sweep: a file it created and left empty goes
-        if previous is not None:
-            _install(signal.SIGTERM, previous)
+        if installed and previous is not None:   # None: a handler set outside Python, not to be put back
+            install_handler(signal.SIGTERM, previous)
 
 
 def one_line(message: str, longest: int = 240) -> str:
@@ -279,14 +280,6 @@ def one_line(message: str, longest: int = 240) -> str:
     keep = longest // 2 - 20
     return " ".join(w if len(w) <= longest else f"{w[:keep]}…[{len(w) - 2 * keep} characters]…{w[-keep:]}"
                     for w in message.split())
-
-
-def _install(signum: int, handler):
-    """signal.signal(signum, handler); the previous handler, or None off the main thread."""
-    try:
-        return signal.signal(signum, handler)
-    except ValueError:   # not the main thread (an embedding application): leave signals alone
-        return None
 
 
 def _drop_unwritten_out() -> Path | None:

@@ -2,7 +2,7 @@
 (`PROGRESS`), whether its results file holds a row of it yet (`UNWRITTEN`) and, once its
 last row is written, whether the run's report is (`REPORT_DUE`), for the line after an
 interrupt; Ctrl-C held while the CLI starts (`interrupts_held`), and noted while a report is
-written or the gate runs (`interrupts_noted`).
+written or the gate runs (`interrupts_noted`); a signal handler set where one can be (`install_handler`).
 
 A backend that segfaults (or aborts, or dies of any fatal signal) outside
 ``--isolate`` takes the whole process with it: no Python code runs after the
@@ -176,6 +176,16 @@ def enable_crash_report() -> bool:
     return True
 
 
+def install_handler(signum: int, handler) -> tuple[bool, object]:
+    """`signal.signal(signum, handler)` where a handler can be set: (True, the handler it replaced,
+    None for one set outside Python); off the main thread (an embedding application), where none
+    can be, signals are left alone: (False, None). Raises nothing of its own."""
+    try:
+        return True, signal.signal(signum, handler)
+    except ValueError:   # not the main thread
+        return False, None
+
+
 def hold_interrupts() -> bool:
     """Holds SIGINT: from now until `release_interrupts`, a Ctrl-C only records that it came.
     Nothing changes when it is held already, or off the main thread (no handler can be set there).
@@ -185,9 +195,8 @@ def hold_interrupts() -> bool:
     """
     if _HELD:
         return True
-    try:
-        previous = signal.signal(signal.SIGINT, _record)
-    except ValueError:   # not the main thread (an embedding application): leave signals alone
+    installed, previous = install_handler(signal.SIGINT, _record)
+    if not installed:
         return False
     _HELD[:] = [previous, False]
     return True
@@ -262,9 +271,8 @@ def interrupts_noted() -> Iterator[None]:
         if not (came and isinstance(args.exc_value, KeyboardInterrupt)):
             hook(args)
 
-    try:
-        previous = signal.signal(signal.SIGINT, note)
-    except ValueError:   # not the main thread (an embedding application): leave signals alone
+    installed, previous = install_handler(signal.SIGINT, note)
+    if not installed:
         yield
         return
     hook, sys.unraisablehook = sys.unraisablehook, unraisable
