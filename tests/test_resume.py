@@ -315,3 +315,20 @@ def test_a_resume_with_nothing_left_to_run_says_so(suite, tmp_path, capsys):
     assert main(argv) == 0
     err = capsys.readouterr().err.splitlines()
     assert f"INFO     nothing to run: all {N_CASES} pairs already stored in {out}" in err, err
+
+
+@pytest.mark.parametrize("backend, code", [("Exact", 0), ("Raises", 1)])
+def test_a_check_resume_with_nothing_left_to_run_says_so(suite, tmp_path, capsys, backend, code):
+    """A check --resume that finds every case stored says so as run's does (one INFO line on stderr,
+    counting cases: a check has one backend) and exits as the stored rows decide; one that runs a case,
+    and one given --quiet, do not say it."""
+    out = tmp_path / "r.jsonl"
+    argv = ["check", "--suite", str(suite), "--backend", f"{FAULTS}:{backend}", "--out", str(out), "--resume"]
+    assert main(argv) == code
+    assert "nothing to run" not in capsys.readouterr().err
+    assert main(argv) == code
+    err = capsys.readouterr().err.splitlines()
+    assert [line for line in err if "nothing to run" in line] == [
+        f"INFO     nothing to run: all {N_CASES} cases already stored in {out}"], err
+    assert main([*argv, "--quiet"]) == code
+    assert "nothing to run" not in capsys.readouterr().err

@@ -101,6 +101,8 @@ def run(args) -> int:
     if not rows:
         log.warning("no case to run here (--shard): nothing was checked")
     OUTCOME[0] = code = exit_code(result, args.determinism, args.allow_skip)  # kept if stdout closes early
+    if args.resume and out is not None and (left := result.nothing_left(out, "case")):
+        log.info("%s", left)   # the exit code is the stored rows': 0 where they all passed
     print_summary(rows, f"treebench check: suite {suite.name}, backend {rows[0]['backend'] if rows else args.backend}")
     if built is not None:
         _print_coverage(rows, built.coverage)

@@ -232,7 +232,6 @@ def run(args) -> int:
     from treebench.harness.run.progress import after_pairs
     from treebench.harness.store.paths import default_report
     from treebench.harness.sweep.execute import execute
-    from treebench.harness.sweep.shard import torchrun_rank
 
     if args.dry_run:
         NOTHING_WRITTEN[0] = DRY_RUN_WRITES_NOTHING   # what the line after Ctrl-C says
@@ -267,8 +266,8 @@ def run(args) -> int:
     if not result.primary:
         return 0  # torchrun rank > 0: rank 0 merges, reports and sets the exit code
     code = exit_code(result, args.determinism, args.allow_skip)
-    if args.resume and not result.planned and result.resumed and torchrun_rank() is None:
-        log.info("nothing to run: all %s already stored in %s", plural(result.resumed, "pair"), out)
+    if args.resume and (left := result.nothing_left(out)):
+        log.info("%s", left)
     if not result.rows and args.shard:
         log.warning("no case of suite %s falls to this process (--shard %s): nothing was run", suite.name,
                     args.shard)

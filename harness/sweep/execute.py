@@ -93,6 +93,14 @@ class SweepResult:
                                                      # those of `rows`, counted under its lock (not a run that appends
                                                      # after)
 
+    def nothing_left(self, out: Path, unit: str = "pair") -> str | None:
+        """A --resume's line where every pair of this process was stored already, outside torchrun (whose
+        other ranks may have run some): 'nothing to run: all 12 pairs already stored in OUT', `unit` naming
+        what is counted (a one-backend check's pairs are its cases); None where a pair ran or none was stored."""
+        if self.planned or not self.resumed or torchrun_rank() is not None:
+            return None
+        return f"nothing to run: all {plural(self.resumed, unit)} already stored in {out}"
+
 
 def _check_options(opts: SweepOptions, rank: Rank | None) -> None:
     """Raises ConfigError for what the torchrun environment rules out."""
