@@ -879,3 +879,24 @@ def test_a_resume_keeps_the_report_of_another_results_file_of_the_same_name(tiny
     assert main(_run(tiny, "--out", "w/r.jsonl", "--resume")) == 0
     out, err = capsys.readouterr()
     assert "report: reports/local/r.html" in out.splitlines() and "is kept" not in err, (out, err)
+
+
+def test_a_resume_keeps_a_report_that_does_not_record_its_results(tiny, tmp_path, monkeypatch, capsys):
+    """Where --resume's default report is one made before reports recorded their results files (no
+    treebench-results tag), the warning says that it does not record them, not that it is another
+    file's report: it is kept, and this run's report is <name>-2.html."""
+    import re
+
+    monkeypatch.chdir(tmp_path)
+    old = tmp_path / "reports/local/r.html"
+    assert main(_run(tiny, "--out", "w/r.jsonl", "--resume")) == 0
+    old.write_text(re.sub(r'<meta name="treebench-results" content="[^"]*">', "", old.read_text()))
+    before = old.read_bytes()
+    capsys.readouterr()
+    assert main(_run(tiny, "--out", "w/r.jsonl", "--resume")) == 0
+    out, err = capsys.readouterr()
+    assert "report: reports/local/r-2.html" in out.splitlines(), out
+    assert [line for line in err.splitlines() if "is kept" in line] == [
+        "WARNING  reports/local/r.html does not record which results file it was made from, so it is kept: this "
+        "run's report is reports/local/r-2.html"], err
+    assert old.read_bytes() == before

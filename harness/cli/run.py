@@ -127,18 +127,21 @@ def _report_path(path: str | None, suite: str, out: str | Path | None = None, st
         ConfigError: not an .html/.htm path, an existing file that is not HTML, the --out file,
             a directory, or a folder that cannot be made or written.
     """
-    from treebench.harness.store.paths import (REPORTS, check_html_writable, default_report, resume_report,
-                                               unused_path)
+    from treebench.harness.store.paths import (REPORTS, check_html_writable, default_report, report_results,
+                                               resume_report, unused_path)
 
     run_id = stamp_text or stamp()
     default = REPORTS / f"{suite}-{run_id}.html"
     if path:
         p = Path(path)
     elif resume and out is not None:
-        p = resume_report(out)
-        if p != default_report(out) and probe:
+        p, there = resume_report(out), default_report(out)
+        if p != there and probe and report_results(there) is None:   # a report made before they were recorded
+            log.warning("%s does not record which results file it was made from, so it is kept: this run's "
+                        "report is %s", there, p)
+        elif p != there and probe:
             log.warning("%s is the report of other results than %s, and is kept: this run's report is %s",
-                        default_report(out), out, p)
+                        there, out, p)
     else:
         p = unused_path(default)
         if p != default and probe:
