@@ -132,14 +132,6 @@ class KernelOptions:
             the producer's the wait for free fp8 slots; 1 pair took 0.92-0.95x of 3 there and
             0.97x on the 27-node tree (`results/h100/kernel/fp8-ws1-fences.txt`,
             `fp8-ws-fences.txt`). No effect on bf16 / fp16 pools or the tl kernel.
-        ws_fp8_split: the warp-specialised kernel over float8_e4m3fn pools with bf16 queries and one
-            converter warpgroup: the consumers run Q K^T as two fp8 wgmmas straight over the K codes
-            that TMA landed, against Q split into two e4m3 terms per element
-            (`tree_attention_ws_fp8.split_q`: each row scaled by a power of 2, exact for elements
-            within 2^-9 of the row's largest |q|, the rest within 2^-16 of it), and the converter
-            converts V alone. fp8 wgmmas accumulate Q K^T at the tensor cores' fp8 precision
-            (coarser than fp32). False (default): K converted like V, 16-bit wgmmas. No effect on
-            other pools, queries or the tl kernel (its own: fp8_path="split").
     Raises:
         ConfigError: a field of the wrong type (see `__post_init__`).
     """
@@ -157,7 +149,6 @@ class KernelOptions:
     fp8_path: str = "fp16"               # tl kernel, fp8 pools: "fp16", "cvt", "split", "cast" or "bits" (FP8_PATHS)
     ws_fp8: bool = True                  # fp8 pools in the warp-specialised kernel (a converter warpgroup)
     ws_fp8_fences: int = 1               # the fp8 converter's fence + barrier pairs per K/V tile: 1, 2 or 3
-    ws_fp8_split: bool = False           # warp-specialised, e4m3 pools, bf16 Q: Q K^T as fp8 wgmmas over K's codes
 
     def __post_init__(self) -> None:
         """Checks every field's type.
@@ -165,7 +156,7 @@ class KernelOptions:
         Raises:
             ConfigError: kv_desc, ws_pipe, pdl, early_first or short_build not None / True / False;
                 short_build=True with kv_desc=True (the short build has no context loop to load by TMA);
-                ws_persist, page_gather, ws_page_tma, ws_gather, ws_fp8 or ws_fp8_split not a bool;
+                ws_persist, page_gather, ws_page_tma, ws_gather or ws_fp8 not a bool;
                 ws3_pipe_min_tiles not a
                 positive integer; fp8_path not one of `FP8_PATHS`; ws_fp8_fences not 1, 2 or 3. The message names the
                 field and the value.
@@ -177,7 +168,7 @@ class KernelOptions:
         if self.short_build is True and self.kv_desc is True:
             raise ConfigError("KernelOptions short_build=True with kv_desc=True: the short build has no context loop "
                               "to load by TMA (pass kv_desc=None or False)")
-        for name in ("ws_persist", "page_gather", "ws_page_tma", "ws_gather", "ws_fp8", "ws_fp8_split"):
+        for name in ("ws_persist", "page_gather", "ws_page_tma", "ws_gather", "ws_fp8"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"KernelOptions {name}={getattr(self, name)!r}: must be True or False")
         if self.fp8_path not in FP8_PATHS:

@@ -305,12 +305,9 @@ class TreeAttention:
         # the warp-specialised kernel's intra-warpgroup pipelining (None on the tl kernel)
         self.ws_pipe = ((cfg.ws_pipe_for(self.plan.tiles_per_split, opts.ws3_pipe_min_tiles)
                          if opts.ws_pipe is None else opts.ws_pipe) if self.ws else None)
-        # Q K^T as fp8 wgmmas over K's codes (KernelOptions.ws_fp8_split): e4m3 pools, bf16 Q, one converter
-        self.ws_fp8_split = (self.ws and opts.ws_fp8_split and inputs.k_cache.dtype == torch.float8_e4m3fn
-                             and inputs.q.dtype == torch.bfloat16 and cfg.fp8_converters == 1)
         self._launches = self._build_ws_launches(ts) if self.ws else self._build_launches(ls, ts)
         self.kernel = f"{'ws' if self.ws else 'tl'} {self._page_path()} splits={self.plan.num_splits}" + \
-            (f" {self.short_build}" if self.short_build else "") + (" fp8-qk" if self.ws_fp8_split else "")
+            (f" {self.short_build}" if self.short_build else "")
         self()                                   # warm-up: compiles
         self.fast_launch = fast_launch and not interpreting() and verify_fast_path(self._launches, self)
 
@@ -446,7 +443,7 @@ class TreeAttention:
                  PIPE=self.ws_pipe, GATHER=gather, K=kc if gather else None, V=vc if gather else None,
                  F8_STAGES=cfg.fp8_stages, CONVERTER_REGS=WS_CONVERTER_REGS if fp8 else 0,
                  CVT_FENCES=self.options.ws_fp8_fences if fp8 else 1,
-                 CONVERTERS=cfg.fp8_converters, QK_FP8=self.ws_fp8_split),   # every constexpr
+                 CONVERTERS=cfg.fp8_converters),   # every constexpr
             dict(num_warps=4, maxnreg=cfg.max_regs))
         if not split:
             return [fwd]

@@ -64,7 +64,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 
 from treebench.kernels.tree_attention_gather import GATHER_THREADS, GATHER_WARPS
-from treebench.kernels.tree_attention_ws_fp8 import mma_smem_layout, split_q
+from treebench.kernels.tree_attention_ws_fp8 import mma_smem_layout
 from treebench.kernels.tree_attention_ws_load import item_request, item_tiles, producer, ws_converter, ws_producer
 from treebench.kernels.tree_attention_ws_softmax import next_words, rescale, softmax_tile, tile_mask
 
@@ -80,10 +80,9 @@ def _load_layout(d):
 
 
 @gluon.constexpr_function
-def _mma_layout(n, k=16):
-    """wgmma accumulator layout of a (64, n) tile over one warpgroup; k: the instruction's depth
-    (16 for 16-bit operands, 32 for fp8 ones; the accumulator's distribution is the same)."""
-    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, n, k])
+def _mma_layout(n):
+    """wgmma accumulator layout of a (64, n) tile over one warpgroup."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, n, 16])
 
 
 @gluon.jit
@@ -120,63 +119,25 @@ def _wait_landed(bar, phase, GATHER: gl.constexpr):
 
 
 @gluon.jit
-def _wait_k(k_ready, f8q, pos, STAGES: gl.constexpr, F8_STAGES: gl.constexpr, QK_FP8: gl.constexpr):
-    """Waits for ring position pos's K tile: its codes in the fp8 ring with QK_FP8
-    (f8q = (q8, k8_bufs, k8_ready, kv8_empty)), else the consumers' ring's tile. No fence:
-    the tiles the consumers read are TMA's, or the converter's behind its own fence."""
-    if QK_FP8:
-        mbarrier.wait(f8q[2].index(pos % F8_STAGES), (pos // F8_STAGES) & 1)
-    else:
-        mbarrier.wait(k_ready.index(pos % STAGES), (pos // STAGES) & 1)
-
-
-@gluon.jit
-def _issue_qk(q_wg, k_bufs, f8q, pos, s0, STAGES: gl.constexpr, F8_STAGES: gl.constexpr, QK_FP8: gl.constexpr):
-    """Issues ring position pos's Q K^T (async; returns its token). QK_FP8: two fp8 wgmmas,
-    Q's e4m3 terms (`split_q`) against the K codes in the fp8 ring; else one wgmma."""
-    if QK_FP8:
-        k = f8q[1].index(pos % F8_STAGES).permute((1, 0))
-        s = warpgroup_mma(f8q[0].index(0), k, s0, use_acc=False, is_async=True)
-        s = warpgroup_mma(f8q[0].index(1), k, s, is_async=True)
-    else:
-        s = warpgroup_mma(q_wg, k_bufs.index(pos % STAGES).permute((1, 0)), s0, use_acc=False, is_async=True)
-    return s
-
-
-@gluon.jit
-def _release_k(f8q, pos, F8_STAGES: gl.constexpr, QK_FP8: gl.constexpr):
-    """QK_FP8: this warpgroup's Q K^T of ring position pos is done, so its share of the fp8 slot is
-    free (kv8_empty counts the converter and every consumer). Otherwise K goes with V (kv_empty)."""
-    if QK_FP8:
-        mbarrier.arrive(f8q[3].index(pos % F8_STAGES), count=1)
-
-
-@gluon.jit
 def _tile_step(q_wg, k_bufs, v_bufs, k_ready, v_ready, kv_empty, pos, t, s0, acc, m_i, l_i, words, qk_scale, mctx,
                STAGES: gl.constexpr, BLOCK_N: gl.constexpr, MASK_MODE: gl.constexpr, MASKED: gl.constexpr,
-               s_layout: gl.constexpr, o_layout: gl.constexpr, GATHER: gl.constexpr, f8q,
-               F8_STAGES: gl.constexpr, QK_FP8: gl.constexpr):
+               s_layout: gl.constexpr, o_layout: gl.constexpr, GATHER: gl.constexpr):
     """KV tile t at ring position pos, in turn: Q K^T, softmax, P V, release. MASKED:
     `words` are tile t's bitmask words, and tile t + 1's are loaded while Q K^T runs.
-    GATHER: the tiles are cp.async gathers (`_wait_landed`). QK_FP8: Q K^T over the fp8 ring's
-    codes (`_issue_qk`), qk_scale one per row. Returns (acc, m_i, l_i, words)."""
+    GATHER: the tiles are cp.async gathers (`_wait_landed`). Returns (acc, m_i, l_i, words)."""
     st = pos % STAGES
     ph = (pos // STAGES) & 1
-    if QK_FP8:
-        _wait_k(k_ready, f8q, pos, STAGES, F8_STAGES, QK_FP8)
-    else:
-        _wait_landed(k_ready.index(st), ph, GATHER)
-    s = _issue_qk(q_wg, k_bufs, f8q, pos, s0, STAGES, F8_STAGES, QK_FP8)
+    _wait_landed(k_ready.index(st), ph, GATHER)
+    s = warpgroup_mma(q_wg, k_bufs.index(st).permute((1, 0)), s0, use_acc=False, is_async=True)
     if MASKED:
         allowed_words = words
         words = next_words(t + 1, words, mctx, BLOCK_N, MASK_MODE)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-    _release_k(f8q, pos, F8_STAGES, QK_FP8)
     if MASKED:
         allowed, bias = tile_mask(s_layout, t, allowed_words, mctx, BLOCK_N, MASK_MODE)
-        p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, qk_scale, allowed, bias, MASK_MODE, True, QK_FP8)
+        p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, qk_scale, allowed, bias, MASK_MODE, True)
     else:
-        p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, qk_scale, 0, 0.0, MASK_MODE, False, QK_FP8)
+        p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, qk_scale, 0, 0.0, MASK_MODE, False)
     acc = rescale(acc, gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)))
     pa = gl.convert_layout(p.to(k_bufs.dtype), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
     _wait_landed(v_ready.index(st), ph, GATHER)
@@ -190,25 +151,21 @@ def _tile_step(q_wg, k_bufs, v_bufs, k_ready, v_ready, kv_empty, pos, t, s0, acc
 def _ws_consumer(prm, ptrs, smem, v_scale, WG: gl.constexpr, HKV: gl.constexpr, G: gl.constexpr, D: gl.constexpr,
                  P: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASK_MODE: gl.constexpr,
                  SPLIT: gl.constexpr, WRITE_LSE: gl.constexpr, PIPE: gl.constexpr, NUM_WG: gl.constexpr,
-                 GATHER: gl.constexpr, f8q=None, F8_STAGES: gl.constexpr = 0, QK_FP8: gl.constexpr = False):
+                 GATHER: gl.constexpr):
     """One warpgroup: rows [m0 + 64 WG, m0 + 64 WG + 64) of each of this program's work
     items, over every tile of the item. PIPE: FlashAttention-3's intra-warpgroup
     pipelining (its Algorithm 2): tile j's Q K^T is issued before tile j - 1's P V, and
     tile j's softmax runs while that P V is on the tensor cores; else each tile's Q K^T,
     softmax and P V in turn. smem's tiles are in the MMA dtype (Q's); with an fp8 pool the
     converter fills them and v_scale (fp32) multiplies the normalised output (None otherwise).
-    GATHER: the ring's tiles are cp.async gathers, fenced after each ready wait (`_wait_landed`).
-    QK_FP8 (e4m3 pools, bf16 Q, `KernelOptions.ws_fp8_split`): f8q = (q8 (NUM_WG * 2, 64, D) e4m3,
-    k8_bufs, k8_ready, kv8_empty); each item's Q rows are split into two e4m3 terms (`split_q`),
-    Q K^T reads K's codes in the fp8 ring (released on kv8_empty once done) and only V comes
-    through the converter; each row's power of 2 joins qk_scale."""
+    GATHER: the ring's tiles are cp.async gathers, fenced after each ready wait (`_wait_landed`)."""
     m_tiles, num_splits, tiles_per_split, qk_scale, n_items = prm
     (Q, BT, CTX_LENS, QO, MASK, BIAS, O, LSE, O_PART, LSE_PART, K_DESC, V_DESC,
      stride_qt, stride_qh, stride_bt, stride_mw, stride_bias, stride_ps) = ptrs
     q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, fix_bar = smem
     dtype: gl.constexpr = k_bufs.dtype          # the MMA dtype: the pool's, or Q's over fp8 codes
     ld_layout: gl.constexpr = _load_layout(D)
-    s_layout: gl.constexpr = _mma_layout(BLOCK_N, 32 if QK_FP8 else 16)   # Q K^T's accumulator
+    s_layout: gl.constexpr = _mma_layout(BLOCK_N)
     o_layout: gl.constexpr = _mma_layout(D)
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
@@ -229,12 +186,6 @@ def _ws_consumer(prm, ptrs, smem, v_scale, WG: gl.constexpr, HKV: gl.constexpr, 
         nxt_L, nxt_qo, nxt_T = item_request(gl.minimum(nxt, n_items - 1), CTX_LENS, QO, m_tiles, num_splits, HKV)
         async_copy.wait_group(0)                # this item's Q rows (issued during the last item)
         fence_async_shared()                    # cp.async's writes before the wgmma reads them
-        if QK_FP8:                              # Q as two e4m3 terms; each row's power of 2 into its scale
-            qk = qk_scale * split_q(q_wg, f8q[0].slice(2 * WG, 2), ld_layout, row_s)
-            f8w = (f8q[0].slice(2 * WG, 2), f8q[1], f8q[2], f8q[3])
-        else:
-            qk = qk_scale
-            f8w = f8q
 
         rows = m0 + WG * 64 + gl.arange(0, 64, layout=row_s)
         node = rows // G
@@ -259,24 +210,21 @@ def _ws_consumer(prm, ptrs, smem, v_scale, WG: gl.constexpr, HKV: gl.constexpr, 
         if PIPE:
             p_prev = gl.zeros([64, BLOCK_N], dtype, layout=p_layout)
             if nc > 0:                          # prologue: tile 0's Q K^T and softmax
-                if QK_FP8:
-                    _wait_k(k_ready, f8w, it, STAGES, F8_STAGES, QK_FP8)
-                else:
-                    _wait_landed(k_ready.index(it % STAGES), (it // STAGES) & 1, GATHER)
-                s = _issue_qk(q_wg, k_bufs, f8w, it, s0, STAGES, F8_STAGES, QK_FP8)
+                st = it % STAGES
+                _wait_landed(k_ready.index(st), (it // STAGES) & 1, GATHER)
+                s = warpgroup_mma(q_wg, k_bufs.index(st).permute((1, 0)), s0, use_acc=False, is_async=True)
                 s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-                _release_k(f8w, it, F8_STAGES, QK_FP8)
-                p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, qk, 0, 0.0, MASK_MODE, False, QK_FP8)
+                p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, qk_scale, 0, 0.0, MASK_MODE, False)
                 p_prev = gl.convert_layout(p.to(dtype), p_layout)
             for j in range(1, nc):
+                st = (it + j) % STAGES
                 sp = (it + j - 1) % STAGES
-                _wait_k(k_ready, f8w, it + j, STAGES, F8_STAGES, QK_FP8)
+                mbarrier.wait(k_ready.index(st), ((it + j) // STAGES) & 1)
                 _wait_landed(v_ready.index(sp), ((it + j - 1) // STAGES) & 1, GATHER)   # one fence for both
-                s_tok = _issue_qk(q_wg, k_bufs, f8w, it + j, s0, STAGES, F8_STAGES, QK_FP8)
+                s_tok = warpgroup_mma(q_wg, k_bufs.index(st).permute((1, 0)), s0, use_acc=False, is_async=True)
                 acc_tok = warpgroup_mma(p_prev, v_bufs.index(sp), acc, is_async=True)
                 s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))      # Q K^T of tile j done
-                _release_k(f8w, it + j, F8_STAGES, QK_FP8)
-                p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, qk, 0, 0.0, MASK_MODE, False, QK_FP8)
+                p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, qk_scale, 0, 0.0, MASK_MODE, False)
                 acc, p_prev = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, p_prev))
                 mbarrier.arrive(kv_empty.index(sp), count=1)
                 acc = rescale(acc, gl.convert_layout(alpha, row_o))
@@ -292,17 +240,16 @@ def _ws_consumer(prm, ptrs, smem, v_scale, WG: gl.constexpr, HKV: gl.constexpr, 
         else:
             for j in range(0, nc):
                 acc, m_i, l_i, words = _tile_step(q_wg, k_bufs, v_bufs, k_ready, v_ready, kv_empty, it + j, t_lo + j,
-                                                  s0, acc, m_i, l_i, words, qk, mctx, STAGES, BLOCK_N, MASK_MODE,
-                                                  False, s_layout, o_layout, GATHER, f8w, F8_STAGES, QK_FP8)
+                                                  s0, acc, m_i, l_i, words, qk_scale, mctx, STAGES, BLOCK_N, MASK_MODE,
+                                                  False, s_layout, o_layout, GATHER)
             words = next_words(t_lo + nc, words, mctx, BLOCK_N, MASK_MODE)
         for j in range(nc, n):                  # the tiles overlapping [L, S): masked, one at a time
             acc, m_i, l_i, words = _tile_step(q_wg, k_bufs, v_bufs, k_ready, v_ready, kv_empty, it + j, t_lo + j, s0,
-                                              acc, m_i, l_i, words, qk, mctx, STAGES, BLOCK_N, MASK_MODE, True,
-                                              s_layout, o_layout, GATHER, f8w, F8_STAGES, QK_FP8)
+                                              acc, m_i, l_i, words, qk_scale, mctx, STAGES, BLOCK_N, MASK_MODE, True,
+                                              s_layout, o_layout, GATHER)
         for j in range(n, t_hi - t_lo):         # an idle warpgroup: release each slot once it has landed
             st = (it + j) % STAGES
-            _wait_k(k_ready, f8w, it + j, STAGES, F8_STAGES, QK_FP8)
-            _release_k(f8w, it + j, F8_STAGES, QK_FP8)
+            mbarrier.wait(k_ready.index(st), ((it + j) // STAGES) & 1)
             mbarrier.wait(v_ready.index(st), ((it + j) // STAGES) & 1)
             mbarrier.arrive(kv_empty.index(st), count=1)
         it += t_hi - t_lo
@@ -348,7 +295,7 @@ def tree_attn_ws_kernel(
     NUM_WG: gl.constexpr, STAGES: gl.constexpr, MASK_MODE: gl.constexpr, SPLIT: gl.constexpr,
     WRITE_LSE: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, PIPE: gl.constexpr = True,
     GATHER: gl.constexpr = False, K=None, V=None, F8_STAGES: gl.constexpr = 0, CONVERTER_REGS: gl.constexpr = 0,
-    CVT_FENCES: gl.constexpr = 1, CONVERTERS: gl.constexpr = 1, QK_FP8: gl.constexpr = False,
+    CVT_FENCES: gl.constexpr = 1, CONVERTERS: gl.constexpr = 1,
 ):
     """Grid: (programs,), each program taking work items pid, pid + programs, ... of the
     n_items = B * HKV * num_splits * m_tiles (M-tile fastest); programs = n_items gives one
@@ -381,10 +328,7 @@ def tree_attn_ws_kernel(
     tile once into the consumers' STAGES-deep ring in Q's dtype (`tree_attention_ws_fp8`, with
     CVT_FENCES fence-barrier pairs per tile; CONVERTERS 2: one converter warpgroup for K, one for
     V, NUM_WG 1 only);
-    qk_scale then holds k_scale and v_scale scales the output. QK_FP8 (float8_e4m3fn pools, bf16 Q,
-    one converter): the consumers run Q K^T as two fp8 wgmmas straight over the fp8 ring's K codes
-    against Q split into two e4m3 terms (`tree_attention_ws_fp8.split_q`), and the converter
-    converts V alone; the consumers' ring then holds no K tiles."""
+    qk_scale then holds k_scale and v_scale scales the output."""
     if GATHER:                                  # bf16 / fp16 pools (fp8 pools take the TMA paths)
         dtype: gl.constexpr = K.dtype.element_ty
         smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D], dtype)
@@ -404,12 +348,8 @@ def tree_attn_ws_kernel(
     PRODUCER_WARPS: gl.constexpr = GATHER_WARPS if GATHER else 1
     READY_COUNT: gl.constexpr = GATHER_THREADS if GATHER else 1   # cp.async: one arrival per producer thread
     q_smem = gl.allocate_shared_memory(dtype, [NUM_WG, 64, D], smem_layout)
+    k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], smem_layout)
     v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], smem_layout)
-    if QK_FP8:                                  # K is read as codes from the fp8 ring: no converted K tiles
-        gl.static_assert(FP8 and CONVERTERS == 1, "QK_FP8: an fp8 pool and one converter")
-        k_bufs = v_bufs                         # (never read or written)
-    else:
-        k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], smem_layout)
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -435,17 +375,8 @@ def tree_attn_ws_kernel(
         for i in gl.static_range(F8_STAGES):
             mbarrier.init(k8_ready.index(i), count=1)
             mbarrier.init(v8_ready.index(i), count=1)
-            # every converter releases the slot, and with QK_FP8 every consumer too (it reads K there)
-            mbarrier.init(kv8_empty.index(i), count=CONVERTERS + NUM_WG if QK_FP8 else CONVERTERS)
+            mbarrier.init(kv8_empty.index(i), count=CONVERTERS)   # every converter releases the slot
         ring8 = (k8_bufs, v8_bufs, k8_ready, v8_ready, kv8_empty)
-        if QK_FP8:                              # each consumer's Q as two e4m3 terms
-            q8_smem = gl.allocate_shared_memory(gl.float8e4nv, [NUM_WG * 2, 64, D],
-                                                mma_smem_layout(64, D, gl.float8e4nv))
-            f8q = (q8_smem, k8_bufs, k8_ready, kv8_empty)
-            CVT_SIDE: gl.constexpr = 2          # the converter's V side alone
-        else:                                   # (unused: a partition's arguments cannot be None)
-            f8q = (q_smem, k8_bufs, k8_ready, kv8_empty)
-            CVT_SIDE: gl.constexpr = 0
         smem8 = (q_smem, k8_bufs, v8_bufs, k8_ready, v8_ready, kv8_empty, fix_bar)   # the producer's ring
         if CONVERTERS == 2:
             gl.static_assert(NUM_WG == 1, "two converter warpgroups: NUM_WG 1")
@@ -462,20 +393,18 @@ def tree_attn_ws_kernel(
         elif NUM_WG == 1:
             gl.warp_specialize([
                 (_ws_consumer, (prm, ptrs, smem, v_scale, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT,
-                                WRITE_LSE, PIPE, NUM_WG, GATHER, f8q, F8_STAGES, QK_FP8)),
-                (ws_converter, (prm, ptrs, smem, ring8, HKV, G, BLOCK_N, D, STAGES, F8_STAGES, NUM_WG, CVT_FENCES,
-                                CVT_SIDE)),
+                                WRITE_LSE, PIPE, NUM_WG, GATHER)),
+                (ws_converter, (prm, ptrs, smem, ring8, HKV, G, BLOCK_N, D, STAGES, F8_STAGES, NUM_WG, CVT_FENCES)),
                 (ws_producer, (prm, ptrs, smem8, 0, HKV, G, D, P, BLOCK_N, F8_STAGES, MASK_MODE, SPLIT, WRITE_LSE,
                                 PIPE, NUM_WG)),
             ], [4, 1], [CONVERTER_REGS, PRODUCER_REGS])
         elif NUM_WG == 2:
             gl.warp_specialize([
                 (_ws_consumer, (prm, ptrs, smem, v_scale, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT,
-                                WRITE_LSE, PIPE, NUM_WG, GATHER, f8q, F8_STAGES, QK_FP8)),
+                                WRITE_LSE, PIPE, NUM_WG, GATHER)),
                 (_ws_consumer, (prm, ptrs, smem, v_scale, 1, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT,
-                                WRITE_LSE, PIPE, NUM_WG, GATHER, f8q, F8_STAGES, QK_FP8)),
-                (ws_converter, (prm, ptrs, smem, ring8, HKV, G, BLOCK_N, D, STAGES, F8_STAGES, NUM_WG, CVT_FENCES,
-                                CVT_SIDE)),
+                                WRITE_LSE, PIPE, NUM_WG, GATHER)),
+                (ws_converter, (prm, ptrs, smem, ring8, HKV, G, BLOCK_N, D, STAGES, F8_STAGES, NUM_WG, CVT_FENCES)),
                 (ws_producer, (prm, ptrs, smem8, 0, HKV, G, D, P, BLOCK_N, F8_STAGES, MASK_MODE, SPLIT, WRITE_LSE,
                                 PIPE, NUM_WG)),
             ], [4, 4, 1], [CONSUMER_REGS, CONVERTER_REGS, PRODUCER_REGS])
@@ -483,13 +412,12 @@ def tree_attn_ws_kernel(
             gl.static_assert(NUM_WG == 3, "NUM_WG: 1, 2 or 3 consumer warpgroups")
             gl.warp_specialize([
                 (_ws_consumer, (prm, ptrs, smem, v_scale, 0, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT,
-                                WRITE_LSE, PIPE, NUM_WG, GATHER, f8q, F8_STAGES, QK_FP8)),
+                                WRITE_LSE, PIPE, NUM_WG, GATHER)),
                 (_ws_consumer, (prm, ptrs, smem, v_scale, 1, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT,
-                                WRITE_LSE, PIPE, NUM_WG, GATHER, f8q, F8_STAGES, QK_FP8)),
+                                WRITE_LSE, PIPE, NUM_WG, GATHER)),
                 (_ws_consumer, (prm, ptrs, smem, v_scale, 2, HKV, G, D, P, BLOCK_N, STAGES, MASK_MODE, SPLIT,
-                                WRITE_LSE, PIPE, NUM_WG, GATHER, f8q, F8_STAGES, QK_FP8)),
-                (ws_converter, (prm, ptrs, smem, ring8, HKV, G, BLOCK_N, D, STAGES, F8_STAGES, NUM_WG, CVT_FENCES,
-                                CVT_SIDE)),
+                                WRITE_LSE, PIPE, NUM_WG, GATHER)),
+                (ws_converter, (prm, ptrs, smem, ring8, HKV, G, BLOCK_N, D, STAGES, F8_STAGES, NUM_WG, CVT_FENCES)),
                 (ws_producer, (prm, ptrs, smem8, 0, HKV, G, D, P, BLOCK_N, F8_STAGES, MASK_MODE, SPLIT, WRITE_LSE,
                                 PIPE, NUM_WG)),
             ], [4, 4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, CONVERTER_REGS, PRODUCER_REGS])

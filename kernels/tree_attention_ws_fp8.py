@@ -95,36 +95,6 @@ def to_mma(codes, dtype: gl.constexpr, keep):
 
 
 @gluon.jit
-def _e4m3_part(x):
-    """The part of fp32 x that e4m3 holds exactly (as `tree_attention_tl._e4m3_part`): its top 4
-    significant bits where |x| >= 2^-6, else x cut to a multiple of 2^-9, towards zero."""
-    top = (x.to(gl.uint32, bitcast=True) & 0xFFF00000).to(gl.float32, bitcast=True)
-    return gl.where(gl.abs(x) >= 0.015625, top, (x * 512.0).to(gl.int32).to(gl.float32) * (1.0 / 512.0))
-
-
-@gluon.jit
-def split_q(q_wg, q8, layout: gl.constexpr, row_layout: gl.constexpr):
-    """A consumer's (64, D) bf16 Q rows in shared memory (q_wg) as two float8_e4m3fn terms in
-    q8 ((2, 64, D), hi then lo, the NVMMA layout of an fp8 wgmma operand), for Q K^T as two fp8
-    wgmmas straight over K's codes (`KernelOptions.ws_fp8_split`); returns each row's power of 2
-    ((64,) fp32 in row_layout) that multiplies its raw scores. The split of
-    `tree_attention_tl._split_q`: rows scaled so their largest |q| lies in (128, 256], hi + lo
-    exact for elements within 2^-9 of it, within 2^-16 of it for the rest. Each thread loads
-    the rows it copied (`layout` is the copy's), then stores, fences and meets the warpgroup's
-    other warps before any wgmma reads q8."""
-    qf = q_wg.load(layout).to(gl.float32)
-    amax = gl.max(gl.abs(qf), axis=1)
-    e = gl.ceil(gl.log2(gl.maximum(amax, 1e-30) * (1.0 / 256.0)))
-    xs = qf * gl.expand_dims(gl.exp2(-e), 1)
-    hi = _e4m3_part(xs)
-    q8.index(0).store(hi.to(gl.float8e4nv))
-    q8.index(1).store(_e4m3_part(xs - hi).to(gl.float8e4nv))
-    fence_async_shared()
-    _barrier()
-    return gl.convert_layout(gl.exp2(e), row_layout)
-
-
-@gluon.jit
 def past_s_b_mask(valid, BLOCK_N: gl.constexpr, D: gl.constexpr, layout: gl.constexpr):
     """`to_mma`'s keep for a V tile: int32 (BLOCK_N, D) in `layout`, -1 on rows < valid, 0 on rows
     past S_b (a request's last tile reaches the pool's unused slots; those rows become zeros)."""

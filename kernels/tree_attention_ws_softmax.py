@@ -97,24 +97,18 @@ RESCALE_THRESHOLD = gl.constexpr(8.0)   # log2 units: an unmasked tile's p stays
 
 
 @gluon.jit
-def softmax_tile(s, m_i, l_i, qk_scale, allowed, bias, MASK_MODE: gl.constexpr, MASKED: gl.constexpr,
-                 ROW_QK: gl.constexpr = False):
+def softmax_tile(s, m_i, l_i, qk_scale, allowed, bias, MASK_MODE: gl.constexpr, MASKED: gl.constexpr):
     """Online softmax of one (64, BLOCK_N) fp32 score tile s (raw Q K^T): returns (p fp32
     in s's layout, alpha, m_new, l_new), all in log2 units (exp2). MASKED: the tile
     overlaps [L, S), so `allowed` (bool, s's shape) applies, plus `bias` (log2 units) with
     the shared bias (MASK_MODE 1), and a row may see nothing yet; the running max is exact
     there. Unmasked tiles rescale lazily (p up to 2^RESCALE_THRESHOLD; the output divides
-    by l in the same units, so the result is the same softmax). qk_scale: one fp32 scalar, or
-    with ROW_QK one per row ((64,) in m_i's layout: Q split into fp8 terms, each row scaled)."""
-    if ROW_QK:
-        qk_2d = gl.expand_dims(qk_scale, 1)
-    else:
-        qk_2d = qk_scale
+    by l in the same units, so the result is the same softmax)."""
     if MASKED:
         if MASK_MODE == 1:
-            s = gl.where(allowed, s * qk_2d + bias, float("-inf"))
+            s = gl.where(allowed, s * qk_scale + bias, float("-inf"))
         else:
-            s = gl.where(allowed, s * qk_2d, float("-inf"))
+            s = gl.where(allowed, s * qk_scale, float("-inf"))
         m_new = gl.maximum(m_i, gl.max(s, axis=1))
         m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)   # a row that saw nothing yet
         alpha = gl.exp2(m_i - m_safe)
@@ -126,7 +120,7 @@ def softmax_tile(s, m_i, l_i, qk_scale, allowed, bias, MASK_MODE: gl.constexpr, 
         m_tile = gl.max(s, axis=1) * qk_scale
         m_new = gl.where(m_tile > m_i + RESCALE_THRESHOLD, m_tile, m_i)
         alpha = gl.exp2(m_i - m_new)
-        p = gl.exp2(s * qk_2d - gl.expand_dims(m_new, 1))      # one FFMA per score
+        p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))   # one FFMA per score
     l_new = l_i * alpha + gl.sum(p, axis=1)
     return p, alpha, m_new, l_new
 

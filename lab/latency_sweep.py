@@ -32,8 +32,7 @@ Cells (bf16, Hq 32, Hkv 8, D 128, shuffled pages, one tree per batch as in the s
   it on, `no_ws_fp8` with it off whatever the default, `ws_fp8_forced` ws=True where the plan
   keeps the tl kernel); split counts (`FP8_SPLITS`, `FP8_SPLIT_TILES`) and the cvt path's
   16-row tiles and splits (`FP8_CVT_TILES`, `FP8_CVT_SPLITS`), and the warp-specialised kernel
-  with one consumer warpgroup and a converter (`WS1_FP8_STAGES`), and Q K^T as fp8 wgmmas over K's
-  codes (`ws_fp8 split`, `ws_fp8_forced split`, `WS1_FP8_SPLIT_STAGES`); with
+  with one consumer warpgroup and a converter (`WS1_FP8_STAGES`); with
   --fp8-all-trees also eagle:mc_sim_7b_63, full:3:3 and medusa:mc_sim_7b_63 (`FP8_WS_TREES`);
 - `decode`: the small trees (full:3:0 to full:3:2, 4-52 rows per KV head) at B 1 and 16, L 1024
   and 2048, P 16 and 128: single-token and few-token decode, where flashinfer_xqa (timed beside,
@@ -164,9 +163,6 @@ WS_FP8_FENCES = (3, 2, 1)
 # the WS1 twin with two converter warpgroups, one for K and one for V (`KernelConfig.fp8_converters` 2;
 # 16 warps, so 128 registers per thread at launch): (stages, fp8 stages), named `ws1_fp8 2cvt s{..}f{..}`
 WS1_FP8_2CVT_STAGES = ((4, 4), (3, 4), (3, 6), (2, 4))
-# WS1's twin with Q K^T as fp8 wgmmas over K's codes (`KernelOptions.ws_fp8_split`: the converter on V alone,
-# so the consumers' ring holds V tiles only): (stages, fp8 stages), named `ws1_fp8 s{..}f{..} split`
-WS1_FP8_SPLIT_STAGES = ((4, 4), (3, 4), (3, 6))
 B1_TREES = ("vllm:pr_27", "full:3:3", "full:3:1")
 # (name, TreeAttention keyword arguments) for one request at L 2048
 B1_CANDIDATES = (*((f"splits{n}", {"num_splits": n}) for n in (4, 8, 12, 16, 24, 32)),
@@ -270,11 +266,7 @@ def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple]:
                KernelOptions(ws_fp8_fences=n)) for st, f8 in WS1_FP8_STAGES for n in WS_FP8_FENCES),
             *((f"ws_fp8 fences{n}", None, KernelOptions(ws_fp8_fences=n)) for n in WS_FP8_FENCES if n != 3),
             *((f"ws1_fp8 2cvt s{st}f{f8}", KernelConfig(64, 64, 4, st, 128, 0, 1, f8, 2), KernelOptions())
-              for st, f8 in WS1_FP8_2CVT_STAGES),
-            ("ws_fp8 split", None, KernelOptions(ws_fp8_split=True)),
-            ("ws_fp8_forced split", None, KernelOptions(ws_fp8_split=True), {"ws": True}),
-            *((f"ws1_fp8 s{st}f{f8} split", KernelConfig(64, 64, 4, st, 168, 0, 1, f8), KernelOptions(ws_fp8_split=True))
-              for st, f8 in WS1_FP8_SPLIT_STAGES)]
+              for st, f8 in WS1_FP8_2CVT_STAGES)]
         return out[:1] + paths + tiles + ws_fp8 + splits + split_tiles + cvt + ws1_fp8
     if group == "fp8_latency":   # more warps per tile: fewer conversions per thread before the first MMA
         return out[:1] + [(f"fp8_{p}", None, KernelOptions(fp8_path=p)) for p in FP8_ALT_PATHS] + [

@@ -175,7 +175,7 @@ def loop_bodies(sass: str, marks: tuple[str, ...]) -> list[list[str]]:
 
 
 def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool | None = None, page_size: int = 128,
-               gather: bool = False, kv_dtype: str = "bf16", cvt_fences: int = 1, fp8_split: bool = False) -> dict:
+               gather: bool = False, kv_dtype: str = "bf16", cvt_fences: int = 1) -> dict:
     """Builds the warp-specialised Gluon kernel (`kernels/tree_attention_ws.py`) for sm_90
     as `TreeAttention` would launch it (Hq 32, Hkv 8, D 128, bf16, no split) and
     reads its resource use and SASS.
@@ -190,8 +190,6 @@ def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool | None = None, 
             `KernelOptions.ws_gather`) instead of TMA; any page_size.
         kv_dtype: the pools' element type, a key of `KV_TYPES` (bf16 queries always); an fp8
             one needs a config with fp8_stages (the converter's ring).
-        fp8_split: over float8_e4m3fn, Q K^T as fp8 wgmmas over K's codes (the kernel's QK_FP8,
-            `KernelOptions.ws_fp8_split`), the converter on V alone.
 
     Returns:
         dict of pipe (bool, as built), regs (the launch's per-thread count, before the
@@ -237,7 +235,7 @@ def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool | None = None, 
     if cfg.fp8_stages:                          # the V scale a runtime fp32; else None, a constexpr
         sig["v_scale"] = "fp32"
         const.update(F8_STAGES=cfg.fp8_stages, CONVERTER_REGS=WS_CONVERTER_REGS, CVT_FENCES=cvt_fences,
-                     CONVERTERS=cfg.fp8_converters, QK_FP8=fp8_split)
+                     CONVERTERS=cfg.fp8_converters)
     else:
         const["v_scale"] = None
     sig.update({c: "constexpr" for c in const})
@@ -247,7 +245,7 @@ def compile_ws(cfg: KernelConfig, mask_mode: int = 0, pipe: bool | None = None, 
     ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, maxnreg=cfg.max_regs))
     usage, sass = cubin_usage(ck.asm["cubin"])
     out = dict(pipe=pipe, **usage, shared_bytes=int(ck.metadata.shared), num_warps=int(ck.metadata.num_warps),
-               hgmma=sass.count("HGMMA"), qgmma=sass.count("QGMMA"), utmaldg=len(re.findall(r"UTMALDG", sass)),
+               hgmma=sass.count("HGMMA"), utmaldg=len(re.findall(r"UTMALDG", sass)),
                setmaxnreg=len(re.findall(r"SETMAXREG", sass)), ldgsts=len(re.findall(r"LDGSTS", sass)),
                producer_loop=gather_loop(sass) if gather else None, tile_loops=mma_loops(sass))
     return out | ({"convert_loops": convert_loops(sass)} if cfg.fp8_stages else {})
@@ -371,9 +369,6 @@ def main() -> int:
     ap.add_argument("--cvt-fences", type=int, choices=[1, 2, 3], default=KernelOptions().ws_fp8_fences,
                     help="--ws over fp8 pools: the converter's fence + barrier pairs per tile "
                          "(KernelOptions.ws_fp8_fences; default: its default)")
-    ap.add_argument("--fp8-split", action="store_true",
-                    help="--ws over float8_e4m3fn: Q K^T as fp8 wgmmas over K's codes, Q split in two e4m3 terms "
-                         "(KernelOptions.ws_fp8_split)")
     args = ap.parse_args()
     os.environ.pop("TRITON_INTERPRET", None)
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")   # Triton 3.6's default, as on the GPU (3.9 warns if unset)
@@ -394,8 +389,6 @@ def main() -> int:
             raise ConfigError("--lse applies to the tl builds only: drop --ws")
         if args.ws and args.short_build:
             raise ConfigError("--short-build applies to the tl builds only: drop --ws")
-        if args.fp8_split and not (args.ws and args.kv_dtype == "float8_e4m3fn"):
-            raise ConfigError("--fp8-split needs --ws and --kv-dtype float8_e4m3fn")
         if args.ws and args.fp8_path != "cast":
             raise ConfigError("--fp8-path applies to the tl builds only (the warp-specialised one converts in a "
                               "converter warpgroup): drop --ws")
@@ -410,7 +403,7 @@ def main() -> int:
             for name, cfg in cfgs:
                 pipe = None if args.pipe in (None, "auto") else args.pipe == "on"
                 res = compile_ws(cfg, mode, pipe=pipe, page_size=args.page_size, gather=args.ws_gather,
-                                 kv_dtype=args.kv_dtype, cvt_fences=args.cvt_fences, fp8_split=args.fp8_split)
+                                 kv_dtype=args.kv_dtype, cvt_fences=args.cvt_fences)
                 path = "gather" if args.ws_gather else "tma"
                 print(f"{name}, {mask}, {args.kv_dtype} pool, P {args.page_size} {path}: {res}", flush=True)
             sys.stderr.flush()

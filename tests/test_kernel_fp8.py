@@ -185,8 +185,6 @@ def test_split_q_writes_each_bf16_query_as_two_e4m3_terms():
 def test_fp8_path_option_is_checked():
     with pytest.raises(ConfigError, match="fp8_path='fast'"):
         KernelOptions(fp8_path="fast")
-    with pytest.raises(ConfigError, match="ws_fp8_split='yes'"):
-        KernelOptions(ws_fp8_split="yes")
 
 
 def test_kv_pool_dtypes_the_kernel_refuses():
@@ -242,14 +240,13 @@ def ws_fp8_case(fmt: str, page_size: int, tree: str, batch: int = 6, **kw) -> Ca
                 tree=tree, page_size=page_size, kv_dtype=fmt, **({"k_scale": 0.25, "v_scale": 0.5} | kw), **GQA4)
 
 
-def run_ws_fp8(inputs, case: Case, atol_dtype: str | None = None, options: KernelOptions = WS_FP8,
-               **kw) -> TreeAttention:
+def run_ws_fp8(inputs, case: Case, atol_dtype: str | None = None, **kw) -> TreeAttention:
     """The ws_fp8 kernel on `inputs` (output and LSE first NaN) against the float64 reference; the
     fp8 tolerance unless atol_dtype names a stricter one (the query dtype's own)."""
     from treebench.harness.model.compare import compare_lse
     from treebench.harness.model.reference import reference_attention
 
-    ta = TreeAttention(inputs.for_backend(), return_lse=True, options=options, **kw)
+    ta = TreeAttention(inputs.for_backend(), return_lse=True, options=WS_FP8, **kw)
     ta.out.fill_(float("nan"))
     ta.lse.fill_(float("nan"))
     out = ta()
@@ -277,44 +274,6 @@ def test_ws_fp8_matches_the_reference_on_gpu(fmt, page_size, splits, tree, trees
     assert ta.ws and ta.plan.config.fp8_stages > 0 and ta.plan.num_splits == splits
     assert ta.plan.config.ws == (3 if tree == "full:3:3" else 2)
     assert ta.kernel == f"ws {'tma' if page_size == 128 else 'tma-page'} splits={splits}"
-
-
-WS_FP8_SPLIT = KernelOptions(ws_fp8_split=True)
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not SM90, reason="needs a CUDA sm_90 GPU (the warp-specialised kernel)")
-@pytest.mark.parametrize("page_size", [128, 16])
-@pytest.mark.parametrize("splits", [1, 3])
-@pytest.mark.parametrize("tree,trees,ws1", [("vllm:pr_27", "same", False), ("full:3:3", "same", False),
-                                            ("vllm:pr_27", "mixed", False), ("full:3:2", "mixed", True)])
-def test_ws_fp8_split_matches_the_reference_on_gpu(page_size, splits, tree, trees, ws1):
-    """ws_fp8_split over e4m3: Q K^T as fp8 wgmmas over the landed K codes (Q in two e4m3 terms), V
-    through the converter; one, two and three consumer warpgroups (WS1_FP8, WS2_FP8, WS3_FP8),
-    per-request trees, split-KV, P 128 and 16, each request's last tile read past S_b (NaN codes)."""
-    from treebench.kernels.tree_attention_plan import WS1_FP8
-
-    case = ws_fp8_case("float8_e4m3fn", page_size, tree, tree_per_request=trees)
-    ta = run_ws_fp8(build_inputs(case, DEVICE), case, options=WS_FP8_SPLIT, ws=True, num_splits=splits,
-                    **({"config": WS1_FP8} if ws1 else {}))
-    assert ta.kernel.endswith(" fp8-qk") and ta.plan.num_splits == splits
-    assert ta.plan.config.ws == (1 if ws1 else 3 if tree == "full:3:3" else 2)
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not SM90, reason="needs a CUDA sm_90 GPU (the warp-specialised kernel)")
-def test_ws_fp8_split_scales_each_query_row_on_gpu():
-    """Queries scaled by 2^-40 to 2^40 with K's scale moved the other way (the same logits): each
-    row's own power of 2 in `split_q` keeps its e4m3 terms in range, so every output matches; an
-    e5m2 pool keeps the converted K (no fp8-qk)."""
-    case = ws_fp8_case("float8_e4m3fn", 128, "vllm:pr_27")
-    for e in (-40, -20, 20, 40):
-        inputs = build_inputs(case, DEVICE)
-        inputs.q.mul_(2.0 ** e)                               # exact: a power of 2
-        inputs = dataclasses.replace(inputs, k_scale=inputs.k_scale * 2.0 ** -e)   # the codes mean less
-        assert run_ws_fp8(inputs, case, options=WS_FP8_SPLIT, ws=True).kernel.endswith(" fp8-qk")
-    e5 = ws_fp8_case("float8_e5m2", 128, "vllm:pr_27", k_scale=1.0, v_scale=1.0)
-    assert not run_ws_fp8(build_inputs(e5, DEVICE), e5, options=WS_FP8_SPLIT, ws=True).kernel.endswith("fp8-qk")
 
 
 @pytest.mark.gpu
