@@ -17,11 +17,13 @@ from dataclasses import dataclass, fields
 from treebench.harness.errors import ConfigError
 from treebench.kernels.tree_attention_plan import WS3_PIPE_MIN_TILES, is_integer
 
-__all__ = ["FP8_PATHS", "KernelOptions"]
+__all__ = ["CVT_ONE_TILE_MAX_ROWS", "FP8_PATHS", "KernelOptions"]
 
 # How the tl kernel turns a tile of fp8 codes into MMA operands (`KernelOptions.fp8_path`);
 # the index is the kernel's FP8_PATH.
 FP8_PATHS = ("cast", "bits", "fp16", "cvt", "split")
+# fp8_path=None's rule: "cvt" in the one-tile build over per-token page lookups up to this many packed rows
+CVT_ONE_TILE_MAX_ROWS = 64
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,12 @@ class KernelOptions:
             on the tile's barrier. True (default: at P 16, L 2048, B 16-64 0.55-0.72x of the tl
             kernel's gather, within 1-4% of P 128). False: such pages keep the tl kernel.
         fp8_path: how the tl kernel makes MMA operands of a tile of fp8 codes (`FP8_PATHS`;
-            no effect on bf16 / fp16 pools). "fp16" (default): the MMAs run in fp16, the codes
+            no effect on bf16 / fp16 pools). None (default): "cvt" in the one-tile build when it
+            looks up each token's page (P not a multiple of the tile) for at most
+            `CVT_ONE_TILE_MAX_ROWS` packed rows (on an H100 at B 1 and 16, L 16, P 16, over the trees
+            of 1-13 nodes it took 0.87-0.97x of "fp16" flushed in two runs, and 1.09-1.17x on the
+            trees of 27 nodes or more; at P 128 0.95-1.06x, `results/h100/kernel/fp8-lat-cvt.txt`,
+            `fp8-lat-warps.txt`), "fp16" everywhere else. "fp16": the MMAs run in fp16, the codes
             cast to fp16 (one instruction per two codes on sm_90; on the H200, B 64, L 2048,
             0.72-0.81x of "cast" on the six fp8 target cells before the rows of Q were scaled,
             `results/h200/kernel/latency-sweep-fp8paths.txt`, and 0.75-0.76x after, on full:3:1,
@@ -148,7 +155,7 @@ class KernelOptions:
     short_build: bool | None = None      # tl kernel: one tile, no loop (None: with the short configs)
     ws_page_tma: bool = True             # warp-specialised kernel at P 16 / 32: one TMA box per page
     ws_gather: bool = True               # warp-specialised kernel at pages TMA cannot read: cp.async gathers
-    fp8_path: str = "fp16"               # tl kernel, fp8 pools: "fp16", "cvt", "split", "cast" or "bits" (FP8_PATHS)
+    fp8_path: str | None = None          # tl kernel, fp8 pools: None (the rule), or one of FP8_PATHS
     ws_fp8: bool = True                  # fp8 pools in the warp-specialised kernel (a converter warpgroup)
     ws_fp8_fences: int = 1               # the fp8 converter's fence + barrier pairs per K/V tile: 1, 2 or 3
 
@@ -160,7 +167,7 @@ class KernelOptions:
                 short_build=True with kv_desc=True (the short build has no context loop to load by TMA);
                 ws_persist, page_gather, ws_page_tma, ws_gather or ws_fp8 not a bool;
                 ws3_pipe_min_tiles not a
-                positive integer; fp8_path not one of `FP8_PATHS`; ws_fp8_fences not 1, 2 or 3. The message names the
+                positive integer; fp8_path neither None nor one of `FP8_PATHS`; ws_fp8_fences not 1, 2 or 3. The message names the
                 field and the value.
         """
         for name in ("kv_desc", "ws_pipe", "pdl", "early_first", "short_build"):
@@ -173,7 +180,7 @@ class KernelOptions:
         for name in ("ws_persist", "page_gather", "ws_page_tma", "ws_gather", "ws_fp8"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"KernelOptions {name}={getattr(self, name)!r}: must be True or False")
-        if self.fp8_path not in FP8_PATHS:
+        if self.fp8_path is not None and self.fp8_path not in FP8_PATHS:
             raise ConfigError(f"KernelOptions fp8_path={self.fp8_path!r}: must be one of {', '.join(FP8_PATHS)}")
         if not is_integer(self.ws_fp8_fences) or self.ws_fp8_fences not in (1, 2, 3):
             raise ConfigError(f"KernelOptions ws_fp8_fences={self.ws_fp8_fences!r}: must be 1, 2 or 3")

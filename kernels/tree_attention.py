@@ -26,7 +26,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from treebench.harness.errors import ConfigError
 from treebench.harness.model.paged import BatchInputs
 from treebench.kernels.launch import FixedLaunch, verify_fast_path
-from treebench.kernels.options import FP8_PATHS, KernelOptions
+from treebench.kernels.options import CVT_ONE_TILE_MAX_ROWS, FP8_PATHS, KernelOptions
 from treebench.kernels.tree_attention_plan import (FP8_KV_DTYPES, MASK_MODES, SMEM_PER_SM, WS_CONVERTER_REGS,
                                          WS1, WS_FP8_CONFIGS, WS_MIN_CONSUMER_REGS, KernelConfig, check_inputs,
                                          choose_config, is_integer, make_plan, next_pow2, pack_tree_masks,
@@ -234,6 +234,7 @@ class TreeAttention:
         if config is not None and not isinstance(config, KernelConfig):
             raise ConfigError(f"config={config!r}: must be a KernelConfig (treebench.kernels.tree_attention_plan)")
         rows = hq // hkv * max(ts)
+        self._rows = rows                        # packed rows of the largest tree (fp8_path_choice)
         cfg = config or choose_config(rows, d, interpreting(), ws=ws is not False)
         fp8_ws = opts.ws_fp8 and inputs.k_cache.dtype in FP8_KV_DTYPES
         cfg = WS_FP8_CONFIGS.get(cfg, cfg) if config is None and fp8_ws else cfg   # a converter and two rings
@@ -390,12 +391,21 @@ class TreeAttention:
             return [fwd]
         return [fwd, self._merge_launch(o_part, lse_part, lse, rows)]
 
+    def fp8_path_choice(self) -> str:
+        """The tl kernel's fp8 operand path (`KernelOptions.fp8_path`): the options', or with None the
+        rule: "cvt" in the one-tile build over per-token page lookups ("gather") for at most
+        `CVT_ONE_TILE_MAX_ROWS` packed rows, "fp16" elsewhere. Meaningful for fp8 pools only."""
+        if self.options.fp8_path is not None:
+            return self.options.fp8_path
+        small = self._rows <= CVT_ONE_TILE_MAX_ROWS
+        return "cvt" if self.short_build == "one-tile" and self._page_path() == "gather" and small else "fp16"
+
     def _fp8_path(self) -> str:
-        """The tl kernel's fp8 operand path: the options', but the interpreter runs no inline PTX,
-        so "cvt" (the hardware conversion in PTX) runs as "fp16" there, the same values (every
-        fp8 code is exact in fp16, and both paths round Q to fp16 alike); "split" needs
-        float8_e4m3fn codes and bf16 queries and runs as "fp16" otherwise."""
-        path, inp = self.options.fp8_path, self.inputs
+        """`fp8_path_choice`, but the interpreter runs no inline PTX, so "cvt" (the hardware
+        conversion in PTX) runs as "fp16" there, the same values (every fp8 code is exact in fp16,
+        and both paths round Q to fp16 alike); "split" needs float8_e4m3fn codes and bf16 queries
+        and runs as "fp16" otherwise."""
+        path, inp = self.fp8_path_choice(), self.inputs
         if path == "cvt" and interpreting():
             return "fp16"
         if path == "split" and (inp.k_cache.dtype != torch.float8_e4m3fn or inp.q.dtype != torch.bfloat16):

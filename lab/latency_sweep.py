@@ -24,7 +24,7 @@ Cells (bf16, Hq 32, Hkv 8, D 128, shuffled pages, one tree per batch as in the s
 - `fp8`: the `fp8_targets` cells (B 64, L 2048, full:3:1, full:3:2, vllm:pr_27, P 16 and 128)
   over an e4m3 pool with k_scale 0.25 and v_scale 0.5, with the same cell in bf16 timed
   beside (`bf16_default`): which tl tiles (`FP8_CONFIGS`) and which fp8 operand path
-  (`KernelOptions.fp8_path`: the default fp16 MMAs over cast codes, the cast to Q's dtype,
+  (`KernelOptions.fp8_path`: the default rule, the fp16 MMAs over cast codes forced, the cast to Q's dtype,
   bit-manipulated codes, the PTX conversion that keeps fp16 tiles in shared memory, or K's codes
   straight into fp8 MMAs against Q split in two e4m3 terms, `FP8_ALT_PATHS`; each tile of
   `FP8_CONFIGS` with the default, the cast and the split) an fp8 pool wants, and the warp-specialised kernel
@@ -142,7 +142,7 @@ WIDE_SHORT_CONFIGS = ((16, 128, 4, 2), (16, 128, 8, 2), (32, 128, 4, 2), (32, 12
 FP8_CONFIGS = ((16, 64, 2, 4), (64, 64, 4, 3), (128, 64, 8, 3))
 # KernelOptions.fp8_path values timed against the default ("fp16"): with the plan's config, and
 # the first with each FP8_CONFIGS tile.
-FP8_ALT_PATHS = ("cast", "bits", "cvt", "split")
+FP8_ALT_PATHS = ("fp16", "cast", "bits", "cvt", "split")
 # split-KV over fp8 pools at B 64 (the plan gives 512 programs one split each): the codes' conversion
 # runs on the program's own warps, so more, shorter programs per SM may hide it behind the loads;
 # and the 16-row tile with 4 warps (fewer conversions per thread) over the fp16 path

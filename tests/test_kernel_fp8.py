@@ -182,6 +182,28 @@ def test_split_q_writes_each_bf16_query_as_two_e4m3_terms():
     assert (~near[5]).sum() == d - 1                      # the far-below row took the inexact branch
 
 
+def test_fp8_path_rule_takes_cvt_for_one_tile_page_lookups():
+    """fp8_path=None (the default): "cvt" in the one-tile build that looks up each token's page (P 8
+    under 16-token tiles) for up to CVT_ONE_TILE_MAX_ROWS packed rows, "fp16" with whole-page tiles,
+    with more rows or in the looped build; an explicit path is kept; the interpreter runs "cvt" as
+    "fp16"."""
+    from treebench.kernels.options import CVT_ONE_TILE_MAX_ROWS
+    from treebench.kernels.tree_attention_plan import KernelConfig
+
+    def choice(tree, page_size, context, block_n=16, **opts):
+        case = Case(batch_size=1, context_len=context, tree=tree, page_size=page_size, **TINY)
+        ta = TreeAttention(fp8_inputs(case, torch.float8_e4m3fn)[0], config=KernelConfig(16, block_n, 1, 1),
+                           options=KernelOptions(**({"short_build": True} | opts)))
+        return ta.fp8_path_choice(), ta.kernel, ta._fp8_path()
+
+    assert choice("full:2:1", 8, 9) == ("cvt", "tl gather splits=1 one-tile", "fp16")      # 6 rows
+    assert choice("full:2:1", 16, 9)[:2] == ("fp16", "tl tile splits=1 one-tile")
+    assert choice("full:2:1", 8, 40, short_build=False)[:2] == ("fp16", "tl gather splits=1")
+    assert choice("full:2:1", 8, 9, fp8_path="bits")[0] == "bits"
+    assert 2 * 40 > CVT_ONE_TILE_MAX_ROWS                                   # full:3:3: 40 nodes, G 2
+    assert choice("full:3:3", 8, 9, block_n=64)[:2] == ("fp16", "tl gather splits=1 one-tile")
+
+
 def test_fp8_path_option_is_checked():
     with pytest.raises(ConfigError, match="fp8_path='fast'"):
         KernelOptions(fp8_path="fast")
