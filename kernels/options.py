@@ -141,6 +141,11 @@ class KernelOptions:
             the producer's the wait for free fp8 slots; 1 pair took 0.92-0.95x of 3 there and
             0.97x on the 27-node tree (`results/h100/kernel/fp8-ws1-fences.txt`,
             `fp8-ws-fences.txt`). No effect on bf16 / fp16 pools or the tl kernel.
+        token_pages: the tl kernel's pointer loads look up each token's page in the block table even
+            where a tile lies inside one page (P a multiple of BLOCK_N), as they do for smaller pages
+            (`TreeAttention.kernel` then says "gather"); no effect on TMA loads. False (default):
+            one lookup per tile there. For measuring the one-tile build over fp8 pools at P 128,
+            which took 1.05-1.15x of its P 16 twin on an H100 (`results/h100/kernel/fp8-lat-rule.txt`).
     Raises:
         ConfigError: a field of the wrong type (see `__post_init__`).
     """
@@ -158,6 +163,7 @@ class KernelOptions:
     fp8_path: str | None = None          # tl kernel, fp8 pools: None (the rule), or one of FP8_PATHS
     ws_fp8: bool = True                  # fp8 pools in the warp-specialised kernel (a converter warpgroup)
     ws_fp8_fences: int = 1               # the fp8 converter's fence + barrier pairs per K/V tile: 1, 2 or 3
+    token_pages: bool = False            # tl pointer loads: each token's page looked up, even where a tile lies in one
 
     def __post_init__(self) -> None:
         """Checks every field's type.
@@ -165,7 +171,7 @@ class KernelOptions:
         Raises:
             ConfigError: kv_desc, ws_pipe, pdl, early_first or short_build not None / True / False;
                 short_build=True with kv_desc=True (the short build has no context loop to load by TMA);
-                ws_persist, page_gather, ws_page_tma, ws_gather or ws_fp8 not a bool;
+                ws_persist, page_gather, ws_page_tma, ws_gather, ws_fp8 or token_pages not a bool;
                 ws3_pipe_min_tiles not a
                 positive integer; fp8_path neither None nor one of `FP8_PATHS`; ws_fp8_fences not 1, 2 or 3. The message names the
                 field and the value.
@@ -177,7 +183,7 @@ class KernelOptions:
         if self.short_build is True and self.kv_desc is True:
             raise ConfigError("KernelOptions short_build=True with kv_desc=True: the short build has no context loop "
                               "to load by TMA (pass kv_desc=None or False)")
-        for name in ("ws_persist", "page_gather", "ws_page_tma", "ws_gather", "ws_fp8"):
+        for name in ("ws_persist", "page_gather", "ws_page_tma", "ws_gather", "ws_fp8", "token_pages"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"KernelOptions {name}={getattr(self, name)!r}: must be True or False")
         if self.fp8_path is not None and self.fp8_path not in FP8_PATHS:

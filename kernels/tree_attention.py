@@ -319,7 +319,7 @@ class TreeAttention:
             return self.ws_path
         if self.kv_desc:
             return "tma"
-        if p % bn == 0:
+        if p % bn == 0 and not self.options.token_pages:
             return "tile"
         return "gather-page" if self.options.page_gather and bn % p == 0 else "gather"
 
@@ -382,6 +382,7 @@ class TreeAttention:
                  DOT_FP32=interpreting(), KV_DESC=self.kv_desc,
                  BT_AHEAD=bool(cfg.bt_ahead) and not self.short_build, PDL=self.pdl,
                  PAGE_GATHER=self.options.page_gather, ONE_TILE=self.short_build == "one-tile",
+                 TOKEN_PAGES=self.options.token_pages and not self.kv_desc,
                  EARLY_FIRST=self.early_first, FP8_PATH=FP8_PATHS.index(self._fp8_path()),
                  Q_ROW_SCALE=self._fp8_path() not in ("cast", "split") and kc.dtype in FP8_KV_DTYPES
                  and q.dtype == torch.bfloat16),

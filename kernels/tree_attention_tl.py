@@ -304,7 +304,7 @@ def tree_attn_fwd_kernel(
     MASK_MODE: tl.constexpr, WRITE_LSE: tl.constexpr, DOT_FP32: tl.constexpr,
     KV_DESC: tl.constexpr = False, BT_AHEAD: tl.constexpr = False, PDL: tl.constexpr = False,
     PAGE_GATHER: tl.constexpr = False, EARLY_FIRST: tl.constexpr = False, FP8_PATH: tl.constexpr = 0,
-    Q_ROW_SCALE: tl.constexpr = False, ONE_TILE: tl.constexpr = False,
+    Q_ROW_SCALE: tl.constexpr = False, ONE_TILE: tl.constexpr = False, TOKEN_PAGES: tl.constexpr = False,
 ):
     """Grid: (B * HKV * num_splits * m_tiles,), M-tile fastest so the M-tiles that
     share a KV stream run together (their re-reads hit L2). SPLIT: num_splits > 1.
@@ -330,6 +330,9 @@ def tree_attn_fwd_kernel(
     32768 before the cast to fp16 (1 for every |q| <= 32768), and that row's raw scores
     are multiplied by it, so no bf16 query overflows fp16.
 
+    TOKEN_PAGES (pointer paths, not with KV_DESC): each token's page is looked up even where a
+    tile lies in one page (`KernelOptions.token_pages`).
+
     ONE_TILE, the short build (the caller guarantees one split and every S_b <= BLOCK_N; not
     with KV_DESC or BT_AHEAD, which serve the context loop it drops): no loop, tile 0 loaded
     once, masked at S_b, and a plain softmax (m = row max, p = exp2(s - m), l = sum p, acc = p V).
@@ -340,6 +343,7 @@ def tree_attn_fwd_kernel(
     length, not after it.
     Splits past a short request's last tile see nothing (LSE -inf, weight 0 in the merge)."""
     tl.static_assert(not (ONE_TILE and (KV_DESC or BT_AHEAD or SPLIT)), "ONE_TILE: one split, no context loop")
+    tl.static_assert(not (TOKEN_PAGES and KV_DESC), "TOKEN_PAGES: pointer loads")
     pid = tl.program_id(0)
     mt = pid % m_tiles
     split = (pid // m_tiles) % num_splits
@@ -347,7 +351,7 @@ def tree_attn_fwd_kernel(
     b = pid // (m_tiles * num_splits * HKV)
     t_lo = split * tiles_per_split
     bt_row = BT + b * stride_bt
-    PAGE_TILE: tl.constexpr = P % BLOCK_N == 0
+    PAGE_TILE: tl.constexpr = P % BLOCK_N == 0 and not TOKEN_PAGES   # TOKEN_PAGES: each token's page looked up
     GATHER_PAGES: tl.constexpr = PAGE_GATHER and BLOCK_N % P == 0 and not PAGE_TILE
     if KV_DESC and BT_AHEAD:                    # the first tile's page (loop-carried), clamped into the row
         page_next = tl.load(bt_row + tl.minimum((t_lo * BLOCK_N) // P, bt_width - 1))

@@ -202,6 +202,7 @@ def test_fp8_path_rule_takes_cvt_for_one_tile_page_lookups():
     assert choice("full:2:1", 8, 9, fp8_path="bits")[0] == "bits"
     assert 2 * 40 > CVT_ONE_TILE_MAX_ROWS                                   # full:3:3: 40 nodes, G 2
     assert choice("full:3:3", 8, 9, block_n=64)[:2] == ("fp16", "tl gather splits=1 one-tile")
+    assert choice("full:2:1", 16, 9, token_pages=True)[:2] == ("cvt", "tl gather splits=1 one-tile")   # P 16: one page
 
 
 def test_fp8_path_option_is_checked():
