@@ -571,6 +571,7 @@ def test_the_runner_gives_the_progress_each_pairs_predicted_seconds(monkeypatch)
     assert seen["then"] == ""                                                      # the check is then done
     runner.run_cases([SMOKE], [Away("a")], RunConfig(mode="run", device="cpu", quiet=True))
     assert seen["then"] == ""                                    # no report asked for: none is said to follow
+    assert seen["after_s"] == OUTSIDE_PAIRS[("check", "cpu")].after_s   # nor counted: the summary alone
     runner.run_cases([SMOKE], [Away("a")], RunConfig(mode="run", device="cpu", quiet=True, report=True))
     assert seen["then"] == REPORT_NEXT and seen["after_s"] == OUTSIDE_PAIRS[("run", "cpu")].after_s
 

@@ -16,7 +16,7 @@ whole invocation outside its pairs (start-up and, after the last pair, the summa
 report) and, under ``--isolate``, `WORKER_START_S` for its worker; what it cannot count
 (a worker's start on a device type without a figure, the ranks of ``--gpus N``) it names as
 not included. `pair_seconds` counts the pairs alone and `after_last_pair_s` the part after
-them: the time left of a sweep already under way.
+them (the report's part only when one follows): the time left of a sweep already under way.
 """
 
 from __future__ import annotations
@@ -144,14 +144,11 @@ def cost_model(mode: str, device: str) -> tuple[PairCost, str]:
     return (PAIR_COSTS[(mode, kind)], kind) if (mode, kind) in PAIR_COSTS else (PAIR_COSTS[(mode, "cpu")], "cpu")
 
 
-def after_last_pair_s(mode: str, device: str) -> float:
-    """`OUTSIDE_PAIRS`' seconds after the last pair of a `mode` sweep on `device` (the summary and a run's
-    report), for the device type whose model applies (`cost_model`): the end of `TimeLeft`'s time left.
-
-    Raises:
-        KeyError: `mode` is neither 'run' nor 'check'.
-    """
-    return OUTSIDE_PAIRS[(mode, cost_model(mode, device)[1])].after_s
+def after_last_pair_s(report: bool, device: str) -> float:
+    """`OUTSIDE_PAIRS`' seconds after the last pair of a sweep on `device`, for the device type whose model
+    applies (`cost_model`): the end of `TimeLeft`'s time left. With `report` (`RunConfig.report`: an HTML
+    report follows) a run's figure, its summary and report; without, a check's, its summary alone."""
+    return OUTSIDE_PAIRS[("run" if report else "check", cost_model("run", device)[1])].after_s
 
 
 def pair_seconds(pairs: Sequence[tuple[Case, str]], mode: str, backends: Sequence[str] | None = None) -> list[float]:

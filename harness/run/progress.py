@@ -28,8 +28,9 @@ a pair (one too many for a backend that skips them all). Before any steady pair 
 a case-major sweep) the line says the time left is not known yet instead of scaling the warm-ups
 up. Without the backend of each pair (`TimeLeft`'s `backends`) the pairs left cost the steady mean,
 no warm-up; without their `costs` they count alike. To the pairs left it adds the seconds after the
-last pair (`after_s`: the summary and a run's report, `after_last_pair_s`, as ``--dry-run`` counts
-them). The bar and the lines show the same figure (`TimeLeft.left_text`), updated as each pair ends.
+last pair (`after_s`: the summary, and the report when one follows, `after_last_pair_s`, as
+``--dry-run`` counts them). The bar and the lines show the same figure (`TimeLeft.left_text`),
+updated as each pair ends.
 """
 
 from __future__ import annotations

@@ -145,7 +145,7 @@ def run_cases(cases: Sequence[Case], backends: Sequence, config: RunConfig = Run
     PROGRESS[0] = (0, len(todo))
     try:
         costs = pair_seconds([(c, device_for(b, device).type) for c, b in todo], config.mode, [_name(b) for _, b in todo])
-        after_s = after_last_pair_s(config.mode, device.type)    # the summary, a run's report
+        after_s = after_last_pair_s(config.report, device.type)  # the summary, and the report if one follows
         then = REPORT_NEXT if config.report else ""                 # a summary alone: as good as done
         with progress(len(todo), config.quiet, console, [_name(b) for _, b in todo], costs, after_s, then) as shown:
             data: CaseData | None = None
