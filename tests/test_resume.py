@@ -168,6 +168,23 @@ def test_dry_run_counts_the_pairs_that_will_be_skipped(suite, tmp_path, capsys):
     assert not out.exists()
 
 
+def test_the_dry_run_says_which_stored_pairs_run_again_and_times_only_those_that_run(suite, tmp_path, capsys):
+    """Without --resume the stored pairs are counted apart: those that run again, those only recorded
+    as skipped again; the estimate counts the pairs that run. With --resume all are skipped and none is timed."""
+    out = tmp_path / "r.jsonl"
+    assert main(_run(suite, out, backends="reference,xformers_tree")) == 0   # xformers: 12 skipped rows
+    capsys.readouterr()
+    assert main(_run(suite, out, "--dry-run", backends="reference,xformers_tree")) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert (f"2 backends: 12 pairs to run here, 12 to be recorded as skipped (backend unavailable or case "
+            f"unsupported); already stored in {out} for this env: 12 of the 12 pairs to run (they run again) and "
+            "12 of those to be recorded as skipped (recorded again); add --resume to skip them estimated time: "
+            "about ") in text and "in all (12 pairs, " in text, text
+    assert main(_run(suite, out, "--dry-run", "--resume", backends="reference,xformers_tree")) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "2 backends: 0 pairs to run here, 24 already stored (skipped by --resume)" in text and "(0 pairs, +" in text
+
+
 def test_the_dry_run_line_counts_the_pairs_predicted_not_to_fit_apart_from_those_to_run(capsys):
     from types import SimpleNamespace
 

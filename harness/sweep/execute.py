@@ -226,7 +226,8 @@ def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Co
         result.estimate = estimate([c for c, _ in to_run], opts.run.mode, device, stored, env["env_id"], found,
                                    [n for _, n in to_run], isolate=opts.run.isolate, ranks=opts.gpus or 1)
         if not opts.resume:   # `resumed` counts what --resume skips: without it, say what --out holds
-            result.resumed, result.stored_note = None, _stored_note(opts, stored, env["env_id"], mine, names)
+            runs = {(c.case_id, n) for c, n in to_run}
+            result.resumed, result.stored_note = None, _stored_note(opts, stored, env["env_id"], mine, names, runs)
         return result
     store = rank_path(opts.out, rank) if rank and opts.out else opts.out
     config = _config(opts, env, device, store, skip, opts.run.quiet or not result.primary)
@@ -269,16 +270,20 @@ def _earlier_rows(out: Path, run_ids: set[str]) -> int:
         return 0
 
 
-def _stored_note(opts: SweepOptions, stored: list[dict], env_id: str, cases, names: list[str]) -> str:
-    """What --out already holds of this sweep's pairs, without --resume: how many of this env
-    (they run again) or, when none, that its rows are another env's (--resume would not skip them)."""
+def _stored_note(opts: SweepOptions, stored: list[dict], env_id: str, cases, names: list[str],
+                 to_run: set[tuple[str, str]]) -> str:
+    """What --out already holds of this sweep's pairs, without --resume: how many of this env, of
+    the pairs to run (`to_run`: (case_id, backend); they run again) and of those to be recorded as
+    skipped, or, when none, that its rows are another env's (--resume would not skip them)."""
     wanted = {(c.case_id, n) for c in cases for n in names}
     done = _stored(opts)
     here = {k for r in stored if (k := (r.get("case_id"), r.get("backend"))) in wanted
             and r.get("env") == env_id and done(r)}
     if here:
-        return (f"{len(here)} of them already stored in {opts.out} for this env: they run again "
-                "(add --resume to skip them)")
+        again, recorded = len(here & to_run), len(here - to_run)   # pairs that run, pairs recorded as skipped
+        parts = [f"{again} of the {plural(len(to_run), 'pair')} to run (they run again)"] if again else []
+        parts += [f"{recorded} of those to be recorded as skipped (recorded again)"] if recorded else []
+        return f"already stored in {opts.out} for this env: {' and '.join(parts)}; add --resume to skip them"
     other = {r.get("env") for r in stored if (r.get("case_id"), r.get("backend")) in wanted and r.get("env") != env_id}
     if other:
         return (f"none stored for this env ({env_id}); {opts.out} holds pairs of this sweep from "
