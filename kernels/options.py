@@ -143,9 +143,11 @@ class KernelOptions:
             `fp8-ws-fences.txt`). No effect on bf16 / fp16 pools or the tl kernel.
         token_pages: the tl kernel's pointer loads look up each token's page in the block table even
             where a tile lies inside one page (P a multiple of BLOCK_N), as they do for smaller pages
-            (`TreeAttention.kernel` then says "gather"); no effect on TMA loads. False (default):
-            one lookup per tile there. For measuring the one-tile build over fp8 pools at P 128,
-            which took 1.05-1.15x of its P 16 twin on an H100 (`results/h100/kernel/fp8-lat-rule.txt`).
+            (`TreeAttention.kernel` then says "gather"); no effect on TMA loads. None (default): on for
+            fp8 pools in the one-tile build of up to `CVT_ONE_TILE_MAX_ROWS` packed rows, where with
+            fp8_path's "cvt" it took 0.90-0.96x of the one-lookup build at P 128 on an H100 (B 1 and
+            16, L 16, the trees of 1-13 nodes; with "fp16" 0.98-1.12x,
+            `results/h100/kernel/fp8-lat-token-pages.txt`); off elsewhere. True / False: forced.
     Raises:
         ConfigError: a field of the wrong type (see `__post_init__`).
     """
@@ -163,27 +165,27 @@ class KernelOptions:
     fp8_path: str | None = None          # tl kernel, fp8 pools: None (the rule), or one of FP8_PATHS
     ws_fp8: bool = True                  # fp8 pools in the warp-specialised kernel (a converter warpgroup)
     ws_fp8_fences: int = 1               # the fp8 converter's fence + barrier pairs per K/V tile: 1, 2 or 3
-    token_pages: bool = False            # tl pointer loads: each token's page looked up, even where a tile lies in one
+    token_pages: bool | None = None      # tl pointer loads: each token's page looked up (None: the fp8 one-tile rule)
 
     def __post_init__(self) -> None:
         """Checks every field's type.
 
         Raises:
-            ConfigError: kv_desc, ws_pipe, pdl, early_first or short_build not None / True / False;
+            ConfigError: kv_desc, ws_pipe, pdl, early_first, short_build or token_pages not None / True / False;
                 short_build=True with kv_desc=True (the short build has no context loop to load by TMA);
-                ws_persist, page_gather, ws_page_tma, ws_gather, ws_fp8 or token_pages not a bool;
+                ws_persist, page_gather, ws_page_tma, ws_gather or ws_fp8 not a bool;
                 ws3_pipe_min_tiles not a
                 positive integer; fp8_path neither None nor one of `FP8_PATHS`; ws_fp8_fences not 1, 2 or 3. The message names the
                 field and the value.
         """
-        for name in ("kv_desc", "ws_pipe", "pdl", "early_first", "short_build"):
+        for name in ("kv_desc", "ws_pipe", "pdl", "early_first", "short_build", "token_pages"):
             v = getattr(self, name)
             if not (v is None or isinstance(v, bool)):
                 raise ConfigError(f"KernelOptions {name}={v!r}: must be None (the default rule), True or False")
         if self.short_build is True and self.kv_desc is True:
             raise ConfigError("KernelOptions short_build=True with kv_desc=True: the short build has no context loop "
                               "to load by TMA (pass kv_desc=None or False)")
-        for name in ("ws_persist", "page_gather", "ws_page_tma", "ws_gather", "ws_fp8", "token_pages"):
+        for name in ("ws_persist", "page_gather", "ws_page_tma", "ws_gather", "ws_fp8"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"KernelOptions {name}={getattr(self, name)!r}: must be True or False")
         if self.fp8_path is not None and self.fp8_path not in FP8_PATHS:

@@ -298,6 +298,9 @@ class TreeAttention:
         self.plan = make_plan(len(ts), hkv, hq // hkv, ts, ss, d, num_sms=sms, interpret=interpreting(),
                               config=cfg, num_splits=1 if one_tile else num_splits, tma_tiles=self.kv_desc)
         self.short_build = "one-tile" if one_tile else ""
+        # each token's page looked up (KernelOptions.token_pages): by default the fp8 one-tile build of few rows
+        fp8_one_tile = one_tile and inputs.k_cache.dtype in FP8_KV_DTYPES and rows <= CVT_ONE_TILE_MAX_ROWS
+        self.token_pages = fp8_one_tile if opts.token_pages is None else opts.token_pages
         self.out = torch.empty(inputs.q.shape, dtype=inputs.dtype, device=dev)
         self.lse = torch.empty(inputs.q.shape[:2], dtype=torch.float32, device=dev) if return_lse else None
         # a merge kernel to launch early; the warp-specialised kernel does not signal its
@@ -319,7 +322,7 @@ class TreeAttention:
             return self.ws_path
         if self.kv_desc:
             return "tma"
-        if p % bn == 0 and not self.options.token_pages:
+        if p % bn == 0 and not self.token_pages:
             return "tile"
         return "gather-page" if self.options.page_gather and bn % p == 0 else "gather"
 
@@ -382,7 +385,7 @@ class TreeAttention:
                  DOT_FP32=interpreting(), KV_DESC=self.kv_desc,
                  BT_AHEAD=bool(cfg.bt_ahead) and not self.short_build, PDL=self.pdl,
                  PAGE_GATHER=self.options.page_gather, ONE_TILE=self.short_build == "one-tile",
-                 TOKEN_PAGES=self.options.token_pages and not self.kv_desc,
+                 TOKEN_PAGES=self.token_pages and not self.kv_desc,
                  EARLY_FIRST=self.early_first, FP8_PATH=FP8_PATHS.index(self._fp8_path()),
                  Q_ROW_SCALE=self._fp8_path() not in ("cast", "split") and kc.dtype in FP8_KV_DTYPES
                  and q.dtype == torch.bfloat16),

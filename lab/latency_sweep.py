@@ -59,7 +59,8 @@ Cells (bf16, Hq 32, Hkv 8, D 128, shuffled pages, one tree per batch as in the s
   with their bf16 twins: the default, the other fp8 operand paths, the short build off, and
   short-config tiles with more warps (`FP8_SHORT_CONFIGS`, the one-tile build where it runs) and
   128-token one-tile tiles (`WIDE_SHORT_CONFIGS`), and each token's page looked up where a tile lies
-  in one page (`token_pages`, with the default operand path and with "fp16" forced).
+  in one page forced on (`token_pages`, with the default operand path and with "fp16") and off
+  (`no_token_pages`).
 
 Candidates (`candidates`, explicit and small: under 2 minutes on an H200): the default plan;
 early_first forced on and off; for the latency cells, the tl kernel's short build forced on
@@ -273,6 +274,7 @@ def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple]:
         return out[:1] + [(f"fp8_{p}", None, KernelOptions(fp8_path=p)) for p in FP8_ALT_PATHS] + [
             ("token_pages", None, KernelOptions(token_pages=True)),
             ("token_pages+fp16", None, KernelOptions(token_pages=True, fp8_path="fp16")),
+            ("no_token_pages", None, KernelOptions(token_pages=False)),
             ("no_short_build", None, KernelOptions(short_build=False)),
             *one_tile_tiles(FP8_SHORT_CONFIGS[::4 if smoke else 1]),
             *one_tile_tiles(WIDE_SHORT_CONFIGS[::5 if smoke else 1])]

@@ -183,10 +183,10 @@ def test_split_q_writes_each_bf16_query_as_two_e4m3_terms():
 
 
 def test_fp8_path_rule_takes_cvt_for_one_tile_page_lookups():
-    """fp8_path=None (the default): "cvt" in the one-tile build that looks up each token's page (P 8
-    under 16-token tiles) for up to CVT_ONE_TILE_MAX_ROWS packed rows, "fp16" with whole-page tiles,
-    with more rows or in the looped build; an explicit path is kept; the interpreter runs "cvt" as
-    "fp16"."""
+    """fp8_path=None and token_pages=None (the defaults): the one-tile build over an fp8 pool for up to
+    CVT_ONE_TILE_MAX_ROWS packed rows looks up each token's page (P 8 under 16-token tiles, and P 16
+    too) and takes "cvt"; "fp16" with token_pages off, with more rows or in the looped build; an
+    explicit path is kept; the interpreter runs "cvt" as "fp16"."""
     from treebench.kernels.options import CVT_ONE_TILE_MAX_ROWS
     from treebench.kernels.tree_attention_plan import KernelConfig
 
@@ -197,12 +197,14 @@ def test_fp8_path_rule_takes_cvt_for_one_tile_page_lookups():
         return ta.fp8_path_choice(), ta.kernel, ta._fp8_path()
 
     assert choice("full:2:1", 8, 9) == ("cvt", "tl gather splits=1 one-tile", "fp16")      # 6 rows
-    assert choice("full:2:1", 16, 9)[:2] == ("fp16", "tl tile splits=1 one-tile")
+    assert choice("full:2:1", 16, 9)[:2] == ("cvt", "tl gather splits=1 one-tile")      # token_pages' rule too
+    assert choice("full:2:1", 16, 9, token_pages=False)[:2] == ("fp16", "tl tile splits=1 one-tile")
     assert choice("full:2:1", 8, 40, short_build=False)[:2] == ("fp16", "tl gather splits=1")
     assert choice("full:2:1", 8, 9, fp8_path="bits")[0] == "bits"
     assert 2 * 40 > CVT_ONE_TILE_MAX_ROWS                                   # full:3:3: 40 nodes, G 2
     assert choice("full:3:3", 8, 9, block_n=64)[:2] == ("fp16", "tl gather splits=1 one-tile")
-    assert choice("full:2:1", 16, 9, token_pages=True)[:2] == ("cvt", "tl gather splits=1 one-tile")   # P 16: one page
+    with pytest.raises(ConfigError, match="token_pages='on'"):
+        KernelOptions(token_pages="on")
 
 
 def test_fp8_path_option_is_checked():

@@ -332,7 +332,7 @@ def test_latency_sweep_refuses_bad_arguments_and_runs_in_the_interpreter(tmp_pat
     assert decode["tl16x32w2s3 splits6"]["splits"] == 6 and "block_n=32" in decode["tl16x32w2s3 splits6"]["config"]
     short = {r["candidate"]: r for r in rows if r["group"] == "fp8_latency"}   # an L 16 cell over the e4m3 pool
     assert set(short) == {"bf16_default", "default", "fp8_fp16", "fp8_cast", "fp8_bits", "fp8_cvt", "fp8_split",
-                          "token_pages", "token_pages+fp16", "no_short_build",
+                          "token_pages", "token_pages+fp16", "no_token_pages", "no_short_build",
                           "tl16x32w4s2+short",
                           "tl32x64w8s2+short", "tl16x128w4s2+short"}
     assert short["tl16x32w4s2+short"]["kernel"].endswith(" one-tile")          # S_b 19 fits its 32-token tile
