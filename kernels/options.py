@@ -146,7 +146,7 @@ class KernelOptions:
             (`TreeAttention.kernel` then says "gather"); no effect on TMA loads. None (default): on for
             fp8 pools in the one-tile build of up to `CVT_ONE_TILE_MAX_ROWS` packed rows, where with
             fp8_path's "cvt" it took 0.90-0.96x of the one-lookup build at P 128 on an H100 (B 1 and
-            16, L 16, the trees of 1-13 nodes; with "fp16" 0.98-1.12x,
+            16, L 16, the trees of 1-13 nodes; with "fp16" 0.96-1.12x,
             `results/h100/kernel/fp8-lat-token-pages.txt`); off elsewhere. True / False: forced.
     Raises:
         ConfigError: a field of the wrong type (see `__post_init__`).
