@@ -482,9 +482,13 @@ def _run_tiny(tmp_path: Path, monkeypatch) -> int:
                  "--quiet"])
 
 
+SENT = {"signal": signal.SIGINT}   # what `_ctrl_c` sends: a test of SIGTERM sets it (monkeypatch.setitem)
+SIGNALS = {signal.SIGINT: ("interrupted", 130), signal.SIGTERM: ("terminated (SIGTERM)", 143)}   # its line, exit
+
+
 def _ctrl_c() -> None:
-    """SIGINT to this process, raised by the SIGINT handler in place before this returns."""
-    os.kill(os.getpid(), signal.SIGINT)
+    """SIGINT (or the signal in SENT) to this process, raised by the handler in place before this returns."""
+    os.kill(os.getpid(), SENT["signal"])
     time.sleep(5)
 
 
@@ -523,48 +527,63 @@ def _stopped_in_a_callback(*args, **kwargs):
     return WRITE_REPORT(*args, **kwargs)
 
 
+@pytest.mark.parametrize("signum", list(SIGNALS))
 @pytest.mark.parametrize("how, written", [(_import_failed, False), (_dropped, False), (_stopped_in_a_callback, True)])
-def test_a_ctrl_c_lost_while_the_report_is_made_still_stops_the_run(tmp_path, monkeypatch, capsys, how, written):
-    """Ctrl-C while a run's report loads its libraries or makes the page, where that code turns it
-    into an ImportError, drops it, or raises it where Python only prints it: the run still exits 130
-    with the line that says whether the report was written (and how to write it), no other line,
-    and stdout names no report."""
+def test_a_ctrl_c_lost_while_the_report_is_made_still_stops_the_run(tmp_path, monkeypatch, capsys, how, written,
+                                                                    signum):
+    """Ctrl-C or SIGTERM while a run's report loads its libraries or makes the page, where that code
+    turns it into an ImportError, drops it, or raises it where Python only prints it: the run still
+    exits 130 (143) with the line that says whether the report was written (and how to write it), no
+    other line, stdout names no report, and the rows are as the sweep left them."""
     import treebench.harness.analyze.report as report
 
-    monkeypatch.setattr(report, "write_report", how)
+    rows: list[bytes] = []
+
+    def made(*args, **kwargs):
+        rows.append(Path("r.jsonl").read_bytes())
+        return how(*args, **kwargs)
+    monkeypatch.setitem(SENT, "signal", signum)
+    monkeypatch.setattr(report, "write_report", made)
     monkeypatch.setattr(sys, "unraisablehook", sys.__unraisablehook__)   # Python's own, which prints to stderr
-    before = signal.getsignal(signal.SIGINT)
-    assert _run_tiny(tmp_path, monkeypatch) == 130
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    what, code = SIGNALS[signum]
+    assert _run_tiny(tmp_path, monkeypatch) == code
     out, err = capsys.readouterr()
     lines = [ln for ln in err.strip().splitlines() if not ln.startswith("INFO ")]
     said = ("the report r.html was written" if written else "the report r.html was not written; to write it, run "
             "treebench report r.jsonl -o r.html, or the same command with --out r.jsonl --resume")
-    assert lines == [f"treebench: interrupted after this run's last row; its rows are kept in r.jsonl; {said}"], err
+    assert lines == [f"treebench: {what} after this run's last row; its rows are kept in r.jsonl; {said}"], err
     assert "report:" not in out and Path("r.html").exists() == written
-    assert signal.getsignal(signal.SIGINT) is before
+    assert len(rows) == 1 and Path("r.jsonl").read_bytes() == rows[0] and len(read_rows([Path("r.jsonl")])) == 1
+    assert sorted(os.listdir(tmp_path)) == sorted(["r.jsonl", "tiny.toml", *(["r.html"] if written else []),
+                                                   *(p.name for p in tmp_path.glob("env-*.json"))])
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
 
 
+@pytest.mark.parametrize("signum", list(SIGNALS))
 @pytest.mark.parametrize("existed", [False, True])
 @pytest.mark.parametrize("how, written", [(_import_failed, False), (_dropped, False), (_stopped_in_a_callback, True)])
 def test_a_ctrl_c_lost_while_a_report_is_made_still_stops_the_command(tmp_path, monkeypatch, capsys, how, written,
-                                                                      existed):
-    """`treebench report`: a Ctrl-C that the report's libraries turn into an ImportError, drop, or
-    raise where Python only prints it, exits 130 with the one line that says whether the report was
-    written, an earlier report whole where it was not, and no path on stdout."""
+                                                                      existed, signum):
+    """`treebench report`: a Ctrl-C or SIGTERM that the report's libraries turn into an ImportError,
+    drop, or raise where Python only prints it, exits 130 (143) with the one line that says whether the
+    report was written, an earlier report whole where it was not, and no path on stdout."""
     import treebench.harness.analyze.report as report
 
     out = tmp_path / "r.html"
     if existed:
         out.write_text('<meta name="generator" content="treebench"> an earlier report')
+    monkeypatch.setitem(SENT, "signal", signum)
     monkeypatch.setattr(report, "write_report", how)
     monkeypatch.setattr(sys, "unraisablehook", sys.__unraisablehook__)   # Python's own, which prints to stderr
     before = signal.getsignal(signal.SIGINT)
-    assert main(["report", str(BASE), "-o", str(out)]) == 130
+    stopped, code = SIGNALS[signum]
+    assert main(["report", str(BASE), "-o", str(out)]) == code
     said, err = capsys.readouterr()
     kept = ": the file already there is left as it was" if existed and not written else ""
     what = "was written" if written else f"was not written{kept}"
     assert [ln for ln in err.strip().splitlines() if not ln.startswith("INFO ")] == [
-        f"treebench: interrupted; the report {out} {what}"], err
+        f"treebench: {stopped}; the report {out} {what}"], err
     assert said == "" and os.listdir(tmp_path) == (["r.html"] if written or existed else [])
     assert written or not existed or out.read_text().endswith("an earlier report")
     assert signal.getsignal(signal.SIGINT) is before
@@ -591,11 +610,12 @@ def test_a_ctrl_c_while_a_report_loads_its_libraries_says_the_report_was_not_wri
     assert out.read_text().endswith("an earlier report") and os.listdir(tmp_path) == ["r.html"]
 
 
+@pytest.mark.parametrize("signum", list(SIGNALS))
 @pytest.mark.parametrize("how, written", [(_import_failed, False), (_dropped, True), (_lost_in_a_callback, True)])
-def test_a_ctrl_c_lost_while_the_gate_compares_still_stops_it(tmp_path, monkeypatch, capsys, how, written):
-    """`treebench gate`: a Ctrl-C that its libraries turn into an ImportError, drop, or raise where
-    Python only prints it, exits 130 with the one line that says what became of --summary and
-    --junit, and no summary on stdout."""
+def test_a_ctrl_c_lost_while_the_gate_compares_still_stops_it(tmp_path, monkeypatch, capsys, how, written, signum):
+    """`treebench gate`: a Ctrl-C or SIGTERM that its libraries turn into an ImportError, drop, or raise
+    where Python only prints it, exits 130 (143) with the one line that says what became of --summary
+    and --junit, and no summary on stdout."""
     from treebench.harness.analyze import gate as analyze_gate
     from treebench.harness.cli import gate
 
@@ -610,14 +630,16 @@ def test_a_ctrl_c_lost_while_the_gate_compares_still_stops_it(tmp_path, monkeypa
     monkeypatch.setattr(gate, "refuse_shared_files", lambda *a: None)     # the one results folder on both sides
     monkeypatch.setattr(gate, "refuse_shared_runs", lambda *a: None)
     monkeypatch.setattr(sys, "unraisablehook", sys.__unraisablehook__)   # Python's own, which prints to stderr
+    monkeypatch.setitem(SENT, "signal", signum)
     before = signal.getsignal(signal.SIGINT)
+    stopped, code = SIGNALS[signum]
     assert main(["gate", "--baseline", str(BASE), "--candidate", str(BASE), "--allow-env-mismatch",
-                 "--summary", str(summary), "--junit", str(junit)]) == 130
+                 "--summary", str(summary), "--junit", str(junit)]) == code
     said, err = capsys.readouterr()
     what = (f"the summary was appended to --summary {summary}; --junit {junit} was written" if written else
             f"nothing was appended to --summary {summary}; --junit {junit} was not written")
     assert [ln for ln in err.strip().splitlines() if not ln.startswith("INFO ")] == [
-        f"treebench: interrupted; {what}"], err
+        f"treebench: {stopped}; {what}"], err
     assert said == "" and junit.exists() == written and summary.read_text().startswith("earlier steps\n")
     assert (summary.read_text() == "earlier steps\n") != written
     assert signal.getsignal(signal.SIGINT) is before
@@ -642,6 +664,49 @@ def test_a_run_stopped_after_its_report_says_it_was_written(tmp_path, monkeypatc
     assert _line(capsys) == "treebench: interrupted after this run's last row; its rows are kept in r.jsonl; the " \
                             "report r.html was written"
     assert Path("r.html").exists()
+
+
+def _sigterm_lost(then):
+    """`then`, after a SIGTERM raised in a weakref callback, where Python only prints it."""
+    def lost(*args, **kwargs):
+        SENT["signal"] = signal.SIGTERM
+        try:
+            _lost_in_a_callback()
+        finally:
+            SENT["signal"] = signal.SIGINT
+        return then(*args, **kwargs)
+    return lost
+
+
+def test_a_sigterm_lost_after_the_report_still_ends_the_run_with_143(tmp_path, monkeypatch, capsys):
+    """A SIGTERM whose Terminated Python only prints (a weakref callback) while the summary is printed,
+    after the report: the command's end raises it again, exit 143 with the SIGTERM line and no other."""
+    import treebench.harness.cli.run as run_cmd
+
+    monkeypatch.setattr(run_cmd, "print_summary", _sigterm_lost(run_cmd.print_summary))
+    monkeypatch.setattr(sys, "unraisablehook", sys.__unraisablehook__)   # Python's own, which prints to stderr
+    assert _run_tiny(tmp_path, monkeypatch) == 143
+    assert _line(capsys) == ("treebench: terminated (SIGTERM) after this run's last row; its rows are kept in "
+                             "r.jsonl; the report r.html was written")
+    assert Path("r.html").exists() and len(read_rows([Path("r.jsonl")])) == 1
+
+
+def test_a_sigterm_lost_before_the_sweep_stops_the_run_after_its_first_pair(tmp_path, monkeypatch, capsys):
+    """A SIGTERM lost while the suite loads (before the runner starts): the runner still raises it after
+    the pair in flight, and the run ends there with 143, its one row kept and no report."""
+    import treebench.harness.model.suites as suites
+
+    monkeypatch.setattr(suites, "load_suite", _sigterm_lost(suites.load_suite))
+    monkeypatch.setattr(sys, "unraisablehook", sys.__unraisablehook__)   # Python's own, which prints to stderr
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "two.toml").write_text(tiny_suite(context_lens=(8, 9)))
+    assert main(["run", "--suite", "two.toml", "--backends", "torch_sdpa", "--out", "r.jsonl", "--report", "r.html",
+                 "--quiet"]) == 143
+    (row,) = read_rows([Path("r.jsonl")])
+    assert _line(capsys) == (f"treebench: terminated (SIGTERM); rows already written are kept in r.jsonl, run_id "
+                             f"{row['run_id']}; to finish, run the same command with --out r.jsonl --resume, or "
+                             f"remove them with treebench rm r.jsonl --run-id {row['run_id']}")
+    assert not Path("r.html").exists()
 
 
 def test_a_results_file_that_changed_before_the_first_pair_is_not_said_to_be_left_as_it_was(tmp_path, monkeypatch,

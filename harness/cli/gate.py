@@ -7,7 +7,7 @@ stdout (fit for `$GITHUB_STEP_SUMMARY`), optionally appended to `--summary` and 
 JUnit XML to `--junit` (`treebench.harness.analyze.gate_render`). Exit 0 pass, 1 fail
 (a significant slowdown, a correctness loss, a missing pair, nothing compared), 2 bad
 input (a ConfigError, turned into one line by `treebench.harness.cli.main`), 130 on
-Ctrl-C, also one that the gate's libraries drop or turn into another error
+Ctrl-C (143 on SIGTERM), also one that the gate's libraries drop or turn into another error
 (`treebench.harness.run.inflight.interrupts_noted`).
 """
 

@@ -79,11 +79,13 @@ class Terminated(KeyboardInterrupt):
 
 
 def _on_sigterm(signum, frame) -> None:
-    """Raises Terminated now and also asks the runner to raise it after the pair in flight, in
-    case the backend's own code (a compiler, a worker pool) catches and drops the first one."""
-    from treebench.harness.run import runner
+    """Raises Terminated now and also records it (`inflight.STOP_REQUESTED`), in case the first
+    raise is lost (a backend's compiler or worker pool catches it, or it lands in a weakref callback
+    or a `__del__`, where Python only prints it): the runner raises it after the pair in flight,
+    and `inflight.stops_raised` once the report is made or the command ends."""
+    from treebench.harness.run.inflight import STOP_REQUESTED
 
-    runner.STOP_REQUESTED[0] = stop = Terminated()
+    STOP_REQUESTED[0] = stop = Terminated()
     raise stop
 
 
@@ -223,16 +225,17 @@ def main(argv: list[str] | None = None) -> int:
 
     Any ConfigError (bad input), a write that finds the disk full, and any failed append of rows
     (ResultsWriteError), is one line on stderr and exit 2. Ctrl-C and SIGTERM end with one line (the --resume hint when rows were being
-    written), exit 130 / 143; a Ctrl-C while the start-up imports load torch is held until they
-    end (`interrupts_held`); one after the command ended, while Python exits, is ignored
+    written), exit 130 / 143, also after a SIGTERM whose raise was lost (`inflight.stops_raised`); a
+    Ctrl-C while the start-up imports load torch is held until they end (`interrupts_held`); one after the command ended, while Python exits, is ignored
     (`_exit_ignores_interrupts`). A closed stdout (`treebench list | head -3`) sends the rest of the
     output to /dev/null and exits with the code the command had decided on (run, check), else 141.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     _exit_ignores_interrupts()
     try:   # these imports load torch: seconds of start-up, with Ctrl-C held until their end
-        from treebench.harness.run.inflight import (PROGRESS, REPORT_DUE, UNWRITTEN, enable_crash_report,
-                                                    install_handler, interrupts_held)
+        from treebench.harness.run.inflight import (PROGRESS, REPORT_DUE, STOP_REQUESTED, UNWRITTEN,
+                                                    enable_crash_report, install_handler, interrupts_held,
+                                                    stops_raised)
         with interrupts_held():
             if argv and argv[0] not in TOP_OPTIONS and not _asks_help(argv):   # a subcommand loads torch: here
                 importlib.import_module("torch")
@@ -243,15 +246,16 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"{PROG}: interrupted while starting; nothing was written\n")
         return INTERRUPTED
     OUTCOME[0] = ACTIVE_OUT[0] = ACTIVE_RUN_ID[0] = CREATED_OUT[0] = NOTHING_WRITTEN[0] = None
-    PROGRESS[0] = UNWRITTEN[0] = REPORT_DUE[0] = None
+    PROGRESS[0] = UNWRITTEN[0] = REPORT_DUE[0] = STOP_REQUESTED[0] = None
     OUTPUTS.clear()
     installed, previous = install_handler(signal.SIGTERM, _on_sigterm)
     name = None
     try:
-        name, args = _parse(argv)
-        _setup_logging(getattr(args, "quiet", False))
-        code = int(command(name).run(args))
-        sys.stdout.flush()   # what is still buffered: a reader gone by now is a closed stdout too
+        with stops_raised():   # a SIGTERM whose Terminated was lost on the way ends the command all the same
+            name, args = _parse(argv)
+            _setup_logging(getattr(args, "quiet", False))
+            code = int(command(name).run(args))
+            sys.stdout.flush()   # what is still buffered: a reader gone by now is a closed stdout too
         return code
     except ConfigError as e:
         sys.stderr.write(f"{PROG}: error: {one_line(str(e))}\n")
@@ -261,14 +265,15 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         _stdout_to_devnull()
         return OUTCOME[0] if OUTCOME[0] is not None else BROKEN_PIPE
-    except KeyboardInterrupt as e:
-        return _interrupted(isinstance(e, Terminated), name)
+    except KeyboardInterrupt as e:   # a Ctrl-C after a SIGTERM whose raise was lost: terminated all the same
+        return _interrupted(isinstance(e, Terminated) or STOP_REQUESTED[0] is not None, name)
     except OSError as e:
         if e.errno not in FULL_DISK and not isinstance(e, ResultsWriteError):
             raise
         return _not_written(e)
     finally:
         _drop_unwritten_out()   # an error or a crash of the sweep: a file it created and left empty goes
+        STOP_REQUESTED[0] = None
         if installed and previous is not None:   # None: a handler set outside Python, not to be put back
             install_handler(signal.SIGTERM, previous)
 

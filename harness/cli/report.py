@@ -6,7 +6,7 @@ Reads the rows and env fingerprints of RESULTS from the store, checks the output
 `treebench.harness.analyze.gate_inputs`), and writes the page with
 `treebench.harness.analyze.report.write_report`; prints the page's path. Exit 0, 2
 on bad input (a ConfigError, turned into one line by `treebench.harness.cli.main`), or 130
-on Ctrl-C, also one that the report's libraries drop or turn into another error
+on Ctrl-C (143 on SIGTERM), also one that the report's libraries drop or turn into another error
 (`treebench.harness.run.inflight.interrupts_noted`).
 """
 

@@ -156,8 +156,8 @@ def _write_report(rows: list[dict], out: Path, report: Path, title: str) -> bool
     """Writes the HTML report from `rows` and the env files beside `out`; False (logged) on failure.
 
     Raises:
-        KeyboardInterrupt: Ctrl-C while the report's libraries load or the page is made, also one
-            that they dropped or turned into another error (`inflight.interrupts_noted`).
+        KeyboardInterrupt: Ctrl-C (or SIGTERM's Terminated) while the report's libraries load or the
+            page is made, also one that they dropped or turned into another error (`inflight.interrupts_noted`).
     """
     from treebench.harness.run.inflight import interrupts_noted
     from treebench.harness.store.env import read_envs

@@ -38,7 +38,9 @@ or is lost, and one raised in a weakref callback or a `__del__` while the page i
 printed ("Exception ignored in ..."). So a run's report, `treebench report` and `treebench gate`
 do that work inside `interrupts_noted`: a Ctrl-C raises KeyboardInterrupt as ever, stopping the
 work at once, and is also noted, and the block's end raises it again wherever it was lost or
-turned into another exception.
+turned into another exception. SIGTERM alike: the CLI's handler raises its stop and records it in
+`STOP_REQUESTED`, which the runner raises after the pair in flight, `interrupts_noted` at its block's
+end and the CLI once the command ends (`stops_raised`), wherever the first raise was lost.
 """
 
 from __future__ import annotations
@@ -71,6 +73,10 @@ UNWRITTEN: list[tuple[Path | None, int | None] | None] = [None]
 # besides --out that a --resume needs to write that report), set by the CLI (`report_due`); None before the
 # sweep is over, and in a command that writes no report.
 REPORT_DUE: list[tuple[Path, Output, str] | None] = [None]
+# The stop a signal handler raised (the CLI's SIGTERM), recorded too, since code in its way can lose the raise
+# (a backend's own except, a weakref callback or a `__del__`, where Python only prints it): raised again by the
+# runner after the pair in flight and at the end of `stops_raised`; None where none came.
+STOP_REQUESTED: list[BaseException | None] = [None]
 _HELD: list = []   # while SIGINT is held: [the handler the hold replaced, whether a SIGINT came]
 
 
@@ -250,16 +256,50 @@ def interrupts_held() -> Iterator[None]:
     release_interrupts()
 
 
+def raise_stop(cause: BaseException | None = None) -> None:
+    """Raises the stop a signal handler recorded (STOP_REQUESTED), if any, chained to `cause`."""
+    stop = STOP_REQUESTED[0]
+    if stop is not None:
+        raise stop from cause
+
+
+@contextlib.contextmanager
+def stops_raised() -> Iterator[None]:
+    """The with-block, and at its end the stop a signal handler recorded (STOP_REQUESTED) raised again
+    where the raise in the block was lost: dropped by code that catches it, raised in a weakref callback
+    or a `__del__` (where Python only prints it: such a stop is no longer printed), or turned into
+    another error (the stop is chained to it).
+
+    Raises:
+        BaseException: the recorded stop (the CLI's Terminated), when one came.
+    """
+    def unraisable(args) -> None:
+        if STOP_REQUESTED[0] is None or args.exc_value is not STOP_REQUESTED[0]:
+            hook(args)
+
+    hook, sys.unraisablehook = sys.unraisablehook, unraisable
+    try:
+        yield
+    except Exception as e:
+        raise_stop(e)
+        raise
+    finally:
+        sys.unraisablehook = hook
+    raise_stop()
+
+
 @contextlib.contextmanager
 def interrupts_noted() -> Iterator[None]:
     """A SIGINT in the with-block raises KeyboardInterrupt as Python's own handler does, and is
     noted: the block's end raises KeyboardInterrupt when one came, whatever became of the first
     (caught and dropped, turned into an ImportError, raised in a weakref callback or a `__del__`,
-    where Python only prints it: such a KeyboardInterrupt is no longer printed). Off the main
-    thread (no handler can be set there) the block runs as it is.
+    where Python only prints it: such a KeyboardInterrupt is no longer printed). A SIGTERM's stop
+    lost in the block is raised at its end alike (`stops_raised`). Off the main thread (no handler
+    can be set there) the block runs as it is.
 
     Raises:
-        KeyboardInterrupt: a SIGINT came in the block (chained to the exception leaving it, if any).
+        KeyboardInterrupt: a SIGINT came in the block (chained to the exception leaving it, if any),
+            or the stop a SIGTERM's handler recorded (STOP_REQUESTED).
     """
     came: list[bool] = []
 
@@ -271,19 +311,20 @@ def interrupts_noted() -> Iterator[None]:
         if not (came and isinstance(args.exc_value, KeyboardInterrupt)):
             hook(args)
 
-    installed, previous = install_handler(signal.SIGINT, note)
-    if not installed:
-        yield
-        return
-    hook, sys.unraisablehook = sys.unraisablehook, unraisable
-    try:
-        yield
-    except BaseException as e:
-        if came and not isinstance(e, KeyboardInterrupt):
-            raise KeyboardInterrupt from e
-        raise
-    finally:
-        _restore_sigint(previous)
-        sys.unraisablehook = hook
-    if came:
-        raise KeyboardInterrupt
+    with stops_raised():
+        installed, previous = install_handler(signal.SIGINT, note)
+        if not installed:
+            yield
+            return
+        hook, sys.unraisablehook = sys.unraisablehook, unraisable
+        try:
+            yield
+        except BaseException as e:
+            if came and not isinstance(e, KeyboardInterrupt):
+                raise KeyboardInterrupt from e
+            raise
+        finally:
+            _restore_sigint(previous)
+            sys.unraisablehook = hook
+        if came:
+            raise KeyboardInterrupt

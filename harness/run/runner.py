@@ -23,7 +23,7 @@ from rich.console import Console
 from treebench.harness.model.cases import Case
 from treebench.harness.adapter.contract import check_unique_names
 from treebench.harness.run.config import RunConfig
-from treebench.harness.run.inflight import PROGRESS, call_in_flight
+from treebench.harness.run.inflight import PROGRESS, STOP_REQUESTED, call_in_flight
 from treebench.harness.run.pair import CaseData, availabilities, run_case_backend
 from treebench.harness.run.costs import after_last_pair_s, pair_seconds
 from treebench.harness.run.progress import REPORT_NEXT, progress
@@ -92,9 +92,6 @@ def _log_row(row: dict) -> None:
             f" ({row['reason']})" if row["reason"] else "")
 
 
-STOP_REQUESTED: list[BaseException | None] = [None]   # set by a signal handler: raised after the pair in flight
-
-
 def _name(backend) -> str:
     return getattr(backend, "name", type(backend).__name__)
 
@@ -141,7 +138,6 @@ def run_cases(cases: Sequence[Case], backends: Sequence, config: RunConfig = Run
         pool = WorkerPool(device, config.case_timeout_s)
     rows: list[dict] = []
     t0 = time.perf_counter()
-    STOP_REQUESTED[0] = None
     PROGRESS[0] = (0, len(todo))
     try:
         costs = pair_seconds([(c, device_for(b, device).type) for c, b in todo], config.mode, [_name(b) for _, b in todo])
@@ -164,8 +160,9 @@ def run_cases(cases: Sequence[Case], backends: Sequence, config: RunConfig = Run
                 PROGRESS[0] = (len(rows), len(todo))
                 _log_row(row)
                 shown.finish(row)
-                if STOP_REQUESTED[0] is not None:   # a signal whose exception a backend swallowed
-                    raise STOP_REQUESTED[0]
+                if STOP_REQUESTED[0] is not None:   # a signal whose exception was lost (a backend swallowed it)
+                    stop, STOP_REQUESTED[0] = STOP_REQUESTED[0], None   # raised once: the next run starts clean
+                    raise stop
     finally:
         if pool is not None:
             pool.close()
