@@ -328,7 +328,7 @@ def dry_run_code(result, allow_skip: bool) -> int:
 def print_plan(suite, backends, result) -> None:
     """The --dry-run lines: how many pairs this process would run, how many more it would record as
     skipped, how many --resume skips (or what --out already holds without it), and how long the run
-    should take."""
+    should take (where a pair is to run)."""
     stored = (f"; {result.stored_note}" if result.stored_note else
               "" if result.resumed is None else f", {result.resumed} already stored (skipped by --resume)")
     memory = (f", or for {result.will_skip_memory} of them predicted not to fit the free memory "

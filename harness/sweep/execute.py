@@ -88,7 +88,8 @@ class SweepResult:
     store_path: Path | None = None                   # where this process appended its rows
     env_id: str | None = None
     stored_note: str = ""                            # --dry-run without --resume: what --out already holds
-    estimate: str = ""                               # --dry-run: how long the pairs should take, and from what
+    estimate: str = ""                               # --dry-run: how long the pairs should take, and from what;
+                                                     # "" where no pair is to run
     earlier_rows: int = 0                            # RunConfig.report, primary: rows of --out from runs other than
                                                      # those of `rows`, counted under its lock (not a run that appends
                                                      # after)
@@ -223,8 +224,9 @@ def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Co
         to_run, result.will_skip, result.will_skip_memory = _plan_pairs(mine, backends, names, skip, opts.run, device)
         found = str(opts.out) if opts.out is not None and Path(opts.out).is_file() else None   # no file: no rows
         stored = read_rows([opts.out]) if found else []
-        result.estimate = estimate([c for c, _ in to_run], opts.run.mode, device, stored, env["env_id"], found,
-                                   [n for _, n in to_run], isolate=opts.run.isolate, ranks=opts.gpus or 1)
+        if to_run:   # nothing to run (all stored, or all to be skipped): no time to estimate, no pace to scale
+            result.estimate = estimate([c for c, _ in to_run], opts.run.mode, device, stored, env["env_id"], found,
+                                       [n for _, n in to_run], isolate=opts.run.isolate, ranks=opts.gpus or 1)
         if not opts.resume:   # `resumed` counts what --resume skips: without it, say what --out holds
             runs = {(c.case_id, n) for c, n in to_run}
             result.resumed, result.stored_note = None, _stored_note(opts, stored, env["env_id"], mine, names, runs)
