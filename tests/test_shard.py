@@ -251,6 +251,29 @@ def test_ranks_write_their_own_files_and_rank_0_merges(suite, tmp_path, monkeypa
                                                                   *(p.name for p in tmp_path.glob("env-*.json"))])
 
 
+def test_only_rank_0_is_told_that_a_report_follows(tmp_path, monkeypatch):
+    """Under torchrun rank 0 alone writes the run's report: the run request of a rank past 0 says that
+    none follows (RunConfig.report False), rank 0's that one does; rank 0 writes it."""
+    import treebench.harness.sweep.execute as execute
+
+    from tests.tiny_suites import tiny_suite
+
+    told: dict[int, bool] = {}
+    run_cases = execute.run_cases
+
+    def recorded(cases, backends, config, console=None):
+        told[rank] = config.report
+        return run_cases(cases, backends, config, console=console)
+    monkeypatch.setattr(execute, "run_cases", recorded)
+    (tmp_path / "two.toml").write_text(tiny_suite(context_lens=(8, 9)))
+    for rank in (1, 0):
+        _as_rank(monkeypatch, rank, 2)
+        assert main(["run", "--suite", str(tmp_path / "two.toml"), "--backends", "torch_sdpa", "--out",
+                     str(tmp_path / "two.jsonl"), "--report", str(tmp_path / "two.html"), "--quiet"]) == 0
+    assert told == {1: False, 0: True}
+    assert len(read_rows([tmp_path / "two.jsonl"])) == 2 and (tmp_path / "two.html").is_file()
+
+
 def test_only_a_second_launch_under_one_run_id_is_warned_of(suite, tmp_path, monkeypatch, caplog):
     """The ranks of one launch share its run id and rank 0 merges their rows into --out: no warning.
     The same launch id run again into that --out (a restart, a job run twice): rank 0 warns once."""

@@ -235,6 +235,7 @@ def run(args) -> int:
     from treebench.harness.run.progress import after_pairs
     from treebench.harness.store.paths import default_report
     from treebench.harness.sweep.execute import execute
+    from treebench.harness.sweep.shard import torchrun_rank
 
     if args.dry_run:
         NOTHING_WRITTEN[0] = DRY_RUN_WRITES_NOTHING   # what the line after Ctrl-C says
@@ -246,7 +247,8 @@ def run(args) -> int:
     nonempty(args.out, "--out")
     nonempty(args.report, "--report")
     nonempty(args.shard, "--shard")
-    opts = sweep_options(args, "run", report=True)   # a run ends with its report: the runner's progress says so
+    rank = torchrun_rank()   # a run ends with its report, under torchrun rank 0's: that rank's progress says so
+    opts = sweep_options(args, "run", report=rank is None or rank.primary)
     suite = load_suite(args.suite)
     backends = resolve_backends(None if args.backends is None else comma_list(args.backends, option), option)
     if args.gpus:

@@ -34,8 +34,9 @@ class RunConfig:
     timing_mode: str = "auto"           # treebench.harness.timing.timers.time_callable's mode
     flush_l2: bool = True               # flush the L2 before every timed call (GPU only): cold L2; False: warm L2
     quiet: bool = False                 # no progress bar
-    report: bool = False                # an HTML report follows the last pair (treebench run's): the progress
-                                        # names it as what comes next, and the summary counts earlier rows for it
+    report: bool = False                # an HTML report follows the last pair (treebench run's; under torchrun
+                                        # rank 0's alone): the progress names it as what comes next, and the
+                                        # summary counts earlier rows for it
     determinism: bool = False           # run the prepared callable twice and compare the outputs bitwise
     check_memory: bool = True           # skip a pair whose predicted device memory exceeds the free memory
     isolate: bool = False               # run every pair in a worker subprocess (treebench.harness.run.isolate)
