@@ -240,3 +240,38 @@ def test_the_report_shows_the_coverage_of_default_check_rows(tmp_path):
     rc, _ = _check("torch_sdpa", tmp_path / "suite", "--suite", "check")
     assert main(["report", str(tmp_path / "suite" / "rows.jsonl"), "-o", str(tmp_path / "s.html")]) == 0
     assert "What the default check covered" not in (tmp_path / "s.html").read_text()
+
+
+def test_a_check_where_every_case_errored_shows_no_value_as_ran(tmp_path, capsys):
+    """A backend whose prepare raises: no output was compared, so no axis value ran, every value
+    the rows name errored, and neither the re-prepare nor the repeat step is claimed."""
+    spec = tmp_path / "raises.py"
+    spec.write_text("from tests.broken_backends import Correct\n\n\n"
+                    "class Raises(Correct):\n    name = 'raises'\n\n"
+                    "    def prepare(self, inputs):\n        raise RuntimeError('no kernel here')\n")
+    rc, rows = _check(f"{spec}:Raises", tmp_path)
+    assert rc == 1 and rows and {r["status"] for r in rows} == {"error"}
+    out = capsys.readouterr().out
+    lines = out[out.index("coverage ("):].splitlines()
+    ran = [ln for ln in lines[1:] if ln.split()[1:2] == ["ran"]]
+    assert ran and all(ln.rstrip().endswith("ran (none)") for ln in ran), ran
+    assert any(ln.split()[:2] == ["errored", "7,"] for ln in lines), lines
+    assert "re-prepare" not in out and "repeat" not in out and "bitwise" not in out
+    cov = coverage_from_rows(rows)
+    assert cov["page_size"]["ran"] == [] and "16" in cov["page_size"]["errored"]
+
+
+def test_the_steps_say_what_they_found():
+    from treebench.harness.checking.default_check import check_steps
+    rows = [{"status": "pass", "deterministic": True, "check_axes": {"page_size": "16"}},
+            {"status": "mismatch", "deterministic": True, "check_axes": {"page_size": "1"},
+             "reason": "re-prepare on a second batch of the same axes (seed 7920): max |err| 1.0"},
+            {"status": "mismatch", "deterministic": False, "check_axes": {"page_size": "24"},
+             "reason": "first prepare: repeat: 3 of 8 output elements differ bitwise between two calls"},
+            {"status": "error", "check_axes": {"page_size": "64"}, "reason": "first prepare: RuntimeError"}]
+    steps = check_steps(rows)
+    assert steps["re-prepare"]["ran"][0].endswith(": passed on 1, failed on 1 of 2 cases")
+    assert steps["repeat"]["ran"][0].endswith("bitwise equal on 2, bitwise different on 1 of 3 cases")
+    cov = coverage_from_rows(rows)
+    assert cov["page_size"]["ran"] == ["1", "16", "24"] and cov["page_size"]["errored"] == ["64"]
+    assert check_steps([{"status": "error", "reason": "first prepare: x"}]) == {}

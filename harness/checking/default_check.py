@@ -93,6 +93,7 @@ def default_check_cases(backend, deep: bool = False) -> tuple[list[Case], dict]:
 
 CHECK_CALLS = 3   # calls of each prepared callable in a check: the later ones must repeat the first bitwise
 REPREPARE = "a second batch of the same shapes with other Q/K/V and block tables and other trees of the same sizes"
+REPREPARE_STEP = "re-prepare on a second batch"   # how a row's reason names a failure of that step (run.verify)
 
 
 def default_check(backend, deep: bool = False, device: str | None = None) -> DefaultCheck:
@@ -114,9 +115,32 @@ def default_check(backend, deep: bool = False, device: str | None = None) -> Def
         cases.setdefault(case.case_id, case)
         labels.setdefault(case.case_id, {})[axis] = value
     _note_device(coverage, caps, device)
-    note(coverage, "re-prepare", REPREPARE, None)
-    note(coverage, "repeat", f"{CHECK_CALLS} calls per prepare with the later ones bitwise equal to the first", None)
     return DefaultCheck(tuple(cases.values()), coverage, labels)
+
+
+def check_steps(rows: list[dict]) -> dict:
+    """The coverage entries of the steps no axis names, as the rows found them: "re-prepare"
+    (in the rows that reached it: a pass, or a failure naming it) and "repeat" (the rows whose
+    later calls were compared: `deterministic` set); a step no row reached has no entry."""
+    reprepared = [r for r in rows if r.get("status") == "pass" or REPREPARE_STEP in (r.get("reason") or "")]
+    repeated = [r for r in rows if r.get("deterministic") is not None]
+    steps = {}
+    if reprepared:
+        failed = sum(r.get("status") != "pass" for r in reprepared)
+        steps["re-prepare"] = f"{REPREPARE}: {_tally(len(reprepared), failed, 'passed', 'failed')}"
+    if repeated:
+        differ = sum(r["deterministic"] is False for r in repeated)
+        steps["repeat"] = (f"{CHECK_CALLS} calls per prepare, the later ones against the first: "
+                           + _tally(len(repeated), differ, "bitwise equal", "bitwise different"))
+    return {step: {"ran": [found], "skipped": {}} for step, found in steps.items()}
+
+
+def _tally(n: int, bad: int, good_word: str, bad_word: str) -> str:
+    """'good_word on all N cases' or 'good_word on N - bad, bad_word on bad of N cases'."""
+    cases = "case" if n == 1 else "cases"
+    if not bad:
+        return f"{good_word} on {'the' if n == 1 else 'all'} {n} {cases}"
+    return f"{good_word} on {n - bad}, {bad_word} on {bad} of {n} {cases}"
 
 
 def _declined(backend, caps: Capabilities, case: Case) -> str | None:

@@ -121,8 +121,10 @@ def _default_suite(backend, deep: bool):
 
 
 def _print_coverage(rows: list[dict], planned: dict) -> None:
-    """The coverage table after the summary: per axis the values that ran, and those skipped with why."""
+    """The coverage table after the summary: per axis the values that ran, those that errored,
+    and those skipped with why; then the re-prepare and repeat steps, where some row reached them."""
+    from treebench.harness.checking.default_check import check_steps
     from treebench.harness.model.coverage import coverage_from_rows, coverage_lines
 
-    for line in coverage_lines(coverage_from_rows(rows, base=planned)):
+    for line in coverage_lines(coverage_from_rows(rows, base=planned) | check_steps(rows)):
         print(line)

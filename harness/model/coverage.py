@@ -3,11 +3,15 @@
 A coverage record is a plain dict, as JSON keeps it:
 
     {axis: {"ran": [value, ...], "skipped": {value: reason}}}      # values as strings
+    # and "errored": [value, ...] in an axis some of whose values only errored
+
+A value ran when one of its cases' outputs was compared with the reference (a pass or a
+mismatch); a value whose cases all raised errored, and is no coverage.
 
 treebench.harness.checking.default_check builds one from a backend's capabilities
 before anything runs; `coverage_from_rows` rebuilds it from result rows (each
 default-check row carries `check_axes`, {axis: value}), which is what the CLI and
-the HTML report show: a value ran when any of its rows was not skipped.
+the HTML report show.
 """
 
 from __future__ import annotations
@@ -33,44 +37,67 @@ def note(coverage: dict, axis: str, value: str, reason: str | None) -> None:
 
 
 NO_CASE_RAN = "no case ran (every case was skipped)"
+COMPARED, ERRORED = 2, 1   # a row's outcome rank: its output compared (pass, mismatch), its backend errored
+
+
+def _outcome(row: dict) -> tuple[int, str | None]:
+    """(rank, skip reason) of a row: COMPARED, ERRORED, or 0 with the reason it was skipped."""
+    status = row.get("status")
+    if status == "skipped":
+        return 0, row.get("reason") or "skipped"
+    return (COMPARED if status in ("pass", "mismatch") else ERRORED), None
 
 
 def coverage_from_rows(rows: Iterable[dict], base: dict | None = None) -> dict:
     """The coverage record of default-check rows (those with `check_axes`); {} when none has it.
-    Each axis's values that ran are in `ordered` order.
+    A value ran when one of its rows was compared with the reference (pass or mismatch); a value
+    whose rows all errored is under "errored" (a list, in entries that have one). Each axis's
+    values are in `ordered` order.
 
     Args:
         rows: result rows.
         base: a record to start from (the builder's: it holds axes no row carries, such
-            as the device); the rows' statuses then decide each value they name. When
-            every row was skipped, what `base` planned to run on the axes no row names
-            (the device, the second prepare, the repeated calls) is skipped too, "no case ran".
+            as the device); the rows' outcomes then decide each value they name. When no row
+            was compared, what `base` planned to run on the axes no row names is errored when a
+            row errored, else skipped, "no case ran".
     """
     rows = list(rows)
-    coverage: dict[str, dict] = {axis: {"ran": list(e["ran"]), "skipped": dict(e["skipped"])}
+    coverage: dict[str, dict] = {axis: {"ran": list(e["ran"]), "skipped": dict(e["skipped"]),
+                                        **({"errored": list(e["errored"])} if e.get("errored") else {})}
                                  for axis, e in (base or {}).items()}
     row_axes = {axis for r in rows for axis in (r.get("check_axes") or {})}
-    if rows and all(r.get("status") == "skipped" for r in rows):
+    best = max((_outcome(r)[0] for r in rows), default=COMPARED)
+    if best < COMPARED:
         for axis in set(coverage) - row_axes:
             entry = coverage[axis]
             for value in entry.pop("ran"):
-                entry["skipped"].setdefault(value, NO_CASE_RAN)
+                if best == ERRORED:
+                    entry.setdefault("errored", []).append(value)
+                else:
+                    entry["skipped"].setdefault(value, NO_CASE_RAN)
             entry["ran"] = []
-    axes_seen: dict[tuple[str, str], str | None] = {}
+    seen: dict[tuple[str, str], tuple[int, str | None]] = {}
     for r in rows:
         for axis, value in (r.get("check_axes") or {}).items():
-            key = (axis, str(value))
-            if r.get("status") == "skipped":
-                axes_seen.setdefault(key, r.get("reason") or "skipped")
-            else:
-                axes_seen[key] = None
-    for (axis, value), reason in axes_seen.items():
+            key, now = (axis, str(value)), _outcome(r)
+            if key not in seen or now[0] > seen[key][0]:     # the first skip reason, else the best outcome
+                seen[key] = now
+    for (axis, value), (rank, reason) in seen.items():
         entry = coverage.setdefault(axis, {"ran": [], "skipped": {}})
-        if reason is not None and value in entry["ran"]:        # planned to run, yet its rows were skipped
-            entry["ran"].remove(value)
-        note(coverage, axis, value, reason)
+        for kind in ("ran", "errored"):
+            if value in entry.get(kind, ()):
+                entry[kind].remove(value)
+        entry["skipped"].pop(value, None)
+        if rank == COMPARED:
+            entry["ran"].append(value)
+        elif rank == ERRORED:
+            entry.setdefault("errored", []).append(value)
+        else:
+            entry["skipped"][value] = reason
     for e in coverage.values():
         e["ran"] = ordered(e["ran"])
+        if "errored" in e:
+            e["errored"] = ordered(e["errored"])
     return coverage
 
 
@@ -87,13 +114,15 @@ def ordered(values: list[str]) -> list[str]:
 
 
 def coverage_lines(coverage: dict) -> list[str]:
-    """The record as plain text: one 'axis: ran v1, v2' line per axis, then one indented
-    'skipped v: reason' line per skipped value."""
+    """The record as plain text: one 'axis: ran v1, v2' line per axis, then an indented
+    'errored v1, v2' line when some values errored and one 'skipped v: reason' line per skipped value."""
     if not coverage:
         return []
     width = max(len(a) for a in coverage)
-    lines = ["coverage (values that ran; skipped values with the reason):"]
+    lines = ["coverage (values that ran: output compared with the reference; values that errored; skipped values with the reason):"]
     for axis, e in coverage.items():
         lines.append(f"  {axis:<{width}}  ran {', '.join(e['ran']) or '(none)'}")
+        if e.get("errored"):
+            lines.append(f"  {'':<{width}}  errored {', '.join(e['errored'])}")
         lines += [f"  {'':<{width}}  skipped {v}: {why}" for v, why in e["skipped"].items()]
     return lines

@@ -27,7 +27,7 @@ import torch
 
 from treebench.harness.model.compare import compare, compare_lse
 from treebench.harness.model.paged import BatchInputs
-from treebench.harness.checking.default_check import CHECK_CALLS
+from treebench.harness.checking.default_check import CHECK_CALLS, REPREPARE_STEP
 
 if TYPE_CHECKING:
     from treebench.harness.run.pair import CaseData
@@ -317,7 +317,7 @@ def check_pair(backend, data: CaseData, device: torch.device, mask_kind: str, ro
     if bad:
         row.update(status="mismatch", reason=join(bad, row.get("reason")))
         return
-    step = f"re-prepare on a second batch of the same axes (seed {data.alternate().case.seed})"
+    step = f"{REPREPARE_STEP} of the same axes (seed {data.alternate().case.seed})"
     try:
         rec2, bad2 = check_step(backend, data.alternate(), device, mask_kind, row, step)
     except (Exception, SystemExit) as e:  # noqa: BLE001 -- the backend's error on the second batch
