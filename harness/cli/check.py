@@ -93,7 +93,7 @@ def run(args) -> int:
     result = execute(suite.cases, [backend], replace(opts, out=out), CONSOLE)
     CREATED_OUT[0] = None   # the sweep is over: its file holds what it wrote, kept whatever follows
     if args.dry_run:
-        print_plan(suite, [backend], result)
+        print_plan(suite, [backend], result, recorded=out is not None)   # without --out no row is kept
         return dry_run_code(result, args.allow_skip)
     if not result.primary:
         return 0
@@ -122,9 +122,13 @@ def _default_suite(backend, deep: bool):
 
 def _print_coverage(rows: list[dict], planned: dict) -> None:
     """The coverage table after the summary: per axis the values that ran, those that errored,
-    and those skipped with why; then the re-prepare and repeat steps, where some row reached them."""
+    and those skipped with why; then the re-prepare and repeat steps, where some row reached them.
+    None when every case was skipped for one reason (the backend unavailable here): the line
+    after it (`report_nothing_ran`) gives that reason once."""
     from treebench.harness.checking.default_check import check_steps
     from treebench.harness.model.coverage import coverage_from_rows, coverage_lines
 
+    if rows and len({(r.get("status"), r.get("reason")) for r in rows}) == 1 and rows[0].get("status") == "skipped":
+        return
     for line in coverage_lines(coverage_from_rows(rows, base=planned) | check_steps(rows)):
         print(line)

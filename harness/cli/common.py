@@ -325,16 +325,16 @@ def dry_run_code(result, allow_skip: bool) -> int:
     return 0 if allow_skip else NOTHING_RAN
 
 
-def print_plan(suite, backends, result) -> None:
-    """The --dry-run lines: how many pairs this process would run, how many more it would record as
-    skipped, how many --resume skips (or what --out already holds without it), and how long the run
-    should take (where a pair is to run)."""
+def print_plan(suite, backends, result, recorded: bool = True) -> None:
+    """The --dry-run lines: how many pairs this process would run, how many more it would skip (record
+    as skipped where `recorded`), how many --resume skips (or what --out already holds without it),
+    and how long the run should take (where a pair is to run)."""
     stored = (f"; {result.stored_note}" if result.stored_note else
               "" if result.resumed is None else f", {result.resumed} already stored (skipped by --resume)")
     memory = (f", or for {result.will_skip_memory} of them predicted not to fit the free memory "
               "(--no-memory-check runs them)" if result.will_skip_memory else "")
-    skipped = (f", {result.will_skip} to be recorded as skipped (backend unavailable or case unsupported{memory})"
-               if result.will_skip else "")
+    skipped = (f", {result.will_skip} {'to be recorded as' if recorded else 'would be'} skipped (backend unavailable "
+               f"or case unsupported{memory})" if result.will_skip else "")
     out = console()
     out.print(f"dry run: suite {suite.name}, {plural(len(suite.cases), 'case')} x {plural(len(backends), 'backend')}: "
               f"{plural(result.planned - result.will_skip, 'pair')} to run here{skipped}{stored}", markup=False)
