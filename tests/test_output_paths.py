@@ -900,3 +900,20 @@ def test_a_resume_keeps_a_report_that_does_not_record_its_results(tiny, tmp_path
         "WARNING  reports/local/r.html does not record which results file it was made from, so it is kept: this "
         "run's report is reports/local/r-2.html"], err
     assert old.read_bytes() == before
+
+
+@pytest.mark.parametrize("dry", [[], ["--dry-run"]])
+@pytest.mark.parametrize("which", ["report under a file", "default out under a file"])
+def test_a_dry_run_refuses_a_folder_that_is_a_file_as_the_run_does(tiny, tmp_path, capsys, monkeypatch, dry, which):
+    """A --report or a default --out whose folder would be made under a regular file: the run and its
+    dry run both refuse it (exit 2, one line naming the file), and neither makes anything."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("keep\n")
+    (tmp_path / "results").write_text("keep\n")
+    extra = (["--out", str(tmp_path / "x.jsonl"), "--report", str(tmp_path / "afile" / "r.html")]
+             if which == "report under a file" else [])
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(_run(tiny, *extra, *dry)) == 2
+    line = _one_line_error(capsys)
+    assert "is a file, not a folder" in line and ("afile" in line if extra else "results is" in line)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

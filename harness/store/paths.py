@@ -70,6 +70,19 @@ def folder_problem(path: Path) -> str:
     return ""
 
 
+def write_problem(path: Path) -> str:
+    """Why writing the file `path` (its folders made first) would fail, as far as can be told without
+    writing anything (a dry run): `folder_problem`, an existing file or the nearest existing folder
+    that permissions keep from being written; else "" (a read-only file system, or one such as /proc
+    that takes no new files, shows only when written). Raises nothing."""
+    if problem := folder_problem(path):
+        return problem
+    if path.exists():
+        return "" if os.access(path, os.W_OK) else "permission denied"
+    there = next((d for d in path.parents if d.exists()), None)
+    return "" if there is None or os.access(there, os.W_OK | os.X_OK) else f"folder {there} is not writable"
+
+
 def check_writable(path: str | Path, create: bool = True, what: str = "--out") -> Path:
     """Validates a results path before a run, creating parent folders and the
     file (empty, or left as it is when it exists: never truncated); `check_writable_made`
@@ -105,6 +118,8 @@ def check_writable_made(path: str | Path, create: bool = True, what: str = "--ou
     if path.suffix != ".jsonl":
         raise ConfigError(f"{what} {path}: give a .jsonl path (folders are read for *.jsonl files only)")
     if not create:
+        if problem := write_problem(path):
+            raise ConfigError(f"{what} {path}: cannot write there ({problem}); give a writable file path")
         return path, []
     made = missing_folders(path)
     try:
@@ -223,6 +238,8 @@ def check_html_writable(path: str | Path, flag: str, example: str, probe: bool =
     """
     p = check_html_path(path, flag, example)
     if not probe:
+        if problem := write_problem(p):
+            raise ConfigError(f"{flag} {p}: cannot write there ({problem}); give a writable .html path")
         return p
     made = missing_folders(p)
     try:
