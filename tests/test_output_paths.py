@@ -917,3 +917,15 @@ def test_a_dry_run_refuses_a_folder_that_is_a_file_as_the_run_does(tiny, tmp_pat
     line = _one_line_error(capsys)
     assert "is a file, not a folder" in line and ("afile" in line if extra else "results is" in line)
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+@pytest.mark.parametrize("dry", [[], ["--dry-run"]])
+def test_a_default_results_file_that_cannot_be_written_is_not_named_as_out(tiny, tmp_path, capsys, monkeypatch, dry):
+    """No --out given: the line calls the path the default results file and says to pass --out; it
+    names no --out the command line did not give."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results").write_text("keep\n")
+    assert main(_run(tiny, *dry)) == 2
+    line = _one_line_error(capsys)
+    assert "the default results file results/local/" in line and "pass --out to choose another" in line
+    assert "--out results" not in line

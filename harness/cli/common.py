@@ -163,8 +163,8 @@ def add_sweep_options(p, timed: bool = True) -> None:
     p.set_defaults(argv=None)   # main() puts the command line here: `given_once` reads it, --gpus relaunches it
 
 
-def claim_results(path: str | Path, run_id: str, dry_run: bool) -> Path:
-    """`check_writable_made(path)` for the results file of a run or check (a dry run creates nothing),
+def claim_results(path: str | Path, run_id: str, dry_run: bool, what: str = "--out") -> Path:
+    """`check_writable_made(path, what=what)` for the results file of a run or check (a dry run creates nothing),
     kept with the run_id its rows carry for the line after an interrupt or a full disk
     (ACTIVE_OUT, ACTIVE_RUN_ID: the --resume hint and the `treebench rm --run-id` that removes
     the rows; its size now in inflight.UNWRITTEN), and in CREATED_OUT when this call created the
@@ -180,7 +180,7 @@ def claim_results(path: str | Path, run_id: str, dry_run: bool) -> Path:
     from treebench.harness.sweep.shard import torchrun_rank
 
     ours = not os.path.lexists(path) and torchrun_rank() is None   # a dangling link is not ours either
-    out, made = check_writable_made(path, not dry_run)
+    out, made = check_writable_made(path, not dry_run, what)
     if not dry_run:
         ACTIVE_OUT[0], ACTIVE_RUN_ID[0] = out, run_id
         CREATED_OUT[0], CREATED_FOLDERS[:] = (out if ours else None), (made if ours else [])

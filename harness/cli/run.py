@@ -206,7 +206,7 @@ def _launch_gpus(args, suite) -> int:
     """`run --gpus N` (N > 1): relaunches this command line under torchrun, with --out and --report
     filled in so that every rank uses the same files; returns torchrun's exit code."""
     from treebench.harness.run.inflight import UNWRITTEN
-    from treebench.harness.store.paths import check_writable
+    from treebench.harness.store.paths import DEFAULT_OUT, check_writable
     from treebench.harness.sweep.shard import launch_torchrun, strip_option
 
     argv = strip_option(args.argv, "--gpus")
@@ -214,7 +214,7 @@ def _launch_gpus(args, suite) -> int:
     stamp_text = run_stamp()
     out = args.out or str(Path("results/local") / f"{name}-{stamp_text}.jsonl")
     report = _report_path(args.report, name, out, stamp_text, resume=args.resume)
-    check_writable(out, create=False)
+    check_writable(out, create=False, what="--out" if args.out else DEFAULT_OUT)
     if args.out is None:  # every rank must append to the same file
         argv += ["--out", out]
     if args.report is None:
@@ -233,7 +233,7 @@ def run(args) -> int:
     from treebench.harness.run.inflight import mark_unwritten, report_due
     from treebench.harness.run.loading import resolve_backends
     from treebench.harness.run.progress import after_pairs
-    from treebench.harness.store.paths import default_report
+    from treebench.harness.store.paths import DEFAULT_OUT, default_report
     from treebench.harness.sweep.execute import execute
     from treebench.harness.sweep.shard import torchrun_rank
 
@@ -261,7 +261,7 @@ def run(args) -> int:
     out_path = args.out or Path("results/local") / f"{name}-{stamp_text}.jsonl"
     report = _report_path(args.report, name, out_path, stamp_text, probe=not args.dry_run,
                           resume=args.resume)   # before anything is written
-    out = claim_results(out_path, stamp_text, args.dry_run)
+    out = claim_results(out_path, stamp_text, args.dry_run, "--out" if args.out else DEFAULT_OUT)
     opts = replace(opts, out=out)
     result = execute(suite.cases, backends, opts, CONSOLE)
     CREATED_OUT[0] = None   # the sweep is over: its file holds what it wrote, kept whatever follows

@@ -28,6 +28,7 @@ from treebench.harness.store.validate import row_problem
 
 HTML_SUFFIXES = (".html", ".htm")   # what a report path may end in
 REPORTS = Path("reports/local")     # where reports go unless a path is given
+DEFAULT_OUT = "the default results file"   # how errors name a results path that no --out gave
 
 
 def default_report(results: str | Path) -> Path:
@@ -119,7 +120,7 @@ def check_writable_made(path: str | Path, create: bool = True, what: str = "--ou
         raise ConfigError(f"{what} {path}: give a .jsonl path (folders are read for *.jsonl files only)")
     if not create:
         if problem := write_problem(path):
-            raise ConfigError(f"{what} {path}: cannot write there ({problem}); give a writable file path")
+            raise ConfigError(f"{what} {path}: cannot write there ({problem}); {_writable_advice(what)}")
         return path, []
     made = missing_folders(path)
     try:
@@ -128,6 +129,12 @@ def check_writable_made(path: str | Path, create: bool = True, what: str = "--ou
         remove_empty_folders(made)   # a refused path leaves no folder made for it
         raise
     return path, made
+
+
+def _writable_advice(what: str) -> str:
+    """What to do about a results path that cannot be written: give another, through --out where
+    the path was the default (`DEFAULT_OUT`). Raises nothing."""
+    return "pass --out to choose another" if what == DEFAULT_OUT else "give a writable file path"
 
 
 def _create_results(path: Path, what: str) -> None:
@@ -141,7 +148,7 @@ def _create_results(path: Path, what: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ConfigError(f"{what} {path}: cannot write there ({folder_problem(path) or e.strerror}); "
-                          "give a writable file path") from None
+                          f"{_writable_advice(what)}") from None
     try:   # the env fingerprint goes beside it: a real probe (os.access says yes to root on an immutable folder)
         with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".treebench-probe-"):
             pass
@@ -151,7 +158,7 @@ def _create_results(path: Path, what: str) -> None:
     try:
         os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
     except OSError as e:
-        raise ConfigError(f"{what} {path}: cannot write there ({e.strerror}); give a writable file path") from None
+        raise ConfigError(f"{what} {path}: cannot write there ({e.strerror}); {_writable_advice(what)}") from None
 
 
 def check_results_file(path: str | Path, what: str, advice: str = "give a new path or a .jsonl results file",
