@@ -929,3 +929,22 @@ def test_a_default_results_file_that_cannot_be_written_is_not_named_as_out(tiny,
     line = _one_line_error(capsys)
     assert "the default results file results/local/" in line and "pass --out to choose another" in line
     assert "--out results" not in line
+
+
+@pytest.mark.parametrize("code, says", [("EACCES", "its folder {} is not writable (Permission denied)"),
+                                        ("ENOENT", "cannot create a file in its folder {} (No such file or directory)")])
+def test_a_results_folder_that_takes_no_file_is_refused_with_the_real_reason(tmp_path, monkeypatch, code, says):
+    """The probe of the results folder failing: the line calls the folder unwritable only where the
+    error says so; another error (/proc takes no new file: ENOENT) is named as what failed."""
+    import errno
+    import re
+    import tempfile
+
+    from treebench.harness.errors import ConfigError
+    from treebench.harness.store.paths import check_writable
+
+    def refused(*a, **k):
+        raise OSError(getattr(errno, code), os.strerror(getattr(errno, code)))
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", refused)
+    with pytest.raises(ConfigError, match=re.escape(says.format(tmp_path))):
+        check_writable(tmp_path / "r.jsonl")

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import html
 import json
 import os
@@ -152,9 +153,11 @@ def _create_results(path: Path, what: str) -> None:
     try:   # the env fingerprint goes beside it: a real probe (os.access says yes to root on an immutable folder)
         with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".treebench-probe-"):
             pass
-    except OSError as e:
-        raise ConfigError(f"{what} {path}: its folder {path.parent} is not writable ({e.strerror}), and the env "
-                          "fingerprint (env-*.json) is written beside the results; choose another folder") from None
+    except OSError as e:   # EACCES, EPERM, EROFS: not writable; else say what failed (/proc takes no file: ENOENT)
+        why = ("its folder {} is not writable" if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
+               else "cannot create a file in its folder {}").format(path.parent)
+        raise ConfigError(f"{what} {path}: {why} ({e.strerror}), and the env fingerprint (env-*.json) is written "
+                          "beside the results; choose another folder") from None
     try:
         os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
     except OSError as e:
