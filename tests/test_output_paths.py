@@ -948,3 +948,23 @@ def test_a_results_folder_that_takes_no_file_is_refused_with_the_real_reason(tmp
     monkeypatch.setattr(tempfile, "NamedTemporaryFile", refused)
     with pytest.raises(ConfigError, match=re.escape(says.format(tmp_path))):
         check_writable(tmp_path / "r.jsonl")
+
+
+@pytest.mark.parametrize("dry", [[], ["--dry-run"]])
+@pytest.mark.parametrize("option, name, lower", [("--out", "x.JSONL", "x.jsonl"), ("--report", "x.HTML", "x.html"),
+                                                 ("--report", "x.Htm", "x.htm")])
+def test_an_output_suffix_in_upper_case_is_refused_for_results_and_report_alike(tiny, tmp_path, capsys, dry, option,
+                                                                                name, lower):
+    """--out and --report match their suffix as written, in lower case (a folder is read for *.jsonl
+    alone): either in another case is refused, the line naming the lower-case name, nothing made."""
+    paths = {"--out": str(tmp_path / "r.jsonl"), "--report": str(tmp_path / "r.html"), option: str(tmp_path / name)}
+    assert main(_run(tiny, "--out", paths["--out"], "--report", paths["--report"], *dry)) == 2
+    assert f"(in lower case: {lower})" in _one_line_error(capsys)
+    assert not any(tmp_path.glob("r.*")) and not (tmp_path / name).exists()
+
+
+def test_report_o_refuses_an_upper_case_suffix_as_run_does(tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    append_row(out, _row(0))
+    assert main(["report", str(out), "-o", str(tmp_path / "r.HTML")]) == 2
+    assert "(in lower case: r.html)" in _one_line_error(capsys)

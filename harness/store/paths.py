@@ -27,7 +27,7 @@ from treebench.harness.store.env import ENV_FILE_RE
 from treebench.harness.store.rows import SCHEMA, is_known_schema, is_torn_row, migrate_row
 from treebench.harness.store.validate import row_problem
 
-HTML_SUFFIXES = (".html", ".htm")   # what a report path may end in
+HTML_SUFFIXES = (".html", ".htm")   # what a report path may end in: lower case, as a results file's .jsonl
 REPORTS = Path("reports/local")     # where reports go unless a path is given
 DEFAULT_OUT = "the default results file"   # how errors name a results path that no --out gave
 
@@ -118,7 +118,8 @@ def check_writable_made(path: str | Path, create: bool = True, what: str = "--ou
                           "give a .jsonl results path")
     check_results_file(path, what)
     if path.suffix != ".jsonl":
-        raise ConfigError(f"{what} {path}: give a .jsonl path (folders are read for *.jsonl files only)")
+        raise ConfigError(f"{what} {path}: give a .jsonl path{lower_case(path, ('.jsonl',))} (folders are read "
+                          "for *.jsonl files only)")
     if not create:
         if problem := write_problem(path):
             raise ConfigError(f"{what} {path}: cannot write there ({problem}); {_writable_advice(what)}")
@@ -226,10 +227,19 @@ def check_html_path(path: str | Path, flag: str, example: str) -> Path:
     p = Path(path)
     if p.is_dir():
         raise ConfigError(f"{flag} {p}: is a directory; give a file path such as {p / 'report.html'}")
-    if p.suffix.lower() not in HTML_SUFFIXES:
-        raise ConfigError(f"{flag} {p}: give an .html path, e.g. {example}")
+    if p.suffix not in HTML_SUFFIXES:
+        raise ConfigError(f"{flag} {p}: give an .html path{lower_case(p, HTML_SUFFIXES)}, e.g. {example}")
     refuse_non_html(p, flag)
     return p
+
+
+def lower_case(path: Path, suffixes: Sequence[str]) -> str:
+    """' (in lower case: NAME)' where `path` ends in one of `suffixes` written in another case, else
+    '': an output's suffix is matched as written, in lower case (a folder is read for its *.jsonl
+    files, a match Linux makes case by case, so x.JSONL would be passed over; a report's .html
+    follows the same rule). Raises nothing."""
+    low = path.suffix.lower()
+    return f" (in lower case: {path.with_suffix(low).name})" if low in suffixes and path.suffix != low else ""
 
 
 def check_html_writable(path: str | Path, flag: str, example: str, probe: bool = True) -> Path:
