@@ -211,13 +211,19 @@ def test_coverage_from_rows_reads_skips_and_a_suite_check_has_no_table(tmp_path,
     assert main(["check", "--backend", "torch_sdpa", "--suite", "check", "--deep"]) == 2
 
 
+def _variant(tmp_path, cls: str, method: str, body: str):
+    """A backend file: tests.broken_backends.Correct as class `cls` (name its lower case) with one
+    method replaced by a one-line body."""
+    spec = tmp_path / f"{cls.lower()}.py"
+    spec.write_text(f"from tests.broken_backends import Correct\n\n\nclass {cls}(Correct):\n"
+                    f"    name = '{cls.lower()}'\n\n    def {method}:\n        {body}\n")
+    return spec
+
+
 def test_a_check_where_no_case_ran_shows_no_axis_as_ran(tmp_path, capsys):
     """An unavailable backend: every case is skipped, and the axes no row names (the device,
     the second prepare, the repeated calls) read as skipped too, not as ran."""
-    spec = tmp_path / "away.py"
-    spec.write_text("from tests.broken_backends import Correct\n\n\n"
-                    "class Away(Correct):\n    name = 'away'\n\n"
-                    "    def availability(self):\n        return 'needs a machine this is not'\n")
+    spec = _variant(tmp_path, "Away", "availability(self)", "return 'needs a machine this is not'")
     rc, rows = _check(f"{spec}:Away", tmp_path)
     assert rc == 3 and rows and {r["status"] for r in rows} == {"skipped"}
     captured = capsys.readouterr()
@@ -249,10 +255,7 @@ def test_the_report_shows_the_coverage_of_default_check_rows(tmp_path):
 def test_a_check_where_every_case_errored_shows_no_value_as_ran(tmp_path, capsys):
     """A backend whose prepare raises: no output was compared, so no axis value ran, every value
     the rows name errored, and neither the re-prepare nor the repeat step is claimed."""
-    spec = tmp_path / "raises.py"
-    spec.write_text("from tests.broken_backends import Correct\n\n\n"
-                    "class Raises(Correct):\n    name = 'raises'\n\n"
-                    "    def prepare(self, inputs):\n        raise RuntimeError('no kernel here')\n")
+    spec = _variant(tmp_path, "Raises", "prepare(self, inputs)", "raise RuntimeError('no kernel here')")
     rc, rows = _check(f"{spec}:Raises", tmp_path)
     assert rc == 1 and rows and {r["status"] for r in rows} == {"error"}
     out = capsys.readouterr().out
