@@ -25,8 +25,7 @@ from treebench.harness.analyze.roles import DEFAULT_BASELINES, DEFAULT_OWN, OWN_
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.inflight import interrupts_noted
 from treebench.harness.store.outputs import will_write
-from treebench.harness.store.paths import (HTML_SUFFIXES, check_output_path, default_report, lower_case,
-                                           refuse_non_html)
+from treebench.harness.store.paths import check_html_path, check_output_path, default_report
 from treebench.harness.store.validate import read_checked_rows
 from treebench.harness.store.env import missing_env_line, read_envs
 
@@ -98,10 +97,7 @@ def _write(args: argparse.Namespace) -> tuple[Path, list[str]]:
             "files before --against, or end its list with --" if args.against else
             "report: give the results files (RESULTS), e.g. treebench report results/local/RUN.jsonl")
     out = check_output_path(default_report(args.results[0]) if args.output is None else args.output, "report -o")
-    if out.suffix not in HTML_SUFFIXES:
-        raise ConfigError(f"report -o {out}: give an .html path{lower_case(out, HTML_SUFFIXES)}, "
-                          "e.g. reports/NAME.html")
-    refuse_non_html(out, "report -o")
+    check_html_path(out, "report -o", "reports/NAME.html")   # .html in lower case, no other file overwritten
     will_write(out, "the report")      # for the line after an interrupt, the libraries' loading included
     from treebench.harness.analyze.headline import missing_row_warnings   # pandas and matplotlib load here
     from treebench.harness.analyze.report import write_report
