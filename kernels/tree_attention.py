@@ -234,7 +234,6 @@ class TreeAttention:
         if config is not None and not isinstance(config, KernelConfig):
             raise ConfigError(f"config={config!r}: must be a KernelConfig (treebench.kernels.tree_attention_plan)")
         rows = hq // hkv * max(ts)
-        self._rows = rows                        # packed rows of the largest tree (fp8_path_choice)
         cfg = config or choose_config(rows, d, interpreting(), ws=ws is not False)
         fp8_ws = opts.ws_fp8 and inputs.k_cache.dtype in FP8_KV_DTYPES
         cfg = WS_FP8_CONFIGS.get(cfg, cfg) if config is None and fp8_ws else cfg   # a converter and two rings
@@ -298,9 +297,10 @@ class TreeAttention:
         self.plan = make_plan(len(ts), hkv, hq // hkv, ts, ss, d, num_sms=sms, interpret=interpreting(),
                               config=cfg, num_splits=1 if one_tile else num_splits, tma_tiles=self.kv_desc)
         self.short_build = "one-tile" if one_tile else ""
-        # each token's page looked up (KernelOptions.token_pages): by default the fp8 one-tile build of few rows
-        fp8_one_tile = one_tile and inputs.k_cache.dtype in FP8_KV_DTYPES and rows <= CVT_ONE_TILE_MAX_ROWS
-        self.token_pages = fp8_one_tile if opts.token_pages is None else opts.token_pages
+        # the fp8 one-tile build of few rows: by default each token's page looked up (KernelOptions.token_pages)
+        # and, over those lookups, the "cvt" operand path (`fp8_path_choice`)
+        self._fp8_few_rows = one_tile and inputs.k_cache.dtype in FP8_KV_DTYPES and rows <= CVT_ONE_TILE_MAX_ROWS
+        self.token_pages = self._fp8_few_rows if opts.token_pages is None else opts.token_pages
         self.out = torch.empty(inputs.q.shape, dtype=inputs.dtype, device=dev)
         self.lse = torch.empty(inputs.q.shape[:2], dtype=torch.float32, device=dev) if return_lse else None
         # a merge kernel to launch early; the warp-specialised kernel does not signal its
@@ -367,6 +367,7 @@ class TreeAttention:
         rows = q.shape[0] * q.shape[1]                                  # sum T * Hq
         o_part, lse_part, lse = self._partials()
         fused = split and self.fused_merge
+        fp8_path = self._fp8_path()                                     # how fp8 codes become MMA operands
         sem = torch.zeros(len(ts) * hkv * plan.m_tiles, dtype=torch.int32, device=q.device) if fused \
             else inp.context_lens
         k_desc = v_desc = None
@@ -386,8 +387,8 @@ class TreeAttention:
                  BT_AHEAD=bool(cfg.bt_ahead) and not self.short_build, PDL=self.pdl,
                  PAGE_GATHER=self.options.page_gather, ONE_TILE=self.short_build == "one-tile",
                  TOKEN_PAGES=self.token_pages and not self.kv_desc,
-                 EARLY_FIRST=self.early_first, FP8_PATH=FP8_PATHS.index(self._fp8_path()),
-                 Q_ROW_SCALE=self._fp8_path() not in ("cast", "split") and kc.dtype in FP8_KV_DTYPES
+                 EARLY_FIRST=self.early_first, FP8_PATH=FP8_PATHS.index(fp8_path),
+                 Q_ROW_SCALE=fp8_path not in ("cast", "split") and kc.dtype in FP8_KV_DTYPES
                  and q.dtype == torch.bfloat16),
             dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
                  **({"maxnreg": cfg.max_regs} if cfg.max_regs and not interpreting() else {})))
@@ -401,8 +402,7 @@ class TreeAttention:
         `CVT_ONE_TILE_MAX_ROWS` packed rows, "fp16" elsewhere. Meaningful for fp8 pools only."""
         if self.options.fp8_path is not None:
             return self.options.fp8_path
-        small = self._rows <= CVT_ONE_TILE_MAX_ROWS
-        return "cvt" if self.short_build == "one-tile" and self._page_path() == "gather" and small else "fp16"
+        return "cvt" if self._fp8_few_rows and self._page_path() == "gather" else "fp16"
 
     def _fp8_path(self) -> str:
         """`fp8_path_choice`, but the interpreter runs no inline PTX, so "cvt" (the hardware
