@@ -685,10 +685,11 @@ def test_an_interrupted_check_without_out_says_how_far_it_got(tmp_path, capsys):
     suite = tmp_path / "three.toml"
     suite.write_text(TINY.format(name="three").replace("batch_size = [1]", "batch_size = [1, 2, 3]"))
     third = tmp_path / "third.py"
-    third.write_text(f"import sys\nsys.path.insert(0, {str(Path(FAULTS).parent)!r})\n"
+    third.write_text(f"import os, signal, sys, time\nsys.path.insert(0, {str(Path(FAULTS).parent)!r})\n"
                      "from fault_backends import Exact\n\n\nclass StopsThird(Exact):\n    name = 'stops_third'\n\n"
                      "    def prepare(self, inputs):\n        if len(inputs.context_lens) == 3:   # B 3: the third case\n"
-                     "            raise KeyboardInterrupt\n        return super().prepare(inputs)\n")
+                     "            os.kill(os.getpid(), signal.SIGINT)   # Ctrl-C\n            time.sleep(5)\n"
+                     "        return super().prepare(inputs)\n")
     assert main(["check", "--suite", str(suite), "--backend", f"{third}:StopsThird", "--quiet"]) == 130
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines[-1] == ("treebench: interrupted after 2 of 3 pairs; check without --out keeps no rows: nothing "

@@ -4,8 +4,13 @@ unnamed backends, unprintable exceptions, availability order, a JSONL file of so
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import logging
+import os
+import signal
 import sys
+import time
 
 import pytest
 
@@ -16,6 +21,7 @@ from treebench.harness.errors import ConfigError, TreeError
 from treebench.harness.run.pair import error_reason
 from treebench.harness.run.config import RunConfig
 from treebench.harness.run.runner import row_satisfies, run_cases
+from treebench.harness.store.rows import read_rows
 from treebench.harness.model.tree_specs import parse_tree
 from tests.broken_backends import BrokenCausalMask, Correct
 from tests.tiny_suites import tiny_suite
@@ -47,10 +53,40 @@ class Exits(Correct):
 
 
 class Interrupts(Correct):
+    """A Ctrl-C while it prepares: SIGINT sent to this process, raised by the handler in place."""
+
     name = "interrupts"
 
     def prepare(self, inputs):
-        raise KeyboardInterrupt
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)
+
+
+class RaisesKeyboardInterrupt(Correct):
+    """Raises KeyboardInterrupt itself, with no SIGINT (a library's own misuse of it)."""
+
+    name = "raises_keyboard_interrupt"
+
+    def __init__(self, where: str = "prepare"):
+        self.where = where
+
+    def availability(self):
+        if self.where == "availability":
+            raise KeyboardInterrupt
+        return None
+
+    def prepare(self, inputs):
+        if self.where == "prepare":
+            raise KeyboardInterrupt("not a Ctrl-C")
+        fn = super().prepare(inputs)
+        calls = []
+
+        def run():   # the first call (the check's) answers; a timed one raises
+            calls.append(1)
+            if len(calls) > 1:
+                raise KeyboardInterrupt
+            return fn()
+        return run
 
 
 class _BadStr(Exception):
@@ -93,6 +129,44 @@ def test_sys_exit_in_backend_is_error_row_and_keyboard_interrupt_stops():
     assert rows[1]["status"] == "pass"
     with pytest.raises(KeyboardInterrupt):
         run_cases([CASE], [Interrupts()], CFG)
+
+
+@pytest.mark.parametrize("isolate", [False, True])
+def test_a_keyboard_interrupt_no_signal_raised_is_an_error_row_and_the_sweep_goes_on(isolate):
+    """A KeyboardInterrupt that a backend raises with no SIGINT is its error row, saying no Ctrl-C raised it,
+    in the process as in an isolated worker; the next backend runs."""
+    rows = run_cases([CASE], [RaisesKeyboardInterrupt(), Correct()], replace(CFG, isolate=isolate))
+    assert [r["status"] for r in rows] == ["error", "pass"]
+    assert rows[0]["reason"] == "KeyboardInterrupt (raised by the backend, not by a Ctrl-C): not a Ctrl-C"
+
+
+@pytest.mark.parametrize("where, reason", [
+    ("availability", "availability() raised KeyboardInterrupt (raised by the backend, not by a Ctrl-C)"),
+    ("timed call", "while timing: KeyboardInterrupt (raised by the backend, not by a Ctrl-C)")])
+def test_a_keyboard_interrupt_no_signal_raised_in_availability_or_a_timed_call_is_an_error_row(where, reason):
+    rows = run_cases([CASE], [RaisesKeyboardInterrupt(where), Correct()], replace(CFG, mode="run"))
+    assert [(r["status"], r["reason"]) for r in rows] == [("error", reason), ("pass", None)]
+
+
+def test_a_ctrl_c_a_backend_swallowed_stops_the_sweep_after_its_pair(tmp_path):
+    """A SIGINT whose KeyboardInterrupt a backend catches and drops: the runner raises it after that pair,
+    whose row is kept, and puts the SIGINT handler back."""
+    class Swallows(Correct):
+        name = "swallows"
+
+        def prepare(self, inputs):
+            try:
+                Interrupts().prepare(inputs)
+            except KeyboardInterrupt:
+                pass
+            return super().prepare(inputs)
+
+    before = signal.getsignal(signal.SIGINT)
+    out = tmp_path / "rows.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        run_cases([CASE], [Swallows(), Correct()], replace(CFG, store_path=out))
+    assert [r["backend"] for r in read_rows([out])] == ["swallows"]
+    assert signal.getsignal(signal.SIGINT) is before
 
 
 def test_duplicate_backend_names_are_refused():

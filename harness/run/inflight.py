@@ -41,6 +41,10 @@ work at once, and is also noted, and the block's end raises it again wherever it
 turned into another exception. SIGTERM alike: the CLI's handler raises its stop and records it in
 `STOP_REQUESTED`, which the runner raises after the pair in flight, `interrupts_noted` at its block's
 end and the CLI once the command ends (`stops_raised`), wherever the first raise was lost.
+
+A backend may raise KeyboardInterrupt itself (a library's misuse of it). The runner wraps SIGINT's handler
+(`sigints_noted`) so that `signal_stop` tells a Ctrl-C's from that one, which is the pair's error row;
+a Ctrl-C a backend swallowed stops the sweep after its pair (SIGINT_CAME).
 """
 
 from __future__ import annotations
@@ -77,6 +81,10 @@ REPORT_DUE: list[tuple[Path, Output, str] | None] = [None]
 # (a backend's own except, a weakref callback or a `__del__`, where Python only prints it): raised again by the
 # runner after the pair in flight and at the end of `stops_raised`; None where none came.
 STOP_REQUESTED: list[BaseException | None] = [None]
+# Whether a SIGINT came to the runner's handler (`sigints_noted`) in the sweep in progress: a KeyboardInterrupt
+# is then a Ctrl-C's (`signal_stop`), and the runner raises one after the pair in flight where a backend swallowed it.
+SIGINT_CAME: list[bool] = [False]
+_WRAPPED: list = []   # while the runner notes SIGINTs: [the handler it wraps]
 _HELD: list = []   # while SIGINT is held: [the handler the hold replaced, whether a SIGINT came]
 
 
@@ -254,6 +262,44 @@ def interrupts_held() -> Iterator[None]:
         release_interrupts(raise_held=False)
         raise
     release_interrupts()
+
+
+def _note_sigint(signum, frame) -> None:
+    """The runner's SIGINT handler: notes that a SIGINT came, then acts as the handler it wraps."""
+    SIGINT_CAME[0] = True
+    (_WRAPPED[0] if _WRAPPED else signal.default_int_handler)(signum, frame)
+
+
+@contextlib.contextmanager
+def sigints_noted() -> Iterator[None]:
+    """The with-block with SIGINT's handler wrapped so that each SIGINT is also noted in SIGINT_CAME
+    (reset here), for `signal_stop`. A handler that is not a Python function (ignored, the default
+    action, one set outside Python) is left as it is, and so is every handler off the main thread."""
+    SIGINT_CAME[0] = False
+    wrapped = signal.getsignal(signal.SIGINT)
+    if not callable(wrapped) or wrapped is _note_sigint or not install_handler(signal.SIGINT, _note_sigint)[0]:
+        yield
+        return
+    _WRAPPED[:] = [wrapped]
+    try:
+        yield
+    finally:
+        _WRAPPED.clear()
+        with contextlib.suppress(ValueError):
+            signal.signal(signal.SIGINT, wrapped)
+
+
+def signal_stop(e: BaseException) -> bool:
+    """Whether `e`, raised in a backend's call, stops the sweep: a KeyboardInterrupt that a signal may have
+    raised (a Ctrl-C, SIGTERM's stop). One that no signal can have raised is the backend's error row: no
+    SIGINT came while `sigints_noted` noted them, or SIGINT raises nothing here (ignored, as in an isolated
+    worker, or its default action); under any other SIGINT handler it is taken as a Ctrl-C, as ever."""
+    if not isinstance(e, KeyboardInterrupt):
+        return False
+    if STOP_REQUESTED[0] is not None or SIGINT_CAME[0]:
+        return True
+    handler = signal.getsignal(signal.SIGINT)
+    return not (handler is _note_sigint or handler in (signal.SIG_IGN, signal.SIG_DFL))
 
 
 def raise_stop(cause: BaseException | None = None) -> None:

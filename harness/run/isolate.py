@@ -128,7 +128,8 @@ class _WorkerState:
         case, device = Case(**task.case_axes), torch.device(task.device)
         try:
             backend = self.backend(task.backend)
-        except (Exception, SystemExit) as e:  # noqa: BLE001 -- a backend that cannot load in the worker is its error row
+        except (Exception, SystemExit, KeyboardInterrupt) as e:  # noqa: BLE001 -- a backend that cannot load in the
+            # worker is its error row (SIGINT is ignored here: no KeyboardInterrupt is a Ctrl-C's)
             name = task.backend if isinstance(task.backend, str) else type(task.backend).__name__
             row = _error_row(name, case, task.config, "loading the backend in the worker: " + error_reason(e))
             return row, False

@@ -5,6 +5,7 @@ Per case the inputs are built once per device (treebench.harness.model.paged.bui
 the float64 reference once per (device, mask kind): a backend whose
 ``mask_kind == "causal"`` gets ``inputs.causal()`` (chains of the same T_b) and
 is compared with that batch's reference. Any exception raised by a backend
+(a KeyboardInterrupt that no Ctrl-C raised included: treebench.harness.run.inflight.signal_stop)
 becomes an ``error`` row whose reason is the exception type and the first line
 of its message (with the line that names the cause where the first line only
 opens it: treebench.harness.run.verify.error_reason); the sweep goes on.
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from treebench.harness.model.cases import Case
+from treebench.harness.run.inflight import signal_stop
 from treebench.harness.run.memory import fit_reason
 from treebench.harness.run.verify import (InputsMutated, check_output, check_pair, compared, determinism,
                                          error_reason, join, kernel_name, lse_base, prepared, returns_lse)
@@ -168,7 +170,9 @@ def _run_one(backend, case: Case, data: CaseData, device: torch.device, config: 
     try:
         _time_row(row, fn, inputs, config)
         _compare_after_timing(backend, fn, inputs, data, device, mask_kind, row)
-    except (Exception, SystemExit) as e:  # noqa: BLE001 -- a failure while timing is the backend's error row
+    except (Exception, SystemExit, KeyboardInterrupt) as e:  # noqa: BLE001 -- a failure while timing is the backend's error row
+        if signal_stop(e):
+            raise
         row.update(status="error", reason="while timing: " + error_reason(e))
     check_inputs()
 
@@ -197,7 +201,8 @@ def run_case_backend(backend, case: Case, data: CaseData, availability: str | No
                      device: torch.device, config: RunConfig) -> dict:
     """One result row: skipped (with reason), error (with reason), pass or mismatch.
 
-    Never raises for a backend's fault: any exception becomes an error row.
+    Never raises for a backend's fault: any exception becomes an error row, a KeyboardInterrupt too
+    unless a signal may have raised it (`inflight.signal_stop`: a Ctrl-C or SIGTERM stops the sweep).
     """
     row = base_row(getattr(backend, "name", type(backend).__name__), case, config)
     row["mask_kind"] = getattr(backend, "mask_kind", "tree")
@@ -207,8 +212,10 @@ def run_case_backend(backend, case: Case, data: CaseData, availability: str | No
     else:
         try:
             _run_one(backend, case, data, device, config, row)
-        except (Exception, SystemExit) as e:  # noqa: BLE001 -- the contract: a backend's exception (or
-            # sys.exit) is an error row; KeyboardInterrupt still stops the sweep
+        except (Exception, SystemExit, KeyboardInterrupt) as e:  # noqa: BLE001 -- the contract: a backend's
+            # exception (sys.exit, a KeyboardInterrupt no signal raised) is an error row; a Ctrl-C stops the sweep
+            if signal_stop(e):
+                raise
             log.debug("backend %s on %s raised", row["backend"], case.case_id, exc_info=True)
             row.update(status="error", reason=error_reason(e))
             if isinstance(e, InputsMutated):  # its timings (if any) describe a run on changed inputs
@@ -231,6 +238,8 @@ def availabilities(backends: Sequence) -> dict[int, str | None]:
     for b in backends:
         try:
             out[id(b)] = b.availability()
-        except (Exception, SystemExit) as e:  # noqa: BLE001 -- a broken availability() is an error row
+        except (Exception, SystemExit, KeyboardInterrupt) as e:  # noqa: BLE001 -- a broken availability() is an error row
+            if signal_stop(e):
+                raise
             out[id(b)] = AvailabilityRaised("availability() raised " + error_reason(e))
     return out

@@ -23,7 +23,7 @@ from rich.console import Console
 from treebench.harness.model.cases import Case
 from treebench.harness.adapter.contract import check_unique_names
 from treebench.harness.run.config import RunConfig
-from treebench.harness.run.inflight import PROGRESS, STOP_REQUESTED, call_in_flight
+from treebench.harness.run.inflight import PROGRESS, SIGINT_CAME, STOP_REQUESTED, call_in_flight, sigints_noted
 from treebench.harness.run.pair import CaseData, availabilities, run_case_backend
 from treebench.harness.run.costs import after_last_pair_s, pair_seconds
 from treebench.harness.run.progress import REPORT_NEXT, progress
@@ -125,9 +125,17 @@ def run_cases(cases: Sequence[Case], backends: Sequence, config: RunConfig = Run
 
     Raises:
         ConfigError: config.store_path cannot be appended to, or two backends share a name.
+        KeyboardInterrupt: a Ctrl-C (SIGINT), also one a backend swallowed (raised after its pair); a
+            KeyboardInterrupt that a backend raised with no SIGINT is its error row (`inflight.signal_stop`).
     """
     config = _with_run_id(config)
     check_unique_names(backends)
+    with sigints_noted():   # a KeyboardInterrupt without a SIGINT is the backend's error row
+        return _run_pairs(cases, backends, config, console)
+
+
+def _run_pairs(cases: Sequence[Case], backends: Sequence, config: RunConfig, console: Console | None) -> list[dict]:
+    """`run_cases` once its config has a run id and its backends unique names."""
     device = torch.device(config.device) if config.device else default_device()
     avail = availabilities(backends)
     todo = _pairs(cases, backends, config.skip)
@@ -163,6 +171,8 @@ def run_cases(cases: Sequence[Case], backends: Sequence, config: RunConfig = Run
                 if STOP_REQUESTED[0] is not None:   # a signal whose exception was lost (a backend swallowed it)
                     stop, STOP_REQUESTED[0] = STOP_REQUESTED[0], None   # raised once: the next run starts clean
                     raise stop
+                if SIGINT_CAME[0]:   # a Ctrl-C whose KeyboardInterrupt a backend swallowed
+                    raise KeyboardInterrupt
     finally:
         if pool is not None:
             pool.close()

@@ -28,6 +28,7 @@ import torch
 from treebench.harness.model.compare import compare, compare_lse
 from treebench.harness.model.paged import BatchInputs
 from treebench.harness.checking.default_check import CHECK_CALLS, REPREPARE_STEP
+from treebench.harness.run.inflight import signal_stop
 
 if TYPE_CHECKING:
     from treebench.harness.run.pair import CaseData
@@ -61,10 +62,13 @@ def error_reason(e: BaseException, _depth: int = 0) -> str:
     follow. An exception raised `from` another ends in ' (from <that one's reason>)', three
     levels at most. Control characters and lone surrogates are escaped (`printable`); at most
     REASON_MAX_CHARS characters. Just the type name when the exception's __str__ itself
-    raises (a backend's exception is untrusted)."""
+    raises (a backend's exception is untrusted). A KeyboardInterrupt's type name says that no
+    Ctrl-C raised it (one that a signal may have raised stops the sweep: `inflight.signal_stop`)."""
     name = type(e).__name__
     if isinstance(e, SystemExit):
         return f"backend called sys.exit({e.code!r})"
+    if isinstance(e, KeyboardInterrupt) and not _depth:
+        name += " (raised by the backend, not by a Ctrl-C)"
     try:
         text = printable(str(e))
     except BaseException:  # noqa: BLE001 -- a broken __str__ must not lose the row
@@ -320,7 +324,9 @@ def check_pair(backend, data: CaseData, device: torch.device, mask_kind: str, ro
     step = f"{REPREPARE_STEP} of the same axes (seed {data.alternate().case.seed})"
     try:
         rec2, bad2 = check_step(backend, data.alternate(), device, mask_kind, row, step)
-    except (Exception, SystemExit) as e:  # noqa: BLE001 -- the backend's error on the second batch
+    except (Exception, SystemExit, KeyboardInterrupt) as e:  # noqa: BLE001 -- the backend's error on the second batch
+        if signal_stop(e):
+            raise
         row.update(status="error", reason=join(f"{step}: {error_reason(e)}", row.get("reason")))
         return
     if bad2:
