@@ -30,14 +30,15 @@ BASE = Path(__file__).parent / "data" / "results" / "h200-baseline"
 ROOT = Path(__file__).resolve().parent.parent
 START_UP = "treebench: interrupted while starting; nothing was written"
 # The console script (`from treebench import main; sys.exit(main())`), after a line on stdout that says it
-# is about to start, and with an import hook that sends this process SIGINT as MODULE is first looked for.
+# is about to start, and with an import hook that sends this process SIGNUM (SIGINT, SIGTERM) as MODULE is
+# first looked for.
 ENTRY = """import os, signal, sys
 class CtrlC:
     @staticmethod
     def find_spec(name, path=None, target=None):
         if name == {module!r}:
             sys.meta_path.remove(CtrlC)
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.{signum})
         return None
 sys.meta_path.insert(0, CtrlC)
 import treebench
@@ -45,16 +46,26 @@ print("starting", flush=True)
 sys.exit(treebench.main())
 """
 STOPS = {"interrupted": (KeyboardInterrupt, 130), "terminated (SIGTERM)": (cli_main.Terminated, 143)}
-# The console script with a Ctrl-C once the command has ended: SIGINT sent as Python tears down its modules
-# (the seconds after the last line, with torch loaded), after it has put back the signals' default actions.
+# The console script with a Ctrl-C (or SIGNUM) once the command has ended: sent as Python tears down its
+# modules (the seconds after the last line, with torch loaded), after it has put back the signals' default actions.
 LATE_CTRL_C = """import os, signal, sys
 class LateCtrlC:
     def __del__(self):
-        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.{signum})
 late = LateCtrlC()
 import treebench
 sys.exit(treebench.main())
 """
+# The console script with SIGTERM once the command has returned, before Python exits: its exit code on stdout.
+ENDED_SIGTERM = """import os, signal, sys, time
+import treebench
+code = treebench.main()
+print("returned", code, flush=True)
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(5)
+sys.exit(code)
+"""
+TERM_START_UP = "treebench: terminated (SIGTERM) while starting; nothing was written"
 
 
 def _stop(stop: type[BaseException]):
@@ -196,18 +207,22 @@ def test_an_interrupted_rm_says_no_row_was_removed(tmp_path, monkeypatch, capsys
     assert results.read_bytes() == (BASE / "seed.jsonl").read_bytes()
 
 
+@pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
 @pytest.mark.parametrize("command", ["rm", "report"])
-def test_a_ctrl_c_after_the_command_ended_changes_nothing(tmp_path, command):
-    """rm or report done (its file written, its line printed), then Ctrl-C while Python exits: the
-    process ended by SIGINT's default action, exit 130 with no line; now the command's own exit code."""
+def test_a_ctrl_c_after_the_command_ended_changes_nothing(tmp_path, command, signum):
+    """rm or report done (its file written, its line printed), then Ctrl-C or SIGTERM while Python exits:
+    the process ended by the signal's default action, exit 130 or 143 with no line; now the command's own
+    exit code."""
     results = tmp_path / "r.jsonl"
     results.write_bytes((BASE / "seed.jsonl").read_bytes())
     argv = (["rm", str(results), "--run-id", read_rows([results])[0]["run_id"]] if command == "rm" else
             ["report", str(BASE), "-o", str(tmp_path / "r.html")])
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    proc = subprocess.run([sys.executable, "-c", LATE_CTRL_C, *argv], cwd=tmp_path, capture_output=True, text=True,
-                          env={**env, "PYTHONPATH": str(ROOT)}, timeout=300, check=False)
-    assert proc.returncode == 0 and "interrupted" not in proc.stderr, (proc.returncode, proc.stderr[-2000:])
+    proc = subprocess.run([sys.executable, "-c", LATE_CTRL_C.format(signum=signum), *argv], cwd=tmp_path,
+                          capture_output=True, text=True, env={**env, "PYTHONPATH": str(ROOT)}, timeout=300,
+                          check=False)
+    assert proc.returncode == 0 and "interrupted" not in proc.stderr and "terminated" not in proc.stderr, (
+        proc.returncode, proc.stderr[-2000:])
     n = len(read_rows([BASE / "seed.jsonl"]))
     assert proc.stdout.startswith(f"removed {n} rows from {results}" if command == "rm" else str(tmp_path / "r.html"))
 
@@ -242,11 +257,11 @@ def test_write_whole_names_the_path_asked_for_when_it_fails(tmp_path):
     assert e.value.filename == str(tmp_path / "missing" / "out.xml")
 
 
-def _start(tmp_path: Path, *argv: str, module: str = "") -> subprocess.Popen:
+def _start(tmp_path: Path, *argv: str, module: str = "", signum: str = "SIGINT") -> subprocess.Popen:
     """`treebench ARGV` as the console script runs it, in `tmp_path`, once it has said it starts;
-    SIGINT sent to it as MODULE is first looked for (none when "")."""
+    SIGNUM sent to it as MODULE is first looked for (none when "")."""
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    proc = subprocess.Popen([sys.executable, "-c", ENTRY.format(module=module), *argv], cwd=tmp_path,
+    proc = subprocess.Popen([sys.executable, "-c", ENTRY.format(module=module, signum=signum), *argv], cwd=tmp_path,
                             env={**env, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     assert proc.stdout.readline() == "starting\n"
@@ -291,6 +306,31 @@ def test_ctrl_c_at_any_moment_of_start_up_stops_the_run_before_anything_is_writt
         lines = err.strip().splitlines()
         assert proc.returncode == 130 and len(lines) == 1 and lines[0] in allowed, (delay, err)
         assert os.listdir(where) == [], delay
+
+
+@pytest.mark.parametrize("module", ["treebench.harness", "torch"])
+def test_sigterm_while_treebench_starts_says_so_and_writes_nothing(tmp_path, module):
+    """SIGTERM before the CLI's own handler is set, as the harness or torch is first imported: one line
+    saying nothing was written, exit 143."""
+    proc = _start(tmp_path, *_smoke(tmp_path / "r.jsonl"), module=module, signum="SIGTERM")
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 143 and err.strip().splitlines() == [TERM_START_UP], err
+    assert sorted(os.listdir(tmp_path)) == []
+
+
+def test_sigterm_after_the_run_returned_says_it_had_ended(tmp_path):
+    """A run done (rows, report and summary written), then SIGTERM before Python exits: one line saying
+    the command had ended, with no resume advice (nothing is left to run), exit 143."""
+    (tmp_path / "tiny.toml").write_text(tiny_suite())
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    proc = subprocess.run([sys.executable, "-c", ENDED_SIGTERM, "run", "--suite", "tiny.toml", "--backends",
+                           "torch_sdpa", "--out", "r.jsonl", "--report", "r.html", "--quiet"], cwd=tmp_path,
+                          capture_output=True, text=True, env={**env, "PYTHONPATH": str(ROOT)}, timeout=300,
+                          check=False)
+    assert proc.returncode == 143 and proc.stdout.splitlines()[-2:] == ["report: r.html", "returned 0"], proc.stdout
+    assert proc.stderr.splitlines() == [
+        "treebench: terminated (SIGTERM) after the command had ended; nothing was left to run"], proc.stderr
+    assert len(read_rows([tmp_path / "r.jsonl"])) == 1 and (tmp_path / "r.html").is_file()
 
 
 def test_a_held_interrupt_is_raised_when_the_hold_ends():
@@ -380,18 +420,24 @@ def test_off_the_main_thread_the_cli_and_its_interrupt_blocks_set_no_handler(mon
 @pytest.mark.parametrize("failing", [False, True])
 def test_the_console_entry_puts_the_sigint_handler_back(monkeypatch, capsys, failing):
     """`treebench.main` holds SIGINT from its first line; the CLI's start-up ends the hold, and an
-    import that fails before it ends it too."""
+    import that fails before it ends it too. SIGTERM's handler is the console entry's from its first
+    line on, put back by the CLI once its command ended, and kept: the process is exiting."""
     import treebench
 
-    before = signal.getsignal(signal.SIGINT)
+    before, term = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(treebench, "_AT_EXIT", [True])   # SIGTERM's SIG_IGN at exit is not this process's
     monkeypatch.setattr(sys, "argv", ["treebench", "tree", "chain:1"])
-    if failing:
-        monkeypatch.setitem(sys.modules, "treebench.harness.cli.main", None)   # importing it raises ImportError
-        with pytest.raises(ImportError):
-            treebench.main()
-    else:
-        assert treebench.main() == 0
-    assert signal.getsignal(signal.SIGINT) is before
+    try:
+        if failing:
+            monkeypatch.setitem(sys.modules, "treebench.harness.cli.main", None)   # importing it raises ImportError
+            with pytest.raises(ImportError):
+                treebench.main()
+        else:
+            assert treebench.main() == 0
+        assert signal.getsignal(signal.SIGINT) is before
+        assert signal.getsignal(signal.SIGTERM) is treebench._terminated
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if term is None else term)
 
 
 @pytest.mark.parametrize("what", list(STOPS))

@@ -14,7 +14,10 @@ The curated public API is `treebench.harness`'s, re-exported here on first use:
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
+import signal
 import sys
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -24,6 +27,38 @@ if not os.path.isdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), "h
 
 
 INTERRUPTED = 130   # 128 + SIGINT, the shell's convention
+TERMINATED = 143    # 128 + SIGTERM
+_AT_EXIT = [False]  # whether main() has registered SIGTERM's SIG_IGN at the interpreter's exit
+
+
+def _terminated(signum, frame) -> None:
+    """SIGTERM outside the CLI's command, whose own handler says what it kept: while treebench starts
+    (nothing is written yet) or once the command has ended (all it wrote is complete). One line on
+    stderr, then exit 143 at once: there is nothing to finish or undo, and an exception raised in
+    torch's start-up could be lost there, as a Ctrl-C's was."""
+    inflight = sys.modules.get("treebench.harness.run.inflight")   # not imported yet: starting
+    when = ("after the command had ended; nothing was left to run" if inflight and inflight.COMMAND_BEGUN[0]
+            else "while starting; nothing was written")
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    with contextlib.suppress(OSError):
+        os.write(2, f"treebench: terminated (SIGTERM) {when}\n".encode())
+    os._exit(TERMINATED)
+
+
+def _guard_sigterm() -> None:
+    """Sets `_terminated` as SIGTERM's handler until the CLI sets its own, and again after (the CLI puts
+    back the handler it found); off the main thread, where none can be set, signals are left alone.
+    From the interpreter's exit on, SIGTERM is ignored (atexit): Python's teardown (most of a second
+    with torch loaded) puts back the default action, under which a SIGTERM would end the process with
+    no line, and the command has ended with its exit code decided."""
+    try:
+        signal.signal(signal.SIGTERM, _terminated)
+    except ValueError:   # not the main thread
+        return
+    if not _AT_EXIT[0]:
+        _AT_EXIT[0] = True
+        atexit.register(signal.signal, signal.SIGTERM, signal.SIG_IGN)   # no Python frame: nothing raised in it
 
 
 def main() -> int:
@@ -31,14 +66,17 @@ def main() -> int:
     with Ctrl-C during start-up (importing torch and the harness takes seconds) ending in the
     same one line and exit code 130 as Ctrl-C during a run, instead of a traceback. SIGINT is
     held from here until the CLI's imports are done (treebench.harness.run.inflight), so that
-    a Ctrl-C cannot be lost inside them or leave a module half-imported.
+    a Ctrl-C cannot be lost inside them or leave a module half-imported. SIGTERM before the
+    CLI's command begins, or after it ended, ends the process with one line and 143 (`_terminated`).
 
     Returns:
         the CLI's exit code (0 ok, 1 failed rows or gate, 2 bad input, 130 interrupted);
         130 also when interrupted while importing.
     """
+    _guard_sigterm()   # first: importing the harness takes a tenth of a second, torch seconds
     try:
-        from treebench.harness.run.inflight import hold_interrupts, release_interrupts
+        from treebench.harness.run.inflight import COMMAND_BEGUN, hold_interrupts, release_interrupts
+        COMMAND_BEGUN[0] = False
         hold_interrupts()   # released, and a Ctrl-C that came raised, at the end of the CLI's start-up
         try:
             from treebench.harness.cli.main import main as cli_main

@@ -225,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
 
     Any ConfigError (bad input), a write that finds the disk full, and any failed append of rows
     (ResultsWriteError), is one line on stderr and exit 2. Ctrl-C and SIGTERM end with one line (the --resume hint when rows were being
-    written), exit 130 / 143, also after a SIGTERM whose raise was lost (`inflight.stops_raised`); a
+    written), exit 130 / 143, also after a SIGTERM whose raise was lost (`inflight.stops_raised`); a SIGTERM before
+    the command begins or after it ended is the console entry's (`treebench.main`: one line, 143); a
     Ctrl-C while the start-up imports load torch is held until they end (`interrupts_held`); one after the command ended, while Python exits, is ignored
     (`_exit_ignores_interrupts`). A closed stdout (`treebench list | head -3`) sends the rest of the
     output to /dev/null and exits with the code the command had decided on (run, check), else 141.
@@ -233,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     _exit_ignores_interrupts()
     try:   # these imports load torch: seconds of start-up, with Ctrl-C held until their end
-        from treebench.harness.run.inflight import (PROGRESS, REPORT_DUE, STOP_REQUESTED, UNWRITTEN,
+        from treebench.harness.run.inflight import (COMMAND_BEGUN, PROGRESS, REPORT_DUE, STOP_REQUESTED, UNWRITTEN,
                                                     enable_crash_report, install_handler, interrupts_held,
                                                     stops_raised)
         with interrupts_held():
@@ -249,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     PROGRESS[0] = UNWRITTEN[0] = REPORT_DUE[0] = STOP_REQUESTED[0] = None
     OUTPUTS.clear()
     installed, previous = install_handler(signal.SIGTERM, _on_sigterm)
+    COMMAND_BEGUN[0] = True   # a SIGTERM after the command, under the console entry's handler, says it had ended
     name = None
     try:
         with stops_raised():   # a SIGTERM whose Terminated was lost on the way ends the command all the same

@@ -85,6 +85,9 @@ STOP_REQUESTED: list[BaseException | None] = [None]
 # is then a Ctrl-C's (`signal_stop`), and the runner raises one after the pair in flight where a backend swallowed it.
 SIGINT_CAME: list[bool] = [False]
 _WRAPPED: list = []   # while the runner notes SIGINTs: [the handler it wraps]
+# Whether the CLI's command has begun (set with its SIGTERM handler): the console entry's SIGTERM handler, in place
+# before and after it, says "while starting" before, and that the command had ended after.
+COMMAND_BEGUN: list[bool] = [False]
 _HELD: list = []   # while SIGINT is held: [the handler the hold replaced, whether a SIGINT came]
 
 
