@@ -352,3 +352,67 @@ def test_a_check_resume_with_nothing_left_to_run_says_so(suite, tmp_path, capsys
         f"INFO     nothing to run: all {N_CASES} cases already stored in {out}"], err
     assert main([*argv, "--quiet"]) == code
     assert "nothing to run" not in capsys.readouterr().err
+
+
+def _tiny_twice(tmp_path: Path) -> tuple[Path, Path]:
+    """Suite files tiny.toml (suite "tiny", L 8) and other.toml (suite "other", L 9: another case id)."""
+    from tests.tiny_suites import tiny_suite
+
+    (tmp_path / "tiny.toml").write_text(tiny_suite())
+    (tmp_path / "other.toml").write_text(tiny_suite("other", (9,)))
+    return tmp_path / "tiny.toml", tmp_path / "other.toml"
+
+
+@pytest.mark.parametrize("command, isolate", [("run", False), ("run", True), ("check", False)])
+def test_a_resume_into_a_file_of_another_suites_rows_is_refused_and_writes_nothing(tmp_path, capsys, command,
+                                                                                     isolate):
+    """Rows record their suite's name (also from an isolated worker); a --resume of another suite into
+    their file is refused in one line naming the suite they are of, exit 2, the file and its folder
+    left as they were; the same suite resumes, and a file of both suites' rows resumes either."""
+    tiny, other = _tiny_twice(tmp_path)
+    out = tmp_path / "r.jsonl"
+    argv = (_run(tiny, out, backends="torch_sdpa") if command == "run" else
+            ["check", "--suite", str(tiny), "--backend", "torch_sdpa", "--out", str(out), "--quiet"])
+    assert main([*argv, *(["--isolate"] if isolate else [])]) == 0
+    assert [r["suite"] for r in read_rows([out])] == ["tiny"]
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    capsys.readouterr()
+    resumed = [str(other) if a == str(tiny) else a for a in argv]
+    assert main([*resumed, "--resume"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"treebench: error: --resume --out {out}: its rows are of suite tiny, not of suite other; resuming would "
+        "add suite other's rows to that run's file: resume it with its own suite, or give suite other another --out"]
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    assert main([*argv, "--resume"]) == 0 and len(read_rows([out])) == 1
+    assert main(resumed) == 0                          # without --resume: appended, as asked
+    assert main([*resumed, "--resume"]) == 0 and main([*argv, "--resume"]) == 0
+    assert sorted(r["suite"] for r in read_rows([out])) == ["other", "tiny"]
+
+
+def test_a_resume_reads_the_suite_of_older_rows_from_their_case_ids(tmp_path, capsys):
+    """Rows written before rows recorded their suite: a --resume of a suite none of whose cases they
+    hold is refused (their suite is not known); one of the suite whose cases they hold resumes."""
+    tiny, other = _tiny_twice(tmp_path)
+    out = tmp_path / "r.jsonl"
+    argv = ["check", "--suite", str(tiny), "--backend", "torch_sdpa", "--out", str(out), "--quiet"]
+    assert main(argv) == 0
+    out.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "suite"}) + "\n"
+                           for r in read_rows([out])))
+    before = out.read_bytes()
+    capsys.readouterr()
+    assert main(["check", "--suite", str(other), *argv[3:], "--resume"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"treebench: error: --resume --out {out}: none of its 1 rows is of a case of suite other (they are another "
+        "suite's, written before rows recorded their suite); resuming would add suite other's rows to that run's "
+        "file: resume it with its own suite, or give suite other another --out"]
+    assert out.read_bytes() == before
+    assert main([*argv, "--resume"]) == 0 and out.read_bytes() == before   # tiny's case: stored, nothing ran
+
+
+def test_shards_of_one_suite_resume_into_one_file(suite, tmp_path):
+    """Shards of one suite appended to one --out, the second with --resume: its rows are the same suite's."""
+    out = tmp_path / "r.jsonl"
+    assert main(_check(suite, out, "--shard", "0/2")) == 0
+    assert main(_check(suite, out, "--shard", "1/2", "--resume")) == 0
+    rows = read_rows([out])
+    assert len({(r["case_id"], r["backend"]) for r in rows}) == N_CASES and {r["suite"] for r in rows} == {"s"}

@@ -88,7 +88,7 @@ def run(args) -> int:
     else:
         suite = load_suite(args.suite)
     run_id = shared_run_id() or stamp()   # the id the rows carry, named by an interrupt (rm --run-id takes it)
-    opts = replace(opts, run=replace(opts.run, run_id=run_id))
+    opts = replace(opts, run=replace(opts.run, run_id=run_id, suite=suite.name))
     out = claim_results(args.out, run_id, args.dry_run) if args.out else None
     result = execute(suite.cases, [backend], replace(opts, out=out), CONSOLE)
     CREATED_OUT[0] = None   # the sweep is over: its file holds what it wrote, kept whatever follows

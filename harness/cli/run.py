@@ -257,7 +257,7 @@ def run(args) -> int:
             return _launch_gpus(args, suite)
     name = suite_name(suite)
     stamp_text = run_stamp()
-    opts = replace(opts, run=replace(opts.run, run_id=stamp_text))
+    opts = replace(opts, run=replace(opts.run, run_id=stamp_text, suite=suite.name))
     out_path = args.out or Path("results/local") / f"{name}-{stamp_text}.jsonl"
     report = _report_path(args.report, name, out_path, stamp_text, probe=not args.dry_run,
                           resume=args.resume)   # before anything is written

@@ -28,6 +28,7 @@ class RunConfig:
     mode: str = "run"                   # "run": correctness then timing; "check": correctness only
     store_path: Path | None = None      # results JSONL to append rows to; None: keep rows in memory only
     run_id: str = ""                    # id shared by this run's rows ("" : a fresh one)
+    suite: str | None = None            # name of the suite swept, written into each row (None: not given)
     env_id: str | None = None           # env fingerprint id written into each row
     device: str | None = None           # torch device for inputs; None: cuda when available, else cpu
     peak_bytes_per_s: float | None = None  # measured peak bandwidth, for pct_peak_bw

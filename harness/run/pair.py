@@ -131,7 +131,7 @@ class CaseData:
 def base_row(backend_name: str, case: Case, config: RunConfig) -> dict:
     """A row with every schema field, identity filled, results None."""
     row = dict.fromkeys(ROW_FIELDS)
-    row.update(schema=SCHEMA, run_id=config.run_id, env=config.env_id, backend=backend_name,
+    row.update(schema=SCHEMA, run_id=config.run_id, env=config.env_id, suite=config.suite, backend=backend_name,
                case=case.axes, case_id=case.case_id, context_lens=case.context_lens(),
                tree_sizes=[t.size for t in case.trees()], check_axes=config.check_axes.get(case.case_id))
     return row

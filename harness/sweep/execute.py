@@ -44,6 +44,7 @@ from treebench.harness.sweep.shard import (
 from treebench.harness.store.env import env_beside, env_fingerprint
 from treebench.harness.store.rows import read_rows, row_key, row_places, stored_keys
 from treebench.harness.store.validate import latest_rows
+from treebench.harness.sweep.resume import check_same_suite
 from treebench.harness.store.lock import hold_all
 
 log = logging.getLogger(__name__)
@@ -188,9 +189,9 @@ def execute(cases, backends, opts: SweepOptions, console: Console | None = None)
     """Runs this process's share of cases x backends and returns what to report.
 
     Raises:
-        ConfigError: torchrun without --out, bad torchrun environment,
-            an unreadable or foreign results file, a results file another process is writing
-            (treebench.harness.store.lock).
+        ConfigError: torchrun without --out, bad torchrun environment, an unreadable or foreign
+            results file, a --resume into a file of another suite's rows (`resume.check_same_suite`),
+            a results file another process is writing (treebench.harness.store.lock).
     """
     rank = torchrun_rank()
     _check_options(opts, rank)
@@ -210,6 +211,8 @@ def _written(opts: SweepOptions, rank: Rank | None) -> list[Path]:
 
 def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Console | None) -> SweepResult:
     """`execute` once this process holds the locks of the files it writes."""
+    if opts.resume and opts.out is not None:   # before any write: a file of another suite's rows is refused
+        check_same_suite(opts.out, opts.run.suite, {c.case_id for c in cases})
     device = rank_device(rank) if rank else str(default_device())
     mine = select_cases(cases, opts.shard, rank)
     env = env_fingerprint(device, measure_peak_bandwidth(device), peak_matmul_tflops=measure_matrix_rate(device))

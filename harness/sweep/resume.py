@@ -1,0 +1,49 @@
+"""Which results file a `--resume` may continue: one that holds rows of the suite it sweeps, or none
+yet. A file whose every row is of another suite is refused before anything is written, since
+resuming would append this suite's rows to that run's.
+
+A row is of the suite when it records the suite's name (its ``suite`` field:
+treebench.harness.store.rows), or, recording none (written before rows did), when its ``case_id``
+is one of the suite's cases. A file holding rows of several suites (written by runs
+without --resume) continues any of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from pathlib import Path
+
+from treebench.harness.errors import ConfigError
+from treebench.harness.store.rows import read_rows
+
+
+def of_suite(row: dict, suite: str, case_ids: Collection[str]) -> bool:
+    """Whether `row` is of suite `suite`, whose cases have the ids `case_ids`: by the suite name it
+    records, else (an older row, recording none) by its case_id."""
+    named = row.get("suite")
+    return named == suite if named is not None else row.get("case_id") in case_ids
+
+
+def check_same_suite(out: Path, suite: str | None, case_ids: Collection[str]) -> None:
+    """Refuses a `--resume` of suite `suite` (its cases' ids `case_ids`) into the results file `out`
+    when `out` holds rows and none is of that suite; nothing to check for no file, an empty one, or
+    no suite name (a sweep not started from a suite).
+
+    Raises:
+        ConfigError: every row of `out` is of another suite (its name, where the rows record it), or
+            `out` is not a results file (`read_rows`).
+    """
+    if suite is None or not out.is_file():
+        return
+    rows = read_rows([out])
+    if not rows or any(of_suite(r, suite, case_ids) for r in rows):
+        return
+    names = sorted({str(r["suite"]) for r in rows if r.get("suite") is not None})
+    fix = (f"resuming would add suite {suite}'s rows to that run's file: resume it with its own suite, or give "
+           f"suite {suite} another --out")
+    if names:
+        older = " (and older rows that record none)" if any(r.get("suite") is None for r in rows) else ""
+        raise ConfigError(f"--resume --out {out}: its rows are of suite {', '.join(names)}{older}, not of suite "
+                          f"{suite}; {fix}")
+    raise ConfigError(f"--resume --out {out}: none of its {len(rows)} rows is of a case of suite {suite} (they are "
+                      f"another suite's, written before rows recorded their suite); {fix}")
