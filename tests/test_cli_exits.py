@@ -5,6 +5,7 @@ that keeps two runs from appending to one results file."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -95,11 +96,27 @@ def test_a_run_in_which_one_backend_ran_exits_0(tiny, gpu_only, tmp_path):
     assert "no case ran: needs a CUDA GPU" in done.stderr and "this proves nothing" not in done.stderr
 
 
-def test_a_segfault_without_isolate_names_the_backend_and_case_in_flight(tiny, tmp_path):
-    done = treebench("check", "--suite", tiny, "--backend", f"{FAULTS}:Segfaults", "--quiet", cwd=tmp_path)
+CRASHED = ("treebench: a backend crashed the process (the stack below names it and its case); rerun with --isolate "
+           "to make a crash an error row and go on")
+
+
+@pytest.mark.parametrize("out", [None, "rows.jsonl"])
+def test_a_segfault_without_isolate_names_the_backend_and_case_in_flight(tiny, tmp_path, out):
+    """A crash outside --isolate: one plain line before the stack names --isolate and, where rows are kept,
+    the --resume that finishes the run; the stack's frames name the backend and case."""
+    argv = ["check", "--suite", tiny, "--backend", f"{FAULTS}:Segfaults", "--quiet"]
+    done = treebench(*argv, *(["--out", out] if out else []), cwd=tmp_path)
     assert done.returncode == -signal.SIGSEGV, done.stderr
     named = [line for line in done.stderr.splitlines() if "crashed running backend segfaults on case B2-L37-" in line]
     assert len(named) == 1 and "--isolate" in named[0], done.stderr
+    run_id = "" if out is None else re.search(r"run_id (\S+);", done.stderr).group(1)
+    assert done.stderr.splitlines()[:2] == [
+        CRASHED + ("" if out is None else f": rows already written are kept in {out}, run_id {run_id}; to finish, "
+                   f"run the same command with --isolate --out {out} --resume"),
+        "Fatal Python error: Segmentation fault"], done.stderr
+    if out:
+        again = treebench(*argv, "--isolate", "--out", out, "--resume", cwd=tmp_path)
+        assert again.returncode == 1 and {r["status"] for r in read_rows([tmp_path / out])} == {"error"}
 
 
 def test_a_backend_ending_the_process_without_isolate_ends_treebench_with_its_code_and_no_line(tiny, tmp_path):

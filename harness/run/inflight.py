@@ -8,7 +8,7 @@ A backend that segfaults (or aborts, or dies of any fatal signal) outside
 ``--isolate`` takes the whole process with it: no Python code runs after the
 signal, so no handler can print which backend on which case died. What does run
 is `faulthandler` (enabled by the CLI), which writes the Python stack to stderr
-from C, one line per frame::
+from C (after a plain line naming --isolate and --resume: treebench.harness.sweep.crash), one line per frame::
 
     Fatal Python error: Segmentation fault
 
@@ -88,6 +88,7 @@ _WRAPPED: list = []   # while the runner notes SIGINTs: [the handler it wraps]
 # Whether the CLI's command has begun (set with its SIGTERM handler): the console entry's SIGTERM handler, in place
 # before and after it, says "while starting" before, and that the command had ended after.
 COMMAND_BEGUN: list[bool] = [False]
+CRASH_REPORT_OURS: list[bool] = [False]   # whether `enable_crash_report` turned faulthandler on (not pytest)
 _HELD: list = []   # while SIGINT is held: [the handler the hold replaced, whether a SIGINT came]
 
 
@@ -179,7 +180,8 @@ def report_note() -> str | None:
 
 def enable_crash_report() -> bool:
     """Turns on faulthandler on stderr (a fatal signal prints the Python stack, in-flight pair
-    included), unless it is on already (pytest turns it on) or stderr has no file descriptor.
+    included), unless it is on already (pytest turns it on) or stderr has no file descriptor;
+    CRASH_REPORT_OURS says whether it was turned on here.
 
     Returns:
         True when faulthandler is on afterwards.
@@ -190,6 +192,7 @@ def enable_crash_report() -> bool:
         faulthandler.enable(file=sys.stderr)
     except (AttributeError, ValueError, io.UnsupportedOperation, RuntimeError):
         return False
+    CRASH_REPORT_OURS[0] = True
     return True
 
 

@@ -1,0 +1,88 @@
+"""The plain line that a crash of a sweep run in the process gets: rerun with --isolate, and how to
+finish the run with --resume.
+
+A backend that segfaults outside ``--isolate`` ends the process at once: no Python code runs after
+the signal, so no handler can print a line. faulthandler (turned on by the CLI:
+treebench.harness.run.inflight.enable_crash_report) writes the Python stack from C, whose frames
+name the pair in flight (`inflight.call_in_flight`). While the sweep runs, faulthandler writes into
+a pipe instead of stderr; a small helper process started with the sweep (plain Python, no imports
+of ours) passes what comes through the pipe on to stderr, after the line it was given::
+
+    parent (the sweep)                          helper (HELPER)
+      faulthandler -> pipe  ───  a crash's stack ──▶  stderr: LINE, then the stack
+      end of the sweep: pipe closed ───────────────▶  exits, having written nothing
+
+The helper runs in its own session, so a Ctrl-C or a signal to the process group reaches the sweep
+alone; it exits when the pipe closes, which the kernel does for a process that dies however it dies.
+Where no helper can be started, or faulthandler is not the CLI's (under pytest), the stack goes to
+stderr as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from treebench.harness.run.inflight import CRASH_REPORT_OURS
+
+# stdin: the pipe faulthandler writes into; argv[1]: the line written once, before the first bytes passed on.
+HELPER = ("import os, sys\n"
+          "line = sys.argv[1].encode() + b'\\n'\n"
+          "while chunk := os.read(0, 65536):\n"
+          "    os.write(2, line + chunk)\n"
+          "    line = b''\n")
+HELPER_EXIT_S = 5.0   # the sweep's end waits this long for the helper to exit
+
+
+def crash_line(out: Path | None, run_id: str) -> str:
+    """The line before a crash's stack: --isolate, and with a results file `out` the rows kept there under
+    `run_id` and the --resume that finishes the run."""
+    line = ("treebench: a backend crashed the process (the stack below names it and its case); rerun with "
+            "--isolate to make a crash an error row and go on")
+    if out is None:
+        return line
+    return (f"{line}: rows already written are kept in {out}, run_id {run_id}; to finish, run the same command "
+            f"with --isolate --out {out} --resume")
+
+
+@contextlib.contextmanager
+def crash_advice(line: str | None) -> Iterator[None]:
+    """The with-block with a crash's stack preceded by `line` on stderr (the module's helper), where
+    faulthandler is the CLI's; faulthandler writes to stderr again at its end. None: the block as it is
+    (a sweep whose pairs run in workers, or none at all).
+
+    Raises nothing of its own: where the helper cannot start, the block runs as it is.
+    """
+    if line is None or not (CRASH_REPORT_OURS[0] and faulthandler.is_enabled()):
+        yield
+        return
+    try:
+        read, write = os.pipe()
+    except OSError:
+        yield
+        return
+    try:
+        helper: subprocess.Popen | None = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", HELPER, line], stdin=read, stdout=subprocess.DEVNULL,
+            start_new_session=True)
+    except OSError:
+        helper = None
+    finally:
+        os.close(read)
+    if helper is None:
+        os.close(write)
+        yield
+        return
+    try:
+        faulthandler.enable(file=write)
+        yield
+    finally:
+        faulthandler.enable(file=sys.stderr)
+        os.close(write)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            helper.wait(HELPER_EXIT_S)
