@@ -410,7 +410,7 @@ def test_a_stop_before_the_first_row_takes_back_the_env_file_it_wrote(tiny, tmp_
     env_file = folder / f"env-{env_id}.json"
     folder.mkdir()
     if out_there:
-        append_row(out, _row(0))              # an earlier run's row
+        append_row(out, {**_row(0), "suite": "two"})   # an earlier run's row of this suite (--resume continues it)
     if env_there:
         env_file.write_text('{"env_id": "kept as it was"}')
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
