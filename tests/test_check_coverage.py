@@ -279,6 +279,21 @@ def test_a_check_where_no_case_ran_shows_no_axis_as_ran(tmp_path, capsys):
     assert cov["device"] == {"ran": ["cpu"], "skipped": {}}       # one case ran: the device's value stands
 
 
+@pytest.mark.parametrize("extra, title", [((), "the default check"), (("--deep",), "the deep default check"),
+                                          (("--suite", "check"), "suite check")])
+def test_the_dry_run_names_the_suite_as_the_check_does(tmp_path, capsys, extra, title):
+    """The default check is no suite that --suite takes: the dry run and the check's own summary both
+    call it the default check, as --help does; a suite file is 'suite NAME' in both."""
+    spec = _variant(tmp_path, "Away", "availability(self)", "return 'needs a machine this is not'")
+    argv = ["check", "--backend", f"{spec}:Away", "--quiet", "--allow-skip", *extra]
+    assert main([*argv, "--dry-run"]) == 0
+    plan = capsys.readouterr().out
+    assert main(argv) == 0
+    summary = capsys.readouterr().out
+    assert plan.startswith(f"dry run: {title}, ") and f"treebench check: {title}, backend away" in summary, (plan, summary)
+    assert "suite default" not in plan + summary
+
+
 def test_the_report_shows_the_coverage_of_default_check_rows(tmp_path):
     rc, rows = _check("tests/broken_backends.py:Correct", tmp_path)
     assert rc == 0
