@@ -134,6 +134,31 @@ def test_rows_missing_fields_are_one_line(tmp_path, capsys, row, field, command)
     assert not (tmp_path / "r.html").exists()
 
 
+@pytest.mark.parametrize("change, said", [({"case": None}, "field 'case' is null, expected a JSON object"),
+                                         ({"case": [1, 2]}, "field 'case' is an array, expected a JSON object"),
+                                         ({"case": "x"}, "field 'case' is a string, expected a JSON object"),
+                                         ({"backend": None}, "field 'backend' is null, expected a string"),
+                                         ({"status": True}, "field 'status' is a boolean, expected a string"),
+                                         ({"case": {"batch_size": 1, "context_len": 16, "tree": None}},
+                                          "field 'case.tree' is null, expected a string"),
+                                         ({"case": {"batch_size": True, "context_len": 16, "tree": "chain:3"}},
+                                          "field 'case.batch_size' is true, expected an integer")])
+def test_a_null_or_mistyped_field_is_said_to_be_so_not_missing(tmp_path, capsys, change, said):
+    """A field that is there but null, or not the JSON type asked for, is named as such: one line,
+    exit 2, naming the file and line; only an absent field is 'missing'."""
+    bad = _write(tmp_path / "m.jsonl", [_row("c1"), {**_row("c2"), **change}])
+    rc, out, err = _main(capsys, "report", str(bad), "-o", str(tmp_path / "r.html"))
+    assert rc == 2 and out == "" and err.count("\n") == 1, err
+    assert f"{bad}:2: {said}; " in err and "missing" not in err, err
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_an_absent_case_is_still_missing(tmp_path, capsys):
+    bad = _write(tmp_path / "m.jsonl", [_row("c1"), {k: v for k, v in _row("c2").items() if k != "case"}])
+    rc, _, err = _main(capsys, "report", str(bad), "-o", str(tmp_path / "r.html"))
+    assert rc == 2 and f"{bad}:2: field 'case' is missing; " in err, err
+
+
 # ---- 4. unwritable outputs ---------------------------------------------------------------------
 
 def test_report_to_unwritable_path_is_one_line(tmp_path, capsys):
