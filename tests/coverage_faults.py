@@ -42,6 +42,21 @@ class DriftsBetweenCalls(Correct):
         return drifting
 
 
+class RaisesOnSecondPrepare(Correct):
+    """Correct on a case's first batch, but every second prepare raises: a plan cache keyed by
+    the batch's shapes that breaks when the same shapes come back with other data."""
+    name = "raises_on_second_prepare"
+
+    def __init__(self):
+        self._prepares = 0
+
+    def prepare(self, inputs):
+        self._prepares += 1
+        if self._prepares % 2 == 0:
+            raise RuntimeError("stale plan for these shapes")
+        return super().prepare(inputs)
+
+
 class ReadsLogicalKV(Correct):
     """Reads the reference's unpaged K/V (`inputs.k_logical`) instead of the pool."""
     name = "reads_logical_kv"
@@ -66,4 +81,4 @@ class DeclaredNondeterministic(Correct):
         return noisy
 
 
-FAULTS = (CachesFirstBlockTable, DriftsBetweenCalls, ReadsLogicalKV)
+FAULTS = (CachesFirstBlockTable, DriftsBetweenCalls, RaisesOnSecondPrepare, ReadsLogicalKV)

@@ -155,8 +155,8 @@ def _merge_out(tmp_path: Path, results: Path) -> tuple[Path, bytes]:
     return out, out.read_bytes()
 
 
-@pytest.mark.parametrize("field, value, words", [("status", 5, ["field 'status' is int"]),
-                                                 ("median_us", "fast", ["field 'median_us' is str"]),
+@pytest.mark.parametrize("field, value, words", [("status", 5, ["field 'status' is a number, expected a string"]),
+                                                 ("median_us", "fast", ["field 'median_us' is a string, expected a number"]),
                                                  ("case", None, ["field 'case' is missing"])])
 def test_merge_refuses_a_row_that_report_and_gate_refuse(tmp_path, results, field, value, words):
     good, bad = tmp_path / "good.jsonl", tmp_path / "bad.jsonl"

@@ -172,14 +172,53 @@ def test_the_backend_view_has_no_reference_fields():
     assert view.page_size == 16 and view.host_lists() == ([3], [2], [5])
 
 
-@pytest.mark.parametrize("cls, step", [(coverage_faults.CachesFirstBlockTable, "re-prepare"),
-                                       (coverage_faults.DriftsBetweenCalls, "repeat"),
-                                       (coverage_faults.ReadsLogicalKV, "k_logical is reference-only")],
+@pytest.mark.parametrize("cls, step, failed_step",
+                         [(coverage_faults.CachesFirstBlockTable, "re-prepare", "re-prepare"),
+                          (coverage_faults.DriftsBetweenCalls, "repeat", "repeat"),
+                          (coverage_faults.RaisesOnSecondPrepare, "stale plan", "re-prepare"),
+                          (coverage_faults.ReadsLogicalKV, "k_logical is reference-only", "first prepare")],
                          ids=lambda x: getattr(x, "__name__", x))
-def test_the_check_fails_each_fault_naming_the_step(cls, step, tmp_path):
+def test_the_check_fails_each_fault_naming_the_step(cls, step, failed_step, tmp_path):
     rc, rows = _check(f"{FAULTS}:{cls.__name__}", tmp_path)
     assert rc == 1
     assert rows[0]["status"] in ("mismatch", "error") and step in rows[0]["reason"], rows[0]["reason"]
+    assert rows[0]["failed_step"] == failed_step
+
+
+def _coverage_out(capsys) -> str:
+    out = capsys.readouterr().out
+    return out[out.index("coverage ("):]
+
+
+def test_a_backend_failing_only_on_the_second_batch_fails_the_re_prepare_step(tmp_path, capsys):
+    """Every case's first batch passes (prepare, compare, repeat) and its second prepare raises:
+    every row that ran says re-prepare, and the table counts them as reaching that step."""
+    rc, rows = _check(f"{FAULTS}:RaisesOnSecondPrepare", tmp_path)
+    ran = [r for r in rows if r["status"] != "skipped"]
+    assert rc == 1 and ran and {r["status"] for r in ran} == {"error"}
+    assert {r["failed_step"] for r in ran} == {"re-prepare"} and all(r["deterministic"] is True for r in ran)
+    assert all(r["failed_step"] is None for r in rows if r["status"] == "skipped")
+    lines = _coverage_out(capsys).splitlines()
+    n = len(ran)
+    assert any(ln.split()[:2] == ["re-prepare", "ran"] and ln.endswith(f"passed on 0, failed on {n} of {n} cases")
+               for ln in lines), lines
+    assert any(ln.split()[:2] == ["repeat", "ran"] and ln.endswith(f"bitwise equal on all {n} cases")
+               for ln in lines), lines
+
+
+def test_a_backend_failing_only_on_repeat_fails_the_repeat_step(tmp_path, capsys):
+    """Every case's first call is right and the later ones drift: every row that ran says repeat,
+    none reached the second batch, so the table has a repeat line and no re-prepare line."""
+    rc, rows = _check(f"{FAULTS}:DriftsBetweenCalls", tmp_path)
+    ran = [r for r in rows if r["status"] != "skipped"]
+    assert rc == 1 and ran and {r["status"] for r in ran} == {"mismatch"}
+    assert {r["failed_step"] for r in ran} == {"repeat"} and all(r["deterministic"] is False for r in ran)
+    assert all(r["reason"].startswith("first prepare: repeat: ") for r in ran)   # the first call passed
+    lines = _coverage_out(capsys).splitlines()
+    n = len(ran)
+    assert not any(ln.split()[:1] == ["re-prepare"] for ln in lines), lines
+    assert any(ln.split()[:2] == ["repeat", "ran"] and ln.endswith(f"bitwise equal on 0, bitwise different on {n} "
+                                                                   f"of {n} cases") for ln in lines), lines
 
 
 def test_a_declared_nondeterministic_backend_passes_and_says_so(tmp_path):
@@ -240,6 +279,21 @@ def test_a_check_where_no_case_ran_shows_no_axis_as_ran(tmp_path, capsys):
     assert cov["device"] == {"ran": ["cpu"], "skipped": {}}       # one case ran: the device's value stands
 
 
+@pytest.mark.parametrize("extra, title", [((), "the default check"), (("--deep",), "the deep default check"),
+                                          (("--suite", "check"), "suite check")])
+def test_the_dry_run_names_the_suite_as_the_check_does(tmp_path, capsys, extra, title):
+    """The default check is no suite that --suite takes: the dry run and the check's own summary both
+    call it the default check, as --help does; a suite file is 'suite NAME' in both."""
+    spec = _variant(tmp_path, "Away", "availability(self)", "return 'needs a machine this is not'")
+    argv = ["check", "--backend", f"{spec}:Away", "--quiet", "--allow-skip", *extra]
+    assert main([*argv, "--dry-run"]) == 0
+    plan = capsys.readouterr().out
+    assert main(argv) == 0
+    summary = capsys.readouterr().out
+    assert plan.startswith(f"dry run: {title}, ") and f"treebench check: {title}, backend away" in summary, (plan, summary)
+    assert "suite default" not in plan + summary
+
+
 def test_the_report_shows_the_coverage_of_default_check_rows(tmp_path):
     rc, rows = _check("tests/broken_backends.py:Correct", tmp_path)
     assert rc == 0
@@ -269,6 +323,7 @@ def test_a_check_where_every_case_errored_shows_no_value_as_ran(tmp_path, capsys
 
 
 def test_the_steps_say_what_they_found():
+    """Rows written before `failed_step` existed (no such key): a re-prepare failure is read from the reason."""
     from treebench.harness.checking.default_check import check_steps
     rows = [{"status": "pass", "deterministic": True, "check_axes": {"page_size": "16"}},
             {"status": "mismatch", "deterministic": True, "check_axes": {"page_size": "1"},
@@ -282,3 +337,15 @@ def test_the_steps_say_what_they_found():
     cov = coverage_from_rows(rows)
     assert cov["page_size"]["ran"] == ["1", "16", "24"] and cov["page_size"]["errored"] == ["64"]
     assert check_steps([{"status": "error", "reason": "first prepare: x"}]) == {}
+
+
+def test_the_steps_read_failed_step_not_the_reason():
+    from treebench.harness.checking.default_check import check_steps
+    rows = [{"status": "pass", "failed_step": None, "deterministic": True},
+            {"status": "error", "failed_step": "re-prepare", "deterministic": True, "reason": "RuntimeError: x"},
+            {"status": "mismatch", "failed_step": "first prepare", "deterministic": True,
+             "reason": "first prepare: a backend's text that says re-prepare on a second batch"},
+            {"status": "mismatch", "failed_step": "repeat", "deterministic": False, "reason": "first prepare: repeat"}]
+    steps = check_steps(rows)
+    assert steps["re-prepare"]["ran"][0].endswith(": passed on 1, failed on 1 of 2 cases")
+    assert steps["repeat"]["ran"][0].endswith("bitwise equal on 3, bitwise different on 1 of 4 cases")

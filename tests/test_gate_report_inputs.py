@@ -15,6 +15,7 @@ from treebench.harness.analyze import gate, gate_render
 from treebench.harness.cli import gate as gate_cmd
 from treebench.harness.analyze import report
 from treebench.harness.analyze.gate import GateConfig, compare_runs
+from treebench.harness.errors import ConfigError
 from treebench.harness.timing.stats import is_noisy
 from treebench.harness.store import validate
 
@@ -85,6 +86,35 @@ def test_bare_threshold_of_one_or_more_is_refused(tmp_path, capsys, text):
     assert f"{text}%" in err and "0.05" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("text, why", [("inf", "not a finite number"), ("-inf", "not a finite number"),
+                                       ("nan", "not a finite number"), ("inf%", "not a finite number"),
+                                       ("0", "must be positive"), ("-0.5", "must be positive"),
+                                       ("1e9", "a bare number must be a fraction below 1"),
+                                       ("1000", "a bare number must be a fraction below 1"),
+                                       ("1e9%", "a percentage must be below 1000%"),
+                                       ("1000%", "a percentage must be below 1000%")])
+def test_unusable_threshold_says_why_and_what_is_accepted(tmp_path, capsys, text, why):
+    """Each refusal gives its own reason and the accepted range, and proposes no value that is refused."""
+    base = _write(tmp_path / "b.jsonl", [_row("c1")])
+    rc, out, err = _main(capsys, "gate", "--baseline", str(base), "--candidate", str(base), f"--threshold={text}")
+    assert rc == 2 and out == "" and err.count("\n") == 1, err
+    assert why in err and gate_cmd.ACCEPTED in err and "write " not in err, err
+
+
+@pytest.mark.parametrize("text", ["1", "5", "37", "999", "9.99e2"])
+def test_suggested_percentage_is_accepted(text):
+    with pytest.raises(ConfigError, match="bare number") as e:
+        gate_cmd._fraction(text)
+    suggested = str(e.value).split("write ", 1)[1].split(" ", 1)[0]
+    assert suggested == f"{text}%" and 0 < gate_cmd._fraction(suggested) < 1000 / 100
+
+
+def test_threshold_bound_is_the_gates():
+    GateConfig(threshold=gate_cmd._fraction("999.9%"))
+    with pytest.raises(ConfigError):
+        GateConfig(threshold=gate_cmd.MAX_PERCENT / 100)
+
+
 # ---- 3. rows missing fields ------------------------------------------------------------------
 
 @pytest.mark.parametrize("row, field", [({"schema": 1}, "backend"),
@@ -102,6 +132,31 @@ def test_rows_missing_fields_are_one_line(tmp_path, capsys, row, field, command)
     assert rc == 2 and err.count("\n") == 1 and err.startswith("treebench: error:")
     assert f"{bad}:2" in err and repr(field) in err and "Traceback" not in err
     assert not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.parametrize("change, said", [({"case": None}, "field 'case' is null, expected a JSON object"),
+                                         ({"case": [1, 2]}, "field 'case' is an array, expected a JSON object"),
+                                         ({"case": "x"}, "field 'case' is a string, expected a JSON object"),
+                                         ({"backend": None}, "field 'backend' is null, expected a string"),
+                                         ({"status": True}, "field 'status' is a boolean, expected a string"),
+                                         ({"case": {"batch_size": 1, "context_len": 16, "tree": None}},
+                                          "field 'case.tree' is null, expected a string"),
+                                         ({"case": {"batch_size": True, "context_len": 16, "tree": "chain:3"}},
+                                          "field 'case.batch_size' is true, expected an integer")])
+def test_a_null_or_mistyped_field_is_said_to_be_so_not_missing(tmp_path, capsys, change, said):
+    """A field that is there but null, or not the JSON type asked for, is named as such: one line,
+    exit 2, naming the file and line; only an absent field is 'missing'."""
+    bad = _write(tmp_path / "m.jsonl", [_row("c1"), {**_row("c2"), **change}])
+    rc, out, err = _main(capsys, "report", str(bad), "-o", str(tmp_path / "r.html"))
+    assert rc == 2 and out == "" and err.count("\n") == 1, err
+    assert f"{bad}:2: {said}; " in err and "missing" not in err, err
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_an_absent_case_is_still_missing(tmp_path, capsys):
+    bad = _write(tmp_path / "m.jsonl", [_row("c1"), {k: v for k, v in _row("c2").items() if k != "case"}])
+    rc, _, err = _main(capsys, "report", str(bad), "-o", str(tmp_path / "r.html"))
+    assert rc == 2 and f"{bad}:2: field 'case' is missing; " in err, err
 
 
 # ---- 4. unwritable outputs ---------------------------------------------------------------------

@@ -141,10 +141,10 @@ def test_plan_takes_one_consumer_warpgroup_for_full32_at_b16_on_gpu(page_size, c
     """full:3:2 (52 rows at G 4) at B 16, Hkv 8 over P 16 / 32: where the B * Hkv programs fill
     the GPU in one wave (128 on an H200's 132 SMs, `ws1_config`) the plan reads the pages one TMA
     box each with one consumer warpgroup; without ws_page_tma, at B 64 or at P 128 it keeps the tl
-    kernel."""
+    kernel. An e4m3 pool takes WS1_FP8 there (`ws1_config`), the tl kernel with ws_fp8 off."""
     import dataclasses
 
-    from treebench.kernels.tree_attention_plan import WS1
+    from treebench.kernels.tree_attention_plan import WS1, WS1_FP8
     case = Case(batch_size=16, context_len=context_len, tree="full:3:2", page_size=page_size,
                 num_q_heads=32, num_kv_heads=8, head_dim=128)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -156,8 +156,9 @@ def test_plan_takes_one_consumer_warpgroup_for_full32_at_b16_on_gpu(page_size, c
     assert run(case, options=KernelOptions(ws_page_tma=False)).kernel.startswith("tl gather")
     for other in (dict(batch_size=64), dict(page_size=128)):
         assert not run(dataclasses.replace(case, **other)).ws, other
-    fp8 = dataclasses.replace(case, kv_dtype="float8_e4m3fn")   # fp8 pools: not measured, the tl kernel
-    assert not TreeAttention(build_inputs(fp8, DEVICE)).ws
+    fp8 = dataclasses.replace(case, kv_dtype="float8_e4m3fn")   # fp8 pools: WS1_FP8, its converter beside
+    assert TreeAttention(build_inputs(fp8, DEVICE)).plan.config == WS1_FP8
+    assert not TreeAttention(build_inputs(fp8, DEVICE), options=KernelOptions(ws_fp8=False)).ws
 
 
 # ---- the warp-specialised kernel's page paths (KernelOptions.ws_gather) ----------------

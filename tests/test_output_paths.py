@@ -76,7 +76,7 @@ def test_out_that_holds_something_else_is_refused(tiny, tmp_path, capsys, conten
 
 
 @pytest.mark.parametrize("field,value,needle", [("status", "weird", "field 'status' is 'weird'"),
-                                                ("median_us", "3.1", "field 'median_us' is str"),
+                                                ("median_us", "3.1", "field 'median_us' is a string"),
                                                 ("case_id", None, "field 'case_id' is missing")])
 def test_out_with_a_row_the_readers_refuse_is_refused_and_left_alone(tiny, tmp_path, capsys, field, value, needle):
     """An existing --out whose row report, gate and merge would refuse: the run adds nothing to it."""

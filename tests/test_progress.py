@@ -1,5 +1,6 @@
-"""Plain progress lines off a terminal (one per slow pair, one per ~10 s of fast ones, the
-last always), the bar on a terminal with the same time left, and the --dry-run estimate's model."""
+"""Plain progress lines off a terminal (one every `line_step` pairs, one after EVERY_S seconds
+without a line, the last always), the bar on a terminal with the same time left, and the --dry-run
+estimate's model."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from treebench.harness.run.config import RunConfig
 from treebench.harness.run.costs import OUTSIDE_PAIRS, estimate, pair_seconds
 from treebench.harness.run.progress import (
     EVERY_S,
+    LINES,
     REPORT_NEXT,
     BarProgress,
     LineProgress,
     after_pairs,
     format_duration,
+    line_step,
     plural,
     progress,
 )
@@ -63,7 +66,7 @@ def test_a_sweep_of_millisecond_pairs_says_how_long_it_took():
     for i in range(8):
         clock.now += 0.004
         lines.finish(row(i))
-    assert out.getvalue().splitlines() == ["[8/8] torch_sdpa on case7: pass (32 ms elapsed, done)"]
+    assert out.getvalue().splitlines()[-1] == "[8/8] torch_sdpa on case7: pass (32 ms elapsed, done)"
 
 
 @pytest.mark.parametrize("n, noun, many, text", [
@@ -137,15 +140,56 @@ def test_what_follows_the_last_pair_is_shown_on_a_terminal_until_it_ends(termina
     assert out.getvalue() == "" if quiet or not terminal else out.getvalue().endswith("\x1b[2K")
 
 
-@pytest.mark.parametrize("total", [37, 999])
-def test_fast_pairs_get_a_line_every_ten_seconds_and_the_last(total):
+def done_of(lines: list[str]) -> list[int]:
+    """'[5/32] ...' -> 5: the pairs done that each line reports."""
+    return [int(re.match(r"\[(\d+)/\d+\] ", line).group(1)) for line in lines]
+
+
+@pytest.mark.parametrize("total, step", [(1, 1), (8, 1), (10, 1), (11, 2), (32, 5), (37, 5), (50, 5), (51, 10),
+                                         (232, 50), (378, 50), (999, 100), (10**4, 1000), (10**4 + 1, 2000)])
+def test_the_line_step_is_a_round_number_giving_at_most_ten_lines(total, step):
+    assert line_step(total) == step and -(-total // step) <= LINES
+
+
+def test_a_fast_sweep_after_a_slow_warm_up_gets_lines_at_a_steady_interval():
+    """The CPU smoke run: a first pair of 3.3 s (compiles), then 31 of 0.15 s. The mean pace says
+    nothing of when the next line is due: lines every 5 pairs and the last, not 1, 2, 3 and 32."""
+    clock, out = Clock(), io.StringIO()
+    shown = LineProgress(32, out, clock, ["a"] * 32)
+    for i in range(32):
+        clock.now += 3.3 if i == 0 else 0.15
+        shown.finish(row(i, "a"))
+    assert done_of(out.getvalue().splitlines()) == [5, 10, 15, 20, 25, 30, 32]
+
+
+@pytest.mark.parametrize("total, pair_s", [(37, 0.05), (999, 0.05), (10**4, 0.01), (232, 0.6)])
+def test_fast_pairs_get_a_line_every_step_and_the_last(total, pair_s):
+    """Pairs fast enough that a step takes under EVERY_S: lines at each step alone, and the last."""
     clock, out = Clock(), io.StringIO()
     shown = LineProgress(total, out, clock)
     for i in range(total):
-        clock.now += 0.05
+        clock.now += pair_s
         shown.finish(row(i))
-    lines = out.getvalue().splitlines()
-    assert len(lines) == int(total * 0.05 // EVERY_S) + 1 and lines[-1].startswith(f"[{total}/{total}] ")
+    step = line_step(total)
+    assert done_of(out.getvalue().splitlines()) == [*range(step, total, step), total]
+
+
+@pytest.mark.parametrize("total, pair_s", [(378, 1.0), (37, 45.0), (2000, 2.5)])
+def test_a_slow_sweep_gets_a_line_every_step_and_after_each_quiet_spell(total, pair_s):
+    """Steps that take longer than EVERY_S: a line also when EVERY_S seconds have passed without
+    one; no spell of more than EVERY_S and a pair without a line, and never a line per pair of a
+    long sweep of short pairs."""
+    clock, out = Clock(), io.StringIO()
+    shown = LineProgress(total, out, clock)
+    for i in range(total):
+        clock.now += pair_s
+        shown.finish(row(i))
+    done = done_of(out.getvalue().splitlines())
+    step = line_step(total)
+    assert set(range(step, total, step)) <= set(done) and done[-1] == total
+    gaps_s = [(b - a) * pair_s for a, b in zip([0, *done], done)]
+    assert max(gaps_s) < EVERY_S + pair_s
+    assert len(done) <= LINES + total * pair_s / EVERY_S + 1
 
 
 def test_a_closed_stream_stops_the_lines_not_the_sweep():
@@ -438,11 +482,13 @@ def test_the_time_left_leaves_each_backends_warm_up_out(backends, cases):
     """First pairs of 40 s, then 1 s: scaling the mean pair up would say ~40x the time left."""
     lefts, lines = sweep(backends, cases, first_s=40.0, then_s=1.0)
     n = len(backends)
-    assert len(lines) == len(lefts)                       # pairs of 1 s or more: a line each
+    assert done_of(lines)[:n] == list(range(1, n + 1))    # warm-ups of 40 s: a line after each
     for line in lines[:n]:                                # only first pairs timed: no figure
         assert line.endswith(" elapsed, warming up, time left not known yet)"), line
-    for (true_s, left_s), line in zip(lefts[n:-1], lines[n:-1]):
-        assert left_s == pytest.approx(true_s) and line.endswith(f", about {format_duration(true_s)} left)")
+    for (true_s, left_s) in lefts[n:-1]:
+        assert left_s == pytest.approx(true_s)
+    for done, line in zip(done_of(lines)[n:-1], lines[n:-1]):
+        assert line.endswith(f", about {format_duration(lefts[done - 1][0])} left)"), line
     assert lines[-1].endswith(", done)")
 
 
@@ -621,12 +667,17 @@ def test_the_bar_shows_the_time_left_the_lines_show(plan):
         clock.now += 40.0 if c == 0 else 1.0
         lines.finish(row(c, b))
         bar.finish(row(c, b))
-        said = out.getvalue().splitlines()[-1].rsplit(" elapsed, ", 1)[1].removesuffix(")")
+        last = out.getvalue().splitlines()[-1]
+        said = last.rsplit(" elapsed, ", 1)[1].removesuffix(")")
+        if not last.startswith(f"[{lines.done_pairs}/"):    # no line for this pair: what one would say
+            said = lines.left_text()
         shown = bar_text(bar)
         assert said in shown and f"{lines.done_pairs}/{len(pairs)}" in shown, (said, shown)
         assert not re.search(r"\d+:\d\d:\d\d|-:--:--", shown), shown      # no figure of rich's own
-    assert [ln.rsplit(" elapsed, ", 1)[1] for ln in out.getvalue().splitlines()[2:4]] == [
-        "warming up, time left not known yet)", "about 20.0 s left)"]
+    printed = out.getvalue().splitlines()
+    assert done_of(printed) == [1, 2, 3, 5, 10, 15, 20, 24]    # 40 s warm-ups: a line after each
+    assert [ln.rsplit(" elapsed, ", 1)[1] for ln in printed[2:4]] == [
+        "warming up, time left not known yet)", "about 19.0 s left)"]
 
 
 def test_the_bar_is_given_each_pairs_backend_and_cost():

@@ -194,7 +194,7 @@ def test_the_dry_run_line_counts_the_pairs_predicted_not_to_fit_apart_from_those
     from treebench.harness.cli.common import print_plan
     from treebench.harness.sweep.execute import SweepResult
 
-    suite = SimpleNamespace(name="s", cases=[1] * 5)
+    suite = SimpleNamespace(title="suite s", cases=[1] * 5)
     print_plan(suite, ["a", "b"], SweepResult(planned=10, will_skip=4, will_skip_memory=1, resumed=None))
     assert " ".join(capsys.readouterr().out.split()) == (
         "dry run: suite s, 5 cases x 2 backends: 6 pairs to run here, 4 to be recorded as skipped (backend "

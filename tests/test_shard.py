@@ -192,7 +192,7 @@ def test_merge_validates_every_input_before_writing(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("bad, problem", [({"status": "fine"}, "field 'status' is 'fine'"),
-                                          ({"case_id": None}, "field 'case_id' is missing"),
+                                          ({"case_id": None}, "field 'case_id' is null"),
                                           ({"median_us": -1.0}, "field 'median_us' is -1.0")])
 def test_rank_merge_refuses_a_bad_row_as_treebench_merge_does(tmp_path, bad, problem):
     """Rank 0 merges the rank files with the checks of `treebench merge`: a rank that wrote a row report or

@@ -349,6 +349,20 @@ def test_render_tree_says_leaf_for_one():
     assert render_tree(parse_tree("chain:4")).splitlines()[0].endswith("T=5 nodes, depth 4, 1 leaf")   # root + 4
 
 
+@pytest.mark.parametrize("spec", ["chain:0", "full:3:0", "parents:-1", "[]"])
+def test_root_alone_is_one_node(spec):
+    """chain:0 is the root alone (T = 0 + 1: plain decoding, query length 1): 1 node, not 1 nodes."""
+    assert render_tree(parse_tree(spec)).splitlines()[0] == f"tree {spec}: T=1 node, depth 0, 1 leaf"
+
+
+@pytest.mark.parametrize("spec, line", [("chain:0", "T=1 node, depth 0, 1 leaf"),
+                                        ("chain:1", "T=2 nodes, depth 1, 1 leaf"),
+                                        ("full:3:2", "T=13 nodes, depth 2, 9 leaves")])
+def test_shape_text_counts_in_the_right_number(spec, line):
+    from treebench.harness.model.trees import shape_text     # the line the report's tree figure prints too
+    assert shape_text(parse_tree(spec)) == line
+
+
 def test_render_tree_small():
     expected = "\n".join([
         "tree parents:-1,0,0,1: T=4 nodes, depth 2, 2 leaves",

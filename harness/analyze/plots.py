@@ -29,7 +29,7 @@ from treebench.harness.analyze.cells import ratio
 
 from treebench.harness.model.workload import DevicePeak
 from treebench.harness.timing.stats import geometric_mean
-from treebench.harness.model.trees import TokenTree
+from treebench.harness.model.trees import TokenTree, shape_text
 
 DPI = 100                # pixels per inch of every PNG: 1 pt of text is DPI / 72 px at full size
 FIG_WIDTH = 11.5         # inches: 1150 px, the page's content width at 1400 px, shown unscaled
@@ -305,7 +305,7 @@ def tree_figure(tree: TokenTree, title: str) -> Picture:
     if labelled:
         for i in range(tree.size):
             ax.text(x[i], -d[i], str(i), color="white", ha="center", va="center", fontsize=8, zorder=3)
-    fig.suptitle(f"{title}: T={tree.size}, depth {tree.depth}, {len(tree.leaves)} leaves")
+    fig.suptitle(f"{title}: {shape_text(tree)}")
     step = max(1, -(-(tree.depth + 1) // 12))     # at most ~12 depth labels
     levels = range(0, tree.depth + 1, step)
     ax.set_yticks([-k for k in levels], [f"depth {k}" for k in levels])

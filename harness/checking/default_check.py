@@ -94,6 +94,11 @@ def default_check_cases(backend, deep: bool = False) -> tuple[list[Case], dict]:
 CHECK_CALLS = 3   # calls of each prepared callable in a check: the later ones must repeat the first bitwise
 REPREPARE = "a second batch of the same shapes with other Q/K/V and block tables and other trees of the same sizes"
 REPREPARE_STEP = "re-prepare on a second batch"   # how a row's reason names a failure of that step (run.verify)
+# A check row's `failed_step`, the step where run.verify.check_pair found its failure (None: it passed):
+FIRST_PREPARE = "first prepare"   # the first batch: prepare, its first call, the comparison, the inputs left as given
+REPEAT = "repeat"                 # the first batch's later calls: the first call's output passed the comparison
+RE_PREPARE = "re-prepare"         # the second batch (REPREPARE), its later calls included
+FAILED_STEPS = (FIRST_PREPARE, REPEAT, RE_PREPARE)
 
 
 def default_check(backend, deep: bool = False, device: str | None = None) -> DefaultCheck:
@@ -120,19 +125,27 @@ def default_check(backend, deep: bool = False, device: str | None = None) -> Def
 
 def check_steps(rows: list[dict]) -> dict:
     """The coverage entries of the steps no axis names, as the rows found them: "re-prepare"
-    (in the rows that reached it: a pass, or a failure naming it) and "repeat" (the rows whose
+    (in the rows that reached it: a pass, or `failed_step` RE_PREPARE) and "repeat" (the rows whose
     later calls were compared: `deterministic` set); a step no row reached has no entry."""
-    reprepared = [r for r in rows if r.get("status") == "pass" or REPREPARE_STEP in (r.get("reason") or "")]
+    reprepared = [r for r in rows if r.get("status") == "pass" or _failed_step(r) == RE_PREPARE]
     repeated = [r for r in rows if r.get("deterministic") is not None]
     steps = {}
     if reprepared:
         failed = sum(r.get("status") != "pass" for r in reprepared)
-        steps["re-prepare"] = f"{REPREPARE}: {_tally(len(reprepared), failed, 'passed', 'failed')}"
+        steps[RE_PREPARE] = f"{REPREPARE}: {_tally(len(reprepared), failed, 'passed', 'failed')}"
     if repeated:
         differ = sum(r["deterministic"] is False for r in repeated)
-        steps["repeat"] = (f"{CHECK_CALLS} calls per prepare, the later ones against the first: "
-                           + _tally(len(repeated), differ, "bitwise equal", "bitwise different"))
+        steps[REPEAT] = (f"{CHECK_CALLS} calls per prepare, the later ones against the first: "
+                         + _tally(len(repeated), differ, "bitwise equal", "bitwise different"))
     return {step: {"ran": [found], "skipped": {}} for step, found in steps.items()}
+
+
+def _failed_step(row: dict) -> str | None:
+    """The row's `failed_step`; for a row written before the field existed (no such key), RE_PREPARE
+    when its reason names that step (REPREPARE_STEP), else None: its other steps are not told apart."""
+    if "failed_step" in row:
+        return row["failed_step"]
+    return RE_PREPARE if REPREPARE_STEP in str(row.get("reason") or "") else None
 
 
 def _tally(n: int, bad: int, good_word: str, bad_word: str) -> str:

@@ -105,7 +105,7 @@ def run(args) -> int:
     OUTCOME[0] = code = exit_code(result, args.determinism, args.allow_skip)  # kept if stdout closes early
     if args.resume and out is not None and (left := result.nothing_left(out, "case")):
         log.info("%s", left)   # the exit code is the stored rows': 0 where they all passed
-    print_summary(rows, f"treebench check: suite {suite.name}, backend {rows[0]['backend'] if rows else args.backend}")
+    print_summary(rows, f"treebench check: {suite.title}, backend {rows[0]['backend'] if rows else args.backend}")
     if built is not None:
         _print_coverage(rows, built.coverage)
     report_nothing_ran(rows, args.allow_skip)
@@ -118,8 +118,8 @@ def _default_suite(backend, deep: bool):
     from treebench.harness.model.suites import Suite
 
     built = default_check(backend, deep)
-    name = "default-deep" if deep else "default"
-    return Suite(name, "built from the backend's capabilities", (), built.cases, None), built  # type: ignore[arg-type]
+    name = "the deep default check" if deep else "the default check"   # as --help and the docs call it
+    return Suite(name, "built from the backend's capabilities", (), built.cases, None), built
 
 
 def _print_coverage(rows: list[dict], planned: dict) -> None:

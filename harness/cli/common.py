@@ -336,7 +336,7 @@ def print_plan(suite, backends, result, recorded: bool = True) -> None:
     skipped = (f", {result.will_skip} {'to be recorded as' if recorded else 'would be'} skipped (backend unavailable "
                f"or case unsupported{memory})" if result.will_skip else "")
     out = console()
-    out.print(f"dry run: suite {suite.name}, {plural(len(suite.cases), 'case')} x {plural(len(backends), 'backend')}: "
+    out.print(f"dry run: {suite.title}, {plural(len(suite.cases), 'case')} x {plural(len(backends), 'backend')}: "
               f"{plural(result.planned - result.will_skip, 'pair')} to run here{skipped}{stored}", markup=False)
     if result.estimate:   # its first line the time, each further one what the time is based on or leaves out
         first, *rest = result.estimate.splitlines()

@@ -37,23 +37,40 @@ if TYPE_CHECKING:   # the gate's modules load numpy and scipy: imported where us
 log = logging.getLogger(__name__)
 
 
+MAX_PERCENT = 1000   # GateConfig's bound on the threshold (below 10, a 10x slowdown), as a percentage
+ACCEPTED = (f"accepted: a fraction above 0 and below 1 (e.g. 0.05) or a percentage above 0% and below "
+            f"{MAX_PERCENT}% (e.g. 5%)")
+
+
 def _fraction(text: str) -> float:
-    """'5%' or '0.05' -> 0.05; a bare number >= 1 (ambiguous: '5' could mean 5% or 500%) is refused.
+    """'5%' or '0.05' -> 0.05: a fraction in (0, 1) or a percentage in (0%, 1000%).
+
+    A bare number >= 1 is ambiguous ('5' could mean 5% or 500%) and is refused; the line suggests
+    the percentage form only where that form is itself accepted. Each refusal says what is accepted.
 
     Raises:
-        ConfigError: not a number, not positive, or a bare number >= 1.
+        ConfigError: not a number, not finite, not positive, a bare number >= 1, or a
+            percentage >= 1000%.
     """
     t = text.strip()
+    percent = t.endswith("%")
     try:
-        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+        value = float(t[:-1]) if percent else float(t)
     except ValueError:
-        raise ConfigError(f"gate --threshold {text!r}: give a fraction such as 0.05 "
-                          "or a percentage such as 5%") from None
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"gate --threshold {text!r}: must be positive, e.g. 5% or 0.05")
-    if not t.endswith("%") and value >= 1:
+        raise ConfigError(f"gate --threshold {text!r}: not a number; {ACCEPTED}") from None
+    if not math.isfinite(value):
+        raise ConfigError(f"gate --threshold {text!r}: not a finite number; {ACCEPTED}")
+    if value <= 0:
+        raise ConfigError(f"gate --threshold {text!r}: must be positive; {ACCEPTED}")
+    if percent and value >= MAX_PERCENT:
+        raise ConfigError(f"gate --threshold {text!r}: a percentage must be below {MAX_PERCENT}%; {ACCEPTED}")
+    if percent:
+        return value / 100
+    if value >= MAX_PERCENT:        # as a percentage it is refused too: no suggestion of it
+        raise ConfigError(f"gate --threshold {text!r}: a bare number must be a fraction below 1; {ACCEPTED}")
+    if value >= 1:
         raise ConfigError(f"gate --threshold {text!r}: a bare number must be a fraction below 1; "
-                          f"write {t}% for {t} percent, or a fraction such as 0.05 for 5%")
+                          f"write {t}% for {t} percent; {ACCEPTED}")
     return value
 
 
@@ -64,7 +81,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--candidate", nargs="+", required=True, metavar="RESULTS",
                         help="candidate results: .jsonl files or folders of them")
     parser.add_argument("--threshold", default="5%",
-                        help="slower when the median ratio exceeds 1 + this (default 5%%; 0.05 works too)")
+                        help="slower when the median ratio exceeds 1 + this: a fraction below 1 or a percentage "
+                             "below 1000%% (default 5%%; 0.05 works too)")
     parser.add_argument("--alpha", type=float, default=0.01,
                         help="significance level of the one-sided Mann-Whitney U test (default 0.01)")
     parser.add_argument("--min-samples", type=int, default=5, help="fewer samples: incomparable (default 5)")

@@ -289,7 +289,7 @@ def run(args) -> int:
     OUTCOME[0] = code   # the rows decide the exit code, whether or not stdout is still read
     if nothing_ran(result.rows) is None:
         warn_backends_that_ran_nothing(result.rows)
-    print_summary(result.rows, f"treebench run: suite {suite.name}, {plural(len(suite.cases), 'case')}")
+    print_summary(result.rows, f"treebench run: {suite.title}, {plural(len(suite.cases), 'case')}")
     run_ids = sorted({r["run_id"] for r in result.rows if r.get("run_id")})
     lines = ([f"run_id: {', '.join(run_ids)}"] if run_ids else []) + [f"rows: {out}"]
     if written:   # a report that was not written is not named: the error above says where the rows are

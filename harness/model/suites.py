@@ -41,21 +41,28 @@ _FIELD_TYPES = {f.name: f.type for f in fields(Case)}
 
 @dataclass(frozen=True)
 class Suite:
-    """A loaded suite.
+    """A loaded suite, or one built in code (a backend's default check).
 
     Attributes:
-        name: the suite's name ([suite] name, else the file stem).
+        name: the suite's name ([suite] name, else the file stem); for one built in code, what
+            output lines call it ("the default check").
         description: free text ("" when absent).
         axes: the axis groups as written (one dict per [axes] / [[axes]] table).
         cases: the expanded cases, in file order, duplicates dropped.
-        path: the file it was read from.
+        path: the file it was read from; None for a suite built in code.
     """
 
     name: str
     description: str
     axes: tuple[dict, ...]
     cases: tuple[Case, ...]
-    path: Path
+    path: Path | None
+
+    @property
+    def title(self) -> str:
+        """How output lines name it: 'suite smoke' (what --suite takes), or the name of one built in
+        code as it is ('the default check': no --suite names it)."""
+        return self.name if self.path is None else f"suite {self.name}"
 
 
 FINDINGS = "findings"   # suites/findings/: peers' bugs kept as suites, named findings/NAME

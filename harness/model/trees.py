@@ -273,14 +273,22 @@ def render_tree(tree: TokenTree, ascii: bool = False) -> str:
         Lines joined by newlines, headed by a summary line (T, depth, leaves).
     """
     tee, elbow, pipe, blank = _ASCII if ascii else _BOX
-    lines = [f"tree {tree.spec or '(unnamed)'}: T={tree.size} nodes, depth {tree.depth}, "
-             f"{len(tree.leaves)} {'leaf' if len(tree.leaves) == 1 else 'leaves'}", "0  root  depth 0"]
+    lines = [f"tree {tree.spec or '(unnamed)'}: {shape_text(tree)}", "0  root  depth 0"]
     stack = _frames(tree, 0, "")
     while stack:
         node, prefix, last = stack.pop()
         lines.append(f"{prefix}{elbow if last else tee}{_label(tree, node)}")
         stack.extend(_frames(tree, node, prefix + (blank if last else pipe)))
     return "\n".join(lines)
+
+
+def shape_text(tree: TokenTree) -> str:
+    """'T=13 nodes, depth 2, 9 leaves'; 'T=1 node, depth 0, 1 leaf' for the root alone (chain:0,
+    full:3:0: a query length of 1, no draft token). The one summary of a tree's shape that
+    `render_tree` and the report's tree figure print."""
+    t, leaves = tree.size, len(tree.leaves)
+    return (f"T={t} {'node' if t == 1 else 'nodes'}, depth {tree.depth}, "
+            f"{leaves} {'leaf' if leaves == 1 else 'leaves'}")
 
 
 def _frames(tree: TokenTree, node: int, prefix: str) -> list[tuple[int, str, bool]]:

@@ -5,10 +5,16 @@ erased when the sweep ends; on a narrow terminal the case id is cut short ("…"
 the backend, done / total and the time left stay whole. Anywhere else (``> log 2>&1``, a CI log, a pipe) rich
 shows nothing, so `LineProgress` prints plain lines instead::
 
-    [37/378] torch_sdpa on B16-L1024-full:3:2-...: pass (12.0 s elapsed, about 1 min 40 s left)
+    [50/378] torch_sdpa on B16-L1024-full:3:2-...: pass (12.0 s elapsed, about 1 min 20 s left)
 
-one per finished pair while pairs take 1 s or more on average, else one every
-10 s, and always the last. Where work follows the last pair (`then`: a run's report), the last
+at a steady interval in pairs and always the last. The interval, `line_step`, is the smallest of
+1, 2, 5, 10, 20, 50, ... pairs that gives at most `LINES` lines (every pair of 8, every 5th of 32,
+every 50th of 378), so a sweep of any length shows five to ten (all of one under five pairs), evenly spaced. A sweep's first
+pairs carry its warm-ups (a JIT compile), so the pace of pairs says nothing of when the next line
+is due: the lines count pairs. Where `EVERY_S` seconds pass without a line (a slow sweep, a long
+warm-up), the next pair to end prints one too: a long sweep is never silent for more than that
+and a pair, and still quiet (a few lines a minute at most). Where work follows the last pair
+(`then`: a run's report), the last
 line and the bar say what it is in place of "done", with the seconds it should take::
 
     [378/378] torch_sdpa on B16-L1024-full:3:2-...: pass (10 min 2 s elapsed, writing the report, about 2.2 s left)
@@ -36,6 +42,7 @@ updated as each pair ends.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -48,8 +55,8 @@ from rich.spinner import Spinner
 from rich.table import Column
 from rich.text import Text
 
-EVERY_S = 10.0          # a line at least this often (seconds) when pairs are fast
-SLOW_PAIR_S = 1.0       # a line per pair once pairs take this long on average (seconds)
+LINES = 10              # lines at the steady interval over a sweep, at most (`line_step`), the last apart
+EVERY_S = 30.0          # a line when a pair ends this long (seconds) or more after the previous line
 REPORT_NEXT = "writing the report"   # what follows a run's last pair (`then`, `after_pairs`)
 
 
@@ -62,6 +69,16 @@ def plural(n: int, noun: str, many: str | None = None) -> str:
     """'1 pair', '2 pairs', '0 pairs': the count and its noun, in the plural (`many`, else noun + 's')
     unless n is 1. Every count-and-noun of treebench's output lines goes through it."""
     return f"{n} {noun if n == 1 else many or noun + 's'}"
+
+
+def line_step(total: int) -> int:
+    """Pairs between two plain lines of a sweep of `total` pairs: the smallest of 1, 2, 5, 10, 20,
+    50, ... that gives at most LINES lines (8 pairs: 1, 32: 5, 378: 50, 10^4: 1000)."""
+    for magnitude in itertools.count():
+        for m in (1, 2, 5):
+            if m * 10 ** magnitude * LINES >= total:
+                return m * 10 ** magnitude
+    raise AssertionError("unreachable")   # itertools.count() does not end
 
 
 def format_duration(seconds: float) -> str:
@@ -187,17 +204,19 @@ class LineProgress(TimeLeft):
                  then: str = ""):
         super().__init__(total, clock, backends, costs, after_s, then)
         self.stream: TextIO | None = stream
-        self.last = self.t0
+        self.last = self.t0                 # when the previous line was printed (the start before any)
+        self.step = line_step(total)
 
     def start(self, backend: str, case_id: str) -> None:
         """A pair begins (nothing is printed: lines come when pairs end)."""
 
     def finish(self, row: dict) -> None:
-        """A pair ended with `row` (its 'backend', 'case_id', 'status'): prints its line when one is due."""
+        """A pair ended with `row` (its 'backend', 'case_id', 'status'): prints its line when one is
+        due: every `step`-th pair, the last, and one after EVERY_S seconds without a line."""
         now = self.record(row)
         elapsed = now - self.t0
-        slow = elapsed / self.done_pairs >= SLOW_PAIR_S
-        if self.done_pairs < self.total and not slow and now - self.last < EVERY_S:
+        due = self.done_pairs % self.step == 0 or self.done_pairs >= self.total or now - self.last >= EVERY_S
+        if not due:
             return
         self.last = now
         self._write(f"[{self.done_pairs}/{self.total}] {row['backend']} on {row['case_id']}: {row['status']} "

@@ -11,7 +11,8 @@ output must match that batch's reference and repeat bitwise too (re-prepare). A 
 compares one more call after the timed ones with the reference (an answer that drifts after
 warm-up is a mismatch).
 A backend that keeps state from one prepare to the next, or whose callable's answer
-changes between calls, fails with a reason naming the step. A backend declaring
+changes between calls, fails with a reason naming the step and the step in the row's
+``failed_step`` (treebench.harness.checking.default_check.FAILED_STEPS). A backend declaring
 ``deterministic = False`` (treebench.harness.adapter.contract.Backend) has its repeats
 compared with the reference within tolerance instead, and its row says so.
 """
@@ -27,7 +28,8 @@ import torch
 
 from treebench.harness.model.compare import compare, compare_lse
 from treebench.harness.model.paged import BatchInputs
-from treebench.harness.checking.default_check import CHECK_CALLS, REPREPARE_STEP
+from treebench.harness.checking.default_check import (CHECK_CALLS, FIRST_PREPARE, RE_PREPARE, REPEAT,
+                                                       REPREPARE_STEP)
 from treebench.harness.run.inflight import signal_stop
 
 if TYPE_CHECKING:
@@ -280,7 +282,7 @@ def compared(out: tuple, ref: torch.Tensor, inputs: BatchInputs,
 
 
 def check_step(backend, data: CaseData, device: torch.device, mask_kind: str, row: dict,
-                step: str) -> tuple[dict, str | None]:
+                step: str) -> tuple[dict, str | None, str | None]:
     """Prepare, three calls and the comparison with the reference, on one batch of a check
     (CHECK_CALLS: the first call's result must come back bitwise from the second and the third).
 
@@ -289,7 +291,9 @@ def check_step(backend, data: CaseData, device: torch.device, mask_kind: str, ro
     row["deterministic"] (False when any check step's later calls differed bitwise from its first).
 
     Returns:
-        (the correctness record of the first call, None or the failure reason prefixed by `step`).
+        (the correctness record of the first call, None or why the first call failed, None or why
+        the later calls failed); `step` names the batch in the reason a declared-nondeterministic
+        backend's row gets.
     """
     inputs, ref = data.get(device, mask_kind)
     ref_lse = data.lse(device, mask_kind)
@@ -303,33 +307,39 @@ def check_step(backend, data: CaseData, device: torch.device, mask_kind: str, ro
     del fn
     rec, bad = compared(out, ref, inputs, ref_lse)
     declared = getattr(backend, "deterministic", True)
+    later = None
     if nondet and declared:
-        bad = join(bad, "repeat: " + nondet.removeprefix("nondeterministic: "))
+        later = "repeat: " + nondet.removeprefix("nondeterministic: ")
     elif nondet:
         assert again is not None  # called above whenever nondet
-        bad = join(bad, compared(again, ref, inputs, ref_lse)[1])
+        later = compared(again, ref, inputs, ref_lse)[1]
         row["reason"] = join(row.get("reason"), f"{step}: declared nondeterministic (deterministic = False); "
                               + nondet.removeprefix("nondeterministic: "))
-    return rec, (f"{step}: {bad}" if bad else None)
+    return rec, bad, later
 
 
 def check_pair(backend, data: CaseData, device: torch.device, mask_kind: str, row: dict) -> None:
     """The check of one pair: the case (prepare, call, repeat, compare) and then its alternate
-    (re-prepare on other draws of the same axes, call, repeat, compare). Fills `row`."""
-    rec, bad = check_step(backend, data, device, mask_kind, row, "first prepare")
+    (re-prepare on other draws of the same axes, call, repeat, compare). Fills `row`, its
+    `failed_step` the step where a failure was found (FAILED_STEPS; None for a pass): the step in
+    progress is set before it runs, so an exception the caller turns into an error row keeps it."""
+    row["failed_step"] = FIRST_PREPARE
+    rec, bad, later = check_step(backend, data, device, mask_kind, row, FIRST_PREPARE)
     row.update(rec)
-    if bad:
-        row.update(status="mismatch", reason=join(bad, row.get("reason")))
+    if bad or later:
+        row.update(status="mismatch", reason=join(f"{FIRST_PREPARE}: {join(bad, later)}", row.get("reason")),
+                   failed_step=FIRST_PREPARE if bad else REPEAT)
         return
     step = f"{REPREPARE_STEP} of the same axes (seed {data.alternate().case.seed})"
+    row["failed_step"] = RE_PREPARE
     try:
-        rec2, bad2 = check_step(backend, data.alternate(), device, mask_kind, row, step)
+        rec2, bad2, later2 = check_step(backend, data.alternate(), device, mask_kind, row, step)
     except (Exception, SystemExit, KeyboardInterrupt) as e:  # noqa: BLE001 -- the backend's error on the second batch
         if signal_stop(e):
             raise
         row.update(status="error", reason=join(f"{step}: {error_reason(e)}", row.get("reason")))
         return
-    if bad2:
-        row.update(rec2, status="mismatch", reason=join(bad2, row.get("reason")))
+    if bad2 or later2:
+        row.update(rec2, status="mismatch", reason=join(f"{step}: {join(bad2, later2)}", row.get("reason")))
     else:
-        row.update(status="pass")
+        row.update(status="pass", failed_step=None)

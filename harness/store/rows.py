@@ -23,10 +23,9 @@ of a newer schema than this code knows.
 - 2: rows record the backend's ``mask_kind`` ("tree" or "causal"), so readers
   need no backend registry to tell a causal baseline from a tree backend, and
   the CPU's ``wall`` timer records ``cpu_threads``, the intra-op threads it timed under.
-  Fields added since within schema 2, optional to readers (absent in older rows, read with ``row.get``,
-  so no migration): ``l2_flushed``; ``kernel``, the path the prepared callable ran as the backend names it
-  (None: not named); ``lse_max_abs_err``, the LSE's max error for a backend that returns one (None: no LSE
-  checked); ``suite``, the name of the suite the row's run swept (None: not given, as to `run_cases`).
+  Fields added since within schema 2, optional to readers (absent in older rows, read with ``row.get``, so
+  no migration; what each holds: docs/architecture.md): ``l2_flushed``, ``kernel``, ``lse_max_abs_err``,
+  ``failed_step`` (the check step a failure was found in), ``suite`` (the name of the suite swept).
 """
 
 from __future__ import annotations
@@ -51,7 +50,7 @@ log = logging.getLogger(__name__)
 SCHEMA = 2  # version of the row layout written now; read_rows migrates older rows and refuses newer ones
 ROW_FIELDS = (
     "schema", "run_id", "env", "timestamp", "suite", "backend", "mask_kind", "case", "case_id",
-    "context_lens", "tree_sizes", "status", "reason",
+    "context_lens", "tree_sizes", "status", "reason", "failed_step",
     "max_abs_err", "max_rel_err", "mismatch_frac", "atol", "rtol", "worst", "nonfinite", "lse_max_abs_err", "kernel",
     "timer", "timer_fallback", "l2_flushed", "cpu_threads", "median_us", "p25_us", "p75_us", "cv", "n_samples",
     "samples_us", "flops", "bytes", "tflops", "tb_per_s", "pct_peak_bw",

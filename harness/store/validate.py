@@ -5,6 +5,7 @@ take the latest (`latest_rows`): the gate, the report and a resumed run's summar
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections.abc import Iterable, Sequence
@@ -16,37 +17,53 @@ REQUIRED_FIELDS = {"backend": str, "case": dict, "case_id": str, "status": str}
 # case axes the report's tables and plots group rows by
 CASE_FIELDS_REQUIRED: dict[str, type | tuple[type, ...]] = {"batch_size": int, "context_len": (int, str), "tree": str}
 _NUMBER_TYPES = {int, float}   # the types of a number json.loads gives (bool is its own type)
+_JSON_KINDS = {dict: "a JSON object", list: "an array", str: "a string", int: "a number", float: "a number",
+               bool: "a boolean"}   # what a value json.loads gives is, in JSON's words
+_WANTED = {dict: "a JSON object", str: "a string", int: "an integer"}   # what a field's type asks for
 log = logging.getLogger(__name__)
 
 
+def _kind(x: object) -> str:
+    """What a JSON value is, in JSON's words: 'null', 'a JSON object', 'an array', 'a string', ..."""
+    return "null" if x is None else _JSON_KINDS.get(type(x), type(x).__name__)
+
+
+def _wanted(want: type | tuple[type, ...]) -> str:
+    """str -> 'a string', (int, str) -> 'an integer or a string'."""
+    return " or ".join(_WANTED[t] for t in (want if isinstance(want, tuple) else (want,)))
+
+
 def row_problem(row: dict, case_axes: bool = False) -> str | None:
-    """What is wrong with a result row's fields (None when the gate and report can read it); with
-    `case_axes`, the case axes the report's tables and plots group by (CASE_FIELDS_REQUIRED) too."""
+    """What is wrong with a result row's fields (None when the gate and report can read it): a field
+    absent is 'missing', one present but null or of another type says what it is ('field 'case' is
+    null, expected a JSON object'); with `case_axes`, the case axes the report's tables and plots
+    group by (CASE_FIELDS_REQUIRED) too."""
     for name, typ in REQUIRED_FIELDS.items():
-        if name not in row or row[name] is None:
+        if name not in row:
             return f"field {name!r} is missing"
         if not isinstance(row[name], typ):
-            return f"field {name!r} is {type(row[name]).__name__}, expected {typ.__name__}"
+            return f"field {name!r} is {_kind(row[name])}, expected {_wanted(typ)}"
     if row["status"] not in STATUSES:
         return f"field 'status' is {row['status']!r}, expected one of {', '.join(STATUSES)}"
     required: dict[str, type | tuple[type, ...]] = CASE_FIELDS_REQUIRED if case_axes else {}
     for name, want in required.items():
-        v = row["case"].get(name)
-        if v is None:
+        if name not in row["case"]:
             return f"field 'case.{name}' is missing"
+        v = row["case"][name]
         if isinstance(v, bool) or not isinstance(v, want):
-            return f"field 'case.{name}' is {type(v).__name__} {v!r}"
+            shown = _kind(v) if isinstance(v, (dict, list)) else json.dumps(v)   # null, true, 1.5, "16"
+            return f"field 'case.{name}' is {shown}, expected {_wanted(want)}"
     for name in ("env", "run_id"):
         if row.get(name) is not None and not isinstance(row[name], str):
-            return f"field {name!r} is {type(row[name]).__name__}, expected a string"
+            return f"field {name!r} is {_kind(row[name])}, expected a string"
     for name in ("median_us", "p25_us", "p75_us", "cv"):
         x = row.get(name)
         if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float))):
-            return f"field {name!r} is {type(x).__name__}, expected a number"
+            return f"field {name!r} is {_kind(x)}, expected a number"
         if x is not None and not (math.isfinite(x) and x >= 0):
             return f"field {name!r} is {x}, expected a finite number >= 0"
     if row.get("l2_flushed") is not None and not isinstance(row["l2_flushed"], bool):
-        return f"field 'l2_flushed' is {type(row['l2_flushed']).__name__}, expected true or false"
+        return f"field 'l2_flushed' is {_kind(row['l2_flushed'])}, expected true or false"
     samples = row.get("samples_us")
     if samples is None:
         return None
