@@ -32,10 +32,11 @@ from treebench.harness.run.inflight import CRASH_REPORT_OURS
 
 # stdin: the pipe faulthandler writes into; argv[1]: the line written once, before the first bytes passed on.
 HELPER = ("import os, sys\n"
-          "line = sys.argv[1].encode() + b'\\n'\n"
+          "line = os.fsencode(sys.argv[1]) + b'\\n'\n"
           "while chunk := os.read(0, 65536):\n"
-          "    os.write(2, line + chunk)\n"
-          "    line = b''\n")
+          "    data, line = line + chunk, b''\n"
+          "    while data:\n"
+          "        data = data[os.write(2, data):]\n")
 HELPER_EXIT_S = 5.0   # the sweep's end waits this long for the helper to exit
 
 
@@ -70,7 +71,7 @@ def crash_advice(line: str | None) -> Iterator[None]:
         helper: subprocess.Popen | None = subprocess.Popen(
             [sys.executable, "-I", "-S", "-c", HELPER, line], stdin=read, stdout=subprocess.DEVNULL,
             start_new_session=True)
-    except OSError:
+    except (OSError, ValueError):
         helper = None
     finally:
         os.close(read)
@@ -82,7 +83,8 @@ def crash_advice(line: str | None) -> Iterator[None]:
         faulthandler.enable(file=write)
         yield
     finally:
-        faulthandler.enable(file=sys.stderr)
+        with contextlib.suppress(OSError, ValueError, RuntimeError, AttributeError):   # as enable_crash_report
+            faulthandler.enable(file=sys.stderr)
         os.close(write)
         with contextlib.suppress(subprocess.TimeoutExpired):
             helper.wait(HELPER_EXIT_S)
