@@ -416,3 +416,19 @@ def test_shards_of_one_suite_resume_into_one_file(suite, tmp_path):
     assert main(_check(suite, out, "--shard", "1/2", "--resume")) == 0
     rows = read_rows([out])
     assert len({(r["case_id"], r["backend"]) for r in rows}) == N_CASES and {r["suite"] for r in rows} == {"s"}
+
+
+def test_a_resume_of_the_default_check_into_a_suites_file_names_both(tmp_path, capsys):
+    """A check without --suite records the default check as its suite: a --resume of it into a file
+    of a suite's rows is refused, the line naming each as the output names it."""
+    tiny, _ = _tiny_twice(tmp_path)
+    out = tmp_path / "r.jsonl"
+    assert main(["check", "--suite", str(tiny), "--backend", "torch_sdpa", "--out", str(out), "--quiet"]) == 0
+    before = out.read_bytes()
+    capsys.readouterr()
+    assert main(["check", "--backend", "torch_sdpa", "--out", str(out), "--quiet", "--resume"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"treebench: error: --resume --out {out}: its rows are of suite tiny, not of the default check; resuming "
+        "would add the default check's rows to that run's file: resume it with its own suite, or give the default "
+        "check another --out"]
+    assert out.read_bytes() == before

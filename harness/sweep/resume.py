@@ -24,6 +24,12 @@ def of_suite(row: dict, suite: str, case_ids: Collection[str]) -> bool:
     return named == suite if named is not None else row.get("case_id") in case_ids
 
 
+def called(suite: str) -> str:
+    """How a line names a suite recorded by `suite`: 'suite smoke', or one built in code as it is named
+    ('the default check': treebench.harness.model.suites.Suite.title)."""
+    return suite if suite.startswith("the ") else f"suite {suite}"
+
+
 def check_same_suite(out: Path, suite: str | None, case_ids: Collection[str]) -> None:
     """Refuses a `--resume` of suite `suite` (its cases' ids `case_ids`) into the results file `out`
     when `out` holds rows and none is of that suite; nothing to check for no file, an empty one, or
@@ -39,11 +45,11 @@ def check_same_suite(out: Path, suite: str | None, case_ids: Collection[str]) ->
     if not rows or any(of_suite(r, suite, case_ids) for r in rows):
         return
     names = sorted({str(r["suite"]) for r in rows if r.get("suite") is not None})
-    fix = (f"resuming would add suite {suite}'s rows to that run's file: resume it with its own suite, or give "
-           f"suite {suite} another --out")
+    fix = (f"resuming would add {called(suite)}'s rows to that run's file: resume it with its own suite, or give "
+           f"{called(suite)} another --out")
     if names:
         older = " (and older rows that record none)" if any(r.get("suite") is None for r in rows) else ""
-        raise ConfigError(f"--resume --out {out}: its rows are of suite {', '.join(names)}{older}, not of suite "
-                          f"{suite}; {fix}")
-    raise ConfigError(f"--resume --out {out}: none of its {len(rows)} rows is of a case of suite {suite} (they are "
+        raise ConfigError(f"--resume --out {out}: its rows are of {', '.join(map(called, names))}{older}, not of "
+                          f"{called(suite)}; {fix}")
+    raise ConfigError(f"--resume --out {out}: none of its {len(rows)} rows is of a case of {called(suite)} (they are "
                       f"another suite's, written before rows recorded their suite); {fix}")
