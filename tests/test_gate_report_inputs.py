@@ -109,6 +109,34 @@ def test_suggested_percentage_is_accepted(text):
     assert suggested == f"{text}%" and 0 < gate_cmd._fraction(suggested) < 1000 / 100
 
 
+@pytest.mark.parametrize("text, why", [("1e-400", "too small, it rounds to 0"), ("1e-400%", "too small, it rounds to 0"),
+                                       ("1_0%", "ASCII digits"), ("0.0_5", "ASCII digits"),
+                                       ("\uff15%", "ASCII digits"), ("0.\u0665", "ASCII digits")])
+def test_threshold_that_underflows_or_is_not_ascii_is_refused(tmp_path, capsys, text, why):
+    """1e-400 rounds to 0 (not 'must be positive'); float() reads '1_0' as 10 and a full-width
+    '５' as 5, which the gate refuses: one line, exit 2."""
+    base = _write(tmp_path / "b.jsonl", [_row("c1")])
+    rc, out, err = _main(capsys, "gate", "--baseline", str(base), "--candidate", str(base), f"--threshold={text}")
+    assert rc == 2 and out == "" and err.count("\n") == 1, err
+    assert why in err and "must be positive" not in err and gate_cmd.ACCEPTED in err, err
+
+
+@pytest.mark.parametrize("text, bound", [("0.999", "1.999"), ("999%", "10.99"), ("12.345%", "1.12345"),
+                                         ("5%", "1.05"), ("0.05", "1.05"), ("33.3%", "1.333"), ("0.7%", "1.007"),
+                                         ("1e-12", "1 + 1e-12")])
+def test_summary_shows_the_threshold_unrounded(tmp_path, capsys, text, bound):
+    """The summary's ratio bound keeps every digit given: 0.999 is '> 1.999', not '> 2'."""
+    from treebench.harness.analyze.gate import ratio_bound
+
+    assert ratio_bound(gate_cmd._fraction(text)) == bound
+    base, cand = _write(tmp_path / "b.jsonl", [_row("c1")]), _write(tmp_path / "c.jsonl", [_row("c1", seed=3)])
+    summary = tmp_path / "summary.md"
+    rc, out, _ = _main(capsys, "gate", "--baseline", str(base), "--candidate", str(cand), f"--threshold={text}",
+                       "--summary", str(summary))
+    assert rc == 0 and f"slower means median ratio > {bound} and" in out
+    assert f"slower means median ratio > {bound} and" in summary.read_text(encoding="utf-8")
+
+
 def test_threshold_bound_is_the_gates():
     GateConfig(threshold=gate_cmd._fraction("999.9%"))
     with pytest.raises(ConfigError):
@@ -132,6 +160,28 @@ def test_rows_missing_fields_are_one_line(tmp_path, capsys, row, field, command)
     assert rc == 2 and err.count("\n") == 1 and err.startswith("treebench: error:")
     assert f"{bad}:2" in err and repr(field) in err and "Traceback" not in err
     assert not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.parametrize("change, said", [
+    ({"case": {"batch_size": "one", "context_len": 16, "tree": "chain:3"}},
+     "field 'case.batch_size' is \"one\", expected an integer"),
+    ({"case": {}}, "field 'case.batch_size' is missing"),
+    ({"case": {"batch_size": 1, "context_len": 16, "tree": 7}}, "field 'case.tree' is 7, expected a string"),
+    ({"env": None}, "field 'env' is null, expected the run's env id"),
+    ({"env": ""}, "field 'env' is an empty string, expected the run's env id")])
+@pytest.mark.parametrize("command", ["gate", "report", "merge"])
+def test_gate_and_merge_refuse_the_rows_report_refuses(tmp_path, capsys, change, said, command):
+    """A row report refuses (a case axis mistyped or absent, an env null, which would leave the row
+    out of the gate's env check) is refused by gate and merge in the same line: exit 2, no PASS."""
+    good = _write(tmp_path / "good.jsonl", [_row("c1", env="e1")])
+    bad = _write(tmp_path / "m.jsonl", [_row("c1", env="e1"), {**_row("c2", env="e1"), **change}])
+    argv = {"gate": ["gate", "--baseline", str(good), "--candidate", str(bad), "--allow-env-mismatch"],
+            "report": ["report", str(bad), "-o", str(tmp_path / "r.html")],
+            "merge": ["merge", str(tmp_path / "out.jsonl"), str(bad)]}[command]
+    rc, out, err = _main(capsys, *argv)
+    assert rc == 2 and out == "" and err.count("\n") == 1, err
+    assert f"{bad}:2: {said}" in err and "edit or delete that line" in err, err
+    assert not (tmp_path / "out.jsonl").exists() and not (tmp_path / "r.html").exists()
 
 
 @pytest.mark.parametrize("change, said", [({"case": None}, "field 'case' is null, expected a JSON object"),
@@ -443,7 +493,8 @@ def test_gate_refuses_a_copy_of_one_run_on_both_sides(tmp_path):
     import subprocess
     import sys
     rows = [{"schema": 2, "run_id": "r1", "env": "e1", "timestamp": "t", "backend": "k", "case_id": f"c{i}",
-             "case": {}, "status": "pass", "median_us": 1.0, "samples_us": [1.0] * 8} for i in range(2)]
+             "case": {"batch_size": 1, "context_len": 16, "tree": "chain:3"}, "status": "pass", "median_us": 1.0,
+             "samples_us": [1.0] * 8} for i in range(2)]
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir(), b.mkdir()
     (a / "run.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

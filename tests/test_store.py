@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _row(i: int, **extra) -> dict:
     return {"schema": SCHEMA, "run_id": "r", "backend": "b", "case_id": f"c{i}", "status": "pass",
-            "case": {"batch_size": 1}, **extra}
+            "case": {"batch_size": 1, "context_len": 16, "tree": "chain:3"}, **extra}
 
 
 def test_append_is_one_write_of_one_full_line(tmp_path, monkeypatch):
@@ -493,6 +493,25 @@ def test_remove_rows_refusals_are_one_line(tmp_path, case, match):
     assert before is None or target.read_bytes() == before
 
 
+@pytest.mark.parametrize("bad", [{"case": None}, {"case": {}}, {"env": None},
+                                 {"case": {"batch_size": "one", "context_len": 16, "tree": "chain:3"}}])
+def test_merge_into_a_file_with_one_bad_row_names_that_line_and_no_rm_of_its_run(tmp_path, capsys, bad):
+    """OUT holds good rows of run r1 and one bad row of the same run: merge refuses it in one line
+    naming OUT:LINE to edit or delete, and suggests no `rm --run-id r1`, which would remove the
+    run's good rows too; OUT is left as it was."""
+    from treebench.harness.cli.main import main
+
+    out, new = tmp_path / "out.jsonl", tmp_path / "new.jsonl"
+    before = _store_of(out, [_row(0, run_id="r1", env="e1"), {**_row(1, run_id="r1", env="e1"), **bad},
+                             _row(2, run_id="r1", env="e1")])
+    _store_of(new, [_row(5, run_id="r2", env="e1")])
+    assert main(["merge", str(out), str(new)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"edit or delete that line ({out}:2)" in err, err
+    assert "treebench rm" not in err and "--run-id" not in err
+    assert out.read_bytes().splitlines(keepends=True) == before
+
+
 def test_a_run_records_both_measured_peaks_in_its_env_file(tmp_path, monkeypatch):
     from test_shard import SUITE
     from treebench.harness.cli.main import main
@@ -511,12 +530,12 @@ def test_a_run_records_both_measured_peaks_in_its_env_file(tmp_path, monkeypatch
 
 def test_rm_removes_a_row_that_run_out_refuses_to_append_to(tmp_path):
     """A row whose fields the readers refuse (status 'weird'): run --out and merge OUT refuse the
-    file, and rm, which edits it in place, is what takes the row out."""
+    file, naming the line to edit or delete, and rm, which edits it in place, can take the row out."""
     path = tmp_path / "r.jsonl"
     _store_of(path, [ROWS[0], _row(9, run_id="bad", status="weird")])
     with pytest.raises(ConfigError, match="line 2 is not a result row that treebench can read .*'weird'") as e:
         check_writable(path)
-    assert str(e.value).endswith(f"fix that line or remove it (treebench rm {path} --run-id bad)")
+    assert str(e.value).endswith(f"give a new path, or edit or delete that line ({path}:2)")
     remove_rows(path, run_ids=["bad"])
     check_writable(path)
     assert [r["case_id"] for r in read_rows([path])] == ["c0"]

@@ -33,6 +33,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import cast
 
 from treebench.harness.errors import ConfigError
@@ -72,12 +73,22 @@ class GateConfig:
 
     def __post_init__(self) -> None:
         if not 0 < self.threshold < 10:
-            raise ConfigError(f"gate --threshold {self.threshold:g}: must lie between 0 and 10 (1000%); give a "
+            raise ConfigError(f"gate --threshold {self.threshold!r}: must lie between 0 and 10 (1000%); give a "
                               "fraction such as 0.05 (or 5%)")
         if not 0 < self.alpha < 1:
             raise ConfigError(f"gate --alpha {self.alpha}: must lie in (0, 1), e.g. 0.01")
         if self.min_samples < 2:
             raise ConfigError(f"gate --min-samples {self.min_samples}: must be >= 2")
+
+
+def ratio_bound(threshold: float) -> str:
+    """1 + threshold as the gate prints it, every digit of the threshold kept: 0.999 -> '1.999',
+    0.12345 -> '1.12345', 9.99 -> '10.99' (the exact sum of 1 and the shortest decimal that reads back
+    as `threshold`); below 1e-9, '1 + 1e-12' (the sum would be a row of zeros)."""
+    if threshold < 1e-9:
+        return f"1 + {threshold!r}"
+    text = f"{Decimal(1) + Decimal(repr(threshold)):f}"   # at most 9 + 17 digits: exact in Decimal's 28
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 @dataclass(frozen=True)

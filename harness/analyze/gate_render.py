@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import cast
 
-from treebench.harness.analyze.gate import FAILING, KIND_TITLES, GateResult, Verdict
+from treebench.harness.analyze.gate import FAILING, KIND_TITLES, GateResult, Verdict, ratio_bound
 from treebench.harness.timing.stats import NOISE_RULE
 
 
@@ -94,7 +94,7 @@ def markdown(result: GateResult, baseline: str = "baseline", candidate: str = "c
         out += [f"⚠ **{len(noisy)} comparison(s) involve noisy timings** ({NOISE_RULE}); their verdicts are less "
                 "reliable (see the detail column).", ""]
     out += [f"Baseline `{baseline}` vs candidate `{candidate}`: slower means median ratio > "
-            f"{1 + cfg.threshold:.3g} and one-sided Mann–Whitney U p < {cfg.alpha:g}.", "",
+            f"{ratio_bound(cfg.threshold)} and one-sided Mann–Whitney U p < {cfg.alpha:g}.", "",
             "| verdict | count |", "|---|---|", *[f"| {KIND_TITLES[k]} | {n} |" for k, n in counts.items()]]
     if result.env_notes:
         out += ["", "**Env differences (allowed):** " + "; ".join(result.env_notes)]

@@ -16,7 +16,9 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import re
 from collections.abc import Sequence
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,40 +40,49 @@ log = logging.getLogger(__name__)
 
 
 MAX_PERCENT = 1000   # GateConfig's bound on the threshold (below 10, a 10x slowdown), as a percentage
+ASCII_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")   # what --threshold reads, % aside
 ACCEPTED = (f"accepted: a fraction above 0 and below 1 (e.g. 0.05) or a percentage above 0% and below "
             f"{MAX_PERCENT}% (e.g. 5%)")
 
 
 def _fraction(text: str) -> float:
-    """'5%' or '0.05' -> 0.05: a fraction in (0, 1) or a percentage in (0%, 1000%).
+    """'5%' or '0.05' -> 0.05: a fraction in (0, 1) or a percentage in (0%, 1000%), read as the decimal
+    written (12.345% -> 0.12345, not 12.345 / 100 rounded twice).
 
     A bare number >= 1 is ambiguous ('5' could mean 5% or 500%) and is refused; the line suggests
     the percentage form only where that form is itself accepted. Each refusal says what is accepted.
 
     Raises:
-        ConfigError: not a number, not finite, not positive, a bare number >= 1, or a
-            percentage >= 1000%.
+        ConfigError: not a number, not finite, not written in ASCII digits ('1_0', full-width '５',
+            which float() reads), not positive, so small that it rounds to 0, a bare number >= 1,
+            or a percentage >= 1000%.
     """
     t = text.strip()
     percent = t.endswith("%")
+    number = (t[:-1] if percent else t).strip()   # "5 %" as "5%"
     try:
-        value = float(t[:-1]) if percent else float(t)
+        finite = math.isfinite(float(number))
     except ValueError:
         raise ConfigError(f"gate --threshold {text!r}: not a number; {ACCEPTED}") from None
-    if not math.isfinite(value):
+    if not finite:
         raise ConfigError(f"gate --threshold {text!r}: not a finite number; {ACCEPTED}")
+    if not ASCII_NUMBER.fullmatch(number):
+        raise ConfigError(f"gate --threshold {text!r}: write the number in ASCII digits 0-9 with an optional sign, "
+                          f"'.' and exponent (no '_'); {ACCEPTED}")
+    value = Decimal(number)
     if value <= 0:
         raise ConfigError(f"gate --threshold {text!r}: must be positive; {ACCEPTED}")
     if percent and value >= MAX_PERCENT:
         raise ConfigError(f"gate --threshold {text!r}: a percentage must be below {MAX_PERCENT}%; {ACCEPTED}")
-    if percent:
-        return value / 100
-    if value >= MAX_PERCENT:        # as a percentage it is refused too: no suggestion of it
+    if not percent and value >= MAX_PERCENT:   # as a percentage it is refused too: no suggestion of it
         raise ConfigError(f"gate --threshold {text!r}: a bare number must be a fraction below 1; {ACCEPTED}")
-    if value >= 1:
+    if not percent and value >= 1:
         raise ConfigError(f"gate --threshold {text!r}: a bare number must be a fraction below 1; "
                           f"write {t}% for {t} percent; {ACCEPTED}")
-    return value
+    fraction = float(value / 100 if percent else value)
+    if fraction == 0:
+        raise ConfigError(f"gate --threshold {text!r}: too small, it rounds to 0; {ACCEPTED}")
+    return fraction
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -102,7 +102,7 @@ def _write(args: argparse.Namespace) -> tuple[Path, list[str]]:
     from treebench.harness.analyze.headline import missing_row_warnings   # pandas and matplotlib load here
     from treebench.harness.analyze.report import write_report
 
-    rows, envs = read_checked_rows(args.results, "report", case_axes=True), read_envs(args.results)
+    rows, envs = read_checked_rows(args.results, "report"), read_envs(args.results)
     if not rows:
         raise ConfigError(f"report {' '.join(args.results)}: no result rows; give a run's .jsonl file or "
                           "folder (folders are not searched recursively)")
@@ -149,7 +149,7 @@ def _gate(args: argparse.Namespace, rows: list[dict], envs: dict[str, dict]) -> 
     from treebench.harness.analyze.gate import GateConfig, compare_runs, env_differences, env_field_differences
 
     refuse_shared_files(args.against, args.results, REPORT)
-    base_rows, base_envs = read_checked_rows(args.against, "report --against", case_axes=True), read_envs(args.against)
+    base_rows, base_envs = read_checked_rows(args.against, "report --against"), read_envs(args.against)
     refuse_no_rows(base_rows, args.against, REPORT.baseline, REPORT)
     refuse_shared_runs(base_rows, rows, REPORT)
     if not args.allow_env_mismatch:

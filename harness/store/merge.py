@@ -33,7 +33,7 @@ def read_merge_inputs(inputs: Sequence[Path], require_rows: bool = True) -> list
             inputs holding only torn lines, a row of an unknown schema or with a bad field (names
             file, line, field).
     """
-    return validated_rows(merge_row_inputs(inputs), "merge", case_axes=True, require_rows=require_rows)
+    return validated_rows(merge_row_inputs(inputs), "merge", require_rows=require_rows)
 
 
 def merge_results(out: Path, inputs: Sequence[Path], with_run: bool = False,

@@ -176,7 +176,7 @@ def check_results_file(path: str | Path, what: str, advice: str = "give a new pa
         advice: the message's last clause, what to do about it (a command that edits the file in
             place has no use for a new path).
         fields: also refuse a row whose fields report, gate and merge refuse (a file to append
-            to; the message then says how to fix or remove that row, in place of `advice`); False
+            to; the message then names that line, FILE:LINE, to edit or delete, in place of `advice`); False
             for `treebench rm`, which may be what removes such a row.
 
     Raises:
@@ -206,11 +206,9 @@ def check_results_file(path: str | Path, what: str, advice: str = "give a new pa
                 raise ConfigError(f"{what} {path}: not a treebench results file (line {n}: {got}; "
                                   f"JSON rows of schema 1 to {SCHEMA} expected); {advice}")
             problem = row_problem(migrate_row(row)) if fields else None
-            if problem:   # report, gate and merge would refuse the file: do not add to it
-                run = row.get("run_id")
-                rm = f"treebench rm {path} --run-id {run}" if isinstance(run, str) and run else "treebench rm"
+            if problem:   # readers would refuse the file; no rm --run-id: it removes the run's good rows too
                 raise ConfigError(f"{what} {path}: line {n} is not a result row that treebench can read "
-                                  f"({problem}); give a new path, or fix that line or remove it ({rm})")
+                                  f"({problem}); give a new path, or edit or delete that line ({path}:{n})")
 
 
 def check_html_path(path: str | Path, flag: str, example: str) -> Path:

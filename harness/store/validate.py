@@ -14,7 +14,7 @@ from treebench.harness.errors import ConfigError
 from treebench.harness.store.rows import STATUSES, find_row, read_rows, timing_key
 
 REQUIRED_FIELDS = {"backend": str, "case": dict, "case_id": str, "status": str}
-# case axes the report's tables and plots group rows by
+# case axes the report's tables and plots and the gate's summary group rows by
 CASE_FIELDS_REQUIRED: dict[str, type | tuple[type, ...]] = {"batch_size": int, "context_len": (int, str), "tree": str}
 _NUMBER_TYPES = {int, float}   # the types of a number json.loads gives (bool is its own type)
 _JSON_KINDS = {dict: "a JSON object", list: "an array", str: "a string", int: "a number", float: "a number",
@@ -33,11 +33,11 @@ def _wanted(want: type | tuple[type, ...]) -> str:
     return " or ".join(_WANTED[t] for t in (want if isinstance(want, tuple) else (want,)))
 
 
-def row_problem(row: dict, case_axes: bool = False) -> str | None:
-    """What is wrong with a result row's fields (None when the gate and report can read it): a field
-    absent is 'missing', one present but null or of another type says what it is ('field 'case' is
-    null, expected a JSON object'); with `case_axes`, the case axes the report's tables and plots
-    group by (CASE_FIELDS_REQUIRED) too."""
+def row_problem(row: dict) -> str | None:
+    """What is wrong with a result row's fields (None when gate, report and merge can read it): a
+    field absent is 'missing', one present but null or of another type says what it is ('field 'case'
+    is null, expected a JSON object'), the case axes the readers group by (CASE_FIELDS_REQUIRED)
+    included. An `env` given is a string: a null one would leave the row out of the gate's env check."""
     for name, typ in REQUIRED_FIELDS.items():
         if name not in row:
             return f"field {name!r} is missing"
@@ -45,17 +45,18 @@ def row_problem(row: dict, case_axes: bool = False) -> str | None:
             return f"field {name!r} is {_kind(row[name])}, expected {_wanted(typ)}"
     if row["status"] not in STATUSES:
         return f"field 'status' is {row['status']!r}, expected one of {', '.join(STATUSES)}"
-    required: dict[str, type | tuple[type, ...]] = CASE_FIELDS_REQUIRED if case_axes else {}
-    for name, want in required.items():
+    for name, want in CASE_FIELDS_REQUIRED.items():
         if name not in row["case"]:
             return f"field 'case.{name}' is missing"
         v = row["case"][name]
         if isinstance(v, bool) or not isinstance(v, want):
             shown = _kind(v) if isinstance(v, (dict, list)) else json.dumps(v)   # null, true, 1.5, "16"
             return f"field 'case.{name}' is {shown}, expected {_wanted(want)}"
-    for name in ("env", "run_id"):
-        if row.get(name) is not None and not isinstance(row[name], str):
-            return f"field {name!r} is {_kind(row[name])}, expected a string"
+    env = row.get("env", "absent")   # the id its env-ID.json names: a null one would escape the gate's env check
+    if not (isinstance(env, str) and env):
+        return f"field 'env' is {'an empty string' if env == '' else _kind(env)}, expected the run's env id (a string)"
+    if row.get("run_id") is not None and not isinstance(row["run_id"], str):
+        return f"field 'run_id' is {_kind(row['run_id'])}, expected a string"
     for name in ("median_us", "p25_us", "p75_us", "cv"):
         x = row.get(name)
         if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float))):
@@ -75,18 +76,17 @@ def row_problem(row: dict, case_axes: bool = False) -> str | None:
     return None
 
 
-def read_checked_rows(paths: Sequence[str], command: str, case_axes: bool = False) -> list[dict]:
-    """`validated_rows(paths, command, case_axes)`; a row read twice (a file or folder given twice) is
+def read_checked_rows(paths: Sequence[str], command: str) -> list[dict]:
+    """`validated_rows(paths, command)`; a row read twice (a file or folder given twice) is
     kept once, with a warning (`drop_repeated_rows`).
 
     Raises:
         ConfigError: as validated_rows.
     """
-    return drop_repeated_rows(validated_rows(paths, command, case_axes), command)
+    return drop_repeated_rows(validated_rows(paths, command), command)
 
 
-def validated_rows(paths: Sequence[str], command: str, case_axes: bool = False,
-                   require_rows: bool = True) -> list[dict]:
+def validated_rows(paths: Sequence[str], command: str, require_rows: bool = True) -> list[dict]:
     """`treebench.harness.store.rows.read_rows(paths, require_rows)` (torn lines skipped with a warning),
     each row checked by `row_problem`.
 
@@ -95,13 +95,14 @@ def validated_rows(paths: Sequence[str], command: str, case_axes: bool = False,
             required field (names file, line and field).
     """
     rows = read_rows(paths, require_rows=require_rows)
-    if all(row_problem(r, case_axes) is None for r in rows):
+    if all(row_problem(r) is None for r in rows):
         return rows
-    bad = find_row(paths, lambda r: row_problem(r, case_axes) is not None)   # where it is, for the message
+    bad = find_row(paths, lambda r: row_problem(r) is not None)   # where it is, for the message
     if bad is None:
         raise ConfigError(f"{command}: a result row lacks one of {', '.join(REQUIRED_FIELDS)}")
-    raise ConfigError(f"{command}: results file {bad.path}:{bad.line}: {row_problem(bad.row, case_axes)}; every row "
-                      f"needs {', '.join(REQUIRED_FIELDS)} (case a JSON object), as `treebench run` writes")
+    raise ConfigError(f"{command}: results file {bad.path}:{bad.line}: {row_problem(bad.row)}; edit or delete that "
+                      f"line: every row needs {', '.join(REQUIRED_FIELDS)} (case a JSON object), as `treebench run` "
+                      "writes")
 
 
 def drop_repeated_rows(rows: list[dict], command: str) -> list[dict]:
