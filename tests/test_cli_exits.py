@@ -102,21 +102,48 @@ CRASHED = ("treebench: a backend crashed the process (the stack below names it a
 
 @pytest.mark.parametrize("out", [None, "rows.jsonl"])
 def test_a_segfault_without_isolate_names_the_backend_and_case_in_flight(tiny, tmp_path, out):
-    """A crash outside --isolate: one plain line before the stack names --isolate and, where rows are kept,
-    the --resume that finishes the run; the stack's frames name the backend and case."""
+    """A crash outside --isolate in the first pair: one plain line before the stack names --isolate and,
+    with --out, that no row was written yet and the command that reruns it; the stack's frames name the
+    backend and case."""
     argv = ["check", "--suite", tiny, "--backend", f"{FAULTS}:Segfaults", "--quiet"]
     done = treebench(*argv, *(["--out", out] if out else []), cwd=tmp_path)
     assert done.returncode == -signal.SIGSEGV, done.stderr
     named = [line for line in done.stderr.splitlines() if "crashed running backend segfaults on case B2-L37-" in line]
     assert len(named) == 1 and "--isolate" in named[0], done.stderr
-    run_id = "" if out is None else re.search(r"run_id (\S+);", done.stderr).group(1)
     assert done.stderr.splitlines()[:2] == [
-        CRASHED + ("" if out is None else f": rows already written are kept in {out}, run_id {run_id}; to finish, "
-                   f"run the same command with --isolate --out {out} --resume"),
+        CRASHED + ("" if out is None else f": no row was written yet to {out}; run the same command with "
+                   f"--isolate --out {out}"),
         "Fatal Python error: Segmentation fault"], done.stderr
     if out:
-        again = treebench(*argv, "--isolate", "--out", out, "--resume", cwd=tmp_path)
+        assert (tmp_path / out).stat().st_size == 0
+        again = treebench(*argv, "--isolate", "--out", out, cwd=tmp_path)
         assert again.returncode == 1 and {r["status"] for r in read_rows([tmp_path / out])} == {"error"}
+
+
+@pytest.mark.parametrize("before", [0, 1])
+def test_a_segfault_after_a_row_names_the_rows_kept_and_the_resume_that_finishes(tiny, tmp_path, before):
+    """A crash outside --isolate once a row of the run is written (in a file empty, or holding another
+    run's row, before): the line names the rows kept, the run_id and the --resume that finishes the run.
+    In a file that held a row before, a crash before this run's first row says no row was written yet."""
+    out = tmp_path / "rows.jsonl"
+    argv = ["run", "--suite", tiny, "--out", out, "--report", tmp_path / "r.html", "--quiet"]
+    if before:
+        assert treebench(*argv, "--backends", f"{FAULTS}:Exact", cwd=tmp_path).returncode == 0
+        done = treebench(*argv, "--backends", f"{FAULTS}:Segfaults", cwd=tmp_path)
+        assert done.stderr.splitlines()[0] == (f"{CRASHED}: no row was written yet to {out}; run the same "
+                                               f"command with --isolate --out {out}"), done.stderr
+    done = treebench(*argv, "--backends", f"{FAULTS}:Exact,{FAULTS}:Segfaults", cwd=tmp_path)
+    assert done.returncode == -signal.SIGSEGV, done.stderr
+    rows = read_rows([out])
+    run_id = rows[-1]["run_id"]
+    assert [r["run_id"] for r in rows].count(run_id) == 1 and done.stderr.splitlines()[0] == (
+        f"{CRASHED}: rows already written are kept in {out}, run_id {run_id}; to finish, run the same command "
+        f"with --isolate --out {out} --resume"), done.stderr
+    if not before:
+        again = treebench(*argv, "--backends", f"{FAULTS}:Exact,{FAULTS}:Segfaults", "--isolate", "--resume",
+                          cwd=tmp_path)
+        assert again.returncode == 1, again.stderr
+        assert [r["status"] for r in read_rows([out])] == ["pass", "error", "pass", "error"]
 
 
 def test_a_backend_ending_the_process_without_isolate_ends_treebench_with_its_code_and_no_line(tiny, tmp_path):

@@ -61,7 +61,7 @@ def run(args) -> int:
     from treebench.harness.model.suites import load_suite
     from treebench.harness.run.inflight import mark_unwritten
     from treebench.harness.run.loading import load_one
-    from treebench.harness.sweep.crash import crash_advice, crash_line
+    from treebench.harness.sweep.crash import crash_advice, crash_lines
     from treebench.harness.sweep.execute import execute
     from treebench.harness.sweep.shard import shared_run_id
 
@@ -91,7 +91,7 @@ def run(args) -> int:
     run_id = shared_run_id() or stamp()   # the id the rows carry, named by an interrupt (rm --run-id takes it)
     opts = replace(opts, run=replace(opts.run, run_id=run_id, suite=suite.name))
     out = claim_results(args.out, run_id, args.dry_run) if args.out else None
-    with crash_advice(None if opts.run.isolate or args.dry_run else crash_line(out, run_id)):
+    with crash_advice(None if opts.run.isolate or args.dry_run else crash_lines(out, run_id)):
         result = execute(suite.cases, [backend], replace(opts, out=out), CONSOLE)   # a crash: a line naming --isolate
     CREATED_OUT[0] = None   # the sweep is over: its file holds what it wrote, kept whatever follows
     if args.dry_run:

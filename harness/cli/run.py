@@ -234,7 +234,7 @@ def run(args) -> int:
     from treebench.harness.run.loading import resolve_backends
     from treebench.harness.run.progress import after_pairs
     from treebench.harness.store.paths import DEFAULT_OUT, default_report
-    from treebench.harness.sweep.crash import crash_advice, crash_line
+    from treebench.harness.sweep.crash import crash_advice, crash_lines
     from treebench.harness.sweep.execute import execute
     from treebench.harness.sweep.shard import torchrun_rank
 
@@ -264,7 +264,7 @@ def run(args) -> int:
                           resume=args.resume)   # before anything is written
     out = claim_results(out_path, stamp_text, args.dry_run, "--out" if args.out else DEFAULT_OUT)
     opts = replace(opts, out=out)
-    with crash_advice(None if opts.run.isolate or args.dry_run else crash_line(out, stamp_text)):
+    with crash_advice(None if opts.run.isolate or args.dry_run else crash_lines(out, stamp_text)):
         result = execute(suite.cases, backends, opts, CONSOLE)   # a crash: a line naming --isolate, --resume
     CREATED_OUT[0] = None   # the sweep is over: its file holds what it wrote, kept whatever follows
     if args.dry_run:

@@ -6,10 +6,12 @@ the signal, so no handler can print a line. faulthandler (turned on by the CLI:
 treebench.harness.run.inflight.enable_crash_report) writes the Python stack from C, whose frames
 name the pair in flight (`inflight.call_in_flight`). While the sweep runs, faulthandler writes into
 a pipe instead of stderr; a small helper process started with the sweep (plain Python, no imports
-of ours) passes what comes through the pipe on to stderr, after the line it was given::
+of ours) passes what comes through the pipe on to stderr, after the line it was given; given two, it
+picks at the crash by the results file's size: the rows kept and the --resume that finishes the run,
+or, where the file is still empty or as it was, that no row was written yet and the rerun::
 
     parent (the sweep)                          helper (HELPER)
-      faulthandler -> pipe  ───  a crash's stack ──▶  stderr: LINE, then the stack
+      faulthandler -> pipe  ───  a crash's stack ──▶  stderr: LINE (kept / none), then the stack
       end of the sweep: pipe closed ───────────────▶  exits, having written nothing
 
 The helper runs in its own session, so a Ctrl-C or a signal to the process group reaches the sweep
@@ -30,36 +32,60 @@ from pathlib import Path
 
 from treebench.harness.run.inflight import CRASH_REPORT_OURS
 
-# stdin: the pipe faulthandler writes into; argv[1]: the line written once, before the first bytes passed on.
+# stdin: the pipe faulthandler writes into; argv: the line written once, before the first bytes passed on, or
+# (LINE_KEPT, LINE_NONE, PATH, SIZE): LINE_NONE where the results file PATH is still empty or has the SIZE it had
+# at the start (-1: none), decided when the first bytes come, that is at the crash.
 HELPER = ("import os, sys\n"
-          "line = os.fsencode(sys.argv[1]) + b'\\n'\n"
+          "def line(a):\n"
+          "    try:\n"
+          "        size = os.stat(a[2]).st_size\n"
+          "    except (OSError, IndexError):\n"
+          "        size = -1\n"
+          "    kept = len(a) < 4 or size > 0 and str(size) != a[3]\n"
+          "    return os.fsencode(a[0] if kept else a[1]) + b'\\n'\n"
+          "head = True\n"
           "while chunk := os.read(0, 65536):\n"
-          "    data, line = line + chunk, b''\n"
+          "    data, head = (line(sys.argv[1:]) if head else b'') + chunk, False\n"
           "    while data:\n"
           "        data = data[os.write(2, data):]\n")
 HELPER_EXIT_S = 5.0   # the sweep's end waits this long for the helper to exit
 
 
-def crash_line(out: Path | None, run_id: str) -> str:
-    """The line before a crash's stack: --isolate, and with a results file `out` the rows kept there under
-    `run_id` and the --resume that finishes the run."""
+def crash_line(out: Path | None, run_id: str, written: bool = True) -> str:
+    """The line before a crash's stack: --isolate, and with a results file `out` either the rows kept
+    there under `run_id` and the --resume that finishes the run (`written`), or that no row was written
+    yet and the command that reruns it."""
     line = ("treebench: a backend crashed the process (the stack below names it and its case); rerun with "
             "--isolate to make a crash an error row and go on")
     if out is None:
         return line
+    if not written:
+        return f"{line}: no row was written yet to {out}; run the same command with --isolate --out {out}"
     return (f"{line}: rows already written are kept in {out}, run_id {run_id}; to finish, run the same command "
             f"with --isolate --out {out} --resume")
 
 
+def crash_lines(out: Path | None, run_id: str) -> list[str]:
+    """The helper's arguments (HELPER): crash_line's line, or with a results file `out` both of its lines,
+    `out` and its size now (-1: no file), for the helper to pick one at the crash."""
+    if out is None:
+        return [crash_line(None, run_id)]
+    try:
+        size = os.stat(out).st_size
+    except OSError:
+        size = -1
+    return [crash_line(out, run_id), crash_line(out, run_id, written=False), os.path.abspath(out), str(size)]
+
+
 @contextlib.contextmanager
-def crash_advice(line: str | None) -> Iterator[None]:
-    """The with-block with a crash's stack preceded by `line` on stderr (the module's helper), where
-    faulthandler is the CLI's; faulthandler writes to stderr again at its end. None: the block as it is
+def crash_advice(lines: list[str] | None) -> Iterator[None]:
+    """The with-block with a crash's stack preceded by one of `lines` (`crash_lines`) on stderr (the
+    module's helper), where faulthandler is the CLI's; faulthandler writes to stderr again at its end. None: the block as it is
     (a sweep whose pairs run in workers, or none at all).
 
     Raises nothing of its own: where the helper cannot start, the block runs as it is.
     """
-    if line is None or not (CRASH_REPORT_OURS[0] and faulthandler.is_enabled()):
+    if lines is None or not (CRASH_REPORT_OURS[0] and faulthandler.is_enabled()):
         yield
         return
     try:
@@ -69,7 +95,7 @@ def crash_advice(line: str | None) -> Iterator[None]:
         return
     try:
         helper: subprocess.Popen | None = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", HELPER, line], stdin=read, stdout=subprocess.DEVNULL,
+            [sys.executable, "-I", "-S", "-c", HELPER, *lines], stdin=read, stdout=subprocess.DEVNULL,
             start_new_session=True)
     except (OSError, ValueError):
         helper = None
