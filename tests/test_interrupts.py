@@ -318,18 +318,22 @@ def test_sigterm_while_treebench_starts_says_so_and_writes_nothing(tmp_path, mod
     assert sorted(os.listdir(tmp_path)) == []
 
 
-def test_sigterm_after_the_run_returned_says_it_had_ended(tmp_path):
+@pytest.mark.parametrize("backend", ["torch_sdpa", f"{ROOT / 'tests' / 'fault_backends.py'}:WrongShape"])
+def test_sigterm_after_the_run_returned_says_it_had_ended_and_keeps_the_runs_code(tmp_path, backend):
     """A run done (rows, report and summary written), then SIGTERM before Python exits: one line saying
-    the command had ended, with no resume advice (nothing is left to run), exit 143."""
+    the command had ended, naming its exit code, and that code (0 all passed, 1 an error row) rather than
+    143: CI keeps the run's verdict."""
     (tmp_path / "tiny.toml").write_text(tiny_suite())
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     proc = subprocess.run([sys.executable, "-c", ENDED_SIGTERM, "run", "--suite", "tiny.toml", "--backends",
-                           "torch_sdpa", "--out", "r.jsonl", "--report", "r.html", "--quiet"], cwd=tmp_path,
+                           backend, "--out", "r.jsonl", "--report", "r.html", "--quiet"], cwd=tmp_path,
                           capture_output=True, text=True, env={**env, "PYTHONPATH": str(ROOT)}, timeout=300,
                           check=False)
-    assert proc.returncode == 143 and proc.stdout.splitlines()[-2:] == ["report: r.html", "returned 0"], proc.stdout
-    assert proc.stderr.splitlines() == [
-        "treebench: terminated (SIGTERM) after the command had ended; nothing was left to run"], proc.stderr
+    code = 0 if backend == "torch_sdpa" else 1
+    assert proc.returncode == code and proc.stdout.splitlines()[-2:] == ["report: r.html", f"returned {code}"], (
+        proc.returncode, proc.stdout, proc.stderr)
+    assert proc.stderr.splitlines()[-1:] == [
+        f"treebench: SIGTERM after the command had ended; exit code {code}, the command's own"], proc.stderr
     assert len(read_rows([tmp_path / "r.jsonl"])) == 1 and (tmp_path / "r.html").is_file()
 
 
@@ -438,6 +442,29 @@ def test_the_console_entry_puts_the_sigint_handler_back(monkeypatch, capsys, fai
         assert signal.getsignal(signal.SIGTERM) is treebench._terminated
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL if term is None else term)
+
+
+@pytest.mark.parametrize("code", [0, 1, 3])
+def test_a_sigterm_while_the_cli_returns_its_code_keeps_that_code(monkeypatch, capfd, code):
+    """SIGTERM after the command ended, its handler the console entry's again, before the CLI's code
+    reached `treebench.main`: the line says so with that code, and main returns it (not 143)."""
+    import treebench
+    from treebench.harness.run import inflight
+
+    def cli(argv=None) -> int:
+        inflight.COMMAND_BEGUN[0] = True   # as the CLI's command does; its handler already put back
+        os.kill(os.getpid(), signal.SIGTERM)
+        return code
+
+    term = signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(treebench, "_AT_EXIT", [True])   # SIGTERM's SIG_IGN at exit is not this process's
+    monkeypatch.setattr(cli_main, "main", cli)
+    try:
+        assert treebench.main() == code
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if term is None else term)
+    assert capfd.readouterr().err == (f"treebench: SIGTERM after the command had ended; exit code {code}, "
+                                      "the command's own\n")
 
 
 @pytest.mark.parametrize("what", list(STOPS))

@@ -29,21 +29,38 @@ if not os.path.isdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), "h
 INTERRUPTED = 130   # 128 + SIGINT, the shell's convention
 TERMINATED = 143    # 128 + SIGTERM
 _AT_EXIT = [False]  # whether main() has registered SIGTERM's SIG_IGN at the interpreter's exit
+# The command's exit code once the CLI has returned it (None before), and whether a SIGTERM came after the
+# command had ended but before its code was known here (main() then says so and returns that code).
+_ENDED_CODE: list[int | None] = [None]
+_ENDED_SIGTERM = [False]
 
 
 def _terminated(signum, frame) -> None:
-    """SIGTERM outside the CLI's command, whose own handler says what it kept: while treebench starts
-    (nothing is written yet) or once the command has ended (all it wrote is complete). One line on
-    stderr, then exit 143 at once: there is nothing to finish or undo, and an exception raised in
-    torch's start-up could be lost there, as a Ctrl-C's was."""
+    """SIGTERM outside the CLI's command, whose own handler says what it kept. While treebench starts
+    (nothing is written yet): one line on stderr, then exit 143 at once: there is nothing to finish or
+    undo, and an exception raised in torch's start-up could be lost there, as a Ctrl-C's was. Once the
+    command has ended (all it wrote is complete): one line saying so, then exit at once with the command's
+    own code, the verdict CI reads (`_ended`); before the CLI has handed that code back, main() does both."""
     inflight = sys.modules.get("treebench.harness.run.inflight")   # not imported yet: starting
-    when = ("after the command had ended; nothing was left to run" if inflight and inflight.COMMAND_BEGUN[0]
-            else "while starting; nothing was written")
+    if inflight and inflight.COMMAND_BEGUN[0]:
+        if _ENDED_CODE[0] is None:
+            _ENDED_SIGTERM[0] = True
+            return
+        _ended(_ENDED_CODE[0])
+        os._exit(_ENDED_CODE[0])
     with contextlib.suppress(Exception):
         sys.stdout.flush()
     with contextlib.suppress(OSError):
-        os.write(2, f"treebench: terminated (SIGTERM) {when}\n".encode())
+        os.write(2, b"treebench: terminated (SIGTERM) while starting; nothing was written\n")
     os._exit(TERMINATED)
+
+
+def _ended(code: int) -> None:
+    """The line of a SIGTERM after the command had ended, naming the command's exit code `code`."""
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    with contextlib.suppress(OSError):
+        os.write(2, f"treebench: SIGTERM after the command had ended; exit code {code}, the command's own\n".encode())
 
 
 def _guard_sigterm() -> None:
@@ -67,12 +84,14 @@ def main() -> int:
     same one line and exit code 130 as Ctrl-C during a run, instead of a traceback. SIGINT is
     held from here until the CLI's imports are done (treebench.harness.run.inflight), so that
     a Ctrl-C cannot be lost inside them or leave a module half-imported. SIGTERM before the
-    CLI's command begins, or after it ended, ends the process with one line and 143 (`_terminated`).
+    CLI's command begins ends the process with one line and 143; after it ended, with one line and
+    the command's own exit code (`_terminated`).
 
     Returns:
         the CLI's exit code (0 ok, 1 failed rows or gate, 2 bad input, 130 interrupted);
         130 also when interrupted while importing.
     """
+    _ENDED_CODE[0], _ENDED_SIGTERM[0] = None, False
     _guard_sigterm()   # first: importing the harness takes a tenth of a second, torch seconds
     try:
         from treebench.harness.run.inflight import COMMAND_BEGUN, hold_interrupts, release_interrupts
@@ -86,7 +105,11 @@ def main() -> int:
     except KeyboardInterrupt:
         sys.stderr.write("treebench: interrupted while starting; nothing was written\n")
         return INTERRUPTED
-    return cli_main()
+    code = cli_main()
+    _ENDED_CODE[0] = code
+    if _ENDED_SIGTERM[0]:   # a SIGTERM came while the CLI returned: said here, as `_terminated` would
+        _ended(code)
+    return code
 
 
 def __getattr__(name: str):

@@ -86,7 +86,7 @@ STOP_REQUESTED: list[BaseException | None] = [None]
 SIGINT_CAME: list[bool] = [False]
 _WRAPPED: list = []   # while the runner notes SIGINTs: [the handler it wraps]
 # Whether the CLI's command has begun (set with its SIGTERM handler): the console entry's SIGTERM handler, in place
-# before and after it, says "while starting" before, and that the command had ended after.
+# before and after it, says "while starting" before (143), and that the command had ended after (its own code).
 COMMAND_BEGUN: list[bool] = [False]
 CRASH_REPORT_OURS: list[bool] = [False]   # whether `enable_crash_report` turned faulthandler on (not pytest)
 _HELD: list = []   # while SIGINT is held: [the handler the hold replaced, whether a SIGINT came]

@@ -80,8 +80,8 @@ def crash_lines(out: Path | None, run_id: str) -> list[str]:
 @contextlib.contextmanager
 def crash_advice(lines: list[str] | None) -> Iterator[None]:
     """The with-block with a crash's stack preceded by one of `lines` (`crash_lines`) on stderr (the
-    module's helper), where faulthandler is the CLI's; faulthandler writes to stderr again at its end. None: the block as it is
-    (a sweep whose pairs run in workers, or none at all).
+    module's helper), where faulthandler is the CLI's; faulthandler writes to stderr again at its end.
+    None: the block as it is (a sweep whose pairs run in workers, or none at all).
 
     Raises nothing of its own: where the helper cannot start, the block runs as it is.
     """
