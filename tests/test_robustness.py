@@ -243,6 +243,28 @@ def test_unprintable_exception_under_isolate():
     assert rows[0]["status"] == "error" and rows[0]["reason"].startswith("_BadStr"), rows[0]["reason"]
 
 
+class PreparesNothing(Correct):
+    """prepare returns `PREPARED` instead of the callable that is timed (a forgotten `return fn`)."""
+
+    name = "prepares_nothing"
+
+    def __init__(self, prepared=None):
+        self.prepared = prepared
+
+    def prepare(self, inputs):
+        return self.prepared
+
+
+@pytest.mark.parametrize("isolate", [False, True])
+@pytest.mark.parametrize("prepared, what", [(None, "None"), ((1, 2), "a value of type tuple"),
+                                            (37, "a value of type int")])
+def test_a_prepare_returning_no_callable_is_an_error_row_that_says_so(isolate, prepared, what):
+    rows = run_cases([CASE], [PreparesNothing(prepared), Correct()], replace(CFG, isolate=isolate))
+    assert [r["status"] for r in rows] == ["error", "pass"]
+    assert rows[0]["reason"] == (f"TypeError: the backend's prepare returned {what}, not a callable: "
+                                 "prepare(inputs) returns the zero-argument callable that is timed"), rows[0]["reason"]
+
+
 def test_availability_reports_missing_package_before_device():
     class NeedsPkg(Backend):
         name = "needspkg"

@@ -245,7 +245,8 @@ def prepared(backend, inputs: BatchInputs, data: CaseData, device: torch.device)
         written into `inputs`).
 
     Raises:
-        whatever the backend raises; InputsMutated; TypeError/ValueError for a bad output.
+        whatever the backend raises; InputsMutated; TypeError for a prepare that returned no callable,
+        TypeError/ValueError for a bad output.
     """
     fps = input_fingerprints(inputs)
 
@@ -257,6 +258,9 @@ def prepared(backend, inputs: BatchInputs, data: CaseData, device: torch.device)
 
     try:
         fn = backend.prepare(inputs.for_backend())
+        if not callable(fn):
+            raise TypeError(f"the backend's prepare returned {_what(fn)}, not a callable: prepare(inputs) returns "
+                            "the zero-argument callable that is timed")
         out = fn()
     except BaseException:
         if mutated_inputs(inputs, fps):
@@ -264,6 +268,11 @@ def prepared(backend, inputs: BatchInputs, data: CaseData, device: torch.device)
         raise
     check_inputs()
     return fn, check_output(out, inputs, returns_lse(backend), lse_base(backend)), check_inputs
+
+
+def _what(value) -> str:
+    """'None', or 'a value of type NAME' (a backend's value is untrusted: its repr is not called)."""
+    return "None" if value is None else f"a value of type {type(value).__name__}"
 
 
 def compared(out: tuple, ref: torch.Tensor, inputs: BatchInputs,
