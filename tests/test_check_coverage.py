@@ -281,16 +281,17 @@ def test_a_check_where_no_case_ran_shows_no_axis_as_ran(tmp_path, capsys):
 
 @pytest.mark.parametrize("extra, title", [((), "the default check"), (("--deep",), "the deep default check"),
                                           (("--suite", "check"), "suite check")])
-def test_the_dry_run_names_the_suite_as_the_check_does(tmp_path, capsys, extra, title):
+def test_the_dry_run_names_the_suite_and_backend_as_the_check_does(tmp_path, capsys, extra, title):
     """The default check is no suite that --suite takes: the dry run and the check's own summary both
-    call it the default check, as --help does; a suite file is 'suite NAME' in both."""
+    call it the default check, as --help does; a suite file is 'suite NAME' in both. Both name the backend."""
     spec = _variant(tmp_path, "Away", "availability(self)", "return 'needs a machine this is not'")
     argv = ["check", "--backend", f"{spec}:Away", "--quiet", "--allow-skip", *extra]
     assert main([*argv, "--dry-run"]) == 0
     plan = capsys.readouterr().out
     assert main(argv) == 0
     summary = capsys.readouterr().out
-    assert plan.startswith(f"dry run: {title}, ") and f"treebench check: {title}, backend away" in summary, (plan, summary)
+    assert plan.startswith(f"dry run: {title}, backend away, ") and f"treebench check: {title}, backend away" in summary, (
+        plan, summary)
     assert "suite default" not in plan + summary
 
 

@@ -436,7 +436,7 @@ def test_counts_of_one_are_singular(tiny, tmp_path, capsys):
     check = ["check", "--suite", str(one), "--backend", "torch_sdpa", "--quiet"]
     assert main([*check, "--dry-run"]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "suite tiny, 1 case x 1 backend: 1 pair to run here" in text and "(1 pair, " in text
+    assert "suite tiny, backend torch_sdpa, 1 case: 1 pair to run here" in text and "(1 pair, " in text
     out = tmp_path / "one.jsonl"
     assert main([*check, "--out", str(out)]) == 0
     capsys.readouterr()

@@ -312,8 +312,7 @@ def _nothing_ran_tail(allow_skip: bool) -> str:
 def dry_run_code(result, allow_skip: bool) -> int:
     """The exit code of a --dry-run, as the run itself would end: NOTHING_RAN (one line on stderr)
     when every pair it would run is a skipped row (backend unavailable, case unsupported or
-    predicted not to fit the free memory) and
-    `allow_skip` is not given; else 0 (also when --resume keeps stored rows, which the run counts,
+    predicted not to fit the free memory) and `allow_skip` is not given; else 0 (also when --resume keeps stored rows, which the run counts,
     and on a torchrun rank past 0, whose exit code rank 0 sets)."""
     if not result.planned or result.will_skip < result.planned or result.resumed or not result.primary:
         return 0
@@ -326,23 +325,23 @@ def dry_run_code(result, allow_skip: bool) -> int:
 
 
 def print_plan(suite, backends, result, recorded: bool = True) -> None:
-    """The --dry-run lines: how many pairs this process would run, how many more it would skip (record
-    as skipped where `recorded`), how many --resume skips (or what --out already holds without it),
-    and how long the run should take (where a pair is to run)."""
+    """The --dry-run lines: the backend when there is one (named as check's header names it), how many pairs
+    this process would run, how many more it would skip (record as skipped where `recorded`), how many
+    --resume skips (or what --out already holds without it), and how long the run should take (where a
+    pair is to run)."""
     stored = (f"; {result.stored_note}" if result.stored_note else
               "" if result.resumed is None else f", {result.resumed} already stored (skipped by --resume)")
     memory = (f", or for {result.will_skip_memory} of them predicted not to fit the free memory "
               "(--no-memory-check runs them)" if result.will_skip_memory else "")
     skipped = (f", {result.will_skip} {'to be recorded as' if recorded else 'would be'} skipped (backend unavailable "
                f"or case unsupported{memory})" if result.will_skip else "")
-    out = console()
-    out.print(f"dry run: {suite.title}, {plural(len(suite.cases), 'case')} x {plural(len(backends), 'backend')}: "
-              f"{plural(result.planned - result.will_skip, 'pair')} to run here{skipped}{stored}", markup=False)
+    what = (f"backend {backends[0].name}, {plural(len(suite.cases), 'case')}" if len(backends) == 1 else
+            f"{plural(len(suite.cases), 'case')} x {plural(len(backends), 'backend')}")
+    console().print(f"dry run: {suite.title}, {what}: {plural(result.planned - result.will_skip, 'pair')} to run "
+                    f"here{skipped}{stored}", markup=False)
     if result.estimate:   # its first line the time, each further one what the time is based on or leaves out
         first, *rest = result.estimate.splitlines()
-        out.print(f"estimated time: {first}", markup=False)
-        for line in rest:
-            out.print(f"  {line}", markup=False)
+        console().print(f"estimated time: {first}", *(f"  {line}" for line in rest), sep="\n", markup=False)
 
 
 def _summary_table(rows: list[dict], title: str) -> Table:
