@@ -185,7 +185,7 @@ def test_levels_4_2_1_has_21_nodes():
 @pytest.mark.parametrize(
     "spec",
     ["[(0,), (1,), (0, 0)]", "[[0], [1], [0, 0]]", "((0,), (1,), (0, 0))", "[(0, 0), (1,), (0,)]",
-     "parents:-1,0,0,1", "parents:-1,0,1,0", "parents: -1, 0, 0, 1 "],
+     "parents:-1,0,0,1", "parents:-1,0,1,0", " parents:-1,0,0,1 "],
 )
 def test_equivalent_spellings_of_one_tree(spec):
     assert parse_tree(spec).parents == (-1, 0, 0, 1)
@@ -274,14 +274,28 @@ def test_max_nodes_is_accepted():
         ("random:5", "write random:N:SEED"),
         ("random:-1:0", "random N must be >= 0"),
         ("random:3:x", "random SEED must be an integer"),
-        # size
-        (f"chain:{MAX_NODES}", "MAX_NODES"),
-        ("full:10:10", "MAX_NODES"),
-        ("full:1:99999999999", "MAX_NODES"),
-        ("levels:32,32", "MAX_NODES"),
-        (f"random:{MAX_NODES}:0", "MAX_NODES"),
-        ("parents:" + ",".join(["-1"] + ["0"] * MAX_NODES), "MAX_NODES"),
-        (repr([(k,) for k in range(MAX_NODES)]), "MAX_NODES"),
+        # no spaces inside a generator spec, digits in ASCII only
+        ("chain: 3", "a generator spec has no spaces; write chain:3"),
+        ("chain :3", "a generator spec has no spaces; write chain:3"),
+        ("CHAIN: 3", "a generator spec has no spaces; write chain:3"),
+        ("full:3:\t2", "a generator spec has no spaces; write full:3:2"),
+        ("parents:-1, 0, 0", "a generator spec has no spaces; write parents:-1,0,0"),
+        ("chain:\uff13", "chain N must be an integer in ASCII digits with no spaces, got '\uff13'"),
+        ("full:\u0663:2", "full BRANCHING must be an integer in ASCII digits with no spaces"),
+        ("random:3:\uff10", "random SEED must be an integer in ASCII digits"),
+        ("chain:1_0", "chain N must be an integer in ASCII digits"),
+        ("chain:+3", "chain N must be an integer in ASCII digits"),
+        # size: one wording, the tree's own node count
+        (f"chain:{MAX_NODES}", f"{MAX_NODES + 1} nodes, more than MAX_NODES = {MAX_NODES}; use a smaller tree"),
+        ("chain:99999999999999999999", "at least 10^20 nodes, more than MAX_NODES"),
+        ("full:10:10", "11111111111 nodes, more than MAX_NODES"),
+        ("full:3:6", "1093 nodes, more than MAX_NODES"),
+        ("full:1:99999999999", "100000000000 nodes, more than MAX_NODES"),
+        ("full:2:1025", "at least 10^19 nodes, more than MAX_NODES"),
+        ("levels:32,32", "1057 nodes, more than MAX_NODES"),
+        (f"random:{MAX_NODES}:0", f"{MAX_NODES + 1} nodes, more than MAX_NODES = {MAX_NODES}; use a smaller tree"),
+        ("parents:" + ",".join(["-1"] + ["0"] * MAX_NODES), f"{MAX_NODES + 1} nodes, more than MAX_NODES"),
+        (repr([(k,) for k in range(MAX_NODES)]), f"{MAX_NODES + 1} nodes, more than MAX_NODES"),
     ],
 )
 def test_bad_specs_raise_one_clear_tree_error(spec, fragment):

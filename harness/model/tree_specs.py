@@ -10,15 +10,19 @@ Formats read by ``parse_tree`` (every format ends in the same canonical form):
   ``random:N:SEED``;
 - named published trees (``treebench.harness.model.named_trees``), e.g. ``eagle:mc_sim_7b_63``.
 
+A generator spec has no spaces inside and its integers are ASCII digits (`chain: 3` and `chain:３` are
+refused); its keyword is read in any case (`FULL:3:2` is `full:3:2`, as canonical_spec writes it). Too
+large a tree of any format is refused in one wording, naming its node count (`trees.check_size`).
+
 Errors are `TreeError` (a ConfigError: one line, exit 2 at the CLI), naming the spec.
 """
 
 from __future__ import annotations
 
 import ast
-import itertools
 import random
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Sequence
 
 from treebench.harness.errors import TreeError
 from treebench.harness.model import named_trees
@@ -30,10 +34,10 @@ __all__ = ["canonical_spec", "parse_tree"]
 
 
 def _int_arg(text: str, name: str, low: int | None, spec: str) -> int:
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise TreeError(f"tree {spec!r}: {name} must be an integer, got {text!r}") from None
+    """The integer `text`, in ASCII digits with no spaces ('3', '-1'; not ' 3', '３', '1_0' or '+3')."""
+    if not re.fullmatch(r"-?[0-9]+", text):
+        raise TreeError(f"tree {spec!r}: {name} must be an integer in ASCII digits with no spaces, got {text!r}")
+    value = int(text)
     if low is not None and value < low:
         raise TreeError(f"tree {spec!r}: {name} must be >= {low}, got {value}")
     return value
@@ -46,9 +50,15 @@ def _args(rest: str, n: int, usage: str, spec: str) -> list[str]:
     return args
 
 
-def _levels_tree(counts: Iterable[int], spec: str) -> TokenTree:
-    """Tree with counts[k] children under every node of depth k (1+c0+c0*c1+... nodes)."""
-    counts = list(_capped(counts, spec))
+def _levels_tree(counts: Sequence[int], spec: str, total: int | None = None) -> TokenTree:
+    """Tree with counts[k] children under every node of depth k (1+c0+c0*c1+... nodes); `total`: that
+    count where the caller has it (check_size first: no list of more than MAX_NODES nodes is built)."""
+    if total is None:
+        total, width = 1, 1
+        for c in counts:
+            width *= c
+            total += width
+    check_size(total, spec)
     parents, frontier = [-1], [0]
     for c in counts:
         nxt = []
@@ -60,27 +70,26 @@ def _levels_tree(counts: Iterable[int], spec: str) -> TokenTree:
     return from_parents(parents, spec)
 
 
-def _capped(counts: Iterable[int], spec: str) -> Iterable[int]:
-    """Yields counts while the tree they describe stays within MAX_NODES."""
-    total, width = 1, 1
-    for k, c in enumerate(counts, start=1):
-        width *= c
-        total += width
-        if c > MAX_NODES or total > MAX_NODES:
-            raise TreeError(f"tree {spec!r}: more than MAX_NODES = {MAX_NODES} nodes by depth {k}; "
-                            "use fewer levels or fewer children")
-        yield c
-
-
 def _gen_chain(rest: str, spec: str) -> TokenTree:
     (n,) = _args(rest, 1, "chain:N (N draft tokens)", spec)
-    return _levels_tree(itertools.repeat(1, min(_int_arg(n, "chain N", 0, spec), MAX_NODES + 1)), spec)
+    count = _int_arg(n, "chain N", 0, spec)
+    check_size(count + 1, spec)
+    return _levels_tree([1] * count, spec)
 
 
 def _gen_full(rest: str, spec: str) -> TokenTree:
+    """1 + b + b^2 + ... + b^DEPTH nodes; past MAX_NODES levels, or with b past 2^64, a lower bound of at
+    least 2^64 (b^min(DEPTH, 64), or b), which check_size words as 'at least 10^k' nodes."""
     b, d = _args(rest, 2, "full:BRANCHING:DEPTH, e.g. full:3:2", spec)
-    branching = _int_arg(b, "full BRANCHING", 1, spec)
-    return _levels_tree(itertools.repeat(branching, min(_int_arg(d, "full DEPTH", 0, spec), MAX_NODES + 1)), spec)
+    branching, depth = _int_arg(b, "full BRANCHING", 1, spec), _int_arg(d, "full DEPTH", 0, spec)
+    if branching == 1 or depth == 0:
+        total = depth + 1
+    elif depth <= MAX_NODES and branching < 2**64:
+        total = (branching ** (depth + 1) - 1) // (branching - 1)
+    else:
+        total = branching ** min(depth, 64) if branching < 2**64 else branching
+    check_size(total, spec)
+    return _levels_tree([branching] * depth, spec, total)
 
 
 def _gen_levels(rest: str, spec: str) -> TokenTree:
@@ -182,6 +191,9 @@ def parse_tree(spec: str | Sequence[Sequence[int]] | TokenTree) -> TokenTree:
         raise TreeError(f"tree {spec!r}: unknown format or name; use a choices list [(0,), (1,), (0, 0)], "
                         f"{', '.join(f'{k}:...' for k in _GENERATORS)}, or a named tree "
                         f"({', '.join(named_trees.known_names())})")
+    if any(c.isspace() for c in s):
+        raise TreeError(f"tree {spec!r}: a generator spec has no spaces; write {kind.strip().lower()}:"
+                        f"{''.join(rest.split())}")
     return reader(rest, spec)
 
 

@@ -219,8 +219,12 @@ def _bfs_order(parents: list[int]) -> list[int]:
 
 
 def check_size(t: int, spec: str) -> None:
+    """Raises TreeError for a tree of `t` nodes past MAX_NODES, the one wording for every format: its
+    node count (from 10^18, 'at least 10^k': `t` may then be a lower bound), more than MAX_NODES."""
     if t > MAX_NODES:
-        raise TreeError(f"tree {spec!r}: {t} nodes, more than MAX_NODES = {MAX_NODES}; use a smaller tree")
+        digits = len(str(t)) if t.bit_length() < 10_000 else int(t.bit_length() * 0.30102)   # str's limit: 4300
+        count = str(t) if t < 10**18 else f"at least 10^{digits - 1}"
+        raise TreeError(f"tree {spec!r}: {count} nodes, more than MAX_NODES = {MAX_NODES}; use a smaller tree")
 
 
 def _check_choices(choices: object, spec: str) -> list[tuple[int, ...]]:
