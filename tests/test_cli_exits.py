@@ -5,7 +5,6 @@ that keeps two runs from appending to one results file."""
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
