@@ -285,6 +285,8 @@ def test_max_nodes_is_accepted():
         ("random:3:\uff10", "random SEED must be an integer in ASCII digits"),
         ("chain:1_0", "chain N must be an integer in ASCII digits"),
         ("chain:+3", "chain N must be an integer in ASCII digits"),
+        ("chain:" + "9" * 5000, "chain N has 5000 digits, more than an integer may have here"),
+        ("full:1" + "0" * 5000 + ":2", "full BRANCHING has 5001 digits"),
         # size: one wording, the tree's own node count
         (f"chain:{MAX_NODES}", f"{MAX_NODES + 1} nodes, more than MAX_NODES = {MAX_NODES}; use a smaller tree"),
         ("chain:99999999999999999999", "at least 10^20 nodes, more than MAX_NODES"),

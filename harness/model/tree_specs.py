@@ -34,10 +34,15 @@ __all__ = ["canonical_spec", "parse_tree"]
 
 
 def _int_arg(text: str, name: str, low: int | None, spec: str) -> int:
-    """The integer `text`, in ASCII digits with no spaces ('3', '-1'; not ' 3', '３', '1_0' or '+3')."""
+    """The integer `text`, in ASCII digits with no spaces ('3', '-1'; not ' 3', '３', '1_0' or '+3'), of
+    at most sys.get_int_max_str_digits() digits (4300: int() reads no more)."""
     if not re.fullmatch(r"-?[0-9]+", text):
         raise TreeError(f"tree {spec!r}: {name} must be an integer in ASCII digits with no spaces, got {text!r}")
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:   # the digits are ASCII: only int()'s limit on their number is left
+        raise TreeError(f"tree {spec!r}: {name} has {len(text.lstrip('-'))} digits, more than an integer "
+                        "may have here; give a smaller one") from None
     if low is not None and value < low:
         raise TreeError(f"tree {spec!r}: {name} must be >= {low}, got {value}")
     return value
