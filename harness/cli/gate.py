@@ -74,11 +74,9 @@ def _fraction(text: str) -> float:
         raise ConfigError(f"gate --threshold {text!r}: must be positive; {ACCEPTED}")
     if percent and value >= MAX_PERCENT:
         raise ConfigError(f"gate --threshold {text!r}: a percentage must be below {MAX_PERCENT}%; {ACCEPTED}")
-    if not percent and value >= MAX_PERCENT:   # as a percentage it is refused too: no suggestion of it
-        raise ConfigError(f"gate --threshold {text!r}: a bare number must be a fraction below 1; {ACCEPTED}")
-    if not percent and value >= 1:
-        raise ConfigError(f"gate --threshold {text!r}: a bare number must be a fraction below 1; "
-                          f"write {t}% for {t} percent; {ACCEPTED}")
+    if not percent and value >= 1:   # the percentage form suggested only where it is accepted
+        hint = f"write {t}% for {t} percent; " if value < MAX_PERCENT else ""
+        raise ConfigError(f"gate --threshold {text!r}: a bare number must be a fraction below 1; {hint}{ACCEPTED}")
     fraction = float(value / 100 if percent else value)
     if fraction == 0:
         raise ConfigError(f"gate --threshold {text!r}: too small, it rounds to 0; {ACCEPTED}")

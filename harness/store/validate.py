@@ -52,8 +52,8 @@ def row_problem(row: dict) -> str | None:
         if isinstance(v, bool) or not isinstance(v, want):
             shown = _kind(v) if isinstance(v, (dict, list)) else json.dumps(v)   # null, true, 1.5, "16"
             return f"field 'case.{name}' is {shown}, expected {_wanted(want)}"
-    env = row.get("env", "absent")   # the id its env-ID.json names: a null one would escape the gate's env check
-    if not (isinstance(env, str) and env):
+    env = row.get("env")   # the id its env-ID.json names: a null one would escape the gate's env check
+    if "env" in row and not (isinstance(env, str) and env):
         return f"field 'env' is {'an empty string' if env == '' else _kind(env)}, expected the run's env id (a string)"
     if row.get("run_id") is not None and not isinstance(row["run_id"], str):
         return f"field 'run_id' is {_kind(row['run_id'])}, expected a string"
