@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from treebench.harness.checking.default_check import FAILED_STEPS
 from treebench.harness.model.cases import Case
 from treebench.harness.cli.main import main
 from treebench.harness.run.loading import load_one
@@ -160,3 +161,44 @@ def test_a_run_compares_once_more_after_the_timed_calls():
     assert row["median_us"] > 0
     (row,) = run_cases(CASES[:1], [_DriftsAfter(10**9)], RunConfig(mode="run", quiet=True, device="cpu"))
     assert row["status"] == "pass" and row["reason"] is None
+
+
+class _FailsAfter(_DriftsAfter):
+    """Right for its first `right` calls, then `how`: "drift" (1.0 added), "raise" (a RuntimeError) or
+    "mutate" (the right output, its queries zeroed after); "prepare" raises in prepare itself."""
+
+    def __init__(self, right, how):
+        super().__init__(right)
+        self.how = how
+
+    def prepare(self, inputs):
+        if self.how == "prepare":
+            raise RuntimeError("no plan")
+        run, calls = super().prepare(inputs), [0]
+
+        def call():
+            calls[0] += 1
+            if calls[0] <= self.right or self.how == "drift":
+                return run()
+            if self.how == "raise":
+                raise RuntimeError("launch failed")
+            out = run()
+            inputs.q.zero_()
+            return out
+        return call
+
+
+@pytest.mark.parametrize("right, how, status, step", [
+    (10**9, "drift", "pass", None),
+    (0, "prepare", "error", "first prepare"),
+    (0, "drift", "mismatch", "first prepare"),     # wrong from the first call: found before timing, timed all the same
+    (3, "drift", "mismatch", "timing"),            # right until the timed calls
+    (1, "raise", "error", "timing"),
+    (0, "raise", "error", "first prepare"),
+    (1, "mutate", "error", "timing"),
+])
+def test_a_run_row_names_the_step_its_failure_was_found_in(right, how, status, step):
+    (row,) = run_cases(CASES[:1], [_FailsAfter(right, how)], RunConfig(mode="run", quiet=True, device="cpu"))
+    assert (row["status"], row["failed_step"]) == (status, step), row["reason"]
+    assert step is None or step in FAILED_STEPS
+    assert (row["reason"] or "").startswith("while timing: ") == (how == "raise" and step == "timing")

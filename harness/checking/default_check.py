@@ -94,11 +94,13 @@ def default_check_cases(backend, deep: bool = False) -> tuple[list[Case], dict]:
 CHECK_CALLS = 3   # calls of each prepared callable in a check: the later ones must repeat the first bitwise
 REPREPARE = "a second batch of the same shapes with other Q/K/V and block tables and other trees of the same sizes"
 REPREPARE_STEP = "re-prepare on a second batch"   # how a row's reason names a failure of that step (run.verify)
-# A check row's `failed_step`, the step where run.verify.check_pair found its failure (None: it passed):
+# A row's `failed_step`, the step where its failure was found (None: it passed), by run.verify.check_pair in a
+# check, by run.pair in a run (FIRST_PREPARE, then TIMING):
 FIRST_PREPARE = "first prepare"   # the first batch: prepare, its first call, the comparison, the inputs left as given
 REPEAT = "repeat"                 # the first batch's later calls: the first call's output passed the comparison
 RE_PREPARE = "re-prepare"         # the second batch (REPREPARE), its later calls included
-FAILED_STEPS = (FIRST_PREPARE, REPEAT, RE_PREPARE)
+TIMING = "timing"                 # a run's timed calls, the call after them compared again, the inputs left as given
+FAILED_STEPS = (FIRST_PREPARE, REPEAT, RE_PREPARE, TIMING)
 
 
 def default_check(backend, deep: bool = False, device: str | None = None) -> DefaultCheck:

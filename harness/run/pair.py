@@ -14,7 +14,10 @@ Before a backend runs, treebench.harness.run.memory predicts the pair's device m
 skips it with the reason when it cannot fit. A backend gets ``inputs.for_backend()``:
 the contract fields only, so reading the reference's logical K/V is an error row.
 With ``RunConfig.determinism`` the prepared callable runs twice and the outputs are
-compared bitwise (row field ``deterministic``).
+compared bitwise (row field ``deterministic``). A failed row's ``failed_step`` says where its
+failure was found: "first prepare" (prepare, the first call, its comparison) or "timing" (the
+timed calls, the call after them, the inputs checked after them);
+treebench.harness.checking.default_check.FAILED_STEPS.
 
 A check (``RunConfig.mode == "check"``) also repeats and re-prepares: see
 treebench.harness.run.verify.check_pair.
@@ -31,6 +34,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from treebench.harness.checking.default_check import FIRST_PREPARE, TIMING
 from treebench.harness.model.cases import Case
 from treebench.harness.run.inflight import signal_stop
 from treebench.harness.run.memory import fit_reason
@@ -157,6 +161,7 @@ def _run_one(backend, case: Case, data: CaseData, device: torch.device, config: 
     if config.mode == "check":
         check_pair(backend, data, device, mask_kind, row)
         return
+    row["failed_step"] = FIRST_PREPARE   # the step in progress: an exception the caller makes an error row keeps it
     inputs, ref = data.get(device, mask_kind)
     fn, out, check_inputs = prepared(backend, inputs, data, device)
     row["kernel"] = kernel_name(fn, backend, inputs)
@@ -167,6 +172,7 @@ def _run_one(backend, case: Case, data: CaseData, device: torch.device, config: 
     rec, bad = compared(out, ref, inputs, data.lse(device, mask_kind))
     row.update(rec, status="mismatch" if bad else "pass", reason=join(bad, nondet))
     del out
+    row["failed_step"] = TIMING
     try:
         _time_row(row, fn, inputs, config)
         _compare_after_timing(backend, fn, inputs, data, device, mask_kind, row)
@@ -175,6 +181,10 @@ def _run_one(backend, case: Case, data: CaseData, device: torch.device, config: 
             raise
         row.update(status="error", reason="while timing: " + error_reason(e))
     check_inputs()
+    if row["status"] == "pass":
+        row["failed_step"] = None
+    elif bad and row["status"] == "mismatch":   # the first comparison's mismatch, timed all the same
+        row["failed_step"] = FIRST_PREPARE
 
 
 def _compare_after_timing(backend, fn: Callable, inputs: BatchInputs, data: CaseData, device: torch.device,

@@ -25,7 +25,7 @@ of a newer schema than this code knows.
   the CPU's ``wall`` timer records ``cpu_threads``, the intra-op threads it timed under.
   Fields added since within schema 2, optional to readers (absent in older rows, read with ``row.get``, so
   no migration; what each holds: docs/architecture.md): ``l2_flushed``, ``kernel``, ``lse_max_abs_err``,
-  ``failed_step`` (the check step a failure was found in), ``suite`` (the name of the suite swept).
+  ``failed_step`` (the step of a check or run a failure was found in), ``suite`` (the name of the suite swept).
 """
 
 from __future__ import annotations
