@@ -204,6 +204,16 @@ def test_a_backend_failing_only_on_the_second_batch_fails_the_re_prepare_step(tm
                for ln in lines), lines
     assert any(ln.split()[:2] == ["repeat", "ran"] and ln.endswith(f"bitwise equal on all {n} cases")
                for ln in lines), lines
+    # every value's first batch was compared: it ran, its re-prepare failure named below it; none errored
+    assert not any(ln.split()[:1] == ["errored"] for ln in lines), lines
+    page = next(i for i, ln in enumerate(lines) if ln.split()[:2] == ["page_size", "ran"])
+    assert lines[page].split()[2:] == ["1,", "16,", "24,", "64,", "128,", "256"], lines[page]
+    assert lines[page + 1].split()[:4] == ["re-prepare", "errored", "on", "all"], lines[page + 1]
+    cov = coverage_from_rows(rows)
+    assert cov["page_size"]["reprepare_errored"] == cov["page_size"]["ran"] and "errored" not in cov["page_size"]
+    assert main(["report", str(tmp_path / "rows.jsonl"), "-o", str(tmp_path / "r.html")]) == 0
+    assert "re-prepare errored (first batch compared, second batch raised) on: 1, 16, 24" in (
+        tmp_path / "r.html").read_text()
 
 
 def test_a_backend_failing_only_on_repeat_fails_the_repeat_step(tmp_path, capsys):
@@ -350,3 +360,35 @@ def test_the_steps_read_failed_step_not_the_reason():
     steps = check_steps(rows)
     assert steps["re-prepare"]["ran"][0].endswith(": passed on 1, failed on 1 of 2 cases")
     assert steps["repeat"]["ran"][0].endswith("bitwise equal on 3, bitwise different on 1 of 4 cases")
+
+
+def _row(value, status, **fields):
+    return {"status": status, "check_axes": {"page_size": value}, **fields}
+
+
+def test_a_value_whose_cases_errored_at_re_prepare_ran_and_says_so():
+    """An error at the re-prepare step came after the first batch was compared: the value ran, and is
+    named as re-prepare errored only when none of its rows got further; an error found earlier, or in a
+    row written before `failed_step` existed (no such key), is errored as before."""
+    rows = [_row("1", "error", failed_step="re-prepare"),
+            _row("16", "error", failed_step="re-prepare"), _row("16", "pass", failed_step=None),
+            _row("24", "error", failed_step="re-prepare"), _row("24", "error", failed_step="first prepare"),
+            _row("32", "error", failed_step="first prepare"),
+            _row("64", "error", reason="re-prepare on a second batch of the same axes (seed 7920): RuntimeError"),
+            _row("128", "mismatch", failed_step="re-prepare")]
+    cov = coverage_from_rows(rows)["page_size"]
+    assert cov == {"ran": ["1", "16", "24", "128"], "skipped": {}, "reprepare_errored": ["1", "24"],
+                   "errored": ["32", "64"]}
+    lines = coverage_lines({"page_size": cov})
+    assert lines[1:] == ["  page_size  ran 1, 16, 24, 128",
+                         "             re-prepare errored on 1, 24 (first batch compared, second batch raised)",
+                         "             errored 32, 64"]
+
+
+@pytest.mark.parametrize("failed_step, device", [("re-prepare", {"ran": ["cpu"], "skipped": {},
+                                                                  "reprepare_errored": ["cpu"]}),
+                                                  ("first prepare", {"ran": [], "skipped": {}, "errored": ["cpu"]})])
+def test_the_planned_device_ran_when_only_the_re_prepare_step_errored(failed_step, device):
+    planned = {"device": {"ran": ["cpu"], "skipped": {}}, "page_size": {"ran": ["16"], "skipped": {}}}
+    cov = coverage_from_rows([_row("16", "error", failed_step=failed_step)], base=planned)
+    assert cov["device"] == device

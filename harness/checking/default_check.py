@@ -40,7 +40,7 @@ import torch
 
 from treebench.harness.adapter.contract import Capabilities, capability_skip
 from treebench.harness.model.cases import FP8_DTYPES, Case, fp8_scale_error
-from treebench.harness.model.coverage import new_coverage, note
+from treebench.harness.model.coverage import RE_PREPARE, new_coverage, note
 
 BASE_HQ_PER_G, BASE_HKV = 2, 2            # Hkv 2, Hq = 2 G
 TREE_SIZES = (31, 32, 33, 63, 64, 65, 127, 128, 129)
@@ -98,7 +98,7 @@ REPREPARE_STEP = "re-prepare on a second batch"   # how a row's reason names a f
 # check, by run.pair in a run (FIRST_PREPARE, then TIMING):
 FIRST_PREPARE = "first prepare"   # the first batch: prepare, its first call, the comparison, the inputs left as given
 REPEAT = "repeat"                 # the first batch's later calls: the first call's output passed the comparison
-RE_PREPARE = "re-prepare"         # the second batch (REPREPARE), its later calls included
+# RE_PREPARE (model.coverage): the second batch (REPREPARE), its later calls included
 TIMING = "timing"                 # a run's timed calls, the call after them compared again, the inputs left as given
 FAILED_STEPS = (FIRST_PREPARE, REPEAT, RE_PREPARE, TIMING)
 
