@@ -145,6 +145,63 @@ def test_a_segfault_after_a_row_names_the_rows_kept_and_the_resume_that_finishes
         assert [r["status"] for r in read_rows([out])] == ["pass", "error", "pass", "error"]
 
 
+def _dead_pid() -> int:
+    """The pid of a process that has exited (a crashed run's, as its lock sidecar names it)."""
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    return int(proc.stdout)
+
+
+def _crash_leftovers(out: Path, pid: int | None = None) -> None:
+    """What a crash before the first row leaves: `out` empty, its lock sidecar naming the dead run, an env file."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("")
+    Path(f"{out}.lock").write_text(f"{pid or _dead_pid()}\n")
+    (out.parent / "env-0123456789ab.json").write_text('{"env_id": "0123456789ab", "gpu_name": null}')
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_rerun_into_the_empty_file_a_crash_left_runs_from_the_start(tiny, tmp_path, resume):
+    """The same command again, with or without --resume, after a crash before the first row: the run
+    appends to the empty file, takes its lock over (and deletes it when done) and writes its report."""
+    out = tmp_path / "rows.jsonl"
+    _crash_leftovers(out)
+    argv = ["run", "--suite", tiny, "--backends", f"{FAULTS}:Exact", "--out", out, "--report", tmp_path / "r.html",
+            "--quiet"]
+    done = treebench(*argv, *(["--resume"] if resume else []), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert [r["status"] for r in read_rows([out])] == ["pass", "pass"]
+    assert not Path(f"{out}.lock").exists() and (tmp_path / "r.html").is_file()
+
+
+def test_a_rerun_with_the_default_out_removes_the_empty_file_a_crash_left(tiny, tmp_path):
+    """The same command again without --out gets a new default file: the crashed run's empty default
+    file and its sidecar go; a file holding a row, one whose writer is alive, another suite's, a rank
+    file, an --out with rank files beside it and the env file stay."""
+    local = tmp_path / "results" / "local"
+    crashed = local / "tiny-20260101T000000Z-aaaaaa.jsonl"
+    _crash_leftovers(crashed)
+    kept = [local / "tiny-20260101T000001Z-bbbbbb.jsonl", local / "tiny-20260101T000002Z-cccccc.jsonl",
+            local / "other-20260101T000003Z-dddddd.jsonl", local / "tiny-20260101T000004Z-eeeeee.rank0-of-2.jsonl",
+            local / "tiny-20260101T000005Z-ffffff.jsonl"]
+    for path in kept:
+        _crash_leftovers(path, os.getpid() if path == kept[1] else None)   # kept[1]: its writer still runs
+    (local / "tiny-20260101T000005Z-ffffff.rank1-of-2.jsonl").write_text("")   # kept[4]: a launch's rank file beside
+    row = treebench("run", "--suite", tiny, "--backends", f"{FAULTS}:Exact", "--out", tmp_path / "one.jsonl",
+                    "--report", tmp_path / "one.html", "--quiet", cwd=tmp_path)
+    assert row.returncode == 0, row.stderr
+    kept[0].write_text((tmp_path / "one.jsonl").read_text())
+    done = treebench("run", "--suite", tiny, "--backends", f"{FAULTS}:Exact", cwd=tmp_path)   # info lines shown
+    assert done.returncode == 0, done.stderr
+    assert f"removed {crashed.relative_to(tmp_path)}: the empty results file of a run of suite tiny that crashed " \
+           "before its first row" in " ".join(done.stderr.split()), done.stderr
+    assert not crashed.exists() and not Path(f"{crashed}.lock").exists()
+    assert [(p.exists(), Path(f"{p}.lock").exists()) for p in kept] == [(True, True)] * 5, kept
+    assert (local / "env-0123456789ab.json").exists()
+    new = {p for p in local.glob("tiny-*.jsonl") if ".rank" not in p.name} - {*kept}
+    assert len(new) == 1 and [r["status"] for r in read_rows(list(new))] == ["pass", "pass"]
+
+
 def test_a_backend_ending_the_process_without_isolate_ends_treebench_with_its_code_and_no_line(tiny, tmp_path):
     """The README's exit-code table: `os._exit(7)` in a backend outside --isolate is exit 7, nothing
     said on stderr (no handler runs); --isolate makes it an error row (tests/test_isolate.py)."""

@@ -234,7 +234,7 @@ def run(args) -> int:
     from treebench.harness.run.loading import resolve_backends
     from treebench.harness.run.progress import after_pairs
     from treebench.harness.store.paths import DEFAULT_OUT, default_report
-    from treebench.harness.sweep.crash import crash_advice, crash_lines
+    from treebench.harness.sweep.crash import crash_advice, crash_lines, drop_crash_leftovers
     from treebench.harness.sweep.execute import execute
     from treebench.harness.sweep.shard import torchrun_rank
 
@@ -262,6 +262,10 @@ def run(args) -> int:
     out_path = args.out or Path("results/local") / f"{name}-{stamp_text}.jsonl"
     report = _report_path(args.report, name, out_path, stamp_text, probe=not args.dry_run,
                           resume=args.resume)   # before anything is written
+    if args.out is None and not args.dry_run:   # a crash before the first row left its empty default file
+        for left in drop_crash_leftovers(Path(out_path).parent, name):
+            log.info("removed %s: the empty results file of a run of suite %s that crashed before its first row",
+                     left, suite.name)
     out = claim_results(out_path, stamp_text, args.dry_run, "--out" if args.out else DEFAULT_OUT)
     opts = replace(opts, out=out)
     with crash_advice(None if opts.run.isolate or args.dry_run else crash_lines(out, stamp_text)):

@@ -18,9 +18,11 @@ Under torchrun every rank locks its own rank file, and rank 0 also ``--out``
 (treebench.harness.sweep.execute), so ranks never lock each other out. On
 platforms without fcntl (Windows) nothing is locked.
 
-`other_writer_beside` tells, from the sidecars' pids and without locking anything (a probe
-holding a lock for a moment would refuse a run starting then), whether another run is
-writing a results file in the same folder: the env file they share is not taken back then.
+`abandoned` tells a sidecar whose writer is gone (treebench.harness.sweep.crash removes the
+empty results file of such a writer). `other_writer_beside` tells, from the sidecars' pids and
+without locking anything (a probe holding a lock for a moment would refuse a run starting then),
+whether another run is writing a results file in the same folder: the env file they share is not
+taken back then.
 """
 
 from __future__ import annotations
@@ -140,6 +142,19 @@ def other_writer_beside(results: Path | str) -> bool:
         if sidecar.name != own and (not text.isdigit() or _alive(int(text))):
             return True
     return False
+
+
+def abandoned(results: Path | str) -> bool:
+    """True when the sidecar of `results` was left by a writer that is gone: it names a pid that no
+    process has (a run killed by a signal or a crash skips the release that deletes it). False where
+    there is none, it names no pid yet (a lock being taken), or fcntl is missing. Raises nothing."""
+    if fcntl is None:
+        return False
+    try:
+        text = lock_path(Path(results)).read_text(encoding="ascii", errors="replace").strip()
+    except OSError:
+        return False
+    return text.isdigit() and not _alive(int(text))
 
 
 def _alive(pid: int) -> bool:

@@ -18,19 +18,31 @@ The helper runs in its own session, so a Ctrl-C or a signal to the process group
 alone; it exits when the pipe closes, which the kernel does for a process that dies however it dies.
 Where no helper can be started, or faulthandler is not the CLI's (under pytest), the stack goes to
 stderr as before.
+
+A crash before the run's first row leaves its results file empty, with the lock sidecar that names
+the dead process (treebench.harness.store.lock) and the env file beside it. Rerun with that
+``--out`` (with or without --resume), the run appends to the empty file and takes the lock over;
+rerun without ``--out``, the run gets a new default file, so `drop_crash_leftovers` removes the
+empty default files of the suite's crashed runs (and their sidecars) first. The env file is kept:
+every results file of the folder shares it, and the rerun writes it again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import faulthandler
+import glob
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from treebench.harness.errors import ConfigError
 from treebench.harness.run.inflight import CRASH_REPORT_OURS
+from treebench.harness.store.lock import abandoned, hold
+from treebench.harness.sweep.shard import rank_files
 
 # stdin: the pipe faulthandler writes into; argv: the line written once, before the first bytes passed on, or
 # (LINE_KEPT, LINE_NONE, PATH, SIZE): LINE_NONE where the results file PATH is still empty or has the SIZE it had
@@ -114,3 +126,37 @@ def crash_advice(lines: list[str] | None) -> Iterator[None]:
         os.close(write)
         with contextlib.suppress(subprocess.TimeoutExpired):
             helper.wait(HELPER_EXIT_S)
+
+
+RANK_FILE = re.compile(r"\.rank\d+-of-\d+\.jsonl$")   # a torchrun rank's file (sweep.shard.rank_path)
+
+
+def drop_crash_leftovers(folder: Path, suite: str) -> list[Path]:
+    """Removes what runs of `suite` that crashed before their first row left in the default results
+    `folder`: each `<suite>-*.jsonl` that is empty and whose lock sidecar names a process that is gone
+    (`lock.abandoned`), with that sidecar, under its lock; never a file holding anything, a rank file,
+    or one whose launch left rank files beside it (their rows wait there for a --resume). Returns the
+    files removed. Raises nothing.
+    """
+    removed: list[Path] = []
+    try:
+        paths = sorted(Path(folder).glob(f"{glob.escape(suite)}-*.jsonl"))
+    except OSError:
+        return removed
+    for path in paths:
+        if RANK_FILE.search(path.name) or not _empty(path) or not abandoned(path) or rank_files(path):
+            continue
+        with contextlib.suppress(ConfigError, OSError):   # taken since, or gone: left as it is
+            with hold(path):   # no one appends meanwhile; its release deletes the sidecar
+                if _empty(path):
+                    path.unlink()
+                    removed.append(path)
+    return removed
+
+
+def _empty(path: Path) -> bool:
+    """True for an empty regular file at `path` (not a link). Raises nothing."""
+    try:
+        return path.is_file() and not path.is_symlink() and path.stat().st_size == 0
+    except OSError:
+        return False
