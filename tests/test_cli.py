@@ -485,6 +485,16 @@ def test_rm_argument_errors_are_one_line_and_exit_2(tmp_path, argv, needle):
     assert needle in lines[0] and f.read_text() == ""
 
 
+@pytest.mark.parametrize("filters, twice", [(["--run-id", "A", "A"], "--run-id 'A'"),
+                                            (["--backend", "x", "--backend", "x"], "--backend 'x'"),
+                                            (["--env", "e1", "e2", "--env", "e1"], "--env 'e1'")])
+def test_rm_refuses_a_value_given_twice_as_every_list_does(tmp_path, capsys, filters, twice):
+    f = tmp_path / "rows.jsonl"
+    f.write_text("")
+    assert main(["rm", str(f), *filters]) == 2
+    assert f"rm: {twice} given twice; give each value once" in _one_line_error(capsys)
+
+
 @pytest.mark.parametrize("filters", [["--run-id", "nosuch"], ["--backend", "nosuch"], ["--env", "nosuch"],
                                      ["--backend", "torch_sdpa", "--run-id", "nosuch"]])
 def test_rm_of_a_value_naming_no_row_exits_2_and_removes_nothing(tiny, tmp_path, capsys, filters):

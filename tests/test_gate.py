@@ -331,3 +331,29 @@ def test_untimed_pairs_say_which_side_lacks_a_time(base_median, cand_median, whe
     v = classify(base, cand, GateConfig())
     assert v.kind == "incomparable" and not v.failed
     assert v.detail == f"not timed {where}"
+
+
+def _of(row: dict, **kw) -> dict:
+    """`row` for another (case_id, backend)."""
+    return {**row, **kw}
+
+
+@pytest.mark.parametrize("allow_missing", [False, True])
+def test_a_pair_the_baseline_skipped_and_the_candidate_lacks_does_not_fail_the_gate(allow_missing):
+    """A baseline pair skipped by capability has nothing to regress from: the candidate lacking it is
+    listed as missing and says why, but fails neither the gate nor its JUnit case; a pair the baseline
+    ran and the candidate lacks still fails (without --allow-missing), and so does a candidate's error
+    where the baseline passed."""
+    skipped = _row(status="skipped", reason="needs a CUDA GPU", backend="gpu_only")
+    config = GateConfig(allow_missing=allow_missing)
+    res = compare_runs([_row(), skipped], [_row(seed=1)], config)
+    (v,) = res.of_kind("missing")
+    assert not v.failed and not res.failed and v.detail.startswith("baseline was skipped: needs a CUDA GPU; nothing")
+    md = gate_render.markdown(res)
+    assert md.splitlines()[0] == "## treebench gate: ✅ PASS (0 slower, 0 correctness lost" + (
+        ")" if allow_missing else ", 0 missing)") and "pair(s) missing from the candidate**" not in md
+    assert [tc.find("failure") for tc in ET.fromstring(gate_render.junit_xml(res)).iter("testcase")] == [None, None]
+    ran = compare_runs([_row(), skipped, _of(_row(), case_id="c2")], [_row(seed=1)], config)
+    assert ran.failed is not allow_missing and [v.failed for v in ran.of_kind("missing")] == [False, not allow_missing]
+    lost = compare_runs([_row(), skipped], [_row(status="error", reason="boom")], config)
+    assert lost.failed and lost.of_kind("correctness_loss")

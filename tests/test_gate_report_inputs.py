@@ -639,3 +639,28 @@ def test_report_with_every_file_after_against_says_against_took_them(tmp_path, c
     assert f"--against took every file after it ({base} {base})" in err and "before --against" in err, err
     rc, _, err = _main(capsys, "report")
     assert rc == 2 and "give the results files (RESULTS)" in err, err
+
+
+@pytest.mark.parametrize("command", ["gate", "report"])
+def test_a_results_file_another_run_is_writing_is_read_with_one_warning(tmp_path, capsys, command):
+    """A results file whose lock sidecar names a live process (a run still appending): gate and report
+    go on, after one warning line that its rows may be partial; once that process is gone, no warning."""
+    import subprocess
+
+    base = _write(tmp_path / "b.jsonl", [_row("c1")])
+    cand = _write(tmp_path / "c.jsonl", [_row("c1", seed=2)])
+    argv = (["gate", "--baseline", str(base), "--candidate", str(cand)] if command == "gate" else
+            ["report", str(cand), "-o", str(tmp_path / "r.html")])
+    writer = subprocess.Popen(["sleep", "60"])
+    try:
+        (tmp_path / "c.jsonl.lock").write_text(f"{writer.pid}\n")
+        rc, _, err = _main(capsys, *argv)
+    finally:
+        writer.kill()
+        writer.wait()
+    label = "gate --candidate" if command == "gate" else "report"
+    assert rc == 0 and [line for line in err.splitlines() if "being written" in line] == [
+        f"WARNING  {label}: results file {cand} is still being written by another treebench process (pid "
+        f"{writer.pid}): its rows may be partial; read it again once that run ends"], err
+    rc, _, err = _main(capsys, *argv)
+    assert rc == 0 and "being written" not in err, err

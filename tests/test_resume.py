@@ -432,3 +432,20 @@ def test_a_resume_of_the_default_check_into_a_suites_file_names_both(tmp_path, c
         "would add the default check's rows to that run's file: resume it with its own suite, or give the default "
         "check another --out"]
     assert out.read_bytes() == before
+
+
+def test_a_check_resumed_into_a_runs_file_shows_no_time_in_its_summary(tmp_path, capsys):
+    """A check --resume whose --out holds a run's timed rows of its cases counts them (their status is
+    correctness, which the check verifies) but shows none of their time: the check times nothing,
+    so its summary's median_us is "-" and it names no timer."""
+    tiny, _ = _tiny_twice(tmp_path)
+    out = tmp_path / "r.jsonl"
+    assert main(["run", "--suite", str(tiny), "--backends", "reference", "--out", str(out), "--report",
+                 str(tmp_path / "r.html"), "--quiet"]) == 0
+    assert read_rows([out])[0]["median_us"] > 0
+    capsys.readouterr()
+    assert main(["check", "--suite", str(tiny), "--backend", "reference", "--out", str(out), "--resume"]) == 0
+    out_text = capsys.readouterr().out
+    [line] = [x for x in out_text.splitlines() if "reference" in x and "│" in x]
+    assert [cell.strip() for cell in line.strip("│ ").split("│")] == ["reference", "1", "0", "0", "0", "-"], out_text
+    assert "timer:" not in out_text

@@ -282,6 +282,13 @@ def test_suite_with_one_axes_table(tmp_path):
     assert [c.page_size for c in s.cases] == [8, 16]
 
 
+def test_a_suite_file_may_start_with_a_utf8_byte_order_mark(tmp_path):
+    """As Windows editors save TOML: the BOM is no "Invalid statement at line 1, column 1"."""
+    path = tmp_path / "bom.toml"
+    path.write_bytes(b"\xef\xbb\xbf" + ("[suite]\nname = 'mine'\n[axes]\n" + GOOD_AXES).encode())
+    assert load_suite(path).name == "mine" and load_suite(path).cases
+
+
 def test_suite_with_axes_groups_concatenates_and_drops_duplicates(tmp_path):
     text = "[[axes]]\n" + GOOD_AXES + "[[axes]]\n" + GOOD_AXES + "layout = ['contiguous', 'interleaved']\n"
     s = load_suite(_suite(tmp_path, text))

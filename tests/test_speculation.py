@@ -256,6 +256,16 @@ def test_cli_bad_acceptance_file_exit_2_one_line(tmp_path):
      "argument --batch-sizes: 1 given twice in '1,16,01'; give each once"),
     (["tree-search", "--acceptance", "{good}", "--max-nodes", "37", "--context-lens", "232,2048,232"],
      "argument --context-lens: 232 given twice in '232,2048,232'; give each once"),
+    (["tree-search", "--acceptance", "{good}", "--max-nodes", "4", "--batch-sizes", "2"],
+     "tree-search --batch-sizes without --suite-out: it sets an axis of the suite that --suite-out FILE writes"),
+    (["tree-search", "--acceptance", "{good}", "--max-nodes", "4", "--context-lens", "0"],
+     "tree-search --context-lens without --suite-out: it sets an axis"),
+    (["tree-search", "--acceptance", "{good}", "--max-nodes", "4", "--context-lens", "16", "--batch-sizes", "1"],
+     "tree-search --batch-sizes and --context-lens without --suite-out: they set axes"),
+    (["tree-search", "--acceptance", "{good}", "--max-nodes", "4", "--suite-out", "{tmp}/s.toml", "--batch-sizes",
+      "0"], "argument --batch-sizes: '0' is not a comma-separated list of positive integers"),
+    (["tree-search", "--acceptance", "{good}", "--max-nodes", "4", "--suite-out", "{tmp}/s.toml", "--context-lens",
+      "0,x"], "argument --context-lens: '0,x' is not a comma-separated list of integers >= 0"),
     (["plan", "--results", "{rows}", "--acceptance", "{good}", "--step-us", "fast"], "--step-us"),
     (["plan", "--results", "{rows}", "--acceptance", "{good}", "--backends", "nope"], "--backends nope"),
     (["plan", "--results", "{rows}", "--acceptance", "{good}", "--backends", "flat,,flat"],
@@ -265,7 +275,7 @@ def test_cli_bad_acceptance_file_exit_2_one_line(tmp_path):
     (["plan", "--results", "{rows}", "--acceptance", "{good}", "--backends", " , "], "--backends ' , ' names no backend"),
 ])
 def test_cli_bad_input_in_process(tmp_path, capsys, argv, words):
-    paths = {"bad": str(_write(tmp_path, b"\xff", "bad.toml")), "good": str(shipped_models()[0]),
+    paths = {"bad": str(_write(tmp_path, b"\xff", "bad.toml")), "good": str(shipped_models()[0]), "tmp": str(tmp_path),
              "rows": str(_write(tmp_path, "".join(json.dumps(r) + "\n" for r in _plan_rows()), "r.jsonl"))}
     assert main([a.format(**paths) for a in argv]) == 2
     err = capsys.readouterr().err
@@ -283,6 +293,19 @@ def test_cli_tree_search_output_parses_back_and_suite_loads(tmp_path):
         assert parse_tree(ln.split(" ", 3)[3]).size == int(ln.split()[0][2:])
     loaded = load_suite(suite)
     assert {parse_tree(c.tree).size for c in loaded.cases} == {1, 4, 16}
+
+
+def test_tree_search_writes_a_suite_of_context_length_0_as_suites_take_it(tmp_path, capsys):
+    suite = tmp_path / "s.toml"
+    assert main(["tree-search", "--acceptance", str(shipped_models()[0]), "--max-nodes", "3", "--suite-out",
+                 str(suite), "--context-lens", "0,37", "--batch-sizes", "1"]) == 0
+    assert sorted({c.context_len for c in load_suite(suite).cases}) == [0, 37]
+    assert "--batch-sizes 1 --context-lens 0,37" in suite.read_text().splitlines()[1]
+
+
+@pytest.mark.parametrize("name, text", [("m.toml", _toml("[[0.9]]")), ("m.json", json.dumps({**GOOD, "p": [[0.9]]}))])
+def test_an_acceptance_file_may_start_with_a_utf8_byte_order_mark(tmp_path, name, text):
+    assert load_model(_write(tmp_path, "\ufeff" + text, name)).prob(0, 0) == 0.9
 
 
 def test_cli_plan_prints_table(tmp_path, capsys):

@@ -30,6 +30,17 @@ def _row(i: int, **extra) -> dict:
             "case": {"batch_size": 1, "context_len": 16, "tree": "chain:3"}, **extra}
 
 
+def test_a_results_file_may_start_with_a_utf8_byte_order_mark(tmp_path):
+    """As a Windows editor saves one: its rows are read, placed and appended to (not "not a treebench
+    results file")."""
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + (json.dumps(_row(0)) + "\n").encode())
+    check_writable(path)
+    append_row(path, _row(1))
+    assert [r["case_id"] for r in read_rows([path])] == ["c0", "c1"]
+    assert find_row([path], lambda r: r["case_id"] == "c0").line == 1
+
+
 def test_append_is_one_write_of_one_full_line(tmp_path, monkeypatch):
     calls = []
     real_write = os.write

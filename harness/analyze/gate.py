@@ -11,7 +11,8 @@ ratio alone flags noise. A case that passed and now mismatches or errors is a
 *correctness loss* and always fails. New, missing, fixed, skipped, still
 failing and incomparable (different timers or L2 states, too few samples) cases are
 reported apart and do not fail the gate, except: a baseline (case, backend)
-the candidate lacks ("missing") fails unless `--allow-missing`, and a
+the candidate lacks ("missing") fails unless `--allow-missing` or the baseline
+skipped it (a pair it could not run has nothing to regress from), and a
 comparison where no (case, backend) pair could be compared at all fails.
 A pair that both runs hold timed in several ways (merged files of `--l2 cold`
 and `--l2 warm` runs, say) is compared once per timing they share.
@@ -48,7 +49,7 @@ KIND_TITLES = {  # every verdict kind with its title, in the summary's display o
     "faster": "Faster",
     "fixed": "Fixed",
     "new": "New",
-    "missing": "Missing from the candidate (fails the gate unless --allow-missing)",
+    "missing": "Missing from the candidate (fails the gate unless --allow-missing or skipped in the baseline)",
     "skipped": "Skipped in the candidate (each line says whether the baseline skipped it too)",
     "still_failing": "Still failing",
     "incomparable": "Incomparable",
@@ -191,8 +192,9 @@ def compare_runs(base_rows: Iterable[dict], cand_rows: Iterable[dict], config: G
     for k in {(v.case_id, v.backend) for v in extra_verdicts}:   # name the timing of a pair's first verdict too
         verdicts[k] = _with_timing(verdicts[k], base[k])
     found = [*verdicts.values(), *extra_verdicts]
-    if not config.allow_missing:
-        found = [dataclasses.replace(v, blocking=True) if v.kind == "missing" else v for v in found]
+    if not config.allow_missing:   # a pair the baseline skipped has nothing to regress from
+        found = [dataclasses.replace(v, blocking=True) if v.kind == "missing" and v.base_status != "skipped" else v
+                 for v in found]
     return GateResult(tuple(sorted(found, key=_order)), config, tuple(env_notes))
 
 
@@ -234,7 +236,9 @@ def classify(base: dict | None, cand: dict | None, config: GateConfig,
         assert cand is not None
         return Verdict(kind="new", detail=_status_line(cand), **v)
     if cand is None:
-        return Verdict(kind="missing", detail=f"baseline was {base['status']}", **v)
+        was = (f"skipped: {base.get('reason') or ''}; nothing to regress from, so it does not fail the gate"
+               if base["status"] == "skipped" else base["status"])
+        return Verdict(kind="missing", detail=f"baseline was {was}", **v)
     bs, cs = base["status"], cand["status"]
     if bs == "pass" and cs in BAD:
         return Verdict(kind="correctness_loss", detail=_status_line(cand), **v)

@@ -1,7 +1,7 @@
 """Rendering of the regression gate's verdicts (`treebench.harness.analyze.gate`): Markdown and JUnit XML.
 
 The Markdown summary (fit for `$GITHUB_STEP_SUMMARY`) opens with PASS or FAIL and the
-failing counts, warns when nothing was compared, when baseline pairs are missing and when
+failing counts, warns when nothing was compared, when baseline pairs it ran are missing and when
 timings are noisy, counts the verdicts per kind, then gives one table per kind in
 `KIND_TITLES` order (unchanged folded; pairs skipped in both runs for one reason folded to
 one line per backend and reason). The JUnit XML holds one testcase per verdict: a failure
@@ -72,8 +72,9 @@ def markdown(result: GateResult, baseline: str = "baseline", candidate: str = "c
 
     cfg, counts = result.config, result.counts()
     fails = ", ".join(f"{counts.get(k, 0)} {KIND_TITLES[k].split(' (')[0].lower()}" for k in FAILING)
+    missing = sum(v.kind == "missing" and v.blocking for v in result.verdicts)   # not those the baseline skipped
     if not cfg.allow_missing:
-        fails += f", {counts.get('missing', 0)} missing"
+        fails += f", {missing} missing"
     head = "❌ FAIL" if result.failed else "✅ PASS"
     if result.comparable == 0:
         fails += ", nothing compared"
@@ -86,8 +87,8 @@ def markdown(result: GateResult, baseline: str = "baseline", candidate: str = "c
                "; check that both runs cover the same cases and backends with enough samples")
         out += [f"**Nothing was compared:** no (case, backend) pair of the baseline could be compared with the "
                 f"candidate ({what}){why}.", ""]
-    if counts.get("missing") and not cfg.allow_missing:
-        out += [f"**{counts['missing']} baseline pair(s) missing from the candidate** fail the gate; "
+    if missing:
+        out += [f"**{missing} baseline pair(s) missing from the candidate** fail the gate; "
                 "pass --allow-missing to accept a partial candidate.", ""]
     noisy = [v for v in result.verdicts if v.noisy]
     if noisy:

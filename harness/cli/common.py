@@ -24,14 +24,13 @@ from rich.text import Text
 
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.progress import plural
+from treebench.harness.store.names import check_path_name
 from treebench.harness.store.rows import new_run_id
 from treebench.harness.timing.modes import MODES
 
 log = logging.getLogger(__name__)
 
 OFF_TERMINAL_WIDTH = 100_000      # columns of a console that is not a terminal: lines are never wrapped
-
-
 WRITE_CHUNK = 1 << 16   # characters per write to stdout: one pipe buffer
 
 
@@ -240,10 +239,10 @@ def comma_list(text: str, option: str) -> list[str]:
 
 
 def check_suite_arg(suite: str) -> None:
-    """Raises ConfigError when --suite is empty or names a directory."""
+    """Raises ConfigError when --suite is empty, names a directory or a path the file system refuses."""
     if not suite.strip():
         raise ConfigError("--suite is empty: give a suite name such as smoke or a TOML file path")
-    if Path(suite).is_dir():
+    if check_path_name(suite, "--suite").is_dir():
         raise ConfigError(f"--suite {suite}: is a directory; give a suite TOML file (e.g. {Path(suite) / 'NAME.toml'}) "
                           "or a suite name")
 

@@ -5,7 +5,7 @@ is missing and env fingerprints that differ unless `--allow-env-mismatch`, compa
 (`treebench.harness.analyze.gate.compare_runs`) and writes the Markdown summary on
 stdout (fit for `$GITHUB_STEP_SUMMARY`), optionally appended to `--summary` and as
 JUnit XML to `--junit` (`treebench.harness.analyze.gate_render`). Exit 0 pass, 1 fail
-(a significant slowdown, a correctness loss, a missing pair, nothing compared), 2 bad
+(a significant slowdown, a correctness loss, a missing pair the baseline ran, nothing compared), 2 bad
 input (a ConfigError, turned into one line by `treebench.harness.cli.main`), 130 on
 Ctrl-C (143 on SIGTERM), also one that the gate's libraries drop or turn into another error
 (`treebench.harness.run.inflight.interrupts_noted`).
@@ -99,7 +99,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-env-mismatch", action="store_true",
                         help="compare even when GPU, driver or library versions differ")
     parser.add_argument("--allow-missing", action="store_true",
-                        help="pass even when the candidate lacks (case, backend) pairs of the baseline")
+                        help="pass even when the candidate lacks (case, backend) pairs of the baseline (those the "
+                             "baseline skipped never fail the gate)")
     parser.add_argument("--junit", metavar="PATH", help="also write JUnit XML here (a .xml path)")
     parser.add_argument("--summary", metavar="PATH",
                         help="also append the Markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")

@@ -223,8 +223,9 @@ def _parse(argv: list[str]) -> tuple[str, argparse.Namespace]:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `treebench` console script; returns the exit code.
 
-    Any ConfigError (bad input), a write that finds the disk full, and any failed append of rows
-    (ResultsWriteError), is one line on stderr and exit 2. Ctrl-C and SIGTERM end with one line (the --resume hint when rows were being
+    Any ConfigError (bad input), a write that finds the disk full, any failed append of rows
+    (ResultsWriteError), and a path too long or a symbolic link loop that no check found before
+    (`names.os_error_problem`), is one line on stderr and exit 2. Ctrl-C and SIGTERM end with one line (the --resume hint when rows were being
     written), exit 130 / 143, also after a SIGTERM whose raise was lost (`inflight.stops_raised`); a SIGTERM before
     the command begins or after it ended is the console entry's (`treebench.main`: one line; 143 before,
     the command's own code after); a Ctrl-C while the start-up imports load torch is held until they end
@@ -271,9 +272,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as e:   # a Ctrl-C after a SIGTERM whose raise was lost: terminated all the same
         return _interrupted(isinstance(e, Terminated) or STOP_REQUESTED[0] is not None, name)
     except OSError as e:
-        if e.errno not in FULL_DISK and not isinstance(e, ResultsWriteError):
+        from treebench.harness.store.names import os_error_problem   # a path's name the checks before missed
+
+        if e.errno in FULL_DISK or isinstance(e, ResultsWriteError):
+            return _not_written(e)
+        if (problem := os_error_problem(e)) is None:
             raise
-        return _not_written(e)
+        sys.stderr.write(f"{PROG}: error: {one_line(f'{e.filename}: {problem}')}\n")
+        return BAD_INPUT
     finally:
         _drop_unwritten_out()   # an error or a crash of the sweep: a file it created and left empty goes
         STOP_REQUESTED[0] = None

@@ -25,7 +25,8 @@ from treebench.harness.analyze.roles import DEFAULT_BASELINES, DEFAULT_OWN, OWN_
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.inflight import interrupts_noted
 from treebench.harness.store.outputs import will_write
-from treebench.harness.store.paths import check_html_path, check_output_path, default_report
+from treebench.harness.store.names import check_path_name, kept_report
+from treebench.harness.store.paths import check_html_path, check_output_path
 from treebench.harness.store.validate import read_checked_rows
 from treebench.harness.store.env import missing_env_line, read_envs
 
@@ -96,8 +97,9 @@ def _write(args: argparse.Namespace) -> tuple[Path, list[str]]:
             f"report: no RESULTS: --against took every file after it ({' '.join(args.against)}); put the results "
             "files before --against, or end its list with --" if args.against else
             "report: give the results files (RESULTS), e.g. treebench report results/local/RUN.jsonl")
-    out = check_output_path(default_report(args.results[0]) if args.output is None else args.output, "report -o")
-    check_html_path(out, "report -o", "reports/NAME.html")   # .html in lower case, no other file overwritten
+    flag = "report -o" if args.output is not None else "report's default -o"
+    out = check_output_path(args.output if args.output is not None else _default_output(args.results), flag)
+    check_html_path(out, flag, "reports/NAME.html")   # .html in lower case, no other file overwritten
     will_write(out, "the report")      # for the line after an interrupt, the libraries' loading included
     from treebench.harness.analyze.headline import missing_row_warnings   # pandas and matplotlib load here
     from treebench.harness.analyze.report import write_report
@@ -118,6 +120,21 @@ def _write(args: argparse.Namespace) -> tuple[Path, list[str]]:
     path = write_report(rows, envs, out, title, baseline=args.baseline_backend, causal_backend=causal,
                         gate=gate, sources=args.results, sections=sections, own=args.own)
     return path, [text for _, text in missing_row_warnings(rows)]
+
+
+def _default_output(results: list[str]) -> Path:
+    """The report's path without -o: reports/local/<first results name>.html, or where a report made from
+    other results is there, the first free <name>-2.html, -3, ... (`names.kept_report`, as `run --resume`
+    names its report), with a warning that names both.
+
+    Raises:
+        ConfigError: the first results path has a name the file system refuses (`names.check_path_name`).
+    """
+    check_path_name(results[0], "results path")   # before a report name made from it is refused in its stead
+    path, why = kept_report(results, "this report")
+    if why:
+        log.warning("%s", why)
+    return path
 
 
 def _speculation(args: argparse.Namespace, rows: list[dict]) -> str:

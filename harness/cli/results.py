@@ -8,6 +8,7 @@ from pathlib import Path
 
 from treebench.harness.cli.common import Command, console, plural
 from treebench.harness.errors import ConfigError
+from treebench.harness.store.names import NAME_ROOM, check_path_name
 
 
 def _print(text: str) -> None:
@@ -38,7 +39,7 @@ def run_merge(args) -> int:
 
     if not args.out.strip():
         raise ConfigError("merge OUT is empty: give a results file path such as results/merged.jsonl")
-    out = Path(args.out)
+    out = check_path_name(args.out, "merge OUT", NAME_ROOM)
     inputs = [Path(p) for p in args.inputs]
     rows = read_merge_inputs(inputs)   # checked as report and gate check them, before OUT is touched
     if not rows:
@@ -70,9 +71,10 @@ def run_rm(args) -> int:
     and says how many and which.
 
     Raises:
-        ConfigError: no filter (rm never empties a file by default), an empty value, a value that
-            names no row or none the other options select, options no row matches together (nothing
-            is removed then), a missing file, a file a run is writing.
+        ConfigError: no filter (rm never empties a file by default), an empty value or one given
+            twice, a value that names no row or none the other options select, options no row
+            matches together (nothing is removed then), a missing file or one named as the file
+            system refuses (`names.check_path_name`), a file a run is writing.
     """
     filters = {"--run-id": args.run_ids, "--backend": args.backends, "--env": args.env_ids}
     if not any(filters.values()):
@@ -81,7 +83,10 @@ def run_rm(args) -> int:
     for option, values in filters.items():
         if any(not v.strip() for v in values):
             raise ConfigError(f"rm: {option} is empty: give a value")
-    path = Path(args.results)
+        twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+        if twice is not None:   # as every other list of names refuses it (common.comma_list)
+            raise ConfigError(f"rm: {option} {twice!r} given twice; give each value once")
+    path = check_path_name(args.results, "rm", NAME_ROOM)   # rm rewrites it: a temporary file beside it
     if path.is_dir():
         raise ConfigError(f"rm {path}: is a directory; give the results .jsonl file to remove rows from")
     if not path.is_file():

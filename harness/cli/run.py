@@ -10,7 +10,9 @@ torchrun (treebench.harness.sweep.shard.launch_torchrun).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import logging
+import os
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -46,11 +48,19 @@ from treebench.harness.errors import ConfigError
 log = logging.getLogger(__name__)
 
 
+SAFE_NAME_MAX = 64   # characters of a suite's name in a default file name: <name>-<run_id>.jsonl stays short
+
+
 def safe_name(name: str, path: Path | None = None) -> str:
     """`name` made safe for a default file name: only [A-Za-z0-9._-] (others become "_"), no
-    leading dots; else the suite file's stem, made safe the same way; else "suite"."""
+    leading dots; else the suite file's stem, made safe the same way; else "suite". A name longer
+    than SAFE_NAME_MAX is cut to its start and the first 8 hex digits of the SHA-1 of the name in
+    full, so that two long names that start alike still name different files."""
     for candidate in (name, path.stem if path is not None else ""):
         cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", str(candidate or "")).lstrip("._-")
+        if len(cleaned) > SAFE_NAME_MAX:
+            digest = hashlib.sha1(str(candidate).encode("utf-8", "replace")).hexdigest()[:8]
+            cleaned = f"{cleaned[:SAFE_NAME_MAX - 9].rstrip('._-')}-{digest}"
         if cleaned:
             return cleaned
     return "suite"
@@ -119,35 +129,31 @@ def _report_path(path: str | None, suite: str, out: str | Path | None = None, st
     default is reports/local/<suite>-<run_id>.html, or, when a file is there
     (the report of an earlier run under this run id), the first free <suite>-<run_id>-<n>.html: that
     report is kept, and a warning names both. With `resume` the default is the report named after
-    the results file `out` (`paths.default_report`), as the run that --resume finishes named it where
+    the results file `out` (`names.default_report`), as the run that --resume finishes named it where
     its --out was the default: the resumed run's report replaces it, unless that report was made
-    from other results (`paths.resume_report`: then the first free <name>-<n>.html, with a warning).
+    from other results (`names.kept_report`: then the first free <name>-<n>.html, with a warning).
 
     Raises:
         ConfigError: not an .html/.htm path, an existing file that is not HTML, the --out file,
-            a directory, or a folder that cannot be made or written.
+            a directory, a name the file system refuses, or a folder that cannot be made or written.
     """
-    from treebench.harness.store.paths import (REPORTS, check_html_writable, default_report, report_results,
-                                               resume_report, unused_path)
+    from treebench.harness.store.names import REPORTS, kept_report, unused_path
+    from treebench.harness.store.paths import check_html_writable
 
     run_id = stamp_text or stamp()
     default = REPORTS / f"{suite}-{run_id}.html"
     if path:
         p = Path(path)
     elif resume and out is not None:
-        p, there = resume_report(out), default_report(out)
-        if p != there and probe and report_results(there) is None:   # a report made before they were recorded
-            log.warning("%s does not record which results file it was made from, so it is kept: this run's "
-                        "report is %s", there, p)
-        elif p != there and probe:
-            log.warning("%s is the report of other results than %s, and is kept: this run's report is %s",
-                        there, out, p)
+        p, why = kept_report([out], "this run's report")
+        if why and probe:
+            log.warning("%s", why)
     else:
         p = unused_path(default)
         if p != default and probe:
             log.warning("%s is the report of an earlier run under run id %s, and is kept: this run's report is %s",
                         default, run_id, p)
-    if out is not None and p.resolve() == Path(out).resolve():
+    if out is not None and os.path.realpath(p) == os.path.realpath(out):   # realpath: a link loop raises nothing
         raise ConfigError(f"--report {p}: is the --out results file; give a separate .html path")
     return check_html_writable(p, "--report", f"reports/local/{suite}.html", probe=probe)
 
@@ -233,7 +239,8 @@ def run(args) -> int:
     from treebench.harness.run.inflight import mark_unwritten, report_due
     from treebench.harness.run.loading import resolve_backends
     from treebench.harness.run.progress import after_pairs
-    from treebench.harness.store.paths import DEFAULT_OUT, default_report
+    from treebench.harness.store.names import default_report
+    from treebench.harness.store.paths import DEFAULT_OUT
     from treebench.harness.sweep.crash import crash_advice, crash_lines, drop_crash_leftovers
     from treebench.harness.sweep.execute import execute
     from treebench.harness.sweep.shard import torchrun_rank

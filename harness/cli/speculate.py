@@ -25,19 +25,33 @@ from treebench.harness.store.outputs import will_write, write_whole
 from treebench.harness.store.paths import check_output_path, folder_problem
 
 
-def _int_list(text: str) -> list[int]:
-    """argparse type: "4,8,16" -> [4, 8, 16], each >= 1 and given once (a repeat would repeat a
+def _int_list(text: str, least: int = 1) -> list[int]:
+    """argparse type: "4,8,16" -> [4, 8, 16], each >= `least` and given once (a repeat would repeat a
     printed tree or a suite's cases)."""
     try:
         values = [int(x) for x in text.split(",")]
     except ValueError:
         values = []
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of positive integers, e.g. 4,8,16")
+    if not values or min(values) < least:
+        what = "positive integers" if least == 1 else f"integers >= {least}"
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of {what}, e.g. 4,8,16")
     twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
     if twice is not None:
         raise argparse.ArgumentTypeError(f"{twice} given twice in {text!r}; give each once")
     return values
+
+
+BATCH_SIZES, CONTEXT_LENS = [1, 16, 64], [2048]   # a --suite-out suite's B and L axes unless given
+
+
+def _axis_text(values: list[int]) -> str:
+    """[1, 16, 64] -> '1,16,64', as the options take them."""
+    return ",".join(map(str, values))
+
+
+def _context_lens(text: str) -> list[int]:
+    """argparse type of --context-lens: `_int_list` taking 0 (no context before the tree), as suites do."""
+    return _int_list(text, least=0)
 
 
 def add_tree_search_arguments(p) -> None:
@@ -55,10 +69,11 @@ def add_tree_search_arguments(p) -> None:
                    help="print / write only these sizes (default: every size 1..N)")
     p.add_argument("--suite-out", default=None, metavar="FILE",
                    help="write a suite TOML whose tree axis lists them (missing folders are created)")
-    p.add_argument("--batch-sizes", type=_int_list, default=[1, 16, 64], metavar="B,B,...",
-                   help="the suite's batch_size axis (default 1,16,64)")
-    p.add_argument("--context-lens", type=_int_list, default=[2048], metavar="L,L,...",
-                   help="the suite's context_len axis (default 2048)")
+    p.add_argument("--batch-sizes", type=_int_list, default=None, metavar="B,B,...",
+                   help=f"with --suite-out: the suite's batch_size axis (default {_axis_text(BATCH_SIZES)})")
+    p.add_argument("--context-lens", type=_context_lens, default=None, metavar="L,L,...",
+                   help=f"with --suite-out: the suite's context_len axis, each >= 0 "
+                        f"(default {_axis_text(CONTEXT_LENS)})")
 
 
 def _command_line(args) -> str:
@@ -69,8 +84,8 @@ def _command_line(args) -> str:
         parts.append(f"--max-depth {args.max_depth}")
     if args.sizes:
         parts.append(f"--sizes {','.join(map(str, args.sizes))}")
-    parts.append(f"--suite-out {args.suite_out} --batch-sizes {','.join(map(str, args.batch_sizes))} "
-                 f"--context-lens {','.join(map(str, args.context_lens))}")
+    parts.append(f"--suite-out {args.suite_out} --batch-sizes {_axis_text(args.batch_sizes or BATCH_SIZES)} "
+                 f"--context-lens {_axis_text(CONTEXT_LENS if args.context_lens is None else args.context_lens)}")
     return " ".join(parts)
 
 
@@ -108,13 +123,19 @@ def run_tree_search(args) -> int:
 
     Raises:
         ConfigError: a bad acceptance file, --max-nodes / --max-depth / --sizes out of range,
-            a --suite-out that `check_suite_out` refuses or that cannot be written, or a written suite
-            that does not load.
+            --batch-sizes or --context-lens without --suite-out, a --suite-out that
+            `check_suite_out` refuses or that cannot be written, or a written suite that does not load.
     """
     from treebench.harness.model.suites import load_suite
     from treebench.harness.speculation.commands import searched, suite_text
     from treebench.harness.speculation.search import choices_text
 
+    given = [flag for flag, v in (("--batch-sizes", args.batch_sizes), ("--context-lens", args.context_lens))
+             if v is not None]
+    if given and args.suite_out is None:   # they shape the suite --suite-out writes, and nothing else
+        flags, what = " and ".join(given), "it sets an axis" if len(given) == 1 else "they set axes"
+        raise ConfigError(f"tree-search {flags} without --suite-out: {what} of the suite that --suite-out FILE "
+                          f"writes, and nothing else; give --suite-out, or leave {flags} out")
     if args.suite_out is not None:                  # before the search: a bad path costs nothing
         will_write(check_suite_out(args.suite_out), "--suite-out")
     found = searched(args.acceptance, args.max_nodes, args.max_depth, args.sizes)
@@ -127,7 +148,8 @@ def run_tree_search(args) -> int:
         path = Path(args.suite_out)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            write_whole(path, suite_text(found, path.stem, _command_line(args), args.batch_sizes, args.context_lens))
+            write_whole(path, suite_text(found, path.stem, _command_line(args), args.batch_sizes or BATCH_SIZES,
+                                         CONTEXT_LENS if args.context_lens is None else args.context_lens))
         except OSError as e:
             raise ConfigError(f"--suite-out {path}: cannot write ({folder_problem(path) or e.strerror})") from None
         suite = load_suite(path)

@@ -154,10 +154,10 @@ def _expand_group(path: Path, group: str, axes) -> list[Case]:
 
 
 def _read_toml(path: Path) -> dict:
-    """Parses a TOML file. Raises ConfigError naming the file on unreadable or bad TOML."""
+    """Parses a TOML file, UTF-8 with or without a BOM (a Windows editor's first bytes). Raises
+    ConfigError naming the file on unreadable or bad TOML."""
     try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
+        return tomllib.loads(path.read_bytes().decode("utf-8-sig"))
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"suite {path}: bad TOML ({e})") from None
     except RecursionError:  # tomllib parses nested arrays recursively

@@ -93,7 +93,7 @@ def load_model(path: str | Path) -> AcceptanceModel:
     """
     path = Path(path)
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = path.read_bytes().decode("utf-8-sig")   # -sig: a BOM a Windows editor put first
     except UnicodeDecodeError as e:
         raise ConfigError(f"acceptance file {path}: not UTF-8 text ({e.reason} at byte {e.start}); "
                           "save it as UTF-8") from None

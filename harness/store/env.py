@@ -257,7 +257,7 @@ def read_envs(paths) -> dict[str, dict]:
     envs: dict[str, dict] = {}
     for f in dict.fromkeys(_env_files(paths)):
         try:
-            env = json.loads(f.read_text())
+            env = json.loads(f.read_text(encoding="utf-8-sig"))   # -sig: a BOM an editor put first
         except (OSError, json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
             raise ConfigError(f"env file {f}: unreadable ({type(e).__name__}); delete it or rerun") from None
         if not isinstance(env, dict) or "env_id" not in env:

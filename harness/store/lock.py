@@ -19,7 +19,8 @@ Under torchrun every rank locks its own rank file, and rank 0 also ``--out``
 platforms without fcntl (Windows) nothing is locked.
 
 `abandoned` tells a sidecar whose writer is gone (treebench.harness.sweep.crash removes the
-empty results file of such a writer). `other_writer_beside` tells, from the sidecars' pids and
+empty results file of such a writer); `live_writer` one whose writer is still at work (gate and
+report, reading the file meanwhile, warn that its rows may be partial). `other_writer_beside` tells, from the sidecars' pids and
 without locking anything (a probe holding a lock for a moment would refuse a run starting then),
 whether another run is writing a results file in the same folder: the env file they share is not
 taken back then.
@@ -142,6 +143,21 @@ def other_writer_beside(results: Path | str) -> bool:
         if sidecar.name != own and (not text.isdigit() or _alive(int(text))):
             return True
     return False
+
+
+def live_writer(results: Path | str) -> int | None:
+    """The pid of another process that holds, or last held, the lock of `results`, where that process
+    is alive: a run or check still appending to it (a reader then sees the rows written so far).
+    None where there is no sidecar, it names no pid yet, its process is gone or is this one, or fcntl
+    is missing. Raises nothing."""
+    if fcntl is None:
+        return None
+    try:
+        text = lock_path(Path(results)).read_text(encoding="ascii", errors="replace").strip()
+    except OSError:
+        return None
+    pid = int(text) if text.isdigit() else None
+    return pid if pid is not None and pid != os.getpid() and _alive(pid) else None
 
 
 def abandoned(results: Path | str) -> bool:

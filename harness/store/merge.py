@@ -3,6 +3,7 @@ their env fingerprints copied beside it (`treebench merge`, and rank 0 after a t
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,8 +16,9 @@ from treebench.harness.store.validate import validated_rows
 
 def merge_row_inputs(inputs: Sequence[Path]) -> list[Path]:
     """The inputs that hold rows: env-*.json files (env fingerprints, merged separately) are left
-    out; every other file is read as a results file (`read_merge_inputs`)."""
-    return [p for p in map(Path, inputs) if not (p.is_file() and ENV_FILE_RE.fullmatch(p.name))]
+    out; every other file is read as a results file (`read_merge_inputs`, which names a path the file
+    system refuses: os.path.isfile raises nothing for it here)."""
+    return [p for p in map(Path, inputs) if not (os.path.isfile(p) and ENV_FILE_RE.fullmatch(p.name))]
 
 
 def read_merge_inputs(inputs: Sequence[Path], require_rows: bool = True) -> list[dict]:

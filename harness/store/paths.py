@@ -5,61 +5,31 @@
 - outputs of the readers (`check_output_path`, `check_html_path`, `refuse_non_html`,
   `refuse_input_path`): a report or gate summary never lands on a folder, on a
   file that is not its kind, or on the results being read;
-- the default report of a results file (`default_report`): reports/local/<its name>.html,
-  so a run's default results/local/<suite>-<run_id>.jsonl and report share their name; a
-  --resume's (`resume_report`) keeps a report there made from other results.
+- every path checked here first by its name (`names.check_path_name`): one the file system would
+  refuse (too long, a symbolic link loop), or too long to leave room for the files kept beside it.
+
+The names treebench picks for a file (a default report, a free name beside a taken one) are
+`treebench.harness.store.names`'.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import html
 import json
 import os
-import re
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.env import ENV_FILE_RE
+from treebench.harness.store.names import NAME_ROOM, check_path_name
 from treebench.harness.store.rows import SCHEMA, is_known_schema, is_torn_row, migrate_row
 from treebench.harness.store.validate import row_problem
 
 HTML_SUFFIXES = (".html", ".htm")   # what a report path may end in: lower case, as a results file's .jsonl
-REPORTS = Path("reports/local")     # where reports go unless a path is given
 DEFAULT_OUT = "the default results file"   # how errors name a results path that no --out gave
-
-
-def default_report(results: str | Path) -> Path:
-    """The report of the results file `results` unless a path is given: reports/local/<its stem>.html
-    (`treebench report`'s, and a resumed run's, whose results file is named after the run it
-    resumes). Raises nothing."""
-    return REPORTS / f"{Path(results).stem}.html"
-
-
-def resume_report(results: str | Path) -> Path:
-    """The report a --resume of the results file `results` writes unless a path is given:
-    `default_report(results)`, or where a report made from other results is there (`report_results`
-    names not `results` alone: another folder's file of the same name), the first <stem>-2.html,
-    <stem>-3.html, ... that is free or made from `results` (`unused_path`), so that report is
-    kept. Raises nothing."""
-    mine = [str(Path(results).resolve())]
-    return unused_path(default_report(results), reuse=lambda p: report_results(p) == mine)
-
-
-def report_results(path: str | Path) -> list[str] | None:
-    """The absolute paths of the results files the report `path` was made from, as its
-    `<meta name="treebench-results">` tags in its first 16 KiB record them; None when it cannot
-    be read or records none (a report made before the tags, or not a report). Raises nothing."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(16384).decode("utf-8", errors="replace")
-    except OSError:
-        return None
-    found = [html.unescape(m) for m in re.findall(r'<meta name="treebench-results" content="([^"]*)">', head)]
-    return found or None
 
 
 def folder_problem(path: Path) -> str:
@@ -101,13 +71,15 @@ def check_writable_made(path: str | Path, create: bool = True, what: str = "--ou
         what: how the message names the path (the option or argument it came from).
 
     Raises:
-        ConfigError: `path` is a directory, does not end in .jsonl, holds something other
-            than result rows, cannot be opened for appending, or lies in a folder where the
-            env fingerprint beside it cannot be written.
+        ConfigError: `path`'s name is one the file system refuses (`names.check_path_name`), or
+            it is a directory, does not end in .jsonl, holds something other than result rows,
+            cannot be opened for appending, or lies in a folder where the env fingerprint beside
+            it cannot be written.
     """
     path = Path(path)
     if not str(path).strip():
         raise ConfigError(f"{what} is empty: give a results file path such as results/local/run.jsonl")
+    check_path_name(path, what, NAME_ROOM)
     if path.is_dir():
         raise ConfigError(f"{what} {path}: is a directory; give a file path such as {path / 'run.jsonl'}")
     if path.exists() and not path.is_file():
@@ -219,10 +191,11 @@ def check_html_path(path: str | Path, flag: str, example: str) -> Path:
         example: a path the message suggests, e.g. "reports/NAME.html".
 
     Raises:
-        ConfigError: `path` is a directory, does not end in .html/.htm, or exists and is not a
-            treebench report (`refuse_non_html`).
+        ConfigError: `path`'s name is one the file system refuses (`names.check_path_name`), or it
+            is a directory, does not end in .html/.htm, or exists and is not a treebench report
+            (`refuse_non_html`).
     """
-    p = Path(path)
+    p = check_path_name(path, flag, NAME_ROOM)
     if p.is_dir():
         raise ConfigError(f"{flag} {p}: is a directory; give a file path such as {p / 'report.html'}")
     if p.suffix not in HTML_SUFFIXES:
@@ -306,18 +279,6 @@ def _probe_html(p: Path, flag: str) -> None:
         raise ConfigError(f"{flag} {p}: cannot write there ({e.strerror}); give a writable .html path") from None
 
 
-def unused_path(path: str | Path, reuse: Callable[[Path], bool] | None = None) -> Path:
-    """`path` when nothing is there, else the first of <stem>-2<suffix>, <stem>-3<suffix>, ... beside
-    it where nothing is: a default output name that an earlier run's file already holds (a run id
-    used again) gets a name of its own rather than overwriting that file. A name whose file `reuse`
-    accepts (a report made from the same results) is taken as if free. Raises nothing."""
-    p, n = Path(path), 2
-    found = p
-    while (found.exists() or found.is_symlink()) and not (reuse is not None and reuse(found)):
-        found, n = p.with_name(f"{p.stem}-{n}{p.suffix}"), n + 1
-    return found
-
-
 # How a report's first 4 KiB show that treebench wrote it: the generator meta tag of
 # harness/analyze/templates/report.html.j2, or (reports written before it had one) the
 # template's first style rule.
@@ -353,12 +314,13 @@ def check_output_path(path: str | Path, flag: str) -> Path:
     """Checks up front that `path` can be written (nothing is created); returns it as a Path.
 
     Raises:
-        ConfigError: `path` is an empty string (an option given as ''), a folder, an existing
+        ConfigError: `path` is an empty string (an option given as ''), a name the file system
+            refuses (`names.check_path_name`), a folder, an existing
             file that cannot be written, or lies under a non-folder or an unwritable folder.
     """
     if isinstance(path, str) and not path.strip():
         raise ConfigError(f"{flag} is empty: give a file path (or leave {flag.split()[-1]} out)")
-    p = Path(path)
+    p = check_path_name(path, flag, NAME_ROOM)
     if p.is_dir():
         raise ConfigError(f"{flag} {p}: is a folder; give a file path")
     if p.exists():
@@ -383,10 +345,10 @@ def refuse_input_path(path: str | Path, flag: str, inputs: Sequence[str | Path])
             (env-*.json) file in an input folder or beside an input file (it would be
             overwritten, or read as results next time).
     """
-    out = Path(path).resolve()
+    out = Path(os.path.realpath(path))
     for given in inputs:
-        p = Path(given).resolve()
-        folder = p if p.is_dir() else p.parent
+        p = Path(os.path.realpath(given))   # a link loop raises nothing here: reading it says what it is
+        folder = p if os.path.isdir(p) else p.parent   # isdir: a name too long raises nothing here
         read_there = out.suffix == ".jsonl" or ENV_FILE_RE.fullmatch(out.name) is not None
         if out == p or (out.parent == folder and read_there):
             raise ConfigError(f"{flag} {path}: is one of the results being compared, or would be read "

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from treebench.harness.errors import ConfigError, ResultsWriteError
+from treebench.harness.store.names import check_path_name
 
 log = logging.getLogger(__name__)
 
@@ -245,10 +246,11 @@ def is_known_schema(schema: object) -> bool:
 
 
 def result_files(paths) -> list[Path]:
-    """Expands folders into their *.jsonl files (sorted); keeps files as given."""
+    """Expands folders into their *.jsonl files (sorted); keeps files as given. Raises ConfigError for
+    a path that is missing, not a file or folder, or named as the file system refuses (`check_path_name`)."""
     out: list[Path] = []
     for p in map(Path, [paths] if isinstance(paths, (str, Path)) else paths):
-        if p.is_dir():
+        if check_path_name(p, "results path").is_dir():
             out.extend(sorted(p.glob("*.jsonl")))
         elif p.is_file():
             out.append(p)
@@ -316,7 +318,7 @@ def _read_lines(files: list[Path]) -> tuple[list[dict], list[tuple[Path, int, in
     rows: list[dict] = []
     torn: list[tuple[Path, int, int]] = []   # (file, line, characters) of torn lines
     for f in files:
-        with open(f, encoding="utf-8", errors="replace") as fh:
+        with open(f, encoding="utf-8-sig", errors="replace") as fh:   # -sig: a BOM a Windows editor put first
             for n, line in enumerate(fh, start=1):
                 if not line.strip():
                     continue
@@ -381,7 +383,7 @@ def row_places(paths, containing: str | None = None) -> Iterator[RowPlace]:
         ConfigError: as result_files, for a path that does not exist.
     """
     for f in result_files(paths):
-        with open(f, encoding="utf-8", errors="replace") as fh:
+        with open(f, encoding="utf-8-sig", errors="replace") as fh:
             for n, line in enumerate(fh, start=1):
                 if containing is not None and containing not in line:
                     continue

@@ -1,7 +1,8 @@
 """Result rows read for `treebench gate`, `treebench report` and `treebench merge`: every field they
 rely on checked (`row_problem`), and (gate, report) a row read twice (a file given twice) kept once;
-two measurements under one run id (a reused id) are two rows, both kept. Of a pair's rows, readers
-take the latest (`latest_rows`): the gate, the report and a resumed run's summary."""
+two measurements under one run id (a reused id) are two rows, both kept; a file that another run is
+still writing is warned of (its rows may be partial). Of a pair's rows, readers take the latest
+(`latest_rows`): the gate, the report and a resumed run's summary."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import math
 from collections.abc import Iterable, Sequence
 
 from treebench.harness.errors import ConfigError
-from treebench.harness.store.rows import STATUSES, find_row, read_rows, timing_key
+from treebench.harness.store.lock import live_writer
+from treebench.harness.store.rows import STATUSES, find_row, read_rows, result_files, timing_key
 
 REQUIRED_FIELDS = {"backend": str, "case": dict, "case_id": str, "status": str}
 # case axes the report's tables and plots and the gate's summary group rows by
@@ -78,12 +80,25 @@ def row_problem(row: dict) -> str | None:
 
 def read_checked_rows(paths: Sequence[str], command: str) -> list[dict]:
     """`validated_rows(paths, command)`; a row read twice (a file or folder given twice) is
-    kept once, with a warning (`drop_repeated_rows`).
+    kept once, with a warning (`drop_repeated_rows`); one warning per file that another run is
+    still writing (`warn_live_writers`).
 
     Raises:
         ConfigError: as validated_rows.
     """
-    return drop_repeated_rows(validated_rows(paths, command), command)
+    rows = drop_repeated_rows(validated_rows(paths, command), command)
+    warn_live_writers(paths, command)
+    return rows
+
+
+def warn_live_writers(paths: Sequence[str], command: str) -> None:
+    """One warning for each results file of `paths` whose lock names a live process
+    (`lock.live_writer`): a run or check still appending to it, so the rows read may be partial
+    (pairs still to come; a pair's latest row may change). Raises ConfigError as `result_files`."""
+    for f in result_files(paths):
+        if (pid := live_writer(f)) is not None:
+            log.warning("%s: results file %s is still being written by another treebench process (pid %d): its "
+                        "rows may be partial; read it again once that run ends", command, f, pid)
 
 
 def validated_rows(paths: Sequence[str], command: str, require_rows: bool = True) -> list[dict]:

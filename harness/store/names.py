@@ -1,0 +1,154 @@
+"""The names of the files treebench reads and writes: those it picks, and what a file system
+takes in those it is given.
+
+- picked (`default_report`, `kept_report`, `unused_path`): the report of a results file is
+  reports/local/<its stem>.html unless a path is given, so a run's default
+  results/local/<suite>-<run_id>.jsonl and its report share their name; where a report made from
+  other results is there, the first free <stem>-2.html, -3, ... (`kept_report`), so that report is
+  kept; a default name that an earlier run's file holds gets a free one beside it (`unused_path`).
+- given (`path_problem`, `check_path_name`): a name longer than the file system takes (its
+  NAME_MAX per name, PATH_MAX in all), one that leaves no room for the names treebench gives
+  the files it keeps beside a file it writes (`NAME_ROOM`), or a symbolic link loop, found
+  before anything is read or written and said in one line; the same OSError met later is said
+  in the same words (`os_error_problem`, which the command line's last resort uses).
+"""
+
+from __future__ import annotations
+
+import errno
+import html
+import os
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from treebench.harness.errors import ConfigError
+
+REPORTS = Path("reports/local")   # where reports go unless a path is given
+# Bytes a written file's name leaves for the names treebench derives from it: the lock sidecar
+# X.jsonl.lock (+5), a torchrun rank's X.rank<r>-of-<w>.jsonl.lock (+20 for 3-digit ranks), a file
+# written whole's .X.<8 hex>.tmp (+14), a free name X-<n>.html (+3) written whole (+14).
+NAME_ROOM = 32
+NAME_MAX, PATH_MAX = 255, 4096    # POSIX's values (bytes), where the file system does not say (os.pathconf)
+
+
+def default_report(results: str | Path) -> Path:
+    """The report of the results file `results` unless a path is given: reports/local/<its stem>.html
+    (`treebench report`'s, and a resumed run's, whose results file is named after the run it
+    resumes). Raises nothing."""
+    return REPORTS / f"{Path(results).stem}.html"
+
+
+def kept_report(sources: Sequence[str | Path], whose: str) -> tuple[Path, str]:
+    """The report of the results `sources` unless a path is given, with the warning that goes with
+    it ('' when none): `default_report(sources[0])`, or where a report made from other results is
+    there (`report_results` names other files, or none: a report made before it recorded them, or
+    a page treebench did not write), the first <stem>-2.html, <stem>-3.html, ... that is free or
+    made from `sources` (`unused_path`), so that report is kept, as the warning says; `whose`
+    names the new report in it ("this report"). Raises nothing."""
+    mine = [os.path.realpath(s) for s in sources]   # as the report's tags record them; a link loop raises nothing
+    there = default_report(sources[0])
+    found = unused_path(there, reuse=lambda p: report_results(p) == mine)
+    if found == there:
+        return found, ""
+    if report_results(there) is None:
+        return found, f"{there} does not record which results file it was made from, so it is kept: {whose} is {found}"
+    return found, (f"{there} is the report of other results than {', '.join(map(str, sources))}, and is kept: "
+                   f"{whose} is {found}")
+
+
+def report_results(path: str | Path) -> list[str] | None:
+    """The absolute paths of the results files the report `path` was made from, as its
+    `<meta name="treebench-results">` tags in its first 16 KiB record them; None when it cannot
+    be read or records none (a report made before the tags, or not a report). Raises nothing."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16384).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    found = [html.unescape(m) for m in re.findall(r'<meta name="treebench-results" content="([^"]*)">', head)]
+    return found or None
+
+
+def unused_path(path: str | Path, reuse: Callable[[Path], bool] | None = None) -> Path:
+    """`path` when nothing is there, else the first of <stem>-2<suffix>, <stem>-3<suffix>, ... beside
+    it where nothing is: a default output name that an earlier run's file already holds (a run id
+    used again) gets a name of its own rather than overwriting that file. A name whose file `reuse`
+    accepts (a report made from the same results) is taken as if free. Raises nothing."""
+    p, n = Path(path), 2
+    found = p
+    while (os.path.lexists(found)) and not (reuse is not None and reuse(found)):
+        found, n = p.with_name(f"{p.stem}-{n}{p.suffix}"), n + 1
+    return found
+
+
+def _limit(path: Path, name: str, default: int) -> int:
+    """`os.pathconf(folder, name)` of the nearest existing folder of `path` (the file system the
+    name goes to), else `default`. Raises nothing."""
+    folder = next((d for d in (path.parent, *path.parent.parents) if os.path.isdir(d)), Path("."))
+    try:
+        value = os.pathconf(folder, name)
+    except (OSError, ValueError, AttributeError):   # AttributeError: no pathconf (Windows)
+        return default
+    return value if value > 0 else default
+
+
+def _at_most(limit: int, room: int) -> str:
+    """How a message states the longest name taken, `limit` bytes the file system's, less `room`."""
+    if not room:
+        return f"the file system takes at most {limit}"
+    return (f"at most {limit - room} here: the file system takes {limit}, and treebench names the files it keeps "
+            f"beside it (its lock, temporary files) with up to {room} more")
+
+
+def path_problem(path: str | Path, room: int = 0) -> str:
+    """Why the file system would refuse `path` by its name, told before anything is opened: the
+    path or one of its names longer than it takes (bytes; `room`: what the last name must leave,
+    NAME_ROOM for a file treebench writes), or a symbolic link loop on the way; else ''. Raises
+    nothing.
+    """
+    p = Path(path)
+    size, longest = len(os.fsencode(str(p))), _limit(p, "PC_PATH_MAX", PATH_MAX) - 1   # PATH_MAX counts the NUL
+    if size + room > longest:
+        return f"path too long ({size} bytes; {_at_most(longest, room)}); give a shorter path"
+    name_max = _limit(p, "PC_NAME_MAX", NAME_MAX)
+    for i, part in enumerate(p.parts):
+        last = i == len(p.parts) - 1
+        n = len(os.fsencode(part))
+        if n + (room if last else 0) > name_max:
+            what = "file name" if last else "folder name"
+            return f"{what} too long ({n} bytes; {_at_most(name_max, room if last else 0)}); give a shorter name"
+    try:
+        os.stat(p)
+    except OSError as e:
+        return os_error_problem(e) or ""
+    except ValueError:   # a NUL byte: the callers' own checks say so
+        return ""
+    return ""
+
+
+def check_path_name(path: str | Path, what: str, room: int = 0) -> Path:
+    """`path` as a Path, when the file system takes its name (`path_problem`).
+
+    Args:
+        what: how the message names the path (the option or argument it came from).
+        room: bytes its file name must leave: NAME_ROOM for a file treebench writes.
+
+    Raises:
+        ConfigError: '{what} {path}: {the problem}; {the fix}', one line.
+    """
+    if problem := path_problem(path, room):
+        raise ConfigError(f"{what} {path}: {problem}")
+    return Path(path)
+
+
+def os_error_problem(e: BaseException) -> str | None:
+    """What an OSError about a path's name says, in `path_problem`'s words (ELOOP: a symbolic link
+    loop; ENAMETOOLONG: too long, also once its links are followed); None for any other error.
+    Raises nothing."""
+    if isinstance(e, OSError) and e.errno == errno.ELOOP:
+        return ("a symbolic link loop (following its links leads back to a link already followed); fix or "
+                "remove the links, or give another path")
+    if isinstance(e, OSError) and e.errno == errno.ENAMETOOLONG:
+        return "name too long for the file system (its folders and links followed); give a shorter path"
+    return None

@@ -1,0 +1,189 @@
+"""Names of files, given and picked (harness/store/names.py): a name the file system refuses (too long,
+a symbolic link loop) is one line and exit 2 wherever a file is written or read by name, before
+anything is written; a suite's long name gives a short default file name; `report` without -o keeps a
+report made from other results, as `run` does."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+from treebench.harness.cli.main import main
+from treebench.harness.cli.run import SAFE_NAME_MAX, safe_name
+from treebench.harness.store.names import NAME_ROOM, os_error_problem, path_problem
+from treebench.harness.store.rows import SCHEMA, append_row
+from tests.tiny_suites import TINY, tiny_suite
+
+ACCEPTANCE = Path(__file__).resolve().parents[1] / "harness/speculation/data/illustrative-geometric.toml"
+LONG = "n" * 260   # past NAME_MAX (255) on every Linux file system
+
+
+@pytest.fixture
+def tiny(tmp_path) -> Path:
+    p = tmp_path / "tiny.toml"
+    p.write_text(tiny_suite())
+    return p
+
+
+@pytest.fixture
+def rows(tmp_path) -> Path:
+    """A results file of one row, with its env file, to read."""
+    out = tmp_path / "ok.jsonl"
+    append_row(out, {"schema": SCHEMA, "run_id": "r", "env": "e", "case_id": "c", "backend": "b", "status": "pass",
+                     "case": {"batch_size": 1, "context_len": 4, "tree": "chain:1"}})
+    (tmp_path / "env-e.json").write_text('{"env_id": "e"}')
+    return out
+
+
+@pytest.fixture
+def loop(tmp_path):
+    """`loop(name)`: two links, NAME -> NAME2 -> NAME, in tmp_path; returns NAME's path."""
+    def make(name: str) -> Path:
+        first, second = tmp_path / name, tmp_path / f"2{name}"
+        first.symlink_to(second.name)
+        second.symlink_to(first.name)
+        return first
+    return make
+
+
+def _one_line_error(capsys) -> str:
+    _, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("treebench: error: ") and "Traceback" not in err
+    return lines[0]
+
+
+def _argv(command: str, tiny: Path, rows: Path, path: str) -> list[str]:
+    """The command line that gives `path` where `command` names it."""
+    return {
+        "run --out": ["run", "--suite", str(tiny), "--backends", "reference", "--quiet", "--out", path],
+        "check --out": ["check", "--suite", str(tiny), "--backend", "reference", "--quiet", "--out", path],
+        "run --report": ["run", "--suite", str(tiny), "--backends", "reference", "--quiet", "--out", str(rows),
+                         "--report", path],
+        "run --suite": ["run", "--suite", path, "--backends", "reference", "--quiet"],
+        "report -o": ["report", str(rows), "-o", path],
+        "report RESULTS": ["report", path],
+        "gate --junit": ["gate", "--baseline", str(rows), "--candidate", str(rows), "--junit", path],
+        "gate --baseline": ["gate", "--baseline", path, "--candidate", str(rows), "--junit", "j.xml"],
+        "tree-search --suite-out": ["tree-search", "--acceptance", str(ACCEPTANCE), "--max-nodes", "3",
+                                    "--suite-out", path],
+        "merge OUT": ["merge", path, str(rows)],
+        "merge INPUT": ["merge", "m.jsonl", path],
+        "rm": ["rm", path, "--run-id", "r"],
+    }[command]
+
+
+SUFFIX = {"run --out": ".jsonl", "check --out": ".jsonl", "run --report": ".html", "run --suite": ".toml",
+          "report -o": ".html", "report RESULTS": ".jsonl", "gate --junit": ".xml", "gate --baseline": ".jsonl",
+          "tree-search --suite-out": ".toml", "merge OUT": ".jsonl", "merge INPUT": ".jsonl", "rm": ".jsonl"}
+
+
+@pytest.mark.parametrize("command", list(SUFFIX))
+def test_a_file_name_too_long_is_one_line_naming_it(tiny, rows, tmp_path, monkeypatch, capsys, command):
+    """A 260-character name, written or read: exit 2, one line saying the name is too long, and
+    nothing is written (no results file, no report folder)."""
+    monkeypatch.chdir(tmp_path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(_argv(command, tiny, rows, LONG + SUFFIX[command])) == 2
+    assert "file name too long (" in _one_line_error(capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+@pytest.mark.parametrize("command", list(SUFFIX))
+def test_a_symbolic_link_loop_is_one_line_naming_it(tiny, rows, tmp_path, monkeypatch, capsys, loop, command):
+    """A path that is a link loop (l.x -> 2l.x -> l.x): exit 2, one line saying so; the links are left as
+    they are (a report or suite written through them would replace one with a file)."""
+    monkeypatch.chdir(tmp_path)
+    link = loop("l" + SUFFIX[command])
+    assert main(_argv(command, tiny, rows, link.name)) == 2
+    line = _one_line_error(capsys)
+    assert f" {link.name}: a symbolic link loop" in line, line
+    assert link.is_symlink() and os.readlink(link) == f"2{link.name}"
+
+
+def test_a_written_name_leaves_room_for_the_files_named_after_it(tiny, tmp_path, capsys):
+    """A results name that fits the file system but leaves no room for its lock sidecar and temporary
+    files is refused up front; one that leaves room is taken."""
+    too_long = tmp_path / ("r" * (256 - NAME_ROOM - len(".jsonl")) + ".jsonl")
+    assert main(["run", "--suite", str(tiny), "--backends", "reference", "--quiet", "--out", str(too_long),
+                 "--report", str(tmp_path / "r.html")]) == 2
+    assert f"at most {255 - NAME_ROOM} here" in _one_line_error(capsys) and not too_long.exists()
+    fits = tmp_path / ("r" * (255 - NAME_ROOM - len(".jsonl")) + ".jsonl")
+    assert main(["run", "--suite", str(tiny), "--backends", "reference", "--quiet", "--out", str(fits),
+                 "--report", str(tmp_path / "r.html")]) == 0
+    assert fits.read_text().count("\n") == 1
+
+
+def test_a_folder_name_too_long_and_a_path_too_long_are_named(tmp_path):
+    assert path_problem(tmp_path / LONG / "r.jsonl").startswith("folder name too long (260 bytes;")
+    assert path_problem("/".join(["d" * 200] * 25) + "/r.jsonl").startswith("path too long (")
+    assert path_problem(tmp_path / "r.jsonl", NAME_ROOM) == ""
+
+
+@pytest.mark.parametrize("code, says", [(errno.ELOOP, "a symbolic link loop"), (errno.ENAMETOOLONG, "name too long"),
+                                        (errno.EACCES, None)])
+def test_os_error_problem_words_only_name_errors(code, says):
+    problem = os_error_problem(OSError(code, os.strerror(code), "x"))
+    assert problem is None if says is None else problem.startswith(says)
+
+
+def test_a_name_error_no_check_found_is_one_line(tiny, rows, tmp_path, monkeypatch, capsys):
+    """The last resort: an ENAMETOOLONG that escaped the checks (here raised where the report's
+    rows are read) is one line naming the path, exit 2, no traceback."""
+    import treebench.harness.cli.report as report
+
+    def too_long(paths, command):
+        raise OSError(errno.ENAMETOOLONG, "File name too long", "some/path.jsonl")
+    monkeypatch.setattr(report, "read_checked_rows", too_long)
+    assert main(["report", str(rows), "-o", str(tmp_path / "r.html")]) == 2
+    assert "some/path.jsonl: name too long for the file system" in _one_line_error(capsys)
+
+
+@pytest.mark.parametrize("name", ["s" * 300, "suite name " * 30, "s" * (SAFE_NAME_MAX + 1)])
+def test_a_long_suite_name_gives_a_short_recognisable_unique_file_name(name):
+    short = safe_name(name)
+    assert len(short) <= SAFE_NAME_MAX and short[:8] == safe_name(name[:8])
+    assert safe_name(name + "x") != short and safe_name(name) == short
+    assert safe_name("s" * SAFE_NAME_MAX) == "s" * SAFE_NAME_MAX
+
+
+def test_a_suite_with_a_300_character_name_runs_into_its_default_files(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    suite = tmp_path / "long.toml"
+    suite.write_text(TINY.format(name="s" * 300))
+    assert main(["run", "--suite", str(suite), "--backends", "reference", "--quiet"]) == 0
+    [results] = (tmp_path / "results/local").glob("*.jsonl")
+    [report] = (tmp_path / "reports/local").glob("*.html")
+    assert results.stem == report.stem and results.name.startswith("s" * 40) and len(results.name) < 100
+
+
+def test_report_without_o_keeps_the_report_of_other_results_as_run_does(rows, tmp_path, monkeypatch, capsys):
+    """`report X.jsonl` writes reports/local/X.html; again from the same file, over its own report; from
+    another X.jsonl (another folder), beside it as X-2.html with a warning naming both, the first kept;
+    a page that records no results file is kept too."""
+    monkeypatch.chdir(tmp_path)
+    reports = tmp_path / "reports/local"
+    other = tmp_path / "elsewhere" / rows.name
+    other.parent.mkdir()
+    other.write_bytes(rows.read_bytes())
+    (other.parent / "env-e.json").write_text('{"env_id": "e"}')
+    for _ in range(2):
+        assert main(["report", str(rows)]) == 0
+        out, err = capsys.readouterr()
+        assert out == "reports/local/ok.html\n" and "is kept" not in err, err
+    first = (reports / "ok.html").read_bytes()
+    assert main(["report", "elsewhere/ok.jsonl"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "reports/local/ok-2.html\n"
+    assert ("WARNING  reports/local/ok.html is the report of other results than elsewhere/ok.jsonl, and is kept: "
+            "this report is reports/local/ok-2.html") in err.splitlines(), err
+    assert (reports / "ok.html").read_bytes() == first
+    (reports / "ok-2.html").write_text("<html>a page of no results file</html>")
+    (reports / "ok.html").unlink()
+    (reports / "ok.html").write_text("<html>another page</html>")
+    assert main(["report", "elsewhere/ok.jsonl"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "reports/local/ok-3.html\n" and "does not record which results file" in err, err
