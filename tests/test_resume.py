@@ -447,5 +447,6 @@ def test_a_check_resumed_into_a_runs_file_shows_no_time_in_its_summary(tmp_path,
     assert main(["check", "--suite", str(tiny), "--backend", "reference", "--out", str(out), "--resume"]) == 0
     out_text = capsys.readouterr().out
     [line] = [x for x in out_text.splitlines() if "reference" in x and "│" in x]
-    assert [cell.strip() for cell in line.strip("│ ").split("│")] == ["reference", "1", "0", "0", "0", "-"], out_text
+    cells = [cell.strip() for cell in line.strip("│ ").split("│")]
+    assert cells == ["reference", "1", "0", "0", "0", "-"], out_text
     assert "timer:" not in out_text

@@ -105,7 +105,7 @@ def run(args) -> int:
     OUTCOME[0] = code = exit_code(result, args.determinism, args.allow_skip)  # kept if stdout closes early
     if args.resume and out is not None and (left := result.nothing_left(out, "case")):
         log.info("%s", left)   # the exit code is the stored rows': 0 where they all passed
-    shown = [{**r, "median_us": None} for r in rows]   # check times nothing: a run's row it resumed from keeps its time
+    shown = [{**r, "median_us": None} for r in rows]   # check times nothing: a run's timed row --resume took shows none
     print_summary(shown, f"treebench check: {suite.title}, backend {rows[0]['backend'] if rows else args.backend}")
     if built is not None:
         _print_coverage(rows, built.coverage)

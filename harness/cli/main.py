@@ -223,15 +223,14 @@ def _parse(argv: list[str]) -> tuple[str, argparse.Namespace]:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `treebench` console script; returns the exit code.
 
-    Any ConfigError (bad input), a write that finds the disk full, any failed append of rows
-    (ResultsWriteError), and a path too long or a symbolic link loop that no check found before
-    (`names.os_error_problem`), is one line on stderr and exit 2. Ctrl-C and SIGTERM end with one line (the --resume hint when rows were being
-    written), exit 130 / 143, also after a SIGTERM whose raise was lost (`inflight.stops_raised`); a SIGTERM before
-    the command begins or after it ended is the console entry's (`treebench.main`: one line; 143 before,
-    the command's own code after); a Ctrl-C while the start-up imports load torch is held until they end
-    (`interrupts_held`); one after the command ended, while Python exits, is ignored
-    (`_exit_ignores_interrupts`). A closed stdout (`treebench list | head -3`) sends the rest of the
-    output to /dev/null and exits with the code the command had decided on (run, check), else 141.
+    Any ConfigError (bad input), a write that finds the disk full, any failed append of rows (ResultsWriteError),
+    and a path too long or a link loop no check found (`names.os_error_problem`), is one line on stderr and exit 2.
+    Ctrl-C and SIGTERM end with one line (the --resume hint when rows were being written), exit 130 / 143, also
+    after a SIGTERM whose raise was lost (`inflight.stops_raised`); a SIGTERM before the command begins or after it
+    ended is the console entry's (`treebench.main`: one line; 143 before, the command's own code after); a Ctrl-C
+    while the start-up imports load torch is held until they end (`interrupts_held`); one after the command ended,
+    while Python exits, is ignored (`_exit_ignores_interrupts`). A closed stdout (`treebench list | head -3`) sends
+    the rest of the output to /dev/null and exits with the code the command had decided on (run, check), else 141.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     _exit_ignores_interrupts()

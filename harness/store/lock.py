@@ -18,12 +18,12 @@ Under torchrun every rank locks its own rank file, and rank 0 also ``--out``
 (treebench.harness.sweep.execute), so ranks never lock each other out. On
 platforms without fcntl (Windows) nothing is locked.
 
-`abandoned` tells a sidecar whose writer is gone (treebench.harness.sweep.crash removes the
-empty results file of such a writer); `live_writer` one whose writer is still at work (gate and
-report, reading the file meanwhile, warn that its rows may be partial). `other_writer_beside` tells, from the sidecars' pids and
-without locking anything (a probe holding a lock for a moment would refuse a run starting then),
-whether another run is writing a results file in the same folder: the env file they share is not
-taken back then.
+`abandoned` tells a sidecar whose writer is gone (treebench.harness.sweep.crash removes the empty
+results file of such a writer); `live_writer` one whose writer is still at work (gate and report,
+reading the file meanwhile, warn that its rows may be partial). `other_writer_beside` tells, from
+the sidecars' pids and without locking anything (a probe holding a lock for a moment would refuse a
+run starting then), whether another run is writing a results file in the same folder: the env file
+they share is not taken back then.
 """
 
 from __future__ import annotations
