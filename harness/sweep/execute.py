@@ -19,6 +19,7 @@ import torch
 from rich.console import Console
 
 from treebench.harness.errors import ConfigError
+from treebench.harness.run.inflight import signal_stop
 from treebench.harness.run.pair import AvailabilityRaised, availabilities
 from treebench.harness.run.costs import estimate
 from treebench.harness.run.progress import plural
@@ -157,7 +158,9 @@ def _plan_pairs(cases, backends, names, skip: frozenset, run: RunConfig, device:
     def unsupported(b, c) -> bool:
         try:
             reason = b.supports(c)
-        except Exception:  # noqa: BLE001 -- a raising supports() is an error row later, not a skip
+        except BaseException as e:  # noqa: BLE001 -- a raising supports() is an error row later, not a skip
+            if signal_stop(e):
+                raise
             return False
         return isinstance(reason, str) and bool(reason)   # a non-string is an error row later
 
@@ -167,7 +170,9 @@ def _plan_pairs(cases, backends, names, skip: frozenset, run: RunConfig, device:
     def too_big(b, c, built: bool) -> bool:
         try:
             return fit_reason(c, b, device_for(b, torch.device(device)), run.mode, twice, built, built) is not None
-        except Exception:  # noqa: BLE001 -- a raising workspace_bytes() hook is the runner's to report
+        except BaseException as e:  # noqa: BLE001 -- a raising workspace_bytes() hook is the runner's to report
+            if signal_stop(e):
+                raise
             return False
     to_run, skipped, for_memory = [], 0, 0
     for c in cases:

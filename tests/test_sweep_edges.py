@@ -1,0 +1,102 @@
+"""A sweep's edges: a backend raising a BaseException that is not an Exception, or changing the
+working directory; an unreadable env file beside --out; a --shard that selects no case; an
+interrupted merge."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+import pytest
+
+from treebench.harness.cli.main import main
+from treebench.harness.model.cases import Case
+from treebench.harness.run.config import RunConfig
+from treebench.harness.run.runner import run_cases
+from treebench.harness.store.rows import read_rows
+from tests.broken_backends import Correct
+from tests.tiny_suites import tiny_suite
+
+CASE = Case(batch_size=2, context_len=5, tree="chain:2", num_q_heads=2, num_kv_heads=1, head_dim=8,
+            dtype="float32", page_size=4)
+CFG = RunConfig(mode="check", device="cpu", quiet=True, check_memory=False)
+
+
+class OwnBaseException(BaseException):
+    """A backend's own exception class derived from BaseException, not Exception."""
+
+
+class RaisesBase(Correct):
+    """Raises `kind` (a BaseException class) in prepare, or in a timed call with where="timed call"."""
+
+    name = "raises_base"
+
+    def __init__(self, kind: type[BaseException] = OwnBaseException, where: str = "prepare"):
+        self.kind, self.where = kind, where
+
+    def prepare(self, inputs):
+        if self.where == "prepare":
+            raise self.kind("raised in prepare")
+        fn, calls = super().prepare(inputs), []
+
+        def run():   # the first call (the comparison's) answers; a timed one raises
+            calls.append(1)
+            if len(calls) > 1:
+                raise self.kind("raised in a timed call")
+            return fn()
+        return run
+
+
+@pytest.mark.parametrize("isolate", [False, True])
+@pytest.mark.parametrize("kind", [OwnBaseException, asyncio.CancelledError, GeneratorExit])
+def test_a_base_exception_a_backend_raises_is_its_error_row_and_the_sweep_goes_on(kind, isolate):
+    """Every BaseException a backend raises is its error row, naming that exception, in the process as in
+    an isolated worker (which reports it, not a death by SIGKILL); the next backend runs."""
+    rows = run_cases([CASE], [RaisesBase(kind), Correct()], replace(CFG, isolate=isolate))
+    assert [(r["status"], r["reason"]) for r in rows] == [("error", f"{kind.__name__}: raised in prepare"),
+                                                           ("pass", None)]
+
+
+def test_a_base_exception_in_a_timed_call_is_an_error_row():
+    rows = run_cases([CASE], [RaisesBase(asyncio.CancelledError, "timed call"), Correct()], replace(CFG, mode="run"))
+    assert [(r["status"], r["reason"]) for r in rows] == [
+        ("error", "while timing: CancelledError: raised in a timed call"), ("pass", None)]
+
+
+BASE_RAISING = """
+class Boom(BaseException):
+    pass
+
+
+class RaisesBoom:
+    name = "raises_boom"
+
+    def availability(self):
+        return None
+
+    def supports(self, case):
+        return None
+
+    def prepare(self, inputs):
+        raise Boom("not an Exception")
+"""
+
+
+@pytest.mark.parametrize("command", ["run", "check"])
+def test_a_cli_sweep_records_a_base_exception_and_runs_every_pair(tmp_path, capsys, command):
+    """run and check go on past a backend's BaseException: every pair has its row, exit 1, no traceback."""
+    (tmp_path / "boom.py").write_text(BASE_RAISING)
+    (tmp_path / "s.toml").write_text(tiny_suite(context_lens=(8, 9)))
+    out = tmp_path / "r.jsonl"
+    argv = [command, "--suite", str(tmp_path / "s.toml"), "--out", str(out), "--quiet"]
+    if command == "run":
+        argv += ["--backends", f"{tmp_path / 'boom.py'}:RaisesBoom,reference", "--report", str(tmp_path / "r.html")]
+    else:
+        argv += ["--backend", f"{tmp_path / 'boom.py'}:RaisesBoom"]
+    assert main(argv) == 1
+    rows = read_rows([out])
+    assert [(r["backend"], r["status"]) for r in rows] == \
+        [("raises_boom", "error"), ("reference", "pass")] * 2 if command == "run" else [("raises_boom", "error")] * 2
+    assert {r["reason"] for r in rows if r["status"] == "error"} == {"Boom: not an Exception"}
+    assert "Traceback" not in capsys.readouterr().err
+    assert command == "check" or (tmp_path / "r.html").is_file()
