@@ -100,3 +100,47 @@ def test_a_cli_sweep_records_a_base_exception_and_runs_every_pair(tmp_path, caps
     assert {r["reason"] for r in rows if r["status"] == "error"} == {"Boom: not an Exception"}
     assert "Traceback" not in capsys.readouterr().err
     assert command == "check" or (tmp_path / "r.html").is_file()
+
+
+MOVES = """
+import os
+
+from treebench.backends.reference import ReferenceBackend
+
+
+class Moves(ReferenceBackend):
+    name = "moves"
+
+    def prepare(self, inputs):
+        os.chdir({elsewhere!r})
+        return super().prepare(inputs)
+
+
+class Stays(ReferenceBackend):
+    name = "stays"
+"""
+
+
+@pytest.mark.parametrize("command, isolate", [("run", False), ("run", True), ("check", False)])
+def test_a_backend_that_changes_directory_moves_no_output(tmp_path, monkeypatch, capsys, command, isolate):
+    """Rows, env file, lock and report go where the command line said, relative to where it started,
+    whatever directory a backend moves to; the lines name them as given. An isolated worker moves
+    back after each pair, so a backend given by a relative path loads in it all the same."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "moves.py").write_text(MOVES.format(elsewhere=str(elsewhere)))
+    (tmp_path / "s.toml").write_text(tiny_suite())
+    monkeypatch.chdir(tmp_path)
+    argv = [command, "--suite", "s.toml", "--out", "r.jsonl", "--quiet"] + (["--isolate"] if isolate else [])
+    if command == "run":
+        argv += ["--backends", "moves.py:Moves,moves.py:Stays", "--report", "r.html"]
+    else:
+        argv += ["--backend", "moves.py:Moves"]
+    assert main(argv) == 0
+    assert sorted(p.name for p in elsewhere.iterdir()) == []
+    names = {p.name for p in tmp_path.iterdir()}
+    assert {"r.jsonl", "moves.py", "s.toml"} <= names and "r.jsonl.lock" not in names
+    assert any(n.startswith("env-") for n in names) and ("r.html" in names) == (command == "run")
+    assert [r["status"] for r in read_rows([tmp_path / "r.jsonl"])] == ["pass"] * (2 if command == "run" else 1)
+    if command == "run":
+        assert "rows: r.jsonl\nreport: r.html" in capsys.readouterr().out

@@ -267,7 +267,8 @@ def run(args) -> int:
             log.info("removed %s: the empty results file of a run of suite %s that crashed before its first row",
                      left, suite.name)
     out = claim_results(out_path, stamp_text, args.dry_run, "--out" if args.out else DEFAULT_OUT)
-    opts = replace(opts, out=out)
+    written_out, written_report = out.absolute(), report.absolute()   # a backend's os.chdir moves neither
+    opts = replace(opts, out=written_out)   # rows, env file and lock; the lines below name them as given
     with crash_advice(None if opts.run.isolate or args.dry_run else crash_lines(out, stamp_text)):
         result = execute(suite.cases, backends, opts, CONSOLE)   # a crash: a line naming --isolate, --resume
     CREATED_OUT[0] = None   # the sweep is over: its file holds what it wrote, kept whatever follows
@@ -285,9 +286,9 @@ def run(args) -> int:
     written = False
     if opts.run.report:
         resume_flags = "" if args.report or report == default_report(out) else f" --report {report}"
-        report_due(out, report, resume_flags)   # for the line after an interrupt: the rows are in, the report next
+        report_due(out, written_report, resume_flags)   # for the line after an interrupt: rows in, report next
         with after_pairs(CONSOLE, args.quiet):  # on a terminal the bar that said "writing the report" is erased
-            written = _write_report(result.rows, out, report, f"treebench {suite.name}")
+            written = _write_report(result.rows, written_out, written_report, f"treebench {suite.name}")
         if not written:
             code = 1
     OUTCOME[0] = code   # the rows decide the exit code, whether or not stdout is still read
