@@ -144,3 +144,19 @@ def test_a_backend_that_changes_directory_moves_no_output(tmp_path, monkeypatch,
     assert [r["status"] for r in read_rows([tmp_path / "r.jsonl"])] == ["pass"] * (2 if command == "run" else 1)
     if command == "run":
         assert "rows: r.jsonl\nreport: r.html" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["run", "check"])
+@pytest.mark.parametrize("given_out", [True, False])
+def test_a_shard_without_cases_writes_nothing(tmp_path, monkeypatch, capsys, caplog, command, given_out):
+    """--shard 5/7 of a 2-case suite runs nothing and writes nothing (no results file, env file, lock or
+    report, default paths included), names no file, and exits 0 with one warning."""
+    (tmp_path / "s.toml").write_text(tiny_suite(context_lens=(8, 9)))
+    monkeypatch.chdir(tmp_path)
+    argv = [command, "--suite", "s.toml", "--shard", "5/7", "--quiet"] + (["--out", "r.jsonl"] if given_out else [])
+    argv += ["--backends", "reference"] + (["--report", "r.html"] if given_out else []) if command == "run" else \
+        ["--backend", "reference"]
+    assert main(argv) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.toml"]
+    assert "rows:" not in capsys.readouterr().out
+    assert "no case of suite tiny falls to --shard 5/7 (2 cases)" in caplog.text

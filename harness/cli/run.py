@@ -233,9 +233,9 @@ def run(args) -> int:
     from treebench.harness.run.inflight import mark_unwritten, report_due
     from treebench.harness.run.loading import resolve_backends
     from treebench.harness.run.progress import after_pairs
-    from treebench.harness.store.paths import DEFAULT_OUT, default_report
+    from treebench.harness.store.paths import DEFAULT_OUT, check_writable, default_report
     from treebench.harness.sweep.crash import crash_advice, crash_lines, drop_crash_leftovers
-    from treebench.harness.sweep.execute import execute
+    from treebench.harness.sweep.execute import execute, shard_is_empty
     from treebench.harness.sweep.shard import torchrun_rank
 
     if args.dry_run:
@@ -262,6 +262,11 @@ def run(args) -> int:
     out_path = args.out or Path("results/local") / f"{name}-{stamp_text}.jsonl"
     report = _report_path(args.report, name, out_path, stamp_text, probe=not args.dry_run,
                           resume=args.resume)   # before anything is written
+    if shard_is_empty(suite.cases, opts) and not args.dry_run:   # no pair: no results file, env file or report
+        check_writable(out_path, create=False, what="--out" if args.out else DEFAULT_OUT)   # bad input all the same
+        log.warning("no case of suite %s falls to --shard %s (%s): nothing was run or written", suite.name,
+                    args.shard, plural(len(suite.cases), "case"))
+        return 0
     if args.out is None and not args.dry_run:   # a crash before the first row left its empty default file
         for left in drop_crash_leftovers(Path(out_path).parent, name):
             log.info("removed %s: the empty results file of a run of suite %s that crashed before its first row",
@@ -280,9 +285,6 @@ def run(args) -> int:
     code = exit_code(result, args.determinism, args.allow_skip)
     if args.resume and (left := result.nothing_left(out)):
         log.info("%s", left)
-    if not result.rows and args.shard:
-        log.warning("no case of suite %s falls to this process (--shard %s): nothing was run", suite.name,
-                    args.shard)
     written = False
     if opts.run.report:
         resume_flags = "" if args.report or report == default_report(out) else f" --report {report}"

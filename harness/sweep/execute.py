@@ -111,6 +111,13 @@ def _check_options(opts: SweepOptions, rank: Rank | None) -> None:
         raise ConfigError("under torchrun give --out: ranks write <out>.rank<i>-of-<n>.jsonl and rank 0 merges them")
 
 
+def shard_is_empty(cases, opts: SweepOptions) -> bool:
+    """True when --shard selects none of `cases` (--shard 5/7 of 2 cases): no process of the command
+    runs a pair (torchrun ranks split the shard's cases), so it writes nothing: no --out, env file
+    or report."""
+    return opts.shard is not None and not opts.shard.select(cases)
+
+
 def select_cases(cases, shard: Shard | None, rank: Rank | None) -> list:
     """The cases of this process: --shard's, then every WORLD_SIZE-th of those for this rank."""
     cases = shard.select(cases) if shard else list(cases)
