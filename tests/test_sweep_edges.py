@@ -5,6 +5,7 @@ interrupted merge."""
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import replace
 
 import pytest
@@ -160,3 +161,58 @@ def test_a_shard_without_cases_writes_nothing(tmp_path, monkeypatch, capsys, cap
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.toml"]
     assert "rows:" not in capsys.readouterr().out
     assert "no case of suite tiny falls to --shard 5/7 (2 cases)" in caplog.text
+
+
+def _env_id() -> str:
+    from treebench.harness.store.env import env_fingerprint
+
+    return env_fingerprint("cpu")["env_id"]
+
+
+def test_a_run_writes_its_own_env_file_again_where_it_holds_no_fingerprint(tmp_path, caplog):
+    """env-<this run's env id>.json beside --out that is not JSON is written again from the run's
+    fingerprint (its name is the hash of what it held), with a warning; the run and its report go on."""
+    (tmp_path / "s.toml").write_text(tiny_suite())
+    env_file = tmp_path / f"env-{_env_id()}.json"
+    env_file.write_text("{broken\n")
+    out = tmp_path / "r.jsonl"
+    assert main(["run", "--suite", str(tmp_path / "s.toml"), "--backends", "reference", "--out", str(out),
+                 "--report", str(tmp_path / "r.html"), "--quiet"]) == 0
+    assert json.loads(env_file.read_text())["env_id"] == read_rows([out])[0]["env"] == _env_id()
+    assert (tmp_path / "r.html").is_file() and "written again from this run's fingerprint" in caplog.text
+
+
+@pytest.mark.parametrize("text", ["{broken\n", "[1, 2]\n", "\xff\n"])
+def test_a_run_refuses_an_env_file_beside_out_its_report_could_not_read_before_writing(tmp_path, capsys, text):
+    """Another env file beside --out that holds no fingerprint is refused in one line, exit 2, before any
+    pair runs: no results file, env file, lock or report is left, and that file is kept as it was."""
+    (tmp_path / "s.toml").write_text(tiny_suite())
+    other = tmp_path / "env-0123456789ab.json"
+    other.write_bytes(text.encode("latin-1"))
+    assert main(["run", "--suite", str(tmp_path / "s.toml"), "--backends", "reference", "--out",
+                 str(tmp_path / "r.jsonl"), "--report", str(tmp_path / "r.html"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and f"env file {other} beside it" in err and "Traceback" not in err
+    assert "remove or repair it, or give an --out in another folder" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [other.name, "s.toml"]
+    assert other.read_bytes() == text.encode("latin-1")
+
+
+@pytest.mark.parametrize("command", ["report", "gate"])
+def test_report_and_gate_name_an_env_file_that_holds_no_fingerprint_in_one_line(tmp_path, capsys, command):
+    (tmp_path / "s.toml").write_text(tiny_suite())
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        assert main(["check", "--suite", str(tmp_path / "s.toml"), "--backend", "reference", "--out",
+                     str(tmp_path / name / "r.jsonl"), "--quiet"]) == 0
+    broken = tmp_path / "b" / f"env-{_env_id()}.json"
+    broken.write_text("{broken\n")
+    capsys.readouterr()
+    argv = (["report", str(tmp_path / "b" / "r.jsonl"), "-o", str(tmp_path / "r.html")] if command == "report" else
+            ["gate", "--baseline", str(tmp_path / "a" / "r.jsonl"), "--candidate", str(tmp_path / "b" / "r.jsonl")])
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        f"treebench: error: env file {broken}: not JSON (JSONDecodeError: Expecting property name enclosed in "
+        "double quotes: line 1 column 2 (char 1)); remove or repair it (a run on the machine it describes "
+        "writes it again beside its results)"]
