@@ -216,3 +216,36 @@ def test_report_and_gate_name_an_env_file_that_holds_no_fingerprint_in_one_line(
         f"treebench: error: env file {broken}: not JSON (JSONDecodeError: Expecting property name enclosed in "
         "double quotes: line 1 column 2 (char 1)); remove or repair it (a run on the machine it describes "
         "writes it again beside its results)"]
+
+
+def _interrupt(*args, **kwargs):
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("where", ["append_rows", "_fsync"])
+@pytest.mark.parametrize("existed", [False, True])
+def test_an_interrupted_merge_writes_nothing(tmp_path, monkeypatch, capsys, where, existed):
+    """Ctrl-C while merge appends its rows (before the write, or after it, before the fsync) leaves OUT as
+    it was: removed with the folder made for it when the merge created them, else byte for byte as
+    before; no env file is left beside it; the line says nothing was written."""
+    import treebench.harness.store.merge as merge
+    import treebench.harness.store.rows as rows
+
+    (tmp_path / "s.toml").write_text(tiny_suite())
+    big = tmp_path / "in" / "big.jsonl"
+    big.parent.mkdir()
+    assert main(["check", "--suite", str(tmp_path / "s.toml"), "--backend", "reference", "--out", str(big),
+                 "--quiet"]) == 0
+    new = tmp_path / "made" / "NEW.jsonl"
+    if existed:   # rows of another env: the merge appends every row of big.jsonl
+        new.parent.mkdir()
+        new.write_text("".join(json.dumps({**r, "env": "e" * 12}) + "\n" for r in read_rows([big])))
+    before = new.read_bytes() if existed else None
+    monkeypatch.setattr(merge if where == "append_rows" else rows, where, _interrupt)
+    capsys.readouterr()
+    assert main(["merge", str(new), str(big)]) == 130
+    assert capsys.readouterr().err.strip() == "treebench: interrupted; nothing was written"
+    if existed:
+        assert [p.name for p in new.parent.iterdir()] == ["NEW.jsonl"] and new.read_bytes() == before
+    else:
+        assert not new.parent.exists()
