@@ -249,3 +249,25 @@ def test_an_interrupted_merge_writes_nothing(tmp_path, monkeypatch, capsys, wher
         assert [p.name for p in new.parent.iterdir()] == ["NEW.jsonl"] and new.read_bytes() == before
     else:
         assert not new.parent.exists()
+
+
+def test_a_worker_reports_what_escaped_a_task_as_its_error_row(monkeypatch):
+    """Whatever escapes the serving of a task in an isolated worker (the harness's own failure, since a
+    backend's raise is its row already) is that pair's error row naming it: the worker answers and goes on."""
+    import multiprocessing
+    import signal
+
+    from treebench.harness.run import isolate
+
+    def fails(self, task):
+        raise asyncio.CancelledError("while serving")
+    monkeypatch.setattr(isolate._WorkerState, "serve", fails)
+    monkeypatch.setattr(signal, "signal", lambda *args: None)   # worker_main's SIGINT setting: not this process's
+    parent, child = multiprocessing.Pipe()
+    parent.send(isolate.Task(CASE.axes, "reference", "cpu", CFG))
+    parent.send(None)
+    isolate.worker_main(child, "cpu", 30)
+    assert parent.recv()[0] == "ready"
+    kind, row, lost = parent.recv()
+    assert (kind, row["backend"], row["status"], lost) == ("row", "reference", "error", False)
+    assert row["reason"] == "the isolated worker failed: CancelledError: while serving"

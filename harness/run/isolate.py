@@ -17,7 +17,10 @@ Protocol (multiprocessing, spawn context, one duplex pipe per worker)::
 The parent waits at most ``case_timeout_s`` for each row. A worker that does not
 answer in time is killed (SIGKILL) and the pair becomes an ``error`` row
 "timed out after Ns"; a worker that dies (os._exit, SIGSEGV, the OOM killer)
-becomes an error row naming its exit code or signal. A worker that catches a
+becomes an error row naming its exit code or signal (read once it has exited, not
+SIGKILLed while it exits). Whatever a backend raises, any BaseException, is its row's
+reason, and so is whatever else escapes a task: the worker answers and goes on, back in
+the directory it started in (a backend may os.chdir). A worker that catches a
 CUDA error that poisons its context (an illegal memory access is sticky: every
 later CUDA call in that process fails) sends its row flagged ``context_lost``
 and exits. In every case the next pair gets a fresh worker.
