@@ -152,8 +152,9 @@ def _report_path(path: str | None, suite: str, out: str | Path | None = None, st
     return check_html_writable(p, "--report", f"reports/local/{suite}.html", probe=probe)
 
 
-def _write_report(rows: list[dict], out: Path, report: Path, title: str) -> bool:
-    """Writes the HTML report from `rows` and the env files beside `out`; False (logged) on failure.
+def _write_report(rows: list[dict], out: Path, report: Path, title: str, shown: Path | None = None) -> bool:
+    """Writes the HTML report from `rows` and the env files beside `out`; False (logged, naming the
+    results file as `shown`, default `out`) on failure.
 
     Raises:
         KeyboardInterrupt: Ctrl-C (or SIGTERM's Terminated) while the report's libraries load or the
@@ -169,7 +170,7 @@ def _write_report(rows: list[dict], out: Path, report: Path, title: str) -> bool
             write_report(rows, read_envs([out]), report, title=title, sources=[str(out)])
         return True
     except Exception as e:  # noqa: BLE001 -- the rows are safe in the store; say so and fail
-        log.error("report not written (%s: %s); the rows are in %s", type(e).__name__, e, out)
+        log.error("report not written (%s: %s); the rows are in %s", type(e).__name__, e, shown or out)
         return False
 
 
@@ -288,9 +289,9 @@ def run(args) -> int:
     written = False
     if opts.run.report:
         resume_flags = "" if args.report or report == default_report(out) else f" --report {report}"
-        report_due(out, written_report, resume_flags)   # for the line after an interrupt: rows in, report next
+        report_due(out, written_report, resume_flags, report)   # for the line after an interrupt: rows in, report next
         with after_pairs(CONSOLE, args.quiet):  # on a terminal the bar that said "writing the report" is erased
-            written = _write_report(result.rows, written_out, written_report, f"treebench {suite.name}")
+            written = _write_report(result.rows, written_out, written_report, f"treebench {suite.name}", out)
         if not written:
             code = 1
     OUTCOME[0] = code   # the rows decide the exit code, whether or not stdout is still read

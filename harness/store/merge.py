@@ -51,9 +51,10 @@ def merge_results(out: Path, inputs: Sequence[Path], with_run: bool = False,
     first would let an older pass hide it. Merging the same rows again adds nothing. Every input
     is read and validated before anything is written; env files beside the
     inputs are copied beside `out`. Stopped part-way (an interrupt, a failed write), it leaves `out`
-    as it was: no row appended, no env file added, `out` and its folders removed where it made them. `rows`: the inputs' rows when the caller has
-    already read them (`read_merge_inputs(inputs)`, as `treebench merge` does), so they are read once;
-    without them the inputs are read with the same checks (`read_merge_inputs(inputs, require_rows=False)`:
+    as it was: no row appended, no env file added, `out` and its folders removed where it made them.
+    `rows`: the inputs' rows when the caller has already read them (`read_merge_inputs(inputs)`, as
+    `treebench merge` does), so they are read once; without them the inputs are read with the same
+    checks (`read_merge_inputs(inputs, require_rows=False)`:
     torchrun's rank files, where a rank killed in its first row leaves nothing but a torn line).
 
     Returns:
@@ -98,7 +99,7 @@ def _append_new(out: Path, incoming: Sequence[dict], envs: dict[str, dict], with
         if key not in seen or ts > seen[key]:
             seen[key] = ts
             added.append(row)
-    with contextlib.ExitStack() as written:   # env files first: a folder that refuses them leaves OUT's rows as they were
+    with contextlib.ExitStack() as written:   # env files first: a folder refusing them leaves OUT's rows as they were
         for env in envs.values():
             written.enter_context(env_beside(out, env))
         append_rows(out, added)
