@@ -257,6 +257,7 @@ def test_default_paths_of_runs_started_together_differ(tiny, tmp_path, monkeypat
     """Two runs started in the same second (job-array shards without --out) must not
     share their default results file or report; a run's two defaults share one token."""
     monkeypatch.chdir(tmp_path)
+    tiny.write_text(tiny_suite(context_lens=(8, 9)))   # a case per shard: a shard without one writes nothing
     for shard in ("0/2", "1/2"):
         assert main(["run", "--suite", str(tiny), "--backends", "reference", "--shard", shard, "--quiet"]) == 0
     results = sorted(p.stem for p in (tmp_path / "results/local").glob("tiny-*.jsonl"))
@@ -764,7 +765,7 @@ def test_write_env_failure_is_one_config_error_and_merge_keeps_out_as_it_was(tmp
 
     def env_refused(directory, env):
         raise ConfigError("env fingerprint: cannot write it")
-    monkeypatch.setattr(merge, "write_env", env_refused)
+    monkeypatch.setattr(store, "write_env", env_refused)   # merge writes env files through env_beside
     with pytest.raises(ConfigError):
         merge.merge_results(out, [src])
     assert out.read_bytes() == before                 # no row appended before the env file failed

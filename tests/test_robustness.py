@@ -330,11 +330,11 @@ def test_run_summary_counts_the_earlier_rows_held_while_it_wrote(tmp_path, capsy
     out = tmp_path / "r.jsonl"
     real = run_cli._write_report
 
-    def later_run_appends(rows, out_path, report, title):
+    def later_run_appends(rows, out_path, report, title, *shown):
         assert not lock_path(out_path).exists()           # released: another run may write now
         for row in read_rows([out_path]):
             append_row(out_path, json.loads(json.dumps(row)) | {"run_id": "later"})
-        return real(rows, out_path, report, title)
+        return real(rows, out_path, report, title, *shown)
     monkeypatch.setattr(run_cli, "_write_report", later_run_appends)
     assert main(["run", "--suite", "smoke", "--backends", "reference", "--out", str(out), "--report",
                  str(tmp_path / "r.html")]) == 0

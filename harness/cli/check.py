@@ -20,6 +20,7 @@ from treebench.harness.cli.common import (
     exit_code,
     given_once,
     nonempty,
+    plural,
     print_plan,
     print_summary,
     report_nothing_ran,
@@ -62,7 +63,8 @@ def run(args) -> int:
     from treebench.harness.run.inflight import mark_unwritten
     from treebench.harness.run.loading import load_one
     from treebench.harness.sweep.crash import crash_advice, crash_lines
-    from treebench.harness.sweep.execute import execute
+    from treebench.harness.store.paths import check_writable
+    from treebench.harness.sweep.execute import execute, shard_is_empty
     from treebench.harness.sweep.shard import shared_run_id
 
     if args.dry_run or args.out is None:   # what the line after Ctrl-C says: no rows to keep
@@ -88,11 +90,18 @@ def run(args) -> int:
         opts = replace(opts, run=replace(opts.run, check_axes=built.check_axes))
     else:
         suite = load_suite(args.suite)
+    if shard_is_empty(suite.cases, opts) and not args.dry_run:   # no pair: no results file or env file
+        if args.out:
+            check_writable(args.out, create=False)   # bad input all the same
+        log.warning("no case of %s falls to --shard %s (%s): nothing was checked or written", suite.title,
+                    args.shard, plural(len(suite.cases), "case"))
+        return 0
     run_id = shared_run_id() or stamp()   # the id the rows carry, named by an interrupt (rm --run-id takes it)
     opts = replace(opts, run=replace(opts.run, run_id=run_id, suite=suite.name))
     out = claim_results(args.out, run_id, args.dry_run) if args.out else None
     with crash_advice(None if opts.run.isolate or args.dry_run else crash_lines(out, run_id)):
-        result = execute(suite.cases, [backend], replace(opts, out=out), CONSOLE)   # a crash: a line naming --isolate
+        result = execute(suite.cases, [backend], replace(opts, out=out and out.absolute()),   # as run does
+                         CONSOLE)   # a crash: a line naming --isolate
     CREATED_OUT[0] = None   # the sweep is over: its file holds what it wrote, kept whatever follows
     if args.dry_run:
         print_plan(suite, [backend], result, recorded=out is not None)   # without --out no row is kept

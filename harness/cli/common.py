@@ -168,8 +168,8 @@ def claim_results(path: str | Path, run_id: str, dry_run: bool, what: str = "--o
     (ACTIVE_OUT, ACTIVE_RUN_ID: the --resume hint and the `treebench rm --run-id` that removes
     the rows; its size now in inflight.UNWRITTEN), and in CREATED_OUT when this call created the
     file (the folders it made for it in CREATED_FOLDERS): main() removes them again if the sweep stops
-    (an interrupt, an error) before its first row; returns the path. Under torchrun the ranks write
-    rank files first, so the file is never marked for removal there.
+    (an interrupt, an error) before its first row; returns the path as given (those two and UNWRITTEN
+    hold it absolute). Under torchrun the ranks write rank files first: never marked for removal there.
 
     Raises:
         ConfigError: as check_writable_made; a malformed torchrun environment.
@@ -180,10 +180,10 @@ def claim_results(path: str | Path, run_id: str, dry_run: bool, what: str = "--o
 
     ours = not os.path.lexists(path) and torchrun_rank() is None   # a dangling link is not ours either
     out, made = check_writable_made(path, not dry_run, what)
-    if not dry_run:
+    if not dry_run:   # what is removed or looked at later: absolute, wherever a backend's os.chdir went
         ACTIVE_OUT[0], ACTIVE_RUN_ID[0] = out, run_id
-        CREATED_OUT[0], CREATED_FOLDERS[:] = (out if ours else None), (made if ours else [])
-        mark_unwritten(out)
+        CREATED_OUT[0], CREATED_FOLDERS[:] = (out.absolute() if ours else None), [m.absolute() for m in made if ours]
+        mark_unwritten(out.absolute())
     return out
 
 

@@ -158,8 +158,9 @@ def _report_path(path: str | None, suite: str, out: str | Path | None = None, st
     return check_html_writable(p, "--report", f"reports/local/{suite}.html", probe=probe)
 
 
-def _write_report(rows: list[dict], out: Path, report: Path, title: str) -> bool:
-    """Writes the HTML report from `rows` and the env files beside `out`; False (logged) on failure.
+def _write_report(rows: list[dict], out: Path, report: Path, title: str, shown: Path | None = None) -> bool:
+    """Writes the HTML report from `rows` and the env files beside `out`; False (logged, naming the
+    results file as `shown`, default `out`) on failure.
 
     Raises:
         KeyboardInterrupt: Ctrl-C (or SIGTERM's Terminated) while the report's libraries load or the
@@ -175,7 +176,7 @@ def _write_report(rows: list[dict], out: Path, report: Path, title: str) -> bool
             write_report(rows, read_envs([out]), report, title=title, sources=[str(out)])
         return True
     except Exception as e:  # noqa: BLE001 -- the rows are safe in the store; say so and fail
-        log.error("report not written (%s: %s); the rows are in %s", type(e).__name__, e, out)
+        log.error("report not written (%s: %s); the rows are in %s", type(e).__name__, e, shown or out)
         return False
 
 
@@ -240,9 +241,9 @@ def run(args) -> int:
     from treebench.harness.run.loading import resolve_backends
     from treebench.harness.run.progress import after_pairs
     from treebench.harness.store.names import default_report
-    from treebench.harness.store.paths import DEFAULT_OUT
+    from treebench.harness.store.paths import DEFAULT_OUT, check_writable
     from treebench.harness.sweep.crash import crash_advice, crash_lines, drop_crash_leftovers
-    from treebench.harness.sweep.execute import execute
+    from treebench.harness.sweep.execute import execute, shard_is_empty
     from treebench.harness.sweep.shard import torchrun_rank
 
     if args.dry_run:
@@ -269,12 +270,18 @@ def run(args) -> int:
     out_path = args.out or Path("results/local") / f"{name}-{stamp_text}.jsonl"
     report = _report_path(args.report, name, out_path, stamp_text, probe=not args.dry_run,
                           resume=args.resume)   # before anything is written
+    if shard_is_empty(suite.cases, opts) and not args.dry_run:   # no pair: no results file, env file or report
+        check_writable(out_path, create=False, what="--out" if args.out else DEFAULT_OUT)   # bad input all the same
+        log.warning("no case of suite %s falls to --shard %s (%s): nothing was run or written", suite.name,
+                    args.shard, plural(len(suite.cases), "case"))
+        return 0
     if args.out is None and not args.dry_run:   # a crash before the first row left its empty default file
         for left in drop_crash_leftovers(Path(out_path).parent, name):
             log.info("removed %s: the empty results file of a run of suite %s that crashed before its first row",
                      left, suite.name)
     out = claim_results(out_path, stamp_text, args.dry_run, "--out" if args.out else DEFAULT_OUT)
-    opts = replace(opts, out=out)
+    written_out, written_report = out.absolute(), report.absolute()   # a backend's os.chdir moves neither
+    opts = replace(opts, out=written_out)   # rows, env file and lock; the lines below name them as given
     with crash_advice(None if opts.run.isolate or args.dry_run else crash_lines(out, stamp_text)):
         result = execute(suite.cases, backends, opts, CONSOLE)   # a crash: a line naming --isolate, --resume
     CREATED_OUT[0] = None   # the sweep is over: its file holds what it wrote, kept whatever follows
@@ -286,15 +293,12 @@ def run(args) -> int:
     code = exit_code(result, args.determinism, args.allow_skip)
     if args.resume and (left := result.nothing_left(out)):
         log.info("%s", left)
-    if not result.rows and args.shard:
-        log.warning("no case of suite %s falls to this process (--shard %s): nothing was run", suite.name,
-                    args.shard)
     written = False
     if opts.run.report:
         resume_flags = "" if args.report or report == default_report(out) else f" --report {report}"
-        report_due(out, report, resume_flags)   # for the line after an interrupt: the rows are in, the report next
+        report_due(out, written_report, resume_flags, report)   # for the line after an interrupt: rows in, report next
         with after_pairs(CONSOLE, args.quiet):  # on a terminal the bar that said "writing the report" is erased
-            written = _write_report(result.rows, out, report, f"treebench {suite.name}")
+            written = _write_report(result.rows, written_out, written_report, f"treebench {suite.name}", out)
         if not written:
             code = 1
     OUTCOME[0] = code   # the rows decide the exit code, whether or not stdout is still read

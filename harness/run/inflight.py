@@ -152,11 +152,11 @@ def kept_rows(out: Path, run_id: str | None, then: str) -> str:
     return f" in {out}, run_id {run_id}; {resume}, or remove them with treebench rm {out} --run-id {run_id}"
 
 
-def report_due(out: str | Path, report: str | Path, resume_flags: str = "") -> None:
+def report_due(out: str | Path, report: str | Path, resume_flags: str = "", shown: str | Path | None = None) -> None:
     """Notes in REPORT_DUE that every row of the run in progress is in `out` and that its report
-    `report` comes next; `resume_flags` (" --report PATH" or "") are what a --resume needs besides
-    --out to write that report."""
-    REPORT_DUE[0] = (Path(out), will_write(report, "the report"), resume_flags)
+    `report` comes next, named `shown` in the line (default `report`); `resume_flags` (" --report PATH"
+    or "") are what a --resume needs besides --out to write that report."""
+    REPORT_DUE[0] = (Path(out), will_write(report, "the report", shown=shown), resume_flags)
 
 
 def report_note() -> str | None:
@@ -174,7 +174,7 @@ def report_note() -> str | None:
     kept = f" after this run's last row; its rows are kept in {out}"
     if report.changed():
         return f"{kept}; {report.written}"
-    return (f"{kept}; {report.unchanged}; to write it, run treebench report {out} -o {report.path}, "
+    return (f"{kept}; {report.unchanged}; to write it, run treebench report {out} -o {report.shown}, "
             f"or the same command with --out {out}{flags} --resume")
 
 

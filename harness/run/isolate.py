@@ -17,7 +17,10 @@ Protocol (multiprocessing, spawn context, one duplex pipe per worker)::
 The parent waits at most ``case_timeout_s`` for each row. A worker that does not
 answer in time is killed (SIGKILL) and the pair becomes an ``error`` row
 "timed out after Ns"; a worker that dies (os._exit, SIGSEGV, the OOM killer)
-becomes an error row naming its exit code or signal. A worker that catches a
+becomes an error row naming its exit code or signal (read once it has exited, not
+SIGKILLed while it exits). Whatever a backend raises, any BaseException, is its row's
+reason, and so is whatever else escapes a task: the worker answers and goes on, back in
+the directory it started in (a backend may os.chdir). A worker that catches a
 CUDA error that poisons its context (an illegal memory access is sticky: every
 later CUDA call in that process fails) sends its row flagged ``context_lost``
 and exits. In every case the next pair gets a fresh worker.
@@ -29,6 +32,7 @@ A backend travels to its worker as a spec string (a registry name or the
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import logging
@@ -128,8 +132,8 @@ class _WorkerState:
         case, device = Case(**task.case_axes), torch.device(task.device)
         try:
             backend = self.backend(task.backend)
-        except (Exception, SystemExit, KeyboardInterrupt) as e:  # noqa: BLE001 -- a backend that cannot load in the
-            # worker is its error row (SIGINT is ignored here: no KeyboardInterrupt is a Ctrl-C's)
+        except BaseException as e:  # noqa: BLE001 -- a backend that cannot load in the worker is its
+            # error row (SIGINT is ignored here: no KeyboardInterrupt is a Ctrl-C's)
             name = task.backend if isinstance(task.backend, str) else type(task.backend).__name__
             row = _error_row(name, case, task.config, "loading the backend in the worker: " + error_reason(e))
             return row, False
@@ -154,6 +158,25 @@ def _die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
+def _failed_row(task: Task, e: BaseException) -> dict:
+    """The error row of a task whose serving raised `e` (no backend exception gets this far:
+    run_case_backend makes those rows; this is the worker's own failure around it)."""
+    name = task.backend if isinstance(task.backend, str) else type(task.backend).__name__
+    return _error_row(name, Case(**task.case_axes), task.config, "the isolated worker failed: " + error_reason(e))
+
+
+def _restore_cwd(cwd: str) -> None:
+    """Changes back to `cwd` when a backend changed the worker's working directory (os.chdir in
+    prepare): the next task's backend spec (path/file.py:Class) is relative to the sweep's. Raises nothing."""
+    try:
+        if os.getcwd() == cwd:
+            return
+    except OSError:   # the directory it moved to is gone
+        pass
+    with contextlib.suppress(OSError):
+        os.chdir(cwd)
+
+
 def worker_main(conn: Connection, device: str, log_level: int, parent_pid: int | None = None) -> None:
     """A worker's loop: answer each Task with ("row", row, context_lost) until None or EOF.
 
@@ -168,7 +191,7 @@ def worker_main(conn: Connection, device: str, log_level: int, parent_pid: int |
     if dev.type == "cuda" and dev.index is not None:
         torch.cuda.set_device(dev)
     conn.send(("ready", os.getpid()))
-    state = _WorkerState()
+    state, cwd = _WorkerState(), os.getcwd()
     while True:
         try:
             task = conn.recv()
@@ -176,7 +199,12 @@ def worker_main(conn: Connection, device: str, log_level: int, parent_pid: int |
             return
         if task is None:
             return
-        row, lost = state.serve(task)
+        try:
+            row, lost = state.serve(task)
+        except BaseException as e:  # noqa: BLE001 -- whatever escaped is the pair's error row, not a dead worker
+            row, lost = _failed_row(task, e), False
+        finally:
+            _restore_cwd(cwd)
         conn.send(("row", row, lost))
         if lost:
             conn.close()
@@ -321,8 +349,8 @@ class WorkerPool:
         if self._conn in ready:
             try:
                 _, row, lost = self._conn.recv()
-            except (EOFError, OSError):
-                pass  # died before answering: reported below
+            except (EOFError, OSError):   # died before answering: reported below, with the exit status
+                self._proc.join(CLOSE_TIMEOUT_S)   # its pipe closes before it exits: not SIGKILLed mid-exit
             else:
                 if lost:
                     self._kill()

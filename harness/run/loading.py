@@ -235,7 +235,9 @@ def load_one(spec: str, option: str = "--backend"):
         raise ConfigError(f"{option} {spec!r}: {e.detail}") from None
     except ConfigError:
         raise
-    except Exception as e:  # noqa: BLE001 -- a user's module that fails to import is bad input
+    except BaseException as e:  # noqa: BLE001 -- a user's module that fails to import is bad input
+        if isinstance(e, KeyboardInterrupt):   # a Ctrl-C while it loads stops the command
+            raise
         raise ConfigError(f"{option} {spec!r}: loading it raised {type(e).__name__}: {e}") from None
     try:
         setattr(backend, SPEC_ATTR, spec)  # how an --isolate worker loads it again
@@ -274,7 +276,9 @@ def availability_of(backend) -> str | None:
     """backend.availability(), with an exception turned into the reason."""
     try:
         return backend.availability()
-    except Exception as e:  # noqa: BLE001
+    except BaseException as e:  # noqa: BLE001 -- any raise is the reason; a Ctrl-C stops the command
+        if isinstance(e, KeyboardInterrupt):
+            raise
         return f"availability() raised {type(e).__name__}: {e}"
 
 

@@ -4,8 +4,9 @@ compare [-> determinism] -> time -> compare once more, as one result row; treebe
 Per case the inputs are built once per device (treebench.harness.model.paged.build_inputs) and
 the float64 reference once per (device, mask kind): a backend whose
 ``mask_kind == "causal"`` gets ``inputs.causal()`` (chains of the same T_b) and
-is compared with that batch's reference. Any exception raised by a backend
-(a KeyboardInterrupt that no Ctrl-C raised included: treebench.harness.run.inflight.signal_stop)
+is compared with that batch's reference. Any exception raised by a backend, a
+BaseException too (SystemExit, asyncio.CancelledError, GeneratorExit, a class of its own, a
+KeyboardInterrupt that no Ctrl-C raised: treebench.harness.run.inflight.signal_stop),
 becomes an ``error`` row whose reason is the exception type and the first line
 of its message (with the line that names the cause where the first line only
 opens it: treebench.harness.run.verify.error_reason); the sweep goes on.
@@ -176,7 +177,7 @@ def _run_one(backend, case: Case, data: CaseData, device: torch.device, config: 
     try:
         _time_row(row, fn, inputs, config)
         _compare_after_timing(backend, fn, inputs, data, device, mask_kind, row)
-    except (Exception, SystemExit, KeyboardInterrupt) as e:  # noqa: BLE001 -- a failure while timing is the backend's error row
+    except BaseException as e:  # noqa: BLE001 -- a failure while timing is the backend's error row
         if signal_stop(e):
             raise
         row.update(status="error", reason="while timing: " + error_reason(e))
@@ -211,8 +212,8 @@ def run_case_backend(backend, case: Case, data: CaseData, availability: str | No
                      device: torch.device, config: RunConfig) -> dict:
     """One result row: skipped (with reason), error (with reason), pass or mismatch.
 
-    Never raises for a backend's fault: any exception becomes an error row, a KeyboardInterrupt too
-    unless a signal may have raised it (`inflight.signal_stop`: a Ctrl-C or SIGTERM stops the sweep).
+    Never raises for a backend's fault: any exception becomes an error row, every BaseException too
+    (SystemExit, asyncio.CancelledError, GeneratorExit, ...), a KeyboardInterrupt unless a signal may have raised it (`inflight.signal_stop`: a Ctrl-C or SIGTERM stops the sweep).
     """
     row = base_row(getattr(backend, "name", type(backend).__name__), case, config)
     row["mask_kind"] = getattr(backend, "mask_kind", "tree")
@@ -222,8 +223,8 @@ def run_case_backend(backend, case: Case, data: CaseData, availability: str | No
     else:
         try:
             _run_one(backend, case, data, device, config, row)
-        except (Exception, SystemExit, KeyboardInterrupt) as e:  # noqa: BLE001 -- the contract: a backend's
-            # exception (sys.exit, a KeyboardInterrupt no signal raised) is an error row; a Ctrl-C stops the sweep
+        except BaseException as e:  # noqa: BLE001 -- the contract: whatever a backend raises (sys.exit,
+            # asyncio.CancelledError, a KeyboardInterrupt no signal raised) is an error row; a Ctrl-C stops the sweep
             if signal_stop(e):
                 raise
             log.debug("backend %s on %s raised", row["backend"], case.case_id, exc_info=True)
@@ -248,7 +249,7 @@ def availabilities(backends: Sequence) -> dict[int, str | None]:
     for b in backends:
         try:
             out[id(b)] = b.availability()
-        except (Exception, SystemExit, KeyboardInterrupt) as e:  # noqa: BLE001 -- a broken availability() is an error row
+        except BaseException as e:  # noqa: BLE001 -- a broken availability() is an error row
             if signal_stop(e):
                 raise
             out[id(b)] = AvailabilityRaised("availability() raised " + error_reason(e))

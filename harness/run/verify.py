@@ -343,7 +343,7 @@ def check_pair(backend, data: CaseData, device: torch.device, mask_kind: str, ro
     row["failed_step"] = RE_PREPARE
     try:
         rec2, bad2, later2 = check_step(backend, data.alternate(), device, mask_kind, row, step)
-    except (Exception, SystemExit, KeyboardInterrupt) as e:  # noqa: BLE001 -- the backend's error on the second batch
+    except BaseException as e:  # noqa: BLE001 -- the backend's error on the second batch (signal_stop: a Ctrl-C goes on up)
         if signal_stop(e):
             raise
         row.update(status="error", reason=join(f"{step}: {error_reason(e)}", row.get("reason")))

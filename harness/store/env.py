@@ -16,6 +16,7 @@ import contextlib
 import hashlib
 import importlib.metadata
 import json
+import logging
 import os
 import platform
 import re
@@ -39,6 +40,8 @@ PACKAGES = {  # env field -> distribution name, looked up without importing it
 ENV_FILE_RE = re.compile(r"env-.*\.json")  # env fingerprint files beside the results
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CPUINFO = Path("/proc/cpuinfo")
+
+log = logging.getLogger(__name__)
 
 
 def _version(dist: str) -> str | None:
@@ -170,13 +173,14 @@ def env_fingerprint(device: str | torch.device, peak_bw_bytes_per_s: float | Non
 
 
 def write_env(directory: str | Path, env: dict) -> Path:
-    """Writes `env` as <directory>/env-<env_id>.json (kept as it is when it exists) and returns the path.
+    """Writes `env` as <directory>/env-<env_id>.json (kept as it is when it exists, unless its text is
+    no env fingerprint: `_rewritable`) and returns the path.
 
     Raises:
         ConfigError: the file cannot be written there (one line; the CLI exits 2).
     """
     path = Path(directory) / f"env-{env['env_id']}.json"
-    if not path.exists():
+    if not path.exists() or _rewritable(path):
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -187,6 +191,58 @@ def write_env(directory: str | Path, env: dict) -> Path:
             raise ConfigError(f"env fingerprint {path}: cannot write it ({e.strerror}); the results folder "
                               "must be writable") from None
     return path
+
+
+def _rewritable(path: Path) -> bool:
+    """True, with a warning, when the env file at `path` is there but holds no env fingerprint (not JSON,
+    not an object with an env_id: `read_fingerprint`): its name is the env id, which hashes what the
+    file holds, so the fingerprint of that id written over it is what it held. False for a fingerprint,
+    and for a file that cannot be read (left for the reader to name). Raises nothing."""
+    try:
+        problem = read_fingerprint(path)
+    except OSError:
+        return False
+    if isinstance(problem, str):
+        log.warning("env file %s: %s; written again from this run's fingerprint of the same env id", path, problem)
+    return isinstance(problem, str)
+
+
+def read_fingerprint(path: Path) -> dict | str:
+    """The env fingerprint in the env file at `path`, or why it holds none: 'not JSON
+    (JSONDecodeError: ...)' or 'no env_id field, so not a treebench env fingerprint'.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    try:
+        env = json.loads(path.read_bytes())
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        detail = str(e).splitlines()[0] if str(e) else ""
+        return f"not JSON ({type(e).__name__}{': ' + detail[:120] if detail else ''})"
+    if not isinstance(env, dict) or "env_id" not in env:
+        return "no env_id field, so not a treebench env fingerprint"
+    return env
+
+
+def check_envs_beside(results: str | Path, env_id: str, what: str = "--out") -> None:
+    """Refuses, before a run writes anything, the env files beside `results` that its report could not
+    read (`read_envs` reads every one in that folder), but for env-<env_id>.json, which the run writes
+    again where it holds no fingerprint (`write_env`).
+
+    Raises:
+        ConfigError: one line naming the file, what is wrong with it and the fix.
+    """
+    own = f"env-{env_id}.json"
+    for f in _env_files(Path(results)):
+        if f.name == own:
+            continue
+        try:
+            problem = read_fingerprint(f)
+        except OSError as e:
+            problem = f"cannot be read ({e.strerror})"
+        if isinstance(problem, str):
+            raise ConfigError(f"{what} {results}: env file {f} beside it: {problem}; the run's report reads every "
+                              "env file there: remove or repair it, or give an --out in another folder")
 
 
 @contextlib.contextmanager
@@ -252,16 +308,17 @@ def read_envs(paths) -> dict[str, dict]:
     """Env fingerprints by env_id, from env files, folders, or results files (their folder's env files).
 
     Raises:
-        ConfigError: an env file is not valid JSON or has no env_id.
+        ConfigError: an env file cannot be read, is not valid JSON or has no env_id (`read_fingerprint`).
     """
     envs: dict[str, dict] = {}
     for f in dict.fromkeys(_env_files(paths)):
         try:
-            env = json.loads(f.read_text(encoding="utf-8-sig"))   # -sig: a BOM an editor put first
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
-            raise ConfigError(f"env file {f}: unreadable ({type(e).__name__}); delete it or rerun") from None
-        if not isinstance(env, dict) or "env_id" not in env:
-            raise ConfigError(f"env file {f}: no env_id field; it is not a treebench env fingerprint")
+            env = read_fingerprint(f)
+        except OSError as e:
+            raise ConfigError(f"env file {f}: cannot be read ({e.strerror}); make it readable") from None
+        if isinstance(env, str):
+            raise ConfigError(f"env file {f}: {env}; remove or repair it (a run on the machine it describes "
+                              "writes it again beside its results)")
         envs[env["env_id"]] = env
     return envs
 

@@ -3,13 +3,14 @@ their env fingerprints copied beside it (`treebench merge`, and rank 0 after a t
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
 from treebench.harness.errors import ConfigError
-from treebench.harness.store.env import ENV_FILE_RE, read_envs, write_env
-from treebench.harness.store.paths import check_writable
+from treebench.harness.store.env import ENV_FILE_RE, env_beside, read_envs
+from treebench.harness.store.paths import check_writable, check_writable_made, remove_empty_folders
 from treebench.harness.store.rows import append_rows, read_rows, row_key, timing_key
 from treebench.harness.store.validate import validated_rows
 
@@ -50,9 +51,11 @@ def merge_results(out: Path, inputs: Sequence[Path], with_run: bool = False,
     too, because readers take a pair's latest row (`validate.latest_rows`): keeping only the
     first would let an older pass hide it. Merging the same rows again adds nothing. Every input
     is read and validated before anything is written; env files beside the
-    inputs are copied beside `out`. `rows`: the inputs' rows when the caller has
-    already read them (`read_merge_inputs(inputs)`, as `treebench merge` does), so they are read once;
-    without them the inputs are read with the same checks (`read_merge_inputs(inputs, require_rows=False)`:
+    inputs are copied beside `out`. Stopped part-way (an interrupt, a failed write), it leaves `out`
+    as it was: no row appended, no env file added, `out` and its folders removed where it made them.
+    `rows`: the inputs' rows when the caller has already read them (`read_merge_inputs(inputs)`, as
+    `treebench merge` does), so they are read once; without them the inputs are read with the same
+    checks (`read_merge_inputs(inputs, require_rows=False)`:
     torchrun's rank files, where a rank killed in its first row leaves nothing but a torn line).
 
     Returns:
@@ -71,7 +74,22 @@ def merge_results(out: Path, inputs: Sequence[Path], with_run: bool = False,
     check_writable(out, create=False, what="merge OUT")   # also: a .jsonl path
     incoming = read_merge_inputs(inputs, require_rows=False) if rows is None else rows
     envs = read_envs(list(inputs))
-    check_writable(out, what="merge OUT")  # created (empty) only once every input was read
+    created = not os.path.lexists(out)
+    made = check_writable_made(out, what="merge OUT")[1]  # created (empty) only once every input was read
+    try:
+        return _append_new(out, incoming, envs, with_run)
+    except BaseException:   # an interrupt, a failed write: OUT as it was (`_append_new`), or gone if made here
+        if created:
+            with contextlib.suppress(OSError):
+                out.unlink()
+            remove_empty_folders(made)
+        raise
+
+
+def _append_new(out: Path, incoming: Sequence[dict], envs: dict[str, dict], with_run: bool) -> list[dict]:
+    """`merge_results` once OUT is there: appends the rows of `incoming` that are new to it, all or
+    none (`rows.append_rows`), after the env files of `envs` beside it, each taken back if the rows
+    are not appended where it was not there before (`env.env_beside`)."""
     seen: dict[tuple, str] = {}              # key -> latest timestamp held
     for r in read_rows([out]) if out.exists() else []:
         key, ts = (*row_key(r, with_run), *timing_key(r)), str(r.get("timestamp") or "")
@@ -82,7 +100,8 @@ def merge_results(out: Path, inputs: Sequence[Path], with_run: bool = False,
         if key not in seen or ts > seen[key]:
             seen[key] = ts
             added.append(row)
-    for env in envs.values():     # first: a folder that refuses them leaves OUT's rows as they were
-        write_env(out.parent, env)
-    append_rows(out, added)
+    with contextlib.ExitStack() as written:   # env files first: a folder refusing them leaves OUT's rows as they were
+        for env in envs.values():
+            written.enter_context(env_beside(out, env))
+        append_rows(out, added)
     return added

@@ -23,6 +23,7 @@ class Output(NamedTuple):
     before: tuple[int, int, int] | None   # its (inode, size, mtime in ns) when noted; None: no file there
     written: str                          # what the line says when it changed: "report -o PATH was written"
     unchanged: str                        # what it says when not: "report -o PATH was not written"
+    shown: Path                           # the path as the lines name it (`path` may be made absolute)
 
     def changed(self) -> bool:
         """True when the file is there and not as it was when noted: it was written. Raises nothing."""
@@ -41,7 +42,8 @@ def _state(path: Path) -> tuple[int, int, int] | None:
     return st.st_ino, st.st_size, st.st_mtime_ns
 
 
-def will_write(path: str | Path, label: str, written: str | None = None, unchanged: str | None = None) -> Output:
+def will_write(path: str | Path, label: str, written: str | None = None, unchanged: str | None = None,
+               shown: str | Path | None = None) -> Output:
     """Notes, before the work that leads to it, that the command in progress writes `path`.
 
     Args:
@@ -49,15 +51,17 @@ def will_write(path: str | Path, label: str, written: str | None = None, unchang
             written", or "LABEL PATH was not written" (with ": the file already there is left as
             it was" when one was).
         written, unchanged: the line's words in place of those.
+        shown: PATH as the line names it (the path as given, where `path` was made absolute);
+            default `path`.
 
     Returns:
         The Output noted (also appended to OUTPUTS).
     """
-    p = Path(path)
+    p, name = Path(path), Path(path if shown is None else shown)
     before = _state(p)
     kept = ": the file already there is left as it was" if before is not None else ""
-    OUTPUTS.append(Output(p, before, written or f"{label} {p} was written",
-                          unchanged or f"{label} {p} was not written{kept}"))
+    OUTPUTS.append(Output(p, before, written or f"{label} {name} was written",
+                          unchanged or f"{label} {name} was not written{kept}", name))
     return OUTPUTS[-1]
 
 

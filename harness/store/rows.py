@@ -117,8 +117,8 @@ def append_rows(path: str | Path, rows: list[dict]) -> None:
 
 def _append(path: Path, data: bytes, fix: str) -> None:
     """Appends `data` (whole lines) to `path` and fsyncs it, after a newline when the file ends in
-    a torn line. A write or fsync that fails part-way (a full disk, an I/O error) is undone: the
-    file is cut back to its length before, so it never ends in half a row this call wrote.
+    a torn line. A write or fsync that fails part-way (a full disk, an I/O error, an interrupt) is
+    undone: the file is cut back to its length before, so it never ends in half a row this call wrote.
 
     Raises:
         ConfigError: `path` cannot be opened for appending; the message ends with `fix`.
@@ -138,11 +138,13 @@ def _append(path: Path, data: bytes, fix: str) -> None:
         while data:   # one write, unless the disk takes only part of it
             data = data[os.write(fd, data):]
         _fsync(fd)
-    except OSError as e:
+    except BaseException as e:   # an interrupt too: the rows of this call are all there or none
         if size is not None:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, size)
-        raise ResultsWriteError(e.errno, e.strerror, str(path)) from e
+        if isinstance(e, OSError):
+            raise ResultsWriteError(e.errno, e.strerror, str(path)) from e
+        raise
     finally:
         os.close(fd)
 

@@ -19,6 +19,7 @@ import torch
 from rich.console import Console
 
 from treebench.harness.errors import ConfigError
+from treebench.harness.run.inflight import signal_stop
 from treebench.harness.run.pair import AvailabilityRaised, availabilities
 from treebench.harness.run.costs import estimate
 from treebench.harness.run.progress import plural
@@ -41,7 +42,7 @@ from treebench.harness.sweep.shard import (
     torchrun_rank,
     wait_for_ranks,
 )
-from treebench.harness.store.env import env_beside, env_fingerprint
+from treebench.harness.store.env import check_envs_beside, env_beside, env_fingerprint
 from treebench.harness.store.rows import read_rows, row_key, row_places, stored_keys
 from treebench.harness.store.validate import latest_rows
 from treebench.harness.sweep.resume import check_same_suite
@@ -110,6 +111,13 @@ def _check_options(opts: SweepOptions, rank: Rank | None) -> None:
         raise ConfigError("under torchrun give --out: ranks write <out>.rank<i>-of-<n>.jsonl and rank 0 merges them")
 
 
+def shard_is_empty(cases, opts: SweepOptions) -> bool:
+    """True when --shard selects none of `cases` (--shard 5/7 of 2 cases): no process of the command
+    runs a pair (torchrun ranks split the shard's cases), so it writes nothing: no --out, env file
+    or report."""
+    return opts.shard is not None and not opts.shard.select(cases)
+
+
 def select_cases(cases, shard: Shard | None, rank: Rank | None) -> list:
     """The cases of this process: --shard's, then every WORLD_SIZE-th of those for this rank."""
     cases = shard.select(cases) if shard else list(cases)
@@ -157,7 +165,9 @@ def _plan_pairs(cases, backends, names, skip: frozenset, run: RunConfig, device:
     def unsupported(b, c) -> bool:
         try:
             reason = b.supports(c)
-        except Exception:  # noqa: BLE001 -- a raising supports() is an error row later, not a skip
+        except BaseException as e:  # noqa: BLE001 -- a raising supports() is an error row later, not a skip
+            if signal_stop(e):
+                raise
             return False
         return isinstance(reason, str) and bool(reason)   # a non-string is an error row later
 
@@ -167,7 +177,9 @@ def _plan_pairs(cases, backends, names, skip: frozenset, run: RunConfig, device:
     def too_big(b, c, built: bool) -> bool:
         try:
             return fit_reason(c, b, device_for(b, torch.device(device)), run.mode, twice, built, built) is not None
-        except Exception:  # noqa: BLE001 -- a raising workspace_bytes() hook is the runner's to report
+        except BaseException as e:  # noqa: BLE001 -- a raising workspace_bytes() hook is the runner's to report
+            if signal_stop(e):
+                raise
             return False
     to_run, skipped, for_memory = [], 0, 0
     for c in cases:
@@ -190,7 +202,7 @@ def execute(cases, backends, opts: SweepOptions, console: Console | None = None)
 
     Raises:
         ConfigError: torchrun without --out, bad torchrun environment, an unreadable or foreign
-            results file, a --resume into a file of another suite's rows (`resume.check_same_suite`),
+            results file, an env file beside --out that the run's report could not read (`env.check_envs_beside`), a --resume into a file of another suite's rows (`resume.check_same_suite`),
             a results file another process is writing (treebench.harness.store.lock).
     """
     rank = torchrun_rank()
@@ -216,6 +228,8 @@ def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Co
     device = rank_device(rank) if rank else str(default_device())
     mine = select_cases(cases, opts.shard, rank)
     env = env_fingerprint(device, measure_peak_bandwidth(device), peak_matmul_tflops=measure_matrix_rate(device))
+    if opts.run.report and opts.out is not None:   # before any pair: an env file its report could not read
+        check_envs_beside(opts.out, env["env_id"])
     if opts.run.isolate:
         _release_cached(device)  # the probes' buffers would count against the workers' free memory
     skip = _resume_skip(opts, env["env_id"], rank)
