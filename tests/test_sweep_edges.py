@@ -14,6 +14,7 @@ from treebench.harness.cli.main import main
 from treebench.harness.model.cases import Case
 from treebench.harness.run.config import RunConfig
 from treebench.harness.run.runner import run_cases
+from treebench.harness.store.names import report_results
 from treebench.harness.store.rows import read_rows
 from tests.broken_backends import Correct
 from tests.tiny_suites import tiny_suite
@@ -145,6 +146,9 @@ def test_a_backend_that_changes_directory_moves_no_output(tmp_path, monkeypatch,
     assert [r["status"] for r in read_rows([tmp_path / "r.jsonl"])] == ["pass"] * (2 if command == "run" else 1)
     if command == "run":
         assert "rows: r.jsonl\nreport: r.html" in capsys.readouterr().out
+        page = (tmp_path / "r.html").read_text()     # the header names the file as given, the meta tag in full
+        assert "from <code>r.jsonl</code>" in page and str(tmp_path / "r.jsonl") not in page.split("<body")[1]
+        assert report_results(tmp_path / "r.html") == [str((tmp_path / "r.jsonl").resolve())]
 
 
 @pytest.mark.parametrize("command", ["run", "check"])

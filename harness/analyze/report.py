@@ -298,7 +298,8 @@ def _environment() -> jinja2.Environment:
 
 def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, title: str = "treebench", *,
                  baseline: str | None = None, causal_backend: str = "causal_baseline", gate=None,
-                 sources: Sequence[str] = (), sections: Sequence[str] = (), own: str | None = None) -> Path:
+                 sources: Sequence[str] = (), sections: Sequence[str] = (), own: str | None = None,
+                 shown: Sequence[str] | None = None) -> Path:
     """Writes a self-contained HTML report of `rows` to `path`, whole or not at all
     (`treebench.harness.store.outputs.write_whole`), and returns it.
 
@@ -311,7 +312,9 @@ def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, titl
         causal_backend: backend whose time the tree-mask overhead is measured against.
         gate: an optional `treebench.harness.analyze.gate.GateResult` to show with the summary.
         sources: result paths, listed in the header and, made absolute, in its
-            `<meta name="treebench-results">` tags (`store.paths.report_results`).
+            `<meta name="treebench-results">` tags (`store.names.report_results`).
+        shown: the header's names of `sources` (default `sources`): the paths as the user gave them
+            where `sources` were made absolute.
         sections: extra HTML fragments (each a complete <section>, already escaped), appended after
             the report's own sections; the CLI adds the speculation section this way.
         own: the backend the first table and the headline are about (default triton_tree where
@@ -349,7 +352,8 @@ def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, titl
     missing = missing_peers(rows, rivals)     # cells a peer that ran elsewhere has no row for (a cut run)
     n_cases = len({r["case_id"] for r in rows})
     ctx = dict(
-        title=title, generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), sources=list(sources),
+        title=title, generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        sources=list(sources if shown is None else shown),
         source_paths=[str(Path(s).resolve()) for s in sources],
         gpu=gpu or "CPU", n_rows=len(rows), n_cases=n_cases, order=order, baseline=baseline,
         causal=causal_backend, has_causal=causal_backend in order, summary=summary,

@@ -173,7 +173,8 @@ def _write_report(rows: list[dict], out: Path, report: Path, title: str, shown: 
         with interrupts_noted():
             from treebench.harness.analyze.report import write_report
 
-            write_report(rows, read_envs([out]), report, title=title, sources=[str(out)])
+            write_report(rows, read_envs([out]), report, title=title, sources=[str(out)],
+                         shown=[str(shown or out)])
         return True
     except Exception as e:  # noqa: BLE001 -- the rows are safe in the store; say so and fail
         log.error("report not written (%s: %s); the rows are in %s", type(e).__name__, e, shown or out)
