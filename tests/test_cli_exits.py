@@ -202,6 +202,21 @@ def test_a_rerun_with_the_default_out_removes_the_empty_file_a_crash_left(tiny, 
     assert len(new) == 1 and [r["status"] for r in read_rows(list(new))] == ["pass", "pass"]
 
 
+def test_crash_leftovers_are_only_the_suites_default_file_names(tmp_path):
+    """Only `<suite>-<fresh run id>.jsonl` is a default file of the suite: the empty, abandoned files of
+    suite `tiny-x` and a user's own `--out tiny-mine.jsonl` stay when suite `tiny` clears its leftovers."""
+    from treebench.harness.store.rows import new_run_id
+    from treebench.harness.sweep.crash import drop_crash_leftovers
+
+    crashed = tmp_path / f"tiny-{new_run_id()}.jsonl"
+    kept = [tmp_path / f"tiny-x-{new_run_id()}.jsonl", tmp_path / "tiny-mine.jsonl",
+            tmp_path / "tiny-20260101T000000Z-aaaaaa-old.jsonl", tmp_path / "tiny-20260101T000000Z.jsonl"]
+    for path in [crashed, *kept]:
+        _crash_leftovers(path)
+    assert drop_crash_leftovers(tmp_path, "tiny") == [crashed]
+    assert [(p.exists(), Path(f"{p}.lock").exists()) for p in kept] == [(True, True)] * len(kept)
+
+
 def test_a_backend_ending_the_process_without_isolate_ends_treebench_with_its_code_and_no_line(tiny, tmp_path):
     """The README's exit-code table: `os._exit(7)` in a backend outside --isolate is exit 7, nothing
     said on stderr (no handler runs); --isolate makes it an error row (tests/test_isolate.py)."""

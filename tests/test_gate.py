@@ -350,10 +350,30 @@ def test_a_pair_the_baseline_skipped_and_the_candidate_lacks_does_not_fail_the_g
     (v,) = res.of_kind("missing")
     assert not v.failed and not res.failed and v.detail.startswith("baseline was skipped: needs a CUDA GPU; nothing")
     md = gate_render.markdown(res)
-    assert md.splitlines()[0] == "## treebench gate: ✅ PASS (0 slower, 0 correctness lost" + (
-        ")" if allow_missing else ", 0 missing)") and "pair(s) missing from the candidate**" not in md
+    listed = "1 missing (0 failing; 1 listed only: skipped in the baseline)"
+    assert md.splitlines()[0] == f"## treebench gate: ✅ PASS (0 slower, 0 correctness lost, {listed})"
+    assert "pair(s) missing from the candidate**" not in md
     assert [tc.find("failure") for tc in ET.fromstring(gate_render.junit_xml(res)).iter("testcase")] == [None, None]
     ran = compare_runs([_row(), skipped, _of(_row(), case_id="c2")], [_row(seed=1)], config)
     assert ran.failed is not allow_missing and [v.failed for v in ran.of_kind("missing")] == [False, not allow_missing]
     lost = compare_runs([_row(), skipped], [_row(status="error", reason="boom")], config)
     assert lost.failed and lost.of_kind("correctness_loss")
+
+
+@pytest.mark.parametrize("allow_missing", [False, True])
+def test_the_missing_count_agrees_in_headline_table_log_line_and_junit(allow_missing):
+    """One pair the baseline skipped and one it ran, both lacking in the candidate: the headline, the
+    counts table and the log line all say 2 missing, how many fail and why the others are only listed;
+    the JUnit XML fails just as many."""
+    skipped = _row(status="skipped", reason="needs a CUDA GPU", backend="gpu_only")
+    base = [_row(), skipped, _of(_row(), case_id="c2")]
+    res = compare_runs(base, [_row(seed=1)], GateConfig(allow_missing=allow_missing))
+    said = ("2 missing (0 failing; 2 listed only: 1 skipped in the baseline, 1 allowed by --allow-missing)"
+            if allow_missing else "2 missing (1 failing; 1 listed only: skipped in the baseline)")
+    md = gate_render.markdown(res)
+    head = "✅ PASS" if allow_missing else "❌ FAIL"
+    assert md.splitlines()[0] == f"## treebench gate: {head} (0 slower, 0 correctness lost, {said})"
+    assert f" | 2 {said.removeprefix('2 missing ')} |" in md
+    assert res.counts_text() == f"{said}, 1 unchanged"
+    suite = ET.fromstring(gate_render.junit_xml(res))
+    assert suite.get("failures") == ("0" if allow_missing else "1")

@@ -187,3 +187,19 @@ def test_report_without_o_keeps_the_report_of_other_results_as_run_does(rows, tm
     assert main(["report", "elsewhere/ok.jsonl"]) == 0
     out, err = capsys.readouterr()
     assert out == "reports/local/ok-3.html\n" and "does not record which results file" in err, err
+
+
+def test_the_readme_states_how_a_long_suite_name_is_shortened_and_what_an_empty_shard_does():
+    """README's default file names: a suite name over SAFE_NAME_MAX characters is cut to its first
+    SAFE_NAME_MAX - 9 and 8 hex digits of the whole name's SHA-1, as `safe_name` does; its exit-code
+    table says that a --shard holding no case of the suite runs and writes nothing and exits 0."""
+    import hashlib
+
+    text = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
+    keep = SAFE_NAME_MAX - 9
+    assert (f"a suite name over {SAFE_NAME_MAX} characters is shortened to its first {keep} characters, trailing "
+            "`.`, `_` and `-` dropped, then `-` and the first 8 hex digits of the SHA-1 of the whole name") in text
+    name = "s" * (SAFE_NAME_MAX + 1)
+    assert safe_name(name) == f"{name[:keep]}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
+    assert ("| 0 | every pair that ran passed; also a `--shard` holding no case of the suite (`--shard 5/7` of 2 "
+            "cases), which runs nothing, writes nothing (no results file, env file or report) and warns") in text

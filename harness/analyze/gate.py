@@ -153,6 +153,26 @@ class GateResult:
         n = Counter(v.kind for v in self.verdicts)
         return {k: n[k] for k in KIND_TITLES if n[k]}
 
+    def missing_detail(self) -> str:
+        """Which missing pairs fail the gate, where some do not ('' where all do, or none is missing):
+        '(0 failing; 1 listed only: skipped in the baseline)', '(1 failing; 3 listed only: 1 skipped in
+        the baseline, 2 allowed by --allow-missing)'. The headline, the counts table and the log line
+        all write the missing count followed by this."""
+        missing = self.of_kind("missing")
+        why = Counter("skipped in the baseline" if v.base_status == "skipped" else "allowed by --allow-missing"
+                      for v in missing if not v.failed)
+        listed = sum(why.values())
+        if not listed:
+            return ""
+        reasons = ", ".join(f"{n} {w}" for w, n in why.items()) if len(why) > 1 else next(iter(why))
+        return f"({len(missing) - listed} failing; {listed} listed only: {reasons})"
+
+    def counts_text(self) -> str:
+        """Each kind's count, '1 missing (0 failing; ...), 3 unchanged' (`missing_detail`)."""
+        detail = self.missing_detail()
+        return ", ".join(f"{n} {k.replace('_', ' ')}" + (f" {detail}" if k == "missing" and detail else "")
+                         for k, n in self.counts().items())
+
 
 # ---- comparison (pure) -----------------------------------------------------------------------
 

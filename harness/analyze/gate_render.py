@@ -1,7 +1,8 @@
 """Rendering of the regression gate's verdicts (`treebench.harness.analyze.gate`): Markdown and JUnit XML.
 
 The Markdown summary (fit for `$GITHUB_STEP_SUMMARY`) opens with PASS or FAIL and the
-failing counts, warns when nothing was compared, when baseline pairs it ran are missing and when
+failing counts (the missing count as the counts table and the log line give it, saying how many
+fail and why the others are only listed: `GateResult.missing_detail`), warns when nothing was compared, when baseline pairs it ran are missing and when
 timings are noisy, counts the verdicts per kind, then gives one table per kind in
 `KIND_TITLES` order (unchanged folded; pairs skipped in both runs for one reason folded to
 one line per backend and reason). The JUnit XML holds one testcase per verdict: a failure
@@ -72,15 +73,16 @@ def markdown(result: GateResult, baseline: str = "baseline", candidate: str = "c
 
     cfg, counts = result.config, result.counts()
     fails = ", ".join(f"{counts.get(k, 0)} {KIND_TITLES[k].split(' (')[0].lower()}" for k in FAILING)
-    missing = sum(v.kind == "missing" and v.blocking for v in result.verdicts)   # not those the baseline skipped
-    if not cfg.allow_missing:
-        fails += f", {missing} missing"
+    missing = sum(v.kind == "missing" and v.failed for v in result.verdicts)   # not those the baseline skipped
+    detail = result.missing_detail()   # which missing pairs are only listed, where some are
+    if not cfg.allow_missing or counts.get("missing"):
+        fails += f", {counts.get('missing', 0)} missing" + (f" {detail}" if detail else "")
     head = "❌ FAIL" if result.failed else "✅ PASS"
     if result.comparable == 0:
         fails += ", nothing compared"
     out = [f"## treebench gate: {head} ({fails})", ""]
     if result.comparable == 0:
-        what = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in counts.items()) or "no rows"
+        what = result.counts_text() or "no rows"
         unlike = Counter(v.detail for v in result.verdicts if v.timed_unlike)
         why = (f"; the runs were timed differently ({', '.join(f'{n} x {d}' for d, n in unlike.most_common(3))}): "
                "compare runs made with the same --timer and --l2" if unlike else
@@ -88,7 +90,8 @@ def markdown(result: GateResult, baseline: str = "baseline", candidate: str = "c
         out += [f"**Nothing was compared:** no (case, backend) pair of the baseline could be compared with the "
                 f"candidate ({what}){why}.", ""]
     if missing:
-        out += [f"**{missing} baseline pair(s) missing from the candidate** fail the gate; "
+        others = f" ({counts['missing'] - missing} more only listed: see the table)" if detail else ""
+        out += [f"**{missing} baseline pair(s) missing from the candidate** fail the gate{others}; "
                 "pass --allow-missing to accept a partial candidate.", ""]
     noisy = [v for v in result.verdicts if v.noisy]
     if noisy:
@@ -96,7 +99,8 @@ def markdown(result: GateResult, baseline: str = "baseline", candidate: str = "c
                 "reliable (see the detail column).", ""]
     out += [f"Baseline `{baseline}` vs candidate `{candidate}`: slower means median ratio > "
             f"{ratio_bound(cfg.threshold)} and one-sided Mann–Whitney U p < {cfg.alpha:g}.", "",
-            "| verdict | count |", "|---|---|", *[f"| {KIND_TITLES[k]} | {n} |" for k, n in counts.items()]]
+            "| verdict | count |", "|---|---|", *[f"| {KIND_TITLES[k]} | {n}{f' {detail}' if k == 'missing' and detail else ''} |"
+                                                      for k, n in counts.items()]]
     if result.env_notes:
         out += ["", "**Env differences (allowed):** " + "; ".join(result.env_notes)]
     for kind, title in KIND_TITLES.items():

@@ -158,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
     emit(text)
     if result.comparable == 0:
         log.warning("gate: no (case, backend) pair could be compared; failing")
-    log.info("gate: %s", ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in result.counts().items()))
+    log.info("gate: %s", result.counts_text())
     return 1 if result.failed else 0
 
 

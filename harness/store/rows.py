@@ -65,6 +65,9 @@ RUN_ID_RE = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{RUN_ID_MAX - 1}}}")   # 
 CAUSAL_BACKENDS_V1 = frozenset({"triton_causal", "causal_baseline"})
 
 
+RUN_ID_STAMP = r"[0-9]{8}T[0-9]{6}Z-[0-9a-f]{6}"   # what new_run_id makes, as a regular expression
+
+
 def new_run_id() -> str:
     """A fresh run id (a row's ``run_id``): UTC time to the second plus 6 random hex digits,
     e.g. ``20260101T120000Z-3fa2c1``; runs started in the same second still differ."""

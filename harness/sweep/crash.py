@@ -42,6 +42,7 @@ from pathlib import Path
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.inflight import CRASH_REPORT_OURS
 from treebench.harness.store.lock import abandoned, hold
+from treebench.harness.store.rows import RUN_ID_STAMP
 from treebench.harness.sweep.shard import rank_files
 
 # stdin: the pipe faulthandler writes into; argv: the line written once, before the first bytes passed on, or
@@ -133,14 +134,17 @@ RANK_FILE = re.compile(r"\.rank\d+-of-\d+\.jsonl$")   # a torchrun rank's file (
 
 def drop_crash_leftovers(folder: Path, suite: str) -> list[Path]:
     """Removes what runs of `suite` that crashed before their first row left in the default results
-    `folder`: each `<suite>-*.jsonl` that is empty and whose lock sidecar names a process that is gone
-    (`lock.abandoned`), with that sidecar, under its lock; never a file holding anything, a rank file,
-    or one whose launch left rank files beside it (their rows wait there for a --resume). Returns the
-    files removed. Raises nothing.
+    `folder`: each `<suite>-<stamp>.jsonl` (`suite` as in default file names, `cli.run.suite_name`;
+    the stamp a fresh run id's, `rows.RUN_ID_STAMP`, so never another suite's `<suite>-x-<stamp>.jsonl`
+    nor a user's `<suite>-mine.jsonl`) that is empty and whose lock sidecar names a process that is
+    gone (`lock.abandoned`), with that sidecar, under its lock; never a file holding anything, a rank
+    file, or one whose launch left rank files beside it (their rows wait there for a --resume).
+    Returns the files removed. Raises nothing.
     """
     removed: list[Path] = []
+    default = re.compile(rf"{re.escape(suite)}-{RUN_ID_STAMP}\.jsonl")
     try:
-        paths = sorted(Path(folder).glob(f"{glob.escape(suite)}-*.jsonl"))
+        paths = sorted(p for p in Path(folder).glob(f"{glob.escape(suite)}-*.jsonl") if default.fullmatch(p.name))
     except OSError:
         return removed
     for path in paths:
