@@ -14,6 +14,7 @@ from treebench.harness.cli.main import main
 from treebench.harness.model.cases import Case
 from treebench.harness.run.config import RunConfig
 from treebench.harness.run.runner import run_cases
+from treebench.harness.store.env import env_fingerprint
 from treebench.harness.store.names import report_results
 from treebench.harness.store.rows import read_rows
 from tests.broken_backends import Correct
@@ -173,28 +174,63 @@ def _env_id() -> str:
     return env_fingerprint("cpu")["env_id"]
 
 
-def test_a_run_writes_its_own_env_file_again_where_it_holds_no_fingerprint(tmp_path, caplog):
-    """env-<this run's env id>.json beside --out that is not JSON is written again from the run's
-    fingerprint (its name is the hash of what it held), with a warning; the run and its report go on."""
+@pytest.mark.parametrize("text", ["{broken\n", '{"env_id": "ffffffffffff", "x": 1}', '{"env_id": "ID"}',
+                                  '{"env_id": "ID", "x": 1}'])
+def test_a_run_writes_its_own_env_file_again_where_it_holds_no_fingerprint(tmp_path, caplog, text):
+    """env-<this run's env id>.json beside --out that is not JSON, or JSON with another env_id or without
+    the fields its id hashes, is written again from the run's fingerprint (its name is the hash of what
+    it held), with a warning; the run and its report go on."""
     (tmp_path / "s.toml").write_text(tiny_suite())
     env_file = tmp_path / f"env-{_env_id()}.json"
-    env_file.write_text("{broken\n")
+    env_file.write_text(text.replace("ID", _env_id()))
     out = tmp_path / "r.jsonl"
     assert main(["run", "--suite", str(tmp_path / "s.toml"), "--backends", "reference", "--out", str(out),
                  "--report", str(tmp_path / "r.html"), "--quiet"]) == 0
     assert json.loads(env_file.read_text())["env_id"] == read_rows([out])[0]["env"] == _env_id()
     assert (tmp_path / "r.html").is_file() and "written again from this run's fingerprint" in caplog.text
+    assert json.loads(env_file.read_text()) == {**env_fingerprint("cpu"), "peak_bw_bytes_per_s": None}
+
+
+def test_a_run_keeps_its_own_env_file_where_it_holds_this_fingerprint(tmp_path, caplog):
+    """env-<id>.json holding this run's fingerprint (the peaks measured another time) is kept as it is."""
+    (tmp_path / "s.toml").write_text(tiny_suite())
+    env_file = tmp_path / f"env-{_env_id()}.json"
+    env_file.write_text(json.dumps({**env_fingerprint("cpu"), "peak_bw_bytes_per_s": 7.0}))
+    before = env_file.read_bytes()
+    assert main(["check", "--suite", str(tmp_path / "s.toml"), "--backend", "reference", "--out",
+                 str(tmp_path / "r.jsonl"), "--quiet"]) == 0
+    assert env_file.read_bytes() == before and "written again" not in caplog.text
+
+
+@pytest.mark.parametrize("command", ["run", "check"])
+def test_a_folder_named_as_the_own_env_file_is_refused_before_any_pair(tmp_path, capsys, command):
+    """A folder named env-<this run's env id>.json beside --out is refused in one line, exit 2, before
+    any pair runs: nothing is written."""
+    (tmp_path / "s.toml").write_text(tiny_suite())
+    (tmp_path / f"env-{_env_id()}.json").mkdir()
+    argv = [command, "--suite", str(tmp_path / "s.toml"), "--out", str(tmp_path / "r.jsonl"), "--quiet"]
+    argv += ["--backends", "reference", "--report", str(tmp_path / "r.html")] if command == "run" else \
+        ["--backend", "reference"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "a folder, where the env fingerprint" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"env-{_env_id()}.json", "s.toml"]
 
 
 @pytest.mark.parametrize("text", ["{broken\n", "[1, 2]\n", "\xff\n"])
-def test_a_run_refuses_an_env_file_beside_out_its_report_could_not_read_before_writing(tmp_path, capsys, text):
+@pytest.mark.parametrize("command", ["run", "check"])
+def test_a_run_refuses_an_env_file_beside_out_its_report_could_not_read_before_writing(tmp_path, capsys, text,
+                                                                                       command):
     """Another env file beside --out that holds no fingerprint is refused in one line, exit 2, before any
-    pair runs: no results file, env file, lock or report is left, and that file is kept as it was."""
+    pair runs (by check too: report, gate and merge read its rows with that folder's env files): no
+    results file, env file, lock or report is left, and that file is kept as it was."""
     (tmp_path / "s.toml").write_text(tiny_suite())
     other = tmp_path / "env-0123456789ab.json"
     other.write_bytes(text.encode("latin-1"))
-    assert main(["run", "--suite", str(tmp_path / "s.toml"), "--backends", "reference", "--out",
-                 str(tmp_path / "r.jsonl"), "--report", str(tmp_path / "r.html"), "--quiet"]) == 2
+    argv = [command, "--suite", str(tmp_path / "s.toml"), "--out", str(tmp_path / "r.jsonl"), "--quiet"]
+    argv += ["--backends", "reference", "--report", str(tmp_path / "r.html")] if command == "run" else \
+        ["--backend", "reference"]
+    assert main(argv) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and f"env file {other} beside it" in err and "Traceback" not in err
     assert "remove or repair it, or give an --out in another folder" in err
@@ -253,6 +289,27 @@ def test_an_interrupted_merge_writes_nothing(tmp_path, monkeypatch, capsys, wher
         assert [p.name for p in new.parent.iterdir()] == ["NEW.jsonl"] and new.read_bytes() == before
     else:
         assert not new.parent.exists()
+
+
+def test_an_interrupted_merge_takes_back_an_env_file_its_out_lacked(tmp_path, monkeypatch, capsys):
+    """OUT already holds rows of the input's env but not its env file: a merge stopped while appending
+    leaves no env file it copied beside OUT, as the line says (nothing was written)."""
+    import treebench.harness.store.merge as merge
+
+    (tmp_path / "s.toml").write_text(tiny_suite(context_lens=(8, 9)))
+    big = tmp_path / "in" / "big.jsonl"
+    big.parent.mkdir()
+    assert main(["check", "--suite", str(tmp_path / "s.toml"), "--backend", "reference", "--out", str(big),
+                 "--quiet"]) == 0
+    new = tmp_path / "made" / "NEW.jsonl"
+    new.parent.mkdir()
+    new.write_text(json.dumps(read_rows([big])[0]) + "\n")   # one row of the env; its env file not copied
+    before = new.read_bytes()
+    monkeypatch.setattr(merge, "append_rows", _interrupt)
+    capsys.readouterr()
+    assert main(["merge", str(new), str(big)]) == 130
+    assert capsys.readouterr().err.strip() == "treebench: interrupted; nothing was written"
+    assert [p.name for p in new.parent.iterdir()] == ["NEW.jsonl"] and new.read_bytes() == before
 
 
 def test_a_worker_reports_what_escaped_a_task_as_its_error_row(monkeypatch):

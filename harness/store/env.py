@@ -173,14 +173,17 @@ def env_fingerprint(device: str | torch.device, peak_bw_bytes_per_s: float | Non
 
 
 def write_env(directory: str | Path, env: dict) -> Path:
-    """Writes `env` as <directory>/env-<env_id>.json (kept as it is when it exists, unless its text is
-    no env fingerprint: `_rewritable`) and returns the path.
+    """Writes `env` as <directory>/env-<env_id>.json (kept as it is when it exists and holds this
+    fingerprint; written again, with a warning, when it holds none: `_rewritable`) and returns the path.
 
     Raises:
-        ConfigError: the file cannot be written there (one line; the CLI exits 2).
+        ConfigError: the file cannot be written there, or something other than a file holds its name
+            (one line; the CLI exits 2).
     """
     path = Path(directory) / f"env-{env['env_id']}.json"
-    if not path.exists() or _rewritable(path):
+    if os.path.lexists(path) and not path.is_file():
+        raise ConfigError(_not_a_file(path))
+    if not path.exists() or _rewritable(path, env):
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -193,18 +196,33 @@ def write_env(directory: str | Path, env: dict) -> Path:
     return path
 
 
-def _rewritable(path: Path) -> bool:
-    """True, with a warning, when the env file at `path` is there but holds no env fingerprint (not JSON,
-    not an object with an env_id: `read_fingerprint`): its name is the env id, which hashes what the
-    file holds, so the fingerprint of that id written over it is what it held. False for a fingerprint,
-    and for a file that cannot be read (left for the reader to name). Raises nothing."""
+def _not_a_file(path: Path) -> str:
+    """The line refusing a folder (or another non-regular file) named as an env file."""
+    return (f"env file {path}: {'a folder' if path.is_dir() else 'not a regular file'}, where the env "
+            "fingerprint of the rows beside it goes; remove it, or give an --out in another folder")
+
+
+def _rewritable(path: Path, env: dict) -> bool:
+    """True, with a warning, when the env file at `path` is there but holds no fingerprint of `env`'s id:
+    not JSON, not an object with an env_id (`read_fingerprint`), another env_id than its name's, or
+    fields that are not those the id hashes (`env_id_of`: `{"env_id": ID}` alone, fields missing or
+    changed). Its name is the env id, which hashes what the file should hold, so `env` written over it
+    is what it should have held. False for the fingerprint of `env` (its measured peaks may differ:
+    the first ones are kept), and for a file that cannot be read (left for the reader to name).
+    Raises nothing."""
     try:
         problem = read_fingerprint(path)
     except OSError:
         return False
-    if isinstance(problem, str):
-        log.warning("env file %s: %s; written again from this run's fingerprint of the same env id", path, problem)
-    return isinstance(problem, str)
+    if isinstance(problem, dict):
+        if problem["env_id"] != env["env_id"]:
+            problem = f"env_id {problem['env_id']!r} inside, not {env['env_id']!r} as its name says"
+        elif env_id_of(problem) != env_id_of(env):
+            problem = f"its fields are not those env id {env['env_id']} hashes (some missing or changed)"
+        else:
+            return False
+    log.warning("env file %s: %s; written again from this run's fingerprint of the same env id", path, problem)
+    return True
 
 
 def read_fingerprint(path: Path) -> dict | str:
@@ -225,28 +243,31 @@ def read_fingerprint(path: Path) -> dict | str:
 
 
 def check_envs_beside(results: str | Path, env_id: str, what: str = "--out") -> None:
-    """Refuses, before a run writes anything, the env files beside `results` that its report could not
-    read (`read_envs` reads every one in that folder), but for env-<env_id>.json, which the run writes
-    again where it holds no fingerprint (`write_env`).
+    """Refuses, before a run or check writes anything, the env files beside `results` that report, gate
+    and merge could not read (`read_envs` reads every one in that folder), but for env-<env_id>.json,
+    which the run writes again where it holds no fingerprint (`write_env`); that one is refused only
+    where something other than a file holds its name (a folder), which write_env cannot replace.
 
     Raises:
         ConfigError: one line naming the file, what is wrong with it and the fix.
     """
-    own = f"env-{env_id}.json"
+    own = Path(results).parent / f"env-{env_id}.json"
+    if os.path.lexists(own) and not own.is_file():
+        raise ConfigError(f"{what} {results}: {_not_a_file(own)}")
     for f in _env_files(Path(results)):
-        if f.name == own:
+        if f.name == own.name:
             continue
         try:
             problem = read_fingerprint(f)
         except OSError as e:
             problem = f"cannot be read ({e.strerror})"
         if isinstance(problem, str):
-            raise ConfigError(f"{what} {results}: env file {f} beside it: {problem}; the run's report reads every "
-                              "env file there: remove or repair it, or give an --out in another folder")
+            raise ConfigError(f"{what} {results}: env file {f} beside it: {problem}; report, gate and merge read "
+                              "every env file there: remove or repair it, or give an --out in another folder")
 
 
 @contextlib.contextmanager
-def env_beside(results: str | Path, env: dict, undo: bool = True) -> Iterator[Path]:
+def env_beside(results: str | Path, env: dict, undo: bool = True, repair: bool = True) -> Iterator[Path]:
     """`write_env` beside the results file `results`, for the rows the with-block appends to it. When
     the block raises (an interrupt, an error) while `results` has the size it had before the block (no
     row reached it) and the env file was written here (nothing was there before), the env file is
@@ -255,17 +276,22 @@ def env_beside(results: str | Path, env: dict, undo: bool = True) -> Iterator[Pa
 
     Args:
         undo: False keeps the env file in every case (torchrun ranks: another rank's rows may need it).
+        repair: False (merge, which writes nothing when stopped) removes it also where rows already in
+            its folder named its env before the block (their env file was missing then, and is again);
+            it is kept only for rows that came since and for another writer there.
 
     Raises:
         ConfigError: as write_env; whatever the block raises, unchanged.
     """
     results = Path(results)
     there, size = (results.parent / f"env-{env['env_id']}.json").exists(), _size(results)
+    named_before = not there and not repair and _rows_name(results, env["env_id"])
     path = write_env(results.parent, env)
     try:
         yield path
     except BaseException:
-        if undo and not there and _size(results) == size and not _env_needed(results, env["env_id"]):
+        needed = other_writer_beside(results) if named_before else _env_needed(results, env["env_id"])
+        if undo and not there and _size(results) == size and not needed:
             with contextlib.suppress(OSError):
                 path.unlink()
         raise
@@ -273,12 +299,17 @@ def env_beside(results: str | Path, env: dict, undo: bool = True) -> Iterator[Pa
 
 def _env_needed(results: Path, env_id: str) -> bool:
     """True when the env file of `env_id` beside `results` may serve rows other than this run's: a
-    row of a results file in that folder names `env_id` (another run's, written since this run
-    wrote the file), or another process is writing a results file there (`lock.other_writer_beside`:
-    a run whose rows may name it); True too when the folder cannot be read. Raises nothing."""
+    row of a results file in that folder names `env_id` (`_rows_name`: another run's, written since
+    this run wrote the file), or another process is writing a results file there
+    (`lock.other_writer_beside`: a run whose rows may name it). Raises nothing."""
+    return _rows_name(results, env_id) or other_writer_beside(results)
+
+
+def _rows_name(results: Path, env_id: str) -> bool:
+    """True when a row of a results file in the folder of `results` names `env_id`, or when the
+    folder cannot be read. Raises nothing."""
     try:
-        return (find_row(results.parent, lambda r: r.get("env") == env_id, containing=env_id) is not None
-                or other_writer_beside(results))
+        return find_row(results.parent, lambda r: r.get("env") == env_id, containing=env_id) is not None
     except (ConfigError, OSError):
         return True
 

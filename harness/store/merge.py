@@ -102,6 +102,6 @@ def _append_new(out: Path, incoming: Sequence[dict], envs: dict[str, dict], with
             added.append(row)
     with contextlib.ExitStack() as written:   # env files first: a folder refusing them leaves OUT's rows as they were
         for env in envs.values():
-            written.enter_context(env_beside(out, env))
+            written.enter_context(env_beside(out, env, repair=False))   # stopped: no env file it copied stays
         append_rows(out, added)
     return added

@@ -202,7 +202,7 @@ def execute(cases, backends, opts: SweepOptions, console: Console | None = None)
 
     Raises:
         ConfigError: torchrun without --out, bad torchrun environment, an unreadable or foreign
-            results file, an env file beside --out that the run's report could not read (`env.check_envs_beside`), a --resume into a file of another suite's rows (`resume.check_same_suite`),
+            results file, an env file beside --out that report, gate and merge could not read (`env.check_envs_beside`), a --resume into a file of another suite's rows (`resume.check_same_suite`),
             a results file another process is writing (treebench.harness.store.lock).
     """
     rank = torchrun_rank()
@@ -228,7 +228,7 @@ def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Co
     device = rank_device(rank) if rank else str(default_device())
     mine = select_cases(cases, opts.shard, rank)
     env = env_fingerprint(device, measure_peak_bandwidth(device), peak_matmul_tflops=measure_matrix_rate(device))
-    if opts.run.report and opts.out is not None:   # before any pair: an env file its report could not read
+    if opts.out is not None:   # before any pair: an env file report, gate and merge could not read
         check_envs_beside(opts.out, env["env_id"])
     if opts.run.isolate:
         _release_cached(device)  # the probes' buffers would count against the workers' free memory
