@@ -13,6 +13,7 @@ import pytest
 import treebench.harness as harness
 from treebench.harness.cli.main import main
 from treebench.harness.store.rows import read_rows
+from tests.cli_errors import one_line_error as _one_line_error
 
 ROOT = Path(__file__).resolve().parent.parent
 BROKEN = ROOT / "tests" / "broken_backends.py"
@@ -39,13 +40,6 @@ def tiny(tmp_path) -> Path:
     p.write_text(TINY)
     return p
 
-
-def _one_line_error(capsys) -> str:
-    out, err = capsys.readouterr()
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("treebench: error: ") and "Traceback" not in err
-    return lines[0]
 
 
 def test_public_api():

@@ -12,6 +12,7 @@ from treebench.harness.cli.main import main
 from treebench.harness.cli.run import safe_name
 from treebench.harness.store.rows import SCHEMA, append_row, read_rows
 from tests.tiny_suites import TINY, tiny_suite
+from tests.cli_errors import one_line_error as _one_line_error
 
 @pytest.fixture
 def tiny(tmp_path) -> Path:
@@ -19,13 +20,6 @@ def tiny(tmp_path) -> Path:
     p.write_text(tiny_suite())
     return p
 
-
-def _one_line_error(capsys) -> str:
-    _, err = capsys.readouterr()
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("treebench: error: ") and "Traceback" not in err
-    return lines[0]
 
 
 def _row(i: int) -> dict:

@@ -15,6 +15,7 @@ from treebench.harness.cli.run import SAFE_NAME_MAX, safe_name
 from treebench.harness.store.names import NAME_ROOM, os_error_problem, path_problem
 from treebench.harness.store.rows import SCHEMA, append_row
 from tests.tiny_suites import TINY, tiny_suite
+from tests.cli_errors import one_line_error as _one_line_error
 
 ACCEPTANCE = Path(__file__).resolve().parents[1] / "harness/speculation/data/illustrative-geometric.toml"
 LONG = "n" * 260   # past NAME_MAX (255) on every Linux file system
@@ -47,13 +48,6 @@ def loop(tmp_path):
         return first
     return make
 
-
-def _one_line_error(capsys) -> str:
-    _, err = capsys.readouterr()
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("treebench: error: ") and "Traceback" not in err
-    return lines[0]
 
 
 def _argv(command: str, tiny: Path, rows: Path, path: str) -> list[str]:

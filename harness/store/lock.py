@@ -150,13 +150,7 @@ def live_writer(results: Path | str) -> int | None:
     is alive: a run or check still appending to it (a reader then sees the rows written so far).
     None where there is no sidecar, it names no pid yet, its process is gone or is this one, or fcntl
     is missing. Raises nothing."""
-    if fcntl is None:
-        return None
-    try:
-        text = lock_path(Path(results)).read_text(encoding="ascii", errors="replace").strip()
-    except OSError:
-        return None
-    pid = int(text) if text.isdigit() else None
+    pid = _sidecar_pid(results)
     return pid if pid is not None and pid != os.getpid() and _alive(pid) else None
 
 
@@ -164,13 +158,20 @@ def abandoned(results: Path | str) -> bool:
     """True when the sidecar of `results` was left by a writer that is gone: it names a pid that no
     process has (a run killed by a signal or a crash skips the release that deletes it). False where
     there is none, it names no pid yet (a lock being taken), or fcntl is missing. Raises nothing."""
+    pid = _sidecar_pid(results)
+    return pid is not None and not _alive(pid)
+
+
+def _sidecar_pid(results: Path | str) -> int | None:
+    """The pid the lock sidecar of `results` names; None where there is none, it names no pid (yet),
+    or fcntl is missing (nothing is locked then). Raises nothing."""
     if fcntl is None:
-        return False
+        return None
     try:
         text = lock_path(Path(results)).read_text(encoding="ascii", errors="replace").strip()
     except OSError:
-        return False
-    return text.isdigit() and not _alive(int(text))
+        return None
+    return int(text) if text.isdigit() else None
 
 
 def _alive(pid: int) -> bool:
