@@ -134,8 +134,8 @@ class _WorkerState:
             backend = self.backend(task.backend)
         except BaseException as e:  # noqa: BLE001 -- a backend that cannot load in the worker is its
             # error row (SIGINT is ignored here: no KeyboardInterrupt is a Ctrl-C's)
-            name = task.backend if isinstance(task.backend, str) else type(task.backend).__name__
-            row = _error_row(name, case, task.config, "loading the backend in the worker: " + error_reason(e))
+            row = _error_row(_task_name(task), case, task.config,
+                             "loading the backend in the worker: " + error_reason(e))
             return row, False
         row = run_case_backend(backend, case, self.case_data(case), None, device, task.config)
         lost = context_lost(row, device)
@@ -161,8 +161,14 @@ def _die_with_parent(parent_pid: int) -> None:
 def _failed_row(task: Task, e: BaseException) -> dict:
     """The error row of a task whose serving raised `e` (no backend exception gets this far:
     run_case_backend makes those rows; this is the worker's own failure around it)."""
-    name = task.backend if isinstance(task.backend, str) else type(task.backend).__name__
-    return _error_row(name, Case(**task.case_axes), task.config, "the isolated worker failed: " + error_reason(e))
+    return _error_row(_task_name(task), Case(**task.case_axes), task.config,
+                      "the isolated worker failed: " + error_reason(e))
+
+
+def _task_name(task: Task) -> str:
+    """The backend name an error row of `task` carries where no backend object is at hand: its spec
+    string (registry name or path/file.py:Class), or the class name of a backend sent as an object."""
+    return task.backend if isinstance(task.backend, str) else type(task.backend).__name__
 
 
 def _restore_cwd(cwd: str) -> None:

@@ -181,8 +181,7 @@ def write_env(directory: str | Path, env: dict) -> Path:
             (one line; the CLI exits 2).
     """
     path = Path(directory) / f"env-{env['env_id']}.json"
-    if os.path.lexists(path) and not path.is_file():
-        raise ConfigError(_not_a_file(path))
+    _refuse_non_file(path)
     if not path.exists() or _rewritable(path, env):
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         try:
@@ -196,10 +195,16 @@ def write_env(directory: str | Path, env: dict) -> Path:
     return path
 
 
-def _not_a_file(path: Path) -> str:
-    """The line refusing a folder (or another non-regular file) named as an env file."""
-    return (f"env file {path}: {'a folder' if path.is_dir() else 'not a regular file'}, where the env "
-            "fingerprint of the rows beside it goes; remove it, or give an --out in another folder")
+def _refuse_non_file(path: Path, prefix: str = "") -> None:
+    """Refuses a folder (or another non-regular file) that holds the env file's name `path`.
+
+    Raises:
+        ConfigError: one line, `prefix` first, naming it and the fix.
+    """
+    if os.path.lexists(path) and not path.is_file():
+        raise ConfigError(f"{prefix}env file {path}: {'a folder' if path.is_dir() else 'not a regular file'}, "
+                          "where the env fingerprint of the rows beside it goes; remove it, or give an --out in "
+                          "another folder")
 
 
 def _rewritable(path: Path, env: dict) -> bool:
@@ -252,8 +257,7 @@ def check_envs_beside(results: str | Path, env_id: str, what: str = "--out") -> 
         ConfigError: one line naming the file, what is wrong with it and the fix.
     """
     own = Path(results).parent / f"env-{env_id}.json"
-    if os.path.lexists(own) and not own.is_file():
-        raise ConfigError(f"{what} {results}: {_not_a_file(own)}")
+    _refuse_non_file(own, f"{what} {results}: ")
     for f in _env_files(Path(results)):
         if f.name == own.name:
             continue
