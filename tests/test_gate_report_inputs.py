@@ -641,16 +641,22 @@ def test_report_with_every_file_after_against_says_against_took_them(tmp_path, c
     assert rc == 2 and "give the results files (RESULTS)" in err, err
 
 
-@pytest.mark.parametrize("command", ["gate", "report"])
+@pytest.mark.parametrize("command", ["gate", "report", "merge", "plan"])
 def test_a_results_file_another_run_is_writing_is_read_with_one_warning(tmp_path, capsys, command):
-    """A results file whose lock sidecar names a live process (a run still appending): gate and report
-    go on, after one warning line that its rows may be partial; once that process is gone, no warning."""
+    """A results file whose lock sidecar names a live process (a run still appending): gate, report,
+    merge and plan go on, after one warning line that its rows may be partial; once that process is
+    gone, no warning."""
     import subprocess
+
+    from treebench.harness.speculation.acceptance import shipped_models
 
     base = _write(tmp_path / "b.jsonl", [_row("c1")])
     cand = _write(tmp_path / "c.jsonl", [_row("c1", seed=2)])
-    argv = (["gate", "--baseline", str(base), "--candidate", str(cand)] if command == "gate" else
-            ["report", str(cand), "-o", str(tmp_path / "r.html")])
+    out = tmp_path / "out"
+    argv = {"gate": ["gate", "--baseline", str(base), "--candidate", str(cand)],
+            "report": ["report", str(cand), "-o", str(tmp_path / "r.html")],
+            "merge": ["merge", str(out / "m.jsonl"), str(cand)],   # a new OUT each time: the rows are merged twice
+            "plan": ["plan", "--results", str(cand), "--acceptance", str(shipped_models()[0])]}[command]
     writer = subprocess.Popen(["sleep", "60"])
     try:
         (tmp_path / "c.jsonl.lock").write_text(f"{writer.pid}\n")
@@ -658,9 +664,12 @@ def test_a_results_file_another_run_is_writing_is_read_with_one_warning(tmp_path
     finally:
         writer.kill()
         writer.wait()
-    label = "gate --candidate" if command == "gate" else "report"
+    label = {"gate": "gate --candidate"}.get(command, command)
     assert rc == 0 and [line for line in err.splitlines() if "being written" in line] == [
         f"WARNING  {label}: results file {cand} is still being written by another treebench process (pid "
         f"{writer.pid}): its rows may be partial; read it again once that run ends"], err
+    if command == "merge":
+        assert len((out / "m.jsonl").read_text().splitlines()) == 1
+        (out / "m.jsonl").unlink()
     rc, _, err = _main(capsys, *argv)
     assert rc == 0 and "being written" not in err, err
