@@ -28,8 +28,8 @@ def add_merge_arguments(p) -> None:
 def run_merge(args) -> int:
     """`treebench merge OUT INPUT...`: appends the inputs' rows not yet in OUT (key: case_id,
     backend, env, timer, L2 state; a row of a known key measured later is appended too:
-    `shard.merge_results`) and copies their env files beside OUT. An input that another run is still
-    writing is merged with a warning that its rows may be partial (`validate.warn_live_writers`).
+    `shard.merge_results`) and copies their env files beside OUT; warns of an input a run is still
+    writing (`validate.warn_live_writers`).
 
     Raises:
         ConfigError: an empty OUT, inputs without result rows, a row that report or gate would
@@ -44,7 +44,7 @@ def run_merge(args) -> int:
     out = check_path_name(args.out, "merge OUT", NAME_ROOM)
     inputs = [Path(p) for p in args.inputs]
     rows = read_merge_inputs(inputs)   # checked as report and gate check them, before OUT is touched
-    warn_live_writers(merge_row_inputs(inputs), "merge")   # an input a run still appends to: merged as it is now
+    warn_live_writers(merge_row_inputs(inputs), "merge")
     if not rows:
         raise ConfigError(f"merge {' '.join(args.inputs)}: no result rows; point it at .jsonl result files "
                           "or folders of them (folders are not searched recursively)")

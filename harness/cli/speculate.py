@@ -172,8 +172,7 @@ def add_plan_arguments(p) -> None:
 
 def run_plan(args) -> int:
     """Prints the verdict table (``treebench.harness.speculation.plan``) and the best trees' choices lists;
-    a results file that another run is still writing is read with a warning that its rows may be partial
-    (`validate.warn_live_writers`).
+    warns of a results file a run is still writing (`validate.warn_live_writers`).
 
     Raises:
         ConfigError: bad --step-us, acceptance file or results, or a --backends that names nothing, names
@@ -191,7 +190,7 @@ def run_plan(args) -> int:
     if args.max_depth is not None and args.max_depth < 1:
         raise ConfigError(f"--max-depth {args.max_depth}: give a depth >= 1")
     curves = load_curves(args.results)
-    warn_live_writers(args.results, "plan")   # a results file a run still appends to: planned from its rows so far
+    warn_live_writers(args.results, "plan")
     if args.backends is not None:
         names = comma_list(args.backends, "--backends")
         if not names:
