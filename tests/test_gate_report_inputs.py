@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from treebench.harness.cli import main as cli
-from treebench.harness.analyze import gate, gate_render
+from treebench.harness.analyze import gate, gate_inputs, gate_render
 from treebench.harness.cli import gate as gate_cmd
 from treebench.harness.analyze import report
 from treebench.harness.analyze.gate import GateConfig, compare_runs
@@ -605,18 +605,18 @@ def test_a_zero_median_does_not_break_the_report(tmp_path):
 
 
 def test_env_field_differences_name_each_differing_field_with_both_sides_values():
-    """Per field of gate.ENV_FIELDS in order: the baseline's and the candidate's values, ', '-joined when
+    """Per field of gate_inputs.ENV_FIELDS in order: the baseline's and the candidate's values, ', '-joined when
     a side's rows span several envs; fields alike, fields outside ENV_FIELDS and envs without a file
     are left out, and the gate's note lines are made of the same values."""
     base_envs = {"a": {"driver": "570", "torch": "2.9", "hostname": "x"}}
     cand_envs = {"b": {"driver": "575", "torch": "2.9", "hostname": "y"},
                  "c": {"driver": "580", "torch": "2.9", "hostname": "y"}}
     base_rows, cand_rows = [{"env": "a"}], [{"env": "b"}, {"env": "c"}, {"env": "gone"}]
-    assert gate.env_field_differences(base_envs, cand_envs, base_rows, cand_rows) == [
-        gate.EnvDifference("driver", "570", "575, 580")]
-    assert gate.env_differences(base_envs, cand_envs, base_rows, cand_rows) == [
+    assert gate_inputs.env_field_differences(base_envs, cand_envs, base_rows, cand_rows) == [
+        gate_inputs.EnvDifference("driver", "570", "575, 580")]
+    assert gate_inputs.env_differences(base_envs, cand_envs, base_rows, cand_rows) == [
         "candidate env fingerprint env-gone.json not found beside its results", "driver: 570 -> 575, 580"]
-    assert gate.env_field_differences(base_envs, {"b": base_envs["a"]}, base_rows, [{"env": "b"}]) == []
+    assert gate_inputs.env_field_differences(base_envs, {"b": base_envs["a"]}, base_rows, [{"env": "b"}]) == []
 
 
 @pytest.mark.parametrize("gpu", [None, "NVIDIA H200"])
@@ -625,9 +625,9 @@ def test_cpu_env_fields_count_between_two_cpu_runs_only(gpu):
     runs whose hosts' CPUs differ do not (GPU-timed rows)."""
     base = {"a": {"gpu_name": gpu, "torch": "2.9", "cpu_model": "Xeon A", "torch_threads": 1}}
     cand = {"b": {"gpu_name": gpu, "torch": "2.9", "cpu_model": "EPYC B", "torch_threads": 2}}
-    found = gate.env_field_differences(base, cand, [{"env": "a"}], [{"env": "b"}])
-    assert found == ([] if gpu else [gate.EnvDifference("cpu_model", "Xeon A", "EPYC B"),
-                                     gate.EnvDifference("torch_threads", "1", "2")])
+    found = gate_inputs.env_field_differences(base, cand, [{"env": "a"}], [{"env": "b"}])
+    assert found == ([] if gpu else [gate_inputs.EnvDifference("cpu_model", "Xeon A", "EPYC B"),
+                                     gate_inputs.EnvDifference("torch_threads", "1", "2")])
 
 
 def test_report_with_every_file_after_against_says_against_took_them(tmp_path, capsys):
