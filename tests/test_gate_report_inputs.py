@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from treebench.harness.cli import main as cli
-from treebench.harness.analyze import gate, gate_render
+from treebench.harness.analyze import gate, gate_inputs, gate_render
 from treebench.harness.cli import gate as gate_cmd
 from treebench.harness.analyze import report
 from treebench.harness.analyze.gate import GateConfig, compare_runs
@@ -605,18 +605,18 @@ def test_a_zero_median_does_not_break_the_report(tmp_path):
 
 
 def test_env_field_differences_name_each_differing_field_with_both_sides_values():
-    """Per field of gate.ENV_FIELDS in order: the baseline's and the candidate's values, ', '-joined when
+    """Per field of gate_inputs.ENV_FIELDS in order: the baseline's and the candidate's values, ', '-joined when
     a side's rows span several envs; fields alike, fields outside ENV_FIELDS and envs without a file
     are left out, and the gate's note lines are made of the same values."""
     base_envs = {"a": {"driver": "570", "torch": "2.9", "hostname": "x"}}
     cand_envs = {"b": {"driver": "575", "torch": "2.9", "hostname": "y"},
                  "c": {"driver": "580", "torch": "2.9", "hostname": "y"}}
     base_rows, cand_rows = [{"env": "a"}], [{"env": "b"}, {"env": "c"}, {"env": "gone"}]
-    assert gate.env_field_differences(base_envs, cand_envs, base_rows, cand_rows) == [
-        gate.EnvDifference("driver", "570", "575, 580")]
-    assert gate.env_differences(base_envs, cand_envs, base_rows, cand_rows) == [
+    assert gate_inputs.env_field_differences(base_envs, cand_envs, base_rows, cand_rows) == [
+        gate_inputs.EnvDifference("driver", "570", "575, 580")]
+    assert gate_inputs.env_differences(base_envs, cand_envs, base_rows, cand_rows) == [
         "candidate env fingerprint env-gone.json not found beside its results", "driver: 570 -> 575, 580"]
-    assert gate.env_field_differences(base_envs, {"b": base_envs["a"]}, base_rows, [{"env": "b"}]) == []
+    assert gate_inputs.env_field_differences(base_envs, {"b": base_envs["a"]}, base_rows, [{"env": "b"}]) == []
 
 
 @pytest.mark.parametrize("gpu", [None, "NVIDIA H200"])
@@ -625,9 +625,9 @@ def test_cpu_env_fields_count_between_two_cpu_runs_only(gpu):
     runs whose hosts' CPUs differ do not (GPU-timed rows)."""
     base = {"a": {"gpu_name": gpu, "torch": "2.9", "cpu_model": "Xeon A", "torch_threads": 1}}
     cand = {"b": {"gpu_name": gpu, "torch": "2.9", "cpu_model": "EPYC B", "torch_threads": 2}}
-    found = gate.env_field_differences(base, cand, [{"env": "a"}], [{"env": "b"}])
-    assert found == ([] if gpu else [gate.EnvDifference("cpu_model", "Xeon A", "EPYC B"),
-                                     gate.EnvDifference("torch_threads", "1", "2")])
+    found = gate_inputs.env_field_differences(base, cand, [{"env": "a"}], [{"env": "b"}])
+    assert found == ([] if gpu else [gate_inputs.EnvDifference("cpu_model", "Xeon A", "EPYC B"),
+                                     gate_inputs.EnvDifference("torch_threads", "1", "2")])
 
 
 def test_report_with_every_file_after_against_says_against_took_them(tmp_path, capsys):
@@ -641,16 +641,22 @@ def test_report_with_every_file_after_against_says_against_took_them(tmp_path, c
     assert rc == 2 and "give the results files (RESULTS)" in err, err
 
 
-@pytest.mark.parametrize("command", ["gate", "report"])
+@pytest.mark.parametrize("command", ["gate", "report", "merge", "plan"])
 def test_a_results_file_another_run_is_writing_is_read_with_one_warning(tmp_path, capsys, command):
-    """A results file whose lock sidecar names a live process (a run still appending): gate and report
-    go on, after one warning line that its rows may be partial; once that process is gone, no warning."""
+    """A results file whose lock sidecar names a live process (a run still appending): gate, report,
+    merge and plan go on, after one warning line that its rows may be partial; once that process is
+    gone, no warning."""
     import subprocess
+
+    from treebench.harness.speculation.acceptance import shipped_models
 
     base = _write(tmp_path / "b.jsonl", [_row("c1")])
     cand = _write(tmp_path / "c.jsonl", [_row("c1", seed=2)])
-    argv = (["gate", "--baseline", str(base), "--candidate", str(cand)] if command == "gate" else
-            ["report", str(cand), "-o", str(tmp_path / "r.html")])
+    out = tmp_path / "out"
+    argv = {"gate": ["gate", "--baseline", str(base), "--candidate", str(cand)],
+            "report": ["report", str(cand), "-o", str(tmp_path / "r.html")],
+            "merge": ["merge", str(out / "m.jsonl"), str(cand)],   # a new OUT each time: the rows are merged twice
+            "plan": ["plan", "--results", str(cand), "--acceptance", str(shipped_models()[0])]}[command]
     writer = subprocess.Popen(["sleep", "60"])
     try:
         (tmp_path / "c.jsonl.lock").write_text(f"{writer.pid}\n")
@@ -658,9 +664,12 @@ def test_a_results_file_another_run_is_writing_is_read_with_one_warning(tmp_path
     finally:
         writer.kill()
         writer.wait()
-    label = "gate --candidate" if command == "gate" else "report"
+    label = {"gate": "gate --candidate"}.get(command, command)
     assert rc == 0 and [line for line in err.splitlines() if "being written" in line] == [
         f"WARNING  {label}: results file {cand} is still being written by another treebench process (pid "
         f"{writer.pid}): its rows may be partial; read it again once that run ends"], err
+    if command == "merge":
+        assert len((out / "m.jsonl").read_text().splitlines()) == 1
+        (out / "m.jsonl").unlink()
     rc, _, err = _main(capsys, *argv)
     assert rc == 0 and "being written" not in err, err

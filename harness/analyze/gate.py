@@ -8,7 +8,8 @@ ratio is beyond the threshold, as only those can change verdict, and batched: pa
 equal sample counts share one 2-D call, `treebench.harness.timing.stats.mannwhitney_pvalues`).
 Either alone is not enough: with hundreds of samples the test finds 1% drifts significant, and a
 ratio alone flags noise. A case that passed and now mismatches or errors is a
-*correctness loss* and always fails. New, missing, fixed, skipped, still
+*correctness loss* and always fails, as does an error where the baseline skipped or lacks
+the pair (*newly erroring*). New, missing, fixed, skipped, still
 failing and incomparable (different timers or L2 states, too few samples) cases are
 reported apart and do not fail the gate, except: a baseline (case, backend)
 the candidate lacks ("missing") fails unless `--allow-missing` or the baseline
@@ -20,8 +21,8 @@ Timings whose spread is high (CV > 0.1 or IQR/median > 0.2,
 `treebench.harness.timing.stats.is_noisy`) are flagged "noisy" in the Markdown.
 
 Env fingerprints (GPU, SM count, driver, CUDA, torch, triton, xformers,
-flashinfer) must match (`env_differences` lists what differs), else the comparison
-is refused unless `--allow-env-mismatch`. This module holds the verdict kinds
+flashinfer) must match (`gate_inputs.env_differences` lists what differs), else the
+comparison is refused unless `--allow-env-mismatch`. This module holds the verdict kinds
 (`KIND_TITLES`, `FAILING`) and the comparison, pure functions over rows;
 `treebench.harness.analyze.gate_render` draws the Markdown and the JUnit XML, and
 `treebench.harness.cli.gate` is `treebench gate` (reading files, exit codes).
@@ -35,16 +36,17 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import cast
 
+from treebench.harness.analyze.gate_inputs import EnvDifference
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.rows import row_l2_flushed, timing_key, timing_label
 from treebench.harness.store.validate import latest_rows
 from treebench.harness.timing.stats import NOISE_RULE, is_noisy, mannwhitney_pvalues
 
-FAILING = ("slower", "correctness_loss")  # the kinds that fail the gate
+FAILING = ("slower", "correctness_loss", "newly_erroring")  # the kinds that fail the gate
 KIND_TITLES = {  # every verdict kind with its title, in the summary's display order
     "correctness_loss": "Correctness lost (fails the gate)",
+    "newly_erroring": "Newly erroring (fails the gate: the baseline skipped or lacks the pair)",
     "slower": "Slower (fails the gate)",
     "faster": "Faster",
     "fixed": "Fixed",
@@ -56,11 +58,8 @@ KIND_TITLES = {  # every verdict kind with its title, in the summary's display o
     "unchanged": "Unchanged",
 }
 COMPARED = ("correctness_loss", "slower", "faster", "fixed", "still_failing", "unchanged")
-ENV_FIELDS = ("gpu_name", "sm_count", "driver", "cuda", "torch", "triton", "xformers", "flashinfer")
-# compared too when every env of both runs is a CPU's (no gpu_name): a CPU run's times follow the
-# processor and torch's intra-op threads (GPU-timed rows do not)
-CPU_ENV_FIELDS = ("cpu_model", "cpu_count", "torch_threads", "omp_num_threads", "triton_interpret")
 BAD = ("mismatch", "error")
+NEW_ERROR_WHY = {False: "skipped in the baseline", True: "not in the baseline"}   # keyed by: no baseline row
 
 
 @dataclass(frozen=True)
@@ -119,15 +118,6 @@ class Verdict:
 
 
 @dataclass(frozen=True)
-class EnvDifference:
-    """One env field (ENV_FIELDS) whose values differ between the two runs' fingerprints."""
-
-    field: str       # e.g. "driver"
-    baseline: str    # the baseline's value(s), ", "-joined when its rows span several envs
-    candidate: str   # the candidate's value(s), likewise
-
-
-@dataclass(frozen=True)
 class GateResult:
     """All verdicts of one comparison."""
 
@@ -167,10 +157,22 @@ class GateResult:
         reasons = ", ".join(f"{n} {w}" for w, n in why.items()) if len(why) > 1 else next(iter(why))
         return f"({len(missing) - listed} failing; {listed} listed only: {reasons})"
 
+    def erroring_detail(self) -> str:
+        """Why the newly erroring pairs fail, '(skipped in the baseline)', '(1 skipped in the baseline,
+        2 not in the baseline)'; '' where there is none."""
+        why = Counter(NEW_ERROR_WHY[v.base_status is None] for v in self.of_kind("newly_erroring"))
+        if len(why) < 2:
+            return f"({next(iter(why))})" if why else ""
+        return f"({', '.join(f'{n} {w}' for w, n in why.items())})"
+
+    def kind_detail(self, kind: str) -> str:
+        """What follows `kind`'s count in the headline, the counts table and the log line."""
+        return {"missing": self.missing_detail, "newly_erroring": self.erroring_detail}.get(kind, str)()
+
     def counts_text(self) -> str:
-        """Each kind's count, '1 missing (0 failing; ...), 3 unchanged' (`missing_detail`)."""
-        detail = self.missing_detail()
-        return ", ".join(f"{n} {k.replace('_', ' ')}" + (f" {detail}" if k == "missing" and detail else "")
+        """Each kind's count, '1 newly erroring (skipped in the baseline), 1 missing (0 failing; ...),
+        3 unchanged' (`kind_detail`)."""
+        return ", ".join(f"{n} {k.replace('_', ' ')}" + (f" {d}" if (d := self.kind_detail(k)) else "")
                          for k, n in self.counts().items())
 
 
@@ -212,10 +214,15 @@ def compare_runs(base_rows: Iterable[dict], cand_rows: Iterable[dict], config: G
     for k in {(v.case_id, v.backend) for v in extra_verdicts}:   # name the timing of a pair's first verdict too
         verdicts[k] = _with_timing(verdicts[k], base[k])
     found = [*verdicts.values(), *extra_verdicts]
-    if not config.allow_missing:   # a pair the baseline skipped has nothing to regress from
-        found = [dataclasses.replace(v, blocking=True) if v.kind == "missing" and v.base_status != "skipped" else v
-                 for v in found]
+    found = [_missing_rule(v, config) if v.kind == "missing" and v.base_status != "skipped" else v for v in found]
     return GateResult(tuple(sorted(found, key=_order)), config, tuple(env_notes))
+
+
+def _missing_rule(v: Verdict, config: GateConfig) -> Verdict:
+    """A missing pair the baseline ran: failing, or with `allow_missing` saying it is allowed."""
+    if config.allow_missing:
+        return dataclasses.replace(v, detail=f"{v.detail}; allowed by --allow-missing, so it does not fail the gate")
+    return dataclasses.replace(v, blocking=True)
 
 
 def significance_tests(pairs: Iterable[tuple[dict | None, dict | None]], config: GateConfig) -> dict[tuple, float]:
@@ -254,6 +261,8 @@ def classify(base: dict | None, cand: dict | None, config: GateConfig,
          "base_status": base and base["status"], "cand_status": cand and cand["status"]}
     if base is None:
         assert cand is not None
+        if cand["status"] == "error":
+            return Verdict(kind="newly_erroring", detail=_new_error_line(cand, None), **v)
         return Verdict(kind="new", detail=_status_line(cand), **v)
     if cand is None:
         was = (f"skipped: {base.get('reason') or ''}; nothing to regress from, so it does not fail the gate"
@@ -267,6 +276,8 @@ def classify(base: dict | None, cand: dict | None, config: GateConfig,
         return Verdict(kind="skipped", detail=f"{was}: {cand.get('reason') or ''}", **v)
     if bs in BAD and cs == "pass":
         return Verdict(kind="fixed", detail=f"baseline was {_status_line(base)}", **v)
+    if bs == "skipped" and cs == "error":
+        return Verdict(kind="newly_erroring", detail=_new_error_line(cand, base), **v)
     if bs == "skipped":
         return Verdict(kind="new", detail=f"{_status_line(cand)} (baseline skipped: {base.get('reason')})", **v)
     if cs in BAD:
@@ -278,6 +289,13 @@ def _status_line(row: dict) -> str:
     """'status: reason' of a row (just the status when there is no reason)."""
     reason = row.get("reason")
     return f"{row['status']}: {reason}" if reason else row["status"]
+
+
+def _new_error_line(cand: dict, base: dict | None) -> str:
+    """'error (skipped in the baseline): <reason> (baseline skipped: <its reason>)' or 'error (not in
+    the baseline): <reason>'."""
+    line = f"error ({NEW_ERROR_WHY[base is None]})" + (f": {cand['reason']}" if cand.get("reason") else "")
+    return line if base is None else f"{line} (baseline skipped: {base.get('reason')})"
 
 
 def timing_verdict(base: dict, cand: dict, config: GateConfig, v: dict,
@@ -340,34 +358,3 @@ def _unlike_timing(base: dict, cand: dict) -> str:
     what = [f"timer {base.get('timer')} vs {cand.get('timer')}"] if base.get("timer") != cand.get("timer") else []
     what += [f"L2 {words[bl]} vs {words[cl]}"] if bl != cl else []
     return "; ".join(what)
-
-
-def env_field_differences(base_envs: dict[str, dict], cand_envs: dict[str, dict],
-                          base_rows: Sequence[dict], cand_rows: Sequence[dict]) -> list[EnvDifference]:
-    """The env fields (ENV_FIELDS, in that order, then CPU_ENV_FIELDS when every env of both sides
-    is a CPU's) whose values differ between the fingerprints of the envs `base_rows` and
-    `cand_rows` name; envs without a fingerprint in `*_envs` are left out."""
-    sides = [[envs[i] for i in sorted(cast("set[str]", {r.get("env") for r in rows if r.get("env")})) if i in envs]
-             for envs, rows in ((base_envs, base_rows), (cand_envs, cand_rows))]
-    out = []
-    on_cpu = all(sides) and not any(e.get("gpu_name") for side in sides for e in side)
-    for f in ENV_FIELDS + (CPU_ENV_FIELDS if on_cpu else ()):
-        b, c = ({str(e.get(f)) for e in side} for side in sides)
-        if b and c and b != c:
-            out.append(EnvDifference(f, ", ".join(sorted(b)), ", ".join(sorted(c))))
-    return out
-
-
-def env_differences(base_envs: dict[str, dict], cand_envs: dict[str, dict],
-                    base_rows: Sequence[dict], cand_rows: Sequence[dict]) -> list[str]:
-    """One line per env field (ENV_FIELDS) whose values differ between the runs' fingerprints
-    (`env_field_differences`), 'field: baseline -> candidate'.
-
-    A row whose env fingerprint file is missing counts as a difference.
-    """
-    notes = []
-    for envs, rows, name in ((base_envs, base_rows, "baseline"), (cand_envs, cand_rows, "candidate")):
-        ids = sorted(cast("set[str]", {r.get("env") for r in rows if r.get("env")}))
-        notes += [f"{name} env fingerprint env-{i}.json not found beside its results" for i in ids if i not in envs]
-    fields = env_field_differences(base_envs, cand_envs, base_rows, cand_rows)
-    return notes + [f"{d.field}: {d.baseline} -> {d.candidate}" for d in fields]

@@ -5,9 +5,9 @@ share a results file or a run passes whatever was measured: a run compared with 
 regression to find (`refuse_shared_files`, `refuse_shared_runs`).
 Without ``--allow-env-mismatch``, rows whose env fingerprint file is not beside them
 (`refuse_missing_env`) and fingerprints that differ (`refuse_env_differences`) are refused
-too. Each refusal is a ConfigError of one line that names the command and its flags
-(`Sides`), so both commands say it in the same words; the CLI turns it into exit 2 before
-anything is written.
+too (`env_differences` finds them). Each refusal is a ConfigError of one line that
+names the command and its flags (`Sides`), so both commands say it in the same words; the CLI
+turns it into exit 2 before anything is written.
 """
 
 from __future__ import annotations
@@ -15,11 +15,16 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.env import missing_env_line
 from treebench.harness.store.rows import result_files
 
+ENV_FIELDS = ("gpu_name", "sm_count", "driver", "cuda", "torch", "triton", "xformers", "flashinfer")
+# compared too when every env of both runs is a CPU's (no gpu_name): a CPU run's times follow the
+# processor and torch's intra-op threads (GPU-timed rows do not)
+CPU_ENV_FIELDS = ("cpu_model", "cpu_count", "torch_threads", "omp_num_threads", "triton_interpret")
 SAME_RUN = "the gate would compare a run with itself and pass: give the baseline's and a new run's results"
 
 
@@ -30,6 +35,15 @@ class Sides:
     command: str     # "gate", "report"
     baseline: str    # the baseline's option, e.g. "--baseline"
     candidate: str   # the candidate's option or argument, e.g. "--candidate"
+
+
+@dataclass(frozen=True)
+class EnvDifference:
+    """One env field (ENV_FIELDS) whose values differ between the two runs' fingerprints."""
+
+    field: str       # e.g. "driver"
+    baseline: str    # the baseline's value(s), ", "-joined when its rows span several envs
+    candidate: str   # the candidate's value(s), likewise
 
 
 GATE = Sides("gate", "--baseline", "--candidate")
@@ -104,7 +118,7 @@ def refuse_missing_env(paths: Sequence[str | Path], rows: Sequence[dict], envs: 
 
 
 def refuse_env_differences(notes: Sequence[str], sides: Sides) -> None:
-    """Refuses env fingerprints that differ (`notes`: `treebench.harness.analyze.gate.env_differences`).
+    """Refuses env fingerprints that differ (`notes`: `env_differences`).
 
     Raises:
         ConfigError: `notes` is not empty.
@@ -112,3 +126,34 @@ def refuse_env_differences(notes: Sequence[str], sides: Sides) -> None:
     if notes:
         raise ConfigError(f"{sides.command}: env fingerprints differ ({'; '.join(notes)}); compare runs from the "
                           "same GPU and software, or pass --allow-env-mismatch")
+
+
+def env_field_differences(base_envs: dict[str, dict], cand_envs: dict[str, dict],
+                          base_rows: Sequence[dict], cand_rows: Sequence[dict]) -> list[EnvDifference]:
+    """The env fields (ENV_FIELDS, in that order, then CPU_ENV_FIELDS when every env of both sides
+    is a CPU's) whose values differ between the fingerprints of the envs `base_rows` and
+    `cand_rows` name; envs without a fingerprint in `*_envs` are left out."""
+    sides = [[envs[i] for i in sorted(cast("set[str]", {r.get("env") for r in rows if r.get("env")})) if i in envs]
+             for envs, rows in ((base_envs, base_rows), (cand_envs, cand_rows))]
+    out = []
+    on_cpu = all(sides) and not any(e.get("gpu_name") for side in sides for e in side)
+    for f in ENV_FIELDS + (CPU_ENV_FIELDS if on_cpu else ()):
+        b, c = ({str(e.get(f)) for e in side} for side in sides)
+        if b and c and b != c:
+            out.append(EnvDifference(f, ", ".join(sorted(b)), ", ".join(sorted(c))))
+    return out
+
+
+def env_differences(base_envs: dict[str, dict], cand_envs: dict[str, dict],
+                    base_rows: Sequence[dict], cand_rows: Sequence[dict]) -> list[str]:
+    """One line per env field (ENV_FIELDS) whose values differ between the runs' fingerprints
+    (`env_field_differences`), 'field: baseline -> candidate'.
+
+    A row whose env fingerprint file is missing counts as a difference.
+    """
+    notes = []
+    for envs, rows, name in ((base_envs, base_rows, "baseline"), (cand_envs, cand_rows, "candidate")):
+        ids = sorted(cast("set[str]", {r.get("env") for r in rows if r.get("env")}))
+        notes += [f"{name} env fingerprint env-{i}.json not found beside its results" for i in ids if i not in envs]
+    fields = env_field_differences(base_envs, cand_envs, base_rows, cand_rows)
+    return notes + [f"{d.field}: {d.baseline} -> {d.candidate}" for d in fields]

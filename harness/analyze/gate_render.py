@@ -1,12 +1,12 @@
 """Rendering of the regression gate's verdicts (`treebench.harness.analyze.gate`): Markdown and JUnit XML.
 
 The Markdown summary (fit for `$GITHUB_STEP_SUMMARY`) opens with PASS or FAIL and the
-failing counts (the missing count as the counts table and the log line give it, saying how many
-fail and why the others are only listed: `GateResult.missing_detail`), warns when nothing was compared, when baseline pairs it ran are missing and when
-timings are noisy, counts the verdicts per kind, then gives one table per kind in
-`KIND_TITLES` order (unchanged folded; pairs skipped in both runs for one reason folded to
-one line per backend and reason). The JUnit XML holds one testcase per verdict: a failure
-for what fails the gate, skipped for what was not compared.
+failing counts (the newly erroring and missing counts as the counts table and the log line give
+them, saying why: `GateResult.kind_detail`), warns when nothing was compared, when baseline pairs
+it ran are missing and when timings are noisy, counts the verdicts per kind, then gives one table
+per kind in `KIND_TITLES` order (unchanged folded; pairs skipped in both runs for one reason folded
+to one line per backend and reason). The JUnit XML holds one testcase per verdict: a failure for
+what fails the gate, skipped for what was not compared.
 
 The verdict kinds (`FAILING`, `KIND_TITLES`) and the verdicts themselves come from
 `treebench.harness.analyze.gate`, which never imports this module.
@@ -72,7 +72,8 @@ def markdown(result: GateResult, baseline: str = "baseline", candidate: str = "c
     """The gate's Markdown summary (headline, counts, one table per kind; unchanged folded)."""
 
     cfg, counts = result.config, result.counts()
-    fails = ", ".join(f"{counts.get(k, 0)} {KIND_TITLES[k].split(' (')[0].lower()}" for k in FAILING)
+    fails = ", ".join(f"{counts.get(k, 0)} {KIND_TITLES[k].split(' (')[0].lower()}"
+                      + (f" {d}" if (d := result.kind_detail(k)) else "") for k in FAILING)
     missing = sum(v.kind == "missing" and v.failed for v in result.verdicts)   # not those the baseline skipped
     detail = result.missing_detail()   # which missing pairs are only listed, where some are
     if not cfg.allow_missing or counts.get("missing"):
@@ -99,8 +100,8 @@ def markdown(result: GateResult, baseline: str = "baseline", candidate: str = "c
                 "reliable (see the detail column).", ""]
     out += [f"Baseline `{baseline}` vs candidate `{candidate}`: slower means median ratio > "
             f"{ratio_bound(cfg.threshold)} and one-sided Mann–Whitney U p < {cfg.alpha:g}.", "",
-            "| verdict | count |", "|---|---|", *[f"| {KIND_TITLES[k]} | {n}{f' {detail}' if k == 'missing' and detail else ''} |"
-                                                      for k, n in counts.items()]]
+            "| verdict | count |", "|---|---|",
+            *[f"| {KIND_TITLES[k]} | {n}{f' {d}' if (d := result.kind_detail(k)) else ''} |" for k, n in counts.items()]]
     if result.env_notes:
         out += ["", "**Env differences (allowed):** " + "; ".join(result.env_notes)]
     for kind, title in KIND_TITLES.items():
@@ -118,8 +119,8 @@ def markdown(result: GateResult, baseline: str = "baseline", candidate: str = "c
 
 def junit_xml(result: GateResult) -> str:
     """JUnit XML: one testcase per verdict, so per (case, backend) and per extra timing of
-    one (named "case [timing]"); failure for slower and correctness loss, skipped for
-    everything that was not compared."""
+    one (named "case [timing]"); failure for what fails the gate, skipped for everything else
+    that was not compared."""
     suite = ET.Element("testsuite", name="treebench.gate", tests=str(len(result.verdicts)),
                        failures=str(sum(v.failed for v in result.verdicts)),
                        skipped=str(sum(v.kind not in ("unchanged", "faster", "fixed") and not v.failed

@@ -5,10 +5,10 @@ is missing and env fingerprints that differ unless `--allow-env-mismatch`, compa
 (`treebench.harness.analyze.gate.compare_runs`) and writes the Markdown summary on
 stdout (fit for `$GITHUB_STEP_SUMMARY`), optionally appended to `--summary` and as
 JUnit XML to `--junit` (`treebench.harness.analyze.gate_render`). Exit 0 pass, 1 fail
-(a significant slowdown, a correctness loss, a missing pair the baseline ran, nothing compared), 2 bad
-input (a ConfigError, turned into one line by `treebench.harness.cli.main`), 130 on
-Ctrl-C (143 on SIGTERM), also one that the gate's libraries drop or turn into another error
-(`treebench.harness.run.inflight.interrupts_noted`).
+(a significant slowdown, a correctness loss, an error on a pair the baseline skipped or lacks, a
+missing pair the baseline ran, nothing compared), 2 bad input (a ConfigError, turned into one
+line by `treebench.harness.cli.main`), 130 on Ctrl-C (143 on SIGTERM), also one that the gate's
+libraries drop or turn into another error (`treebench.harness.run.inflight.interrupts_noted`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from treebench.harness.analyze.gate_inputs import (GATE, refuse_env_differences, refuse_missing_env,
-                                                   refuse_no_rows, refuse_shared_files, refuse_shared_runs)
+from treebench.harness.analyze.gate_inputs import (GATE, env_differences, refuse_env_differences,
+                                                   refuse_missing_env, refuse_no_rows, refuse_shared_files,
+                                                   refuse_shared_runs)
 from treebench.harness.cli.common import comma_list, emit
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.inflight import interrupts_noted
@@ -144,7 +145,7 @@ def _only(rows: list[dict], backends: set[str] | None, paths: Sequence[str], fla
 
 def run(args: argparse.Namespace) -> int:
     """Runs the gate and writes its files (`_compare`), then prints the Markdown summary; returns 0
-    (pass) or 1 (slower or correctness loss). The gate's libraries (numpy, scipy) load and its files
+    (pass) or 1 (fail: `GateResult.failed`). The gate's libraries (numpy, scipy) load and its files
     are written inside `inflight.interrupts_noted`, so that a Ctrl-C they drop or turn into another
     error still stops the command before the summary is printed.
 
@@ -172,7 +173,7 @@ def _compare(args: argparse.Namespace) -> tuple[GateResult, str]:
             cannot be written, or, without --allow-env-mismatch, an env file missing beside its rows
             or env fingerprints that differ.
     """
-    from treebench.harness.analyze.gate import GateConfig, compare_runs, env_differences   # numpy: not for --help
+    from treebench.harness.analyze.gate import GateConfig, compare_runs   # numpy: not for --help
     from treebench.harness.analyze.gate_render import markdown
 
     config = GateConfig(_fraction(str(args.threshold)), args.alpha, args.min_samples,

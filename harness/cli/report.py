@@ -19,8 +19,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from treebench.harness.analyze.gate_inputs import (REPORT, refuse_env_differences, refuse_missing_env,
-                                                   refuse_no_rows, refuse_shared_files, refuse_shared_runs)
+from treebench.harness.analyze.gate_inputs import (REPORT, env_differences, env_field_differences,
+                                                   refuse_env_differences, refuse_missing_env, refuse_no_rows,
+                                                   refuse_shared_files, refuse_shared_runs)
 from treebench.harness.analyze.roles import DEFAULT_BASELINES, DEFAULT_OWN, OWN_KERNELS
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.inflight import interrupts_noted
@@ -163,7 +164,7 @@ def _gate(args: argparse.Namespace, rows: list[dict], envs: dict[str, dict]) -> 
         ConfigError: unreadable baseline results, a baseline without rows, a file or run on both sides, or, without
             --allow-env-mismatch, a missing env file or env fingerprints that differ.
     """
-    from treebench.harness.analyze.gate import GateConfig, compare_runs, env_differences, env_field_differences
+    from treebench.harness.analyze.gate import GateConfig, compare_runs
 
     refuse_shared_files(args.against, args.results, REPORT)
     base_rows, base_envs = read_checked_rows(args.against, "report --against"), read_envs(args.against)

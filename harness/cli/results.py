@@ -28,20 +28,23 @@ def add_merge_arguments(p) -> None:
 def run_merge(args) -> int:
     """`treebench merge OUT INPUT...`: appends the inputs' rows not yet in OUT (key: case_id,
     backend, env, timer, L2 state; a row of a known key measured later is appended too:
-    `shard.merge_results`) and copies their env files beside OUT.
+    `shard.merge_results`) and copies their env files beside OUT; warns of an input a run is still
+    writing (`validate.warn_live_writers`).
 
     Raises:
         ConfigError: an empty OUT, inputs without result rows, a row that report or gate would
             refuse (names file, line and field), a bad OUT file, an OUT that a run is writing.
     """
     from treebench.harness.store.lock import hold
-    from treebench.harness.store.merge import merge_results, read_merge_inputs
+    from treebench.harness.store.merge import merge_results, merge_row_inputs, read_merge_inputs
+    from treebench.harness.store.validate import warn_live_writers
 
     if not args.out.strip():
         raise ConfigError("merge OUT is empty: give a results file path such as results/merged.jsonl")
     out = check_path_name(args.out, "merge OUT", NAME_ROOM)
     inputs = [Path(p) for p in args.inputs]
     rows = read_merge_inputs(inputs)   # checked as report and gate check them, before OUT is touched
+    warn_live_writers(merge_row_inputs(inputs), "merge")
     if not rows:
         raise ConfigError(f"merge {' '.join(args.inputs)}: no result rows; point it at .jsonl result files "
                           "or folders of them (folders are not searched recursively)")

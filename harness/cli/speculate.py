@@ -171,7 +171,8 @@ def add_plan_arguments(p) -> None:
 
 
 def run_plan(args) -> int:
-    """Prints the verdict table (``treebench.harness.speculation.plan``) and the best trees' choices lists.
+    """Prints the verdict table (``treebench.harness.speculation.plan``) and the best trees' choices lists;
+    warns of a results file a run is still writing (`validate.warn_live_writers`).
 
     Raises:
         ConfigError: bad --step-us, acceptance file or results, or a --backends that names nothing, names
@@ -182,12 +183,14 @@ def run_plan(args) -> int:
     from treebench.harness.speculation.cost import load_curves, parse_step_us
     from treebench.harness.speculation.plan import format_table, plan
     from treebench.harness.speculation.search import choices_text
+    from treebench.harness.store.validate import warn_live_writers
 
     step = parse_step_us(args.step_us)
     model = load_model(args.acceptance)
     if args.max_depth is not None and args.max_depth < 1:
         raise ConfigError(f"--max-depth {args.max_depth}: give a depth >= 1")
     curves = load_curves(args.results)
+    warn_live_writers(args.results, "plan")
     if args.backends is not None:
         names = comma_list(args.backends, "--backends")
         if not names:
