@@ -346,6 +346,16 @@ def ws1_config(rows: int, head_dim: int, batch_size: int, num_kv_heads: int, num
     1.00x of 3. At B 64 (512 programs) it took 1.02-1.03x of the tl kernel's gather, which keeps
     it there.
 
+    Also WS1 for bf16 / fp16 pools of 9-16 rows (full:3:1's 16 at G 4; WS1_FEW_ROWS) at D 128 in
+    that one wave, whether TMA reads whole 64-token tiles (page_path "tma", P 64 and up) or one box
+    per page: its producer warp keeps three 64-token tiles in flight per SM where the tl kernel's
+    16-row tile needs 4 splits to fill the GPU, and no merge runs. Measured on the H200 for full:3:1
+    at B 16, L 1024 and 2048, P 16 and 128, L2 flushed, flashinfer_xqa and vllm_triton in the same
+    process (`results/h200/kernel/decode-ws1.txt`, the `ws1x3 splits1` candidate, WS1 with one
+    split): 0.92-0.96x of the tl kernel's 16-row tile with 4 splits; full:3:0's 4 rows took
+    0.98-0.99x at P 16 and 1.00-1.02x at P 128 and keep the tl kernel; 2 or 4 splits of WS1 took
+    1.04-1.21x, 4 or 6 stages 0.99-1.04x of 3. Rows 9-15 were not measured (no seed tree has them).
+
     fp8 pools (fp8 True, with the warp-specialised fp8 build on, fp8_ws): WS1_FP8 where rows is
     33-64, D is 128, TMA reads the pool (page_path "tma" or "tma-page") and the B * Hkv programs
     fill at least TC_FULL_FRACTION of the SMs: the tl kernel converts every tile in the warps
@@ -367,14 +377,18 @@ def ws1_config(rows: int, head_dim: int, batch_size: int, num_kv_heads: int, num
         fp8_ws: fp8 pools may take the warp-specialised kernel (`KernelOptions.ws_fp8`).
     Raises nothing."""
     programs = batch_size * num_kv_heads
-    if not (32 < rows <= 64 and head_dim == 128):
+    few = WS1_FEW_ROWS[0] < rows <= WS1_FEW_ROWS[1] and not fp8
+    if not ((32 < rows <= 64 or few) and head_dim == 128):
         return None
     if fp8:
         return WS1_FP8 if fp8_ws and page_path in ("tma", "tma-page") and programs >= TC_FULL_FRACTION * num_sms \
             else None
-    if page_path == "tma-page" and TC_FULL_FRACTION * num_sms <= programs <= num_sms:
+    if (page_path == "tma-page" or few and page_path == "tma") and TC_FULL_FRACTION * num_sms <= programs <= num_sms:
         return WS1
     return None
+
+
+WS1_FEW_ROWS = (8, 16)   # (above, up to): the rows per KV head of the decode-like batches WS1 also takes
 
 
 def ws_page_path(page_size: int, block_n: int, page_tma: bool = False, gather: bool = False) -> str:

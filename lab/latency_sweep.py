@@ -186,6 +186,10 @@ DECODE_TILES = ((16, 64, 4, 3), (16, 64, 2, 2), (16, 32, 2, 4), (16, 128, 4, 3),
 DECODE_TILE_SPLITS = ((16, 32, 2, 3, 6), (16, 32, 2, 3, 8), (16, 32, 2, 4, 4), (16, 32, 2, 4, 6), (16, 32, 2, 4, 8),
                       (16, 64, 2, 3, 4), (16, 64, 2, 3, 6), (16, 64, 2, 2, 6), (16, 64, 2, 2, 8), (16, 32, 4, 3, 8),
                       (16, 64, 4, 3, 4), (16, 128, 4, 2, 4))
+# the warp-specialised kernel with one consumer warpgroup for the decode cells' 4-16 rows per KV head,
+# (stages, splits), named `ws1x{stages} splits{n}` (forced: a config with ws 1): a producer warp's TMA
+# ring of up to 6 tiles in flight per SM, against the tl kernel's software pipelining of 2-4 stages
+DECODE_WS1 = tuple((st, n) for st in (3, 4, 6) for n in (1, 2, 4))
 BATCHED_SHORT_TREES = ("full:3:2", "full:3:3", "vllm:pr_27", "eagle:mc_sim_7b_63", "medusa:mc_sim_7b_63")
 # tl tiles for the batched L 16 cells, (BLOCK_M, BLOCK_N, warps, stages); those whose BLOCK_N holds
 # every S_b (16 + T: 29-80 tokens) also in the one-tile build
@@ -230,7 +234,10 @@ def candidates(group: str, page_size: int, smoke: bool = False) -> list[tuple]:
                  for bm, bn, w, st in DECODE_TILES[::3 if smoke else 1]]
         tile_splits = [(f"tl{bm}x{bn}w{w}s{st} splits{n}", KernelConfig(bm, bn, w, st), KernelOptions(),
                         {"ws": False, "num_splits": n}) for bm, bn, w, st, n in DECODE_TILE_SPLITS[::6 if smoke else 1]]
-        return out[:1] + splits + tiles + tile_splits
+        ws1 = [] if smoke else [   # Gluon needs a GPU
+            (f"ws1x{st} splits{n}", KernelConfig(64, 64, 4, st, 168, 0, 1), KernelOptions(), {"num_splits": n})
+            for st, n in DECODE_WS1]
+        return out[:1] + [("tl", None, KernelOptions(), {"ws": False})] + splits + tiles + tile_splits + ws1
     if group == "ws1":
         ws1 = [] if smoke else [   # Gluon needs a GPU
             *((f"ws1x{c[3]}", KernelConfig(*c), KernelOptions()) for c in WS1_CONFIGS),   # named by stages

@@ -161,6 +161,31 @@ def test_plan_takes_one_consumer_warpgroup_for_full32_at_b16_on_gpu(page_size, c
     assert not TreeAttention(build_inputs(fp8, DEVICE), options=KernelOptions(ws_fp8=False)).ws
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA GPU")
+@pytest.mark.parametrize("page_size", [16, 128])
+@pytest.mark.parametrize("context_len", [1024, "ragged:900-1100"])
+def test_plan_takes_one_consumer_warpgroup_for_full31_at_b16_on_gpu(page_size, context_len):
+    """full:3:1 (16 rows at G 4) at B 16, Hkv 8: where the B * Hkv programs fill the GPU in one
+    wave the plan takes WS1 with one split at P 16 (a TMA box per page) and P 128 (whole tiles),
+    and the output matches the float64 reference; full:3:0 (4 rows), B 64 and e4m3 pools keep the
+    tl kernel (`ws1_config`)."""
+    import dataclasses
+
+    from treebench.kernels.tree_attention_plan import WS1
+    case = Case(batch_size=16, context_len=context_len, tree="full:3:1", page_size=page_size,
+                num_q_heads=32, num_kv_heads=8, head_dim=128)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    ta = run(case)
+    if not 0.9 * sms <= 16 * 8 <= sms:
+        assert not ta.ws            # another GPU's SM count: the rule does not hold
+        pytest.skip(f"{sms} SMs: B 16 x Hkv 8 programs are not one wave that fills them")
+    assert ta.plan.config == WS1 and ta.plan.num_splits == 1
+    assert ta.kernel == f"ws {'tma-page' if page_size == 16 else 'tma'} splits=1"
+    for other in (dict(tree="full:3:0"), dict(batch_size=64), dict(kv_dtype="float8_e4m3fn")):
+        assert not run(dataclasses.replace(case, **other)).ws, other
+
+
 # ---- the warp-specialised kernel's page paths (KernelOptions.ws_gather) ----------------
 
 
@@ -327,7 +352,7 @@ def test_latency_sweep_refuses_bad_arguments_and_runs_in_the_interpreter(tmp_pat
     rows = json.loads(out.read_text())["rows"]
     assert {r["group"] for r in rows} == {"fp8", "b1", "fp8_latency", "decode"} and {r["status"] for r in rows} == {"pass"}
     decode = {r["candidate"]: r for r in rows if r["group"] == "decode"}       # split counts and tiles
-    assert set(decode) == {"default", "splits1", "splits8", "tl16x64w4s3", "tl16x128w4s3", "tl16x32w2s3 splits6",
+    assert set(decode) == {"default", "tl", "splits1", "splits8", "tl16x64w4s3", "tl16x128w4s3", "tl16x32w2s3 splits6",
                            "tl16x64w2s3 splits6"}
     assert decode["splits8"]["splits"] == 8 and "block_n=128" in decode["tl16x128w4s3"]["config"]
     assert decode["tl16x32w2s3 splits6"]["splits"] == 6 and "block_n=32" in decode["tl16x32w2s3 splits6"]["config"]

@@ -593,6 +593,17 @@ def test_ws_fills_when_the_tl_kernel_needs_more_than_one_wave():
     (52, 128, 14, "tma", True, False),           # 112 programs: split-KV keeps the tl kernel
     (52, 128, 64, "gather", True, False),        # fp8 pools are read by TMA only
     (16, 128, 64, "tma", True, False),           # full:3:1's 16 rows: the tl kernel's 16-row tile
+    (16, 128, 16, "tma", False, True),           # full:3:1's 16 rows at B 16 over bf16: WS1, one split
+    (16, 128, 16, "tma-page", False, True),      # ... at P 16 / 32 too
+    (9, 128, 16, "tma", False, True),            # the few-rows range's lower end
+    (8, 128, 16, "tma", False, False),           # full:3:0-like rows (4-8): the tl kernel
+    (4, 128, 16, "tma-page", False, False),      # full:3:0's 4 rows at P 16: the tl kernel
+    (16, 128, 16, "gather", False, False),       # P 8: no TMA path
+    (16, 128, 64, "tma", False, False),          # B 64: 512 programs, several waves
+    (16, 128, 14, "tma", False, False),          # 112 programs: split-KV keeps the tl kernel
+    (16, 64, 16, "tma", False, False),           # D 64: not measured
+    (16, 128, 16, "tma", True, False),           # fp8 pools of 16 rows: the tl kernel's 16-row tile
+    (24, 128, 16, "tma", False, False),          # 17-32 rows: the table's 32-row tile
     (52, 64, 64, "tma", True, False),            # D 64: not measured
     (52, 64, 16, "tma-page", False, False),      # D 64: not measured
     (32, 128, 16, "tma-page", False, False),     # 32 rows: the table's 32-row tile
@@ -600,7 +611,8 @@ def test_ws_fills_when_the_tl_kernel_needs_more_than_one_wave():
 ])
 def test_ws1_config_only_where_measured(rows, d, batch, page_path, fp8, expect):
     """`ws1_config` (132 SMs, Hkv 8): one consumer warpgroup for 33-64 rows at D 128 over
-    bf16/fp16 pools read one TMA box per page, when the B * Hkv programs fill 0.9-1.0 of the SMs;
+    bf16/fp16 pools read one TMA box per page, and for 9-16 rows read by TMA either way, when the
+    B * Hkv programs fill 0.9-1.0 of the SMs;
     over fp8 pools read by TMA (WS1_FP8, a converter warpgroup beside) from 0.9 of the SMs up."""
     from treebench.kernels.tree_attention_plan import WS1, WS1_FP8, ws1_config
     got = ws1_config(rows, d, batch, 8, 132, page_path, fp8=fp8)
