@@ -5,6 +5,7 @@ that keeps two runs from appending to one results file."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -246,8 +247,9 @@ def test_sigterm_in_the_first_pair_exits_143_and_leaves_the_results_file_as_it_w
     code, err = stop_when_hung(["check", "--suite", tiny, "--backend", f"{FAULTS}:Hangs", "--out", out, "--quiet"],
                                tmp_path, signal.SIGTERM)
     assert code == 143, err
-    line = err.strip().splitlines()[-1]
-    assert line == f"treebench: terminated (SIGTERM) before this run's first row; {out} is left as it was", line
+    line = re.sub(r"env-\w+", "env-ID", err.strip().splitlines()[-1])
+    assert line == (f"treebench: terminated (SIGTERM) before this run's first row; {out} is left as it was; the env "
+                    f"file {tmp_path}/env-ID.json it had written beside it is removed"), line
     assert out.exists()
 
 
@@ -259,9 +261,12 @@ def test_ctrl_c_before_the_first_row_removes_the_results_file_the_sweep_created(
     out = tmp_path / "d" / "rows.jsonl"
     code, err = stop_when_hung([*argv, "--suite", tiny, "--out", out, "--quiet"], tmp_path, signal.SIGINT)
     assert code == 130, err
-    assert err.strip().splitlines()[-1] == (f"treebench: interrupted before any row was written: the empty results "
-                                            f"file {out} it had created is removed"), err
+    line = re.sub(r"env-\w+", "env-ID", err.strip().splitlines()[-1])
+    said = "the env file {}/env-{}.json it had written beside it is removed"
+    assert line == (f"treebench: interrupted before any row was written: the empty results file {out} it had created "
+                    f"is removed; {said.format(out.parent, 'ID')}"), line
     assert not out.exists() and not list(out.parent.glob("*.jsonl*")) and not list(out.parent.glob("env-*.json"))
+    assert said.format("d", "<env_id>") in " ".join((ROOT / "README.md").read_text().split())   # the README says so
 
 
 @pytest.mark.parametrize("argv, code", [

@@ -31,6 +31,12 @@ def _run(suite, *extra) -> list[str]:
     return ["run", "--suite", str(suite), "--backends", "reference", "--quiet", *extra]
 
 
+def _env_removed(out: Path) -> str:
+    from treebench.harness.store.env import env_fingerprint
+    env_id = env_fingerprint("cpu")["env_id"]
+    return f"; the env file {out.parent}/env-{env_id}.json it had written beside it is removed"
+
+
 @pytest.mark.parametrize("report_name", ["same", "old.jsonl", "suite.toml", "notes.html"])
 def test_report_path_that_is_not_html_is_refused_and_left_alone(tiny, tmp_path, capsys, report_name):
     out = tmp_path / "x.jsonl"
@@ -379,7 +385,8 @@ def test_an_interrupt_during_the_first_pair_says_the_results_file_is_left_as_it_
     before = out.read_bytes()
     assert main([command, "--suite", str(tiny), backend, "reference", "--out", str(out), "--quiet"]) == 130
     lines = capsys.readouterr().err.strip().splitlines()
-    assert lines[-1] == f"treebench: interrupted before this run's first row; {out} is left as it was", lines
+    env = _env_removed(out) if "runner" in where else ""   # the env file is written before the first pair
+    assert lines[-1] == f"treebench: interrupted before this run's first row; {out} is left as it was{env}", lines
     assert out.read_bytes() == before
 
 
@@ -418,11 +425,14 @@ def test_a_stop_before_the_first_row_takes_back_the_env_file_it_wrote(tiny, tmp_
     real = runner.run_case_backend
     with monkeypatch.context() as m:
         m.setattr(*((runner, "run_case_backend", interrupted) if stop == "interrupt" else (rows, "_fsync", broken)))
-        argv = [command, "--suite", str(suite), backend, "reference", "--out", str(out), "--quiet"]
+        argv = [command, "--suite", "two.toml", backend, "reference", "--out", "d/r.jsonl", "--quiet"]
         assert main(argv) == (130 if stop == "interrupt" else 2)
     line = capsys.readouterr().err.strip().splitlines()[-1]
-    assert (f"{out} is left as it was" if out_there else f"the empty results file {out} it had created is removed"
-            ) in line, line
+    env = "" if env_there else f"; the env file d/{env_file.name} it had written beside it is removed"
+    assert (f"d/r.jsonl is left as it was{env}" if out_there else
+            f"before any row was written: the empty results file d/r.jsonl it had created is removed{env}") in line
+    assert line.startswith("treebench: interrupted" if stop == "interrupt" else
+                           "treebench: error: could not write d/r.jsonl: ") and str(tmp_path) not in line, line
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
     calls = []
 
@@ -438,8 +448,8 @@ def test_a_stop_before_the_first_row_takes_back_the_env_file_it_wrote(tiny, tmp_
 
 @pytest.mark.parametrize("command, backend", [("run", "--backends"), ("check", "--backend")])
 @pytest.mark.parametrize("other", ["rows written", "writing"])
-def test_a_stop_before_the_first_row_keeps_the_env_file_another_run_shares(tiny, tmp_path, monkeypatch, command,
-                                                                            backend, other):
+def test_a_stop_before_the_first_row_keeps_the_env_file_another_run_shares(tiny, tmp_path, monkeypatch, capsys,
+                                                                            command, backend, other):
     """Two runs with --out files in one folder share its env file. The run that wrote it, stopped
     before its first row, leaves it where the other run has since written rows naming it, or is
     writing its results file (holding its lock): those rows keep their fingerprint."""
@@ -449,6 +459,7 @@ def test_a_stop_before_the_first_row_keeps_the_env_file_another_run_shares(tiny,
     from treebench.harness.store.env import env_fingerprint
     from treebench.harness.store.lock import hold
 
+    monkeypatch.chdir(tmp_path)
     folder = tmp_path / "d"
     folder.mkdir()
     mine, theirs = folder / "a.jsonl", folder / "b.jsonl"
@@ -464,8 +475,11 @@ def test_a_stop_before_the_first_row_keeps_the_env_file_another_run_shares(tiny,
         raise KeyboardInterrupt
     monkeypatch.setattr(runner, "run_case_backend", other_run_then_interrupted)
     with other_run:
-        assert main([command, "--suite", str(tiny), backend, "reference", "--out", str(mine), "--quiet"]) == 130
+        assert main([command, "--suite", str(tiny), backend, "reference", "--out", "d/a.jsonl", "--quiet"]) == 130
         assert env_file.is_file() and not mine.exists()
+    why = "rows in that folder name its env" if other == "rows written" else "another run is writing a results file"
+    assert f"file d/a.jsonl it had created is removed; the env file d/{env_file.name} it had written beside it is " \
+        f"kept: {why}" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("sidecar, writing", [("a.jsonl.lock", False), ("b.jsonl.lock", True),
@@ -613,8 +627,8 @@ def test_a_row_the_disk_cannot_hold_is_cut_off_again(tmp_path, capsys, caplog, m
     assert code == 2
     assert line.startswith(f"treebench: error: could not write {out}: {os.strerror(errno.ENOSPC)}; "), line
     if not existed:
-        assert not out.exists() and line.endswith(f"the empty results file {out} it had created is removed; free "
-                                                  "space, then run the same command again"), line
+        assert not out.exists() and line.endswith(f"the empty results file {out} it had created is removed"
+                                                  f"{_env_removed(out)}; free space, then run the same command again")
         return
     assert out.read_bytes() == before + (rows_seen[0] if full_at else b"")
     check_writable(out)
@@ -623,8 +637,8 @@ def test_a_row_the_disk_cannot_hold_is_cut_off_again(tmp_path, capsys, caplog, m
         rows = read_rows([out])                                         # no torn line to warn of
     assert not caplog.records and len(rows) == 1 + full_at
     if full_at == 0:
-        assert line.endswith(f"stopped before this run's first row: {out} is left as it was; free space, then run "
-                             "the same command again"), line
+        assert line.endswith(f"stopped before this run's first row: {out} is left as it was{_env_removed(out)}; free "
+                             "space, then run the same command again"), line
     else:
         run_id = rows[-1]["run_id"]
         assert line.endswith(f"rows already written are kept in {out}, run_id {run_id}; free space, then run the "

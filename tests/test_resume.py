@@ -169,15 +169,18 @@ def test_dry_run_counts_the_pairs_that_will_be_skipped(suite, tmp_path, capsys):
     assert not out.exists()
 
 
-def test_the_dry_run_says_which_stored_pairs_run_again_and_times_only_those_that_run(suite, tmp_path, capsys):
+def test_the_dry_run_says_which_stored_pairs_run_again_and_times_only_those_that_run(suite, tmp_path, capsys,
+                                                                                     monkeypatch):
     """Without --resume the stored pairs are counted apart: those that run again, those only recorded
     as skipped again; the estimate counts the pairs that run. With --resume all are skipped: nothing to run, so no
     estimate, and no pace of earlier runs."""
-    out = tmp_path / "r.jsonl"
+    monkeypatch.chdir(tmp_path)
+    out = Path("r.jsonl")
     assert main(_run(suite, out, backends="reference,xformers_tree")) == 0   # xformers: 12 skipped rows
     capsys.readouterr()
     assert main(_run(suite, out, "--dry-run", backends="reference,xformers_tree")) == 0
     text = " ".join(capsys.readouterr().out.split())
+    assert str(tmp_path) not in text
     assert (f"2 backends: 12 pairs to run here, 12 to be recorded as skipped (backend unavailable or case "
             f"unsupported); already stored in {out} for this env: 12 of the 12 pairs to run (they run again) and "
             "12 of those to be recorded as skipped (recorded again); add --resume to skip them estimated time: "

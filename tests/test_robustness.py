@@ -425,9 +425,10 @@ def test_a_run_id_given_again_for_one_out_is_warned_of(tmp_path, capsys, monkeyp
         monkeypatch.delenv(name, raising=False)
     if source:
         monkeypatch.setenv(source, "job42")
-    suite, out = tmp_path / "two.toml", tmp_path / "r.jsonl"
+    monkeypatch.chdir(tmp_path)
+    suite, out = tmp_path / "two.toml", "d/r.jsonl"
     suite.write_text(tiny_suite("two", (8, 12)))
-    argv = ["check", "--suite", str(suite), "--backend", "reference", "--out", str(out), "--quiet"]
+    argv = ["check", "--suite", "two.toml", "--backend", "reference", "--out", out, "--quiet"]
     assert main([*argv, "--shard", "0/2"]) == 0
     assert capsys.readouterr().err == ""
     assert main([*argv, *(["--resume"] if resume else [])]) == 0

@@ -176,18 +176,19 @@ def _env_id() -> str:
 
 @pytest.mark.parametrize("text", ["{broken\n", '{"env_id": "ffffffffffff", "x": 1}', '{"env_id": "ID"}',
                                   '{"env_id": "ID", "x": 1}'])
-def test_a_run_writes_its_own_env_file_again_where_it_holds_no_fingerprint(tmp_path, caplog, text):
+def test_a_run_writes_its_own_env_file_again_where_it_holds_no_fingerprint(tmp_path, monkeypatch, caplog, text):
     """env-<this run's env id>.json beside --out that is not JSON, or JSON with another env_id or without
     the fields its id hashes, is written again from the run's fingerprint (its name is the hash of what
     it held), with a warning; the run and its report go on."""
+    monkeypatch.chdir(tmp_path)
     (tmp_path / "s.toml").write_text(tiny_suite())
     env_file = tmp_path / f"env-{_env_id()}.json"
     env_file.write_text(text.replace("ID", _env_id()))
-    out = tmp_path / "r.jsonl"
-    assert main(["run", "--suite", str(tmp_path / "s.toml"), "--backends", "reference", "--out", str(out),
-                 "--report", str(tmp_path / "r.html"), "--quiet"]) == 0
-    assert json.loads(env_file.read_text())["env_id"] == read_rows([out])[0]["env"] == _env_id()
-    assert (tmp_path / "r.html").is_file() and "written again from this run's fingerprint" in caplog.text
+    assert main(["run", "--suite", "s.toml", "--backends", "reference", "--out", "r.jsonl", "--report", "r.html",
+                 "--quiet"]) == 0
+    assert json.loads(env_file.read_text())["env_id"] == read_rows(["r.jsonl"])[0]["env"] == _env_id()
+    (warning,) = [m for m in caplog.messages if "written again" in m]
+    assert (tmp_path / "r.html").is_file() and warning.startswith(f"env file {env_file.name}: "), warning
     assert json.loads(env_file.read_text()) == {**env_fingerprint("cpu"), "peak_bw_bytes_per_s": None}
 
 
@@ -203,36 +204,38 @@ def test_a_run_keeps_its_own_env_file_where_it_holds_this_fingerprint(tmp_path, 
 
 
 @pytest.mark.parametrize("command", ["run", "check"])
-def test_a_folder_named_as_the_own_env_file_is_refused_before_any_pair(tmp_path, capsys, command):
+def test_a_folder_named_as_the_own_env_file_is_refused_before_any_pair(tmp_path, monkeypatch, capsys, command):
     """A folder named env-<this run's env id>.json beside --out is refused in one line, exit 2, before
     any pair runs: nothing is written."""
+    monkeypatch.chdir(tmp_path)
     (tmp_path / "s.toml").write_text(tiny_suite())
     (tmp_path / f"env-{_env_id()}.json").mkdir()
-    argv = [command, "--suite", str(tmp_path / "s.toml"), "--out", str(tmp_path / "r.jsonl"), "--quiet"]
-    argv += ["--backends", "reference", "--report", str(tmp_path / "r.html")] if command == "run" else \
-        ["--backend", "reference"]
+    argv = [command, "--suite", "s.toml", "--out", "r.jsonl", "--quiet"]
+    argv += ["--backends", "reference", "--report", "r.html"] if command == "run" else ["--backend", "reference"]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "a folder, where the env fingerprint" in err, err
+    assert len(err.strip().splitlines()) == 1 and str(tmp_path) not in err, err
+    assert f"error: --out r.jsonl: env file env-{_env_id()}.json: a folder, where the env fingerprint" in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"env-{_env_id()}.json", "s.toml"]
 
 
 @pytest.mark.parametrize("text", ["{broken\n", "[1, 2]\n", "\xff\n"])
 @pytest.mark.parametrize("command", ["run", "check"])
-def test_a_run_refuses_an_env_file_beside_out_its_report_could_not_read_before_writing(tmp_path, capsys, text,
-                                                                                       command):
+def test_a_run_refuses_an_env_file_beside_out_its_report_could_not_read_before_writing(tmp_path, monkeypatch, capsys,
+                                                                                       text, command):
     """Another env file beside --out that holds no fingerprint is refused in one line, exit 2, before any
     pair runs (by check too: report, gate and merge read its rows with that folder's env files): no
     results file, env file, lock or report is left, and that file is kept as it was."""
+    monkeypatch.chdir(tmp_path)
     (tmp_path / "s.toml").write_text(tiny_suite())
     other = tmp_path / "env-0123456789ab.json"
     other.write_bytes(text.encode("latin-1"))
-    argv = [command, "--suite", str(tmp_path / "s.toml"), "--out", str(tmp_path / "r.jsonl"), "--quiet"]
-    argv += ["--backends", "reference", "--report", str(tmp_path / "r.html")] if command == "run" else \
-        ["--backend", "reference"]
+    argv = [command, "--suite", "s.toml", "--out", "r.jsonl", "--quiet"]
+    argv += ["--backends", "reference", "--report", "r.html"] if command == "run" else ["--backend", "reference"]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and f"env file {other} beside it" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err and str(tmp_path) not in err, err
+    assert f"error: --out r.jsonl: env file {other.name} beside it: " in err, err
     assert "remove or repair it, or give an --out in another folder" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == [other.name, "s.toml"]
     assert other.read_bytes() == text.encode("latin-1")

@@ -100,7 +100,7 @@ def run(args) -> int:
     opts = replace(opts, run=replace(opts.run, run_id=run_id, suite=suite.name))
     out = claim_results(args.out, run_id, args.dry_run) if args.out else None
     with crash_advice(None if opts.run.isolate or args.dry_run else crash_lines(out, run_id)):
-        result = execute(suite.cases, [backend], replace(opts, out=out and out.absolute()),   # as run does
+        result = execute(suite.cases, [backend], replace(opts, out=out and out.absolute(), shown=out),   # as run does
                          CONSOLE)   # a crash: a line naming --isolate
     CREATED_OUT[0] = None   # the sweep is over: its file holds what it wrote, kept whatever follows
     if args.dry_run:

@@ -316,8 +316,10 @@ def _drop_unwritten_out() -> Path | None:
 
 
 def _removed(out: Path) -> str:
-    """What the line says of a results file that `_drop_unwritten_out` removed."""
-    return f"before any row was written: the empty results file {out} it had created is removed"
+    """What the line says of the results file `_drop_unwritten_out` removed (`out`, as given) and its env file."""
+    from treebench.harness.store.outputs import ENV_NOTE
+
+    return f"before any row was written: the empty results file {out} it had created is removed{ENV_NOTE[0]}"
 
 
 def _interrupted(terminated: bool, name: str | None) -> int:
@@ -331,19 +333,19 @@ def _interrupted(terminated: bool, name: str | None) -> int:
     whether each file it writes was written (`outputs_note`); or, stopped before the subcommand
     was known (`name` None), that nothing was written."""
     from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID, NOTHING_WRITTEN
-    from treebench.harness.run.inflight import kept_rows, report_note, unwritten_note
+    from treebench.harness.run.inflight import kept_rows, pairs_done, report_note, unwritten_note
     from treebench.harness.store.outputs import outputs_note
 
     out, run_id, removed = ACTIVE_OUT[0], ACTIVE_RUN_ID[0], _drop_unwritten_out()
     where = "" if out is None else kept_rows(out, run_id, "to finish, run")
     what = "terminated (SIGTERM)" if terminated else "interrupted"
     if removed:
-        line = f"{what} {_removed(removed)}"
+        line = f"{what} {_removed(out or removed)}"
     elif name == "run" and (due := report_note()):
         line = f"{what}{due}"
     elif out is None and NOTHING_WRITTEN[0]:
-        line = f"{what}{_pairs_done()}; {NOTHING_WRITTEN[0]}"
-    elif name in ("run", "check") and (unwritten := unwritten_note()):
+        line = f"{what}{pairs_done()}; {NOTHING_WRITTEN[0]}"
+    elif name in ("run", "check") and (unwritten := unwritten_note(out)):
         line = f"{what} before this run's first row; {unwritten}"
     elif name is None:
         line = f"{what} while starting; nothing was written"
@@ -356,27 +358,21 @@ def _interrupted(terminated: bool, name: str | None) -> int:
     return TERMINATED if terminated else INTERRUPTED
 
 
-def _pairs_done() -> str:
-    """' after N of M pairs' of the sweep in progress (treebench.harness.run.inflight.PROGRESS),
-    '' before its runner started."""
-    from treebench.harness.cli.common import plural
-    from treebench.harness.run.inflight import PROGRESS
-
-    return "" if (done := PROGRESS[0]) is None else f" after {done[0]} of {plural(done[1], 'pair')}"
-
-
 def _not_written(e: OSError) -> int:
     """The one line when a write finds no space (ENOSPC, EDQUOT: free space) or rows fail to append (ResultsWriteError:
     EIO, EROFS, ...): the file, the error, that the rows before are kept (the failed row is cut off: store.rows), from
     a run or check --out with their run_id, --resume and `treebench rm`; before its first row, what became of --out."""
     from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID
     from treebench.harness.run.inflight import PROGRESS, kept_rows  # PROGRESS: (rows written, pairs) of the run
+    from treebench.harness.store.outputs import ENV_NOTE
 
     out, removed, what = ACTIVE_OUT[0], _drop_unwritten_out(), e.filename or ACTIVE_OUT[0] or "a file"
+    what = out if out is not None and what == str(out.absolute()) else what   # --out named as given
     then = "free space, then run" if e.errno in FULL_DISK else f"once {what} can be written, run"
     where = ("; what was written before is kept" if out is None else
-             f"; stopped {_removed(removed)}; {then} the same command again" if removed else
-             f"; stopped before this run's first row: {out} is left as it was; {then} the same command again"
+             f"; stopped {_removed(out)}; {then} the same command again" if removed else
+             f"; stopped before this run's first row: {out} is left as it was{ENV_NOTE[0]}; {then} the same command "
+             "again"
              if PROGRESS[0] is not None and PROGRESS[0][0] == 0 else
              "; rows already written are kept" + kept_rows(out, ACTIVE_RUN_ID[0], then))
     with contextlib.suppress(OSError):

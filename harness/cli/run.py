@@ -282,7 +282,7 @@ def run(args) -> int:
                      left, suite.name)
     out = claim_results(out_path, stamp_text, args.dry_run, "--out" if args.out else DEFAULT_OUT)
     written_out, written_report = out.absolute(), report.absolute()   # a backend's os.chdir moves neither
-    opts = replace(opts, out=written_out)   # rows, env file and lock; the lines below name them as given
+    opts = replace(opts, out=written_out, shown=out)   # rows, env file and lock; the lines name them as given
     with crash_advice(None if opts.run.isolate or args.dry_run else crash_lines(out, stamp_text)):
         result = execute(suite.cases, backends, opts, CONSOLE)   # a crash: a line naming --isolate, --resume
     CREATED_OUT[0] = None   # the sweep is over: its file holds what it wrote, kept whatever follows

@@ -60,7 +60,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
-from treebench.harness.store.outputs import Output, will_write
+from treebench.harness.store.outputs import ENV_NOTE, Output, will_write
 
 R = TypeVar("R")
 
@@ -115,7 +115,7 @@ def call_in_flight(backend: str, case_id: str, fn: Callable[..., R], *args) -> R
 def mark_unwritten(path: str | Path | None) -> None:
     """Records the results file `path` (None: a default path not made yet) and its size now in
     UNWRITTEN: as it was before the run or check in progress wrote to it."""
-    UNWRITTEN[0] = (None if path is None else Path(path), _size(path))
+    UNWRITTEN[0], ENV_NOTE[0] = (None if path is None else Path(path), _size(path)), ""
 
 
 def _size(path: str | Path | None) -> int | None:
@@ -126,10 +126,11 @@ def _size(path: str | Path | None) -> int | None:
         return None
 
 
-def unwritten_note() -> str | None:
+def unwritten_note(shown: Path | None = None) -> str | None:
     """What the line after an interrupt says of the results file of a run or check that no row of
     it has reached (UNWRITTEN; PROGRESS at no pair finished, or the runner not started): "nothing was
-    written" where there is no file, "PATH is left as it was" where it has the size it had then.
+    written" where there is no file, "PATH is left as it was" (`shown`, as given; + `outputs.ENV_NOTE`) where it
+    has the size it had then.
 
     Returns:
         That note; None where no run or check is in progress, or the file changed or got a row.
@@ -139,7 +140,14 @@ def unwritten_note() -> str | None:
     path, size = UNWRITTEN[0]
     if _size(path) != size:
         return None
-    return "nothing was written" if size is None else f"{path} is left as it was"
+    return "nothing was written" if size is None else f"{shown or path} is left as it was{ENV_NOTE[0]}"
+
+
+def pairs_done() -> str:
+    """' after N of M pairs' of the sweep in progress (PROGRESS), '' before its runner started."""
+    from treebench.harness.run.progress import plural   # loads rich: not at start-up
+
+    return "" if (done := PROGRESS[0]) is None else f" after {done[0]} of {plural(done[1], 'pair')}"
 
 
 def kept_rows(out: Path, run_id: str | None, then: str) -> str:

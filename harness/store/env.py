@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.lock import other_writer_beside
+from treebench.harness.store.outputs import ENV_NOTE
 from treebench.harness.store.rows import find_row, result_files
 
 if TYPE_CHECKING:
@@ -277,6 +278,7 @@ def env_beside(results: str | Path, env: dict, undo: bool = True, repair: bool =
     row reached it) and the env file was written here (nothing was there before), the env file is
     removed again: a run stopped before its first row leaves no fingerprint of rows that do not exist.
     It is kept where another run may need it (`_env_needed`): results files in its folder share it.
+    `outputs.ENV_NOTE` says which, naming it as `results` is given (made absolute here).
 
     Args:
         undo: False keeps the env file in every case (torchrun ranks: another rank's rows may need it).
@@ -287,26 +289,31 @@ def env_beside(results: str | Path, env: dict, undo: bool = True, repair: bool =
     Raises:
         ConfigError: as write_env; whatever the block raises, unchanged.
     """
-    results = Path(results)
+    given = Path(results)
+    results = given.absolute()   # a backend's os.chdir in the block moves nothing
     there, size = (results.parent / f"env-{env['env_id']}.json").exists(), _size(results)
     named_before = not there and not repair and _rows_name(results, env["env_id"])
-    path = write_env(results.parent, env)
+    path = write_env(given.parent, env).absolute()   # its messages name it as given
     try:
         yield path
     except BaseException:
-        needed = other_writer_beside(results) if named_before else _env_needed(results, env["env_id"])
-        if undo and not there and _size(results) == size and not needed:
-            with contextlib.suppress(OSError):
-                path.unlink()
+        if undo and not there and _size(results) == size:   # no row reached it: the env file it wrote goes
+            if not (why := _env_needed(results, env["env_id"], rows=not named_before)):
+                with contextlib.suppress(OSError):
+                    path.unlink()
+            state = f"kept: {why}" if why else "removed" if not path.exists() else "kept"
+            ENV_NOTE[0] = f"; the env file {given.parent / path.name} it had written beside it is {state}"
         raise
 
 
-def _env_needed(results: Path, env_id: str) -> bool:
-    """True when the env file of `env_id` beside `results` may serve rows other than this run's: a
-    row of a results file in that folder names `env_id` (`_rows_name`: another run's, written since
+def _env_needed(results: Path, env_id: str, rows: bool = True) -> str:
+    """Why the env file of `env_id` beside `results` may serve rows other than this run's ('' if not): a
+    row of a results file in that folder names `env_id` (`rows`; `_rows_name`: another run's, written since
     this run wrote the file), or another process is writing a results file there
     (`lock.other_writer_beside`: a run whose rows may name it). Raises nothing."""
-    return _rows_name(results, env_id) or other_writer_beside(results)
+    if rows and _rows_name(results, env_id):
+        return "rows in that folder name its env"
+    return "another run is writing a results file in that folder" if other_writer_beside(results) else ""
 
 
 def _rows_name(results: Path, env_id: str) -> bool:

@@ -31,6 +31,7 @@ class Output(NamedTuple):
 
 
 OUTPUTS: list[Output] = []   # the files the command in progress writes besides rows (main() empties it)
+ENV_NOTE: list[str] = [""]   # what the line after a stop before the first row says of the env file (env.env_beside)
 
 
 def _state(path: Path) -> tuple[int, int, int] | None:

@@ -69,10 +69,16 @@ class SweepOptions:
     dry_run: bool = False                # plan only: count the pairs, run nothing, write nothing
     gpus: int | None = None              # run --gpus N: N > 1 relaunches under torchrun (the dry run's estimate
                                          # names the ranks' start-up as not included)
+    shown: Path | None = None            # `out` as given, for the lines and the reads before any pair
 
     def __post_init__(self) -> None:
         if self.resume and self.out is None:
             raise ConfigError("--resume needs --out: the results file whose rows are skipped")
+
+    @property
+    def named(self) -> Path | None:
+        """--out as given."""
+        return self.out if self.shown is None else self.shown
 
 
 @dataclass
@@ -141,7 +147,7 @@ def _resume_skip(opts: SweepOptions, env_id: str, rank: Rank | None) -> frozense
         return frozenset()
     assert opts.out is not None  # SweepOptions: --resume needs --out
     if rank is None and not opts.dry_run and rank_files(opts.out):
-        log.info("merged %d rows left in rank files into %s", len(merge_ranks(opts.out)), opts.out)
+        log.info("merged %d rows left in rank files into %s", len(merge_ranks(opts.out)), opts.named)
     return frozenset(stored_keys([opts.out, *rank_files(opts.out)], env_id, keep=_stored(opts)))
 
 
@@ -228,8 +234,8 @@ def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Co
     device = rank_device(rank) if rank else str(default_device())
     mine = select_cases(cases, opts.shard, rank)
     env = env_fingerprint(device, measure_peak_bandwidth(device), peak_matmul_tflops=measure_matrix_rate(device))
-    if opts.out is not None:   # before any pair: an env file report, gate and merge could not read
-        check_envs_beside(opts.out, env["env_id"])
+    if (named := opts.named) is not None:   # before any pair: an env file report, gate and merge could not read
+        check_envs_beside(named, env["env_id"])
     if opts.run.isolate:
         _release_cached(device)  # the probes' buffers would count against the workers' free memory
     skip = _resume_skip(opts, env["env_id"], rank)
@@ -239,7 +245,7 @@ def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Co
                          primary=rank is None or rank.primary, env_id=env["env_id"])
     if opts.dry_run:
         to_run, result.will_skip, result.will_skip_memory = _plan_pairs(mine, backends, names, skip, opts.run, device)
-        found = str(opts.out) if opts.out is not None and Path(opts.out).is_file() else None   # no file: no rows
+        found = str(opts.named) if opts.out is not None and Path(opts.out).is_file() else None   # no file: no rows
         stored = read_rows([opts.out]) if found else []
         if to_run:   # nothing to run (all stored, or all to be skipped): no time to estimate, no pace to scale
             result.estimate = estimate([c for c, _ in to_run], opts.run.mode, device, stored, env["env_id"], found,
@@ -250,12 +256,12 @@ def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Co
         return result
     store = rank_path(opts.out, rank) if rank and opts.out else opts.out
     config = _config(opts, env, device, store, skip, opts.run.quiet or not result.primary)
-    with _env_written(opts, env, store, rank):   # taken back when stopped before the first row
+    with _env_written(opts, env, rank):   # taken back when stopped before the first row
         if rank:
             assert opts.out is not None  # _check_options: torchrun needs --out
             clear_done(opts.out, rank)
-        if result.primary and opts.out is not None:
-            _warn_reused_run_id(opts.out, config.run_id, _measured_again(opts, cases, names, skip, env["env_id"]))
+        if result.primary and named is not None:
+            _warn_reused_run_id(named, config.run_id, _measured_again(opts, cases, names, skip, env["env_id"]))
         result.rows, result.store_path = run_cases(mine, backends, config, console=console), store
     if rank:
         _finish_rank(opts, rank, config.run_id, result)
@@ -268,17 +274,17 @@ def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Co
     return result
 
 
-def _env_written(opts: SweepOptions, env: dict, store: Path | None, rank: Rank | None):
-    """The env file beside --out for the rows this process appends to `store` (`env.env_beside`),
-    removed again when the sweep stops before its first row, outside torchrun (a rank's may serve
-    the rows of another); nothing without --out.
+def _env_written(opts: SweepOptions, env: dict, rank: Rank | None):
+    """The env file beside --out (named as given) for the rows this process appends to it or its rank
+    file (`env.env_beside`), removed again when the sweep stops before its first row, outside torchrun
+    (a rank's may serve the rows of another); nothing without --out.
 
     Raises:
         ConfigError: the env file cannot be written.
     """
-    if opts.out is None or store is None:
+    if opts.named is None:
         return contextlib.nullcontext()
-    return env_beside(store, env, undo=rank is None)   # a rank file lies beside --out
+    return env_beside(rank_path(opts.named, rank) if rank else opts.named, env, undo=rank is None)   # as given
 
 
 def _earlier_rows(out: Path, run_ids: set[str]) -> int:
@@ -302,10 +308,10 @@ def _stored_note(opts: SweepOptions, stored: list[dict], env_id: str, cases, nam
         again, recorded = len(here & to_run), len(here - to_run)   # pairs that run, pairs recorded as skipped
         parts = [f"{again} of the {plural(len(to_run), 'pair')} to run (they run again)"] if again else []
         parts += [f"{recorded} of those to be recorded as skipped (recorded again)"] if recorded else []
-        return f"already stored in {opts.out} for this env: {' and '.join(parts)}; add --resume to skip them"
+        return f"already stored in {opts.named} for this env: {' and '.join(parts)}; add --resume to skip them"
     other = {r.get("env") for r in stored if (r.get("case_id"), r.get("backend")) in wanted and r.get("env") != env_id}
     if other:
-        return (f"none stored for this env ({env_id}); {opts.out} holds pairs of this sweep from "
+        return (f"none stored for this env ({env_id}); {opts.named} holds pairs of this sweep from "
                 f"{len(other)} other env(s) ({', '.join(sorted(map(str, other))[:3])}), which --resume does not skip "
                 "(an env id covers the machine, the package versions and the git commit)")
     return ""
@@ -368,11 +374,11 @@ def _finish_rank(opts: SweepOptions, rank: Rank, run_id: str, result: SweepResul
         result.missing_ranks = missing
         log.error("ranks %s not done after %gs: nothing merged; the rows stay in %s; merge them later with "
                   "`treebench merge %s <rank files>`", missing, opts.merge_timeout_s,
-                  ", ".join(map(str, rank_files(opts.out))), opts.out)
+                  ", ".join(map(str, rank_files(opts.out))), opts.named)
         return
     result.rows = merge_ranks(opts.out)
     result.store_path = opts.out
-    log.info("merged %d rows from %d ranks into %s", len(result.rows), rank.world, opts.out)
+    log.info("merged %d rows from %d ranks into %s", len(result.rows), rank.world, opts.named)
 
 
 def _with_stored(out: Path, env_id: str, cases, names: list[str], rows: list[dict], done) -> list[dict]:
