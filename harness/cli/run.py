@@ -299,7 +299,8 @@ def run(args) -> int:
         resume_flags = "" if args.report or report == default_report(out) else f" --report {report}"
         report_due(out, written_report, resume_flags, report)   # for the line after an interrupt: rows in, report next
         with after_pairs(CONSOLE, args.quiet):  # on a terminal the bar that said "writing the report" is erased
-            written = _write_report(result.rows, written_out, written_report, f"treebench {suite.name}", out)
+            shown = result.rows if result.report_rows is None else result.report_rows   # --resume: all of --out's
+            written = _write_report(shown, written_out, written_report, f"treebench {suite.name}", out)
         if not written:
             code = 1
     OUTCOME[0] = code   # the rows decide the exit code, whether or not stdout is still read
@@ -311,7 +312,9 @@ def run(args) -> int:
     if written:   # a report that was not written is not named: the error above says where the rows are
         lines.append(f"report: {report}")
     earlier = result.earlier_rows   # counted while the run held --out: not a run that appended since
-    if earlier and written:
+    if earlier and written and result.report_rows is not None:
+        lines[-1] += f" (every row of {out}, among them {plural(earlier, 'row')} written before this run)"
+    elif earlier and written:
         lines[-1] += (f" (this run's rows; {out} holds {plural(earlier, 'row')} of earlier runs: "
                       f"treebench report {out} -o FILE.html covers them all)")
     console().print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)

@@ -43,9 +43,8 @@ from treebench.harness.sweep.shard import (
     wait_for_ranks,
 )
 from treebench.harness.store.env import check_envs_beside, env_beside, env_fingerprint
-from treebench.harness.store.rows import read_rows, row_key, row_places, stored_keys
-from treebench.harness.store.validate import latest_rows
-from treebench.harness.sweep.resume import check_same_suite
+from treebench.harness.store.rows import read_rows, row_places, stored_keys
+from treebench.harness.sweep.resume import check_same_suite, every_row, with_stored
 from treebench.harness.store.lock import hold_all
 
 log = logging.getLogger(__name__)
@@ -92,9 +91,11 @@ class SweepResult:
     stored_note: str = ""                            # --dry-run without --resume: what --out already holds
     estimate: str = ""                               # --dry-run: how long the pairs should take, and from what;
                                                      # "" where no pair is to run
-    earlier_rows: int = 0                            # RunConfig.report, primary: rows of --out from runs other than
-                                                     # those of `rows`, counted under its lock (not a run that appends
-                                                     # after)
+    earlier_rows: int = 0                            # RunConfig.report, primary: rows --out held before this run
+                                                     # wrote, counted under its lock (after the rank files a killed
+                                                     # launch left are merged in; not a run that appends after)
+    report_rows: list[dict] | None = None            # RunConfig.report, primary, --resume: every row of --out, read
+                                                     # under its lock, for the report (None: report `rows`)
 
     def nothing_left(self, out: Path, unit: str = "pair") -> str | None:
         """A --resume's line where every pair of this process was stored already, outside torchrun (whose
@@ -250,6 +251,8 @@ def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Co
         return result
     store = rank_path(opts.out, rank) if rank and opts.out else opts.out
     config = _config(opts, env, device, store, skip, opts.run.quiet or not result.primary)
+    reports = result.primary and opts.out is not None and opts.run.report   # the summary's report line, the report
+    earlier = _row_count(opts.out) if reports and opts.out is not None else 0
     with _env_written(opts, env, store, rank):   # taken back when stopped before the first row
         if rank:
             assert opts.out is not None  # _check_options: torchrun needs --out
@@ -262,9 +265,10 @@ def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Co
     if opts.resume and result.primary:
         assert opts.out is not None  # SweepOptions: --resume needs --out
         shard_cases = select_cases(cases, opts.shard, None)  # rank 0 reports every rank's cases
-        result.rows = _with_stored(opts.out, env["env_id"], shard_cases, names, result.rows, _stored(opts))
-    if result.primary and opts.out is not None and opts.run.report:   # the summary's report line names them
-        result.earlier_rows = _earlier_rows(opts.out, {r["run_id"] for r in result.rows if r.get("run_id")})
+        result.rows = with_stored(opts.out, env["env_id"], shard_cases, names, result.rows, _stored(opts))
+    if reports and opts.out is not None:
+        result.earlier_rows = earlier
+        result.report_rows = every_row(opts.out) if opts.resume else None   # all of them, as `report OUT` shows
     return result
 
 
@@ -281,10 +285,10 @@ def _env_written(opts: SweepOptions, env: dict, store: Path | None, rank: Rank |
     return env_beside(store, env, undo=rank is None)   # a rank file lies beside --out
 
 
-def _earlier_rows(out: Path, run_ids: set[str]) -> int:
-    """Rows of `out` from runs other than `run_ids` (0 when it cannot be read: the summary only)."""
+def _row_count(out: Path) -> int:
+    """Rows `out` holds (0 where there is no file or it cannot be read: the summary only)."""
     try:
-        return sum(r.get("run_id") not in run_ids for r in read_rows([out]))
+        return len(read_rows([out])) if Path(out).is_file() else 0
     except (ConfigError, OSError):
         return 0
 
@@ -374,11 +378,3 @@ def _finish_rank(opts: SweepOptions, rank: Rank, run_id: str, result: SweepResul
     result.store_path = opts.out
     log.info("merged %d rows from %d ranks into %s", len(result.rows), rank.world, opts.out)
 
-
-def _with_stored(out: Path, env_id: str, cases, names: list[str], rows: list[dict], done) -> list[dict]:
-    """Rows of every (case, backend) of the sweep for this env: those stored before that `done`
-    accepts (each pair's latest, as report and gate take it: `store.validate.latest_rows`) plus `rows`."""
-    wanted = {(c.case_id, n) for c in cases for n in names} - {row_key(r)[:2] for r in rows}
-    stored = [r for r in (read_rows([out]) if Path(out).exists() else [])
-              if r.get("env") == env_id and (r.get("case_id"), r.get("backend")) in wanted and done(r)]
-    return list(latest_rows(stored).values()) + rows
