@@ -179,11 +179,14 @@ def _rank_leftovers(out: Path) -> list[Path] | None:
     """The rank files (`shard.rank_path`) a torchrun launch writing `out` left: those on disk and those
     whose lock sidecar alone is there; None where one holds anything or a process that is not gone
     holds its lock (no pid yet, or a live one). Raises nothing."""
-    sidecars = out.parent.glob(f"{glob.escape(out.stem)}.rank*-of-*.jsonl.lock")
-    ranks = sorted({*rank_files(out), *(s.with_suffix("") for s in sidecars if RANK_FILE.search(s.stem))})
-    for rank in ranks:
-        if (rank.exists() and not _empty(rank)) or (lock_path(rank).exists() and not abandoned(rank)):
-            return None
+    try:
+        sidecars = out.parent.glob(f"{glob.escape(out.stem)}.rank*-of-*.jsonl.lock")
+        ranks = sorted({*rank_files(out), *(s.with_suffix("") for s in sidecars if RANK_FILE.search(s.stem))})
+        for rank in ranks:
+            if (rank.exists() and not _empty(rank)) or (lock_path(rank).exists() and not abandoned(rank)):
+                return None
+    except OSError:   # a folder or file it may not read: left as it is
+        return None
     return ranks
 
 
