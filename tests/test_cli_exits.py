@@ -221,19 +221,23 @@ def test_crash_leftovers_are_only_the_suites_default_file_names(tmp_path):
 
 def test_crash_leftovers_named_after_a_run_id_from_outside_are_only_the_suites(tmp_path):
     """A default file named after a run id from $TREEBENCH_RUN_ID or torchrun is told by the id its lock
-    records: such an empty file of a dead run goes, with what its torchrun launch left beside it (empty
-    rank files, their sidecars, done markers); another suite's (`tiny-x-job8` recording job8), a user's
-    own (recording none), one recording another id, one holding a row, a live writer's, one whose launch
-    left a rank file holding a row or still being written, and this run's own stay."""
+    (or its ranks' locks) records: such an empty file of a dead run goes, with what its torchrun launch
+    left beside it (empty rank files, their sidecars, done markers); another suite's (`tiny-x-job8`
+    recording job8), a user's own (recording none), one recording another id, one holding a row, a live
+    writer's, one whose launch left a rank file holding a row or still being written, one without a lock
+    or whose rank's lock records no id, and this run's own stay."""
     from treebench.harness.sweep.crash import drop_crash_leftovers
 
-    crashed = [tmp_path / "tiny-job7.jsonl", tmp_path / "tiny-torchrun-3f2a.jsonl"]
+    crashed = [tmp_path / "tiny-job7.jsonl", tmp_path / "tiny-torchrun-3f2a.jsonl", tmp_path / "tiny-torchrun-77.jsonl"]
     _crash_leftovers(crashed[0], run_id="job7")
     _crash_leftovers(crashed[1], run_id="torchrun-3f2a")
+    crashed[2].write_text("")   # its rank 0, stopped by torchrun, took its lock away; the rank that crashed did not
     launch = [tmp_path / f"tiny-torchrun-3f2a.rank{r}-of-3.{kind}" for r, kind in
               ((0, "jsonl.lock"), (1, "jsonl"), (1, "jsonl.lock"), (2, "done"))]
+    launch.append(tmp_path / "tiny-torchrun-77.rank1-of-2.jsonl.lock")
     for path in launch:
-        path.write_text(f"{_dead_pid()}\n" if path.name.endswith(".lock") else "")
+        path.write_text(f"{_dead_pid()}\n{'torchrun-77' if '77' in path.name else ''}\n" if path.name.endswith(".lock")
+                        else "")
     kept = {tmp_path / "tiny-x-job8.jsonl": "job8", tmp_path / "tiny-mine.jsonl": None,
             tmp_path / "tiny-job9.jsonl": "job9-other", tmp_path / "tiny-job10.jsonl": "job10",
             tmp_path / "tiny-job11.jsonl": "job11", tmp_path / "tiny-job12.jsonl": "job12",
@@ -243,10 +247,14 @@ def test_crash_leftovers_named_after_a_run_id_from_outside_are_only_the_suites(t
     (tmp_path / "tiny-job10.jsonl").write_text('{"a row": 1}\n')
     (tmp_path / "tiny-job12.rank1-of-2.jsonl").write_text('{"a row": 1}\n')   # waits for a --resume
     (tmp_path / "tiny-job13.rank0-of-2.jsonl.lock").write_text(f"{os.getpid()}\n")   # a rank still writing
+    for name in ("tiny-job15.jsonl", "tiny-job16.jsonl"):   # no lock: a run's still to come, or a user's
+        (tmp_path / name).write_text("")
+    (tmp_path / "tiny-job16.rank1-of-2.jsonl.lock").write_text(f"{_dead_pid()}\n")   # a rank's, recording no id
     assert drop_crash_leftovers(tmp_path, "tiny", keep=tmp_path / "tiny-job14.jsonl") == crashed
     assert not any(p.exists() or Path(f"{p}.lock").exists() for p in [*crashed, *launch])
     assert all(p.exists() and Path(f"{p}.lock").exists() for p in kept)
-    assert all((tmp_path / name).exists() for name in ("tiny-job12.rank1-of-2.jsonl", "tiny-job13.rank0-of-2.jsonl.lock"))
+    assert all((tmp_path / name).exists() for name in ("tiny-job12.rank1-of-2.jsonl", "tiny-job15.jsonl",
+                                                         "tiny-job13.rank0-of-2.jsonl.lock", "tiny-job16.jsonl"))
 
 
 @pytest.mark.parametrize("source", ["$TREEBENCH_RUN_ID", "torchrun"])
@@ -267,7 +275,8 @@ def test_the_empty_file_of_a_crash_under_a_run_id_from_outside_goes_at_the_next_
     (left,) = [p for p in local.glob("tiny-*.jsonl") if ".rank" not in p.name]
     run_id = left.name.removeprefix("tiny-").removesuffix(".jsonl")
     assert run_id == "job7" if source != "torchrun" else run_id.startswith("torchrun-")
-    assert left.read_text() == "" and Path(f"{left}.lock").read_text().splitlines()[1] == run_id
+    recorded = [p.read_text().splitlines()[1:] for p in local.glob(f"{left.stem}*.lock")]   # its and its ranks'
+    assert left.read_text() == "" and [run_id] in recorded and all(r in ([run_id], []) for r in recorded), recorded
     again = treebench("run", "--suite", tiny, "--backends", f"{FAULTS}:Exact", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert f"removed {left.relative_to(tmp_path)}: the empty results file of a run of suite tiny that crashed " \

@@ -176,8 +176,8 @@ def abandoned(results: Path | str) -> bool:
 
 def naming_run_id(results: Path | str) -> str | None:
     """The run id the lock sidecar of `results` records on its second line (`hold`'s `named_by`): the
-    run whose default results file `results` is; None where none is recorded, there is no sidecar, or
-    fcntl is missing. Raises nothing."""
+    run whose default results file `results` is (or a torchrun rank's file of); None where none is
+    recorded, there is no sidecar, or fcntl is missing. Raises nothing."""
     lines = _sidecar_text(results).splitlines()
     return lines[1].strip() or None if len(lines) > 1 else None
 

@@ -25,8 +25,9 @@ the dead process (treebench.harness.store.lock) and the env file beside it. Reru
 rerun without ``--out``, the run gets a new default file, so `drop_crash_leftovers` removes the
 empty default files of the suite's crashed runs (and their sidecars, and what their torchrun launch
 left beside them where it holds no row) first: a file named after a fresh run id, or after the run
-id its sidecar records as naming it (one from $TREEBENCH_RUN_ID or torchrun's). The env file is
-kept: every results file of the folder shares it, and the rerun writes it again.
+id its sidecar (or a sidecar of its launch's rank files) records as naming it (one from
+$TREEBENCH_RUN_ID or torchrun's). The env file is kept: every results file of the folder shares
+it, and the rerun writes it again.
 """
 
 from __future__ import annotations
@@ -137,23 +138,22 @@ RANK_FILE = re.compile(r"\.rank\d+-of-\d+\.jsonl$")   # a torchrun rank's file (
 def drop_crash_leftovers(folder: Path, suite: str, keep: Path | None = None) -> list[Path]:
     """Removes what runs of `suite` that crashed before their first row left in the default results
     `folder`: each default file of the suite (`_default_of`) but `keep` (this run's) that is empty and
-    whose lock sidecar names a process that is gone (`lock.abandoned`), with that sidecar, under its
-    lock, and with what its torchrun launch left beside it where that holds no row either: the ranks'
-    empty files, their sidecars and done markers (`_rank_leftovers`). Never a file holding anything, a
-    rank file on its own, one whose launch left a rank file holding a row (it waits there for a
-    --resume) or that a live process writes, another suite's, or a user's own. Returns the files
-    removed. Raises nothing.
+    whose run is gone (`_crashed`), with its lock sidecar, under its lock, and with what its torchrun
+    launch left beside it where that holds no row either: the ranks' empty files, their sidecars and
+    done markers (`_rank_leftovers`). Never a file holding anything, a rank file on its own, one whose
+    launch left a rank file holding a row (it waits there for a --resume) or that a live process
+    writes, another suite's, or a user's own. Returns the files removed. Raises nothing.
     """
     removed: list[Path] = []
     try:
-        paths = sorted(p for p in Path(folder).glob(f"{glob.escape(suite)}-*.jsonl") if _default_of(p, suite))
+        paths = sorted(Path(folder).glob(f"{glob.escape(suite)}-*.jsonl"))
     except OSError:
         return removed
     for path in paths:
-        if path == keep or RANK_FILE.search(path.name) or not _empty(path) or not abandoned(path):
+        if path == keep or RANK_FILE.search(path.name) or not _empty(path):
             continue
         ranks = _rank_leftovers(path)
-        if ranks is None:
+        if ranks is None or not _default_of(path, suite, ranks) or not _crashed(path, ranks):
             continue
         with contextlib.suppress(ConfigError, OSError), hold(path):   # no one appends meanwhile; its release
             if _empty(path):                                           # deletes the sidecar
@@ -163,22 +163,31 @@ def drop_crash_leftovers(folder: Path, suite: str, keep: Path | None = None) -> 
     return removed
 
 
-def _default_of(path: Path, suite: str) -> bool:
+def _default_of(path: Path, suite: str, ranks: list[Path]) -> bool:
     """Whether `path` is named as a default results file of `suite` (`suite` as in default file names,
     `cli.run.suite_name`): `<suite>-<run id>.jsonl` whose run id is a fresh one (`rows.RUN_ID_STAMP`),
-    or the one its lock sidecar records as naming it (`lock.naming_run_id`: a run id from
-    $TREEBENCH_RUN_ID or torchrun's). So never suite `tiny-x`'s `tiny-x-<id>.jsonl` for suite `tiny`
-    (its sidecar records `<id>`), nor a user's own `--out tiny-mine.jsonl` (whose sidecar records none)."""
+    or the one its lock sidecar, or that of a rank file of its launch (`ranks`), records as naming it
+    (`lock.naming_run_id`: a run id from $TREEBENCH_RUN_ID or torchrun's). So never suite `tiny-x`'s
+    `tiny-x-<id>.jsonl` for suite `tiny` (the sidecar records `<id>`), nor a user's own `--out
+    tiny-mine.jsonl` (whose sidecar records none)."""
     if re.fullmatch(rf"{re.escape(suite)}-{RUN_ID_STAMP}\.jsonl", path.name):
         return True
-    run_id = naming_run_id(path)
-    return run_id is not None and path.name == f"{suite}-{run_id}.jsonl"
+    return any(path.name == f"{suite}-{run_id}.jsonl" for run_id in map(naming_run_id, (path, *ranks)) if run_id)
+
+
+def _crashed(out: Path, ranks: list[Path]) -> bool:
+    """Whether the run that wrote `out` is gone: its lock sidecar names a dead process (`lock.abandoned`)
+    or, where it has none (a torchrun rank 0 that torchrun stopped once another rank crashed deletes its
+    own on the way out), the sidecar of one of its launch's rank files `ranks` does. Raises nothing."""
+    if lock_path(out).exists():
+        return abandoned(out)
+    return any(abandoned(rank) for rank in ranks)
 
 
 def _rank_leftovers(out: Path) -> list[Path] | None:
     """The rank files (`shard.rank_path`) a torchrun launch writing `out` left: those on disk and those
     whose lock sidecar alone is there; None where one holds anything or a process that is not gone
-    holds its lock (no pid yet, or a live one). Raises nothing."""
+    holds its lock (no pid yet, or a live one), or where they cannot be read. Raises nothing."""
     try:
         sidecars = out.parent.glob(f"{glob.escape(out.stem)}.rank*-of-*.jsonl.lock")
         ranks = sorted({*rank_files(out), *(s.with_suffix("") for s in sidecars if RANK_FILE.search(s.stem))})

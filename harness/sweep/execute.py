@@ -69,8 +69,9 @@ class SweepOptions:
     gpus: int | None = None              # run --gpus N: N > 1 relaunches under torchrun (the dry run's estimate
                                          # names the ranks' start-up as not included)
     out_named_by: str | None = None      # the run id in --out's name where it is the run's default file
-                                         # (<suite>-<run id>.jsonl): recorded in its lock sidecar (store.lock.hold),
-                                         # so that a rerun removes it if this run crashes before its first row
+                                         # (<suite>-<run id>.jsonl): recorded in its (and its rank files') lock
+                                         # sidecar (store.lock.hold), so that a rerun removes them if this run
+                                         # crashes before its first row
 
     def __post_init__(self) -> None:
         if self.resume and self.out is None:
@@ -211,8 +212,8 @@ def execute(cases, backends, opts: SweepOptions, console: Console | None = None)
     """
     rank = torchrun_rank()
     _check_options(opts, rank)
-    named = {opts.out: opts.out_named_by} if opts.out is not None and opts.out_named_by else None
-    with hold_all(() if opts.dry_run else _written(opts, rank), named):   # one writer per file, before any write
+    written = [] if opts.dry_run else _written(opts, rank)
+    with hold_all(written, dict.fromkeys(written, opts.out_named_by)):   # one writer per file, before any write
         return _execute(cases, backends, opts, rank, console)
 
 
