@@ -179,7 +179,7 @@ def naming_run_id(results: Path | str) -> str | None:
     run whose default results file `results` is (or a torchrun rank's file of); None where none is
     recorded, there is no sidecar, or fcntl is missing. Raises nothing."""
     lines = _sidecar_text(results).splitlines()
-    return lines[1].strip() or None if len(lines) > 1 else None
+    return (lines[1].strip() or None) if len(lines) > 1 else None
 
 
 def _sidecar_pid(results: Path | str) -> int | None:
