@@ -97,6 +97,55 @@ class Segfaults(Exact):
         time.sleep(60)
 
 
+class SegfaultsInSupports(Exact):
+    """The process dies of SIGSEGV before the pair enters a step: in supports()."""
+
+    name = "segfaults_in_supports"
+
+    def supports(self, case):
+        os.kill(os.getpid(), signal.SIGSEGV)
+        time.sleep(60)
+
+
+class HangsInSupports(Exact):
+    """Never returns from supports(): hangs before the pair enters a step."""
+
+    name = "hangs_in_supports"
+
+    def supports(self, case):
+        time.sleep(3600)
+
+
+class SegfaultsOnSecondPrepare(Exact):
+    """Correct on its first prepare; its second (a check's re-prepare) dies of SIGSEGV."""
+
+    name = "segfaults_on_second_prepare"
+    prepares = 0
+
+    def prepare(self, inputs):
+        self.prepares += 1
+        if self.prepares > 1:
+            os.kill(os.getpid(), signal.SIGSEGV)
+            time.sleep(60)
+        return super().prepare(inputs)
+
+
+class HangsWhenTimed(Exact):
+    """Its first call answers correctly; every later one (a run's timed calls) never returns."""
+
+    name = "hangs_when_timed"
+
+    def prepare(self, inputs):
+        out, calls = self.answer(inputs), []
+
+        def call():
+            calls.append(1)
+            if len(calls) > 1:
+                time.sleep(3600)
+            return out.clone()
+        return call
+
+
 class LosesContext(Exact):
     """Raises the error a sticky illegal memory access gives, as torch words it."""
 

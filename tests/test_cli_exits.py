@@ -153,11 +153,12 @@ def _dead_pid() -> int:
     return int(proc.stdout)
 
 
-def _crash_leftovers(out: Path, pid: int | None = None) -> None:
-    """What a crash before the first row leaves: `out` empty, its lock sidecar naming the dead run, an env file."""
+def _crash_leftovers(out: Path, pid: int | None = None, run_id: str | None = None) -> None:
+    """What a crash before the first row leaves: `out` empty, its lock sidecar naming the dead run (and the
+    run id that named `out` where it is that run's default file), an env file."""
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("")
-    Path(f"{out}.lock").write_text(f"{pid or _dead_pid()}\n")
+    Path(f"{out}.lock").write_text(f"{pid or _dead_pid()}\n" + (f"{run_id}\n" if run_id else ""))
     (out.parent / "env-0123456789ab.json").write_text('{"env_id": "0123456789ab", "gpu_name": null}')
 
 
@@ -178,7 +179,7 @@ def test_a_rerun_into_the_empty_file_a_crash_left_runs_from_the_start(tiny, tmp_
 def test_a_rerun_with_the_default_out_removes_the_empty_file_a_crash_left(tiny, tmp_path):
     """The same command again without --out gets a new default file: the crashed run's empty default
     file and its sidecar go; a file holding a row, one whose writer is alive, another suite's, a rank
-    file, an --out with rank files beside it and the env file stay."""
+    file, an --out whose launch left a rank file holding a row beside it and the env file stay."""
     local = tmp_path / "results" / "local"
     crashed = local / "tiny-20260101T000000Z-aaaaaa.jsonl"
     _crash_leftovers(crashed)
@@ -187,7 +188,8 @@ def test_a_rerun_with_the_default_out_removes_the_empty_file_a_crash_left(tiny, 
             local / "tiny-20260101T000005Z-ffffff.jsonl"]
     for path in kept:
         _crash_leftovers(path, os.getpid() if path == kept[1] else None)   # kept[1]: its writer still runs
-    (local / "tiny-20260101T000005Z-ffffff.rank1-of-2.jsonl").write_text("")   # kept[4]: a launch's rank file beside
+    (local / "tiny-20260101T000005Z-ffffff.rank1-of-2.jsonl").write_text('{"a row": 1}\n')   # kept[4]: a rank file
+                                                                                            # beside, holding a row
     row = treebench("run", "--suite", tiny, "--backends", f"{FAULTS}:Exact", "--out", tmp_path / "one.jsonl",
                     "--report", tmp_path / "one.html", "--quiet", cwd=tmp_path)
     assert row.returncode == 0, row.stderr
@@ -216,6 +218,72 @@ def test_crash_leftovers_are_only_the_suites_default_file_names(tmp_path):
         _crash_leftovers(path)
     assert drop_crash_leftovers(tmp_path, "tiny") == [crashed]
     assert [(p.exists(), Path(f"{p}.lock").exists()) for p in kept] == [(True, True)] * len(kept)
+
+
+def test_crash_leftovers_named_after_a_run_id_from_outside_are_only_the_suites(tmp_path):
+    """A default file named after a run id from $TREEBENCH_RUN_ID or torchrun is told by the id its lock
+    (or its ranks' locks) records: such an empty file of a dead run goes, with what its torchrun launch
+    left beside it (empty rank files, their sidecars, done markers); another suite's (`tiny-x-job8`
+    recording job8), a user's own (recording none), one recording another id, one holding a row, a live
+    writer's, one whose launch left a rank file holding a row or still being written, one without a lock
+    or whose rank's lock records no id, and this run's own stay."""
+    from treebench.harness.sweep.crash import drop_crash_leftovers
+
+    crashed = [tmp_path / "tiny-job7.jsonl", tmp_path / "tiny-torchrun-3f2a.jsonl", tmp_path / "tiny-torchrun-77.jsonl"]
+    _crash_leftovers(crashed[0], run_id="job7")
+    _crash_leftovers(crashed[1], run_id="torchrun-3f2a")
+    crashed[2].write_text("")   # its rank 0, stopped by torchrun, took its lock away; the rank that crashed did not
+    launch = [tmp_path / f"tiny-torchrun-3f2a.rank{r}-of-3.{kind}" for r, kind in
+              ((0, "jsonl.lock"), (1, "jsonl"), (1, "jsonl.lock"), (2, "done"))]
+    launch.append(tmp_path / "tiny-torchrun-77.rank1-of-2.jsonl.lock")
+    for path in launch:
+        path.write_text(f"{_dead_pid()}\n{'torchrun-77' if '77' in path.name else ''}\n" if path.name.endswith(".lock")
+                        else "")
+    kept = {tmp_path / "tiny-x-job8.jsonl": "job8", tmp_path / "tiny-mine.jsonl": None,
+            tmp_path / "tiny-job9.jsonl": "job9-other", tmp_path / "tiny-job10.jsonl": "job10",
+            tmp_path / "tiny-job11.jsonl": "job11", tmp_path / "tiny-job12.jsonl": "job12",
+            tmp_path / "tiny-job13.jsonl": "job13", tmp_path / "tiny-job14.jsonl": "job14"}
+    for path, run_id in kept.items():
+        _crash_leftovers(path, os.getpid() if "job11" in path.name else None, run_id)
+    (tmp_path / "tiny-job10.jsonl").write_text('{"a row": 1}\n')
+    (tmp_path / "tiny-job12.rank1-of-2.jsonl").write_text('{"a row": 1}\n')   # waits for a --resume
+    (tmp_path / "tiny-job13.rank0-of-2.jsonl.lock").write_text(f"{os.getpid()}\n")   # a rank still writing
+    for name in ("tiny-job15.jsonl", "tiny-job16.jsonl"):   # no lock: a run's still to come, or a user's
+        (tmp_path / name).write_text("")
+    (tmp_path / "tiny-job16.rank1-of-2.jsonl.lock").write_text(f"{_dead_pid()}\n")   # a rank's, recording no id
+    assert drop_crash_leftovers(tmp_path, "tiny", keep=tmp_path / "tiny-job14.jsonl") == crashed
+    assert not any(p.exists() or Path(f"{p}.lock").exists() for p in [*crashed, *launch])
+    assert all(p.exists() and Path(f"{p}.lock").exists() for p in kept)
+    assert all((tmp_path / name).exists() for name in ("tiny-job12.rank1-of-2.jsonl", "tiny-job15.jsonl",
+                                                         "tiny-job13.rank0-of-2.jsonl.lock", "tiny-job16.jsonl"))
+
+
+@pytest.mark.parametrize("source", ["$TREEBENCH_RUN_ID", "torchrun"])
+def test_the_empty_file_of_a_crash_under_a_run_id_from_outside_goes_at_the_next_run(tiny, tmp_path, source):
+    """A run without --out whose id comes from $TREEBENCH_RUN_ID, or from torchrun (two ranks, each
+    writing a rank file), crashes before its first row: the next run of the suite without --out, under
+    an id of its own, removes the empty default file it left, its lock and its ranks' leftovers."""
+    crash = ["run", "--suite", str(tiny), "--backends", f"{FAULTS}:Segfaults", "--quiet"]
+    if source == "torchrun":
+        crash = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "treebench", *crash]
+    else:
+        crash = ["-m", "treebench", *crash]
+    environ = {**env(), "TREEBENCH_RUN_ID": "job7"} if source != "torchrun" else env()
+    done = subprocess.run([sys.executable, *crash], cwd=tmp_path, env=environ, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode != 0, done.stderr
+    local = tmp_path / "results" / "local"
+    (left,) = [p for p in local.glob("tiny-*.jsonl") if ".rank" not in p.name]
+    run_id = left.name.removeprefix("tiny-").removesuffix(".jsonl")
+    assert run_id == "job7" if source != "torchrun" else run_id.startswith("torchrun-")
+    recorded = [p.read_text().splitlines()[1:] for p in local.glob(f"{left.stem}*.lock")]   # its and its ranks'
+    assert left.read_text() == "" and [run_id] in recorded and all(r in ([run_id], []) for r in recorded), recorded
+    again = treebench("run", "--suite", tiny, "--backends", f"{FAULTS}:Exact", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert f"removed {left.relative_to(tmp_path)}: the empty results file of a run of suite tiny that crashed " \
+           "before its first row" in " ".join(again.stderr.split()), again.stderr
+    (new,) = [p.name for p in local.iterdir() if not p.name.startswith("env-")]
+    assert new.endswith(".jsonl") and run_id not in new
 
 
 def test_a_backend_ending_the_process_without_isolate_ends_treebench_with_its_code_and_no_line(tiny, tmp_path):

@@ -518,7 +518,8 @@ def test_a_run_stopped_before_its_report_says_so_and_the_hint_writes_it(tmp_path
     assert not page.exists()
     assert main([*argv, "--out", str(out), *flags.split(), "--resume"]) == 0
     said = capsys.readouterr().out
-    assert f"report: {page}\n" in said and page.exists() and out.read_bytes() == rows, said
+    assert f"report: {page} (every row of {out}, among them 1 row written before this run)\n" in said, said
+    assert page.exists() and out.read_bytes() == rows
     assert sorted(p.name for p in Path("reports/local").iterdir()) == [page.name]
 
 

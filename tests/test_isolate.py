@@ -64,6 +64,29 @@ def test_a_pool_turns_each_fault_into_an_error_row_and_restarts_only_after_a_los
     assert pool._proc is None
 
 
+def test_the_row_of_a_worker_that_died_or_timed_out_names_the_step_it_was_in():
+    """A killed or timed-out worker's error row carries the step its pair was in (as the in-process row
+    of an exception raised there would), or "worker died" / "worker timed out" where it had entered none
+    (supports() here); a step of the pool's earlier pair is never taken for it."""
+    run = RunConfig(mode="run", quiet=True, device="cpu", run_id="r", env_id="e")
+    pool = WorkerPool("cpu", case_timeout_s=TIMEOUT_S)
+    expect = [  # backend, config, failed_step
+        ("Exact", CHECK, None),
+        ("SegfaultsInSupports", CHECK, "worker died"),
+        ("Exact", run, None),
+        ("HangsInSupports", run, "worker timed out"),
+        ("Hangs", CHECK, "first prepare"),
+        ("Segfaults", run, "first prepare"),
+        ("SegfaultsOnSecondPrepare", CHECK, "re-prepare"),
+        ("HangsWhenTimed", run, "timing"),
+    ]
+    try:
+        got = [(cls, pool.run(_fault(cls), CASE, "cpu", config)["failed_step"]) for cls, config, _ in expect]
+    finally:
+        pool.close()
+    assert got == [(cls, step) for cls, _, step in expect]
+
+
 def test_run_cases_isolated_keeps_going_and_appends_every_row(tmp_path):
     cases = [CASE, Case(1, 16, "chain:3", 4, 1, 32, "float32", 8, "interleaved")]
     out = tmp_path / "rows.jsonl"

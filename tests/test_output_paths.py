@@ -37,6 +37,12 @@ def _env_removed(out: Path) -> str:
     return f"; the env file {out.parent}/env-{env_id}.json it had written beside it is removed"
 
 
+def _report_line(out: str) -> str:
+    """The `report: PATH` line a run printed, without what follows the path (the rows it shows)."""
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("report: ")]
+    return line.split(" (")[0]
+
+
 @pytest.mark.parametrize("report_name", ["same", "old.jsonl", "suite.toml", "notes.html"])
 def test_report_path_that_is_not_html_is_refused_and_left_alone(tiny, tmp_path, capsys, report_name):
     out = tmp_path / "x.jsonl"
@@ -282,7 +288,9 @@ def test_a_run_id_used_again_keeps_the_earlier_runs_default_report(tiny, tmp_pat
     for n in (2, 3):
         assert main(argv) == 0
         out, err = capsys.readouterr()
-        assert f"report: reports/local/tiny-job7-{n}.html" in out.splitlines(), out
+        assert (f"report: reports/local/tiny-job7-{n}.html (this run's rows; results/local/tiny-job7.jsonl holds "
+                f"{n - 1} row{'s' if n > 2 else ''} of earlier runs: treebench report results/local/tiny-job7.jsonl -o "
+                "FILE.html covers them all)") in out.splitlines(), out
         assert ("WARNING  reports/local/tiny-job7.html is the report of an earlier run under run id job7, and is "
                 f"kept: this run's report is reports/local/tiny-job7-{n}.html") in err.splitlines(), err
     assert (reports / "tiny-job7.html").read_bytes() == first
@@ -290,7 +298,8 @@ def test_a_run_id_used_again_keeps_the_earlier_runs_default_report(tiny, tmp_pat
     (reports / "tiny-job7.html").write_bytes(first + b"<!-- the report of the run --resume finishes -->")
     assert main([*argv, "--resume", "--out", "results/local/tiny-job7.jsonl"]) == 0
     out, err = capsys.readouterr()
-    assert "report: reports/local/tiny-job7.html" in out.splitlines() and "is kept" not in err, (out, err)
+    assert ("report: reports/local/tiny-job7.html (every row of results/local/tiny-job7.jsonl, among them 3 rows "
+            "written before this run)") in out.splitlines() and "is kept" not in err, (out, err)
     assert not (reports / "tiny-job7.html").read_bytes().endswith(b"-->") and len(list(reports.iterdir())) == 3
     (reports / "tiny-job7-2.html").write_bytes(first + b"<!-- a report to replace -->")
     assert main([*argv, "--report", "reports/local/tiny-job7-2.html"]) == 0
@@ -881,14 +890,14 @@ def test_a_resume_keeps_the_report_of_another_results_file_of_the_same_name(tiny
     for _ in range(2):
         assert main(_run(tiny, "--out", "w/sep/r.jsonl", "--resume")) == 0
         out, err = capsys.readouterr()
-        assert "report: reports/local/r-2.html" in out.splitlines(), out
+        assert _report_line(out) == "report: reports/local/r-2.html", out
         assert ("WARNING  reports/local/r.html is the report of other results than w/sep/r.jsonl, and is kept: "
                 "this run's report is reports/local/r-2.html") in err.splitlines(), err
         assert (reports / "r.html").read_bytes() == first
     assert sorted(p.name for p in reports.iterdir()) == ["r-2.html", "r.html"]
     assert main(_run(tiny, "--out", "w/r.jsonl", "--resume")) == 0
     out, err = capsys.readouterr()
-    assert "report: reports/local/r.html" in out.splitlines() and "is kept" not in err, (out, err)
+    assert _report_line(out) == "report: reports/local/r.html" and "is kept" not in err, (out, err)
 
 
 def test_a_resume_keeps_a_report_that_does_not_record_its_results(tiny, tmp_path, monkeypatch, capsys):
@@ -905,7 +914,7 @@ def test_a_resume_keeps_a_report_that_does_not_record_its_results(tiny, tmp_path
     capsys.readouterr()
     assert main(_run(tiny, "--out", "w/r.jsonl", "--resume")) == 0
     out, err = capsys.readouterr()
-    assert "report: reports/local/r-2.html" in out.splitlines(), out
+    assert _report_line(out) == "report: reports/local/r-2.html", out
     assert [line for line in err.splitlines() if "is kept" in line] == [
         "WARNING  reports/local/r.html does not record which results file it was made from, so it is kept: this "
         "run's report is reports/local/r-2.html"], err

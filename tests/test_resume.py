@@ -151,7 +151,8 @@ def test_resume_names_its_report_after_the_results_file_it_finishes(tmp_path, mo
     capsys.readouterr()
     assert main([*argv, "--out", str(out), "--resume"]) == 0
     said = capsys.readouterr().out.splitlines()
-    assert said[-3:] == [f"run_id: {run_id}", f"rows: {out}", f"report: {page}"], said
+    assert said[-3:] == [f"run_id: {run_id}", f"rows: {out}",
+                         f"report: {page} (every row of {out}, among them 1 row written before this run)"], said
     assert page.exists()
 
 
@@ -305,10 +306,10 @@ def test_a_resumed_run_reports_the_stored_rows_of_its_own_l2_state(suite, tmp_pa
         assert _summary_timer(capsys.readouterr().out) == label
 
 
-def test_a_resumed_run_reports_each_pairs_latest_stored_row(suite, tmp_path, monkeypatch, capsys):
+def test_a_resumed_run_summarises_each_pairs_latest_stored_row(suite, tmp_path, monkeypatch, capsys):
     """Run A stopped after 3 rows, then a full run B on the same --out: a --resume that runs
-    nothing summarises and reports each pair's latest row (B's), as report and gate take them,
-    and names only B's run id."""
+    nothing summarises each pair's latest row (B's), as report and gate take them, and names only
+    B's run id; its report holds every row of the file, as `treebench report OUT` does."""
     import treebench.harness.analyze.report as report
     from treebench.harness.sweep import shard
 
@@ -325,7 +326,39 @@ def test_a_resumed_run_reports_each_pairs_latest_stored_row(suite, tmp_path, mon
     assert main(_run(suite, out, "--resume", backends=f"{FAULTS}:Exact")) == 0
     said = capsys.readouterr().out
     assert "run_id: run-b" in said.splitlines(), said
-    assert len(reported) == N_CASES and {r["run_id"] for r in reported} == {"run-b"}
+    assert reported == read_rows([out]) and len(reported) == 3 + N_CASES
+    (line,) = [ln for ln in said.splitlines() if ln.startswith("report: ")]
+    assert line.endswith(f"(every row of {out}, among them {3 + N_CASES} rows written before this run)"), line
+
+
+@pytest.mark.parametrize("first, resumed, new", [("reference,torch_sdpa", "reference", 0),
+                                                 ("torch_sdpa", "reference", 2)])
+def test_a_resume_with_other_backends_reports_every_row_of_the_file(tmp_path, monkeypatch, capsys, first, resumed,
+                                                                     new):
+    """A check and a run into one file, then a --resume with fewer or other --backends: its report holds
+    every row of the file (every backend's and the check's, the rows `treebench report OUT` shows), not
+    only the resumed backends', and its report line counts every row written before it."""
+    import treebench.harness.analyze.report as report
+    from tests.tiny_suites import tiny_suite
+
+    monkeypatch.chdir(tmp_path)
+    Path("tiny.toml").write_text(tiny_suite(context_lens=(8, 33)))
+    out = Path("r.jsonl")
+    assert main(["check", "--suite", "tiny.toml", "--backend", "reference", "--out", str(out), "--quiet"]) == 0
+    assert main(["run", "--suite", "tiny.toml", "--backends", first, "--out", str(out), "--quiet"]) == 0
+    earlier = len(read_rows([out]))
+    reported: list[list[dict]] = []
+    real = report.write_report
+    monkeypatch.setattr(report, "write_report", lambda rows, *a, **k: reported.append(rows) or real(rows, *a, **k))
+    capsys.readouterr()
+    assert main(["run", "--suite", "tiny.toml", "--backends", resumed, "--out", str(out), "--resume", "--quiet"]) == 0
+    said = capsys.readouterr().out.splitlines()
+    assert said[-1] == (f"report: reports/local/r.html (every row of {out}, among them {earlier} rows written before "
+                        "this run)")
+    assert main(["report", str(out), "-o", "all.html"]) == 0
+    mine, of_file = reported
+    assert len(mine) == earlier + new == len(read_rows([out])) and mine == of_file
+    assert {r["backend"] for r in mine} == {"reference", "torch_sdpa"} and any(r["median_us"] is None for r in mine)
 
 
 def test_a_resume_with_nothing_left_to_run_says_so(suite, tmp_path, capsys):

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -365,6 +367,30 @@ def test_gpus_relaunches_the_command_line_under_torchrun(suite, tmp_path, monkey
     assert relaunched[8] == "--report" and relaunched[9].startswith("reports/local/s-")
     assert relaunched[7] == f"results/local/s-{run_id}.jsonl"          # the ranks' run id names the files
     assert main(["run", "--suite", str(suite), "--gp", "2"]) == 2        # no abbreviations: they would survive
+
+
+def test_gpus_removes_the_empty_default_file_of_a_crashed_launch_before_relaunching(suite, tmp_path, monkeypatch):
+    """`run --gpus N` without --out gives its ranks the default --out, so they leave crash leftovers alone:
+    the command that relaunches removes them first (an empty default file a launch of the suite named
+    after its id left, with its lock and its ranks' sidecars), never the file of the launch it starts."""
+    from treebench.harness.cli import run as cli_sweep
+
+    monkeypatch.setattr(cli_sweep, "_check_gpus", lambda n: None)
+    monkeypatch.setattr(shard, "launch_torchrun", lambda n, argv, run_id=None: 0)
+    monkeypatch.chdir(tmp_path)
+    local = tmp_path / "results" / "local"
+    local.mkdir(parents=True)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    left = [local / "s-torchrun-9c1e.jsonl", local / "s-torchrun-9c1e.jsonl.lock",
+            local / "s-torchrun-9c1e.rank1-of-2.jsonl.lock"]
+    for path, text in zip(left, ["", f"{dead}\ntorchrun-9c1e\n", f"{dead}\n"]):
+        path.write_text(text)
+    monkeypatch.setenv(shard.RUN_ID_ENV, "job7")
+    (local / "s-job7.jsonl").write_text("")                              # the file of the launch it starts
+    (local / "s-job7.jsonl.lock").write_text(f"{dead}\njob7\n")
+    assert main(["run", "--suite", str(suite), "--gpus", "2", "--backends", "torch_sdpa", "--quiet"]) == 0
+    assert not any(p.exists() for p in left) and (local / "s-job7.jsonl").exists()
 
 
 @pytest.mark.parametrize("command", ["run", "check"])

@@ -101,6 +101,10 @@ REPEAT = "repeat"                 # the first batch's later calls: the first cal
 # RE_PREPARE (model.coverage): the second batch (REPREPARE), its later calls included
 TIMING = "timing"                 # a run's timed calls, the call after them compared again, the inputs left as given
 FAILED_STEPS = (FIRST_PREPARE, REPEAT, RE_PREPARE, TIMING)
+# The `failed_step` of an --isolate worker that died or timed out before its pair entered a step (loading the
+# backend, building the inputs, supports(), the memory check), by run.isolate; past that, the step it was in
+WORKER_DIED = "worker died"
+WORKER_TIMED_OUT = "worker timed out"
 
 
 def default_check(backend, deep: bool = False, device: str | None = None) -> DefaultCheck:

@@ -71,6 +71,21 @@ def suite_name(suite) -> str:
     return safe_name(suite.name, getattr(suite, "path", None))
 
 
+def default_out(name: str, run_id: str) -> Path:
+    """The default results file of a run of the suite named `name` (`suite_name`) under `run_id`."""
+    return Path("results/local") / f"{name}-{run_id}.jsonl"
+
+
+def drop_leftovers(name: str, suite, keep: Path) -> None:
+    """Removes the empty default results files of suite `suite`'s runs that crashed before their first
+    row (`crash.drop_crash_leftovers`), one info line each; never `keep`, this run's."""
+    from treebench.harness.sweep.crash import drop_crash_leftovers
+
+    for left in drop_crash_leftovers(keep.parent, name, keep):
+        log.info("removed %s: the empty results file of a run of suite %s that crashed before its first row",
+                 left, suite.name)
+
+
 def warn_backends_that_ran_nothing(rows: list[dict]) -> None:
     """One warning per backend whose every row was skipped, with the first row's reason
     (an unavailable backend otherwise shows only a count of skipped rows)."""
@@ -220,10 +235,11 @@ def _launch_gpus(args, suite) -> int:
     argv = strip_option(args.argv, "--gpus")
     name = suite_name(suite)
     stamp_text = run_stamp()
-    out = args.out or str(Path("results/local") / f"{name}-{stamp_text}.jsonl")
+    out = args.out or str(default_out(name, stamp_text))
     report = _report_path(args.report, name, out, stamp_text, resume=args.resume)
     check_writable(out, create=False, what="--out" if args.out else DEFAULT_OUT)
     if args.out is None:  # every rank must append to the same file
+        drop_leftovers(name, suite, Path(out))   # the ranks are given --out: they leave the default's leftovers
         argv += ["--out", out]
     if args.report is None:
         argv += ["--report", str(report)]
@@ -243,7 +259,7 @@ def run(args) -> int:
     from treebench.harness.run.progress import after_pairs
     from treebench.harness.store.names import default_report
     from treebench.harness.store.paths import DEFAULT_OUT, check_writable
-    from treebench.harness.sweep.crash import crash_advice, crash_lines, drop_crash_leftovers
+    from treebench.harness.sweep.crash import crash_advice, crash_lines
     from treebench.harness.sweep.execute import execute, shard_is_empty
     from treebench.harness.sweep.shard import torchrun_rank
 
@@ -267,8 +283,9 @@ def run(args) -> int:
             return _launch_gpus(args, suite)
     name = suite_name(suite)
     stamp_text = run_stamp()
-    opts = replace(opts, run=replace(opts.run, run_id=stamp_text, suite=suite.name))
-    out_path = args.out or Path("results/local") / f"{name}-{stamp_text}.jsonl"
+    out_path = args.out or default_out(name, stamp_text)
+    opts = replace(opts, run=replace(opts.run, run_id=stamp_text, suite=suite.name),   # the default's run id in its
+                   out_named_by=stamp_text if Path(out_path) == default_out(name, stamp_text) else None)   # lock
     report = _report_path(args.report, name, out_path, stamp_text, probe=not args.dry_run,
                           resume=args.resume)   # before anything is written
     if shard_is_empty(suite.cases, opts) and not args.dry_run:   # no pair: no results file, env file or report
@@ -276,10 +293,8 @@ def run(args) -> int:
         log.warning("no case of suite %s falls to --shard %s (%s): nothing was run or written", suite.name,
                     args.shard, plural(len(suite.cases), "case"))
         return 0
-    if args.out is None and not args.dry_run:   # a crash before the first row left its empty default file
-        for left in drop_crash_leftovers(Path(out_path).parent, name):
-            log.info("removed %s: the empty results file of a run of suite %s that crashed before its first row",
-                     left, suite.name)
+    if args.out is None and not args.dry_run and (rank is None or rank.primary):   # a crash before the first
+        drop_leftovers(name, suite, Path(out_path))                                 # row left its empty default
     out = claim_results(out_path, stamp_text, args.dry_run, "--out" if args.out else DEFAULT_OUT)
     written_out, written_report = out.absolute(), report.absolute()   # a backend's os.chdir moves neither
     opts = replace(opts, out=written_out, shown=out)   # rows, env file and lock; the lines name them as given
@@ -299,7 +314,8 @@ def run(args) -> int:
         resume_flags = "" if args.report or report == default_report(out) else f" --report {report}"
         report_due(out, written_report, resume_flags, report)   # for the line after an interrupt: rows in, report next
         with after_pairs(CONSOLE, args.quiet):  # on a terminal the bar that said "writing the report" is erased
-            written = _write_report(result.rows, written_out, written_report, f"treebench {suite.name}", out)
+            shown = result.rows if result.report_rows is None else result.report_rows   # --resume: all of --out's
+            written = _write_report(shown, written_out, written_report, f"treebench {suite.name}", out)
         if not written:
             code = 1
     OUTCOME[0] = code   # the rows decide the exit code, whether or not stdout is still read
@@ -311,7 +327,9 @@ def run(args) -> int:
     if written:   # a report that was not written is not named: the error above says where the rows are
         lines.append(f"report: {report}")
     earlier = result.earlier_rows   # counted while the run held --out: not a run that appended since
-    if earlier and written:
+    if earlier and written and result.report_rows is not None:
+        lines[-1] += f" (every row of {out}, among them {plural(earlier, 'row')} written before this run)"
+    elif earlier and written:
         lines[-1] += (f" (this run's rows; {out} holds {plural(earlier, 'row')} of earlier runs: "
                       f"treebench report {out} -o FILE.html covers them all)")
     console().print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)

@@ -1,5 +1,5 @@
-"""The pair in flight, named where a crash can still say it; how far the sweep got
-(`PROGRESS`), whether its results file holds a row of it yet (`UNWRITTEN`) and, once its
+"""The pair in flight, named where a crash can still say it, and the step it is in (`enter_step`); how far
+the sweep got (`PROGRESS`), whether its results file holds a row of it yet (`UNWRITTEN`) and, once its
 last row is written, whether the run's report is (`REPORT_DUE`), for the line after an
 interrupt; Ctrl-C held while the CLI starts (`interrupts_held`), and noted while a report is
 written or the gate runs (`interrupts_noted`); a signal handler set where one can be (`install_handler`).
@@ -89,6 +89,8 @@ _WRAPPED: list = []   # while the runner notes SIGINTs: [the handler it wraps]
 # before and after it, says "while starting" before (143), and that the command had ended after (its own code).
 COMMAND_BEGUN: list[bool] = [False]
 CRASH_REPORT_OURS: list[bool] = [False]   # whether `enable_crash_report` turned faulthandler on (not pytest)
+# Hears each step a pair enters (`enter_step`); None but in an --isolate worker, where it tells the parent.
+STEP_LISTENER: list[Callable[[str], None] | None] = [None]
 _HELD: list = []   # while SIGINT is held: [the handler the hold replaced, whether a SIGINT came]
 
 
@@ -110,6 +112,15 @@ def call_in_flight(backend: str, case_id: str, fn: Callable[..., R], *args) -> R
     label = crash_label(backend, case_id)
     code = _call.__code__.replace(co_name=label, co_qualname=label)
     return types.FunctionType(code, _call.__globals__)(fn, *args)
+
+
+def enter_step(row: dict, step: str) -> None:
+    """Sets `row`'s `failed_step` to `step` (checking.default_check.FAILED_STEPS), the step its pair now
+    enters: an exception the caller makes an error row keeps it, and STEP_LISTENER hears it (an --isolate
+    worker's parent names it in the row of a worker that dies or times out there: run.isolate)."""
+    row["failed_step"] = step
+    if STEP_LISTENER[0] is not None:
+        STEP_LISTENER[0](step)
 
 
 def mark_unwritten(path: str | Path | None) -> None:

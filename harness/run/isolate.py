@@ -10,6 +10,7 @@ Protocol (multiprocessing, spawn context, one duplex pipe per worker)::
            device, RunConfig) ────────────▶  builds inputs and reference (cached
                                              per case), runs the backend, compares,
                                              times: treebench.harness.run.pair.run_case_backend
+      shared int (read if it dies) ◀──────── the step the pair entered (inflight.enter_step)
       ◀────── ("row", row, context_lost)
       ...
       None ───────────────────────────────▶  exits
@@ -18,7 +19,9 @@ The parent waits at most ``case_timeout_s`` for each row. A worker that does not
 answer in time is killed (SIGKILL) and the pair becomes an ``error`` row
 "timed out after Ns"; a worker that dies (os._exit, SIGSEGV, the OOM killer)
 becomes an error row naming its exit code or signal (read once it has exited, not
-SIGKILLed while it exits). Whatever a backend raises, any BaseException, is its row's
+SIGKILLed while it exits); either row's ``failed_step`` is the step the worker was in, read
+from the shared int (WORKER_TIMED_OUT or WORKER_DIED where its pair had entered none).
+Whatever a backend raises, any BaseException, is its row's
 reason, and so is whatever else escapes a task: the worker answers and goes on, back in
 the directory it started in (a backend may os.chdir). A worker that catches a
 CUDA error that poisons its context (an illegal memory access is sticky: every
@@ -47,7 +50,9 @@ from multiprocessing.reduction import ForkingPickler
 
 import torch
 
+from treebench.harness.checking.default_check import FAILED_STEPS, WORKER_DIED, WORKER_TIMED_OUT
 from treebench.harness.model.cases import Case
+from treebench.harness.run.inflight import STEP_LISTENER
 from treebench.harness.run.pair import CaseData, base_row, error_reason, run_case_backend
 from treebench.harness.run.config import RunConfig
 from treebench.harness.run.loading import SPEC_ATTR
@@ -183,14 +188,26 @@ def _restore_cwd(cwd: str) -> None:
         os.chdir(cwd)
 
 
-def worker_main(conn: Connection, device: str, log_level: int, parent_pid: int | None = None) -> None:
-    """A worker's loop: answer each Task with ("row", row, context_lost) until None or EOF.
+def _report_steps(step: ctypes.c_int) -> None:
+    """Makes each step a pair enters (`inflight.enter_step`) the value of the shared int `step`, its
+    index in FAILED_STEPS (-1 for one not there), which the parent reads if this worker dies."""
+    def heard(name: str) -> None:
+        step.value = FAILED_STEPS.index(name) if name in FAILED_STEPS else -1
+    STEP_LISTENER[0] = heard
+
+
+def worker_main(conn: Connection, device: str, log_level: int, parent_pid: int | None = None,
+                step: ctypes.c_int | None = None) -> None:
+    """A worker's loop: answer each Task with ("row", row, context_lost) until None or EOF; the
+    step its pair is in goes into the shared int `step` (`_report_steps`), where one is given.
 
     Ignores SIGINT (the parent decides when workers stop), dies with its parent,
     and exits with EXIT_CONTEXT_LOST right after reporting a lost CUDA context.
     """
     if parent_pid is not None:
         _die_with_parent(parent_pid)
+    if step is not None:
+        _report_steps(step)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=log_level, format="treebench worker %(process)d: %(levelname)s %(message)s")
     dev = torch.device(device)
@@ -220,10 +237,10 @@ def worker_main(conn: Connection, device: str, log_level: int, parent_pid: int |
 # ---- the parent ----------------------------------------------------------------------------
 
 
-def _error_row(name: str, case: Case, config: RunConfig, reason: str) -> dict:
-    """An error row for backend `name` on `case`, made without running it."""
+def _error_row(name: str, case: Case, config: RunConfig, reason: str, step: str | None = None) -> dict:
+    """An error row for backend `name` on `case`, made without running it; `step` its `failed_step`."""
     row = base_row(name, case, config)
-    row.update(status="error", reason=reason, timestamp=datetime.now(timezone.utc).isoformat(timespec="milliseconds"))
+    row.update(status="error", reason=reason, failed_step=step, timestamp=datetime.now(timezone.utc).isoformat(timespec="milliseconds"))
     return row
 
 
@@ -259,6 +276,7 @@ class WorkerPool:
         self._ctx = multiprocessing.get_context("spawn")
         self._proc: BaseProcess | None = None
         self._conn: Connection | None = None
+        self._step = self._ctx.Value("i", -1, lock=False)   # the FAILED_STEPS index of the worker's step; -1: none
 
     # -- lifecycle --
     def _start(self) -> None:
@@ -268,7 +286,7 @@ class WorkerPool:
             WorkerStartError: it died or stayed silent for start_timeout_s.
         """
         parent, child = self._ctx.Pipe(duplex=True)
-        proc = self._ctx.Process(target=worker_main, args=(child, self.device, logging.WARNING, os.getpid()),
+        proc = self._ctx.Process(target=worker_main, args=(child, self.device, logging.WARNING, os.getpid(), self._step),
                                  name="treebench-worker", daemon=True)
         proc.start()
         child.close()  # the parent keeps one end, so a dead worker reads as EOF
@@ -323,6 +341,7 @@ class WorkerPool:
             return _error_row(name, case, config,
                               f"cannot send the backend to a worker ({error_reason(e)}); "
                               "load it as --backend path/file.py:Class or package.module:Class")
+        self._step.value = -1   # no step yet: the worker sets it as the pair enters each
         try:
             self._send(payload)
         except (WorkerStartError, OSError) as e:
@@ -365,7 +384,14 @@ class WorkerPool:
             self._kill()
             log.warning("%s on %s: timed out after %gs; worker killed", name, case.case_id, self.case_timeout_s)
             return _error_row(name, case, config,
-                              f"timed out after {self.case_timeout_s:g}s (--case-timeout); the worker was killed")
+                              f"timed out after {self.case_timeout_s:g}s (--case-timeout); the worker was killed",
+                              self._step_in(WORKER_TIMED_OUT))
         how = describe_exit(self._kill())
         return _error_row(name, case, config,
-                          f"the worker died with {how} while running the backend; a fresh worker runs the next case")
+                          f"the worker died with {how} while running the backend; a fresh worker runs the next case",
+                          self._step_in(WORKER_DIED))
+
+    def _step_in(self, none: str) -> str:
+        """The step the worker's pair was in (`inflight.enter_step`), or `none` where it had entered none."""
+        i = self._step.value
+        return FAILED_STEPS[i] if 0 <= i < len(FAILED_STEPS) else none

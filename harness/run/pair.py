@@ -37,7 +37,7 @@ import torch
 
 from treebench.harness.checking.default_check import FIRST_PREPARE, TIMING
 from treebench.harness.model.cases import Case
-from treebench.harness.run.inflight import signal_stop
+from treebench.harness.run.inflight import enter_step, signal_stop
 from treebench.harness.run.memory import fit_reason
 from treebench.harness.run.verify import (InputsMutated, check_output, check_pair, compared, determinism,
                                          error_reason, join, kernel_name, lse_base, prepared, returns_lse)
@@ -162,7 +162,7 @@ def _run_one(backend, case: Case, data: CaseData, device: torch.device, config: 
     if config.mode == "check":
         check_pair(backend, data, device, mask_kind, row)
         return
-    row["failed_step"] = FIRST_PREPARE   # the step in progress: an exception the caller makes an error row keeps it
+    enter_step(row, FIRST_PREPARE)   # the step in progress: an exception the caller makes an error row keeps it
     inputs, ref = data.get(device, mask_kind)
     fn, out, check_inputs = prepared(backend, inputs, data, device)
     row["kernel"] = kernel_name(fn, backend, inputs)
@@ -173,7 +173,7 @@ def _run_one(backend, case: Case, data: CaseData, device: torch.device, config: 
     rec, bad = compared(out, ref, inputs, data.lse(device, mask_kind))
     row.update(rec, status="mismatch" if bad else "pass", reason=join(bad, nondet))
     del out
-    row["failed_step"] = TIMING
+    enter_step(row, TIMING)
     try:
         _time_row(row, fn, inputs, config)
         _compare_after_timing(backend, fn, inputs, data, device, mask_kind, row)

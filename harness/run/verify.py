@@ -30,7 +30,7 @@ from treebench.harness.model.compare import compare, compare_lse
 from treebench.harness.model.paged import BatchInputs
 from treebench.harness.checking.default_check import (CHECK_CALLS, FIRST_PREPARE, RE_PREPARE, REPEAT,
                                                        REPREPARE_STEP)
-from treebench.harness.run.inflight import signal_stop
+from treebench.harness.run.inflight import enter_step, signal_stop
 
 if TYPE_CHECKING:
     from treebench.harness.run.pair import CaseData
@@ -332,7 +332,7 @@ def check_pair(backend, data: CaseData, device: torch.device, mask_kind: str, ro
     (re-prepare on other draws of the same axes, call, repeat, compare). Fills `row`, its
     `failed_step` the step where a failure was found (FAILED_STEPS; None for a pass): the step in
     progress is set before it runs, so an exception the caller turns into an error row keeps it."""
-    row["failed_step"] = FIRST_PREPARE
+    enter_step(row, FIRST_PREPARE)
     rec, bad, later = check_step(backend, data, device, mask_kind, row, FIRST_PREPARE)
     row.update(rec)
     if bad or later:
@@ -340,7 +340,7 @@ def check_pair(backend, data: CaseData, device: torch.device, mask_kind: str, ro
                    failed_step=FIRST_PREPARE if bad else REPEAT)
         return
     step = f"{REPREPARE_STEP} of the same axes (seed {data.alternate().case.seed})"
-    row["failed_step"] = RE_PREPARE
+    enter_step(row, RE_PREPARE)
     try:
         rec2, bad2, later2 = check_step(backend, data.alternate(), device, mask_kind, row, step)
     except BaseException as e:  # noqa: BLE001 -- the backend's error on the second batch (signal_stop: a Ctrl-C goes on up)

@@ -2,9 +2,10 @@
 
 Two runs appending to one ``--out`` would interleave their rows (and their
 ``--resume`` views of it) without a word. A run therefore holds
-``fcntl.flock(LOCK_EX | LOCK_NB)`` on a sidecar ``<out>.lock`` holding its pid,
-from before its first write to after its last; a second writer finds it taken
-and is refused before it writes anything. The kernel drops the lock when the
+``fcntl.flock(LOCK_EX | LOCK_NB)`` on a sidecar ``<out>.lock`` holding its pid (and, on a
+second line, the run id a run's default results file ``<suite>-<run id>.jsonl`` is named after:
+`naming_run_id`), from before its first write to after its last; a second writer finds it
+taken and is refused before it writes anything. The kernel drops the lock when the
 holder exits, however it exits (SIGKILL, a segfault), so a stale sidecar never
 blocks anyone: the next run takes it over.
 
@@ -19,8 +20,9 @@ Under torchrun every rank locks its own rank file, and rank 0 also ``--out``
 platforms without fcntl (Windows) nothing is locked.
 
 `abandoned` tells a sidecar whose writer is gone (treebench.harness.sweep.crash removes the empty
-results file of such a writer); `live_writer` one whose writer is still at work (gate and report,
-reading the file meanwhile, warn that its rows may be partial). `other_writer_beside` tells, from
+default results file of such a writer, told from a user's own by its name or `naming_run_id`);
+`live_writer` one whose writer is still at work (gate and report, reading the file meanwhile, warn
+that its rows may be partial). `other_writer_beside` tells, from
 the sidecars' pids and without locking anything (a probe holding a lock for a moment would refuse a
 run starting then), whether another run is writing a results file in the same folder: the env file
 they share is not taken back then.
@@ -49,10 +51,16 @@ def lock_path(results: Path) -> Path:
 def _holder(fd: int) -> str:
     """The pid written in a held sidecar ('unknown pid' when it is empty or unreadable)."""
     try:
-        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        pid = _pid(os.pread(fd, 256, 0).decode("ascii", "replace"))
     except OSError:
-        text = ""
-    return f"pid {text}" if text.isdigit() else "unknown pid"
+        pid = None
+    return f"pid {pid}" if pid is not None else "unknown pid"
+
+
+def _pid(text: str) -> int | None:
+    """The pid on the first line of a sidecar's `text`; None where that line holds none (yet)."""
+    first = text.splitlines()[0].strip() if text.strip() else ""
+    return int(first) if first.isdigit() else None
 
 
 OUT_HINT = "wait for it to finish or choose another --out"   # what a refused run or check can do
@@ -85,9 +93,11 @@ def _take(path: Path, hint: str = OUT_HINT) -> int:
 
 
 @contextlib.contextmanager
-def hold(results: Path | str | None, hint: str = OUT_HINT) -> Iterator[None]:
+def hold(results: Path | str | None, hint: str = OUT_HINT, named_by: str | None = None) -> Iterator[None]:
     """Holds the write lock of `results` (nothing when None or where fcntl is missing); hint:
-    the advice the refusal ends with (`rm` and `merge`, which take no --out, give their own).
+    the advice the refusal ends with (`rm` and `merge`, which take no --out, give their own);
+    `named_by`: the run id a run's default results file is named after, written on the sidecar's
+    second line, where a rerun finds it if the run dies holding the lock (`naming_run_id`).
 
     Raises:
         ConfigError: another process is writing `results` (one line: the file, its pid,
@@ -103,7 +113,8 @@ def hold(results: Path | str | None, hint: str = OUT_HINT) -> Iterator[None]:
         raise ConfigError(f"results file {results}: cannot create its lock file {path} ({e.strerror})") from None
     try:
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        text = f"{os.getpid()}\n" + (f"{named_by}\n" if named_by else "")
+        os.pwrite(fd, text.encode(), 0)
         yield
     finally:
         with contextlib.suppress(OSError):
@@ -112,15 +123,16 @@ def hold(results: Path | str | None, hint: str = OUT_HINT) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def hold_all(paths) -> Iterator[None]:
-    """Holds the write locks of every distinct path of `paths` (None entries skipped), in order.
+def hold_all(paths, named_by: dict | None = None) -> Iterator[None]:
+    """Holds the write locks of every distinct path of `paths` (None entries skipped), in order;
+    `named_by`: path -> the run id that names it (`hold`).
 
     Raises:
         ConfigError: as `hold`; the locks already taken are released.
     """
     with contextlib.ExitStack() as stack:
         for p in dict.fromkeys(Path(p) for p in paths if p is not None):
-            stack.enter_context(hold(p))
+            stack.enter_context(hold(p, named_by=(named_by or {}).get(p)))
         yield
 
 
@@ -140,7 +152,7 @@ def other_writer_beside(results: Path | str) -> bool:
             text = sidecar.read_text(encoding="ascii", errors="replace").strip()
         except OSError:
             continue            # released (deleted) since the folder was listed
-        if sidecar.name != own and (not text.isdigit() or _alive(int(text))):
+        if sidecar.name != own and ((pid := _pid(text)) is None or _alive(pid)):
             return True
     return False
 
@@ -162,16 +174,28 @@ def abandoned(results: Path | str) -> bool:
     return pid is not None and not _alive(pid)
 
 
+def naming_run_id(results: Path | str) -> str | None:
+    """The run id the lock sidecar of `results` records on its second line (`hold`'s `named_by`): the
+    run whose default results file `results` is (or a torchrun rank's file of); None where none is
+    recorded, there is no sidecar, or fcntl is missing. Raises nothing."""
+    lines = _sidecar_text(results).splitlines()
+    return (lines[1].strip() or None) if len(lines) > 1 else None
+
+
 def _sidecar_pid(results: Path | str) -> int | None:
     """The pid the lock sidecar of `results` names; None where there is none, it names no pid (yet),
     or fcntl is missing (nothing is locked then). Raises nothing."""
+    return _pid(_sidecar_text(results))
+
+
+def _sidecar_text(results: Path | str) -> str:
+    """What the lock sidecar of `results` holds; "" where there is none or fcntl is missing. Raises nothing."""
     if fcntl is None:
-        return None
+        return ""
     try:
-        text = lock_path(Path(results)).read_text(encoding="ascii", errors="replace").strip()
+        return lock_path(Path(results)).read_text(encoding="ascii", errors="replace")
     except OSError:
-        return None
-    return int(text) if text.isdigit() else None
+        return ""
 
 
 def _alive(pid: int) -> bool:

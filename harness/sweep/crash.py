@@ -23,8 +23,11 @@ A crash before the run's first row leaves its results file empty, with the lock 
 the dead process (treebench.harness.store.lock) and the env file beside it. Rerun with that
 ``--out`` (with or without --resume), the run appends to the empty file and takes the lock over;
 rerun without ``--out``, the run gets a new default file, so `drop_crash_leftovers` removes the
-empty default files of the suite's crashed runs (and their sidecars) first. The env file is kept:
-every results file of the folder shares it, and the rerun writes it again.
+empty default files of the suite's crashed runs (and their sidecars, and what their torchrun launch
+left beside them where it holds no row) first: a file named after a fresh run id, or after the run
+id its sidecar (or a sidecar of its launch's rank files) records as naming it (one from
+$TREEBENCH_RUN_ID or torchrun's). The env file is kept: every results file of the folder shares
+it, and the rerun writes it again.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from pathlib import Path
 
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.inflight import CRASH_REPORT_OURS
-from treebench.harness.store.lock import abandoned, hold
+from treebench.harness.store.lock import abandoned, hold, lock_path, naming_run_id
 from treebench.harness.store.rows import RUN_ID_STAMP
 from treebench.harness.sweep.shard import rank_files
 
@@ -132,30 +135,80 @@ def crash_advice(lines: list[str] | None) -> Iterator[None]:
 RANK_FILE = re.compile(r"\.rank\d+-of-\d+\.jsonl$")   # a torchrun rank's file (sweep.shard.rank_path)
 
 
-def drop_crash_leftovers(folder: Path, suite: str) -> list[Path]:
+def drop_crash_leftovers(folder: Path, suite: str, keep: Path | None = None) -> list[Path]:
     """Removes what runs of `suite` that crashed before their first row left in the default results
-    `folder`: each `<suite>-<stamp>.jsonl` (`suite` as in default file names, `cli.run.suite_name`;
-    the stamp a fresh run id's, `rows.RUN_ID_STAMP`, so never another suite's `<suite>-x-<stamp>.jsonl`
-    nor a user's `<suite>-mine.jsonl`) that is empty and whose lock sidecar names a process that is
-    gone (`lock.abandoned`), with that sidecar, under its lock; never a file holding anything, a rank
-    file, or one whose launch left rank files beside it (their rows wait there for a --resume).
-    Returns the files removed. Raises nothing.
+    `folder`: each default file of the suite (`_default_of`) but `keep` (this run's) that is empty and
+    whose run is gone (`_crashed`), with its lock sidecar, under its lock, and with what its torchrun
+    launch left beside it where that holds no row either: the ranks' empty files, their sidecars and
+    done markers (`_rank_leftovers`). Never a file holding anything, a rank file on its own, one whose
+    launch left a rank file holding a row (it waits there for a --resume) or that a live process
+    writes, another suite's, or a user's own. Returns the files removed. Raises nothing.
     """
     removed: list[Path] = []
-    default = re.compile(rf"{re.escape(suite)}-{RUN_ID_STAMP}\.jsonl")
     try:
-        paths = sorted(p for p in Path(folder).glob(f"{glob.escape(suite)}-*.jsonl") if default.fullmatch(p.name))
+        paths = sorted(Path(folder).glob(f"{glob.escape(suite)}-*.jsonl"))
     except OSError:
         return removed
     for path in paths:
-        if RANK_FILE.search(path.name) or not _empty(path) or not abandoned(path) or rank_files(path):
+        if path == keep or RANK_FILE.search(path.name) or not _empty(path):
             continue
-        with contextlib.suppress(ConfigError, OSError):   # taken since, or gone: left as it is
-            with hold(path):   # no one appends meanwhile; its release deletes the sidecar
-                if _empty(path):
-                    path.unlink()
-                    removed.append(path)
+        ranks = _rank_leftovers(path)
+        if ranks is None or not _default_of(path, suite, ranks) or not _crashed(path, ranks):
+            continue
+        with contextlib.suppress(ConfigError, OSError), hold(path):   # no one appends meanwhile; its release
+            if _empty(path):                                           # deletes the sidecar
+                path.unlink()
+                removed.append(path)
+                _drop_ranks(path, ranks)
     return removed
+
+
+def _default_of(path: Path, suite: str, ranks: list[Path]) -> bool:
+    """Whether `path` is named as a default results file of `suite` (`suite` as in default file names,
+    `cli.run.suite_name`): `<suite>-<run id>.jsonl` whose run id is a fresh one (`rows.RUN_ID_STAMP`),
+    or the one its lock sidecar, or that of a rank file of its launch (`ranks`), records as naming it
+    (`lock.naming_run_id`: a run id from $TREEBENCH_RUN_ID or torchrun's). So never suite `tiny-x`'s
+    `tiny-x-<id>.jsonl` for suite `tiny` (the sidecar records `<id>`), nor a user's own `--out
+    tiny-mine.jsonl` (whose sidecar records none)."""
+    if re.fullmatch(rf"{re.escape(suite)}-{RUN_ID_STAMP}\.jsonl", path.name):
+        return True
+    return any(path.name == f"{suite}-{run_id}.jsonl" for run_id in map(naming_run_id, (path, *ranks)) if run_id)
+
+
+def _crashed(out: Path, ranks: list[Path]) -> bool:
+    """Whether the run that wrote `out` is gone: its lock sidecar names a dead process (`lock.abandoned`)
+    or, where it has none (a torchrun rank 0 that torchrun stopped once another rank crashed deletes its
+    own on the way out), the sidecar of one of its launch's rank files `ranks` does. Raises nothing."""
+    if lock_path(out).exists():
+        return abandoned(out)
+    return any(abandoned(rank) for rank in ranks)
+
+
+def _rank_leftovers(out: Path) -> list[Path] | None:
+    """The rank files (`shard.rank_path`) a torchrun launch writing `out` left: those on disk and those
+    whose lock sidecar alone is there; None where one holds anything or a process that is not gone
+    holds its lock (no pid yet, or a live one), or where they cannot be read. Raises nothing."""
+    try:
+        sidecars = out.parent.glob(f"{glob.escape(out.stem)}.rank*-of-*.jsonl.lock")
+        ranks = sorted({*rank_files(out), *(s.with_suffix("") for s in sidecars if RANK_FILE.search(s.stem))})
+        for rank in ranks:
+            if (rank.exists() and not _empty(rank)) or (lock_path(rank).exists() and not abandoned(rank)):
+                return None
+    except OSError:   # a folder or file it may not read: left as it is
+        return None
+    return ranks
+
+
+def _drop_ranks(out: Path, ranks: list[Path]) -> None:
+    """Removes the empty rank files `ranks` of `out`'s launch, each under its lock (whose release
+    deletes its sidecar), and the launch's done markers. Raises nothing."""
+    for rank in ranks:
+        with contextlib.suppress(ConfigError, OSError), hold(rank):
+            if _empty(rank):
+                rank.unlink()
+    with contextlib.suppress(OSError):
+        for done in out.parent.glob(f"{glob.escape(out.stem)}.rank*-of-*.done"):
+            done.unlink(missing_ok=True)
 
 
 def _empty(path: Path) -> bool:

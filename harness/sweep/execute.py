@@ -43,9 +43,8 @@ from treebench.harness.sweep.shard import (
     wait_for_ranks,
 )
 from treebench.harness.store.env import check_envs_beside, env_beside, env_fingerprint
-from treebench.harness.store.rows import read_rows, row_key, row_places, stored_keys
-from treebench.harness.store.validate import latest_rows
-from treebench.harness.sweep.resume import check_same_suite
+from treebench.harness.store.rows import read_rows, row_places, stored_keys
+from treebench.harness.sweep.resume import check_same_suite, every_row, with_stored
 from treebench.harness.store.lock import hold_all
 
 log = logging.getLogger(__name__)
@@ -70,6 +69,10 @@ class SweepOptions:
     gpus: int | None = None              # run --gpus N: N > 1 relaunches under torchrun (the dry run's estimate
                                          # names the ranks' start-up as not included)
     shown: Path | None = None            # `out` as given, for the lines and the reads before any pair
+    out_named_by: str | None = None      # the run id in --out's name where it is the run's default file
+                                         # (<suite>-<run id>.jsonl): recorded in its (and its rank files') lock
+                                         # sidecar (store.lock.hold), so that a rerun removes them if this run
+                                         # crashes before its first row
 
     def __post_init__(self) -> None:
         if self.resume and self.out is None:
@@ -98,9 +101,11 @@ class SweepResult:
     stored_note: str = ""                            # --dry-run without --resume: what --out already holds
     estimate: str = ""                               # --dry-run: how long the pairs should take, and from what;
                                                      # "" where no pair is to run
-    earlier_rows: int = 0                            # RunConfig.report, primary: rows of --out from runs other than
-                                                     # those of `rows`, counted under its lock (not a run that appends
-                                                     # after)
+    earlier_rows: int = 0                            # RunConfig.report, primary: rows --out held before this run
+                                                     # wrote, counted under its lock (after the rank files a killed
+                                                     # launch left are merged in; not a run that appends after)
+    report_rows: list[dict] | None = None            # RunConfig.report, primary, --resume: every row of --out, read
+                                                     # under its lock, for the report (None: report `rows`)
 
     def nothing_left(self, out: Path, unit: str = "pair") -> str | None:
         """A --resume's line where every pair of this process was stored already, outside torchrun (whose
@@ -213,7 +218,8 @@ def execute(cases, backends, opts: SweepOptions, console: Console | None = None)
     """
     rank = torchrun_rank()
     _check_options(opts, rank)
-    with hold_all(() if opts.dry_run else _written(opts, rank)):   # one writer per file, before any write
+    written = [] if opts.dry_run else _written(opts, rank)
+    with hold_all(written, dict.fromkeys(written, opts.out_named_by)):   # one writer per file, before any write
         return _execute(cases, backends, opts, rank, console)
 
 
@@ -256,6 +262,8 @@ def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Co
         return result
     store = rank_path(opts.out, rank) if rank and opts.out else opts.out
     config = _config(opts, env, device, store, skip, opts.run.quiet or not result.primary)
+    reports = result.primary and opts.out is not None and opts.run.report   # the summary's report line, the report
+    earlier = _row_count(opts.out) if reports and opts.out is not None else 0
     with _env_written(opts, env, rank):   # taken back when stopped before the first row
         if rank:
             assert opts.out is not None  # _check_options: torchrun needs --out
@@ -268,9 +276,10 @@ def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Co
     if opts.resume and result.primary:
         assert opts.out is not None  # SweepOptions: --resume needs --out
         shard_cases = select_cases(cases, opts.shard, None)  # rank 0 reports every rank's cases
-        result.rows = _with_stored(opts.out, env["env_id"], shard_cases, names, result.rows, _stored(opts))
-    if result.primary and opts.out is not None and opts.run.report:   # the summary's report line names them
-        result.earlier_rows = _earlier_rows(opts.out, {r["run_id"] for r in result.rows if r.get("run_id")})
+        result.rows = with_stored(opts.out, env["env_id"], shard_cases, names, result.rows, _stored(opts))
+    if reports and opts.out is not None:
+        result.earlier_rows = earlier
+        result.report_rows = every_row(opts.out) if opts.resume else None   # all of them, as `report OUT` shows
     return result
 
 
@@ -287,10 +296,10 @@ def _env_written(opts: SweepOptions, env: dict, rank: Rank | None):
     return env_beside(rank_path(opts.named, rank) if rank else opts.named, env, undo=rank is None)   # as given
 
 
-def _earlier_rows(out: Path, run_ids: set[str]) -> int:
-    """Rows of `out` from runs other than `run_ids` (0 when it cannot be read: the summary only)."""
+def _row_count(out: Path) -> int:
+    """Rows `out` holds (0 where there is no file or it cannot be read: the summary only)."""
     try:
-        return sum(r.get("run_id") not in run_ids for r in read_rows([out]))
+        return len(read_rows([out])) if Path(out).is_file() else 0
     except (ConfigError, OSError):
         return 0
 
@@ -380,11 +389,3 @@ def _finish_rank(opts: SweepOptions, rank: Rank, run_id: str, result: SweepResul
     result.store_path = opts.out
     log.info("merged %d rows from %d ranks into %s", len(result.rows), rank.world, opts.named)
 
-
-def _with_stored(out: Path, env_id: str, cases, names: list[str], rows: list[dict], done) -> list[dict]:
-    """Rows of every (case, backend) of the sweep for this env: those stored before that `done`
-    accepts (each pair's latest, as report and gate take it: `store.validate.latest_rows`) plus `rows`."""
-    wanted = {(c.case_id, n) for c in cases for n in names} - {row_key(r)[:2] for r in rows}
-    stored = [r for r in (read_rows([out]) if Path(out).exists() else [])
-              if r.get("env") == env_id and (r.get("case_id"), r.get("backend")) in wanted and done(r)]
-    return list(latest_rows(stored).values()) + rows

@@ -1,6 +1,8 @@
 """Which results file a `--resume` may continue: one that holds rows of the suite it sweeps, or none
 yet. A file whose every row is of another suite is refused before anything is written, since
-resuming would append this suite's rows to that run's.
+resuming would append this suite's rows to that run's. What a resumed run reports: its summary the
+latest stored row of each of its sweep's pairs beside the rows it ran (`with_stored`), its report
+every row of the file (`every_row`), as `treebench report OUT` shows them.
 
 A row is of the suite when it records the suite's name (its ``suite`` field:
 treebench.harness.store.rows), or, recording none (written before rows did), when its ``case_id``
@@ -10,11 +12,15 @@ without --resume) continues any of them.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection
 from pathlib import Path
 
 from treebench.harness.errors import ConfigError
-from treebench.harness.store.rows import read_rows
+from treebench.harness.store.rows import read_rows, row_key
+from treebench.harness.store.validate import drop_repeated_rows, latest_rows, validated_rows
+
+log = logging.getLogger(__name__)
 
 
 def of_suite(row: dict, suite: str, case_ids: Collection[str]) -> bool:
@@ -53,3 +59,24 @@ def check_same_suite(out: Path, suite: str | None, case_ids: Collection[str]) ->
                           f"{called(suite)}; {fix}")
     raise ConfigError(f"--resume --out {out}: none of its {len(rows)} rows is of a case of {called(suite)} (they are "
                       f"another suite's, written before rows recorded their suite); {fix}")
+
+
+def with_stored(out: Path, env_id: str, cases, names: list[str], rows: list[dict], done) -> list[dict]:
+    """Rows of every (case, backend) of the sweep for this env: those stored before that `done`
+    accepts (each pair's latest, as report and gate take it: `store.validate.latest_rows`) plus `rows`."""
+    wanted = {(c.case_id, n) for c in cases for n in names} - {row_key(r)[:2] for r in rows}
+    stored = [r for r in (read_rows([out]) if Path(out).exists() else [])
+              if r.get("env") == env_id and (r.get("case_id"), r.get("backend")) in wanted and done(r)]
+    return list(latest_rows(stored).values()) + rows
+
+
+def every_row(out: Path) -> list[dict] | None:
+    """Every row of `out` as `treebench report OUT` reads them (each checked, `validate.validated_rows`; a row
+    read twice kept once): other backends', other envs' and `check` rows too, for the report of a run that
+    resumed into it. None, with a warning naming the row, where a row would be refused: that run's report
+    is then of its sweep's pairs alone."""
+    try:
+        return drop_repeated_rows(validated_rows([str(out)], "run --resume"), "run --resume")
+    except ConfigError as e:
+        log.warning("%s; this run's report shows only the pairs of its sweep", e)
+        return None
