@@ -104,11 +104,8 @@ def _call(fn, *args):
 
 
 def call_in_flight(backend: str, case_id: str, fn: Callable[..., R], *args) -> R:
-    """`fn(*args)`, called from a frame named `crash_label(backend, case_id)`.
-
-    Returns:
-        What `fn` returns; its exceptions propagate unchanged.
-    """
+    """`fn(*args)`, called from a frame named `crash_label(backend, case_id)`: what `fn` returns; its
+    exceptions propagate unchanged."""
     label = crash_label(backend, case_id)
     code = _call.__code__.replace(co_name=label, co_qualname=label)
     return types.FunctionType(code, _call.__globals__)(fn, *args)
