@@ -18,7 +18,7 @@ from treebench.harness.cli.common import (
     claim_results,
     dry_run_code,
     exit_code,
-    given_once,
+    spelling_used,
     nonempty,
     plural,
     print_plan,
@@ -79,7 +79,7 @@ def run(args) -> int:
     nonempty(args.out, "--out")
     nonempty(args.shard, "--shard")
     opts = sweep_options(args, "check")
-    option = given_once(getattr(args, "argv", None), ("--backend", "--backends"))   # as typed: errors name it
+    option = spelling_used(getattr(args, "argv", None), ("--backend", "--backends"))   # as typed: errors name it
     if "," in args.backend or args.backend.strip() == "all":
         raise ConfigError(f"check {option} {args.backend}: check takes one backend; run one check per "
                           "backend, or `treebench run --backends a,b` for several")

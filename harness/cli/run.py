@@ -33,7 +33,7 @@ from treebench.harness.cli.common import (
     console,
     dry_run_code,
     exit_code,
-    given_once,
+    spelling_used,
     nonempty,
     nothing_ran,
     plural,
@@ -250,9 +250,7 @@ def run(args) -> int:
     if args.dry_run:
         NOTHING_WRITTEN[0] = DRY_RUN_WRITES_NOTHING   # what the line after Ctrl-C says
     mark_unwritten(args.out or None)   # Ctrl-C before the first row: nothing written, --out left as it was
-    option = given_once(getattr(args, "argv", None), ("--backends", "--backend"))   # as typed: errors name it
-    for names in (("--timer",), ("--l2",)):
-        given_once(getattr(args, "argv", None), names)
+    option = spelling_used(getattr(args, "argv", None), ("--backends", "--backend"))   # as typed: errors name it
     check_suite_arg(args.suite)
     nonempty(args.out, "--out")
     nonempty(args.report, "--report")
