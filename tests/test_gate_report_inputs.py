@@ -617,6 +617,25 @@ def test_env_records_the_triton_interpreter(monkeypatch):
     assert on["triton_interpret"] and not off["triton_interpret"] and on["env_id"] != off["env_id"]
 
 
+@pytest.mark.parametrize("value, on", [("1", True), ("true", True), ("yes", True), ("on", True), ("TRUE", True),
+                                       ("Y", True), ("0", False), ("false", False), ("off", False), ("", False),
+                                       ("2", False)])
+def test_triton_interpret_is_read_as_triton_reads_it(monkeypatch, value, on):
+    """`TRITON_INTERPRET=true` runs Triton's interpreter: the env, `list` and the kernels say so too."""
+    import torch
+
+    from treebench.backends.triton_tree import triton_availability
+    from treebench.harness.model.paged import triton_interpret
+    from treebench.harness.store.env import env_fingerprint
+
+    monkeypatch.setenv("TRITON_INTERPRET", value)
+    assert triton_interpret() is on and env_fingerprint("cpu")["triton_interpret"] is on
+    libtriton = pytest.importorskip("triton._C.libtriton")
+    assert libtriton.getenv_bool("TRITON_INTERPRET", False) is on   # Triton's own reading
+    if not torch.cuda.is_available():
+        assert (triton_availability() is None) is on
+
+
 @pytest.mark.parametrize("change, word", [
     (lambda r: r["case"].pop("batch_size"), "case.batch_size"),
     (lambda r: r["case"].update(tree=3), "case.tree"),
