@@ -224,7 +224,7 @@ def _written(opts: SweepOptions, rank: Rank | None) -> list[Path]:
 def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Console | None) -> SweepResult:
     """`execute` once this process holds the locks of the files it writes."""
     if opts.resume and opts.out is not None:   # before any write: a file of another suite's rows is refused
-        check_same_suite(opts.out, opts.run.suite, {c.case_id for c in cases})
+        check_same_suite(opts.out, opts.run.suite, {c.case_id for c in cases}, warn=rank is None or rank.primary)
     device = rank_device(rank) if rank else str(default_device())
     mine = select_cases(cases, opts.shard, rank)
     env = env_fingerprint(device, measure_peak_bandwidth(device), peak_matmul_tflops=measure_matrix_rate(device))
