@@ -14,6 +14,7 @@ import hashlib
 import logging
 import os
 import re
+import shlex
 from dataclasses import replace
 from pathlib import Path
 
@@ -294,7 +295,7 @@ def run(args) -> int:
         log.info("%s", left)
     written = False
     if opts.run.report:
-        resume_flags = "" if args.report or report == default_report(out) else f" --report {report}"
+        resume_flags = "" if args.report or report == default_report(out) else f" --report {shlex.quote(str(report))}"
         report_due(out, written_report, resume_flags, report)   # for the line after an interrupt: rows in, report next
         with after_pairs(CONSOLE, args.quiet):  # on a terminal the bar that said "writing the report" is erased
             written = _write_report(result.rows, written_out, written_report, f"treebench {suite.name}", out)
@@ -311,7 +312,7 @@ def run(args) -> int:
     earlier = result.earlier_rows   # counted while the run held --out: not a run that appended since
     if earlier and written:
         lines[-1] += (f" (this run's rows; {out} holds {plural(earlier, 'row')} of earlier runs: "
-                      f"treebench report {out} -o FILE.html covers them all)")
+                      f"treebench report {shlex.quote(str(out))} -o FILE.html covers them all)")
     console().print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
     report_nothing_ran(result.rows, args.allow_skip)
     return code
