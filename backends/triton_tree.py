@@ -8,14 +8,13 @@ trees). The kernel is in kernels/tree_attention.py; docs/kernel.md explains it.
 from __future__ import annotations
 
 import importlib.util
-import os
 
 import torch
 
 from treebench.harness.adapter.contract import Backend, Capabilities, register
 from treebench.harness.errors import ConfigError
 from treebench.harness.model.cases import FP8_DTYPES
-from treebench.harness.model.paged import BatchInputs
+from treebench.harness.model.paged import BatchInputs, triton_interpret
 from treebench.kernels.options import KernelOptions
 from treebench.kernels.tree_attention_plan import HEAD_DIMS
 
@@ -33,7 +32,7 @@ def triton_availability() -> str | None:
     """None when the Triton kernels can run here (a CUDA GPU, or TRITON_INTERPRET=1), else why not."""
     if importlib.util.find_spec("triton") is None:
         return "triton not installed: pip install -e '.[triton]' from the treebench checkout (Triton 3.6 to 3.9)"
-    if os.environ.get("TRITON_INTERPRET", "0") == "1":
+    if triton_interpret():
         return None
     if not torch.cuda.is_available():
         return "needs a CUDA GPU (or TRITON_INTERPRET=1 for the CPU interpreter)"

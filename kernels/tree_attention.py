@@ -17,14 +17,13 @@ docs/kernel.md explains the kernels and the measurements behind every choice.
 
 from __future__ import annotations
 
-import os
 
 import torch
 import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from treebench.harness.errors import ConfigError
-from treebench.harness.model.paged import BatchInputs
+from treebench.harness.model.paged import BatchInputs, triton_interpret
 from treebench.kernels.launch import FixedLaunch, verify_fast_path
 from treebench.kernels.options import CVT_ONE_TILE_MAX_ROWS, FP8_PATHS, KernelOptions
 from treebench.kernels.tree_attention_plan import (FP8_KV_DTYPES, MASK_MODES, SMEM_PER_SM, WS_CONVERTER_REGS,
@@ -139,8 +138,8 @@ def ws_unsupported(inputs: BatchInputs, block_n: int = 64, page_tma: bool = Fals
 
 
 def interpreting() -> bool:
-    """True under TRITON_INTERPRET=1 (Triton's CPU interpreter)."""
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+    """True under TRITON_INTERPRET=1 (or true, yes, on: Triton's CPU interpreter; `paged.triton_interpret`)."""
+    return triton_interpret()
 
 
 class TreeAttention:

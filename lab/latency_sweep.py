@@ -89,7 +89,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import platform
 import sys
 import time
@@ -104,7 +103,7 @@ import torch  # noqa: E402
 from treebench.harness.errors import ConfigError  # noqa: E402
 from treebench.harness.model.cases import Case  # noqa: E402
 from treebench.harness.model.compare import compare  # noqa: E402
-from treebench.harness.model.paged import build_inputs  # noqa: E402
+from treebench.harness.model.paged import build_inputs, triton_interpret  # noqa: E402
 from treebench.harness.model.reference import reference_attention  # noqa: E402
 from treebench.harness.run.loading import availability_of, load_one  # noqa: E402
 from treebench.harness.run.verify import error_reason  # noqa: E402
@@ -542,7 +541,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         refuse(f"--budget-s {args.budget_s}: must be a positive number of seconds")
     if args.out.suffix != ".json" or args.out.exists() or not args.out.parent.is_dir():
         refuse(f"--out {args.out}: want a new .json file in an existing folder")
-    if args.smoke and os.environ.get("TRITON_INTERPRET") != "1":
+    if args.smoke and not triton_interpret():
         refuse("--smoke runs in Triton's CPU interpreter: set TRITON_INTERPRET=1")
     if not args.smoke and not torch.cuda.is_available():
         refuse("needs a CUDA GPU (or --smoke with TRITON_INTERPRET=1)")

@@ -16,7 +16,6 @@ as the triton_tree, triton_tree_bias and triton_causal backends run it).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -26,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from treebench.harness.model.cases import Case  # noqa: E402
 from treebench.harness.errors import ConfigError  # noqa: E402
-from treebench.harness.model.paged import build_inputs  # noqa: E402
+from treebench.harness.model.paged import build_inputs, triton_interpret  # noqa: E402
 from treebench.kernels.options import KernelOptions  # noqa: E402
 from treebench.kernels.tree_attention import TreeAttention  # noqa: E402
 from treebench.kernels.tree_attention_plan import parse_kernel_config  # noqa: E402
@@ -53,7 +52,7 @@ def main() -> int:
     try:
         if args.calls < 1:
             raise ConfigError(f"--calls {args.calls}: must be >= 1")
-        if device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        if device == "cpu" and not triton_interpret():
             raise ConfigError("no CUDA GPU: profile on a GPU, or set TRITON_INTERPRET=1 for a (slow) CPU run")
         case = Case(batch_size=args.batch_size, context_len=args.context_len, tree=args.tree,
                     page_size=args.page_size, kv_dtype=args.kv_dtype, k_scale=args.k_scale, v_scale=args.v_scale)

@@ -12,13 +12,15 @@ import os
 import pytest
 import torch
 
+from treebench.harness.model.paged import triton_interpret
+
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 triton = pytest.importorskip("triton")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-if DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-    pytest.skip("no CUDA GPU and TRITON_INTERPRET is not 1", allow_module_level=True)
+if DEVICE == "cpu" and not triton_interpret():
+    pytest.skip("no CUDA GPU and TRITON_INTERPRET is off", allow_module_level=True)
 
 TINY = dict(num_q_heads=4, num_kv_heads=2, head_dim=64)    # G 2 with Hkv 2
 

@@ -392,3 +392,21 @@ def test_the_planned_device_ran_when_only_the_re_prepare_step_errored(failed_ste
     planned = {"device": {"ran": ["cpu"], "skipped": {}}, "page_size": {"ran": ["16"], "skipped": {}}}
     cov = coverage_from_rows([_row("16", "error", failed_step=failed_step)], base=planned)
     assert cov["device"] == device
+
+
+@pytest.mark.parametrize("shard", ["0/10", "3/7"])
+def test_a_sharded_check_covers_only_the_values_its_cases_ran(tmp_path, capsys, shard):
+    """The table lists under "ran" only values some case of this shard ran: the other shards'
+    are left out, and a line says whose coverage it is."""
+    rc, rows = _check("torch_sdpa", tmp_path, "--shard", shard)
+    out = capsys.readouterr().out
+    assert rc == 0 and rows and f"--shard {shard}: the coverage of this shard's {len(rows)} case" in out
+    table = out[out.index("coverage ("):].splitlines()
+    named: dict[str, set[str]] = {}
+    for r in rows:
+        for axis, value in r["check_axes"].items():
+            named.setdefault(axis, set()).add(str(value))
+    for axis, values in named.items():
+        line = next(ln for ln in table if ln.split()[:2] == [axis, "ran"])
+        assert set(line.split(" ran ", 1)[1].split(", ")) == values, (axis, values, line)
+    assert len(named["tree_size"]) < 11   # the whole check's 11 tree sizes are not all claimed

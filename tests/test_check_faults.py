@@ -17,6 +17,7 @@ import treebench.backends  # noqa: F401  (registers the built-in adapters)
 from treebench.harness.adapter.contract import REGISTRY
 from treebench.harness.cli.main import main
 from treebench.harness.store.rows import read_rows
+from treebench.harness.model.paged import triton_interpret
 from treebench.harness.model.suites import load_suite
 from tests import broken_backends
 
@@ -50,7 +51,7 @@ def test_check_passes_the_correct_backend(suite, tmp_path):
 def _interpreted(name: str) -> bool:
     """True for a Triton backend that would run in the CPU interpreter (tests/test_triton_tree.py
     sets TRITON_INTERPRET=1): far too slow for the default check, so it gets suites/check.toml."""
-    return name.startswith("triton") and os.environ.get("TRITON_INTERPRET") == "1" and not torch.cuda.is_available()
+    return name.startswith("triton") and triton_interpret() and not torch.cuda.is_available()
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))

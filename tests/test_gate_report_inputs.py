@@ -384,6 +384,43 @@ def test_backend_option_given_twice_is_refused(capsys):
     assert rc == 2 and "check takes one backend" in err
 
 
+@pytest.mark.parametrize("option, argv", [
+    ("--baseline", ["gate", "--baseline", "{a}", "--baseline", "{b}", "--candidate", "{a}"]),
+    ("--candidate", ["gate", "--baseline", "{a}", "--candidate", "{a}", "--candidate", "{b}"]),
+    ("--threshold", ["gate", "--baseline", "{a}", "--candidate", "{b}", "--threshold", "5%", "--threshold=90%",
+                     "--summary", "{o}"]),
+    ("--results", ["plan", "--results", "{a}", "--results", "{b}", "--acceptance", "{a}"]),
+    ("--against", ["report", "{a}", "--against", "{a}", "--against", "{b}", "-o", "{o}"]),
+    ("-o / --output", ["report", "{a}", "-o", "{o}", "--output", "{o}.html"]),
+    ("--suite", ["run", "--suite", "smoke", "--suite", "seed", "--out", "{o}"]),
+    ("--out", ["check", "--backend", "reference", "--out", "{o}", "--out={o}2"]),
+    ("--max-nodes", ["tree-search", "--acceptance", "{a}", "--max-nodes", "3", "--max-nodes", "4"]),
+])
+def test_an_option_of_one_value_or_one_list_given_twice_is_refused(tmp_path, capsys, option, argv):
+    """argparse keeps the last of a repeated option: `--baseline a --baseline b` would drop a."""
+    a, b = (_write(tmp_path / f"{n}.jsonl", [_row()]) for n in "ab")
+    argv = [x.format(a=a, b=b, o=tmp_path / "out") for x in argv]
+    rc, out, err = _main(capsys, *argv)
+    assert rc == 2 and len(err.splitlines()) == 1 and f"error: {option} given 2 times; give it once" in err
+    assert not out and sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl", "b.jsonl"]
+
+
+def test_every_option_that_takes_a_value_is_given_once_or_accumulates():
+    """Each subcommand's value options are StoreOnce; the ones that accumulate (rm's filters,
+    tree-search --acceptance) append or extend, and say so in their help."""
+    import argparse
+
+    from treebench.harness.cli import StoreOnce
+
+    accumulate = set()
+    for name in cli.COMMANDS:
+        for action in cli.command_parser(name)._actions:
+            if action.option_strings and action.nargs != 0 and not isinstance(action, argparse._HelpAction):
+                if not isinstance(action, StoreOnce):
+                    accumulate.add((name, action.option_strings[0]))
+    assert accumulate == {("rm", "--run-id"), ("rm", "--backend"), ("rm", "--env"), ("tree-search", "--acceptance")}
+
+
 def test_ctrl_c_while_starting_is_one_line(monkeypatch, capsys):
     """Ctrl-C while the console script imports torch and the harness: one line, exit 130."""
     import sys
@@ -578,6 +615,25 @@ def test_env_records_the_triton_interpreter(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET")
     off = env_fingerprint("cpu")
     assert on["triton_interpret"] and not off["triton_interpret"] and on["env_id"] != off["env_id"]
+
+
+@pytest.mark.parametrize("value, on", [("1", True), ("true", True), ("yes", True), ("on", True), ("TRUE", True),
+                                       ("Y", True), ("0", False), ("false", False), ("off", False), ("", False),
+                                       ("2", False)])
+def test_triton_interpret_is_read_as_triton_reads_it(monkeypatch, value, on):
+    """`TRITON_INTERPRET=true` runs Triton's interpreter: the env, `list` and the kernels say so too."""
+    import torch
+
+    from treebench.backends.triton_tree import triton_availability
+    from treebench.harness.model.paged import triton_interpret
+    from treebench.harness.store.env import env_fingerprint
+
+    monkeypatch.setenv("TRITON_INTERPRET", value)
+    assert triton_interpret() is on and env_fingerprint("cpu")["triton_interpret"] is on
+    libtriton = pytest.importorskip("triton._C.libtriton")
+    assert libtriton.getenv_bool("TRITON_INTERPRET", False) is on   # Triton's own reading
+    if not torch.cuda.is_available():
+        assert (triton_availability() is None) is on
 
 
 @pytest.mark.parametrize("change, word", [

@@ -814,3 +814,33 @@ def test_an_interrupt_before_any_results_file_is_claimed_says_nothing_was_writte
     ACTIVE_OUT[0] = ACTIVE_RUN_ID[0] = NOTHING_WRITTEN[0] = PROGRESS[0] = UNWRITTEN[0] = None
     assert cli_main._interrupted(False, name) == 130
     assert capsys.readouterr().err == "treebench: interrupted; nothing was written\n"
+
+
+def test_the_commands_a_line_suggests_quote_their_paths(tmp_path, monkeypatch, capsys):
+    """A path with a space is quoted in every command a line suggests, so that it can be pasted:
+    stopped while its report is made, the run's hint writes the report; the kept rows' and the
+    crash line's --resume and `treebench rm` name the file as one word."""
+    import shlex
+
+    import treebench.harness.analyze.report as report
+    from treebench.harness.run.inflight import kept_rows
+    from treebench.harness.sweep.crash import crash_line
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny.toml").write_text(tiny_suite())
+    argv = ["run", "--suite", "tiny.toml", "--backends", "reference", "--quiet", "--out", "my out.jsonl",
+            "--report", "my page.html"]
+    with monkeypatch.context() as m:
+        m.setattr(report, "write_report", _stop(KeyboardInterrupt))
+        assert main(argv) == 130
+    line = _line(capsys)
+    assert line.endswith("to write it, run treebench report 'my out.jsonl' -o 'my page.html', or the same command "
+                         "with --out 'my out.jsonl' --resume"), line
+    suggested = shlex.split(line.split("to write it, run ")[1].split(", or")[0])
+    assert suggested[:2] == ["treebench", "report"] and main(suggested[1:]) == 0 and Path("my page.html").exists()
+    out = Path("my out.jsonl")
+    assert kept_rows(out, "ID", "then run") == (" in my out.jsonl, run_id ID; then run the same command with --out "
+                                               "'my out.jsonl' --resume, or remove them with treebench rm "
+                                               "'my out.jsonl' --run-id ID")
+    assert crash_line(out, "ID").endswith("--isolate --out 'my out.jsonl' --resume")
+    assert crash_line(out, "ID", written=False).endswith("--isolate --out 'my out.jsonl'")

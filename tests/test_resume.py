@@ -486,3 +486,21 @@ def test_a_check_resumed_into_a_runs_file_shows_no_time_in_its_summary(tmp_path,
     cells = [cell.strip() for cell in line.strip("│ ").split("│")]
     assert cells == ["reference", "1", "0", "0", "0", "-"], out_text
     assert "timer:" not in out_text
+
+
+@pytest.mark.parametrize("command", ["run", "check"])
+@pytest.mark.parametrize("there", [False, True], ids=["no file", "empty file"])
+def test_a_resume_with_nothing_to_resume_warns_and_starts_a_new_run(suite, tmp_path, capsys, command, there):
+    """`--resume` into a missing (or empty) --out: one warning line, then the sweep runs every pair;
+    a resume that finds rows does not warn."""
+    out = tmp_path / "new.jsonl"
+    if there:
+        out.touch()
+    argv = [command, "--suite", str(suite), "--backend" + ("s" if command == "run" else ""), f"{FAULTS}:Exact",
+            "--out", str(out), "--resume", "--quiet"] + (["--report", str(tmp_path / "r.html")] if command == "run"
+                                                         else [])
+    assert main(argv) == 0
+    warned = [ln for ln in capsys.readouterr().err.splitlines() if "nothing to resume" in ln]
+    assert warned == [f"WARNING  --resume: nothing to resume in {out} (no rows there): starting a new run"]
+    assert len(read_rows([out])) == N_CASES
+    assert main(argv) == 0 and "nothing to resume" not in capsys.readouterr().err

@@ -18,7 +18,7 @@ from treebench.harness.cli.common import (
     claim_results,
     dry_run_code,
     exit_code,
-    given_once,
+    spelling_used,
     nonempty,
     plural,
     print_plan,
@@ -79,7 +79,7 @@ def run(args) -> int:
     nonempty(args.out, "--out")
     nonempty(args.shard, "--shard")
     opts = sweep_options(args, "check")
-    option = given_once(getattr(args, "argv", None), ("--backend", "--backends"))   # as typed: errors name it
+    option = spelling_used(getattr(args, "argv", None), ("--backend", "--backends"))   # as typed: errors name it
     if "," in args.backend or args.backend.strip() == "all":
         raise ConfigError(f"check {option} {args.backend}: check takes one backend; run one check per "
                           "backend, or `treebench run --backends a,b` for several")
@@ -117,7 +117,7 @@ def run(args) -> int:
     shown = [{**r, "median_us": None} for r in rows]   # check times nothing: a run's timed row --resume took shows none
     print_summary(shown, f"treebench check: {suite.title}, backend {rows[0]['backend'] if rows else args.backend}")
     if built is not None:
-        _print_coverage(rows, built.coverage)
+        _print_coverage(rows, built.coverage, args.shard)
     report_nothing_ran(rows, args.allow_skip)
     return code
 
@@ -132,9 +132,11 @@ def _default_suite(backend, deep: bool):
     return Suite(name, "built from the backend's capabilities", (), built.cases, None), built
 
 
-def _print_coverage(rows: list[dict], planned: dict) -> None:
+def _print_coverage(rows: list[dict], planned: dict, shard: str | None = None) -> None:
     """The coverage table after the summary: per axis the values that ran, those that errored,
     and those skipped with why; then the re-prepare and repeat steps, where some row reached them.
+    Under --shard `shard`, of this shard's cases alone (a line says so): `treebench report` of the
+    shards' merged --out files gives the whole check's.
     None when every case was skipped for one reason (the backend unavailable here): the line
     after it (`report_nothing_ran`) gives that reason once."""
     from treebench.harness.checking.default_check import check_steps
@@ -142,5 +144,9 @@ def _print_coverage(rows: list[dict], planned: dict) -> None:
 
     if rows and len({(r.get("status"), r.get("reason")) for r in rows}) == 1 and rows[0].get("status") == "skipped":
         return
-    for line in coverage_lines(coverage_from_rows(rows, base=planned) | check_steps(rows)):
+    lines = coverage_lines(coverage_from_rows(rows, base=planned) | check_steps(rows))
+    if shard and lines:
+        lines.insert(0, f"--shard {shard}: the coverage of this shard's {plural(len(rows), 'case')} alone; "
+                        "`treebench report` of the shards' merged --out files covers the whole check")
+    for line in lines:
         print(line)

@@ -159,7 +159,7 @@ def add_sweep_options(p, timed: bool = True) -> None:
                    help=f"exit 0 even when no pair ran (every row skipped: backend unavailable here, case "
                         f"unsupported); without it such a run proves nothing and exits {NOTHING_RAN}")
     p.add_argument("--quiet", action="store_true", help="no progress bar, warnings only")
-    p.set_defaults(argv=None)   # main() puts the command line here: `given_once` reads it, --gpus relaunches it
+    p.set_defaults(argv=None)   # main() puts the command line here: `spelling_used` reads it, --gpus relaunches it
 
 
 def claim_results(path: str | Path, run_id: str, dry_run: bool, what: str = "--out") -> Path:
@@ -247,18 +247,10 @@ def check_suite_arg(suite: str) -> None:
                           "or a suite name")
 
 
-def given_once(argv, names: tuple[str, ...]) -> str:
-    """Refuses an option given more than once under its spellings (argparse keeps the last silently);
-    returns the spelling the command line used (`names[0]` when none), which its errors name.
-
-    Raises:
-        ConfigError: two of `names` (or one twice) on the command line.
-    """
-    given = [a.split("=", 1)[0] for a in argv or [] if a.split("=", 1)[0] in names]
-    if len(given) > 1:
-        hint = " (comma-separate several backends)" if "--backends" in names else ""
-        raise ConfigError(f"{' / '.join(names)} given {len(given)} times; give it once{hint}")
-    return given[0] if given else names[0]
+def spelling_used(argv, names: tuple[str, ...]) -> str:
+    """The spelling of an option (one of `names`) the command line used, which its errors name;
+    `names[0]` when none (the parser has refused it given twice: treebench.harness.cli.Parser)."""
+    return next((a.split("=", 1)[0] for a in argv or [] if a.split("=", 1)[0] in names), names[0])
 
 
 def stamp() -> str:

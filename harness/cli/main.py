@@ -38,11 +38,11 @@ import signal
 import sys
 from pathlib import Path
 
+from treebench.harness.cli import PROG, TOP_OPTIONS, Parser, asks_help, join_option_values
 from treebench.harness.errors import ConfigError, ResultsWriteError
 
 FULL_DISK = (errno.ENOSPC, errno.EDQUOT)   # a write that found no space: one line, exit 2
 
-PROG = "treebench"
 OK, FAILED, BAD_INPUT, INTERRUPTED = 0, 1, 2, 130   # exit codes (130: 128 + SIGINT, the shell's convention)
 TERMINATED, BROKEN_PIPE = 143, 141                  # 128 + SIGTERM, 128 + SIGPIPE
 
@@ -68,7 +68,6 @@ COMMANDS: dict[str, tuple[str, str, dict]] = {
     "gate": ("gate", _GATE, {"description": _GATE}),
     "report": ("report", _REPORT, {"description": _REPORT}),
 }
-VALUE_OPTIONS_DASHED = ("--shard", "--threshold")  # values that may start with "-": --shard -1/2, gate --threshold -5% get a clear error
 _handler: logging.Handler | None = None  # the handler main() installed on the "treebench" logger
 _AT_EXIT = [False]   # whether main() has registered `_exit_ignores_interrupts`'s atexit call
 
@@ -102,14 +101,6 @@ class _Version(argparse.Action):
         raise SystemExit(OK)
 
 
-class Parser(argparse.ArgumentParser):
-    """ArgumentParser whose errors are one ConfigError line (exit 2), not usage + message."""
-
-    def error(self, message: str):  # type: ignore[override]
-        where = self.prog.removeprefix(PROG).strip()
-        raise ConfigError(f"{where + ': ' if where else ''}{message} (see {self.prog} --help)")
-
-
 def command(name: str):
     """The subcommand `name`: an object with add_arguments(parser) and run(args) -> int (imported now)."""
     module, _, attr = COMMANDS[name][0].partition(":")
@@ -138,26 +129,6 @@ def command_parser(name: str) -> Parser:
     return parser
 
 
-def _join_option_values(argv: list[str]) -> list[str]:
-    """`--shard -1/2` -> `--shard=-1/2` (and `gate --threshold -5%` alike), so argparse takes the
-    value (and parse_shard or the gate explains what is wrong) instead of reading it as an
-    option and saying "expected one argument"."""
-    out: list[str] = []
-    it = iter(range(len(argv)))
-    for i in it:
-        a = argv[i]
-        if a == "--":
-            out.extend(argv[i:])
-            break
-        if a in VALUE_OPTIONS_DASHED and i + 1 < len(argv) and argv[i + 1].startswith("-") \
-                and not argv[i + 1].startswith("--"):
-            out.append(f"{a}={argv[i + 1]}")
-            next(it, None)
-        else:
-            out.append(a)
-    return out
-
-
 def _setup_logging(quiet: bool) -> None:
     """One handler on the "treebench" logger, INFO or WARNING: rich's on the shared stderr
     console on a terminal, else plain "LEVEL message" lines (never padded or wrapped)."""
@@ -177,16 +148,6 @@ def _setup_logging(quiet: bool) -> None:
     logger.setLevel(logging.WARNING if quiet else logging.INFO)
 
 
-TOP_OPTIONS = ("-h", "--help", "--version")   # the only options before the command
-HELP_OPTIONS = ("-h", "--help")   # `treebench COMMAND --help` prints the usage without loading torch
-
-
-def _asks_help(argv: list[str]) -> bool:
-    """Whether the command line asks for a usage (-h or --help before any `--`): no work, no torch."""
-    given = argv[:argv.index("--")] if "--" in argv else argv
-    return any(a in HELP_OPTIONS for a in given)
-
-
 def _exit_ignores_interrupts() -> None:
     """From the interpreter's exit on, SIGINT is ignored (registered once, at exit: atexit). The command has
     ended, with its line said; Python's teardown (seconds with torch loaded) puts back the default action,
@@ -204,7 +165,7 @@ def _parse(argv: list[str]) -> tuple[str, argparse.Namespace]:
         ConfigError: no or an unknown subcommand, an option before it other than TOP_OPTIONS,
             bad or unrecognized arguments.
     """
-    joined = _join_option_values(argv)
+    joined = join_option_values(argv)
     first = next((i for i, a in enumerate(joined) if not a.startswith("-")), len(joined))   # the command's place
     unknown = [a for a in joined[:first] if a.split("=", 1)[0] not in TOP_OPTIONS]
     if unknown:
@@ -239,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
                                                     enable_crash_report, install_handler, interrupts_held,
                                                     stops_raised)
         with interrupts_held():
-            if argv and argv[0] not in TOP_OPTIONS and not _asks_help(argv):   # a subcommand loads torch: here
+            if argv and argv[0] not in TOP_OPTIONS and not asks_help(argv):   # a subcommand loads torch: here
                 importlib.import_module("torch")
             from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID, CREATED_OUT, NOTHING_WRITTEN, OUTCOME
             from treebench.harness.store.outputs import OUTPUTS

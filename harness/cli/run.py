@@ -14,6 +14,7 @@ import hashlib
 import logging
 import os
 import re
+import shlex
 from dataclasses import replace
 from pathlib import Path
 
@@ -33,7 +34,7 @@ from treebench.harness.cli.common import (
     console,
     dry_run_code,
     exit_code,
-    given_once,
+    spelling_used,
     nonempty,
     nothing_ran,
     plural,
@@ -266,9 +267,7 @@ def run(args) -> int:
     if args.dry_run:
         NOTHING_WRITTEN[0] = DRY_RUN_WRITES_NOTHING   # what the line after Ctrl-C says
     mark_unwritten(args.out or None)   # Ctrl-C before the first row: nothing written, --out left as it was
-    option = given_once(getattr(args, "argv", None), ("--backends", "--backend"))   # as typed: errors name it
-    for names in (("--timer",), ("--l2",)):
-        given_once(getattr(args, "argv", None), names)
+    option = spelling_used(getattr(args, "argv", None), ("--backends", "--backend"))   # as typed: errors name it
     check_suite_arg(args.suite)
     nonempty(args.out, "--out")
     nonempty(args.report, "--report")
@@ -311,7 +310,7 @@ def run(args) -> int:
         log.info("%s", left)
     written = False
     if opts.run.report:
-        resume_flags = "" if args.report or report == default_report(out) else f" --report {report}"
+        resume_flags = "" if args.report or report == default_report(out) else f" --report {shlex.quote(str(report))}"
         report_due(out, written_report, resume_flags, report)   # for the line after an interrupt: rows in, report next
         with after_pairs(CONSOLE, args.quiet):  # on a terminal the bar that said "writing the report" is erased
             shown = result.rows if result.report_rows is None else result.report_rows   # --resume: all of --out's
@@ -331,7 +330,7 @@ def run(args) -> int:
         lines[-1] += f" (every row of {out}, among them {plural(earlier, 'row')} written before this run)"
     elif earlier and written:
         lines[-1] += (f" (this run's rows; {out} holds {plural(earlier, 'row')} of earlier runs: "
-                      f"treebench report {out} -o FILE.html covers them all)")
+                      f"treebench report {shlex.quote(str(out))} -o FILE.html covers them all)")
     console().print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
     report_nothing_ran(result.rows, args.allow_skip)
     return code

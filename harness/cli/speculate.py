@@ -15,6 +15,7 @@ Sizes are T, nodes per request including the root. Bad input raises
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
@@ -78,13 +79,13 @@ def add_tree_search_arguments(p) -> None:
 
 def _command_line(args) -> str:
     """The tree-search command line that a --suite-out file records."""
-    parts = [TREE_SEARCH_LINE] + [f"--acceptance {a}" for a in args.acceptance]
+    parts = [TREE_SEARCH_LINE] + [f"--acceptance {shlex.quote(a)}" for a in args.acceptance]
     parts.append(f"--max-nodes {args.max_nodes}")
     if args.max_depth is not None:
         parts.append(f"--max-depth {args.max_depth}")
     if args.sizes:
         parts.append(f"--sizes {','.join(map(str, args.sizes))}")
-    parts.append(f"--suite-out {args.suite_out} --batch-sizes {_axis_text(args.batch_sizes or BATCH_SIZES)} "
+    parts.append(f"--suite-out {shlex.quote(args.suite_out)} --batch-sizes {_axis_text(args.batch_sizes or BATCH_SIZES)} "
                  f"--context-lens {_axis_text(CONTEXT_LENS if args.context_lens is None else args.context_lens)}")
     return " ".join(parts)
 

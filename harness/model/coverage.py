@@ -71,7 +71,8 @@ def coverage_from_rows(rows: Iterable[dict], base: dict | None = None) -> dict:
             as the device); the rows' outcomes then decide each value they name. When no row
             was compared, what `base` planned to run on the axes no row names is errored when a
             row errored, else skipped, "no case ran"; when no row got past the re-prepare step, it
-            ran and is under "reprepare_errored".
+            ran and is under "reprepare_errored". A value `base` planned to run on an axis the rows
+            name, which no row names (a case of another --shard), is left out: no case of it ran.
     """
     rows = list(rows)
     coverage: dict[str, dict] = {axis: {"ran": list(e["ran"]), "skipped": dict(e["skipped"]),
@@ -98,6 +99,12 @@ def coverage_from_rows(rows: Iterable[dict], base: dict | None = None) -> dict:
             key, now = (axis, str(value)), _outcome(r)
             if key not in seen or now[0] > seen[key][0]:     # the first skip reason, else the best outcome
                 seen[key] = now
+    for axis in row_axes & set(coverage):   # the planned values no row stands for: none of their cases ran
+        entry = coverage[axis]
+        for kind in ("ran", *(k for k in _FLAGS if k in entry)):
+            entry[kind] = [v for v in entry[kind] if (axis, v) in seen]
+            if kind != "ran" and not entry[kind]:
+                del entry[kind]
     for (axis, value), (rank, reason) in seen.items():
         entry = coverage.setdefault(axis, {"ran": [], "skipped": {}})
         for kind in ("ran", *_FLAGS):

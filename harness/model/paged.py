@@ -23,6 +23,7 @@ would; reaching for a reference-only field raises AttributeError naming it.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 
 import torch
@@ -217,6 +218,16 @@ def _pool(num_pages: int, P: int, Hkv: int, D: int, dtype: torch.dtype, dev: tor
     pool = torch.full((num_pages, P, Hkv, D), float("nan"), dtype=dtype, device=dev)
     pool[slot] = rows
     return pool
+
+
+TRUTHY = ("1", "true", "yes", "on", "y")   # the values Triton reads as on, in any case (getenv_bool, Triton 3.9)
+
+
+def triton_interpret() -> bool:
+    """Whether Triton runs its kernels in its CPU interpreter: $TRITON_INTERPRET as Triton reads it
+    (`triton.knobs.runtime.interpret`, an env_bool: `TRITON_INTERPRET=true` is on, as is `1`,
+    `yes`, `on`, `y`, in any case; unset, empty or any other value is off). Triton is not imported."""
+    return os.environ.get("TRITON_INTERPRET", "").lower() in TRUTHY
 
 
 def build_inputs(case: Case, device: str | torch.device = "cpu",

@@ -53,6 +53,7 @@ import contextlib
 import faulthandler
 import io
 import os
+import shlex
 import signal
 import sys
 import types
@@ -162,10 +163,10 @@ def kept_rows(out: Path, run_id: str | None, then: str) -> str:
     """Where the rows written so far are kept and the commands that finish or remove them:
     " in OUT, run_id ID; THEN the same command with --out OUT --resume, or remove them with
     treebench rm OUT --run-id ID" (without a run_id, its clauses left out)."""
-    resume = f"{then} the same command with --out {out} --resume"
+    resume = f"{then} the same command with --out {shlex.quote(str(out))} --resume"
     if not run_id:
         return f" in {out}; {resume}"
-    return f" in {out}, run_id {run_id}; {resume}, or remove them with treebench rm {out} --run-id {run_id}"
+    return f" in {out}, run_id {run_id}; {resume}, or remove them with treebench rm {shlex.quote(str(out))} --run-id {run_id}"
 
 
 def report_due(out: str | Path, report: str | Path, resume_flags: str = "", shown: str | Path | None = None) -> None:
@@ -190,8 +191,9 @@ def report_note() -> str | None:
     kept = f" after this run's last row; its rows are kept in {out}"
     if report.changed():
         return f"{kept}; {report.written}"
-    return (f"{kept}; {report.unchanged}; to write it, run treebench report {out} -o {report.shown}, "
-            f"or the same command with --out {out}{flags} --resume")
+    quoted = shlex.quote(str(out))
+    return (f"{kept}; {report.unchanged}; to write it, run treebench report {quoted} -o {shlex.quote(str(report.shown))}, "
+            f"or the same command with --out {quoted}{flags} --resume")
 
 
 def enable_crash_report() -> bool:

@@ -152,11 +152,13 @@ def env_fingerprint(device: str | torch.device, peak_bw_bytes_per_s: float | Non
         dict with env_id, gpu_name, sm_count, driver, cuda, python, torch, triton,
         xformers, flashinfer (versions from importlib.metadata, None when absent),
         git_commit, hostname, platform, cpu_model, cpu_count, torch_threads,
-        omp_num_threads, triton_interpret (TRITON_INTERPRET=1: Triton kernels ran in the CPU
+        omp_num_threads, triton_interpret (TRITON_INTERPRET on: Triton kernels ran in the CPU
         interpreter), peak_bw_bytes_per_s, peak_matmul_tflops. env_id hashes all
         fields but the measured peaks.
     """
     import torch
+
+    from treebench.harness.model.paged import triton_interpret
 
     device = torch.device(device)
     env = {**_gpu_fields(device), "python": platform.python_version()}
@@ -167,7 +169,7 @@ def env_fingerprint(device: str | torch.device, peak_bw_bytes_per_s: float | Non
     env.update(_cpu_fields())
     # Triton's CPU interpreter runs a kernel 10^3-10^4x slower than compiled: its timings are of
     # another machine, so the setting counts in env_id's hash (gate refuses to compare across it).
-    env["triton_interpret"] = os.environ.get("TRITON_INTERPRET") == "1"
+    env["triton_interpret"] = triton_interpret()
     env["peak_bw_bytes_per_s"] = peak_bw_bytes_per_s
     env["peak_matmul_tflops"] = peak_matmul_tflops
     return {"env_id": env_id_of(env), **env}

@@ -37,6 +37,7 @@ import faulthandler
 import glob
 import os
 import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -76,9 +77,10 @@ def crash_line(out: Path | None, run_id: str, written: bool = True) -> str:
     if out is None:
         return line
     if not written:
-        return f"{line}: no row was written yet to {out}; run the same command with --isolate --out {out}"
+        return (f"{line}: no row was written yet to {out}; run the same command with --isolate --out "
+                f"{shlex.quote(str(out))}")
     return (f"{line}: rows already written are kept in {out}, run_id {run_id}; to finish, run the same command "
-            f"with --isolate --out {out} --resume")
+            f"with --isolate --out {shlex.quote(str(out))} --resume")
 
 
 def crash_lines(out: Path | None, run_id: str) -> list[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -236,7 +237,7 @@ def _written(opts: SweepOptions, rank: Rank | None) -> list[Path]:
 def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Console | None) -> SweepResult:
     """`execute` once this process holds the locks of the files it writes."""
     if opts.resume and opts.out is not None:   # before any write: a file of another suite's rows is refused
-        check_same_suite(opts.out, opts.run.suite, {c.case_id for c in cases})
+        check_same_suite(opts.out, opts.run.suite, {c.case_id for c in cases}, warn=rank is None or rank.primary)
     device = rank_device(rank) if rank else str(default_device())
     mine = select_cases(cases, opts.shard, rank)
     env = env_fingerprint(device, measure_peak_bandwidth(device), peak_matmul_tflops=measure_matrix_rate(device))
@@ -355,11 +356,11 @@ def _warn_reused_run_id(out: Path, run_id: str, again=None) -> None:
         log.warning("%s that --resume does not skip (untimed rows of `treebench check`, or rows timed with another "
                     "--timer or --l2): this run measures those pairs again under the same id, so `treebench rm %s "
                     "--run-id %s` removes the rows of both, and gate and report read both (the gate compares the "
-                    "later); to keep them apart, %s", named, out, run_id, fix)
+                    "later); to keep them apart, %s", named, shlex.quote(str(out)), run_id, fix)
         return
     log.warning("%s, written before this run started: its rows get the same id, so `treebench rm %s --run-id %s` "
                 "removes both runs' rows, and gate and report read both runs' rows of a pair (the gate compares the "
-                "later); %s, or add --resume to continue that run", named, out, run_id, fix)
+                "later); %s, or add --resume to continue that run", named, shlex.quote(str(out)), run_id, fix)
 
 
 def _release_cached(device: str) -> None:
@@ -383,7 +384,7 @@ def _finish_rank(opts: SweepOptions, rank: Rank, run_id: str, result: SweepResul
         result.missing_ranks = missing
         log.error("ranks %s not done after %gs: nothing merged; the rows stay in %s; merge them later with "
                   "`treebench merge %s <rank files>`", missing, opts.merge_timeout_s,
-                  ", ".join(map(str, rank_files(opts.out))), opts.named)
+                  ", ".join(map(str, rank_files(opts.out))), shlex.quote(str(opts.named)))
         return
     result.rows = merge_ranks(opts.out)
     result.store_path = opts.out

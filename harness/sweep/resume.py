@@ -1,8 +1,9 @@
 """Which results file a `--resume` may continue: one that holds rows of the suite it sweeps, or none
-yet. A file whose every row is of another suite is refused before anything is written, since
-resuming would append this suite's rows to that run's. What a resumed run reports: its summary the
-latest stored row of each of its sweep's pairs beside the rows it ran (`with_stored`), its report
-every row of the file (`every_row`), as `treebench report OUT` shows them.
+yet (a warning says that the run starts anew). A file whose every row is of another suite is refused
+before anything is written, since resuming would append this suite's rows to that run's. What a
+resumed run reports: its summary the latest stored row of each of its sweep's pairs beside the rows
+it ran (`with_stored`), its report every row of the file (`every_row`), as `treebench report OUT`
+shows them.
 
 A row is of the suite when it records the suite's name (its ``suite`` field:
 treebench.harness.store.rows), or, recording none (written before rows did), when its ``case_id``
@@ -36,19 +37,20 @@ def called(suite: str) -> str:
     return suite if suite.startswith("the ") else f"suite {suite}"
 
 
-def check_same_suite(out: Path, suite: str | None, case_ids: Collection[str]) -> None:
+def check_same_suite(out: Path, suite: str | None, case_ids: Collection[str], warn: bool = True) -> None:
     """Refuses a `--resume` of suite `suite` (its cases' ids `case_ids`) into the results file `out`
-    when `out` holds rows and none is of that suite; nothing to check for no file, an empty one, or
-    no suite name (a sweep not started from a suite).
+    when `out` holds rows and none is of that suite; nothing to check for no suite name (a sweep not
+    started from a suite). For no file or one without rows, a warning (where `warn`: one process of
+    a torchrun says it) that there is nothing to resume: the run starts anew.
 
     Raises:
         ConfigError: every row of `out` is of another suite (its name, where the rows record it), or
             `out` is not a results file (`read_rows`).
     """
-    if suite is None or not out.is_file():
-        return
-    rows = read_rows([out])
-    if not rows or any(of_suite(r, suite, case_ids) for r in rows):
+    rows = read_rows([out]) if out.is_file() else []
+    if not rows and warn:
+        log.warning("--resume: nothing to resume in %s (no rows there): starting a new run", out)
+    if suite is None or not rows or any(of_suite(r, suite, case_ids) for r in rows):
         return
     names = sorted({str(r["suite"]) for r in rows if r.get("suite") is not None})
     fix = (f"resuming would add {called(suite)}'s rows to that run's file: resume it with its own suite, or give "
