@@ -133,6 +133,17 @@ def test_ws_kernel_one_tma_box_per_page_on_gpu(page_size, tree, batch, splits):
     assert off.kernel.startswith("tl gather")      # the plan's kernel: no TMA path reads these pages
 
 
+def _run_b16_one_wave(case):
+    """`run(case)` for a B 16, Hkv 8 case; skips (after checking that the plan took the tl kernel)
+    on a GPU whose SM count those 128 programs do not fill in one wave (`ws1_config`'s rule)."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    ta = run(case)
+    if not 0.9 * sms <= 16 * 8 <= sms:
+        assert not ta.ws            # another GPU's SM count: the rule does not hold
+        pytest.skip(f"{sms} SMs: B 16 x Hkv 8 programs are not one wave that fills them")
+    return ta
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA GPU")
 @pytest.mark.parametrize("page_size", [16, 32])
@@ -147,11 +158,7 @@ def test_plan_takes_one_consumer_warpgroup_for_full32_at_b16_on_gpu(page_size, c
     from treebench.kernels.tree_attention_plan import WS1, WS1_FP8
     case = Case(batch_size=16, context_len=context_len, tree="full:3:2", page_size=page_size,
                 num_q_heads=32, num_kv_heads=8, head_dim=128)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    ta = run(case)
-    if not 0.9 * sms <= 16 * 8 <= sms:
-        assert not ta.ws            # another GPU's SM count: the rule does not hold
-        pytest.skip(f"{sms} SMs: B 16 x Hkv 8 programs are not one wave that fills them")
+    ta = _run_b16_one_wave(case)
     assert ta.plan.config == WS1 and ta.kernel == "ws tma-page splits=1"
     assert run(case, options=KernelOptions(ws_page_tma=False)).kernel.startswith("tl gather")
     for other in (dict(batch_size=64), dict(page_size=128)):
@@ -175,11 +182,7 @@ def test_plan_takes_one_consumer_warpgroup_for_full31_at_b16_on_gpu(page_size, c
     from treebench.kernels.tree_attention_plan import WS1
     case = Case(batch_size=16, context_len=context_len, tree="full:3:1", page_size=page_size,
                 num_q_heads=32, num_kv_heads=8, head_dim=128)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    ta = run(case)
-    if not 0.9 * sms <= 16 * 8 <= sms:
-        assert not ta.ws            # another GPU's SM count: the rule does not hold
-        pytest.skip(f"{sms} SMs: B 16 x Hkv 8 programs are not one wave that fills them")
+    ta = _run_b16_one_wave(case)
     assert ta.plan.config == WS1 and ta.plan.num_splits == 1
     assert ta.kernel == f"ws {'tma-page' if page_size == 16 else 'tma'} splits=1"
     for other in (dict(tree="full:3:0"), dict(batch_size=64), dict(kv_dtype="float8_e4m3fn")):
