@@ -410,3 +410,5 @@ def test_a_sharded_check_covers_only_the_values_its_cases_ran(tmp_path, capsys, 
         line = next(ln for ln in table if ln.split()[:2] == [axis, "ran"])
         assert set(line.split(" ran ", 1)[1].split(", ")) == values, (axis, values, line)
     assert len(named["tree_size"]) < 11   # the whole check's 11 tree sizes are not all claimed
+    listed = {ln.split()[0] for ln in table[1:] if len(ln.split()) > 1 and ln.split()[1] == "ran"}
+    assert listed <= set(named) | {"device", "re-prepare", "repeat"}, listed - set(named)   # no axis they do not vary

@@ -440,6 +440,11 @@ def test_a_second_writer_of_one_results_file_is_refused_and_writes_nothing(tiny,
         assert done.returncode == 2, done.stderr
         assert done.stderr.strip() == (f"treebench: error: results file {out} is being written by another treebench "
                                        f"process (pid {os.getpid()}); wait for it to finish or choose another --out")
+        done = treebench("run", "--suite", tiny, "--backends", "torch_sdpa", "--out", out.name, cwd=tmp_path)
+        assert done.returncode == 2, done.stderr     # run's refusal names --out as given
+        assert done.stderr.strip() == (f"treebench: error: results file {out.name} is being written by another "
+                                       f"treebench process (pid {os.getpid()}); wait for it to finish or choose "
+                                       "another --out")
         assert out.read_text() == "" and not list(tmp_path.glob("env-*.json"))
     assert not lock_path(out).exists()
     done = treebench("check", "--suite", tiny, "--backend", "torch_sdpa", "--out", out, "--quiet", cwd=tmp_path)

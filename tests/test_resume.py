@@ -490,10 +490,12 @@ def test_a_check_resumed_into_a_runs_file_shows_no_time_in_its_summary(tmp_path,
 
 @pytest.mark.parametrize("command", ["run", "check"])
 @pytest.mark.parametrize("there", [False, True], ids=["no file", "empty file"])
-def test_a_resume_with_nothing_to_resume_warns_and_starts_a_new_run(suite, tmp_path, capsys, command, there):
-    """`--resume` into a missing (or empty) --out: one warning line, then the sweep runs every pair;
-    a resume that finds rows does not warn."""
-    out = tmp_path / "new.jsonl"
+def test_a_resume_with_nothing_to_resume_warns_and_starts_a_new_run(suite, tmp_path, capsys, monkeypatch, command,
+                                                                    there):
+    """`--resume` into a missing (or empty) --out: one warning line, naming --out as given, then the
+    sweep runs every pair; a resume that finds rows does not warn."""
+    monkeypatch.chdir(tmp_path)
+    out = Path("new.jsonl")
     if there:
         out.touch()
     argv = [command, "--suite", str(suite), "--backend" + ("s" if command == "run" else ""), f"{FAULTS}:Exact",

@@ -144,9 +144,12 @@ def _print_coverage(rows: list[dict], planned: dict, shard: str | None = None) -
 
     if rows and len({(r.get("status"), r.get("reason")) for r in rows}) == 1 and rows[0].get("status") == "skipped":
         return
+    if shard:   # an axis none of this shard's cases varies: which of its values ran is not known here
+        named = {axis for r in rows for axis in (r.get("check_axes") or {})}
+        planned = {axis: e for axis, e in planned.items() if axis in named or axis == "device"}
     lines = coverage_lines(coverage_from_rows(rows, base=planned) | check_steps(rows))
     if shard and lines:
-        lines.insert(0, f"--shard {shard}: the coverage of this shard's {plural(len(rows), 'case')} alone; "
-                        "`treebench report` of the shards' merged --out files covers the whole check")
+        lines.insert(0, f"--shard {shard}: the coverage of this shard's {plural(len(rows), 'case')} alone, on the "
+                        "axes they vary; `treebench report` of the shards' merged --out files covers the whole check")
     for line in lines:
         print(line)

@@ -66,9 +66,9 @@ def _pid(text: str) -> int | None:
 OUT_HINT = "wait for it to finish or choose another --out"   # what a refused run or check can do
 
 
-def _take(path: Path, hint: str = OUT_HINT) -> int:
+def _take(path: Path, hint: str = OUT_HINT, shown: Path | str | None = None) -> int:
     """A file descriptor of `path` under an exclusive flock, `path` still naming it (hint: the
-    refusal's advice).
+    refusal's advice; shown: the results file as the user named it, for the refusal).
 
     Raises:
         ConfigError: another process holds the lock.
@@ -80,7 +80,7 @@ def _take(path: Path, hint: str = OUT_HINT) -> int:
         except BlockingIOError:
             holder = _holder(fd)
             os.close(fd)
-            results = str(path)[: -len(".lock")]
+            results = shown if shown is not None else str(path)[: -len(".lock")]
             raise ConfigError(f"results file {results} is being written by another treebench process ({holder}); "
                               f"{hint}") from None
         try:
@@ -93,11 +93,13 @@ def _take(path: Path, hint: str = OUT_HINT) -> int:
 
 
 @contextlib.contextmanager
-def hold(results: Path | str | None, hint: str = OUT_HINT, named_by: str | None = None) -> Iterator[None]:
+def hold(results: Path | str | None, hint: str = OUT_HINT, named_by: str | None = None,
+         shown: Path | str | None = None) -> Iterator[None]:
     """Holds the write lock of `results` (nothing when None or where fcntl is missing); hint:
     the advice the refusal ends with (`rm` and `merge`, which take no --out, give their own);
     `named_by`: the run id a run's default results file is named after, written on the sidecar's
-    second line, where a rerun finds it if the run dies holding the lock (`naming_run_id`).
+    second line, where a rerun finds it if the run dies holding the lock (`naming_run_id`); `shown`:
+    `results` as the user named it, for the refusal.
 
     Raises:
         ConfigError: another process is writing `results` (one line: the file, its pid,
@@ -108,7 +110,7 @@ def hold(results: Path | str | None, hint: str = OUT_HINT, named_by: str | None 
         return
     path = lock_path(Path(results))
     try:
-        fd = _take(path, hint)
+        fd = _take(path, hint, shown)
     except OSError as e:
         raise ConfigError(f"results file {results}: cannot create its lock file {path} ({e.strerror})") from None
     try:
@@ -123,16 +125,16 @@ def hold(results: Path | str | None, hint: str = OUT_HINT, named_by: str | None 
 
 
 @contextlib.contextmanager
-def hold_all(paths, named_by: dict | None = None) -> Iterator[None]:
+def hold_all(paths, named_by: dict | None = None, shown: dict | None = None) -> Iterator[None]:
     """Holds the write locks of every distinct path of `paths` (None entries skipped), in order;
-    `named_by`: path -> the run id that names it (`hold`).
+    `named_by`: path -> the run id that names it, `shown`: path -> its name as given (`hold`).
 
     Raises:
         ConfigError: as `hold`; the locks already taken are released.
     """
     with contextlib.ExitStack() as stack:
         for p in dict.fromkeys(Path(p) for p in paths if p is not None):
-            stack.enter_context(hold(p, named_by=(named_by or {}).get(p)))
+            stack.enter_context(hold(p, named_by=(named_by or {}).get(p), shown=(shown or {}).get(p)))
         yield
 
 

@@ -220,7 +220,8 @@ def execute(cases, backends, opts: SweepOptions, console: Console | None = None)
     rank = torchrun_rank()
     _check_options(opts, rank)
     written = [] if opts.dry_run else _written(opts, rank)
-    with hold_all(written, dict.fromkeys(written, opts.out_named_by)):   # one writer per file, before any write
+    shown = {opts.out: opts.named} if opts.out is not None else {}   # the refusal names --out as given
+    with hold_all(written, dict.fromkeys(written, opts.out_named_by), shown):   # one writer per file, before any write
         return _execute(cases, backends, opts, rank, console)
 
 
@@ -237,7 +238,8 @@ def _written(opts: SweepOptions, rank: Rank | None) -> list[Path]:
 def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Console | None) -> SweepResult:
     """`execute` once this process holds the locks of the files it writes."""
     if opts.resume and opts.out is not None:   # before any write: a file of another suite's rows is refused
-        check_same_suite(opts.out, opts.run.suite, {c.case_id for c in cases}, warn=rank is None or rank.primary)
+        check_same_suite(opts.out, opts.run.suite, {c.case_id for c in cases}, warn=rank is None or rank.primary,
+                         shown=opts.named)
     device = rank_device(rank) if rank else str(default_device())
     mine = select_cases(cases, opts.shard, rank)
     env = env_fingerprint(device, measure_peak_bandwidth(device), peak_matmul_tflops=measure_matrix_rate(device))

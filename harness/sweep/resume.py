@@ -37,11 +37,13 @@ def called(suite: str) -> str:
     return suite if suite.startswith("the ") else f"suite {suite}"
 
 
-def check_same_suite(out: Path, suite: str | None, case_ids: Collection[str], warn: bool = True) -> None:
+def check_same_suite(out: Path, suite: str | None, case_ids: Collection[str], warn: bool = True,
+                     shown: Path | None = None) -> None:
     """Refuses a `--resume` of suite `suite` (its cases' ids `case_ids`) into the results file `out`
     when `out` holds rows and none is of that suite; nothing to check for no suite name (a sweep not
     started from a suite). For no file or one without rows, a warning (where `warn`: one process of
-    a torchrun says it) that there is nothing to resume: the run starts anew.
+    a torchrun says it) that there is nothing to resume: the run starts anew (naming `shown`, `out` as
+    the user gave it, where given).
 
     Raises:
         ConfigError: every row of `out` is of another suite (its name, where the rows record it), or
@@ -49,7 +51,7 @@ def check_same_suite(out: Path, suite: str | None, case_ids: Collection[str], wa
     """
     rows = read_rows([out]) if out.is_file() else []
     if not rows and warn:
-        log.warning("--resume: nothing to resume in %s (no rows there): starting a new run", out)
+        log.warning("--resume: nothing to resume in %s (no rows there): starting a new run", shown or out)
     if suite is None or not rows or any(of_suite(r, suite, case_ids) for r in rows):
         return
     names = sorted({str(r["suite"]) for r in rows if r.get("suite") is not None})
