@@ -253,6 +253,12 @@ def test_junit_message_and_headline_carry_only_what_was_measured():
     assert ok.text.startswith("unchanged: ratio ") and " p " not in ok.text   # within the threshold: not tested
     md = gate_render.markdown(compare_runs([_row()], [_row(l2_flushed=False)]))
     assert md.splitlines()[0].endswith("0 missing, nothing compared)")
+    # a new pair (no baseline row) passes as a plain testcase; a new skip stays skipped
+    new = ET.fromstring(gate_render.junit_xml(compare_runs([_row()], [_row(), _row(case_id="c2"),
+                                                                       _row(case_id="c3", status="skipped")])))
+    cases = {tc.get("name"): [child.tag for child in tc] for tc in new.iter("testcase")}
+    assert cases == {"c1": ["system-out"], "c2": ["system-out"], "c3": ["skipped"]}, cases
+    assert new.get("skipped") == "1" and new.get("failures") == "0"
     with pytest.raises(ConfigError, match="between 0 and 10"):
         GateConfig(threshold=10)
 

@@ -117,14 +117,18 @@ def markdown(result: GateResult, baseline: str = "baseline", candidate: str = "c
     return "\n".join(out) + "\n"
 
 
+def _passed(v: Verdict) -> bool:
+    """A testcase that passes: compared and not failing, or new (no baseline to compare) and passing."""
+    return not v.failed and (v.kind in ("unchanged", "faster", "fixed") or v.kind == "new" and v.cand_status == "pass")
+
+
 def junit_xml(result: GateResult) -> str:
     """JUnit XML: one testcase per verdict, so per (case, backend) and per extra timing of
-    one (named "case [timing]"); failure for what fails the gate, skipped for everything else
-    that was not compared."""
+    one (named "case [timing]"); failure for what fails the gate, a plain (passing) testcase for a
+    compared pair that does not and a new pair that passes, skipped for everything else."""
     suite = ET.Element("testsuite", name="treebench.gate", tests=str(len(result.verdicts)),
                        failures=str(sum(v.failed for v in result.verdicts)),
-                       skipped=str(sum(v.kind not in ("unchanged", "faster", "fixed") and not v.failed
-                                       for v in result.verdicts)))
+                       skipped=str(sum(not v.failed and not _passed(v) for v in result.verdicts)))
     for v in result.verdicts:
         tc = ET.SubElement(suite, "testcase", classname=f"treebench.{v.backend}",
                            name=f"{v.case_id} [{v.timing}]" if v.timing else v.case_id)
@@ -133,7 +137,7 @@ def junit_xml(result: GateResult) -> str:
         msg = f"{v.kind}: {' '.join([*numbers, v.detail]).strip()}".rstrip(": ")
         if v.failed:
             ET.SubElement(tc, "failure", type=v.kind, message=msg)
-        elif v.kind not in ("unchanged", "faster", "fixed"):
+        elif not _passed(v):
             ET.SubElement(tc, "skipped", message=msg)
         else:
             ET.SubElement(tc, "system-out").text = msg
