@@ -19,7 +19,7 @@ from pathlib import Path
 
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.rows import read_rows, row_key
-from treebench.harness.store.validate import drop_repeated_rows, latest_rows, validated_rows
+from treebench.harness.store.validate import latest_rows, read_checked_rows
 
 log = logging.getLogger(__name__)
 
@@ -75,12 +75,11 @@ def with_stored(out: Path, env_id: str, cases, names: list[str], rows: list[dict
 
 
 def every_row(out: Path) -> list[dict] | None:
-    """Every row of `out` as `treebench report OUT` reads them (each checked, `validate.validated_rows`; a row
-    read twice kept once): other backends', other envs' and `check` rows too, for the report of a run that
+    """Every row of `out` as `treebench report OUT` reads them (`validate.read_checked_rows`): other backends', other envs' and `check` rows too, for the report of a run that
     resumed into it. None, with a warning naming the row, where a row would be refused: that run's report
     is then of its sweep's pairs alone."""
     try:
-        return drop_repeated_rows(validated_rows([str(out)], "run --resume"), "run --resume")
+        return read_checked_rows([str(out)], "run --resume")   # this run's own lock draws no live-writer warning
     except ConfigError as e:
         log.warning("%s; this run's report shows only the pairs of its sweep", e)
         return None
