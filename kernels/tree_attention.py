@@ -17,7 +17,6 @@ docs/kernel.md explains the kernels and the measurements behind every choice.
 
 from __future__ import annotations
 
-
 import torch
 import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
