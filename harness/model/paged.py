@@ -226,7 +226,8 @@ TRUTHY = ("1", "true", "yes", "on", "y")   # the values Triton reads as on, in a
 def triton_interpret() -> bool:
     """Whether Triton runs its kernels in its CPU interpreter: $TRITON_INTERPRET as Triton reads it
     (`triton.knobs.runtime.interpret`, an env_bool: `TRITON_INTERPRET=true` is on, as is `1`,
-    `yes`, `on`, `y`, in any case; unset, empty or any other value is off). Triton is not imported."""
+    `yes`, `on`, `y`, in any case; unset, empty or any other value is off). Triton is not imported;
+    raises nothing."""
     return os.environ.get("TRITON_INTERPRET", "").lower() in TRUTHY
 
 
