@@ -660,6 +660,18 @@ def test_a_zero_median_does_not_break_the_report(tmp_path):
     assert "triton_tree" in html
 
 
+@pytest.mark.parametrize("status", ["mismatch", "error"])
+def test_a_failing_row_with_only_the_required_fields_makes_a_report(tmp_path, capsys, status):
+    """The failures table shows non-finite count and tolerances where a row has them; a row without
+    them (written by hand, or an error row) is a report with those cells empty, not a traceback."""
+    row = {"schema": 2, "case_id": "c1", "backend": "k", "status": status, "reason": "boom",
+           "case": {"batch_size": 1, "context_len": 16, "tree": "chain:3"}}
+    f = _write(tmp_path / "bad.jsonl", [row])
+    rc, _, err = _main(capsys, "report", str(f), "-o", str(tmp_path / "r.html"))
+    assert rc == 0, err
+    assert "boom" in (tmp_path / "r.html").read_text(encoding="utf-8").split("Mismatches and errors")[1]
+
+
 def test_env_field_differences_name_each_differing_field_with_both_sides_values():
     """Per field of gate_inputs.ENV_FIELDS in order: the baseline's and the candidate's values, ', '-joined when
     a side's rows span several envs; fields alike, fields outside ENV_FIELDS and envs without a file
