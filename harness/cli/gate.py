@@ -5,8 +5,8 @@ is missing and env fingerprints that differ unless `--allow-env-mismatch`, compa
 (`treebench.harness.analyze.gate.compare_runs`) and writes the Markdown summary on
 stdout (fit for `$GITHUB_STEP_SUMMARY`), optionally appended to `--summary` and as
 JUnit XML to `--junit` (`treebench.harness.analyze.gate_render`). Exit 0 pass, 1 fail
-(a significant slowdown, a correctness loss, an error on a pair the baseline skipped or lacks, a
-missing pair the baseline ran, nothing compared), 2 bad input (a ConfigError, turned into one
+(a significant slowdown, a correctness loss, a mismatch or error on a pair the baseline skipped or
+lacks, a missing pair the baseline ran, nothing compared), 2 bad input (a ConfigError, turned into one
 line by `treebench.harness.cli.main`), 130 on Ctrl-C (143 on SIGTERM), also one that the gate's
 libraries drop or turn into another error (`treebench.harness.run.inflight.interrupts_noted`).
 """
