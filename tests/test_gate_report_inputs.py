@@ -405,6 +405,23 @@ def test_an_option_of_one_value_or_one_list_given_twice_is_refused(tmp_path, cap
     assert not out and sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl", "b.jsonl"]
 
 
+@pytest.mark.parametrize("option, argv", [
+    ("--baseline", ["gate", "--baseline", "{a}", "--baseline", "{b}"]),                     # no --candidate
+    ("--baseline", ["gate", "--baseline", "{a}", "--baseline", "{b}", "--candidate"]),      # --candidate empty
+    ("--against", ["report", "--against", "{a}", "--against", "{b}", "--bogus"]),           # an unknown option
+    ("--threshold", ["gate", "--threshold", "5%", "--threshold", "9%", "--alpha", "x"]),    # a bad --alpha
+    ("--out", ["check", "--out", "{o}", "--out", "{o}2"]),                                  # no --backend
+])
+def test_an_option_given_twice_is_refused_before_the_other_errors_after_it(tmp_path, capsys, option, argv):
+    """The repeat is named first, whatever else argparse finds wrong after it: mending that other
+    error alone would only meet the repeat next."""
+    a, b = (_write(tmp_path / f"{n}.jsonl", [_row()]) for n in "ab")
+    rc, out, err = _main(capsys, *[x.format(a=a, b=b, o=tmp_path / "out") for x in argv])
+    assert rc == 2 and not out and len(err.splitlines()) == 1
+    assert err.startswith(f"treebench: error: {option} given 2 times; give it once"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl", "b.jsonl"]
+
+
 def test_every_option_that_takes_a_value_is_given_once_or_accumulates():
     """Each subcommand's value options are StoreOnce; the ones that accumulate (rm's filters,
     tree-search --acceptance) append or extend, and say so in their help."""
