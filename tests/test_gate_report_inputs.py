@@ -625,6 +625,34 @@ def test_report_against_refuses_what_the_gate_refuses_in_its_words(tiny_run, tmp
         assert "a run with itself" in err
 
 
+@pytest.mark.parametrize("allow", [False, True])
+def test_rows_without_an_env_id_are_compared_with_a_warning_naming_the_first(tiny_run, tmp_path, capsys, allow):
+    """Rows that name no env have no fingerprint for the env check: the gate and `report --against`
+    compare them and say so, one warning per side naming the file and line of the first such row,
+    with or without --allow-env-mismatch; rows that name theirs draw no warning."""
+    (row,) = [json.loads(line) for line in tiny_run.open()]
+    run_rows = [row, *({**row, "case_id": f"{row['case_id']}-{i}"} for i in (2, 3))]
+    other = tmp_path / "other"
+    other.mkdir()
+    for env in tiny_run.parent.glob("env-*.json"):        # both sides' env file beside their rows
+        (tmp_path / env.name).write_bytes(env.read_bytes())
+        (other / env.name).write_bytes(env.read_bytes())
+    cand = _write(other / "cand.jsonl", [{**r, "run_id": "another-run"} for r in run_rows])
+    for r in run_rows[1:]:
+        del r["env"]
+    base = _write(tmp_path / "base.jsonl", [{**r, "run_id": "hand-made"} for r in run_rows])
+    flags = ["--allow-env-mismatch"] * allow
+    said = f"2 rows carry no env id (the first at {base}:2); their GPU and software are not compared"
+    rc, out, err = _main(capsys, "gate", "--baseline", str(base), "--candidate", str(cand), *flags)
+    assert rc == 0 and "PASS" in out, err
+    assert [line for line in err.splitlines() if "no env id" in line] == [
+        f"WARNING  gate --baseline: {said} with the other side's (rows that treebench writes name their env file)"]
+    rc, out, err = _main(capsys, "report", str(base), "-o", str(tmp_path / "r.html"), "--against", str(cand), *flags)
+    assert rc == 0 and f"report RESULTS: {said}" in err and err.count("no env id") == 1, err
+    rc, _, err = _main(capsys, "gate", "--baseline", str(tiny_run), "--candidate", str(cand), *flags)
+    assert rc == 0 and "no env id" not in err
+
+
 def test_env_records_the_triton_interpreter(monkeypatch):
     from treebench.harness.store.env import env_fingerprint
     monkeypatch.setenv("TRITON_INTERPRET", "1")
