@@ -94,10 +94,11 @@ def test_junit_and_summary_files(tmp_path, capsys):
     (_row(status="error"), _row(status="mismatch"), "still_failing"),
     (_row(status="error"), _row(status="error"), "still_failing"),      # a failure the baseline knew of
     (_row(status="mismatch"), _row(status="error"), "still_failing"),
-    (_row(status="skipped", reason="no GPU"), _row(status="error", reason="boom"), "newly_erroring"),
-    (None, _row(status="error", reason="boom"), "newly_erroring"),
-    (_row(status="skipped", reason="no GPU"), _row(status="mismatch"), "new"),
-    (None, _row(status="mismatch"), "new"),
+    (_row(status="skipped", reason="no GPU"), _row(status="error", reason="boom"), "newly_failing"),
+    (None, _row(status="error", reason="boom"), "newly_failing"),
+    (_row(status="skipped", reason="no GPU"), _row(status="mismatch"), "newly_failing"),   # wrong from its first row
+    (None, _row(status="mismatch"), "newly_failing"),
+    (None, _row(status="skipped", reason="no GPU"), "new"),
     (_row(), _row(status="skipped", reason="page size 32 not supported"), "skipped"),
     (_row(status="skipped", reason="no GPU"), _row(), "new"),
     (None, _row(), "new"),
@@ -114,7 +115,7 @@ def test_junit_and_summary_files(tmp_path, capsys):
 def test_classify(base, cand, kind):
     v = classify(base, cand, GateConfig())
     assert v.kind == kind
-    assert v.failed == (kind in ("slower", "correctness_loss", "newly_erroring"))
+    assert v.failed == (kind in ("slower", "correctness_loss", "newly_failing"))
 
 
 @pytest.mark.parametrize("base, cand, detail", [
@@ -363,7 +364,7 @@ def test_a_pair_the_baseline_skipped_and_the_candidate_lacks_does_not_fail_the_g
     assert not v.failed and not res.failed and v.detail.startswith("baseline was skipped: needs a CUDA GPU; nothing")
     md = gate_render.markdown(res)
     listed = "1 missing (0 failing; 1 listed only: skipped in the baseline)"
-    assert md.splitlines()[0] == f"## treebench gate: ✅ PASS (0 slower, 0 correctness lost, 0 newly erroring, {listed})"
+    assert md.splitlines()[0] == f"## treebench gate: ✅ PASS (0 slower, 0 correctness lost, 0 newly failing, {listed})"
     assert "pair(s) missing from the candidate**" not in md
     assert [tc.find("failure") for tc in ET.fromstring(gate_render.junit_xml(res)).iter("testcase")] == [None, None]
     ran = compare_runs([_row(), skipped, _of(_row(), case_id="c2")], [_row(seed=1)], config)
@@ -384,7 +385,7 @@ def test_the_missing_count_agrees_in_headline_table_log_line_and_junit(allow_mis
             if allow_missing else "2 missing (1 failing; 1 listed only: skipped in the baseline)")
     md = gate_render.markdown(res)
     head = "✅ PASS" if allow_missing else "❌ FAIL"
-    assert md.splitlines()[0] == f"## treebench gate: {head} (0 slower, 0 correctness lost, 0 newly erroring, {said})"
+    assert md.splitlines()[0] == f"## treebench gate: {head} (0 slower, 0 correctness lost, 0 newly failing, {said})"
     assert f" | 2 {said.removeprefix('2 missing ')} |" in md
     assert res.counts_text() == f"{said}, 1 unchanged"
     suite = ET.fromstring(gate_render.junit_xml(res))
@@ -392,42 +393,68 @@ def test_the_missing_count_agrees_in_headline_table_log_line_and_junit(allow_mis
 
 
 
+@pytest.mark.parametrize("status", ["error", "mismatch"])
 @pytest.mark.parametrize("base_row, why", [(_row(status="skipped", reason="no GPU"), "skipped in the baseline"),
                                            (_of(_row(), case_id="c2"), "not in the baseline")])
-def test_a_new_error_fails_the_gate_and_says_why_everywhere(tmp_path, capsys, caplog, base_row, why):
-    """A candidate error on a pair the baseline skipped or lacks fails (exit 1), named with its reason
-    in the headline, counts and verdict tables, log line, --summary and JUnit; an error the baseline
-    had too is still failing and passes."""
+def test_a_new_failure_fails_the_gate_and_says_why_everywhere(tmp_path, capsys, caplog, base_row, why, status):
+    """A candidate mismatch or error on a pair the baseline skipped or lacks fails (exit 1), even with
+    --allow-missing (which concerns baseline pairs the candidate lacks), named with its status and
+    reason in the headline, counts and verdict tables, log line, --summary and JUnit; a failure the
+    baseline had too is still failing and passes."""
     def write(name, rows):
         (tmp_path / name).write_text("".join(json.dumps({"schema": 1, **r}) + "\n" for r in rows))
         return str(tmp_path / name)
     c3 = _of(_row(), case_id="c3")
-    base, cand = write("b.jsonl", [base_row, c3]), write("c.jsonl", [_row(status="error", reason="boom"), c3])
+    base, cand = write("b.jsonl", [base_row, c3]), write("c.jsonl", [_row(status=status, reason="boom"), c3])
     junit, summary = tmp_path / "g.xml", tmp_path / "s.md"
     with caplog.at_level("INFO", logger="treebench.harness.cli.gate"):
         rc = gate_cmd.run(_args("--baseline", base, "--candidate", cand, "--allow-missing", "--junit", str(junit),
                                 "--summary", str(summary)))
     out = capsys.readouterr().out
-    detail = f"error ({why}): boom" + (" (baseline skipped: no GPU)" if "skip" in why else "")
+    detail = f"{status} ({why}): boom" + (" (baseline skipped: no GPU)" if "skip" in why else "")
     lines = out.splitlines()
-    assert rc == 1 and out == summary.read_text() and f"1 newly erroring ({why})" in caplog.text
-    assert lines[0].startswith(f"## treebench gate: ❌ FAIL (0 slower, 0 correctness lost, 1 newly erroring ({why})")
-    assert f"| {gate.KIND_TITLES['newly_erroring']} | 1 ({why}) |" in lines
+    assert rc == 1 and out == summary.read_text() and f"1 newly failing ({why})" in caplog.text
+    assert lines[0].startswith(f"## treebench gate: ❌ FAIL (0 slower, 0 correctness lost, 1 newly failing ({why})")
+    assert f"| {gate.KIND_TITLES['newly_failing']} | 1 ({why}) |" in lines
     assert f"| k | 1 | 16 |  | chain:3 | `c1` | {detail} |" in lines
-    (fail,) = ET.parse(junit).getroot().iter("failure")
-    assert (fail.get("type"), fail.get("message")) == ("newly_erroring", f"newly_erroring: {detail}")
-    known = write("k.jsonl", [_row(status="error"), c3])
+    suite = ET.parse(junit).getroot()
+    (fail,) = suite.iter("failure")
+    assert (fail.get("type"), fail.get("message")) == ("newly_failing", f"newly_failing: {detail}")
+    assert suite.get("failures") == "1"
+    known = write("k.jsonl", [_row(status=status), c3])
     assert gate_cmd.run(_args("--baseline", known, "--candidate", cand)) == 0
     assert "| Still failing | 1 |" in capsys.readouterr().out
 
 
-def test_newly_erroring_counts_say_each_reason():
+def test_newly_failing_counts_say_each_reason():
     base = [_row(status="skipped"), _of(_row(), case_id="c9")]
-    cand = [_row(status="error"), _of(_row(status="error"), case_id="c2"), _of(_row(), case_id="c9")]
+    cand = [_row(status="mismatch"), _of(_row(status="error"), case_id="c2"), _of(_row(), case_id="c9")]
     res = compare_runs(base, cand)
-    said = "2 newly erroring (1 skipped in the baseline, 1 not in the baseline)"
+    said = "2 newly failing (1 skipped in the baseline, 1 not in the baseline)"
     assert res.failed and res.counts_text() == f"{said}, 1 unchanged"
     assert f"0 correctness lost, {said}, 0 missing)" in gate_render.markdown(res).splitlines()[0]
+    assert [v.detail.split(" (")[0] for v in res.of_kind("newly_failing")] == ["mismatch", "error"]
+
+
+def test_a_new_mismatch_fails_the_gate_section_of_the_report(tmp_path, capsys):
+    """`report --against`: a candidate mismatch on a pair the baseline lacks is a failing verdict on
+    the page, its count saying why."""
+    from treebench.harness.cli import main as cli
+
+    def write(name, rows):
+        (tmp_path / name).write_text("".join(json.dumps({"schema": 1, **r}) + "\n" for r in rows))
+        return str(tmp_path / name)
+    c3 = _of(_row(), case_id="c3")
+    base = write("b.jsonl", [c3])
+    cand = write("c.jsonl", [_row(status="mismatch", reason="max_abs_err 0.3"), c3])
+    page = tmp_path / "r.html"
+    assert cli.main(["report", cand, "-o", str(page), "--against", base]) == 0
+    html = page.read_text(encoding="utf-8")
+    gate_part = html[html.index("Gate against the baseline results"):]
+    assert gate_part.index("FAIL") < gate_part.index("</h3>")
+    assert "newly failing: 1 (not in the baseline)" in gate_part
+    assert "mismatch (not in the baseline): max_abs_err 0.3" in gate_part
+    capsys.readouterr()
 
 
 @pytest.mark.parametrize("allowed", [True, False])

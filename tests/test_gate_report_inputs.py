@@ -405,6 +405,23 @@ def test_an_option_of_one_value_or_one_list_given_twice_is_refused(tmp_path, cap
     assert not out and sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl", "b.jsonl"]
 
 
+@pytest.mark.parametrize("option, argv", [
+    ("--baseline", ["gate", "--baseline", "{a}", "--baseline", "{b}"]),                     # no --candidate
+    ("--baseline", ["gate", "--baseline", "{a}", "--baseline", "{b}", "--candidate"]),      # --candidate empty
+    ("--against", ["report", "--against", "{a}", "--against", "{b}", "--bogus"]),           # an unknown option
+    ("--threshold", ["gate", "--threshold", "5%", "--threshold", "9%", "--alpha", "x"]),    # a bad --alpha
+    ("--out", ["check", "--out", "{o}", "--out", "{o}2"]),                                  # no --backend
+])
+def test_an_option_given_twice_is_refused_before_the_other_errors_after_it(tmp_path, capsys, option, argv):
+    """The repeat is named first, whatever else argparse finds wrong after it: mending that other
+    error alone would only meet the repeat next."""
+    a, b = (_write(tmp_path / f"{n}.jsonl", [_row()]) for n in "ab")
+    rc, out, err = _main(capsys, *[x.format(a=a, b=b, o=tmp_path / "out") for x in argv])
+    assert rc == 2 and not out and len(err.splitlines()) == 1
+    assert err.startswith(f"treebench: error: {option} given 2 times; give it once"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl", "b.jsonl"]
+
+
 def test_every_option_that_takes_a_value_is_given_once_or_accumulates():
     """Each subcommand's value options are StoreOnce; the ones that accumulate (rm's filters,
     tree-search --acceptance) append or extend, and say so in their help."""
@@ -608,6 +625,34 @@ def test_report_against_refuses_what_the_gate_refuses_in_its_words(tiny_run, tmp
         assert "a run with itself" in err
 
 
+@pytest.mark.parametrize("allow", [False, True])
+def test_rows_without_an_env_id_are_compared_with_a_warning_naming_the_first(tiny_run, tmp_path, capsys, allow):
+    """Rows that name no env have no fingerprint for the env check: the gate and `report --against`
+    compare them and say so, one warning per side naming the file and line of the first such row,
+    with or without --allow-env-mismatch; rows that name theirs draw no warning."""
+    (row,) = [json.loads(line) for line in tiny_run.open()]
+    run_rows = [row, *({**row, "case_id": f"{row['case_id']}-{i}"} for i in (2, 3))]
+    other = tmp_path / "other"
+    other.mkdir()
+    for env in tiny_run.parent.glob("env-*.json"):        # both sides' env file beside their rows
+        (tmp_path / env.name).write_bytes(env.read_bytes())
+        (other / env.name).write_bytes(env.read_bytes())
+    cand = _write(other / "cand.jsonl", [{**r, "run_id": "another-run"} for r in run_rows])
+    for r in run_rows[1:]:
+        del r["env"]
+    base = _write(tmp_path / "base.jsonl", [{**r, "run_id": "hand-made"} for r in run_rows])
+    flags = ["--allow-env-mismatch"] * allow
+    said = f"2 rows carry no env id (the first at {base}:2); their GPU and software are not compared"
+    rc, out, err = _main(capsys, "gate", "--baseline", str(base), "--candidate", str(cand), *flags)
+    assert rc == 0 and "PASS" in out, err
+    assert [line for line in err.splitlines() if "no env id" in line] == [
+        f"WARNING  gate --baseline: {said} with the other side's (rows that treebench writes name their env file)"]
+    rc, out, err = _main(capsys, "report", str(base), "-o", str(tmp_path / "r.html"), "--against", str(cand), *flags)
+    assert rc == 0 and f"report RESULTS: {said}" in err and err.count("no env id") == 1, err
+    rc, _, err = _main(capsys, "gate", "--baseline", str(tiny_run), "--candidate", str(cand), *flags)
+    assert rc == 0 and "no env id" not in err
+
+
 def test_env_records_the_triton_interpreter(monkeypatch):
     from treebench.harness.store.env import env_fingerprint
     monkeypatch.setenv("TRITON_INTERPRET", "1")
@@ -658,6 +703,18 @@ def test_a_zero_median_does_not_break_the_report(tmp_path):
     rows[0]["median_us"] = 0.0
     html = report.write_report(rows, {}, tmp_path / "r.html").read_text(encoding="utf-8")
     assert "triton_tree" in html
+
+
+@pytest.mark.parametrize("status", ["mismatch", "error"])
+def test_a_failing_row_with_only_the_required_fields_makes_a_report(tmp_path, capsys, status):
+    """The failures table shows non-finite count and tolerances where a row has them; a row without
+    them (written by hand, or an error row) is a report with those cells empty, not a traceback."""
+    row = {"schema": 2, "case_id": "c1", "backend": "k", "status": status, "reason": "boom",
+           "case": {"batch_size": 1, "context_len": 16, "tree": "chain:3"}}
+    f = _write(tmp_path / "bad.jsonl", [row])
+    rc, _, err = _main(capsys, "report", str(f), "-o", str(tmp_path / "r.html"))
+    assert rc == 0, err
+    assert "boom" in (tmp_path / "r.html").read_text(encoding="utf-8").split("Mismatches and errors")[1]
 
 
 def test_env_field_differences_name_each_differing_field_with_both_sides_values():

@@ -8,8 +8,9 @@ ratio is beyond the threshold, as only those can change verdict, and batched: pa
 equal sample counts share one 2-D call, `treebench.harness.timing.stats.mannwhitney_pvalues`).
 Either alone is not enough: with hundreds of samples the test finds 1% drifts significant, and a
 ratio alone flags noise. A case that passed and now mismatches or errors is a
-*correctness loss* and always fails, as does an error where the baseline skipped or lacks
-the pair (*newly erroring*). New, missing, fixed, skipped, still
+*correctness loss* and always fails, as does a mismatch or an error where the baseline skipped or
+lacks the pair (*newly failing*: a kernel wrong from its first row must not pass; `--allow-missing`,
+which concerns baseline pairs the candidate lacks, does not touch it). New, missing, fixed, skipped, still
 failing and incomparable (different timers or L2 states, too few samples) cases are
 reported apart and do not fail the gate, except: a baseline (case, backend)
 the candidate lacks ("missing") fails unless `--allow-missing` or the baseline
@@ -43,10 +44,10 @@ from treebench.harness.store.rows import row_l2_flushed, timing_key, timing_labe
 from treebench.harness.store.validate import latest_rows
 from treebench.harness.timing.stats import NOISE_RULE, is_noisy, mannwhitney_pvalues
 
-FAILING = ("slower", "correctness_loss", "newly_erroring")  # the kinds that fail the gate
+FAILING = ("slower", "correctness_loss", "newly_failing")  # the kinds that fail the gate
 KIND_TITLES = {  # every verdict kind with its title, in the summary's display order
     "correctness_loss": "Correctness lost (fails the gate)",
-    "newly_erroring": "Newly erroring (fails the gate: the baseline skipped or lacks the pair)",
+    "newly_failing": "Newly failing (fails the gate: mismatch or error where the baseline skipped or lacks the pair)",
     "slower": "Slower (fails the gate)",
     "faster": "Faster",
     "fixed": "Fixed",
@@ -59,7 +60,7 @@ KIND_TITLES = {  # every verdict kind with its title, in the summary's display o
 }
 COMPARED = ("correctness_loss", "slower", "faster", "fixed", "still_failing", "unchanged")
 BAD = ("mismatch", "error")
-NEW_ERROR_WHY = {False: "skipped in the baseline", True: "not in the baseline"}   # keyed by: no baseline row
+NEW_FAILURE_WHY = {False: "skipped in the baseline", True: "not in the baseline"}   # keyed by: no baseline row
 
 
 @dataclass(frozen=True)
@@ -157,20 +158,20 @@ class GateResult:
         reasons = ", ".join(f"{n} {w}" for w, n in why.items()) if len(why) > 1 else next(iter(why))
         return f"({len(missing) - listed} failing; {listed} listed only: {reasons})"
 
-    def erroring_detail(self) -> str:
-        """Why the newly erroring pairs fail, '(skipped in the baseline)', '(1 skipped in the baseline,
+    def failing_detail(self) -> str:
+        """Why the newly failing pairs fail, '(skipped in the baseline)', '(1 skipped in the baseline,
         2 not in the baseline)'; '' where there is none."""
-        why = Counter(NEW_ERROR_WHY[v.base_status is None] for v in self.of_kind("newly_erroring"))
+        why = Counter(NEW_FAILURE_WHY[v.base_status is None] for v in self.of_kind("newly_failing"))
         if len(why) < 2:
             return f"({next(iter(why))})" if why else ""
         return f"({', '.join(f'{n} {w}' for w, n in why.items())})"
 
     def kind_detail(self, kind: str) -> str:
         """What follows `kind`'s count in the headline, the counts table and the log line."""
-        return {"missing": self.missing_detail, "newly_erroring": self.erroring_detail}.get(kind, str)()
+        return {"missing": self.missing_detail, "newly_failing": self.failing_detail}.get(kind, str)()
 
     def counts_text(self) -> str:
-        """Each kind's count, '1 newly erroring (skipped in the baseline), 1 missing (0 failing; ...),
+        """Each kind's count, '1 newly failing (skipped in the baseline), 1 missing (0 failing; ...),
         3 unchanged' (`kind_detail`)."""
         return ", ".join(f"{n} {k.replace('_', ' ')}" + (f" {d}" if (d := self.kind_detail(k)) else "")
                          for k, n in self.counts().items())
@@ -261,8 +262,8 @@ def classify(base: dict | None, cand: dict | None, config: GateConfig,
          "base_status": base and base["status"], "cand_status": cand and cand["status"]}
     if base is None:
         assert cand is not None
-        if cand["status"] == "error":
-            return Verdict(kind="newly_erroring", detail=_new_error_line(cand, None), **v)
+        if cand["status"] in BAD:
+            return Verdict(kind="newly_failing", detail=_new_failure_line(cand, None), **v)
         return Verdict(kind="new", detail=_status_line(cand), **v)
     if cand is None:
         was = (f"skipped: {base.get('reason') or ''}; nothing to regress from, so it does not fail the gate"
@@ -276,8 +277,8 @@ def classify(base: dict | None, cand: dict | None, config: GateConfig,
         return Verdict(kind="skipped", detail=f"{was}: {cand.get('reason') or ''}", **v)
     if bs in BAD and cs == "pass":
         return Verdict(kind="fixed", detail=f"baseline was {_status_line(base)}", **v)
-    if bs == "skipped" and cs == "error":
-        return Verdict(kind="newly_erroring", detail=_new_error_line(cand, base), **v)
+    if bs == "skipped" and cs in BAD:
+        return Verdict(kind="newly_failing", detail=_new_failure_line(cand, base), **v)
     if bs == "skipped":
         return Verdict(kind="new", detail=f"{_status_line(cand)} (baseline skipped: {base.get('reason')})", **v)
     if cs in BAD:
@@ -291,10 +292,10 @@ def _status_line(row: dict) -> str:
     return f"{row['status']}: {reason}" if reason else row["status"]
 
 
-def _new_error_line(cand: dict, base: dict | None) -> str:
-    """'error (skipped in the baseline): <reason> (baseline skipped: <its reason>)' or 'error (not in
-    the baseline): <reason>'."""
-    line = f"error ({NEW_ERROR_WHY[base is None]})" + (f": {cand['reason']}" if cand.get("reason") else "")
+def _new_failure_line(cand: dict, base: dict | None) -> str:
+    """'mismatch (skipped in the baseline): <reason> (baseline skipped: <its reason>)' or 'error (not in
+    the baseline): <reason>': the candidate's status first."""
+    line = f"{cand['status']} ({NEW_FAILURE_WHY[base is None]})" + (f": {cand['reason']}" if cand.get("reason") else "")
     return line if base is None else f"{line} (baseline skipped: {base.get('reason')})"
 
 

@@ -5,13 +5,16 @@ share a results file or a run passes whatever was measured: a run compared with 
 regression to find (`refuse_shared_files`, `refuse_shared_runs`).
 Without ``--allow-env-mismatch``, rows whose env fingerprint file is not beside them
 (`refuse_missing_env`) and fingerprints that differ (`refuse_env_differences`) are refused
-too (`env_differences` finds them). Each refusal is a ConfigError of one line that
+too (`env_differences` finds them). Rows that name no env at all (written by hand or by another
+tool) have no fingerprint to compare: they are compared, with one warning per side naming the first
+of them (`warn_rows_without_env`), with or without ``--allow-env-mismatch``. Each refusal is a ConfigError of one line that
 names the command and its flags (`Sides`), so both commands say it in the same words; the CLI
 turns it into exit 2 before anything is written.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +22,7 @@ from typing import cast
 
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.env import missing_env_line
-from treebench.harness.store.rows import result_files
+from treebench.harness.store.rows import find_row, result_files
 
 ENV_FIELDS = ("gpu_name", "sm_count", "driver", "cuda", "torch", "triton", "xformers", "flashinfer")
 # compared too when every env of both runs is a CPU's (no gpu_name): a CPU run's times follow the
@@ -48,6 +51,7 @@ class EnvDifference:
 
 GATE = Sides("gate", "--baseline", "--candidate")
 REPORT = Sides("report", "--against", "RESULTS")
+log = logging.getLogger(__name__)
 
 
 def refuse_no_rows(rows: Sequence[dict], paths: Sequence[str | Path], flag: str, sides: Sides,
@@ -115,6 +119,31 @@ def refuse_missing_env(paths: Sequence[str | Path], rows: Sequence[dict], envs: 
     if line:
         raise ConfigError(f"{sides.command} {flag}: {line}; copy it there, or pass --allow-env-mismatch to "
                           "compare without it")
+
+
+def warn_rows_without_env(paths: Sequence[str | Path], rows: Sequence[dict], flag: str, sides: Sides) -> str | None:
+    """Warns, in one line naming the results file and line of the first, of `rows` that carry no env
+    id: the env check (`refuse_missing_env`, `env_differences`) has no fingerprint of theirs to compare,
+    so a run on another GPU or other software would pass it unseen. Returns the line, None when
+    every row names its env.
+
+    Args:
+        flag: the side's option or argument (`sides.baseline` or `sides.candidate`).
+
+    Raises:
+        ConfigError: as result_files, for a path that does not exist.
+    """
+    backends = {r["backend"] for r in rows if not r.get("env")}
+    if not backends:
+        return None
+    n = sum(not r.get("env") for r in rows)
+    first = find_row(paths, lambda r: not r.get("env") and r.get("backend") in backends)
+    where = f" (the first at {first.path}:{first.line})" if first else ""
+    which = "1 row carries no env id" if n == 1 else f"{n} rows carry no env id"
+    line = (f"{sides.command} {flag}: {which}{where}; {'its' if n == 1 else 'their'} GPU and software are not "
+            "compared with the other side's (rows that treebench writes name their env file)")
+    log.warning("%s", line)
+    return line
 
 
 def refuse_env_differences(notes: Sequence[str], sides: Sides) -> None:

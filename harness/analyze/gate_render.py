@@ -1,7 +1,7 @@
 """Rendering of the regression gate's verdicts (`treebench.harness.analyze.gate`): Markdown and JUnit XML.
 
 The Markdown summary (fit for `$GITHUB_STEP_SUMMARY`) opens with PASS or FAIL and the
-failing counts (the newly erroring and missing counts as the counts table and the log line give
+failing counts (the newly failing and missing counts as the counts table and the log line give
 them, saying why: `GateResult.kind_detail`), warns when nothing was compared, when baseline pairs
 it ran are missing and when timings are noisy, counts the verdicts per kind, then gives one table
 per kind in `KIND_TITLES` order (unchanged folded; pairs skipped in both runs for one reason folded

@@ -194,12 +194,13 @@ def env_table(envs: dict[str, dict], rows: Sequence[dict]) -> tuple[list[str], l
 
 
 def failure_rows(rows: Sequence[dict]) -> list[dict]:
-    """Mismatch and error rows with their worst element (request b, node i, head h)."""
+    """Mismatch and error rows with their worst element (request b, node i, head h); the fields the
+    table shows that a row may lack (one written by hand, an error row) are None."""
     out = []
     for r in rows:
         if r["status"] in ("mismatch", "error"):
             w = r.get("worst")
-            out.append({**r, "where": f"b={w[0]}, i={w[1]}, h={w[2]}" if w else "",
+            out.append({"nonfinite": None, "atol": None, "rtol": None, **r, "where": f"b={w[0]}, i={w[1]}, h={w[2]}" if w else "",
                         "err": num(r.get("max_abs_err")), "rel": num(r.get("max_rel_err")),
                         "frac": num(100 * r["mismatch_frac"], ".3g") + "%" if r.get("mismatch_frac") else ""})
     return out

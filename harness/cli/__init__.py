@@ -2,7 +2,8 @@
 
 Here: how every subcommand's parser reads a command line. An option that takes one value or one
 list (`--out FILE`, `gate --baseline A B`) is refused when given twice (argparse would keep the
-last silently: `--baseline a --baseline b` would drop a); options documented to accumulate say so
+last silently: `--baseline a --baseline b` would drop a), before any other error of the command
+line that argparse finds after it (a required option missing); options documented to accumulate say so
 with `action="append"` or `"extend"` (`rm --backend`, `tree-search --acceptance`).
 """
 
@@ -42,13 +43,21 @@ class Parser(argparse.ArgumentParser):
         """argparse's, then a ConfigError for a StoreOnce option given more than once."""
         self.given = {}
         parsed = super().parse_known_args(args, namespace)
+        self._refuse_repeats()
+        return parsed
+
+    def _refuse_repeats(self) -> None:
+        """A ConfigError for the first StoreOnce option read more than once so far."""
         for action, used in self.given.items():
             if len(used) > 1:
                 names = " / ".join(action.option_strings)
                 raise ConfigError(f"{names} given {len(used)} times; give it once{_hint(action, used[0])}")
-        return parsed
 
     def error(self, message: str):  # type: ignore[override]
+        """argparse's error (a missing required option, a bad value, ...) as one ConfigError line; an
+        option already read twice is refused first (`gate --baseline a --baseline b` says so before
+        that --candidate is missing): mending the other error alone would meet the repeat next."""
+        self._refuse_repeats()
         where = self.prog.removeprefix(PROG).strip()
         raise ConfigError(f"{where + ': ' if where else ''}{message} (see {self.prog} --help)")
 

@@ -1,12 +1,13 @@
 """`treebench gate --baseline A --candidate B`: the regression gate as a command.
 
 Reads both sides' rows and env fingerprints from the store, refuses rows whose env file
-is missing and env fingerprints that differ unless `--allow-env-mismatch`, compares them
+is missing and env fingerprints that differ unless `--allow-env-mismatch`, warns of rows that
+name no env (no fingerprint to compare), compares them
 (`treebench.harness.analyze.gate.compare_runs`) and writes the Markdown summary on
 stdout (fit for `$GITHUB_STEP_SUMMARY`), optionally appended to `--summary` and as
 JUnit XML to `--junit` (`treebench.harness.analyze.gate_render`). Exit 0 pass, 1 fail
-(a significant slowdown, a correctness loss, an error on a pair the baseline skipped or lacks, a
-missing pair the baseline ran, nothing compared), 2 bad input (a ConfigError, turned into one
+(a significant slowdown, a correctness loss, a mismatch or error on a pair the baseline skipped or
+lacks, a missing pair the baseline ran, nothing compared), 2 bad input (a ConfigError, turned into one
 line by `treebench.harness.cli.main`), 130 on Ctrl-C (143 on SIGTERM), also one that the gate's
 libraries drop or turn into another error (`treebench.harness.run.inflight.interrupts_noted`).
 """
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from treebench.harness.analyze.gate_inputs import (GATE, env_differences, refuse_env_differences,
                                                    refuse_missing_env, refuse_no_rows, refuse_shared_files,
-                                                   refuse_shared_runs)
+                                                   refuse_shared_runs, warn_rows_without_env)
 from treebench.harness.cli.common import comma_list, emit
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.inflight import interrupts_noted
@@ -210,6 +211,8 @@ def _compare(args: argparse.Namespace) -> tuple[GateResult, str]:
     notes = env_differences(base_envs, cand_envs, base_rows, cand_rows)
     if not args.allow_env_mismatch:
         refuse_env_differences(notes, GATE)
+    warn_rows_without_env(args.baseline, base_rows, GATE.baseline, GATE)
+    warn_rows_without_env(args.candidate, cand_rows, GATE.candidate, GATE)
     with paused_gc():   # 10^5 rows a side: the collector's passes over them would be a third of the gate's time
         result = compare_runs(base_rows, cand_rows, config, notes)
         text = markdown(result, " ".join(args.baseline), " ".join(args.candidate))

@@ -47,7 +47,7 @@ OK, FAILED, BAD_INPUT, INTERRUPTED = 0, 1, 2, 130   # exit codes (130: 128 + SIG
 TERMINATED, BROKEN_PIPE = 143, 141                  # 128 + SIGTERM, 128 + SIGPIPE
 
 _RUN = "correctness then timing for every case x backend; appends rows, writes a report"
-_GATE = "compare two result sets: exit 1 on a significant slowdown, a correctness loss or a new error"
+_GATE = "compare two result sets: exit 1 on a significant slowdown, a correctness loss or a new failure"
 _REPORT = "write an HTML report from result files"
 ROW_COMMANDS = ("run", "check", "merge")   # the subcommands that write result rows
 # subcommand -> (module of treebench.harness.cli[:its Command], help, extra parser settings)

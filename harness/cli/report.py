@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from treebench.harness.analyze.gate_inputs import (REPORT, env_differences, env_field_differences,
                                                    refuse_env_differences, refuse_missing_env, refuse_no_rows,
-                                                   refuse_shared_files, refuse_shared_runs)
+                                                   refuse_shared_files, refuse_shared_runs, warn_rows_without_env)
 from treebench.harness.analyze.roles import DEFAULT_BASELINES, DEFAULT_OWN, OWN_KERNELS
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.inflight import interrupts_noted
@@ -158,7 +158,8 @@ def _gate(args: argparse.Namespace, rows: list[dict], envs: dict[str, dict]) -> 
     and, without --allow-env-mismatch, rows whose env file is missing or env fingerprints that
     differ. With --allow-env-mismatch, rows whose env file is missing are compared and a line on
     the terminal and in the gate section says so (the env fingerprints compared are those found),
-    and the env fields that differ go in `env_fields`, which the page lists at its top.
+    and the env fields that differ go in `env_fields`, which the page lists at its top. Rows naming
+    no env are compared with a warning on the terminal (`warn_rows_without_env`).
 
     Raises:
         ConfigError: unreadable baseline results, a baseline without rows, a file or run on both sides, or, without
@@ -177,6 +178,8 @@ def _gate(args: argparse.Namespace, rows: list[dict], envs: dict[str, dict]) -> 
     notes = env_differences(*found)
     if not args.allow_env_mismatch:
         refuse_env_differences(notes, REPORT)
+    warn_rows_without_env(args.against, base_rows, REPORT.baseline, REPORT)
+    warn_rows_without_env(args.results, rows, REPORT.candidate, REPORT)
     missing = []
     for side, paths, side_rows, side_envs in (("baseline", args.against, base_rows, base_envs),
                                               ("candidate", args.results, rows, envs)):
