@@ -60,6 +60,7 @@ class SglangTriton(Backend):
 
     install_hint = INSTALL_HINT
     name = "sglang_triton"
+    runs_triton = True
     capabilities = Capabilities(devices=("cuda",), dtypes=("bfloat16", "float16"),
                                 min_compute_capability=(8, 0))
 

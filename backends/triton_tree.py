@@ -57,6 +57,7 @@ class TritonTreeBackend(Backend):
     capabilities = TRITON_CAPABILITIES
     mask_mode = "tree"
     returns_lse = True      # TreeAttention(return_lse=True) writes lse (sum T_b, Hq) fp32, natural log
+    runs_triton = True
 
     def __init__(self, options: KernelOptions | None = None):
         """Raises ConfigError: options not a KernelOptions."""

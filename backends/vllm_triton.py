@@ -69,6 +69,7 @@ class VllmTriton(Backend):
 
     install_hint = INSTALL_HINT
     name = "vllm_triton"
+    runs_triton = True
     capabilities = Capabilities(devices=("cuda",), dtypes=("bfloat16", "float16"), kv_dtypes=("float8_e4m3fn",),
                                 per_request_trees=False, min_compute_capability=(8, 0))
 

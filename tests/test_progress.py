@@ -428,6 +428,76 @@ def test_a_dry_run_passes_isolate_and_gpus_to_the_estimate():
                                   "the time is that of one GPU running every pair"), plan.estimate
 
 
+INTERPRETED_LINE = ("not included: Triton's CPU interpreter (TRITON_INTERPRET is on), in which {names}: the estimate "
+                    "does not model interpreted Triton, whose pairs take many times longer")
+
+
+class Ready:
+    """A backend that runs every case; `runs_triton` as given."""
+
+    mask_kind = "tree"
+
+    def __init__(self, name: str, runs_triton: bool = False):
+        self.name, self.runs_triton = name, runs_triton
+
+    def availability(self):
+        return None
+
+    def supports(self, case):
+        return None
+
+
+@pytest.mark.parametrize("interpret", ["1", "true", "0", ""])
+def test_a_dry_run_says_its_estimate_leaves_out_interpreted_triton_backends(interpret, monkeypatch):
+    """TRITON_INTERPRET on and a backend declaring `runs_triton` with a pair to run: the last line says the
+    estimate does not model it (a smoke run of triton_tree took 38 s against 4.2 s estimated); off, or
+    only other backends: no such line, and the time is the same."""
+    from treebench.harness.sweep.execute import SweepOptions, execute
+
+    monkeypatch.setenv("TRITON_INTERPRET", interpret)
+    run = RunConfig(mode="run", quiet=True, device="cpu", check_memory=False)
+    mixed = execute([SMOKE], [Ready("mine_triton", runs_triton=True), Ready("plain")],
+                    SweepOptions(run=run, dry_run=True)).estimate
+    plain = execute([SMOKE, SMOKE], [Ready("plain")], SweepOptions(run=run, dry_run=True)).estimate
+    on = interpret in ("1", "true")
+    assert mixed.endswith("\n" + INTERPRETED_LINE.format(names="mine_triton runs")) is on, mixed
+    assert mixed.splitlines()[0] == plain.splitlines()[0] and "interpret" not in plain
+
+
+def test_the_interpreted_line_names_only_backends_with_a_pair_to_run(monkeypatch):
+    from treebench.harness.run.costs import interpreted_triton
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    found = interpreted_triton([Ready("a", True), Ready("b"), Ready("c", True)])
+    assert found == {"a", "c"}
+    assert estimate([SMOKE] * 2, "check", "cpu", backends=["c", "b"], interpreted=found).endswith(
+        "\n" + INTERPRETED_LINE.format(names="c runs"))
+    assert estimate([SMOKE] * 3, "run", "cpu", backends=["c", "b", "a"], interpreted=found).endswith(
+        "\n" + INTERPRETED_LINE.format(names="a, c run"))
+    assert "interpret" not in estimate([SMOKE], "run", "cpu", backends=["b"], interpreted=found)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert interpreted_triton([Ready("a", True)]) == set()
+
+
+def test_the_registered_triton_backends_declare_it():
+    from treebench.harness.run.loading import registered_backends
+
+    declared = {name for name, cls in registered_backends().items() if cls.runs_triton}
+    assert declared == {"triton_tree", "triton_tree_bias", "triton_causal", "vllm_triton", "sglang_triton"}
+
+
+@pytest.mark.parametrize("command", [["run", "--suite", "smoke", "--backends", "triton_tree,torch_sdpa"],
+                                     ["check", "--backend", "triton_tree"]])
+def test_the_dry_run_of_triton_tree_in_the_interpreter_says_so(command, monkeypatch, capsys):
+    pytest.importorskip("triton")
+    from treebench.harness.cli.main import main
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert main([*command, "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.rstrip().endswith("  " + INTERPRETED_LINE.format(names="triton_tree runs")), printed
+
+
 def test_the_smoke_run_estimate_on_the_cpu_is_near_its_measured_time():
     """A model check, timing nothing: `treebench run --suite smoke --backends torch_sdpa` (8 pairs of ~0.1 s)
     took 4.0-4.5 s from start to exit on a 2-core CPU, ~1.3 s of it start-up and ~2.2 s its report."""

@@ -78,6 +78,9 @@ class Backend:
     # The base of the returned LSE's logarithm, when it is not e (FlashInfer's kernels write base 2):
     # the check converts it to natural log after the call, so the timed callable does no extra work.
     lse_base: ClassVar[float] = math.e
+    # True: the prepared callable launches Triton kernels, which run in Triton's CPU interpreter while
+    # TRITON_INTERPRET is on; a dry run's time estimate then says that it does not model them.
+    runs_triton: ClassVar[bool] = False
 
     def availability(self) -> str | None:
         """None when usable here, else the reason (missing package + install hint, no GPU, ...)."""

@@ -1,15 +1,19 @@
 """The `treebench` command line, one module per subcommand (see treebench.harness.cli.main.main).
 
 Here: how every subcommand's parser reads a command line. An option that takes one value or one
-list (`--out FILE`, `gate --baseline A B`) is refused when given twice (argparse would keep the
-last silently: `--baseline a --baseline b` would drop a), before any other error of the command
-line that argparse finds after it (a required option missing); options documented to accumulate say so
-with `action="append"` or `"extend"` (`rm --backend`, `tree-search --acceptance`).
+list (`--out FILE`, `gate --baseline A B`) and a flag (`--json`, `--dry-run`) are refused when given
+twice (argparse would keep the last silently: `--baseline a --baseline b` would drop a); options
+documented to accumulate say so with `action="append"` or `"extend"` (`rm --backend`,
+`tree-search --acceptance`); no flag counts (there is no `-vv`). Options are spelled out in full in
+every subcommand: an abbreviation (`--sui` for `--suite`) is refused in one line naming the option
+it may stand for (argparse would take an unambiguous prefix, which `run --gpus` would pass on to
+its ranks, and which `spelling_used` could not name).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from treebench.harness.errors import ConfigError
 
@@ -19,45 +23,80 @@ HELP_OPTIONS = ("-h", "--help")   # `treebench COMMAND --help` prints the usage 
 VALUE_OPTIONS_DASHED = ("--shard", "--threshold")  # values that may start with "-": --shard -1/2, gate --threshold -5% get a clear error
 
 
-class StoreOnce(argparse.Action):
-    """argparse's "store" (the action of an option without one), which also records each
-    spelling it was given under in `parser.given`, for `Parser.parse_known_args` to refuse a repeat."""
+class _Once(argparse.Action):
+    """An action that records each spelling it is given under in `parser.given` and raises ConfigError
+    at its second (before argparse reads on: the repeat is named even where a required option is
+    missing); the rest is argparse's action it comes before."""
 
     def __call__(self, parser, namespace, values, option_string=None):
         if option_string is not None:   # a positional is stored once
-            parser.given.setdefault(self, []).append(option_string)
-        setattr(namespace, self.dest, values)
+            used = parser.given.setdefault(self, [])
+            used.append(option_string)
+            if len(used) > 1:
+                names = " / ".join(self.option_strings)
+                raise ConfigError(f"{names} given {len(used)} times; give it once{_hint(self, used[0])}")
+        super().__call__(parser, namespace, values, option_string)
+
+
+class StoreOnce(_Once, argparse._StoreAction):
+    """argparse's "store" (the action of an option without one), given once."""
+
+
+class StoreTrueOnce(_Once, argparse._StoreTrueAction):
+    """argparse's "store_true" (a flag: `--json`), given once."""
+
+
+class StoreFalseOnce(_Once, argparse._StoreFalseAction):
+    """argparse's "store_false", given once."""
+
+
+class StoreConstOnce(_Once, argparse._StoreConstAction):
+    """argparse's "store_const", given once."""
+
+
+ONCE_ACTIONS = {None: StoreOnce, "store": StoreOnce, "store_true": StoreTrueOnce, "store_false": StoreFalseOnce,
+                "store_const": StoreConstOnce}   # argparse's action name -> the one Parser registers in its place
 
 
 class Parser(argparse.ArgumentParser):
-    """ArgumentParser whose errors are one ConfigError line (exit 2), not usage + message, and
-    whose one-value options (StoreOnce) may each be given once."""
+    """ArgumentParser whose errors are one ConfigError line (exit 2), not usage + message, whose
+    one-value options and flags (ONCE_ACTIONS) may each be given once, and which takes no
+    abbreviated option (allow_abbrev off, and `--sui` named as the abbreviation it is)."""
 
     def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
-        self.given: dict[argparse.Action, list[str]] = {}   # a StoreOnce option -> the spellings given
-        self.register("action", None, StoreOnce)
-        self.register("action", "store", StoreOnce)
+        self.given: dict[argparse.Action, list[str]] = {}   # an option of ONCE_ACTIONS -> the spellings given
+        for name, action in ONCE_ACTIONS.items():
+            self.register("action", name, action)
 
     def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
-        """argparse's, then a ConfigError for a StoreOnce option given more than once."""
+        """argparse's, after a ConfigError for an abbreviated option (`refuse_abbreviated`); an option of
+        ONCE_ACTIONS given a second time raises ConfigError as argparse reaches it (`_Once`)."""
         self.given = {}
-        parsed = super().parse_known_args(args, namespace)
-        self._refuse_repeats()
-        return parsed
+        args = sys.argv[1:] if args is None else list(args)
+        self.refuse_abbreviated(args)
+        return super().parse_known_args(args, namespace)
 
-    def _refuse_repeats(self) -> None:
-        """A ConfigError for the first StoreOnce option read more than once so far."""
-        for action, used in self.given.items():
-            if len(used) > 1:
-                names = " / ".join(action.option_strings)
-                raise ConfigError(f"{names} given {len(used)} times; give it once{_hint(action, used[0])}")
+    def refuse_abbreviated(self, args: list[str]) -> None:
+        """Raises ConfigError for the first of `args` that is a long option of no action here but the
+        start of one or more (`--sui` of --suite, `--sui=seed` alike), naming them. Read up to a `--`,
+        and in a parser of subcommands up to the command (its own parser reads the rest)."""
+        spelled = [o for o in self._option_string_actions if o.startswith("--")]
+        for a in args:
+            if a == "--" or (self._subparsers is not None and not a.startswith("-")):
+                return
+            name = a.split("=", 1)[0]
+            if name.startswith("--") and name not in self._option_string_actions \
+                    and (meant := sorted(o for o in spelled if o.startswith(name))):
+                where = self.prog.removeprefix(PROG).strip()
+                raise ConfigError(f"{where + ': ' if where else ''}{name} is abbreviated; spell the option out: "
+                                  f"{' or '.join(meant)} (options are never abbreviated; see {self.prog} --help)")
 
     def error(self, message: str):  # type: ignore[override]
-        """argparse's error (a missing required option, a bad value, ...) as one ConfigError line; an
-        option already read twice is refused first (`gate --baseline a --baseline b` says so before
-        that --candidate is missing): mending the other error alone would meet the repeat next."""
-        self._refuse_repeats()
+        """argparse's error (a missing required option, a bad value, ...) as one ConfigError line. An
+        option given twice was refused as argparse read it, before any such error (`gate --baseline a
+        --baseline b` names the repeat, not the missing --candidate)."""
         where = self.prog.removeprefix(PROG).strip()
         raise ConfigError(f"{where + ': ' if where else ''}{message} (see {self.prog} --help)")
 

@@ -52,8 +52,7 @@ _REPORT = "write an HTML report from result files"
 ROW_COMMANDS = ("run", "check", "merge")   # the subcommands that write result rows
 # subcommand -> (module of treebench.harness.cli[:its Command], help, extra parser settings)
 COMMANDS: dict[str, tuple[str, str, dict]] = {
-    "run": ("run", _RUN, {"description": _RUN[:1].upper() + _RUN[1:] + ".",
-                          "allow_abbrev": False}),  # --gpus relaunches the command line: options spelled out
+    "run": ("run", _RUN, {"description": _RUN[:1].upper() + _RUN[1:] + "."}),
     "check": ("check", "correctness only for one backend: exit 0 pass, 1 mismatch/error, 2 bad input, 3 nothing ran",
               {}),
     "selftest": ("selftest", "the check's power: mutants of a dense backend it must kill, variants it must pass", {}),

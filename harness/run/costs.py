@@ -14,9 +14,10 @@ earlier run was found in the results file, or that the one found covers too litt
 (nothing without a results file). To the pairs' sum it adds, unscaled, `OUTSIDE_PAIRS`' seconds of the
 whole invocation outside its pairs (start-up and, after the last pair, the summary and a run's
 report) and, under ``--isolate``, `WORKER_START_S` for its worker; what it cannot count
-(a worker's start on a device type without a figure, the ranks of ``--gpus N``) it names as
-not included. `pair_seconds` counts the pairs alone and `after_last_pair_s` the part after
-them (the report's part only when one follows): the time left of a sweep already under way.
+(a worker's start on a device type without a figure, the ranks of ``--gpus N``, the pairs of backends
+whose Triton kernels Triton's CPU interpreter runs: `interpreted_triton`) it names as not included.
+`pair_seconds` counts the pairs alone and `after_last_pair_s` the part after them (the report's part
+only when one follows): the time left of a sweep already under way.
 """
 
 from __future__ import annotations
@@ -254,10 +255,31 @@ def _scaling(rows: list[dict], env_id: str | None, kind: str, source: str | None
                          f"of {whose} in {source}")
 
 
-def _not_included(kind: str, worker: bool, ranks: int) -> list[str]:
+# Triton's CPU interpreter (TRITON_INTERPRET on) is not modelled: its pairs take many times what PAIR_COSTS gives
+# them, by a factor that varies with the case. `TRITON_INTERPRET=1 treebench run --suite smoke --backends triton_tree
+# --quiet` on the 2-core container of PAIR_COSTS' fit (torch 2.13.0, triton 3.9.0, load average 1.6) took 38 s
+# against the dry run's 4.2 s: 33.9 s over the 7 pairs after the first (PAIR_COSTS: 0.64 s, x 53), 0.41 to 14.5 s
+# a pair (x 4.6 to x 154 of its modelled 0.09 s), so no one factor is applied; the dry run says it leaves them out.
+def interpreted_triton(backends: Iterable[object]) -> set[str]:
+    """The names of `backends` whose kernels run in Triton's CPU interpreter here: those that declare
+    `runs_triton` (treebench.harness.adapter.contract.Backend) while TRITON_INTERPRET is on
+    (treebench.harness.model.paged.triton_interpret); empty when it is off."""
+    from treebench.harness.model.paged import triton_interpret   # torch: imported only when asked
+
+    if not triton_interpret():
+        return set()
+    return {getattr(b, "name", type(b).__name__) for b in backends if getattr(b, "runs_triton", False)}
+
+
+def _not_included(kind: str, worker: bool, ranks: int, interpreted: Sequence[str] = ()) -> list[str]:
     """What the estimate leaves out, a line each: the `--isolate` worker's start on a device type without
-    a `WORKER_START_S` (`worker`: one starts), the start-up of `ranks` > 1 torchrun ranks."""
+    a `WORKER_START_S` (`worker`: one starts), the start-up of `ranks` > 1 torchrun ranks, the pairs of the
+    `interpreted` backends (`interpreted_triton`)."""
     missing = []
+    if interpreted:
+        missing.append(f"not included: Triton's CPU interpreter (TRITON_INTERPRET is on), in which "
+                       f"{', '.join(interpreted)} run{'s' if len(interpreted) == 1 else ''}: the estimate does not "
+                       "model interpreted Triton, whose pairs take many times longer")
     if worker and kind not in WORKER_START_S:
         missing.append(f"not included: the --isolate worker's start-up on {kind} (not measured)")
     if ranks > 1:
@@ -268,7 +290,7 @@ def _not_included(kind: str, worker: bool, ranks: int) -> list[str]:
 
 def estimate(cases: Sequence[Case], mode: str, device: str, rows: Iterable[dict] = (), env_id: str | None = None,
              source: str | None = None, backends: Sequence[str] | None = None, *, isolate: bool = False,
-             ranks: int = 1) -> str:
+             ranks: int = 1, interpreted: Iterable[str] = ()) -> str:
     """The time the invocation should take from start to exit, and what the figure is based on, a line each:
     'about 1 h 29 min in all (480 pairs, 11.13 s each on average, + 3.5 s of start-up, summary and
     report)', the cost model ('per run pair on cpu: 0.09 s + 52.6 s per 10^9 K/V values read ...'),
@@ -290,6 +312,8 @@ def estimate(cases: Sequence[Case], mode: str, device: str, rows: Iterable[dict]
         backends: the backend name of each pair (its `COMPILE_S`), or None.
         isolate: the pairs run in an `--isolate` worker (one starts when any pair runs).
         ranks: the torchrun ranks `--gpus` would start (1: none); their start-up is named as not included.
+        interpreted: the backends whose Triton kernels run interpreted (`interpreted_triton`); those of
+            them with a pair to run (in `backends`) are named as not modelled.
 
     Raises:
         ValueError: `backends` names another number of pairs than `cases`.
@@ -302,7 +326,8 @@ def estimate(cases: Sequence[Case], mode: str, device: str, rows: Iterable[dict]
     compiling = sorted({n for n in backends or () if (n, kind) in COMPILE_S})
     model = cost.describe(mode, kind) + "".join(f", {n} + {COMPILE_S[(n, kind)]:g} s (it compiles each shape)"
                                                 for n in compiling)
-    missing = _not_included(kind, isolate and bool(cases), ranks)
+    slow = sorted(set(interpreted) & set(backends or ()))      # interpreted backends with a pair to run
+    missing = _not_included(kind, isolate and bool(cases), ranks, slow)
     lines = [_time_line(total, len(cases), mode, OUTSIDE_PAIRS[(mode, kind)], worker_s), model,
              f"figures {MEASURED_ON[(mode, kind)]}", scaled, *missing]
     return "\n".join(line for line in lines if line)

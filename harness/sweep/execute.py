@@ -22,7 +22,7 @@ from rich.console import Console
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.inflight import signal_stop
 from treebench.harness.run.pair import AvailabilityRaised, availabilities
-from treebench.harness.run.costs import estimate
+from treebench.harness.run.costs import estimate, interpreted_triton
 from treebench.harness.run.progress import plural
 from treebench.harness.run.config import RunConfig
 from treebench.harness.run.memory import fit_reason
@@ -258,7 +258,8 @@ def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Co
         stored = read_rows([opts.out]) if found else []
         if to_run:   # nothing to run (all stored, or all to be skipped): no time to estimate, no pace to scale
             result.estimate = estimate([c for c, _ in to_run], opts.run.mode, device, stored, env["env_id"], found,
-                                       [n for _, n in to_run], isolate=opts.run.isolate, ranks=opts.gpus or 1)
+                                       [n for _, n in to_run], isolate=opts.run.isolate, ranks=opts.gpus or 1,
+                                       interpreted=interpreted_triton(backends))
         if not opts.resume:   # `resumed` counts what --resume skips: without it, say what --out holds
             runs = {(c.case_id, n) for c, n in to_run}
             result.resumed, result.stored_note = None, _stored_note(opts, stored, env["env_id"], mine, names, runs)

@@ -1,0 +1,81 @@
+"""How every subcommand reads its command line (treebench.harness.cli.Parser): options spelled out in
+full (an abbreviation is one line naming the option it may stand for, exit 2), and each option and
+flag given once (a repeat is one line, exit 2), except the options documented to accumulate."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+from treebench.harness.cli import main as cli
+from treebench.harness.cli.main import main
+from tests.cli_errors import one_line_error
+
+COMMANDS = sorted(cli.COMMANDS)
+
+
+def long_options(name: str) -> list[str]:
+    """The long options of subcommand `name`'s parser, --help among them."""
+    return sorted({o for a in cli.command_parser(name)._actions for o in a.option_strings if o.startswith("--")})
+
+
+def flags(name: str) -> list[argparse.Action]:
+    """The options of subcommand `name` that take no value (but -h / --help)."""
+    return [a for a in cli.command_parser(name)._actions
+            if a.option_strings and a.nargs == 0 and not isinstance(a, argparse._HelpAction)]
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+@pytest.mark.parametrize("with_value", [False, True])
+def test_every_subcommand_refuses_every_abbreviated_option(name, with_value, capsys):
+    """`check --sui seed`, `gate --base x`, `tree SPEC --js`, `run --hel`: refused as abbreviations,
+    with the option(s) they may stand for named; `--sui=seed` alike."""
+    options = long_options(name)
+    tried = 0
+    for option in options:
+        short = option[:-1]                    # one letter short: a prefix of this option, maybe of others
+        if short in options:                   # --backend of --backends is an option of its own
+            continue
+        meant = " or ".join(o for o in options if o.startswith(short))
+        assert main([name, short + ("=x" if with_value else "")]) == 2
+        line = one_line_error(capsys)
+        assert f"error: {name}: {short} is abbreviated; spell the option out: {meant} " in line, line
+        tried += 1
+    assert tried >= 1
+
+
+def test_an_ambiguous_abbreviation_names_each_option_it_may_stand_for(capsys):
+    assert main(["gate", "--allow", "--baseline", "a", "--candidate", "b"]) == 2
+    assert "gate: --allow is abbreviated; spell the option out: --allow-env-mismatch or --allow-missing " \
+           "(options are never abbreviated; see treebench gate --help)" in one_line_error(capsys)
+
+
+def test_after_a_double_dash_nothing_is_read_as_an_abbreviation(capsys):
+    """`tree -- --js`: --js is the tree spec (a malformed one), not an abbreviation of --json."""
+    assert main(["tree", "--", "--js"]) == 2
+    line = one_line_error(capsys)
+    assert "abbreviated" not in line and "--js" in line, line
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_flag_given_twice_is_refused(name, capsys):
+    """`tree SPEC --json --json`, `run --dry-run --dry-run`: refused as a value option given twice is,
+    before anything runs (a missing required option is not reached)."""
+    for action in flags(name):
+        flag = action.option_strings[-1]
+        assert main([name, flag, flag]) == 2
+        assert f"error: {' / '.join(action.option_strings)} given 2 times; give it once" in one_line_error(capsys)
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_no_flag_accumulates(name):
+    """Every flag is given once (there is no count-style flag such as -vv); a flag that should count would
+    say so here and in the README's bad-input paragraph."""
+    from treebench.harness.cli import StoreConstOnce, StoreFalseOnce, StoreTrueOnce
+
+    assert all(isinstance(a, (StoreTrueOnce, StoreFalseOnce, StoreConstOnce)) for a in flags(name)), flags(name)
+
+
+def test_a_flag_once_still_works(capsys):
+    assert main(["tree", "full:2:2", "--json"]) == 0
+    assert '"parents"' in capsys.readouterr().out
