@@ -118,6 +118,31 @@ def test_resume_reruns_rows_of_another_env_and_new_backends(suite, tmp_path):
     assert sum(r["backend"] == "twin" and r["env"] != "another-machine" for r in rows) == 12
 
 
+def test_resume_warns_once_of_stored_rows_another_env_measured_naming_what_differs(suite, tmp_path, capsys):
+    """The stored rows of an env whose triton version differs are not skipped: one warning line says how
+    many and what differs ('triton: none -> 3.x'), not a silent rerun of every pair; a pair stored for
+    this env too, or a later resume that finds every pair stored here, draws none."""
+    out = tmp_path / "r.jsonl"
+    assert main(_check(suite, out)) == 0
+    (env_file,) = tmp_path.glob("env-*.json")
+    env = json.loads(env_file.read_text())
+    was = None if env["triton"] else "3.9.0"
+    old = {**env, "env_id": "0123456789ab", "triton": was, "torch_threads": env["torch_threads"] + 3}
+    (tmp_path / "env-0123456789ab.json").write_text(json.dumps(old))
+    rows = [{**r, "env": "0123456789ab"} for r in read_rows([out])]
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows[:-1]) + json.dumps(read_rows([out])[-1]) + "\n")
+    capsys.readouterr()
+    assert main(_check(suite, out, "--resume")) == 0
+    warned = [ln for ln in capsys.readouterr().err.splitlines() if "another env" in ln]
+    assert len(warned) == 1, warned
+    assert (f"--resume: 11 stored rows of this sweep's pairs in {out} were measured in another env "
+            f"(triton: {was or 'none'} -> {env['triton'] or 'none'}; torch_threads: {env['torch_threads'] + 3} -> {env['torch_threads']}), "
+            "so they are not skipped: their pairs are run again") in warned[0]
+    assert len(read_rows([out])) == 12 + 11
+    assert main(_check(suite, out, "--resume")) == 0
+    assert "another env" not in capsys.readouterr().err
+
+
 def test_resume_merges_rank_files_a_killed_launch_left(suite, tmp_path):
     out = tmp_path / "r.jsonl"
     part = tmp_path / "r.rank1-of-2.jsonl"

@@ -105,6 +105,9 @@ FAILED_STEPS = (FIRST_PREPARE, REPEAT, RE_PREPARE, TIMING)
 # backend, building the inputs, supports(), the memory check), by run.isolate; past that, the step it was in
 WORKER_DIED = "worker died"
 WORKER_TIMED_OUT = "worker timed out"
+# The `failed_step` of every pair of a backend whose file or module, loaded first in a worker process under
+# --isolate, ended that process (os._exit, sys.exit, a crash) or hung it there: nothing of it ran (sweep.imports)
+IMPORT = "import"
 
 
 def default_check(backend, deep: bool = False, device: str | None = None) -> DefaultCheck:

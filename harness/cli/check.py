@@ -61,10 +61,10 @@ def run(args) -> int:
     """
     from treebench.harness.model.suites import load_suite
     from treebench.harness.run.inflight import mark_unwritten
-    from treebench.harness.run.loading import load_one
     from treebench.harness.sweep.crash import crash_advice, crash_lines
     from treebench.harness.store.paths import check_writable
     from treebench.harness.sweep.execute import execute, shard_is_empty
+    from treebench.harness.sweep.imports import load_backends
     from treebench.harness.sweep.shard import shared_run_id
 
     if args.dry_run or args.out is None:   # what the line after Ctrl-C says: no rows to keep
@@ -83,7 +83,8 @@ def run(args) -> int:
     if "," in args.backend or args.backend.strip() == "all":
         raise ConfigError(f"check {option} {args.backend}: check takes one backend; run one check per "
                           "backend, or `treebench run --backends a,b` for several")
-    backend = load_one(args.backend, option)
+    # --isolate: a file or module is loaded first in a worker; one whose loading ends that process is error rows
+    backend = load_backends([args.backend], option, opts.run.isolate, opts.run.case_timeout_s)[0]
     built = None
     if args.suite is None:
         suite, built = _default_suite(backend, args.deep)

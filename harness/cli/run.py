@@ -256,12 +256,12 @@ def run(args) -> int:
     """
     from treebench.harness.model.suites import load_suite
     from treebench.harness.run.inflight import mark_unwritten, report_due
-    from treebench.harness.run.loading import resolve_backends
     from treebench.harness.run.progress import after_pairs
     from treebench.harness.store.names import default_report
     from treebench.harness.store.paths import DEFAULT_OUT, check_writable
     from treebench.harness.sweep.crash import crash_advice, crash_lines
     from treebench.harness.sweep.execute import execute, shard_is_empty
+    from treebench.harness.sweep.imports import load_backends
     from treebench.harness.sweep.shard import torchrun_rank
 
     if args.dry_run:
@@ -275,7 +275,8 @@ def run(args) -> int:
     rank = torchrun_rank()   # a run ends with its report, under torchrun rank 0's: that rank's progress says so
     opts = sweep_options(args, "run", report=rank is None or rank.primary)
     suite = load_suite(args.suite)
-    backends = resolve_backends(None if args.backends is None else comma_list(args.backends, option), option)
+    backends = load_backends(None if args.backends is None else comma_list(args.backends, option), option,
+                             opts.run.isolate, opts.run.case_timeout_s)   # --isolate: user files first in a worker
     if args.gpus:
         _check_gpus(args.gpus)
         if args.gpus > 1 and not args.dry_run:

@@ -151,7 +151,7 @@ class _WorkerState:
         return row, lost
 
 
-def _die_with_parent(parent_pid: int) -> None:
+def die_with_parent(parent_pid: int) -> None:
     """Linux: asks the kernel to SIGKILL this worker when its parent dies (a SIGKILLed sweep must
     not leave a hung worker holding a GPU); exits at once if the parent is already gone."""
     try:
@@ -205,7 +205,7 @@ def worker_main(conn: Connection, device: str, log_level: int, parent_pid: int |
     and exits with EXIT_CONTEXT_LOST right after reporting a lost CUDA context.
     """
     if parent_pid is not None:
-        _die_with_parent(parent_pid)
+        die_with_parent(parent_pid)
     if step is not None:
         _report_steps(step)
     signal.signal(signal.SIGINT, signal.SIG_IGN)

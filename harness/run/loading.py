@@ -14,8 +14,9 @@ import importlib
 import importlib.util
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from treebench.harness.adapter.contract import (
     FILE_MODULE_PREFIX,
@@ -46,20 +47,44 @@ class _SpecError(ConfigError):
         return f"--backend {self.spec!r}: {self.detail}"
 
 
+class ExitAtLoad(_SpecError):
+    """A backend module (or its __init__) that called sys.exit() or os._exit() while it was loaded."""
+
+
+class _ExitCalled(BaseException):
+    """Raised by the stand-in for os._exit while a backend loads (`_as_its_own_program`)."""
+
+    def __init__(self, code: object) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def _exit_raising(pid: int, real: Callable[[int], NoReturn]) -> Callable[[int], NoReturn]:
+    """os._exit for the time a backend loads in process `pid`: raises _ExitCalled there (its exit
+    would end treebench silently, with its code: 0 reads as a verdict); a child forked meanwhile exits."""
+    def _exit(code: int) -> NoReturn:
+        if os.getpid() != pid:
+            real(code)
+        raise _ExitCalled(code)
+    return _exit
+
+
 @contextlib.contextmanager
 def _as_its_own_program(spec: str, argv0: str) -> Iterator[None]:
     """While a backend module is imported: sys.argv is [argv0] (a module that parses its command line
-    at import sees no treebench arguments), and its sys.exit() is a ConfigError, not treebench's exit."""
-    saved = sys.argv
-    sys.argv = [argv0]
+    at import sees no treebench arguments), and its sys.exit() or os._exit() is an ExitAtLoad (a
+    ConfigError), not treebench's exit."""
+    saved, real_exit = sys.argv, os._exit
+    sys.argv, os._exit = [argv0], _exit_raising(os.getpid(), real_exit)   # type: ignore[assignment]
     try:
         yield
-    except SystemExit as e:
-        raise _SpecError(spec, f"loading it called sys.exit({e.code!r}); a backend module "
+    except (SystemExit, _ExitCalled) as e:
+        call = "sys.exit" if isinstance(e, SystemExit) else "os._exit"
+        raise ExitAtLoad(spec, f"loading it called {call}({e.code!r}); a backend module "
                          "must not exit at import or in __init__ (move the call under "
                          "`if __name__ == \"__main__\":`)") from None
     finally:
-        sys.argv = saved
+        sys.argv, os._exit = saved, real_exit
 
 
 def _a_directory(spec: str, target: str) -> ConfigError:
@@ -124,6 +149,14 @@ def _names_a_file(target: str) -> bool:
     return target.endswith(".py") or any(sep and sep in target for sep in (os.sep, os.altsep))
 
 
+def from_user_code(spec: str) -> bool:
+    """Whether `spec` (a --backend value) loads code of the user's: 'pkg.mod:Class', 'path/file.py:Class'
+    or 'path/file.py', not a registry name."""
+    import treebench.backends  # noqa: F401  (registers the built-in adapters)
+
+    return ":" in spec or (spec not in REGISTRY and _names_a_file(spec))
+
+
 def _is_backend_class(obj) -> bool:
     """Whether `obj` is a class that meets the adapter contract: CONTRACT's members, a non-empty str `name`."""
     name = getattr(obj, "name", None)
@@ -168,7 +201,7 @@ def load_backend(spec: str) -> Backend:
             a missing file, a directory, unimportable module, missing class, a name that is not a class,
             a file without exactly one backend class, a class without the adapter contract's methods,
             a `capabilities` that is not a `Capabilities`, a name registered by another class, or a
-            module (or __init__) that called sys.exit.
+            module (or __init__) that called sys.exit or os._exit.
     """
     import treebench.backends  # noqa: F401  (registers the built-in adapters)
 
@@ -187,7 +220,7 @@ def _instance(spec: str, cls: type) -> Backend:
 
     Raises:
         ConfigError: a member of CONTRACT missing, an empty `name`, a `capabilities` that is not a
-            Capabilities, or an __init__ that called sys.exit.
+            Capabilities, or an __init__ that called sys.exit or os._exit.
     """
     for attr in CONTRACT:
         if not hasattr(cls, attr):
@@ -246,10 +279,12 @@ def load_one(spec: str, option: str = "--backend"):
     return backend
 
 
-def resolve_backends(names: Sequence[str] | None, option: str = "--backends") -> list:
+def resolve_backends(names: Sequence[str] | None, option: str = "--backends",
+                     load: Callable[[str, str], object] = load_one) -> list:
     """Backends for `run`: None -> every available built-in; ["all"] -> every built-in;
-    else each registry name or class spec (the CLI splits --backends into them); `option`: the
-    command-line option that gave `names`, as the user spelt it (the errors name it).
+    else each registry name or class spec (the CLI splits --backends into them), loaded by
+    `load(spec, option)` (`load_one`); `option`: the command-line option that gave `names`, as the
+    user spelt it (the errors name it).
 
     Raises:
         ConfigError: no name, "all" beside other names, an unknown or unloadable backend, or two
@@ -267,7 +302,7 @@ def resolve_backends(names: Sequence[str] | None, option: str = "--backends") ->
         return [REGISTRY[n]() for n in sorted(REGISTRY)]
     if not names:
         raise ConfigError(f"{option} is empty: give names such as torch_sdpa,reference, or all")
-    loaded = [load_one(n, option) for n in names]
+    loaded = [load(n, option) for n in names]
     check_unique_names(loaded)      # before anything is written (the dry run refuses it too)
     return loaded
 

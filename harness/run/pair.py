@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from treebench.harness.checking.default_check import FIRST_PREPARE, TIMING
+from treebench.harness.checking.default_check import FIRST_PREPARE, IMPORT, TIMING
 from treebench.harness.model.cases import Case
 from treebench.harness.run.inflight import enter_step, signal_stop
 from treebench.harness.run.memory import fit_reason
@@ -219,7 +219,7 @@ def run_case_backend(backend, case: Case, data: CaseData, availability: str | No
     row["mask_kind"] = getattr(backend, "mask_kind", "tree")
     if availability:   # a raising availability() is the backend's crash: an error row, not a skip
         row.update(status="error" if isinstance(availability, AvailabilityRaised) else "skipped",
-                   reason=availability)
+                   reason=availability, failed_step=getattr(availability, "step", None))
     else:
         try:
             _run_one(backend, case, data, device, config, row)
@@ -239,7 +239,17 @@ def run_case_backend(backend, case: Case, data: CaseData, availability: str | No
 
 
 class AvailabilityRaised(str):
-    """The reason string of an availability() that raised: its pairs become error rows."""
+    """The reason string of an availability() that raised: its pairs become error rows, whose
+    `failed_step` is `step` (none here; ImportFailed's names the import)."""
+
+    step: str | None = None
+
+
+class ImportFailed(AvailabilityRaised):
+    """The reason of a backend whose loading ended or hung the worker process it was loaded in first
+    (treebench.harness.sweep.imports): its rows are errors whose `failed_step` is IMPORT."""
+
+    step = IMPORT
 
 
 def availabilities(backends: Sequence) -> dict[int, str | None]:

@@ -45,7 +45,7 @@ from treebench.harness.sweep.shard import (
 )
 from treebench.harness.store.env import check_envs_beside, env_beside, env_fingerprint
 from treebench.harness.store.rows import read_rows, row_places, stored_keys
-from treebench.harness.sweep.resume import check_same_suite, every_row, with_stored
+from treebench.harness.sweep.resume import check_same_suite, every_row, warn_other_envs, with_stored
 from treebench.harness.store.lock import hold_all
 
 log = logging.getLogger(__name__)
@@ -249,6 +249,9 @@ def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Co
         _release_cached(device)  # the probes' buffers would count against the workers' free memory
     skip = _resume_skip(opts, env["env_id"], rank)
     names = [getattr(b, "name", type(b).__name__) for b in backends]
+    if opts.resume and opts.out is not None and (rank is None or rank.primary):   # rows another env measured
+        warn_other_envs([opts.out, *rank_files(opts.out)], env, {(c.case_id, n) for c in select_cases(
+            cases, opts.shard, None) for n in names}, _stored(opts), opts.named or opts.out)
     planned = sum((c.case_id, n) not in skip for c in mine for n in names)
     result = SweepResult(planned=planned, resumed=len(mine) * len(names) - planned,
                          primary=rank is None or rank.primary, env_id=env["env_id"])

@@ -3,7 +3,8 @@ yet (a warning says that the run starts anew). A file whose every row is of anot
 before anything is written, since resuming would append this suite's rows to that run's. What a
 resumed run reports: its summary the latest stored row of each of its sweep's pairs beside the rows
 it ran (`with_stored`), its report every row of the file (`every_row`), as `treebench report OUT`
-shows them.
+shows them. Stored rows of the sweep's pairs that another env measured (another package version, git
+commit, machine) are not skipped: `warn_other_envs` says so in one line, naming what differs.
 
 A row is of the suite when it records the suite's name (its ``suite`` field:
 treebench.harness.store.rows), or, recording none (written before rows did), when its ``case_id``
@@ -18,6 +19,8 @@ from collections.abc import Collection
 from pathlib import Path
 
 from treebench.harness.errors import ConfigError
+from treebench.harness.run.progress import plural
+from treebench.harness.store.env import VOLATILE_ENV_FIELDS, read_envs
 from treebench.harness.store.rows import read_rows, row_key
 from treebench.harness.store.validate import latest_rows, read_checked_rows
 
@@ -63,6 +66,47 @@ def check_same_suite(out: Path, suite: str | None, case_ids: Collection[str], wa
                           f"{called(suite)}; {fix}")
     raise ConfigError(f"--resume --out {out}: none of its {len(rows)} rows is of a case of {called(suite)} (they are "
                       f"another suite's, written before rows recorded their suite); {fix}")
+
+
+def _shown(value: object) -> str:
+    """An env field's value as a line shows it: 'none' for None."""
+    return "none" if value is None else str(value)
+
+
+def env_changes(env: dict, stored: dict[str, dict | None], out: Path) -> list[str]:
+    """What differs between this run's fingerprint `env` and those of the stored env ids `stored`
+    (id -> its fingerprint, None where no env file of it is beside `out`): 'field: stored -> now' for
+    each stable field (VOLATILE_ENV_FIELDS left out), in `env`'s order, then each env file not found."""
+    found = [e for e in stored.values() if e is not None]
+    notes = []
+    for field_name, now in env.items():
+        was = sorted({_shown(e.get(field_name)) for e in found})
+        if field_name not in VOLATILE_ENV_FIELDS and was and was != [_shown(now)]:
+            notes.append(f"{field_name}: {', '.join(was)} -> {_shown(now)}")
+    return notes + [f"env-{i}.json not found beside {out}" for i, e in sorted(stored.items()) if e is None]
+
+
+def warn_other_envs(paths: list[Path], env: dict, pairs: Collection[tuple[str, str]], done, shown: Path) -> None:
+    """One warning where rows of the sweep's `pairs` ((case_id, backend)) stored in `paths` (--out first)
+    that `done` accepts were measured in another env than `env`, for pairs stored for none in this env:
+    --resume runs those pairs again. Names how many rows, and what differs (`env_changes`)."""
+    rows = [r for r in read_rows([p for p in paths if Path(p).is_file()])
+            if (r.get("case_id"), r.get("backend")) in pairs and done(r)]
+    here = {row_key(r)[:2] for r in rows if r.get("env") == env["env_id"]}
+    other = [r for r in rows if r.get("env") != env["env_id"] and row_key(r)[:2] not in here]
+    if not other:
+        return
+    try:
+        envs = read_envs([paths[0]])
+    except ConfigError:   # an env file that cannot be read: the count alone
+        envs = {}
+    ids = {str(r["env"]) for r in other if r.get("env")}
+    notes = env_changes(env, {i: envs.get(i) for i in ids}, shown)
+    notes += [f"{plural(n, 'row')} naming no env"] if (n := sum(not r.get("env") for r in other)) else []
+    log.warning("--resume: %s of this sweep's pairs in %s %s measured in another env (%s), so %s not skipped: "
+                "%s run again", plural(len(other), "stored row"), shown, "was" if len(other) == 1 else "were",
+                "; ".join(notes) or "its env file differs", "it is" if len(other) == 1 else "they are",
+                "its pair is" if len(other) == 1 else "their pairs are")
 
 
 def with_stored(out: Path, env_id: str, cases, names: list[str], rows: list[dict], done) -> list[dict]:

@@ -1,0 +1,134 @@
+"""A backend file whose loading ends the process (os._exit, sys.exit, a segfault) or hangs it.
+
+Under --isolate it is loaded first in a worker process: its pairs become error rows with
+`failed_step` "import" and the sweep goes on with the other backends. Without --isolate an
+os._exit or sys.exit while it loads is bad input (one line, exit 2), never a silent exit with
+the backend's code, and a segfault gets a line naming the file and --isolate before the stack.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.tiny_suites import tiny_suite
+from treebench.harness.errors import ConfigError
+from treebench.harness.run.loading import load_one
+from treebench.harness.sweep.imports import probe
+
+ROOT = Path(__file__).resolve().parent.parent
+GOOD = "from tests.broken_backends import Correct\nclass B(Correct):\n    name = 'good_import'\n"
+BODIES = {   # file name -> its code
+    "exit0.py": "import os\nos._exit(0)\n",
+    "exit3.py": "import os\nos._exit(3)\n",
+    "sysexit.py": "raise SystemExit(0)\n",
+    "segv.py": "import ctypes\nctypes.string_at(0)\n",
+    "posix_exit.py": "import posix\nprint('going now', flush=True)\nposix._exit(5)\n",   # os._exit's twin, not replaced
+    "hangs.py": "import time\ntime.sleep(120)\n",
+    "good.py": GOOD,
+}
+
+
+def _files(tmp_path: Path, *names: str) -> list[str]:
+    for name in names:
+        (tmp_path / name).write_text(BODIES[name])
+    return [str(tmp_path / n) for n in names]
+
+
+def _cli(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "treebench", *argv], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, check=False, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def _suite(tmp_path: Path) -> str:
+    (tmp_path / "tiny.toml").write_text(tiny_suite("tiny", (8, 37)))
+    return str(tmp_path / "tiny.toml")
+
+
+def test_a_prober_names_each_backend_whose_loading_ended_or_hung_it_and_goes_on(tmp_path):
+    """One prober loads the files in turn; a death or a hang is blamed on the file it was loading, and
+    a fresh prober loads the files after it; a file that loads is not named."""
+    files = _files(tmp_path, "exit0.py", "segv.py", "exit3.py", "posix_exit.py", "sysexit.py", "hangs.py", "good.py")
+    dead = probe(files, case_timeout_s=3)
+    exit0, segv, exit3, posix_exit, sysexit, hangs, good = files
+    assert "called os._exit(0)" in dead[exit0] and "called os._exit(3)" in dead[exit3]
+    assert "called sys.exit(0)" in dead[sysexit]
+    assert f"with signal SIGSEGV (-{int(signal.SIGSEGV)})" in dead[segv]
+    assert dead[posix_exit] == ("loading it ended the worker process it was loaded in with exit code 5 "
+                                "(its last output: going now)")
+    assert "did not end within 3s (--case-timeout)" in dead[hangs]
+    assert good not in dead and len(dead) == 6
+
+
+@pytest.mark.parametrize("name, words", [("exit0.py", "called os._exit(0)"), ("exit3.py", "called os._exit(3)")])
+def test_without_isolate_an_os_exit_while_loading_is_bad_input(tmp_path, name, words):
+    """Not treebench ending with the backend's code and no line (0 read as a verdict): one line, exit 2."""
+    (f,) = _files(tmp_path, name)
+    out = tmp_path / "rows.jsonl"
+    proc = _cli(tmp_path, "check", "--suite", _suite(tmp_path), "--backend", f, "--out", str(out))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
+    assert lines[0].startswith("treebench: error: ") and words in lines[0] and f in lines[0]
+    assert not out.exists()
+
+
+def test_a_child_forked_while_a_backend_loads_exits_as_it_asked(tmp_path):
+    """os._exit is replaced for the loading process alone: a child forked meanwhile really exits."""
+    f = tmp_path / "forks.py"
+    f.write_text("import os, warnings\n"
+                 "with warnings.catch_warnings():\n"
+                 "    warnings.simplefilter('ignore')\n"
+                 "    pid = os.fork()\n"
+                 "if pid == 0:\n"
+                 "    os._exit(7)\n"
+                 "STATUS = os.waitpid(pid, 0)[1]\n" + GOOD)
+    backend = load_one(str(f))
+    assert sys.modules[type(backend).__module__].STATUS == 7 << 8   # exit code 7
+    assert os._exit.__module__ in ("posix", "nt")   # the real one is back
+
+
+def test_without_isolate_an_os_exit_in_init_is_bad_input(tmp_path):
+    f = tmp_path / "init_exits.py"
+    f.write_text(GOOD + "    def __init__(self):\n        import os\n        os._exit(4)\n")
+    with pytest.raises(ConfigError, match=r"loading it called os._exit\(4\)"):
+        load_one(str(f))
+
+
+def test_without_isolate_a_segfault_while_loading_names_the_file_and_isolate(tmp_path):
+    (f,) = _files(tmp_path, "segv.py")
+    proc = _cli(tmp_path, "check", "--suite", _suite(tmp_path), "--backend", f)
+    assert proc.returncode in (-signal.SIGSEGV, 128 + signal.SIGSEGV), proc.stderr[-2000:]
+    assert proc.stderr.startswith(f"treebench: loading backend {f} crashed the process"), proc.stderr[:2000]
+    assert "--isolate" in proc.stderr.splitlines()[0] and f'File "{f}", line 2' in proc.stderr
+
+
+def test_under_isolate_a_backend_whose_loading_ends_the_process_is_error_rows_and_the_sweep_goes_on(tmp_path):
+    """run --isolate: os._exit and a segfault while loading are error rows at "import"; reference runs."""
+    exit0, segv = _files(tmp_path, "exit0.py", "segv.py")
+    out = tmp_path / "rows.jsonl"
+    proc = _cli(tmp_path, "run", "--suite", _suite(tmp_path), "--backends", f"{exit0},{segv},reference", "--isolate",
+                "--quiet", "--out", str(out), "--report", str(tmp_path / "r.html"))
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    by = {b: [r for r in rows if r["backend"] == b] for b in (exit0, segv, "reference")}
+    assert [r["status"] for r in by["reference"]] == ["pass", "pass"]
+    for spec, words in ((exit0, "loading it called os._exit(0)"), (segv, "with signal SIGSEGV")):
+        assert len(by[spec]) == 2 and all(r["status"] == "error" and r["failed_step"] == "import" and
+                                          words in r["reason"] for r in by[spec]), by[spec]
+        assert f"--backends '{spec}': " in proc.stderr and "its pairs are error rows (failed_step import)" in proc.stderr
+
+
+def test_check_under_isolate_of_a_backend_that_exits_while_loading_fails_with_its_error_rows(tmp_path):
+    (f,) = _files(tmp_path, "exit0.py")
+    out = tmp_path / "rows.jsonl"
+    proc = _cli(tmp_path, "check", "--suite", _suite(tmp_path), "--backend", f, "--isolate", "--quiet",
+                "--out", str(out))
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 2 and {(r["backend"], r["status"], r["failed_step"]) for r in rows} == {(f, "error", "import")}
