@@ -142,7 +142,9 @@ def add_sweep_options(p, timed: bool = True) -> None:
     p.add_argument("--case-timeout", type=positive_seconds, default=None, metavar="SECONDS",
                    help="per case x backend time limit under --isolate (implies it); a hung worker is killed")
     p.add_argument("--determinism", action="store_true",
-                   help="call each prepared callable twice and compare bitwise; nondeterministic rows exit 1")
+                   help=("call each prepared callable twice and compare bitwise; nondeterministic rows exit 1"
+                         if timed else "exit 1 also on a backend declaring deterministic = False whose calls "
+                         "differed bitwise (a check always compares its calls bitwise)"))
     p.add_argument("--no-memory-check", action="store_true",
                    help="run pairs even when their predicted device memory exceeds the free memory")
     p.add_argument("--resume", action="store_true",

@@ -168,7 +168,8 @@ def _run_one(backend, case: Case, data: CaseData, device: torch.device, config: 
     row["kernel"] = kernel_name(fn, backend, inputs)
     nondet = None
     if config.determinism:
-        out, nondet = determinism(fn, out, inputs, row, returns_lse(backend))
+        out, nondet = determinism(fn, out, inputs, row, returns_lse(backend),
+                                  declared=getattr(backend, "deterministic", True))
         check_inputs()
     rec, bad = compared(out, ref, inputs, data.lse(device, mask_kind))
     row.update(rec, status="mismatch" if bad else "pass", reason=join(bad, nondet))
