@@ -71,6 +71,8 @@ def test_faults_become_rows_with_reasons_and_the_sweep_goes_on():
            Fake("availability_raises", _exact, available=KeyError("x")),
            Fake("unsupported", _exact, unsupported="page size 16 not supported"),
            Fake("supports_true", _exact, unsupported=True),
+           Fake("availability_7", _exact, available=7),
+           Fake("availability_false", _exact, available=False),
            Fake("zeros", lambda i: torch.zeros_like(i.q)),
            Fake("good", _exact)]
     rows = _check(CASES, bks)
@@ -86,7 +88,12 @@ def test_faults_become_rows_with_reasons_and_the_sweep_goes_on():
         assert "availability() raised KeyError" in by["availability_raises"]["reason"]
         assert by["unsupported"]["status"] == "skipped" and "page size 16" in by["unsupported"]["reason"]
         assert by["supports_true"]["status"] == "error"              # the contract: None or a reason string
-        assert "supports() returned bool True, expected None or a reason string" in by["supports_true"]["reason"]
+        assert by["supports_true"]["reason"] == ("TypeError: supports() of backend 'supports_true' returned bool True, "
+                                                 "expected None or a reason string")
+        for name, got in (("availability_7", "int 7"), ("availability_false", "bool False")):
+            assert by[name]["status"] == "error"                     # not "skipped" with the reason 7
+            assert by[name]["reason"] == (f"TypeError: availability() of backend {name!r} returned {got}, "
+                                          "expected None or a reason string")
         assert by["zeros"]["status"] == "mismatch" and "max_abs_err" in by["zeros"]["reason"]
         assert by["zeros"]["mismatch_frac"] > 0.5 and by["zeros"]["worst"] is not None
         assert by["good"]["status"] == "pass" and by["good"]["reason"] is None
@@ -393,3 +400,11 @@ def test_a_stop_request_a_backend_swallowed_ends_the_run_after_the_pair(tmp_path
         run_cases(CASES, [Fake("swallows", swallows)], RunConfig(mode="check", quiet=True, store_path=out))
     assert len(read_rows(out)) == 1
     assert len(_check(CASES, [Fake("exact", _exact)])) == 2    # the next run starts with no stop request
+
+
+def test_list_names_an_availability_of_the_wrong_type_as_the_rows_do():
+    from treebench.harness.run.loading import availability_of
+
+    assert availability_of(Fake("avail_7", available=7)) == ("TypeError: availability() of backend 'avail_7' "
+                                                             "returned int 7, expected None or a reason string")
+    assert availability_of(Fake("ok")) is None and availability_of(Fake("no", available="no GPU")) == "no GPU"
