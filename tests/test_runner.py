@@ -297,8 +297,8 @@ def test_a_suite_file_may_start_with_a_utf8_byte_order_mark(tmp_path):
 
 
 def test_suite_with_axes_groups_concatenates_and_drops_duplicates(tmp_path):
-    text = "[[axes]]\n" + GOOD_AXES + "[[axes]]\n" + GOOD_AXES + "layout = ['contiguous', 'interleaved']\n"
-    s = load_suite(_suite(tmp_path, text))
+    text = "[[axes]]\n" + GOOD_AXES + "[[axes]]\n" + GOOD_AXES + "layout = ['contiguous', 'shuffled', 'interleaved']\n"
+    s = load_suite(_suite(tmp_path, text))     # the groups share the shuffled case: taken once
     assert s.name == "s" and len(s.axes) == 2
     assert [c.layout for c in s.cases] == ["shuffled", "contiguous", "interleaved"]
 
@@ -334,6 +334,14 @@ def test_suite_with_axes_groups_concatenates_and_drops_duplicates(tmp_path):
     ("[axes]\n" + GOOD_AXES.replace("[16]", "[1.5]"),
      "axis context_len value 1.5: must be an integer >= 0, 'ragged:LO-HI' or 'list:L0,L1,...'"),
     ("[[axes]]\n" + GOOD_AXES + "[[axes]]\n" + GOOD_AXES + "seed = ['x']\n", "axes group 1: axis seed"),
+    ("[[axes]]\n" + GOOD_AXES + "[[axes]]\n" + GOOD_AXES,
+     ": axes group 1 is the same as axes group 0; give each group once"),
+    ("[[axes]]\n" + GOOD_AXES + "layout = ['contiguous']\n[[axes]]\n" + GOOD_AXES + "[[axes]]\n" + GOOD_AXES
+     + "layout = ['contiguous']\n", ": axes group 2 is the same as axes group 0"),
+    ("[[axes]]\n" + GOOD_AXES + "[[axes]]\n" + GOOD_AXES + "layout = ['shuffled']\n",   # the default layout
+     ": axes group 1 yields only cases that axes group 0 already yields; remove it or change its axes"),
+    ("[[axes]]\n" + GOOD_AXES + "[[axes]]\n" + GOOD_AXES + "layout = ['contiguous']\n[[axes]]\n" + GOOD_AXES
+     + "layout = ['contiguous', 'shuffled']\n", ": axes group 2 yields only cases that axes groups 0 and 1 already yield"),
 ])
 def test_bad_suites_raise_config_error_naming_file_and_field(tmp_path, text, needle):
     path = _suite(tmp_path, text)
