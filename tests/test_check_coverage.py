@@ -412,3 +412,20 @@ def test_a_sharded_check_covers_only_the_values_its_cases_ran(tmp_path, capsys, 
     assert len(named["tree_size"]) < 11   # the whole check's 11 tree sizes are not all claimed
     listed = {ln.split()[0] for ln in table[1:] if len(ln.split()) > 1 and ln.split()[1] == "ran"}
     assert listed <= set(named) | {"device", "re-prepare", "repeat"}, listed - set(named)   # no axis they do not vary
+
+
+def test_the_readmes_sample_of_the_coverage_table_is_what_check_prints_for_torch_sdpa_on_a_cpu(monkeypatch):
+    """README's sample, taken from `treebench check --backend torch_sdpa` on a CPU: its coverage lines
+    are the ones that check prints when every case passes (rows in the order the check runs them)."""
+    from treebench.harness.checking.default_check import check_steps
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)   # the sample's machine: no GPU
+    d = default_check(REGISTRY["torch_sdpa"](), device="cpu")
+    rows = [{"backend": "torch_sdpa", "status": "pass", "failed_step": None, "deterministic": True,
+             "check_axes": d.check_axes[c.case_id]} for c in d.cases]
+    printed = coverage_lines(coverage_from_rows(rows, base=d.coverage) | check_steps(rows))
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    sample = readme[readme.index("```\ntreebench check: the default check, backend torch_sdpa\n"):]
+    sample = sample[:sample.index("\n```", 4)].splitlines()
+    assert f"│ torch_sdpa │   {len(rows)} │        0 │     0 │       0 │         - │" in sample
+    assert sample[sample.index(printed[0]):] == printed

@@ -79,3 +79,51 @@ def test_no_flag_accumulates(name):
 def test_a_flag_once_still_works(capsys):
     assert main(["tree", "full:2:2", "--json"]) == 0
     assert '"parents"' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, extra", [(["--version", "extra"], "extra"), (["--version", "run"], "run"),
+                                         (["--version", "list", "--help"], "list")])
+def test_version_refuses_another_argument(argv, extra, capsys):
+    """`treebench --version extra` printed the version and dropped `extra` unread."""
+    assert main(argv) == 2
+    assert one_line_error(capsys).endswith(f"error: --version takes no other argument, got {extra!r}: run "
+                                           "treebench --version alone")
+
+
+def test_version_alone_prints_it(capsys):
+    from treebench.harness import __version__
+
+    assert main(["--version"]) == 0 and capsys.readouterr().out.startswith(f"treebench {__version__}")
+
+
+@pytest.mark.parametrize("argv, launch", [
+    (["run", "--backends", "reference", "--dry-run"], "`run --gpus N` with N >= 2, or under torchrun"),
+    (["run", "--backends", "reference", "--gpus", "1", "--dry-run"], "`run --gpus N` with N >= 2, or under torchrun"),
+    (["check", "--backend", "reference", "--dry-run"], "under torchrun")])
+def test_merge_timeout_where_no_torchrun_launch_waits_is_refused(argv, launch, capsys, monkeypatch, tmp_path):
+    """It sets how long torchrun's rank 0 waits for the other ranks: without such a launch it did nothing."""
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    out = tmp_path / "r.jsonl"
+    assert main([*argv, "--merge-timeout", "5", "--out", str(out)]) == 2
+    assert one_line_error(capsys).endswith(f"error: --merge-timeout without a torchrun launch: it sets how long rank 0 "
+                                           f"waits for the other ranks ({launch}), and does nothing here; leave it out")
+    assert not out.exists()
+
+
+def test_tree_search_refuses_one_acceptance_file_given_twice(tmp_path, capsys):
+    """Its trees were searched and printed twice; another path to the same file counts too."""
+    from pathlib import Path
+
+    model = Path(cli.__file__).resolve().parents[1] / "speculation" / "data" / "illustrative-geometric.toml"
+    link = tmp_path / "same.toml"
+    link.symlink_to(model)
+    base = ["tree-search", "--max-nodes", "3", "--acceptance", str(model), "--acceptance"]
+    assert main([*base, str(model)]) == 2
+    assert one_line_error(capsys).endswith(f"error: tree-search: --acceptance {model} given twice; give each "
+                                           "acceptance file once")
+    assert main([*base, str(link)]) == 2
+    assert f"--acceptance {link} (the file of --acceptance {model}) given twice" in one_line_error(capsys)
+    copy = tmp_path / "copy.toml"
+    copy.write_bytes(model.read_bytes())
+    assert main([*base, str(copy)]) == 0   # two files: two models, even of the same numbers

@@ -13,7 +13,7 @@ from treebench.harness.checking.default_check import FAILED_STEPS
 from treebench.harness.model.cases import Case
 from treebench.harness.cli.main import main
 from treebench.harness.run.loading import load_one
-from treebench.harness.run.verify import bitwise_diff_count
+from treebench.harness.run.verify import NONDETERMINISM_HINT, bitwise_diff_count
 from treebench.harness.run.config import RunConfig
 from treebench.harness.run.runner import run_cases
 from treebench.harness.store.rows import read_rows
@@ -40,7 +40,19 @@ def test_a_nondeterministic_backend_is_caught_even_through_one_reused_buffer():
     for r in rows:
         assert r["status"] == "pass" and r["deterministic"] is False   # within tolerance, yet not reproducible
         assert r["reason"].startswith("nondeterministic: 1 of ") and "differ bitwise between two calls" in r["reason"]
+        assert r["reason"].endswith(f"; {NONDETERMINISM_HINT}")                # the opt-out it has not taken
         assert r["median_us"] > 0
+
+
+def test_the_hint_to_declare_nondeterminism_ends_a_checks_repeat_reason_only_where_undeclared():
+    rows = _rows(["Nondeterministic"], determinism=False)
+    assert all(r["status"] == "mismatch" and r["reason"].endswith("between two calls; declare `deterministic = False` "
+                                                                   "on the backend if its calls may differ in the last "
+                                                                   "bits (atomics, split-K order)") for r in rows)
+    declared = [load_one(f"{ROOT / 'tests' / 'coverage_faults.py'}:DeclaredNondeterministic")]
+    for mode in ("check", "run"):
+        rows = run_cases(CASES[:1], declared, RunConfig(mode=mode, quiet=True, device="cpu", determinism=True))
+        assert rows[0]["status"] == "pass" and NONDETERMINISM_HINT not in rows[0]["reason"]
 
 
 def test_a_check_always_repeats_and_re_prepares():

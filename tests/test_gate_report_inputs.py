@@ -168,7 +168,15 @@ def test_rows_missing_fields_are_one_line(tmp_path, capsys, row, field, command)
     ({"case": {}}, "field 'case.batch_size' is missing"),
     ({"case": {"batch_size": 1, "context_len": 16, "tree": 7}}, "field 'case.tree' is 7, expected a string"),
     ({"env": None}, "field 'env' is null, expected the run's env id"),
-    ({"env": ""}, "field 'env' is an empty string, expected the run's env id")])
+    ({"env": ""}, "field 'env' is an empty string, expected the run's env id"),
+    ({"case": {"batch_size": 1, "context_len": 16, "tree": "full:9:9"}},
+     "field 'case.tree': tree 'full:9:9': 435848050 nodes, more than MAX_NODES = 1024; use a smaller tree"),
+    ({"case": {"batch_size": 1, "context_len": 16, "tree": "bogus:3"}}, "field 'case.tree': "),
+    ({"timestamp": "yesterday"}, "field 'timestamp' is \"yesterday\", expected a UTC time in ISO 8601 as treebench "
+                                 "writes it, such as 2026-01-31T23:04:02.725+00:00"),
+    ({"timestamp": "2026-02-30T10:00:00+00:00"}, "field 'timestamp' is \"2026-02-30T10:00:00+00:00\""),
+    ({"timestamp": "2026-01-31T10:00:00+02:00"}, "field 'timestamp' is \"2026-01-31T10:00:00+02:00\""),
+    ({"timestamp": 1767225600}, "field 'timestamp' is a number, expected a UTC time in ISO 8601")])
 @pytest.mark.parametrize("command", ["gate", "report", "merge"])
 def test_gate_and_merge_refuse_the_rows_report_refuses(tmp_path, capsys, change, said, command):
     """A row report refuses (a case axis mistyped or absent, an env null, which would leave the row
@@ -182,6 +190,15 @@ def test_gate_and_merge_refuse_the_rows_report_refuses(tmp_path, capsys, change,
     assert rc == 2 and out == "" and err.count("\n") == 1, err
     assert f"{bad}:2: {said}" in err and "edit or delete that line" in err, err
     assert not (tmp_path / "out.jsonl").exists() and not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.parametrize("stamp", ["2026-01-31T23:04:02.725+00:00", "2025-06-11T12:00:00+00:00",
+                                   "2025-06-11T12:00:00Z", None])
+def test_timestamps_as_treebench_writes_them_are_read(tmp_path, capsys, stamp):
+    """Milliseconds (treebench now), seconds (older rows), Z (UTC spelled short), or none at all."""
+    path = _write(tmp_path / "m.jsonl", [_row("c1", timestamp=stamp)])
+    rc, _, err = _main(capsys, "merge", str(tmp_path / "out.jsonl"), str(path))
+    assert rc == 0 and "error" not in err, err
 
 
 @pytest.mark.parametrize("change, said", [({"case": None}, "field 'case' is null, expected a JSON object"),
@@ -546,7 +563,8 @@ def test_gate_refuses_a_copy_of_one_run_on_both_sides(tmp_path):
     import shutil
     import subprocess
     import sys
-    rows = [{"schema": 2, "run_id": "r1", "env": "e1", "timestamp": "t", "backend": "k", "case_id": f"c{i}",
+    rows = [{"schema": 2, "run_id": "r1", "env": "e1", "timestamp": "2026-01-01T00:00:00+00:00", "backend": "k",
+             "case_id": f"c{i}",
              "case": {"batch_size": 1, "context_len": 16, "tree": "chain:3"}, "status": "pass", "median_us": 1.0,
              "samples_us": [1.0] * 8} for i in range(2)]
     a, b = tmp_path / "a", tmp_path / "b"

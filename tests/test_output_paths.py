@@ -133,7 +133,7 @@ def test_merge_refuses_env_file_as_out_and_html_inputs(tmp_path, capsys):
 
 def test_merge_takes_env_inputs_quietly(tmp_path, capsys):
     a = tmp_path / "a.jsonl"
-    append_row(a, _row(0))
+    append_row(a, _row(0) | {"env": "0123456789ab"})
     env = tmp_path / "env-0123456789ab.json"
     env.write_text('{"env_id": "0123456789ab"}\n')
     out = tmp_path / "m" / "m.jsonl"
@@ -141,6 +141,27 @@ def test_merge_takes_env_inputs_quietly(tmp_path, capsys):
     assert "WARNING" not in capsys.readouterr().err
     assert len(out.read_text().splitlines()) == 1
     assert (out.parent / env.name).exists()
+
+
+def test_merge_warns_of_an_input_without_its_env_file_as_the_gate_would_refuse_it(tmp_path, capsys):
+    """Rows whose env file is beside no input reach OUT without one: one warning line names the input
+    (the gate refuses OUT's rows later, as it refuses the input's); none once OUT has it beside it."""
+    a, b = tmp_path / "a" / "a.jsonl", tmp_path / "b" / "b.jsonl"
+    for path, env in ((a, "0123456789ab"), (b, "ba9876543210")):
+        path.parent.mkdir()
+        append_row(path, _row(0) | {"env": env})
+    (tmp_path / "a" / "env-0123456789ab.json").write_text('{"env_id": "0123456789ab"}\n')
+    out = tmp_path / "m" / "m.jsonl"
+    assert main(["merge", str(out), str(a), str(b)]) == 0
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err == (
+        f"WARNING  merge: the env file for env id ba9876543210 is missing next to {b} (env-ba9876543210.json, "
+        f"which the run wrote beside its rows); none is beside {out} either, so gate and report --against "
+        f"refuse its rows there: copy it beside {out}"), err
+    assert len(read_rows([out])) == 2 and (out.parent / "env-0123456789ab.json").exists()
+    (out.parent / "env-ba9876543210.json").write_text('{"env_id": "ba9876543210"}\n')
+    assert main(["merge", str(out), str(b)]) == 0
+    assert "WARNING" not in capsys.readouterr().err
 
 
 def test_merge_with_a_missing_input_creates_nothing(tmp_path, capsys):

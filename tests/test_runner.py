@@ -71,6 +71,8 @@ def test_faults_become_rows_with_reasons_and_the_sweep_goes_on():
            Fake("availability_raises", _exact, available=KeyError("x")),
            Fake("unsupported", _exact, unsupported="page size 16 not supported"),
            Fake("supports_true", _exact, unsupported=True),
+           Fake("availability_7", _exact, available=7),
+           Fake("availability_false", _exact, available=False),
            Fake("zeros", lambda i: torch.zeros_like(i.q)),
            Fake("good", _exact)]
     rows = _check(CASES, bks)
@@ -86,7 +88,12 @@ def test_faults_become_rows_with_reasons_and_the_sweep_goes_on():
         assert "availability() raised KeyError" in by["availability_raises"]["reason"]
         assert by["unsupported"]["status"] == "skipped" and "page size 16" in by["unsupported"]["reason"]
         assert by["supports_true"]["status"] == "error"              # the contract: None or a reason string
-        assert "supports() returned bool True, expected None or a reason string" in by["supports_true"]["reason"]
+        assert by["supports_true"]["reason"] == ("TypeError: supports() of backend 'supports_true' returned bool True, "
+                                                 "expected None or a reason string")
+        for name, got in (("availability_7", "int 7"), ("availability_false", "bool False")):
+            assert by[name]["status"] == "error"                     # not "skipped" with the reason 7
+            assert by[name]["reason"] == (f"TypeError: availability() of backend {name!r} returned {got}, "
+                                          "expected None or a reason string")
         assert by["zeros"]["status"] == "mismatch" and "max_abs_err" in by["zeros"]["reason"]
         assert by["zeros"]["mismatch_frac"] > 0.5 and by["zeros"]["worst"] is not None
         assert by["good"]["status"] == "pass" and by["good"]["reason"] is None
@@ -290,8 +297,8 @@ def test_a_suite_file_may_start_with_a_utf8_byte_order_mark(tmp_path):
 
 
 def test_suite_with_axes_groups_concatenates_and_drops_duplicates(tmp_path):
-    text = "[[axes]]\n" + GOOD_AXES + "[[axes]]\n" + GOOD_AXES + "layout = ['contiguous', 'interleaved']\n"
-    s = load_suite(_suite(tmp_path, text))
+    text = "[[axes]]\n" + GOOD_AXES + "[[axes]]\n" + GOOD_AXES + "layout = ['contiguous', 'shuffled', 'interleaved']\n"
+    s = load_suite(_suite(tmp_path, text))     # the groups share the shuffled case: taken once
     assert s.name == "s" and len(s.axes) == 2
     assert [c.layout for c in s.cases] == ["shuffled", "contiguous", "interleaved"]
 
@@ -327,6 +334,14 @@ def test_suite_with_axes_groups_concatenates_and_drops_duplicates(tmp_path):
     ("[axes]\n" + GOOD_AXES.replace("[16]", "[1.5]"),
      "axis context_len value 1.5: must be an integer >= 0, 'ragged:LO-HI' or 'list:L0,L1,...'"),
     ("[[axes]]\n" + GOOD_AXES + "[[axes]]\n" + GOOD_AXES + "seed = ['x']\n", "axes group 1: axis seed"),
+    ("[[axes]]\n" + GOOD_AXES + "[[axes]]\n" + GOOD_AXES,
+     ": axes group 1 is the same as axes group 0; give each group once"),
+    ("[[axes]]\n" + GOOD_AXES + "layout = ['contiguous']\n[[axes]]\n" + GOOD_AXES + "[[axes]]\n" + GOOD_AXES
+     + "layout = ['contiguous']\n", ": axes group 2 is the same as axes group 0"),
+    ("[[axes]]\n" + GOOD_AXES + "[[axes]]\n" + GOOD_AXES + "layout = ['shuffled']\n",   # the default layout
+     ": axes group 1 yields only cases that axes group 0 already yields; remove it or change its axes"),
+    ("[[axes]]\n" + GOOD_AXES + "[[axes]]\n" + GOOD_AXES + "layout = ['contiguous']\n[[axes]]\n" + GOOD_AXES
+     + "layout = ['contiguous', 'shuffled']\n", ": axes group 2 yields only cases that axes groups 0 and 1 already yield"),
 ])
 def test_bad_suites_raise_config_error_naming_file_and_field(tmp_path, text, needle):
     path = _suite(tmp_path, text)
@@ -393,3 +408,11 @@ def test_a_stop_request_a_backend_swallowed_ends_the_run_after_the_pair(tmp_path
         run_cases(CASES, [Fake("swallows", swallows)], RunConfig(mode="check", quiet=True, store_path=out))
     assert len(read_rows(out)) == 1
     assert len(_check(CASES, [Fake("exact", _exact)])) == 2    # the next run starts with no stop request
+
+
+def test_list_names_an_availability_of_the_wrong_type_as_the_rows_do():
+    from treebench.harness.run.loading import availability_of
+
+    assert availability_of(Fake("avail_7", available=7)) == ("TypeError: availability() of backend 'avail_7' "
+                                                             "returned int 7, expected None or a reason string")
+    assert availability_of(Fake("ok")) is None and availability_of(Fake("no", available="no GPU")) == "no GPU"

@@ -145,14 +145,15 @@ def test_merge_keeps_a_later_rerun_of_a_stored_pair_so_the_gate_sees_its_crash(t
     def row(status, ts, timer=None):
         return {**_row("c0"), "status": status, "timestamp": ts, "timer": timer,
                 "median_us": 1.0 if timer else None, "samples_us": [1.0] * 9 if timer else None}
-    seq = [row("error", "1"), row("pass", "2", "wall"), row("error", "3"), row("mismatch", "4", "wall")]
+    ts = [f"2026-01-01T00:00:0{i}.000+00:00" for i in range(5)]   # as treebench writes them
+    seq = [row("error", ts[1]), row("pass", ts[2], "wall"), row("error", ts[3]), row("mismatch", ts[4], "wall")]
     a = _write(tmp_path / "a.jsonl", seq)
     out = tmp_path / "m.jsonl"
-    assert [r["timestamp"] for r in merge_results(out, [a])] == ["1", "2", "3", "4"]
+    assert [r["timestamp"] for r in merge_results(out, [a])] == ts[1:]
     assert merge_results(out, [a]) == [] and merge_results(out, [_write(tmp_path / "b.jsonl", seq[:2])]) == []
-    (v,) = compare_runs([row("pass", "0", "wall")], read_rows([out])).verdicts
+    (v,) = compare_runs([row("pass", ts[0], "wall")], read_rows([out])).verdicts
     assert v.kind == "correctness_loss"
-    (v,) = compare_runs([row("pass", "0", "wall")], read_rows([out])[:3]).verdicts   # without the mismatch
+    (v,) = compare_runs([row("pass", ts[0], "wall")], read_rows([out])[:3]).verdicts   # without the mismatch
     assert v.kind == "correctness_loss" and v.cand_status == "error"
 
 

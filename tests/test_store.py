@@ -464,6 +464,19 @@ def test_rm_by_run_id_of_rows_without_one_says_so_and_what_selects_them(tmp_path
     assert path.read_bytes() == before
 
 
+@pytest.mark.parametrize("content, said", [(b"", ""), (b"\n", ""),
+                                           (b'{"schema": 2, "backend": "a", "run_', " (only torn or malformed lines)")])
+@pytest.mark.parametrize("filters", [{"backends": ["reference"]}, {"run_ids": ["r1"], "env_ids": ["e1"]}])
+def test_rm_of_a_file_without_rows_says_there_is_nothing_to_remove(tmp_path, content, said, filters):
+    """Not "the rows of this file carry no backend; leave out --backend": there are no rows."""
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError) as e:
+        remove_rows(path, **filters)
+    assert str(e.value) == f"rm {path}: the file holds no result rows{said}; nothing to remove"
+    assert path.read_bytes() == content
+
+
 @pytest.mark.parametrize("check, advice", [
     (lambda p: remove_rows(p, run_ids=["r1"]), "; fix or remove that line first"),
     (check_writable, "; give a new path or a .jsonl results file")])

@@ -154,6 +154,20 @@ def capability_skip(caps: Capabilities, case: Case) -> str | None:
     return None
 
 
+def reason_type_error(got: object, method: str, backend: object) -> str | None:
+    """None when `got`, what `backend`'s `method` ("availability()" or "supports()") returned,
+    keeps the contract (None or a reason string); else the error reason naming the backend and the
+    type it returned instead (the pair's row is an error: the backend's code broke the contract)."""
+    if got is None or isinstance(got, str):
+        return None
+    try:
+        shown = f" {got!r}"[:81]
+    except Exception:  # noqa: BLE001 -- a backend's object: its __repr__ may raise
+        shown = ""
+    return (f"TypeError: {method} of backend {getattr(backend, 'name', type(backend).__name__)!r} returned "
+            f"{type(got).__name__}{shown}, expected None or a reason string")
+
+
 def source_of(cls: type) -> str:
     """Where a backend class is defined, as `--backend` takes it: 'path/file.py:Class' for a class of a
     file loaded by path (its absolute path), else 'package.module:Class'."""

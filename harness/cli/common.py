@@ -142,7 +142,9 @@ def add_sweep_options(p, timed: bool = True) -> None:
     p.add_argument("--case-timeout", type=positive_seconds, default=None, metavar="SECONDS",
                    help="per case x backend time limit under --isolate (implies it); a hung worker is killed")
     p.add_argument("--determinism", action="store_true",
-                   help="call each prepared callable twice and compare bitwise; nondeterministic rows exit 1")
+                   help=("call each prepared callable twice and compare bitwise; nondeterministic rows exit 1"
+                         if timed else "exit 1 also on a backend declaring deterministic = False whose calls "
+                         "differed bitwise (a check always compares its calls bitwise)"))
     p.add_argument("--no-memory-check", action="store_true",
                    help="run pairs even when their predicted device memory exceeds the free memory")
     p.add_argument("--resume", action="store_true",
@@ -152,8 +154,9 @@ def add_sweep_options(p, timed: bool = True) -> None:
     p.add_argument("--shard", default=None, metavar="I/N",
                    help="run only the cases whose suite index is I mod N, I 0-based (0 <= I < N; cluster job arrays); "
                         "merge the files with `treebench merge`")
-    p.add_argument("--merge-timeout", type=positive_seconds, default=24 * 3600.0, metavar="SECONDS",
-                   help="under torchrun: how long rank 0 waits for the other ranks before giving up the merge")
+    p.add_argument("--merge-timeout", type=positive_seconds, default=None, metavar="SECONDS",
+                   help="under torchrun" + (" (--gpus N, N >= 2)" if timed else "") + ": how long rank 0 waits "
+                        "for the other ranks before giving up the merge (default 24 h); refused elsewhere")
     p.add_argument("--dry-run", action="store_true", help="count the pairs this invocation would run, run nothing")
     p.add_argument("--allow-skip", action="store_true",
                    help=f"exit 0 even when no pair ran (every row skipped: backend unavailable here, case "
@@ -193,11 +196,18 @@ def sweep_options(args, mode: str, report: bool = False):
     an HTML report follows the sweep (RunConfig.report, which run's writing of it reads too).
 
     Raises:
-        ConfigError: a bad --shard, --timer cuda_graph_loop with a cold L2, --resume without --out.
+        ConfigError: a bad --shard, --timer cuda_graph_loop with a cold L2, --resume without --out,
+            --merge-timeout outside torchrun and `run --gpus N`, N >= 2 (it would do nothing).
     """
     from treebench.harness.run.config import RunConfig
-    from treebench.harness.sweep.execute import SweepOptions
-    from treebench.harness.sweep.shard import parse_shard
+    from treebench.harness.sweep.execute import DEFAULT_MERGE_TIMEOUT_S, SweepOptions
+    from treebench.harness.sweep.shard import parse_shard, torchrun_rank
+
+    gpus = getattr(args, "gpus", None)
+    if args.merge_timeout is not None and torchrun_rank() is None and not (gpus and gpus > 1):
+        launch = "`run --gpus N` with N >= 2, or under torchrun" if mode == "run" else "under torchrun"
+        raise ConfigError(f"--merge-timeout without a torchrun launch: it sets how long rank 0 waits for the other "
+                          f"ranks ({launch}), and does nothing here; leave it out")
 
     run = RunConfig(mode=mode, quiet=args.quiet, report=report, determinism=args.determinism,
                     check_memory=not args.no_memory_check,
@@ -206,7 +216,8 @@ def sweep_options(args, mode: str, report: bool = False):
                     flush_l2=getattr(args, "l2", "cold") == "cold")
     return SweepOptions(run=run, out=Path(args.out) if args.out else None, resume=args.resume,
                         shard=parse_shard(args.shard) if args.shard else None,
-                        merge_timeout_s=args.merge_timeout, dry_run=args.dry_run, gpus=getattr(args, "gpus", None))
+                        merge_timeout_s=DEFAULT_MERGE_TIMEOUT_S if args.merge_timeout is None else args.merge_timeout,
+                        dry_run=args.dry_run, gpus=gpus)
 
 
 # ---- argument checks and names -------------------------------------------------------------

@@ -38,7 +38,7 @@ import signal
 import sys
 from pathlib import Path
 
-from treebench.harness.cli import PROG, TOP_OPTIONS, Parser, asks_help, join_option_values
+from treebench.harness.cli import HELP_OPTIONS, PROG, TOP_OPTIONS, Parser, asks_help, join_option_values
 from treebench.harness.errors import ConfigError, ResultsWriteError
 
 FULL_DISK = (errno.ENOSPC, errno.EDQUOT)   # a write that found no space: one line, exit 2
@@ -162,7 +162,7 @@ def _parse(argv: list[str]) -> tuple[str, argparse.Namespace]:
 
     Raises:
         ConfigError: no or an unknown subcommand, an option before it other than TOP_OPTIONS,
-            bad or unrecognized arguments.
+            --version with another argument, bad or unrecognized arguments.
     """
     joined = join_option_values(argv)
     first = next((i for i, a in enumerate(joined) if not a.startswith("-")), len(joined))   # the command's place
@@ -171,6 +171,9 @@ def _parse(argv: list[str]) -> tuple[str, argparse.Namespace]:
         where = joined[first] if first < len(joined) else "COMMAND"
         raise ConfigError(f"unrecognized option {unknown[0]} before the command (options go after it: "
                           f"{PROG} {where} {unknown[0]}; see {PROG} --help)")
+    other = [a for a in joined if a != "--version" and a not in HELP_OPTIONS]
+    if "--version" in joined[:first] and other:   # argparse would print the version and drop the rest unread
+        raise ConfigError(f"--version takes no other argument, got {other[0]!r}: run {PROG} --version alone")
     name = build_parser(full=False).parse_known_args(joined)[0].command
     args, extra = command_parser(name).parse_known_args(joined[joined.index(name) + 1:])
     if extra:

@@ -4,11 +4,14 @@ one module: `MERGE` and `RM` (the cli package holds at most ten modules)."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from treebench.harness.cli.common import Command, console, plural
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.names import NAME_ROOM, check_path_name
+
+log = logging.getLogger(__name__)
 
 
 def _print(text: str) -> None:
@@ -29,7 +32,8 @@ def run_merge(args) -> int:
     """`treebench merge OUT INPUT...`: appends the inputs' rows not yet in OUT (key: case_id,
     backend, env, timer, L2 state; a row of a known key measured later is appended too:
     `shard.merge_results`) and copies their env files beside OUT; warns of an input a run is still
-    writing (`validate.warn_live_writers`).
+    writing (`validate.warn_live_writers`) and of rows whose env file was beside no input
+    (`_warn_missing_env`).
 
     Raises:
         ConfigError: an empty OUT, inputs without result rows, a row that report or gate would
@@ -50,8 +54,21 @@ def run_merge(args) -> int:
                           "or folders of them (folders are not searched recursively)")
     with hold(out if out.parent.is_dir() else None, "wait for it to finish or merge into another OUT"):
         added = merge_results(out, inputs, rows=rows)  # validates OUT before writing anything
+    _warn_missing_env(out, merge_row_inputs(inputs), rows)
     _print(f"merged {plural(len(added), 'row')} into {out} ({plural(len(rows) - len(added), 'duplicate')} dropped)")
     return 0
+
+
+def _warn_missing_env(out: Path, inputs: list[Path], rows: list[dict]) -> None:
+    """Warns, in one line naming the env id and an input holding its rows, when rows of an env
+    whose fingerprint file was beside no input (and is not beside OUT either) went into OUT: the
+    gate and `report --against` refuse such rows (`env.missing_env_line`), as they refused the input's."""
+    from treebench.harness.store.env import missing_env_line, read_envs
+
+    line = missing_env_line(inputs, rows, read_envs([out]))   # OUT's folder now holds every env file copied
+    if line:
+        log.warning("merge: %s; none is beside %s either, so gate and report --against refuse its rows there: "
+                    "copy it beside %s", line, out, out)
 
 
 def add_rm_arguments(p) -> None:

@@ -118,12 +118,31 @@ def check_suite_out(path_text: str) -> Path:
     return path
 
 
+def _refuse_repeated_acceptance(paths: list[str]) -> None:
+    """Refuses one acceptance file given twice to tree-search (as written or by another path to it):
+    its trees would be searched and printed twice.
+
+    Raises:
+        ConfigError: naming both spellings.
+    """
+    seen: dict[Path, str] = {}
+    for text in filter(None, paths):   # an empty one: load_model names it
+        try:
+            key = Path(text).resolve()
+        except (OSError, RuntimeError):   # a link loop: load_model names it
+            continue
+        if key in seen:
+            again = f"--acceptance {text}" + ("" if seen[key] == text else f" (the file of --acceptance {seen[key]})")
+            raise ConfigError(f"tree-search: {again} given twice; give each acceptance file once")
+        seen[key] = text
+
+
 def run_tree_search(args) -> int:
     """Prints each model's best tree per size ("T=.. E=.. depth=.. [choices]"); --suite-out also writes a
     suite, creating its missing folders (as run --out and report -o do).
 
     Raises:
-        ConfigError: a bad acceptance file, --max-nodes / --max-depth / --sizes out of range,
+        ConfigError: a bad acceptance file or one given twice, --max-nodes / --max-depth / --sizes out of range,
             --batch-sizes or --context-lens without --suite-out, a --suite-out that
             `check_suite_out` refuses or that cannot be written, or a written suite that does not load.
     """
@@ -131,6 +150,7 @@ def run_tree_search(args) -> int:
     from treebench.harness.speculation.commands import searched, suite_text
     from treebench.harness.speculation.search import choices_text
 
+    _refuse_repeated_acceptance(args.acceptance)
     given = [flag for flag, v in (("--batch-sizes", args.batch_sizes), ("--context-lens", args.context_lens))
              if v is not None]
     if given and args.suite_out is None:   # they shape the suite --suite-out writes, and nothing else

@@ -11,8 +11,9 @@ Two forms are accepted:
     batch_size = [1, 3]
     ...
 
-or several groups, each expanded on its own and then concatenated (duplicate
-cases dropped), for suites that one product of axes cannot cover:
+or several groups, each expanded on its own and then concatenated (a case two groups
+share taken once; a group that repeats another, or adds no case to the groups before it,
+refused), for suites that one product of axes cannot cover:
 
     [[axes]]
     batch_size = [5]
@@ -190,8 +191,9 @@ def load_suite(name_or_path: str | Path) -> Suite:
 
     Raises:
         ConfigError: unknown name, missing file, bad TOML, unknown top-level key,
-            missing or empty axes, unknown axis, wrong value type, invalid case;
-            the message names the file and field.
+            missing or empty axes, unknown axis, wrong value type, invalid case, a value given
+            twice in an axis, a group that repeats an earlier one or adds no case to them;
+            the message names the file and field (or groups).
     """
     path = suite_path(name_or_path)
     doc = _read_toml(path)
@@ -205,8 +207,34 @@ def load_suite(name_or_path: str | Path) -> Suite:
     groups = doc["axes"] if isinstance(doc["axes"], list) else [doc["axes"]]
     if not groups:
         raise ConfigError(f"suite {path}: [[axes]] is empty; give at least one axes table")
-    cases: dict[str, Case] = {}
+    cases: dict[str, tuple[Case, int]] = {}   # case_id -> (case, the group that first yields it)
     for i, axes in enumerate(groups):
-        for case in _expand_group(path, f"axes group {i}" if len(groups) > 1 else "axes", axes):
-            cases.setdefault(case.case_id, case)
-    return Suite(name, description, tuple(groups), tuple(cases.values()), path)
+        expanded = _expand_group(path, f"axes group {i}" if len(groups) > 1 else "axes", axes)
+        _refuse_repeated_group(path, groups, i, [cases[c.case_id][1] for c in expanded if c.case_id in cases],
+                               len(expanded))
+        for case in expanded:
+            cases.setdefault(case.case_id, (case, i))
+    return Suite(name, description, tuple(groups), tuple(c for c, _ in cases.values()), path)
+
+
+def _refuse_repeated_group(path: Path, groups: list, i: int, earlier: list[int], n: int) -> None:
+    """Refuses axes group `i` of `groups` when it repeats an earlier group, or yields only cases that
+    earlier groups yield already (it adds nothing), as a value given twice in one axis is refused.
+    Groups that share some cases are taken, each case once.
+
+    Args:
+        earlier: for each of the group's cases that an earlier group yields, that group's index.
+        n: how many cases the group yields.
+
+    Raises:
+        ConfigError: naming the file, the group and the earlier groups it repeats.
+    """
+    same = next((j for j in range(i) if groups[j] == groups[i]), None)
+    if same is not None:
+        raise ConfigError(f"suite {path}: axes group {i} is the same as axes group {same}; give each group once")
+    if n and len(earlier) == n:
+        held = sorted(set(earlier))
+        others = (f"axes group {held[0]} already yields" if len(held) == 1 else
+                  f"axes groups {', '.join(map(str, held[:-1]))} and {held[-1]} already yield")
+        raise ConfigError(f"suite {path}: axes group {i} yields only cases that {others}; "
+                          "remove it or change its axes")

@@ -24,6 +24,7 @@ from treebench.harness.adapter.contract import (
     Backend,
     Capabilities,
     check_unique_names,
+    reason_type_error,
     source_of,
 )
 from treebench.harness.errors import ConfigError
@@ -308,13 +309,15 @@ def resolve_backends(names: Sequence[str] | None, option: str = "--backends",
 
 
 def availability_of(backend) -> str | None:
-    """backend.availability(), with an exception turned into the reason."""
+    """backend.availability(), with an exception, or a value that is neither None nor a string
+    (`reason_type_error`), turned into the reason."""
     try:
-        return backend.availability()
+        got = backend.availability()
     except BaseException as e:  # noqa: BLE001 -- any raise is the reason; a Ctrl-C stops the command
         if isinstance(e, KeyboardInterrupt):
             raise
         return f"availability() raised {type(e).__name__}: {e}"
+    return reason_type_error(got, "availability()", backend) or got
 
 
 def registered_backends() -> dict[str, type[Backend]]:

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from treebench.harness.adapter.contract import reason_type_error
 from treebench.harness.checking.default_check import FIRST_PREPARE, IMPORT, TIMING
 from treebench.harness.model.cases import Case
 from treebench.harness.run.inflight import enter_step, signal_stop
@@ -153,8 +154,10 @@ def _run_one(backend, case: Case, data: CaseData, device: torch.device, config: 
     """Fills `row` for one available backend on one case; exceptions propagate."""
     mask_kind = getattr(backend, "mask_kind", "tree")
     declined = backend.supports(case)
-    if declined is not None and not isinstance(declined, str):   # the contract: None or a reason string
-        raise TypeError(f"supports() returned {type(declined).__name__} {declined!r}, expected None or a reason string")
+    wrong = reason_type_error(declined, "supports()", backend)   # the contract: None or a reason string
+    if wrong:
+        row.update(status="error", reason=wrong)
+        return
     reason = declined or _memory_reason(backend, case, data, device, mask_kind, config)
     if reason:
         row.update(status="skipped", reason=str(reason))
@@ -168,7 +171,8 @@ def _run_one(backend, case: Case, data: CaseData, device: torch.device, config: 
     row["kernel"] = kernel_name(fn, backend, inputs)
     nondet = None
     if config.determinism:
-        out, nondet = determinism(fn, out, inputs, row, returns_lse(backend))
+        out, nondet = determinism(fn, out, inputs, row, returns_lse(backend),
+                                  declared=getattr(backend, "deterministic", True))
         check_inputs()
     rec, bad = compared(out, ref, inputs, data.lse(device, mask_kind))
     row.update(rec, status="mismatch" if bad else "pass", reason=join(bad, nondet))
@@ -253,14 +257,18 @@ class ImportFailed(AvailabilityRaised):
 
 
 def availabilities(backends: Sequence) -> dict[int, str | None]:
-    """id(backend) -> its availability(); one that raises gives an AvailabilityRaised reason
-    (its rows are errors: the backend's code crashed, it did not decline)."""
+    """id(backend) -> its availability(); one that raises, or returns neither None nor a string
+    (`contract.reason_type_error`), gives an AvailabilityRaised reason (its rows are errors: the
+    backend's code crashed or broke the contract, it did not decline)."""
     out: dict[int, str | None] = {}
     for b in backends:
         try:
-            out[id(b)] = b.availability()
+            got = b.availability()
         except BaseException as e:  # noqa: BLE001 -- a broken availability() is an error row
             if signal_stop(e):
                 raise
             out[id(b)] = AvailabilityRaised("availability() raised " + error_reason(e))
+            continue
+        wrong = reason_type_error(got, "availability()", b)   # the contract: None or a reason string
+        out[id(b)] = AvailabilityRaised(wrong) if wrong else got
     return out

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 
 REASON_MAX_CHARS = 600
+NONDETERMINISM_HINT = ("declare `deterministic = False` on the backend if its calls may differ in the last bits "
+                       "(atomics, split-K order)")
 _RULE = re.compile(r"([=\-_*#~])\1{3,}")            # a line of ==== or ---- (banner decoration)
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _CAUSE = re.compile(r"\b\w*(Error|Exception)\b|\berror\b", re.IGNORECASE)
@@ -196,10 +198,12 @@ def bitwise_diff_count(a: torch.Tensor, b: torch.Tensor) -> int:
     return int((a.contiguous().view(as_int) != b.contiguous().view(as_int)).sum())
 
 
-def determinism(fn: Callable, out: tuple, inputs: BatchInputs, row: dict,
-                with_lse: bool = False, base: float = math.e, calls: int = 1) -> tuple[tuple, str | None]:
+def determinism(fn: Callable, out: tuple, inputs: BatchInputs, row: dict, with_lse: bool = False,
+                base: float = math.e, calls: int = 1, declared: bool = True) -> tuple[tuple, str | None]:
     """Calls `fn` `calls` more times and compares each bitwise with the first call's (out, lse), lse
     in the backend's `lse_base` converted as `check_output` does; sets row["deterministic"].
+    `declared`: the backend's `deterministic` (default True), whose reason ends with
+    NONDETERMINISM_HINT (the opt-out it has not taken).
 
     Returns:
         (a copy of the first (out, lse), None or the nondeterminism reason, naming the first call
@@ -218,7 +222,8 @@ def determinism(fn: Callable, out: tuple, inputs: BatchInputs, row: dict,
     total = sum(t.numel() for t in first if t is not None)
     what = "output and LSE" if with_lse else "output"
     between = "two calls" if k == 2 else f"calls 1 and {k}"
-    return first, f"nondeterministic: {n} of {total} {what} elements differ bitwise between {between}"
+    hint = f"; {NONDETERMINISM_HINT}" if declared else ""
+    return first, f"nondeterministic: {n} of {total} {what} elements differ bitwise between {between}{hint}"
 
 
 def join(*reasons: str | None) -> str | None:
@@ -310,12 +315,12 @@ def check_step(backend, data: CaseData, device: torch.device, mask_kind: str, ro
     fn, out, check_inputs = prepared(backend, inputs, data, device)
     if row.get("kernel") is None:
         row["kernel"] = kernel_name(fn, backend, inputs)
-    out, nondet = determinism(fn, out, inputs, row, with_lse, base, calls=CHECK_CALLS - 1)
+    declared = getattr(backend, "deterministic", True)
+    out, nondet = determinism(fn, out, inputs, row, with_lse, base, calls=CHECK_CALLS - 1, declared=declared)
     again = check_output(fn(), inputs, with_lse, base) if nondet else None
     check_inputs()
     del fn
     rec, bad = compared(out, ref, inputs, ref_lse)
-    declared = getattr(backend, "deterministic", True)
     later = None
     if nondet and declared:
         later = "repeat: " + nondet.removeprefix("nondeterministic: ")

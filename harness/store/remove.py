@@ -51,7 +51,8 @@ def remove_rows(path: str | Path, *, run_ids: Iterable[str] = (), backends: Iter
         How many rows were removed (at least one).
 
     Raises:
-        ConfigError: no value given at all; a value that names no row of the file, or no row that the
+        ConfigError: no value given at all; a file holding no row; a value that names no row of the file,
+            or no row that the
             other kinds select; filters that no row matches together; `path` is missing, not a regular
             file, not a .jsonl file, holds something other than result rows, or cannot be rewritten
             (the file is then unchanged).
@@ -67,6 +68,9 @@ def remove_rows(path: str | Path, *, run_ids: Iterable[str] = (), backends: Iter
     check_results_file(path, "rm", "fix or remove that line first", fields=False)   # rm may remove a bad row
     lines = path.read_bytes().splitlines(keepends=True)
     rows = [_row(line) for line in lines]
+    if all(row is None for row in rows):   # no filter can name a row here: not a typo of one
+        torn = " (only torn or malformed lines)" if any(line.strip() for line in lines) else ""
+        raise ConfigError(f"rm {path}: the file holds no result rows{torn}; nothing to remove")
     _refuse_unmatched(path, wanted, [r for r in rows if r is not None])
     kept = [line for line, row in zip(lines, rows) if not _matches(row, wanted)]
     try:

@@ -9,9 +9,13 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 from collections.abc import Iterable, Sequence
+from datetime import datetime
+from functools import lru_cache
 
 from treebench.harness.errors import ConfigError
+from treebench.harness.model.tree_specs import parse_tree
 from treebench.harness.store.lock import live_writer
 from treebench.harness.store.rows import STATUSES, find_row, read_rows, result_files, timing_key
 
@@ -22,6 +26,11 @@ _NUMBER_TYPES = {int, float}   # the types of a number json.loads gives (bool is
 _JSON_KINDS = {dict: "a JSON object", list: "an array", str: "a string", int: "a number", float: "a number",
                bool: "a boolean"}   # what a value json.loads gives is, in JSON's words
 _WANTED = {dict: "a JSON object", str: "a string", int: "an integer"}   # what a field's type asks for
+# A row's `timestamp`: UTC in ISO 8601, as treebench writes it (milliseconds or, in older rows, seconds,
+# and +00:00; Z as well): merge, the gate and the report order a pair's rows by it as text, which holds
+# for UTC times alone.
+TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(\+00:00|Z)")
+TIMESTAMP_EXAMPLE = "2026-01-31T23:04:02.725+00:00"
 log = logging.getLogger(__name__)
 
 
@@ -39,7 +48,9 @@ def row_problem(row: dict) -> str | None:
     """What is wrong with a result row's fields (None when gate, report and merge can read it): a
     field absent is 'missing', one present but null or of another type says what it is ('field 'case'
     is null, expected a JSON object'), the case axes the readers group by (CASE_FIELDS_REQUIRED)
-    included. An `env` given is a string: a null one would leave the row out of the gate's env check."""
+    included, `case.tree` a tree spec that parses (the report draws it) and a `timestamp` given one
+    of the form treebench writes (TIMESTAMP: readers order a pair's rows by it). An `env` given is a
+    string: a null one would leave the row out of the gate's env check."""
     for name, typ in REQUIRED_FIELDS.items():
         if name not in row:
             return f"field {name!r} is missing"
@@ -54,6 +65,14 @@ def row_problem(row: dict) -> str | None:
         if isinstance(v, bool) or not isinstance(v, want):
             shown = _kind(v) if isinstance(v, (dict, list)) else json.dumps(v)   # null, true, 1.5, "16"
             return f"field 'case.{name}' is {shown}, expected {_wanted(want)}"
+    tree = _tree_problem(row["case"]["tree"])   # the report draws each tree
+    if tree:
+        return f"field 'case.tree': {tree}"
+    stamp = row.get("timestamp")
+    if stamp is not None and not _is_timestamp(stamp):
+        shown = _kind(stamp) if not isinstance(stamp, str) else json.dumps(stamp)
+        return (f"field 'timestamp' is {shown}, expected a UTC time in ISO 8601 as treebench writes it, "
+                f"such as {TIMESTAMP_EXAMPLE}")
     env = row.get("env")   # the id its env-ID.json names: a null one would escape the gate's env check
     if "env" in row and not (isinstance(env, str) and env):
         return f"field 'env' is {'an empty string' if env == '' else _kind(env)}, expected the run's env id (a string)"
@@ -76,6 +95,27 @@ def row_problem(row: dict) -> str | None:
     if samples and not (all(map(math.isfinite, samples)) and min(samples) >= 0):
         return "field 'samples_us' holds a value that is not a finite number >= 0"
     return None
+
+
+@lru_cache(maxsize=4096)
+def _tree_problem(spec: str) -> str | None:
+    """Why the tree spec `spec` of a row's case does not parse (`tree_specs.parse_tree`), or None."""
+    try:
+        parse_tree(spec)
+    except (ConfigError, ValueError, TypeError, RecursionError) as e:
+        return str(e) or type(e).__name__
+    return None
+
+
+def _is_timestamp(stamp: object) -> bool:
+    """Whether `stamp` is a timestamp of the form TIMESTAMP naming a real time (no 31st of February)."""
+    if not isinstance(stamp, str) or not TIMESTAMP.fullmatch(stamp):
+        return False
+    try:
+        datetime.fromisoformat(stamp)
+    except ValueError:
+        return False
+    return True
 
 
 def read_checked_rows(paths: Sequence[str], command: str) -> list[dict]:
