@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -44,17 +45,18 @@ def _run(suite, out, *extra, backends=SLOW) -> list[str]:
             "--report", str(out.with_suffix(".html")), "--quiet", *extra]
 
 
-def _lines(path: Path) -> list[str]:
-    return path.read_text().splitlines() if path.exists() else []
+def _whole_lines(path: Path) -> int:
+    """How many newline-terminated lines `path` holds (a torn last line does not count)."""
+    return path.read_bytes().count(b"\n") if path.exists() else 0
 
 
 def _kill_after_rows(cmd: list[str], out: Path, n_rows: int, timeout_s: float = 120) -> None:
-    """Starts `cmd`, SIGKILLs it once `out` holds at least `n_rows` lines."""
+    """Starts `cmd`, SIGKILLs it once `out` holds at least `n_rows` newline-terminated lines."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TREEBENCH_TEST_SLOW_S": "0.4"}
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + timeout_s
     try:
-        while len(_lines(out)) < n_rows:
+        while _whole_lines(out) < n_rows:
             assert proc.poll() is None, proc.stderr.read().decode()
             assert time.monotonic() < deadline, "the sweep wrote too few rows in time"
             time.sleep(0.05)
@@ -67,23 +69,105 @@ def _kill_after_rows(cmd: list[str], out: Path, n_rows: int, timeout_s: float = 
         proc.stderr.close()
 
 
-def test_sigkill_mid_sweep_then_resume(suite, tmp_path, monkeypatch):
+def _split_tail(out: Path) -> tuple[bytes, bytes]:
+    """(the whole lines of `out`, each with its newline; what follows its last newline: b"" or a torn row)."""
+    data = out.read_bytes()
+    cut = data.rfind(b"\n") + 1
+    return data[:cut], data[cut:]
+
+
+def _is_whole(line: bytes) -> bool:
+    """True for a line that parses as JSON: a row whole but for its newline."""
+    try:
+        json.loads(line)
+    except ValueError:
+        return False
+    return True
+
+
+def _assert_whole_rows(out: Path, n: int, caplog) -> list[dict]:
+    """`out` holds exactly `n` rows, every line a whole row, and reads without a torn-line warning."""
+    data = out.read_bytes()
+    assert data.endswith(b"\n")
+    assert [set(json.loads(line)) for line in data.splitlines()] == [set(ROW_FIELDS)] * n
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="treebench"):
+        rows = read_rows([out])
+    assert not [m for m in caplog.messages if "torn" in m], caplog.messages
+    assert len(rows) == n
+    return rows
+
+
+def test_sigkill_mid_sweep_then_resume(suite, tmp_path, monkeypatch, caplog):
+    """The SIGKILL may land mid-row: a row longer than a page is then cut at a page boundary (a
+    short write), the file's only torn line, its last. The --resume sets those bytes aside in
+    OUT.torn and leaves OUT holding every row whole."""
     out = tmp_path / "r.jsonl"
     _kill_after_rows([sys.executable, "-m", "treebench", *_run(suite, out)], out, 3)
-    left = _lines(out)
+    whole, tail = _split_tail(out)
+    left = whole.splitlines()
     assert 3 <= len(left) < N_CASES
-    for line in left:                                       # nothing torn: each line a whole row
+    for line in left:                                       # every line but a torn last one: a whole row
         assert set(json.loads(line)) == set(ROW_FIELDS)
-    before = out.read_bytes()
 
     monkeypatch.setenv("TREEBENCH_TEST_SLOW_S", "0")
-    assert main(_run(suite, out, "--resume")) == 0
-    assert out.read_bytes().startswith(before)
-    rows = read_rows([out])
+    with caplog.at_level(logging.WARNING, logger="treebench"):
+        assert main(_run(suite, out, "--resume")) == 0
+    torn = tmp_path / "r.jsonl.torn"
+    if tail and not _is_whole(tail):                        # a torn row: set aside, OUT cut back to its last newline
+        assert torn.read_bytes() == tail + b"\n" and out.read_bytes().startswith(whole)
+    else:                                                   # nothing torn (or cut just before its newline)
+        assert not torn.exists() and out.read_bytes().startswith(whole + tail + (b"\n" if tail else b""))
+    rows = _assert_whole_rows(out, N_CASES, caplog)
     keys = [(r["case_id"], r["backend"]) for r in rows]
-    assert len(rows) == N_CASES and len(set(keys)) == N_CASES
+    assert len(set(keys)) == N_CASES
     assert all(r["status"] == "pass" for r in rows)
     assert len({r["run_id"] for r in rows}) == 2 and len({r["env"] for r in rows}) == 1
+
+
+@pytest.mark.parametrize("cut", ["20 bytes", "half", "all but the brace"])
+def test_resume_sets_a_torn_last_row_aside_and_keeps_every_row_whole(suite, tmp_path, caplog, cut):
+    """A file left ending in part of a row (as a SIGKILL mid-write leaves it: no newline): the
+    --resume moves those bytes to OUT.torn (kept, not lost), cuts OUT back to its last newline,
+    says so in one warning line naming both files and the byte count, and appends the missing rows
+    after the whole ones, so that no reader warns of a torn line afterwards."""
+    out = tmp_path / "r.jsonl"
+    assert main(_check(suite, out)) == 0
+    lines = out.read_bytes().splitlines(keepends=True)
+    row = lines[5]
+    partial = row[:{"20 bytes": 20, "half": len(row) // 2, "all but the brace": len(row) - 2}[cut]]   # no newline
+    out.write_bytes(b"".join(lines[:5]) + partial)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="treebench"):
+        assert main(_check(suite, out, "--resume")) == 0
+    torn = tmp_path / "r.jsonl.torn"
+    said = [m for m in caplog.messages if "moved to" in m]
+    assert said == [(f"{out} ended in a torn line ({len(partial)} bytes, a row cut short by a killed writer): "
+                     f"moved to {torn} before appending")]
+    assert torn.read_bytes() == partial + b"\n"
+    assert out.read_bytes().startswith(b"".join(lines[:5]))
+    rows = read_rows([out])
+    assert len(rows) == N_CASES and len({(r["case_id"], r["backend"]) for r in rows}) == N_CASES
+    assert [json.loads(line) for line in out.read_bytes().splitlines()] == rows   # every line whole
+
+
+def test_resume_keeps_a_whole_last_row_missing_only_its_newline(suite, tmp_path, caplog):
+    """A file edited by hand may lose its final newline: that last row is whole, so the --resume
+    writes the newline and appends after it; nothing is set aside, nothing warned of."""
+    out = tmp_path / "r.jsonl"
+    assert main(_check(suite, out)) == 0
+    lines = out.read_bytes().splitlines(keepends=True)
+    kept = b"".join(lines[:5])[:-1]
+    out.write_bytes(kept)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="treebench"):
+        assert main(_check(suite, out, "--resume")) == 0
+    assert not [m for m in caplog.messages if "torn" in m], caplog.messages
+    assert not (tmp_path / "r.jsonl.torn").exists()
+    assert out.read_bytes().startswith(kept + b"\n")
+    rows = read_rows([out])
+    assert [json.loads(line) for line in lines[:5]] == rows[:5]
+    assert len(rows) == N_CASES and len({(r["case_id"], r["backend"]) for r in rows}) == N_CASES
 
 
 def _check(suite, out, *extra) -> list[str]:

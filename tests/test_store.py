@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from treebench.harness.errors import ConfigError
+from treebench.harness.errors import ConfigError, ResultsWriteError
 from treebench.harness.store import env as store_env
 from treebench.harness.store import rows as store
 from treebench.harness.store.env import env_fingerprint, env_id_of, read_envs, write_env
@@ -74,16 +74,76 @@ def test_torn_last_line_is_skipped_with_a_warning(tmp_path, caplog):
     assert any("r.jsonl:2" in m and "torn" in m for m in caplog.messages)
 
 
-def test_append_after_a_torn_line_keeps_the_new_row_whole(tmp_path, caplog):
+@pytest.mark.parametrize("size", [17, 4155, 200_000])   # a row cut in its first page, at a page, past CHUNK
+@pytest.mark.parametrize("many", [False, True])
+def test_append_after_a_torn_line_sets_it_aside_and_keeps_every_row_whole(tmp_path, caplog, size, many):
+    """The torn row a killed writer left is moved to r.jsonl.torn, byte for byte and with a newline,
+    before the next append (append_row, and append_rows as merge appends); the results file is cut back
+    to its last newline, so it reads without a torn-line warning. One warning line says so."""
     path = tmp_path / "r.jsonl"
     append_row(path, _row(0))
+    before = path.read_bytes()
+    torn = (b'{"schema": 1, "case_id": "c9", "pad": "' + b"x" * size)[:size]
     with open(path, "ab") as f:
-        f.write(b'{"schema": 1, "ca')
-    append_row(path, _row(1))
-    with caplog.at_level(logging.WARNING, logger="treebench.harness.store.rows"):
+        f.write(torn)
+    with caplog.at_level(logging.WARNING, logger="treebench"):
+        if many:
+            store.append_rows(path, [_row(1), _row(2)])
+        else:
+            append_row(path, _row(1))
+    side = tmp_path / "r.jsonl.torn"
+    assert caplog.messages == [(f"{path} ended in a torn line ({size} bytes, a row cut short by a killed writer): "
+                                f"moved to {side} before appending")]
+    assert side.read_bytes() == torn + b"\n"
+    assert path.read_bytes().startswith(before) and path.read_bytes().count(b"\n") == (3 if many else 2)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="treebench"):
         rows = read_rows([path])
-    assert [r["case_id"] for r in rows] == ["c0", "c1"]
-    assert len(caplog.messages) == 1
+    assert [r["case_id"] for r in rows] == (["c0", "c1", "c2"] if many else ["c0", "c1"])
+    assert not caplog.messages
+
+
+def test_torn_lines_of_later_kills_are_added_to_the_side_file(tmp_path):
+    """A file torn again, after a side file holds an earlier torn row, and a file whose only line is
+    torn (killed in its first row): each torn row is added to the side file, one line each."""
+    path, side = tmp_path / "r.jsonl", tmp_path / "r.jsonl.torn"
+    path.write_bytes(b'{"schema": 2, "run_id": "a')
+    append_row(path, _row(0))
+    with open(path, "ab") as f:
+        f.write(b'{"schema": 2, "run_id": "b')
+    append_row(path, _row(1))
+    assert side.read_bytes() == b'{"schema": 2, "run_id": "a\n{"schema": 2, "run_id": "b\n'
+    assert [r["case_id"] for r in read_rows([path])] == ["c0", "c1"]
+
+
+@pytest.mark.parametrize("last", [json.dumps(_row(0)), json.dumps(_row(0)) + " \r", "  "])
+def test_a_whole_last_line_without_its_newline_is_kept(tmp_path, caplog, last):
+    """A file edited by hand may lose its final newline: a last line that parses (or is blank) is
+    whole, so the append only writes the newline first; nothing is set aside or warned of."""
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(_row(5)) + "\n" + last)
+    before = path.read_bytes()
+    with caplog.at_level(logging.WARNING, logger="treebench"):
+        append_row(path, _row(1))
+        rows = read_rows([path])
+    assert path.read_bytes() == before + b"\n" + (json.dumps(_row(1)) + "\n").encode()
+    assert [r["case_id"] for r in rows] == (["c5", "c1"] if not last.strip() else ["c5", "c0", "c1"])
+    assert not (tmp_path / "r.jsonl.torn").exists() and not caplog.messages
+
+
+def test_a_side_file_that_cannot_be_written_leaves_the_results_file_as_it_was(tmp_path):
+    """Where the torn row cannot be kept (its side file cannot be written), nothing is cut and
+    nothing appended: the error names the side file."""
+    path, side = tmp_path / "r.jsonl", tmp_path / "r.jsonl.torn"
+    append_row(path, _row(0))
+    with open(path, "ab") as f:
+        f.write(b'{"schema": 2, "run_id": "a')
+    before = path.read_bytes()
+    side.mkdir()                                                  # a folder in its way
+    with pytest.raises(ResultsWriteError) as e:
+        append_row(path, _row(1))
+    assert e.value.filename == str(side)
+    assert path.read_bytes() == before
 
 
 def test_killed_writer_leaves_only_whole_rows(tmp_path):

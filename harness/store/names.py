@@ -26,8 +26,9 @@ from treebench.harness.errors import ConfigError
 
 REPORTS = Path("reports/local")   # where reports go unless a path is given
 # Bytes a written file's name leaves for the names treebench derives from it: the lock sidecar
-# X.jsonl.lock (+5), a torchrun rank's X.rank<r>-of-<w>.jsonl.lock (+20 for 3-digit ranks), a file
-# written whole's .X.<8 hex>.tmp (+14), a free name X-<n>.html (+3) written whole (+14).
+# X.jsonl.lock (+5), the side file of torn rows X.jsonl.torn (+5), a torchrun rank's
+# X.rank<r>-of-<w>.jsonl.lock (+20 for 3-digit ranks), a file written whole's .X.<8 hex>.tmp (+14),
+# a free name X-<n>.html (+3) written whole (+14).
 NAME_ROOM = 32
 NAME_MAX, PATH_MAX = 255, 4096    # POSIX's values (bytes), where the file system does not say (os.pathconf)
 

@@ -25,7 +25,8 @@ from pathlib import Path
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.env import ENV_FILE_RE
 from treebench.harness.store.names import NAME_ROOM, check_path_name
-from treebench.harness.store.rows import SCHEMA, is_known_schema, is_torn_row, migrate_row
+from treebench.harness.store.rows import SCHEMA, is_known_schema, migrate_row
+from treebench.harness.store.torn import is_torn_row
 from treebench.harness.store.validate import row_problem
 
 HTML_SUFFIXES = (".html", ".htm")   # what a report path may end in: lower case, as a results file's .jsonl

@@ -8,8 +8,10 @@ beside it (`treebench.harness.store.env`). Reports and the gate read only the st
 Rows are appended with one ``os.write`` of one whole line on an ``O_APPEND``
 descriptor, then fsync'd: a killed run loses at most the row in flight. A write
 that fails part-way (a full disk, an I/O error) is undone: the file is cut back to the rows it
-held, and no other truncation ever happens. A row is identified by ``row_key``:
-(case_id, backend, env); ``stored_keys`` gives the keys a ``--resume`` skips.
+held. The one other truncation: a file that ends in a torn row (a SIGKILL mid-write ends a write
+of more than a page short) is cut back to its last newline before the next append, once those
+bytes are kept in the side file ``<out>.torn`` (`treebench.harness.store.torn`). A row is
+identified by ``row_key``: (case_id, backend, env); ``stored_keys`` gives the keys a ``--resume`` skips.
 ``row_l2_flushed`` reads a row's L2 state, older rows (no ``l2_flushed``) included.
 ``find_row`` names the file and line of a row, for the readers' one-line messages
 (``row_places`` gives every row with its place). ``new_run_id`` makes a run id;
@@ -45,6 +47,7 @@ from typing import NamedTuple
 
 from treebench.harness.errors import ConfigError, ResultsWriteError
 from treebench.harness.store.names import check_path_name
+from treebench.harness.store.torn import settle_tail
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +95,9 @@ def check_run_id(run_id: str, source: str, fix: str) -> str:
 def append_row(path: str | Path, row: dict) -> None:
     """Appends `row` as one JSON line to `path`, whole or not at all.
 
-    One ``os.write`` of the whole line on an ``O_APPEND`` fd, then fsync (`_append`). If the
-    file ends in a torn line (a run killed mid-write by something other than
-    this function), a newline is written first so the new row stays whole.
+    One ``os.write`` of the whole line on an ``O_APPEND`` fd, then fsync (`_append`). A file
+    that ends in a torn row is cut back to its last newline first, the torn bytes kept in
+    ``<path>.torn``; a whole last row without its newline gets one (`torn.settle_tail`).
 
     Raises:
         ConfigError: the path cannot be opened for appending (a directory, no permission).
@@ -119,15 +122,16 @@ def append_rows(path: str | Path, rows: list[dict]) -> None:
 
 
 def _append(path: Path, data: bytes, fix: str) -> None:
-    """Appends `data` (whole lines) to `path` and fsyncs it, after a newline when the file ends in
-    a torn line. A write or fsync that fails part-way (a full disk, an I/O error, an interrupt) is
-    undone: the file is cut back to its length before, so it never ends in half a row this call wrote.
+    """Appends `data` (whole lines) to `path` and fsyncs it, once its end is settled (`torn.settle_tail`:
+    a torn last row moved to ``<path>.torn``, a missing final newline added). A write or fsync that
+    fails part-way (a full disk, an I/O error, an interrupt) is undone: the file is cut back to its
+    length before, so it never ends in half a row this call wrote.
 
     Raises:
         ConfigError: `path` cannot be opened for appending; the message ends with `fix`.
-        ResultsWriteError: any OSError once it is open (reading its end, the write, the fsync), with
-            that errno and `path` as its filename, after the file is cut back (where the file system
-            still allows it).
+        ResultsWriteError: any OSError once it is open (reading its end, setting a torn row aside, the
+            write, the fsync), with that errno and `path` as its filename (the side file's where
+            that failed), after the file is cut back (where the file system still allows it).
     """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -136,8 +140,8 @@ def _append(path: Path, data: bytes, fix: str) -> None:
         raise ConfigError(f"results file {path}: cannot append ({e.strerror}); {fix}") from None
     size = None
     try:
-        size = os.fstat(fd).st_size   # under the file's lock (store.lock) no one else appends
-        data = b"\n" + data if _ends_torn(path) else data
+        data = settle_tail(path, fd) + data   # under the file's lock (store.lock) no one else appends
+        size = os.fstat(fd).st_size
         while data:   # one write, unless the disk takes only part of it
             data = data[os.write(fd, data):]
         _fsync(fd)
@@ -146,7 +150,7 @@ def _append(path: Path, data: bytes, fix: str) -> None:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, size)
         if isinstance(e, OSError):
-            raise ResultsWriteError(e.errno, e.strerror, str(path)) from e
+            raise ResultsWriteError(e.errno, e.strerror, e.filename or str(path)) from e
         raise
     finally:
         os.close(fd)
@@ -209,21 +213,6 @@ def stored_keys(paths, env_id: str | None,
     existing = [p for p in map(Path, paths) if p.exists()]
     return {(r.get("case_id"), r.get("backend")) for r in read_rows(existing)
             if r.get("env") == env_id and (keep is None or keep(r))}
-
-
-def _ends_torn(path: Path) -> bool:
-    """True when the file is non-empty and its last byte is not a newline."""
-    with open(path, "rb") as f:
-        f.seek(0, os.SEEK_END)
-        if f.tell() == 0:
-            return False
-        f.seek(-1, os.SEEK_END)
-        return f.read(1) != b"\n"
-
-
-def is_torn_row(line: bytes) -> bool:
-    """A line cut short by a killed writer: the start of a result row (any schema)."""
-    return line.startswith(b'{"schema": ')
 
 
 def migrate_row(row: dict) -> dict:
