@@ -66,9 +66,10 @@ def test_a_prober_names_each_backend_whose_loading_ended_or_hung_it_and_goes_on(
     assert good not in dead and len(dead) == 6
 
 
-@pytest.mark.parametrize("name, words", [("exit0.py", "called os._exit(0)"), ("exit3.py", "called os._exit(3)")])
-def test_without_isolate_an_os_exit_while_loading_is_bad_input(tmp_path, name, words):
-    """Not treebench ending with the backend's code and no line (0 read as a verdict): one line, exit 2."""
+@pytest.mark.parametrize("name, words", [("exit0.py", "called os._exit(0)"), ("exit3.py", "called os._exit(3)"),
+                                         ("sysexit.py", "sys.exit(0)")])
+def test_without_isolate_an_exit_while_loading_is_bad_input(tmp_path, name, words):
+    """os._exit or sys.exit: not treebench ending with the backend's code and no line (0 read as a verdict): one line, exit 2."""
     (f,) = _files(tmp_path, name)
     out = tmp_path / "rows.jsonl"
     proc = _cli(tmp_path, "check", "--suite", _suite(tmp_path), "--backend", f, "--out", str(out))

@@ -72,15 +72,6 @@ def test_a_deeply_nested_acceptance_model_is_bad_input(tmp_path):
     _one_line_exit_2(_cli("tree-search", "--acceptance", str(p), "--max-nodes", "4"), "nested too deeply")
 
 
-def test_a_backend_that_exits_at_import_is_bad_input(tmp_path):
-    f = tmp_path / "exits.py"
-    f.write_text("import sys\nsys.exit(0)\n")
-    out = tmp_path / "rows.jsonl"
-    proc = _cli("check", "--backend", f"{f}:B", "--out", str(out))
-    _one_line_exit_2(proc, "sys.exit(0)", str(f))
-    assert not out.exists()
-
-
 def test_a_backend_module_sees_its_own_argv_at_import(tmp_path):
     f = tmp_path / "argv_backend.py"
     f.write_text("import argparse, sys\n"
