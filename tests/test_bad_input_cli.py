@@ -249,6 +249,16 @@ def test_an_option_before_the_command_is_refused_not_ignored(argv, tmp_path):
     assert not (tmp_path / "results").exists() and not (tmp_path / "reports").exists()
 
 
+@pytest.mark.parametrize("argv, meant", [(["--vers"], "--version"), (["--hel", "list"], "--help"),
+                                         (["--v=1"], "--version")])
+def test_an_abbreviated_option_before_the_command_names_the_option(argv, meant, tmp_path):
+    """`treebench --vers` is not told to move --vers after a command (--version goes before one): the
+    line names the option it abbreviates, as every subcommand's abbreviation line does."""
+    proc = _cli(*argv, cwd=tmp_path)
+    _one_line_exit_2(proc, f"{argv[0].split('=')[0]} is abbreviated", meant)
+    assert "before the command" not in proc.stderr
+
+
 @pytest.mark.parametrize("caps", ["{'devices': ('cpu',)}", "('cpu',)"])
 def test_a_backend_whose_capabilities_is_not_a_capabilities_is_refused_before_any_row(tmp_path, caps):
     """A dict or tuple where `Capabilities(...)` belongs is the backend file's mistake, found when
