@@ -168,11 +168,7 @@ def _parse(argv: list[str]) -> tuple[str, argparse.Namespace]:
     first = next((i for i, a in enumerate(joined) if not a.startswith("-")), len(joined))   # the command's place
     unknown = [a for a in joined[:first] if a.split("=", 1)[0] not in TOP_OPTIONS]
     if unknown:
-        name = unknown[0].split("=", 1)[0]
-        meant = [o for o in TOP_OPTIONS if o.startswith("--") and len(name) > 2 and o.startswith(name)]
-        if meant:   # `--vers`: an abbreviation of an option that does go before the command
-            raise ConfigError(f"{name} is abbreviated; spell the option out: {' or '.join(meant)} "
-                              f"(options are never abbreviated; see {PROG} --help)")
+        build_parser(full=False).refuse_abbreviated(unknown[:1])   # `--vers` names --version, which goes here
         where = joined[first] if first < len(joined) else "COMMAND"
         raise ConfigError(f"unrecognized option {unknown[0]} before the command (options go after it: "
                           f"{PROG} {where} {unknown[0]}; see {PROG} --help)")
