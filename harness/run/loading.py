@@ -24,7 +24,6 @@ from treebench.harness.adapter.contract import (
     Backend,
     Capabilities,
     check_unique_names,
-    reason_type_error,
     source_of,
 )
 from treebench.harness.errors import ConfigError
@@ -309,15 +308,11 @@ def resolve_backends(names: Sequence[str] | None, option: str = "--backends",
 
 
 def availability_of(backend) -> str | None:
-    """backend.availability(), with an exception, or a value that is neither None nor a string
-    (`reason_type_error`), turned into the reason."""
-    try:
-        got = backend.availability()
-    except BaseException as e:  # noqa: BLE001 -- any raise is the reason; a Ctrl-C stops the command
-        if isinstance(e, KeyboardInterrupt):
-            raise
-        return f"availability() raised {type(e).__name__}: {e}"
-    return reason_type_error(got, "availability()", backend) or got
+    """backend.availability(), or the reason of one that raised or broke the contract, as a sweep
+    takes it (`pair.availability_reason`: the same reason strings in `list` and in error rows)."""
+    from treebench.harness.run.pair import availability_reason   # torch: imported when a backend is asked
+
+    return availability_reason(backend)
 
 
 def registered_backends() -> dict[str, type[Backend]]:

@@ -256,19 +256,24 @@ class ImportFailed(AvailabilityRaised):
     step = IMPORT
 
 
+def availability_reason(backend) -> str | None:
+    """backend.availability(): None (usable here) or its reason; one that raises, or returns neither None
+    nor a string (`contract.reason_type_error`), gives an AvailabilityRaised reason (its rows are errors:
+    the backend's code crashed or broke the contract, it did not decline).
+
+    Raises:
+        KeyboardInterrupt / the stop of a signal (`inflight.signal_stop`): a Ctrl-C or SIGTERM while it ran.
+    """
+    try:
+        got = backend.availability()
+    except BaseException as e:  # noqa: BLE001 -- a broken availability() is an error row
+        if signal_stop(e):
+            raise
+        return AvailabilityRaised("availability() raised " + error_reason(e))
+    wrong = reason_type_error(got, "availability()", backend)   # the contract: None or a reason string
+    return AvailabilityRaised(wrong) if wrong else got
+
+
 def availabilities(backends: Sequence) -> dict[int, str | None]:
-    """id(backend) -> its availability(); one that raises, or returns neither None nor a string
-    (`contract.reason_type_error`), gives an AvailabilityRaised reason (its rows are errors: the
-    backend's code crashed or broke the contract, it did not decline)."""
-    out: dict[int, str | None] = {}
-    for b in backends:
-        try:
-            got = b.availability()
-        except BaseException as e:  # noqa: BLE001 -- a broken availability() is an error row
-            if signal_stop(e):
-                raise
-            out[id(b)] = AvailabilityRaised("availability() raised " + error_reason(e))
-            continue
-        wrong = reason_type_error(got, "availability()", b)   # the contract: None or a reason string
-        out[id(b)] = AvailabilityRaised(wrong) if wrong else got
-    return out
+    """id(backend) -> its `availability_reason`."""
+    return {id(b): availability_reason(b) for b in backends}
