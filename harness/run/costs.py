@@ -263,7 +263,7 @@ def _scaling(rows: list[dict], env_id: str | None, kind: str, source: str | None
 def interpreted_triton(backends: Iterable[object]) -> set[str]:
     """The names of `backends` whose kernels run in Triton's CPU interpreter here: those that declare
     `runs_triton` (treebench.harness.adapter.contract.Backend) while TRITON_INTERPRET is on
-    (treebench.harness.model.paged.triton_interpret); empty when it is off."""
+    (treebench.harness.model.paged.triton_interpret); empty when it is off. Raises nothing."""
     from treebench.harness.model.paged import triton_interpret   # torch: imported only when asked
 
     if not triton_interpret():

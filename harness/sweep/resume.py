@@ -76,7 +76,7 @@ def _shown(value: object) -> str:
 def env_changes(env: dict, stored: dict[str, dict | None], out: Path) -> list[str]:
     """What differs between this run's fingerprint `env` and those of the stored env ids `stored`
     (id -> its fingerprint, None where no env file of it is beside `out`): 'field: stored -> now' for
-    each stable field (VOLATILE_ENV_FIELDS left out), in `env`'s order, then each env file not found."""
+    each stable field (VOLATILE_ENV_FIELDS left out), in `env`'s order, then each env file not found. Raises nothing."""
     found = [e for e in stored.values() if e is not None]
     notes = []
     for field_name, now in env.items():
@@ -89,7 +89,12 @@ def env_changes(env: dict, stored: dict[str, dict | None], out: Path) -> list[st
 def warn_other_envs(paths: list[Path], env: dict, pairs: Collection[tuple[str, str]], done, shown: Path) -> None:
     """One warning where rows of the sweep's `pairs` ((case_id, backend)) stored in `paths` (--out first)
     that `done` accepts were measured in another env than `env`, for pairs stored for none in this env:
-    --resume runs those pairs again. Names how many rows, and what differs (`env_changes`)."""
+    --resume runs those pairs again. Names how many rows, and what differs (`env_changes`).
+
+    Raises:
+        ConfigError: a file of `paths` holds rows of a newer schema (`rows.read_rows`); an env file
+            that cannot be read only drops the fields from the line.
+    """
     rows = [r for r in read_rows([p for p in paths if Path(p).is_file()])
             if (r.get("case_id"), r.get("backend")) in pairs and done(r)]
     here = {row_key(r)[:2] for r in rows if r.get("env") == env["env_id"]}
