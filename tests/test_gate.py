@@ -237,6 +237,18 @@ def test_latest_row_wins_when_a_case_repeats():
     assert validate.latest_rows([new, old])[("c1", "k")] is new
 
 
+@pytest.mark.parametrize("old_ts, new_ts", [
+    ("2026-01-31T12:00:00Z", "2026-01-31T12:00:00.500+00:00"),       # 'Z' sorts after '.' as text
+    ("2026-01-31T12:00:00.900+00:00", "2026-01-31T12:00:01Z"),
+    ("2026-01-31T12:00:00.250Z", "2026-01-31T12:00:00.5+00:00")])
+def test_latest_row_is_the_latest_instant_whatever_the_spelling(old_ts, new_ts):
+    old, new = _row(median=100) | {"timestamp": old_ts}, _row(median=200) | {"timestamp": new_ts}
+    assert validate.latest_rows([new, old])[("c1", "k")] is new
+    assert validate.latest_rows([old, new])[("c1", "k")] is new
+    same = _row(median=300) | {"timestamp": "2026-01-31T12:00:00.000+00:00"}   # one instant: file order
+    assert validate.latest_rows([_row() | {"timestamp": "2026-01-31T12:00:00Z"}, same])[("c1", "k")] is same
+
+
 @pytest.mark.parametrize("kwargs, flag", [({"threshold": 0}, "--threshold"), ({"alpha": 1.5}, "--alpha"),
                                           ({"min_samples": 1}, "--min-samples")])
 def test_bad_config_is_a_config_error(kwargs, flag):

@@ -157,6 +157,18 @@ def test_merge_keeps_a_later_rerun_of_a_stored_pair_so_the_gate_sees_its_crash(t
     assert v.kind == "correctness_loss" and v.cand_status == "error"
 
 
+def test_merge_orders_timestamps_by_the_instant_they_name(tmp_path):
+    """A row stored at 12:00:00.500+00:00 is later than one at 12:00:00Z (whose text sorts after
+    it): merging the earlier one adds nothing, and neither does the same instant spelled with Z."""
+    def row(ts):
+        return {**_row("c0"), "status": "error", "timestamp": ts}
+    out = _write(tmp_path / "out.jsonl", [row("2026-01-31T12:00:00.500+00:00")])
+    assert merge_results(out, [_write(tmp_path / "a.jsonl", [row("2026-01-31T12:00:00Z")])]) == []
+    assert merge_results(out, [_write(tmp_path / "b.jsonl", [row("2026-01-31T12:00:00.5Z")])]) == []
+    later = row("2026-01-31T12:00:01Z")
+    assert merge_results(out, [_write(tmp_path / "c.jsonl", [later])]) == [later]
+
+
 def test_merge_with_run_ids_keeps_repeated_measurements(tmp_path):
     out = _write(tmp_path / "out.jsonl", [_row("c0")])
     a = _write(tmp_path / "a.jsonl", [_row("c0"), _row("c0", run_id="r2")])

@@ -12,7 +12,7 @@ from treebench.harness.errors import ConfigError
 from treebench.harness.store.env import ENV_FILE_RE, env_beside, read_envs
 from treebench.harness.store.paths import check_writable, check_writable_made, remove_empty_folders
 from treebench.harness.store.rows import append_rows, read_rows, row_key, timing_key
-from treebench.harness.store.validate import validated_rows
+from treebench.harness.store.validate import row_time, validated_rows
 
 
 def merge_row_inputs(inputs: Sequence[Path]) -> list[Path]:
@@ -42,7 +42,8 @@ def read_merge_inputs(inputs: Sequence[Path], require_rows: bool = True) -> list
 def merge_results(out: Path, inputs: Sequence[Path], with_run: bool = False,
                   rows: Sequence[dict] | None = None) -> list[dict]:
     """Appends to `out` every row of `inputs` unless `out` or an earlier input already holds
-    a row of the same key measured at the same time or later (its `timestamp`).
+    a row of the same key measured at the same time or later (its `timestamp`, as the instant it
+    names: `validate.row_time`).
 
     Key: (case_id, backend, env), with run_id first when `with_run`, plus how the row was
     timed (timer and L2 state, `timing_key`): rows of one pair timed differently (say
@@ -90,13 +91,13 @@ def _append_new(out: Path, incoming: Sequence[dict], envs: dict[str, dict], with
     """`merge_results` once OUT is there: appends the rows of `incoming` that are new to it, all or
     none (`rows.append_rows`), after the env files of `envs` beside it, each taken back if the rows
     are not appended where it was not there before (`env.env_beside`)."""
-    seen: dict[tuple, str] = {}              # key -> latest timestamp held
+    seen: dict[tuple, tuple] = {}              # key -> latest time held (`row_time`)
     for r in read_rows([out]) if out.exists() else []:
-        key, ts = (*row_key(r, with_run), *timing_key(r)), str(r.get("timestamp") or "")
+        key, ts = (*row_key(r, with_run), *timing_key(r)), row_time(r)
         seen[key] = max(seen.get(key, ts), ts)
     added = []
     for row in incoming:
-        key, ts = (*row_key(row, with_run), *timing_key(row)), str(row.get("timestamp") or "")
+        key, ts = (*row_key(row, with_run), *timing_key(row)), row_time(row)
         if key not in seen or ts > seen[key]:
             seen[key] = ts
             added.append(row)

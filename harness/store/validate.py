@@ -11,7 +11,7 @@ import logging
 import math
 import re
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import datetime, timezone
 from functools import lru_cache
 
 from treebench.harness.errors import ConfigError
@@ -27,10 +27,11 @@ _JSON_KINDS = {dict: "a JSON object", list: "an array", str: "a string", int: "a
                bool: "a boolean"}   # what a value json.loads gives is, in JSON's words
 _WANTED = {dict: "a JSON object", str: "a string", int: "an integer"}   # what a field's type asks for
 # A row's `timestamp`: UTC in ISO 8601, as treebench writes it (milliseconds or, in older rows, seconds,
-# and +00:00; Z as well): merge, the gate and the report order a pair's rows by it as text, which holds
-# for UTC times alone.
+# and +00:00; Z as well): merge, the gate and the report order a pair's rows by the instant it names
+# (`row_time`), not by its text ('12:00:00Z' is earlier than '12:00:00.500+00:00' though its text sorts later).
 TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(\+00:00|Z)")
 TIMESTAMP_EXAMPLE = "2026-01-31T23:04:02.725+00:00"
+_EARLIEST = datetime.min.replace(tzinfo=timezone.utc)   # where `row_time` puts a row without a time
 log = logging.getLogger(__name__)
 
 
@@ -118,6 +119,21 @@ def _is_timestamp(stamp: object) -> bool:
     return True
 
 
+def row_time(row: dict) -> tuple[datetime, str]:
+    """The order of `row` among rows of its pair by when it was written: (its `timestamp` as a UTC
+    instant, ""), so `Z` and `+00:00`, seconds and milliseconds compare as the times they name. A row
+    without a timestamp comes first; one whose timestamp does not parse (which validation refuses)
+    comes after it, among such rows in the order of their text, and before every row with a time."""
+    stamp = row.get("timestamp")
+    try:
+        instant = datetime.fromisoformat(stamp) if isinstance(stamp, str) else None
+    except ValueError:
+        instant = None
+    if instant is None:
+        return _EARLIEST, str(stamp or "")
+    return (instant if instant.tzinfo else instant.replace(tzinfo=timezone.utc)), ""
+
+
 def read_checked_rows(paths: Sequence[str], command: str) -> list[dict]:
     """`validated_rows(paths, command)`; a row read twice (a file or folder given twice) is
     kept once, with a warning (`drop_repeated_rows`); one warning per file that another run is
@@ -187,13 +203,13 @@ def repeat_key(row: dict) -> tuple:
 
 
 def latest_rows(rows: Iterable[dict], by_timing: bool = False) -> dict[tuple, dict]:
-    """(case_id, backend) -> the row with the latest timestamp (file order breaks ties); with
+    """(case_id, backend) -> the row with the latest timestamp (`row_time`; file order breaks ties); with
     `by_timing`, (case_id, backend, timer, L2 flushed) -> the latest such row: the row of a pair that
     the gate compares, a report shows and a resumed run keeps. Raises KeyError for a row without
     case_id or backend."""
     out: dict[tuple, dict] = {}
     for r in rows:
         key = (r["case_id"], r["backend"], *(timing_key(r) if by_timing else ()))
-        if key not in out or str(r.get("timestamp") or "") >= str(out[key].get("timestamp") or ""):
+        if key not in out or row_time(r) >= row_time(out[key]):
             out[key] = r
     return out
