@@ -285,7 +285,8 @@ def test_the_back_to_back_timer_without_a_warm_l2_is_refused_before_anything_is_
 def test_timer_or_l2_given_twice_is_refused(tiny, tmp_path, capsys, twice):
     out = tmp_path / "rows.jsonl"
     assert main(["run", "--suite", str(tiny), "--out", str(out), *twice]) == 2
-    assert f"{twice[0].split('=')[0]} given 2 times; give it once" in _one_line_error(capsys) and not out.exists()
+    assert f"error: run: {twice[0].split('=')[0]} given 2 times; give it once" in _one_line_error(capsys)
+    assert not out.exists()
 
 
 def test_gpus_relaunch_keeps_timer_and_l2(tiny, tmp_path, monkeypatch):

@@ -64,7 +64,8 @@ def test_every_flag_given_twice_is_refused(name, capsys):
     for action in flags(name):
         flag = action.option_strings[-1]
         assert main([name, flag, flag]) == 2
-        assert f"error: {' / '.join(action.option_strings)} given 2 times; give it once" in one_line_error(capsys)
+        assert f"error: {name}: {' / '.join(action.option_strings)} given 2 times; give it once" \
+            in one_line_error(capsys)
 
 
 @pytest.mark.parametrize("name", COMMANDS)

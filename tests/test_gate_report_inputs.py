@@ -418,7 +418,7 @@ def test_an_option_of_one_value_or_one_list_given_twice_is_refused(tmp_path, cap
     a, b = (_write(tmp_path / f"{n}.jsonl", [_row()]) for n in "ab")
     argv = [x.format(a=a, b=b, o=tmp_path / "out") for x in argv]
     rc, out, err = _main(capsys, *argv)
-    assert rc == 2 and len(err.splitlines()) == 1 and f"error: {option} given 2 times; give it once" in err
+    assert rc == 2 and len(err.splitlines()) == 1 and f"error: {argv[0]}: {option} given 2 times; give it once" in err
     assert not out and sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl", "b.jsonl"]
 
 
@@ -435,7 +435,7 @@ def test_an_option_given_twice_is_refused_before_the_other_errors_after_it(tmp_p
     a, b = (_write(tmp_path / f"{n}.jsonl", [_row()]) for n in "ab")
     rc, out, err = _main(capsys, *[x.format(a=a, b=b, o=tmp_path / "out") for x in argv])
     assert rc == 2 and not out and len(err.splitlines()) == 1
-    assert err.startswith(f"treebench: error: {option} given 2 times; give it once"), err
+    assert err.startswith(f"treebench: error: {argv[0]}: {option} given 2 times; give it once"), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl", "b.jsonl"]
 
 

@@ -25,8 +25,9 @@ VALUE_OPTIONS_DASHED = ("--shard", "--threshold")  # values that may start with 
 
 class _Once(argparse.Action):
     """An action that records each spelling it is given under in `parser.given` and raises ConfigError
-    at its second (before argparse reads on: the repeat is named even where a required option is
-    missing); the rest is argparse's action it comes before."""
+    at its second, after the subcommand as the parser's other error lines (`run: --out given 2 times`;
+    before argparse reads on: the repeat is named even where a required option is missing); the rest is
+    argparse's action it comes before."""
 
     def __call__(self, parser, namespace, values, option_string=None):
         if option_string is not None:   # a positional is stored once
@@ -34,7 +35,8 @@ class _Once(argparse.Action):
             used.append(option_string)
             if len(used) > 1:
                 names = " / ".join(self.option_strings)
-                raise ConfigError(f"{names} given {len(used)} times; give it once{_hint(self, used[0])}")
+                raise ConfigError(f"{_where(parser)}{names} given {len(used)} times; give it once"
+                                  f"{_hint(self, used[0])}")
         super().__call__(parser, namespace, values, option_string)
 
 
@@ -89,16 +91,20 @@ class Parser(argparse.ArgumentParser):
             name = a.split("=", 1)[0]
             if name.startswith("--") and name not in self._option_string_actions \
                     and (meant := sorted(o for o in spelled if o.startswith(name))):
-                where = self.prog.removeprefix(PROG).strip()
-                raise ConfigError(f"{where + ': ' if where else ''}{name} is abbreviated; spell the option out: "
+                raise ConfigError(f"{_where(self)}{name} is abbreviated; spell the option out: "
                                   f"{' or '.join(meant)} (options are never abbreviated; see {self.prog} --help)")
 
     def error(self, message: str):  # type: ignore[override]
         """argparse's error (a missing required option, a bad value, ...) as one ConfigError line. An
         option given twice was refused as argparse read it, before any such error (`gate --baseline a
         --baseline b` names the repeat, not the missing --candidate)."""
-        where = self.prog.removeprefix(PROG).strip()
-        raise ConfigError(f"{where + ': ' if where else ''}{message} (see {self.prog} --help)")
+        raise ConfigError(f"{_where(self)}{message} (see {self.prog} --help)")
+
+
+def _where(parser: argparse.ArgumentParser) -> str:
+    """What starts each error line of `parser`: its subcommand ('run: '), nothing for the top level."""
+    where = parser.prog.removeprefix(PROG).strip()
+    return f"{where}: " if where else ""
 
 
 def _hint(action: argparse.Action, spelling: str) -> str:
