@@ -88,7 +88,8 @@ def load_base(base: Path, name: str = "base"):
 
 def parse_args(argv: list[str] | None = None):
     """The command line -> (args, pages, cells); exits 2 with one line on bad input."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 allow_abbrev=False)
     base = ap.add_mutually_exclusive_group(required=True)
     base.add_argument("--base", help="folder with the base revision's kernels/*.py")
     base.add_argument("--base-options", metavar="SPEC",

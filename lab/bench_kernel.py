@@ -328,7 +328,8 @@ def best_peers(path: str):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 allow_abbrev=False)
     ap.add_argument("cmd", nargs="?", default="run", choices=["run", "report"])
     ap.add_argument("csv", nargs="?", help="report: the CSV to read")
     ap.add_argument("--peers", help="report: a peers CSV (tree, batch_size, context_len, page_size, timer, median_us)")

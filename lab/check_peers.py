@@ -148,7 +148,7 @@ def summary(rows: list[dict]) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     ap.add_argument("--out", default="results/local/peers", help="folder for check_peers.records.ndjson and the log")
     ap.add_argument("--budget-s", type=float, default=240.0, help="stop starting suite cases after this")
     ap.add_argument("--seed-cases", type=int, default=24, help="seed-suite cases to check (0: none)")

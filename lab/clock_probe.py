@@ -71,7 +71,8 @@ def summarize(name: str, medians_us: list[float], samples: list[tuple]) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 allow_abbrev=False)
     ap.add_argument("--tree", default="full:3:3")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--context-len", type=int, default=2048)

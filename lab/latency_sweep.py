@@ -503,7 +503,7 @@ def listed(text: str | None, flag: str, kind: type = str) -> list:
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     ap.add_argument("--out", required=True, type=Path, help="JSON file to write (a new path)")
     ap.add_argument("--budget-s", type=float, default=240.0, help="stop starting new cells after this (s)")
     ap.add_argument("--groups", default="latency,pages", help=f"comma-separated subset of {','.join(GROUPS)}")

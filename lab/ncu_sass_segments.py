@@ -49,7 +49,8 @@ def segments(path: str, min_samples: int) -> list[str]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 allow_abbrev=False)
     ap.add_argument("export", nargs="+", help="sass-*.csv(.gz) files")
     ap.add_argument("--min", type=int, default=40, help="smallest segment printed, in samples (default 40)")
     args = ap.parse_args()

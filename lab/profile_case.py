@@ -32,7 +32,8 @@ from treebench.kernels.tree_attention_plan import parse_kernel_config  # noqa: E
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 allow_abbrev=False)
     ap.add_argument("--tree", default="vllm:pr_27")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--context-len", type=int, default=2048)

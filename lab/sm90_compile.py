@@ -337,7 +337,8 @@ def cubin_usage(cubin: bytes) -> tuple[dict, str]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 allow_abbrev=False)
     ap.add_argument("--config", help="one build: BLOCK_M,BLOCK_N,warps,stages[,max_regs[,bt_ahead[,ws[,fp8_stages]]]] "
                                      "(ws > 0 with --ws; fp8_stages > 0 with --ws and an fp8 --kv-dtype)")
     ap.add_argument("--page-size", type=int, default=128)

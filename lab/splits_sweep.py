@@ -69,7 +69,8 @@ def kernel_times(fn) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 allow_abbrev=False)
     ap.add_argument("--out", default=os.environ.get("OUT", "results/local/lab"))
     ap.add_argument("--budget-s", type=float, default=300.0)
     args = ap.parse_args()

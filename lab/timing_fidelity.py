@@ -194,7 +194,7 @@ def markdown(rows: list[dict], env: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--backends", default=None, help=f"comma-separated (default: first available of {PREFERRED})")
     p.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for timing_fidelity.json (default $OUT)")
     args = p.parse_args(argv)

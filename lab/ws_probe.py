@@ -197,7 +197,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main() -> int:
-    ap = _Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = _Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     ap.add_argument("cmd", choices=["compile", "run"])
     args = ap.parse_args()
     os.environ.pop("TRITON_INTERPRET", None)

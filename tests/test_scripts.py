@@ -37,6 +37,29 @@ def _script(name: str, *args: str, interpret: bool = False) -> subprocess.Comple
                           env=env, timeout=300)
 
 
+def _parser_calls(tree: ast.AST) -> list[ast.Call]:
+    """The calls in `tree` that build an argparse parser: ArgumentParser(...) or a class of the module
+    derived from it."""
+    def name(node: ast.expr) -> str:
+        return node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
+    parsers = {"ArgumentParser"} | {c.name for c in ast.walk(tree) if isinstance(c, ast.ClassDef)
+                                    and any(name(b) == "ArgumentParser" for b in c.bases)}
+    return [c for c in ast.walk(tree) if isinstance(c, ast.Call) and name(c.func) in parsers]
+
+
+def test_every_lab_parser_refuses_abbreviated_options():
+    """argparse takes an unambiguous prefix (`--batch` for `--batch-sizes`) unless told not to: every
+    parser of lab/*.py is built with allow_abbrev=False, so an option is spelled out in full, as in
+    `treebench`'s own commands."""
+    seen = {}
+    for path in sorted(LAB.glob("*.py")):
+        for call in _parser_calls(ast.parse(path.read_text(), str(path))):
+            given = {k.arg: k.value for k in call.keywords}
+            ok = isinstance(given.get("allow_abbrev"), ast.Constant) and given["allow_abbrev"].value is False
+            seen[f"{path.name}:{call.lineno}"] = ok
+    assert len(seen) >= 10 and [where for where, ok in seen.items() if not ok] == []
+
+
 @pytest.mark.parametrize("config, needle", [
     ("64,64", "want BLOCK_M,BLOCK_N,warps,stages"),
     ("abc", "want BLOCK_M,BLOCK_N,warps,stages"),
