@@ -272,6 +272,7 @@ def test_findings_suites_load_by_name_from_any_directory(tmp_path, monkeypatch):
 
 def test_shipped_suites_load():
     assert {"smoke", "check", "seed"} <= set(available_suites())
+    assert all(load_suite(name).cases for name in available_suites(findings=True))
     smoke = load_suite("smoke")
     assert smoke.name == "smoke" and 1 <= len(smoke.cases) <= 16
     seed = load_suite("seed")
@@ -294,6 +295,14 @@ def test_a_suite_file_may_start_with_a_utf8_byte_order_mark(tmp_path):
     path = tmp_path / "bom.toml"
     path.write_bytes(b"\xef\xbb\xbf" + ("[suite]\nname = 'mine'\n[axes]\n" + GOOD_AXES).encode())
     assert load_suite(path).name == "mine" and load_suite(path).cases
+
+
+def test_a_tree_axis_takes_trees_that_differ_only_in_sibling_rank(tmp_path):
+    """parents:-1,0,0,1 and parents:-1,0,0,2 hang the third node under the first and under the second
+    draft token: two trees, not one spelled twice (a draft's rank among its siblings is its place)."""
+    s = load_suite(_suite(tmp_path, "[axes]\n" + GOOD_AXES.replace(
+        '"full:2:1"', '"parents:-1,0,0,1", "parents:-1,0,0,2", "levels:3", "full:2:1"')))
+    assert [c.tree for c in s.cases] == ["parents:-1,0,0,1", "parents:-1,0,0,2", "levels:3", "full:2:1"]
 
 
 def test_suite_with_axes_groups_concatenates_and_drops_duplicates(tmp_path):
@@ -324,6 +333,14 @@ def test_suite_with_axes_groups_concatenates_and_drops_duplicates(tmp_path):
     ("[axes]\n" + GOOD_AXES + "page_size = [8, 16, 8]\n", "axis page_size value 8 given twice"),
     ("[axes]\n" + GOOD_AXES + "logit_scale = [1, 1.0]\n", "axis logit_scale value 1.0 given twice"),
     ("[axes]\n" + GOOD_AXES + "layout = ['shuffled', 'shuffled']\n", "axis layout value 'shuffled' given twice"),
+    ("[axes]\n" + GOOD_AXES.replace('"full:2:1"', '"full:2:1", "levels:2"'),
+     ": axes: axis tree values 'full:2:1' and 'levels:2' are one tree (3 nodes, parents -1,0,0); give it once"),
+    ("[axes]\n" + GOOD_AXES.replace('"full:2:1"', '"chain:3", "full:3:1", "parents:-1,0,1,2"'),
+     "axis tree values 'chain:3' and 'parents:-1,0,1,2' are one tree (4 nodes, parents -1,0,1,2)"),
+    ("[axes]\n" + GOOD_AXES.replace('"full:2:1"', '"FULL:2:1", "[(1,), (0,)]"'),
+     "axis tree values 'FULL:2:1' and '[(1,), (0,)]' are one tree"),
+    ("[axes]\n" + GOOD_AXES.replace('"full:2:1"', '"full:2:1", " full:2:1"'),
+     "axis tree values 'full:2:1' and ' full:2:1' are one tree"),
     ("[axes]\n" + GOOD_AXES + "page_size = [0]\n", "page_size=0"),
     ("[axes]\n" + GOOD_AXES + "dtype = ['float8']\n", "dtype='float8'"),
     ("[axes]\n" + GOOD_AXES + "tree_per_request = ['some']\n", "tree_per_request"),

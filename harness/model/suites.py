@@ -33,6 +33,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from treebench.harness.model.cases import AXIS_VALUES, Case, expand_axes
+from treebench.harness.model.tree_specs import parse_tree
 from treebench.harness.errors import ConfigError
 
 SUITES_DIR = Path(__file__).resolve().parents[2] / "suites"   # the suites folder beside harness/ (checkout or install)
@@ -116,7 +117,8 @@ def _check_axis(path: Path, group: str, field: str, values) -> list:
     Raises:
         ConfigError: a value of the wrong type (a TOML true where a number goes included), naming
             file, group and axis, and what the axis takes (cases.AXIS_VALUES); a value given twice
-            (page_size = [16, 16]), naming file, group, axis and value.
+            (page_size = [16, 16]), naming file, group, axis and value; one tree spelled twice in the
+            tree axis (`_refuse_one_tree_twice`), naming both spellings.
     """
     values = values if isinstance(values, list) else [values]
     ok = _allowed_types(field)
@@ -128,7 +130,35 @@ def _check_axis(path: Path, group: str, field: str, values) -> list:
         if v in values[:i]:
             raise ConfigError(f"suite {path}: {group}: axis {field} value {shown} given twice; "
                               "give each once")
+    if field == "tree":
+        _refuse_one_tree_twice(path, group, values)
     return values
+
+
+def _refuse_one_tree_twice(path: Path, group: str, specs: list) -> None:
+    """Refuses two spellings of one tree in a tree axis (`full:2:1` and `levels:2`, `chain:2` and
+    `parents:-1,0,1`, `FULL:3:2` and `full:3:2`): parse_tree gives both the same parent list (its
+    canonical numbering), so the cases of one would repeat the other's, as a value given twice would.
+    A spec that does not parse is left to the case that reads it (which names what is wrong).
+
+    Raises:
+        ConfigError: naming file, group and both spellings.
+    """
+    first: dict[tuple[int, ...], str] = {}   # parent list -> the spec that first gave it
+    for spec in specs:
+        try:
+            parents = parse_tree(spec).parents
+        except (ConfigError, ValueError, TypeError, IndexError):
+            continue
+        if parents in first:
+            raise ConfigError(f"suite {path}: {group}: axis tree values {first[parents]!r} and {spec!r} are one "
+                              f"tree ({len(parents)} nodes, parents {_shown(parents)}); give it once")
+        first[parents] = spec
+
+
+def _shown(parents: tuple[int, ...], most: int = 12) -> str:
+    """A parent list as `parents:` spells it, cut after `most` entries ('-1,0,0,1,...')."""
+    return ",".join(map(str, parents[:most])) + (",..." if len(parents) > most else "")
 
 
 def _expand_group(path: Path, group: str, axes) -> list[Case]:
@@ -192,8 +222,9 @@ def load_suite(name_or_path: str | Path) -> Suite:
     Raises:
         ConfigError: unknown name, missing file, bad TOML, unknown top-level key,
             missing or empty axes, unknown axis, wrong value type, invalid case, a value given
-            twice in an axis, a group that repeats an earlier one or adds no case to them;
-            the message names the file and field (or groups).
+            twice in an axis (one tree spelled two ways in the tree axis included), a group that
+            repeats an earlier one or adds no case to them; the message names the file and field
+            (or groups).
     """
     path = suite_path(name_or_path)
     doc = _read_toml(path)
