@@ -280,7 +280,7 @@ def test_shipped_suites_load():
     assert {c.tree for c in seed.cases} >= {"full:3:0", "full:3:1", "full:3:2", "full:3:3"}
     targets = {(c.batch_size, c.context_len, c.tree, c.page_size) for c in load_suite("targets").cases}
     assert {(64, 2048, t, 128) for t in ("vllm:pr_27", "full:3:3", "full:3:1")} | {(1, 2048, "vllm:pr_27", 128)} \
-        <= targets and len(targets) == 6        # the kernel issue's four speed-target cells, seed-grid heads
+        <= targets and len(targets) == 6        # the four speed-target cells of suites/targets.toml, seed-grid heads
 
 
 def test_suite_with_one_axes_table(tmp_path):
