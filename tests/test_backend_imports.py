@@ -133,3 +133,82 @@ def test_check_under_isolate_of_a_backend_that_exits_while_loading_fails_with_it
     assert proc.returncode == 1, proc.stderr[-3000:]
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 2 and {(r["backend"], r["status"], r["failed_step"]) for r in rows} == {(f, "error", "import")}
+
+
+@pytest.mark.parametrize("name, words", [("exit3.py", "loading it called os._exit(3)"),
+                                         ("segv.py", "with signal SIGSEGV")])
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_the_default_check_of_a_backend_that_cannot_be_loaded_says_so_once_and_writes_nothing(tmp_path, name, words,
+                                                                                              dry_run):
+    """check --isolate without --suite: the default check is built from the capabilities the backend declares,
+    and one whose loading ended the worker declared none; so no case is checked or written (no error rows of a
+    check built without them), one line names the backend and why, and the check exits 1, as on error rows;
+    its dry run says the same and exits as the check would."""
+    (f,) = _files(tmp_path, name)
+    out = tmp_path / "rows.jsonl"
+    proc = _cli(tmp_path, "check", "--backend", f, "--isolate", "--out", str(out), *(["--dry-run"] if dry_run else []))
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert not out.exists() and not list(tmp_path.glob("env-*.json"))
+    said = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+    assert len(said) == 1 and words in said[0] and f"--backend '{f}' could not be loaded: " in said[0], said
+    assert "the default check is built from the capabilities" in said[0] and "nothing was checked" in said[0]
+
+
+def test_check_under_isolate_of_a_file_that_raises_while_loading_is_bad_input_with_or_without_suite(tmp_path):
+    """A file whose import raises is loaded again in treebench's process, where that is bad input (exit 2,
+    one line), as in `run`: with --suite and for the default check alike."""
+    f = tmp_path / "raises.py"
+    f.write_text("raise RuntimeError('no kernel here')\n")
+    for suite in ([], ["--suite", _suite(tmp_path)]):
+        proc = _cli(tmp_path, "check", *suite, "--backend", str(f), "--isolate")
+        assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+            f"treebench: error: --backend '{f}': loading it raised RuntimeError: no kernel here"], proc.stderr
+
+
+@pytest.mark.parametrize("command", ["run", "check"])
+def test_a_dry_run_counts_the_pairs_of_a_backend_that_cannot_be_loaded_as_errors_not_as_pairs_to_run(tmp_path,
+                                                                                                    command):
+    """--dry-run --isolate loads each backend file in a worker first, as the run does: the pairs of one whose
+    loading ended the worker are counted as error rows to come, not as pairs to run (nor in the time
+    estimate), the line names the backend, and the dry run exits 1, as the run will."""
+    (f,) = _files(tmp_path, "exit3.py")
+    backends = ["--backends", f"{f},reference"] if command == "run" else ["--backend", f]
+    proc = _cli(tmp_path, command, "--suite", _suite(tmp_path), *backends, "--isolate", "--dry-run")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    plan = " ".join(proc.stdout.split())
+    to_run = "2 pairs to run here, 2 to be recorded as" if command == "run" else "0 pairs to run here, 2 would be"
+    assert f"{to_run} errors ({f}: cannot be loaded)" in plan, plan   # a check without --out records nothing
+    assert ("(2 pairs, " in plan) if command == "run" else ("estimated time" not in plan), plan
+    assert proc.stderr.count("loading it called os._exit(3)") == 1, proc.stderr
+
+
+def test_the_plan_of_a_sweep_counts_the_pairs_that_will_be_error_rows_before_they_run():
+    """runner.plan_pairs (what --dry-run counts): the pairs of a backend that could not be loaded, or whose
+    availability() raised, are errors to come, each backend named with why, neither pairs to run nor skips;
+    a stored pair is not counted; the run then writes exactly that many error rows."""
+    from dataclasses import replace
+
+    from tests.broken_backends import Correct
+    from treebench.harness.model.cases import Case
+    from treebench.harness.run.config import RunConfig
+    from treebench.harness.run.runner import plan_pairs, run_cases
+    from treebench.harness.sweep.imports import UnloadedBackend
+
+    class Raises(Correct):
+        name = "raises"
+
+        def availability(self):
+            raise RuntimeError("no driver")
+
+    case = Case(batch_size=2, context_len=5, tree="chain:2", num_q_heads=2, num_kv_heads=1, head_dim=8,
+                dtype="float32", page_size=4)
+    cases = [case, replace(case, context_len=37)]
+    backends = [UnloadedBackend("gone.py", "loading it called os._exit(3)"), Raises(), Correct()]
+    config = RunConfig(mode="check", device="cpu", quiet=True)
+    plan = plan_pairs(cases, backends, frozenset({(cases[1].case_id, "raises")}), config, "cpu")
+    assert (plan.failed, plan.skipped, [n for _, n in plan.to_run]) == (3, 0, ["correct", "correct"])
+    assert plan.failing["gone.py"] == "cannot be loaded"
+    raised = plan.failing["raises"]
+    assert raised.startswith("availability() raised RuntimeError") and "no driver" in raised
+    rows = run_cases(cases, backends, replace(config, skip=frozenset({(cases[1].case_id, "raises")})))
+    assert sum(r["status"] == "error" for r in rows) == plan.failed

@@ -66,14 +66,14 @@ def test_results_write_error_is_public_and_an_oserror(tmp_path, monkeypatch):
 
     import treebench
     from treebench import HarnessError, ResultsWriteError
-    from treebench.harness.store import rows
+    from treebench.harness.store import rows, torn
 
     assert "ResultsWriteError" in harness.__all__ and treebench.ResultsWriteError is harness.ResultsWriteError
     assert issubclass(ResultsWriteError, OSError) and issubclass(ResultsWriteError, HarnessError)
 
     def broken(fd):
         raise OSError(errno.EIO, os.strerror(errno.EIO))
-    monkeypatch.setattr(rows, "_fsync", broken)
+    monkeypatch.setattr(torn, "fsync", broken)
     out = tmp_path / "r.jsonl"
     with pytest.raises(ResultsWriteError) as caught:
         harness.append_row(out, {"schema": rows.SCHEMA, "run_id": "r"})

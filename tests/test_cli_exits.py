@@ -539,9 +539,9 @@ def test_a_failed_append_is_one_line_exit_2_and_keeps_the_rows_written(tiny, tmp
     import errno
 
     from treebench.harness.cli.main import main
-    from treebench.harness.store import rows
+    from treebench.harness.store import torn
 
-    real, calls = rows._fsync, []
+    real, calls = torn.fsync, []
 
     def fsync_then_fail(fd):
         calls.append(fd)
@@ -549,7 +549,7 @@ def test_a_failed_append_is_one_line_exit_2_and_keeps_the_rows_written(tiny, tmp
             raise OSError(getattr(errno, code), os.strerror(getattr(errno, code)))
         real(fd)
 
-    monkeypatch.setattr(rows, "_fsync", fsync_then_fail)
+    monkeypatch.setattr(torn, "fsync", fsync_then_fail)
     out = tmp_path / "r.jsonl"
     rc = main([command, "--suite", str(tiny), backend, "reference", "--out", str(out), "--quiet"])
     err = capsys.readouterr().err.strip().splitlines()

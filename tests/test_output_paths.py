@@ -432,7 +432,7 @@ def test_a_stop_before_the_first_row_takes_back_the_env_file_it_wrote(tiny, tmp_
     import errno
 
     import treebench.harness.run.runner as runner
-    from treebench.harness.store import rows
+    from treebench.harness.store import torn
     from treebench.harness.store.env import env_fingerprint
 
     monkeypatch.chdir(tmp_path)           # the run's default report goes to reports/local here
@@ -454,7 +454,7 @@ def test_a_stop_before_the_first_row_takes_back_the_env_file_it_wrote(tiny, tmp_
         raise OSError(errno.EIO, os.strerror(errno.EIO))
     real = runner.run_case_backend
     with monkeypatch.context() as m:
-        m.setattr(*((runner, "run_case_backend", interrupted) if stop == "interrupt" else (rows, "_fsync", broken)))
+        m.setattr(*((runner, "run_case_backend", interrupted) if stop == "interrupt" else (torn, "fsync", broken)))
         argv = [command, "--suite", "two.toml", backend, "reference", "--out", "d/r.jsonl", "--quiet"]
         assert main(argv) == (130 if stop == "interrupt" else 2)
     line = capsys.readouterr().err.strip().splitlines()[-1]

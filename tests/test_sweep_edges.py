@@ -265,14 +265,14 @@ def _interrupt(*args, **kwargs):
     raise KeyboardInterrupt
 
 
-@pytest.mark.parametrize("where", ["append_rows", "_fsync"])
+@pytest.mark.parametrize("where", ["append_rows", "fsync"])
 @pytest.mark.parametrize("existed", [False, True])
 def test_an_interrupted_merge_writes_nothing(tmp_path, monkeypatch, capsys, where, existed):
     """Ctrl-C while merge appends its rows (before the write, or after it, before the fsync) leaves OUT as
     it was: removed with the folder made for it when the merge created them, else byte for byte as
     before; no env file is left beside it; the line says nothing was written."""
     import treebench.harness.store.merge as merge
-    import treebench.harness.store.rows as rows
+    import treebench.harness.store.torn as torn
 
     (tmp_path / "s.toml").write_text(tiny_suite())
     big = tmp_path / "in" / "big.jsonl"
@@ -284,7 +284,7 @@ def test_an_interrupted_merge_writes_nothing(tmp_path, monkeypatch, capsys, wher
         new.parent.mkdir()
         new.write_text("".join(json.dumps({**r, "env": "e" * 12}) + "\n" for r in read_rows([big])))
     before = new.read_bytes() if existed else None
-    monkeypatch.setattr(merge if where == "append_rows" else rows, where, _interrupt)
+    monkeypatch.setattr(merge if where == "append_rows" else torn, where, _interrupt)
     capsys.readouterr()
     assert main(["merge", str(new), str(big)]) == 130
     assert capsys.readouterr().err.strip() == "treebench: interrupted; nothing was written"

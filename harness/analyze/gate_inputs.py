@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import cast
 
 from treebench.harness.errors import ConfigError
-from treebench.harness.store.env import missing_env_line
+from treebench.harness.store.env import field_differences, missing_env_line
 from treebench.harness.store.rows import find_row, result_files
 
 ENV_FIELDS = ("gpu_name", "sm_count", "driver", "cuda", "torch", "triton", "xformers", "flashinfer")
@@ -161,16 +161,12 @@ def env_field_differences(base_envs: dict[str, dict], cand_envs: dict[str, dict]
                           base_rows: Sequence[dict], cand_rows: Sequence[dict]) -> list[EnvDifference]:
     """The env fields (ENV_FIELDS, in that order, then CPU_ENV_FIELDS when every env of both sides
     is a CPU's) whose values differ between the fingerprints of the envs `base_rows` and
-    `cand_rows` name; envs without a fingerprint in `*_envs` are left out."""
-    sides = [[envs[i] for i in sorted(cast("set[str]", {r.get("env") for r in rows if r.get("env")})) if i in envs]
-             for envs, rows in ((base_envs, base_rows), (cand_envs, cand_rows))]
-    out = []
-    on_cpu = all(sides) and not any(e.get("gpu_name") for side in sides for e in side)
-    for f in ENV_FIELDS + (CPU_ENV_FIELDS if on_cpu else ()):
-        b, c = ({str(e.get(f)) for e in side} for side in sides)
-        if b and c and b != c:
-            out.append(EnvDifference(f, ", ".join(sorted(b)), ", ".join(sorted(c))))
-    return out
+    `cand_rows` name (`env.field_differences`); envs without a fingerprint in `*_envs` are left out."""
+    base, cand = ([envs[i] for i in sorted(cast("set[str]", {r.get("env") for r in rows if r.get("env")})) if i in envs]
+                  for envs, rows in ((base_envs, base_rows), (cand_envs, cand_rows)))
+    on_cpu = bool(base and cand) and not any(e.get("gpu_name") for e in base + cand)
+    fields = ENV_FIELDS + (CPU_ENV_FIELDS if on_cpu else ())
+    return [EnvDifference(*d) for d in field_differences(fields, base, cand)]
 
 
 def env_differences(base_envs: dict[str, dict], cand_envs: dict[str, dict],

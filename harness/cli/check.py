@@ -1,5 +1,6 @@
 """`treebench check`: correctness only, for one backend; exit 0 when every case that ran
-passed, 1 on a mismatch or an error row, 2 on bad input, 3 when no case ran (backend
+passed, 1 on a mismatch or an error row (or, under --isolate without --suite, a backend that
+could not be loaded: `_not_loaded`), 2 on bad input, 3 when no case ran (backend
 unavailable, every case skipped) unless --allow-skip."""
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def run(args) -> int:
     from treebench.harness.sweep.crash import crash_advice, crash_lines
     from treebench.harness.store.paths import check_writable
     from treebench.harness.sweep.execute import execute, shard_is_empty
-    from treebench.harness.sweep.imports import load_backends
+    from treebench.harness.sweep.imports import UnloadedBackend, load_backends
     from treebench.harness.sweep.shard import shared_run_id
 
     if args.dry_run or args.out is None:   # what the line after Ctrl-C says: no rows to keep
@@ -84,7 +85,10 @@ def run(args) -> int:
         raise ConfigError(f"check {option} {args.backend}: check takes one backend; run one check per "
                           "backend, or `treebench run --backends a,b` for several")
     # --isolate: a file or module is loaded first in a worker; one whose loading ends that process is error rows
-    backend = load_backends([args.backend], option, opts.run.isolate, opts.run.case_timeout_s)[0]
+    backend = load_backends([args.backend], option, opts.run.isolate, opts.run.case_timeout_s,
+                            warn=args.suite is not None)[0]
+    if args.suite is None and isinstance(backend, UnloadedBackend):   # no capabilities: no default check
+        return _not_loaded(backend, option, args.out)
     built = None
     if args.suite is None:
         suite, built = _default_suite(backend, args.deep)
@@ -121,6 +125,25 @@ def run(args) -> int:
         _print_coverage(rows, built.coverage, args.shard)
     report_nothing_ran(rows, args.allow_skip)
     return code
+
+
+def _not_loaded(backend, option: str, out: str | None) -> int:
+    """The default check of a backend whose loading ended or hung the worker it was loaded in first under
+    --isolate (`imports.UnloadedBackend`): the check is built from the capabilities the backend declares,
+    and it declared none, so no case is checked or written (with --suite its cases are error rows, as
+    in `run`); one line says why, and the exit code is 1, as on error rows (its dry run's too).
+
+    Raises:
+        ConfigError: --out cannot be written (bad input all the same).
+    """
+    from treebench.harness.store.paths import check_writable
+
+    if out:
+        check_writable(out, create=False)
+    log.error("%s %r could not be loaded: %s; the default check is built from the capabilities the backend "
+              "declares, so no case of it could be built: nothing was checked or written", option, backend.name,
+              backend.reason)
+    return 1
 
 
 def _default_suite(backend, deep: bool):

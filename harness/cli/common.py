@@ -25,7 +25,7 @@ from rich.text import Text
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.progress import plural
 from treebench.harness.store.names import check_path_name
-from treebench.harness.store.rows import new_run_id
+from treebench.harness.store.rows import new_run_id, timing_label
 from treebench.harness.timing.modes import MODES
 
 log = logging.getLogger(__name__)
@@ -265,8 +265,7 @@ def spelling_used(argv, names: tuple[str, ...]) -> str:
 
 
 def stamp() -> str:
-    """UTC time plus a random token: runs started in the same second (job-array shards)
-    get different default output files."""
+    """UTC time plus a random token: runs started in the same second (shards) get different default files."""
     return new_run_id()
 
 
@@ -312,10 +311,13 @@ def _nothing_ran_tail(allow_skip: bool) -> str:
 
 
 def dry_run_code(result, allow_skip: bool) -> int:
-    """The exit code of a --dry-run, as the run itself would end: NOTHING_RAN (one line on stderr)
-    when every pair it would run is a skipped row (backend unavailable, case unsupported or
-    predicted not to fit the free memory) and `allow_skip` is not given; else 0 (also when --resume keeps stored rows, which the run counts,
-    and on a torchrun rank past 0, whose exit code rank 0 sets)."""
+    """The exit code of a --dry-run, as the run itself would end: 1 when a pair will be an error row before it
+    runs (`print_plan` names why); NOTHING_RAN (one line on stderr) when every pair it would run is a skipped
+    row (backend unavailable, case unsupported or predicted not to fit the free memory) and `allow_skip` is not
+    given; else 0 (also when --resume keeps stored rows, which the run counts, and on a torchrun rank past 0,
+    whose exit code rank 0 sets)."""
+    if result.will_error and result.primary:
+        return 1
     if not result.planned or result.will_skip < result.planned or result.resumed or not result.primary:
         return 0
     memory = f"; {result.will_skip_memory} of them predicted not to fit the free memory" if result.will_skip_memory else ""
@@ -327,20 +329,20 @@ def dry_run_code(result, allow_skip: bool) -> int:
 
 
 def print_plan(suite, backends, result, recorded: bool = True) -> None:
-    """The --dry-run lines: the backend when there is one (named as check's header names it), how many pairs
-    this process would run, how many more it would skip (record as skipped where `recorded`), how many
-    --resume skips (or what --out already holds without it), and how long the run should take (where a
-    pair is to run)."""
+    """The --dry-run lines: the backend when there is one (named as check's header names it), the pairs this
+    process would run, skip, and find errors before they run (which backends, why), each kept as a row where
+    `recorded`, those --resume skips (or what --out holds without it), and the time (where a pair is to run)."""
     stored = (f"; {result.stored_note}" if result.stored_note else
               "" if result.resumed is None else f", {result.resumed} already stored (skipped by --resume)")
     memory = (f", or for {result.will_skip_memory} of them predicted not to fit the free memory "
               "(--no-memory-check runs them)" if result.will_skip_memory else "")
-    skipped = (f", {result.will_skip} {'to be recorded as' if recorded else 'would be'} skipped (backend unavailable "
-               f"or case unsupported{memory})" if result.will_skip else "")
+    be = "to be recorded as" if recorded else "would be"
+    later = ((f", {result.will_skip} {be} skipped (backend unavailable or case unsupported{memory})" if result.will_skip
+              else "") + (f", {result.will_error} {be} errors ({result.failing})" if result.will_error else ""))
     what = (f"backend {backends[0].name}, {plural(len(suite.cases), 'case')}" if len(backends) == 1 else
             f"{plural(len(suite.cases), 'case')} x {plural(len(backends), 'backend')}")
-    console().print(f"dry run: {suite.title}, {what}: {plural(result.planned - result.will_skip, 'pair')} to run "
-                    f"here{skipped}{stored}", markup=False)
+    to_run = plural(result.planned - result.will_skip - result.will_error, "pair")
+    console().print(f"dry run: {suite.title}, {what}: {to_run} to run here{later}{stored}", markup=False)
     if result.estimate:   # its first line the time, each further one what the time is based on or leaves out
         first, *rest = result.estimate.splitlines()
         console().print(f"estimated time: {first}", *(f"  {line}" for line in rest), sep="\n", markup=False)
@@ -365,8 +367,6 @@ def _timer_lines(rows: list[dict]) -> list[str]:
     """What the medians were timed with: 'timer: cuda_graph, L2 flushed' when every timed row
     shares it, else one such line per timer and L2 state with its backends, then why a timer
     other than the one asked for was used (at most 3 reasons); none without timing."""
-    from treebench.harness.store.rows import timing_label
-
     by: dict[str, list[str]] = {}
     for r in rows:
         label = timing_label(r) if r.get("median_us") is not None else None

@@ -7,7 +7,8 @@ backend's exception as an ``error`` row); this module expands the pairs, picks e
 progress. With ``RunConfig.isolate`` every pair runs in a worker subprocess
 (treebench.harness.run.isolate) under a per-case time limit, so a crash, a hang or a lost
 CUDA context is an error row too. Pairs in ``RunConfig.skip`` (rows a
-``--resume`` found already stored) are not run at all.
+``--resume`` found already stored) are not run at all. `plan_pairs` foresees, running nothing, what
+the runner will do with each pair: what --dry-run counts.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import NamedTuple
 
 import torch
 from rich.console import Console
@@ -23,8 +25,10 @@ from rich.console import Console
 from treebench.harness.model.cases import Case
 from treebench.harness.adapter.contract import check_unique_names
 from treebench.harness.run.config import RunConfig
-from treebench.harness.run.inflight import PROGRESS, SIGINT_CAME, STOP_REQUESTED, call_in_flight, sigints_noted
-from treebench.harness.run.pair import CaseData, availabilities, run_case_backend
+from treebench.harness.run.inflight import (PROGRESS, SIGINT_CAME, STOP_REQUESTED, call_in_flight, signal_stop,
+                                            sigints_noted)
+from treebench.harness.run.memory import fit_reason
+from treebench.harness.run.pair import AvailabilityRaised, CaseData, ImportFailed, availabilities, run_case_backend
 from treebench.harness.run.costs import after_last_pair_s, pair_seconds
 from treebench.harness.run.progress import REPORT_NEXT, progress
 from treebench.harness.store.rows import append_row, new_run_id, row_l2_flushed
@@ -99,6 +103,73 @@ def _name(backend) -> str:
 def _pairs(cases: Sequence[Case], backends: Sequence, skip: frozenset) -> list[tuple[Case, object]]:
     """(case, backend) pairs to run, case-major, without the (case_id, backend) pairs in `skip`."""
     return [(c, b) for c in cases for b in backends if (c.case_id, _name(b)) not in skip]
+
+
+class PairPlan(NamedTuple):
+    """What the runner will do with the pairs of a sweep, foreseen without running one (--dry-run)."""
+
+    to_run: list        # (case, backend name) of each pair that will run
+    skipped: int        # pairs it will record as skipped: backend unavailable here, case not supported, or (with
+                        # RunConfig.check_memory) predicted not to fit the device's free memory now
+    for_memory: int     # ... of them for the memory prediction
+    failed: int         # pairs it will record as errors before they run: those of the backends in `failing`
+    failing: dict       # backend name -> why every pair of it is an error row: "cannot be loaded" (a file whose
+                        # loading ended its worker: pair.ImportFailed), else the reason its availability() raised
+
+
+def plan_pairs(cases: Sequence[Case], backends: Sequence, skip: frozenset, run: RunConfig, device: str) -> PairPlan:
+    """The PairPlan of `cases` x `backends` less the (case_id, backend name) pairs in `skip`, as `run_cases`
+    will treat them: skipped for a backend unavailable here (`pair.availabilities`), a case not supported,
+    or a case predicted not to fit (`memory.fit_reason`, counting a case's inputs and reference for its
+    first pair only, as the runner builds them once per case); errors for a backend whose availability
+    raised (`pair.AvailabilityRaised`, ImportFailed among them). What --dry-run reports and times.
+
+    Raises:
+        KeyboardInterrupt / the stop of a signal (`inflight.signal_stop`): a Ctrl-C or SIGTERM meanwhile.
+    """
+    down = availabilities(backends)
+    twice = run.determinism or run.mode == "check"
+    failing = {_name(b): "cannot be loaded" if isinstance(why, ImportFailed) else str(why)
+               for b in backends if isinstance(why := down[id(b)], AvailabilityRaised)}
+
+    def declined(b, c) -> bool:    # unavailable, or a case not supported
+        return bool(down[id(b)]) or _asked(lambda: b.supports(c), False)
+
+    def too_big(b, c, built: bool) -> bool:
+        return _asked(lambda: fit_reason(c, b, device_for(b, torch.device(device)), run.mode, twice, built, built),
+                      None) is not None
+    to_run, skipped, for_memory, failed = [], 0, 0, 0
+    for c in cases:
+        built = False
+        for b in backends:
+            if (c.case_id, _name(b)) in skip:
+                continue
+            if _name(b) in failing:
+                failed += 1
+            elif declined(b, c):
+                skipped += 1
+            elif run.check_memory and too_big(b, c, built):
+                skipped, for_memory = skipped + 1, for_memory + 1
+            else:
+                built = True
+                to_run.append((c, _name(b)))
+    return PairPlan(to_run, skipped, for_memory, failed, failing)
+
+
+def _asked(hook, otherwise):
+    """What the backend's hook `hook()` returns as a skip reason, or `otherwise` where it raises (its
+    error row comes later, not a skip) or returns no reason string (supports(): an error row too).
+
+    Raises:
+        KeyboardInterrupt / the stop of a signal (`inflight.signal_stop`).
+    """
+    try:
+        reason = hook()
+    except BaseException as e:  # noqa: BLE001 -- a raising supports() or workspace_bytes() is the runner's to report
+        if signal_stop(e):
+            raise
+        return otherwise
+    return reason if isinstance(reason, str) and reason else otherwise
 
 
 def _with_run_id(config: RunConfig) -> RunConfig:

@@ -22,7 +22,7 @@ import platform
 import re
 import socket
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -365,6 +365,19 @@ def read_envs(paths) -> dict[str, dict]:
                               "writes it again beside its results)")
         envs[env["env_id"]] = env
     return envs
+
+
+def field_differences(fields: Iterable[str], before: Sequence[dict], after: Sequence[dict],
+                      shown: Callable[[object], str] = str) -> list[tuple[str, str, str]]:
+    """(field, values before, values after) for each of `fields`, in order, whose values (each `shown`,
+    sorted, ", "-joined) differ between the fingerprints `before` and `after`; none while a side has
+    none. What `--resume` warns of (sweep.resume.env_changes) and the gate refuses (analyze.gate_inputs)."""
+    out = []
+    for f in fields:
+        b, a = ({shown(e.get(f)) for e in side} for side in (before, after))
+        if b and a and b != a:
+            out.append((f, ", ".join(sorted(b)), ", ".join(sorted(a))))
+    return out
 
 
 def missing_env_line(paths, rows, envs: dict[str, dict]) -> str | None:

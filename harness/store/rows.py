@@ -33,7 +33,6 @@ of a newer schema than this code knows.
 from __future__ import annotations
 
 import contextlib
-import errno
 import gc
 import json
 import logging
@@ -47,7 +46,7 @@ from typing import NamedTuple
 
 from treebench.harness.errors import ConfigError, ResultsWriteError
 from treebench.harness.store.names import check_path_name
-from treebench.harness.store.torn import settle_tail
+from treebench.harness.store.torn import settle_tail, write_synced
 
 log = logging.getLogger(__name__)
 
@@ -142,9 +141,7 @@ def _append(path: Path, data: bytes, fix: str) -> None:
     try:
         data = settle_tail(path, fd) + data   # under the file's lock (store.lock) no one else appends
         size = os.fstat(fd).st_size
-        while data:   # one write, unless the disk takes only part of it
-            data = data[os.write(fd, data):]
-        _fsync(fd)
+        write_synced(fd, data)
     except BaseException as e:   # an interrupt too: the rows of this call are all there or none
         if size is not None:
             with contextlib.suppress(OSError):
@@ -154,15 +151,6 @@ def _append(path: Path, data: bytes, fix: str) -> None:
         raise
     finally:
         os.close(fd)
-
-
-def _fsync(fd: int) -> None:
-    """os.fsync, ignoring EINVAL/ENOTSUP from files that cannot be synced (a pipe, /dev/null)."""
-    try:
-        os.fsync(fd)
-    except OSError as e:
-        if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EROFS):
-            raise
 
 
 def row_key(row: dict, with_run: bool = False) -> tuple:

@@ -20,6 +20,7 @@ are left where they are: readers skip them with a warning.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -61,7 +62,11 @@ def settle_tail(path: Path, fd: int) -> bytes:
         return b"\n"
     side = torn_path(path)
     try:
-        _append_synced(side, last + b"\n")
+        side_fd = os.open(side, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            write_synced(side_fd, last + b"\n")
+        finally:
+            os.close(side_fd)
     except OSError as e:
         raise OSError(e.errno, e.strerror, str(side)) from e
     os.ftruncate(fd, start)
@@ -102,12 +107,23 @@ def _whole(line: bytes) -> bool:
         return False
 
 
-def _append_synced(path: Path, data: bytes) -> None:
-    """Appends `data` to `path` (made when missing) and fsyncs it."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+def write_synced(fd: int, data: bytes) -> None:
+    """Writes the whole of `data` to `fd` (one ``os.write``, unless the disk takes only part of it) and
+    fsyncs it (`fsync`): the appends of rows (`rows.append_row`) and of torn lines to the side file.
+
+    Raises:
+        OSError: the write or the fsync failed; what it wrote before that stays (`rows._append` cuts
+            the results file back).
+    """
+    while data:
+        data = data[os.write(fd, data):]
+    fsync(fd)
+
+
+def fsync(fd: int) -> None:
+    """os.fsync, ignoring EINVAL/ENOTSUP/EROFS from files that cannot be synced (a pipe, /dev/null)."""
     try:
-        while data:
-            data = data[os.write(fd, data):]
         os.fsync(fd)
-    finally:
-        os.close(fd)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EROFS):
+            raise

@@ -16,17 +16,13 @@ import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import torch
 from rich.console import Console
 
 from treebench.harness.errors import ConfigError
-from treebench.harness.run.inflight import signal_stop
-from treebench.harness.run.pair import AvailabilityRaised, availabilities
 from treebench.harness.run.costs import estimate, interpreted_triton
 from treebench.harness.run.progress import plural
 from treebench.harness.run.config import RunConfig
-from treebench.harness.run.memory import fit_reason
-from treebench.harness.run.runner import default_device, device_for, row_satisfies, run_cases
+from treebench.harness.run.runner import default_device, plan_pairs, row_satisfies, run_cases
 from treebench.harness.store.rows import new_run_id
 from treebench.harness.timing.bandwidth import measure_matrix_rate, measure_peak_bandwidth
 from treebench.harness.sweep.shard import (
@@ -95,6 +91,8 @@ class SweepResult:
     will_skip: int = 0                               # planned pairs that will be skipped rows (unavailable/unsupported,
                                                      # or predicted out of memory)
     will_skip_memory: int = 0                        # ... of them for the memory prediction
+    will_error: int = 0                              # planned pairs that will be error rows before they run
+    failing: str = ""                                # ... whose backends and why: 'a.py: cannot be loaded; ...'
     primary: bool = True                             # False on torchrun ranks > 0 (they report nothing)
     missing_ranks: list[int] = field(default_factory=list)  # ranks rank 0 gave up waiting for
     store_path: Path | None = None                   # where this process appended its rows
@@ -164,51 +162,6 @@ def _config(opts: SweepOptions, env: dict, device: str, store: Path | None, skip
                    device=device, peak_bytes_per_s=env["peak_bw_bytes_per_s"], quiet=quiet, skip=skip)
 
 
-def _plan_pairs(cases, backends, names, skip: frozenset, run: RunConfig, device: str) -> tuple[list, int, int]:
-    """((case, backend name) of each pair not yet stored that will run; how many
-    such pairs the runner will record as skipped; how many of those for the memory prediction):
-    skipped for a backend unavailable here (`pair.availabilities`), a case not supported, or (with
-    run.check_memory) a case predicted not to fit the device's free memory now (`memory.fit_reason`,
-    counting a case's inputs and reference for its first pair only, as the runner builds them once
-    per case). What --dry-run reports and times."""
-    down = availabilities(backends)
-    twice = run.determinism or run.mode == "check"
-
-    def unsupported(b, c) -> bool:
-        try:
-            reason = b.supports(c)
-        except BaseException as e:  # noqa: BLE001 -- a raising supports() is an error row later, not a skip
-            if signal_stop(e):
-                raise
-            return False
-        return isinstance(reason, str) and bool(reason)   # a non-string is an error row later
-
-    def declined(b) -> bool:      # unavailable; a raising availability() gives error rows instead
-        return bool(down[id(b)]) and not isinstance(down[id(b)], AvailabilityRaised)
-
-    def too_big(b, c, built: bool) -> bool:
-        try:
-            return fit_reason(c, b, device_for(b, torch.device(device)), run.mode, twice, built, built) is not None
-        except BaseException as e:  # noqa: BLE001 -- a raising workspace_bytes() hook is the runner's to report
-            if signal_stop(e):
-                raise
-            return False
-    to_run, skipped, for_memory = [], 0, 0
-    for c in cases:
-        built = False
-        for b, n in zip(backends, names):
-            if (c.case_id, n) in skip:
-                continue
-            if declined(b) or unsupported(b, c):
-                skipped += 1
-            elif run.check_memory and too_big(b, c, built):
-                skipped, for_memory = skipped + 1, for_memory + 1
-            else:
-                built = True
-                to_run.append((c, n))
-    return to_run, skipped, for_memory
-
-
 def execute(cases, backends, opts: SweepOptions, console: Console | None = None) -> SweepResult:
     """Runs this process's share of cases x backends and returns what to report.
 
@@ -256,7 +209,9 @@ def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Co
     result = SweepResult(planned=planned, resumed=len(mine) * len(names) - planned,
                          primary=rank is None or rank.primary, env_id=env["env_id"])
     if opts.dry_run:
-        to_run, result.will_skip, result.will_skip_memory = _plan_pairs(mine, backends, names, skip, opts.run, device)
+        plan = plan_pairs(mine, backends, skip, opts.run, device)
+        to_run, result.will_skip, result.will_skip_memory = plan.to_run, plan.skipped, plan.for_memory
+        result.will_error, result.failing = plan.failed, "; ".join(f"{n}: {why}" for n, why in plan.failing.items())
         found = str(opts.named) if opts.out is not None and Path(opts.out).is_file() else None   # no file: no rows
         stored = read_rows([opts.out]) if found else []
         if to_run:   # nothing to run (all stored, or all to be skipped): no time to estimate, no pace to scale
@@ -265,7 +220,8 @@ def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Co
                                        interpreted=interpreted_triton(backends))
         if not opts.resume:   # `resumed` counts what --resume skips: without it, say what --out holds
             runs = {(c.case_id, n) for c, n in to_run}
-            result.resumed, result.stored_note = None, _stored_note(opts, stored, env["env_id"], mine, names, runs)
+            result.resumed, result.stored_note = None, _stored_note(opts, stored, env["env_id"], mine, names, runs,
+                                                                    bool(plan.failed))
         return result
     store = rank_path(opts.out, rank) if rank and opts.out else opts.out
     config = _config(opts, env, device, store, skip, opts.run.quiet or not result.primary)
@@ -312,10 +268,11 @@ def _row_count(out: Path) -> int:
 
 
 def _stored_note(opts: SweepOptions, stored: list[dict], env_id: str, cases, names: list[str],
-                 to_run: set[tuple[str, str]]) -> str:
+                 to_run: set[tuple[str, str]], errors: bool = False) -> str:
     """What --out already holds of this sweep's pairs, without --resume: how many of this env, of
     the pairs to run (`to_run`: (case_id, backend); they run again) and of those to be recorded as
-    skipped, or, when none, that its rows are another env's (--resume would not skip them)."""
+    skipped (or as errors, where some pairs will be: `errors`), or, when none, that its rows are
+    another env's (--resume would not skip them)."""
     wanted = {(c.case_id, n) for c in cases for n in names}
     done = _stored(opts)
     here = {k for r in stored if (k := (r.get("case_id"), r.get("backend"))) in wanted
@@ -323,7 +280,8 @@ def _stored_note(opts: SweepOptions, stored: list[dict], env_id: str, cases, nam
     if here:
         again, recorded = len(here & to_run), len(here - to_run)   # pairs that run, pairs recorded as skipped
         parts = [f"{again} of the {plural(len(to_run), 'pair')} to run (they run again)"] if again else []
-        parts += [f"{recorded} of those to be recorded as skipped (recorded again)"] if recorded else []
+        kinds = "skipped or as errors" if errors else "skipped"
+        parts += [f"{recorded} of those to be recorded as {kinds} (recorded again)"] if recorded else []
         return f"already stored in {opts.named} for this env: {' and '.join(parts)}; add --resume to skip them"
     other = {r.get("env") for r in stored if (r.get("case_id"), r.get("backend")) in wanted and r.get("env") != env_id}
     if other:

@@ -3,7 +3,11 @@
 Under --isolate each is loaded first in a worker process, the prober: one whose loading ends that
 process (os._exit, sys.exit, a crash such as SIGSEGV) or hangs it becomes `UnloadedBackend`, whose
 every pair is an ``error`` row with ``failed_step`` "import" (nothing of it runs), and the sweep
-goes on with the other backends. The rest are then loaded in this process as without --isolate.
+goes on with the other backends; a dry run counts those pairs as errors to come, not as pairs to run
+(treebench.harness.run.runner.plan_pairs). `check` without --suite has no pair of it: its default
+check is built from the capabilities the backend declares, so one line says the backend could not
+be loaded, nothing is written, and it exits 1 (treebench.harness.cli.check). The rest are then
+loaded in this process as without --isolate.
 
 Protocol (multiprocessing, spawn context, as treebench.harness.run.isolate's workers)::
 
@@ -174,17 +178,18 @@ def _crash_line(spec: str) -> str:
 
 
 def load_backends(names: Sequence[str] | None, option: str, isolate: bool,
-                  case_timeout_s: float | None = None) -> list:
+                  case_timeout_s: float | None = None, warn: bool = True) -> list:
     """`loading.resolve_backends(names, option)`, each of the user's backends among `names` loaded
     first in a prober where `isolate` (one whose loading ended or hung it: an UnloadedBackend, with a
-    warning naming it), and loaded here under the line that names it if it crashes this process.
+    warning naming it and saying its pairs are error rows, unless not `warn`: the caller says what
+    becomes of it), and loaded here under the line that names it if it crashes this process.
 
     Raises:
         ConfigError: as resolve_backends.
     """
     mine = [n for n in names or () if from_user_code(n)]
     dead = probe(mine, case_timeout_s) if isolate and mine else {}
-    for spec, why in dead.items():
+    for spec, why in dead.items() if warn else ():
         log.warning("%s %r: %s; its pairs are error rows (failed_step %s)", option, spec, why, ImportFailed.step)
 
     def load(spec: str, opt: str):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.progress import plural
-from treebench.harness.store.env import VOLATILE_ENV_FIELDS, read_envs
+from treebench.harness.store.env import VOLATILE_ENV_FIELDS, field_differences, read_envs
 from treebench.harness.store.rows import read_rows, row_key
 from treebench.harness.store.validate import latest_rows, read_checked_rows
 
@@ -76,13 +76,11 @@ def _shown(value: object) -> str:
 def env_changes(env: dict, stored: dict[str, dict | None], out: Path) -> list[str]:
     """What differs between this run's fingerprint `env` and those of the stored env ids `stored`
     (id -> its fingerprint, None where no env file of it is beside `out`): 'field: stored -> now' for
-    each stable field (VOLATILE_ENV_FIELDS left out), in `env`'s order, then each env file not found. Raises nothing."""
+    each stable field (VOLATILE_ENV_FIELDS left out; git_commit in), in `env`'s order (`env.field_differences`),
+    then each env file not found. Raises nothing."""
     found = [e for e in stored.values() if e is not None]
-    notes = []
-    for field_name, now in env.items():
-        was = sorted({_shown(e.get(field_name)) for e in found})
-        if field_name not in VOLATILE_ENV_FIELDS and was and was != [_shown(now)]:
-            notes.append(f"{field_name}: {', '.join(was)} -> {_shown(now)}")
+    fields = [f for f in env if f not in VOLATILE_ENV_FIELDS]
+    notes = [f"{f}: {was} -> {now}" for f, was, now in field_differences(fields, found, [env], _shown)]
     return notes + [f"env-{i}.json not found beside {out}" for i, e in sorted(stored.items()) if e is None]
 
 
