@@ -159,6 +159,7 @@ def test_run_names_each_backend_that_ran_nothing(tiny, tmp_path, caplog):
     (["run", "--bogus"], "unrecognized arguments: --bogus"),
     (["tree", "full:x"], "full:x"),
     (["tree", "parents:-1,0,5"], "parents:-1,0,5"),
+    (["tree", "random:8:-1", "--json"], "tree 'random:8:-1': random SEED must be >= 0, got -1"),
     (["run", "--suite", "no_such_suite"], "unknown suite"),
     (["run", "--suite", "missing/dir/s.toml"], "file not found"),
     (["run", "--backends", "nope"], "unknown backend 'nope'"),

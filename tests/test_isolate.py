@@ -8,6 +8,8 @@ the error text torch gives for it.
 
 from __future__ import annotations
 
+import multiprocessing
+import multiprocessing.connection
 import os
 import pickle
 import signal
@@ -23,9 +25,10 @@ from treebench.harness.model.cases import Case
 from treebench.harness.cli.main import main
 from treebench.harness.run.loading import load_one
 from treebench.harness.run.isolate import WorkerPool, backend_spec, describe_exit
-from treebench.harness.run.config import RunConfig
+from treebench.harness.run.config import MAX_WAIT_S, RunConfig, wait_s
 from treebench.harness.run.runner import run_cases
 from treebench.harness.store.rows import read_rows
+from tests.tiny_suites import tiny_suite
 
 ROOT = Path(__file__).resolve().parent.parent
 FAULTS = ROOT / "tests" / "fault_backends.py"
@@ -212,6 +215,38 @@ def test_context_lost_reads_sticky_cuda_errors(reason, lost):
 
     assert isolate.context_lost({"status": "error", "reason": reason}, torch.device("cpu")) is lost
     assert isolate.context_lost({"status": "pass", "reason": reason}, torch.device("cpu")) is False
+
+
+@pytest.mark.parametrize("limit_s", [0.5, 37.0, MAX_WAIT_S, MAX_WAIT_S + 1, 99999999.0, 1e10, 1e308])
+def test_wait_s_gives_multiprocessing_a_timeout_it_takes(limit_s):
+    """Past MAX_WAIT_S (poll()'s int32 milliseconds) wait() raises OverflowError, or ValueError once the
+    milliseconds are infinite: wait_s makes such a limit no limit (None), and keeps every other one."""
+    a, b = multiprocessing.Pipe()
+    b.send("ready")
+    assert multiprocessing.connection.wait([a], wait_s(limit_s)) == [a]
+    assert wait_s(limit_s) == (None if limit_s > MAX_WAIT_S else limit_s) and wait_s(None) is None
+
+
+@pytest.mark.parametrize("argv", [
+    ["check", "--case-timeout", "2147484", "--backend", f"{FAULTS}:Exact"],
+    ["check", "--case-timeout", "1e308", "--backend", f"{FAULTS}:Exact"],
+    ["run", "--case-timeout", "99999999", "--backends", f"torch_sdpa,{FAULTS}:Exact"],
+])
+def test_a_case_timeout_past_the_longest_wait_is_no_limit(argv, tmp_path):
+    """A huge --case-timeout says "no limit": the prober and the workers wait without one (no overflow)."""
+    (tmp_path / "tiny.toml").write_text(tiny_suite())
+    out = tmp_path / "rows.jsonl"
+    report = ["--report", str(tmp_path / "r.html")] if argv[0] == "run" else []
+    assert main([*argv, "--suite", str(tmp_path / "tiny.toml"), "--out", str(out), *report, "--quiet"]) == 0
+    assert {r["status"] for r in read_rows([out])} == {"pass"}
+
+
+def test_the_docs_and_help_name_the_longest_wait(capsys):
+    longest = f"past {MAX_WAIT_S:.0f} s"
+    for doc in ("README.md", "docs/architecture.md"):
+        assert longest in (ROOT / doc).read_text(encoding="utf-8"), doc
+    assert main(["check", "--help"]) == 0
+    assert " ".join(capsys.readouterr().out.split()).count(longest) == 2   # --case-timeout and --merge-timeout
 
 
 def test_a_zero_case_timeout_is_refused():

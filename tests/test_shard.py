@@ -9,12 +9,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from treebench.harness.cli.main import main
 from treebench.harness.errors import ConfigError
+from treebench.harness.run.config import MAX_WAIT_S
 from treebench.harness.store.merge import merge_results
 from treebench.harness.store.rows import ROW_FIELDS, SCHEMA, read_rows
 from treebench.harness.sweep import shard
@@ -311,6 +313,22 @@ def test_rank_0_gives_up_waiting_without_losing_rows(suite, tmp_path, monkeypatc
     assert not read_rows([out])
     assert len(read_rows([tmp_path / "two.rank0-of-2.jsonl"])) == 6
     assert any("ranks [1] not done" in m and "treebench merge" in m for m in caplog.messages)
+
+
+@pytest.mark.parametrize("timeout_s, missing", [(3600.0, [1]), (MAX_WAIT_S + 1, []), (1e308, [])])
+def test_rank_0_waits_without_limit_for_a_merge_timeout_past_the_longest_wait(timeout_s, missing, tmp_path,
+                                                                              monkeypatch):
+    """--merge-timeout past MAX_WAIT_S is no limit, as --case-timeout: rank 0 waits for a rank done after more
+    than a day of polls (a clock that jumps 10^7 s a poll), where an hour's limit gives up on it."""
+    out, polls = tmp_path / "two.jsonl", []
+    shard.mark_done(out, Rank(0, 2, 0), "launch-1", 6)
+
+    def sleep(_):
+        polls.append(1)
+        if len(polls) == 3:
+            shard.mark_done(out, Rank(1, 2, 1), "launch-1", 6)
+    monkeypatch.setattr(shard, "time", SimpleNamespace(monotonic=lambda: 1e7 * len(polls), sleep=sleep))
+    assert shard.wait_for_ranks(out, 2, "launch-1", timeout_s) == missing
 
 
 def test_a_stale_done_marker_of_another_launch_is_not_taken_for_this_one(suite, tmp_path, monkeypatch):

@@ -6,6 +6,7 @@ import itertools
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -195,7 +196,8 @@ def test_step_us_parses(text, want):
     assert want.us(4, 10) == want.fixed_us + want.per_token_us * 40
 
 
-@pytest.mark.parametrize("text", ["", "abc", "2000+", "-5", "1+2+3*tokens", "2*tokenz", "nan", "inf"])
+@pytest.mark.parametrize("text", ["", "abc", "2000+", "-5", "1+2+3*tokens", "2*tokenz", "nan", "inf", "1e400",
+                                  "1e308+1e308", "1e308*tokens+tokens*1e308"])
 def test_step_us_bad(text):
     with pytest.raises(ConfigError, match="--step-us") as e:
         parse_step_us(text)
@@ -223,6 +225,22 @@ def test_plan_finds_the_known_best():
     assert with_step["steep"].best.size == 16                       # a big fixed step makes length pay
     text = format_table(list(verdicts.values()))
     assert "flat" in text and "best T" in text
+
+
+@pytest.mark.parametrize("text, where", [
+    ("1e308+1e308*tokens", "at B 4, T 1 (4 tokens)"),
+    ("1.7e308*tokens", "at B 4, T 1 (4 tokens)"),
+    ("4.5e307*tokens", "at B 4, T 1 (4 tokens)"),   # finite up to 3 tokens
+])
+def test_a_step_cost_not_finite_where_it_is_applied_is_refused(text, where):
+    """A step cost finite as written but not at a curve's B and T would make every rate 0 tok/ms."""
+    step = parse_step_us(text)
+    for build in (lambda: plan(verify_curves(_plan_rows()), CHAIN9, step),
+                  lambda: speculation_section(_plan_rows(), WIDE, step)):
+        with pytest.raises(ConfigError, match=re.escape(f"--step-us {step}: {where} the step takes more")) as e:
+            build()
+        assert "\n" not in str(e.value)
+    assert plan(verify_curves(_plan_rows()), CHAIN9, parse_step_us("1e300*tokens"))[0].best.tokens_per_ms(4) > 0
 
 
 def test_speculation_section_renders():
@@ -267,6 +285,12 @@ def test_cli_bad_acceptance_file_exit_2_one_line(tmp_path):
     (["tree-search", "--acceptance", "{good}", "--max-nodes", "4", "--suite-out", "{tmp}/s.toml", "--context-lens",
       "0,x"], "argument --context-lens: '0,x' is not a comma-separated list of integers >= 0"),
     (["plan", "--results", "{rows}", "--acceptance", "{good}", "--step-us", "fast"], "--step-us"),
+    (["plan", "--results", "{rows}", "--acceptance", "{good}", "--step-us", "1e308+1e308*tokens"],
+     "--step-us 1e+308+1e+308*tokens: at B 4, T 1 (4 tokens) the step takes more µs than a float holds"),
+    (["plan", "--results", "{rows}", "--acceptance", "{good}", "--step-us", "1e308+1e308"],
+     "--step-us '1e308+1e308': its terms add up to more µs than a float holds"),
+    (["report", "{rows}", "-o", "{tmp}/r.html", "--acceptance", "{good}", "--step-us", "1e308+1e308*tokens"],
+     "--step-us 1e+308+1e+308*tokens: at B 4, T 1 (4 tokens)"),
     (["plan", "--results", "{rows}", "--acceptance", "{good}", "--backends", "nope"], "--backends nope"),
     (["plan", "--results", "{rows}", "--acceptance", "{good}", "--backends", "flat,,flat"],
      "--backends: empty name between commas in 'flat,,flat'"),
@@ -280,6 +304,7 @@ def test_cli_bad_input_in_process(tmp_path, capsys, argv, words):
     assert main([a.format(**paths) for a in argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and words in err
+    assert not (tmp_path / "r.html").exists()
 
 
 def test_cli_tree_search_output_parses_back_and_suite_loads(tmp_path):

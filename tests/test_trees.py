@@ -125,7 +125,7 @@ def test_leaves_and_paths_are_consistent(parents):
 
 
 @FAST
-@given(st.integers(0, 60), st.integers(-(2**31), 2**31))
+@given(st.integers(0, 60), st.integers(0, 2**64))
 def test_random_is_deterministic_canonical_and_sized(n, seed):
     tree = parse_tree(f"random:{n}:{seed}")
     assert tree == parse_tree(f"random:{n}:{seed}")
@@ -274,6 +274,8 @@ def test_max_nodes_is_accepted():
         ("random:5", "write random:N:SEED"),
         ("random:-1:0", "random N must be >= 0"),
         ("random:3:x", "random SEED must be an integer"),
+        ("random:8:-1", "random SEED must be >= 0, got -1"),   # random.Random(-1) would draw random:8:1's tree
+        ("random:37:-232", "random SEED must be >= 0, got -232"),
         # no spaces inside a generator spec, digits in ASCII only
         ("chain: 3", "a generator spec has no spaces; write chain:3"),
         ("chain :3", "a generator spec has no spaces; write chain:3"),

@@ -9,7 +9,6 @@ Bad input raises ConfigError (main() prints it as one line, exit 2).
 from __future__ import annotations
 
 import argparse
-import logging
 import math
 import os
 import statistics
@@ -23,12 +22,11 @@ from rich.table import Table
 from rich.text import Text
 
 from treebench.harness.errors import ConfigError
+from treebench.harness.run.config import MAX_WAIT_S
 from treebench.harness.run.progress import plural
 from treebench.harness.store.names import check_path_name
 from treebench.harness.store.rows import new_run_id, timing_label
 from treebench.harness.timing.modes import MODES
-
-log = logging.getLogger(__name__)
 
 OFF_TERMINAL_WIDTH = 100_000      # columns of a console that is not a terminal: lines are never wrapped
 WRITE_CHUNK = 1 << 16   # characters per write to stdout: one pipe buffer
@@ -112,7 +110,7 @@ class Command(NamedTuple):
 
 
 def positive_seconds(text: str) -> float:
-    """argparse type: a finite number of seconds > 0."""
+    """argparse type: a finite number of seconds > 0; one past MAX_WAIT_S is kept, and read as no limit."""
     try:
         v = float(text)
     except ValueError:
@@ -140,7 +138,8 @@ def add_sweep_options(p, timed: bool = True) -> None:
                    help="run each case x backend in a worker subprocess: a crash, hang or lost CUDA context "
                         "becomes an error row and a fresh worker runs the next case")
     p.add_argument("--case-timeout", type=positive_seconds, default=None, metavar="SECONDS",
-                   help="per case x backend time limit under --isolate (implies it); a hung worker is killed")
+                   help="per case x backend time limit under --isolate (implies it); a hung worker is killed; "
+                        f"past {MAX_WAIT_S:.0f} s (24.8 days): no limit")
     p.add_argument("--determinism", action="store_true",
                    help=("call each prepared callable twice and compare bitwise; nondeterministic rows exit 1"
                          if timed else "exit 1 also on a backend declaring deterministic = False whose calls "
@@ -156,7 +155,8 @@ def add_sweep_options(p, timed: bool = True) -> None:
                         "merge the files with `treebench merge`")
     p.add_argument("--merge-timeout", type=positive_seconds, default=None, metavar="SECONDS",
                    help="under torchrun" + (" (--gpus N, N >= 2)" if timed else "") + ": how long rank 0 waits "
-                        "for the other ranks before giving up the merge (default 24 h); refused elsewhere")
+                        f"for the other ranks before giving up the merge (default 24 h; past {MAX_WAIT_S:.0f} s: no "
+                        "limit); refused elsewhere")
     p.add_argument("--dry-run", action="store_true", help="count the pairs this invocation would run, run nothing")
     p.add_argument("--allow-skip", action="store_true",
                    help=f"exit 0 even when no pair ran (every row skipped: backend unavailable here, case "

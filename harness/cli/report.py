@@ -60,7 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="an acceptance model (TOML/JSON): adds a speculation section, expected accepted tokens "
                              "against verify time per backend and the best tree per (B, L) (see `treebench plan`)")
     parser.add_argument("--step-us", default=None, metavar="US",
-                        help="with --acceptance: the rest of the step in µs, 2000 or a+b*tokens (default 0)")
+                        help="with --acceptance: the rest of the step in µs, 2000 or a+b*tokens (default 0); refused "
+                             "where, with the verify µs, it is not a finite number at some B and T")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -186,7 +186,8 @@ def add_plan_arguments(p) -> None:
     p.add_argument("--results", nargs="+", required=True, metavar="FILE", help="result JSONL files or folders")
     p.add_argument("--acceptance", required=True, metavar="FILE", help="acceptance model TOML/JSON")
     p.add_argument("--step-us", default="0", metavar="US",
-                   help="rest of the step in µs: 2000, or a+b*tokens such as 2000+0.5*tokens (tokens = B*T); default 0")
+                   help="rest of the step in µs: 2000, or a+b*tokens such as 2000+0.5*tokens (tokens = B*T); default 0; "
+                        "refused where, with the verify µs, it is not a finite number at some B and T")
     p.add_argument("--backends", default=None, metavar="A,B", help="only these backends (default: all in the results)")
     p.add_argument("--max-depth", type=int, default=None, metavar="D", help="deepest draft token allowed")
 

@@ -7,7 +7,7 @@ Formats read by ``parse_tree`` (every format ends in the same canonical form):
 - ``parents:-1,0,0,1``: parent of each node, each parent before its children,
   siblings ranked in order of appearance; re-ordered canonically if needed;
 - generators: ``chain:N``, ``full:BRANCHING:DEPTH``, ``levels:4,2,1``,
-  ``random:N:SEED``;
+  ``random:N:SEED`` (SEED an integer >= 0, of any size);
 - named published trees (``treebench.harness.model.named_trees``), e.g. ``eagle:mc_sim_7b_63``.
 
 A generator spec has no spaces inside and its integers are ASCII digits (`chain: 3` and `chain:３` are
@@ -104,11 +104,12 @@ def _gen_levels(rest: str, spec: str) -> TokenTree:
 
 
 def _gen_random(rest: str, spec: str) -> TokenTree:
-    """N draft nodes, each under a uniformly chosen earlier node, from random.Random(SEED)."""
+    """N draft nodes, each under a uniformly chosen earlier node, from random.Random(SEED); SEED >= 0, of any
+    size (random.Random would take -SEED for SEED: one tree under two specs, two case ids)."""
     n, seed = _args(rest, 2, "random:N:SEED, e.g. random:20:0", spec)
     count = _int_arg(n, "random N", 0, spec)
     check_size(count + 1, spec)
-    rng = random.Random(_int_arg(seed, "random SEED", None, spec))
+    rng = random.Random(_int_arg(seed, "random SEED", 0, spec))
     return from_parents([-1] + [rng.randrange(i) for i in range(1, count + 1)], spec)
 
 

@@ -1,7 +1,9 @@
 """The run request, `RunConfig`: how run_cases runs and where its rows go.
 
 It sits below the runner and the worker (treebench.harness.run.isolate), which
-both read it, and is validated once, when it is built.
+both read it, and is validated once, when it is built. Beside it, `wait_s`: a time
+limit (--case-timeout, --merge-timeout) as the timeout multiprocessing takes, no limit
+past MAX_WAIT_S, for the worker pool, the prober and rank 0's wait for the others.
 """
 
 from __future__ import annotations
@@ -13,6 +15,13 @@ from treebench.harness.errors import ConfigError
 from treebench.harness.timing.modes import MODES as TIMING_MODES
 
 MODES = ("run", "check")   # run: correctness then timing; check: correctness only
+MAX_WAIT_S = 2_147_483.0   # the longest timeout multiprocessing's wait() takes: poll()'s int32 ms (24.8 days)
+
+
+def wait_s(limit_s: float | None) -> float | None:
+    """`limit_s` as a timeout for multiprocessing.connection.wait: None (no limit) where it is None or
+    past MAX_WAIT_S, which poll() cannot take (OverflowError; ValueError for an infinity)."""
+    return None if limit_s is None or limit_s > MAX_WAIT_S else limit_s
 
 
 @dataclass(frozen=True)
@@ -41,7 +50,8 @@ class RunConfig:
     determinism: bool = False           # run the prepared callable twice and compare the outputs bitwise
     check_memory: bool = True           # skip a pair whose predicted device memory exceeds the free memory
     isolate: bool = False               # run every pair in a worker subprocess (treebench.harness.run.isolate)
-    case_timeout_s: float | None = None  # per-pair time limit in seconds (isolated runs only); None: no limit
+    case_timeout_s: float | None = None  # per-pair time limit in seconds (isolated runs only); None or past
+                                         # MAX_WAIT_S (`wait_s`): no limit
     skip: frozenset = frozenset()       # (case_id, backend) pairs not to run (already stored: --resume)
     check_axes: dict = field(default_factory=dict, hash=False)  # case_id -> {axis: value} of the default
     # check (treebench.harness.checking.default_check): each row's `check_axes`, its coverage table's source

@@ -15,9 +15,9 @@ Protocol (multiprocessing, spawn context, one duplex pipe per worker)::
       ...
       None ───────────────────────────────▶  exits
 
-The parent waits at most ``case_timeout_s`` for each row. A worker that does not
-answer in time is killed (SIGKILL) and the pair becomes an ``error`` row
-"timed out after Ns"; a worker that dies (os._exit, SIGSEGV, the OOM killer)
+The parent waits at most ``case_timeout_s`` for each row (None, or past config.MAX_WAIT_S: no
+limit). A worker that does not answer in time is killed (SIGKILL) and the pair becomes an
+``error`` row "timed out after Ns"; a worker that dies (os._exit, SIGSEGV, the OOM killer)
 becomes an error row naming its exit code or signal (read once it has exited, not
 SIGKILLed while it exits); either row's ``failed_step`` is the step the worker was in, read
 from the shared int (WORKER_TIMED_OUT or WORKER_DIED where its pair had entered none).
@@ -54,7 +54,7 @@ from treebench.harness.checking.default_check import FAILED_STEPS, WORKER_DIED, 
 from treebench.harness.model.cases import Case
 from treebench.harness.run.inflight import STEP_LISTENER
 from treebench.harness.run.pair import CaseData, base_row, error_reason, run_case_backend
-from treebench.harness.run.config import RunConfig
+from treebench.harness.run.config import RunConfig, wait_s
 from treebench.harness.run.loading import SPEC_ATTR
 
 log = logging.getLogger(__name__)
@@ -292,7 +292,7 @@ class WorkerPool:
         child.close()  # the parent keeps one end, so a dead worker reads as EOF
         self._proc, self._conn = proc, parent
         self.started += 1
-        if not wait([parent, proc.sentinel], self.start_timeout_s) or not parent.poll():
+        if not wait([parent, proc.sentinel], wait_s(self.start_timeout_s)) or not parent.poll():
             code = self._kill()
             raise WorkerStartError(f"the worker did not start ({describe_exit(code)})")
         try:
@@ -370,7 +370,7 @@ class WorkerPool:
     def _answer(self, name: str, case: Case, config: RunConfig) -> dict:
         """Waits for the row within the case time limit; turns a hang or a death into an error row."""
         assert self._conn is not None and self._proc is not None  # _send started a worker
-        ready = wait([self._conn, self._proc.sentinel], self.case_timeout_s)
+        ready = wait([self._conn, self._proc.sentinel], wait_s(self.case_timeout_s))
         if self._conn in ready:
             try:
                 _, row, lost = self._conn.recv()

@@ -110,7 +110,8 @@ def parse_step_us(text: str) -> StepCost:
     """Parses --step-us: "2000" (fixed µs), "2000+0.5*tokens", "0.5*tokens" (tokens = B * T).
 
     Raises:
-        ConfigError: anything else, or a number that is not finite.
+        ConfigError: anything else, or a number or a sum of two terms (1e308+1e308) that is not finite (a
+            cost finite here may not be at some B and T, 1e308*tokens at 2 tokens: the plan refuses it there).
     """
     hint = f"--step-us {text!r}: write µs per step, e.g. 2000, or a+b*tokens, e.g. 2000+0.5*tokens (tokens = B*T)"
     fixed, per_token = 0.0, 0.0
@@ -128,6 +129,9 @@ def parse_step_us(text: str) -> StepCost:
             per_token += value
         else:
             fixed += value
+    if not (math.isfinite(fixed) and math.isfinite(per_token)):
+        raise ConfigError(f"--step-us {text!r}: its terms add up to more µs than a float holds; "
+                          "give a smaller step time")
     return StepCost(fixed, per_token)
 
 

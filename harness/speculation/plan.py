@@ -17,9 +17,11 @@ B tokens per step). Only sizes inside the measured range are considered.
 from __future__ import annotations
 
 import html
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 
+from treebench.harness.errors import ConfigError
 from treebench.harness.speculation.acceptance import AcceptanceModel
 from treebench.harness.speculation.cost import CurveKey, StepCost, VerifyCurve
 from treebench.harness.speculation.expected import chain_expected
@@ -73,10 +75,21 @@ class Verdict:
 
 
 def _option(curve: VerifyCurve, step: StepCost, t: int, e: float, choices) -> Option | None:
+    """The Option of T = `t` on `curve`; None where T was not measured (nor lies between measured sizes).
+
+    Raises:
+        ConfigError: a step cost that, with the verify time, is not a finite number of µs at this B and T
+            (--step-us 1e308*tokens at B * T = 2): every rate would read 0 tokens per ms.
+    """
     us, _ = curve.lookup(t)
     if us is None:
         return None
-    return Option(t, e, us, step.us(curve.key.batch_size, t), tuple(choices), measured=t in curve.sizes)
+    b = curve.key.batch_size
+    step_us = step.us(b, t)
+    if not math.isfinite(us + step_us):
+        raise ConfigError(f"--step-us {step}: at B {b}, T {t} ({b * t} tokens) the step takes more µs than a float "
+                          "holds; give a smaller step time")
+    return Option(t, e, us, step_us, tuple(choices), measured=t in curve.sizes)
 
 
 def _best(options: list[Option | None], b: int) -> Option | None:
@@ -86,7 +99,11 @@ def _best(options: list[Option | None], b: int) -> Option | None:
 
 def verdict(curve: VerifyCurve, model: AcceptanceModel, trees: dict[int, SearchedTree], step: StepCost,
             max_depth: int | None = None) -> Verdict:
-    """The verdict for one curve, from the searched trees (``search_trees``) of the model."""
+    """The verdict for one curve, from the searched trees (``search_trees``) of the model.
+
+    Raises:
+        ConfigError: a step cost not finite at the curve's B and a T it considers (`_option`).
+    """
     b, sizes = curve.key.batch_size, curve.sizes
     span = range(max(1, sizes[0]), min(sizes[-1], MAX_SEARCH_NODES) + 1)
     best = _best([_option(curve, step, t, trees[t].expected, trees[t].choices) for t in span if t in trees], b)
@@ -107,6 +124,9 @@ def plan(curves: dict[CurveKey, VerifyCurve], model: AcceptanceModel, step: Step
         model: the acceptance model.
         step: the rest of the step; None = 0 µs.
         max_depth: deepest draft token allowed in trees and chains, None for no limit.
+
+    Raises:
+        ConfigError: a step cost not finite at some curve's B and a T it considers (`_option`).
     """
     step = step or StepCost()
     top = min(MAX_SEARCH_NODES, max((c.sizes[-1] for c in curves.values()), default=1))
@@ -207,6 +227,9 @@ def speculation_section(rows: list[dict], model: AcceptanceModel, step: StepCost
 
     Returns:
         A <section> element; says so in a paragraph when no row is usable.
+
+    Raises:
+        ConfigError: a step cost not finite at some curve's B and a T it considers (`_option`).
     """
     from treebench.harness.speculation.cost import verify_curves
 

@@ -20,9 +20,10 @@ Protocol (multiprocessing, spawn context, as treebench.harness.run.isolate's wor
       ...                                      exits after the last
 
 A prober that dies (a signal, an exit) or stays silent past the time limit (START_TIMEOUT_S for its
-start, then --case-timeout, else START_TIMEOUT_S, per spec) is blamed on the spec it was loading,
-with the last line it wrote; a fresh prober loads the specs after that one. A spec whose loading
-raised (a missing file, no backend class) is loaded again here, where that is bad input (exit 2).
+start, then --case-timeout, none where that is past run.config.MAX_WAIT_S, else START_TIMEOUT_S, per
+spec) is blamed on the spec it was loading, with the last line it wrote; a fresh prober loads the
+specs after that one. A spec whose loading raised (a missing file, no backend class) is loaded again
+here, where that is bad input (exit 2).
 
 Outside --isolate, a backend whose loading calls os._exit or sys.exit is bad input
 (`loading._as_its_own_program`), and one that crashes this process gets a line naming it and
@@ -42,6 +43,7 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
+from treebench.harness.run.config import wait_s
 from treebench.harness.run.isolate import CLOSE_TIMEOUT_S, START_TIMEOUT_S, describe_exit, die_with_parent
 from treebench.harness.run.loading import (ExitAtLoad, from_user_code, load_backend, load_one, registered_backends,
                                            resolve_backends)
@@ -126,7 +128,7 @@ def _probe_some(specs: list[str], case_timeout_s: float | None, output: Path,
         parent.recv()
         for i, spec in enumerate(specs):
             limit = case_timeout_s or START_TIMEOUT_S
-            ready = wait([parent, proc.sentinel], limit)
+            ready = wait([parent, proc.sentinel], wait_s(limit))   # past MAX_WAIT_S: no limit
             with contextlib.suppress(EOFError, OSError):
                 if parent in ready:
                     _, _, reason = parent.recv()

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from treebench.harness.errors import ConfigError
+from treebench.harness.run.config import wait_s
 from treebench.harness.store.merge import merge_results
 from treebench.harness.store.rows import check_run_id, new_run_id
 
@@ -199,11 +200,13 @@ def _is_done(path: Path, run_id: str | None) -> bool:
 
 
 def wait_for_ranks(out: Path, world: int, run_id: str | None, timeout_s: float) -> list[int]:
-    """Waits until every rank of `world` has its done marker; returns the ranks still missing at the timeout."""
-    deadline = time.monotonic() + timeout_s
+    """Waits until every rank of `world` has its done marker; returns the ranks still missing at the timeout
+    (`timeout_s` past run.config.MAX_WAIT_S, as --case-timeout: no limit, it waits for them all)."""
+    limit = wait_s(timeout_s)
+    deadline = None if limit is None else time.monotonic() + limit
     while True:
         missing = [r for r in range(world) if not _is_done(done_path(out, Rank(r, world, r)), run_id)]
-        if not missing or time.monotonic() >= deadline:
+        if not missing or deadline is not None and time.monotonic() >= deadline:
             return missing
         time.sleep(POLL_S)
 
