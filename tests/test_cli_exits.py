@@ -364,6 +364,58 @@ def test_a_reader_that_leaves_mid_output_gives_141(tmp_path, spec):
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
 
 
+@pytest.mark.parametrize("argv", [("run", "--suite", "{tiny}", "--backends", "reference", "--out", "{out}", "--quiet"),
+                                  ("check", "--suite", "{tiny}", "--backend", "reference", "--out", "{out}", "--quiet"),
+                                  ("list",), ("tree", "full:2:2"), ("--version",), ("--help",), ("tree", "--help")])
+def test_a_stdout_that_cannot_be_written_is_named_as_such(tiny, tmp_path, argv):
+    """`> /dev/full`: one line naming standard output (not the results file, not "a file"), exit 2, as any
+    failed write; a run or check whose rows are all in --out says so, with no --resume to suggest."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    out = tmp_path / "d" / "r.jsonl"
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "treebench", *(a.format(tiny=tiny, out=out) for a in argv)],
+                              cwd=tmp_path, env=env(), stdout=full, stderr=subprocess.PIPE, text=True, timeout=300,
+                              check=False)
+    said = f"treebench: error: could not write standard output: {os.strerror(28)}"
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    if argv[0] in ("run", "check"):
+        run_id = read_rows([out])[0]["run_id"]
+        assert len(read_rows([out])) == 2 and proc.stderr.startswith(
+            f"{said}; every row of this {argv[0]} is in {out}, run_id {run_id}: the results file is complete, only "
+            "what was printed is lost"), proc.stderr
+        assert "--resume" not in proc.stderr
+    else:
+        assert proc.stderr == said + "\n"
+
+
+@pytest.mark.parametrize("errno_name", ["ENOSPC", "EIO"])
+def test_a_failed_write_to_stdout_is_told_from_a_failed_write_to_a_file(monkeypatch, capsys, errno_name):
+    """In the process: a stdout whose writes fail (a full disk under a redirect, an I/O error), through
+    every way the commands print (a rich table, `emit`, the last flush, argparse's --help)."""
+    import errno
+
+    from treebench.harness.cli.main import main
+
+    code = getattr(errno, errno_name)
+
+    class Failing:
+        def write(self, text):
+            raise OSError(code, os.strerror(code))
+
+        def flush(self):
+            pass
+
+        def isatty(self):
+            return False
+
+    for argv in (["list"], ["tree", "chain:2"], ["tree", "--help"], ["--help"]):
+        monkeypatch.setattr(sys, "stdout", Failing())
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err == f"treebench: error: could not write standard output: {os.strerror(code)}\n", (argv, err)
+
+
 def test_plain_console_writes_in_pieces_that_see_a_closed_reader(monkeypatch):
     """A rich table printed through `PlainConsole` reaches the stream in pieces of at most
     WRITE_CHUNK characters, each flushed, so a closed pipe raises on the next piece."""

@@ -176,16 +176,21 @@ def test_rows_missing_fields_are_one_line(tmp_path, capsys, row, field, command)
                                  "writes it, such as 2026-01-31T23:04:02.725+00:00"),
     ({"timestamp": "2026-02-30T10:00:00+00:00"}, "field 'timestamp' is \"2026-02-30T10:00:00+00:00\""),
     ({"timestamp": "2026-01-31T10:00:00+02:00"}, "field 'timestamp' is \"2026-01-31T10:00:00+02:00\""),
-    ({"timestamp": 1767225600}, "field 'timestamp' is a number, expected a UTC time in ISO 8601")])
-@pytest.mark.parametrize("command", ["gate", "report", "merge"])
-def test_gate_and_merge_refuse_the_rows_report_refuses(tmp_path, capsys, change, said, command):
+    ({"timestamp": 1767225600}, "field 'timestamp' is a number, expected a UTC time in ISO 8601"),
+    ({"samples_us": [100.0, float("nan")]}, "field 'samples_us' holds a value that is not a finite number >= 0")])
+@pytest.mark.parametrize("command", ["gate", "report", "merge", "plan"])
+def test_gate_merge_and_plan_refuse_the_rows_report_refuses(tmp_path, capsys, change, said, command):
     """A row report refuses (a case axis mistyped or absent, an env null, which would leave the row
-    out of the gate's env check) is refused by gate and merge in the same line: exit 2, no PASS."""
+    out of the gate's env check, a NaN sample) is refused by gate, merge and plan in the same line:
+    exit 2, no PASS, no plan."""
+    from treebench.harness.speculation.acceptance import shipped_models
+
     good = _write(tmp_path / "good.jsonl", [_row("c1", env="e1")])
     bad = _write(tmp_path / "m.jsonl", [_row("c1", env="e1"), {**_row("c2", env="e1"), **change}])
     argv = {"gate": ["gate", "--baseline", str(good), "--candidate", str(bad), "--allow-env-mismatch"],
             "report": ["report", str(bad), "-o", str(tmp_path / "r.html")],
-            "merge": ["merge", str(tmp_path / "out.jsonl"), str(bad)]}[command]
+            "merge": ["merge", str(tmp_path / "out.jsonl"), str(bad)],
+            "plan": ["plan", "--results", str(bad), "--acceptance", str(shipped_models()[0])]}[command]
     rc, out, err = _main(capsys, *argv)
     assert rc == 2 and out == "" and err.count("\n") == 1, err
     assert f"{bad}:2: {said}" in err and "edit or delete that line" in err, err

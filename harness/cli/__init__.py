@@ -8,12 +8,17 @@ documented to accumulate say so with `action="append"` or `"extend"` (`rm --back
 every subcommand: an abbreviation (`--sui` for `--suite`) is refused in one line naming the option
 it may stand for (argparse would take an unambiguous prefix, which `run --gpus` would pass on to
 its ranks, and which `spelling_used` could not name).
+
+Also here, as light as the parsers: `StdoutError`, what a failed write to standard output becomes
+(`stdout_errors`), so that main() names standard output and not a file treebench writes.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from collections.abc import Iterator
 
 from treebench.harness.errors import ConfigError
 
@@ -21,6 +26,24 @@ PROG = "treebench"
 TOP_OPTIONS = ("-h", "--help", "--version")   # the only options before the command
 HELP_OPTIONS = ("-h", "--help")   # `treebench COMMAND --help` prints the usage without loading torch
 VALUE_OPTIONS_DASHED = ("--shard", "--threshold")  # values that may start with "-": --shard -1/2, gate --threshold -5% get a clear error
+
+
+class StdoutError(OSError):
+    """Standard output could not be written (`> /dev/full`, a full disk under a redirect, an I/O
+    error), as OSError(errno, strerror): main() says so in one line naming standard output, exit 2.
+    A pipe whose reader left stays a BrokenPipeError (main() keeps its own exit code for it)."""
+
+
+@contextlib.contextmanager
+def stdout_errors(stream=None) -> Iterator[None]:
+    """Raises an OSError of the block again as StdoutError when `stream` (default: sys.stdout) is
+    standard output; a BrokenPipeError, and any error of another stream (stderr), pass as they are."""
+    try:
+        yield
+    except OSError as e:
+        if isinstance(e, (BrokenPipeError, StdoutError)) or (stream is not None and stream is not sys.stdout):
+            raise
+        raise StdoutError(e.errno, e.strerror) from e
 
 
 class _Once(argparse.Action):
@@ -93,6 +116,14 @@ class Parser(argparse.ArgumentParser):
                     and (meant := sorted(o for o in spelled if o.startswith(name))):
                 raise ConfigError(f"{_where(self)}{name} is abbreviated; spell the option out: "
                                   f"{' or '.join(meant)} (options are never abbreviated; see {self.prog} --help)")
+
+    def print_help(self, file=None) -> None:
+        """argparse's, written and flushed at once, a failed write raised (`stdout_errors`): argparse drops
+        an OSError of its own write, so `--help > /dev/full` would print nothing and exit 0."""
+        stream = sys.stdout if file is None else file
+        with stdout_errors(stream):
+            stream.write(self.format_help())
+            stream.flush()
 
     def error(self, message: str):  # type: ignore[override]
         """argparse's error (a missing required option, a bad value, ...) as one ConfigError line. An

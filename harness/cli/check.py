@@ -18,6 +18,7 @@ from treebench.harness.cli.common import (
     check_suite_arg,
     claim_results,
     dry_run_code,
+    emit,
     exit_code,
     spelling_used,
     nonempty,
@@ -175,5 +176,4 @@ def _print_coverage(rows: list[dict], planned: dict, shard: str | None = None) -
     if shard and lines:
         lines.insert(0, f"--shard {shard}: the coverage of this shard's {plural(len(rows), 'case')} alone, on the "
                         "axes they vary; `treebench report` of the shards' merged --out files covers the whole check")
-    for line in lines:
-        print(line)
+    emit("".join(f"{line}\n" for line in lines))

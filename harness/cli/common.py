@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from treebench.harness.cli import stdout_errors
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.config import MAX_WAIT_S
 from treebench.harness.run.progress import plural
@@ -33,14 +34,15 @@ WRITE_CHUNK = 1 << 16   # characters per write to stdout: one pipe buffer
 
 
 def emit(text: str, stream=None) -> None:
-    """Writes `text` to stdout (or `stream`) in WRITE_CHUNK pieces, each flushed. A pipe whose
-    reader leaves mid-output (`treebench tree random:1000:1 | head -1`) then raises
-    BrokenPipeError: one large write comes back short without an error, and Python's buffer
-    drops the rest silently, so the command would exit 0 (CPython 3.11, Linux)."""
+    """Writes `text` to stdout (or `stream`) in WRITE_CHUNK pieces, each flushed. A pipe whose reader
+    leaves mid-output (`treebench tree random:1000:1 | head -1`) then raises BrokenPipeError: one large
+    write comes back short without an error, and Python's buffer drops the rest silently, so the command
+    would exit 0 (CPython 3.11, Linux). Any other failed write to stdout is StdoutError (`stdout_errors`)."""
     stream = sys.stdout if stream is None else stream
-    for i in range(0, len(text), WRITE_CHUNK):
-        stream.write(text[i:i + WRITE_CHUNK])
-        stream.flush()
+    with stdout_errors(stream):
+        for i in range(0, len(text), WRITE_CHUNK):
+            stream.write(text[i:i + WRITE_CHUNK])
+            stream.flush()
 
 
 class _ChunkedFile:
@@ -58,9 +60,8 @@ class _ChunkedFile:
 
 
 class PlainConsole(Console):
-    """A rich console that prints what it is given: no emoji codes (a case id's `:100:` stays
-    text); its output is written in pieces (`emit`), and a closed stdout raises
-    BrokenPipeError (main() keeps the exit code the rows gave) instead of rich's exit 1."""
+    """A rich console that prints what it is given: no emoji codes (a case id's `:100:` stays text); its output
+    is written in pieces (`emit`); a closed stdout raises BrokenPipeError (main() keeps the rows' exit code)."""
 
     @property
     def file(self):
@@ -380,8 +381,7 @@ def _timer_lines(rows: list[dict]) -> list[str]:
 
 
 def print_summary(rows: list[dict], title: str, max_lines: int = 20) -> None:
-    """Prints the summary table, the timers with their L2 state, then one line per failed row
-    (at most `max_lines`)."""
+    """Prints the summary table, the timers with their L2 state, then one line per failed row (at most `max_lines`)."""
     out = console()
     out.print(_summary_table(rows, title))
     for line in _timer_lines(rows):

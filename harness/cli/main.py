@@ -38,7 +38,8 @@ import signal
 import sys
 from pathlib import Path
 
-from treebench.harness.cli import HELP_OPTIONS, PROG, TOP_OPTIONS, Parser, asks_help, join_option_values
+from treebench.harness.cli import (HELP_OPTIONS, PROG, TOP_OPTIONS, Parser, StdoutError, asks_help,
+                                   join_option_values, stdout_errors)
 from treebench.harness.errors import ConfigError, ResultsWriteError
 
 FULL_DISK = (errno.ENOSPC, errno.EDQUOT)   # a write that found no space: one line, exit 2
@@ -96,7 +97,9 @@ class _Version(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         from treebench.harness.store.env import version_line
 
-        sys.stdout.write(version_line() + "\n")
+        with stdout_errors():   # `--version > /dev/full`: one line naming standard output, exit 2
+            sys.stdout.write(version_line() + "\n")
+            sys.stdout.flush()
         raise SystemExit(OK)
 
 
@@ -188,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `treebench` console script; returns the exit code.
 
     Any ConfigError (bad input), a write that finds the disk full, any failed append of rows (ResultsWriteError),
+    a failed write to standard output (StdoutError: `> /dev/full`; the line names standard output, `_stdout_failed`),
     and a path too long or a link loop no check found (`names.os_error_problem`), is one line on stderr and exit 2.
     Ctrl-C and SIGTERM end with one line (the --resume hint when rows were being written), exit 130 / 143, also
     after a SIGTERM whose raise was lost (`inflight.stops_raised`); a SIGTERM before the command begins or after it
@@ -222,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
             name, args = _parse(argv)
             _setup_logging(getattr(args, "quiet", False))
             code = int(command(name).run(args))
-            sys.stdout.flush()   # what is still buffered: a reader gone by now is a closed stdout too
+            with stdout_errors():
+                sys.stdout.flush()   # what is still buffered: a reader gone by now is a closed stdout too
         return code
     except ConfigError as e:
         sys.stderr.write(f"{PROG}: error: {one_line(str(e))}\n")
@@ -237,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         from treebench.harness.store.names import os_error_problem   # a path's name the checks before missed
 
+        if isinstance(e, StdoutError):
+            return _stdout_failed(e, name)
         if e.errno in FULL_DISK or isinstance(e, ResultsWriteError):
             return _not_written(e)
         if (problem := os_error_problem(e)) is None:
@@ -322,15 +329,37 @@ def _interrupted(terminated: bool, name: str | None) -> int:
     return TERMINATED if terminated else INTERRUPTED
 
 
-def _not_written(e: OSError) -> int:
+def _stdout_failed(e: OSError, name: str | None) -> int:
+    """The one line when standard output cannot be written (StdoutError: `> /dev/full`, a full disk under a
+    redirect, EIO), exit 2 as any failed write: it names standard output and the error. A run or check --out
+    that got past its sweep (OUTCOME decided) has every row in its results file, so the line says so and no
+    --resume; the files a command writes are named as written or not (`outputs_note`: a report, rm's rewrite).
+    A sweep it stopped part-way is said as any failed write is (`_not_written`). What is left of stdout's
+    buffer goes to /dev/null, so Python's flush at exit neither fails again nor prints."""
+    from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID, OUTCOME
+    from treebench.harness.store.outputs import outputs_note
+
+    _stdout_to_devnull()
+    out, run_id = ACTIVE_OUT[0], ACTIVE_RUN_ID[0]
+    if out is not None and OUTCOME[0] is None:
+        return _not_written(e, "standard output")
+    rows = "" if out is None else (f"; every row of this {name} is in {out}{f', run_id {run_id}' if run_id else ''}: "
+                                   "the results file is complete, only what was printed is lost")
+    with contextlib.suppress(OSError):
+        sys.stderr.write(f"{PROG}: error: could not write standard output: {e.strerror or e}{rows}{outputs_note()}\n")
+    return BAD_INPUT
+
+
+def _not_written(e: OSError, what: str | None = None) -> int:
     """The one line when a write finds no space (ENOSPC, EDQUOT: free space) or rows fail to append (ResultsWriteError:
-    EIO, EROFS, ...): the file, the error, that the rows before are kept (the failed row is cut off: store.rows), from
-    a run or check --out with their run_id, --resume and `treebench rm`; before its first row, what became of --out."""
+    EIO, EROFS, ...): the file (`what`, else the error's, else --out), the error, that the rows before are kept (the
+    failed row is cut off: store.rows), from a run or check --out with their run_id, --resume and `treebench rm`;
+    before its first row, what became of --out."""
     from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID
     from treebench.harness.run.inflight import PROGRESS, kept_rows  # PROGRESS: (rows written, pairs) of the run
     from treebench.harness.store.outputs import ENV_NOTE
 
-    out, removed, what = ACTIVE_OUT[0], _drop_unwritten_out(), e.filename or ACTIVE_OUT[0] or "a file"
+    out, removed, what = ACTIVE_OUT[0], _drop_unwritten_out(), what or e.filename or ACTIVE_OUT[0] or "a file"
     what = out if out is not None and what == str(out.absolute()) else what   # --out named as given
     then = "free space, then run" if e.errno in FULL_DISK else f"once {what} can be written, run"
     where = ("; what was written before is kept" if out is None else

@@ -23,6 +23,7 @@ from treebench.harness.analyze.gate_inputs import (REPORT, env_differences, env_
                                                    refuse_env_differences, refuse_missing_env, refuse_no_rows,
                                                    refuse_shared_files, refuse_shared_runs, warn_rows_without_env)
 from treebench.harness.analyze.roles import DEFAULT_BASELINES, DEFAULT_OWN, OWN_KERNELS
+from treebench.harness.cli import stdout_errors
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.inflight import interrupts_noted
 from treebench.harness.store.outputs import will_write
@@ -79,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
         path, warnings = _write(args)
     for text in warnings:   # also on the page; a gap must not pass unseen
         log.warning("%s", text)
-    sys.stdout.write(f"{path}\n")  # the command's output: where the report is
+    with stdout_errors():
+        sys.stdout.write(f"{path}\n")  # the command's output: where the report is
     return 0
 
 

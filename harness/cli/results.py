@@ -10,6 +10,7 @@ from pathlib import Path
 from treebench.harness.cli.common import Command, console, plural
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.names import NAME_ROOM, check_path_name
+from treebench.harness.store.rows import reading
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +94,8 @@ def run_rm(args) -> int:
     Raises:
         ConfigError: no filter (rm never empties a file by default), an empty value or one given
             twice, a value that names no row or none the other options select, options no row
-            matches together (nothing is removed then), a missing file or one named as the file
-            system refuses (`names.check_path_name`), a file a run is writing.
+            matches together (nothing is removed then), a missing file, one that cannot be read, or one
+            named as the file system refuses (`names.check_path_name`), a file a run is writing.
     """
     filters = {"--run-id": args.run_ids, "--backend": args.backends, "--env": args.env_ids}
     if not any(filters.values()):
@@ -107,10 +108,11 @@ def run_rm(args) -> int:
         if twice is not None:   # as every other list of names refuses it (common.comma_list)
             raise ConfigError(f"rm: {option} {twice!r} given twice; give each value once")
     path = check_path_name(args.results, "rm", NAME_ROOM)   # rm rewrites it: a temporary file beside it
-    if path.is_dir():
-        raise ConfigError(f"rm {path}: is a directory; give the results .jsonl file to remove rows from")
-    if not path.is_file():
-        raise ConfigError(f"rm {path}: no such results file")
+    with reading(path, "rm"):   # a folder on its way that cannot be searched
+        if path.is_dir():
+            raise ConfigError(f"rm {path}: is a directory; give the results .jsonl file to remove rows from")
+        if not path.is_file():
+            raise ConfigError(f"rm {path}: no such results file")
     from treebench.harness.store.lock import hold
     from treebench.harness.store.outputs import will_write
     from treebench.harness.store.remove import describe, remove_rows

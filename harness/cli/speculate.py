@@ -194,25 +194,24 @@ def add_plan_arguments(p) -> None:
 
 def run_plan(args) -> int:
     """Prints the verdict table (``treebench.harness.speculation.plan``) and the best trees' choices lists;
-    warns of a results file a run is still writing (`validate.warn_live_writers`).
+    reads --results as gate and report do (`cost.load_curves`: rows validated, a warning for a results file
+    a run is still writing).
 
     Raises:
-        ConfigError: bad --step-us, acceptance file or results, or a --backends that names nothing, names
-            one twice or one not in the results.
+        ConfigError: bad --step-us, acceptance file or results (a row gate and report refuse included), or a
+            --backends that names nothing, names one twice or one not in the results.
     """
     from treebench.harness.speculation.acceptance import load_model
     from treebench.harness.speculation.commands import only_backends
     from treebench.harness.speculation.cost import load_curves, parse_step_us
     from treebench.harness.speculation.plan import format_table, plan
     from treebench.harness.speculation.search import choices_text
-    from treebench.harness.store.validate import warn_live_writers
 
     step = parse_step_us(args.step_us)
     model = load_model(args.acceptance)
     if args.max_depth is not None and args.max_depth < 1:
         raise ConfigError(f"--max-depth {args.max_depth}: give a depth >= 1")
-    curves = load_curves(args.results)
-    warn_live_writers(args.results, "plan")
+    curves = load_curves(args.results, "plan")   # validated as gate and report read them; warns of live writers
     if args.backends is not None:
         names = comma_list(args.backends, "--backends")
         if not names:

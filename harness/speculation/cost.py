@@ -1,6 +1,6 @@
 """Verify cost from measured result rows, and the rest of the model's step.
 
-``verify_curves`` turns stored result rows (``treebench.harness.store.rows.read_rows``) into,
+``verify_curves`` turns stored result rows (``load_curves`` reads them as the gate does) into,
 for each backend, B, L and the other case axes, the tree-attention time
 median_us as a function of T. Only rows with status "pass", one fixed context
 length (no ``ragged:``) and one tree for every request (tree_per_request
@@ -24,7 +24,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from treebench.harness.errors import ConfigError
-from treebench.harness.store.rows import read_rows, timing_label
+from treebench.harness.store.rows import timing_label
+from treebench.harness.store.validate import read_checked_rows
 from treebench.harness.model.tree_specs import parse_tree
 
 __all__ = ["CurveKey", "VerifyCurve", "StepCost", "parse_step_us", "verify_curves", "load_curves"]
@@ -173,13 +174,16 @@ def verify_curves(rows: list[dict]) -> dict[CurveKey, VerifyCurve]:
             for k in sorted(samples)}
 
 
-def load_curves(paths: list[str]) -> dict[CurveKey, VerifyCurve]:
-    """Reads result files (or folders of them) and builds their verify curves.
+def load_curves(paths: list[str], command: str = "plan") -> dict[CurveKey, VerifyCurve]:
+    """Reads result files (or folders of them) as gate, report and merge read them
+    (``treebench.harness.store.validate.read_checked_rows``: every field checked, a row read twice
+    kept once, a warning for a file another run is still writing) and builds their verify curves.
 
     Raises:
-        ConfigError: a path is missing or not a results file, or no row is usable.
+        ConfigError: a path is missing, unreadable or not a results file, a row fails validation
+            (named by file and line, with `command`), or no row is usable.
     """
-    curves = verify_curves(read_rows(paths))
+    curves = verify_curves(read_checked_rows(paths, command))
     if not curves:
         raise ConfigError(f"--results {' '.join(map(str, paths))}: no status=pass rows with one context length "
                           "and one tree per batch; give result files written by treebench run")

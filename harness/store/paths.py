@@ -25,7 +25,7 @@ from pathlib import Path
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.env import ENV_FILE_RE
 from treebench.harness.store.names import NAME_ROOM, check_path_name
-from treebench.harness.store.rows import SCHEMA, is_known_schema, migrate_row
+from treebench.harness.store.rows import SCHEMA, is_known_schema, migrate_row, reading
 from treebench.harness.store.torn import is_torn_row
 from treebench.harness.store.validate import row_problem
 
@@ -155,14 +155,16 @@ def check_results_file(path: str | Path, what: str, advice: str = "give a new pa
     Raises:
         ConfigError: `path` holds something else (a suite, a report, a config, rows of another
             schema, a row with a missing or mistyped field): appending to it would damage it,
-            reading it would mislead.
+            reading it would mislead; or it cannot be read (`rows.reading`: no read permission, EIO).
     """
     path = Path(path)
-    try:
-        fh = open(path, "rb")  # noqa: SIM115 -- entered below, once it is known to open
-    except OSError:
-        return  # missing or unreadable: the open for appending reports it
-    with fh:
+    with reading(path, what, fix="make it readable: treebench reads the rows a results file holds before it writes "
+                                 "to it"):   # a write-only file, a folder on its way that cannot be searched
+        try:
+            fh = open(path, "rb")  # noqa: SIM115 -- entered below, once it is known to open
+        except (FileNotFoundError, NotADirectoryError):
+            return  # missing: the open for appending creates it, or says why it cannot
+    with reading(path, what), fh:
         for n, raw in enumerate(fh, start=1):
             line = raw.strip()
             if not line:

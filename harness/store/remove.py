@@ -29,6 +29,7 @@ from pathlib import Path
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.outputs import write_whole
 from treebench.harness.store.paths import check_results_file
+from treebench.harness.store.rows import reading
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +55,8 @@ def remove_rows(path: str | Path, *, run_ids: Iterable[str] = (), backends: Iter
         ConfigError: no value given at all; a file holding no row; a value that names no row of the file,
             or no row that the
             other kinds select; filters that no row matches together; `path` is missing, not a regular
-            file, not a .jsonl file, holds something other than result rows, or cannot be rewritten
-            (the file is then unchanged).
+            file, not a .jsonl file, cannot be read, holds something other than result rows, or cannot be
+            rewritten (the file is then unchanged).
     """
     path = Path(path)
     wanted = _wanted(run_ids, backends, env_ids)
@@ -66,7 +67,8 @@ def remove_rows(path: str | Path, *, run_ids: Iterable[str] = (), backends: Iter
     if not path.is_file() or path.suffix != ".jsonl":
         raise ConfigError(f"rm {path}: not a .jsonl results file; give one results file, not a folder")
     check_results_file(path, "rm", "fix or remove that line first", fields=False)   # rm may remove a bad row
-    lines = path.read_bytes().splitlines(keepends=True)
+    with reading(path, "rm"):   # check_results_file read it: an error now is the disk's (EIO)
+        lines = path.read_bytes().splitlines(keepends=True)
     rows = [_row(line) for line in lines]
     if all(row is None for row in rows):   # no filter can name a row here: not a typo of one
         torn = " (only torn or malformed lines)" if any(line.strip() for line in lines) else ""

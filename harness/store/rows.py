@@ -14,7 +14,9 @@ bytes are kept in the side file ``<out>.torn`` (`treebench.harness.store.torn`).
 identified by ``row_key``: (case_id, backend, env); ``stored_keys`` gives the keys a ``--resume`` skips.
 ``row_l2_flushed`` reads a row's L2 state, older rows (no ``l2_flushed``) included.
 ``find_row`` names the file and line of a row, for the readers' one-line messages
-(``row_places`` gives every row with its place). ``new_run_id`` makes a run id;
+(``row_places`` gives every row with its place). The readers here open each results file, and list each
+folder, inside ``reading``: one that cannot be is one ConfigError line with the OS's reason.
+``new_run_id`` makes a run id;
 ``check_run_id`` checks one given from outside ($TREEBENCH_RUN_ID).
 
 Schema history (asv's ``api_version`` and ``update_to_2``): ``read_rows`` upgrades
@@ -227,20 +229,35 @@ def is_known_schema(schema: object) -> bool:
     return isinstance(schema, int) and not isinstance(schema, bool) and 1 <= schema <= SCHEMA
 
 
+@contextlib.contextmanager
+def reading(path: Path, what: str = "results file", done: str = "read", fix: str = "make it readable"
+            ) -> Iterator[None]:
+    """The block reads `path`; an OSError in it (no permission, EIO, a folder where a file was expected) is
+    raised again as ConfigError, one line: '{what} {path}: cannot be {done} ({the OS's reason}); {fix}'."""
+    try:
+        yield
+    except OSError as e:
+        raise ConfigError(f"{what} {path}: cannot be {done} ({e.strerror or e}); {fix}") from None
+
+
 def result_files(paths) -> list[Path]:
     """Expands folders into their *.jsonl files (sorted); keeps files as given. Raises ConfigError for
-    a path that is missing, not a file or folder, or named as the file system refuses (`check_path_name`)."""
+    a path that is missing, not a file or folder, named as the file system refuses (`check_path_name`),
+    or that cannot be looked at (a folder on its way not searchable), and for a folder that cannot be
+    listed (`reading`: glob would find no file in it and say nothing)."""
     out: list[Path] = []
     for p in map(Path, [paths] if isinstance(paths, (str, Path)) else paths):
-        if check_path_name(p, "results path").is_dir():
-            out.extend(sorted(p.glob("*.jsonl")))
-        elif p.is_file():
-            out.append(p)
-        elif p.exists():
-            raise ConfigError(f"results path {p}: is not a regular file (a device, pipe or socket); give a .jsonl "
-                              "results file or a folder of them")
-        else:
-            raise ConfigError(f"results path {p}: not found; give a .jsonl results file or a folder of them")
+        with reading(check_path_name(p, "results path"), "results path"):
+            if p.is_dir():
+                with reading(p, "results folder", "listed"):
+                    out.extend(sorted(p / name for name in os.listdir(p) if name.endswith(".jsonl")))
+            elif p.is_file():
+                out.append(p)
+            elif p.exists():
+                raise ConfigError(f"results path {p}: is not a regular file (a device, pipe or socket); give a "
+                                  ".jsonl results file or a folder of them")
+            else:
+                raise ConfigError(f"results path {p}: not found; give a .jsonl results file or a folder of them")
     return out
 
 
@@ -273,9 +290,9 @@ def read_rows(paths, require_rows: bool = False) -> list[dict]:
             of warning and returning nothing.
 
     Raises:
-        ConfigError: a path does not exist, a line is not a JSON result row, a row has a
-            schema this code does not know (a newer one: upgrade treebench), or (with
-            `require_rows`) the only result lines are torn.
+        ConfigError: a path does not exist, a file cannot be read or a folder listed (`reading`: the
+            OS's reason), a line is not a JSON result row, a row has a schema this code does not
+            know (a newer one: upgrade treebench), or (with `require_rows`) the only result lines are torn.
     """
     with paused_gc():
         rows, torn = _read_lines(result_files(paths))
@@ -295,12 +312,12 @@ def _read_lines(files: list[Path]) -> tuple[list[dict], list[tuple[Path, int, in
     """(rows, torn lines as (file, line, characters)) of `files`, as read_rows reads them.
 
     Raises:
-        ConfigError: as read_rows, for a line that is not a JSON result row.
+        ConfigError: as read_rows, for a file that cannot be read or a line that is not a JSON result row.
     """
     rows: list[dict] = []
     torn: list[tuple[Path, int, int]] = []   # (file, line, characters) of torn lines
     for f in files:
-        with open(f, encoding="utf-8-sig", errors="replace") as fh:   # -sig: a BOM a Windows editor put first
+        with reading(f), open(f, encoding="utf-8-sig", errors="replace") as fh:   # -sig: a Windows editor's BOM
             for n, line in enumerate(fh, start=1):
                 if not line.strip():
                     continue
@@ -350,7 +367,7 @@ def find_row(paths, match: Callable[[dict], bool], containing: str | None = None
     None; what a reader names in its message (the file of a bad row, of a row of a missing env).
 
     Raises:
-        ConfigError: as result_files, for a path that does not exist.
+        ConfigError: as row_places.
     """
     return next((place for place in row_places(paths, containing) if match(place.row)), None)
 
@@ -362,10 +379,10 @@ def row_places(paths, containing: str | None = None) -> Iterator[RowPlace]:
     value in a large file.
 
     Raises:
-        ConfigError: as result_files, for a path that does not exist.
+        ConfigError: as result_files, for a path that does not exist; a file that cannot be read (`reading`).
     """
     for f in result_files(paths):
-        with open(f, encoding="utf-8-sig", errors="replace") as fh:
+        with reading(f), open(f, encoding="utf-8-sig", errors="replace") as fh:
             for n, line in enumerate(fh, start=1):
                 if containing is not None and containing not in line:
                     continue
