@@ -89,6 +89,9 @@ def test_scripts_without_a_gpu_say_so(tmp_path):
     r = _script("bench_kernel.py", "--phases", "big", "--out", str(tmp_path / "out"))
     assert r.returncode == 2 and "no CUDA GPU" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "out").exists()
+    r = _script("flush_probe.py", "--out", str(tmp_path / "flush"))
+    assert r.returncode == 2 and "no CUDA GPU" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "flush").exists()
 
 
 def test_bench_kernel_smoke_runs_three_checks_on_the_cpu(tmp_path):
