@@ -20,26 +20,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.tiny_suites import tiny_suite
 from treebench.harness.cli.main import main
 from treebench.harness.speculation.acceptance import shipped_models
 
 ROOT = Path(__file__).resolve().parent.parent
 DENIED = os.strerror(errno.EACCES)   # "Permission denied"
 OUT_FIX = "make it readable: treebench reads the rows a results file holds before it writes to it"
-TINY = """
-[suite]
-name = "tiny"
-[axes]
-batch_size = [2]
-context_len = [37]
-tree = ["full:2:2"]
-num_q_heads = [4]
-num_kv_heads = [2]
-head_dim = [32]
-dtype = ["bfloat16"]
-page_size = [16]
-layout = ["shuffled"]
-"""
 
 
 def _row(case_id: str = "c1", median: float = 100.0) -> dict:
@@ -120,7 +107,7 @@ def test_a_results_file_to_write_that_cannot_be_read_is_refused_before_anything_
     """A write-only --out (or merge's OUT, or rm's file): its rows are read before rows are appended
     (--resume, a run id used again) or removed, so it is refused up front, the file left as it was."""
     suite = tmp_path / "tiny.toml"
-    suite.write_text(TINY)
+    suite.write_text(tiny_suite())
     out, good = _write(tmp_path / "out.jsonl", [_row()]), _write(tmp_path / "in" / "good.jsonl", [_row("c2")])
     before = out.read_bytes()
     what, argv = {"run --resume": ("--out", ["run", "--suite", suite, "--backends", "reference", "--out", out,
