@@ -152,3 +152,30 @@ def test_real_permissions_give_the_same_line(tmp_path, what):
     said = (f"results file {bad}: cannot be read ({DENIED})" if what == "file" else
             f"results folder {folder}: cannot be listed ({DENIED})")
     assert proc.returncode == 2 and proc.stderr.strip() == f"treebench: error: {said}; make it readable", proc.stderr
+
+
+@pytest.mark.parametrize("command", ["run", "check", "report"])
+def test_an_output_path_under_a_folder_that_cannot_be_searched_is_one_line(tmp_path, command):
+    """--out or -o inside a folder at mode 000: pathlib's lookups raise there, so the path is refused
+    in one line naming it, exit 2, and nothing is written."""
+    prefix = _without_read_override()
+    suite, shut = tmp_path / "tiny.toml", tmp_path / "shut"
+    suite.write_text(tiny_suite())
+    good = _write(tmp_path / "good.jsonl", [_row()])
+    out = shut / ("r.html" if command == "report" else "x.jsonl")
+    argv = {"run": ["run", "--suite", str(suite), "--backends", "reference", "--out", str(out), "--quiet"],
+            "check": ["check", "--suite", str(suite), "--backend", "reference", "--out", str(out), "--quiet"],
+            "report": ["report", str(good), "-o", str(out)]}[command]
+    shut.mkdir()
+    shut.chmod(0)
+    try:
+        proc = subprocess.run([*prefix, sys.executable, "-m", "treebench", *argv], cwd=tmp_path,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+                              timeout=300, check=False)
+    finally:
+        shut.chmod(0o700)
+    flag = "report -o" if command == "report" else "--out"
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip() == (f"treebench: error: {flag} {out}: cannot be reached ({DENIED}: a folder above "
+                                   "it cannot be searched); choose another path or fix its permissions"), proc.stderr
+    assert list(shut.iterdir()) == []

@@ -81,6 +81,7 @@ def check_writable_made(path: str | Path, create: bool = True, what: str = "--ou
     if not str(path).strip():
         raise ConfigError(f"{what} is empty: give a results file path such as results/local/run.jsonl")
     check_path_name(path, what, NAME_ROOM)
+    _reachable(path, what)
     if path.is_dir():
         raise ConfigError(f"{what} {path}: is a directory; give a file path such as {path / 'run.jsonl'}")
     if path.exists() and not path.is_file():
@@ -199,6 +200,7 @@ def check_html_path(path: str | Path, flag: str, example: str) -> Path:
             (`refuse_non_html`).
     """
     p = check_path_name(path, flag, NAME_ROOM)
+    _reachable(p, flag)
     if p.is_dir():
         raise ConfigError(f"{flag} {p}: is a directory; give a file path such as {p / 'report.html'}")
     if p.suffix not in HTML_SUFFIXES:
@@ -313,6 +315,18 @@ def refuse_non_html(path: str | Path, flag: str) -> None:
                           "new .html path, or remove it first")
 
 
+def _reachable(path: Path, what: str) -> None:
+    """Refuses a path that a folder above it keeps from being looked up (no search permission):
+    pathlib's is_dir and exists raise there rather than answer. Raises ConfigError; nothing else."""
+    try:
+        os.stat(path)
+    except PermissionError as e:
+        raise ConfigError(f"{what} {path}: cannot be reached ({e.strerror}: a folder above it cannot be "
+                          "searched); choose another path or fix its permissions") from None
+    except (OSError, ValueError):   # missing, or a name the checks after this one refuse
+        pass
+
+
 def check_output_path(path: str | Path, flag: str) -> Path:
     """Checks up front that `path` can be written (nothing is created); returns it as a Path.
 
@@ -324,6 +338,7 @@ def check_output_path(path: str | Path, flag: str) -> Path:
     if isinstance(path, str) and not path.strip():
         raise ConfigError(f"{flag} is empty: give a file path (or leave {flag.split()[-1]} out)")
     p = check_path_name(path, flag, NAME_ROOM)
+    _reachable(p, flag)
     if p.is_dir():
         raise ConfigError(f"{flag} {p}: is a folder; give a file path")
     if p.exists():
