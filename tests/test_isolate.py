@@ -249,6 +249,14 @@ def test_the_docs_and_help_name_the_longest_wait(capsys):
     assert " ".join(capsys.readouterr().out.split()).count(longest) == 2   # --case-timeout and --merge-timeout
 
 
+@pytest.mark.parametrize("option", ["--case-timeout", "--merge-timeout"])
+def test_an_infinite_timeout_is_refused_naming_the_number_that_means_no_limit(option, capsys):
+    assert main(["check", option, "inf", "--backend", f"{FAULTS}:Exact"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "'inf' is not a positive number of seconds" in err
+    assert f"any past {MAX_WAIT_S:.0f} is no limit" in err, err
+
+
 def test_a_zero_case_timeout_is_refused():
     with pytest.raises(ValueError, match="case_timeout_s"):
         run_cases([CASE], [_fault("Exact")], RunConfig(mode="check", quiet=True, isolate=True, case_timeout_s=0))

@@ -9,6 +9,7 @@ Bad input raises ConfigError (main() prints it as one line, exit 2).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import statistics
@@ -112,19 +113,18 @@ class Command(NamedTuple):
 
 def positive_seconds(text: str) -> float:
     """argparse type: a finite number of seconds > 0; one past MAX_WAIT_S is kept, and read as no limit."""
-    try:
+    v = float("nan")
+    with contextlib.suppress(ValueError):
         v = float(text)
-    except ValueError:
-        v = float("nan")
-    if not (v > 0 and math.isfinite(v)):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds, e.g. 600")
+    if not (v > 0 and math.isfinite(v)):   # an infinity: the message names the number that means no limit
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds, e.g. 600"
+                                         + (f"; any past {MAX_WAIT_S:.0f} is no limit" if v > 0 else ""))
     return v
 
 
 def add_suite_argument(p, default: str) -> None:
     """--suite, as run and check take it."""
     from treebench.harness.model.suites import available_suites   # not at `treebench --help`
-
     shipped = available_suites()
     findings = available_suites(findings=True)[len(shipped):]
     p.add_argument("--suite", default=default,
