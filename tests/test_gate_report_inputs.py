@@ -177,7 +177,11 @@ def test_rows_missing_fields_are_one_line(tmp_path, capsys, row, field, command)
     ({"timestamp": "2026-02-30T10:00:00+00:00"}, "field 'timestamp' is \"2026-02-30T10:00:00+00:00\""),
     ({"timestamp": "2026-01-31T10:00:00+02:00"}, "field 'timestamp' is \"2026-01-31T10:00:00+02:00\""),
     ({"timestamp": 1767225600}, "field 'timestamp' is a number, expected a UTC time in ISO 8601"),
-    ({"samples_us": [100.0, float("nan")]}, "field 'samples_us' holds a value that is not a finite number >= 0")])
+    ({"samples_us": [100.0, float("nan")]}, "field 'samples_us' holds a value that is not a finite number >= 0"),
+    ({"samples_us": [100.0, 10**400]}, "field 'samples_us' holds a value that is not a finite number >= 0"),
+    ({"median_us": 10**400}, "field 'median_us' is an integer too large for a float, expected a finite number >= 0"),
+    ({"tree_sizes": [10**400]}, "field 'tree_sizes' must be a list of integers >= 0"),
+    ({"context_lens": [16, "x"]}, "field 'context_lens' must be a list of integers >= 0")])
 @pytest.mark.parametrize("command", ["gate", "report", "merge", "plan"])
 def test_gate_merge_and_plan_refuse_the_rows_report_refuses(tmp_path, capsys, change, said, command):
     """A row report refuses (a case axis mistyped or absent, an env null, which would leave the row

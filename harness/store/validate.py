@@ -83,19 +83,34 @@ def row_problem(row: dict) -> str | None:
         x = row.get(name)
         if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float))):
             return f"field {name!r} is {_kind(x)}, expected a number"
-        if x is not None and not (math.isfinite(x) and x >= 0):
-            return f"field {name!r} is {x}, expected a finite number >= 0"
+        if x is not None and not (_finite(x) and x >= 0):
+            value = "an integer too large for a float" if isinstance(x, int) and not _finite(x) else x
+            return f"field {name!r} is {value}, expected a finite number >= 0"
     if row.get("l2_flushed") is not None and not isinstance(row["l2_flushed"], bool):
         return f"field 'l2_flushed' is {_kind(row['l2_flushed'])}, expected true or false"
+    for name in ("tree_sizes", "context_lens"):   # per request: T_b and L_b (the plan reads them)
+        sizes = row.get(name)
+        if sizes is not None and not (isinstance(sizes, list) and all(
+                isinstance(x, int) and not isinstance(x, bool) and 0 <= x and _finite(x) for x in sizes)):
+            return f"field {name!r} must be a list of integers >= 0"
     samples = row.get("samples_us")
     if samples is None:
         return None
     if not isinstance(samples, list) or not (set(map(type, samples)) <= _NUMBER_TYPES or all(   # fast path: JSON's
             isinstance(x, (int, float)) and not isinstance(x, bool) for x in samples)):         # own int and float
         return "field 'samples_us' must be a list of numbers"
-    if samples and not (all(map(math.isfinite, samples)) and min(samples) >= 0):
+    if samples and not (all(map(_finite, samples)) and min(samples) >= 0):
         return "field 'samples_us' holds a value that is not a finite number >= 0"
     return None
+
+
+def _finite(x: float) -> bool:
+    """math.isfinite, False (not OverflowError) for an integer too large for a float (JSON's 1e400
+    is an infinity, its 10**400 written out an int)."""
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
 
 
 @lru_cache(maxsize=4096)
