@@ -359,6 +359,9 @@ def test_suite_with_axes_groups_concatenates_and_drops_duplicates(tmp_path):
      ": axes group 1 yields only cases that axes group 0 already yields; remove it or change its axes"),
     ("[[axes]]\n" + GOOD_AXES + "[[axes]]\n" + GOOD_AXES + "layout = ['contiguous']\n[[axes]]\n" + GOOD_AXES
      + "layout = ['contiguous', 'shuffled']\n", ": axes group 2 yields only cases that axes groups 0 and 1 already yield"),
+    ("[[axes]]\n" + GOOD_AXES + "[[axes]]\n" + GOOD_AXES.replace('"full:2:1"', '"levels:2"').replace("[16]", "[16, 32]"),
+     ": axes group 1's tree 'levels:2' and axes group 0's 'full:2:1' are one tree (3 nodes, parents -1,0,0) in "
+     "otherwise equal cases; spell it one way"),
 ])
 def test_bad_suites_raise_config_error_naming_file_and_field(tmp_path, text, needle):
     path = _suite(tmp_path, text)

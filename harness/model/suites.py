@@ -222,7 +222,8 @@ def load_suite(name_or_path: str | Path) -> Suite:
     Raises:
         ConfigError: unknown name, missing file, bad TOML, unknown top-level key,
             missing or empty axes, unknown axis, wrong value type, invalid case, a value given
-            twice in an axis (one tree spelled two ways in the tree axis included), a group that
+            twice in an axis (one tree spelled two ways in the tree axis included, or in two groups'
+            otherwise equal cases), a group that
             repeats an earlier one or adds no case to them; the message names the file and field
             (or groups).
     """
@@ -239,13 +240,32 @@ def load_suite(name_or_path: str | Path) -> Suite:
     if not groups:
         raise ConfigError(f"suite {path}: [[axes]] is empty; give at least one axes table")
     cases: dict[str, tuple[Case, int]] = {}   # case_id -> (case, the group that first yields it)
+    spelled: dict[tuple, tuple[Case, int]] = {}   # the case with its tree as a parent list -> the first
     for i, axes in enumerate(groups):
         expanded = _expand_group(path, f"axes group {i}" if len(groups) > 1 else "axes", axes)
         _refuse_repeated_group(path, groups, i, [cases[c.case_id][1] for c in expanded if c.case_id in cases],
                                len(expanded))
         for case in expanded:
             cases.setdefault(case.case_id, (case, i))
+            _refuse_tree_spelled_again(path, spelled, case, i)
     return Suite(name, description, tuple(groups), tuple(c for c, _ in cases.values()), path)
+
+
+def _refuse_tree_spelled_again(path: Path, seen: dict[tuple, tuple[Case, int]], case: Case, i: int) -> None:
+    """Refuses `case` of axes group `i` where an earlier group yields the same case with its tree
+    spelled another way (`full:2:1` there, `levels:2` here: one workload under two case ids), as
+    one axis refuses two spellings (`_refuse_one_tree_twice`); records it in `seen` otherwise.
+
+    Raises:
+        ConfigError: naming the file, both groups and both spellings.
+    """
+    parents = parse_tree(case.tree).parents   # the case has parsed it already
+    key = tuple((f.name, parents if f.name == "tree" else getattr(case, f.name)) for f in fields(case))
+    first, j = seen.setdefault(key, (case, i))
+    if first.tree != case.tree:
+        raise ConfigError(f"suite {path}: axes group {i}'s tree {case.tree!r} and axes group {j}'s {first.tree!r} "
+                          f"are one tree ({len(parents)} nodes, parents {_shown(parents)}) in otherwise equal "
+                          "cases; spell it one way")
 
 
 def _refuse_repeated_group(path: Path, groups: list, i: int, earlier: list[int], n: int) -> None:
