@@ -91,6 +91,11 @@ def test_version_refuses_another_argument(argv, extra, capsys):
                                            "treebench --version alone")
 
 
+def test_version_given_twice_is_refused(capsys):
+    assert main(["--version", "--version"]) == 2
+    assert one_line_error(capsys).endswith("error: --version given 2 times; give it once")
+
+
 def test_version_alone_prints_it(capsys):
     from treebench.harness import __version__
 

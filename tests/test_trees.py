@@ -276,6 +276,8 @@ def test_max_nodes_is_accepted():
         ("random:3:x", "random SEED must be an integer"),
         ("random:8:-1", "random SEED must be >= 0, got -1"),   # random.Random(-1) would draw random:8:1's tree
         ("random:37:-232", "random SEED must be >= 0, got -232"),
+        ("random:5:-0", "random SEED must be >= 0, got -0"),   # a second spelling of random:5:0
+        ("chain:-00", "chain N must be >= 0, got -00"),
         # no spaces inside a generator spec, digits in ASCII only
         ("chain: 3", "a generator spec has no spaces; write chain:3"),
         ("chain :3", "a generator spec has no spaces; write chain:3"),

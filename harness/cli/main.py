@@ -175,6 +175,8 @@ def _parse(argv: list[str]) -> tuple[str, argparse.Namespace]:
         where = joined[first] if first < len(joined) else "COMMAND"
         raise ConfigError(f"unrecognized option {unknown[0]} before the command (options go after it: "
                           f"{PROG} {where} {unknown[0]}; see {PROG} --help)")
+    if joined[:first].count("--version") > 1:   # argparse's action would print it once and exit 0
+        raise ConfigError(f"--version given {joined[:first].count('--version')} times; give it once")
     other = [a for a in joined if a != "--version" and a not in HELP_OPTIONS]
     if "--version" in joined[:first] and other:   # argparse would print the version and drop the rest unread
         raise ConfigError(f"--version takes no other argument, got {other[0]!r}: run {PROG} --version alone")

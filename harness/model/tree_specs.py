@@ -43,8 +43,8 @@ def _int_arg(text: str, name: str, low: int | None, spec: str) -> int:
     except ValueError:   # the digits are ASCII: only int()'s limit on their number is left
         raise TreeError(f"tree {spec!r}: {name} has {len(text.lstrip('-'))} digits, more than an integer "
                         "may have here; give a smaller one") from None
-    if low is not None and value < low:
-        raise TreeError(f"tree {spec!r}: {name} must be >= {low}, got {value}")
+    if low is not None and (value < low or (low >= 0 and text.startswith("-"))):   # '-0' too: a second spelling
+        raise TreeError(f"tree {spec!r}: {name} must be >= {low}, got {text}")
     return value
 
 
