@@ -389,6 +389,25 @@ def test_a_stdout_that_cannot_be_written_is_named_as_such(tiny, tmp_path, argv):
         assert proc.stderr == said + "\n"
 
 
+def test_a_merge_whose_stdout_cannot_be_written_says_whether_its_rows_went_in(tiny, tmp_path):
+    """`merge OUT IN > /dev/full`: the line names standard output and says the rows were merged (or,
+    merged again, that OUT is left as it was), as rm and report say what they did."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    rows, out = tmp_path / "in.jsonl", tmp_path / "m.jsonl"
+    assert subprocess.run([sys.executable, "-m", "treebench", "run", "--suite", str(tiny), "--backends", "reference",
+                           "--out", str(rows), "--quiet"], cwd=tmp_path, env=env(), capture_output=True,
+                          timeout=300, check=False).returncode == 0
+    said = f"treebench: error: could not write standard output: {os.strerror(28)}; "
+    for then in (f"the rows were merged into {out}", f"merge OUT {out} was not written: the file already there is "
+                 "left as it was"):
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run([sys.executable, "-m", "treebench", "merge", str(out), str(rows)], cwd=tmp_path,
+                                  env=env(), stdout=full, stderr=subprocess.PIPE, text=True, timeout=300, check=False)
+        assert proc.returncode == 2 and proc.stderr == said + then + "\n", proc.stderr
+    assert len(read_rows([out])) == 2
+
+
 @pytest.mark.parametrize("errno_name", ["ENOSPC", "EIO"])
 def test_a_failed_write_to_stdout_is_told_from_a_failed_write_to_a_file(monkeypatch, capsys, errno_name):
     """In the process: a stdout whose writes fail (a full disk under a redirect, an I/O error), through

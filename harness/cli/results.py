@@ -42,6 +42,7 @@ def run_merge(args) -> int:
     """
     from treebench.harness.store.lock import hold
     from treebench.harness.store.merge import merge_results, merge_row_inputs, read_merge_inputs
+    from treebench.harness.store.outputs import will_write
     from treebench.harness.store.validate import warn_live_writers
 
     if not args.out.strip():
@@ -53,6 +54,7 @@ def run_merge(args) -> int:
     if not rows:
         raise ConfigError(f"merge {' '.join(args.inputs)}: no result rows; point it at .jsonl result files "
                           "or folders of them (folders are not searched recursively)")
+    will_write(out, "merge OUT", written=f"the rows were merged into {out}")   # for the line after an interrupt
     with hold(out if out.parent.is_dir() else None, "wait for it to finish or merge into another OUT"):
         added = merge_results(out, inputs, rows=rows)  # validates OUT before writing anything
     _warn_missing_env(out, merge_row_inputs(inputs), rows)
