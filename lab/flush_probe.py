@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import sys
+from functools import cache
 from pathlib import Path
 
 import torch
@@ -48,12 +49,20 @@ CASES = (  # seed cells: bandwidth-bound decode, latency-bound B 1, the compute-
 FLUSHES = ("write", "write+read", "read", "warm")
 
 
+@cache
+def _read_buffers(index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A second 256 MiB buffer (float32 ones) on CUDA device `index` and the scalar its sum goes to,
+    allocated once, as the harness's own flush buffer (`timers._flush_buffer`)."""
+    dev = torch.device("cuda", index)
+    return (torch.ones(timers.FLUSH_BYTES // 4, dtype=torch.float32, device=dev),
+            torch.empty((), dtype=torch.float32, device=dev))
+
+
 def flusher(kind: str):
-    """The flush callable of `kind` (one of FLUSHES), buffers allocated once."""
+    """The flush callable of `kind` (one of FLUSHES but warm); its buffers are allocated once per device."""
     dev = torch.cuda.current_device()
     written = timers._flush_buffer(dev)
-    read = torch.ones(timers.FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
-    total = torch.empty((), dtype=torch.float32, device="cuda")
+    read, total = _read_buffers(dev)
 
     def read_all() -> None:
         torch.sum(read, out=total)
