@@ -254,7 +254,9 @@ def load_suite(name_or_path: str | Path) -> Suite:
 def _refuse_tree_spelled_again(path: Path, seen: dict[tuple, tuple[Case, int]], case: Case, i: int) -> None:
     """Refuses `case` of axes group `i` where an earlier group yields the same case with its tree
     spelled another way (`full:2:1` there, `levels:2` here: one workload under two case ids), as
-    one axis refuses two spellings (`_refuse_one_tree_twice`); records it in `seen` otherwise.
+    one axis refuses two spellings (`_refuse_one_tree_twice`); records it in `seen` otherwise. The axis
+    check stays beside this one: a case holds its tree's normalised spelling (`FULL:2:1` as `full:2:1`),
+    so only that check names the values as written, and catches two that normalise to one case.
 
     Raises:
         ConfigError: naming the file, both groups and both spellings.

@@ -19,8 +19,9 @@ MAX_WAIT_S = 2_147_483.0   # the longest timeout multiprocessing's wait() takes:
 
 
 def wait_s(limit_s: float | None) -> float | None:
-    """`limit_s` as a timeout for multiprocessing.connection.wait: None (no limit) where it is None or
-    past MAX_WAIT_S, which poll() cannot take (OverflowError; ValueError for an infinity)."""
+    """`limit_s` (seconds) as a timeout for multiprocessing.connection.wait, in seconds: None (no limit)
+    where it is None or past MAX_WAIT_S, which poll() cannot take (OverflowError; ValueError for an
+    infinity). Raises nothing."""
     return None if limit_s is None or limit_s > MAX_WAIT_S else limit_s
 
 

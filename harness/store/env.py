@@ -371,7 +371,8 @@ def field_differences(fields: Iterable[str], before: Sequence[dict], after: Sequ
                       shown: Callable[[object], str] = str) -> list[tuple[str, str, str]]:
     """(field, values before, values after) for each of `fields`, in order, whose values (each `shown`,
     sorted, ", "-joined) differ between the fingerprints `before` and `after`; none while a side has
-    none. What `--resume` warns of (sweep.resume.env_changes) and the gate refuses (analyze.gate_inputs)."""
+    none. What `--resume` warns of (sweep.resume.env_changes) and the gate refuses (analyze.gate_inputs).
+    Raises nothing but what `shown` raises."""
     out = []
     for f in fields:
         b, a = ({shown(e.get(f)) for e in side} for side in (before, after))

@@ -233,7 +233,11 @@ def is_known_schema(schema: object) -> bool:
 def reading(path: Path, what: str = "results file", done: str = "read", fix: str = "make it readable"
             ) -> Iterator[None]:
     """The block reads `path`; an OSError in it (no permission, EIO, a folder where a file was expected) is
-    raised again as ConfigError, one line: '{what} {path}: cannot be {done} ({the OS's reason}); {fix}'."""
+    raised again as ConfigError, one line: '{what} {path}: cannot be {done} ({the OS's reason}); {fix}'.
+
+    Raises:
+        ConfigError: for an OSError of the block; other exceptions pass as they are.
+    """
     try:
         yield
     except OSError as e:

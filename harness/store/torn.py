@@ -121,7 +121,11 @@ def write_synced(fd: int, data: bytes) -> None:
 
 
 def fsync(fd: int) -> None:
-    """os.fsync, ignoring EINVAL/ENOTSUP/EROFS from files that cannot be synced (a pipe, /dev/null)."""
+    """os.fsync, ignoring EINVAL/ENOTSUP/EROFS from files that cannot be synced (a pipe, /dev/null).
+
+    Raises:
+        OSError: any other error of the fsync (EIO: the data may not be on disk).
+    """
     try:
         os.fsync(fd)
     except OSError as e:

@@ -138,7 +138,8 @@ def row_time(row: dict) -> tuple[datetime, str]:
     """The order of `row` among rows of its pair by when it was written: (its `timestamp` as a UTC
     instant, ""), so `Z` and `+00:00`, seconds and milliseconds compare as the times they name. A row
     without a timestamp comes first; one whose timestamp does not parse (which validation refuses)
-    comes after it, among such rows in the order of their text, and before every row with a time."""
+    comes after it, among such rows in the order of their text, and before every row with a time.
+    Raises nothing (a naive time is read as UTC)."""
     stamp = row.get("timestamp")
     try:
         instant = datetime.fromisoformat(stamp) if isinstance(stamp, str) else None
