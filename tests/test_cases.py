@@ -111,6 +111,41 @@ def test_tree_spellings_that_parse_alike_share_one_case_id():
     assert canonical_spec("[(0,), (1,)]") == "[(0,), (1,)]"
 
 
+@pytest.mark.parametrize("spelling, canonical", [
+    ("random:8:01", "random:8:1"), ("random:08:0001", "random:8:1"), ("RANDOM:8:01", "random:8:1"),
+    ("chain:03", "chain:3"), (" Chain:003 ", "chain:3"), ("chain:00", "chain:0"),
+    ("full:03:02", "full:3:2"), ("levels:04,02,01", "levels:4,2,1"), ("levels:37,02", "levels:37,2"),
+    ("parents:-01,00,00,01", "parents:-1,0,0,1"), ("parents:-1,-0,0", "parents:-1,0,0"),
+    ("vllm_pr_27_node_tree", "vllm:pr_27"),
+])
+def test_a_tree_spelled_with_leading_zeros_case_or_an_alias_has_one_case_id(spelling, canonical):
+    """'random:8:01' and 'random:8:1' are one tree: the case holds the normalised spelling, so
+    suites that spell it either way give it one case id (and one seed)."""
+    a = Case(batch_size=2, context_len=37, tree=spelling)
+    b = Case(batch_size=2, context_len=37, tree=canonical)
+    assert a.tree == canonical and a.case_id == b.case_id and a == b
+    assert [t.parents for t in a.trees()] == [t.parents for t in b.trees()]
+
+
+def test_two_suites_spelling_one_tree_two_ways_share_its_case_ids(tmp_path):
+    """Across suites (and so in the rows gate, report, merge and --resume compare by case_id)."""
+    from treebench.harness.model.suites import load_suite
+    ids = []
+    for name, trees in (("zeros", '"random:8:01", "chain:03"'), ("plain", '"random:8:1", "chain:3"')):
+        p = tmp_path / f"{name}.toml"
+        p.write_text(f'[axes]\nbatch_size = [1, 3]\ncontext_len = [16]\ntree = [{trees}]\n')
+        ids.append([c.case_id for c in load_suite(str(p)).cases])
+    assert ids[0] == ids[1] and len(set(ids[0])) == 4 and "-random:8:1-" in ids[0][0]
+
+
+def test_canonical_spec_leaves_what_it_cannot_read():
+    """Text that is no integer stays as written (parse_tree names what is wrong), digits of any number."""
+    from treebench.harness.model.tree_specs import canonical_spec
+    assert canonical_spec("chain:1_0") == "chain:1_0" and canonical_spec("chain:x07") == "chain:x07"
+    assert canonical_spec("levels:,") == "levels:," and canonical_spec("full:3:") == "full:3:"
+    assert canonical_spec("random:8:" + "0" * 5000 + "7") == "random:8:7"
+
+
 @pytest.mark.parametrize("spelling", ["[(0,), (1,), (0, 0)]", "[[0],[1],[0,0]]", " [(1,), (0,), (0, 0)] ",
                                       "((0,), (0, 0), (1,))", "[[0], [0, 0], [1]]"])
 def test_one_choices_tree_in_any_spelling_has_one_case_id(spelling):

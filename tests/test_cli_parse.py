@@ -133,3 +133,62 @@ def test_tree_search_refuses_one_acceptance_file_given_twice(tmp_path, capsys):
     copy = tmp_path / "copy.toml"
     copy.write_bytes(model.read_bytes())
     assert main([*base, str(copy)]) == 0   # two files: two models, even of the same numbers
+
+
+# ---- numbers: one rule for every numeric option ---------------------------------------------------------
+
+NUMERIC_OPTIONS = [   # (argv before the value, the option): every option that takes a number or a list of them
+    (["check", "--backend", "torch_sdpa", "--case-timeout"], "--case-timeout"),
+    (["check", "--backend", "torch_sdpa", "--merge-timeout"], "--merge-timeout"),
+    (["run", "--case-timeout"], "--case-timeout"),
+    (["run", "--gpus"], "--gpus"),
+    (["gate", "--baseline", "a", "--candidate", "b", "--alpha"], "--alpha"),
+    (["gate", "--baseline", "a", "--candidate", "b", "--min-samples"], "--min-samples"),
+    (["tree-search", "--acceptance", "a", "--max-nodes"], "--max-nodes"),
+    (["tree-search", "--acceptance", "a", "--max-nodes", "8", "--max-depth"], "--max-depth"),
+    (["tree-search", "--acceptance", "a", "--max-nodes", "8", "--sizes"], "--sizes"),
+    (["tree-search", "--acceptance", "a", "--max-nodes", "8", "--batch-sizes"], "--batch-sizes"),
+    (["tree-search", "--acceptance", "a", "--max-nodes", "8", "--context-lens"], "--context-lens"),
+    (["plan", "--results", "a", "--acceptance", "b", "--max-depth"], "--max-depth"),
+]
+
+
+@pytest.mark.parametrize("argv, option", NUMERIC_OPTIONS)
+@pytest.mark.parametrize("value", ["1_0", "\uff11\uff10", "1,0_1"])
+def test_every_numeric_option_refuses_digits_python_alone_reads(argv, option, value, capsys):
+    """int() and float() read '1_0' and full-width '１０' as 10: every numeric option refuses them in one
+    line saying how a number is written, exit 2, as gate --threshold and tree specs do."""
+    value = value if option in ("--sizes", "--batch-sizes", "--context-lens") else value.split(",")[-1]
+    assert main([*argv, value]) == 2
+    line = one_line_error(capsys)
+    assert f"argument {option}: {value!r} is not " in line and "(ASCII digits 0-9, no '_')" in line, line
+
+
+def test_shard_refuses_digits_python_alone_reads(capsys):
+    for value in ("1_0/40", "\uff11/4", "0/1_0"):
+        assert main(["check", "--backend", "torch_sdpa", "--shard", value]) == 2
+        assert f"--shard {value!r}: write INDEX/COUNT with integers (ASCII digits 0-9, no '_')" in one_line_error(capsys)
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_no_option_reads_numbers_with_python_int_or_float(name):
+    """argparse's type=int and type=float take '1_0' and '１０': a numeric option reads with read_number."""
+    loose = [a.option_strings for a in cli.command_parser(name)._actions if a.type in (int, float)]
+    assert not loose, f"{name}: {loose} read numbers with int() or float(); use integer_option or number_option"
+
+
+@pytest.mark.parametrize("text, integer, want", [("600", False, 600.0), (" 1e3 ", False, 1000.0), (".5", False, 0.5),
+                                                 ("+2", True, 2), ("-37", True, -37), ("0232", True, 232),
+                                                 ("inf", False, float("inf"))])
+def test_read_number_takes_ascii_numbers(text, integer, want):
+    from treebench.harness.cli import read_number
+    assert read_number(text, integer) == want
+
+
+@pytest.mark.parametrize("text, integer", [("1_000", False), ("1_0", True), ("\uff15", True), ("\u0665.5", False),
+                                           ("1.5", True), ("inf", True), ("0x10", True), ("1e", False), ("", False),
+                                           (" ", True), ("1 0", True)])
+def test_read_number_refuses_anything_else(text, integer):
+    from treebench.harness.cli import read_number
+    with pytest.raises(ValueError):
+        read_number(text, integer)

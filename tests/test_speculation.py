@@ -197,7 +197,8 @@ def test_step_us_parses(text, want):
 
 
 @pytest.mark.parametrize("text", ["", "abc", "2000+", "-5", "1+2+3*tokens", "2*tokenz", "nan", "inf", "1e400",
-                                  "1e308+1e308", "1e308*tokens+tokens*1e308"])
+                                  "1e308+1e308", "1e308*tokens+tokens*1e308", "2_000", "0.5*tokens+1_0",
+                                  "\uff15", "2000+\u0665*tokens"])
 def test_step_us_bad(text):
     with pytest.raises(ConfigError, match="--step-us") as e:
         parse_step_us(text)
@@ -231,13 +232,15 @@ def test_plan_finds_the_known_best():
     ("1e308+1e308*tokens", "at B 4, T 1 (4 tokens)"),
     ("1.7e308*tokens", "at B 4, T 1 (4 tokens)"),
     ("4.5e307*tokens", "at B 4, T 1 (4 tokens)"),   # finite up to 3 tokens
+    (" 1e308 + 1.7E308 * tokens ", "at B 4, T 1 (4 tokens)"),   # quoted as given, not as 1e+308+1.7e+308*tokens
 ])
 def test_a_step_cost_not_finite_where_it_is_applied_is_refused(text, where):
-    """A step cost finite as written but not at a curve's B and T would make every rate 0 tok/ms."""
+    """A step cost finite as written but not at a curve's B and T would make every rate 0 tok/ms: refused in a
+    line that quotes the user's own text."""
     step = parse_step_us(text)
     for build in (lambda: plan(verify_curves(_plan_rows()), CHAIN9, step),
                   lambda: speculation_section(_plan_rows(), WIDE, step)):
-        with pytest.raises(ConfigError, match=re.escape(f"--step-us {step}: {where} the step takes more")) as e:
+        with pytest.raises(ConfigError, match=re.escape(f"--step-us {text!r}: {where} the step takes more")) as e:
             build()
         assert "\n" not in str(e.value)
     assert plan(verify_curves(_plan_rows()), CHAIN9, parse_step_us("1e300*tokens"))[0].best.tokens_per_ms(4) > 0
@@ -267,7 +270,7 @@ def test_cli_bad_acceptance_file_exit_2_one_line(tmp_path):
 
 @pytest.mark.parametrize("argv, words", [
     (["tree-search", "--acceptance", "{bad}", "--max-nodes", "4"], "not UTF-8"),
-    (["tree-search", "--acceptance", "{good}", "--max-nodes", "x"], "invalid int value"),
+    (["tree-search", "--acceptance", "{good}", "--max-nodes", "x"], "argument --max-nodes: 'x' is not an integer (ASCII digits 0-9, no '_')"),
     (["tree-search", "--acceptance", "{good}", "--max-nodes", "8", "--sizes", "4,4"],
      "argument --sizes: 4 given twice in '4,4'; give each once"),
     (["tree-search", "--acceptance", "{good}", "--max-nodes", "8", "--batch-sizes", "1,16,01"],
@@ -286,11 +289,11 @@ def test_cli_bad_acceptance_file_exit_2_one_line(tmp_path):
       "0,x"], "argument --context-lens: '0,x' is not a comma-separated list of integers >= 0"),
     (["plan", "--results", "{rows}", "--acceptance", "{good}", "--step-us", "fast"], "--step-us"),
     (["plan", "--results", "{rows}", "--acceptance", "{good}", "--step-us", "1e308+1e308*tokens"],
-     "--step-us 1e+308+1e+308*tokens: at B 4, T 1 (4 tokens) the step takes more µs than a float holds"),
+     "--step-us '1e308+1e308*tokens': at B 4, T 1 (4 tokens) the step takes more µs than a float holds"),
     (["plan", "--results", "{rows}", "--acceptance", "{good}", "--step-us", "1e308+1e308"],
      "--step-us '1e308+1e308': its terms add up to more µs than a float holds"),
     (["report", "{rows}", "-o", "{tmp}/r.html", "--acceptance", "{good}", "--step-us", "1e308+1e308*tokens"],
-     "--step-us 1e+308+1e+308*tokens: at B 4, T 1 (4 tokens)"),
+     "--step-us '1e308+1e308*tokens': at B 4, T 1 (4 tokens)"),
     (["plan", "--results", "{rows}", "--acceptance", "{good}", "--backends", "nope"], "--backends nope"),
     (["plan", "--results", "{rows}", "--acceptance", "{good}", "--backends", "flat,,flat"],
      "--backends: empty name between commas in 'flat,,flat'"),

@@ -9,6 +9,12 @@ every subcommand: an abbreviation (`--sui` for `--suite`) is refused in one line
 it may stand for (argparse would take an unambiguous prefix, which `run --gpus` would pass on to
 its ranks, and which `spelling_used` could not name).
 
+Every numeric option reads its number by one rule (`read_number`): ASCII digits 0-9, with an optional
+sign and, for a number that need not be whole, a '.' and an exponent; no '_' between digits and no
+full-width or other digits, which Python's int() and float() take (`--case-timeout 1_000`, `--gpus ２`).
+A refusal is one line saying so (`NUMBER_RULE`), exit 2. Options whose value is a small grammar of
+numbers (`--shard I/N`, `--step-us a+b*tokens`, `gate --threshold 5%`) read theirs alike.
+
 Also here, as light as the parsers: `StdoutError`, what a failed write to standard output becomes
 (`stdout_errors`), so that main() names standard output and not a file treebench writes.
 """
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 import sys
 from collections.abc import Iterator
 
@@ -26,6 +33,41 @@ PROG = "treebench"
 TOP_OPTIONS = ("-h", "--help", "--version")   # the only options before the command
 HELP_OPTIONS = ("-h", "--help")   # `treebench COMMAND --help` prints the usage without loading torch
 VALUE_OPTIONS_DASHED = ("--shard", "--threshold")  # values that may start with "-": --shard -1/2, gate --threshold -5% get a clear error
+INTEGER = re.compile(r"[+-]?[0-9]+")   # a whole number as every numeric option is written
+NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")   # any other number likewise
+NUMBER_RULE = "(ASCII digits 0-9, no '_')"   # what a line refusing another spelling says
+
+
+def read_number(text: str, integer: bool = False) -> float:
+    """`text`, surrounding spaces aside, as float() reads it (int() where `integer`), when it is written as
+    INTEGER or NUMBER take it; 'inf' and 'nan' too, as float() reads them (the caller says why it refuses them).
+
+    Raises:
+        ValueError: any other text, '1_000' and '１０' (which int() and float() read) included; an integer
+            of more digits than int() reads (4300).
+    """
+    t = text.strip()
+    if not integer and t.lower().lstrip("+-") in ("inf", "infinity", "nan"):
+        return float(t)
+    if not (INTEGER if integer else NUMBER).fullmatch(t):
+        raise ValueError(f"{text!r} is not a number {NUMBER_RULE}")
+    return int(t) if integer else float(t)
+
+
+def integer_option(text: str) -> int:
+    """argparse type: an integer (`read_number`); its range is checked where it is used."""
+    try:
+        return int(read_number(text, integer=True))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer {NUMBER_RULE}") from None
+
+
+def number_option(text: str) -> float:
+    """argparse type: a number (`read_number`); its range is checked where it is used."""
+    try:
+        return read_number(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number {NUMBER_RULE}") from None
 
 
 class StdoutError(OSError):

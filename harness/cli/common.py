@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from treebench.harness.cli import stdout_errors
+from treebench.harness.cli import NUMBER_RULE, read_number, stdout_errors
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.config import MAX_WAIT_S
 from treebench.harness.run.progress import plural
@@ -112,12 +112,12 @@ class Command(NamedTuple):
 
 
 def positive_seconds(text: str) -> float:
-    """argparse type: a finite number of seconds > 0; one past MAX_WAIT_S is kept, and read as no limit."""
+    """argparse type: a finite number of seconds > 0 (`read_number`); one past MAX_WAIT_S is kept, read as no limit."""
     v = float("nan")
     with contextlib.suppress(ValueError):
-        v = float(text)
+        v = read_number(text)
     if not (v > 0 and math.isfinite(v)):   # an infinity: the message names the number that means no limit
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds, e.g. 600"
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds {NUMBER_RULE}, e.g. 600"
                                          + (f"; any past {MAX_WAIT_S:.0f} is no limit" if v > 0 else ""))
     return v
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-import re
 from collections.abc import Sequence
 from decimal import Decimal
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import TYPE_CHECKING
 from treebench.harness.analyze.gate_inputs import (GATE, env_differences, refuse_env_differences,
                                                    refuse_missing_env, refuse_no_rows, refuse_shared_files,
                                                    refuse_shared_runs, warn_rows_without_env)
+from treebench.harness.cli import NUMBER, integer_option, number_option
 from treebench.harness.cli.common import comma_list, emit
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.inflight import interrupts_noted
@@ -42,7 +42,6 @@ log = logging.getLogger(__name__)
 
 
 MAX_PERCENT = 1000   # GateConfig's bound on the threshold (below 10, a 10x slowdown), as a percentage
-ASCII_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")   # what --threshold reads, % aside
 ACCEPTED = (f"accepted: a fraction above 0 and below 1 (e.g. 0.05) or a percentage above 0% and below "
             f"{MAX_PERCENT}% (e.g. 5%)")
 
@@ -68,7 +67,7 @@ def _fraction(text: str) -> float:
         raise ConfigError(f"gate --threshold {text!r}: not a number; {ACCEPTED}") from None
     if not finite:
         raise ConfigError(f"gate --threshold {text!r}: not a finite number; {ACCEPTED}")
-    if not ASCII_NUMBER.fullmatch(number):
+    if not NUMBER.fullmatch(number):   # the rule of every numeric option, % aside
         raise ConfigError(f"gate --threshold {text!r}: write the number in ASCII digits 0-9 with an optional sign, "
                           f"'.' and exponent (no '_'); {ACCEPTED}")
     value = Decimal(number)
@@ -94,9 +93,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threshold", default="5%",
                         help="slower when the median ratio exceeds 1 + this: a fraction below 1 or a percentage "
                              "below 1000%% (default 5%%; 0.05 works too)")
-    parser.add_argument("--alpha", type=float, default=0.01,
+    parser.add_argument("--alpha", type=number_option, default=0.01,
                         help="significance level of the one-sided Mann-Whitney U test (default 0.01)")
-    parser.add_argument("--min-samples", type=int, default=5, help="fewer samples: incomparable (default 5)")
+    parser.add_argument("--min-samples", type=integer_option, default=5, help="fewer samples: incomparable (default 5)")
     parser.add_argument("--backends", default=None, help="compare only these backends (comma-separated)")
     parser.add_argument("--allow-env-mismatch", action="store_true",
                         help="compare even when GPU, driver or library versions differ")

@@ -18,6 +18,7 @@ import shlex
 from dataclasses import replace
 from pathlib import Path
 
+from treebench.harness.cli import NUMBER_RULE, read_number
 from treebench.harness.cli.common import (
     CONSOLE,
     CREATED_OUT,
@@ -99,13 +100,14 @@ def warn_backends_that_ran_nothing(rows: list[dict]) -> None:
 
 
 def _gpu_count(text: str) -> int:
-    """argparse type: an integer >= 1."""
+    """argparse type: an integer >= 1 (`read_number`)."""
     try:
-        v = int(text)
+        v = int(read_number(text, integer=True))
     except ValueError:
         v = 0
     if v < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a GPU count; give an integer >= 1, e.g. --gpus 2")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a GPU count; give an integer >= 1 {NUMBER_RULE}, "
+                                         "e.g. --gpus 2")
     return v
 
 

@@ -19,6 +19,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from treebench.harness.cli import NUMBER_RULE, integer_option, read_number
 from treebench.harness.cli.common import Command, comma_list, emit, plural
 from treebench.harness.errors import ConfigError
 from treebench.harness.speculation.search import MAX_SEARCH_NODES
@@ -28,14 +29,15 @@ from treebench.harness.store.paths import check_output_path, folder_problem
 
 def _int_list(text: str, least: int = 1) -> list[int]:
     """argparse type: "4,8,16" -> [4, 8, 16], each >= `least` and given once (a repeat would repeat a
-    printed tree or a suite's cases)."""
+    printed tree or a suite's cases), each written as every numeric option (`read_number`)."""
     try:
-        values = [int(x) for x in text.split(",")]
+        values = [int(read_number(x, integer=True)) for x in text.split(",")]
     except ValueError:
         values = []
     if not values or min(values) < least:
         what = "positive integers" if least == 1 else f"integers >= {least}"
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of {what}, e.g. 4,8,16")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of {what} {NUMBER_RULE}, "
+                                         "e.g. 4,8,16")
     twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
     if twice is not None:
         raise argparse.ArgumentTypeError(f"{twice} given twice in {text!r}; give each once")
@@ -63,9 +65,9 @@ def add_tree_search_arguments(p) -> None:
     p.add_argument("--acceptance", action="append", required=True, metavar="FILE",
                    help="acceptance model TOML/JSON (repeat for several), e.g. "
                         "harness/speculation/data/illustrative-geometric.toml")
-    p.add_argument("--max-nodes", type=int, required=True, metavar="N",
+    p.add_argument("--max-nodes", type=integer_option, required=True, metavar="N",
                    help=f"largest tree size T, root included (1..{MAX_SEARCH_NODES})")
-    p.add_argument("--max-depth", type=int, default=None, metavar="D", help="deepest draft token allowed")
+    p.add_argument("--max-depth", type=integer_option, default=None, metavar="D", help="deepest draft token allowed")
     p.add_argument("--sizes", type=_int_list, default=None, metavar="T,T,...",
                    help="print / write only these sizes (default: every size 1..N)")
     p.add_argument("--suite-out", default=None, metavar="FILE",
@@ -189,7 +191,7 @@ def add_plan_arguments(p) -> None:
                    help="rest of the step in µs: 2000, or a+b*tokens such as 2000+0.5*tokens (tokens = B*T); default 0; "
                         "refused where, with the verify µs, it is not a finite number at some B and T")
     p.add_argument("--backends", default=None, metavar="A,B", help="only these backends (default: all in the results)")
-    p.add_argument("--max-depth", type=int, default=None, metavar="D", help="deepest draft token allowed")
+    p.add_argument("--max-depth", type=integer_option, default=None, metavar="D", help="deepest draft token allowed")
 
 
 def run_plan(args) -> int:

@@ -11,7 +11,8 @@ Formats read by ``parse_tree`` (every format ends in the same canonical form):
 - named published trees (``treebench.harness.model.named_trees``), e.g. ``eagle:mc_sim_7b_63``.
 
 A generator spec has no spaces inside and its integers are ASCII digits (`chain: 3` and `chain:３` are
-refused); its keyword is read in any case (`FULL:3:2` is `full:3:2`, as canonical_spec writes it). Too
+refused); its keyword is read in any case and its integers with leading zeros (`FULL:03:2` is `full:3:2`, as
+canonical_spec writes it: a case's id holds that spelling, so one tree has one id in every suite). Too
 large a tree of any format is refused in one wording, naming its node count (`trees.check_size`).
 
 Errors are `TreeError` (a ConfigError: one line, exit 2 at the CLI), naming the spec.
@@ -135,18 +136,31 @@ _GENERATORS = {
 
 def canonical_spec(spec: str) -> str:
     """`spec` as parse_tree reads it: without surrounding white space, a generator
-    keyword in lower case (" FULL:3:2" -> "full:3:2"), and a choices list as EAGLE
-    writes it, tuples in (depth, path) order (`[[0],[1],[0,0]]`, `[(1,),(0,),(0,0)]`
-    -> `[(0,), (1,), (0, 0)]`), so that spellings parse_tree takes alike give one
-    case id. Named trees are kept as written (stripped). Does not validate: parse_tree
-    does (text that is not a list of integer paths is only stripped)."""
+    keyword in lower case (" FULL:3:2" -> "full:3:2"), a generator's integers without
+    leading zeros ("random:8:01" -> "random:8:1", "parents:-1,00,-0" -> "parents:-1,0,0"),
+    a named tree's alias as its name ("vllm_pr_27_node_tree" -> "vllm:pr_27"), and a
+    choices list as EAGLE writes it, tuples in (depth, path) order (`[[0],[1],[0,0]]`,
+    `[(1,),(0,),(0,0)]` -> `[(0,), (1,), (0, 0)]`), so that spellings parse_tree takes
+    alike give one case id. Named trees are otherwise kept as written (stripped). Does not
+    validate: parse_tree does (text that is not a list of integer paths is only stripped)."""
     s = spec.strip()
+    if s in named_trees.ALIASES:
+        return named_trees.ALIASES[s]
     kind, sep, rest = s.partition(":")
-    if sep and kind.strip().lower() in _GENERATORS:
-        return f"{kind.strip().lower()}:{rest.strip()}"
+    if sep and kind.strip().lower() in _GENERATORS and s not in named_trees.NAMED_TREES:
+        return f"{kind.strip().lower()}:{''.join(map(_no_leading_zeros, re.split(r'([:,])', rest.strip())))}"
     if s[:1] in "[(" and s:
         return _canonical_choices(s) or s
     return s
+
+
+def _no_leading_zeros(arg: str) -> str:
+    """A generator's integer argument as str(int()) writes it ('007' -> '7', '-01' -> '-1', '000' and
+    '-0' -> '0'), without int()'s limit on the digits it reads; any other text as it is."""
+    if not re.fullmatch(r"-?[0-9]+", arg):
+        return arg
+    digits = arg.lstrip("-").lstrip("0")
+    return f"-{digits}" if digits and arg.startswith("-") else digits or "0"
 
 
 def _canonical_choices(text: str) -> str | None:

@@ -21,7 +21,7 @@ import re
 import statistics
 from bisect import bisect_left
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.rows import timing_label
@@ -91,10 +91,13 @@ class StepCost:
     Attributes:
         fixed_us: µs per step whatever the batch (a in a + b*tokens).
         per_token_us: µs per query token in the verify batch (b).
+        given: the --step-us text it was read from, as the user wrote it ("" for one built in code): what a line
+            refusing it quotes (`shown`); not part of its value.
     """
 
     fixed_us: float = 0.0
     per_token_us: float = 0.0
+    given: str = field(default="", compare=False)
 
     def us(self, batch_size: int, tree_size: int) -> float:
         """Step cost in µs for B requests of T tree nodes each."""
@@ -103,16 +106,23 @@ class StepCost:
     def __str__(self) -> str:
         return f"{self.fixed_us:g}+{self.per_token_us:g}*tokens" if self.per_token_us else f"{self.fixed_us:g}"
 
+    @property
+    def shown(self) -> str:
+        """How a line refusing it names it: "--step-us '2e3 + 0.5*tokens'", the user's own text (its
+        normalised form, for one built in code)."""
+        return f"--step-us {self.given or str(self)!r}"
 
-_NUMBER = r"(\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
+
+_NUMBER = r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"   # ASCII digits, no '_', as every numeric option
 
 
 def parse_step_us(text: str) -> StepCost:
     """Parses --step-us: "2000" (fixed µs), "2000+0.5*tokens", "0.5*tokens" (tokens = B * T).
 
     Raises:
-        ConfigError: anything else, or a number or a sum of two terms (1e308+1e308) that is not finite (a
-            cost finite here may not be at some B and T, 1e308*tokens at 2 tokens: the plan refuses it there).
+        ConfigError: anything else (a number in other than ASCII digits 0-9, such as '1_0' or '５'), or a number
+            or a sum of two terms (1e308+1e308) that is not finite (a cost finite here may not be at some B and T,
+            1e308*tokens at 2 tokens: the plan refuses it there, quoting `text`: StepCost.given).
     """
     hint = f"--step-us {text!r}: write µs per step, e.g. 2000, or a+b*tokens, e.g. 2000+0.5*tokens (tokens = B*T)"
     fixed, per_token = 0.0, 0.0
@@ -133,7 +143,7 @@ def parse_step_us(text: str) -> StepCost:
     if not (math.isfinite(fixed) and math.isfinite(per_token)):
         raise ConfigError(f"--step-us {text!r}: its terms add up to more µs than a float holds; "
                           "give a smaller step time")
-    return StepCost(fixed, per_token)
+    return StepCost(fixed, per_token, text)
 
 
 def _usable(row: dict) -> tuple[CurveKey, int, float] | None:

@@ -87,7 +87,7 @@ def _option(curve: VerifyCurve, step: StepCost, t: int, e: float, choices) -> Op
     b = curve.key.batch_size
     step_us = step.us(b, t)
     if not math.isfinite(us + step_us):
-        raise ConfigError(f"--step-us {step}: at B {b}, T {t} ({b * t} tokens) the step takes more µs than a float "
+        raise ConfigError(f"{step.shown}: at B {b}, T {t} ({b * t} tokens) the step takes more µs than a float "
                           "holds; give a smaller step time")
     return Option(t, e, us, step_us, tuple(choices), measured=t in curve.sizes)
 
