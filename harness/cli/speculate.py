@@ -19,7 +19,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from treebench.harness.cli.common import Command, comma_list, emit, plural
+from treebench.harness.cli import emit
+from treebench.harness.cli.common import Command, comma_list, plural
 from treebench.harness.errors import ConfigError
 from treebench.harness.speculation.search import MAX_SEARCH_NODES
 from treebench.harness.store.outputs import will_write, write_whole
