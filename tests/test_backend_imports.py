@@ -125,6 +125,48 @@ def test_under_isolate_a_backend_whose_loading_ends_the_process_is_error_rows_an
         assert f"--backends '{spec}': " in proc.stderr and "its pairs are error rows (failed_step import)" in proc.stderr
 
 
+def test_under_isolate_a_backend_that_cannot_be_loaded_is_said_once_not_once_per_pair(tmp_path):
+    """run --isolate of a file whose loading ends the worker: one warning line names it and why (as the README
+    promises), not an INFO line per pair besides; the summary gives its error rows one line, not one per row;
+    the rows are written as before, one error row per pair with failed_step import."""
+    (f,) = _files(tmp_path, "exit3.py")
+    out = tmp_path / "rows.jsonl"
+    proc = _cli(tmp_path, "run", "--suite", _suite(tmp_path), "--backends", f"{f},reference", "--isolate",
+                "--out", str(out), "--report", str(tmp_path / "r.html"))
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    cause = "loading it called os._exit(3)"
+    said = [line for line in proc.stderr.splitlines() if cause in line]
+    assert len(said) == 1 and said[0].startswith(f"WARNING  --backends '{f}': {cause}"), proc.stderr
+    assert "its pairs are error rows (failed_step import)" in said[0]
+    summary = [line for line in proc.stdout.splitlines() if cause in line]
+    assert len(summary) == 1 and summary[0].startswith(f"error: {f} on 2 cases: {cause}"), proc.stdout
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    mine = [r for r in rows if r["backend"] == f]
+    assert len(mine) == 2 and all(r["status"] == "error" and r["failed_step"] == "import" and cause in r["reason"]
+                                  for r in mine), mine
+    assert [r["status"] for r in rows if r["backend"] == "reference"] == ["pass", "pass"]
+
+
+def test_under_isolate_a_backend_whose_workers_cannot_load_it_is_said_once_not_once_per_pair(tmp_path):
+    """A file that loads in treebench's process but raises as each pair's worker loads it: its rows are error rows
+    with failed_step import, said in one warning line naming it and why, and in one summary line."""
+    f = tmp_path / "worker_raises.py"
+    f.write_text("import multiprocessing\nif multiprocessing.parent_process() is not None:\n"
+                 "    raise RuntimeError('no kernel in a worker')\n" + GOOD)
+    out = tmp_path / "rows.jsonl"
+    proc = _cli(tmp_path, "run", "--suite", _suite(tmp_path), "--backends", f"{f},reference", "--isolate",
+                "--out", str(out), "--report", str(tmp_path / "r.html"))
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    cause = "loading the backend in the worker: RuntimeError: no kernel in a worker"
+    said = [line for line in proc.stderr.splitlines() if "no kernel in a worker" in line]
+    assert said == [f"WARNING  {f}: {cause}; each pair whose worker cannot load it is an error row (failed_step "
+                    "import)"], proc.stderr
+    assert [line for line in proc.stdout.splitlines() if "no kernel" in line] == [f"error: {f} on 2 cases: {cause}"]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["status"], r["failed_step"], r["reason"]) for r in rows if r["backend"] == str(f)] == [
+        ("error", "import", cause)] * 2, rows
+
+
 def test_check_under_isolate_of_a_backend_that_exits_while_loading_fails_with_its_error_rows(tmp_path):
     (f,) = _files(tmp_path, "exit0.py")
     out = tmp_path / "rows.jsonl"

@@ -533,3 +533,22 @@ def test_summary_table_shows_names_as_written(capsys):
     print_summary(rows, "suite [red]s[/red]")
     out = capsys.readouterr().out
     assert "flex[bold]" in out and "two[/x]" in out and "suite [red]s[/red]" in out
+
+
+def test_the_summary_gives_the_rows_of_a_backend_that_could_not_be_loaded_one_line(capsys):
+    """Its error rows (failed_step import, one reason) are one line where its first row was, among the other failed
+    rows' one line each; past `max_lines` the rest are counted as rows."""
+    from treebench.harness.cli.common import print_summary
+
+    def row(backend, case, step=None, reason="boom"):
+        return {"backend": backend, "status": "error", "median_us": None, "case_id": case, "reason": reason,
+                "failed_step": step}
+
+    gone = "loading it called os._exit(3)"
+    rows = [row("x.py", "c1", "import", gone), row("b", "c1"), row("x.py", "c2", "import", gone), row("b", "c2"),
+            row("x.py", "c3", "import", gone)]
+    print_summary(rows, "s")
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("error: ")]
+    assert said == [f"error: x.py on 3 cases: {gone}", "error: b on c1: boom", "error: b on c2: boom"], said
+    print_summary(rows, "s", max_lines=1)
+    assert "... and 2 more failed rows" in capsys.readouterr().out

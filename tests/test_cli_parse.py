@@ -96,6 +96,27 @@ def test_version_given_twice_is_refused(capsys):
     assert one_line_error(capsys).endswith("error: --version given 2 times; give it once")
 
 
+@pytest.mark.parametrize("name", ["", *COMMANDS])
+@pytest.mark.parametrize("twice", [["-h", "-h"], ["--help", "--help"], ["-h", "--help"], ["-hh"]])
+def test_help_given_twice_is_refused_as_every_flag_is(name, twice, capsys):
+    """`treebench -h -h`, `run --help --help`: refused in one line as `--version --version` and `--json --json`
+    are, exit 2, no usage printed (argparse printed it at the first and exited 0). `-hh` is -h twice to
+    argparse; before the command only -h, --help and --version are taken, so there it is an unknown option."""
+    assert main([*([name] if name else []), *twice]) == 2
+    out, err = capsys.readouterr()
+    (line,) = err.strip().splitlines()
+    assert not out and line.startswith("treebench: error: "), (out, err)
+    if name or twice != ["-hh"]:
+        assert line.endswith(f"error: {f'{name}: ' if name else ''}-h / --help given 2 times; give it once"), line
+    else:
+        assert "unrecognized option -hh before the command" in line, line
+
+
+@pytest.mark.parametrize("argv", [["-h"], ["--help"], ["run", "-h"], ["tree", "--help"], ["report", "-ho", "x"]])
+def test_help_once_prints_the_usage(argv, capsys):
+    assert main(argv) == 0 and capsys.readouterr().out.startswith("usage: treebench")
+
+
 def test_version_alone_prints_it(capsys):
     from treebench.harness import __version__
 

@@ -106,7 +106,8 @@ FAILED_STEPS = (FIRST_PREPARE, REPEAT, RE_PREPARE, TIMING)
 WORKER_DIED = "worker died"
 WORKER_TIMED_OUT = "worker timed out"
 # The `failed_step` of every pair of a backend whose file or module, loaded first in a worker process under
-# --isolate, ended that process (os._exit, sys.exit, a crash) or hung it there: nothing of it ran (sweep.imports)
+# --isolate, ended that process (os._exit, sys.exit, a crash) or hung it there (sweep.imports), and of a pair
+# whose worker could not load it (run.isolate): nothing of it ran
 IMPORT = "import"
 
 

@@ -2,7 +2,8 @@
 
 Here: how every subcommand's parser reads a command line. An option that takes one value or one
 list (`--out FILE`, `gate --baseline A B`) and a flag (`--json`, `--dry-run`) are refused when given
-twice (argparse would keep the last silently: `--baseline a --baseline b` would drop a); options
+twice (argparse would keep the last silently: `--baseline a --baseline b` would drop a), and so are
+-h / --help and --version (argparse would print at the first and exit 0, the repeat unread); options
 documented to accumulate say so with `action="append"` or `"extend"` (`rm --backend`,
 `tree-search --acceptance`); no flag counts (there is no `-vv`). Options are spelled out in full in
 every subcommand: an abbreviation (`--sui` for `--suite`) is refused in one line naming the option
@@ -16,7 +17,8 @@ A refusal is one line saying so (`NUMBER_RULE`), exit 2. Options whose value is 
 numbers (`--shard I/N`, `--step-us a+b*tokens`, `gate --threshold 5%`) read theirs alike.
 
 Also here, as light as the parsers: `StdoutError`, what a failed write to standard output becomes
-(`stdout_errors`), so that main() names standard output and not a file treebench writes.
+(`stdout_errors`), so that main() names standard output and not a file treebench writes, and `emit`,
+which writes it in pieces so that a reader gone mid-output is noticed.
 """
 
 from __future__ import annotations
@@ -70,6 +72,9 @@ def number_option(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number {NUMBER_RULE}") from None
 
 
+WRITE_CHUNK = 1 << 16   # characters per write to stdout: one pipe buffer
+
+
 class StdoutError(OSError):
     """Standard output could not be written (`> /dev/full`, a full disk under a redirect, an I/O
     error), as OSError(errno, strerror): main() says so in one line naming standard output, exit 2.
@@ -88,6 +93,32 @@ def stdout_errors(stream=None) -> Iterator[None]:
         raise StdoutError(e.errno, e.strerror) from e
 
 
+def emit(text: str, stream=None) -> None:
+    """Writes `text` to stdout (or `stream`) in WRITE_CHUNK pieces, each flushed. A pipe whose reader
+    leaves mid-output (`treebench tree random:1000:1 | head -1`) then raises BrokenPipeError: one large
+    write comes back short without an error, and Python's buffer drops the rest silently, so the command
+    would exit 0 (CPython 3.11, Linux). Any other failed write to stdout is StdoutError (`stdout_errors`)."""
+    stream = sys.stdout if stream is None else stream
+    with stdout_errors(stream):
+        for i in range(0, len(text), WRITE_CHUNK):
+            stream.write(text[i:i + WRITE_CHUNK])
+            stream.flush()
+
+
+class ChunkedFile:
+    """A text stream whose writes go through `emit`; everything else is the stream's."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        emit(text, self._stream)
+        return len(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
 class _Once(argparse.Action):
     """An action that records each spelling it is given under in `parser.given` and raises ConfigError
     at its second, after the subcommand as the parser's other error lines (`run: --out given 2 times`;
@@ -99,9 +130,7 @@ class _Once(argparse.Action):
             used = parser.given.setdefault(self, [])
             used.append(option_string)
             if len(used) > 1:
-                names = " / ".join(self.option_strings)
-                raise ConfigError(f"{_where(parser)}{names} given {len(used)} times; give it once"
-                                  f"{_hint(self, used[0])}")
+                raise _given_twice(parser, self, used)
         super().__call__(parser, namespace, values, option_string)
 
 
@@ -138,21 +167,52 @@ class Parser(argparse.ArgumentParser):
             self.register("action", name, action)
 
     def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
-        """argparse's, after a ConfigError for an abbreviated option (`refuse_abbreviated`); an option of
-        ONCE_ACTIONS given a second time raises ConfigError as argparse reaches it (`_Once`)."""
+        """argparse's, after a ConfigError for an abbreviated option (`refuse_abbreviated`) and for one that
+        ends the command given twice (`refuse_repeated_exits`); an option of ONCE_ACTIONS given a second
+        time raises ConfigError as argparse reaches it (`_Once`)."""
         self.given = {}
         args = sys.argv[1:] if args is None else list(args)
         self.refuse_abbreviated(args)
+        self.refuse_repeated_exits(args)
         return super().parse_known_args(args, namespace)
+
+    def _own(self, args: list[str]) -> list[str]:
+        """The start of `args` this parser reads itself: up to a `--`, and in a parser of subcommands up
+        to the command (its own parser reads the rest)."""
+        end = next((i for i, a in enumerate(args)
+                    if a == "--" or (self._subparsers is not None and not a.startswith("-"))), len(args))
+        return args[:end]
+
+    def refuse_repeated_exits(self, args: list[str]) -> None:
+        """Raises ConfigError, as `_Once` does, for an option that takes no value and is not of ONCE_ACTIONS
+        (-h / --help, --version: each ends the command as argparse reads it) given more than once (`-h
+        --help`, `-hh` alike), read as `refuse_abbreviated` reads: argparse would print at the first and
+        exit 0, never reading the repeat."""
+        for action in self._actions:
+            if action.nargs == 0 and action.option_strings and not isinstance(action, _Once):
+                used = [o for a in self._own(args) for o in self._read_as(a) if o in action.option_strings]
+                if len(used) > 1:
+                    raise _given_twice(self, action, used)
+
+    def _read_as(self, arg: str) -> list[str]:
+        """The options argparse reads in `arg`: `--help=x` is --help; `-hh` is -h twice (one-letter options
+        that take no value, joined), up to a letter that takes a value (`-ofile`: -o) or is none here."""
+        if arg.startswith("--") or not arg.startswith("-") or len(arg) <= 2:
+            return [arg.split("=", 1)[0]]
+        found = []
+        for letter in arg[1:]:
+            action = self._option_string_actions.get(f"-{letter}")
+            found.append(f"-{letter}")
+            if action is None or action.nargs != 0:
+                break
+        return found
 
     def refuse_abbreviated(self, args: list[str]) -> None:
         """Raises ConfigError for the first of `args` that is a long option of no action here but the
         start of one or more (`--sui` of --suite, `--sui=seed` alike), naming them. Read up to a `--`,
         and in a parser of subcommands up to the command (its own parser reads the rest)."""
         spelled = [o for o in self._option_string_actions if o.startswith("--")]
-        for a in args:
-            if a == "--" or (self._subparsers is not None and not a.startswith("-")):
-                return
+        for a in self._own(args):
             name = a.split("=", 1)[0]
             if name.startswith("--") and name not in self._option_string_actions \
                     and (meant := sorted(o for o in spelled if o.startswith(name))):
@@ -172,6 +232,12 @@ class Parser(argparse.ArgumentParser):
         option given twice was refused as argparse read it, before any such error (`gate --baseline a
         --baseline b` names the repeat, not the missing --candidate)."""
         raise ConfigError(f"{_where(self)}{message} (see {self.prog} --help)")
+
+
+def _given_twice(parser: argparse.ArgumentParser, action: argparse.Action, used: list[str]) -> ConfigError:
+    """The error of `action` given under each spelling of `used` (`run: --out given 2 times; give it once`)."""
+    return ConfigError(f"{_where(parser)}{' / '.join(action.option_strings)} given {len(used)} times; give it once"
+                       f"{_hint(action, used[0])}")
 
 
 def _where(parser: argparse.ArgumentParser) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
+from treebench.harness.cli import emit
 from treebench.harness.cli.common import (
     CONSOLE,
     CREATED_OUT,
@@ -18,7 +19,6 @@ from treebench.harness.cli.common import (
     check_suite_arg,
     claim_results,
     dry_run_code,
-    emit,
     exit_code,
     spelling_used,
     nonempty,

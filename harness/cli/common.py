@@ -14,6 +14,7 @@ import math
 import os
 import statistics
 import sys
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
@@ -22,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from treebench.harness.cli import NUMBER_RULE, read_number, stdout_errors
+from treebench.harness.cli import NUMBER_RULE, ChunkedFile, read_number
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.config import MAX_WAIT_S
 from treebench.harness.run.progress import plural
@@ -31,33 +32,6 @@ from treebench.harness.store.rows import new_run_id, timing_label
 from treebench.harness.timing.modes import MODES
 
 OFF_TERMINAL_WIDTH = 100_000      # columns of a console that is not a terminal: lines are never wrapped
-WRITE_CHUNK = 1 << 16   # characters per write to stdout: one pipe buffer
-
-
-def emit(text: str, stream=None) -> None:
-    """Writes `text` to stdout (or `stream`) in WRITE_CHUNK pieces, each flushed. A pipe whose reader
-    leaves mid-output (`treebench tree random:1000:1 | head -1`) then raises BrokenPipeError: one large
-    write comes back short without an error, and Python's buffer drops the rest silently, so the command
-    would exit 0 (CPython 3.11, Linux). Any other failed write to stdout is StdoutError (`stdout_errors`)."""
-    stream = sys.stdout if stream is None else stream
-    with stdout_errors(stream):
-        for i in range(0, len(text), WRITE_CHUNK):
-            stream.write(text[i:i + WRITE_CHUNK])
-            stream.flush()
-
-
-class _ChunkedFile:
-    """A text stream whose writes go through `emit`; everything else is the stream's."""
-
-    def __init__(self, stream) -> None:
-        self._stream = stream
-
-    def write(self, text: str) -> int:
-        emit(text, self._stream)
-        return len(text)
-
-    def __getattr__(self, name: str):
-        return getattr(self._stream, name)
 
 
 class PlainConsole(Console):
@@ -66,7 +40,7 @@ class PlainConsole(Console):
 
     @property
     def file(self):
-        return _ChunkedFile(Console.file.fget(self))
+        return ChunkedFile(Console.file.fget(self))
 
     @file.setter   # rich declares Console.file with a setter, which mypy reads as an overload
     def file(self, new_file) -> None:
@@ -380,19 +354,36 @@ def _timer_lines(rows: list[dict]) -> list[str]:
     return lines + [f"timer fallback: {f}" for f in fallbacks[:3]]
 
 
+def _failed_lines(failed: list[dict]) -> list[tuple[str, int]]:
+    """(line, rows it stands for) of each failed row, "error: BACKEND (KERNEL) on CASE: REASON", but the rows of a
+    backend that could not be loaded (failed_step import: one reason, given in a warning as it was loaded) are one
+    line, "error: BACKEND on N cases: REASON", at the place of the first."""
+    from treebench.harness.checking.default_check import IMPORT
+
+    unloaded = Counter((r["backend"], r["reason"]) for r in failed if r.get("failed_step") == IMPORT)
+    lines = []
+    for r in failed:
+        kernel = f" ({r['kernel']})" if r.get("kernel") else ""       # the path it ran, as the backend names it
+        if r.get("failed_step") != IMPORT:
+            lines.append((f"{r['status']}: {r['backend']}{kernel} on {r['case_id']}: {r['reason']}", 1))
+        elif n := unloaded.pop((r["backend"], r["reason"]), 0):
+            lines.append((f"{r['status']}: {r['backend']} on {plural(n, 'case')}: {r['reason']}", n))
+    return lines
+
+
 def print_summary(rows: list[dict], title: str, max_lines: int = 20) -> None:
-    """Prints the summary table, the timers with their L2 state, then one line per failed row (at most `max_lines`)."""
+    """Prints the summary table, the timers with their L2 state, then one line per failed row (`_failed_lines`, at
+    most `max_lines`)."""
     out = console()
     out.print(_summary_table(rows, title))
     for line in _timer_lines(rows):
         out.print(line, markup=False, highlight=False, soft_wrap=True)
-    failed = [r for r in rows if r["status"] in FAILED]
-    for r in failed[:max_lines]:
-        kernel = f" ({r['kernel']})" if r.get("kernel") else ""       # the path it ran, as the backend names it
-        out.print(f"{r['status']}: {r['backend']}{kernel} on {r['case_id']}: {r['reason']}", markup=False,
-                  highlight=False, soft_wrap=True)
+    failed = _failed_lines([r for r in rows if r["status"] in FAILED])
+    for line, _ in failed[:max_lines]:
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
     if len(failed) > max_lines:
-        out.print(f"... and {plural(len(failed) - max_lines, 'more failed row')}", markup=False, soft_wrap=True)
+        more = sum(n for _, n in failed[max_lines:])
+        out.print(f"... and {plural(more, 'more failed row')}", markup=False, soft_wrap=True)
     nondet = [r for r in rows if r.get("deterministic") is False]
     for name in dict.fromkeys(r["backend"] for r in nondet):
         n = sum(r["backend"] == name for r in nondet)

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 from treebench.harness.analyze.gate_inputs import (GATE, env_differences, refuse_env_differences,
                                                    refuse_missing_env, refuse_no_rows, refuse_shared_files,
                                                    refuse_shared_runs, warn_rows_without_env)
-from treebench.harness.cli import NUMBER, integer_option, number_option
-from treebench.harness.cli.common import comma_list, emit
+from treebench.harness.cli import NUMBER, emit, integer_option, number_option
+from treebench.harness.cli.common import comma_list
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.inflight import interrupts_noted
 from treebench.harness.store.env import read_envs

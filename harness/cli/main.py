@@ -165,7 +165,8 @@ def _parse(argv: list[str]) -> tuple[str, argparse.Namespace]:
 
     Raises:
         ConfigError: no or an unknown subcommand, an option before it other than TOP_OPTIONS,
-            --version with another argument, bad or unrecognized arguments.
+            --version with another argument, --version or -h / --help given twice (before the command
+            or after it), bad or unrecognized arguments.
     """
     joined = join_option_values(argv)
     first = next((i for i, a in enumerate(joined) if not a.startswith("-")), len(joined))   # the command's place
@@ -175,8 +176,7 @@ def _parse(argv: list[str]) -> tuple[str, argparse.Namespace]:
         where = joined[first] if first < len(joined) else "COMMAND"
         raise ConfigError(f"unrecognized option {unknown[0]} before the command (options go after it: "
                           f"{PROG} {where} {unknown[0]}; see {PROG} --help)")
-    if joined[:first].count("--version") > 1:   # argparse's action would print it once and exit 0
-        raise ConfigError(f"--version given {joined[:first].count('--version')} times; give it once")
+    build_parser(full=False).refuse_repeated_exits(joined[:first])   # --version, -h twice: argparse would exit 0
     other = [a for a in joined if a != "--version" and a not in HELP_OPTIONS]
     if "--version" in joined[:first] and other:   # argparse would print the version and drop the rest unread
         raise ConfigError(f"--version takes no other argument, got {other[0]!r}: run {PROG} --version alone")

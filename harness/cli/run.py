@@ -20,6 +20,7 @@ from pathlib import Path
 
 from treebench.harness.cli import NUMBER_RULE, read_number
 from treebench.harness.cli.common import (
+    ACTIVE_RUN_ID,
     CONSOLE,
     CREATED_OUT,
     DRY_RUN_WRITES_NOTHING,
@@ -320,12 +321,13 @@ def run(args) -> int:
             written = _write_report(shown, written_out, written_report, f"treebench {suite.name}", out)
         if not written:
             code = 1
+    run_ids = ", ".join(sorted({r["run_id"] for r in result.rows if r.get("run_id")}))   # a --resume's: earlier ones
+    ACTIVE_RUN_ID[0] = run_ids or ACTIVE_RUN_ID[0]   # what a failed write to stdout names, as the line below does
     OUTCOME[0] = code   # the rows decide the exit code, whether or not stdout is still read
     if nothing_ran(result.rows) is None:
         warn_backends_that_ran_nothing(result.rows)
     print_summary(result.rows, f"treebench run: {suite.title}, {plural(len(suite.cases), 'case')}")
-    run_ids = sorted({r["run_id"] for r in result.rows if r.get("run_id")})
-    lines = ([f"run_id: {', '.join(run_ids)}"] if run_ids else []) + [f"rows: {out}"]
+    lines = ([f"run_id: {run_ids}"] if run_ids else []) + [f"rows: {out}"]
     if written:   # a report that was not written is not named: the error above says where the rows are
         lines.append(f"report: {report}")
     earlier = result.earlier_rows   # counted while the run held --out: not a run that appended since

@@ -11,7 +11,8 @@ import sys
 from rich.markup import escape
 from rich.table import Table
 
-from treebench.harness.cli.common import OFF_TERMINAL_WIDTH, Command, console, emit
+from treebench.harness.cli import emit
+from treebench.harness.cli.common import OFF_TERMINAL_WIDTH, Command, console
 
 PIPE_WIDTH = 160   # columns of `treebench list`'s table off a terminal when COLUMNS is not set
 

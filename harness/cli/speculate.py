@@ -19,8 +19,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from treebench.harness.cli import NUMBER_RULE, integer_option, read_number
-from treebench.harness.cli.common import Command, comma_list, emit, plural
+from treebench.harness.cli import NUMBER_RULE, emit, integer_option, read_number
+from treebench.harness.cli.common import Command, comma_list, plural
 from treebench.harness.errors import ConfigError
 from treebench.harness.speculation.search import MAX_SEARCH_NODES
 from treebench.harness.store.outputs import will_write, write_whole

@@ -50,7 +50,7 @@ from multiprocessing.reduction import ForkingPickler
 
 import torch
 
-from treebench.harness.checking.default_check import FAILED_STEPS, WORKER_DIED, WORKER_TIMED_OUT
+from treebench.harness.checking.default_check import FAILED_STEPS, IMPORT, WORKER_DIED, WORKER_TIMED_OUT
 from treebench.harness.model.cases import Case
 from treebench.harness.run.inflight import STEP_LISTENER
 from treebench.harness.run.pair import CaseData, base_row, error_reason, run_case_backend
@@ -140,7 +140,7 @@ class _WorkerState:
         except BaseException as e:  # noqa: BLE001 -- a backend that cannot load in the worker is its
             # error row (SIGINT is ignored here: no KeyboardInterrupt is a Ctrl-C's)
             row = _error_row(_task_name(task), case, task.config,
-                             "loading the backend in the worker: " + error_reason(e))
+                             "loading the backend in the worker: " + error_reason(e), IMPORT)
             return row, False
         row = run_case_backend(backend, case, self.case_data(case), None, device, task.config)
         lost = context_lost(row, device)

@@ -90,7 +90,16 @@ def device_for(backend, runner_device: torch.device) -> torch.device:
     return runner_device
 
 
-def _log_row(row: dict) -> None:
+def _log_row(row: dict, warned: set) -> None:
+    """One INFO line for a mismatch or an error row, none (DEBUG) for the rest; for the rows of a backend that could
+    not be loaded (failed_step import) one warning per backend and reason, none where `warned` holds them already
+    (`pair.ImportFailed`: the warning of sweep.imports named it as it was loaded), then none."""
+    if row.get("failed_step") == ImportFailed.step:
+        if (row["backend"], row["reason"]) not in warned:   # its pair's worker could not load it: --isolate
+            warned.add((row["backend"], row["reason"]))
+            log.warning("%s: %s; each pair whose worker cannot load it is an error row (failed_step %s)",
+                        row["backend"], row["reason"], ImportFailed.step)
+        return
     level = logging.INFO if row["status"] in ("mismatch", "error") else logging.DEBUG
     log.log(level, "%s on %s: %s%s", row["backend"], row["case_id"], row["status"],
             f" ({row['reason']})" if row["reason"] else "")
@@ -209,6 +218,7 @@ def _run_pairs(cases: Sequence[Case], backends: Sequence, config: RunConfig, con
     """`run_cases` once its config has a run id and its backends unique names."""
     device = torch.device(config.device) if config.device else default_device()
     avail = availabilities(backends)
+    warned = {(_name(b), why) for b in backends if isinstance(why := avail[id(b)], ImportFailed)}   # sweep.imports'
     todo = _pairs(cases, backends, config.skip)
     pool = None
     if config.isolate:
@@ -237,7 +247,7 @@ def _run_pairs(cases: Sequence[Case], backends: Sequence, config: RunConfig, con
                     append_row(config.store_path, row)
                 rows.append(row)
                 PROGRESS[0] = (len(rows), len(todo))
-                _log_row(row)
+                _log_row(row, warned)
                 shown.finish(row)
                 if STOP_REQUESTED[0] is not None:   # a signal whose exception was lost (a backend swallowed it)
                     stop, STOP_REQUESTED[0] = STOP_REQUESTED[0], None   # raised once: the next run starts clean
