@@ -159,6 +159,7 @@ def test_rows_missing_fields_are_one_line(tmp_path, capsys, row, field, command)
     rc, _, err = _main(capsys, *argv)
     assert rc == 2 and err.count("\n") == 1 and err.startswith("treebench: error:")
     assert f"{bad}:2" in err and repr(field) in err and "Traceback" not in err
+    assert ("every row needs backend, case, case_id, status" in err) == (field in validate.REQUIRED_FIELDS), err
     assert not (tmp_path / "r.html").exists()
 
 
@@ -181,7 +182,17 @@ def test_rows_missing_fields_are_one_line(tmp_path, capsys, row, field, command)
     ({"samples_us": [100.0, 10**400]}, "field 'samples_us' holds a value that is not a finite number >= 0"),
     ({"median_us": 10**400}, "field 'median_us' is an integer too large for a float, expected a finite number >= 0"),
     ({"tree_sizes": [10**400]}, "field 'tree_sizes' must be a list of integers >= 0"),
-    ({"context_lens": [16, "x"]}, "field 'context_lens' must be a list of integers >= 0")])
+    ({"context_lens": [16, "x"]}, "field 'context_lens' must be a list of integers >= 0"),
+    ({"timer": 5}, "field 'timer' is a number, expected a string or null"),
+    ({"timer": ["cuda_graph"]}, "field 'timer' is an array, expected a string or null"),
+    ({"timer": None}, "field 'timer' is null, expected the timer of a timed row (a string: median_us is given)"),
+    ({"timer": ""}, "field 'timer' is an empty string, expected the timer of a timed row (a string: median_us is given)"),
+    ({"timer_fallback": ["x"]}, "field 'timer_fallback' is an array, expected a string or null"),
+    ({"reason": {"why": "x"}}, "field 'reason' is a JSON object, expected a string or null"),
+    ({"suite": 7}, "field 'suite' is a number, expected a string or null"),
+    ({"mask_kind": True}, "field 'mask_kind' is a boolean, expected a string or null"),
+    ({"kernel": [1]}, "field 'kernel' is an array, expected a string or null"),
+    ({"failed_step": 1.5}, "field 'failed_step' is a number, expected a string or null")])
 @pytest.mark.parametrize("command", ["gate", "report", "merge", "plan"])
 def test_gate_merge_and_plan_refuse_the_rows_report_refuses(tmp_path, capsys, change, said, command):
     """A row report refuses (a case axis mistyped or absent, an env null, which would leave the row
@@ -197,8 +208,33 @@ def test_gate_merge_and_plan_refuse_the_rows_report_refuses(tmp_path, capsys, ch
             "plan": ["plan", "--results", str(bad), "--acceptance", str(shipped_models()[0])]}[command]
     rc, out, err = _main(capsys, *argv)
     assert rc == 2 and out == "" and err.count("\n") == 1, err
-    assert f"{bad}:2: {said}" in err and "edit or delete that line" in err, err
+    assert f"{bad}:2: {said}" in err and err.endswith("; edit or delete that line\n"), err
     assert not (tmp_path / "out.jsonl").exists() and not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.parametrize("command", ["gate", "report", "merge"])
+def test_a_bad_timestamp_is_one_line_naming_the_field_and_what_is_wrong(tmp_path, capsys, command):
+    """The line names file:line, the field and what is wrong with it, and nothing else: the fields
+    every row needs are named only where one of them is what is wrong."""
+    bad = _write(tmp_path / "m.jsonl", [_row("c1"), _row("c2", timestamp="yesterday")])
+    good = _write(tmp_path / "good.jsonl", [_row("c1")])
+    argv = {"gate": ["gate", "--baseline", str(bad), "--candidate", str(good)],
+            "report": ["report", str(bad), "-o", str(tmp_path / "r.html")],
+            "merge": ["merge", str(tmp_path / "out.jsonl"), str(bad)]}[command]
+    rc, out, err = _main(capsys, *argv)
+    flag = {"gate": "gate --baseline", "report": "report", "merge": "merge"}[command]
+    assert rc == 2 and out == "" and err == (
+        f"treebench: error: {flag}: results file {bad}:2: field 'timestamp' is \"yesterday\", expected a UTC time "
+        f"in ISO 8601 as treebench writes it, such as {validate.TIMESTAMP_EXAMPLE}; edit or delete that line\n"), err
+
+
+@pytest.mark.parametrize("timer, timed", [(None, False), ("wall", True), ("cuda_graph", True)])
+def test_an_untimed_row_may_name_no_timer(timer, timed):
+    """A check row, a skip or an error before timing has no timer (null, as treebench writes it): it
+    is read; a timed row names its timer."""
+    row = {**_row("c1", timer=timer), **({} if timed else {"median_us": None, "p25_us": None, "p75_us": None,
+                                                            "samples_us": None})}
+    assert validate.row_problem(row) is None
 
 
 @pytest.mark.parametrize("stamp", ["2026-01-31T23:04:02.725+00:00", "2025-06-11T12:00:00+00:00",
@@ -574,8 +610,8 @@ def test_gate_refuses_a_copy_of_one_run_on_both_sides(tmp_path):
     import sys
     rows = [{"schema": 2, "run_id": "r1", "env": "e1", "timestamp": "2026-01-01T00:00:00+00:00", "backend": "k",
              "case_id": f"c{i}",
-             "case": {"batch_size": 1, "context_len": 16, "tree": "chain:3"}, "status": "pass", "median_us": 1.0,
-             "samples_us": [1.0] * 8} for i in range(2)]
+             "case": {"batch_size": 1, "context_len": 16, "tree": "chain:3"}, "status": "pass", "timer": "cuda_graph",
+             "median_us": 1.0, "samples_us": [1.0] * 8} for i in range(2)]
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir(), b.mkdir()
     (a / "run.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -757,6 +793,33 @@ def test_env_field_differences_name_each_differing_field_with_both_sides_values(
     assert gate_inputs.env_differences(base_envs, cand_envs, base_rows, cand_rows) == [
         "candidate env fingerprint env-gone.json not found beside its results", "driver: 570 -> 575, 580"]
     assert gate_inputs.env_field_differences(base_envs, {"b": base_envs["a"]}, base_rows, [{"env": "b"}]) == []
+
+
+def test_gate_and_resume_spell_a_value_an_env_lacks_alike(tmp_path):
+    """A fingerprint field with no value (a package not installed) reads 'none' in the gate's lines
+    and in run --resume's warning, both made by env.field_differences."""
+    from treebench.harness.sweep.resume import env_changes
+
+    old, new = {"env_id": "a", "triton": None, "torch": "2.9"}, {"env_id": "b", "triton": "3.1", "torch": "2.9"}
+    gate_lines = gate_inputs.env_differences({"a": old}, {"b": new}, [{"env": "a"}], [{"env": "b"}])
+    assert gate_lines == env_changes(new, {"a": old}, tmp_path / "r.jsonl") == ["triton: none -> 3.1"]
+    assert gate_inputs.env_field_differences({"a": new}, {"b": old}, [{"env": "a"}], [{"env": "b"}]) == [
+        gate_inputs.EnvDifference("triton", "3.1", "none")]
+
+
+@pytest.mark.parametrize("allow", [False, True])
+def test_the_gate_shows_a_value_an_env_lacks_as_none(tmp_path, capsys, allow):
+    """The gate's refusal, and its summary with --allow-env-mismatch, write a missing value 'none' (not 'None')."""
+    for side, triton in (("b", None), ("c", "3.1")):
+        (tmp_path / side).mkdir()
+        env = {"gpu_name": None, "torch": "2.9", "triton": triton}
+        env_id = f"{side}0000000000"
+        (tmp_path / side / f"env-{env_id}.json").write_text(json.dumps({**env, "env_id": env_id}))
+        _write(tmp_path / side / "r.jsonl", [_row("c1", env=env_id, seed=len(side))])
+    rc, out, err = _main(capsys, "gate", "--baseline", str(tmp_path / "b"), "--candidate", str(tmp_path / "c"),
+                         *(["--allow-env-mismatch"] if allow else []))
+    shown = out if allow else err
+    assert rc == (0 if allow else 2) and "triton: none -> 3.1" in shown and "None" not in shown, (out, err)
 
 
 @pytest.mark.parametrize("gpu", [None, "NVIDIA H200"])

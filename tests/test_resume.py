@@ -174,6 +174,28 @@ def _check(suite, out, *extra) -> list[str]:
     return ["check", "--suite", str(suite), "--backend", f"{FAULTS}:Exact", "--out", str(out), "--quiet", *extra]
 
 
+@pytest.mark.parametrize("command", ["run", "check"])
+@pytest.mark.parametrize("timer, said", [(5, "is a number, expected a string or null"),
+                                         (["wall"], "is an array, expected a string or null"),
+                                         (None, "is null, expected the timer of a timed row")])
+def test_resume_refuses_a_stored_row_whose_timer_is_not_a_string(suite, tmp_path, capsys, command, timer, said):
+    """A stored timed row whose `timer` is not a string is refused before anything runs, as gate and
+    report refuse it: one line naming the file, the line and the field; the file left as it was."""
+    out = tmp_path / "r.jsonl"
+    assert main(_check(suite, out)) == 0
+    rows = read_rows([out])
+    rows[1].update(timer=timer, median_us=10.0, samples_us=[10.0])
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    before = out.read_bytes()
+    capsys.readouterr()
+    argv = _check(suite, out, "--resume") if command == "check" else _run(suite, out, "--resume",
+                                                                          backends=f"{FAULTS}:Exact")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"field 'timer' {said}" in err and f"{out}:2" in err, err
+    assert out.read_bytes() == before
+
+
 def test_resume_of_a_finished_sweep_runs_nothing_and_reports_all(suite, tmp_path, capsys):
     out = tmp_path / "r.jsonl"
     assert main(_check(suite, out)) == 0

@@ -22,7 +22,7 @@ import platform
 import re
 import socket
 import subprocess
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -367,15 +367,15 @@ def read_envs(paths) -> dict[str, dict]:
     return envs
 
 
-def field_differences(fields: Iterable[str], before: Sequence[dict], after: Sequence[dict],
-                      shown: Callable[[object], str] = str) -> list[tuple[str, str, str]]:
-    """(field, values before, values after) for each of `fields`, in order, whose values (each `shown`,
-    sorted, ", "-joined) differ between the fingerprints `before` and `after`; none while a side has
-    none. What `--resume` warns of (sweep.resume.env_changes) and the gate refuses (analyze.gate_inputs).
-    Raises nothing but what `shown` raises."""
+def field_differences(fields: Iterable[str], before: Sequence[dict],
+                      after: Sequence[dict]) -> list[tuple[str, str, str]]:
+    """(field, values before, values after) for each of `fields`, in order, whose values (as text, 'none'
+    for one absent or null, sorted, ", "-joined) differ between the fingerprints `before` and `after`; none
+    while a side has none. What `--resume` warns of (sweep.resume.env_changes) and the gate refuses
+    (analyze.gate_inputs), both in these words. Raises nothing."""
     out = []
     for f in fields:
-        b, a = ({shown(e.get(f)) for e in side} for side in (before, after))
+        b, a = ({"none" if e.get(f) is None else str(e.get(f)) for e in side} for side in (before, after))
         if b and a and b != a:
             out.append((f, ", ".join(sorted(b)), ", ".join(sorted(a))))
     return out

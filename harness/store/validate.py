@@ -20,6 +20,8 @@ from treebench.harness.store.lock import live_writer
 from treebench.harness.store.rows import STATUSES, find_row, read_rows, result_files, timing_key
 
 REQUIRED_FIELDS = {"backend": str, "case": dict, "case_id": str, "status": str}
+# optional text fields, a string or null (docs/architecture.md "Result rows and files"); `timer` a string on a timed row
+STRING_FIELDS = ("suite", "mask_kind", "reason", "failed_step", "kernel", "timer", "timer_fallback")
 # case axes the report's tables and plots and the gate's summary group rows by
 CASE_FIELDS_REQUIRED: dict[str, type | tuple[type, ...]] = {"batch_size": int, "context_len": (int, str), "tree": str}
 _NUMBER_TYPES = {int, float}   # the types of a number json.loads gives (bool is its own type)
@@ -51,12 +53,24 @@ def row_problem(row: dict) -> str | None:
     is null, expected a JSON object'), the case axes the readers group by (CASE_FIELDS_REQUIRED)
     included, `case.tree` a tree spec that parses (the report draws it) and a `timestamp` given one
     of the form treebench writes (TIMESTAMP: readers order a pair's rows by it). An `env` given is a
-    string: a null one would leave the row out of the gate's env check."""
+    string: a null one would leave the row out of the gate's env check. Each of STRING_FIELDS is a
+    string or null, and a timed row (`median_us` given) names its `timer`."""
+    return _required_problem(row) or _case_problem(row) or _text_problem(row) or _number_problem(row)
+
+
+def _required_problem(row: dict) -> str | None:
+    """Which of REQUIRED_FIELDS, the fields every row needs, `row` lacks or holds as another JSON type
+    than asked for ('field 'backend' is null, expected a string'), else None."""
     for name, typ in REQUIRED_FIELDS.items():
         if name not in row:
             return f"field {name!r} is missing"
         if not isinstance(row[name], typ):
             return f"field {name!r} is {_kind(row[name])}, expected {_wanted(typ)}"
+    return None
+
+
+def _case_problem(row: dict) -> str | None:
+    """What is wrong with the status and the case axes of `row`, whose REQUIRED_FIELDS are right."""
     if row["status"] not in STATUSES:
         return f"field 'status' is {row['status']!r}, expected one of {', '.join(STATUSES)}"
     for name, want in CASE_FIELDS_REQUIRED.items():
@@ -67,8 +81,12 @@ def row_problem(row: dict) -> str | None:
             shown = _kind(v) if isinstance(v, (dict, list)) else json.dumps(v)   # null, true, 1.5, "16"
             return f"field 'case.{name}' is {shown}, expected {_wanted(want)}"
     tree = _tree_problem(row["case"]["tree"])   # the report draws each tree
-    if tree:
-        return f"field 'case.tree': {tree}"
+    return f"field 'case.tree': {tree}" if tree else None
+
+
+def _text_problem(row: dict) -> str | None:
+    """What is wrong with the timestamp, the ids and the text fields of `row` (STRING_FIELDS): readers
+    group, sort and compare rows by them (a list there is unhashable; a timer 5 matches no timer)."""
     stamp = row.get("timestamp")
     if stamp is not None and not _is_timestamp(stamp):
         shown = _kind(stamp) if not isinstance(stamp, str) else json.dumps(stamp)
@@ -79,6 +97,14 @@ def row_problem(row: dict) -> str | None:
         return f"field 'env' is {'an empty string' if env == '' else _kind(env)}, expected the run's env id (a string)"
     if row.get("run_id") is not None and not isinstance(row["run_id"], str):
         return f"field 'run_id' is {_kind(row['run_id'])}, expected a string"
+    for name in STRING_FIELDS:
+        if (x := row.get(name)) is not None and not isinstance(x, str):
+            return f"field {name!r} is {_kind(x)}, expected a string or null"
+    return None
+
+
+def _number_problem(row: dict) -> str | None:
+    """What is wrong with the timings and their timer, the L2 state and the per-request sizes of `row`."""
     for name in ("median_us", "p25_us", "p75_us", "cv"):
         x = row.get(name)
         if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float))):
@@ -86,6 +112,9 @@ def row_problem(row: dict) -> str | None:
         if x is not None and not (_finite(x) and x >= 0):
             value = "an integer too large for a float" if isinstance(x, int) and not _finite(x) else x
             return f"field {name!r} is {value}, expected a finite number >= 0"
+    if row.get("median_us") is not None and not row.get("timer"):   # the gate compares rows timed alike
+        what = "missing" if "timer" not in row else "an empty string" if row["timer"] == "" else "null"
+        return f"field 'timer' is {what}, expected the timer of a timed row (a string: median_us is given)"
     if row.get("l2_flushed") is not None and not isinstance(row["l2_flushed"], bool):
         return f"field 'l2_flushed' is {_kind(row['l2_flushed'])}, expected true or false"
     for name in ("tree_sizes", "context_lens"):   # per request: T_b and L_b (the plan reads them)
@@ -187,9 +216,10 @@ def validated_rows(paths: Sequence[str], command: str, require_rows: bool = True
     bad = find_row(paths, lambda r: row_problem(r) is not None)   # where it is, for the message
     if bad is None:
         raise ConfigError(f"{command}: a result row lacks one of {', '.join(REQUIRED_FIELDS)}")
+    need = (f": every row needs {', '.join(REQUIRED_FIELDS)} (case a JSON object), as `treebench run` writes"
+            if _required_problem(bad.row) else "")   # the list only where one of those fields is what is wrong
     raise ConfigError(f"{command}: results file {bad.path}:{bad.line}: {row_problem(bad.row)}; edit or delete that "
-                      f"line: every row needs {', '.join(REQUIRED_FIELDS)} (case a JSON object), as `treebench run` "
-                      "writes")
+                      f"line{need}")
 
 
 def drop_repeated_rows(rows: list[dict], command: str) -> list[dict]:

@@ -68,11 +68,6 @@ def check_same_suite(out: Path, suite: str | None, case_ids: Collection[str], wa
                       f"another suite's, written before rows recorded their suite); {fix}")
 
 
-def _shown(value: object) -> str:
-    """An env field's value as a line shows it: 'none' for None."""
-    return "none" if value is None else str(value)
-
-
 def env_changes(env: dict, stored: dict[str, dict | None], out: Path) -> list[str]:
     """What differs between this run's fingerprint `env` and those of the stored env ids `stored`
     (id -> its fingerprint, None where no env file of it is beside `out`): 'field: stored -> now' for
@@ -80,7 +75,7 @@ def env_changes(env: dict, stored: dict[str, dict | None], out: Path) -> list[st
     then each env file not found. Raises nothing."""
     found = [e for e in stored.values() if e is not None]
     fields = [f for f in env if f not in VOLATILE_ENV_FIELDS]
-    notes = [f"{f}: {was} -> {now}" for f, was, now in field_differences(fields, found, [env], _shown)]
+    notes = [f"{f}: {was} -> {now}" for f, was, now in field_differences(fields, found, [env])]
     return notes + [f"env-{i}.json not found beside {out}" for i, e in sorted(stored.items()) if e is None]
 
 
