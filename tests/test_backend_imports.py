@@ -147,24 +147,50 @@ def test_under_isolate_a_backend_that_cannot_be_loaded_is_said_once_not_once_per
     assert [r["status"] for r in rows if r["backend"] == "reference"] == ["pass", "pass"]
 
 
-def test_under_isolate_a_backend_whose_workers_cannot_load_it_is_said_once_not_once_per_pair(tmp_path):
-    """A file that loads in treebench's process but raises as each pair's worker loads it: its rows are error rows
-    with failed_step import, said in one warning line naming it and why, and in one summary line."""
+def _worker_raises(tmp_path: Path) -> Path:
+    """A file whose backend (named good_import) loads in treebench's process but raises in a worker process."""
     f = tmp_path / "worker_raises.py"
     f.write_text("import multiprocessing\nif multiprocessing.parent_process() is not None:\n"
                  "    raise RuntimeError('no kernel in a worker')\n" + GOOD)
+    return f
+
+
+def test_under_isolate_a_backend_whose_workers_cannot_load_it_is_said_once_not_once_per_pair(tmp_path):
+    """A file that loads in treebench's process but raises as each pair's worker loads it: its rows are error rows
+    with failed_step import, said in one warning line naming it and why, and in one summary line; the line and the
+    rows name it by the name it has in treebench's process, as its rows of a working run do, not by the file."""
+    f = _worker_raises(tmp_path)
     out = tmp_path / "rows.jsonl"
     proc = _cli(tmp_path, "run", "--suite", _suite(tmp_path), "--backends", f"{f},reference", "--isolate",
                 "--out", str(out), "--report", str(tmp_path / "r.html"))
     assert proc.returncode == 1, proc.stderr[-3000:]
     cause = "loading the backend in the worker: RuntimeError: no kernel in a worker"
     said = [line for line in proc.stderr.splitlines() if "no kernel in a worker" in line]
-    assert said == [f"WARNING  {f}: {cause}; each pair whose worker cannot load it is an error row (failed_step "
-                    "import)"], proc.stderr
-    assert [line for line in proc.stdout.splitlines() if "no kernel" in line] == [f"error: {f} on 2 cases: {cause}"]
+    assert said == [f"WARNING  good_import: {cause}; each pair whose worker cannot load it is an error row "
+                    "(failed_step import)"], proc.stderr
+    assert [line for line in proc.stdout.splitlines() if "no kernel" in line] == [
+        f"error: good_import on 2 cases: {cause}"]
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [(r["status"], r["failed_step"], r["reason"]) for r in rows if r["backend"] == str(f)] == [
+    assert [(r["status"], r["failed_step"], r["reason"]) for r in rows if r["backend"] == "good_import"] == [
         ("error", "import", cause)] * 2, rows
+    assert {r["backend"] for r in rows} == {"good_import", "reference"}, rows
+
+
+@pytest.mark.parametrize("command", ["run", "check"])
+def test_under_isolate_a_resume_finds_the_rows_of_a_backend_its_workers_cannot_load(tmp_path, command):
+    """Those rows carry the backend's name as loaded in treebench's process, not the --backends text as typed
+    (`path/file.py`): a --resume matches them with the backend's pairs, finds each stored and runs none again."""
+    f = _worker_raises(tmp_path)
+    out = tmp_path / "rows.jsonl"
+    argv = [command, "--suite", _suite(tmp_path), "--backends", str(f), "--isolate", "--out", str(out),
+            *(["--report", str(tmp_path / "r.html")] if command == "run" else [])]
+    assert _cli(tmp_path, *argv).returncode == 1
+    first = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["backend"], r["failed_step"]) for r in first] == [("good_import", "import")] * 2, first
+    again = _cli(tmp_path, *argv, "--resume")
+    assert again.returncode == 1, again.stderr[-3000:]
+    assert "nothing to run: all 2 " in again.stderr and "no kernel in a worker" not in again.stderr, again.stderr
+    assert [json.loads(line) for line in out.read_text().splitlines()] == first
 
 
 def test_check_under_isolate_of_a_backend_that_exits_while_loading_fails_with_its_error_rows(tmp_path):

@@ -408,6 +408,23 @@ def test_a_resume_with_nothing_left_whose_stdout_cannot_be_written_names_the_run
     assert len(read_rows([out])) == 2
 
 
+def test_a_check_resume_with_nothing_left_whose_stdout_cannot_be_written_names_the_run_of_its_rows(tiny, tmp_path):
+    """`check --resume > /dev/full` with every case stored: the line names the run id of the rows in --out (the
+    earlier check's, as `run --resume` does), not this check's fresh id, which holds no row."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    out = tmp_path / "r.jsonl"
+    argv = ["check", "--suite", tiny, "--backend", "reference", "--out", out, "--quiet"]
+    assert treebench(*argv, cwd=tmp_path).returncode == 0
+    (run_id,) = {r["run_id"] for r in read_rows([out])}
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "treebench", *map(str, argv), "--resume"], cwd=tmp_path,
+                              env=env(), stdout=full, stderr=subprocess.PIPE, text=True, timeout=300, check=False)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert f"; every row of this check is in {out}, run_id {run_id}: the results file is complete" in proc.stderr
+    assert len(read_rows([out])) == 2
+
+
 def test_a_merge_whose_stdout_cannot_be_written_says_whether_its_rows_went_in(tiny, tmp_path):
     """`merge OUT IN > /dev/full`: the line names standard output and says the rows were merged (or,
     merged again, that OUT is left as it was), as rm and report say what they did."""

@@ -808,10 +808,11 @@ def test_a_results_file_that_changed_before_the_first_pair_is_not_said_to_be_lef
 def test_an_interrupt_before_any_results_file_is_claimed_says_nothing_was_written(name, capsys):
     """Stopped after the subcommand is known but before its results file is claimed or marked (the
     backends and env still loading): no word of rows kept, which no file holds."""
-    from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID, NOTHING_WRITTEN
+    from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_IDS, NOTHING_WRITTEN
     from treebench.harness.run.inflight import PROGRESS, UNWRITTEN
 
-    ACTIVE_OUT[0] = ACTIVE_RUN_ID[0] = NOTHING_WRITTEN[0] = PROGRESS[0] = UNWRITTEN[0] = None
+    ACTIVE_OUT[0] = NOTHING_WRITTEN[0] = PROGRESS[0] = UNWRITTEN[0] = None
+    ACTIVE_RUN_IDS[0] = ()
     assert cli_main._interrupted(False, name) == 130
     assert capsys.readouterr().err == "treebench: interrupted; nothing was written\n"
 
@@ -839,8 +840,41 @@ def test_the_commands_a_line_suggests_quote_their_paths(tmp_path, monkeypatch, c
     suggested = shlex.split(line.split("to write it, run ")[1].split(", or")[0])
     assert suggested[:2] == ["treebench", "report"] and main(suggested[1:]) == 0 and Path("my page.html").exists()
     out = Path("my out.jsonl")
-    assert kept_rows(out, "ID", "then run") == (" in my out.jsonl, run_id ID; then run the same command with --out "
-                                               "'my out.jsonl' --resume, or remove them with treebench rm "
-                                               "'my out.jsonl' --run-id ID")
+    assert kept_rows(out, ("ID",), "then run") == (" in my out.jsonl, run_id ID; then run the same command with "
+                                                  "--out 'my out.jsonl' --resume, or remove them with treebench rm "
+                                                  "'my out.jsonl' --run-id ID")
     assert crash_line(out, "ID").endswith("--isolate --out 'my out.jsonl' --resume")
     assert crash_line(out, "ID", written=False).endswith("--isolate --out 'my out.jsonl'")
+
+
+@pytest.mark.parametrize("left", [0, 1])
+def test_a_check_resume_stopped_after_its_sweep_names_the_runs_its_rows_are_in(tmp_path, monkeypatch, capsys, left):
+    """`check --resume` stopped after its sweep (Ctrl-C while its summary prints) whose --out changed (`left` cases
+    checked now, or else a row a killed launch left in a rank file merged in): the line names the run ids of the
+    check's rows (the earlier run's, and this one's where it wrote a row), as `run` does, not this run's fresh id
+    alone, which holds none where nothing was left; several ids as one `rm --run-id A B`, which rm then takes."""
+    import shlex
+
+    import treebench.harness.cli.check as check_cmd
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny.toml").write_text(tiny_suite(context_lens=(8, 9)))
+    argv = ["check", "--suite", "tiny.toml", "--backend", "reference", "--out", "r.jsonl", "--quiet"]
+    assert main(argv) == 0
+    (earlier,) = {r["run_id"] for r in read_rows([Path("r.jsonl")])}
+    first, second = Path("r.jsonl").read_text().splitlines(keepends=True)
+    Path("r.jsonl").write_text(first)
+    if not left:   # what a killed torchrun launch leaves: merged into --out by --resume
+        Path("r.rank1-of-2.jsonl").write_text(second)
+    capsys.readouterr()
+    with monkeypatch.context() as m:
+        m.setattr(check_cmd, "print_summary", _stop(KeyboardInterrupt))
+        assert main([*argv, "--resume"]) == 130
+    line = _line(capsys)
+    rows = read_rows([Path("r.jsonl")])
+    ids = sorted({r["run_id"] for r in rows})
+    assert len(rows) == 2 and len(ids) == 1 + left and earlier in ids, rows
+    assert f"rows already written are kept in r.jsonl, run_id {', '.join(ids)}; " in line, line
+    assert line.endswith(f"or remove them with treebench rm r.jsonl --run-id {' '.join(ids)}"), line
+    assert main(shlex.split(line.split("remove them with treebench ")[1])) == 0
+    assert read_rows([Path("r.jsonl")]) == []

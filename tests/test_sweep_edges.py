@@ -328,7 +328,7 @@ def test_a_worker_reports_what_escaped_a_task_as_its_error_row(monkeypatch):
     monkeypatch.setattr(isolate._WorkerState, "serve", fails)
     monkeypatch.setattr(signal, "signal", lambda *args: None)   # worker_main's SIGINT setting: not this process's
     parent, child = multiprocessing.Pipe()
-    parent.send(isolate.Task(CASE.axes, "reference", "cpu", CFG))
+    parent.send(isolate.Task(CASE.axes, "reference", "reference", "cpu", CFG))
     parent.send(None)
     isolate.worker_main(child, "cpu", 30)
     assert parent.recv()[0] == "ready"

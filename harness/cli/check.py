@@ -22,6 +22,7 @@ from treebench.harness.cli.common import (
     exit_code,
     spelling_used,
     nonempty,
+    note_run_ids,
     plural,
     print_plan,
     print_summary,
@@ -117,6 +118,7 @@ def run(args) -> int:
     rows = result.rows
     if not rows:
         log.warning("no case to run here (--shard): nothing was checked")
+    note_run_ids(rows)   # a --resume's: the runs its rows are in, named by a failed write to stdout, as run does
     OUTCOME[0] = code = exit_code(result, args.determinism, args.allow_skip)  # kept if stdout closes early
     if args.resume and out is not None and (left := result.nothing_left(out, "case")):
         log.info("%s", left)   # the exit code is the stored rows': 0 where they all passed

@@ -64,7 +64,7 @@ CONSOLE = console(stderr=True)   # progress bars and log records: one console, s
 FAILED = ("mismatch", "error")   # row statuses that make run / check exit 1
 NOTHING_RAN = 3                  # exit code of a run / check in which no pair ran (without --allow-skip)
 ACTIVE_OUT: list[Path | None] = [None]   # the results file of the run/check in progress (for Ctrl-C)
-ACTIVE_RUN_ID: list[str | None] = [None]  # the run_id its rows carry (for Ctrl-C: rm --run-id takes it)
+ACTIVE_RUN_IDS: list[tuple[str, ...]] = [()]  # the run ids its rows carry (for Ctrl-C: rm --run-id takes them)
 CREATED_OUT: list[Path | None] = [None]  # ACTIVE_OUT when this run/check created it (removed if it stops before a row)
 CREATED_FOLDERS: list[Path] = []         # the folders made for CREATED_OUT, deepest first (removed with it while empty)
 NOTHING_WRITTEN: list[str | None] = [None]  # why the run/check in progress writes no rows (for Ctrl-C's line)
@@ -143,7 +143,7 @@ def add_sweep_options(p, timed: bool = True) -> None:
 def claim_results(path: str | Path, run_id: str, dry_run: bool, what: str = "--out") -> Path:
     """`check_writable_made(path, what=what)` for the results file of a run or check (a dry run creates nothing),
     kept with the run_id its rows carry for the line after an interrupt or a full disk
-    (ACTIVE_OUT, ACTIVE_RUN_ID: the --resume hint and the `treebench rm --run-id` that removes
+    (ACTIVE_OUT, ACTIVE_RUN_IDS: the --resume hint and the `treebench rm --run-id` that removes
     the rows; its size now in inflight.UNWRITTEN), and in CREATED_OUT when this call created the
     file (the folders it made for it in CREATED_FOLDERS): main() removes them again if the sweep stops
     (an interrupt, an error) before its first row; returns the path as given (those two and UNWRITTEN
@@ -159,7 +159,7 @@ def claim_results(path: str | Path, run_id: str, dry_run: bool, what: str = "--o
     ours = not os.path.lexists(path) and torchrun_rank() is None   # a dangling link is not ours either
     out, made = check_writable_made(path, not dry_run, what)
     if not dry_run:   # what is removed or looked at later: absolute, wherever a backend's os.chdir went
-        ACTIVE_OUT[0], ACTIVE_RUN_ID[0] = out, run_id
+        ACTIVE_OUT[0], ACTIVE_RUN_IDS[0] = out, (run_id,)
         CREATED_OUT[0], CREATED_FOLDERS[:] = (out.absolute() if ours else None), [m.absolute() for m in made if ours]
         mark_unwritten(out.absolute())
     return out
@@ -237,6 +237,14 @@ def spelling_used(argv, names: tuple[str, ...]) -> str:
     """The spelling of an option (one of `names`) the command line used, which its errors name;
     `names[0]` when none (the parser has refused it given twice: treebench.harness.cli.Parser)."""
     return next((a.split("=", 1)[0] for a in argv or [] if a.split("=", 1)[0] in names), names[0])
+
+
+def note_run_ids(rows: list[dict]) -> tuple[str, ...]:
+    """The run ids `rows` carry, sorted (a --resume's: the earlier runs' its stored rows are in), kept in ACTIVE_RUN_IDS
+    unless there are none: what a failed write to stdout and the line after an interrupt name, as `run_id:` does."""
+    ids = tuple(sorted({r["run_id"] for r in rows if r.get("run_id")}))
+    ACTIVE_RUN_IDS[0] = ids or ACTIVE_RUN_IDS[0]
+    return ids
 
 
 def stamp() -> str:

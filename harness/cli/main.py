@@ -211,13 +211,14 @@ def main(argv: list[str] | None = None) -> int:
         with interrupts_held():
             if argv and argv[0] not in TOP_OPTIONS and not asks_help(argv):   # a subcommand loads torch: here
                 importlib.import_module("torch")
-            from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID, CREATED_OUT, NOTHING_WRITTEN, OUTCOME
+            from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_IDS, CREATED_OUT, NOTHING_WRITTEN, OUTCOME
             from treebench.harness.store.outputs import OUTPUTS
             enable_crash_report()   # a segfault prints the stack, whose frames name the pair in flight
     except KeyboardInterrupt:
         sys.stderr.write(f"{PROG}: interrupted while starting; nothing was written\n")
         return INTERRUPTED
-    OUTCOME[0] = ACTIVE_OUT[0] = ACTIVE_RUN_ID[0] = CREATED_OUT[0] = NOTHING_WRITTEN[0] = None
+    OUTCOME[0] = ACTIVE_OUT[0] = CREATED_OUT[0] = NOTHING_WRITTEN[0] = None
+    ACTIVE_RUN_IDS[0] = ()
     PROGRESS[0] = UNWRITTEN[0] = REPORT_DUE[0] = STOP_REQUESTED[0] = None
     OUTPUTS.clear()
     installed, previous = install_handler(signal.SIGTERM, _on_sigterm)
@@ -305,12 +306,12 @@ def _interrupted(terminated: bool, name: str | None) -> int:
     dry run), that nothing was, after how many pairs; or, in a command that writes no rows (not ROW_COMMANDS),
     whether each file it writes was written (`outputs_note`); or, stopped before the subcommand
     was known (`name` None), that nothing was written."""
-    from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID, NOTHING_WRITTEN
+    from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_IDS, NOTHING_WRITTEN
     from treebench.harness.run.inflight import kept_rows, pairs_done, report_note, unwritten_note
     from treebench.harness.store.outputs import outputs_note
 
-    out, run_id, removed = ACTIVE_OUT[0], ACTIVE_RUN_ID[0], _drop_unwritten_out()
-    where = "" if out is None else kept_rows(out, run_id, "to finish, run")
+    out, run_ids, removed = ACTIVE_OUT[0], ACTIVE_RUN_IDS[0], _drop_unwritten_out()
+    where = "" if out is None else kept_rows(out, run_ids, "to finish, run")
     what = "terminated (SIGTERM)" if terminated else "interrupted"
     if removed:
         line = f"{what} {_removed(out or removed)}"
@@ -338,11 +339,11 @@ def _stdout_failed(e: OSError, name: str | None) -> int:
     --resume; the files a command writes are named as written or not (`outputs_note`: a report, rm's rewrite).
     A sweep it stopped part-way is said as any failed write is (`_not_written`). What is left of stdout's
     buffer goes to /dev/null, so Python's flush at exit neither fails again nor prints."""
-    from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID, OUTCOME
+    from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_IDS, OUTCOME
     from treebench.harness.store.outputs import outputs_note
 
     _stdout_to_devnull()
-    out, run_id = ACTIVE_OUT[0], ACTIVE_RUN_ID[0]
+    out, run_id = ACTIVE_OUT[0], ", ".join(ACTIVE_RUN_IDS[0])
     if out is not None and OUTCOME[0] is None:
         return _not_written(e, "standard output")
     rows = "" if out is None else (f"; every row of this {name} is in {out}{f', run_id {run_id}' if run_id else ''}: "
@@ -357,7 +358,7 @@ def _not_written(e: OSError, what: str | None = None) -> int:
     EIO, EROFS, ...): the file (`what`, else the error's, else --out), the error, that the rows before are kept (the
     failed row is cut off: store.rows), from a run or check --out with their run_id, --resume and `treebench rm`;
     before its first row, what became of --out."""
-    from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_ID
+    from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_IDS
     from treebench.harness.run.inflight import PROGRESS, kept_rows  # PROGRESS: (rows written, pairs) of the run
     from treebench.harness.store.outputs import ENV_NOTE
 
@@ -369,7 +370,7 @@ def _not_written(e: OSError, what: str | None = None) -> int:
              f"; stopped before this run's first row: {out} is left as it was{ENV_NOTE[0]}; {then} the same command "
              "again"
              if PROGRESS[0] is not None and PROGRESS[0][0] == 0 else
-             "; rows already written are kept" + kept_rows(out, ACTIVE_RUN_ID[0], then))
+             "; rows already written are kept" + kept_rows(out, ACTIVE_RUN_IDS[0], then))
     with contextlib.suppress(OSError):
         sys.stderr.write(f"{PROG}: error: could not write {what}: {e.strerror or e}{where}\n")
     return BAD_INPUT

@@ -20,7 +20,6 @@ from pathlib import Path
 
 from treebench.harness.cli import NUMBER_RULE, read_number
 from treebench.harness.cli.common import (
-    ACTIVE_RUN_ID,
     CONSOLE,
     CREATED_OUT,
     DRY_RUN_WRITES_NOTHING,
@@ -38,6 +37,7 @@ from treebench.harness.cli.common import (
     exit_code,
     spelling_used,
     nonempty,
+    note_run_ids,
     nothing_ran,
     plural,
     print_plan,
@@ -321,8 +321,7 @@ def run(args) -> int:
             written = _write_report(shown, written_out, written_report, f"treebench {suite.name}", out)
         if not written:
             code = 1
-    run_ids = ", ".join(sorted({r["run_id"] for r in result.rows if r.get("run_id")}))   # a --resume's: earlier ones
-    ACTIVE_RUN_ID[0] = run_ids or ACTIVE_RUN_ID[0]   # what a failed write to stdout names, as the line below does
+    run_ids = ", ".join(note_run_ids(result.rows))   # a --resume's: earlier ones, as a failed write to stdout says
     OUTCOME[0] = code   # the rows decide the exit code, whether or not stdout is still read
     if nothing_ran(result.rows) is None:
         warn_backends_that_ran_nothing(result.rows)

@@ -159,14 +159,14 @@ def pairs_done() -> str:
     return "" if (done := PROGRESS[0]) is None else f" after {done[0]} of {plural(done[1], 'pair')}"
 
 
-def kept_rows(out: Path, run_id: str | None, then: str) -> str:
-    """Where the rows written so far are kept and the commands that finish or remove them:
-    " in OUT, run_id ID; THEN the same command with --out OUT --resume, or remove them with
-    treebench rm OUT --run-id ID" (without a run_id, its clauses left out)."""
+def kept_rows(out: Path, run_ids: tuple[str, ...], then: str) -> str:
+    """Where the rows written so far are kept and how to finish or remove them: " in OUT, run_id A, B; THEN the same
+    command with --out OUT --resume, or remove them with treebench rm OUT --run-id A B" (no run id: no such clause)."""
     resume = f"{then} the same command with --out {shlex.quote(str(out))} --resume"
-    if not run_id:
+    if not run_ids:
         return f" in {out}; {resume}"
-    return f" in {out}, run_id {run_id}; {resume}, or remove them with treebench rm {shlex.quote(str(out))} --run-id {run_id}"
+    return (f" in {out}, run_id {', '.join(run_ids)}; {resume}, or remove them with treebench rm "
+            f"{shlex.quote(str(out))} --run-id {' '.join(run_ids)}")
 
 
 def report_due(out: str | Path, report: str | Path, resume_flags: str = "", shown: str | Path | None = None) -> None:

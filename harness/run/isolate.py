@@ -6,7 +6,7 @@ Protocol (multiprocessing, spawn context, one duplex pipe per worker)::
     parent                                   worker (worker_main)
       start ──────────────────────────────▶  imports, sets its CUDA device
       ◀─────────────── ("ready", pid)
-      Task(case axes, backend spec,
+      Task(case axes, backend spec, name,
            device, RunConfig) ────────────▶  builds inputs and reference (cached
                                              per case), runs the backend, compares,
                                              times: treebench.harness.run.pair.run_case_backend
@@ -30,7 +30,9 @@ and exits. In every case the next pair gets a fresh worker.
 
 A backend travels to its worker as a spec string (a registry name or the
 ``--backend`` text the CLI loaded it from, kept in the instance's
-``treebench_spec`` attribute) or, failing that, as the pickled instance.
+``treebench_spec`` attribute) or, failing that, as the pickled instance, with the name the
+parent's instance has: the error row of a pair whose worker cannot load the backend (failed_step
+import) carries that name, as the backend's other rows do, not the spec.
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ class Task:
 
     case_axes: dict      # Case fields; the worker rebuilds the Case
     backend: object      # spec string (registry name, pkg.mod:Class, path.py:Class) or a picklable instance
+    name: str            # the name the parent's instance has: what the rows the worker makes without one carry
     device: str          # torch device of the pair's inputs
     config: RunConfig    # the run's config, without a store path (the parent appends rows)
 
@@ -139,7 +142,7 @@ class _WorkerState:
             backend = self.backend(task.backend)
         except BaseException as e:  # noqa: BLE001 -- a backend that cannot load in the worker is its
             # error row (SIGINT is ignored here: no KeyboardInterrupt is a Ctrl-C's)
-            row = _error_row(_task_name(task), case, task.config,
+            row = _error_row(task.name, case, task.config,
                              "loading the backend in the worker: " + error_reason(e), IMPORT)
             return row, False
         row = run_case_backend(backend, case, self.case_data(case), None, device, task.config)
@@ -166,14 +169,8 @@ def die_with_parent(parent_pid: int) -> None:
 def _failed_row(task: Task, e: BaseException) -> dict:
     """The error row of a task whose serving raised `e` (no backend exception gets this far:
     run_case_backend makes those rows; this is the worker's own failure around it)."""
-    return _error_row(_task_name(task), Case(**task.case_axes), task.config,
+    return _error_row(task.name, Case(**task.case_axes), task.config,
                       "the isolated worker failed: " + error_reason(e))
-
-
-def _task_name(task: Task) -> str:
-    """The backend name an error row of `task` carries where no backend object is at hand: its spec
-    string (registry name or path/file.py:Class), or the class name of a backend sent as an object."""
-    return task.backend if isinstance(task.backend, str) else type(task.backend).__name__
 
 
 def _restore_cwd(cwd: str) -> None:
@@ -336,7 +333,7 @@ class WorkerPool:
         """
         spec, name = backend_spec(backend), getattr(backend, "name", type(backend).__name__)
         try:  # pickled here, before any worker starts: Connection.recv() unpickles it there
-            payload = ForkingPickler.dumps(Task(case.axes, spec, str(device), replace(config, store_path=None)))
+            payload = ForkingPickler.dumps(Task(case.axes, spec, name, str(device), replace(config, store_path=None)))
         except Exception as e:  # noqa: BLE001 -- pickling a user's instance can fail in many ways
             return _error_row(name, case, config,
                               f"cannot send the backend to a worker ({error_reason(e)}); "
