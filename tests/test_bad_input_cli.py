@@ -51,6 +51,23 @@ def test_a_value_given_twice_in_a_suite_axis_is_bad_input(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("values, words", [
+    ('"ragged:1_6-20"', ["context_len='ragged:1_6-20': '1_6' is not an integer (ASCII digits 0-9, no '_')"]),
+    ('"list:１,2"', ["context_len='list:１,2': '１' is not an integer (ASCII digits 0-9, no '_')"]),
+    ('"ragged:16-2048", "ragged:016-2048"', ["axis context_len values 'ragged:16-2048' and 'ragged:016-2048' are "
+                                             "one context spec (ragged:16-2048); give it once"]),
+])
+def test_a_context_spec_int_reads_but_treebench_does_not_is_bad_input(tmp_path, values, words):
+    """A '_' or another script's digits in a context spec, or one spec spelled twice in the axis: one line
+    naming the suite and the spec as given, exit 2, nothing written."""
+    p = tmp_path / "lens.toml"
+    p.write_text(f'[axes]\nbatch_size = [2]\ncontext_len = [{values}]\ntree = ["chain:1"]\n', encoding="utf-8")
+    out = tmp_path / "rows.jsonl"
+    proc = _cli("check", "--suite", str(p), "--backend", "reference", "--out", str(out))
+    _one_line_exit_2(proc, f"suite {p}: axes: ", *words)
+    assert not out.exists()
+
+
 def test_a_deeply_nested_tree_spec_is_bad_input():
     _one_line_exit_2(_cli("tree", "[" * DEEP + "(0,)" + "]" * DEEP), "not a Python list of tuples")
 

@@ -146,6 +146,72 @@ def test_canonical_spec_leaves_what_it_cannot_read():
     assert canonical_spec("random:8:" + "0" * 5000 + "7") == "random:8:7"
 
 
+@pytest.mark.parametrize("spelling, canonical", [
+    ("ragged:016-2048", "ragged:16-2048"), ("ragged:00-0048", "ragged:0-48"), ("ragged:5-0232", "ragged:5-232"),
+    ("list:01,2,037", "list:1,2,37"), ("list:000,00,17", "list:0,0,17"),
+    ("list:" + "0" * 5000 + "7,1,2", "list:7,1,2"),
+])
+def test_a_context_spec_with_leading_zeros_has_one_case_id(spelling, canonical):
+    """'ragged:016-2048' and 'ragged:16-2048' are one set of lengths: the case holds the normalised
+    spelling, so suites that spell it either way give it one case id (and one seed)."""
+    a = Case(batch_size=3, context_len=spelling, tree="chain:2")
+    b = Case(batch_size=3, context_len=canonical, tree="chain:2")
+    assert a.context_len == canonical and a.case_id == b.case_id and a == b
+    assert f"-L{canonical}-" in a.case_id and a.context_lens() == b.context_lens()
+
+
+@pytest.mark.parametrize("spec, part", [
+    ("ragged:1_6-20", "1_6"), ("ragged:16-2_048", "2_048"), ("list:1_0,2,3", "1_0"), ("list:１,2,3", "１"),
+    ("ragged:١٦-20", "١٦"), ("ragged:16-²", "²"), ("ragged:+16-20", "+16"), ("list:1, 2,3", " 2"),
+    ("ragged:16-20 ", "20 "), ("list:1,2,", ""),
+])
+def test_a_context_spec_in_other_than_ascii_digits_is_refused(spec, part):
+    """int() reads '1_6', '１' and ' 2' too: each would be a second case id (or a case id spelled other
+    than its lengths); one line naming the spec as given and the number's rule."""
+    with pytest.raises(ConfigError) as e:
+        Case(batch_size=3, context_len=spec, tree="chain:2")
+    usage = "ragged:LO-HI, e.g. ragged:16-2048" if spec.startswith("ragged") else "list:L0,L1,... with one"
+    assert str(e.value).startswith(f"case field context_len={spec!r}: {part!r} is not an integer (ASCII digits 0-9, "
+                                   f"no '_'); write {usage}"), str(e.value)
+
+
+@pytest.mark.parametrize("spec, fragment", [
+    ("ragged:16-99999999", r"must be in \[0, 2\*\*24\]"), ("ragged:0-" + "9" * 5000, r"must be in \[0, 2\*\*24\]"),
+    ("ragged:16", "two integers; write ragged:LO-HI"), ("ragged:1-2-3", "two integers; write ragged:LO-HI"),
+    ("ragged:-1-5", "'' is not an integer"), ("list:0,-0,2", r"must be in \[0, 2\*\*24\]"),
+    ("Ragged:1-5", "must be an integer >= 0, 'ragged:LO-HI' or 'list:L0,L1,...'"),
+])
+def test_a_context_spec_out_of_range_or_form_is_refused(spec, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        Case(batch_size=3, context_len=spec, tree="chain:2")
+
+
+@pytest.mark.parametrize("values, first, second", [
+    ('"ragged:16-2048", "ragged:016-2048"', "ragged:16-2048", "ragged:016-2048"),
+    ('"list:01,2", 4, "list:1,2"', "list:01,2", "list:1,2"),
+])
+def test_one_context_spec_spelled_twice_in_a_suite_axis_is_refused(tmp_path, values, first, second):
+    """Both spellings would be one case: refused as a tree spelled twice is, naming both."""
+    from treebench.harness.model.suites import load_suite
+    p = tmp_path / "twice.toml"
+    p.write_text(f'[axes]\nbatch_size = [2]\ncontext_len = [{values}]\ntree = ["chain:1"]\n')
+    with pytest.raises(ConfigError) as e:
+        load_suite(str(p))
+    held = first.replace("01", "1")
+    assert str(e.value) == (f"suite {p}: axes: axis context_len values {first!r} and {second!r} are one context "
+                            f"spec ({held}); give it once")
+
+
+def test_two_suites_spelling_one_context_spec_two_ways_share_its_case_ids(tmp_path):
+    from treebench.harness.model.suites import load_suite
+    ids = []
+    for name, lens in (("zeros", '"ragged:016-0232", "list:00,037"'), ("plain", '"ragged:16-232", "list:0,37"')):
+        p = tmp_path / f"{name}.toml"
+        p.write_text(f'[axes]\nbatch_size = [2]\ncontext_len = [{lens}]\ntree = ["chain:3"]\n')
+        ids.append([c.case_id for c in load_suite(str(p)).cases])
+    assert ids[0] == ids[1] and len(set(ids[0])) == 2 and "-Lragged:16-232-" in ids[0][0]
+
+
 @pytest.mark.parametrize("spelling", ["[(0,), (1,), (0, 0)]", "[[0],[1],[0,0]]", " [(1,), (0,), (0, 0)] ",
                                       "((0,), (0, 0), (1,))", "[[0], [0, 0], [1]]"])
 def test_one_choices_tree_in_any_spelling_has_one_case_id(spelling):

@@ -458,6 +458,60 @@ def test_list_fits_the_width_in_a_pipe(columns, width):
     assert max(len(line) for line in lines) <= width, max(lines, key=len)
 
 
+BAD_SIZES = ["²", "", "-5", "0", "abc", "１２", "8_0", "1" * 5000]   # '²' and '１２' pass str.isdigit()
+
+
+def test_list_ignores_a_columns_that_is_no_width(capsys, monkeypatch):
+    """A COLUMNS no terminal reads as a width ('²' passes str.isdigit() and fails int()): the table
+    at the default width, as without COLUMNS; never a traceback."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert main(["list"]) == 0
+    default = capsys.readouterr().out
+    assert max(len(line) for line in default.splitlines()) <= 160
+    for columns in BAD_SIZES:
+        monkeypatch.setenv("COLUMNS", columns)
+        assert main(["list"]) == 0, columns
+        assert capsys.readouterr().out == default, columns
+    monkeypatch.setenv("COLUMNS", "080")
+    assert main(["list"]) == 0 and max(len(line) for line in capsys.readouterr().out.splitlines()) == 80
+
+
+@pytest.mark.parametrize("size", BAD_SIZES)
+def test_a_terminal_console_ignores_a_columns_or_lines_that_is_no_size(monkeypatch, size):
+    """Every console of treebench (on a terminal too, where rich reads COLUMNS as it is made) takes the
+    size it takes without COLUMNS and LINES when they hold no size."""
+    import io
+
+    from treebench.harness.cli.common import console
+    from treebench.harness.run.progress import TerminalConsole, terminal_size
+
+    def sizes():
+        tty = TerminalConsole(file=io.StringIO(), force_terminal=True)
+        return tuple(tty.size), tuple(console().size), tuple(console(stderr=True).size)
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
+    default = sizes()
+    monkeypatch.setenv("COLUMNS", size)
+    monkeypatch.setenv("LINES", size)
+    assert terminal_size(size) is None and sizes() == default
+    monkeypatch.setenv("COLUMNS", "97")
+    assert TerminalConsole(file=io.StringIO(), force_terminal=True).width == 97 and terminal_size("097") == 97
+
+
+@pytest.mark.parametrize("name", ["COLUMNS", "LINES"])
+def test_a_check_prints_under_a_columns_or_lines_that_is_no_size(name):
+    """The shared stderr console reads them too: `check --dry-run` with COLUMNS=² ended in a traceback."""
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")} | {name: "²", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "treebench", "check", "--suite", "smoke", "--backend", "reference",
+                           "--dry-run"], cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "suite smoke, backend reference" in done.stdout
+
+
 @pytest.mark.parametrize("argv, needle", [
     (["rm", "{f}"], "give at least one of --run-id, --backend, --env"),
     (["rm", "{f}", "--run-id", ""], "--run-id is empty"),

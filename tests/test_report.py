@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import base64
 import fcntl
+import itertools
 import json
 import os
 import re
@@ -340,6 +341,26 @@ def test_write_report_for_a_cpu_run_and_for_no_rows(tmp_path):
     assert "<td>wall<" in html and "L2 states" not in html   # the CPU never flushes: one state
     empty = report.write_report([], {}, tmp_path / "empty.html").read_text()
     assert "No passing timed rows." in empty and "<img" not in empty
+
+
+def test_a_report_of_rows_whose_axis_text_isdigit_takes_but_int_refuses(tmp_path):
+    """A results file may hold any text: an L of '²' (str.isdigit() takes it, int() fails on it) or of more
+    digits than int() reads, and a check axis value of '²' or '--5', sort as text; never a traceback."""
+    from treebench.harness.model.coverage import coverage_from_rows
+    from treebench.harness.store.rows import append_rows
+
+    rows = [dict(r) for r in read_rows(BASE)[:24]]
+    for i, (r, text) in enumerate(zip(rows, itertools.cycle(["²", "１２", "1" * 5000, "--5", "2048"]))):
+        r["case"] = {**r["case"], "context_len": text}
+        r["check_axes"] = {"page_size": text, "tree_size": str(i)}
+    html = report.write_report(rows, {}, tmp_path / "odd.html").read_text()
+    assert "²" in html and "１２" in html
+    cov = coverage_from_rows(rows)
+    assert cov["tree_size"]["ran"][:3] == ["0", "1", "2"] and "²" in cov["page_size"]["ran"]
+    results = tmp_path / "odd.jsonl"
+    append_rows(results, rows)
+    cli = pytest.importorskip("treebench.harness.cli.main")
+    assert cli.main(["report", str(results), "-o", str(tmp_path / "cli.html")]) == 0
 
 
 @pytest.mark.parametrize("argv, field", [

@@ -23,7 +23,7 @@ import pandas as pd
 
 from treebench.harness.analyze.cells import Table, num, ratio, us
 from treebench.harness.analyze.roles import DEFAULT_OWN, OWN_KERNELS
-from treebench.harness.analyze.tables import timed_frame, varying_axes
+from treebench.harness.analyze.tables import order_key, timed_frame, varying_axes
 from treebench.harness.errors import ConfigError
 from treebench.harness.model.workload import compute_roof, row_roofline_us
 
@@ -133,8 +133,7 @@ def _roofline_by_case(rows: Sequence[dict], envs: dict[str, dict], own: str | No
 
 def _sorted(df: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
     """`df` sorted by `keys`, integers numerically before text ('ragged:1-48')."""
-    return df.sort_values(list(keys), key=lambda c: c.map(
-        lambda v: (0, int(v), "") if str(v).isdigit() else (1, 0, str(v)))).reset_index(drop=True)
+    return df.sort_values(list(keys), key=lambda c: c.map(order_key)).reset_index(drop=True)
 
 
 CELL_VALUES = ("case_id", "own_us", "peer_us", "peer", "ratio", "roofline_us", "roofline_pct", "roofline_ratio")

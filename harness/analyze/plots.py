@@ -26,6 +26,7 @@ from matplotlib.ticker import FuncFormatter, LogFormatterSciNotation, LogLocator
 from PIL import Image
 
 from treebench.harness.analyze.cells import ratio
+from treebench.harness.analyze.tables import order_key
 
 from treebench.harness.model.workload import DevicePeak
 from treebench.harness.timing.stats import geometric_mean
@@ -106,11 +107,6 @@ def _tree_label(df: pd.DataFrame, tree: str) -> str:
     return f"{tree} (T={t})"
 
 
-def _order_key(v) -> tuple:
-    """Integers numerically before text ('ragged:1-48')."""
-    return (0, int(v), "") if str(v).isdigit() else (1, 0, str(v))
-
-
 @styled
 def best_peer_heatmaps(cells: pd.DataFrame, own: str) -> Picture | None:
     """own / best peer per (B, L) row and tree column, the best peer named in each cell; one panel
@@ -125,7 +121,7 @@ def best_peer_heatmaps(cells: pd.DataFrame, own: str) -> Picture | None:
     groups = heatmap_panels(d)
     trees = _by_size(d)
     bl = sorted({(b, str(c)) for b, c in zip(d["batch_size"], d["context_len"])},
-                key=lambda k: (k[0], _order_key(k[1])))
+                key=lambda k: (k[0], order_key(k[1])))
     k = max(float(d["ratio"].max()), 1 / float(d["ratio"].min()), 1.25)
     norm = LogNorm(vmin=1 / k, vmax=k)                                   # 1 in the middle, x and 1/x alike
     fig = Figure(figsize=(FIG_WIDTH, len(groups) * (0.46 * len(bl) + 1.5)), layout="constrained")
@@ -169,7 +165,7 @@ def _fixed_axes(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     for a in FACETS:
         if a in df and df[a].astype(str).nunique() > 1:
             counts = df[a].value_counts()
-            value = max(counts[counts == counts.max()].index, key=_order_key)
+            value = max(counts[counts == counts.max()].index, key=order_key)
             df = df[df[a] == value]
             note.append(f"{a.replace('_', ' ')} {value}")
     return df, ", ".join(note)

@@ -29,8 +29,8 @@ from treebench.harness.analyze.headline import (OWN_KERNELS, timed_backends, cel
                                                 headline_table, missing_peers, missing_row_warnings, non_contenders, own_kernels, peers, pick_own,
                                                 roofline_basis)
 from treebench.harness.errors import ConfigError
-from treebench.harness.analyze.tables import (kv_dtype_table, mask_overhead_table, speedup_table, timed_frame,
-                                              varying_axes)
+from treebench.harness.analyze.tables import (kv_dtype_table, mask_overhead_table, order_key, speedup_table,
+                                              timed_frame, varying_axes)
 from treebench.harness.model.coverage import coverage_by_backend
 from treebench.harness.model.workload import device_peak, rates, row_work
 from treebench.harness.timing.stats import NOISE_RULE, geometric_mean, is_noisy
@@ -251,7 +251,7 @@ def time_pivot(df: pd.DataFrame, order: Sequence[str], values: str = "median_us"
     p = df.pivot_table(index=keys, columns="backend", values=values, aggfunc="max" if values != "median_us"
                        else "median", sort=False)
     p = p.reset_index().sort_values(["batch_size", "context_len", "T"],
-                                    key=lambda c: c.map(lambda v: (0, int(v)) if str(v).isdigit() else (1, str(v))))
+                                    key=lambda c: c.map(order_key))
     return p[[*keys, *[b for b in order if b in p.columns]]].rename(
         columns={"batch_size": "B", "context_len": "L"}).reset_index(drop=True)
 

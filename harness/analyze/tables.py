@@ -17,6 +17,15 @@ from treebench.harness.model.cases import CASE_FIELDS, LATER_AXES
 from treebench.harness.model.workload import row_roofline_us
 
 
+def order_key(v) -> tuple:
+    """Where an axis value (B, L, a facet) sorts in a table: integers numerically before text ('ragged:1-48').
+    An integer is text of ASCII digits 0-9, compared by its digits (no int(): a results file may hold any
+    text, '²', which str.isdigit() takes and int() fails on, or more digits than int() reads)."""
+    s = str(v)
+    digits = s.lstrip("0") or "0"
+    return (0, len(digits), digits) if s.isascii() and s.isdigit() else (1, 0, s)
+
+
 def timed_frame(rows: Sequence[dict], envs: dict[str, dict] | None = None) -> pd.DataFrame:
     """One line per passing, timed row: case axes flattened, T (root tree size), median/quartiles.
 

@@ -26,7 +26,7 @@ from rich.text import Text
 from treebench.harness.cli import NUMBER_RULE, ChunkedFile, read_number
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.config import MAX_WAIT_S
-from treebench.harness.run.progress import plural
+from treebench.harness.run.progress import TerminalConsole, plural
 from treebench.harness.store.names import check_path_name
 from treebench.harness.store.rows import new_run_id, timing_label
 from treebench.harness.timing.modes import MODES
@@ -34,7 +34,7 @@ from treebench.harness.timing.modes import MODES
 OFF_TERMINAL_WIDTH = 100_000      # columns of a console that is not a terminal: lines are never wrapped
 
 
-class PlainConsole(Console):
+class PlainConsole(TerminalConsole):
     """A rich console that prints what it is given: no emoji codes (a case id's `:100:` stays text); its output
     is written in pieces (`emit`); a closed stdout raises BrokenPipeError (main() keeps the rows' exit code)."""
 

@@ -8,8 +8,6 @@ coverage axis the check lacks); 2 on bad input.
 
 from __future__ import annotations
 
-from rich.console import Console
-
 # The time said: `treebench selftest` on a 2-core CPU (torch 2.13.0): 28 s of user time with one thread, 44 s of
 # wall time at load average 4.3 (OMP_NUM_THREADS=1); with torch's threads 4 min 47 s and 6 min 29 s at load average
 # 2.6-5 (the threads wait on cores that other work holds). The README gives 30 s on an idle one, both cores used.
@@ -47,9 +45,10 @@ def run(args) -> int:
             (checked before anything runs); the default check's suite cannot be read.
     """
     from treebench.harness.cli.common import plural
+    from treebench.harness.run.progress import TerminalConsole
     from treebench.harness.selftest.power import selftest
 
-    out = Console(highlight=False, soft_wrap=True)
+    out = TerminalConsole(highlight=False, soft_wrap=True)
     outcomes = selftest(determinism=args.determinism, device=args.device,
                         on_outcome=lambda o: out.print(_line(o), style="green" if o.ok else "bold red", markup=False))
     mutants = [o for o in outcomes if o.mutant]

@@ -13,8 +13,9 @@ from rich.table import Table
 
 from treebench.harness.cli import emit
 from treebench.harness.cli.common import OFF_TERMINAL_WIDTH, Command, console
+from treebench.harness.run.progress import terminal_size
 
-PIPE_WIDTH = 160   # columns of `treebench list`'s table off a terminal when COLUMNS is not set
+PIPE_WIDTH = 160   # columns of `treebench list`'s table off a terminal when COLUMNS is not set (or not a size)
 
 
 def _list_arguments(p) -> None:
@@ -50,8 +51,7 @@ def run_list(args) -> int:
                       escape(detail))   # install hints hold brackets: .[gpu]
     out = console()
     if out.width >= OFF_TERMINAL_WIDTH:      # a pipe or a file: a table as wide as its longest reason is unreadable
-        columns = os.environ.get("COLUMNS", "")
-        out.width = int(columns) if columns.isdigit() and int(columns) > 0 else PIPE_WIDTH
+        out.width = terminal_size(os.environ.get("COLUMNS")) or PIPE_WIDTH   # a bad COLUMNS is ignored
     out.print(table, soft_wrap=False)         # the reason column folds to the width
     return 0
 

@@ -11,6 +11,7 @@ import itertools
 import math
 import json
 import random
+import re
 from dataclasses import asdict, dataclass, fields
 from typing import TypeGuard
 
@@ -43,6 +44,8 @@ MAX_LOGIT_SCALE = 1e6  # sqrt(1e6) * N(0, 1) draws stay far inside fp16's range 
 # Upper bounds: a value past these is a typo (1e9 requests would hang in context_lens before any memory check).
 MAX_AXIS = {"batch_size": 65536, "num_q_heads": 1024, "num_kv_heads": 1024, "head_dim": 1024, "page_size": 4096}
 MAX_CONTEXT_LEN = 2**24
+CONTEXT_FORMS = {"ragged": ("-", "ragged:LO-HI, e.g. ragged:16-2048"),   # context_len text: form -> (separator, usage)
+                 "list": (",", "list:L0,L1,... with one integer >= 0 per request, e.g. list:0,1,15,16,17")}
 # What each axis takes, in words: the fix that the line refusing a value gives (a suite's axis or a Case field).
 AXIS_VALUES = {
     "batch_size": "a positive integer (B), e.g. 4",
@@ -115,6 +118,7 @@ class Case:
         self._check_sm_scale()
         self._check_kv()
         self.context_range()  # validates context_len
+        object.__setattr__(self, "context_len", canonical_context(self.context_len))  # one case id per spelling
         if not isinstance(self.tree, str):
             raise _bad_field("tree", self.tree)
         parse_tree(self.tree)  # validates tree; raises TreeError (a ConfigError)
@@ -192,24 +196,6 @@ class Case:
         """True when the pool holds fp8 codes (kv_dtype float8_e4m3fn or float8_e5m2)."""
         return self.kv_dtype in FP8_DTYPES
 
-    def _context_list(self, c: str) -> tuple[int, int]:
-        """(min, max) of a "list:L0,L1,..." context_len, after validating it.
-
-        Raises:
-            ConfigError: a value that is not an integer in [0, 2**24], or not B of them.
-        """
-        try:
-            ls = [int(x) for x in c[len("list:"):].split(",")]
-        except ValueError:
-            raise ConfigError(f"case field context_len={c!r}: write list:L0,L1,... with one integer >= 0 "
-                              "per request, e.g. list:0,1,15,16,17") from None
-        if len(ls) != self.batch_size:
-            raise ConfigError(f"case field context_len={c!r}: {len(ls)} context lengths for batch_size="
-                              f"{self.batch_size}; give one per request")
-        if not all(0 <= x <= MAX_CONTEXT_LEN for x in ls):
-            raise ConfigError(f"case field context_len={c!r}: every L_b must be in [0, 2**24]")
-        return min(ls), max(ls)
-
     # ---- derived -----------------------------------------------------------------
     @property
     def group_size(self) -> int:
@@ -220,7 +206,7 @@ class Case:
         """(LO, HI) inclusive bounds of L_b; LO == HI for a fixed context length.
 
         Raises:
-            ConfigError: malformed context_len.
+            ConfigError: malformed context_len (`context_spec_lengths`), or a list of other than B lengths.
         """
         c = self.context_len
         if _is_int(c):
@@ -229,19 +215,11 @@ class Case:
             if c > MAX_CONTEXT_LEN:
                 raise ConfigError(f"case field context_len={c}: exceeds the limit 2**24 = {MAX_CONTEXT_LEN}")
             return c, c
-        if isinstance(c, str) and c.startswith("ragged:"):
-            try:
-                lo, hi = (int(x) for x in c[len("ragged:"):].split("-"))
-            except ValueError:
-                raise ConfigError(f"case field context_len={c!r}: write ragged:LO-HI, e.g. ragged:16-2048") from None
-            if not 0 <= lo <= hi:
-                raise ConfigError(f"case field context_len={c!r}: need 0 <= LO <= HI")
-            if hi > MAX_CONTEXT_LEN:
-                raise ConfigError(f"case field context_len={c!r}: HI exceeds the limit 2**24 = {MAX_CONTEXT_LEN}")
-            return lo, hi
-        if isinstance(c, str) and c.startswith("list:"):
-            return self._context_list(c)
-        raise ConfigError(f"case field context_len={c!r}: an integer >= 0, 'ragged:LO-HI' or 'list:L0,L1,...'")
+        kind, ls = context_spec_lengths(c)
+        if kind == "list" and len(ls) != self.batch_size:
+            raise ConfigError(f"case field context_len={c!r}: {len(ls)} context lengths for batch_size="
+                              f"{self.batch_size}; give one per request")
+        return min(ls), max(ls)
 
     @property
     def is_ragged(self) -> bool:
@@ -302,7 +280,7 @@ class Case:
         """L_b for b in [0, B): constant, the given list, or drawn uniformly in [LO, HI] from the case seed."""
         lo, hi = self.context_range()
         if isinstance(self.context_len, str) and self.context_len.startswith("list:"):
-            return [int(x) for x in self.context_len[len("list:"):].split(",")]
+            return context_spec_lengths(self.context_len)[1]
         r = self.rng("context_lens")
         return [r.randint(lo, hi) for _ in range(self.batch_size)]
 
@@ -323,6 +301,42 @@ class Case:
 def _is_int(v: object) -> TypeGuard[int]:
     """Whether `v` is an int and not a bool (which Python counts as one)."""
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+def context_spec_lengths(c: object) -> tuple[str, list[int]]:
+    """The form ('ragged' | 'list') and integers of a context_len spec: 'ragged:16-2048' -> ('ragged', [16, 2048]),
+    'list:0,1,15' -> ('list', [0, 1, 15]). Each integer is written in ASCII digits 0-9, as every number treebench
+    reads ('016' is 16: `canonical_context` drops the zero); a '_', a sign, a space or another script's digits,
+    which int() reads ('ragged:1_6-20', 'list:+1,２'), are refused: each would be a second case id for one case.
+
+    Raises:
+        ConfigError: not a 'ragged:' or 'list:' spec; an integer not so written, or outside [0, 2**24]; LO > HI.
+    """
+    kind, sep, rest = c.partition(":") if isinstance(c, str) else ("", "", "")
+    if not sep or kind not in CONTEXT_FORMS:
+        raise _bad_field("context_len", c)
+    split, usage = CONTEXT_FORMS[kind]
+    parts = rest.split(split)
+    bad = next((p for p in parts if not re.fullmatch(r"-?[0-9]+", p)), None)
+    if bad is not None or (kind == "ragged" and len(parts) != 2):
+        what = f"{bad!r} is not an integer (ASCII digits 0-9, no '_')" if bad is not None else "two integers"
+        raise ConfigError(f"case field context_len={c!r}: {what}; write {usage}")
+    digits = [p.lstrip("0") or "0" for p in parts]   # int() reads at most 4300 digits, leading zeros counted
+    if any(p[0] == "-" or len(d) > 8 or int(d) > MAX_CONTEXT_LEN for p, d in zip(parts, digits)):  # 2**24: 8 digits
+        raise ConfigError(f"case field context_len={c!r}: every L_b must be in [0, 2**24] (2**24 = {MAX_CONTEXT_LEN})")
+    if kind == "ragged" and int(digits[0]) > int(digits[1]):
+        raise ConfigError(f"case field context_len={c!r}: need 0 <= LO <= HI")
+    return kind, [int(d) for d in digits]
+
+
+def canonical_context(c: object) -> object:
+    """A context_len as a case holds it: an int as it is, a spec with its integers as str(int()) writes them
+    ('ragged:016-2048' -> 'ragged:16-2048': one case id per set of lengths). Raises ConfigError where
+    `context_spec_lengths` does."""
+    if not isinstance(c, str):
+        return c
+    kind, ls = context_spec_lengths(c)
+    return f"{kind}:{CONTEXT_FORMS[kind][0].join(map(str, ls))}"
 
 
 def _bad_field(name: str, value: object) -> ConfigError:

@@ -20,6 +20,7 @@ the HTML report show.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 
@@ -133,8 +134,10 @@ def coverage_by_backend(rows: Iterable[dict]) -> dict[str, dict]:
 
 
 def ordered(values: list[str]) -> list[str]:
-    """`values` in numeric order when every one is an integer (tree sizes, page sizes), else as given."""
-    return sorted(values, key=int) if values and all(v.lstrip("-").isdigit() for v in values) else list(values)
+    """`values` in numeric order when every one is an integer in ASCII digits 0-9 (tree sizes, page sizes), else
+    as given: a row's check_axes may hold any text, and str.isdigit() takes '²', which int() fails on."""
+    numeric = values and all(re.fullmatch(r"-?[0-9]{1,4300}", v) for v in values)   # int() reads <= 4300 digits
+    return sorted(values, key=int) if numeric else list(values)
 
 
 def coverage_lines(coverage: dict) -> list[str]:

@@ -32,7 +32,7 @@ import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from treebench.harness.model.cases import AXIS_VALUES, Case, expand_axes
+from treebench.harness.model.cases import AXIS_VALUES, Case, canonical_context, expand_axes
 from treebench.harness.model.tree_specs import parse_tree
 from treebench.harness.errors import ConfigError
 
@@ -118,7 +118,8 @@ def _check_axis(path: Path, group: str, field: str, values) -> list:
         ConfigError: a value of the wrong type (a TOML true where a number goes included), naming
             file, group and axis, and what the axis takes (cases.AXIS_VALUES); a value given twice
             (page_size = [16, 16]), naming file, group, axis and value; one tree spelled twice in the
-            tree axis (`_refuse_one_tree_twice`), naming both spellings.
+            tree axis (`_refuse_one_tree_twice`), or one context spec in the context_len axis
+            (`_refuse_one_context_twice`), naming both spellings.
     """
     values = values if isinstance(values, list) else [values]
     ok = _allowed_types(field)
@@ -132,7 +133,30 @@ def _check_axis(path: Path, group: str, field: str, values) -> list:
                               "give each once")
     if field == "tree":
         _refuse_one_tree_twice(path, group, values)
+    if field == "context_len":
+        _refuse_one_context_twice(path, group, values)
     return values
+
+
+def _refuse_one_context_twice(path: Path, group: str, specs: list) -> None:
+    """Refuses two spellings of one context spec in a context_len axis (`ragged:16-2048` and
+    `ragged:016-2048`, `list:1,2` and `list:01,2`): a case holds it as `canonical_context` writes it,
+    so the cases of one would repeat the other's, as a value given twice would. A spec that does not
+    read is left to the case that reads it (which names what is wrong).
+
+    Raises:
+        ConfigError: naming file, group and both spellings.
+    """
+    first: dict[object, object] = {}   # the spec as a case holds it -> the spelling that first gave it
+    for spec in specs:
+        try:
+            held = canonical_context(spec)
+        except ConfigError:
+            continue
+        if held in first:
+            raise ConfigError(f"suite {path}: {group}: axis context_len values {first[held]!r} and {spec!r} are "
+                              f"one context spec ({held}); give it once")
+        first[held] = spec
 
 
 def _refuse_one_tree_twice(path: Path, group: str, specs: list) -> None:
@@ -223,7 +247,7 @@ def load_suite(name_or_path: str | Path) -> Suite:
         ConfigError: unknown name, missing file, bad TOML, unknown top-level key,
             missing or empty axes, unknown axis, wrong value type, invalid case, a value given
             twice in an axis (one tree spelled two ways in the tree axis included, or in two groups'
-            otherwise equal cases), a group that
+            otherwise equal cases; one context spec spelled two ways in the context_len axis), a group that
             repeats an earlier one or adds no case to them; the message names the file and field
             (or groups).
     """

@@ -37,15 +37,20 @@ no warm-up; without their `costs` they count alike. To the pairs left it adds th
 last pair (`after_s`: the summary, and the report when one follows, `after_last_pair_s`, as
 ``--dry-run`` counts them). The bar and the lines show the same figure (`TimeLeft.left_text`),
 updated as each pair ends.
+
+Also here, as every console of treebench is one: `TerminalConsole`, a rich console that ignores a
+COLUMNS or LINES that is no terminal size (`terminal_size`), as a terminal does.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import os
+import re
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TextIO
 
 from rich.console import Console
@@ -58,6 +63,38 @@ from rich.text import Text
 LINES = 10              # lines at the steady interval over a sweep, at most (`line_step`), the last apart
 EVERY_S = 30.0          # a line when a pair ends this long (seconds) or more after the previous line
 REPORT_NEXT = "writing the report"   # what follows a run's last pair (`then`, `after_pairs`)
+SIZE_VARIABLES = ("COLUMNS", "LINES")   # the terminal's size, as the environment may give it
+
+
+def terminal_size(text: str | None) -> int | None:
+    """A COLUMNS or LINES value as a terminal reads it: a positive integer in ASCII digits 0-9, below 10**6
+    ('80', '080'); None for any other ('', '0', '-5', 'abc', '²', '１２', '8_0'), which is then ignored."""
+    return int(text) if text and re.fullmatch(r"0*[1-9][0-9]{0,5}", text) else None
+
+
+class _TerminalEnviron(Mapping[str, str]):
+    """os.environ, read afresh at each look-up, less a COLUMNS or LINES that `terminal_size` ignores."""
+
+    def __getitem__(self, key: str) -> str:
+        value = os.environ[key]
+        if key in SIZE_VARIABLES and terminal_size(value) is None:
+            raise KeyError(key)
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return (k for k in list(os.environ) if k in self)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class TerminalConsole(Console):
+    """The rich console every console of treebench is: rich reads COLUMNS and LINES from its environment
+    with str.isdigit() and then int(), which '²' passes and then fails (a traceback from any command that
+    prints), and takes COLUMNS=0 as a width of no columns; this one's environment (`_TerminalEnviron`)
+    leaves out such a value, as a terminal ignores it, so rich asks the terminal, or takes 80 columns off one."""
+
+    _environ = _TerminalEnviron()
 
 
 def _pace(pairs: list[tuple[float, float]]) -> float | None:
@@ -288,7 +325,7 @@ class progress:
 
     def __init__(self, total: int, quiet: bool, console: Console | None, backends: Iterable[str] | None = None,
                  costs: Iterable[float] | None = None, after_s: float = 0.0, then: str = ""):
-        self.total, self.quiet, self.console = total, quiet, console or Console(stderr=True)
+        self.total, self.quiet, self.console = total, quiet, console or TerminalConsole(stderr=True)
         self.plan = {"backends": backends, "costs": costs, "after_s": after_s, "then": then}
 
     def __enter__(self):
