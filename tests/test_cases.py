@@ -127,14 +127,22 @@ def test_a_tree_spelled_with_leading_zeros_case_or_an_alias_has_one_case_id(spel
     assert [t.parents for t in a.trees()] == [t.parents for t in b.trees()]
 
 
-def test_two_suites_spelling_one_tree_two_ways_share_its_case_ids(tmp_path):
-    """Across suites (and so in the rows gate, report, merge and --resume compare by case_id)."""
+def _case_ids_of_suites(tmp_path, axes: dict[str, str]) -> list[list[str]]:
+    """The case ids of one suite per (name, axes text) in `axes`, in order."""
     from treebench.harness.model.suites import load_suite
     ids = []
-    for name, trees in (("zeros", '"random:8:01", "chain:03"'), ("plain", '"random:8:1", "chain:3"')):
+    for name, text in axes.items():
         p = tmp_path / f"{name}.toml"
-        p.write_text(f'[axes]\nbatch_size = [1, 3]\ncontext_len = [16]\ntree = [{trees}]\n')
+        p.write_text(f"[axes]\n{text}\n")
         ids.append([c.case_id for c in load_suite(str(p)).cases])
+    return ids
+
+
+def test_two_suites_spelling_one_tree_two_ways_share_its_case_ids(tmp_path):
+    """Across suites (and so in the rows gate, report, merge and --resume compare by case_id)."""
+    head = "batch_size = [1, 3]\ncontext_len = [16]\ntree = "
+    ids = _case_ids_of_suites(tmp_path, {"zeros": head + '["random:8:01", "chain:03"]',
+                                         "plain": head + '["random:8:1", "chain:3"]'})
     assert ids[0] == ids[1] and len(set(ids[0])) == 4 and "-random:8:1-" in ids[0][0]
 
 
@@ -203,12 +211,10 @@ def test_one_context_spec_spelled_twice_in_a_suite_axis_is_refused(tmp_path, val
 
 
 def test_two_suites_spelling_one_context_spec_two_ways_share_its_case_ids(tmp_path):
-    from treebench.harness.model.suites import load_suite
-    ids = []
-    for name, lens in (("zeros", '"ragged:016-0232", "list:00,037"'), ("plain", '"ragged:16-232", "list:0,37"')):
-        p = tmp_path / f"{name}.toml"
-        p.write_text(f'[axes]\nbatch_size = [2]\ncontext_len = [{lens}]\ntree = ["chain:3"]\n')
-        ids.append([c.case_id for c in load_suite(str(p)).cases])
+    tail = '\ntree = ["chain:3"]'
+    ids = _case_ids_of_suites(tmp_path, {
+        "zeros": 'batch_size = [2]\ncontext_len = ["ragged:016-0232", "list:00,037"]' + tail,
+        "plain": 'batch_size = [2]\ncontext_len = ["ragged:16-232", "list:0,37"]' + tail})
     assert ids[0] == ids[1] and len(set(ids[0])) == 2 and "-Lragged:16-232-" in ids[0][0]
 
 

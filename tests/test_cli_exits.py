@@ -389,39 +389,26 @@ def test_a_stdout_that_cannot_be_written_is_named_as_such(tiny, tmp_path, argv):
         assert proc.stderr == said + "\n"
 
 
-def test_a_resume_with_nothing_left_whose_stdout_cannot_be_written_names_the_run_of_its_rows(tiny, tmp_path):
-    """`run --resume > /dev/full` with every pair stored: the line names the run id of the rows in --out (the
-    earlier run's, as the `run_id:` line it could not print does), not this run's fresh id, which holds no row."""
+@pytest.mark.parametrize("command", ["run", "check"])
+def test_a_resume_with_nothing_left_whose_stdout_cannot_be_written_names_the_run_of_its_rows(command, tiny, tmp_path):
+    """`run --resume > /dev/full` (and check's) with every pair stored: the line names the run id of the rows in
+    --out (the earlier run's, as the `run_id:` line it could not print does), not this run's fresh id, which holds
+    no row."""
     if not os.path.exists("/dev/full"):
         pytest.skip("no /dev/full here")
     out = tmp_path / "r.jsonl"
-    argv = ["run", "--suite", tiny, "--backends", "reference", "--out", out, "--quiet"]
+    backend = ["--backends" if command == "run" else "--backend", "reference"]
+    argv = [command, "--suite", tiny, *backend, "--out", out, "--quiet"]
     assert treebench(*argv, cwd=tmp_path).returncode == 0
     (run_id,) = {r["run_id"] for r in read_rows([out])}
-    printed = treebench(*argv, "--resume", cwd=tmp_path)
-    assert printed.returncode == 0 and f"run_id: {run_id}\n" in printed.stdout, printed.stdout
+    if command == "run":
+        printed = treebench(*argv, "--resume", cwd=tmp_path)
+        assert printed.returncode == 0 and f"run_id: {run_id}\n" in printed.stdout, printed.stdout
     with open("/dev/full", "w") as full:
         proc = subprocess.run([sys.executable, "-m", "treebench", *map(str, argv), "--resume"], cwd=tmp_path,
                               env=env(), stdout=full, stderr=subprocess.PIPE, text=True, timeout=300, check=False)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
-    assert f"; every row of this run is in {out}, run_id {run_id}: the results file is complete" in proc.stderr
-    assert len(read_rows([out])) == 2
-
-
-def test_a_check_resume_with_nothing_left_whose_stdout_cannot_be_written_names_the_run_of_its_rows(tiny, tmp_path):
-    """`check --resume > /dev/full` with every case stored: the line names the run id of the rows in --out (the
-    earlier check's, as `run --resume` does), not this check's fresh id, which holds no row."""
-    if not os.path.exists("/dev/full"):
-        pytest.skip("no /dev/full here")
-    out = tmp_path / "r.jsonl"
-    argv = ["check", "--suite", tiny, "--backend", "reference", "--out", out, "--quiet"]
-    assert treebench(*argv, cwd=tmp_path).returncode == 0
-    (run_id,) = {r["run_id"] for r in read_rows([out])}
-    with open("/dev/full", "w") as full:
-        proc = subprocess.run([sys.executable, "-m", "treebench", *map(str, argv), "--resume"], cwd=tmp_path,
-                              env=env(), stdout=full, stderr=subprocess.PIPE, text=True, timeout=300, check=False)
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
-    assert f"; every row of this check is in {out}, run_id {run_id}: the results file is complete" in proc.stderr
+    assert f"; every row of this {command} is in {out}, run_id {run_id}: the results file is complete" in proc.stderr
     assert len(read_rows([out])) == 2
 
 
