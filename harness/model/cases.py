@@ -323,7 +323,7 @@ def context_spec_lengths(c: object) -> tuple[str, list[int]]:
         raise ConfigError(f"case field context_len={c!r}: {what}; write {usage}")
     digits = [p.lstrip("0") or "0" for p in parts]   # int() reads at most 4300 digits, leading zeros counted
     if any(p[0] == "-" or len(d) > 8 or int(d) > MAX_CONTEXT_LEN for p, d in zip(parts, digits)):  # 2**24: 8 digits
-        raise ConfigError(f"case field context_len={c!r}: every L_b must be in [0, 2**24] (2**24 = {MAX_CONTEXT_LEN})")
+        raise ConfigError(f"case field context_len={c!r}: every L_b must be in [0, 2**24]; 2**24 = {MAX_CONTEXT_LEN} is the limit")
     if kind == "ragged" and int(digits[0]) > int(digits[1]):
         raise ConfigError(f"case field context_len={c!r}: need 0 <= LO <= HI")
     return kind, [int(d) for d in digits]
