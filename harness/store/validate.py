@@ -126,6 +126,8 @@ def _case_id(key: tuple) -> tuple[tuple[str, str], str | None]:
         valid = Case(**case)
     except (ConfigError, ValueError, TypeError, RecursionError) as e:
         return ("", ""), str(e) or type(e).__name__
+    if all(type(x := getattr(valid, name)) is type(value) and x == value for name, value in case.items()):
+        return (valid.case_id, valid.case_id), None
     stored = copy.copy(valid)
     for name, value in case.items():   # the axes unnormalised ('random:8:01'), as an older row hashed them
         object.__setattr__(stored, name, value)
