@@ -271,6 +271,91 @@ def test_an_absent_case_is_still_missing(tmp_path, capsys):
     assert rc == 2 and f"{bad}:2: field 'case' is missing; " in err, err
 
 
+_CASE = {"batch_size": 1, "context_len": 16, "tree": "chain:3"}
+_OTHER_ID = "B2-L16-chain:3-same-H32x8-D128-P16-bfloat16-shuffled-"   # + the hash Case gives it (below)
+
+
+@pytest.mark.parametrize("change, said", [
+    ({"case": {**_CASE, "batch_size": -3}}, "field 'case': case field batch_size=-3: must be a positive integer (B)"),
+    ({"case": {**_CASE, "batch_size": 0}}, "field 'case': case field batch_size=0: must be a positive integer (B)"),
+    ({"case": {**_CASE, "batch_size": 10**30}},
+     f"field 'case': case field batch_size={10**30}: exceeds the limit 65536"),
+    ({"case": {**_CASE, "context_len": -1}}, "field 'case': case field context_len=-1: must be >= 0"),
+    ({"case": {**_CASE, "context_len": "ragged:9-3"}}, "field 'case': case field context_len='ragged:9-3': need"),
+    ({"case": {**_CASE, "head_dim": 0}}, "field 'case': case field head_dim=0: must be a positive integer (D)"),
+    ({"case": {**_CASE, "num_q_heads": 6, "num_kv_heads": 4}}, "field 'case': case num_q_heads=6 is not a multiple"),
+    ({"case": {**_CASE, "dtype": "int8"}}, "field 'case': case field dtype='int8': use one of bfloat16, float16"),
+    ({"case": {**_CASE, "layout": None}}, "field 'case': case field layout=None: use one of contiguous"),
+    ({"case": {**_CASE, "seed": 1.5}}, "field 'case': case field seed=1.5: must be an integer"),
+    ({"case": {**_CASE, "colour": "red"}}, "field 'case.colour' is no case axis; the axes are batch_size, "),
+    ({"backend": ""}, "field 'backend' is an empty string, expected the backend's name"),
+    ({"n_samples": -1}, "field 'n_samples' is -1, expected an integer >= 0"),
+    ({"n_samples": "50"}, "field 'n_samples' is a string, expected an integer >= 0"),
+    ({"samples_us": []}, "field 'samples_us' is an empty array on a timed row (median_us is given)"),
+    ({"case_id": "OTHER"}, "field 'case_id' is \"B2-L16-chain:3-"),
+    (b"\xff", "byte 0xff at column ")])
+@pytest.mark.parametrize("command", ["gate", "report", "merge", "plan", "run --resume", "check --resume"])
+def test_a_row_no_case_or_run_gives_is_refused_by_every_reader(tmp_path, capsys, change, said, command):
+    """A case the suite loader refuses (an axis out of its range, an unknown dtype, a key that is no
+    axis), an empty backend, a negative n_samples, a timed row without samples, a case_id of
+    another case, and a line that is not UTF-8 (read as U+FFFD it would name another backend): each
+    reader refuses it in one line naming file:line and the field, exit 2, writing nothing."""
+    from treebench.harness.model.cases import Case
+    from treebench.harness.speculation.acceptance import shipped_models
+
+    good_id = Case(**_CASE).case_id
+    first, second = _row(good_id, env="e1"), _row(good_id, backend="k2", env="e1")
+    if change == {"case_id": "OTHER"}:
+        change = {"case_id": Case(**{**_CASE, "batch_size": 2}).case_id}
+        assert change["case_id"].startswith(_OTHER_ID)
+    lines = [json.dumps(first).encode(), json.dumps({**second, **change}).encode() if isinstance(change, dict)
+             else json.dumps(second).encode().replace(b'"k2"', b'"k2' + change + b'"')]   # backend 'k2' + a byte
+    good, bad = _write(tmp_path / "good.jsonl", [first]), tmp_path / "m.jsonl"
+    bad.write_bytes(b"".join(x + b"\n" for x in lines))
+    before = bad.read_bytes()
+    (tmp_path / "s.toml").write_text('[axes]\nbatch_size = [1]\ncontext_len = [16]\ntree = ["chain:3"]\n')
+    sweep = ["--suite", str(tmp_path / "s.toml"), "--out", str(bad), "--resume", "--quiet"]
+    argv = {"gate": ["gate", "--baseline", str(good), "--candidate", str(bad), "--allow-env-mismatch"],
+            "report": ["report", str(bad), "-o", str(tmp_path / "r.html")],
+            "merge": ["merge", str(tmp_path / "out.jsonl"), str(bad)],
+            "plan": ["plan", "--results", str(bad), "--acceptance", str(shipped_models()[0])],
+            "run --resume": ["run", "--backends", "torch_sdpa", *sweep],
+            "check --resume": ["check", "--backend", "torch_sdpa", *sweep]}[command]
+    rc, out, err = _main(capsys, *argv)
+    assert rc == 2 and out == "" and err.count("\n") == 1, err
+    assert f"{bad}:2" in err and said in err and "Traceback" not in err, err
+    assert bad.read_bytes() == before and not (tmp_path / "out.jsonl").exists() and not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.parametrize("change", [{"samples_us": [], "median_us": None, "p25_us": None, "p75_us": None,
+                                     "timer": None}, {"n_samples": 0}, {"n_samples": None},
+                                    {"case_id": "a label"}])
+def test_rows_the_new_rules_leave_alone_are_read(change):
+    """An untimed row without samples, n_samples 0 or null, and a case_id that is no case's id (a label:
+    no case's id is mistaken for it) are read."""
+    assert validate.row_problem({**_row(), **change}) is None
+
+
+def test_a_row_written_before_its_tree_spelling_was_normalised_keeps_its_id():
+    """A case_id hashed from the case's axes as stored ('random:8:01') is read, as docs/architecture.md says."""
+    import copy
+
+    from treebench.harness.model.cases import Case
+
+    case = Case(batch_size=1, context_len=16, tree="random:8:1")
+    older = copy.copy(case)
+    object.__setattr__(older, "tree", "random:8:01")
+    row = {**_row(older.case_id), "case": {**case.axes, "tree": "random:8:01"}}
+    assert validate.row_problem(row) is None and validate.row_problem({**row, "case_id": case.case_id}) is None
+
+
+def test_every_committed_row_is_valid():
+    """Every results file the repository ships passes every reader's check."""
+    root = Path(__file__).parent.parent
+    files = [f for d in (root / "results", DATA) for f in sorted(d.rglob("*.jsonl"))]
+    assert files and validate.validated_rows(files, "test") is not None
+
+
 # ---- 4. unwritable outputs ---------------------------------------------------------------------
 
 def test_report_to_unwritable_path_is_one_line(tmp_path, capsys):

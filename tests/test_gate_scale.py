@@ -111,7 +111,7 @@ def _write_side(path, n: int, slow: set[int], fast: set[int]) -> None:
             s = [round(x * k * (1 + i % 97 / 100), 4) for x in base]
             f.write(f'{{"schema": 2, "run_id": "r-{path.stem}", "env": "e1", "timestamp": "2026-01-01T00:00:00+00:00", '
                     f'"backend": "k", '
-                    f'"mask_kind": "tree", "case": {{"batch_size": {i % 64}, "context_len": {i}, "tree": "chain:3"}}, '
+                    f'"mask_kind": "tree", "case": {{"batch_size": {i % 64 + 1}, "context_len": {i}, "tree": "chain:3"}}, '
                     f'"case_id": "c{i}", "status": "pass", "reason": null, "timer": "cuda_graph", '
                     f'"l2_flushed": true, "median_us": {(s[2] + s[3]) / 2}, "p25_us": {s[1]}, "p75_us": {s[4]}, '
                     f'"cv": 0.02, "n_samples": 6, "samples_us": {json.dumps(s)}}}\n')

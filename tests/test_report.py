@@ -345,7 +345,8 @@ def test_write_report_for_a_cpu_run_and_for_no_rows(tmp_path):
 
 def test_a_report_of_rows_whose_axis_text_isdigit_takes_but_int_refuses(tmp_path):
     """A results file may hold any text: an L of '²' (str.isdigit() takes it, int() fails on it) or of more
-    digits than int() reads, and a check axis value of '²' or '--5', sort as text; never a traceback."""
+    digits than int() reads, and a check axis value of '²' or '--5', sort as text; never a traceback. Read from
+    a file, such rows are refused (no suite gives that case): exit 2, not a traceback."""
     from treebench.harness.model.coverage import coverage_from_rows
     from treebench.harness.store.rows import append_rows
 
@@ -360,7 +361,7 @@ def test_a_report_of_rows_whose_axis_text_isdigit_takes_but_int_refuses(tmp_path
     results = tmp_path / "odd.jsonl"
     append_rows(results, rows)
     cli = pytest.importorskip("treebench.harness.cli.main")
-    assert cli.main(["report", str(results), "-o", str(tmp_path / "cli.html")]) == 0
+    assert cli.main(["report", str(results), "-o", str(tmp_path / "cli.html")]) == 2   # no case a suite gives
 
 
 @pytest.mark.parametrize("argv, field", [

@@ -12,7 +12,7 @@ import math
 import json
 import random
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import TypeGuard
 
 from treebench.harness.errors import ConfigError
@@ -230,7 +230,7 @@ class Case:
     def axes(self) -> dict:
         """The case's fields as a plain dict (the result row's `case`); LATER_AXES at
         their defaults are left out, so cases written before they existed keep their ids."""
-        d = asdict(self)
+        d = {f.name: getattr(self, f.name) for f in fields(self)}   # every field a scalar: asdict's deep copy is no need
         for name, default in LATER_AXES.items():
             if d[name] == default:
                 del d[name]
@@ -239,15 +239,15 @@ class Case:
     @property
     def case_id(self) -> str:
         """Stable id: readable prefix plus a hash of all axes."""
-        blob = json.dumps(self.axes, sort_keys=True)
-        h = hashlib.sha1(blob.encode()).hexdigest()[:10]
+        axes = self.axes
+        h = hashlib.sha1(json.dumps(axes, sort_keys=True).encode()).hexdigest()[:10]
         return (f"B{self.batch_size}-L{self.context_len}-{self.tree}-{self.tree_per_request}-"
                 f"H{self.num_q_heads}x{self.num_kv_heads}-D{self.head_dim}-P{self.page_size}-"
-                f"{self.dtype}-{self.layout}-{self._later_prefix()}{h}")
+                f"{self.dtype}-{self.layout}-{self._later_prefix(axes)}{h}")
 
-    def _later_prefix(self) -> str:
-        """'logit1000-vposition-kvfp8e4m3-ks0.25-vs0.5-sm0.3-' for LATER_AXES away from their defaults ('' otherwise)."""
-        axes = self.axes
+    def _later_prefix(self, axes: dict) -> str:
+        """'logit1000-vposition-kvfp8e4m3-ks0.25-vs0.5-sm0.3-' for LATER_AXES away from their defaults ('' otherwise);
+        `axes` is self.axes."""
         parts = [f"logit{self.logit_scale:g}"] if "logit_scale" in axes else []
         parts += [f"v{self.values}"] if "values" in axes else []
         kv = self.kv_dtype_name

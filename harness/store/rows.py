@@ -1,23 +1,20 @@
 """Result rows: their schema, appending them, reading them, and what a row's fields say.
 
-Layout (after asv's ``results/<machine>/<commit>-<env>.json``): a run appends
-one JSON object per line to its results file (schema 2, fields in
-docs/architecture.md "Result rows and files") and writes its env fingerprint
-beside it (`treebench.harness.store.env`). Reports and the gate read only the store.
+Layout (after asv's ``results/<machine>/<commit>-<env>.json``): a run appends one JSON object per line to
+its results file (schema 2, fields in docs/architecture.md "Result rows and files") and writes its env
+fingerprint beside it (`treebench.harness.store.env`). Reports and the gate read only the store.
 
-Rows are appended with one ``os.write`` of one whole line on an ``O_APPEND``
-descriptor, then fsync'd: a killed run loses at most the row in flight. A write
-that fails part-way (a full disk, an I/O error) is undone: the file is cut back to the rows it
-held. The one other truncation: a file that ends in a torn row (a SIGKILL mid-write ends a write
-of more than a page short) is cut back to its last newline before the next append, once those
-bytes are kept in the side file ``<out>.torn`` (`treebench.harness.store.torn`). A row is
+Rows are appended with one ``os.write`` of one whole line on an ``O_APPEND`` descriptor, then fsync'd: a
+killed run loses at most the row in flight. A write that fails part-way (a full disk, an I/O error) is
+undone: the file is cut back to the rows it held. The one other truncation: a file that ends in a torn row
+(a SIGKILL mid-write ends a write of more than a page short) is cut back to its last newline before the next
+append, once those bytes are kept in the side file ``<out>.torn`` (`treebench.harness.store.torn`). A row is
 identified by ``row_key``: (case_id, backend, env); ``stored_keys`` gives the keys a ``--resume`` skips.
-``row_l2_flushed`` reads a row's L2 state, older rows (no ``l2_flushed``) included.
-``find_row`` names the file and line of a row, for the readers' one-line messages
-(``row_places`` gives every row with its place). The readers here open each results file, and list each
-folder, inside ``reading``: one that cannot be is one ConfigError line with the OS's reason.
-``new_run_id`` makes a run id;
-``check_run_id`` checks one given from outside ($TREEBENCH_RUN_ID).
+``row_l2_flushed`` reads a row's L2 state, older rows (no ``l2_flushed``) included. ``find_row`` names the
+file and line of a row, for the readers' one-line messages (``row_places`` gives every row with its place).
+The readers here read each results file's lines as UTF-8 (``file_lines``), and list each folder, inside
+``reading``: one that cannot be is one ConfigError line with the OS's reason. ``new_run_id`` makes a run
+id; ``check_run_id`` checks one given from outside ($TREEBENCH_RUN_ID).
 
 Schema history (asv's ``api_version`` and ``update_to_2``): ``read_rows`` upgrades
 every older row with `migrate_row`, so old files stay readable, and refuses a row
@@ -54,21 +51,17 @@ log = logging.getLogger(__name__)
 
 SCHEMA = 2  # version of the row layout written now; read_rows migrates older rows and refuses newer ones
 ROW_FIELDS = (
-    "schema", "run_id", "env", "timestamp", "suite", "backend", "mask_kind", "case", "case_id",
-    "context_lens", "tree_sizes", "status", "reason", "failed_step",
-    "max_abs_err", "max_rel_err", "mismatch_frac", "atol", "rtol", "worst", "nonfinite", "lse_max_abs_err", "kernel",
-    "timer", "timer_fallback", "l2_flushed", "cpu_threads", "median_us", "p25_us", "p75_us", "cv", "n_samples",
-    "samples_us", "flops", "bytes", "tflops", "tb_per_s", "pct_peak_bw",
-    "deterministic", "check_axes",
-)
+    "schema", "run_id", "env", "timestamp", "suite", "backend", "mask_kind", "case", "case_id", "context_lens",
+    "tree_sizes", "status", "reason", "failed_step", "max_abs_err", "max_rel_err", "mismatch_frac", "atol", "rtol",
+    "worst", "nonfinite", "lse_max_abs_err", "kernel", "timer", "timer_fallback", "l2_flushed", "cpu_threads",
+    "median_us", "p25_us", "p75_us", "cv", "n_samples", "samples_us", "flops", "bytes", "tflops", "tb_per_s",
+    "pct_peak_bw", "deterministic", "check_axes")
 STATUSES = ("pass", "mismatch", "error", "skipped")
 RUN_ID_MAX = 100   # characters of a run id given from outside (new_run_id's are 23)
 RUN_ID_RE = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{RUN_ID_MAX - 1}}}")   # a run id given from outside
 # Schema-1 rows carry no mask_kind: these built-in backends solve the causal task, every other
 # backend is taken as "tree". This table is the migration's only guess.
 CAUSAL_BACKENDS_V1 = frozenset({"triton_causal", "causal_baseline"})
-
-
 RUN_ID_STAMP = r"[0-9]{8}T[0-9]{6}Z-[0-9a-f]{6}"   # what new_run_id makes, as a regular expression
 
 
@@ -162,11 +155,9 @@ def row_key(row: dict, with_run: bool = False) -> tuple:
 
 
 def row_l2_flushed(row: dict) -> bool | None:
-    """Whether an L2 flush ran before every timing sample of `row`; None for a row without timing.
-
-    Rows written before the field existed (no ``l2_flushed``) were timed with the
-    harness default: flushed on a GPU timer, not flushed on the CPU's ``wall`` timer.
-    """
+    """Whether an L2 flush ran before every timing sample of `row`; None for a row without timing. Rows
+    written before the field existed (no ``l2_flushed``) were timed with the harness default: flushed on a
+    GPU timer, not flushed on the CPU's ``wall`` timer."""
     if not row.get("timer"):
         return None
     flushed = row.get("l2_flushed")
@@ -267,9 +258,8 @@ def result_files(paths) -> list[Path]:
 
 @contextlib.contextmanager
 def paused_gc() -> Iterator[None]:
-    """Python's cyclic garbage collector off inside the block (restored after): rows hold no
-    cycles, and the collector's passes over the containers json.loads makes were a third of
-    the time to read 10^5 rows; reference counting still frees them."""
+    """Python's cyclic garbage collector off inside the block (restored after): rows hold no cycles, and its
+    passes over json.loads' containers were a third of the time to read 10^5 rows (refcounting frees them)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -295,8 +285,9 @@ def read_rows(paths, require_rows: bool = False) -> list[dict]:
 
     Raises:
         ConfigError: a path does not exist, a file cannot be read or a folder listed (`reading`: the
-            OS's reason), a line is not a JSON result row, a row has a schema this code does not
-            know (a newer one: upgrade treebench), or (with `require_rows`) the only result lines are torn.
+            OS's reason), a line is not UTF-8 (`file_lines`) or not a JSON result row, a row has a schema
+            this code does not know (a newer one: upgrade treebench), or (with `require_rows`) the only result
+            lines are torn.
     """
     with paused_gc():
         rows, torn = _read_lines(result_files(paths))
@@ -321,21 +312,32 @@ def _read_lines(files: list[Path]) -> tuple[list[dict], list[tuple[Path, int, in
     rows: list[dict] = []
     torn: list[tuple[Path, int, int]] = []   # (file, line, characters) of torn lines
     for f in files:
-        with reading(f), open(f, encoding="utf-8-sig", errors="replace") as fh:   # -sig: a Windows editor's BOM
-            for n, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except (json.JSONDecodeError, RecursionError):
-                    if not line.lstrip().startswith("{"):  # a torn row still starts with "{"
-                        raise ConfigError(f"results file {f}:{n}: not a JSON result row; {f} is not a "
-                                          "treebench results file (give .jsonl files written by treebench run)"
-                                          ) from None
-                    torn.append((f, n, len(line)))
-                    continue
-                rows.append(_checked_row(row, f, n))
+        for n, line in file_lines(f):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except (json.JSONDecodeError, RecursionError):
+                if not line.lstrip().startswith("{"):  # a torn row still starts with "{"
+                    raise ConfigError(f"results file {f}:{n}: not a JSON result row; {f} is not a treebench "
+                                      "results file (give .jsonl files written by treebench run)") from None
+                torn.append((f, n, len(line)))
+                continue
+            rows.append(_checked_row(row, f, n))
     return rows, torn
+
+
+def file_lines(f: Path) -> Iterator[tuple[int, str]]:
+    """(1-based line number, text) of each line of results file `f`, as UTF-8 (a Windows editor's BOM dropped).
+    Raises ConfigError as `reading`, or naming f:n and the byte for a line that is not UTF-8 (treebench writes
+    UTF-8: such a byte is an edit or corruption, refused, not read as U+FFFD, which would name another backend)."""
+    with reading(f), open(f, "rb") as fh:
+        for n, raw in enumerate(fh, start=1):
+            try:
+                yield n, raw.decode("utf-8-sig" if n == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise ConfigError(f"results file {f}:{n}: byte 0x{raw[e.start]:02x} at column {e.start + 1} is not "
+                                  "UTF-8 text; treebench writes UTF-8: edit or delete that line") from None
 
 
 def _checked_row(row: object, f: Path, n: int) -> dict:
@@ -386,13 +388,12 @@ def row_places(paths, containing: str | None = None) -> Iterator[RowPlace]:
         ConfigError: as result_files, for a path that does not exist; a file that cannot be read (`reading`).
     """
     for f in result_files(paths):
-        with reading(f), open(f, encoding="utf-8-sig", errors="replace") as fh:
-            for n, line in enumerate(fh, start=1):
-                if containing is not None and containing not in line:
-                    continue
-                try:
-                    row = json.loads(line)
-                except (json.JSONDecodeError, RecursionError):   # a torn line: read_rows skipped it
-                    continue
-                if isinstance(row, dict) and is_known_schema(row.get("schema")):
-                    yield RowPlace(f, n, migrate_row(row))
+        for n, line in file_lines(f):
+            if containing is not None and containing not in line:
+                continue
+            try:
+                row = json.loads(line)
+            except (json.JSONDecodeError, RecursionError):   # a torn line: read_rows skipped it
+                continue
+            if isinstance(row, dict) and is_known_schema(row.get("schema")):
+                yield RowPlace(f, n, migrate_row(row))

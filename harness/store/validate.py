@@ -6,6 +6,7 @@ still writing is warned of (its rows may be partial). Of a pair's rows, readers 
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import math
@@ -15,6 +16,7 @@ from datetime import datetime, timezone
 from functools import lru_cache
 
 from treebench.harness.errors import ConfigError
+from treebench.harness.model.cases import CASE_FIELDS, Case
 from treebench.harness.model.tree_specs import parse_tree
 from treebench.harness.store.lock import live_writer
 from treebench.harness.store.rows import STATUSES, find_row, read_rows, result_files, timing_key
@@ -33,6 +35,7 @@ _WANTED = {dict: "a JSON object", str: "a string", int: "an integer"}   # what a
 # (`row_time`), not by its text ('12:00:00Z' is earlier than '12:00:00.500+00:00' though its text sorts later).
 TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(\+00:00|Z)")
 TIMESTAMP_EXAMPLE = "2026-01-31T23:04:02.725+00:00"
+CASE_ID = re.compile(r"B[0-9]+-L.*-[0-9a-f]{10}", re.DOTALL)   # the form of Case.case_id: prefix, axes, hash
 _EARLIEST = datetime.min.replace(tzinfo=timezone.utc)   # where `row_time` puts a row without a time
 log = logging.getLogger(__name__)
 
@@ -55,7 +58,8 @@ def row_problem(row: dict) -> str | None:
     of the form treebench writes (TIMESTAMP: readers order a pair's rows by it). An `env` given is a
     string: a null one would leave the row out of the gate's env check. Each of STRING_FIELDS is a
     string or null, and a timed row (`median_us` given) names its `timer`."""
-    return _required_problem(row) or _case_problem(row) or _text_problem(row) or _number_problem(row)
+    return (_required_problem(row) or _case_problem(row) or _text_problem(row) or _number_problem(row)
+            or _case_id_problem(row))
 
 
 def _required_problem(row: dict) -> str | None:
@@ -66,6 +70,8 @@ def _required_problem(row: dict) -> str | None:
             return f"field {name!r} is missing"
         if not isinstance(row[name], typ):
             return f"field {name!r} is {_kind(row[name])}, expected {_wanted(typ)}"
+    if not row["backend"]:   # readers group and name rows by it
+        return "field 'backend' is an empty string, expected the backend's name"
     return None
 
 
@@ -81,7 +87,51 @@ def _case_problem(row: dict) -> str | None:
             shown = _kind(v) if isinstance(v, (dict, list)) else json.dumps(v)   # null, true, 1.5, "16"
             return f"field 'case.{name}' is {shown}, expected {_wanted(want)}"
     tree = _tree_problem(row["case"]["tree"])   # the report draws each tree
-    return f"field 'case.tree': {tree}" if tree else None
+    if tree:
+        return f"field 'case.tree': {tree}"
+    if unknown := sorted(set(row["case"]) - set(CASE_FIELDS)):   # rows are written by treebench: a key no
+        return (f"field 'case.{unknown[0]}' is no case axis; the axes are "   # axis names is a typo or an edit
+                f"{', '.join(CASE_FIELDS)}")
+    problem = _case_id(_case_key(row["case"]))[1]
+    return f"field 'case': {problem}" if problem else None
+
+
+def _case_id_problem(row: dict) -> str | None:
+    """Whether the `case_id` of `row`, whose case is valid, is an id its case gives, where it has the form
+    of an id (CASE_ID: readers pair rows by case_id and show their case, so an edited case or id would pair
+    rows of other cases). Its case gives two: the id of the case as Case normalises it, and the id of its
+    axes as stored (a row written before a tree or context spelling was normalised keeps its id). A
+    case_id of another form (a label such as 'c1', which no case gives) is taken as it is."""
+    ids = _case_id(_case_key(row["case"]))[0]
+    if row["case_id"] not in ids and CASE_ID.fullmatch(row["case_id"]):
+        return f"field 'case_id' is {json.dumps(row['case_id'])}, but its case's id is {json.dumps(ids[0])}"
+    return None
+
+
+def _case_key(case: dict) -> tuple:
+    """A hashable key for the case dict `case` that tells its values' types apart (1, 1.0 and true
+    are three cases to Case: the first valid, the others refused); a list value (never valid)
+    is keyed by its JSON text."""
+    return tuple(sorted((k, type(v).__name__, json.dumps(v) if isinstance(v, (list, dict)) else v)
+                        for k, v in case.items()))
+
+
+@lru_cache(maxsize=4096)
+def _case_id(key: tuple) -> tuple[tuple[str, str], str | None]:
+    """((the case's id, the id of its axes as stored), None) for the case whose `_case_key` is `key`,
+    validated as a suite's case is (`harness/model/cases.py` Case: every axis in its range, a known
+    dtype, layout and mode), or (("", ""), why it is no case). Cached: few distinct cases, many rows."""
+    case = {k: (json.loads(v) if t in ("list", "dict") else v) for k, t, v in key}
+    try:
+        valid = Case(**case)
+    except (ConfigError, ValueError, TypeError, RecursionError) as e:
+        return ("", ""), str(e) or type(e).__name__
+    if all(type(x := getattr(valid, name)) is type(value) and x == value for name, value in case.items()):
+        return (valid.case_id, valid.case_id), None
+    stored = copy.copy(valid)
+    for name, value in case.items():   # the axes unnormalised ('random:8:01'), as an older row hashed them
+        object.__setattr__(stored, name, value)
+    return (valid.case_id, stored.case_id), None
 
 
 def _text_problem(row: dict) -> str | None:
@@ -122,7 +172,12 @@ def _number_problem(row: dict) -> str | None:
         if sizes is not None and not (isinstance(sizes, list) and all(
                 isinstance(x, int) and not isinstance(x, bool) and 0 <= x and _finite(x) for x in sizes)):
             return f"field {name!r} must be a list of integers >= 0"
+    n = row.get("n_samples")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
+        return f"field 'n_samples' is {json.dumps(n) if isinstance(n, (int, float)) else _kind(n)}, expected an integer >= 0"
     samples = row.get("samples_us")
+    if samples == [] and row.get("median_us") is not None:   # the gate's test reads the samples of a timed row
+        return "field 'samples_us' is an empty array on a timed row (median_us is given), expected its samples"
     if samples is None:
         return None
     if not isinstance(samples, list) or not (set(map(type, samples)) <= _NUMBER_TYPES or all(   # fast path: JSON's
