@@ -11,7 +11,9 @@ import base64
 import functools
 import io
 import itertools
+import logging
 import math
+import warnings
 from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
@@ -72,6 +74,23 @@ def styled(fn: F) -> F:
     def wrapper(*args, **kwargs):
         with matplotlib.rc_context(RC):
             return fn(*args, **kwargs)
+    return cast(F, wrapper)
+
+
+def quietly(fn: F) -> F:
+    """Runs `fn` (the report's making) with no Python warning printed: a ratio or sum that overflows
+    (`median_us: 1e308`) is inf with numpy silent, a label's character the font lacks (a backend named with
+    a NUL) is drawn as a box, and any other warning of its libraries is one line on the treebench logger."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"), \
+                warnings.catch_warnings(record=True) as caught:
+            warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from", category=UserWarning)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                for line in sorted({f"{w.category.__name__}: {' '.join(str(w.message).split())}" for w in caught}):
+                    logging.getLogger(__name__).warning("report: %s", line)
     return cast(F, wrapper)
 
 
@@ -250,7 +269,7 @@ def roofline(points: pd.DataFrame, order: Sequence[str], measured_bw: float | No
         a.grid(True, which="both", alpha=0.3)
         for axis in (a.xaxis, a.yaxis) if a is ax else (a.xaxis,):
             lo, hi = axis.get_view_interval()
-            if lo > 0 and math.log10(hi / lo) < 1.5:             # too few powers of ten to read it by
+            if lo > 0 and math.log10(hi) - math.log10(lo) < 1.5:             # too few powers of ten to read it by
                 axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
                 axis.set_major_formatter(LogFormatterSciNotation(labelOnlyBase=False))
             axis.set_minor_formatter(NullFormatter())            # 3x10^4 4x10^4 ... would overlap

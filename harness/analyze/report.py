@@ -297,6 +297,7 @@ def _environment() -> jinja2.Environment:
     return env
 
 
+@plots.quietly
 def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, title: str = "treebench", *,
                  baseline: str | None = None, causal_backend: str = "causal_baseline", gate=None,
                  sources: Sequence[str] = (), sections: Sequence[str] = (), own: str | None = None,

@@ -18,13 +18,15 @@ numbers (`--shard I/N`, `--step-us a+b*tokens`, `gate --threshold 5%`) read thei
 
 Also here, as light as the parsers: `StdoutError`, what a failed write to standard output becomes
 (`stdout_errors`), so that main() names standard output and not a file treebench writes, and `emit`,
-which writes it in pieces so that a reader gone mid-output is noticed.
+which writes it in pieces so that a reader gone mid-output is noticed, and `escape_unencodable`, which
+main() calls first, so that no output meets an encoding that lacks one of its characters with a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import re
 import sys
 from collections.abc import Iterator
@@ -103,6 +105,17 @@ def emit(text: str, stream=None) -> None:
         for i in range(0, len(text), WRITE_CHUNK):
             stream.write(text[i:i + WRITE_CHUNK])
             stream.flush()
+
+
+def escape_unencodable() -> None:
+    """Sets standard output and standard error to write a character their encoding lacks as a backslash
+    escape (`PYTHONIOENCODING=ascii`: gate's ❌ as \\u274c, `--help`'s µs as \\xb5s, a results path's é as
+    \\xe9), as Python's stderr does by default, instead of raising UnicodeEncodeError mid-output (a traceback,
+    exit 1, which reads as a failed gate). A stream that cannot be reconfigured is left as it is."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):   # not a stream put in place of it (a StringIO: nothing to encode)
+            with contextlib.suppress(ValueError, OSError):
+                stream.reconfigure(errors="backslashreplace")
 
 
 class ChunkedFile:

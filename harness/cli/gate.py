@@ -226,14 +226,16 @@ def _write(args: argparse.Namespace, text: str, result) -> None:
     Raises:
         ConfigError: either file cannot be written.
     """
+    path = args.summary   # the file being written: a failed flush or close (`/dev/full`) names no filename
     try:
         if args.summary:
             Path(args.summary).parent.mkdir(parents=True, exist_ok=True)   # as --junit's
             with open(args.summary, "a", encoding="utf-8") as f:
                 f.write(text)
+        path = args.junit
         if args.junit:
             Path(args.junit).parent.mkdir(parents=True, exist_ok=True)
             from treebench.harness.analyze.gate_render import junit_xml
             write_whole(args.junit, junit_xml(result))
     except OSError as e:
-        raise ConfigError(f"gate: cannot write {e.filename}: {e.strerror}; choose another path") from None
+        raise ConfigError(f"gate: cannot write {e.filename or path}: {e.strerror or e}; choose another path") from None

@@ -39,7 +39,7 @@ import sys
 from pathlib import Path
 
 from treebench.harness.cli import (HELP_OPTIONS, PROG, TOP_OPTIONS, Parser, StdoutError, asks_help,
-                                   join_option_values, stdout_errors)
+                                   escape_unencodable, join_option_values, stdout_errors)
 from treebench.harness.errors import ConfigError, ResultsWriteError
 
 FULL_DISK = (errno.ENOSPC, errno.EDQUOT)   # a write that found no space: one line, exit 2
@@ -203,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     the rest of the output to /dev/null and exits with the code the command had decided on (run, check), else 141.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    escape_unencodable()   # `PYTHONIOENCODING=ascii`: gate's ❌, --help's µs escaped, never a traceback
     _exit_ignores_interrupts()
     try:   # these imports load torch: seconds of start-up, with Ctrl-C held until their end
         from treebench.harness.run.inflight import (COMMAND_BEGUN, PROGRESS, REPORT_DUE, STOP_REQUESTED, UNWRITTEN,
