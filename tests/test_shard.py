@@ -63,12 +63,13 @@ def _check(suite, out, *extra) -> int:
 # ---- selection ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, want", [("0/1", Shard(0, 1)), ("3/4", Shard(3, 4)), (" 1 / 2 ", Shard(1, 2))])
+@pytest.mark.parametrize("text, want", [("0/1", Shard(0, 1)), ("3/4", Shard(3, 4)), ("01/2", Shard(1, 2))])
 def test_parse_shard(text, want):
     assert parse_shard(text) == want
 
 
-@pytest.mark.parametrize("text", ["", "1", "2/2", "-1/2", "1/0", "a/b", "1/2/3", "0.5/2", "1/-2"])
+@pytest.mark.parametrize("text", ["", "1", "2/2", "-1/2", "1/0", "a/b", "1/2/3", "0.5/2", "1/-2",
+                                  " 1 / 2 ", "0 /2", "0/\t2", "0/2\n"])
 def test_bad_shards_are_one_line_config_errors(text):
     with pytest.raises(ConfigError, match="--shard") as e:
         parse_shard(text)
