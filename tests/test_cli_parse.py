@@ -215,3 +215,18 @@ def test_read_number_refuses_anything_else(text, integer):
     from treebench.harness.cli import read_number
     with pytest.raises(ValueError):
         read_number(text, integer)
+
+
+@pytest.mark.parametrize("argv, option", [(["--verbose", "run"], "--verbose"), (["--json=1", "run"], "--json"),
+                                          (["--verbose", "list"], "--verbose")])
+def test_an_option_before_the_command_that_the_command_lacks_is_not_suggested_after_it(argv, option, capsys):
+    """`treebench --verbose run` is not told to try `treebench run --verbose`, which run refuses too."""
+    assert main(argv) == 2
+    line = one_line_error(capsys)
+    assert f"treebench {argv[1]} takes no {option} either; see treebench {argv[1]} --help" in line, line
+    assert f"treebench {argv[1]} {argv[0]}" not in line, line
+
+
+def test_an_option_before_the_command_that_the_command_has_is_suggested_after_it(capsys):
+    assert main(["--quiet", "run"]) == 2
+    assert "(options go after it: treebench run --quiet; see treebench --help)" in one_line_error(capsys)
