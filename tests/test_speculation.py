@@ -336,6 +336,21 @@ def test_an_acceptance_file_may_start_with_a_utf8_byte_order_mark(tmp_path, name
     assert load_model(_write(tmp_path, "\ufeff" + text, name)).prob(0, 0) == 0.9
 
 
+def test_plan_on_check_rows_says_they_are_untimed(tmp_path, capsys):
+    """check's rows pass untimed: plan says so, not that no row passed."""
+    from tests.tiny_suites import tiny_suite
+
+    (tmp_path / "tiny.toml").write_text(tiny_suite())
+    rows = tmp_path / "c.jsonl"
+    assert main(["check", "--backend", "torch_sdpa", "--suite", str(tmp_path / "tiny.toml"), "--out", str(rows),
+                 "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["plan", "--results", str(rows), "--acceptance", str(shipped_models()[0])]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "its rows are untimed (treebench check's carry no timing)" in err, err
+    assert "no status=pass" not in err
+
+
 def test_cli_plan_prints_table(tmp_path, capsys):
     rows = _write(tmp_path, "".join(json.dumps(r) + "\n" for r in _plan_rows()), "r.jsonl")
     model = _write(tmp_path, _toml("[[0.9]]"))
