@@ -191,6 +191,16 @@ def test_merge_keeps_one_pair_timed_in_two_ways(tmp_path):
                                                                                ("cuda_graph_loop", False)]
 
 
+def test_the_architecture_doc_says_what_merge_keys_its_rows_on():
+    """docs/architecture.md says what merge_results does, as README and `merge --help` do: the key takes
+    timer and L2 state too, and a later re-run's row of a known key is kept."""
+    doc = " ".join((ROOT / "docs" / "architecture.md").read_text(encoding="utf-8").split())
+    merge = doc[doc.index("`treebench merge OUT INPUT...` reads"):][:1200]
+    assert "(case_id, backend, env) plus how the row was timed, timer and L2 state" in merge, merge
+    assert "a later re-run's row of a known key is appended too" in merge, merge
+    assert "Running it twice adds nothing" not in doc and "key run_id, case_id, backend, env;" not in doc
+
+
 def test_merge_validates_every_input_before_writing(tmp_path, capsys):
     out = _write(tmp_path / "out.jsonl", [_row("c0")])
     good = _write(tmp_path / "good.jsonl", [_row("c1")])

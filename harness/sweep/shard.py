@@ -214,8 +214,9 @@ def wait_for_ranks(out: Path, world: int, run_id: str | None, timeout_s: float) 
 
 def merge_ranks(out: Path) -> list[dict]:
     """Appends the rows of every rank file of `out` (any world size: leftovers of a killed launch
-    too) not already in it (key: run_id, case_id, backend, env), then deletes the rank files and
-    done markers; returns the rows appended. Call it only when no rank is writing.
+    too) not already in it (key: run_id, case_id, backend, env, timer and L2 state, as `merge_results`
+    keeps rows), then deletes the rank files and done markers; returns the rows appended. Call it only
+    when no rank is writing.
 
     Raises:
         ConfigError: a rank file holds a row `treebench merge` would refuse (names file, line and
