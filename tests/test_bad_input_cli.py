@@ -333,6 +333,18 @@ def _user_backend(path: Path, cls: str, name: str, registered: bool = False) -> 
     return path
 
 
+@pytest.mark.parametrize("name, what", [("two\nlines", "the unprintable character '\\n'"),
+                                        ("nul\x00", "the unprintable character '\\x00'"), ("a/b", "'/'")])
+@pytest.mark.parametrize("argv", [("check", "--backend", "mine.py:Mine"), ("run", "--backends", "reference,mine.py")])
+def test_a_backend_name_with_a_control_character_or_a_slash_is_refused_at_load(tmp_path, name, what, argv):
+    """Such a name would split the terminal table's rows or read as a path: one line naming it, exit 2."""
+    _user_backend(tmp_path / "mine.py", "Mine", name)
+    out = tmp_path / "rows.jsonl"
+    proc = _cli(*argv, "--suite", "smoke", "--out", str(out), cwd=tmp_path)
+    _one_line_exit_2(proc, f"{argv[1]} {argv[2].split(',')[-1]!r}: Mine.name {name!r} holds {what}")
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("registered", [False, True], ids=["unregistered", "registered"])
 @pytest.mark.parametrize("other", ["built_in", "user_file", "same_file"])
 def test_two_backend_classes_of_one_name_are_named_by_their_sources(tmp_path, other, registered):

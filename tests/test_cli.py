@@ -274,6 +274,18 @@ def test_run_passes_timer_and_l2_to_the_timer(tiny, tmp_path, monkeypatch, capsy
     assert ("timer fallback: " in printed) == (mode != "auto")          # a CUDA timer asked for on the CPU
 
 
+@pytest.mark.parametrize("timer", ["cuda_graph", "cuda_event", "host_inclusive"])
+@pytest.mark.parametrize("quiet", [False, True])
+def test_a_cuda_timer_on_the_cpu_is_one_warning_naming_both_timers(tiny, tmp_path, capsys, timer, quiet):
+    out = tmp_path / "rows.jsonl"
+    assert main(["run", "--suite", str(tiny), "--backends", "torch_sdpa", "--out", str(out), "--timer", timer,
+                 "--report", str(tmp_path / "r.html"), *(["--quiet"] if quiet else [])]) == 0
+    assert len(read_rows([out])) == 2
+    warned = [line for line in capsys.readouterr().err.splitlines() if "needs a CUDA device" in line]
+    assert len(warned) == (0 if quiet else 1), warned                   # once per run, not once per pair
+    assert quiet or f"--timer {timer} " in warned[0] and "wall timer" in warned[0], warned
+
+
 def test_the_back_to_back_timer_without_a_warm_l2_is_refused_before_anything_is_written(tiny, tmp_path, capsys):
     out = tmp_path / "rows.jsonl"
     assert main(["run", "--suite", str(tiny), "--backends", "torch_sdpa", "--out", str(out),

@@ -175,20 +175,21 @@ NUMERIC_OPTIONS = [   # (argv before the value, the option): every option that t
 
 
 @pytest.mark.parametrize("argv, option", NUMERIC_OPTIONS)
-@pytest.mark.parametrize("value", ["1_0", "\uff11\uff10", "1,0_1"])
+@pytest.mark.parametrize("value", ["1_0", "\uff11\uff10", "1,0_1", " 4", "4\t", "2, 3"])
 def test_every_numeric_option_refuses_digits_python_alone_reads(argv, option, value, capsys):
-    """int() and float() read '1_0' and full-width '１０' as 10: every numeric option refuses them in one
-    line saying how a number is written, exit 2, as gate --threshold and tree specs do."""
+    """int() and float() read '1_0', full-width '１０' and ' 10' as 10: every numeric option refuses them in
+    one line saying how a number is written, exit 2, as gate --threshold and tree specs do."""
     value = value if option in ("--sizes", "--batch-sizes", "--context-lens") else value.split(",")[-1]
     assert main([*argv, value]) == 2
     line = one_line_error(capsys)
-    assert f"argument {option}: {value!r} is not " in line and "(ASCII digits 0-9, no '_')" in line, line
+    assert f"argument {option}: {value!r} is not " in line and "(ASCII digits 0-9, no '_', no spaces)" in line, line
 
 
 def test_shard_refuses_digits_python_alone_reads(capsys):
-    for value in ("1_0/40", "\uff11/4", "0/1_0"):
+    for value in ("1_0/40", "\uff11/4", "0/1_0", "0 /2", "0/\t2", " 0/2", "0/2\n"):
         assert main(["check", "--backend", "torch_sdpa", "--shard", value]) == 2
-        assert f"--shard {value!r}: write INDEX/COUNT with integers (ASCII digits 0-9, no '_')" in one_line_error(capsys)
+        assert (f"--shard {value!r}: write INDEX/COUNT with integers (ASCII digits 0-9, no '_', no spaces)"
+                in one_line_error(capsys))
 
 
 @pytest.mark.parametrize("name", COMMANDS)
@@ -198,7 +199,7 @@ def test_no_option_reads_numbers_with_python_int_or_float(name):
     assert not loose, f"{name}: {loose} read numbers with int() or float(); use integer_option or number_option"
 
 
-@pytest.mark.parametrize("text, integer, want", [("600", False, 600.0), (" 1e3 ", False, 1000.0), (".5", False, 0.5),
+@pytest.mark.parametrize("text, integer, want", [("600", False, 600.0), ("1e3", False, 1000.0), (".5", False, 0.5),
                                                  ("+2", True, 2), ("-37", True, -37), ("0232", True, 232),
                                                  ("inf", False, float("inf"))])
 def test_read_number_takes_ascii_numbers(text, integer, want):
@@ -208,8 +209,24 @@ def test_read_number_takes_ascii_numbers(text, integer, want):
 
 @pytest.mark.parametrize("text, integer", [("1_000", False), ("1_0", True), ("\uff15", True), ("\u0665.5", False),
                                            ("1.5", True), ("inf", True), ("0x10", True), ("1e", False), ("", False),
-                                           (" ", True), ("1 0", True)])
+                                           (" ", True), ("1 0", True), (" 1e3 ", False), (" 4", True),
+                                           ("4\n", True), ("\t5", False)])
 def test_read_number_refuses_anything_else(text, integer):
     from treebench.harness.cli import read_number
     with pytest.raises(ValueError):
         read_number(text, integer)
+
+
+@pytest.mark.parametrize("argv, option", [(["--verbose", "run"], "--verbose"), (["--json=1", "run"], "--json"),
+                                          (["--verbose", "list"], "--verbose")])
+def test_an_option_before_the_command_that_the_command_lacks_is_not_suggested_after_it(argv, option, capsys):
+    """`treebench --verbose run` is not told to try `treebench run --verbose`, which run refuses too."""
+    assert main(argv) == 2
+    line = one_line_error(capsys)
+    assert f"treebench {argv[1]} takes no {option} either; see treebench {argv[1]} --help" in line, line
+    assert f"treebench {argv[1]} {argv[0]}" not in line, line
+
+
+def test_an_option_before_the_command_that_the_command_has_is_suggested_after_it(capsys):
+    assert main(["--quiet", "run"]) == 2
+    assert "(options go after it: treebench run --quiet; see treebench --help)" in one_line_error(capsys)

@@ -878,3 +878,39 @@ def test_a_check_resume_stopped_after_its_sweep_names_the_runs_its_rows_are_in(t
     assert line.endswith(f"or remove them with treebench rm r.jsonl --run-id {' '.join(ids)}"), line
     assert main(shlex.split(line.split("remove them with treebench ")[1])) == 0
     assert read_rows([Path("r.jsonl")]) == []
+
+
+# The console script started with SIGINT ignored (a non-interactive shell's `treebench run ... &`): a SIGINT
+# sent as MODULE is first looked for and one sent as the report is written, and the report then written.
+IGNORED_ENTRY = """import os, signal, sys
+class CtrlC:
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name == {module!r}:
+            sys.meta_path.remove(CtrlC)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+sys.meta_path.insert(0, CtrlC)
+import treebench
+from treebench.harness.analyze import report
+written = report.write_report
+def ctrl_c_then_write(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGINT)
+    return written(*args, **kwargs)
+report.write_report = ctrl_c_then_write
+sys.exit(treebench.main())
+"""
+
+
+@pytest.mark.parametrize("module", ["torch", "treebench.harness.cli.main"])
+def test_a_sigint_ignored_when_treebench_starts_stays_ignored_through_the_report(tmp_path, module):
+    """SIGINT ignored from the start stays ignored: a SIGINT while it starts or writes the report changes nothing."""
+    (tmp_path / "tiny.toml").write_text(tiny_suite())
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    argv = ["run", "--suite", "tiny.toml", "--backends", "torch_sdpa", "--out", "r.jsonl", "--report", "r.html",
+            "--quiet"]
+    proc = subprocess.run([sys.executable, "-c", IGNORED_ENTRY.format(module=module), *argv], cwd=tmp_path,
+                          env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300,
+                          check=False, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert proc.returncode == 0 and "interrupted" not in proc.stderr, (proc.returncode, proc.stderr[-2000:])
+    assert (tmp_path / "r.html").is_file() and {r["status"] for r in read_rows([tmp_path / "r.jsonl"])} == {"pass"}

@@ -230,6 +230,8 @@ def test_wait_s_gives_multiprocessing_a_timeout_it_takes(limit_s):
 @pytest.mark.parametrize("argv", [
     ["check", "--case-timeout", "2147484", "--backend", f"{FAULTS}:Exact"],
     ["check", "--case-timeout", "1e308", "--backend", f"{FAULTS}:Exact"],
+    ["check", "--case-timeout", "1e999", "--backend", f"{FAULTS}:Exact"],   # float() reads inf: no limit likewise
+    ["check", "--case-timeout", "99999999999999999999", "--backend", f"{FAULTS}:Exact"],
     ["run", "--case-timeout", "99999999", "--backends", f"torch_sdpa,{FAULTS}:Exact"],
 ])
 def test_a_case_timeout_past_the_longest_wait_is_no_limit(argv, tmp_path):

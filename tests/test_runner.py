@@ -305,6 +305,14 @@ def test_a_tree_axis_takes_trees_that_differ_only_in_sibling_rank(tmp_path):
     assert [c.tree for c in s.cases] == ["parents:-1,0,0,1", "parents:-1,0,0,2", "levels:3", "full:2:1"]
 
 
+def test_a_negative_case_seed_is_a_case_of_its_own(tmp_path):
+    """A case's seed is hashed with its other axes (Case.rng), so -1 and 1 draw apart, unlike random:N:SEED,
+    whose random.Random(SEED) would draw one tree for both: the suite axis takes negative seeds."""
+    s = load_suite(_suite(tmp_path, "[axes]\n" + GOOD_AXES + "seed = [-1, 1]\n"))
+    assert [c.seed for c in s.cases] == [-1, 1] and s.cases[0].case_id != s.cases[1].case_id
+    assert s.cases[0].rng("q").random() != s.cases[1].rng("q").random()
+
+
 def test_suite_with_axes_groups_concatenates_and_drops_duplicates(tmp_path):
     text = "[[axes]]\n" + GOOD_AXES + "[[axes]]\n" + GOOD_AXES + "layout = ['contiguous', 'shuffled', 'interleaved']\n"
     s = load_suite(_suite(tmp_path, text))     # the groups share the shuffled case: taken once
@@ -319,6 +327,8 @@ def test_suite_with_axes_groups_concatenates_and_drops_duplicates(tmp_path):
     ("suite = 3\n[axes]\n" + GOOD_AXES, "[suite] must be a table"),
     ("[suite]\ncolour = 'red'\n[axes]\n" + GOOD_AXES, "unknown key 'colour'"),
     ("[suite]\nname = 7\n[axes]\n" + GOOD_AXES, "[suite] name must be a string"),
+    ("[suite]\nname = ''\n[axes]\n" + GOOD_AXES, "[suite] name is ''; give it a name or leave it out"),
+    ('[suite]\nname = " \\t"\n[axes]\n' + GOOD_AXES, "[suite] name is ' \\t'; give it a name or leave it out"),
     ("axes = []\n", "[[axes]] is empty"),
     ("axes = [3]\n", ": axes must be a non-empty table"),
     ("[axes]\n", ": axes must be a non-empty table"),

@@ -63,12 +63,13 @@ def _check(suite, out, *extra) -> int:
 # ---- selection ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, want", [("0/1", Shard(0, 1)), ("3/4", Shard(3, 4)), (" 1 / 2 ", Shard(1, 2))])
+@pytest.mark.parametrize("text, want", [("0/1", Shard(0, 1)), ("3/4", Shard(3, 4)), ("01/2", Shard(1, 2))])
 def test_parse_shard(text, want):
     assert parse_shard(text) == want
 
 
-@pytest.mark.parametrize("text", ["", "1", "2/2", "-1/2", "1/0", "a/b", "1/2/3", "0.5/2", "1/-2"])
+@pytest.mark.parametrize("text", ["", "1", "2/2", "-1/2", "1/0", "a/b", "1/2/3", "0.5/2", "1/-2",
+                                  " 1 / 2 ", "0 /2", "0/\t2", "0/2\n"])
 def test_bad_shards_are_one_line_config_errors(text):
     with pytest.raises(ConfigError, match="--shard") as e:
         parse_shard(text)
@@ -188,6 +189,16 @@ def test_merge_keeps_one_pair_timed_in_two_ways(tmp_path):
     a = _write(tmp_path / "a.jsonl", [old, warm, loop, warm])
     assert [(r["timer"], r["l2_flushed"]) for r in merge_results(out, [a])] == [("cuda_graph", False),
                                                                                ("cuda_graph_loop", False)]
+
+
+def test_the_architecture_doc_says_what_merge_keys_its_rows_on():
+    """docs/architecture.md says what merge_results does, as README and `merge --help` do: the key takes
+    timer and L2 state too, and a later re-run's row of a known key is kept."""
+    doc = " ".join((ROOT / "docs" / "architecture.md").read_text(encoding="utf-8").split())
+    merge = doc[doc.index("`treebench merge OUT INPUT...` reads"):][:1200]
+    assert "(case_id, backend, env) plus how the row was timed, timer and L2 state" in merge, merge
+    assert "a later re-run's row of a known key is appended too" in merge, merge
+    assert "Running it twice adds nothing" not in doc and "key run_id, case_id, backend, env;" not in doc
 
 
 def test_merge_validates_every_input_before_writing(tmp_path, capsys):

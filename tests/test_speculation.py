@@ -270,7 +270,7 @@ def test_cli_bad_acceptance_file_exit_2_one_line(tmp_path):
 
 @pytest.mark.parametrize("argv, words", [
     (["tree-search", "--acceptance", "{bad}", "--max-nodes", "4"], "not UTF-8"),
-    (["tree-search", "--acceptance", "{good}", "--max-nodes", "x"], "argument --max-nodes: 'x' is not an integer (ASCII digits 0-9, no '_')"),
+    (["tree-search", "--acceptance", "{good}", "--max-nodes", "x"], "argument --max-nodes: 'x' is not an integer (ASCII digits 0-9, no '_', no spaces)"),
     (["tree-search", "--acceptance", "{good}", "--max-nodes", "8", "--sizes", "4,4"],
      "argument --sizes: 4 given twice in '4,4'; give each once"),
     (["tree-search", "--acceptance", "{good}", "--max-nodes", "8", "--batch-sizes", "1,16,01"],
@@ -334,6 +334,21 @@ def test_tree_search_writes_a_suite_of_context_length_0_as_suites_take_it(tmp_pa
 @pytest.mark.parametrize("name, text", [("m.toml", _toml("[[0.9]]")), ("m.json", json.dumps({**GOOD, "p": [[0.9]]}))])
 def test_an_acceptance_file_may_start_with_a_utf8_byte_order_mark(tmp_path, name, text):
     assert load_model(_write(tmp_path, "\ufeff" + text, name)).prob(0, 0) == 0.9
+
+
+def test_plan_on_check_rows_says_they_are_untimed(tmp_path, capsys):
+    """check's rows pass untimed: plan says so, not that no row passed."""
+    from tests.tiny_suites import tiny_suite
+
+    (tmp_path / "tiny.toml").write_text(tiny_suite())
+    rows = tmp_path / "c.jsonl"
+    assert main(["check", "--backend", "torch_sdpa", "--suite", str(tmp_path / "tiny.toml"), "--out", str(rows),
+                 "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["plan", "--results", str(rows), "--acceptance", str(shipped_models()[0])]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "its rows are untimed (treebench check's carry no timing)" in err, err
+    assert "no status=pass" not in err
 
 
 def test_cli_plan_prints_table(tmp_path, capsys):

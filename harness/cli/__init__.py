@@ -11,8 +11,9 @@ it may stand for (argparse would take an unambiguous prefix, which `run --gpus` 
 its ranks, and which `spelling_used` could not name).
 
 Every numeric option reads its number by one rule (`read_number`): ASCII digits 0-9, with an optional
-sign and, for a number that need not be whole, a '.' and an exponent; no '_' between digits and no
-full-width or other digits, which Python's int() and float() take (`--case-timeout 1_000`, `--gpus ２`).
+sign and, for a number that need not be whole, a '.' and an exponent; no '_' between digits, no
+full-width or other digits and no surrounding whitespace, which Python's int() and float() take
+(`--case-timeout 1_000`, `--gpus ２`, `--case-timeout ' 5'`).
 A refusal is one line saying so (`NUMBER_RULE`), exit 2. Options whose value is a small grammar of
 numbers (`--shard I/N`, `--step-us a+b*tokens`, `gate --threshold 5%`) read theirs alike.
 
@@ -39,23 +40,22 @@ HELP_OPTIONS = ("-h", "--help")   # `treebench COMMAND --help` prints the usage 
 VALUE_OPTIONS_DASHED = ("--shard", "--threshold")  # values that may start with "-": --shard -1/2, gate --threshold -5% get a clear error
 INTEGER = re.compile(r"[+-]?[0-9]+")   # a whole number as every numeric option is written
 NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")   # any other number likewise
-NUMBER_RULE = "(ASCII digits 0-9, no '_')"   # what a line refusing another spelling says
+NUMBER_RULE = "(ASCII digits 0-9, no '_', no spaces)"   # what a line refusing another spelling says
 
 
 def read_number(text: str, integer: bool = False) -> float:
-    """`text`, surrounding spaces aside, as float() reads it (int() where `integer`), when it is written as
-    INTEGER or NUMBER take it; 'inf' and 'nan' too, as float() reads them (the caller says why it refuses them).
+    """`text` as float() reads it (int() where `integer`), when it is written as INTEGER or NUMBER take it;
+    'inf' and 'nan' too, as float() reads them (the caller says why it refuses them).
 
     Raises:
-        ValueError: any other text, '1_000' and '１０' (which int() and float() read) included; an integer
-            of more digits than int() reads (4300).
+        ValueError: any other text, '1_000', '１０' and ' 5' (which int() and float() read) included; an
+            integer of more digits than int() reads (4300).
     """
-    t = text.strip()
-    if not integer and t.lower().lstrip("+-") in ("inf", "infinity", "nan"):
-        return float(t)
-    if not (INTEGER if integer else NUMBER).fullmatch(t):
+    if not integer and text.lower().lstrip("+-") in ("inf", "infinity", "nan"):
+        return float(text)
+    if not (INTEGER if integer else NUMBER).fullmatch(text):
         raise ValueError(f"{text!r} is not a number {NUMBER_RULE}")
-    return int(t) if integer else float(t)
+    return int(text) if integer else float(text)
 
 
 def integer_option(text: str) -> int:

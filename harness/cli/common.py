@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from treebench.harness.cli import NUMBER_RULE, ChunkedFile, read_number
+from treebench.harness.cli import NUMBER, NUMBER_RULE, ChunkedFile, read_number
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.config import MAX_WAIT_S
 from treebench.harness.run.progress import TerminalConsole, plural
@@ -86,11 +86,11 @@ class Command(NamedTuple):
 
 
 def positive_seconds(text: str) -> float:
-    """argparse type: a finite number of seconds > 0 (`read_number`); one past MAX_WAIT_S is kept, read as no limit."""
+    """argparse type: seconds > 0 (`read_number`); past MAX_WAIT_S (1e999, which float() reads as inf, too): no limit."""
     v = float("nan")
     with contextlib.suppress(ValueError):
         v = read_number(text)
-    if not (v > 0 and math.isfinite(v)):   # an infinity: the message names the number that means no limit
+    if not (v > 0 and (math.isfinite(v) or NUMBER.fullmatch(text))):   # 'inf': the message names what is no limit
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds {NUMBER_RULE}, e.g. 600"
                                          + (f"; any past {MAX_WAIT_S:.0f} is no limit" if v > 0 else ""))
     return v

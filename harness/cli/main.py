@@ -173,7 +173,10 @@ def _parse(argv: list[str]) -> tuple[str, argparse.Namespace]:
     unknown = [a for a in joined[:first] if a.split("=", 1)[0] not in TOP_OPTIONS]
     if unknown:
         build_parser(full=False).refuse_abbreviated(unknown[:1])   # `--vers` names --version, which goes here
-        where = joined[first] if first < len(joined) else "COMMAND"
+        where, option = joined[first] if first < len(joined) else "COMMAND", unknown[0].split("=", 1)[0]
+        if where in COMMANDS and option not in command_parser(where)._option_string_actions:   # no such option there
+            raise ConfigError(f"unrecognized option {unknown[0]} before the command, and {PROG} {where} takes no "
+                              f"{option} either; see {PROG} {where} --help")
         raise ConfigError(f"unrecognized option {unknown[0]} before the command (options go after it: "
                           f"{PROG} {where} {unknown[0]}; see {PROG} --help)")
     build_parser(full=False).refuse_repeated_exits(joined[:first])   # --version, -h twice: argparse would exit 0

@@ -112,6 +112,17 @@ def _gpu_count(text: str) -> int:
     return v
 
 
+def _warn_wall_timer(args) -> None:
+    """One warning, unless --quiet or --dry-run, where a CUDA timer is asked for and the sweep runs on the CPU,
+    whose only timer is the wall clock (each row says so in timer_fallback too)."""
+    from treebench.harness.run.runner import default_device
+    from treebench.harness.timing.modes import WALL
+
+    if args.timer != "auto" and not (args.quiet or args.dry_run) and default_device().type != "cuda":
+        log.warning("--timer %s needs a CUDA device and this run has none: its rows are timed with the %s timer "
+                    "(the CPU's wall clock)", args.timer, WALL)
+
+
 def add_arguments(p) -> None:
     """The options of `treebench run`."""
     add_suite_argument(p, "smoke")
@@ -284,6 +295,7 @@ def run(args) -> int:
         _check_gpus(args.gpus)
         if args.gpus > 1 and not args.dry_run:
             return _launch_gpus(args, suite)
+    _warn_wall_timer(args)
     name = suite_name(suite)
     stamp_text = run_stamp()
     out_path = args.out or default_out(name, stamp_text)

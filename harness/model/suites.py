@@ -234,6 +234,9 @@ def _header(path: Path, doc: dict) -> tuple[str, str]:
             raise ConfigError(f"suite {path}: [suite] has unknown key {key!r}; allowed: {', '.join(SUITE_KEYS)}")
         if not isinstance(value, str):
             raise ConfigError(f"suite {path}: [suite] {key} must be a string")
+    if "name" in head and not head["name"].strip():   # lines would read "suite , 1 case"
+        raise ConfigError(f"suite {path}: [suite] name is {head['name']!r}; give it a name or leave it out "
+                          f"(default: the file's stem, {path.stem})")
     return head.get("name", path.stem), head.get("description", "")
 
 

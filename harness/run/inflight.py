@@ -215,11 +215,11 @@ def enable_crash_report() -> bool:
 
 
 def install_handler(signum: int, handler) -> tuple[bool, object]:
-    """`signal.signal(signum, handler)` where a handler can be set: (True, the handler it replaced,
-    None for one set outside Python); off the main thread (an embedding application), where none
-    can be, signals are left alone: (False, None). Raises nothing of its own."""
+    """`signal.signal(signum, handler)` where a handler can be set: (True, the handler it replaced, None for one
+    set outside Python); a signal ignored (SIG_IGN: SIGINT under a non-interactive shell's `&`) stays ignored, and off
+    the main thread (an embedding application) none can be set: (False, None). Raises nothing of its own."""
     try:
-        return True, signal.signal(signum, handler)
+        return (False, None) if signal.getsignal(signum) == signal.SIG_IGN else (True, signal.signal(signum, handler))
     except ValueError:   # not the main thread
         return False, None
 

@@ -219,8 +219,9 @@ def _instance(spec: str, cls: type) -> Backend:
     """An instance of the class `spec` gave, once it meets the adapter contract.
 
     Raises:
-        ConfigError: a member of CONTRACT missing, an empty `name`, a `capabilities` that is not a
-            Capabilities, or an __init__ that called sys.exit or os._exit.
+        ConfigError: a member of CONTRACT missing, an empty `name` or one holding '/' or an unprintable
+            character (newline, NUL), a `capabilities` that is not a Capabilities, or an __init__ that
+            called sys.exit or os._exit.
     """
     for attr in CONTRACT:
         if not hasattr(cls, attr):
@@ -229,6 +230,10 @@ def _instance(spec: str, cls: type) -> Backend:
     if not isinstance(name, str) or not name.strip():
         raise _SpecError(spec, f"{getattr(cls, '__name__', cls)!r}.name is {name!r}; "
                          "set `name` to a non-empty string")
+    if (bad := next((c for c in name if c == "/" or not c.isprintable()), None)) is not None:
+        what = "'/'" if bad == "/" else f"the unprintable character {bad!r}"
+        raise _SpecError(spec, f"{cls.__name__}.name {name!r} holds {what}; give it a name of printable "
+                         "characters without '/' (tables and rows show it)")
     _refuse_a_built_in_name(spec, cls, name)
     with _as_its_own_program(spec, spec.rpartition(":")[0] or spec):
         backend = cls()

@@ -191,9 +191,13 @@ def load_curves(paths: list[str], command: str = "plan") -> dict[CurveKey, Verif
 
     Raises:
         ConfigError: a path is missing, unreadable or not a results file, a row fails validation
-            (named by file and line, with `command`), or no row is usable.
+            (named by file and line, with `command`), or no row is usable (every row untimed, as check's, said so).
     """
-    curves = verify_curves(read_checked_rows(paths, command))
+    rows = read_checked_rows(paths, command)
+    curves = verify_curves(rows)
+    if not curves and any(r.get("status") == "pass" for r in rows) and all(r.get("median_us") is None for r in rows):
+        raise ConfigError(f"--results {' '.join(map(str, paths))}: its rows are untimed (treebench check's carry "
+                          "no timing); give result files written by treebench run")
     if not curves:
         raise ConfigError(f"--results {' '.join(map(str, paths))}: no status=pass rows with one context length "
                           "and one tree per batch; give result files written by treebench run")

@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 RUN_ID_ENV = "TREEBENCH_RUN_ID"          # shared run id of every rank (set by --gpus; else torchrun's)
 POLL_S = 0.2                             # rank 0's poll period while waiting for done markers
-_SHARD_RE = re.compile(r"^\s*(-?[0-9]+)\s*/\s*(-?[0-9]+)\s*$")   # ASCII digits, no '_', as every numeric option
+_SHARD_RE = re.compile(r"(-?[0-9]+)/(-?[0-9]+)")   # ASCII digits, no '_', no spaces, as every numeric option
 
 
 @dataclass(frozen=True)
@@ -59,17 +59,17 @@ def parse_shard(text: str) -> Shard:
     """'i/n' -> Shard(i, n).
 
     Raises:
-        ConfigError: not two integers in ASCII digits ('1_0/4' and '１/4' included), n < 1, or i outside [0, n).
+        ConfigError: not two integers in ASCII digits ('1_0/4', '１/4' and '0 /2' included), n < 1, or i outside [0, n).
     """
     if not str(text).strip():
         raise ConfigError("--shard is empty: write INDEX/COUNT with 0 <= INDEX < COUNT, e.g. --shard 0/4")
-    m = _SHARD_RE.match(str(text))
+    m = _SHARD_RE.fullmatch(str(text))
     if not m:
-        raise ConfigError(f"--shard {text!r}: write INDEX/COUNT with integers (ASCII digits 0-9, no '_'), "
+        raise ConfigError(f"--shard {text!r}: write INDEX/COUNT with integers (ASCII digits 0-9, no '_', no spaces), "
                           "e.g. --shard 0/4 (indices start at 0)")
     i, n = int(m.group(1)), int(m.group(2))
     if n < 1 or not 0 <= i < n:
-        raise ConfigError(f"--shard {text.strip()}: need 0 <= INDEX < COUNT (INDEX is 0-based), "
+        raise ConfigError(f"--shard {text}: need 0 <= INDEX < COUNT (INDEX is 0-based), "
                           f"e.g. --shard 0/{max(n, 2)}")
     return Shard(i, n)
 
@@ -214,8 +214,9 @@ def wait_for_ranks(out: Path, world: int, run_id: str | None, timeout_s: float) 
 
 def merge_ranks(out: Path) -> list[dict]:
     """Appends the rows of every rank file of `out` (any world size: leftovers of a killed launch
-    too) not already in it (key: run_id, case_id, backend, env), then deletes the rank files and
-    done markers; returns the rows appended. Call it only when no rank is writing.
+    too) not already in it (key: run_id, case_id, backend, env, timer and L2 state, as `merge_results`
+    keeps rows), then deletes the rank files and done markers; returns the rows appended. Call it only
+    when no rank is writing.
 
     Raises:
         ConfigError: a rank file holds a row `treebench merge` would refuse (names file, line and
