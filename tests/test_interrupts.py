@@ -882,16 +882,7 @@ def test_a_check_resume_stopped_after_its_sweep_names_the_runs_its_rows_are_in(t
 
 # The console script started with SIGINT ignored (a non-interactive shell's `treebench run ... &`): a SIGINT
 # sent as MODULE is first looked for and one sent as the report is written, and the report then written.
-IGNORED_ENTRY = """import os, signal, sys
-class CtrlC:
-    @staticmethod
-    def find_spec(name, path=None, target=None):
-        if name == {module!r}:
-            sys.meta_path.remove(CtrlC)
-            os.kill(os.getpid(), signal.SIGINT)
-        return None
-sys.meta_path.insert(0, CtrlC)
-import treebench
+IGNORED_ENTRY = ENTRY.split("import treebench")[0].replace("{signum}", "SIGINT") + """import treebench
 from treebench.harness.analyze import report
 written = report.write_report
 def ctrl_c_then_write(*args, **kwargs):

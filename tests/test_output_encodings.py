@@ -16,22 +16,10 @@ import pytest
 from treebench.harness.cli.main import COMMANDS
 from treebench.harness.store.rows import read_rows
 
+from tests.tiny_suites import tiny_suite
+
 ROOT = Path(__file__).resolve().parent.parent
 ENCODINGS = ("ascii", "cp1252")
-
-TINY = """
-[suite]
-name = "tiny"
-[axes]
-batch_size = [2]
-context_len = [37]
-tree = ["full:2:2"]
-num_q_heads = [4]
-num_kv_heads = [2]
-head_dim = [32]
-dtype = ["bfloat16"]
-page_size = [16]
-"""
 
 
 def treebench(*argv, cwd: Path, encoding: str = "utf-8") -> subprocess.CompletedProcess:
@@ -54,7 +42,7 @@ def no_traceback(done: subprocess.CompletedProcess) -> None:
 def runs(tmp_path_factory) -> Path:
     """A folder with tiny.toml and base.jsonl, a run of torch_sdpa on its one case, with its env file."""
     d = tmp_path_factory.mktemp("runs")
-    (d / "tiny.toml").write_text(TINY)
+    (d / "tiny.toml").write_text(tiny_suite())
     done = treebench("run", "--suite", "tiny.toml", "--backends", "torch_sdpa", "--out", "base.jsonl",
                      "--report", "base.html", "--quiet", cwd=d)
     assert done.returncode == 0, done.stderr
