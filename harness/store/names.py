@@ -1,7 +1,8 @@
 """The names of the files treebench reads and writes: those it picks, and what a file system
 takes in those it is given.
 
-- picked (`default_report`, `kept_report`, `unused_path`): the report of a results file is
+- picked (`default_report`, `kept_report`, `unused_path`; `distinct_paths`, a path given twice
+  taken once): the report of a results file is
   reports/local/<its stem>.html unless a path is given, so a run's default
   results/local/<suite>-<run_id>.jsonl and its report share their name; where a report made from
   other results is there, the first free <stem>-2.html, -3, ... (`kept_report`), so that report is
@@ -56,6 +57,26 @@ def kept_report(sources: Sequence[str | Path], whose: str) -> tuple[Path, str]:
         return found, f"{there} does not record which results file it was made from, so it is kept: {whose} is {found}"
     return found, (f"{there} is the report of other results than {', '.join(map(str, sources))}, and is kept: "
                    f"{whose} is {found}")
+
+
+def distinct_paths(paths: Sequence[str]) -> list[str]:
+    """`paths` with each file or folder once, as first spelled: a later path naming one already
+    given (the same path, another spelling of it such as ./r/x.jsonl, a symbolic or hard link to
+    it; the same inode) is left out, as readers keep a row read twice once
+    (`validate.drop_repeated_rows`). Raises nothing (a path that cannot be looked at is kept by
+    its resolved spelling: reading it says what is wrong)."""
+    seen: set[object] = set()
+    kept = []
+    for text in paths:
+        try:
+            st = os.stat(text)
+            key: object = (st.st_dev, st.st_ino)
+        except (OSError, ValueError):
+            key = os.path.realpath(text)
+        if key not in seen:
+            seen.add(key)
+            kept.append(text)
+    return kept
 
 
 def report_results(path: str | Path) -> list[str] | None:
