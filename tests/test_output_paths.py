@@ -1028,3 +1028,16 @@ def test_a_results_file_named_twice_is_one_input_of_report(again, tmp_path, monk
     assert "other results" not in err and err.count("cg.jsonl") <= 1, err
     page = (tmp_path / "reports/local/cg.html").read_text()
     assert page.count('<meta name="treebench-results"') == 1
+
+
+def test_a_report_that_records_its_results_file_twice_is_that_files_own(tmp_path, monkeypatch, capsys):
+    """A report made by `report A A` before A was taken once records A twice: `report A` writes over it."""
+    monkeypatch.chdir(tmp_path)
+    append_row(tmp_path / "cg.jsonl", _row(1))
+    assert main(["report", "cg.jsonl"]) == 0
+    page = tmp_path / "reports/local/cg.html"
+    tag = f'<meta name="treebench-results" content="{tmp_path / "cg.jsonl"}">'
+    page.write_text(page.read_text().replace(tag, tag + tag))
+    capsys.readouterr()
+    assert main(["report", "cg.jsonl"]) == 0
+    assert capsys.readouterr().out.strip() == "reports/local/cg.html"

@@ -52,9 +52,9 @@ def kept_report(sources: Sequence[str | Path], whose: str) -> tuple[Path, str]:
     a page treebench did not write), the first <stem>-2.html, <stem>-3.html, ... that is free or
     made from `sources` (`unused_path`), so that report is kept, as the warning says; `whose`
     names the new report in it ("this report"). Raises nothing."""
-    mine = [os.path.realpath(s) for s in sources]   # as the report's tags record them; a link loop raises nothing
+    mine = _once([os.path.realpath(s) for s in sources])   # as its tags record them; a link loop raises nothing
     there = default_report(sources[0])
-    found = unused_path(there, reuse=lambda p: report_results(p) == mine)
+    found = unused_path(there, reuse=lambda p: _once(report_results(p) or []) == mine)   # a file named twice: once
     if found == there:
         return found, ""
     if report_results(there) is None:
@@ -103,6 +103,11 @@ def listed_results(folder: Path) -> list[Path]:
             continue
         found.append(folder / entry.name)
     return found
+
+
+def _once(paths: list[str]) -> list[str]:
+    """`paths` with each one once, in order of first appearance. Raises nothing."""
+    return list(dict.fromkeys(paths))
 
 
 def report_results(path: str | Path) -> list[str] | None:
