@@ -107,7 +107,8 @@ def test_tree_spellings_that_parse_alike_share_one_case_id():
     b = Case(batch_size=2, context_len=8, tree="full:3:2")
     assert a.tree == "full:3:2" and a.case_id == b.case_id and a == b
     assert canonical_spec("Chain: 4") == "chain:4"
-    assert canonical_spec(" eagle:mc_sim_7b_63 ") == "eagle:mc_sim_7b_63"   # names stay as written
+    assert canonical_spec(" eagle:mc_sim_7b_63 ") == "eagle:mc_sim_7b_63"
+    assert canonical_spec("EAGLE:MC_SIM_7B_63") == "eagle:mc_sim_7b_63"   # names in any case, as keywords
     assert canonical_spec("[(0,), (1,)]") == "[(0,), (1,)]"
 
 
@@ -116,10 +117,11 @@ def test_tree_spellings_that_parse_alike_share_one_case_id():
     ("chain:03", "chain:3"), (" Chain:003 ", "chain:3"), ("chain:00", "chain:0"),
     ("full:03:02", "full:3:2"), ("levels:04,02,01", "levels:4,2,1"), ("levels:37,02", "levels:37,2"),
     ("parents:-01,00,00,01", "parents:-1,0,0,1"), ("parents:-1,-0,0", "parents:-1,0,0"),
-    ("vllm_pr_27_node_tree", "vllm:pr_27"),
+    ("vllm_pr_27_node_tree", "vllm:pr_27"), ("VLLM:PR_27", "vllm:pr_27"), (" Vllm_PR_27_node_tree", "vllm:pr_27"),
+    ("EAGLE:MC_SIM_7B_63", "eagle:mc_sim_7b_63"), ("Medusa:mc_sim_7B_63", "medusa:mc_sim_7b_63"),
 ])
 def test_a_tree_spelled_with_leading_zeros_case_or_an_alias_has_one_case_id(spelling, canonical):
-    """'random:8:01' and 'random:8:1' are one tree: the case holds the normalised spelling, so
+    """'random:8:01' and 'random:8:1' are one tree (and 'VLLM:PR_27' and 'vllm:pr_27'): the case holds the normalised spelling, so
     suites that spell it either way give it one case id (and one seed)."""
     a = Case(batch_size=2, context_len=37, tree=spelling)
     b = Case(batch_size=2, context_len=37, tree=canonical)

@@ -1008,3 +1008,36 @@ def test_report_o_refuses_an_upper_case_suffix_as_run_does(tmp_path, capsys):
     append_row(out, _row(0))
     assert main(["report", str(out), "-o", str(tmp_path / "r.HTML")]) == 2
     assert "(in lower case: r.html)" in _one_line_error(capsys)
+
+
+@pytest.mark.parametrize("again", ["r/cg.jsonl", "./r/cg.jsonl", "r/../r/cg.jsonl", "link.jsonl"])
+def test_a_results_file_named_twice_is_one_input_of_report(again, tmp_path, monkeypatch, capsys):
+    """`report A A` (A twice in any spelling, or through a link) reads A once, as gate and merge do:
+    its default report is A's own, written over without a -2.html, and no warning names A twice."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "r").mkdir()
+    for i in (1, 2):
+        append_row(tmp_path / "r/cg.jsonl", _row(i))
+    (tmp_path / "link.jsonl").symlink_to(tmp_path / "r/cg.jsonl")
+    assert main(["report", "r/cg.jsonl"]) == 0
+    capsys.readouterr()
+    assert main(["report", "r/cg.jsonl", again]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == "reports/local/cg.html", err
+    assert not (tmp_path / "reports/local/cg-2.html").exists()
+    assert "other results" not in err and err.count("cg.jsonl") <= 1, err
+    page = (tmp_path / "reports/local/cg.html").read_text()
+    assert page.count('<meta name="treebench-results"') == 1
+
+
+def test_a_report_that_records_its_results_file_twice_is_that_files_own(tmp_path, monkeypatch, capsys):
+    """A report made by `report A A` before A was taken once records A twice: `report A` writes over it."""
+    monkeypatch.chdir(tmp_path)
+    append_row(tmp_path / "cg.jsonl", _row(1))
+    assert main(["report", "cg.jsonl"]) == 0
+    page = tmp_path / "reports/local/cg.html"
+    tag = f'<meta name="treebench-results" content="{tmp_path / "cg.jsonl"}">'
+    page.write_text(page.read_text().replace(tag, tag + tag))
+    capsys.readouterr()
+    assert main(["report", "cg.jsonl"]) == 0
+    assert capsys.readouterr().out.strip() == "reports/local/cg.html"

@@ -197,3 +197,43 @@ def test_the_readme_states_how_a_long_suite_name_is_shortened_and_what_an_empty_
     assert safe_name(name) == f"{name[:keep]}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
     assert ("| 0 | every pair that ran passed; also a `--shard` holding no case of the suite (`--shard 5/7` of 2 "
             "cases), which runs nothing, writes nothing (no results file, env file or report) and warns") in text
+
+
+@pytest.mark.parametrize("command", ["run", "report", "gate"])
+def test_a_dot_dot_after_a_missing_folder_is_refused_and_makes_nothing(command, tmp_path, monkeypatch, capsys):
+    """An output path whose '..' leaves a folder that is not there (op/r/cg.jsonl/../x) would need that
+    folder made to be resolved: refused in one line naming the path without it, nothing made."""
+    monkeypatch.chdir(tmp_path)
+    suite = tmp_path / "tiny.toml"
+    suite.write_text(tiny_suite())
+    (tmp_path / "op/r").mkdir(parents=True)
+    append_row(tmp_path / "in.jsonl", {"schema": SCHEMA, "run_id": "r", "env": "e", "case_id": "c", "backend": "b",
+                                       "status": "pass", "case": {"batch_size": 1, "context_len": 4, "tree": "chain:1"}})
+    out = {"run": "op/r/cg.jsonl/../x.jsonl", "report": "op/r/cg.jsonl/../x.html", "gate": "op/r/cg.jsonl/../s.md"}
+    argv = {"run": ["run", "--suite", str(suite), "--backends", "reference", "--quiet", "--out", out["run"]],
+            "report": ["report", "in.jsonl", "-o", out["report"]],
+            "gate": ["gate", "--baseline", "in.jsonl", "--candidate", "in.jsonl", "--summary", out["gate"]]}[command]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "op/r/cg.jsonl, which does not exist" in err, err
+    assert err.endswith(os.path.normpath(out[command])), err
+    assert sorted(os.listdir(tmp_path / "op/r")) == []
+
+
+@pytest.mark.parametrize("command", ["report", "gate"])
+def test_a_folder_named_jsonl_in_a_results_folder_is_skipped_with_one_warning(command, tmp_path, monkeypatch, capsys):
+    """A folder named *.jsonl inside a results folder is skipped as every other folder there is (folders are
+    not searched recursively), with one warning naming it; the folder's results files are read."""
+    monkeypatch.chdir(tmp_path)
+    for side in ("a", "b"):
+        (tmp_path / side / "stray.jsonl").mkdir(parents=True)
+        append_row(tmp_path / side / "r.jsonl", {"schema": SCHEMA, "run_id": side, "env": "e", "case_id": "c",
+                                                 "backend": "b", "status": "pass",
+                                                 "case": {"batch_size": 1, "context_len": 4, "tree": "chain:1"}})
+    argv = {"report": ["report", "a", "-o", "x.html"],
+            "gate": ["gate", "--baseline", "a", "--candidate", "b", "--allow-env-mismatch"]}[command]
+    assert main(argv) in (0, 1)
+    err = capsys.readouterr().err
+    for side in ("a", "b") if command == "gate" else ("a",):
+        warned = [line for line in err.splitlines() if f"{side}/stray.jsonl is a folder" in line]
+        assert len(warned) == 1, err

@@ -351,6 +351,8 @@ def test_suite_with_axes_groups_concatenates_and_drops_duplicates(tmp_path):
      "axis tree values 'FULL:2:1' and '[(1,), (0,)]' are one tree"),
     ("[axes]\n" + GOOD_AXES.replace('"full:2:1"', '"full:2:1", " full:2:1"'),
      "axis tree values 'full:2:1' and ' full:2:1' are one tree"),
+    ("[axes]\n" + GOOD_AXES.replace('"full:2:1"', '"vllm:pr_27", "full:2:1", "VLLM:PR_27"'),
+     "axis tree values 'vllm:pr_27' and 'VLLM:PR_27' are one tree (28 nodes"),
     ("[axes]\n" + GOOD_AXES + "page_size = [0]\n", "page_size=0"),
     ("[axes]\n" + GOOD_AXES + "dtype = ['float8']\n", "dtype='float8'"),
     ("[axes]\n" + GOOD_AXES + "tree_per_request = ['some']\n", "tree_per_request"),

@@ -1,6 +1,8 @@
 """`treebench report RESULTS... -o reports/NAME.html`: the HTML report as a command.
 
-Reads the rows and env fingerprints of RESULTS from the store, checks the output path
+Reads the rows and env fingerprints of RESULTS from the store (one file named twice, in any
+spelling or through a link, is one input, as gate and merge take it: its rows kept once with
+their warning, its name once in the default -o, the title and the page), checks the output path
 (an .html file that is not one of the inputs), optionally runs the gate against
 `--against`'s baseline results (refusing what `treebench gate` refuses:
 `treebench.harness.analyze.gate_inputs`), and writes the page with
@@ -27,7 +29,7 @@ from treebench.harness.cli import stdout_errors
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.inflight import interrupts_noted
 from treebench.harness.store.outputs import will_write
-from treebench.harness.store.names import check_path_name, kept_report
+from treebench.harness.store.names import check_path_name, distinct_paths, kept_report
 from treebench.harness.store.paths import check_html_path, check_output_path
 from treebench.harness.store.validate import read_checked_rows
 from treebench.harness.store.env import missing_env_line, read_envs
@@ -101,8 +103,9 @@ def _write(args: argparse.Namespace) -> tuple[Path, list[str]]:
             f"report: no RESULTS: --against took every file after it ({' '.join(args.against)}); put the results "
             "files before --against, or end its list with --" if args.against else
             "report: give the results files (RESULTS), e.g. treebench report results/local/RUN.jsonl")
+    sources = distinct_paths(args.results)   # a file named twice is one input, as gate and merge read it
     flag = "report -o" if args.output is not None else "report's default -o"
-    out = check_output_path(args.output if args.output is not None else _default_output(args.results), flag)
+    out = check_output_path(args.output if args.output is not None else _default_output(sources), flag)
     check_html_path(out, flag, "reports/NAME.html")   # .html in lower case, no other file overwritten
     will_write(out, "the report")      # for the line after an interrupt, the libraries' loading included
     from treebench.harness.analyze.headline import missing_row_warnings   # pandas and matplotlib load here
@@ -120,9 +123,9 @@ def _write(args: argparse.Namespace) -> tuple[Path, list[str]]:
         raise ConfigError(f"report --causal-backend {causal!r}: no rows of it here; backends here: {', '.join(present)}")
     gate = _gate(args, rows, envs) if args.against else None
     sections = [_speculation(args, rows)] if args.acceptance else []
-    title = args.title or "treebench — " + ", ".join(Path(p).name for p in args.results)
+    title = args.title or "treebench — " + ", ".join(Path(p).name for p in sources)
     path = write_report(rows, envs, out, title, baseline=args.baseline_backend, causal_backend=causal,
-                        gate=gate, sources=args.results, sections=sections, own=args.own)
+                        gate=gate, sources=sources, sections=sections, own=args.own)
     return path, [text for _, text in missing_row_warnings(rows)]
 
 

@@ -109,6 +109,21 @@ UNAVAILABLE: dict[str, str] = {}
 UNAVAILABLE_ALIASES: dict[str, str] = {}
 
 
+def registry_key(name: str) -> str | None:
+    """The registry key of the named tree `name`, written in any case or as an alias
+    ("VLLM:PR_27", "vllm_pr_27_node_tree" -> "vllm:pr_27"), as generator keywords are read in
+    any case; None when `name` names no tree (nor a reserved one: see `unavailable_reason`)."""
+    low = name.lower()
+    key = ALIASES.get(low, low)
+    return key if key in NAMED_TREES else None
+
+
+def unavailable_reason(name: str) -> str | None:
+    """Why the reserved name `name` (in any case, or its alias) has no tree; None when it is not one."""
+    low = name.lower()
+    return UNAVAILABLE.get(UNAVAILABLE_ALIASES.get(low, low))
+
+
 def known_names() -> list[str]:
     """Sorted registry keys and aliases that parse_tree accepts as named trees."""
     return sorted([*NAMED_TREES, *ALIASES])

@@ -8,7 +8,8 @@ Formats read by ``parse_tree`` (every format ends in the same canonical form):
   siblings ranked in order of appearance; re-ordered canonically if needed;
 - generators: ``chain:N``, ``full:BRANCHING:DEPTH``, ``levels:4,2,1``,
   ``random:N:SEED`` (SEED an integer >= 0, of any size);
-- named published trees (``treebench.harness.model.named_trees``), e.g. ``eagle:mc_sim_7b_63``.
+- named published trees (``treebench.harness.model.named_trees``), e.g. ``eagle:mc_sim_7b_63``, read in
+  any case as generator keywords are (``EAGLE:MC_SIM_7B_63``, written in lower case in a case's id).
 
 A generator spec has no spaces inside and its integers are ASCII digits (`chain: 3` and `chain:３` are
 refused); its keyword is read in any case and its integers with leading zeros (`FULL:03:2` is `full:3:2`, as
@@ -138,16 +139,17 @@ def canonical_spec(spec: str) -> str:
     """`spec` as parse_tree reads it: without surrounding white space, a generator
     keyword in lower case (" FULL:3:2" -> "full:3:2"), a generator's integers without
     leading zeros ("random:8:01" -> "random:8:1", "parents:-1,00,-0" -> "parents:-1,0,0"),
-    a named tree's alias as its name ("vllm_pr_27_node_tree" -> "vllm:pr_27"), and a
+    a named tree's name in lower case and an alias as its name ("VLLM:PR_27",
+    "vllm_pr_27_node_tree" -> "vllm:pr_27"), and a
     choices list as EAGLE writes it, tuples in (depth, path) order (`[[0],[1],[0,0]]`,
     `[(1,),(0,),(0,0)]` -> `[(0,), (1,), (0, 0)]`), so that spellings parse_tree takes
-    alike give one case id. Named trees are otherwise kept as written (stripped). Does not
+    alike give one case id. Does not
     validate: parse_tree does (text that is not a list of integer paths is only stripped)."""
     s = spec.strip()
-    if s in named_trees.ALIASES:
-        return named_trees.ALIASES[s]
+    if (key := named_trees.registry_key(s)) is not None:
+        return key
     kind, sep, rest = s.partition(":")
-    if sep and kind.strip().lower() in _GENERATORS and s not in named_trees.NAMED_TREES:
+    if sep and kind.strip().lower() in _GENERATORS:
         return f"{kind.strip().lower()}:{''.join(map(_no_leading_zeros, re.split(r'([:,])', rest.strip())))}"
     if s[:1] in "[(" and s:
         return _canonical_choices(s) or s
@@ -226,13 +228,13 @@ def _parse_choices_text(text: str, spec: str) -> TokenTree:
 
 
 def _named(name: str, spec: str) -> TokenTree | None:
-    """The named published tree, None if `name` is not a tree name."""
-    key = named_trees.ALIASES.get(name, name)
-    if key in named_trees.NAMED_TREES:
+    """The named published tree, None if `name` (in any case) is not a tree name."""
+    key = named_trees.registry_key(name)   # in any case, as generator keywords
+    if key is not None:
         return from_choices(named_trees.NAMED_TREES[key].choices, spec)
-    key = named_trees.UNAVAILABLE_ALIASES.get(name, name)
-    if key in named_trees.UNAVAILABLE:
-        raise TreeError(f"tree {spec!r}: {named_trees.UNAVAILABLE[key]}")
+    why = named_trees.unavailable_reason(name)
+    if why is not None:
+        raise TreeError(f"tree {spec!r}: {why}")
     return None
 
 

@@ -1,11 +1,13 @@
 """The names of the files treebench reads and writes: those it picks, and what a file system
 takes in those it is given.
 
-- picked (`default_report`, `kept_report`, `unused_path`): the report of a results file is
+- picked (`default_report`, `kept_report`, `unused_path`; `distinct_paths`, a path given twice
+  taken once): the report of a results file is
   reports/local/<its stem>.html unless a path is given, so a run's default
   results/local/<suite>-<run_id>.jsonl and its report share their name; where a report made from
   other results is there, the first free <stem>-2.html, -3, ... (`kept_report`), so that report is
   kept; a default name that an earlier run's file holds gets a free one beside it (`unused_path`).
+- read (`listed_results`): a results folder's *.jsonl files, a folder so named skipped with a warning;
 - given (`path_problem`, `check_path_name`): a name longer than the file system takes (its
   NAME_MAX per name, PATH_MAX in all), one that leaves no room for the names treebench gives
   the files it keeps beside a file it writes (`NAME_ROOM`), or a symbolic link loop, found
@@ -17,12 +19,15 @@ from __future__ import annotations
 
 import errno
 import html
+import logging
 import os
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from treebench.harness.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 REPORTS = Path("reports/local")   # where reports go unless a path is given
 # Bytes a written file's name leaves for the names treebench derives from it: the lock sidecar
@@ -47,15 +52,62 @@ def kept_report(sources: Sequence[str | Path], whose: str) -> tuple[Path, str]:
     a page treebench did not write), the first <stem>-2.html, <stem>-3.html, ... that is free or
     made from `sources` (`unused_path`), so that report is kept, as the warning says; `whose`
     names the new report in it ("this report"). Raises nothing."""
-    mine = [os.path.realpath(s) for s in sources]   # as the report's tags record them; a link loop raises nothing
+    mine = _once([os.path.realpath(s) for s in sources])   # as its tags record them; a link loop raises nothing
     there = default_report(sources[0])
-    found = unused_path(there, reuse=lambda p: report_results(p) == mine)
+    found = unused_path(there, reuse=lambda p: _once(report_results(p) or []) == mine)   # a file named twice: once
     if found == there:
         return found, ""
     if report_results(there) is None:
         return found, f"{there} does not record which results file it was made from, so it is kept: {whose} is {found}"
     return found, (f"{there} is the report of other results than {', '.join(map(str, sources))}, and is kept: "
                    f"{whose} is {found}")
+
+
+def distinct_paths(paths: Sequence[str]) -> list[str]:
+    """`paths` with each file or folder once, as first spelled: a later path naming one already
+    given (the same path, another spelling of it such as ./r/x.jsonl, a symbolic or hard link to
+    it; the same inode) is left out, as readers keep a row read twice once
+    (`validate.drop_repeated_rows`). Raises nothing (a path that cannot be looked at is kept by
+    its resolved spelling: reading it says what is wrong)."""
+    seen: set[object] = set()
+    kept = []
+    for text in paths:
+        try:
+            st = os.stat(text)
+            key: object = (st.st_dev, st.st_ino)
+        except (OSError, ValueError):
+            key = os.path.realpath(text)
+        if key not in seen:
+            seen.add(key)
+            kept.append(text)
+    return kept
+
+
+_SKIPPED: set[str] = set()   # folders named *.jsonl inside a results folder already warned about
+
+
+def listed_results(folder: Path) -> list[Path]:
+    """The results files of the results folder `folder`: its entries named *.jsonl, sorted, but for a
+    folder so named (left by a path such as x.jsonl/../y.jsonl), which is skipped as every other
+    folder in it is (folders are not searched recursively), with one warning naming it, once per
+    process (readers list a folder more than once). Raises OSError where `folder` cannot be listed."""
+    found = []
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+        if not entry.name.endswith(".jsonl"):
+            continue
+        if entry.is_dir():   # through a link too
+            if (where := os.path.realpath(entry.path)) not in _SKIPPED:
+                _SKIPPED.add(where)
+                log.warning("results folder %s: %s is a folder, not a results file; skipped (folders are not "
+                            "searched recursively)", folder, entry.path)
+            continue
+        found.append(folder / entry.name)
+    return found
+
+
+def _once(paths: list[str]) -> list[str]:
+    """`paths` with each one once, in order of first appearance. Raises nothing."""
+    return list(dict.fromkeys(paths))
 
 
 def report_results(path: str | Path) -> list[str] | None:

@@ -317,7 +317,12 @@ def refuse_non_html(path: str | Path, flag: str) -> None:
 
 def _reachable(path: Path, what: str) -> None:
     """Refuses a path that a folder above it keeps from being looked up (no search permission):
-    pathlib's is_dir and exists raise there rather than answer. Raises ConfigError; nothing else."""
+    pathlib's is_dir and exists raise there rather than answer; and one with a '..' after a folder
+    that is not there (`a/new/../x.jsonl`), which the file system resolves only once that folder is
+    made: making it would leave an empty folder the path never uses (one named *.jsonl would then be
+    read as a results file). The path is refused rather than normalised: where that folder is a
+    link, '..' means its target's parent, which no rewriting of the text can know before it is made,
+    and the shell and every other tool refuse such a path too. Raises ConfigError; nothing else."""
     try:
         os.stat(path)
     except PermissionError as e:
@@ -325,6 +330,12 @@ def _reachable(path: Path, what: str) -> None:
                           "searched); choose another path or fix its permissions") from None
     except (OSError, ValueError):   # missing, or a name the checks after this one refuse
         pass
+    parts = path.parts
+    for i in (i for i, part in enumerate(parts) if part == ".." and i):
+        if not os.path.lexists(above := Path(*parts[:i])):   # making it to leave it would strand an empty folder
+            raise ConfigError(f"{what} {path}: its '..' leaves {above}, which does not exist (the file system goes "
+                              f"up only from a folder that is there); write the path without it: "
+                              f"{os.path.normpath(path)}")
 
 
 def check_output_path(path: str | Path, flag: str) -> Path:

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from treebench.harness.errors import ConfigError, ResultsWriteError
-from treebench.harness.store.names import check_path_name
+from treebench.harness.store.names import check_path_name, listed_results
 from treebench.harness.store.torn import settle_tail, write_synced
 
 log = logging.getLogger(__name__)
@@ -236,16 +236,16 @@ def reading(path: Path, what: str = "results file", done: str = "read", fix: str
 
 
 def result_files(paths) -> list[Path]:
-    """Expands folders into their *.jsonl files (sorted); keeps files as given. Raises ConfigError for
-    a path that is missing, not a file or folder, named as the file system refuses (`check_path_name`),
-    or that cannot be looked at (a folder on its way not searchable), and for a folder that cannot be
-    listed (`reading`: glob would find no file in it and say nothing)."""
+    """Expands folders into their *.jsonl files (sorted; `names.listed_results`); keeps files as given.
+    Raises ConfigError for a path that is missing, not a file or folder, named as the file system refuses
+    (`check_path_name`), or that cannot be looked at (a folder on its way not searchable), and for a folder
+    that cannot be listed (`reading`: glob would find no file in it and say nothing)."""
     out: list[Path] = []
     for p in map(Path, [paths] if isinstance(paths, (str, Path)) else paths):
         with reading(check_path_name(p, "results path"), "results path"):
             if p.is_dir():
                 with reading(p, "results folder", "listed"):
-                    out.extend(sorted(p / name for name in os.listdir(p) if name.endswith(".jsonl")))
+                    out.extend(listed_results(p))   # a folder named *.jsonl skipped, with a warning
             elif p.is_file():
                 out.append(p)
             elif p.exists():
