@@ -182,13 +182,13 @@ def test_every_numeric_option_refuses_digits_python_alone_reads(argv, option, va
     value = value if option in ("--sizes", "--batch-sizes", "--context-lens") else value.split(",")[-1]
     assert main([*argv, value]) == 2
     line = one_line_error(capsys)
-    assert f"argument {option}: {value!r} is not " in line and "(ASCII digits 0-9, no '_', no spaces)" in line, line
+    assert f"argument {option}: {value!r} is not " in line and "(ASCII digits 0-9, no '+', '_' or spaces)" in line, line
 
 
 def test_shard_refuses_digits_python_alone_reads(capsys):
     for value in ("1_0/40", "\uff11/4", "0/1_0", "0 /2", "0/\t2", " 0/2", "0/2\n"):
         assert main(["check", "--backend", "torch_sdpa", "--shard", value]) == 2
-        assert (f"--shard {value!r}: write INDEX/COUNT with integers (ASCII digits 0-9, no '_', no spaces)"
+        assert (f"--shard {value!r}: write INDEX/COUNT with integers (ASCII digits 0-9, no '+', '_' or spaces)"
                 in one_line_error(capsys))
 
 
@@ -200,7 +200,7 @@ def test_no_option_reads_numbers_with_python_int_or_float(name):
 
 
 @pytest.mark.parametrize("text, integer, want", [("600", False, 600.0), ("1e3", False, 1000.0), (".5", False, 0.5),
-                                                 ("+2", True, 2), ("-37", True, -37), ("0232", True, 232),
+                                                 ("1e+3", False, 1000.0), ("-37", True, -37), ("0232", True, 232),
                                                  ("inf", False, float("inf"))])
 def test_read_number_takes_ascii_numbers(text, integer, want):
     from treebench.harness.cli import read_number
@@ -210,7 +210,7 @@ def test_read_number_takes_ascii_numbers(text, integer, want):
 @pytest.mark.parametrize("text, integer", [("1_000", False), ("1_0", True), ("\uff15", True), ("\u0665.5", False),
                                            ("1.5", True), ("inf", True), ("0x10", True), ("1e", False), ("", False),
                                            (" ", True), ("1 0", True), (" 1e3 ", False), (" 4", True),
-                                           ("4\n", True), ("\t5", False)])
+                                           ("4\n", True), ("\t5", False), ("+2", True), ("+0.5", False)])
 def test_read_number_refuses_anything_else(text, integer):
     from treebench.harness.cli import read_number
     with pytest.raises(ValueError):
@@ -230,3 +230,15 @@ def test_an_option_before_the_command_that_the_command_lacks_is_not_suggested_af
 def test_an_option_before_the_command_that_the_command_has_is_suggested_after_it(capsys):
     assert main(["--quiet", "run"]) == 2
     assert "(options go after it: treebench run --quiet; see treebench --help)" in one_line_error(capsys)
+
+
+@pytest.mark.parametrize("argv", [["run", "--case-timeout", "+5"], ["run", "--gpus", "+1"],
+                                  ["gate", "--baseline", "a", "--candidate", "b", "--min-samples", "+5"],
+                                  ["gate", "--baseline", "a", "--candidate", "b", "--alpha", "+0.05"],
+                                  ["gate", "--baseline", "a", "--candidate", "b", "--threshold", "+5%"],
+                                  ["gate", "--baseline", "a", "--candidate", "b", "--threshold", " 5%"],
+                                  ["gate", "--baseline", "a", "--candidate", "b", "--threshold", "5 %"]])
+def test_a_plus_sign_or_a_space_in_a_number_is_refused_by_every_option_as_by_shard(argv, capsys):
+    """One rule: '+5' is refused as `--shard +0/1` is, and gate --threshold takes no spaces, as the others."""
+    assert main(argv) == 2
+    assert "(ASCII digits 0-9, no '+', '_' or spaces)" in one_line_error(capsys)

@@ -289,6 +289,8 @@ _OTHER_ID = "B2-L16-chain:3-same-H32x8-D128-P16-bfloat16-shuffled-"   # + the ha
     ({"case": {**_CASE, "seed": 1.5}}, "field 'case': case field seed=1.5: must be an integer"),
     ({"case": {**_CASE, "colour": "red"}}, "field 'case.colour' is no case axis; the axes are batch_size, "),
     ({"backend": ""}, "field 'backend' is an empty string, expected the backend's name"),
+    ({"backend": "a/b"}, "field 'backend' is \"a/b\", which holds \"/\": no backend of that name loads"),
+    ({"backend": "a\nb"}, "field 'backend' is \"a\\nb\", which holds \"\\n\": no backend of that name loads"),
     ({"n_samples": -1}, "field 'n_samples' is -1, expected an integer >= 0"),
     ({"n_samples": "50"}, "field 'n_samples' is a string, expected an integer >= 0"),
     ({"samples_us": []}, "field 'samples_us' is an empty array on a timed row (median_us is given)"),

@@ -270,7 +270,7 @@ def test_cli_bad_acceptance_file_exit_2_one_line(tmp_path):
 
 @pytest.mark.parametrize("argv, words", [
     (["tree-search", "--acceptance", "{bad}", "--max-nodes", "4"], "not UTF-8"),
-    (["tree-search", "--acceptance", "{good}", "--max-nodes", "x"], "argument --max-nodes: 'x' is not an integer (ASCII digits 0-9, no '_', no spaces)"),
+    (["tree-search", "--acceptance", "{good}", "--max-nodes", "x"], "argument --max-nodes: 'x' is not an integer (ASCII digits 0-9, no '+', '_' or spaces)"),
     (["tree-search", "--acceptance", "{good}", "--max-nodes", "8", "--sizes", "4,4"],
      "argument --sizes: 4 given twice in '4,4'; give each once"),
     (["tree-search", "--acceptance", "{good}", "--max-nodes", "8", "--batch-sizes", "1,16,01"],

@@ -10,12 +10,13 @@ every subcommand: an abbreviation (`--sui` for `--suite`) is refused in one line
 it may stand for (argparse would take an unambiguous prefix, which `run --gpus` would pass on to
 its ranks, and which `spelling_used` could not name).
 
-Every numeric option reads its number by one rule (`read_number`): ASCII digits 0-9, with an optional
-sign and, for a number that need not be whole, a '.' and an exponent; no '_' between digits, no
-full-width or other digits and no surrounding whitespace, which Python's int() and float() take
-(`--case-timeout 1_000`, `--gpus ２`, `--case-timeout ' 5'`).
+Every numeric option reads its number by one rule (`read_number`): ASCII digits 0-9, with a '-' sign
+(a range check then names it) and, for a number that need not be whole, a '.' and an exponent; no '+'
+sign, no '_' between digits, no full-width or other digits and no surrounding whitespace, which Python's
+int() and float() take (`--gpus +1`, `--case-timeout 1_000`, `--gpus ２`, `--case-timeout ' 5'`).
 A refusal is one line saying so (`NUMBER_RULE`), exit 2. Options whose value is a small grammar of
-numbers (`--shard I/N`, `--step-us a+b*tokens`, `gate --threshold 5%`) read theirs alike.
+numbers (`--shard I/N`, `gate --threshold 5%`, `--step-us a+b*tokens`, whose terms may have spaces
+between them) read theirs alike.
 
 Also here, as light as the parsers: `StdoutError`, what a failed write to standard output becomes
 (`stdout_errors`), so that main() names standard output and not a file treebench writes, and `emit`,
@@ -38,9 +39,9 @@ PROG = "treebench"
 TOP_OPTIONS = ("-h", "--help", "--version")   # the only options before the command
 HELP_OPTIONS = ("-h", "--help")   # `treebench COMMAND --help` prints the usage without loading torch
 VALUE_OPTIONS_DASHED = ("--shard", "--threshold")  # values that may start with "-": --shard -1/2, gate --threshold -5% get a clear error
-INTEGER = re.compile(r"[+-]?[0-9]+")   # a whole number as every numeric option is written
-NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")   # any other number likewise
-NUMBER_RULE = "(ASCII digits 0-9, no '_', no spaces)"   # what a line refusing another spelling says
+INTEGER = re.compile(r"-?[0-9]+")   # a whole number as every numeric option is written
+NUMBER = re.compile(r"-?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")   # any other number likewise
+NUMBER_RULE = "(ASCII digits 0-9, no '+', '_' or spaces)"   # what a line refusing another spelling says
 
 
 def read_number(text: str, integer: bool = False) -> float:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from treebench.harness.analyze.gate_inputs import (GATE, env_differences, refuse_env_differences,
                                                    refuse_missing_env, refuse_no_rows, refuse_shared_files,
                                                    refuse_shared_runs, warn_rows_without_env)
-from treebench.harness.cli import NUMBER, emit, integer_option, number_option
+from treebench.harness.cli import NUMBER, NUMBER_RULE, emit, integer_option, number_option
 from treebench.harness.cli.common import comma_list
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.inflight import interrupts_noted
@@ -58,9 +58,9 @@ def _fraction(text: str) -> float:
             which float() reads), not positive, so small that it rounds to 0, a bare number >= 1,
             or a percentage >= 1000%.
     """
-    t = text.strip()
+    t = text
     percent = t.endswith("%")
-    number = (t[:-1] if percent else t).strip()   # "5 %" as "5%"
+    number = t[:-1] if percent else t
     try:
         finite = math.isfinite(float(number))
     except ValueError:
@@ -68,8 +68,8 @@ def _fraction(text: str) -> float:
     if not finite:
         raise ConfigError(f"gate --threshold {text!r}: not a finite number; {ACCEPTED}")
     if not NUMBER.fullmatch(number):   # the rule of every numeric option, % aside
-        raise ConfigError(f"gate --threshold {text!r}: write the number in ASCII digits 0-9 with an optional sign, "
-                          f"'.' and exponent (no '_'); {ACCEPTED}")
+        raise ConfigError(f"gate --threshold {text!r}: write the number in ASCII digits 0-9 with a '.' and "
+                          f"exponent if need be {NUMBER_RULE}; {ACCEPTED}")
     value = Decimal(number)
     if value <= 0:
         raise ConfigError(f"gate --threshold {text!r}: must be positive; {ACCEPTED}")

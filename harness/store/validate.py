@@ -72,6 +72,9 @@ def _required_problem(row: dict) -> str | None:
             return f"field {name!r} is {_kind(row[name])}, expected {_wanted(typ)}"
     if not row["backend"]:   # readers group and name rows by it
         return "field 'backend' is an empty string, expected the backend's name"
+    if (bad := next((c for c in row["backend"] if c == "/" or not c.isprintable()), None)) is not None:
+        return (f"field 'backend' is {json.dumps(row['backend'])}, which holds {json.dumps(bad)}: no backend of "
+                "that name loads (a name is printable characters without '/')")
     return None
 
 

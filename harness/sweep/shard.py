@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 RUN_ID_ENV = "TREEBENCH_RUN_ID"          # shared run id of every rank (set by --gpus; else torchrun's)
 POLL_S = 0.2                             # rank 0's poll period while waiting for done markers
-_SHARD_RE = re.compile(r"(-?[0-9]+)/(-?[0-9]+)")   # ASCII digits, no '_', no spaces, as every numeric option
+_SHARD_RE = re.compile(r"(-?[0-9]+)/(-?[0-9]+)")   # ASCII digits, no '+', '_' or spaces, as every numeric option
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def parse_shard(text: str) -> Shard:
         raise ConfigError("--shard is empty: write INDEX/COUNT with 0 <= INDEX < COUNT, e.g. --shard 0/4")
     m = _SHARD_RE.fullmatch(str(text))
     if not m:
-        raise ConfigError(f"--shard {text!r}: write INDEX/COUNT with integers (ASCII digits 0-9, no '_', no spaces), "
+        raise ConfigError(f"--shard {text!r}: write INDEX/COUNT with integers (ASCII digits 0-9, no '+', '_' or spaces), "
                           "e.g. --shard 0/4 (indices start at 0)")
     i, n = int(m.group(1)), int(m.group(2))
     if n < 1 or not 0 <= i < n:
