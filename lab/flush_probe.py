@@ -65,7 +65,7 @@ def flusher(kind: str):
     read, total = _read_buffers(dev)
 
     def read_all() -> None:
-        torch.sum(read, out=total)
+        torch.sum(read, dim=0, out=total)
 
     def write_read() -> None:
         written.zero_()
