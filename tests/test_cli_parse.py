@@ -237,7 +237,8 @@ def test_an_option_before_the_command_that_the_command_has_is_suggested_after_it
                                   ["gate", "--baseline", "a", "--candidate", "b", "--alpha", "+0.05"],
                                   ["gate", "--baseline", "a", "--candidate", "b", "--threshold", "+5%"],
                                   ["gate", "--baseline", "a", "--candidate", "b", "--threshold", " 5%"],
-                                  ["gate", "--baseline", "a", "--candidate", "b", "--threshold", "5 %"]])
+                                  ["gate", "--baseline", "a", "--candidate", "b", "--threshold", "5 %"],
+                                  ["gate", "--baseline", "a", "--candidate", "b", "--threshold", " 0.1 "]])
 def test_a_plus_sign_or_a_space_in_a_number_is_refused_by_every_option_as_by_shard(argv, capsys):
     """One rule: '+5' is refused as `--shard +0/1` is, and gate --threshold takes no spaces, as the others."""
     assert main(argv) == 2

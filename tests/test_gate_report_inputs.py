@@ -72,7 +72,7 @@ def test_everything_incomparable_fails(tmp_path, capsys):
 
 # ---- 2. --threshold units --------------------------------------------------------------------
 
-@pytest.mark.parametrize("text, value", [("5%", 0.05), ("0.05", 0.05), ("12.5%", 0.125), (" 0.1 ", 0.1)])
+@pytest.mark.parametrize("text, value", [("5%", 0.05), ("0.05", 0.05), ("12.5%", 0.125), ("1e-1", 0.1)])
 def test_threshold_accepts_percent_or_fraction(text, value):
     assert gate_cmd._fraction(text) == pytest.approx(value)
 

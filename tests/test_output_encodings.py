@@ -107,7 +107,7 @@ def test_a_gate_summary_that_cannot_be_written_is_named(runs):
         "treebench: error: gate: cannot write /dev/full: No space left on device; choose another path"]
 
 
-@pytest.mark.parametrize("change", [{"median_us": 1e308}, {"backend": "torch\x00sdpa"},
+@pytest.mark.parametrize("change", [{"median_us": 1e308}, {"backend": "torch\u4e00sdpa"},
                                     {"median_us": 1e308, "samples_us": [1e308] * 5}])
 def test_a_report_of_extreme_rows_prints_no_library_warning(runs, change):
     rows = read_rows(runs / "base.jsonl")

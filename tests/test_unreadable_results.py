@@ -44,8 +44,9 @@ def _write(path: Path, rows: list[dict]) -> Path:
 
 
 def _refuse(monkeypatch, refused: Path) -> None:
-    """open() and os.listdir() of `refused` raise PermissionError, as they do without read permission."""
-    real_open, real_listdir = builtins.open, os.listdir
+    """open(), os.listdir() and os.scandir() of `refused` raise PermissionError, as they do without read
+    permission (the tests run as root too, which chmod would not stop)."""
+    real_open, real_listdir, real_scandir = builtins.open, os.listdir, os.scandir
 
     def denied(path) -> bool:
         return isinstance(path, (str, os.PathLike)) and os.path.abspath(path) == str(refused)
@@ -60,8 +61,14 @@ def _refuse(monkeypatch, refused: Path) -> None:
             raise PermissionError(errno.EACCES, DENIED, os.fspath(path))
         return real_listdir(path)
 
+    def scandir(path="."):
+        if denied(path):
+            raise PermissionError(errno.EACCES, DENIED, os.fspath(path))
+        return real_scandir(path)
+
     monkeypatch.setattr(builtins, "open", open_)
     monkeypatch.setattr(os, "listdir", listdir)
+    monkeypatch.setattr(os, "scandir", scandir)
 
 
 def _one_line(capsys) -> str:
