@@ -27,6 +27,7 @@ from treebench.harness.adapter.contract import (
     source_of,
 )
 from treebench.harness.errors import ConfigError
+from treebench.harness.store.validate import name_flaw
 
 SPEC_ATTR = "treebench_spec"   # attribute load_one sets on a backend: how an --isolate worker loads it again
 FORMS = "PATH.py:Class or package.module:Class (or PATH.py, or a registered backend name)"   # what --backend takes
@@ -230,7 +231,7 @@ def _instance(spec: str, cls: type) -> Backend:
     if not isinstance(name, str) or not name.strip():
         raise _SpecError(spec, f"{getattr(cls, '__name__', cls)!r}.name is {name!r}; "
                          "set `name` to a non-empty string")
-    if (bad := next((c for c in name if c == "/" or not c.isprintable()), None)) is not None:
+    if (bad := name_flaw(name)) is not None:
         what = "'/'" if bad == "/" else f"the unprintable character {bad!r}"
         raise _SpecError(spec, f"{cls.__name__}.name {name!r} holds {what}; give it a name of printable "
                          "characters without '/' (tables and rows show it)")

@@ -72,10 +72,16 @@ def _required_problem(row: dict) -> str | None:
             return f"field {name!r} is {_kind(row[name])}, expected {_wanted(typ)}"
     if not row["backend"]:   # readers group and name rows by it
         return "field 'backend' is an empty string, expected the backend's name"
-    if (bad := next((c for c in row["backend"] if c == "/" or not c.isprintable()), None)) is not None:
+    if (bad := name_flaw(row["backend"])) is not None:
         return (f"field 'backend' is {json.dumps(row['backend'])}, which holds {json.dumps(bad)}: no backend of "
                 "that name loads (a name is printable characters without '/')")
     return None
+
+
+def name_flaw(name: str) -> str | None:
+    """The first character that no backend's `name` may hold ('/', or one str.isprintable refuses: a
+    newline, NUL), or None. Loading refuses such a backend and readers such a row. Raises nothing."""
+    return next((c for c in name if c == "/" or not c.isprintable()), None)
 
 
 def _case_problem(row: dict) -> str | None:
