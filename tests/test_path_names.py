@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -218,6 +219,30 @@ def test_a_dot_dot_after_a_missing_folder_is_refused_and_makes_nothing(command, 
     assert "\n" not in err and "op/r/cg.jsonl, which does not exist" in err, err
     assert err.endswith(os.path.normpath(out[command])), err
     assert sorted(os.listdir(tmp_path / "op/r")) == []
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+def test_a_fifo_named_jsonl_in_a_results_folder_is_skipped_with_one_warning(tmp_path, monkeypatch, capsys):
+    """A FIFO named *.jsonl inside a results folder is skipped with one warning naming it (reading it would
+    wait for a writer forever); the folder's results files are read. An alarm fails the test instead of a hang."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a").mkdir()
+    os.mkfifo(tmp_path / "a" / "pipe.jsonl")
+    append_row(tmp_path / "a" / "r.jsonl", {"schema": SCHEMA, "run_id": "a", "env": "e", "case_id": "c",
+                                            "backend": "b", "status": "pass",
+                                            "case": {"batch_size": 1, "context_len": 4, "tree": "chain:1"}})
+    def hung(*_):
+        raise TimeoutError("report waited on the FIFO")
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(60)
+    try:
+        assert main(["report", "a", "-o", "x.html"]) == 0
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if "a/pipe.jsonl is not a regular file" in line], err
+    assert (tmp_path / "x.html").is_file()
 
 
 @pytest.mark.parametrize("command", ["report", "gate"])

@@ -7,7 +7,7 @@ takes in those it is given.
   results/local/<suite>-<run_id>.jsonl and its report share their name; where a report made from
   other results is there, the first free <stem>-2.html, -3, ... (`kept_report`), so that report is
   kept; a default name that an earlier run's file holds gets a free one beside it (`unused_path`).
-- read (`listed_results`): a results folder's *.jsonl files, a folder so named skipped with a warning;
+- read (`listed_results`): a results folder's *.jsonl files, a folder or FIFO so named skipped with a warning;
 - given (`path_problem`, `check_path_name`): a name longer than the file system takes (its
   NAME_MAX per name, PATH_MAX in all), one that leaves no room for the names treebench gives
   the files it keeps beside a file it writes (`NAME_ROOM`), or a symbolic link loop, found
@@ -83,25 +83,28 @@ def distinct_paths(paths: Sequence[str]) -> list[str]:
     return kept
 
 
-_SKIPPED: set[str] = set()   # folders named *.jsonl inside a results folder already warned about
+_SKIPPED: set[str] = set()   # folders and other non-files named *.jsonl inside a results folder already warned about
 
 
 def listed_results(folder: Path) -> list[Path]:
     """The results files of the results folder `folder`: its entries named *.jsonl, sorted, but for a
     folder so named (left by a path such as x.jsonl/../y.jsonl), which is skipped as every other
-    folder in it is (folders are not searched recursively), with one warning naming it, once per
-    process (readers list a folder more than once). Raises OSError where `folder` cannot be listed."""
+    folder in it is (folders are not searched recursively), and for one that is no regular file (a
+    FIFO, whose read would wait for a writer; a socket; a device), each skipped with one warning naming
+    it, once per process (readers list a folder more than once). A link is followed. Raises OSError
+    where `folder` cannot be listed."""
     found = []
     for entry in sorted(os.scandir(folder), key=lambda e: e.name):
         if not entry.name.endswith(".jsonl"):
             continue
-        if entry.is_dir():   # through a link too
-            if (where := os.path.realpath(entry.path)) not in _SKIPPED:
-                _SKIPPED.add(where)
-                log.warning("results folder %s: %s is a folder, not a results file; skipped (folders are not "
-                            "searched recursively)", folder, entry.path)
+        if entry.is_file() or not os.path.exists(entry.path):   # through a link; a dangling one is named when read
+            found.append(folder / entry.name)
             continue
-        found.append(folder / entry.name)
+        what = ("a folder, not a results file; skipped (folders are not searched recursively)" if entry.is_dir()
+                else "not a regular file (a FIFO, socket or device); skipped")
+        if (where := os.path.realpath(entry.path)) not in _SKIPPED:
+            _SKIPPED.add(where)
+            log.warning("results folder %s: %s is %s", folder, entry.path, what)
     return found
 
 
