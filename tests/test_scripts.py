@@ -92,6 +92,28 @@ def test_scripts_without_a_gpu_say_so(tmp_path):
     r = _script("flush_probe.py", "--out", str(tmp_path / "flush"))
     assert r.returncode == 2 and "no CUDA GPU" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert not (tmp_path / "flush").exists()
+    r = _script("floor_probe.py", "--out", str(tmp_path / "floor"))
+    assert r.returncode == 2 and "no CUDA GPU" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "floor").exists()
+
+
+def test_floor_probe_reader_sums_the_span_it_names_in_the_interpreter():
+    """lab/floor_probe.py's read kernel sums exactly the first n bytes of a pool, over one step and over
+    several (a grid-stride loop), and its page bytes are the batch's whole K and V pages."""
+    pytest.importorskip("triton")
+    code = ("import sys, torch; sys.path.insert(0, 'lab'); import floor_probe as f\n"
+            "from treebench.harness.model.cases import Case\n"
+            "pool = torch.randn(6, 4, 2, 8)\n"
+            "for block, per_sm, sms in ((16, 2, 2), (4, 1, 2)):\n"
+            "    call, out, grid, steps = f.reader(pool, 200, block, per_sm, sms)\n"
+            "    call()\n"
+            "    print(grid, steps, abs(out.sum().item() - pool.view(-1)[:50].sum().item()) < 1e-4)\n"
+            "print(f.page_bytes(Case(batch_size=1, context_len=2048, tree='vllm:pr_27', page_size=128)))\n")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    # 50 words: 4 programs of 16 in one step; 2 programs of 4 in 7 steps; 2076 tokens in 17 pages of 128
+    assert r.stdout.split("\n")[:3] == ["4 1 True", "2 7 True", str(17 * 128 * 8 * 128 * 2 * 2)], r.stdout
 
 
 def test_bench_kernel_smoke_runs_three_checks_on_the_cpu(tmp_path):
