@@ -9,7 +9,7 @@ timed by that timer, beside three calls that do no attention:
 - `empty x2`: two such launches in one call (the fixed cost of a forward kernel followed by a
   split-KV merge kernel);
 - `read`: one launch of a Triton kernel that reads the case's K/V pages' bytes (the pages the
-  batch uses, rounded up to whole pages, read from the pools as one contiguous span) and sums
+  batch uses, rounded up to whole pages, read from each pool as one contiguous span) and sums
   them, the fastest of a few grid and block sizes: a floor for any kernel that must read them
   once, under the same timer.
 
@@ -61,14 +61,15 @@ def _empty_kernel(OUT):
 
 
 @triton.jit
-def _read_kernel(X, OUT, n, BLOCK: tl.constexpr, STEPS: tl.constexpr):
-    """Program p sums X[(s * grid + p) * BLOCK + i] for s < STEPS, i < BLOCK (masked to n), into OUT[p]."""
+def _read_kernel(X, Y, OUT, n, BLOCK: tl.constexpr, STEPS: tl.constexpr):
+    """Program p sums X[j] + Y[j] for j = (s * grid + p) * BLOCK + i, s < STEPS, i < BLOCK (masked to
+    n), into OUT[p]: the K and V spans in one launch."""
     pid = tl.program_id(0)
     grid = tl.num_programs(0)
     acc = tl.zeros((BLOCK,), tl.float32)
     for s in range(STEPS):
         offs = (s * grid + pid).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-        acc += tl.load(X + offs, mask=offs < n, other=0.0)
+        acc += tl.load(X + offs, mask=offs < n, other=0.0) + tl.load(Y + offs, mask=offs < n, other=0.0)
     tl.store(OUT + pid, tl.sum(acc, 0))
 
 
@@ -80,18 +81,18 @@ def page_bytes(case: Case) -> int:
     return 2 * pages * case.page_size * case.num_kv_heads * case.head_dim * size
 
 
-def reader(pool: torch.Tensor, nbytes: int, block: int, per_sm: int, num_sms: int):
-    """A call that reads the first `nbytes` of `pool` (as float32 words) with `per_sm` programs per SM
-    of `block` words a step (fewer programs where the span is small); returns (call, out, grid, steps):
-    after the call out[p] holds program p's sum."""
-    words = pool.view(-1).view(torch.float32)
-    n = min(nbytes // 4, words.numel())
+def reader(k_pool: torch.Tensor, v_pool: torch.Tensor, nbytes: int, block: int, per_sm: int, num_sms: int):
+    """One launch that reads the first `nbytes` of each pool (as float32 words) with `per_sm` programs
+    per SM of `block` words a step from each (fewer programs where the span is small); returns (call,
+    out, grid, steps): after the call out[p] holds program p's sum."""
+    words, v_words = k_pool.view(-1).view(torch.float32), v_pool.view(-1).view(torch.float32)
+    n = min(nbytes // 4, words.numel(), v_words.numel())
     grid = max(1, min(per_sm * num_sms, triton.cdiv(n, block)))
     steps = triton.cdiv(n, grid * block)
-    out = torch.empty(grid, dtype=torch.float32, device=pool.device)
+    out = torch.empty(grid, dtype=torch.float32, device=k_pool.device)
 
     def call() -> None:
-        _read_kernel[(grid,)](words, out, n, BLOCK=block, STEPS=steps, num_warps=8)
+        _read_kernel[(grid,)](words, v_words, out, n, BLOCK=block, STEPS=steps, num_warps=8)
     return call, out, grid, steps
 
 
@@ -128,9 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         nbytes = page_bytes(case)
         reads = []
         for block, per_sm in READ_SHAPES:
-            call, _, grid, steps = reader(inputs.k_cache, nbytes // 2, block, per_sm, num_sms)
-            call_v, _, _, _ = reader(inputs.v_cache, nbytes // 2, block, per_sm, num_sms)
-            reads.append((median_us(lambda c=call, v=call_v: (c(), v())), f"{block}x{grid}x{steps} (x2)"))
+            call, _, grid, steps = reader(inputs.k_cache, inputs.v_cache, nbytes // 2, block, per_sm, num_sms)
+            reads.append((median_us(call), f"{block}x{grid}x{steps}"))
         read_us, read_shape = min(reads)
         row = {"case_id": case.case_id, "bytes": nbytes, "bytes_over_bw_us": nbytes / peak * 1e6,
                "read_us": read_us, "read_shape": read_shape, **empty, "backends": {}}

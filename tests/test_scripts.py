@@ -98,16 +98,17 @@ def test_scripts_without_a_gpu_say_so(tmp_path):
 
 
 def test_floor_probe_reader_sums_the_span_it_names_in_the_interpreter():
-    """lab/floor_probe.py's read kernel sums exactly the first n bytes of a pool, over one step and over
+    """lab/floor_probe.py's read kernel sums exactly the first n bytes of the K and the V pool, over one step and over
     several (a grid-stride loop), and its page bytes are the batch's whole K and V pages."""
     pytest.importorskip("triton")
     code = ("import sys, torch; sys.path.insert(0, 'lab'); import floor_probe as f\n"
             "from treebench.harness.model.cases import Case\n"
-            "pool = torch.randn(6, 4, 2, 8)\n"
+            "k, v = torch.randn(6, 4, 2, 8), torch.randn(6, 4, 2, 8)\n"
             "for block, per_sm, sms in ((16, 2, 2), (4, 1, 2)):\n"
-            "    call, out, grid, steps = f.reader(pool, 200, block, per_sm, sms)\n"
+            "    call, out, grid, steps = f.reader(k, v, 200, block, per_sm, sms)\n"
             "    call()\n"
-            "    print(grid, steps, abs(out.sum().item() - pool.view(-1)[:50].sum().item()) < 1e-4)\n"
+            "    want = k.view(-1)[:50].sum().item() + v.view(-1)[:50].sum().item()\n"
+            "    print(grid, steps, abs(out.sum().item() - want) < 1e-4)\n"
             "print(f.page_bytes(Case(batch_size=1, context_len=2048, tree='vllm:pr_27', page_size=128)))\n")
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
