@@ -148,7 +148,7 @@ def test_tree_search_refuses_one_acceptance_file_given_twice(tmp_path, capsys):
     base = ["tree-search", "--max-nodes", "3", "--acceptance", str(model), "--acceptance"]
     assert main([*base, str(model)]) == 2
     assert one_line_error(capsys).endswith(f"error: tree-search: --acceptance {model} given twice; give each "
-                                           "acceptance file once")
+                                           "acceptance model once")
     assert main([*base, str(link)]) == 2
     assert f"--acceptance {link} (the file of --acceptance {model}) given twice" in one_line_error(capsys)
     copy = tmp_path / "copy.toml"

@@ -74,8 +74,10 @@ def test_missing_field(tmp_path, field):
 def test_unreadable_files(tmp_path, content, words):
     with pytest.raises(ConfigError, match=words):
         load_model(_write(tmp_path, content))
-    with pytest.raises(ConfigError, match="cannot read"):
+    with pytest.raises(ConfigError, match="missing.toml': no such file and no shipped model of that name"):
         load_model(tmp_path / "missing.toml")
+    with pytest.raises(ConfigError, match=f"acceptance file {tmp_path}: cannot read"):   # a folder
+        load_model(tmp_path)
 
 
 def test_json_model_and_depth_rows():
@@ -403,3 +405,98 @@ def test_cli_tree_search_suite_out_creates_missing_folders(tmp_path, capsys):
     assert main([*args, "--suite-out", str(tmp_path / "a-file" / "s.toml")]) == 2
     out, err = capsys.readouterr()
     assert not out and err.count("\n") == 1 and "is not a folder" in err
+
+
+# ---- acceptance models by name --------------------------------------------------------------------------
+
+NAMES = "illustrative-depth-decay, illustrative-geometric, illustrative-weak-draft"
+
+
+def test_acceptance_takes_a_shipped_models_name_from_any_folder(tmp_path, monkeypatch, capsys):
+    """tree-search, plan and report take a shipped model's name (its file stem) wherever they run."""
+    rows = _write(tmp_path, "".join(json.dumps(r) + "\n" for r in _plan_rows()), "r.jsonl")
+    monkeypatch.chdir(tmp_path)
+    assert main(["tree-search", "--acceptance", "illustrative-geometric", "--max-nodes", "8"]) == 0
+    assert capsys.readouterr().out.startswith("# illustrative-geometric (illustrative;")
+    assert main(["plan", "--results", str(rows), "--acceptance", "illustrative-depth-decay"]) == 0
+    assert capsys.readouterr().out.startswith("acceptance model illustrative-depth-decay (illustrative)")
+    assert main(["report", str(rows), "-o", str(tmp_path / "r.html"), "--acceptance", "illustrative-weak-draft"]) == 0
+    assert "Acceptance model illustrative-weak-draft" in (tmp_path / "r.html").read_text()
+    proc = subprocess.run([sys.executable, "-m", "treebench", "tree-search", "--acceptance", "illustrative-geometric",
+                           "--max-nodes", "4"], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
+    assert proc.returncode == 0 and proc.stdout.startswith("# illustrative-geometric"), proc.stderr
+    for command in (["tree-search", "--help"], ["plan", "--help"]):
+        assert main(command) == 0
+        shown = " ".join(capsys.readouterr().out.split())
+        assert f"--acceptance MODEL acceptance model: a shipped model's name ({NAMES}) or a TOML/JSON file" in shown
+
+
+@pytest.mark.parametrize("given", ["harness/speculation/data/illustrative-geometric.toml", "geometric",
+                                   "illustrative-geometric.json", ""])
+@pytest.mark.parametrize("command", ["tree-search", "plan", "report"])
+def test_acceptance_neither_a_file_nor_a_shipped_name_is_refused_listing_the_names(tmp_path, monkeypatch, capsys,
+                                                                                 given, command):
+    """From outside the repository the example path is no file: one line, exit 2, that lists the shipped
+    names (never suggesting the path that just failed), nothing written."""
+    rows = _write(tmp_path, "".join(json.dumps(r) + "\n" for r in _plan_rows()), "r.jsonl")
+    monkeypatch.chdir(tmp_path)
+    argv = {"tree-search": ["tree-search", "--max-nodes", "4", "--acceptance", given],
+            "plan": ["plan", "--results", str(rows), "--acceptance", given],
+            "report": ["report", str(rows), "-o", str(tmp_path / "r.html"), "--acceptance", given]}[command]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert not out and err.count("\n") == 1, err
+    assert f"acceptance model {given!r}: no such file and no shipped model of that name" in err
+    assert err.rstrip().endswith(f"one of: {NAMES}") and "data/illustrative-geometric.toml" not in err.split(":", 3)[3]
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_an_acceptance_path_that_exists_wins_over_a_shipped_name(tmp_path, monkeypatch, capsys):
+    """A file named as a shipped model, in the working folder, is the file; the name and the shipped
+    file's own path, given together to tree-search, are one model given twice."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "illustrative-geometric").write_text(_toml("[[0.9]]"))
+    assert load_model("illustrative-geometric").name == "t"
+    assert main(["tree-search", "--acceptance", "illustrative-geometric", "--max-nodes", "3"]) == 0
+    assert capsys.readouterr().out.startswith("# t (illustrative")
+    shipped = str(ROOT / "harness/speculation/data/illustrative-depth-decay.toml")
+    assert main(["tree-search", "--acceptance", "illustrative-depth-decay", "--acceptance", shipped,
+                 "--max-nodes", "3"]) == 2
+    assert (f"--acceptance {shipped} (the file of --acceptance illustrative-depth-decay) given twice"
+            in capsys.readouterr().err)
+
+
+# ---- rows the plan leaves out ---------------------------------------------------------------------------
+
+def _left_out_rows() -> list[dict]:
+    """_plan_rows and, for backend flat, 3 ragged-context rows, one list-context row, one skipped, one
+    untimed (as check's), and one with a tree per request."""
+    ragged = [_row("flat", t, 50.0, ctx="ragged:16-2048") for t in (1, 4, 8)]
+    listed = _row("flat", 4, 50.0, b=2, ctx="list:16,2048")
+    skipped = {**_row("flat", 4, 50.0, ctx=232), "status": "skipped", "median_us": None, "reason": "no"}
+    untimed = {**_row("flat", 8, 50.0, ctx=37), "median_us": None}
+    mixed = _row("flat", 4, 50.0, ctx=37)
+    mixed = {**mixed, "case": {**mixed["case"], "tree_per_request": "mixed"}, "tree_sizes": [4, 2, 1, 3]}
+    return _plan_rows() + ragged + [listed, skipped, untimed, mixed]
+
+
+def test_plan_counts_the_rows_it_leaves_out_and_why(tmp_path, capsys):
+    """Rows no curve can use (half of a smoke run's: its ragged contexts) were dropped without a word: one
+    line above the table counts them by reason, for the backends shown; none when every row is used."""
+    model = str(shipped_models()[0])
+    rows = _write(tmp_path, "".join(json.dumps(r) + "\n" for r in _left_out_rows()), "r.jsonl")
+    assert main(["plan", "--results", str(rows), "--acceptance", model]) == 0
+    out = capsys.readouterr().out
+    note = ("7 rows left out: 4 a context of several lengths (list:16,2048, ragged:16-2048), 1 a tree per request "
+            "(tree_per_request mixed), 1 status other than pass (skipped), 1 untimed (as check's rows); plan reads "
+            "timed status=pass rows of one context length and one tree size per batch")
+    assert out.splitlines()[2] == note and out.count("left out") == 1
+    assert main(["plan", "--results", str(rows), "--acceptance", model, "--backends", "steep"]) == 0
+    assert "left out" not in capsys.readouterr().out                     # steep's rows are all used
+    only_ragged = _write(tmp_path, "".join(json.dumps(r) + "\n" for r in _left_out_rows()[:11]), "s.jsonl")
+    assert main(["plan", "--results", str(only_ragged), "--acceptance", model, "--backends", "flat"]) == 0
+    assert ("\n3 rows left out: a context of several lengths (ragged:16-2048); plan reads timed status=pass rows"
+            in capsys.readouterr().out)
+    html = speculation_section(_left_out_rows(), WIDE)
+    assert "<p>7 rows left out: 4 a context of several lengths" in html and "this section reads timed" in html

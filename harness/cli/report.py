@@ -59,8 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also run the gate against these baseline results and show its verdicts")
     parser.add_argument("--allow-env-mismatch", action="store_true",
                         help="with --against: compare across envs, and rows whose env file is missing")
-    parser.add_argument("--acceptance", default=None, metavar="FILE",
-                        help="an acceptance model (TOML/JSON): adds a speculation section, expected accepted tokens "
+    parser.add_argument("--acceptance", default=None, metavar="MODEL",
+                        help="an acceptance model, a shipped model's name (illustrative-geometric) or a TOML/JSON "
+                             "file: adds a speculation section, expected accepted tokens "
                              "against verify time per backend and the best tree per (B, L) (see `treebench plan`)")
     parser.add_argument("--step-us", default=None, metavar="US",
                         help="with --acceptance: the rest of the step in µs, 2000 or a+b*tokens (default 0); refused "
@@ -117,12 +118,13 @@ def _write(args: argparse.Namespace) -> tuple[Path, list[str]]:
                           "folder (folders are not searched recursively)")
     causal = args.causal_backend or "causal_baseline"
     present = sorted({r["backend"] for r in rows})
-    if args.step_us is not None and not args.acceptance:
-        raise ConfigError("report --step-us needs --acceptance FILE (the step cost is used by the speculation section)")
+    if args.step_us is not None and args.acceptance is None:
+        raise ConfigError("report --step-us needs --acceptance MODEL (the step cost is used by the speculation "
+                          "section)")
     if args.causal_backend is not None and causal not in present:
         raise ConfigError(f"report --causal-backend {causal!r}: no rows of it here; backends here: {', '.join(present)}")
     gate = _gate(args, rows, envs) if args.against else None
-    sections = [_speculation(args, rows)] if args.acceptance else []
+    sections = [_speculation(args, rows)] if args.acceptance is not None else []
     title = args.title or "treebench — " + ", ".join(Path(p).name for p in sources)
     path = write_report(rows, envs, out, title, baseline=args.baseline_backend, causal_backend=causal,
                         gate=gate, sources=sources, sections=sections, own=args.own)

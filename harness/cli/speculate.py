@@ -3,12 +3,13 @@ maximises expected accepted tokens) and `treebench plan` (the best tree per back
 B and L from stored results). Two commands in one module: `TREE_SEARCH` and `PLAN`
 (the cli package holds at most ten modules); the logic is treebench.harness.speculation.
 
-    treebench tree-search --acceptance FILE [--acceptance FILE ...] --max-nodes N [--max-depth D]
+    treebench tree-search --acceptance MODEL [--acceptance MODEL ...] --max-nodes N [--max-depth D]
                           [--sizes 4,8,16] [--suite-out FILE [--batch-sizes 1,16,64] [--context-lens 2048]]
-    treebench plan --results FILE... --acceptance FILE [--step-us 2000+0.5*tokens] [--backends a,b]
+    treebench plan --results FILE... --acceptance MODEL [--step-us 2000+0.5*tokens] [--backends a,b]
                    [--max-depth D]
 
-Sizes are T, nodes per request including the root. Bad input raises
+MODEL is a shipped acceptance model's name (illustrative-geometric) or a TOML/JSON file; a path that
+exists wins. Sizes are T, nodes per request including the root. Bad input raises
 ``ConfigError`` with one line (the CLI prints it and exits 2).
 """
 
@@ -22,6 +23,7 @@ from pathlib import Path
 from treebench.harness.cli import NUMBER_RULE, emit, integer_option, read_number
 from treebench.harness.cli.common import Command, comma_list, plural
 from treebench.harness.errors import ConfigError
+from treebench.harness.speculation.acceptance import shipped_names
 from treebench.harness.speculation.search import MAX_SEARCH_NODES
 from treebench.harness.store.outputs import will_write, write_whole
 from treebench.harness.store.paths import check_output_path, folder_problem
@@ -57,14 +59,17 @@ def _context_lens(text: str) -> list[int]:
     return _int_list(text, least=0)
 
 
+ACCEPTANCE_HELP = (f"acceptance model: a shipped model's name ({', '.join(shipped_names())}) or a TOML/JSON "
+                   "file; a path that exists wins")
+
+
 def add_tree_search_arguments(p) -> None:
     """The description and options of `treebench tree-search`."""
     p.description = ("For each tree size T up to --max-nodes, the tree that maximises the expected accepted tokens "
                      "under an acceptance model (Sequoia's dynamic program), printed as choices lists; --suite-out "
                      "also writes a suite of them. Exit 0, 2 on bad input.")
-    p.add_argument("--acceptance", action="append", required=True, metavar="FILE",
-                   help="acceptance model TOML/JSON (repeat for several), e.g. "
-                        "harness/speculation/data/illustrative-geometric.toml")
+    p.add_argument("--acceptance", action="append", required=True, metavar="MODEL",
+                   help=f"{ACCEPTANCE_HELP} (repeat for several)")
     p.add_argument("--max-nodes", type=integer_option, required=True, metavar="N",
                    help=f"largest tree size T, root included (1..{MAX_SEARCH_NODES})")
     p.add_argument("--max-depth", type=integer_option, default=None, metavar="D", help="deepest draft token allowed")
@@ -121,21 +126,23 @@ def check_suite_out(path_text: str) -> Path:
 
 
 def _refuse_repeated_acceptance(paths: list[str]) -> None:
-    """Refuses one acceptance file given twice to tree-search (as written or by another path to it):
-    its trees would be searched and printed twice.
+    """Refuses one acceptance model given twice to tree-search (as written, by its name or by another
+    path to its file): its trees would be searched and printed twice.
 
     Raises:
-        ConfigError: naming both spellings.
+        ConfigError: naming both spellings, or a value `model_file` refuses.
     """
+    from treebench.harness.speculation.acceptance import model_file
+
     seen: dict[Path, str] = {}
-    for text in filter(None, paths):   # an empty one: load_model names it
+    for text in paths:
         try:
-            key = Path(text).resolve()
+            key = model_file(text).resolve()
         except (OSError, RuntimeError):   # a link loop: load_model names it
             continue
         if key in seen:
             again = f"--acceptance {text}" + ("" if seen[key] == text else f" (the file of --acceptance {seen[key]})")
-            raise ConfigError(f"tree-search: {again} given twice; give each acceptance file once")
+            raise ConfigError(f"tree-search: {again} given twice; give each acceptance model once")
         seen[key] = text
 
 
@@ -186,7 +193,7 @@ def add_plan_arguments(p) -> None:
                      "the best tree size and shape, its expected accepted tokens, verify time and accepted tokens "
                      "per ms, against a chain and no speculation. Exit 0, 2 on bad input.")
     p.add_argument("--results", nargs="+", required=True, metavar="FILE", help="result JSONL files or folders")
-    p.add_argument("--acceptance", required=True, metavar="FILE", help="acceptance model TOML/JSON")
+    p.add_argument("--acceptance", required=True, metavar="MODEL", help=ACCEPTANCE_HELP)
     p.add_argument("--step-us", default="0", metavar="US",
                    help="rest of the step in µs: 2000, or a+b*tokens such as 2000+0.5*tokens (tokens = B*T); default 0; "
                         "refused where, with the verify µs, it is not a finite number at some B and T")
@@ -195,9 +202,10 @@ def add_plan_arguments(p) -> None:
 
 
 def run_plan(args) -> int:
-    """Prints the verdict table (``treebench.harness.speculation.plan``) and the best trees' choices lists;
-    reads --results as gate and report do (`cost.load_curves`: rows validated, a warning for a results file
-    a run is still writing).
+    """Prints the verdict table (``treebench.harness.speculation.plan``) and the best trees' choices lists,
+    after a line counting the rows (of the backends shown) that no curve uses (`cost.left_out_note`), where
+    there are any; reads --results as gate and report do (`cost.load_curves`: rows validated, a warning for
+    a results file a run is still writing).
 
     Raises:
         ConfigError: bad --step-us, acceptance file or results (a row gate and report refuse included), or a
@@ -205,7 +213,7 @@ def run_plan(args) -> int:
     """
     from treebench.harness.speculation.acceptance import load_model
     from treebench.harness.speculation.commands import only_backends
-    from treebench.harness.speculation.cost import load_curves, parse_step_us
+    from treebench.harness.speculation.cost import left_out_note, load_curves, parse_step_us
     from treebench.harness.speculation.plan import format_table, plan
     from treebench.harness.speculation.search import choices_text
 
@@ -213,17 +221,19 @@ def run_plan(args) -> int:
     model = load_model(args.acceptance)
     if args.max_depth is not None and args.max_depth < 1:
         raise ConfigError(f"--max-depth {args.max_depth}: give a depth >= 1")
-    curves = load_curves(args.results, "plan")   # validated as gate and report read them; warns of live writers
+    curves, rows = load_curves(args.results, "plan")   # validated as gate and report read them; warns of writers
     if args.backends is not None:
         names = comma_list(args.backends, "--backends")
         if not names:
             raise ConfigError(f"--backends {args.backends!r} names no backend: give names such as a,b, or leave "
                               "it out for every backend in the results")
         curves = only_backends(curves, names)
+        rows = [r for r in rows if r.get("backend") in names]
     verdicts = plan(curves, model, step, args.max_depth)
+    note = left_out_note(rows, "plan")
     lines = [f"acceptance model {model.name} ({model.kind}): {model.citation}",
-             f"step cost {step} us; tok/ms = B * E / (verify us + step us) * 1000; T counts the root", "",
-             format_table(verdicts), ""]
+             f"step cost {step} us; tok/ms = B * E / (verify us + step us) * 1000; T counts the root",
+             *([note] if note else []), "", format_table(verdicts), ""]
     best = {v.best.size: v.best.choices for v in verdicts if v.best}
     lines += [f"T={t}: {choices_text(c)}" for t, c in sorted(best.items())]
     emit("\n".join(lines) + "\n")

@@ -39,7 +39,8 @@ from pathlib import Path
 
 from treebench.harness.errors import ConfigError
 
-__all__ = ["AcceptanceModel", "load_model", "model_from_dict", "shipped_models", "DATA_DIR"]
+__all__ = ["AcceptanceModel", "load_model", "model_file", "model_from_dict", "shipped_models", "shipped_names",
+           "DATA_DIR"]
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 KINDS = ("published", "illustrative")
@@ -84,14 +85,15 @@ class AcceptanceModel:
         return max(len(r) for r in self.p)
 
 
-def load_model(path: str | Path) -> AcceptanceModel:
-    """Reads an acceptance model file (TOML, or JSON when the name ends in .json).
+def load_model(given: str | Path) -> AcceptanceModel:
+    """Reads an acceptance model: a file (TOML, or JSON when the name ends in .json), or a shipped model
+    by name (`model_file`: a path that exists wins).
 
     Raises:
-        ConfigError: one line naming the file: unreadable, not UTF-8, bad TOML or
-            JSON, or any field error of ``model_from_dict``.
+        ConfigError: one line naming the file: neither a file nor a shipped name, unreadable, not UTF-8,
+            bad TOML or JSON, or any field error of ``model_from_dict``.
     """
-    path = Path(path)
+    path = model_file(given)
     try:
         text = path.read_bytes().decode("utf-8-sig")   # -sig: a BOM a Windows editor put first
     except UnicodeDecodeError as e:
@@ -99,7 +101,7 @@ def load_model(path: str | Path) -> AcceptanceModel:
                           "save it as UTF-8") from None
     except OSError as e:
         raise ConfigError(f"acceptance file {path}: cannot read ({e.strerror}); give a .toml or .json "
-                          "acceptance model such as harness/speculation/data/illustrative-geometric.toml") from None
+                          f"acceptance model file, or a shipped model's name: {', '.join(shipped_names())}") from None
     try:
         doc = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -108,7 +110,7 @@ def load_model(path: str | Path) -> AcceptanceModel:
         raise ConfigError(f"acceptance file {path}: bad JSON ({e.msg} at line {e.lineno})") from None
     except RecursionError:  # both parsers recurse into nested arrays and tables
         raise ConfigError(f"acceptance file {path}: nested too deeply to parse; see "
-                          "harness/speculation/data/illustrative-geometric.toml for the format") from None
+                          f"{DATA_DIR / 'illustrative-geometric.toml'} for the format") from None
     return model_from_dict(doc, str(path))
 
 
@@ -170,5 +172,34 @@ def _check_prob(x: object, d: int, r: int, where: str) -> float:
 
 
 def shipped_models() -> list[Path]:
-    """The model files shipped in harness/speculation/data/, sorted."""
+    """The model files shipped in harness/speculation/data/ (package data), sorted."""
     return sorted([*DATA_DIR.glob("*.toml"), *DATA_DIR.glob("*.json")])
+
+
+def shipped_names() -> list[str]:
+    """The shipped models' names, their file stems: ["illustrative-depth-decay", ...]."""
+    return [p.stem for p in shipped_models()]
+
+
+def model_file(given: str | Path) -> Path:
+    """The file an --acceptance value names: `given` itself where that path exists (a file, or anything
+    else there, which reading then names), else the shipped model whose name (file stem) it is, from any
+    working directory.
+
+    Raises:
+        ConfigError: `given` is empty, or neither an existing path nor a shipped name, listing the names.
+    """
+    path = Path(given)
+    try:
+        there = bool(str(given)) and (path.exists() or path.is_symlink())   # a dangling link: reading names it
+    except OSError:      # a name too long, a folder that cannot be searched: reading it names the cause
+        there = True
+    except ValueError:   # a NUL in it: no path
+        there = False
+    if there:
+        return path
+    shipped = {p.stem: p for p in shipped_models()}
+    if str(given) in shipped:
+        return shipped[str(given)]
+    raise ConfigError(f"acceptance model {str(given)!r}: no such file and no shipped model of that name; give a "
+                      f".toml or .json file, or one of: {', '.join(shipped)}")

@@ -28,7 +28,7 @@ from treebench.harness.store.rows import timing_label
 from treebench.harness.store.validate import read_checked_rows
 from treebench.harness.model.tree_specs import parse_tree
 
-__all__ = ["CurveKey", "VerifyCurve", "StepCost", "parse_step_us", "verify_curves", "load_curves"]
+__all__ = ["CurveKey", "VerifyCurve", "StepCost", "parse_step_us", "verify_curves", "left_out_note", "load_curves"]
 
 
 @dataclass(frozen=True, order=True)
@@ -146,26 +146,39 @@ def parse_step_us(text: str) -> StepCost:
     return StepCost(fixed, per_token, text)
 
 
-def _usable(row: dict) -> tuple[CurveKey, int, float] | None:
-    """(key, T, median_us) of a row a curve may use, None for any other row."""
+def _left_out(row: dict) -> tuple[str, str] | None:
+    """Why no curve may use `row`, as (reason, the value that shows it, or ""), e.g. ("a context of several
+    lengths", "ragged:16-2048"); None for a row a curve may use."""
     case, us = row.get("case"), row.get("median_us")
-    if row.get("status") != "pass" or not isinstance(case, dict) or not isinstance(us, (int, float)):
-        return None
+    if row.get("status") != "pass":
+        return "status other than pass", str(row.get("status"))
+    if us is None:
+        return "untimed (as check's rows)", ""
+    if not isinstance(case, dict):
+        return "no case", ""
     ctx = case.get("context_len")
-    if not isinstance(ctx, int) or isinstance(ctx, bool) or case.get("tree_per_request", "same") != "same":
-        return None
-    if not (math.isfinite(us) and us > 0):
-        return None
+    if not isinstance(ctx, int) or isinstance(ctx, bool):
+        return "a context of several lengths", str(ctx)
+    if case.get("tree_per_request", "same") != "same":
+        return "a tree per request", f"tree_per_request {case.get('tree_per_request')}"
     sizes = row.get("tree_sizes")
-    if isinstance(sizes, list) and sizes:
-        if len(set(sizes)) != 1:
-            return None
-        t = int(sizes[0])
-    else:
-        t = parse_tree(str(case.get("tree", ""))).size
+    if isinstance(sizes, list) and len(set(sizes)) > 1:
+        return "trees of several sizes in a batch", ""
+    if not isinstance(us, (int, float)) or not (math.isfinite(us) and us > 0):
+        return "no positive median_us", repr(us)
+    return None
+
+
+def _usable(row: dict) -> tuple[CurveKey, int, float] | None:
+    """(key, T, median_us) of a row a curve may use, None for any other row (`_left_out` says why)."""
+    if _left_out(row) is not None:
+        return None
+    case, us = row["case"], float(row["median_us"])
+    sizes = row.get("tree_sizes")
+    t = int(sizes[0]) if isinstance(sizes, list) and sizes else parse_tree(str(case.get("tree", ""))).size
     config = (f"H{case.get('num_q_heads')}x{case.get('num_kv_heads')} D{case.get('head_dim')} "
               f"P{case.get('page_size')} {case.get('dtype')} {case.get('layout')}, {timing_label(row)}")
-    return CurveKey(str(row.get("backend")), int(case.get("batch_size", 0)), ctx, config), t, float(us)
+    return CurveKey(str(row.get("backend")), int(case.get("batch_size", 0)), case["context_len"], config), t, us
 
 
 def verify_curves(rows: list[dict]) -> dict[CurveKey, VerifyCurve]:
@@ -184,10 +197,38 @@ def verify_curves(rows: list[dict]) -> dict[CurveKey, VerifyCurve]:
             for k in sorted(samples)}
 
 
-def load_curves(paths: list[str], command: str = "plan") -> dict[CurveKey, VerifyCurve]:
+NOTE_VALUES = 3   # values a left-out note shows per reason, then "... (N more)"
+
+
+def left_out_note(rows: list[dict], command: str = "plan") -> str:
+    """One line counting the rows no verify curve uses, by reason, with the values that show it: "12 rows
+    left out: a context of several lengths (ragged:1-48); plan reads timed status=pass rows of one context
+    length and one tree size per batch"; "" when every row is used."""
+    found: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))   # reason -> value -> rows
+    for row in rows:
+        why = _left_out(row)
+        if why is not None:
+            found[why[0]][why[1]] += 1
+    if not found:
+        return ""
+    parts = []
+    for reason, values in sorted(found.items(), key=lambda kv: (-sum(kv[1].values()), kv[0])):
+        shown = sorted(v for v in values if v)
+        more = f", ... ({len(shown) - NOTE_VALUES} more)" if len(shown) > NOTE_VALUES else ""
+        what = f" ({', '.join(shown[:NOTE_VALUES])}{more})" if shown else ""
+        parts.append(f"{sum(values.values()) if len(found) > 1 else ''} {reason}{what}".lstrip())
+    total = sum(sum(v.values()) for v in found.values())
+    return (f"{total} row{'' if total == 1 else 's'} left out: {', '.join(parts)}; {command} reads timed "
+            "status=pass rows of one context length and one tree size per batch")
+
+
+def load_curves(paths: list[str], command: str = "plan") -> tuple[dict[CurveKey, VerifyCurve], list[dict]]:
     """Reads result files (or folders of them) as gate, report and merge read them
     (``treebench.harness.store.validate.read_checked_rows``: every field checked, a row read twice
     kept once, a warning for a file another run is still writing) and builds their verify curves.
+
+    Returns:
+        (the curves, the rows read: `left_out_note` counts those the curves leave out).
 
     Raises:
         ConfigError: a path is missing, unreadable or not a results file, a row fails validation
@@ -201,4 +242,4 @@ def load_curves(paths: list[str], command: str = "plan") -> dict[CurveKey, Verif
     if not curves:
         raise ConfigError(f"--results {' '.join(map(str, paths))}: no status=pass rows with one context length "
                           "and one tree per batch; give result files written by treebench run")
-    return curves
+    return curves, rows

@@ -226,17 +226,20 @@ def speculation_section(rows: list[dict], model: AcceptanceModel, step: StepCost
         step: the rest of the step; None = 0 µs.
 
     Returns:
-        A <section> element; says so in a paragraph when no row is usable.
+        A <section> element; a paragraph counts the rows no curve uses (`cost.left_out_note`), and one
+        says so when no row is usable.
 
     Raises:
         ConfigError: a step cost not finite at some curve's B and a T it considers (`_option`).
     """
-    from treebench.harness.speculation.cost import verify_curves
+    from treebench.harness.speculation.cost import left_out_note, verify_curves
 
     curves = verify_curves(rows)
+    left = left_out_note(rows, "this section")
     head = (f"<section class=\"speculation\"><h2>Speculation: accepted tokens per ms</h2><p>Acceptance model "
             f"{html.escape(model.name)} ({html.escape(model.kind)}): {html.escape(model.citation)}. Step cost "
-            f"{html.escape(str(step or StepCost()))} us. tok/ms = B * E / (verify us + step us) * 1000.</p>")
+            f"{html.escape(str(step or StepCost()))} us. tok/ms = B * E / (verify us + step us) * 1000.</p>"
+            + (f"<p>{html.escape(left)}.</p>" if left else ""))
     if not curves:
         return head + "<p>No status=pass rows with one context length and one tree per batch.</p></section>"
     verdicts = plan(curves, model, step)
