@@ -5,6 +5,7 @@ outputs, the CPU peak cell, and noisy timings."""
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import numpy as np
@@ -963,3 +964,99 @@ def test_a_results_file_another_run_is_writing_is_read_with_one_warning(tmp_path
         (out / "m.jsonl").unlink()
     rc, _, err = _main(capsys, *argv)
     assert rc == 0 and "being written" not in err, err
+
+
+@pytest.mark.parametrize("spelled", ["twice", "link"])
+def test_merge_reads_a_file_named_twice_once_with_the_readers_warning(tmp_path, caplog, capsys, spelled):
+    """merge, as report and gate, keeps the rows of a results file named twice (also through a link) once,
+    with the readers' warning; OUT gets each row once."""
+    a = _write(tmp_path / "a.jsonl", [_row(f"c{i}", run_id="r1") for i in range(3)])
+    again = a
+    if spelled == "link":
+        again = tmp_path / "l.jsonl"
+        again.symlink_to(a.name)
+    out = tmp_path / "out" / "o.jsonl"
+    rc, printed, _ = _main(capsys, "merge", str(out), str(a), str(again))
+    assert rc == 0 and "merged 3 rows" in printed and len(out.read_text().splitlines()) == 3
+    assert any(m.startswith("merge: 3 repeated rows dropped, one of each kept (the same row read twice: a results "
+                            "file given twice") for m in caplog.messages), caplog.messages
+
+
+def test_gate_junit_replaces_only_junit_the_gate_wrote(tmp_path, capsys):
+    """--junit overwrites its own JUnit XML or an empty file, never another file (a pom.xml): exit 2
+    in one line, before anything is written (--summary left as it was too)."""
+    a = _write(tmp_path / "a.jsonl", [_row()])
+    b = _write(tmp_path / "b.jsonl", [_row(seed=1)])
+    pom, summary = tmp_path / "pom.xml", tmp_path / "s.md"
+    pom.write_text("<project/>\n")
+    summary.write_text("earlier\n")
+    rc, out, err = _main(capsys, "gate", "--baseline", str(a), "--candidate", str(b), "--junit", str(pom),
+                         "--summary", str(summary))
+    assert rc == 2 and out == "" and err.count("\n") == 1
+    assert f"gate --junit {pom}: exists and was not written by treebench (it is left as it is)" in err, err
+    assert pom.read_text() == "<project/>\n" and summary.read_text() == "earlier\n"
+    mine = tmp_path / "gate.xml"
+    mine.write_text("")                                                        # an empty file may be replaced
+    for _ in range(2):                                                         # and then its own JUnit again
+        rc, _, _ = _main(capsys, "gate", "--baseline", str(a), "--candidate", str(b), "--junit", str(mine))
+        assert rc == 0 and ET.parse(mine).getroot().get("name") == "treebench.gate"
+
+
+@pytest.mark.parametrize("name, content", [
+    ("tiny.toml", '[suite]\nname = "tiny"\n'),
+    ("other.jsonl", None),                       # a results file: a row
+    ("env-0123.json", '{"env_id": "0123"}\n'),
+    ("r.html", "<!doctype html>\n"),
+    ("g.XML", "<x/>\n"),
+    ("backend.py", "class B: ...\n"),
+    ("rows.txt", None),                          # a results file by another name: its first line is a row
+    ("rows", None),
+])
+def test_gate_summary_never_appends_to_a_data_file(tmp_path, capsys, name, content):
+    """--summary appends Markdown: an existing, non-empty results file, suite, env file, report or other
+    data file (its suffix, or a first line that is a JSON row) is refused in one line, exit 2, before
+    anything is written (--junit not written either)."""
+    a = _write(tmp_path / "a.jsonl", [_row()])
+    b = _write(tmp_path / "b.jsonl", [_row(seed=1)])
+    target = tmp_path / "elsewhere" / name
+    target.parent.mkdir()
+    if content is None:
+        _write(target, [_row(), _row("c2")])
+    else:
+        target.write_text(content)
+    before, junit = target.read_bytes(), tmp_path / "g.xml"
+    rc, out, err = _main(capsys, "gate", "--baseline", str(a), "--candidate", str(b), "--summary", str(target),
+                         "--junit", str(junit))
+    assert rc == 2 and out == "" and err.count("\n") == 1 and f"gate --summary {target}: exists and is " in err, err
+    assert target.read_bytes() == before and not junit.exists()
+
+
+@pytest.mark.parametrize("name", ["step_summary_0f1e", "notes.md", "log.txt", "empty.toml"])
+def test_gate_summary_appends_to_markdown_text_and_suffixless_files(tmp_path, capsys, name):
+    """$GITHUB_STEP_SUMMARY (no suffix), a Markdown or text file, and an empty file of any kind take the summary."""
+    a = _write(tmp_path / "a.jsonl", [_row()])
+    b = _write(tmp_path / "b.jsonl", [_row(seed=1)])
+    target = tmp_path / "elsewhere" / name
+    target.parent.mkdir()
+    earlier = "" if name.startswith("empty") else "# earlier step\n"
+    target.write_text(earlier)
+    rc, _, _ = _main(capsys, "gate", "--baseline", str(a), "--candidate", str(b), "--summary", str(target))
+    assert rc == 0 and target.read_text().startswith(earlier + "## treebench gate: ")
+
+
+@pytest.mark.parametrize("lacking", ["--baseline", "--candidate"])
+def test_gate_backends_missing_on_one_side_names_that_side_and_fails(tmp_path, caplog, capsys, lacking):
+    """--backends naming a backend that only one side holds rows of is no bad input (each name must have
+    rows on one side): a warning names the side without them and the backends it holds, no pair can be
+    compared, and the gate fails (exit 1), as docs/timing.md says."""
+    plain = _write(tmp_path / "cr.jsonl", [_row(backend=b, seed=i) for i, b in enumerate(("flex", "torch_sdpa"))])
+    more = _write(tmp_path / "post.jsonl", [_row(backend=b, seed=i + 5)
+                                            for i, b in enumerate(("flex", "torch_sdpa", "reference"))])
+    base, cand = (plain, more) if lacking == "--baseline" else (more, plain)
+    rc, out, err = _main(capsys, "gate", "--baseline", str(base), "--candidate", str(cand), "--backends", "reference")
+    assert rc == 1 and "treebench gate" in out and "no result rows" not in err
+    assert (f"gate {lacking} {plain} holds no rows of backends reference (it has: flex, torch_sdpa): no pair of "
+            "them can be compared") in caplog.messages, caplog.messages
+    assert "gate: no (case, backend) pair could be compared; failing" in caplog.messages
+    rc, _, err = _main(capsys, "gate", "--baseline", str(base), "--candidate", str(cand), "--backends", "nope")
+    assert rc == 2 and "nope in neither side's rows" in err

@@ -623,3 +623,29 @@ def test_rm_removes_a_row_that_run_out_refuses_to_append_to(tmp_path):
     remove_rows(path, run_ids=["bad"])
     check_writable(path)
     assert [r["case_id"] for r in read_rows([path])] == ["c0"]
+
+
+def test_rm_refuses_a_read_only_file_as_resume_and_merge_do(tmp_path, monkeypatch, capsys):
+    """A results file its mode keeps from being written (chmod 444; simulated through os.access, since
+    root may write anything) is refused in one line, exit 2, unchanged and read-only, though its folder
+    would let the rewrite replace it: as `merge` (and `run --resume`) refuse to append to it."""
+    from treebench.harness.cli.main import main
+
+    path = tmp_path / "r.jsonl"
+    _store_of(path, ROWS)
+    path.chmod(0o444)
+    before = path.read_bytes()
+    real = os.access
+
+    def access(p, mode, **kw):
+        return False if Path(p) == path and mode & os.W_OK else real(p, mode, **kw)
+    monkeypatch.setattr(os, "access", access)
+    other = tmp_path / "in" / "o.jsonl"
+    other.parent.mkdir()
+    append_row(other, _row(9, run_id="r9"))
+    for argv in (["rm", str(path), "--backend", "a"], ["merge", str(path), str(other)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and f"{argv[0]}{' OUT' if argv[0] == 'merge' else ''} {path}: cannot write there (" \
+            in err, err
+        assert path.read_bytes() == before and path.stat().st_mode & 0o777 == 0o444

@@ -30,7 +30,7 @@ from treebench.harness.cli.common import comma_list
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.inflight import interrupts_noted
 from treebench.harness.store.env import read_envs
-from treebench.harness.store.outputs import will_write, write_whole
+from treebench.harness.store.outputs import refuse_data_summary, refuse_foreign_junit, will_write, write_whole
 from treebench.harness.store.paths import check_output_path, refuse_input_path
 from treebench.harness.store.rows import paused_gc
 from treebench.harness.store.validate import read_checked_rows
@@ -128,19 +128,20 @@ def _load(paths: Sequence[str], flag: str) -> tuple[list[dict], dict[str, dict]]
     Raises:
         ConfigError: a path is missing, or it holds no rows.
     """
-    return _only(read_checked_rows(paths, f"gate {flag}"), None, paths, flag), read_envs(paths)
+    rows = read_checked_rows(paths, f"gate {flag}")
+    refuse_no_rows(rows, paths, flag, GATE)
+    return rows, read_envs(paths)
 
 
-def _only(rows: list[dict], backends: set[str] | None, paths: Sequence[str], flag: str) -> list[dict]:
-    """`rows` of `backends` (all when None).
-
-    Raises:
-        ConfigError: none remain.
-    """
-    if backends is not None:
-        rows = [r for r in rows if r["backend"] in backends]
-    refuse_no_rows(rows, paths, flag, GATE, backends)
-    return rows
+def _only(rows: list[dict], backends: set[str], paths: Sequence[str], flag: str) -> list[dict]:
+    """`rows` of `backends`. A side left with none is no bad input (`--backends` names backends with
+    rows on either side): its pairs are new or missing on the other side, none is compared and the
+    gate fails; one warning names that side and the backends it does hold. Raises nothing."""
+    kept = [r for r in rows if r["backend"] in backends]
+    if not kept:
+        log.warning("gate %s %s holds no rows of backends %s (it has: %s): no pair of them can be compared",
+                    flag, " ".join(paths), ", ".join(sorted(backends)), ", ".join(sorted({r["backend"] for r in rows})))
+    return kept
 
 
 def run(args: argparse.Namespace) -> int:
@@ -170,8 +171,9 @@ def _compare(args: argparse.Namespace) -> tuple[GateResult, str]:
     Raises:
         ConfigError: bad flags (a --backends naming nothing, or a backend in neither side's
             rows), unreadable results, a results file on both sides, a --summary or --junit that
-            cannot be written, or, without --allow-env-mismatch, an env file missing beside its rows
-            or env fingerprints that differ.
+            cannot be written, a --junit file the gate did not write, a --summary that is a data
+            file (`outputs.refuse_data_summary`), or, without --allow-env-mismatch, an env file
+            missing beside its rows or env fingerprints that differ.
     """
     from treebench.harness.analyze.gate import GateConfig, compare_runs   # numpy: not for --help
     from treebench.harness.analyze.gate_render import markdown
@@ -184,6 +186,10 @@ def _compare(args: argparse.Namespace) -> tuple[GateResult, str]:
         if path is not None:                # '' too: check_output_path refuses it
             check_output_path(path, flag)
             refuse_input_path(path, flag, [*args.baseline, *args.candidate])
+    if args.junit:                          # overwritten: only JUnit XML the gate wrote
+        refuse_foreign_junit(args.junit, "gate --junit")
+    if args.summary:                        # appended to: never a results file, suite, report, ...
+        refuse_data_summary(args.summary, "gate --summary")
     if args.summary and args.junit and Path(args.summary).resolve() == Path(args.junit).resolve():
         raise ConfigError(f"gate --summary and --junit are the same file {args.junit}; give two paths")
     if args.summary:                        # for the line after an interrupt

@@ -12,7 +12,7 @@ from treebench.harness.errors import ConfigError
 from treebench.harness.store.env import ENV_FILE_RE, env_beside, read_envs
 from treebench.harness.store.paths import check_writable, check_writable_made, remove_empty_folders
 from treebench.harness.store.rows import append_rows, read_rows, row_key, timing_key
-from treebench.harness.store.validate import row_time, validated_rows
+from treebench.harness.store.validate import drop_repeated_rows, row_time, validated_rows
 
 
 def merge_row_inputs(inputs: Sequence[Path]) -> list[Path]:
@@ -25,7 +25,8 @@ def merge_row_inputs(inputs: Sequence[Path]) -> list[Path]:
 def read_merge_inputs(inputs: Sequence[Path], require_rows: bool = True) -> list[dict]:
     """The rows of `inputs` (env files left out), read and checked as `treebench report` reads its
     inputs (`validated_rows`: torn lines skipped with a warning, every field the readers need
-    checked), so merge never writes a row that report or gate would refuse.
+    checked), so merge never writes a row that report or gate would refuse; a row read twice (a file
+    named twice, also by another spelling or a link) is kept once, with a warning (`drop_repeated_rows`).
 
     Args:
         require_rows: False takes inputs that hold only torn lines as holding no rows (a torchrun
@@ -36,7 +37,7 @@ def read_merge_inputs(inputs: Sequence[Path], require_rows: bool = True) -> list
             inputs holding only torn lines, a row of an unknown schema or with a bad field (names
             file, line, field).
     """
-    return validated_rows(merge_row_inputs(inputs), "merge", require_rows=require_rows)
+    return drop_repeated_rows(validated_rows(merge_row_inputs(inputs), "merge", require_rows=require_rows), "merge")
 
 
 def merge_results(out: Path, inputs: Sequence[Path], with_run: bool = False,

@@ -6,14 +6,22 @@ which is fsync'd and renamed over it (`os.replace`, atomic on POSIX), so an inte
 failure at any point leaves the file there as it was. A command notes each such file with
 `will_write` before its work begins; after Ctrl-C or SIGTERM, `outputs_note` compares each
 file with what was there when it was noted and says which were written and which were not.
+
+Before that, the gate refuses a file that is not its kind: `--junit` overwrites only JUnit XML
+that the gate wrote (`refuse_foreign_junit`, as `paths.refuse_non_html` does for a report), and
+`--summary` appends Markdown to a Markdown, text or suffixless file such as GitHub's
+$GITHUB_STEP_SUMMARY, never to a data file treebench reads or writes (`refuse_data_summary`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 from pathlib import Path
 from typing import NamedTuple
+
+from treebench.harness.errors import ConfigError
 
 
 class Output(NamedTuple):
@@ -97,3 +105,76 @@ def write_whole(path: str | Path, data: str | bytes) -> None:
         if isinstance(e, OSError):          # named by the path asked for, not by the temporary file
             raise OSError(e.errno, e.strerror, str(path)) from e
         raise
+
+
+JUNIT_MARK = b'<testsuite name="treebench.gate"'   # gate_render.junit_xml's root element, in its first 4 KiB
+DATA_SUFFIXES = {   # files treebench reads or writes whose kind Markdown appended to them would break
+    ".jsonl": "a results file", ".json": "an env fingerprint or other JSON file", ".toml": "a suite or acceptance file",
+    ".html": "a report", ".htm": "a report", ".xml": "an XML file such as the gate's JUnit",
+    ".py": "a Python file such as a backend", ".lock": "a results file's lock", ".torn": "a results file's torn rows"}
+
+
+def _head(path: Path, flag: str, line: bool = False) -> bytes:
+    """The first 4 KiB of the file at `path` (line=True: its first line that is not blank, up to
+    16 MiB, a result row's samples included), leading white space and byte order mark left out;
+    b"" for none there, or for what is no regular file (a device such as /dev/stderr, a pipe: never
+    read, it may wait for a writer; writing it says what fails).
+
+    Raises:
+        ConfigError: the file cannot be read.
+    """
+    if not path.is_file():
+        return b""
+    try:
+        with open(path, "rb") as f:
+            if not line:
+                return f.read(4096).lstrip()
+            first = f.readline(1 << 24).removeprefix(b"\xef\xbb\xbf")
+            while first and not first.strip():
+                first = f.readline(1 << 24)
+            return first.strip()
+    except OSError as e:
+        raise ConfigError(f"{flag} {path}: cannot read it ({e.strerror}); give another path") from None
+
+
+def refuse_foreign_junit(path: str | Path, flag: str) -> None:
+    """Refuses to overwrite an existing file that is not JUnit XML the gate wrote (`JUNIT_MARK`):
+    an empty file may be overwritten, any other is left as it is.
+
+    Raises:
+        ConfigError: `path` cannot be read, or holds anything else (a build file, another tool's XML).
+    """
+    p = Path(path)
+    head = _head(p, flag)
+    if head and JUNIT_MARK not in head:
+        raise ConfigError(f"{flag} {p}: exists and was not written by treebench (it is left as it is); give a "
+                          "new .xml path, or remove it first")
+
+
+def refuse_data_summary(path: str | Path, flag: str) -> None:
+    """Refuses to append Markdown to an existing, non-empty file that treebench reads or writes as
+    data: one whose suffix is in `DATA_SUFFIXES` (in any case), or whose first line is a JSON
+    object (a results file by another name). A missing or empty file, or a Markdown, text or
+    suffixless one, may be appended to.
+
+    Raises:
+        ConfigError: `path` is such a file, or cannot be read.
+    """
+    p = Path(path)
+    first = _head(p, flag, line=True)
+    if not first:
+        return
+    kind = DATA_SUFFIXES.get(p.suffix.lower())
+    if kind is None and _is_json_object(first):
+        kind = "a results file (its first line is a JSON row)"
+    if kind is not None:
+        raise ConfigError(f"{flag} {p}: exists and is {kind}; the Markdown summary is appended only to a Markdown, "
+                          "text or suffixless file such as $GITHUB_STEP_SUMMARY: give another path")
+
+
+def _is_json_object(line: bytes) -> bool:
+    """True when `line` is a JSON object (a result row, say). Raises nothing."""
+    try:
+        return isinstance(json.loads(line), dict)
+    except (ValueError, RecursionError):   # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return False

@@ -15,8 +15,10 @@ file in the same folder, which is fsync'd and then renamed over the original
 as it was. A line that is not a JSON row (one torn by a killed writer) matches
 nothing and is kept as it is, with a warning naming file and line (as report,
 merge and --resume give). Env fingerprint files beside the results are left
-alone: other files may name the same env. Do not remove rows from a file
-that a run is still appending to: rows appended during the rewrite are lost.
+alone: other files may name the same env. A file whose mode keeps it from being written is
+refused, as `run --resume` and `merge` refuse it, though its folder would let it be replaced.
+Do not remove rows from a file that a run is still appending to: rows appended during the
+rewrite are lost.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pathlib import Path
 
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.outputs import write_whole
-from treebench.harness.store.paths import check_results_file
+from treebench.harness.store.paths import check_results_file, write_problem
 from treebench.harness.store.rows import reading
 
 log = logging.getLogger(__name__)
@@ -55,8 +57,9 @@ def remove_rows(path: str | Path, *, run_ids: Iterable[str] = (), backends: Iter
         ConfigError: no value given at all; a file holding no row; a value that names no row of the file,
             or no row that the
             other kinds select; filters that no row matches together; `path` is missing, not a regular
-            file, not a .jsonl file, cannot be read, holds something other than result rows, or cannot be
-            rewritten (the file is then unchanged).
+            file, not a .jsonl file, cannot be read, holds something other than result rows, cannot be
+            written (a read-only file: its folder would let it be replaced, its mode says no), or cannot
+            be rewritten (the file is then unchanged).
     """
     path = Path(path)
     wanted = _wanted(run_ids, backends, env_ids)
@@ -67,6 +70,8 @@ def remove_rows(path: str | Path, *, run_ids: Iterable[str] = (), backends: Iter
     if not path.is_file() or path.suffix != ".jsonl":
         raise ConfigError(f"rm {path}: not a .jsonl results file; give one results file, not a folder")
     check_results_file(path, "rm", "fix or remove that line first", fields=False)   # rm may remove a bad row
+    if problem := write_problem(path):   # a read-only file: replacing it would get round its mode
+        raise ConfigError(f"rm {path}: cannot write there ({problem}); nothing removed: make it writable first")
     with reading(path, "rm"):   # check_results_file read it: an error now is the disk's (EIO)
         lines = path.read_bytes().splitlines(keepends=True)
     rows = [_row(line) for line in lines]
