@@ -961,14 +961,43 @@ def test_a_dry_run_refuses_a_folder_that_is_a_file_as_the_run_does(tiny, tmp_pat
 
 @pytest.mark.parametrize("dry", [[], ["--dry-run"]])
 def test_a_default_results_file_that_cannot_be_written_is_not_named_as_out(tiny, tmp_path, capsys, monkeypatch, dry):
-    """No --out given: the line calls the path the default results file and says to pass --out; it
-    names no --out the command line did not give."""
+    """No --out given: the line calls the path run's default --out and says to give --out or run from a
+    writable folder (the default is relative to the working folder)."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "results").write_text("keep\n")
     assert main(_run(tiny, *dry)) == 2
     line = _one_line_error(capsys)
-    assert "the default results file results/local/" in line and "pass --out to choose another" in line
-    assert "--out results" not in line
+    assert line.startswith("treebench: error: run's default --out results/local/"), line
+    assert line.endswith("; give --out or run from a writable folder"), line
+
+
+@pytest.mark.parametrize("dry", [[], ["--dry-run"]])
+@pytest.mark.parametrize("cause", ["a file", "no permission"])
+def test_a_default_report_that_cannot_be_written_is_named_as_the_default(tiny, tmp_path, capsys, monkeypatch, dry,
+                                                                         cause):
+    """No --report given: the line calls the path run's default --report, not a --report the user gave, and says
+    to give --report or run from a writable folder; nothing is written."""
+    import treebench.harness.store.paths as paths
+
+    monkeypatch.chdir(tmp_path)
+    if cause == "a file":
+        (tmp_path / "reports").write_text("keep\n")
+    else:
+        real_mkdir, real_access = Path.mkdir, os.access
+
+        def refused(path, *a, **k):
+            if Path(path).absolute().is_relative_to(tmp_path / "reports") or Path(path) == Path("reports"):
+                raise PermissionError(13, "Permission denied")
+            return real_mkdir(path, *a, **k)
+        monkeypatch.setattr(Path, "mkdir", refused)
+        monkeypatch.setattr(paths.os, "access", lambda p, m: Path(p).absolute() != tmp_path and real_access(p, m))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(_run(tiny, "--out", str(tmp_path / "r.jsonl"), *dry)) == 2
+    line = _one_line_error(capsys)
+    assert line.startswith("treebench: error: run's default --report reports/local/tiny-"), line
+    assert ("cannot write there" if dry else "cannot create its folder") in line
+    assert line.endswith("; give --report or run from a writable folder"), line
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
 @pytest.mark.parametrize("code, says", [("EACCES", "its folder {} is not writable (Permission denied)"),

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -446,3 +447,105 @@ def test_a_bad_shard_creates_no_output(command, text, tmp_path, monkeypatch, cap
     assert main(argv) == 2
     assert not (tmp_path / "sub").exists() and not (tmp_path / "reports").exists()
     assert "--shard" in capsys.readouterr().err
+
+
+# ---- RANK and WORLD_SIZE where no torchrun launched the command ------------------------------
+
+
+def test_run_without_out_under_ranks_that_share_no_run_id_is_refused(tmp_path, monkeypatch, capsys):
+    """Each rank would name a default file after a run id of its own, and rank 0 would wait for rank files
+    that never come: refused in one line, as `check` without --out is, nothing written. A run id every rank
+    shares names one default file: that run goes on."""
+    from tests.cli_errors import one_line_error
+    from tests.tiny_suites import tiny_suite
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny.toml").write_text(tiny_suite())
+    _as_rank(monkeypatch, 0, 2)
+    monkeypatch.delenv(shard.RUN_ID_ENV)
+    argv = ["run", "--suite", "tiny.toml", "--backends", "reference", "--quiet"]
+    assert main(argv) == 2
+    assert one_line_error(capsys) == (
+        "treebench: error: under torchrun (RANK=0, WORLD_SIZE=2) give --out: ranks write <out>.rank<i>-of-<n>.jsonl "
+        "and rank 0 merges them (the default file is named after a run id, and no $TREEBENCH_RUN_ID or torchrun's "
+        "run id gives one to every rank); where no torchrun launched this command, unset RANK and WORLD_SIZE")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.toml"]
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job3")
+    assert main([*argv, "--dry-run"]) == 0
+
+
+def _rank_0_alone(tmp_path: Path, *extra: str) -> subprocess.Popen:
+    """`treebench run --out e10.jsonl` under RANK=0 and WORLD_SIZE=2 with no other rank, stderr piped."""
+    from tests.tiny_suites import tiny_suite
+
+    (tmp_path / "tiny.toml").write_text(tiny_suite())
+    environ = {k: v for k, v in os.environ.items() if k not in (*TORCHRUN_VARS, "COLUMNS", "LINES")}
+    environ |= {"PYTHONPATH": str(ROOT), "RANK": "0", "WORLD_SIZE": "2"}
+    proc = subprocess.Popen([sys.executable, "-m", "treebench", "run", "--suite", "tiny.toml", "--backends",
+                             "reference", "--out", "e10.jsonl", *extra], cwd=tmp_path, env=environ,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    killer = threading.Timer(240, proc.kill)   # a rank 0 that waits without a word fails the test, not the suite
+    killer.daemon = True
+    killer.start()
+    return proc
+
+
+def _until_waiting(proc: subprocess.Popen) -> str:
+    """What `proc` says on stderr up to its line that it waits for the other ranks (all of it, where none comes)."""
+    assert proc.stderr is not None
+    said = []
+    for line in proc.stderr:
+        said.append(line)
+        if "waiting for" in line:
+            break
+    return "".join(said)
+
+
+def test_rank_0_says_what_it_waits_for_and_a_stop_names_the_rank_file(tmp_path):
+    """A RANK and WORLD_SIZE left in a shell make a plain run rank 0 of a launch that never started: it
+    says once whom it waits for, how long and how to stop; stopped, its line names the rank file that
+    holds the rows, and the `treebench rm` and `--resume` it gives work on it."""
+    import signal
+
+    proc = _rank_0_alone(tmp_path)
+    said = _until_waiting(proc)
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.stderr.read() if proc.stderr else ""
+    assert proc.wait(timeout=60) == 143, said + rest
+    waiting = " ".join((said + rest).split())
+    assert ("rank 0 of 2: waiting for rank 1 to finish (its done marker e10.rank1-of-2.done) to merge their rows "
+            "into e10.jsonl, for up to 24 h 0 min (--merge-timeout); this rank's rows are in e10.rank0-of-2.jsonl. "
+            "No other rank running (RANK and WORLD_SIZE set where no torchrun launched this command)? Stop it "
+            "(Ctrl-C), unset RANK and WORLD_SIZE, and run it again with --resume") in waiting, waiting
+    (stopped,) = [line for line in rest.splitlines() if line.startswith("treebench: terminated")]
+    (row,) = read_rows([tmp_path / "e10.rank0-of-2.jsonl"])
+    run_id = row["run_id"]
+    assert stopped == (f"treebench: terminated (SIGTERM); rows already written are kept in e10.rank0-of-2.jsonl "
+                       f"(--out e10.jsonl's rank file, not merged yet), run_id {run_id}; to finish, run the same "
+                       "command with --out e10.jsonl --resume (it merges e10.rank0-of-2.jsonl into e10.jsonl; unset "
+                       "RANK and WORLD_SIZE first where no torchrun launched this command), or remove them with "
+                       f"treebench rm e10.rank0-of-2.jsonl --run-id {run_id}")
+    environ = {k: v for k, v in os.environ.items() if k not in TORCHRUN_VARS} | {"PYTHONPATH": str(ROOT)}
+    resumed = subprocess.run([sys.executable, "-m", "treebench", "run", "--suite", "tiny.toml", "--backends",
+                              "reference", "--out", "e10.jsonl", "--resume"], cwd=tmp_path, env=environ,
+                             capture_output=True, text=True, timeout=300, check=False)
+    assert resumed.returncode == 0 and "nothing to resume" not in resumed.stderr, resumed.stderr
+    assert read_rows([tmp_path / "e10.jsonl"]) == [row] and not shard.rank_files(tmp_path / "e10.jsonl")
+
+
+def test_the_rm_a_stopped_rank_names_removes_its_rows(tmp_path):
+    """The `treebench rm RANKFILE --run-id ID` of the line after a stop works as given."""
+    import shlex
+    import signal
+
+    proc = _rank_0_alone(tmp_path, "--merge-timeout", "600")
+    _until_waiting(proc)
+    proc.send_signal(signal.SIGINT)
+    rest = proc.stderr.read() if proc.stderr else ""
+    assert proc.wait(timeout=60) == 130, rest
+    rm = shlex.split(" ".join(rest.split()).split("or remove them with ")[1])
+    environ = {k: v for k, v in os.environ.items() if k not in TORCHRUN_VARS} | {"PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "treebench", *rm[1:]], cwd=tmp_path, env=environ,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert read_rows([tmp_path / "e10.rank0-of-2.jsonl"]) == []

@@ -313,9 +313,10 @@ def _interrupted(terminated: bool, name: str | None) -> int:
     from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_IDS, NOTHING_WRITTEN
     from treebench.harness.run.inflight import kept_rows, pairs_done, report_note, unwritten_note
     from treebench.harness.store.outputs import outputs_note
+    from treebench.harness.sweep.shard import rows_file
 
     out, run_ids, removed = ACTIVE_OUT[0], ACTIVE_RUN_IDS[0], _drop_unwritten_out()
-    where = "" if out is None else kept_rows(out, run_ids, "to finish, run")
+    where = "" if out is None else kept_rows(out, run_ids, "to finish, run", rows_file(out))
     what = "terminated (SIGTERM)" if terminated else "interrupted"
     if removed:
         line = f"{what} {_removed(out or removed)}"
@@ -365,6 +366,7 @@ def _not_written(e: OSError, what: str | None = None) -> int:
     from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_IDS
     from treebench.harness.run.inflight import PROGRESS, kept_rows  # PROGRESS: (rows written, pairs) of the run
     from treebench.harness.store.outputs import ENV_NOTE
+    from treebench.harness.sweep.shard import rows_file
 
     out, removed, what = ACTIVE_OUT[0], _drop_unwritten_out(), what or e.filename or ACTIVE_OUT[0] or "a file"
     what = out if out is not None and what == str(out.absolute()) else what   # --out named as given
@@ -374,7 +376,7 @@ def _not_written(e: OSError, what: str | None = None) -> int:
              f"; stopped before this run's first row: {out} is left as it was{ENV_NOTE[0]}; {then} the same command "
              "again"
              if PROGRESS[0] is not None and PROGRESS[0][0] == 0 else
-             "; rows already written are kept" + kept_rows(out, ACTIVE_RUN_IDS[0], then))
+             "; rows already written are kept" + kept_rows(out, ACTIVE_RUN_IDS[0], then, rows_file(out)))
     with contextlib.suppress(OSError):
         sys.stderr.write(f"{PROG}: error: could not write {what}: {e.strerror or e}{where}\n")
     return BAD_INPUT

@@ -185,7 +185,9 @@ def _report_path(path: str | None, suite: str, out: str | Path | None = None, st
                         default, run_id, p)
     if out is not None and os.path.realpath(p) == os.path.realpath(out):   # realpath: a link loop raises nothing
         raise ConfigError(f"--report {p}: is the --out results file; give a separate .html path")
-    return check_html_writable(p, "--report", f"reports/local/{suite}.html", probe=probe)
+    flag, fix = ("--report", "give a writable .html path") if path else (   # a default path: the user gave none
+        "run's default --report", "give --report or run from a writable folder")
+    return check_html_writable(p, flag, f"reports/local/{suite}.html", probe=probe, fix=fix)
 
 
 def _write_report(rows: list[dict], out: Path, report: Path, title: str, shown: Path | None = None) -> bool:
@@ -225,6 +227,19 @@ def _check_gpus(n: int) -> None:
                           "torch build); drop --gpus to run on the CPU")
     if n > found:
         raise ConfigError(f"--gpus {n}: torch sees {found} CUDA GPU(s); ask for at most {found}")
+
+
+def _check_ranks_share_out(rank, out: str | None) -> None:
+    """Raises ConfigError for a run without --out under torchrun's RANK and WORLD_SIZE (2 ranks or more) with no run id
+    that the ranks share (`shard.shared_run_id`): each would name a default results file of its own, and rank 0 would
+    wait for rank files that never come; the environment of a shell inside a torchrun or PyTorchJob pod, too."""
+    from treebench.harness.sweep.shard import shared_run_id
+
+    if rank is not None and rank.world > 1 and out is None and shared_run_id() is None:
+        raise ConfigError(f"under torchrun (RANK={rank.rank}, WORLD_SIZE={rank.world}) give --out: ranks write "
+                          "<out>.rank<i>-of-<n>.jsonl and rank 0 merges them (the default file is named after a run "
+                          "id, and no $TREEBENCH_RUN_ID or torchrun's run id gives one to every rank); where no "
+                          "torchrun launched this command, unset RANK and WORLD_SIZE")
 
 
 def run_stamp() -> str:
@@ -287,6 +302,7 @@ def run(args) -> int:
     nonempty(args.report, "--report")
     nonempty(args.shard, "--shard")
     rank = torchrun_rank()   # a run ends with its report, under torchrun rank 0's: that rank's progress says so
+    _check_ranks_share_out(rank, args.out)
     opts = sweep_options(args, "run", report=rank is None or rank.primary)
     suite = load_suite(args.suite)
     backends = load_backends(None if args.backends is None else comma_list(args.backends, option), option,

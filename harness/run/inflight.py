@@ -1,14 +1,13 @@
-"""The pair in flight, named where a crash can still say it, and the step it is in (`enter_step`); how far
-the sweep got (`PROGRESS`), whether its results file holds a row of it yet (`UNWRITTEN`) and, once its
-last row is written, whether the run's report is (`REPORT_DUE`), for the line after an
-interrupt; Ctrl-C held while the CLI starts (`interrupts_held`), and noted while a report is
-written or the gate runs (`interrupts_noted`); a signal handler set where one can be (`install_handler`).
+"""The pair in flight, named where a crash can still say it, and the step it is in (`enter_step`); how far the sweep
+got (`PROGRESS`), whether its results file holds a row of it yet (`UNWRITTEN`) and, once its last row is written,
+whether the run's report is (`REPORT_DUE`), for the line after an interrupt; Ctrl-C held while the CLI starts
+(`interrupts_held`), and noted while a report is written or the gate runs (`interrupts_noted`); a signal handler set
+where one can be (`install_handler`).
 
-A backend that segfaults (or aborts, or dies of any fatal signal) outside
-``--isolate`` takes the whole process with it: no Python code runs after the
-signal, so no handler can print which backend on which case died. What does run
-is `faulthandler` (enabled by the CLI), which writes the Python stack to stderr
-from C (after a plain line naming --isolate and --resume: treebench.harness.sweep.crash), one line per frame::
+A backend that segfaults (or aborts, or dies of any fatal signal) outside ``--isolate`` takes the whole process
+with it: no Python code runs after the signal, so no handler can print which backend on which case died. What
+does run is `faulthandler` (enabled by the CLI), which writes the Python stack to stderr from C (after a plain
+line naming --isolate and --resume: treebench.harness.sweep.crash), one line per frame::
 
     Fatal Python error: Segmentation fault
 
@@ -19,28 +18,25 @@ from C (after a plain line naming --isolate and --resume: treebench.harness.swee
         B2-L37-full:2:2-same-bfloat16-...: rerun with --isolate to make a crash an error row and go on
       File ".../harness/run/runner.py", line 150 in run_cases
 
-`call_in_flight` makes that happen: it runs each pair through a copy of a
-one-line function whose code object is renamed to that sentence, so the frame
-name faulthandler prints is the pair itself. Renaming a code object costs
-microseconds, nothing is written per pair, and the line is there whatever
-stderr is (a terminal, a CI log, a file).
+`call_in_flight` makes that happen: it runs each pair through a copy of a one-line function whose code object is
+renamed to that sentence, so the frame name faulthandler prints is the pair itself. Renaming a code object costs
+microseconds, nothing is written per pair, and the line is there whatever stderr is (a terminal, a CI log, a
+file).
 
-Start-up imports torch, whose C++ start-up imports numpy and drops an exception raised
-there: a KeyboardInterrupt inside it was lost (the run went on), or left numpy
-half-imported (error rows, an ImportError later). So the console entry holds SIGINT from
-its first line (`hold_interrupts`): a Ctrl-C is only recorded, and `interrupts_held` raises
-it as a KeyboardInterrupt once the imports are done, where the CLI says it stopped while
-starting.
+Start-up imports torch, whose C++ start-up imports numpy and drops an exception raised there: a
+KeyboardInterrupt inside it was lost (the run went on), or left numpy half-imported (error rows, an ImportError
+later). So the console entry holds SIGINT from its first line (`hold_interrupts`): a Ctrl-C is only recorded,
+and `interrupts_held` raises it as a KeyboardInterrupt once the imports are done, where the CLI says it stopped
+while starting.
 
-A run's report loads pandas and matplotlib (the gate numpy and scipy), whose start-up drops an
-exception raised there alike: a Ctrl-C then becomes an ImportError ("initialization failed"),
-or is lost, and one raised in a weakref callback or a `__del__` while the page is made is only
-printed ("Exception ignored in ..."). So a run's report, `treebench report` and `treebench gate`
-do that work inside `interrupts_noted`: a Ctrl-C raises KeyboardInterrupt as ever, stopping the
-work at once, and is also noted, and the block's end raises it again wherever it was lost or
-turned into another exception. SIGTERM alike: the CLI's handler raises its stop and records it in
-`STOP_REQUESTED`, which the runner raises after the pair in flight, `interrupts_noted` at its block's
-end and the CLI once the command ends (`stops_raised`), wherever the first raise was lost.
+A run's report loads pandas and matplotlib (the gate numpy and scipy), whose start-up drops an exception raised
+there alike: a Ctrl-C then becomes an ImportError ("initialization failed"), or is lost, and one raised in a
+weakref callback or a `__del__` while the page is made is only printed ("Exception ignored in ..."). So a run's
+report, `treebench report` and `treebench gate` do that work inside `interrupts_noted`: a Ctrl-C raises
+KeyboardInterrupt as ever, stopping the work at once, and is also noted, and the block's end raises it again
+wherever it was lost or turned into another exception. SIGTERM alike: the CLI's handler raises its stop and
+records it in `STOP_REQUESTED`, which the runner raises after the pair in flight, `interrupts_noted` at its
+block's end and the CLI once the command ends (`stops_raised`), wherever the first raise was lost.
 
 A backend may raise KeyboardInterrupt itself (a library's misuse of it). The runner wraps SIGINT's handler
 (`sigints_noted`) so that `signal_stop` tells a Ctrl-C's from that one, which is the pair's error row;
@@ -105,8 +101,7 @@ def _call(fn, *args):
 
 
 def call_in_flight(backend: str, case_id: str, fn: Callable[..., R], *args) -> R:
-    """`fn(*args)`, called from a frame named `crash_label(backend, case_id)`: what `fn` returns; its
-    exceptions propagate unchanged."""
+    """`fn(*args)` (its result; its exceptions unchanged), called from a frame named `crash_label(backend, case_id)`."""
     label = crash_label(backend, case_id)
     code = _call.__code__.replace(co_name=label, co_qualname=label)
     return types.FunctionType(code, _call.__globals__)(fn, *args)
@@ -122,8 +117,8 @@ def enter_step(row: dict, step: str) -> None:
 
 
 def mark_unwritten(path: str | Path | None) -> None:
-    """Records the results file `path` (None: a default path not made yet) and its size now in
-    UNWRITTEN: as it was before the run or check in progress wrote to it."""
+    """Records the results file `path` (None: a default path not made yet) and its size now in UNWRITTEN: as it was
+    before the run or check in progress wrote to it."""
     UNWRITTEN[0], ENV_NOTE[0] = (None if path is None else Path(path), _size(path)), ""
 
 
@@ -159,14 +154,19 @@ def pairs_done() -> str:
     return "" if (done := PROGRESS[0]) is None else f" after {done[0]} of {plural(done[1], 'pair')}"
 
 
-def kept_rows(out: Path, run_ids: tuple[str, ...], then: str) -> str:
-    """Where the rows written so far are kept and how to finish or remove them: " in OUT, run_id A, B; THEN the same
-    command with --out OUT --resume, or remove them with treebench rm OUT --run-id A B" (no run id: no such clause)."""
-    resume = f"{then} the same command with --out {shlex.quote(str(out))} --resume"
+def kept_rows(out: Path, run_ids: tuple[str, ...], then: str, held: Path | None = None) -> str:
+    """Where the rows written so far are kept and how to finish or remove them: " in HELD, run_id A, B; THEN the same
+    command with --out OUT --resume, or remove them with treebench rm HELD --run-id A B" (no run id: no such clause);
+    `held`, default `out`, is the file the rows are in: a torchrun rank's file not merged into `out` yet."""
+    rank_file = held not in (None, out)
+    resume = f"{then} the same command with --out {shlex.quote(str(out))} --resume" + (
+        f" (it merges {held} into {out}; unset RANK and WORLD_SIZE first where no torchrun launched this command)"
+        if rank_file else "")
+    where = f"{held} (--out {out}'s rank file, not merged yet)" if rank_file else out
     if not run_ids:
-        return f" in {out}; {resume}"
-    return (f" in {out}, run_id {', '.join(run_ids)}; {resume}, or remove them with treebench rm "
-            f"{shlex.quote(str(out))} --run-id {' '.join(run_ids)}")
+        return f" in {where}; {resume}"
+    return (f" in {where}, run_id {', '.join(run_ids)}; {resume}, or remove them with treebench rm "
+            f"{shlex.quote(str(held or out))} --run-id {' '.join(run_ids)}")
 
 
 def report_due(out: str | Path, report: str | Path, resume_flags: str = "", shown: str | Path | None = None) -> None:

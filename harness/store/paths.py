@@ -30,7 +30,7 @@ from treebench.harness.store.torn import is_torn_row
 from treebench.harness.store.validate import row_problem
 
 HTML_SUFFIXES = (".html", ".htm")   # what a report path may end in: lower case, as a results file's .jsonl
-DEFAULT_OUT = "the default results file"   # how errors name a results path that no --out gave
+DEFAULT_OUT = "run's default --out"   # how errors name a results path that no --out gave
 
 
 def folder_problem(path: Path) -> str:
@@ -109,8 +109,8 @@ def check_writable_made(path: str | Path, create: bool = True, what: str = "--ou
 
 def _writable_advice(what: str) -> str:
     """What to do about a results path that cannot be written: give another, through --out where
-    the path was the default (`DEFAULT_OUT`). Raises nothing."""
-    return "pass --out to choose another" if what == DEFAULT_OUT else "give a writable file path"
+    the path was the default (`DEFAULT_OUT`, relative to the working folder). Raises nothing."""
+    return "give --out or run from a writable folder" if what == DEFAULT_OUT else "give a writable file path"
 
 
 def _create_results(path: Path, what: str) -> None:
@@ -218,7 +218,8 @@ def lower_case(path: Path, suffixes: Sequence[str]) -> str:
     return f" (in lower case: {path.with_suffix(low).name})" if low in suffixes and path.suffix != low else ""
 
 
-def check_html_writable(path: str | Path, flag: str, example: str, probe: bool = True) -> Path:
+def check_html_writable(path: str | Path, flag: str, example: str, probe: bool = True,
+                        fix: str = "give a writable .html path") -> Path:
     """`check_html_path`, then (probe=True) proves with a real write that the report can be written
     there, leaving nothing behind: folders it lacks are made for the probe and removed again (the
     report's writer makes them), so a run stopped before its report leaves no empty folder.
@@ -227,6 +228,7 @@ def check_html_writable(path: str | Path, flag: str, example: str, probe: bool =
         flag: how the message names the path (the option it came from).
         example: a path the message suggests, e.g. "reports/local/smoke.html".
         probe: False checks only what can be checked without writing (a dry run).
+        fix: what the message says to do about a path that cannot be written.
 
     Raises:
         ConfigError: everything `check_html_path` refuses, a folder that cannot be made, or a
@@ -235,15 +237,15 @@ def check_html_writable(path: str | Path, flag: str, example: str, probe: bool =
     p = check_html_path(path, flag, example)
     if not probe:
         if problem := write_problem(p):
-            raise ConfigError(f"{flag} {p}: cannot write there ({problem}); give a writable .html path")
+            raise ConfigError(f"{flag} {p}: cannot write there ({problem}); {fix}")
         return p
     made = missing_folders(p)
     try:
         try:
             p.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise ConfigError(f"{flag} {p}: cannot create its folder ({folder_problem(p) or e.strerror})") from None
-        _probe_html(p, flag)
+            raise ConfigError(f"{flag} {p}: cannot create its folder ({folder_problem(p) or e.strerror}); {fix}") from None
+        _probe_html(p, flag, fix)
     finally:
         remove_empty_folders(made)
     return p
@@ -264,15 +266,15 @@ def remove_empty_folders(folders: Sequence[Path]) -> None:
             d.rmdir()
 
 
-def _probe_html(p: Path, flag: str) -> None:
+def _probe_html(p: Path, flag: str, fix: str) -> None:
     """Proves that `p`, in an existing folder, can be written: permissions, then a real write
-    (os.access says yes to root on read-only file systems such as /sys).
+    (os.access says yes to root on read-only file systems such as /sys); a refusal ends with `fix`.
 
     Raises:
         ConfigError: `p` or its folder cannot be written.
     """
     if not os.access(p.parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise ConfigError(f"{flag} {p}: cannot write there (permission denied); give a writable .html path")
+        raise ConfigError(f"{flag} {p}: cannot write there (permission denied); {fix}")
     try:
         if p.exists():
             with open(p, "ab"):
@@ -281,7 +283,7 @@ def _probe_html(p: Path, flag: str) -> None:
             with tempfile.NamedTemporaryFile(dir=p.parent, prefix=".treebench-probe-", suffix=".html"):
                 pass
     except OSError as e:
-        raise ConfigError(f"{flag} {p}: cannot write there ({e.strerror}); give a writable .html path") from None
+        raise ConfigError(f"{flag} {p}: cannot write there ({e.strerror}); {fix}") from None
 
 
 # How a report's first 4 KiB show that treebench wrote it: the generator meta tag of

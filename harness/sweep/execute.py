@@ -20,8 +20,8 @@ from rich.console import Console
 
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.costs import estimate, interpreted_triton
-from treebench.harness.run.progress import plural
-from treebench.harness.run.config import RunConfig
+from treebench.harness.run.progress import format_duration, plural
+from treebench.harness.run.config import RunConfig, wait_s
 from treebench.harness.run.runner import default_device, plan_pairs, row_satisfies, run_cases
 from treebench.harness.store.rows import new_run_id
 from treebench.harness.timing.bandwidth import measure_matrix_rate, measure_peak_bandwidth
@@ -29,6 +29,7 @@ from treebench.harness.sweep.shard import (
     Rank,
     Shard,
     clear_done,
+    done_path,
     mark_done,
     merge_ranks,
     rank_device,
@@ -192,7 +193,7 @@ def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Co
     """`execute` once this process holds the locks of the files it writes."""
     if opts.resume and opts.out is not None:   # before any write: a file of another suite's rows is refused
         check_same_suite(opts.out, opts.run.suite, {c.case_id for c in cases}, warn=rank is None or rank.primary,
-                         shown=opts.named)
+                         shown=opts.named, leftovers=[] if rank else rank_files(opts.out))   # merged in first
     device = rank_device(rank) if rank else str(default_device())
     mine = select_cases(cases, opts.shard, rank)
     env = env_fingerprint(device, measure_peak_bandwidth(device), peak_matmul_tflops=measure_matrix_rate(device))
@@ -343,6 +344,7 @@ def _finish_rank(opts: SweepOptions, rank: Rank, run_id: str, result: SweepResul
         log.info("rank %d of %d: %d rows in %s", rank.rank, rank.world, len(result.rows), result.store_path)
         return
     shared = shared_run_id()
+    _say_waiting(opts, rank, wait_for_ranks(opts.out, rank.world, shared, 0.0))
     missing = wait_for_ranks(opts.out, rank.world, shared, opts.merge_timeout_s)
     if missing:
         result.missing_ranks = missing
@@ -354,3 +356,22 @@ def _finish_rank(opts: SweepOptions, rank: Rank, run_id: str, result: SweepResul
     result.store_path = opts.out
     log.info("merged %d rows from %d ranks into %s", len(result.rows), rank.world, opts.named)
 
+
+def _say_waiting(opts: SweepOptions, rank: Rank, missing: list[int]) -> None:
+    """Rank 0's one line before it waits for the ranks `missing` (none: no line): their done markers,
+    --merge-timeout, where this rank's rows are, and how to stop where no other rank runs: RANK and
+    WORLD_SIZE left in a shell (inside a torchrun or PyTorchJob pod) make a plain command wait for
+    ranks that never start."""
+    if not missing:
+        return
+    shown = opts.named or opts.out
+    assert shown is not None  # _check_options: torchrun needs --out
+    markers = [str(done_path(shown, Rank(r, rank.world, r))) for r in missing]
+    limit, one = wait_s(opts.merge_timeout_s), len(missing) == 1
+    log.info("rank 0 of %d: waiting for %s %s to finish (%s %s) to merge their rows into %s, %s; this rank's "
+             "rows are in %s. No other rank running (RANK and WORLD_SIZE set where no torchrun launched this "
+             "command)? Stop it (Ctrl-C), unset RANK and WORLD_SIZE, and run it again with --resume", rank.world,
+             "rank" if one else "ranks", ", ".join(map(str, missing)),
+             "its done marker" if one else "their done markers", ", ".join(markers[:3] + ["…"] * (len(markers) > 3)),
+             shown, f"for up to {format_duration(limit)} (--merge-timeout)" if limit is not None else
+             "with no limit (--merge-timeout)", rank_path(shown, rank))

@@ -41,18 +41,19 @@ def called(suite: str) -> str:
 
 
 def check_same_suite(out: Path, suite: str | None, case_ids: Collection[str], warn: bool = True,
-                     shown: Path | None = None) -> None:
+                     shown: Path | None = None, leftovers: Collection[Path] = ()) -> None:
     """Refuses a `--resume` of suite `suite` (its cases' ids `case_ids`) into the results file `out`
-    when `out` holds rows and none is of that suite; nothing to check for no suite name (a sweep not
-    started from a suite). For no file or one without rows, a warning (where `warn`: one process of
-    a torchrun says it) that there is nothing to resume: the run starts anew (naming `shown`, `out` as
-    the user gave it, where given).
+    when `out` and `leftovers` (the rank files of a stopped torchrun launch, merged into it next) hold
+    rows and none is of that suite; nothing to check for no suite name (a sweep not started from a
+    suite). Where none of them holds a row, a warning (where `warn`: one process of a torchrun says it)
+    that there is nothing to resume: the run starts anew (naming `shown`, `out` as the user gave it,
+    where given).
 
     Raises:
         ConfigError: every row of `out` is of another suite (its name, where the rows record it), or
             `out` is not a results file (`read_rows`).
     """
-    rows = read_rows([out]) if out.is_file() else []
+    rows = read_rows([p for p in (out, *leftovers) if p.is_file()])
     if not rows and warn:
         log.warning("--resume: nothing to resume in %s (no rows there): starting a new run", shown or out)
     if suite is None or not rows or any(of_suite(r, suite, case_ids) for r in rows):

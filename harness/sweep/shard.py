@@ -172,6 +172,18 @@ def done_path(out: Path, rank: Rank) -> Path:
     return Path(f"{_stem(Path(out))}.rank{rank.rank}-of-{rank.world}.done")
 
 
+def rows_file(out: Path, environ: Mapping[str, str] = os.environ) -> Path:
+    """The file that holds this process's rows of the results file `out` now: under torchrun its rank file, while
+    there (rank 0 deletes it once merged into `out`); else `out`. Raises nothing (a malformed torchrun
+    environment, refused before any row: `out`)."""
+    try:
+        rank = torchrun_rank(environ)
+    except ConfigError:
+        return out
+    held = rank_path(out, rank) if rank is not None else out
+    return held if held.exists() else out
+
+
 def rank_files(out: Path) -> list[Path]:
     """Rank files of `out` left on disk (any world size), e.g. by a killed launch; sorted."""
     out = Path(out)
