@@ -22,11 +22,9 @@ costs beyond reading its bytes once). Prints a Markdown table and writes floor_p
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import math
-import os
 import sys
 from pathlib import Path
 
@@ -38,10 +36,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from treebench.harness.model.cases import Case
 from treebench.harness.model.paged import build_inputs
-from treebench.harness.run.loading import load_backend
 from treebench.harness.timing import timers
 from treebench.harness.timing.bandwidth import measure_peak_bandwidth
 from treebench.harness.timing.stats import summarize
+
+from flush_probe import start   # lab/ is this script's folder, first on sys.path
 
 log = logging.getLogger("floor_probe")
 CASES = (  # the seed cells of the targets: B 1 at L 2048 (latency), the B 16 decode tie, B 64 trees (roofline)
@@ -102,22 +101,9 @@ def median_us(fn) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
-    p.add_argument("--backends", default="triton_tree", help="comma-separated")
-    p.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for floor_probe.json (default $OUT)")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    if not torch.cuda.is_available():
-        print("floor_probe.py: no CUDA GPU: it times on one", file=sys.stderr)
+    if (started := start(__doc__, "floor_probe.py", "triton_tree", argv)) is None:
         return 2
-    backends = []
-    for name in args.backends.split(","):
-        try:
-            backends.append((name, load_backend(name)))
-        except Exception as e:  # noqa: BLE001 -- an unknown or broken backend: one line
-            print(f"floor_probe.py: --backends {name!r}: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
-                  file=sys.stderr)
-            return 2
+    args, backends = started
     peak = measure_peak_bandwidth("cuda")
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
     sink = torch.empty(1, dtype=torch.float32, device="cuda")

@@ -92,23 +92,33 @@ def kv_bytes(case: Case) -> int:
     return 2 * case.batch_size * case.context_len * case.num_kv_heads * case.head_dim * size
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
-    p.add_argument("--backends", default="triton_tree,flashinfer_xqa,vllm_triton", help="comma-separated")
-    p.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for flush_probe.json (default $OUT)")
+def start(doc: str, prog: str, default_backends: str, argv: list[str] | None):
+    """A probe's start: its --backends and --out parsed (usage errors exit 2), logging on, and the named
+    backends loaded; (args, [(name, backend)]), or None after one line on stderr (no CUDA GPU, or a
+    backend that does not load: the caller exits 2)."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0], allow_abbrev=False)
+    p.add_argument("--backends", default=default_backends, help="comma-separated")
+    p.add_argument("--out", default=os.environ.get("OUT", "."), help=f"folder for {prog[:-3]}.json (default $OUT)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if not torch.cuda.is_available():
-        print("flush_probe.py: no CUDA GPU: it times on one", file=sys.stderr)
-        return 2
+        print(f"{prog}: no CUDA GPU: it times on one", file=sys.stderr)
+        return None
     backends = []
     for name in args.backends.split(","):
         try:
             backends.append((name, load_backend(name)))
         except Exception as e:  # noqa: BLE001 -- an unknown or broken backend: one line
-            print(f"flush_probe.py: --backends {name!r}: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
+            print(f"{prog}: --backends {name!r}: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
                   file=sys.stderr)
-            return 2
+            return None
+    return args, backends
+
+
+def main(argv: list[str] | None = None) -> int:
+    if (started := start(__doc__, "flush_probe.py", "triton_tree,flashinfer_xqa,vllm_triton", argv)) is None:
+        return 2
+    args, backends = started
     peak = measure_peak_bandwidth("cuda")
     rows = []
     for name, backend in backends:
