@@ -58,7 +58,7 @@ AXIS_VALUES = {
     "page_size": "a positive integer (P), e.g. 16",
     "layout": f"one of {', '.join(LAYOUTS)}",
     "tree_per_request": "'same' or 'mixed'",
-    "seed": "an integer >= 0, e.g. 0 (as a random:N:SEED tree's SEED, of any size)",
+    "seed": "an integer, e.g. 0",
     "logit_scale": f"a number in (0, {MAX_LOGIT_SCALE:g}], e.g. 1.0",
     "values": f"one of {', '.join(VALUE_MODES)}",
     "kv_dtype": f"one of {', '.join(KV_DTYPES)} (leave kv_dtype out for the query dtype)",
@@ -85,7 +85,7 @@ class Case:
     page_size: int = 16            # P: tokens per KV page
     layout: str = "shuffled"       # physical page layout: contiguous | shuffled | interleaved
     tree_per_request: str = "same"  # "same": every request uses `tree`; "mixed": random trees per request
-    seed: int = 0                  # base seed, >= 0 as random:N:SEED's; with the case id it fixes every random draw
+    seed: int = 0                  # base seed; with the case id it fixes every random draw
     logit_scale: float = 1.0       # Q and K scaled by sqrt(this): scores q.k / sqrt(D) of std ~logit_scale
     values: str = "random"         # V: "random" N(0, 1), "position": +-(1 + h/Hkv) by the bits of the position,
                                    # "mean": position V with Q = K = 0 (each output row: the mean of the V rows it sees)
@@ -112,7 +112,7 @@ class Case:
             raise ConfigError(f"case field tree_per_request={self.tree_per_request!r}: use 'same' or 'mixed'")
         if self.values not in VALUE_MODES:
             raise ConfigError(f"case field values={self.values!r}: use one of {', '.join(VALUE_MODES)}")
-        if not _is_int(self.seed) or self.seed < 0:   # True is an int to Python: it would be a case of its own
+        if not _is_int(self.seed):   # True is an int to Python, and would be a case of its own
             raise _bad_field("seed", self.seed)
         self._check_logit_scale()
         self._check_sm_scale()
