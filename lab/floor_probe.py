@@ -81,9 +81,12 @@ def page_bytes(case: Case) -> int:
 
 
 def reader(k_pool: torch.Tensor, v_pool: torch.Tensor, nbytes: int, block: int, per_sm: int, num_sms: int):
-    """One launch that reads the first `nbytes` of each pool (as float32 words) with `per_sm` programs
-    per SM of `block` words a step from each (fewer programs where the span is small); returns (call,
-    out, grid, steps): after the call out[p] holds program p's sum."""
+    """One launch that reads the first `nbytes` (bytes) of each pool, K and V pools of shape (N, P, Hkv, D)
+    in any dtype of an even element count, read as float32 words, with `per_sm` programs per SM of
+    `block` words a step from each (fewer programs where the span is small); returns (call, out, grid,
+    steps): out is a (grid,) float32 tensor on the pools' device, and after the call out[p] holds
+    program p's sum. Raises nothing itself (a pool that cannot be viewed as float32 raises torch's
+    RuntimeError)."""
     words, v_words = k_pool.view(-1).view(torch.float32), v_pool.view(-1).view(torch.float32)
     n = min(nbytes // 4, words.numel(), v_words.numel())
     grid = max(1, min(per_sm * num_sms, triton.cdiv(n, block)))
