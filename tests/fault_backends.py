@@ -97,6 +97,15 @@ class Segfaults(Exact):
         time.sleep(60)
 
 
+class Aborts(Exact):
+    """The process aborts (SIGABRT: a C++ library's failed assertion calls abort())."""
+
+    name = "aborts"
+
+    def prepare(self, inputs):
+        os.abort()
+
+
 class SegfaultsInSupports(Exact):
     """The process dies of SIGSEGV before the pair enters a step: in supports()."""
 

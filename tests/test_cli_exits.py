@@ -19,6 +19,7 @@ from treebench.harness.store.rows import read_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 FAULTS = ROOT / "tests" / "fault_backends.py"
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_RUN_ID", "TREEBENCH_RUN_ID")
 
 TINY = """
 [suite]
@@ -40,15 +41,17 @@ GPU_ONLY = ("class GpuOnly:\n    name = 'gpu_only'\n    def availability(self): 
 
 
 def env() -> dict[str, str]:
-    """The environment of a CLI subprocess: this checkout importable, no terminal width hint."""
-    e = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    """The environment of a CLI subprocess: this checkout importable, no terminal width hint, outside torchrun."""
+    e = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", *TORCHRUN_VARS)}
     return {**e, "PYTHONPATH": str(ROOT)}
 
 
-def treebench(*argv: str, cwd: Path, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
-    """`python -m treebench ARGV` in `cwd`, output captured as text."""
-    return subprocess.run([sys.executable, "-m", "treebench", *map(str, argv)], cwd=cwd, env=env(),
-                          capture_output=True, text=True, timeout=timeout, check=False, **kw)
+def treebench(*argv: str, cwd: Path, timeout: float = 300, environ: dict[str, str] | None = None,
+              **kw) -> subprocess.CompletedProcess:
+    """`python -m treebench ARGV` in `cwd` (`environ` added to `env()`), output captured as text."""
+    return subprocess.run([sys.executable, "-m", "treebench", *map(str, argv)], cwd=cwd,
+                          env={**env(), **(environ or {})}, capture_output=True, text=True, timeout=timeout,
+                          check=False, **kw)
 
 
 @pytest.fixture
@@ -123,8 +126,9 @@ def test_a_segfault_without_isolate_names_the_backend_and_case_in_flight(tiny, t
 @pytest.mark.parametrize("before", [0, 1])
 def test_a_segfault_after_a_row_names_the_rows_kept_and_the_resume_that_finishes(tiny, tmp_path, before):
     """A crash outside --isolate once a row of the run is written (in a file empty, or holding another
-    run's row, before): the line names the rows kept, the run_id and the --resume that finishes the run.
-    In a file that held a row before, a crash before this run's first row says no row was written yet."""
+    run's row, before): the line names the rows kept, the run_id, the --resume that finishes the run and
+    the `treebench rm` that removes them. In a file that held a row before, a crash before this run's first
+    row says no row was written yet."""
     out = tmp_path / "rows.jsonl"
     argv = ["run", "--suite", tiny, "--out", out, "--report", tmp_path / "r.html", "--quiet"]
     if before:
@@ -138,12 +142,51 @@ def test_a_segfault_after_a_row_names_the_rows_kept_and_the_resume_that_finishes
     run_id = rows[-1]["run_id"]
     assert [r["run_id"] for r in rows].count(run_id) == 1 and done.stderr.splitlines()[0] == (
         f"{CRASHED}: rows already written are kept in {out}, run_id {run_id}; to finish, run the same command "
-        f"with --isolate --out {out} --resume"), done.stderr
+        f"with --isolate --out {out} --resume, or remove them with treebench rm {out} --run-id {run_id}"
+    ), done.stderr
     if not before:
         again = treebench(*argv, "--backends", f"{FAULTS}:Exact,{FAULTS}:Segfaults", "--isolate", "--resume",
                           cwd=tmp_path)
         assert again.returncode == 1, again.stderr
         assert [r["status"] for r in read_rows([out])] == ["pass", "error", "pass", "error"]
+
+
+RANK_1 = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}   # torchrun's second rank of two
+
+
+def test_a_crash_on_a_torchrun_rank_names_its_rank_file_and_hints_that_work_there(tiny, tmp_path):
+    """Under torchrun a rank appends its rows to its own file, not to --out: the line before an abort's stack
+    names that file, before the rank's first row as holding none yet (the rerun takes --resume: the other ranks
+    may have written rows), after it with the rows' run_id; the --resume it gives finishes the rank without
+    running a stored pair again, and the `treebench rm` it gives removes the crashed run's rows from that file."""
+    import shlex
+
+    argv = ["run", "--suite", tiny, "--out", "e.jsonl", "--report", "r.html", "--quiet"]
+    held = tmp_path / "e.rank1-of-2.jsonl"
+    first = treebench(*argv, "--backends", f"{FAULTS}:Aborts", cwd=tmp_path, environ=RANK_1)
+    assert first.returncode == -signal.SIGABRT, first.stderr
+    assert first.stderr.splitlines()[:2] == [
+        f"{CRASHED}: no row was written yet to e.rank1-of-2.jsonl (--out e.jsonl's rank file); run the same command "
+        "with --isolate --out e.jsonl --resume (it skips the pairs whose rows the other ranks wrote, and merges those "
+        "into e.jsonl; unset RANK and WORLD_SIZE first where no torchrun launched this command)",
+        "Fatal Python error: Aborted"], first.stderr
+    crashed = [*argv, "--backends", f"{FAULTS}:Exact,{FAULTS}:Aborts"]
+    done = treebench(*crashed, cwd=tmp_path, environ=RANK_1)
+    assert done.returncode == -signal.SIGABRT, done.stderr
+    (row,) = read_rows([held])
+    run_id, line = row["run_id"], done.stderr.splitlines()[0]
+    assert line == (f"{CRASHED}: rows already written are kept in e.rank1-of-2.jsonl (--out e.jsonl's rank file, not "
+                    f"merged yet), run_id {run_id}; to finish, run the same command with --isolate --out e.jsonl "
+                    "--resume (it merges e.rank1-of-2.jsonl into e.jsonl; unset RANK and WORLD_SIZE first where no "
+                    f"torchrun launched this command), or remove them with treebench rm e.rank1-of-2.jsonl --run-id "
+                    f"{run_id}"), done.stderr
+    again = treebench(*crashed, "--isolate", "--resume", cwd=tmp_path, environ=RANK_1)
+    assert again.returncode == 0, again.stderr
+    assert [(r["backend"], r["status"], r["run_id"] == run_id) for r in read_rows([held])] == [
+        ("exact", "pass", True), ("aborts", "error", False)]
+    rm = shlex.split(line.split("or remove them with ")[1])
+    assert rm[:2] == ["treebench", "rm"] and treebench(*rm[1:], cwd=tmp_path).returncode == 0
+    assert [r["backend"] for r in read_rows([held])] == ["aborts"]
 
 
 def _dead_pid() -> int:

@@ -843,7 +843,8 @@ def test_the_commands_a_line_suggests_quote_their_paths(tmp_path, monkeypatch, c
     assert kept_rows(out, ("ID",), "then run") == (" in my out.jsonl, run_id ID; then run the same command with "
                                                   "--out 'my out.jsonl' --resume, or remove them with treebench rm "
                                                   "'my out.jsonl' --run-id ID")
-    assert crash_line(out, "ID").endswith("--isolate --out 'my out.jsonl' --resume")
+    assert crash_line(out, "ID").endswith("--isolate --out 'my out.jsonl' --resume, or remove them with treebench rm "
+                                          "'my out.jsonl' --run-id ID")
     assert crash_line(out, "ID", written=False).endswith("--isolate --out 'my out.jsonl'")
 
 

@@ -140,6 +140,16 @@ def test_what_follows_the_last_pair_is_shown_on_a_terminal_until_it_ends(termina
     assert out.getvalue() == "" if quiet or not terminal else out.getvalue().endswith("\x1b[2K")
 
 
+@pytest.mark.parametrize("quiet", [False, True])
+def test_a_report_after_a_wait_gets_a_plain_line_of_its_own(quiet):
+    """Off a terminal, where the last progress line said a wait (torchrun rank 0's for the other ranks),
+    `after_pairs` says in one line that the report is being written, before the block runs; --quiet does not."""
+    out = io.StringIO()
+    with after_pairs(Console(file=out, force_terminal=False), quiet, said=False):
+        during = out.getvalue()
+    assert during == ("" if quiet else f"{REPORT_NEXT}\n") and out.getvalue() == during
+
+
 def done_of(lines: list[str]) -> list[int]:
     """'[5/32] ...' -> 5: the pairs done that each line reports."""
     return [int(re.match(r"\[(\d+)/\d+\] ", line).group(1)) for line in lines]
@@ -690,6 +700,9 @@ def test_the_runner_gives_the_progress_each_pairs_predicted_seconds(monkeypatch)
     assert seen["after_s"] == OUTSIDE_PAIRS[("check", "cpu")].after_s   # nor counted: the summary alone
     runner.run_cases([SMOKE], [Away("a")], RunConfig(mode="run", device="cpu", quiet=True, report=True))
     assert seen["then"] == REPORT_NEXT and seen["after_s"] == OUTSIDE_PAIRS[("run", "cpu")].after_s
+    wait = "waiting for ranks 1-3"   # torchrun rank 0: the others first, for as long as they take
+    runner.run_cases([SMOKE], [Away("a")], RunConfig(mode="run", device="cpu", quiet=True, report=True, wait_note=wait))
+    assert seen["then"] == wait and seen["after_s"] == 0.0
 
 
 def test_run_alone_asks_for_the_report_the_runner_says_comes_next(monkeypatch, tmp_path):

@@ -96,6 +96,12 @@ def test_torchrun_rank_from_the_environment():
             torchrun_rank(env)
 
 
+@pytest.mark.parametrize("rank, said", [(None, ""), (Rank(0, 1, 0), ""), (Rank(1, 2, 1), ""), (Rank(0, 2, 0), "rank 1"),
+                                        (Rank(0, 4, 2), "ranks 1-3"), (Rank(0, 37, 0), "ranks 1-36")])
+def test_rank_0_alone_waits_for_the_others(rank, said):
+    assert shard.others(rank) == said
+
+
 def test_rank_files_sit_beside_out(tmp_path):
     out = tmp_path / "sweep.jsonl"
     assert rank_path(out, Rank(1, 8, 1)) == tmp_path / "sweep.rank1-of-8.jsonl"
@@ -278,6 +284,42 @@ def test_ranks_write_their_own_files_and_rank_0_merges(suite, tmp_path, monkeypa
     assert _results([out]) == _results([tmp_path / "one.jsonl"])
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["s.toml", "one.jsonl", "two.jsonl",
                                                                   *(p.name for p in tmp_path.glob("env-*.json"))])
+
+
+def test_rank_0s_last_line_says_it_waits_for_the_others_and_the_report_comes_after(tmp_path, monkeypatch, capsys):
+    """Off a terminal rank 0's last progress line says that it waits for the other ranks, not that the
+    report is being written; a line of its own says that once the wait is over, before the summary."""
+    import re
+
+    from tests.tiny_suites import tiny_suite
+
+    (tmp_path / "t.toml").write_text(tiny_suite(context_lens=(8, 9, 10)))
+    argv = ["run", "--suite", str(tmp_path / "t.toml"), "--backends", "reference", "--out", str(tmp_path / "t.jsonl"),
+            "--report", str(tmp_path / "t.html")]
+    for rank in (2, 1, 0):
+        _as_rank(monkeypatch, rank, 3)
+        assert main(argv) == 0
+    lines = capsys.readouterr().err.splitlines()
+    shown = [i for i, line in enumerate(lines) if re.match(r"\[\d+/\d+\] ", line)]
+    assert lines[shown[-1]].endswith(" elapsed, waiting for ranks 1-2)"), lines
+    assert not any("writing the report" in lines[i] for i in shown), lines
+    assert lines.index("writing the report") > shown[-1] and (tmp_path / "t.html").is_file(), lines
+    assert len(read_rows([tmp_path / "t.jsonl"])) == 3
+
+
+def test_quiet_rank_0_still_says_what_it_waits_for(tmp_path, monkeypatch, capsys):
+    """--quiet hides progress, not rank 0's line that it waits for the other ranks and for how long:
+    without it a run in a shell with a stray RANK and WORLD_SIZE would wait without a word."""
+    from tests.tiny_suites import tiny_suite
+
+    (tmp_path / "t.toml").write_text(tiny_suite())
+    _as_rank(monkeypatch, 0, 2)
+    assert main(["run", "--suite", str(tmp_path / "t.toml"), "--backends", "reference", "--out",
+                 str(tmp_path / "t.jsonl"), "--quiet", "--merge-timeout", "0.3"]) == 1
+    err = capsys.readouterr().err
+    (waiting,) = [line for line in err.splitlines() if "rank 0 of 2: waiting for rank 1 to finish" in line]
+    assert "for up to 0.3 s (--merge-timeout)" in waiting and "unset RANK and WORLD_SIZE" in waiting, err
+    assert "writing the report" not in err and "[1/1]" not in err, err
 
 
 def test_only_rank_0_is_told_that_a_report_follows(tmp_path, monkeypatch):
@@ -491,12 +533,13 @@ def _rank_0_alone(tmp_path: Path, *extra: str) -> subprocess.Popen:
 
 
 def _until_waiting(proc: subprocess.Popen) -> str:
-    """What `proc` says on stderr up to its line that it waits for the other ranks (all of it, where none comes)."""
+    """What `proc` says on stderr up to its line that it waits for the other ranks (all of it, where none comes);
+    its last progress line, which says so too, comes before."""
     assert proc.stderr is not None
     said = []
     for line in proc.stderr:
         said.append(line)
-        if "waiting for" in line:
+        if "rank 0 of 2: waiting for" in line:
             break
     return "".join(said)
 

@@ -291,7 +291,7 @@ def run(args) -> int:
     from treebench.harness.sweep.crash import crash_advice, crash_lines
     from treebench.harness.sweep.execute import execute, shard_is_empty
     from treebench.harness.sweep.imports import load_backends
-    from treebench.harness.sweep.shard import torchrun_rank
+    from treebench.harness.sweep.shard import others, torchrun_rank
 
     if args.dry_run:
         NOTHING_WRITTEN[0] = DRY_RUN_WRITES_NOTHING   # what the line after Ctrl-C says
@@ -344,7 +344,7 @@ def run(args) -> int:
     if opts.run.report:
         resume_flags = "" if args.report or report == default_report(out) else f" --report {shlex.quote(str(report))}"
         report_due(out, written_report, resume_flags, report)   # for the line after an interrupt: rows in, report next
-        with after_pairs(CONSOLE, args.quiet):  # on a terminal the bar that said "writing the report" is erased
+        with after_pairs(CONSOLE, args.quiet, said=not others(rank)):   # the last line said rank 0's wait
             shown = result.rows if result.report_rows is None else result.report_rows   # --resume: all of --out's
             written = _write_report(shown, written_out, written_report, f"treebench {suite.name}", out)
         if not written:

@@ -48,6 +48,9 @@ class RunConfig:
     report: bool = False                # an HTML report follows the last pair (treebench run's; under torchrun
                                         # rank 0's alone): the progress names it as what comes next, and the
                                         # summary counts earlier rows for it
+    wait_note: str = ""                 # what this process waits for after its last pair, said by the progress in
+                                        # place of what follows ("waiting for ranks 1-3": torchrun rank 0 waits
+                                        # for the others before it merges and reports); "": no wait
     determinism: bool = False           # run the prepared callable twice and compare the outputs bitwise
     check_memory: bool = True           # skip a pair whose predicted device memory exceeds the free memory
     isolate: bool = False               # run every pair in a worker subprocess (treebench.harness.run.isolate)

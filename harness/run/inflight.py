@@ -154,12 +154,12 @@ def pairs_done() -> str:
     return "" if (done := PROGRESS[0]) is None else f" after {done[0]} of {plural(done[1], 'pair')}"
 
 
-def kept_rows(out: Path, run_ids: tuple[str, ...], then: str, held: Path | None = None) -> str:
-    """Where the rows written so far are kept and how to finish or remove them: " in HELD, run_id A, B; THEN the same
-    command with --out OUT --resume, or remove them with treebench rm HELD --run-id A B" (no run id: no such clause);
-    `held`, default `out`, is the file the rows are in: a torchrun rank's file not merged into `out` yet."""
+def kept_rows(out: Path, run_ids: tuple[str, ...], then: str, held: Path | None = None, flags: str = "") -> str:
+    """Where the rows written so far are kept and how to finish or remove them: " in HELD, run_id A, B; THEN the
+    same command with FLAGS --out OUT --resume, or remove them with treebench rm HELD --run-id A B" (no run id: no
+    such clause; `flags`: " --isolate" or ""); `held` (default `out`) holds the rows: a rank's file not merged yet."""
     rank_file = held not in (None, out)
-    resume = f"{then} the same command with --out {shlex.quote(str(out))} --resume" + (
+    resume = f"{then} the same command with{flags} --out {shlex.quote(str(out))} --resume" + (
         f" (it merges {held} into {out}; unset RANK and WORLD_SIZE first where no torchrun launched this command)"
         if rank_file else "")
     where = f"{held} (--out {out}'s rank file, not merged yet)" if rank_file else out

@@ -20,7 +20,9 @@ line and the bar say what it is in place of "done", with the seconds it should t
     [378/378] torch_sdpa on B16-L1024-full:3:2-...: pass (10 min 2 s elapsed, writing the report, about 2.2 s left)
 
 and on a terminal, where the bar is erased when the sweep ends, `after_pairs` shows it until it is
-done. ``--quiet`` shows none of these.
+done. Torchrun's rank 0 waits for the other ranks first, for as long as they take: its last line and
+bar say that in place of the report, with no seconds (``..., waiting for ranks 1-3)``), and the report
+gets a line of its own (`after_pairs`) once the wait is over. ``--quiet`` shows none of these.
 
 The time left allows for warm-up and for pairs of different sizes. A backend's first pair that
 runs (not skipped) carries its one-off costs, a JIT compile or autotuning (FlashInfer's took about
@@ -344,12 +346,17 @@ class progress:
 
 
 @contextlib.contextmanager
-def after_pairs(console: Console, quiet: bool) -> Iterator[None]:
-    """Shows REPORT_NEXT (a transient spinner line) while the with-block runs, on a terminal and
-    unless `quiet`: the work after a sweep's last pair, where the bar that said it is erased.
-    Elsewhere the last plain line has said it (`TimeLeft.left_text`), and nothing is shown.
+def after_pairs(console: Console, quiet: bool, said: bool = True) -> Iterator[None]:
+    """Shows REPORT_NEXT while the with-block runs, unless `quiet`: the work after a sweep's last pair.
+    On a terminal a transient spinner line, where the bar that said it is erased; elsewhere one plain
+    line where the last progress line did not say it (`said` False: it said what came first, torchrun
+    rank 0's wait for the other ranks: `RunConfig.wait_note`), none where it did (`TimeLeft.left_text`).
     Raises whatever the block raises."""
     if quiet or not console.is_terminal:
+        if not (quiet or said):
+            with contextlib.suppress(OSError, ValueError):   # a closed pipe or file: the report all the same
+                console.file.write(f"{REPORT_NEXT}\n")
+                console.file.flush()
         yield
         return
     with Live(Spinner("dots", Text(REPORT_NEXT)), console=console, transient=True) as live:

@@ -232,6 +232,8 @@ def _run_pairs(cases: Sequence[Case], backends: Sequence, config: RunConfig, con
         costs = pair_seconds([(c, device_for(b, device).type) for c, b in todo], config.mode, [_name(b) for _, b in todo])
         after_s = after_last_pair_s(config.report, device.type)  # the summary, and the report if one follows
         then = REPORT_NEXT if config.report else ""                 # a summary alone: as good as done
+        if config.wait_note:   # a wait for other processes first, of no known length: said alone, no seconds
+            after_s, then = 0.0, config.wait_note
         with progress(len(todo), config.quiet, console, [_name(b) for _, b in todo], costs, after_s, then) as shown:
             data: CaseData | None = None
             for case, backend in todo:

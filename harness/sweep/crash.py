@@ -7,8 +7,9 @@ treebench.harness.run.inflight.enable_crash_report) writes the Python stack from
 name the pair in flight (`inflight.call_in_flight`). While the sweep runs, faulthandler writes into
 a pipe instead of stderr; a small helper process started with the sweep (plain Python, no imports
 of ours) passes what comes through the pipe on to stderr, after the line it was given; given two, it
-picks at the crash by the results file's size: the rows kept and the --resume that finishes the run,
-or, where the file is still empty or as it was, that no row was written yet and the rerun::
+picks at the crash by the size of the file the rows go to (--out, or under torchrun this rank's file):
+the rows kept there, the --resume that finishes the run and the `treebench rm` that removes them, or,
+where the file is still empty or as it was, that no row was written yet and the rerun::
 
     parent (the sweep)                          helper (HELPER)
       faulthandler -> pipe  ───  a crash's stack ──▶  stderr: LINE (kept / none), then the stack
@@ -44,10 +45,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from treebench.harness.errors import ConfigError
-from treebench.harness.run.inflight import CRASH_REPORT_OURS
+from treebench.harness.run.inflight import CRASH_REPORT_OURS, kept_rows
 from treebench.harness.store.lock import abandoned, hold, lock_path, naming_run_id
 from treebench.harness.store.rows import RUN_ID_STAMP
-from treebench.harness.sweep.shard import rank_files
+from treebench.harness.sweep.shard import appends_to, rank_files
 
 # stdin: the pipe faulthandler writes into; argv: the line written once, before the first bytes passed on, or
 # (LINE_KEPT, LINE_NONE, PATH, SIZE): LINE_NONE where the results file PATH is still empty or has the SIZE it had
@@ -68,31 +69,40 @@ HELPER = ("import os, sys\n"
 HELPER_EXIT_S = 5.0   # the sweep's end waits this long for the helper to exit
 
 
-def crash_line(out: Path | None, run_id: str, written: bool = True) -> str:
+def crash_line(out: Path | None, run_id: str, written: bool = True, held: Path | None = None) -> str:
     """The line before a crash's stack: --isolate, and with a results file `out` either the rows kept
-    there under `run_id` and the --resume that finishes the run (`written`), or that no row was written
-    yet and the command that reruns it."""
+    in `held` under `run_id`, the --resume that finishes the run and the `treebench rm` that removes
+    them (`written`: `inflight.kept_rows`), or that no row was written to `held` yet and the command
+    that reruns it. `held`, default `out`, is the file the crashed process appends to: under torchrun
+    its rank file (`shard.rank_path`), whose rerun takes --resume too, since the launch's other ranks
+    may have written rows."""
     line = ("treebench: a backend crashed the process (the stack below names it and its case); rerun with "
             "--isolate to make a crash an error row and go on")
     if out is None:
         return line
-    if not written:
-        return (f"{line}: no row was written yet to {out}; run the same command with --isolate --out "
-                f"{shlex.quote(str(out))}")
-    return (f"{line}: rows already written are kept in {out}, run_id {run_id}; to finish, run the same command "
-            f"with --isolate --out {shlex.quote(str(out))} --resume")
+    if written:
+        return f"{line}: rows already written are kept{kept_rows(out, (run_id,), 'to finish, run', held, ' --isolate')}"
+    rerun = f"run the same command with --isolate --out {shlex.quote(str(out))}"
+    if held in (None, out):
+        return f"{line}: no row was written yet to {out}; {rerun}"
+    return (f"{line}: no row was written yet to {held} (--out {out}'s rank file); {rerun} --resume (it skips the "
+            f"pairs whose rows the other ranks wrote, and merges those into {out}; unset RANK and WORLD_SIZE first "
+            "where no torchrun launched this command)")
 
 
 def crash_lines(out: Path | None, run_id: str) -> list[str]:
-    """The helper's arguments (HELPER): crash_line's line, or with a results file `out` both of its lines,
-    `out` and its size now (-1: no file), for the helper to pick one at the crash."""
+    """The helper's arguments (HELPER): crash_line's line, or with a results file `out` both of its lines for
+    the file this process appends to (`shard.appends_to`: under torchrun its rank file), that file and its size
+    now (-1: no file), for the helper to pick one at the crash."""
     if out is None:
         return [crash_line(None, run_id)]
+    held = appends_to(out)
     try:
-        size = os.stat(out).st_size
+        size = os.stat(held).st_size
     except OSError:
         size = -1
-    return [crash_line(out, run_id), crash_line(out, run_id, written=False), os.path.abspath(out), str(size)]
+    return [crash_line(out, run_id, held=held), crash_line(out, run_id, written=False, held=held),
+            os.path.abspath(held), str(size)]
 
 
 @contextlib.contextmanager

@@ -32,6 +32,7 @@ from treebench.harness.sweep.shard import (
     done_path,
     mark_done,
     merge_ranks,
+    others,
     rank_device,
     rank_files,
     rank_path,
@@ -157,10 +158,12 @@ def _resume_skip(opts: SweepOptions, env_id: str, rank: Rank | None) -> frozense
 
 
 def _config(opts: SweepOptions, env: dict, device: str, store: Path | None, skip: frozenset,
-            quiet: bool) -> RunConfig:
-    """The run request with what this process found: store, run and env ids, device, bandwidth, skips."""
+            quiet: bool, rank: Rank | None) -> RunConfig:
+    """The run request with what this process found: store, run and env ids, device, bandwidth, skips, and
+    on rank 0 of a launch of 2 ranks or more the wait for the others that follows its last pair."""
+    wait = f"waiting for {others(rank)}" if others(rank) else ""   # rank 0 of 2 or more
     return replace(opts.run, store_path=store, run_id=opts.run.run_id or shared_run_id() or new_run_id(), env_id=env["env_id"],
-                   device=device, peak_bytes_per_s=env["peak_bw_bytes_per_s"], quiet=quiet, skip=skip)
+                   device=device, peak_bytes_per_s=env["peak_bw_bytes_per_s"], quiet=quiet, skip=skip, wait_note=wait)
 
 
 def execute(cases, backends, opts: SweepOptions, console: Console | None = None) -> SweepResult:
@@ -225,7 +228,7 @@ def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Co
                                                                     bool(plan.failed))
         return result
     store = rank_path(opts.out, rank) if rank and opts.out else opts.out
-    config = _config(opts, env, device, store, skip, opts.run.quiet or not result.primary)
+    config = _config(opts, env, device, store, skip, opts.run.quiet or not result.primary, rank)
     reports = result.primary and opts.out is not None and opts.run.report   # the summary's report line, the report
     earlier = _row_count(opts.out) if reports and opts.out is not None else 0
     with _env_written(opts, env, rank):   # taken back when stopped before the first row
@@ -361,17 +364,19 @@ def _say_waiting(opts: SweepOptions, rank: Rank, missing: list[int]) -> None:
     """Rank 0's one line before it waits for the ranks `missing` (none: no line): their done markers,
     --merge-timeout, where this rank's rows are, and how to stop where no other rank runs: RANK and
     WORLD_SIZE left in a shell (inside a torchrun or PyTorchJob pod) make a plain command wait for
-    ranks that never start."""
+    ranks that never start. A warning, not progress: --quiet shows it too (a silent wait of up to
+    --merge-timeout would look like a hang)."""
     if not missing:
         return
     shown = opts.named or opts.out
     assert shown is not None  # _check_options: torchrun needs --out
     markers = [str(done_path(shown, Rank(r, rank.world, r))) for r in missing]
     limit, one = wait_s(opts.merge_timeout_s), len(missing) == 1
-    log.info("rank 0 of %d: waiting for %s %s to finish (%s %s) to merge their rows into %s, %s; this rank's "
-             "rows are in %s. No other rank running (RANK and WORLD_SIZE set where no torchrun launched this "
-             "command)? Stop it (Ctrl-C), unset RANK and WORLD_SIZE, and run it again with --resume", rank.world,
-             "rank" if one else "ranks", ", ".join(map(str, missing)),
-             "its done marker" if one else "their done markers", ", ".join(markers[:3] + ["…"] * (len(markers) > 3)),
-             shown, f"for up to {format_duration(limit)} (--merge-timeout)" if limit is not None else
-             "with no limit (--merge-timeout)", rank_path(shown, rank))
+    log.warning("rank 0 of %d: waiting for %s %s to finish (%s %s) to merge their rows into %s, %s; this rank's "
+                "rows are in %s. No other rank running (RANK and WORLD_SIZE set where no torchrun launched this "
+                "command)? Stop it (Ctrl-C), unset RANK and WORLD_SIZE, and run it again with --resume", rank.world,
+                "rank" if one else "ranks", ", ".join(map(str, missing)),
+                "its done marker" if one else "their done markers",
+                ", ".join(markers[:3] + ["…"] * (len(markers) > 3)),
+                shown, f"for up to {format_duration(limit)} (--merge-timeout)" if limit is not None else
+                "with no limit (--merge-timeout)", rank_path(shown, rank))

@@ -162,6 +162,14 @@ def _stem(out: Path) -> Path:
     return out.with_suffix("") if out.suffix == ".jsonl" else out
 
 
+def others(rank: Rank | None) -> str:
+    """The ranks that rank 0 of a launch of 2 or more waits for, as its progress names them: 'rank 1',
+    'ranks 1-3'; '' for any other rank, outside torchrun and in a launch of one rank."""
+    if rank is None or not rank.primary or rank.world < 2:
+        return ""
+    return "rank 1" if rank.world == 2 else f"ranks 1-{rank.world - 1}"
+
+
 def rank_path(out: Path, rank: Rank) -> Path:
     """<out stem>.rank<r>-of-<w>.jsonl beside `out`."""
     return Path(f"{_stem(Path(out))}.rank{rank.rank}-of-{rank.world}.jsonl")
@@ -172,15 +180,20 @@ def done_path(out: Path, rank: Rank) -> Path:
     return Path(f"{_stem(Path(out))}.rank{rank.rank}-of-{rank.world}.done")
 
 
-def rows_file(out: Path, environ: Mapping[str, str] = os.environ) -> Path:
-    """The file that holds this process's rows of the results file `out` now: under torchrun its rank file, while
-    there (rank 0 deletes it once merged into `out`); else `out`. Raises nothing (a malformed torchrun
-    environment, refused before any row: `out`)."""
+def appends_to(out: Path, environ: Mapping[str, str] = os.environ) -> Path:
+    """The file this process appends its rows of the results file `out` to: under torchrun its rank file
+    (`rank_path`), else `out`. Raises nothing (a malformed torchrun environment, refused before any row: `out`)."""
     try:
         rank = torchrun_rank(environ)
     except ConfigError:
         return out
-    held = rank_path(out, rank) if rank is not None else out
+    return rank_path(out, rank) if rank is not None else out
+
+
+def rows_file(out: Path, environ: Mapping[str, str] = os.environ) -> Path:
+    """The file that holds this process's rows of the results file `out` now: under torchrun its rank file, while
+    there (rank 0 deletes it once merged into `out`); else `out` (`appends_to`). Raises nothing."""
+    held = appends_to(out, environ)
     return held if held.exists() else out
 
 
