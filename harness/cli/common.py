@@ -27,8 +27,8 @@ from treebench.harness.cli import NUMBER, NUMBER_RULE, ChunkedFile, read_number
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.config import MAX_WAIT_S
 from treebench.harness.run.progress import TerminalConsole, plural
-from treebench.harness.store.names import check_path_name
-from treebench.harness.store.rows import new_run_id, timing_label
+from treebench.harness.store.names import check_path_name, new_run_id
+from treebench.harness.store.rows import timing_label
 from treebench.harness.timing.modes import MODES
 
 OFF_TERMINAL_WIDTH = 100_000      # columns of a console that is not a terminal: lines are never wrapped
