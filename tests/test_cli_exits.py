@@ -251,7 +251,7 @@ def test_a_rerun_with_the_default_out_removes_the_empty_file_a_crash_left(tiny, 
 def test_crash_leftovers_are_only_the_suites_default_file_names(tmp_path):
     """Only `<suite>-<fresh run id>.jsonl` is a default file of the suite: the empty, abandoned files of
     suite `tiny-x` and a user's own `--out tiny-mine.jsonl` stay when suite `tiny` clears its leftovers."""
-    from treebench.harness.store.rows import new_run_id
+    from treebench.harness.store.names import new_run_id
     from treebench.harness.sweep.crash import drop_crash_leftovers
 
     crashed = tmp_path / f"tiny-{new_run_id()}.jsonl"

@@ -19,6 +19,7 @@ import pytest
 from treebench.harness.analyze import gate, gate_render
 from treebench.harness.cli import gate as gate_cmd
 from treebench.harness.errors import ConfigError
+from treebench.harness.model.cases import Case
 from treebench.harness.analyze.gate import GateConfig, classify, compare_runs
 from treebench.harness.store.rows import read_rows
 from treebench.harness.store import validate
@@ -35,7 +36,7 @@ def _args(*argv: str) -> argparse.Namespace:
 
 def _row(status="pass", median=100.0, n=50, seed=0, timer="cuda_graph", **kw) -> dict:
     s = (median * np.random.default_rng(seed).lognormal(0, 0.01, n)).tolist() if status != "skipped" else None
-    return {"case_id": "c1", "backend": "k", "case": {"batch_size": 1, "context_len": 16, "tree": "chain:3"},
+    return {"case_id": "c1", "backend": "k", "case": Case(batch_size=1, context_len=16, tree="chain:3").axes,
             "status": status, "reason": kw.pop("reason", None), "timer": timer,
             "median_us": float(np.median(s)) if s else None, "samples_us": s, **kw}
 
@@ -428,7 +429,7 @@ def test_a_new_failure_fails_the_gate_and_says_why_everywhere(tmp_path, capsys, 
     assert rc == 1 and out == summary.read_text() and f"1 newly failing ({why})" in caplog.text
     assert lines[0].startswith(f"## treebench gate: ❌ FAIL (0 slower, 0 correctness lost, 1 newly failing ({why})")
     assert f"| {gate.KIND_TITLES['newly_failing']} | 1 ({why}) |" in lines
-    assert f"| k | 1 | 16 |  | chain:3 | `c1` | {detail} |" in lines
+    assert f"| k | 1 | 16 | 16 | chain:3 | `c1` | {detail} |" in lines
     suite = ET.parse(junit).getroot()
     (fail,) = suite.iter("failure")
     assert (fail.get("type"), fail.get("message")) == ("newly_failing", f"newly_failing: {detail}")

@@ -17,18 +17,20 @@ from treebench.harness.cli import gate as gate_cmd
 from treebench.harness.analyze import report
 from treebench.harness.analyze.gate import GateConfig, compare_runs
 from treebench.harness.errors import ConfigError
+from treebench.harness.model.cases import Case
 from treebench.harness.timing.stats import is_noisy
 from treebench.harness.store import validate
 
 DATA = Path(__file__).parent / "data" / "results"
 BASE = DATA / "h200-baseline"
+_CASE = Case(batch_size=1, context_len=16, tree="chain:3").axes   # a row's case: every axis, as treebench writes it
 
 
 def _row(case_id="c1", backend="k", median=100.0, spread=0.01, n=50, seed=0, **kw) -> dict:
     s = (median * np.random.default_rng(seed).lognormal(0, spread, n)).tolist()
     p25, med, p75 = np.percentile(s, [25, 50, 75])
     return {"schema": 1, "case_id": case_id, "backend": backend,
-            "case": {"batch_size": 1, "context_len": 16, "tree": "chain:3"}, "status": "pass", "reason": None,
+            "case": dict(_CASE), "status": "pass", "reason": None,
             "timer": "cuda_graph", "median_us": float(med), "p25_us": float(p25), "p75_us": float(p75),
             "cv": float(np.std(s, ddof=1) / np.mean(s)), "samples_us": s, **kw}
 
@@ -272,7 +274,6 @@ def test_an_absent_case_is_still_missing(tmp_path, capsys):
     assert rc == 2 and f"{bad}:2: field 'case' is missing; " in err, err
 
 
-_CASE = {"batch_size": 1, "context_len": 16, "tree": "chain:3"}
 _OTHER_ID = "B2-L16-chain:3-same-H32x8-D128-P16-bfloat16-shuffled-"   # + the hash Case gives it (below)
 
 
@@ -296,14 +297,23 @@ _OTHER_ID = "B2-L16-chain:3-same-H32x8-D128-P16-bfloat16-shuffled-"   # + the ha
     ({"n_samples": "50"}, "field 'n_samples' is a string, expected an integer >= 0"),
     ({"samples_us": []}, "field 'samples_us' is an empty array on a timed row (median_us is given)"),
     ({"case_id": "OTHER"}, "field 'case_id' is \"B2-L16-chain:3-"),
+    ({"case": {k: v for k, v in _CASE.items() if k != "head_dim"}},
+     "field 'case.head_dim' is missing; a row's case holds every axis (only logit_scale, values, "),
+    ({"timer": "cuda_grpah"}, "field 'timer' is \"cuda_grpah\", expected one of cuda_graph, cuda_event, "
+                              "host_inclusive, cuda_graph_loop, wall or null"),
+    ({"cpu_threads": "1"}, "field 'cpu_threads' is a string, expected an integer >= 1"),
+    ({"cpu_threads": -2}, "field 'cpu_threads' is -2, expected an integer >= 1"),
+    ({"run_id": ""}, "field 'run_id' is \"\", expected a run id as treebench writes it"),
+    ({"run_id": "../r1"}, "field 'run_id' is \"../r1\", expected a run id as treebench writes it"),
     (b"\xff", "byte 0xff at column ")])
 @pytest.mark.parametrize("command", ["gate", "report", "merge", "plan", "run --resume", "check --resume"])
 def test_a_row_no_case_or_run_gives_is_refused_by_every_reader(tmp_path, capsys, change, said, command):
     """A case the suite loader refuses (an axis out of its range, an unknown dtype, a key that is no
-    axis), an empty backend, a negative n_samples, a timed row without samples, a case_id of
-    another case, and a line that is not UTF-8 (read as U+FFFD it would name another backend): each
-    reader refuses it in one line naming file:line and the field, exit 2, writing nothing."""
-    from treebench.harness.model.cases import Case
+    axis, an axis missing that would be read as its default), an empty backend, a negative n_samples,
+    a timed row without samples, a case_id of another case, a timer no timer of treebench's is named,
+    a cpu_threads that is no thread count, a run id treebench could not have written, and a line that
+    is not UTF-8 (read as U+FFFD it would name another backend): each reader refuses it in one line
+    naming file:line and the field, exit 2, writing nothing."""
     from treebench.harness.speculation.acceptance import shipped_models
 
     good_id = Case(**_CASE).case_id
@@ -339,11 +349,75 @@ def test_rows_the_new_rules_leave_alone_are_read(change):
     assert validate.row_problem({**_row(), **change}) is None
 
 
+@pytest.mark.parametrize("schema", [1, 2])
+@pytest.mark.parametrize("axis", [a for a in validate.CASE_FIELDS_WRITTEN if a not in validate.CASE_FIELDS_REQUIRED])
+def test_a_case_without_an_axis_is_not_read_as_its_default(schema, axis):
+    """Rows of every schema hold each axis but LATER_AXES (schema 1 wrote all of Case's fields): one
+    without an axis that has a default was edited, and would be read, grouped and paired as the case
+    of its default."""
+    row = {**_row(), "schema": schema, "case": {k: v for k, v in _CASE.items() if k != axis}}
+    assert validate.row_problem(row) == (f"field 'case.{axis}' is missing; a row's case holds every axis (only "
+                                         "logit_scale, values, kv_dtype, k_scale, v_scale, sm_scale are left out, "
+                                         "at their defaults)")
+
+
+@pytest.mark.parametrize("change, said", [
+    ({"timer": "auto"}, "field 'timer' is \"auto\", expected one of "),   # asked for, never recorded: it picks one
+    ({"timer": "Wall"}, "field 'timer' is \"Wall\", expected one of "),
+    ({"timer": "cuda_graph "}, "field 'timer' is \"cuda_graph \", expected one of "),
+    ({"timer": "", "median_us": None, "p25_us": None, "p75_us": None, "samples_us": None},
+     "field 'timer' is \"\", expected one of "),
+    ({"cpu_threads": 0}, "field 'cpu_threads' is 0, expected an integer >= 1 (the torch threads it was timed under) "
+                         "or null"),
+    ({"cpu_threads": 1.0}, "field 'cpu_threads' is 1.0, expected an integer >= 1"),
+    ({"cpu_threads": True}, "field 'cpu_threads' is true, expected an integer >= 1"),
+    ({"cpu_threads": [1]}, "field 'cpu_threads' is an array, expected an integer >= 1"),
+    ({"run_id": " "}, "field 'run_id' is \" \", expected a run id as treebench writes it (ASCII letters, digits, "
+                      "'-', '_' and '.', the first a letter or digit, such as "),
+    ({"run_id": "r 1"}, "field 'run_id' is \"r 1\", expected a run id"),
+    ({"run_id": "r1/x"}, "field 'run_id' is \"r1/x\", expected a run id"),
+    ({"run_id": "r1\\x"}, "field 'run_id' is \"r1\\\\x\", expected a run id"),
+    ({"run_id": "-r1"}, "field 'run_id' is \"-r1\", expected a run id"),
+    ({"run_id": ".r1"}, "field 'run_id' is \".r1\", expected a run id"),
+    ({"run_id": "r1\n"}, "field 'run_id' is \"r1\\n\", expected a run id"),
+    ({"run_id": "r\x001"}, "field 'run_id' is \"r\\u00001\", expected a run id"),
+    ({"run_id": "r\u00e9"}, "field 'run_id' is \"r\\u00e9\", expected a run id"),
+    ({"run_id": "x" * 101}, "field 'run_id' is \"xxx"),
+    ({"run_id": "torchrun-" + "x" * 101}, "field 'run_id' is \"torchrun-xxx")])
+def test_a_field_treebench_could_not_have_written_is_refused(change, said):
+    """A timer treebench has none of, a thread count torch could not have run under, a run id no run of
+    treebench's could carry (`names.is_run_id`): each is named with what is expected."""
+    problem = validate.row_problem({**_row(), **change})
+    assert (problem or "").startswith(said), problem
+
+
+@pytest.mark.parametrize("change", [{"timer": t} for t in ("cuda_graph", "cuda_event", "host_inclusive",
+                                                           "cuda_graph_loop", "wall")] +
+                         [{"cpu_threads": None}, {"cpu_threads": 1}, {"cpu_threads": 37}] +
+                         [{"run_id": r} for r in (None, "r1", "2025-06-11-seed-3f1c2a9", "20261201T214637Z-b172dc",
+                                                  "x" * 100, "torchrun-" + "x" * 100, "job_7.2")] +
+                         [{"case": Case(batch_size=1, context_len=16, tree="chain:3", logit_scale=1000.0).axes}])
+def test_fields_as_treebench_writes_them_are_read(change):
+    """Every timer treebench records, a thread count or none, a run id of any form treebench writes (its
+    own, one given in $TREEBENCH_RUN_ID, torchrun's), and a case whose later axes are left out at their
+    defaults (or given, away from them) are read."""
+    assert validate.row_problem({**_row(), **change}) is None
+
+
+def test_the_run_ids_treebench_writes_are_read():
+    import uuid
+
+    from treebench.harness.store.names import new_run_id
+    from treebench.harness.sweep.shard import shared_run_id
+
+    ids = [new_run_id(), shared_run_id({"TORCHELASTIC_RUN_ID": str(uuid.uuid4())}),
+           shared_run_id({"TREEBENCH_RUN_ID": "nightly-7"})]
+    assert all(validate.row_problem({**_row(), "run_id": run_id}) is None for run_id in ids), ids
+
+
 def test_a_row_written_before_its_tree_spelling_was_normalised_keeps_its_id():
     """A case_id hashed from the case's axes as stored ('random:8:01') is read, as docs/architecture.md says."""
     import copy
-
-    from treebench.harness.model.cases import Case
 
     case = Case(batch_size=1, context_len=16, tree="random:8:1")
     older = copy.copy(case)
@@ -698,7 +772,7 @@ def test_gate_refuses_a_copy_of_one_run_on_both_sides(tmp_path):
     import sys
     rows = [{"schema": 2, "run_id": "r1", "env": "e1", "timestamp": "2026-01-01T00:00:00+00:00", "backend": "k",
              "case_id": f"c{i}",
-             "case": {"batch_size": 1, "context_len": 16, "tree": "chain:3"}, "status": "pass", "timer": "cuda_graph",
+             "case": dict(_CASE), "status": "pass", "timer": "cuda_graph",
              "median_us": 1.0, "samples_us": [1.0] * 8} for i in range(2)]
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir(), b.mkdir()
@@ -861,7 +935,7 @@ def test_a_failing_row_with_only_the_required_fields_makes_a_report(tmp_path, ca
     """The failures table shows non-finite count and tolerances where a row has them; a row without
     them (written by hand, or an error row) is a report with those cells empty, not a traceback."""
     row = {"schema": 2, "case_id": "c1", "backend": "k", "status": status, "reason": "boom",
-           "case": {"batch_size": 1, "context_len": 16, "tree": "chain:3"}}
+           "case": dict(_CASE)}
     f = _write(tmp_path / "bad.jsonl", [row])
     rc, _, err = _main(capsys, "report", str(f), "-o", str(tmp_path / "r.html"))
     assert rc == 0, err

@@ -14,6 +14,7 @@ from scipy.stats import mannwhitneyu
 
 from treebench.harness.analyze.gate import GateConfig, compare_runs
 from treebench.harness.cli import main as cli
+from treebench.harness.model.cases import Case
 from treebench.harness.timing.stats import mannwhitney_pvalues
 
 RATIOS = (1.0, 1.01, 1.03, 1.049, 1.05, 1.051, 1.06, 1.2, 0.97, 0.95, 1 / 1.05, 0.94, 0.8)
@@ -105,13 +106,14 @@ def test_mannwhitneyu_runs_batched_and_only_past_the_threshold(monkeypatch):
 def _write_side(path, n: int, slow: set[int], fast: set[int]) -> None:
     """n rows of 6 samples each; the pairs in `slow` / `fast` take twice / half as long."""
     base = [10.0, 10.1, 10.2, 10.3, 10.4, 10.5]
+    axes = Case(batch_size=1, context_len=0, tree="chain:3").axes   # every axis, as a row's case holds them
     with open(path, "w", encoding="utf-8") as f:
         for i in range(n):
             k = 2.0 if i in slow else 0.5 if i in fast else 1.0
             s = [round(x * k * (1 + i % 97 / 100), 4) for x in base]
             f.write(f'{{"schema": 2, "run_id": "r-{path.stem}", "env": "e1", "timestamp": "2026-01-01T00:00:00+00:00", '
                     f'"backend": "k", '
-                    f'"mask_kind": "tree", "case": {{"batch_size": {i % 64 + 1}, "context_len": {i}, "tree": "chain:3"}}, '
+                    f'"mask_kind": "tree", "case": {json.dumps({**axes, "batch_size": i % 64 + 1, "context_len": i})}, '
                     f'"case_id": "c{i}", "status": "pass", "reason": null, "timer": "cuda_graph", '
                     f'"l2_flushed": true, "median_us": {(s[2] + s[3]) / 2}, "p25_us": {s[1]}, "p75_us": {s[4]}, '
                     f'"cv": 0.02, "n_samples": 6, "samples_us": {json.dumps(s)}}}\n')

@@ -25,7 +25,7 @@ from treebench.harness.model.cases import Case
 from treebench.harness.cli.main import main
 from treebench.harness.run.loading import load_one
 from treebench.harness.run.isolate import WorkerPool, backend_spec, describe_exit
-from treebench.harness.run.config import MAX_WAIT_S, RunConfig, wait_s
+from treebench.harness.run.config import MAX_WAIT_S, MIN_CASE_TIMEOUT_S, RunConfig, wait_s
 from treebench.harness.run.runner import run_cases
 from treebench.harness.store.rows import read_rows
 from tests.tiny_suites import tiny_suite
@@ -262,6 +262,41 @@ def test_an_infinite_timeout_is_refused_naming_the_number_that_means_no_limit(op
 def test_a_zero_case_timeout_is_refused():
     with pytest.raises(ValueError, match="case_timeout_s"):
         run_cases([CASE], [_fault("Exact")], RunConfig(mode="check", quiet=True, isolate=True, case_timeout_s=0))
+
+
+@pytest.mark.parametrize("seconds", [1e-9, 0.5, MIN_CASE_TIMEOUT_S - 1e-9])
+def test_a_case_timeout_under_the_least_is_refused_by_the_run_config(seconds):
+    """A limit the harness's own work on a pair would use up times every pair out: RunConfig refuses it."""
+    with pytest.raises(ValueError, match=r"case_timeout_s=.*: must be at least MIN_CASE_TIMEOUT_S = 1 seconds"):
+        RunConfig(mode="check", isolate=True, case_timeout_s=seconds)
+    assert RunConfig(mode="check", isolate=True, case_timeout_s=MIN_CASE_TIMEOUT_S).case_timeout_s == MIN_CASE_TIMEOUT_S
+
+
+@pytest.mark.parametrize("text", ["1e-9", "0.001", "0.5", "0.999"])
+@pytest.mark.parametrize("command", ["run", "check"])
+def test_a_case_timeout_too_small_to_run_a_pair_is_one_line_before_anything_runs(text, command, tmp_path, capsys):
+    """`--case-timeout 1e-9` ran every pair into its limit: it is refused in one line naming the option and
+    the least limit, exit 2, and nothing is written."""
+    (tmp_path / "tiny.toml").write_text(tiny_suite())
+    out = tmp_path / "rows.jsonl"
+    backend = ["--backends", "torch_sdpa", "--report", str(tmp_path / "r.html")] if command == "run" else \
+        ["--backend", "torch_sdpa"]
+    rc = main([command, "--case-timeout", text, "--suite", str(tmp_path / "tiny.toml"), "--out", str(out), *backend])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1, err
+    assert (f"argument --case-timeout: '{text}' is under the least case time limit, {MIN_CASE_TIMEOUT_S:g} s: the "
+            "harness's own work on a pair counts in it" in err), err
+    assert not out.exists() and not (tmp_path / "r.html").exists()
+
+
+def test_the_least_case_timeout_is_taken_and_the_help_says_it(capsys):
+    from treebench.harness.cli import case_timeout
+
+    assert case_timeout(f"{MIN_CASE_TIMEOUT_S:g}") == MIN_CASE_TIMEOUT_S and case_timeout("600") == 600
+    for command in ("run", "check"):
+        assert main([command, "--help"]) == 0
+        assert f"at least {MIN_CASE_TIMEOUT_S:g} s, as the harness's own work on a pair counts in it" in \
+            " ".join(capsys.readouterr().out.split())
 
 
 def _dead(pid: int) -> bool:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from treebench.harness.cli.main import main
 from treebench.harness.cli.run import safe_name
+from treebench.harness.model.cases import Case
 from treebench.harness.store.rows import SCHEMA, append_row, read_rows
 from tests.tiny_suites import TINY, tiny_suite
 from tests.cli_errors import one_line_error as _one_line_error
@@ -24,7 +25,7 @@ def tiny(tmp_path) -> Path:
 
 def _row(i: int) -> dict:
     return {"schema": SCHEMA, "run_id": "r", "env": "e", "case_id": f"c{i}", "backend": "b", "status": "pass",
-            "case": {"batch_size": 1, "context_len": 4, "tree": "chain:1"}}
+            "case": Case(batch_size=1, context_len=4, tree="chain:1").axes}
 
 
 def _run(suite, *extra) -> list[str]:

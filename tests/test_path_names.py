@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from treebench.harness.cli.main import main
 from treebench.harness.cli.run import SAFE_NAME_MAX, safe_name
+from treebench.harness.model.cases import Case
 from treebench.harness.store.names import NAME_ROOM, os_error_problem, path_problem
 from treebench.harness.store.rows import SCHEMA, append_row
 from tests.tiny_suites import TINY, tiny_suite
@@ -20,6 +21,7 @@ from tests.cli_errors import one_line_error as _one_line_error
 
 ACCEPTANCE = Path(__file__).resolve().parents[1] / "harness/speculation/data/illustrative-geometric.toml"
 LONG = "n" * 260   # past NAME_MAX (255) on every Linux file system
+CASE = Case(batch_size=1, context_len=4, tree="chain:1").axes   # a row's case, every axis as treebench writes it
 
 
 @pytest.fixture
@@ -34,7 +36,7 @@ def rows(tmp_path) -> Path:
     """A results file of one row, with its env file, to read."""
     out = tmp_path / "ok.jsonl"
     append_row(out, {"schema": SCHEMA, "run_id": "r", "env": "e", "case_id": "c", "backend": "b", "status": "pass",
-                     "case": {"batch_size": 1, "context_len": 4, "tree": "chain:1"}})
+                     "case": CASE})
     (tmp_path / "env-e.json").write_text('{"env_id": "e"}')
     return out
 
@@ -209,7 +211,7 @@ def test_a_dot_dot_after_a_missing_folder_is_refused_and_makes_nothing(command, 
     suite.write_text(tiny_suite())
     (tmp_path / "op/r").mkdir(parents=True)
     append_row(tmp_path / "in.jsonl", {"schema": SCHEMA, "run_id": "r", "env": "e", "case_id": "c", "backend": "b",
-                                       "status": "pass", "case": {"batch_size": 1, "context_len": 4, "tree": "chain:1"}})
+                                       "status": "pass", "case": CASE})
     out = {"run": "op/r/cg.jsonl/../x.jsonl", "report": "op/r/cg.jsonl/../x.html", "gate": "op/r/cg.jsonl/../s.md"}
     argv = {"run": ["run", "--suite", str(suite), "--backends", "reference", "--quiet", "--out", out["run"]],
             "report": ["report", "in.jsonl", "-o", out["report"]],
@@ -230,7 +232,7 @@ def test_a_fifo_named_jsonl_in_a_results_folder_is_skipped_with_one_warning(tmp_
     os.mkfifo(tmp_path / "a" / "pipe.jsonl")
     append_row(tmp_path / "a" / "r.jsonl", {"schema": SCHEMA, "run_id": "a", "env": "e", "case_id": "c",
                                             "backend": "b", "status": "pass",
-                                            "case": {"batch_size": 1, "context_len": 4, "tree": "chain:1"}})
+                                            "case": CASE})
     def hung(*_):
         raise TimeoutError("report waited on the FIFO")
     old = signal.signal(signal.SIGALRM, hung)
@@ -254,7 +256,7 @@ def test_a_folder_named_jsonl_in_a_results_folder_is_skipped_with_one_warning(co
         (tmp_path / side / "stray.jsonl").mkdir(parents=True)
         append_row(tmp_path / side / "r.jsonl", {"schema": SCHEMA, "run_id": side, "env": "e", "case_id": "c",
                                                  "backend": "b", "status": "pass",
-                                                 "case": {"batch_size": 1, "context_len": 4, "tree": "chain:1"}})
+                                                 "case": CASE})
     argv = {"report": ["report", "a", "-o", "x.html"],
             "gate": ["gate", "--baseline", "a", "--candidate", "b", "--allow-env-mismatch"]}[command]
     assert main(argv) in (0, 1)

@@ -400,7 +400,7 @@ def test_a_jsonl_file_of_something_else_is_named_as_such(tmp_path, capsys, reade
     f, good = tmp_path / "x.jsonl", tmp_path / "good.jsonl"
     f.write_text('{"x": 1}\n')
     append_row(good, {"schema": SCHEMA, "run_id": "r", "env": "e", "case_id": "c", "backend": "b", "status": "pass",
-                      "case": {"batch_size": 1, "context_len": 4, "tree": "chain:1"}})
+                      "case": Case(batch_size=1, context_len=4, tree="chain:1").axes})
     argv = [a.format(f=f, good=good, tmp=tmp_path) for a in reader]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -17,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from treebench.harness.cli.main import main
 from treebench.harness.errors import ConfigError
+from treebench.harness.model.cases import Case
 from treebench.harness.run.config import MAX_WAIT_S
 from treebench.harness.store.merge import merge_results
 from treebench.harness.store.rows import ROW_FIELDS, SCHEMA, read_rows
@@ -124,7 +125,7 @@ def test_torchrun_command_and_strip_option():
 
 def _row(case_id, backend="b", env="e1", run_id="r1", status="pass"):
     return {"schema": SCHEMA, "run_id": run_id, "env": env, "backend": backend, "case_id": case_id,
-            "case": {"batch_size": 1, "context_len": 4, "tree": "chain:1"}, "status": status}
+            "case": Case(batch_size=1, context_len=4, tree="chain:1").axes, "status": status}
 
 
 def _write(path: Path, rows) -> Path:

@@ -173,7 +173,8 @@ def test_dp_bad_sizes():
 
 def _row(backend: str, t: int, us: float, b: int = 4, ctx: int | str = 1024, status: str = "pass") -> dict:
     case = {"batch_size": b, "context_len": ctx, "tree": f"chain:{t - 1}", "num_q_heads": 32, "num_kv_heads": 8,
-            "head_dim": 128, "dtype": "bfloat16", "page_size": 16, "layout": "shuffled", "tree_per_request": "same"}
+            "head_dim": 128, "dtype": "bfloat16", "page_size": 16, "layout": "shuffled", "tree_per_request": "same",
+            "seed": 0}
     return {"schema": 1, "backend": backend, "case": case, "case_id": f"{backend}-{t}", "tree_sizes": [t] * b,
             "status": status, "median_us": us, "timer": "cuda_graph", "l2_flushed": True}
 

@@ -15,19 +15,22 @@ from pathlib import Path
 
 import pytest
 from treebench.harness.errors import ConfigError, ResultsWriteError
+from treebench.harness.model.cases import Case
 from treebench.harness.store import env as store_env
 from treebench.harness.store import rows as store
 from treebench.harness.store.env import env_fingerprint, env_id_of, read_envs, write_env
 from treebench.harness.store.paths import check_writable
 from treebench.harness.store.remove import describe, remove_rows
-from treebench.harness.store.rows import SCHEMA, append_row, find_row, migrate_row, new_run_id, read_rows
+from treebench.harness.store import names as store_names
+from treebench.harness.store.names import new_run_id
+from treebench.harness.store.rows import SCHEMA, append_row, find_row, migrate_row, read_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _row(i: int, **extra) -> dict:
     return {"schema": SCHEMA, "run_id": "r", "backend": "b", "case_id": f"c{i}", "status": "pass",
-            "case": {"batch_size": 1, "context_len": 16, "tree": "chain:3"}, **extra}
+            "case": Case(batch_size=1, context_len=16, tree="chain:3").axes, **extra}
 
 
 def test_a_results_file_may_start_with_a_utf8_byte_order_mark(tmp_path):
@@ -358,11 +361,11 @@ def test_the_run_ids_treebench_makes_pass_the_check_of_ids_given_from_outside():
     import uuid
 
     for run_id in [new_run_id() for _ in range(50)] + [f"torchrun-{uuid.uuid4()}" for _ in range(50)]:
-        assert store.check_run_id(run_id, "id", "fix") == run_id
-    assert store.check_run_id("x" * store.RUN_ID_MAX, "id", "fix")
-    for bad in ("", "a/b", "a b", "-a", ".a", "a\n", "é", "x" * (store.RUN_ID_MAX + 1)):
+        assert store_names.check_run_id(run_id, "id", "fix") == run_id
+    assert store_names.check_run_id("x" * store_names.RUN_ID_MAX, "id", "fix")
+    for bad in ("", "a/b", "a b", "-a", ".a", "a\n", "é", "x" * (store_names.RUN_ID_MAX + 1)):
         with pytest.raises(ConfigError, match=r"^id '.*': a run id may hold only .*; fix$"):
-            store.check_run_id(bad, "id", "fix")
+            store_names.check_run_id(bad, "id", "fix")
 
 
 # ---- the env fingerprint: CPU and threads, the peak handed in -------------------------------

@@ -135,6 +135,28 @@ def test_real_cpu_callable_is_timed():
     assert 3 <= len(t.samples_us) <= 50 and all(s > 0 for s in t.samples_us) and t.timer == "wall"
 
 
+def test_the_timers_a_timing_records_are_the_timers_rows_may_name():
+    """Every timer name the timers put in a Timing (`Timing(samples, NAME, ...)`, `timer=NAME` in timers.py and
+    wall.py) is one of modes.TIMERS, the names a row's `timer` is checked against (store.validate), and each
+    of those is put there by one of them."""
+    import ast
+    import inspect
+
+    from treebench.harness.timing.modes import TIMERS, WALL
+
+    written = set()
+    for module in (timing, timing_wall):
+        for node in ast.walk(ast.parse(inspect.getsource(module))):
+            if isinstance(node, ast.Call):
+                names = node.args[1:2] if isinstance(node.func, ast.Name) and node.func.id == "Timing" else []
+                for arg in [*names, *(k.value for k in node.keywords if k.arg == "timer")]:
+                    if isinstance(arg, ast.Constant):
+                        written.add(arg.value)
+                    elif isinstance(arg, ast.Name) and arg.id == "WALL":
+                        written.add(WALL)
+    assert written == set(TIMERS) and "auto" not in TIMERS
+
+
 def test_timing_row_fields_come_from_the_samples():
     t = Timing([4.0, 1.0, 3.0, 2.0], "cuda_graph", None)
     row = t.as_row()

@@ -22,6 +22,7 @@ import pytest
 
 from tests.tiny_suites import tiny_suite
 from treebench.harness.cli.main import main
+from treebench.harness.model.cases import Case
 from treebench.harness.speculation.acceptance import shipped_models
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,7 +33,7 @@ OUT_FIX = "make it readable: treebench reads the rows a results file holds befor
 def _row(case_id: str = "c1", median: float = 100.0) -> dict:
     samples = [median * (1 + 0.001 * i) for i in range(20)]
     return {"schema": 2, "run_id": "r1", "case_id": case_id, "backend": "k", "mask_kind": "tree",
-            "case": {"batch_size": 1, "context_len": 16, "tree": "chain:3"}, "tree_sizes": [4], "status": "pass",
+            "case": Case(batch_size=1, context_len=16, tree="chain:3").axes, "tree_sizes": [4], "status": "pass",
             "reason": None, "timer": "cuda_graph", "l2_flushed": True, "median_us": median, "p25_us": median,
             "p75_us": median, "samples_us": samples}
 

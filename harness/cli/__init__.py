@@ -16,7 +16,8 @@ sign, no '_' between digits, no full-width or other digits and no surrounding wh
 int() and float() take (`--gpus +1`, `--case-timeout 1_000`, `--gpus ２`, `--case-timeout ' 5'`).
 A refusal is one line saying so (`NUMBER_RULE`), exit 2. Options whose value is a small grammar of
 numbers (`--shard I/N`, `gate --threshold 5%`, `--step-us a+b*tokens`, whose terms may have spaces
-between them) read theirs alike.
+between them) read theirs alike. Seconds are positive (`positive_seconds`), and a case time limit at least
+MIN_CASE_TIMEOUT_S (`case_timeout`, `run.config`: the harness's own work on a pair counts in it).
 
 Also here, as light as the parsers: `StdoutError`, what a failed write to standard output becomes
 (`stdout_errors`), so that main() names standard output and not a file treebench writes, and `emit`,
@@ -29,11 +30,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import math
 import re
 import sys
 from collections.abc import Iterator
 
 from treebench.harness.errors import ConfigError
+from treebench.harness.run.config import MAX_WAIT_S, MIN_CASE_TIMEOUT_S
 
 PROG = "treebench"
 TOP_OPTIONS = ("-h", "--help", "--version")   # the only options before the command
@@ -73,6 +76,28 @@ def number_option(text: str) -> float:
         return read_number(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number {NUMBER_RULE}") from None
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type: seconds > 0 (`read_number`); past MAX_WAIT_S (1e999, which float() reads as inf, too): no limit."""
+    v = float("nan")
+    with contextlib.suppress(ValueError):
+        v = read_number(text)
+    if not (v > 0 and (math.isfinite(v) or NUMBER.fullmatch(text))):   # 'inf': the message names what is no limit
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds {NUMBER_RULE}, e.g. 600"
+                                         + (f"; any past {MAX_WAIT_S:.0f} is no limit" if v > 0 else ""))
+    return v
+
+
+def case_timeout(text: str) -> float:
+    """argparse type of --case-timeout: `positive_seconds`, at least MIN_CASE_TIMEOUT_S (`run.config`: the
+    harness's own work on a pair counts in the limit, so a shorter one would time every pair out)."""
+    v = positive_seconds(text)
+    if v < MIN_CASE_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(f"{text!r} is under the least case time limit, {MIN_CASE_TIMEOUT_S:g} s: the "
+                                         "harness's own work on a pair counts in it (inputs, reference, comparison, "
+                                         f"timing); give at least {MIN_CASE_TIMEOUT_S:g}, e.g. 600")
+    return v
 
 
 WRITE_CHUNK = 1 << 16   # characters per write to stdout: one pipe buffer

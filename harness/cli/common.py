@@ -9,8 +9,6 @@ Bad input raises ConfigError (main() prints it as one line, exit 2).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import math
 import os
 import statistics
 import sys
@@ -23,12 +21,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from treebench.harness.cli import NUMBER, NUMBER_RULE, ChunkedFile, read_number
+from treebench.harness.cli import ChunkedFile, case_timeout, positive_seconds
 from treebench.harness.errors import ConfigError
-from treebench.harness.run.config import MAX_WAIT_S
+from treebench.harness.run.config import MAX_WAIT_S, MIN_CASE_TIMEOUT_S
 from treebench.harness.run.progress import TerminalConsole, plural
-from treebench.harness.store.names import check_path_name
-from treebench.harness.store.rows import new_run_id, timing_label
+from treebench.harness.store.names import check_path_name, new_run_id
+from treebench.harness.store.rows import timing_label
 from treebench.harness.timing.modes import MODES
 
 OFF_TERMINAL_WIDTH = 100_000      # columns of a console that is not a terminal: lines are never wrapped
@@ -85,17 +83,6 @@ class Command(NamedTuple):
 # ---- options -------------------------------------------------------------------------------
 
 
-def positive_seconds(text: str) -> float:
-    """argparse type: seconds > 0 (`read_number`); past MAX_WAIT_S (1e999, which float() reads as inf, too): no limit."""
-    v = float("nan")
-    with contextlib.suppress(ValueError):
-        v = read_number(text)
-    if not (v > 0 and (math.isfinite(v) or NUMBER.fullmatch(text))):   # 'inf': the message names what is no limit
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds {NUMBER_RULE}, e.g. 600"
-                                         + (f"; any past {MAX_WAIT_S:.0f} is no limit" if v > 0 else ""))
-    return v
-
-
 def add_suite_argument(p, default: str) -> None:
     """--suite, as run and check take it."""
     from treebench.harness.model.suites import available_suites   # not at `treebench --help`
@@ -112,9 +99,11 @@ def add_sweep_options(p, timed: bool = True) -> None:
     p.add_argument("--isolate", action="store_true",
                    help="run each case x backend in a worker subprocess: a crash, hang or lost CUDA context "
                         "becomes an error row and a fresh worker runs the next case")
-    p.add_argument("--case-timeout", type=positive_seconds, default=None, metavar="SECONDS",
-                   help="per case x backend time limit under --isolate (implies it); a hung worker is killed; "
-                        f"past {MAX_WAIT_S:.0f} s (24.8 days): no limit")
+    p.add_argument("--case-timeout", type=case_timeout, default=None, metavar="SECONDS",
+                   help="per case x backend time limit under --isolate (implies it); a hung worker is killed; at "
+                        f"least {MIN_CASE_TIMEOUT_S:g} s, as the harness's own work on a pair counts in it (inputs, "
+                        "float64 reference, comparison" + (", timing budget" if timed else "") + ": 0.1-0.2 s for "
+                        f"the smallest case on a CPU); past {MAX_WAIT_S:.0f} s (24.8 days): no limit")
     p.add_argument("--determinism", action="store_true",
                    help=("call each prepared callable twice and compare bitwise; nondeterministic rows exit 1"
                          if timed else "exit 1 also on a backend declaring deterministic = False whose calls "

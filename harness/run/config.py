@@ -16,6 +16,13 @@ from treebench.harness.timing.modes import MODES as TIMING_MODES
 
 MODES = ("run", "check")   # run: correctness then timing; check: correctness only
 MAX_WAIT_S = 2_147_483.0   # the longest timeout multiprocessing's wait() takes: poll()'s int32 ms (24.8 days)
+# The least case time limit (--case-timeout) taken, in seconds. The harness's own work on a pair counts in it
+# (isolate.py: the worker rebuilds the case's inputs and float64 reference, compares every output, and in a run
+# spends the timing budget, 25 ms of warm-up and 100 ms of samples on a GPU: timing.budget.GPU_BUDGET_MS), and a
+# fresh worker (the first pair, and each pair after a worker is killed) loads the backend within it first. The
+# smallest case takes 0.1 s (check) to 0.2 s (run) so in a worker on a CPU; a limit under 1 s leaves a backend
+# next to nothing, and one far under it times every pair out, each in a fresh worker.
+MIN_CASE_TIMEOUT_S = 1.0
 
 
 def wait_s(limit_s: float | None) -> float | None:
@@ -30,7 +37,7 @@ class RunConfig:
     """How run_cases runs and where its rows go.
 
     Raises:
-        ValueError: unknown mode or timing mode, a case time limit that is not a positive number, or a
+        ValueError: unknown mode or timing mode, a case time limit under MIN_CASE_TIMEOUT_S, or a
             report asked of a check.
         ConfigError: the back-to-back timer (cuda_graph_loop) asked for with a flushed L2.
     """
@@ -54,8 +61,8 @@ class RunConfig:
     determinism: bool = False           # run the prepared callable twice and compare the outputs bitwise
     check_memory: bool = True           # skip a pair whose predicted device memory exceeds the free memory
     isolate: bool = False               # run every pair in a worker subprocess (treebench.harness.run.isolate)
-    case_timeout_s: float | None = None  # per-pair time limit in seconds (isolated runs only); None or past
-                                         # MAX_WAIT_S (`wait_s`): no limit
+    case_timeout_s: float | None = None  # per-pair time limit in seconds (isolated runs only), at least
+                                         # MIN_CASE_TIMEOUT_S; None or past MAX_WAIT_S (`wait_s`): no limit
     skip: frozenset = frozenset()       # (case_id, backend) pairs not to run (already stored: --resume)
     check_axes: dict = field(default_factory=dict, hash=False)  # case_id -> {axis: value} of the default
     # check (treebench.harness.checking.default_check): each row's `check_axes`, its coverage table's source
@@ -70,5 +77,6 @@ class RunConfig:
         if self.timing_mode == "cuda_graph_loop" and self.flush_l2:
             raise ConfigError("--timer cuda_graph_loop times back-to-back calls, so it needs a warm L2: "
                               "add --l2 warm (flush_l2=False)")
-        if self.case_timeout_s is not None and not self.case_timeout_s > 0:
-            raise ValueError(f"case_timeout_s={self.case_timeout_s!r}: must be a positive number of seconds")
+        if self.case_timeout_s is not None and not self.case_timeout_s >= MIN_CASE_TIMEOUT_S:
+            raise ValueError(f"case_timeout_s={self.case_timeout_s!r}: must be at least MIN_CASE_TIMEOUT_S = "
+                             f"{MIN_CASE_TIMEOUT_S:g} seconds (the harness's own work on a pair counts in it)")

@@ -31,7 +31,8 @@ from treebench.harness.run.memory import fit_reason
 from treebench.harness.run.pair import AvailabilityRaised, CaseData, ImportFailed, availabilities, run_case_backend
 from treebench.harness.run.costs import after_last_pair_s, pair_seconds
 from treebench.harness.run.progress import REPORT_NEXT, progress
-from treebench.harness.store.rows import append_row, new_run_id, row_l2_flushed
+from treebench.harness.store.names import new_run_id
+from treebench.harness.store.rows import append_row, row_l2_flushed
 
 log = logging.getLogger(__name__)
 

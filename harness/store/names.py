@@ -1,5 +1,5 @@
 """The names of the files treebench reads and writes: those it picks, and what a file system
-takes in those it is given.
+takes in those it is given; and the run ids that go into them.
 
 - picked (`default_report`, `kept_report`, `unused_path`; `distinct_paths`, a path given twice
   taken once): the report of a results file is
@@ -13,6 +13,10 @@ takes in those it is given.
   the files it keeps beside a file it writes (`NAME_ROOM`), or a symbolic link loop, found
   before anything is read or written and said in one line; the same OSError met later is said
   in the same words (`os_error_problem`, which the command line's last resort uses).
+- run ids (a row's ``run_id``, and part of a run's default file names): `new_run_id` makes one;
+  `check_run_id` checks one given from outside ($TREEBENCH_RUN_ID, torchrun's rendezvous id);
+  `is_run_id` tells whether a row's could have been written by treebench, one of those or
+  TORCHRUN_PREFIX followed by torchrun's.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ import html
 import logging
 import os
 import re
+import uuid
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 from treebench.harness.errors import ConfigError
@@ -36,6 +42,39 @@ REPORTS = Path("reports/local")   # where reports go unless a path is given
 # a free name X-<n>.html (+3) written whole (+14).
 NAME_ROOM = 32
 NAME_MAX, PATH_MAX = 255, 4096    # POSIX's values (bytes), where the file system does not say (os.pathconf)
+RUN_ID_MAX = 100   # characters of a run id given from outside (new_run_id's are 23)
+RUN_ID_RE = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{RUN_ID_MAX - 1}}}")   # a run id given from outside
+RUN_ID_STAMP = r"[0-9]{8}T[0-9]{6}Z-[0-9a-f]{6}"   # what new_run_id makes, as a regular expression
+TORCHRUN_PREFIX = "torchrun-"   # + torchrun's rendezvous id ($TORCHELASTIC_RUN_ID): the run id of a torchrun launch
+
+
+def new_run_id() -> str:
+    """A fresh run id (a row's ``run_id``): UTC time to the second plus 6 random hex digits,
+    e.g. ``20260101T120000Z-3fa2c1``; runs started in the same second still differ."""
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
+
+
+def check_run_id(run_id: str, source: str, fix: str) -> str:
+    """`run_id` when RUN_ID_RE takes it: it goes into default file names and into the
+    `treebench rm --run-id` a line prints, so no '/', space or leading '-' or '.'.
+
+    Raises:
+        ConfigError: one line naming `source` (where the id came from), the characters allowed
+            and `fix` (how to give another).
+    """
+    if not RUN_ID_RE.fullmatch(run_id):
+        raise ConfigError(f"{source} {run_id!r}: a run id may hold only ASCII letters, digits, '-', '_' and '.' "
+                          f"(at most {RUN_ID_MAX}, the first a letter or digit), as it goes into file names and "
+                          f"commands; {fix}")
+    return run_id
+
+
+def is_run_id(text: str) -> bool:
+    """Whether `text` has the form of a run id treebench writes in a row: one RUN_ID_RE takes (`new_run_id`'s,
+    or one `check_run_id` let in), or TORCHRUN_PREFIX and torchrun's rendezvous id, which RUN_ID_RE takes.
+    Raises nothing."""
+    return bool(RUN_ID_RE.fullmatch(text) or (text.startswith(TORCHRUN_PREFIX)
+                                              and RUN_ID_RE.fullmatch(text.removeprefix(TORCHRUN_PREFIX))))
 
 
 def default_report(results: str | Path) -> Path:

@@ -13,8 +13,8 @@ identified by ``row_key``: (case_id, backend, env); ``stored_keys`` gives the ke
 ``row_l2_flushed`` reads a row's L2 state, older rows (no ``l2_flushed``) included. ``find_row`` names the
 file and line of a row, for the readers' one-line messages (``row_places`` gives every row with its place).
 The readers here read each results file's lines as UTF-8 (``file_lines``), and list each folder, inside
-``reading``: one that cannot be is one ConfigError line with the OS's reason. ``new_run_id`` makes a run
-id; ``check_run_id`` checks one given from outside ($TREEBENCH_RUN_ID).
+``reading``: one that cannot be is one ConfigError line with the OS's reason. Run ids, made and checked,
+are in `treebench.harness.store.names`.
 
 Schema history (asv's ``api_version`` and ``update_to_2``): ``read_rows`` upgrades
 every older row with `migrate_row`, so old files stay readable, and refuses a row
@@ -36,10 +36,7 @@ import gc
 import json
 import logging
 import os
-import re
-import uuid
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import NamedTuple
 
@@ -57,33 +54,9 @@ ROW_FIELDS = (
     "median_us", "p25_us", "p75_us", "cv", "n_samples", "samples_us", "flops", "bytes", "tflops", "tb_per_s",
     "pct_peak_bw", "deterministic", "check_axes")
 STATUSES = ("pass", "mismatch", "error", "skipped")
-RUN_ID_MAX = 100   # characters of a run id given from outside (new_run_id's are 23)
-RUN_ID_RE = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{RUN_ID_MAX - 1}}}")   # a run id given from outside
 # Schema-1 rows carry no mask_kind: these built-in backends solve the causal task, every other
 # backend is taken as "tree". This table is the migration's only guess.
 CAUSAL_BACKENDS_V1 = frozenset({"triton_causal", "causal_baseline"})
-RUN_ID_STAMP = r"[0-9]{8}T[0-9]{6}Z-[0-9a-f]{6}"   # what new_run_id makes, as a regular expression
-
-
-def new_run_id() -> str:
-    """A fresh run id (a row's ``run_id``): UTC time to the second plus 6 random hex digits,
-    e.g. ``20260101T120000Z-3fa2c1``; runs started in the same second still differ."""
-    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
-
-
-def check_run_id(run_id: str, source: str, fix: str) -> str:
-    """`run_id` when RUN_ID_RE takes it: it goes into default file names and into the
-    `treebench rm --run-id` a line prints, so no '/', space or leading '-' or '.'.
-
-    Raises:
-        ConfigError: one line naming `source` (where the id came from), the characters allowed
-            and `fix` (how to give another).
-    """
-    if not RUN_ID_RE.fullmatch(run_id):
-        raise ConfigError(f"{source} {run_id!r}: a run id may hold only ASCII letters, digits, '-', '_' and '.' "
-                          f"(at most {RUN_ID_MAX}, the first a letter or digit), as it goes into file names and "
-                          f"commands; {fix}")
-    return run_id
 
 
 def append_row(path: str | Path, row: dict) -> None:

@@ -16,16 +16,22 @@ from datetime import datetime, timezone
 from functools import lru_cache
 
 from treebench.harness.errors import ConfigError
-from treebench.harness.model.cases import CASE_FIELDS, Case
+from treebench.harness.model.cases import CASE_FIELDS, LATER_AXES, Case
 from treebench.harness.model.tree_specs import parse_tree
 from treebench.harness.store.lock import live_writer
+from treebench.harness.store.names import is_run_id
 from treebench.harness.store.rows import STATUSES, find_row, read_rows, result_files, timing_key
+from treebench.harness.timing.modes import TIMERS
 
 REQUIRED_FIELDS = {"backend": str, "case": dict, "case_id": str, "status": str}
 # optional text fields, a string or null (docs/architecture.md "Result rows and files"); `timer` a string on a timed row
 STRING_FIELDS = ("suite", "mask_kind", "reason", "failed_step", "kernel", "timer", "timer_fallback")
 # case axes the report's tables and plots and the gate's summary group rows by
 CASE_FIELDS_REQUIRED: dict[str, type | tuple[type, ...]] = {"batch_size": int, "context_len": (int, str), "tree": str}
+# The axes every row's case holds (`Case.axes`): all but LATER_AXES, which it leaves out at their defaults. Every
+# schema wrote them so (schema 1 wrote all of Case's fields, as `dataclasses.asdict`; LATER_AXES came after it, left
+# out at their defaults from the first), so one without any of them was edited: it is not read as its default.
+CASE_FIELDS_WRITTEN = tuple(name for name in CASE_FIELDS if name not in LATER_AXES)
 _NUMBER_TYPES = {int, float}   # the types of a number json.loads gives (bool is its own type)
 _JSON_KINDS = {dict: "a JSON object", list: "an array", str: "a string", int: "a number", float: "a number",
                bool: "a boolean"}   # what a value json.loads gives is, in JSON's words
@@ -54,10 +60,12 @@ def row_problem(row: dict) -> str | None:
     """What is wrong with a result row's fields (None when gate, report and merge can read it): a
     field absent is 'missing', one present but null or of another type says what it is ('field 'case'
     is null, expected a JSON object'), the case axes the readers group by (CASE_FIELDS_REQUIRED)
-    included, `case.tree` a tree spec that parses (the report draws it) and a `timestamp` given one
-    of the form treebench writes (TIMESTAMP: readers order a pair's rows by it). An `env` given is a
-    string: a null one would leave the row out of the gate's env check. Each of STRING_FIELDS is a
-    string or null, and a timed row (`median_us` given) names its `timer`."""
+    included, every axis a row records (CASE_FIELDS_WRITTEN) there, `case.tree` a tree spec that parses (the
+    report draws it) and a `timestamp` given one of the form treebench writes (TIMESTAMP: readers order a pair's
+    rows by it). An `env` given is a string: a null one would leave the row out of the gate's env check; a
+    `run_id` given one of the form treebench writes (`names.is_run_id`). Each of STRING_FIELDS is a string
+    or null, a timed row (`median_us` given) names its `timer`, and a `timer` given is one of TIMERS (the
+    timers treebench times with); `cpu_threads` is null or an integer >= 1."""
     return (_required_problem(row) or _case_problem(row) or _text_problem(row) or _number_problem(row)
             or _case_id_problem(row))
 
@@ -101,6 +109,9 @@ def _case_problem(row: dict) -> str | None:
     if unknown := sorted(set(row["case"]) - set(CASE_FIELDS)):   # rows are written by treebench: a key no
         return (f"field 'case.{unknown[0]}' is no case axis; the axes are "   # axis names is a typo or an edit
                 f"{', '.join(CASE_FIELDS)}")
+    if missing := [name for name in CASE_FIELDS_WRITTEN if name not in row["case"]]:
+        return (f"field 'case.{missing[0]}' is missing; a row's case holds every axis (only "
+                f"{', '.join(LATER_AXES)} are left out, at their defaults)")
     problem = _case_id(_case_key(row["case"]))[1]
     return f"field 'case': {problem}" if problem else None
 
@@ -154,8 +165,12 @@ def _text_problem(row: dict) -> str | None:
     env = row.get("env")   # the id its env-ID.json names: a null one would escape the gate's env check
     if "env" in row and not (isinstance(env, str) and env):
         return f"field 'env' is {'an empty string' if env == '' else _kind(env)}, expected the run's env id (a string)"
-    if row.get("run_id") is not None and not isinstance(row["run_id"], str):
-        return f"field 'run_id' is {_kind(row['run_id'])}, expected a string"
+    run_id = row.get("run_id")
+    if run_id is not None and not isinstance(run_id, str):
+        return f"field 'run_id' is {_kind(run_id)}, expected a string"
+    if run_id is not None and not is_run_id(run_id):
+        return (f"field 'run_id' is {json.dumps(run_id)}, expected a run id as treebench writes it (ASCII letters, "
+                "digits, '-', '_' and '.', the first a letter or digit, such as 20260131T230402Z-3fa2c1)")
     for name in STRING_FIELDS:
         if (x := row.get(name)) is not None and not isinstance(x, str):
             return f"field {name!r} is {_kind(x)}, expected a string or null"
@@ -174,6 +189,13 @@ def _number_problem(row: dict) -> str | None:
     if row.get("median_us") is not None and not row.get("timer"):   # the gate compares rows timed alike
         what = "missing" if "timer" not in row else "an empty string" if row["timer"] == "" else "null"
         return f"field 'timer' is {what}, expected the timer of a timed row (a string: median_us is given)"
+    if row.get("timer") is not None and row["timer"] not in TIMERS:   # a string (_text_problem)
+        return f"field 'timer' is {json.dumps(row['timer'])}, expected one of {', '.join(TIMERS)} or null"
+    threads = row.get("cpu_threads")   # torch's intra-op threads under the wall timer (timing.wall): 1 or more
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        shown = json.dumps(threads) if isinstance(threads, (int, float)) else _kind(threads)
+        return (f"field 'cpu_threads' is {shown}, expected an integer >= 1 (the torch threads it was timed under) "
+                "or null")
     if row.get("l2_flushed") is not None and not isinstance(row["l2_flushed"], bool):
         return f"field 'l2_flushed' is {_kind(row['l2_flushed'])}, expected true or false"
     for name in ("tree_sizes", "context_lens"):   # per request: T_b and L_b (the plan reads them)

@@ -47,7 +47,7 @@ from pathlib import Path
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.inflight import CRASH_REPORT_OURS, kept_rows
 from treebench.harness.store.lock import abandoned, hold, lock_path, naming_run_id
-from treebench.harness.store.rows import RUN_ID_STAMP
+from treebench.harness.store.names import RUN_ID_STAMP
 from treebench.harness.sweep.shard import appends_to, rank_files
 
 # stdin: the pipe faulthandler writes into; argv: the line written once, before the first bytes passed on, or
@@ -177,7 +177,7 @@ def drop_crash_leftovers(folder: Path, suite: str, keep: Path | None = None) -> 
 
 def _default_of(path: Path, suite: str, ranks: list[Path]) -> bool:
     """Whether `path` is named as a default results file of `suite` (`suite` as in default file names,
-    `cli.run.suite_name`): `<suite>-<run id>.jsonl` whose run id is a fresh one (`rows.RUN_ID_STAMP`),
+    `cli.run.suite_name`): `<suite>-<run id>.jsonl` whose run id is a fresh one (`names.RUN_ID_STAMP`),
     or the one its lock sidecar, or that of a rank file of its launch (`ranks`), records as naming it
     (`lock.naming_run_id`: a run id from $TREEBENCH_RUN_ID or torchrun's). So never suite `tiny-x`'s
     `tiny-x-<id>.jsonl` for suite `tiny` (the sidecar records `<id>`), nor a user's own `--out

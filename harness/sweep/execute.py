@@ -23,7 +23,7 @@ from treebench.harness.run.costs import estimate, interpreted_triton
 from treebench.harness.run.progress import format_duration, plural
 from treebench.harness.run.config import RunConfig, wait_s
 from treebench.harness.run.runner import default_device, plan_pairs, row_satisfies, run_cases
-from treebench.harness.store.rows import new_run_id
+from treebench.harness.store.names import new_run_id
 from treebench.harness.timing.bandwidth import measure_matrix_rate, measure_peak_bandwidth
 from treebench.harness.sweep.shard import (
     Rank,

@@ -34,7 +34,7 @@ from pathlib import Path
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.config import wait_s
 from treebench.harness.store.merge import merge_results
-from treebench.harness.store.rows import check_run_id, new_run_id
+from treebench.harness.store.names import TORCHRUN_PREFIX, check_run_id, new_run_id
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ def shared_run_id(environ: Mapping[str, str] = os.environ) -> str | None:
     """The run id every rank of one launch agrees on: $TREEBENCH_RUN_ID, else torchrun's run id, else None.
 
     Raises:
-        ConfigError: either holds what a run id may not (`treebench.harness.store.rows.check_run_id`).
+        ConfigError: either holds what a run id may not (`treebench.harness.store.names.check_run_id`).
     """
     if environ.get(RUN_ID_ENV):
         return check_run_id(environ[RUN_ID_ENV], f"${RUN_ID_ENV}",
@@ -143,7 +143,7 @@ def shared_run_id(environ: Mapping[str, str] = os.environ) -> str | None:
         return None
     check_run_id(elastic, "$TORCHELASTIC_RUN_ID (torchrun --rdzv-id)",
                  f"give torchrun --rdzv-id one such as {new_run_id()}, or set ${RUN_ID_ENV} to one")
-    return f"torchrun-{elastic}"
+    return TORCHRUN_PREFIX + elastic
 
 
 def run_id_origin(environ: Mapping[str, str] = os.environ) -> tuple[str, str]:
