@@ -332,6 +332,26 @@ def test_bad_suite_file_exits_2(tmp_path, capsys):
     assert "unknown axis 'heads'" in _one_line_error(capsys)
 
 
+@pytest.mark.parametrize("name, shown", [("   ", "'   '"), (" \t ", "' \\t '"), ("", "''")])
+def test_a_blank_suite_name_is_quoted_in_the_line_as_written(tmp_path, capsys, name, shown):
+    """The line refusing a blank [suite] name quotes it exactly (repr): three spaces are three, not one."""
+    bad = tmp_path / "blank.toml"
+    bad.write_text(TINY.replace('name = "tiny"', f"name = {json.dumps(name)}"))
+    assert main(["check", "--suite", str(bad), "--backend", "reference"]) == 2
+    assert f"[suite] name is {shown}; give it a name or leave it out" in _one_line_error(capsys)
+
+
+@pytest.mark.parametrize("message, line", [
+    ("a  b\n  c\t d ", "a  b c d"),                                  # plain spaces kept, a line break or tab one space
+    ("name is '   '; fix", "name is '   '; fix"),
+    ("x" * 300 + "  y", "x" * 100 + "…[100 characters]…" + "x" * 100 + "  y"),   # a long word cut to its ends
+])
+def test_the_line_of_a_refusal_keeps_runs_of_spaces_and_joins_lines(message, line):
+    from treebench.harness.cli import one_line
+
+    assert one_line(message) == line
+
+
 def test_a_user_module_that_raises_on_import_is_bad_input(tmp_path, capsys):
     mod = tmp_path / "bad_mod.py"
     mod.write_text("raise RuntimeError('cannot load')\n")
