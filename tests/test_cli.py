@@ -549,6 +549,7 @@ def test_a_check_prints_under_a_columns_or_lines_that_is_no_size(name):
     (["rm", "{f}", "--run-id", ""], "--run-id is empty"),
     (["rm", "{f}.missing", "--backend", "x"], "no such results file"),
     (["rm", "{d}", "--backend", "x"], "is a directory; give the results .jsonl file"),
+    (["rm", "{d}/tiny.toml", "--backend", "x"], "tiny.toml: is a .toml file, not a .jsonl results file; give a .jsonl"),
     (["rm"], "required: RESULTS"),
 ])
 def test_rm_argument_errors_are_one_line_and_exit_2(tmp_path, argv, needle):
@@ -559,6 +560,7 @@ def test_rm_argument_errors_are_one_line_and_exit_2(tmp_path, argv, needle):
     pytest.importorskip("treebench.harness.store.remove")
     f = tmp_path / "rows.jsonl"
     f.write_text("")
+    (tmp_path / "tiny.toml").write_text(TINY)
     root = Path(__file__).resolve().parents[1]
     done = subprocess.run([sys.executable, "-m", "treebench", *(a.format(f=f, d=tmp_path) for a in argv)], cwd=root,
                           capture_output=True, text=True, check=False, env={**os.environ, "PYTHONPATH": str(root)})
