@@ -234,12 +234,11 @@ def _instance(spec: str, cls: type) -> Backend:
             raise _SpecError(spec, f"{cls.__name__} lacks `{attr}` of the adapter contract")
     name = getattr(cls, "name", None)
     if not isinstance(name, str) or not name.strip():
-        raise _SpecError(spec, f"{getattr(cls, '__name__', cls)!r}.name is {name!r}; "
-                         "set `name` to a non-empty string")
+        raise _SpecError(spec, f"{cls.__name__}.name is {name!r}; set `name` to a non-empty string")
     if (bad := name_flaw(name)) is not None:
         what = "'/'" if bad == "/" else f"the unprintable character {bad!r}"
-        raise _SpecError(spec, f"{cls.__name__}.name {name!r} holds {what}; give it a name of printable "
-                         "characters without '/' (tables and rows show it)")
+        raise _SpecError(spec, f"{cls.__name__}.name is {name!r}, which holds {what}; give it a name of "
+                         "printable characters without '/' (tables and rows show it)")
     _refuse_a_built_in_name(spec, cls, name)
     with _as_its_own_program(spec, spec.rpartition(":")[0] or spec):
         backend = cls()
