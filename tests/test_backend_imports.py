@@ -79,6 +79,28 @@ def test_without_isolate_an_exit_while_loading_is_bad_input(tmp_path, name, word
     assert not out.exists()
 
 
+def test_a_keyboard_interrupt_a_backend_raises_while_loading_is_bad_input_a_ctrl_c_an_interrupt(tmp_path, capsys):
+    """`raise KeyboardInterrupt` in a backend's module is its own, as sys.exit there is: one line saying so,
+    exit 2, as for one raised in a pair ("raised by the backend, not by a Ctrl-C"); a real SIGINT while the
+    module loads stops the command as ever (exit 130)."""
+    from treebench.harness.cli.main import main
+
+    suite, out = _suite(tmp_path), tmp_path / "rows.jsonl"
+    (tmp_path / "kbi.py").write_text("raise KeyboardInterrupt\n")
+    (tmp_path / "init_kbi.py").write_text(GOOD + "    def __init__(self):\n        raise KeyboardInterrupt('mine')\n")
+    (tmp_path / "ctrl_c.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGINT)\n" + GOOD)
+    for name, words in (("kbi.py", ""), ("init_kbi.py", ": mine")):
+        f = str(tmp_path / name)
+        assert main(["check", "--suite", suite, "--backend", f, "--out", str(out)]) == 2
+        assert capsys.readouterr().err.splitlines() == [
+            f"treebench: error: --backend '{f}': loading it raised KeyboardInterrupt (raised by the backend, not by "
+            f"a Ctrl-C){words}"]
+    assert main(["check", "--suite", suite, "--backend", str(tmp_path / "ctrl_c.py"), "--out", str(out)]) == 130
+    assert capsys.readouterr().err.splitlines() == [
+        "treebench: interrupted before this run's first row; nothing was written"]
+    assert not out.exists()
+
+
 def test_a_child_forked_while_a_backend_loads_exits_as_it_asked(tmp_path):
     """os._exit is replaced for the loading process alone: a child forked meanwhile really exits."""
     f = tmp_path / "forks.py"

@@ -341,7 +341,19 @@ def test_a_backend_name_with_a_control_character_or_a_slash_is_refused_at_load(t
     _user_backend(tmp_path / "mine.py", "Mine", name)
     out = tmp_path / "rows.jsonl"
     proc = _cli(*argv, "--suite", "smoke", "--out", str(out), cwd=tmp_path)
-    _one_line_exit_2(proc, f"{argv[1]} {argv[2].split(',')[-1]!r}: Mine.name {name!r} holds {what}")
+    _one_line_exit_2(proc, f"{argv[1]} {argv[2].split(',')[-1]!r}: Mine.name is {name!r}, which holds {what}")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("registered", [False, True], ids=["unregistered", "registered"])
+@pytest.mark.parametrize("name", ["", "   "])
+def test_an_empty_backend_name_is_refused_in_the_words_of_any_bad_name(tmp_path, name, registered):
+    """An empty or blank `name` is named as a name holding '/' is, `Mine.name is '...'` (the class unquoted), also
+    where @register refuses it as the module loads."""
+    _user_backend(tmp_path / "mine.py", "Mine", name, registered)
+    out = tmp_path / "rows.jsonl"
+    proc = _cli("check", "--backend", "mine.py:Mine", "--suite", "smoke", "--out", str(out), cwd=tmp_path)
+    _one_line_exit_2(proc, f"Mine.name is {name!r}; set `name` to a non-empty string")
     assert not out.exists()
 
 

@@ -332,6 +332,26 @@ def test_bad_suite_file_exits_2(tmp_path, capsys):
     assert "unknown axis 'heads'" in _one_line_error(capsys)
 
 
+@pytest.mark.parametrize("name, shown", [("   ", "'   '"), (" \t ", "' \\t '"), ("", "''")])
+def test_a_blank_suite_name_is_quoted_in_the_line_as_written(tmp_path, capsys, name, shown):
+    """The line refusing a blank [suite] name quotes it exactly (repr): three spaces are three, not one."""
+    bad = tmp_path / "blank.toml"
+    bad.write_text(TINY.replace('name = "tiny"', f"name = {json.dumps(name)}"))
+    assert main(["check", "--suite", str(bad), "--backend", "reference"]) == 2
+    assert f"[suite] name is {shown}; give it a name or leave it out" in _one_line_error(capsys)
+
+
+@pytest.mark.parametrize("message, line", [
+    ("a  b\n  c\t d ", "a  b c d"),                                  # plain spaces kept, a line break or tab one space
+    ("name is '   '; fix", "name is '   '; fix"),
+    ("x" * 300 + "  y", "x" * 100 + "…[100 characters]…" + "x" * 100 + "  y"),   # a long word cut to its ends
+])
+def test_the_line_of_a_refusal_keeps_runs_of_spaces_and_joins_lines(message, line):
+    from treebench.harness.cli import one_line
+
+    assert one_line(message) == line
+
+
 def test_a_user_module_that_raises_on_import_is_bad_input(tmp_path, capsys):
     mod = tmp_path / "bad_mod.py"
     mod.write_text("raise RuntimeError('cannot load')\n")
@@ -529,6 +549,7 @@ def test_a_check_prints_under_a_columns_or_lines_that_is_no_size(name):
     (["rm", "{f}", "--run-id", ""], "--run-id is empty"),
     (["rm", "{f}.missing", "--backend", "x"], "no such results file"),
     (["rm", "{d}", "--backend", "x"], "is a directory; give the results .jsonl file"),
+    (["rm", "{d}/tiny.toml", "--backend", "x"], "tiny.toml: is a .toml file, not a .jsonl results file; give a .jsonl"),
     (["rm"], "required: RESULTS"),
 ])
 def test_rm_argument_errors_are_one_line_and_exit_2(tmp_path, argv, needle):
@@ -539,6 +560,7 @@ def test_rm_argument_errors_are_one_line_and_exit_2(tmp_path, argv, needle):
     pytest.importorskip("treebench.harness.store.remove")
     f = tmp_path / "rows.jsonl"
     f.write_text("")
+    (tmp_path / "tiny.toml").write_text(TINY)
     root = Path(__file__).resolve().parents[1]
     done = subprocess.run([sys.executable, "-m", "treebench", *(a.format(f=f, d=tmp_path) for a in argv)], cwd=root,
                           capture_output=True, text=True, check=False, env={**os.environ, "PYTHONPATH": str(root)})

@@ -192,9 +192,25 @@ def test_fsync_einval_is_tolerated(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("name, stem, want", [("../../../tmp/t/evil", "s", "tmp_t_evil"), ("", "my-suite", "my-suite"),
-                                              ("..", "..", "suite"), ("ok.v1_x", "s", "ok.v1_x")])
+                                              ("..", "..", "suite"), ("ok.v1_x", "s", "ok.v1_x"),
+                                              ("a/../x", "s", "a_.._x"), ("..", "my suite", "my_suite"),
+                                              ("a/", "s", "a"), ("x\x00y", "s", "x_y"), ("x\\u0000y", "s", "x_u0000y"),
+                                              ("my suite (v2)", "s", "my_suite_v2"), ("-_.", "._s_", "s"),
+                                              ("_private_", "s", "private"), ("naïve", "s", "na_ve")])
 def test_safe_name(name, stem, want):
+    """One mapping (README, "default file names"): each run of characters outside [A-Za-z0-9._-] one '_', '.', '_'
+    and '-' at either end dropped, a name that leaves nothing replaced by the stem mapped alike, else "suite"."""
     assert safe_name(name, Path(f"/x/{stem}.toml")) == want
+
+
+def test_every_shipped_suite_names_its_default_files_as_it_is_named():
+    """The mapping leaves every shipped suite's name as it is: the default results file of a run of one keeps the
+    name it had (the committed results under results/ were written with --out, or under such names)."""
+    from treebench.harness.model.suites import available_suites, load_suite
+
+    for name in available_suites(findings=True):
+        suite = load_suite(name)
+        assert safe_name(suite.name, suite.path) == suite.name
 
 
 def test_evil_suite_name_stays_in_results_local(tmp_path, monkeypatch, capsys):

@@ -186,6 +186,19 @@ def test_report_without_o_keeps_the_report_of_other_results_as_run_does(rows, tm
     assert out == "reports/local/ok-3.html\n" and "does not record which results file" in err, err
 
 
+def test_the_readme_states_how_a_suite_name_becomes_a_default_file_name():
+    """README's default file names give the mapping `safe_name` applies, with examples that it gives."""
+    import re
+
+    text = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
+    assert ("in default file names `<suite>` is the suite's name with each run of characters other than ASCII "
+            "letters, digits, `.`, `_` and `-` made one `_`, and `.`, `_` and `-` at either end dropped") in text
+    assert "a name that leaves nothing, such as `..`, gives way to the suite file's stem, mapped the same way" in text
+    examples = re.findall(r"`([^`]+)` gives `([^`]+)`", text)
+    assert len(examples) >= 3 and all(safe_name(name) == want for name, want in examples), examples
+    assert safe_name("..") == "suite" and safe_name("..", Path("my suite.toml")) == "my_suite"
+
+
 def test_the_readme_states_how_a_long_suite_name_is_shortened_and_what_an_empty_shard_does():
     """README's default file names: a suite name over SAFE_NAME_MAX characters is cut to its first
     SAFE_NAME_MAX - 9 and 8 hex digits of the whole name's SHA-1, as `safe_name` does; its exit-code

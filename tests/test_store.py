@@ -554,10 +554,16 @@ def test_a_foreign_line_gets_advice_that_fits_the_command(tmp_path, check, advic
     assert str(e.value).endswith(advice) and path.read_bytes() == before
 
 
-@pytest.mark.parametrize("case, match", [("no filter", "no run id, backend or env id"), ("missing", "not found"),
-                                         ("suffix", "not a .jsonl"), ("folder", "not a .jsonl"),
-                                         ("foreign", "not a treebench results file")])
+@pytest.mark.parametrize("case, match", [
+    ("no filter", "no run id, backend or env id"), ("missing", "no such results file; give an existing .jsonl"),
+    ("suffix", "is a .json file, not a .jsonl results file; give a .jsonl results file"),
+    ("toml", "is a .toml file, not a .jsonl results file; give a .jsonl results file"),
+    ("no suffix", "is a file without a suffix, not a .jsonl results file"),
+    ("folder", "is a directory; give the results .jsonl file to remove rows from"),
+    ("fifo", "is not a regular file (a FIFO, a device or a socket); give a .jsonl results file"),
+    ("foreign", "not a treebench results file")])
 def test_remove_rows_refusals_are_one_line(tmp_path, case, match):
+    """Each refusal fits what was given: a suite file is not called a folder, nor a FIFO missing."""
     path = tmp_path / "r.jsonl"
     _store_of(path, ROWS)
     target, filters = path, {"run_ids": ["r1"]}
@@ -568,15 +574,21 @@ def test_remove_rows_refusals_are_one_line(tmp_path, case, match):
     elif case == "suffix":
         target = tmp_path / "r.json"
         target.write_bytes(path.read_bytes())
+    elif case in ("toml", "no suffix"):
+        target = tmp_path / ("tiny.toml" if case == "toml" else "rows")
+        target.write_text("[suite]\n")
     elif case == "folder":
         target = tmp_path
+    elif case == "fifo":
+        target = tmp_path / "pipe.jsonl"
+        os.mkfifo(target)
     elif case == "foreign":
         target = tmp_path / "config.jsonl"
         target.write_text('{"a": 1}\n')
     before = target.read_bytes() if target.is_file() else None
-    with pytest.raises(ConfigError, match=match) as e:
+    with pytest.raises(ConfigError) as e:
         remove_rows(target, **filters)
-    assert "\n" not in str(e.value)
+    assert match in str(e.value) and "\n" not in str(e.value)
     assert before is None or target.read_bytes() == before
 
 

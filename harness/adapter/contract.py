@@ -183,11 +183,13 @@ def register(cls: type[Backend]) -> type[Backend]:
     module loaded a second time) replaces itself.
 
     Raises:
-        ValueError: empty name.
+        ValueError: a `name` that is not a string or is empty or blank, in the words loading gives it
+            ("Mine.name is ''; set `name` to a non-empty string").
         ConfigError: a name another class holds, naming both classes' sources.
     """
-    if not cls.name:
-        raise ValueError(f"{cls.__qualname__} has no name")
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"{cls.__name__}.name is {name!r}; set `name` to a non-empty string")
     old = REGISTRY.get(cls.name)
     if old is not None and source_of(old) != source_of(cls):
         raise ConfigError(f"backend name {cls.name!r} is registered by both {source_of(old)} and "

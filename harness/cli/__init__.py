@@ -21,8 +21,9 @@ MIN_CASE_TIMEOUT_S (`case_timeout`, `run.config`: the harness's own work on a pa
 
 Also here, as light as the parsers: `StdoutError`, what a failed write to standard output becomes
 (`stdout_errors`), so that main() names standard output and not a file treebench writes, and `emit`,
-which writes it in pieces so that a reader gone mid-output is noticed, and `escape_unencodable`, which
-main() calls first, so that no output meets an encoding that lacks one of its characters with a traceback.
+which writes it in pieces so that a reader gone mid-output is noticed, `escape_unencodable`, which
+main() calls first, so that no output meets an encoding that lacks one of its characters with a traceback,
+and `one_line`, the line main() makes of a refusal.
 """
 
 from __future__ import annotations
@@ -98,6 +99,17 @@ def case_timeout(text: str) -> float:
                                          "harness's own work on a pair counts in it (inputs, reference, comparison, "
                                          f"timing); give at least {MIN_CASE_TIMEOUT_S:g}, e.g. 600")
     return v
+
+
+def one_line(message: str, longest: int = 240) -> str:
+    """`message` as the one line of a refusal, its ends stripped: each run of white space that holds a
+    line break, a tab or other white space one space, a run of plain spaces kept as it is (a value quoted
+    in the line, a suite name '   ', reads as given); every word longer than `longest` characters cut to
+    its two ends around "…[N characters]…": a 10,000-character tree spec echoed back would bury the fix."""
+    keep = longest // 2 - 20
+    parts = re.split(r"(\s+)", message.strip())   # word, white space, word, ...
+    return "".join(((p if not p.strip(" ") else " ") if i % 2 else p if len(p) <= longest else
+                    f"{p[:keep]}…[{len(p) - 2 * keep} characters]…{p[-keep:]}") for i, p in enumerate(parts))
 
 
 WRITE_CHUNK = 1 << 16   # characters per write to stdout: one pipe buffer

@@ -39,7 +39,7 @@ import sys
 from pathlib import Path
 
 from treebench.harness.cli import (HELP_OPTIONS, PROG, TOP_OPTIONS, Parser, StdoutError, asks_help,
-                                   escape_unencodable, join_option_values, stdout_errors)
+                                   escape_unencodable, join_option_values, one_line, stdout_errors)
 from treebench.harness.errors import ConfigError, ResultsWriteError
 
 FULL_DISK = (errno.ENOSPC, errno.EDQUOT)   # a write that found no space: one line, exit 2
@@ -262,15 +262,6 @@ def main(argv: list[str] | None = None) -> int:
         STOP_REQUESTED[0] = None
         if installed and previous is not None:   # None: a handler set outside Python, not to be put back
             install_handler(signal.SIGTERM, previous)
-
-
-def one_line(message: str, longest: int = 240) -> str:
-    """`message` as one line (each run of whitespace one space), every word longer than `longest`
-    characters cut to its two ends around "…[N characters]…": a 10,000-character tree spec echoed
-    back would bury the line's fix."""
-    keep = longest // 2 - 20
-    return " ".join(w if len(w) <= longest else f"{w[:keep]}…[{len(w) - 2 * keep} characters]…{w[-keep:]}"
-                    for w in message.split())
 
 
 def _drop_unwritten_out() -> Path | None:

@@ -109,15 +109,14 @@ def run_rm(args) -> int:
         twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
         if twice is not None:   # as every other list of names refuses it (common.comma_list)
             raise ConfigError(f"rm: {option} {twice!r} given twice; give each value once")
-    path = check_path_name(args.results, "rm", NAME_ROOM)   # rm rewrites it: a temporary file beside it
-    with reading(path, "rm"):   # a folder on its way that cannot be searched
-        if path.is_dir():
-            raise ConfigError(f"rm {path}: is a directory; give the results .jsonl file to remove rows from")
-        if not path.is_file():
-            raise ConfigError(f"rm {path}: no such results file")
     from treebench.harness.store.lock import hold
     from treebench.harness.store.outputs import will_write
-    from treebench.harness.store.remove import describe, remove_rows
+    from treebench.harness.store.remove import describe, not_results_file, remove_rows
+
+    path = check_path_name(args.results, "rm", NAME_ROOM)   # rm rewrites it: a temporary file beside it
+    with reading(path, "rm"):   # a folder on its way that cannot be searched
+        if (why := not_results_file(path)) is not None:   # before its lock is taken
+            raise ConfigError(f"rm {path}: {why}")
 
     will_write(path, "rm", written=f"the rows were removed from {path}",   # for the line after an interrupt
                unchanged=f"no row was removed: {path} is left as it was")

@@ -55,12 +55,14 @@ SAFE_NAME_MAX = 64   # characters of a suite's name in a default file name: <nam
 
 
 def safe_name(name: str, path: Path | None = None) -> str:
-    """`name` made safe for a default file name: only [A-Za-z0-9._-] (others become "_"), no
-    leading dots; else the suite file's stem, made safe the same way; else "suite". A name longer
-    than SAFE_NAME_MAX is cut to its start and the first 8 hex digits of the SHA-1 of the name in
-    full, so that two long names that start alike still name different files."""
+    """`name` as a default file name holds it (README, "default file names"): each run of characters
+    other than ASCII letters, digits, '.', '_' and '-' becomes one '_' ('a/../x' -> 'a_.._x',
+    'x\\0y' -> 'x_y'), and '.', '_' and '-' at either end are dropped ('a/' -> 'a'); a name that
+    leaves nothing ('..', '/') gives way to the suite file's stem, mapped the same way, else to
+    "suite". A name longer than SAFE_NAME_MAX is cut to its start and the first 8 hex digits of the
+    SHA-1 of the name in full, so that two long names that start alike still name different files."""
     for candidate in (name, path.stem if path is not None else ""):
-        cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", str(candidate or "")).lstrip("._-")
+        cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", str(candidate or "")).strip("._-")
         if len(cleaned) > SAFE_NAME_MAX:
             digest = hashlib.sha1(str(candidate).encode("utf-8", "replace")).hexdigest()[:8]
             cleaned = f"{cleaned[:SAFE_NAME_MAX - 9].rstrip('._-')}-{digest}"

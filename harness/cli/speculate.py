@@ -24,9 +24,10 @@ from treebench.harness.cli import NUMBER_RULE, emit, integer_option, read_number
 from treebench.harness.cli.common import Command, comma_list, plural
 from treebench.harness.errors import ConfigError
 from treebench.harness.speculation.acceptance import shipped_names
+from treebench.harness.speculation.commands import AXIS_OPTIONS
 from treebench.harness.speculation.search import MAX_SEARCH_NODES
 from treebench.harness.store.outputs import will_write, write_whole
-from treebench.harness.store.paths import check_output_path, folder_problem
+from treebench.harness.store.paths import check_output_path, folder_problem, missing_folders, remove_empty_folders
 
 
 def _int_list(text: str, least: int = 1) -> list[int]:
@@ -78,9 +79,10 @@ def add_tree_search_arguments(p) -> None:
     p.add_argument("--suite-out", default=None, metavar="FILE",
                    help="write a suite TOML whose tree axis lists them (missing folders are created)")
     p.add_argument("--batch-sizes", type=_int_list, default=None, metavar="B,B,...",
-                   help=f"with --suite-out: the suite's batch_size axis (default {_axis_text(BATCH_SIZES)})")
+                   help=f"with --suite-out: the suite's batch_size axis, each 1..{AXIS_OPTIONS['--batch-sizes'][1]} "
+                        f"(default {_axis_text(BATCH_SIZES)})")
     p.add_argument("--context-lens", type=_context_lens, default=None, metavar="L,L,...",
-                   help=f"with --suite-out: the suite's context_len axis, each >= 0 "
+                   help=f"with --suite-out: the suite's context_len axis, each 0..{AXIS_OPTIONS['--context-lens'][1]} "
                         f"(default {_axis_text(CONTEXT_LENS)})")
 
 
@@ -148,15 +150,15 @@ def _refuse_repeated_acceptance(paths: list[str]) -> None:
 
 def run_tree_search(args) -> int:
     """Prints each model's best tree per size ("T=.. E=.. depth=.. [choices]"); --suite-out also writes a
-    suite, creating its missing folders (as run --out and report -o do).
+    suite (`_write_suite`), before the trees are printed.
 
     Raises:
         ConfigError: a bad acceptance file or one given twice, --max-nodes / --max-depth / --sizes out of range,
-            --batch-sizes or --context-lens without --suite-out, a --suite-out that
-            `check_suite_out` refuses or that cannot be written, or a written suite that does not load.
+            --batch-sizes or --context-lens without --suite-out or past a suite's limits (`check_axis_options`),
+            a --suite-out that `check_suite_out` refuses or that cannot be written, or a suite that does not load
+            (then not written).
     """
-    from treebench.harness.model.suites import load_suite
-    from treebench.harness.speculation.commands import searched, suite_text
+    from treebench.harness.speculation.commands import check_axis_options, searched
     from treebench.harness.speculation.search import choices_text
 
     _refuse_repeated_acceptance(args.acceptance)
@@ -166,25 +168,49 @@ def run_tree_search(args) -> int:
         flags, what = " and ".join(given), "it sets an axis" if len(given) == 1 else "they set axes"
         raise ConfigError(f"tree-search {flags} without --suite-out: {what} of the suite that --suite-out FILE "
                           f"writes, and nothing else; give --suite-out, or leave {flags} out")
+    check_axis_options({"--batch-sizes": args.batch_sizes, "--context-lens": args.context_lens})
     if args.suite_out is not None:                  # before the search: a bad path costs nothing
         will_write(check_suite_out(args.suite_out), "--suite-out")
     found = searched(args.acceptance, args.max_nodes, args.max_depth, args.sizes)
+    suite = None if args.suite_out is None else _write_suite(args, found)
     out = []
     for model, trees in found:
         out.append(f"# {model.name} ({model.kind}; draft {model.draft}, target {model.target}): {model.citation}")
         out += [f"T={t.size} E={t.expected:.4f} depth={t.depth} {choices_text(t.choices)}" for t in trees]
     emit("\n".join(out) + "\n")
-    if args.suite_out:
-        path = Path(args.suite_out)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_whole(path, suite_text(found, path.stem, _command_line(args), args.batch_sizes or BATCH_SIZES,
-                                         CONTEXT_LENS if args.context_lens is None else args.context_lens))
-        except OSError as e:
-            raise ConfigError(f"--suite-out {path}: cannot write ({folder_problem(path) or e.strerror})") from None
-        suite = load_suite(path)
-        sys.stderr.write(f"wrote {path}: {plural(len(suite.cases), 'case')}\n")
+    if suite is not None:
+        sys.stderr.write(f"wrote {suite.path}: {plural(len(suite.cases), 'case')}\n")
     return 0
+
+
+def _write_suite(args, found):
+    """Writes the --suite-out suite of the searched trees `found` (`suite_text`), creating its missing folders
+    (as run --out and report -o do). The text is read back as `load_suite` reads it before it replaces the
+    file (`write_whole`'s check), so a suite the suite reader refuses is never written: the file there is left
+    as it was, and a folder made for it is removed again.
+
+    Returns:
+        The suite written, as `load_suite` reads it.
+
+    Raises:
+        ConfigError: the suite cannot be written, or the suite reader refuses it.
+    """
+    from treebench.harness.model.suites import load_suite
+    from treebench.harness.speculation.commands import suite_text
+
+    path = Path(args.suite_out)
+    text = suite_text(found, path.stem, _command_line(args), args.batch_sizes or BATCH_SIZES,
+                      CONTEXT_LENS if args.context_lens is None else args.context_lens)
+    loaded, made = [], missing_folders(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_whole(path, text, check=lambda tmp: loaded.append(load_suite(path, source=tmp)))
+    except BaseException as e:
+        remove_empty_folders(made)
+        if isinstance(e, OSError):
+            raise ConfigError(f"--suite-out {path}: cannot write ({folder_problem(path) or e.strerror})") from None
+        raise
+    return loaded[0]
 
 
 def add_plan_arguments(p) -> None:

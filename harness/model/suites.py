@@ -208,11 +208,11 @@ def _expand_group(path: Path, group: str, axes) -> list[Case]:
         raise ConfigError(f"suite {path}: {group}: invalid value ({type(e).__name__}: {e})") from None
 
 
-def _read_toml(path: Path) -> dict:
-    """Parses a TOML file, UTF-8 with or without a BOM (a Windows editor's first bytes). Raises
-    ConfigError naming the file on unreadable or bad TOML."""
+def _read_toml(path: Path, source: Path | None = None) -> dict:
+    """Parses a TOML file, UTF-8 with or without a BOM (a Windows editor's first bytes): `source`
+    (default `path`), named `path` in messages. Raises ConfigError naming `path` on unreadable or bad TOML."""
     try:
-        return tomllib.loads(path.read_bytes().decode("utf-8-sig"))
+        return tomllib.loads((source or path).read_bytes().decode("utf-8-sig"))
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"suite {path}: bad TOML ({e})") from None
     except RecursionError:  # tomllib parses nested arrays recursively
@@ -240,8 +240,13 @@ def _header(path: Path, doc: dict) -> tuple[str, str]:
     return head.get("name", path.stem), head.get("description", "")
 
 
-def load_suite(name_or_path: str | Path) -> Suite:
+def load_suite(name_or_path: str | Path, source: Path | None = None) -> Suite:
     """Loads a suite by name (<repo root>/suites/NAME.toml) or path.
+
+    Args:
+        source: the file to read in place of the path `name_or_path`, which names it in messages and
+            gives its default name: a file written whole, checked before it is renamed to that path
+            (`outputs.write_whole`'s `check`), which need not exist yet.
 
     Returns:
         Suite whose `cases` are the concatenated expansions of its axes groups.
@@ -254,8 +259,8 @@ def load_suite(name_or_path: str | Path) -> Suite:
             repeats an earlier one or adds no case to them; the message names the file and field
             (or groups).
     """
-    path = suite_path(name_or_path)
-    doc = _read_toml(path)
+    path = suite_path(name_or_path) if source is None else Path(name_or_path)
+    doc = _read_toml(path, source)
     extra = sorted(set(doc) - {"suite", "axes"})
     if extra:
         raise ConfigError(f"suite {path}: unknown top-level key {extra[0]!r}; "

@@ -2,6 +2,10 @@
 ``path/file.py:Class`` or ``path/file.py`` (the one backend class the file defines), and the
 backends of one invocation.
 
+A backend's module that exits while it loads (sys.exit, os._exit) is bad input, and so is one that raises
+KeyboardInterrupt itself: one is a Ctrl-C's only where a SIGINT came while it loaded (`inflight.signal_stop`,
+as for one raised in a pair).
+
 The only module of the harness that imports the built-in adapters (the
 ``backends`` package, which registers them): the adapter contract below it
 never imports its plug-ins.
@@ -27,6 +31,7 @@ from treebench.harness.adapter.contract import (
     source_of,
 )
 from treebench.harness.errors import ConfigError
+from treebench.harness.run.inflight import signal_stop, sigints_noted
 from treebench.harness.store.validate import name_flaw
 
 SPEC_ATTR = "treebench_spec"   # attribute load_one sets on a backend: how an --isolate worker loads it again
@@ -229,12 +234,11 @@ def _instance(spec: str, cls: type) -> Backend:
             raise _SpecError(spec, f"{cls.__name__} lacks `{attr}` of the adapter contract")
     name = getattr(cls, "name", None)
     if not isinstance(name, str) or not name.strip():
-        raise _SpecError(spec, f"{getattr(cls, '__name__', cls)!r}.name is {name!r}; "
-                         "set `name` to a non-empty string")
+        raise _SpecError(spec, f"{cls.__name__}.name is {name!r}; set `name` to a non-empty string")
     if (bad := name_flaw(name)) is not None:
         what = "'/'" if bad == "/" else f"the unprintable character {bad!r}"
-        raise _SpecError(spec, f"{cls.__name__}.name {name!r} holds {what}; give it a name of printable "
-                         "characters without '/' (tables and rows show it)")
+        raise _SpecError(spec, f"{cls.__name__}.name is {name!r}, which holds {what}; give it a name of "
+                         "printable characters without '/' (tables and rows show it)")
     _refuse_a_built_in_name(spec, cls, name)
     with _as_its_own_program(spec, spec.rpartition(":")[0] or spec):
         backend = cls()
@@ -266,23 +270,49 @@ def load_one(spec: str, option: str = "--backend"):
     `option`: the command-line option that gave `spec`, as the user spelt it (its errors name it).
 
     Raises:
-        ConfigError: unknown or unloadable backend (also when loading its module raised).
+        ConfigError: unknown or unloadable backend (also when loading its module raised, a KeyboardInterrupt
+            that no signal raised included: `inflight.signal_stop`, as for one raised in a pair).
+        KeyboardInterrupt: a Ctrl-C (or SIGTERM's stop) while it loaded.
     """
     try:
-        backend = load_backend(spec)
+        backend = _load_noting_sigints(spec)
     except _SpecError as e:
         raise ConfigError(f"{option} {spec!r}: {e.detail}") from None
     except ConfigError:
         raise
     except BaseException as e:  # noqa: BLE001 -- a user's module that fails to import is bad input
-        if isinstance(e, KeyboardInterrupt):   # a Ctrl-C while it loads stops the command
+        if isinstance(e, KeyboardInterrupt):   # a Ctrl-C (or SIGTERM's stop) while it loads stops the command
             raise
-        raise ConfigError(f"{option} {spec!r}: loading it raised {type(e).__name__}: {e}") from None
+        raise ConfigError(f"{option} {spec!r}: loading it raised {type(e).__name__}{_colon(e)}") from None
     try:
         setattr(backend, SPEC_ATTR, spec)  # how an --isolate worker loads it again
     except AttributeError:
         pass  # __slots__: the worker gets the pickled instance instead
     return backend
+
+
+def _load_noting_sigints(spec: str) -> Backend:
+    """`load_backend(spec)`, with SIGINTs noted meanwhile (`inflight.sigints_noted`), as a pair's call is:
+    a KeyboardInterrupt that no signal can have raised (`inflight.signal_stop`) is the module's own, refused
+    as a sys.exit at load is, not taken for a Ctrl-C.
+
+    Raises:
+        ConfigError: as load_backend, or a _SpecError for such a KeyboardInterrupt.
+        KeyboardInterrupt: a Ctrl-C (or SIGTERM's stop) while it loaded.
+    """
+    with sigints_noted():
+        try:
+            return load_backend(spec)
+        except KeyboardInterrupt as e:
+            if signal_stop(e):   # asked while the handler that notes SIGINTs is in place
+                raise
+            raise _SpecError(spec, f"loading it raised KeyboardInterrupt (raised by the backend, not by a "
+                                   f"Ctrl-C){_colon(e)}") from None
+
+
+def _colon(e: BaseException) -> str:
+    """': MESSAGE' of exception `e`, '' where its message is empty."""
+    return f": {e}" if str(e) else ""
 
 
 def resolve_backends(names: Sequence[str] | None, option: str = "--backends",

@@ -2,8 +2,9 @@
 the line after an interrupt says of them.
 
 `write_whole` writes a file whole or not at all: the text goes to a temporary file beside it,
-which is fsync'd and renamed over it (`os.replace`, atomic on POSIX), so an interrupt or a
-failure at any point leaves the file there as it was. A command notes each such file with
+which is fsync'd, checked where the caller asks (a suite is read back as `load_suite` reads it),
+and renamed over it (`os.replace`, atomic on POSIX), so an interrupt, a failure or a refusal at
+any point leaves the file there as it was. A command notes each such file with
 `will_write` before its work begins; after Ctrl-C or SIGTERM, `outputs_note` compares each
 file with what was there when it was noted and says which were written and which were not.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -80,14 +82,19 @@ def outputs_note() -> str:
     return "".join(f"; {o.written if o.changed() else o.unchanged}" for o in OUTPUTS)
 
 
-def write_whole(path: str | Path, data: str | bytes) -> None:
+def write_whole(path: str | Path, data: str | bytes, check: Callable[[Path], None] | None = None) -> None:
     """Writes `data` (str as UTF-8) to `path` whole or not at all (the module docstring): a file
     already there keeps its permissions, a new one gets the umask's; a link is written through
     to its target. On any failure (an interrupt included) the temporary file is removed.
 
+    Args:
+        check: called with the temporary file once it is written, before it is renamed: whatever it
+            raises leaves `path` as it was (a suite that the suite reader refuses is never written).
+
     Raises:
         OSError: the temporary file cannot be made, written or renamed (the file is unchanged);
             its filename is `path`.
+        Exception: what `check` raised (the file is unchanged).
     """
     target = Path(os.path.realpath(path))
     tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
@@ -97,6 +104,8 @@ def write_whole(path: str | Path, data: str | bytes) -> None:
             f.write(data.encode("utf-8") if isinstance(data, str) else data)
             f.flush()
             os.fsync(f.fileno())
+        if check is not None:
+            check(tmp)
         if target.exists():
             os.chmod(tmp, target.stat().st_mode & 0o7777)
         os.replace(tmp, target)

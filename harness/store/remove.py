@@ -65,10 +65,8 @@ def remove_rows(path: str | Path, *, run_ids: Iterable[str] = (), backends: Iter
     wanted = _wanted(run_ids, backends, env_ids)
     if not wanted:
         raise ConfigError(f"rm {path}: no run id, backend or env id given; name the rows to remove")
-    if not path.exists():
-        raise ConfigError(f"rm {path}: not found; give an existing .jsonl results file")
-    if not path.is_file() or path.suffix != ".jsonl":
-        raise ConfigError(f"rm {path}: not a .jsonl results file; give one results file, not a folder")
+    if (why := not_results_file(path)) is not None:
+        raise ConfigError(f"rm {path}: {why}")
     check_results_file(path, "rm", "fix or remove that line first", fields=False)   # rm may remove a bad row
     if problem := write_problem(path):   # a read-only file: replacing it would get round its mode
         raise ConfigError(f"rm {path}: cannot write there ({problem}); nothing removed: make it writable first")
@@ -88,6 +86,22 @@ def remove_rows(path: str | Path, *, run_ids: Iterable[str] = (), backends: Iter
         if row is None and line.strip():
             log.warning("%s:%d: skipping a torn or malformed result line (kept in the file as it is)", path, n)
     return len(lines) - len(kept)
+
+
+def not_results_file(path: Path) -> str | None:
+    """Why rm cannot edit `path`, in words that fit what is there, with the fix: a folder, nothing, a file
+    that is not a regular file (a FIFO, a device), or a regular file of another suffix; None for a regular
+    .jsonl file. Raises OSError where a folder on its way cannot be searched."""
+    if path.is_dir():
+        return "is a directory; give the results .jsonl file to remove rows from"
+    if not path.exists():
+        return "no such results file; give an existing .jsonl results file"
+    if not path.is_file():
+        return "is not a regular file (a FIFO, a device or a socket); give a .jsonl results file"
+    if path.suffix != ".jsonl":
+        kind = f"a {path.suffix} file" if path.suffix else "a file without a suffix"
+        return f"is {kind}, not a .jsonl results file; give a .jsonl results file"
+    return None
 
 
 def describe(*, run_ids: Iterable[str] = (), backends: Iterable[str] = (), env_ids: Iterable[str] = ()) -> str:
