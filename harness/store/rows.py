@@ -9,7 +9,7 @@ killed run loses at most the row in flight. A write that fails part-way (a full 
 undone: the file is cut back to the rows it held. The one other truncation: a file that ends in a torn row
 (a SIGKILL mid-write ends a write of more than a page short) is cut back to its last newline before the next
 append, once those bytes are kept in the side file ``<out>.torn`` (`treebench.harness.store.torn`). A row is
-identified by ``row_key``: (case_id, backend, env); ``stored_keys`` gives the keys a ``--resume`` skips.
+identified by ``row_key``: (case_id, backend, env).
 ``row_l2_flushed`` reads a row's L2 state, older rows (no ``l2_flushed``) included. ``find_row`` names the
 file and line of a row, for the readers' one-line messages (``row_places`` gives every row with its place).
 The readers here read each results file's lines as UTF-8 (``file_lines``), and list each folder, inside
@@ -154,19 +154,6 @@ def timing_label(row: dict) -> str | None:
     if flushed is None:
         return None
     return "wall" if row["timer"] == "wall" else f"{row['timer']}, {l2_label(flushed)}"
-
-
-def stored_keys(paths, env_id: str | None,
-                keep: Callable[[dict], bool] | None = None) -> set[tuple[str | None, str | None]]:
-    """(case_id, backend) of the rows in `paths` (missing files count as empty) measured in env
-    `env_id`, and, when `keep` is given, for which keep(row) is true.
-
-    Raises:
-        ConfigError: a file holds rows of another schema.
-    """
-    existing = [p for p in map(Path, paths) if p.exists()]
-    return {(r.get("case_id"), r.get("backend")) for r in read_rows(existing)
-            if r.get("env") == env_id and (keep is None or keep(r))}
 
 
 def migrate_row(row: dict) -> dict:

@@ -42,8 +42,8 @@ from treebench.harness.sweep.shard import (
     wait_for_ranks,
 )
 from treebench.harness.store.env import check_envs_beside, env_beside, env_fingerprint
-from treebench.harness.store.rows import read_rows, row_places, stored_keys
-from treebench.harness.sweep.resume import check_same_suite, every_row, warn_other_envs, with_stored
+from treebench.harness.store.rows import read_rows, row_places
+from treebench.harness.sweep.resume import check_same_suite, every_row, stored_keys, warn_other_envs, with_stored
 from treebench.harness.store.lock import hold_all
 
 log = logging.getLogger(__name__)

@@ -1,10 +1,11 @@
 """Which results file a `--resume` may continue: one that holds rows of the suite it sweeps, or none
 yet (a warning says that the run starts anew). A file whose every row is of another suite is refused
-before anything is written, since resuming would append this suite's rows to that run's. What a
-resumed run reports: its summary the latest stored row of each of its sweep's pairs beside the rows
-it ran (`with_stored`), its report every row of the file (`every_row`), as `treebench report OUT`
-shows them. Stored rows of the sweep's pairs that another env measured (another package version, git
-commit, machine) are not skipped: `warn_other_envs` says so in one line, naming what differs.
+before anything is written, since resuming would append this suite's rows to that run's. The pairs it
+skips are those stored for this env (`stored_keys`). What a resumed run reports: its summary the latest
+stored row of each of its sweep's pairs beside the rows it ran (`with_stored`), its report every row of
+the file (`every_row`), as `treebench report OUT` shows them. Stored rows of the sweep's pairs that
+another env measured (another package version, git commit, machine) are not skipped: `warn_other_envs`
+says so in one line, naming what differs.
 
 A row is of the suite when it records the suite's name (its ``suite`` field:
 treebench.harness.store.rows), or, recording none (written before rows did), when its ``case_id``
@@ -15,7 +16,7 @@ without --resume) continues any of them.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from treebench.harness.errors import ConfigError
@@ -67,6 +68,19 @@ def check_same_suite(out: Path, suite: str | None, case_ids: Collection[str], wa
                           f"{called(suite)}; {fix}")
     raise ConfigError(f"--resume --out {out}: none of its {len(rows)} rows is of a case of {called(suite)} (they are "
                       f"another suite's, written before rows recorded their suite); {fix}")
+
+
+def stored_keys(paths, env_id: str | None,
+                keep: Callable[[dict], bool] | None = None) -> set[tuple[str | None, str | None]]:
+    """(case_id, backend) of the rows in `paths` (missing files count as empty) measured in env
+    `env_id`, and, when `keep` is given, for which keep(row) is true.
+
+    Raises:
+        ConfigError: a file holds rows of another schema.
+    """
+    existing = [p for p in map(Path, paths) if p.exists()]
+    return {(r.get("case_id"), r.get("backend")) for r in read_rows(existing)
+            if r.get("env") == env_id and (keep is None or keep(r))}
 
 
 def env_changes(env: dict, stored: dict[str, dict | None], out: Path) -> list[str]:
