@@ -547,12 +547,14 @@ def test_rm_and_merge_wait_for_the_run_writing_the_file(tiny, tmp_path):
     with hold(out):   # a run in the middle of appending to it
         done = treebench("rm", out, "--backend", "torch_sdpa", cwd=tmp_path)
         assert done.returncode == 2, done.stderr
-        assert done.stderr.strip() == (f"treebench: error: results file {out} is being written by another treebench "
-                                       f"process (pid {os.getpid()}); wait for it to finish, then remove the rows")
+        assert done.stderr.strip() == (f"treebench: error: rm: results file {out} is being written by another "
+                                       f"treebench process (pid {os.getpid()}); wait for it to finish, then remove the "
+                                       "rows")
         other = tmp_path / "other.jsonl"
         other.write_bytes(before)
         done = treebench("merge", out, other, cwd=tmp_path)
         assert done.returncode == 2, done.stderr
+        assert done.stderr.strip().startswith(f"treebench: error: merge: results file {out} is being written by ")
         assert done.stderr.strip().endswith("wait for it to finish or merge into another OUT"), done.stderr
         assert out.read_bytes() == before
     done = treebench("rm", out, "--backend", "torch_sdpa", cwd=tmp_path)

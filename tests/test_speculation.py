@@ -310,6 +310,7 @@ def test_cli_bad_input_in_process(tmp_path, capsys, argv, words):
     assert main([a.format(**paths) for a in argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and words in err
+    assert err.startswith(f"treebench: error: {argv[0]}"), err            # each line led by its command
     assert not (tmp_path / "r.html").exists()
 
 
@@ -448,8 +449,9 @@ def test_acceptance_neither_a_file_nor_a_shipped_name_is_refused_listing_the_nam
     assert main(argv) == 2
     out, err = capsys.readouterr()
     assert not out and err.count("\n") == 1, err
-    assert f"acceptance model {given!r}: no such file and no shipped model of that name" in err
-    assert err.rstrip().endswith(f"one of: {NAMES}") and "data/illustrative-geometric.toml" not in err.split(":", 3)[3]
+    assert err.startswith(f"treebench: error: {command}: acceptance model {given!r}: no such file and no shipped model "
+                          "of that name")                                      # led by the command, as its other lines
+    assert err.rstrip().endswith(f"one of: {NAMES}") and "data/illustrative-geometric.toml" not in err.split(":", 4)[4]
     assert not (tmp_path / "r.html").exists()
 
 

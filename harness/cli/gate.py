@@ -27,7 +27,7 @@ from treebench.harness.analyze.gate_inputs import (GATE, env_differences, refuse
                                                    refuse_shared_runs, warn_rows_without_env)
 from treebench.harness.cli import NUMBER, NUMBER_RULE, emit, integer_option, number_option
 from treebench.harness.cli.common import comma_list
-from treebench.harness.errors import ConfigError
+from treebench.harness.errors import ConfigError, said_by
 from treebench.harness.run.inflight import interrupts_noted
 from treebench.harness.store.env import read_envs
 from treebench.harness.store.outputs import refuse_data_summary, refuse_foreign_junit, will_write, write_whole
@@ -126,11 +126,13 @@ def _load(paths: Sequence[str], flag: str) -> tuple[list[dict], dict[str, dict]]
     """Rows and env fingerprints of one side.
 
     Raises:
-        ConfigError: a path is missing, or it holds no rows.
+        ConfigError: a path is missing, or it holds no rows; an env file beside it cannot be read (each line
+            led by `gate FLAG`).
     """
     rows = read_checked_rows(paths, f"gate {flag}")
     refuse_no_rows(rows, paths, flag, GATE)
-    return rows, read_envs(paths)
+    with said_by(f"gate {flag}"):   # an env file beside it that cannot be read
+        return rows, read_envs(paths)
 
 
 def _only(rows: list[dict], backends: set[str], paths: Sequence[str], flag: str) -> list[dict]:
@@ -144,6 +146,7 @@ def _only(rows: list[dict], backends: set[str], paths: Sequence[str], flag: str)
     return kept
 
 
+@said_by("gate")   # each refusal led by the command's name; a side's by its flag too (`_load`)
 def run(args: argparse.Namespace) -> int:
     """Runs the gate and writes its files (`_compare`), then prints the Markdown summary; returns 0
     (pass) or 1 (fail: `GateResult.failed`). The gate's libraries (numpy, scipy) load and its files

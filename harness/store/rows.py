@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from treebench.harness.errors import ConfigError, ResultsWriteError
+from treebench.harness.errors import ConfigError, ResultsWriteError, said_by
 from treebench.harness.store.names import check_path_name, listed_results
 from treebench.harness.store.torn import settle_tail, write_synced
 
@@ -75,9 +75,9 @@ def append_row(path: str | Path, row: dict) -> None:
     _append(Path(path), line, "give --out a writable file path")
 
 
-def append_rows(path: str | Path, rows: list[dict]) -> None:
+def append_rows(path: str | Path, rows: list[dict], command: str = "") -> None:
     """Appends many rows with one buffered write and one fsync (merges of thousands of rows), all
-    or none of them (`_append`).
+    or none of them (`_append`); `command` leads the line of a torn last row set aside (`torn.settle_tail`).
 
     Raises:
         ConfigError: the path cannot be opened for appending.
@@ -85,10 +85,10 @@ def append_rows(path: str | Path, rows: list[dict]) -> None:
     """
     if rows:
         blob = "".join(json.dumps(r, sort_keys=False, allow_nan=True) + "\n" for r in rows).encode()
-        _append(Path(path), blob, "give a writable file path")
+        _append(Path(path), blob, "give a writable file path", command)
 
 
-def _append(path: Path, data: bytes, fix: str) -> None:
+def _append(path: Path, data: bytes, fix: str, command: str = "") -> None:
     """Appends `data` (whole lines) to `path` and fsyncs it, once its end is settled (`torn.settle_tail`:
     a torn last row moved to ``<path>.torn``, a missing final newline added). A write or fsync that
     fails part-way (a full disk, an I/O error, an interrupt) is undone: the file is cut back to its
@@ -107,7 +107,7 @@ def _append(path: Path, data: bytes, fix: str) -> None:
         raise ConfigError(f"results file {path}: cannot append ({e.strerror}); {fix}") from None
     size = None
     try:
-        data = settle_tail(path, fd) + data   # under the file's lock (store.lock) no one else appends
+        data = settle_tail(path, fd, command) + data   # under the file's lock (store.lock) no one else appends
         size = os.fstat(fd).st_size
         write_synced(fd, data)
     except BaseException as e:   # an interrupt too: the rows of this call are all there or none
@@ -195,17 +195,17 @@ def reading(path: Path, what: str = "results file", done: str = "read", fix: str
         raise ConfigError(f"{what} {path}: cannot be {done} ({e.strerror or e}); {fix}") from None
 
 
-def result_files(paths) -> list[Path]:
-    """Expands folders into their *.jsonl files (sorted; `names.listed_results`); keeps files as given.
-    Raises ConfigError for a path that is missing, not a file or folder, named as the file system refuses
-    (`check_path_name`), or that cannot be looked at (a folder on its way not searchable), and for a folder
-    that cannot be listed (`reading`: glob would find no file in it and say nothing)."""
+def result_files(paths, command: str = "") -> list[Path]:
+    """Expands folders into their *.jsonl files (sorted; `names.listed_results`, its warnings led by the `command`
+    reading); keeps files as given. Raises ConfigError for a path that is missing, not a file or folder, named as
+    the file system refuses (`check_path_name`), or that cannot be looked at (a folder on its way not searchable),
+    and for a folder that cannot be listed (`reading`: glob would find no file in it and say nothing)."""
     out: list[Path] = []
     for p in map(Path, [paths] if isinstance(paths, (str, Path)) else paths):
         with reading(check_path_name(p, "results path"), "results path"):
             if p.is_dir():
                 with reading(p, "results folder", "listed"):
-                    out.extend(listed_results(p))   # a folder named *.jsonl skipped, with a warning
+                    out.extend(listed_results(p, command))   # a folder named *.jsonl skipped, with a warning
             elif p.is_file():
                 out.append(p)
             elif p.exists():
@@ -232,7 +232,7 @@ def paused_gc() -> Iterator[None]:
 _WARNED: set[tuple[str, int]] = set()   # (file, line) of torn lines already warned about
 
 
-def read_rows(paths, require_rows: bool = False) -> list[dict]:
+def read_rows(paths, require_rows: bool = False, command: str = "") -> list[dict]:
     """Reads result rows from JSONL files (or folders of them), in file order.
 
     A line that is not valid JSON (a torn line left by a killed run) is skipped
@@ -242,6 +242,7 @@ def read_rows(paths, require_rows: bool = False) -> list[dict]:
     Args:
         require_rows: when no complete row is read but a torn line is, raise (one line) instead
             of warning and returning nothing.
+        command: the command reading, which leads each line said (`errors.said_by`): 'gate --baseline'.
 
     Raises:
         ConfigError: a path does not exist, a file cannot be read or a folder listed (`reading`: the
@@ -249,17 +250,17 @@ def read_rows(paths, require_rows: bool = False) -> list[dict]:
             this code does not know (a newer one: upgrade treebench), or (with `require_rows`) the only result
             lines are torn.
     """
-    with paused_gc():
-        rows, torn = _read_lines(result_files(paths))
-    if require_rows and torn and not rows:
-        f, n, size = torn[0]
-        raise ConfigError(f"results file {f}:{n}: a torn result line ({size} characters, cut short by a killed "
-                          f"writer) and no complete row{f' ({len(torn)} torn lines)' if len(torn) > 1 else ''}; "
-                          "rerun the run, or give a file that holds rows")
+    with said_by(command), paused_gc():
+        rows, torn = _read_lines(result_files(paths, command))
+        if require_rows and torn and not rows:
+            f, n, size = torn[0]
+            raise ConfigError(f"results file {f}:{n}: a torn result line ({size} characters, cut short by a killed "
+                              f"writer) and no complete row{f' ({len(torn)} torn lines)' if len(torn) > 1 else ''}; "
+                              "rerun the run, or give a file that holds rows")
     for f, n, _ in torn:
         if (str(f), n) not in _WARNED:   # files are often read twice (validate, then use)
             _WARNED.add((str(f), n))
-            log.warning("%s:%d: skipping a torn or malformed result line", f, n)
+            log.warning("%s%s:%d: skipping a torn or malformed result line", f"{command}: " if command else "", f, n)
     return rows
 
 

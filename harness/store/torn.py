@@ -42,9 +42,9 @@ def is_torn_row(line: bytes) -> bool:
     return line.startswith(b'{"schema": ')
 
 
-def settle_tail(path: Path, fd: int) -> bytes:
+def settle_tail(path: Path, fd: int, command: str = "") -> bytes:
     """Readies the end of the results file `path`, open on `fd` for appending under its lock, for
-    new rows; what to write before them.
+    new rows; what to write before them. `command`, the command appending, leads its warning line.
 
     Returns:
         b"\\n" when its last line lacks only its newline (a whole JSON object, or blanks); b"" when
@@ -70,8 +70,8 @@ def settle_tail(path: Path, fd: int) -> bytes:
     except OSError as e:
         raise OSError(e.errno, e.strerror, str(side)) from e
     os.ftruncate(fd, start)
-    log.warning("%s ended in a torn line (%d bytes, a row cut short by a killed writer): moved to %s before "
-                "appending", path, len(last), side)
+    log.warning("%s%s ended in a torn line (%d bytes, a row cut short by a killed writer): moved to %s before "
+                "appending", f"{command}: " if command else "", path, len(last), side)
     return b""
 
 
