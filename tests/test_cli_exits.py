@@ -652,11 +652,11 @@ def test_a_full_disk_is_one_line_exit_2_and_keeps_the_rows_written(tiny, tmp_pat
 
     real, calls = runner.append_row, []
 
-    def append_then_full(path, row):
+    def append_then_full(path, row, named=None):
         calls.append(row)
         if len(calls) > 1:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        real(path, row)
+        real(path, row, named)
 
     monkeypatch.setattr(runner, "append_row", append_then_full)
     out = tmp_path / "r.jsonl"

@@ -59,12 +59,13 @@ STATUSES = ("pass", "mismatch", "error", "skipped")
 CAUSAL_BACKENDS_V1 = frozenset({"triton_causal", "causal_baseline"})
 
 
-def append_row(path: str | Path, row: dict) -> None:
+def append_row(path: str | Path, row: dict, named: Path | None = None) -> None:
     """Appends `row` as one JSON line to `path`, whole or not at all.
 
     One ``os.write`` of the whole line on an ``O_APPEND`` fd, then fsync (`_append`). A file
     that ends in a torn row is cut back to its last newline first, the torn bytes kept in
-    ``<path>.torn``; a whole last row without its newline gets one (`torn.settle_tail`).
+    ``<path>.torn``; a whole last row without its newline gets one (`torn.settle_tail`, whose line
+    names the file as `named`, `path` as the user gave it, where given).
 
     Raises:
         ConfigError: the path cannot be opened for appending (a directory, no permission).
@@ -72,7 +73,7 @@ def append_row(path: str | Path, row: dict) -> None:
             EROFS); the file is cut back to the rows it held before, and the error's filename is `path`.
     """
     line = (json.dumps(row, sort_keys=False, allow_nan=True) + "\n").encode()
-    _append(Path(path), line, "give --out a writable file path")
+    _append(Path(path), line, "give --out a writable file path", named=named)
 
 
 def append_rows(path: str | Path, rows: list[dict], command: str = "") -> None:
@@ -88,7 +89,7 @@ def append_rows(path: str | Path, rows: list[dict], command: str = "") -> None:
         _append(Path(path), blob, "give a writable file path", command)
 
 
-def _append(path: Path, data: bytes, fix: str, command: str = "") -> None:
+def _append(path: Path, data: bytes, fix: str, command: str = "", named: Path | None = None) -> None:
     """Appends `data` (whole lines) to `path` and fsyncs it, once its end is settled (`torn.settle_tail`:
     a torn last row moved to ``<path>.torn``, a missing final newline added). A write or fsync that
     fails part-way (a full disk, an I/O error, an interrupt) is undone: the file is cut back to its
@@ -107,7 +108,7 @@ def _append(path: Path, data: bytes, fix: str, command: str = "") -> None:
         raise ConfigError(f"results file {path}: cannot append ({e.strerror}); {fix}") from None
     size = None
     try:
-        data = settle_tail(path, fd, command) + data   # under the file's lock (store.lock) no one else appends
+        data = settle_tail(path, fd, command, named) + data   # under the file's lock (store.lock) no one appends
         size = os.fstat(fd).st_size
         write_synced(fd, data)
     except BaseException as e:   # an interrupt too: the rows of this call are all there or none
@@ -229,7 +230,7 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
-_WARNED: set[tuple[str, int]] = set()   # (file, line) of torn lines already warned about
+_WARNED: set[tuple[str, int]] = set()   # (absolute file, line) of torn lines already warned about
 
 
 def read_rows(paths, require_rows: bool = False, command: str = "") -> list[dict]:
@@ -258,8 +259,8 @@ def read_rows(paths, require_rows: bool = False, command: str = "") -> list[dict
                               f"writer) and no complete row{f' ({len(torn)} torn lines)' if len(torn) > 1 else ''}; "
                               "rerun the run, or give a file that holds rows")
     for f, n, _ in torn:
-        if (str(f), n) not in _WARNED:   # files are often read twice (validate, then use)
-            _WARNED.add((str(f), n))
+        if (key := (os.path.abspath(f), n)) not in _WARNED:   # files are often read twice (validate, then use)
+            _WARNED.add(key)
             log.warning("%s%s:%d: skipping a torn or malformed result line", f"{command}: " if command else "", f, n)
     return rows
 
