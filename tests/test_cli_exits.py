@@ -393,6 +393,41 @@ def test_a_closed_stdout_keeps_the_exit_code_of_the_rows(tiny, tmp_path, argv, c
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
 
 
+GATE_RESULTS = ROOT / "tests" / "data" / "results"   # a baseline, a rerun of it, and a run 10% slower
+
+
+@pytest.mark.parametrize("candidate, verdict", [("h200-rerun", 0), ("h200-slow10", 1)])
+@pytest.mark.parametrize("closed", ["reader gone", "fd 1 closed"])
+def test_a_gate_whose_stdout_is_closed_keeps_its_verdict(tmp_path, candidate, verdict, closed):
+    """`treebench gate ... | head -0` or `... >&-` in CI: the Markdown summary has nowhere to go, but the exit
+    code is still the verdict's (a regression never a pass, a pass never 141 or a traceback's 1), and
+    nothing else is lost: --summary is written, and the counts reach stderr."""
+    summary = tmp_path / "summary.md"
+    argv = [sys.executable, "-m", "treebench", "gate", "--baseline", str(GATE_RESULTS / "h200-baseline"),
+            "--candidate", str(GATE_RESULTS / candidate), "--summary", str(summary)]
+    if closed == "reader gone":
+        proc = subprocess.Popen(argv, cwd=tmp_path, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        proc.stdout.close()   # the reader is gone before the summary is written (`| head -0`)
+    else:                     # file descriptor 1 closed before the command starts (`>&-`)
+        proc = subprocess.Popen(["sh", "-c", 'exec "$@" >&-', "sh", *argv], cwd=tmp_path, env=env(),
+                                stderr=subprocess.PIPE, text=True)
+    err = proc.stderr.read()
+    assert proc.wait(timeout=300) == verdict, err
+    assert "Traceback" not in err and "Error" not in err, err
+    assert len([line for line in err.splitlines() if line.startswith("INFO     gate: ")]) == 1, err
+    assert summary.read_text(encoding="utf-8").startswith(f"## treebench gate: {'❌ FAIL' if verdict else '✅ PASS'}")
+
+
+@pytest.mark.parametrize("argv", [("tree", "full:2:2"), ("tree", "random:1000:1", "--json"), ("list",)])
+def test_a_stdout_closed_before_the_command_is_taken_as_devnull(tmp_path, argv):
+    """`treebench tree SPEC >&-`: Python starts with no sys.stdout; the output is dropped as `>&-` asks and the
+    command exits with its own code, where `emit` met None with an AttributeError's traceback."""
+    done = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "-m", "treebench", *argv], cwd=tmp_path,
+                          env=env(), stderr=subprocess.PIPE, text=True, timeout=300, check=False)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
 @pytest.mark.parametrize("spec", ["random:1000:1", "full:3:5"])
 def test_a_reader_that_leaves_mid_output_gives_141(tmp_path, spec):
     """Output larger than a pipe buffer, read one line and closed (`treebench tree SPEC | head -1`):
@@ -547,12 +582,14 @@ def test_rm_and_merge_wait_for_the_run_writing_the_file(tiny, tmp_path):
     with hold(out):   # a run in the middle of appending to it
         done = treebench("rm", out, "--backend", "torch_sdpa", cwd=tmp_path)
         assert done.returncode == 2, done.stderr
-        assert done.stderr.strip() == (f"treebench: error: results file {out} is being written by another treebench "
-                                       f"process (pid {os.getpid()}); wait for it to finish, then remove the rows")
+        assert done.stderr.strip() == (f"treebench: error: rm: results file {out} is being written by another "
+                                       f"treebench process (pid {os.getpid()}); wait for it to finish, then remove the "
+                                       "rows")
         other = tmp_path / "other.jsonl"
         other.write_bytes(before)
         done = treebench("merge", out, other, cwd=tmp_path)
         assert done.returncode == 2, done.stderr
+        assert done.stderr.strip().startswith(f"treebench: error: merge: results file {out} is being written by ")
         assert done.stderr.strip().endswith("wait for it to finish or merge into another OUT"), done.stderr
         assert out.read_bytes() == before
     done = treebench("rm", out, "--backend", "torch_sdpa", cwd=tmp_path)
@@ -650,11 +687,11 @@ def test_a_full_disk_is_one_line_exit_2_and_keeps_the_rows_written(tiny, tmp_pat
 
     real, calls = runner.append_row, []
 
-    def append_then_full(path, row):
+    def append_then_full(path, row, named=None):
         calls.append(row)
         if len(calls) > 1:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        real(path, row)
+        real(path, row, named)
 
     monkeypatch.setattr(runner, "append_row", append_then_full)
     out = tmp_path / "r.jsonl"

@@ -175,8 +175,8 @@ def test_report_without_o_keeps_the_report_of_other_results_as_run_does(rows, tm
     assert main(["report", "elsewhere/ok.jsonl"]) == 0
     out, err = capsys.readouterr()
     assert out == "reports/local/ok-2.html\n"
-    assert ("WARNING  reports/local/ok.html is the report of other results than elsewhere/ok.jsonl, and is kept: "
-            "this report is reports/local/ok-2.html") in err.splitlines(), err
+    assert ("WARNING  report: reports/local/ok.html is the report of other results than elsewhere/ok.jsonl, and is "
+            "kept: this report is reports/local/ok-2.html") in err.splitlines(), err
     assert (reports / "ok.html").read_bytes() == first
     (reports / "ok-2.html").write_text("<html>a page of no results file</html>")
     (reports / "ok.html").unlink()

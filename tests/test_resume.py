@@ -556,6 +556,29 @@ def test_a_resume_into_a_file_of_another_suites_rows_is_refused_and_writes_nothi
     assert sorted(r["suite"] for r in read_rows([out])) == ["other", "tiny"]
 
 
+def test_a_resume_names_out_as_given_in_every_line(tmp_path, monkeypatch, capsys):
+    """--out given relative: every line of a --resume names it so, never made absolute (the run keeps the
+    absolute path only to find the file wherever a backend moves the working directory): the torn line it
+    reads past, the torn line it sets aside before appending, the report it writes, and the refusal of a
+    file of another suite's rows; the lines about the rows it reads are led by --resume."""
+    tiny, other = _tiny_twice(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "--suite", "tiny.toml", "--backend", "torch_sdpa", "--out", "r.jsonl", "--quiet"]) == 0
+    with open("r.jsonl", "ab") as f:
+        f.write(b'{"schema": 2, "backe')   # a writer killed mid-row
+    capsys.readouterr()
+    assert main(["run", "--suite", "tiny.toml", "--backends", "torch_sdpa,reference", "--out", "r.jsonl",
+                 "--resume"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert not [line for line in err if str(tmp_path) in line], err
+    assert "WARNING  --resume: r.jsonl:2: skipping a torn or malformed result line" in err, err
+    assert ("WARNING  r.jsonl ended in a torn line (20 bytes, a row cut short by a killed writer): moved to "
+            "r.jsonl.torn before appending") in err, err
+    assert [line for line in err if line.startswith("INFO     report written to reports/local/r.html (")], err
+    assert main(["run", "--suite", "other.toml", "--backends", "torch_sdpa", "--out", "r.jsonl", "--resume"]) == 2
+    assert capsys.readouterr().err.startswith("treebench: error: --resume --out r.jsonl: its rows are of suite tiny")
+
+
 def test_a_resume_reads_the_suite_of_older_rows_from_their_case_ids(tmp_path, capsys):
     """Rows written before rows recorded their suite: a --resume of a suite none of whose cases they
     hold is refused (their suite is not known); one of the suite whose cases they hold resumes."""

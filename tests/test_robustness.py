@@ -404,8 +404,98 @@ def test_a_jsonl_file_of_something_else_is_named_as_such(tmp_path, capsys, reade
     argv = [a.format(f=f, good=good, tmp=tmp_path) for a in reader]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [(f"treebench: error: results file {f}: not a treebench results file (line 1 has no schema "
+    led = {"report": "report", "merge": "merge", "gate": "gate --baseline"}[reader[0]]   # the command reading it
+    led = "report --against" if "--against" in reader else led
+    assert err == [(f"treebench: error: {led}: results file {f}: not a treebench results file (line 1 has no schema "
                     "field); give .jsonl files written by treebench run")], err
+
+
+READERS = {   # each command that reads result files, given one file `{f}`: (its command line, what leads its lines)
+    "report": (["report", "{f}", "-o", "{tmp}/r.html"], "report"),
+    "report --against": (["report", "{good}", "--against", "{f}", "-o", "{tmp}/r.html", "--allow-env-mismatch"],
+                         "report --against"),
+    "gate --baseline": (["gate", "--baseline", "{f}", "--candidate", "{good}", "--allow-env-mismatch"],
+                        "gate --baseline"),
+    "gate --candidate": (["gate", "--baseline", "{good}", "--candidate", "{f}", "--allow-env-mismatch"],
+                         "gate --candidate"),
+    "merge": (["merge", "{tmp}/m.jsonl", "{f}"], "merge"),
+    "plan": (["plan", "--results", "{f}", "--acceptance", "illustrative-geometric"], "plan"),
+}
+
+
+def _reader_row(run_id: str, backend: str = "b") -> dict:
+    from treebench.harness.store.rows import SCHEMA
+
+    return {"schema": SCHEMA, "run_id": run_id, "env": "e", "case_id": "c", "backend": backend, "status": "pass",
+            "case": Case(batch_size=1, context_len=4, tree="chain:1").axes}
+
+
+@pytest.mark.parametrize("reader", list(READERS))
+@pytest.mark.parametrize("second, said", [
+    (b'{"schema": 99, "backend": "b"}', "results file {f}:2: schema 99, newer than this treebench reads (2)"),
+    (b'{"schema": 2, "backend": "\xff"}', "results file {f}:2: byte 0xff at column 27 is not UTF-8 text"),
+    (None, "results path {f}: not found"),
+])
+def test_a_readers_refusal_of_a_results_file_is_led_by_the_command_that_read_it(tmp_path, capsys, reader, second,
+                                                                                said):
+    """A row of a newer schema, a line that is not UTF-8, a path that is not there: the one line names the
+    command (and the side, or the option) that read the file first, as that command's other lines do."""
+    import json
+
+    from treebench.harness.cli.main import main
+    from treebench.harness.store.rows import append_row
+
+    f, good = tmp_path / "x.jsonl", tmp_path / "good.jsonl"
+    append_row(good, _reader_row("r1"))
+    if second is not None:
+        f.write_bytes(json.dumps(_reader_row("r2")).encode() + b"\n" + second + b"\n")
+    argv, led = READERS[reader]
+    assert main([a.format(f=f, good=good, tmp=tmp_path) for a in argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"treebench: error: {led}: {said.format(f=f)}"), err
+    assert not (tmp_path / "m.jsonl").exists() and not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.parametrize("reader", list(READERS))
+def test_a_readers_warnings_of_a_results_folder_are_led_by_the_command_that_read_it(tmp_path, capsys, reader):
+    """A torn last line and a folder named *.jsonl inside a results folder: the one warning of each names the
+    command (and the side) that read the folder first, as that command's other lines do."""
+    import json
+
+    from treebench.harness.cli.main import main
+    from treebench.harness.store.rows import append_row
+
+    folder, good = tmp_path / "runs", tmp_path / "good.jsonl"
+    append_row(good, _reader_row("r1"))
+    (folder / "stray.jsonl").mkdir(parents=True)
+    (folder / "x.jsonl").write_text(json.dumps(_reader_row("r2", "b2")) + '\n{"schema": 2, "backend": "b')
+    argv, led = READERS[reader]
+    main([a.format(f=folder, good=good, tmp=tmp_path) for a in argv])
+    err = capsys.readouterr().err.splitlines()
+    torn = [line for line in err if "skipping a torn or malformed result line" in line]
+    stray = [line for line in err if "stray.jsonl is a folder" in line]
+    assert torn == [f"WARNING  {led}: {folder / 'x.jsonl'}:2: skipping a torn or malformed result line"], err
+    assert stray == [f"WARNING  {led}: results folder {folder}: {folder / 'stray.jsonl'} is a folder, not a results "
+                     "file; skipped (folders are not searched recursively)"], err
+
+
+def test_merge_into_an_out_ending_in_a_torn_line_says_so_led_by_merge(tmp_path, capsys):
+    """OUT ending in part of a row: merge reads past it and sets it aside before appending, and both
+    warnings are led by the command, as merge's other lines are."""
+    import json
+
+    from treebench.harness.cli.main import main
+    from treebench.harness.store.rows import append_row, read_rows
+
+    out, new = tmp_path / "out.jsonl", tmp_path / "new.jsonl"
+    out.write_text(json.dumps(_reader_row("r1")) + '\n{"schema": 2, "backe')
+    append_row(new, _reader_row("r2", "b2"))
+    assert main(["merge", str(out), str(new)]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if "torn" in line]
+    assert err == [f"WARNING  merge: {out}:2: skipping a torn or malformed result line",
+                   f"WARNING  merge: {out} ended in a torn line (20 bytes, a row cut short by a killed writer): moved "
+                   f"to {out}.torn before appending"], err
+    assert [r["run_id"] for r in read_rows([out])] == ["r1", "r2"]
 
 
 @pytest.mark.parametrize("source, run_id, fix", [

@@ -21,6 +21,7 @@ from treebench.harness.speculation.expected import chain_expected, expected_toke
 from treebench.harness.speculation.plan import format_table, plan, speculation_section
 from treebench.harness.speculation.search import choices_text, search_trees
 from treebench.harness.model.suites import load_suite
+from treebench.harness.store.rows import read_rows
 from treebench.harness.model.trees import from_choices
 
 from treebench.harness.model.tree_specs import parse_tree
@@ -310,6 +311,7 @@ def test_cli_bad_input_in_process(tmp_path, capsys, argv, words):
     assert main([a.format(**paths) for a in argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and words in err
+    assert err.startswith(f"treebench: error: {argv[0]}"), err            # each line led by its command
     assert not (tmp_path / "r.html").exists()
 
 
@@ -350,8 +352,11 @@ def test_plan_on_check_rows_says_they_are_untimed(tmp_path, capsys):
     capsys.readouterr()
     assert main(["plan", "--results", str(rows), "--acceptance", str(shipped_models()[0])]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "its rows are untimed (treebench check's carry no timing)" in err, err
-    assert "no status=pass" not in err
+    n = len(read_rows([rows]))
+    counted = f"all {n} rows" if n > 1 else "its one row"
+    assert err == (f"treebench: error: plan --results {rows}: {counted} left out: untimed (as check's rows); plan "
+                   "reads timed status=pass rows of one context length and one tree size per batch; give result "
+                   "files written by treebench run\n"), err
 
 
 def test_cli_plan_prints_table(tmp_path, capsys):
@@ -491,8 +496,9 @@ def test_acceptance_neither_a_file_nor_a_shipped_name_is_refused_listing_the_nam
     assert main(argv) == 2
     out, err = capsys.readouterr()
     assert not out and err.count("\n") == 1, err
-    assert f"acceptance model {given!r}: no such file and no shipped model of that name" in err
-    assert err.rstrip().endswith(f"one of: {NAMES}") and "data/illustrative-geometric.toml" not in err.split(":", 3)[3]
+    assert err.startswith(f"treebench: error: {command}: acceptance model {given!r}: no such file and no shipped model "
+                          "of that name")                                      # led by the command, as its other lines
+    assert err.rstrip().endswith(f"one of: {NAMES}") and "data/illustrative-geometric.toml" not in err.split(":", 4)[4]
     assert not (tmp_path / "r.html").exists()
 
 
@@ -544,3 +550,25 @@ def test_plan_counts_the_rows_it_leaves_out_and_why(tmp_path, capsys):
             in capsys.readouterr().out)
     html = speculation_section(_left_out_rows(), WIDE)
     assert "<p>7 rows left out: 4 a context of several lengths" in html and "this section reads timed" in html
+
+
+@pytest.mark.parametrize("kept, said", [
+    (slice(8, None), "all 7 rows left out: 4 a context of several lengths (list:16,2048, ragged:16-2048), 1 a tree "
+                     "per request (tree_per_request mixed), 1 status other than pass (skipped), 1 untimed (as check's "
+                     "rows)"),
+    (slice(8, 11), "all 3 rows left out: a context of several lengths (ragged:16-2048)"),
+    (slice(12, 13), "its one row left out: status other than pass (skipped)"),
+])
+def test_plan_refusing_every_row_counts_them_by_reason_as_its_note_does(tmp_path, capsys, kept, said):
+    """Results of which no row is usable: the one line that refuses them says why, counting the rows by
+    reason in the words of the note above a plan's table, so the user learns what to run instead."""
+    rows = _write(tmp_path, "".join(json.dumps(r) + "\n" for r in _left_out_rows()[kept]), "r.jsonl")
+    assert main(["plan", "--results", str(rows), "--acceptance", str(shipped_models()[0])]) == 2
+    out, err = capsys.readouterr()
+    assert not out and err == (f"treebench: error: plan --results {rows}: {said}; plan reads timed status=pass rows "
+                               "of one context length and one tree size per batch; give result files written by "
+                               "treebench run\n"), err
+    rows.write_text("")
+    assert main(["plan", "--results", str(rows), "--acceptance", str(shipped_models()[0])]) == 2
+    assert capsys.readouterr().err == (f"treebench: error: plan --results {rows}: no result rows; give result files "
+                                       "written by treebench run\n")

@@ -469,7 +469,7 @@ def test_remove_rows_warns_of_the_torn_line_it_keeps(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="treebench"):
         assert remove_rows(path, run_ids=["r1"]) == 1
     assert [r.getMessage() for r in caplog.records] == [
-        f"{path}:4: skipping a torn or malformed result line (kept in the file as it is)"]
+        f"rm {path}:4: skipping a torn or malformed result line (kept in the file as it is)"]
     assert path.read_bytes().endswith(b'\n\n{"schema": 2, "run_id": "r1", "backe')
 
 

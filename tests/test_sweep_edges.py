@@ -255,8 +255,9 @@ def test_report_and_gate_name_an_env_file_that_holds_no_fingerprint_in_one_line(
             ["gate", "--baseline", str(tmp_path / "a" / "r.jsonl"), "--candidate", str(tmp_path / "b" / "r.jsonl")])
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.strip().splitlines() == [
-        f"treebench: error: env file {broken}: not JSON (JSONDecodeError: Expecting property name enclosed in "
+    assert err.strip().splitlines() == [   # led by the command and the side that read it
+        f"treebench: error: {'report' if command == 'report' else 'gate --candidate'}: env file {broken}: not JSON "
+        "(JSONDecodeError: Expecting property name enclosed in "
         "double quotes: line 1 column 2 (char 1)); remove or repair it (a run on the machine it describes "
         "writes it again beside its results)"]
 

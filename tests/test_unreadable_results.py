@@ -91,7 +91,8 @@ def test_an_unreadable_results_file_is_one_line_exit_2(tmp_path, monkeypatch, ca
             "plan": ["plan", "--results", bad, "--acceptance", shipped_models()[0]]}[command]
     _refuse(monkeypatch, bad)
     assert main(list(map(str, argv))) == 2
-    assert _one_line(capsys) == f"treebench: error: results file {bad}: cannot be read ({DENIED}); make it readable"
+    assert _one_line(capsys) == (f"treebench: error: {command}: results file {bad}: cannot be read ({DENIED}); make it "
+                                 "readable")   # led by the command reading it, as its other lines are
     assert not html.exists() and not (tmp_path / "m.jsonl").exists()
 
 
@@ -105,8 +106,8 @@ def test_a_folder_of_results_that_cannot_be_listed_is_said_so_not_empty(tmp_path
             "plan": ["plan", "--results", folder, "--acceptance", shipped_models()[0]]}[command]
     _refuse(monkeypatch, folder)
     assert main(list(map(str, argv))) == 2
-    assert _one_line(capsys) == (f"treebench: error: results folder {folder}: cannot be listed ({DENIED}); make it "
-                                 "readable")
+    assert _one_line(capsys) == (f"treebench: error: {command}: results folder {folder}: cannot be listed ({DENIED}); "
+                                 "make it readable")
 
 
 @pytest.mark.parametrize("command", ["run --resume", "check", "merge OUT", "rm"])
@@ -157,8 +158,8 @@ def test_real_permissions_give_the_same_line(tmp_path, what):
                               timeout=300, check=False)
     finally:
         shut.chmod(0o700)
-    said = (f"results file {bad}: cannot be read ({DENIED})" if what == "file" else
-            f"results folder {folder}: cannot be listed ({DENIED})")
+    said = (f"gate --candidate: results file {bad}: cannot be read ({DENIED})" if what == "file" else
+            f"gate --candidate: results folder {folder}: cannot be listed ({DENIED})")
     assert proc.returncode == 2 and proc.stderr.strip() == f"treebench: error: {said}; make it readable", proc.stderr
 
 

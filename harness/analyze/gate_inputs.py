@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
-from treebench.harness.errors import ConfigError
+from treebench.harness.errors import ConfigError, said_by
 from treebench.harness.store.env import field_differences, missing_env_line
 from treebench.harness.store.rows import find_row, result_files
 
@@ -76,13 +76,17 @@ def refuse_shared_files(baseline: Sequence[str | Path], candidate: Sequence[str 
     other side, or a link to it).
 
     Raises:
-        ConfigError: a file on both sides, or a path that does not exist (as reading it would).
+        ConfigError: a file on both sides, or a path that does not exist (as reading it would: its line, and
+            a warning of a folder's entry, led by the side, `gate --baseline: results path ...`).
     """
     def identity(f: Path) -> tuple[int, int]:
         st = f.stat()
         return st.st_dev, st.st_ino              # a link or a second spelling of one file is the same file
-    base = {identity(f) for f in result_files(baseline)}
-    shared = [f for f in result_files(candidate) if identity(f) in base]
+    base_side, cand_side = f"{sides.command} {sides.baseline}", f"{sides.command} {sides.candidate}"
+    with said_by(base_side):
+        base = {identity(f) for f in result_files(baseline, base_side)}
+    with said_by(cand_side):
+        shared = [f for f in result_files(candidate, cand_side) if identity(f) in base]
     if shared:
         more = f" (and {len(shared) - 1} more)" if len(shared) > 1 else ""
         raise ConfigError(f"{sides.command}: {sides.baseline} and {sides.candidate} both read {shared[0]}{more}; "

@@ -301,7 +301,7 @@ def _environment() -> jinja2.Environment:
 def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, title: str = "treebench", *,
                  baseline: str | None = None, causal_backend: str = "causal_baseline", gate=None,
                  sources: Sequence[str] = (), sections: Sequence[str] = (), own: str | None = None,
-                 shown: Sequence[str] | None = None) -> Path:
+                 shown: Sequence[str] | None = None, named: str | Path | None = None) -> Path:
     """Writes a self-contained HTML report of `rows` to `path`, whole or not at all
     (`treebench.harness.store.outputs.write_whole`), and returns it.
 
@@ -316,7 +316,7 @@ def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, titl
         sources: result paths, listed in the header and, made absolute, in its
             `<meta name="treebench-results">` tags (`store.names.report_results`).
         shown: the header's names of `sources` (default `sources`): the paths as the user gave them
-            where `sources` were made absolute.
+            where `sources` were made absolute; `named`, likewise, the line's name of `path`.
         sections: extra HTML fragments (each a complete <section>, already escaped), appended after
             the report's own sections; the CLI adds the speculation section this way.
         own: the backend the first table and the headline are about (default triton_tree where
@@ -382,8 +382,8 @@ def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, titl
         p.parent.mkdir(parents=True, exist_ok=True)
         write_whole(p, html)      # whole or not at all: an interrupt leaves an earlier report as it was
     except OSError as e:
-        raise ConfigError(f"report -o {p}: cannot write ({e.strerror}); choose another path") from None
-    log.info("report written to %s (%d rows, %.0f kB)", p, len(rows), len(html) / 1e3)
+        raise ConfigError(f"report -o {named or p}: cannot write ({e.strerror}); choose another path") from None
+    log.info("report written to %s (%d rows, %.0f kB)", named or p, len(rows), len(html) / 1e3)
     return p
 
 

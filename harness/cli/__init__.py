@@ -21,9 +21,10 @@ MIN_CASE_TIMEOUT_S (`case_timeout`, `run.config`: the harness's own work on a pa
 
 Also here, as light as the parsers: `StdoutError`, what a failed write to standard output becomes
 (`stdout_errors`), so that main() names standard output and not a file treebench writes, and `emit`,
-which writes it in pieces so that a reader gone mid-output is noticed, `escape_unencodable`, which
-main() calls first, so that no output meets an encoding that lacks one of its characters with a traceback,
-and `one_line`, the line main() makes of a refusal.
+which writes it in pieces so that a reader gone mid-output is noticed, `escape_unencodable` and
+`closed_stdout_to_devnull`, which main() calls first, so that no output meets an encoding that lacks one of
+its characters, or a standard output closed before the command began (`>&-`), with a traceback, and
+`one_line`, the line main() makes of a refusal.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import argparse
 import contextlib
 import io
 import math
+import os
 import re
 import sys
 from collections.abc import Iterator
@@ -154,6 +156,14 @@ def escape_unencodable() -> None:
         if isinstance(stream, io.TextIOWrapper):   # not a stream put in place of it (a StringIO: nothing to encode)
             with contextlib.suppress(ValueError, OSError):
                 stream.reconfigure(errors="backslashreplace")
+
+
+def closed_stdout_to_devnull() -> None:
+    """Where the command started with file descriptor 1 closed (`treebench gate ... >&-`, for which Python
+    leaves sys.stdout None), standard output is /dev/null: what it prints is dropped, as `>&-` asks, and the
+    command ends with its own exit code (the gate's verdict's), never with an AttributeError's traceback."""
+    if sys.stdout is None:
+        sys.stdout = open(os.devnull, "w", encoding="utf-8")   # open until the process exits, as stdout is
 
 
 class ChunkedFile:

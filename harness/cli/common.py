@@ -67,7 +67,7 @@ CREATED_OUT: list[Path | None] = [None]  # ACTIVE_OUT when this run/check create
 CREATED_FOLDERS: list[Path] = []         # the folders made for CREATED_OUT, deepest first (removed with it while empty)
 NOTHING_WRITTEN: list[str | None] = [None]  # why the run/check in progress writes no rows (for Ctrl-C's line)
 DRY_RUN_WRITES_NOTHING = "a dry run writes no rows: nothing was written"   # NOTHING_WRITTEN of --dry-run
-OUTCOME: list[int | None] = [None]       # the exit code run/check decided on, kept if stdout closes early
+OUTCOME: list[int | None] = [None]       # the exit code run/check/gate decided on, kept if stdout closes early
 TIMERS = MODES
 L2_STATES = ("cold", "warm")  # run --l2: cold flushes the L2 before every timed call (flush_l2), warm does not
 

@@ -26,8 +26,8 @@ from treebench.harness.analyze.gate_inputs import (GATE, env_differences, refuse
                                                    refuse_missing_env, refuse_no_rows, refuse_shared_files,
                                                    refuse_shared_runs, warn_rows_without_env)
 from treebench.harness.cli import NUMBER, NUMBER_RULE, emit, integer_option, number_option
-from treebench.harness.cli.common import comma_list
-from treebench.harness.errors import ConfigError
+from treebench.harness.cli.common import OUTCOME, comma_list
+from treebench.harness.errors import ConfigError, said_by
 from treebench.harness.run.inflight import interrupts_noted
 from treebench.harness.store.env import read_envs
 from treebench.harness.store.outputs import refuse_data_summary, refuse_foreign_junit, will_write, write_whole
@@ -126,11 +126,13 @@ def _load(paths: Sequence[str], flag: str) -> tuple[list[dict], dict[str, dict]]
     """Rows and env fingerprints of one side.
 
     Raises:
-        ConfigError: a path is missing, or it holds no rows.
+        ConfigError: a path is missing, or it holds no rows; an env file beside it cannot be read (each line
+            led by `gate FLAG`).
     """
     rows = read_checked_rows(paths, f"gate {flag}")
     refuse_no_rows(rows, paths, flag, GATE)
-    return rows, read_envs(paths)
+    with said_by(f"gate {flag}"):   # an env file beside it that cannot be read
+        return rows, read_envs(paths)
 
 
 def _only(rows: list[dict], backends: set[str], paths: Sequence[str], flag: str) -> list[dict]:
@@ -144,11 +146,14 @@ def _only(rows: list[dict], backends: set[str], paths: Sequence[str], flag: str)
     return kept
 
 
+@said_by("gate")   # each refusal led by the command's name; a side's by its flag too (`_load`)
 def run(args: argparse.Namespace) -> int:
     """Runs the gate and writes its files (`_compare`), then prints the Markdown summary; returns 0
     (pass) or 1 (fail: `GateResult.failed`). The gate's libraries (numpy, scipy) load and its files
     are written inside `inflight.interrupts_noted`, so that a Ctrl-C they drop or turn into another
-    error still stops the command before the summary is printed.
+    error still stops the command before the summary is printed. The verdict is the exit code also
+    where stdout is closed before the summary is out (`| head -0`: common.OUTCOME, which main() keeps),
+    and its counts reach stderr all the same: a CI gate never turns a regression into a pass.
 
     Raises:
         ConfigError: as `_compare` (the CLI exits 2).
@@ -157,11 +162,14 @@ def run(args: argparse.Namespace) -> int:
     """
     with interrupts_noted():
         result, text = _compare(args)
-    emit(text)
-    if result.comparable == 0:
-        log.warning("gate: no (case, backend) pair could be compared; failing")
-    log.info("gate: %s", result.counts_text())
-    return 1 if result.failed else 0
+    OUTCOME[0] = code = 1 if result.failed else 0   # the verdict, whether or not stdout is still read
+    try:
+        emit(text)
+    finally:   # on stderr even where stdout is gone
+        if result.comparable == 0:
+            log.warning("gate: no (case, backend) pair could be compared; failing")
+        log.info("gate: %s", result.counts_text())
+    return code
 
 
 def _compare(args: argparse.Namespace) -> tuple[GateResult, str]:

@@ -18,11 +18,11 @@ check --out wrote, which `rm --run-id` takes), or where no rows are written (a
 check without --out, a dry run) saying that nothing was, after how many pairs, or in a
 command that writes no rows (gate, report, rm, tree-search, ...) whether each file it
 writes was written (each is written whole or not at all: treebench.harness.store.outputs); 139 (or 128 + another fatal
-signal) a crash, after a line naming the backend and case in flight; 141 stdout
-closed (a pipe's reader exited) before the output was written, except for run
-and check, which keep the exit code of their rows. Result files are only ever appended to
-(except by `rm`); a results file that a run or check created is removed again when it
-stops (an interrupt, an error) before its first row.
+signal) a crash, after a line naming the backend and case in flight; 141 stdout closed (a pipe's reader
+exited) before the output was written, except for run and check, which keep the exit code of their rows,
+and gate, which keeps its verdict's (a stdout closed before the command began, `>&-`, is /dev/null: the
+command's own code). Result files are only ever appended to (except by `rm`); a results file that a run or
+check created is removed again when it stops (an interrupt, an error) before its first row.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ import sys
 from pathlib import Path
 
 from treebench.harness.cli import (HELP_OPTIONS, PROG, TOP_OPTIONS, Parser, StdoutError, asks_help,
-                                   escape_unencodable, join_option_values, one_line, stdout_errors)
+                                   closed_stdout_to_devnull, escape_unencodable, join_option_values, one_line,
+                                   stdout_errors)
 from treebench.harness.errors import ConfigError, ResultsWriteError
 
 FULL_DISK = (errno.ENOSPC, errno.EDQUOT)   # a write that found no space: one line, exit 2
@@ -203,10 +204,12 @@ def main(argv: list[str] | None = None) -> int:
     ended is the console entry's (`treebench.main`: one line; 143 before, the command's own code after); a Ctrl-C
     while the start-up imports load torch is held until they end (`interrupts_held`); one after the command ended,
     while Python exits, is ignored (`_exit_ignores_interrupts`). A closed stdout (`treebench list | head -3`) sends
-    the rest of the output to /dev/null and exits with the code the command had decided on (run, check), else 141.
+    the rest of the output to /dev/null and exits with the code the command had decided on (run, check: their rows';
+    gate: its verdict's), else 141; one closed before the command began (`>&-`) is /dev/null from the start.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     escape_unencodable()   # `PYTHONIOENCODING=ascii`: gate's ❌, --help's µs escaped, never a traceback
+    closed_stdout_to_devnull()   # `>&-`: output dropped, the command's own exit code (no AttributeError)
     _exit_ignores_interrupts()
     try:   # these imports load torch: seconds of start-up, with Ctrl-C held until their end
         from treebench.harness.run.inflight import (COMMAND_BEGUN, PROGRESS, REPORT_DUE, STOP_REQUESTED, UNWRITTEN,

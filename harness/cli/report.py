@@ -26,7 +26,7 @@ from treebench.harness.analyze.gate_inputs import (REPORT, env_differences, env_
                                                    refuse_shared_files, refuse_shared_runs, warn_rows_without_env)
 from treebench.harness.analyze.roles import DEFAULT_BASELINES, DEFAULT_OWN, OWN_KERNELS
 from treebench.harness.cli import stdout_errors
-from treebench.harness.errors import ConfigError
+from treebench.harness.errors import ConfigError, said_by
 from treebench.harness.run.inflight import interrupts_noted
 from treebench.harness.store.outputs import will_write
 from treebench.harness.store.names import check_path_name, distinct_paths, kept_report
@@ -68,6 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "where, with the verify µs, it is not a finite number at some B and T")
 
 
+@said_by("report")   # each refusal led by the command's name; --against's by that flag too (`_gate`)
 def run(args: argparse.Namespace) -> int:
     """Writes the report (`_write`), then warns of the rows it lacks and prints its path; returns 0.
     The report's libraries (pandas, matplotlib) load and the page is made inside
@@ -82,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     with interrupts_noted():
         path, warnings = _write(args)
     for text in warnings:   # also on the page; a gap must not pass unseen
-        log.warning("%s", text)
+        log.warning("report: %s", text)
     with stdout_errors():
         sys.stdout.write(f"{path}\n")  # the command's output: where the report is
     return 0
@@ -142,7 +143,7 @@ def _default_output(results: list[str]) -> Path:
     check_path_name(results[0], "results path")   # before a report name made from it is refused in its stead
     path, why = kept_report(results, "this report")
     if why:
-        log.warning("%s", why)
+        log.warning("report: %s", why)
     return path
 
 
@@ -176,7 +177,9 @@ def _gate(args: argparse.Namespace, rows: list[dict], envs: dict[str, dict]) -> 
     from treebench.harness.analyze.gate import GateConfig, compare_runs
 
     refuse_shared_files(args.against, args.results, REPORT)
-    base_rows, base_envs = read_checked_rows(args.against, "report --against"), read_envs(args.against)
+    base_rows = read_checked_rows(args.against, "report --against")
+    with said_by("report --against"):
+        base_envs = read_envs(args.against)
     refuse_no_rows(base_rows, args.against, REPORT.baseline, REPORT)
     refuse_shared_runs(base_rows, rows, REPORT)
     if not args.allow_env_mismatch:

@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 
 from treebench.harness.cli.common import Command, console, plural
-from treebench.harness.errors import ConfigError
+from treebench.harness.errors import ConfigError, said_by
 from treebench.harness.store.names import NAME_ROOM, check_path_name
 from treebench.harness.store.rows import reading
 
@@ -29,6 +29,7 @@ def add_merge_arguments(p) -> None:
     p.add_argument("inputs", metavar="INPUT", nargs="+", help="result files or folders of them")
 
 
+@said_by("merge")   # each refusal led by the command's name, an env file's or a lock's too
 def run_merge(args) -> int:
     """`treebench merge OUT INPUT...`: appends the inputs' rows not yet in OUT (key: case_id,
     backend, env, timer, L2 state; a row of a known key measured later is appended too:
@@ -88,6 +89,7 @@ def add_rm_arguments(p) -> None:
                    help="only rows of one of these env fingerprints (repeatable)")
 
 
+@said_by("rm")   # each refusal led by the command's name, a lock's too
 def run_rm(args) -> int:
     """`treebench rm RESULTS --run-id ID... --backend NAME... --env ENV...`: removes the rows that
     match every option given, each with one of its values (treebench.harness.store.remove.remove_rows),

@@ -192,9 +192,11 @@ def _report_path(path: str | None, suite: str, out: str | Path | None = None, st
     return check_html_writable(p, flag, f"reports/local/{suite}.html", probe=probe, fix=fix)
 
 
-def _write_report(rows: list[dict], out: Path, report: Path, title: str, shown: Path | None = None) -> bool:
+def _write_report(rows: list[dict], out: Path, report: Path, title: str, shown: Path | None = None,
+                  report_shown: Path | None = None) -> bool:
     """Writes the HTML report from `rows` and the env files beside `out`; False (logged, naming the
-    results file as `shown`, default `out`) on failure.
+    results file as `shown`, default `out`) on failure. The line saying it is written names it as
+    `report_shown` (default `report`), the path as the user gave it.
 
     Raises:
         KeyboardInterrupt: Ctrl-C (or SIGTERM's Terminated) while the report's libraries load or the
@@ -208,7 +210,7 @@ def _write_report(rows: list[dict], out: Path, report: Path, title: str, shown: 
             from treebench.harness.analyze.report import write_report
 
             write_report(rows, read_envs([out]), report, title=title, sources=[str(out)],
-                         shown=[str(shown or out)])
+                         shown=[str(shown or out)], named=report_shown)
         return True
     except Exception as e:  # noqa: BLE001 -- the rows are safe in the store; say so and fail
         log.error("report not written (%s: %s); the rows are in %s", type(e).__name__, e, shown or out)
@@ -348,7 +350,7 @@ def run(args) -> int:
         report_due(out, written_report, resume_flags, report)   # for the line after an interrupt: rows in, report next
         with after_pairs(CONSOLE, args.quiet, said=not others(rank)):   # the last line said rank 0's wait
             shown = result.rows if result.report_rows is None else result.report_rows   # --resume: all of --out's
-            written = _write_report(shown, written_out, written_report, f"treebench {suite.name}", out)
+            written = _write_report(shown, written_out, written_report, f"treebench {suite.name}", out, report)
         if not written:
             code = 1
     run_ids = ", ".join(note_run_ids(result.rows))   # a --resume's: earlier ones, as a failed write to stdout says

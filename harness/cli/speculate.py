@@ -22,7 +22,7 @@ from pathlib import Path
 
 from treebench.harness.cli import NUMBER_RULE, emit, integer_option, read_number
 from treebench.harness.cli.common import Command, comma_list, plural
-from treebench.harness.errors import ConfigError
+from treebench.harness.errors import ConfigError, said_by
 from treebench.harness.speculation.acceptance import shipped_names
 from treebench.harness.speculation.commands import AXIS_OPTIONS
 from treebench.harness.speculation.search import MAX_SEARCH_NODES
@@ -148,6 +148,7 @@ def _refuse_repeated_acceptance(paths: list[str]) -> None:
         seen[key] = text
 
 
+@said_by("tree-search")   # each refusal led by the command's name, as `tree-search: ...`
 def run_tree_search(args) -> int:
     """Prints each model's best tree per size ("T=.. E=.. depth=.. [choices]"); --suite-out also writes a
     suite (`_write_suite`), before the trees are printed.
@@ -227,6 +228,7 @@ def add_plan_arguments(p) -> None:
     p.add_argument("--max-depth", type=integer_option, default=None, metavar="D", help="deepest draft token allowed")
 
 
+@said_by("plan")   # each refusal led by the command's name: `plan --step-us ...`, `plan: acceptance file ...`
 def run_plan(args) -> int:
     """Prints the verdict table (``treebench.harness.speculation.plan``) and the best trees' choices lists,
     after a line counting the rows (of the backends shown) that no curve uses (`cost.left_out_note`), where

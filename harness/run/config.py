@@ -44,6 +44,7 @@ class RunConfig:
 
     mode: str = "run"                   # "run": correctness then timing; "check": correctness only
     store_path: Path | None = None      # results JSONL to append rows to; None: keep rows in memory only
+    store_named: Path | None = None     # store_path as the user gave it, for the lines that name it (None: store_path)
     run_id: str = ""                    # id shared by this run's rows ("" : a fresh one)
     suite: str | None = None            # name of the suite swept, written into each row (None: not given)
     env_id: str | None = None           # env fingerprint id written into each row

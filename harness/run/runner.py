@@ -247,7 +247,7 @@ def _run_pairs(cases: Sequence[Case], backends: Sequence, config: RunConfig, con
                     row = call_in_flight(_name(backend), case.case_id, run_case_backend,   # a crash names it
                                          backend, case, data, avail[id(backend)], pair_device, config)
                 if config.store_path is not None:
-                    append_row(config.store_path, row)
+                    append_row(config.store_path, row, config.store_named)
                 rows.append(row)
                 PROGRESS[0] = (len(rows), len(todo))
                 _log_row(row, warned)

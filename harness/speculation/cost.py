@@ -200,10 +200,11 @@ def verify_curves(rows: list[dict]) -> dict[CurveKey, VerifyCurve]:
 NOTE_VALUES = 3   # values a left-out note shows per reason, then "... (N more)"
 
 
-def left_out_note(rows: list[dict], command: str = "plan") -> str:
+def left_out_note(rows: list[dict], command: str = "plan", of_all: bool = False) -> str:
     """One line counting the rows no verify curve uses, by reason, with the values that show it: "12 rows
     left out: a context of several lengths (ragged:1-48); plan reads timed status=pass rows of one context
-    length and one tree size per batch"; "" when every row is used."""
+    length and one tree size per batch" ("all 12 rows left out: ..." where `of_all`: none is used); "" when
+    every row is used."""
     found: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))   # reason -> value -> rows
     for row in rows:
         why = _left_out(row)
@@ -218,8 +219,11 @@ def left_out_note(rows: list[dict], command: str = "plan") -> str:
         what = f" ({', '.join(shown[:NOTE_VALUES])}{more})" if shown else ""
         parts.append(f"{sum(values.values()) if len(found) > 1 else ''} {reason}{what}".lstrip())
     total = sum(sum(v.values()) for v in found.values())
-    return (f"{total} row{'' if total == 1 else 's'} left out: {', '.join(parts)}; {command} reads timed "
-            "status=pass rows of one context length and one tree size per batch")
+    counted = f"{total} row{'' if total == 1 else 's'}"
+    if of_all:   # none is used
+        counted = f"all {counted}" if total > 1 else "its one row"
+    return (f"{counted} left out: {', '.join(parts)}; {command} reads timed status=pass rows of one context "
+            "length and one tree size per batch")
 
 
 def load_curves(paths: list[str], command: str = "plan") -> tuple[dict[CurveKey, VerifyCurve], list[dict]]:
@@ -232,14 +236,15 @@ def load_curves(paths: list[str], command: str = "plan") -> tuple[dict[CurveKey,
 
     Raises:
         ConfigError: a path is missing, unreadable or not a results file, a row fails validation
-            (named by file and line, with `command`), or no row is usable (every row untimed, as check's, said so).
+            (named by file and line, with `command`), or no row is usable: the line counts the rows left out
+            by reason (`left_out_note`: every row untimed, as check's, among them).
     """
     rows = read_checked_rows(paths, command)
     curves = verify_curves(rows)
-    if not curves and any(r.get("status") == "pass" for r in rows) and all(r.get("median_us") is None for r in rows):
-        raise ConfigError(f"--results {' '.join(map(str, paths))}: its rows are untimed (treebench check's carry "
-                          "no timing); give result files written by treebench run")
+    given = f"{command} --results {' '.join(map(str, paths))}"
+    if not rows:
+        raise ConfigError(f"{given}: no result rows; give result files written by treebench run")
     if not curves:
-        raise ConfigError(f"--results {' '.join(map(str, paths))}: no status=pass rows with one context length "
-                          "and one tree per batch; give result files written by treebench run")
+        raise ConfigError(f"{given}: {left_out_note(rows, command, of_all=True)}; give result files written by "
+                          "treebench run")
     return curves, rows

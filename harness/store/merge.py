@@ -93,7 +93,7 @@ def _append_new(out: Path, incoming: Sequence[dict], envs: dict[str, dict], with
     none (`rows.append_rows`), after the env files of `envs` beside it, each taken back if the rows
     are not appended where it was not there before (`env.env_beside`)."""
     seen: dict[tuple, tuple] = {}              # key -> latest time held (`row_time`)
-    for r in read_rows([out]) if out.exists() else []:
+    for r in read_rows([out], command="merge") if out.exists() else []:
         key, ts = (*row_key(r, with_run), *timing_key(r)), row_time(r)
         seen[key] = max(seen.get(key, ts), ts)
     added = []
@@ -105,5 +105,5 @@ def _append_new(out: Path, incoming: Sequence[dict], envs: dict[str, dict], with
     with contextlib.ExitStack() as written:   # env files first: a folder refusing them leaves OUT's rows as they were
         for env in envs.values():
             written.enter_context(env_beside(out, env, repair=False))   # stopped: no env file it copied stays
-        append_rows(out, added)
+        append_rows(out, added, command="merge")
     return added

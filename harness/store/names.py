@@ -125,13 +125,13 @@ def distinct_paths(paths: Sequence[str]) -> list[str]:
 _SKIPPED: set[str] = set()   # folders and other non-files named *.jsonl inside a results folder already warned about
 
 
-def listed_results(folder: Path) -> list[Path]:
+def listed_results(folder: Path, command: str = "") -> list[Path]:
     """The results files of the results folder `folder`: its entries named *.jsonl, sorted, but for a
     folder so named (left by a path such as x.jsonl/../y.jsonl), which is skipped as every other
     folder in it is (folders are not searched recursively), and for one that is no regular file (a
     FIFO, whose read would wait for a writer; a socket; a device), each skipped with one warning naming
-    it, once per process (readers list a folder more than once). A link is followed. Raises OSError
-    where `folder` cannot be listed."""
+    it, once per process (readers list a folder more than once), led by the `command` reading. A link is
+    followed. Raises OSError where `folder` cannot be listed."""
     found = []
     for entry in sorted(os.scandir(folder), key=lambda e: e.name):
         if not entry.name.endswith(".jsonl"):
@@ -143,7 +143,7 @@ def listed_results(folder: Path) -> list[Path]:
                 else "not a regular file (a FIFO, socket or device); skipped")
         if (where := os.path.realpath(entry.path)) not in _SKIPPED:
             _SKIPPED.add(where)
-            log.warning("results folder %s: %s is %s", folder, entry.path, what)
+            log.warning("%sresults folder %s: %s is %s", f"{command}: " if command else "", folder, entry.path, what)
     return found
 
 

@@ -84,7 +84,7 @@ def remove_rows(path: str | Path, *, run_ids: Iterable[str] = (), backends: Iter
         raise ConfigError(f"rm {path}: cannot rewrite it ({e.strerror}); the file is unchanged") from None
     for n, (line, row) in enumerate(zip(lines, rows), start=1):   # after any refusal: that stays one line
         if row is None and line.strip():
-            log.warning("%s:%d: skipping a torn or malformed result line (kept in the file as it is)", path, n)
+            log.warning("rm %s:%d: skipping a torn or malformed result line (kept in the file as it is)", path, n)
     return len(lines) - len(kept)
 
 

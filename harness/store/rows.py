@@ -9,7 +9,7 @@ killed run loses at most the row in flight. A write that fails part-way (a full 
 undone: the file is cut back to the rows it held. The one other truncation: a file that ends in a torn row
 (a SIGKILL mid-write ends a write of more than a page short) is cut back to its last newline before the next
 append, once those bytes are kept in the side file ``<out>.torn`` (`treebench.harness.store.torn`). A row is
-identified by ``row_key``: (case_id, backend, env); ``stored_keys`` gives the keys a ``--resume`` skips.
+identified by ``row_key``: (case_id, backend, env).
 ``row_l2_flushed`` reads a row's L2 state, older rows (no ``l2_flushed``) included. ``find_row`` names the
 file and line of a row, for the readers' one-line messages (``row_places`` gives every row with its place).
 The readers here read each results file's lines as UTF-8 (``file_lines``), and list each folder, inside
@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from treebench.harness.errors import ConfigError, ResultsWriteError
+from treebench.harness.errors import ConfigError, ResultsWriteError, said_by
 from treebench.harness.store.names import check_path_name, listed_results
 from treebench.harness.store.torn import settle_tail, write_synced
 
@@ -59,12 +59,13 @@ STATUSES = ("pass", "mismatch", "error", "skipped")
 CAUSAL_BACKENDS_V1 = frozenset({"triton_causal", "causal_baseline"})
 
 
-def append_row(path: str | Path, row: dict) -> None:
+def append_row(path: str | Path, row: dict, named: Path | None = None) -> None:
     """Appends `row` as one JSON line to `path`, whole or not at all.
 
     One ``os.write`` of the whole line on an ``O_APPEND`` fd, then fsync (`_append`). A file
     that ends in a torn row is cut back to its last newline first, the torn bytes kept in
-    ``<path>.torn``; a whole last row without its newline gets one (`torn.settle_tail`).
+    ``<path>.torn``; a whole last row without its newline gets one (`torn.settle_tail`, whose line
+    names the file as `named`, `path` as the user gave it, where given).
 
     Raises:
         ConfigError: the path cannot be opened for appending (a directory, no permission).
@@ -72,12 +73,12 @@ def append_row(path: str | Path, row: dict) -> None:
             EROFS); the file is cut back to the rows it held before, and the error's filename is `path`.
     """
     line = (json.dumps(row, sort_keys=False, allow_nan=True) + "\n").encode()
-    _append(Path(path), line, "give --out a writable file path")
+    _append(Path(path), line, "give --out a writable file path", named=named)
 
 
-def append_rows(path: str | Path, rows: list[dict]) -> None:
+def append_rows(path: str | Path, rows: list[dict], command: str = "") -> None:
     """Appends many rows with one buffered write and one fsync (merges of thousands of rows), all
-    or none of them (`_append`).
+    or none of them (`_append`); `command` leads the line of a torn last row set aside (`torn.settle_tail`).
 
     Raises:
         ConfigError: the path cannot be opened for appending.
@@ -85,10 +86,10 @@ def append_rows(path: str | Path, rows: list[dict]) -> None:
     """
     if rows:
         blob = "".join(json.dumps(r, sort_keys=False, allow_nan=True) + "\n" for r in rows).encode()
-        _append(Path(path), blob, "give a writable file path")
+        _append(Path(path), blob, "give a writable file path", command)
 
 
-def _append(path: Path, data: bytes, fix: str) -> None:
+def _append(path: Path, data: bytes, fix: str, command: str = "", named: Path | None = None) -> None:
     """Appends `data` (whole lines) to `path` and fsyncs it, once its end is settled (`torn.settle_tail`:
     a torn last row moved to ``<path>.torn``, a missing final newline added). A write or fsync that
     fails part-way (a full disk, an I/O error, an interrupt) is undone: the file is cut back to its
@@ -107,7 +108,7 @@ def _append(path: Path, data: bytes, fix: str) -> None:
         raise ConfigError(f"results file {path}: cannot append ({e.strerror}); {fix}") from None
     size = None
     try:
-        data = settle_tail(path, fd) + data   # under the file's lock (store.lock) no one else appends
+        data = settle_tail(path, fd, command, named) + data   # under the file's lock (store.lock) no one appends
         size = os.fstat(fd).st_size
         write_synced(fd, data)
     except BaseException as e:   # an interrupt too: the rows of this call are all there or none
@@ -156,19 +157,6 @@ def timing_label(row: dict) -> str | None:
     return "wall" if row["timer"] == "wall" else f"{row['timer']}, {l2_label(flushed)}"
 
 
-def stored_keys(paths, env_id: str | None,
-                keep: Callable[[dict], bool] | None = None) -> set[tuple[str | None, str | None]]:
-    """(case_id, backend) of the rows in `paths` (missing files count as empty) measured in env
-    `env_id`, and, when `keep` is given, for which keep(row) is true.
-
-    Raises:
-        ConfigError: a file holds rows of another schema.
-    """
-    existing = [p for p in map(Path, paths) if p.exists()]
-    return {(r.get("case_id"), r.get("backend")) for r in read_rows(existing)
-            if r.get("env") == env_id and (keep is None or keep(r))}
-
-
 def migrate_row(row: dict) -> dict:
     """`row` upgraded to the current SCHEMA (a new dict; a current row is returned as it is).
 
@@ -208,17 +196,17 @@ def reading(path: Path, what: str = "results file", done: str = "read", fix: str
         raise ConfigError(f"{what} {path}: cannot be {done} ({e.strerror or e}); {fix}") from None
 
 
-def result_files(paths) -> list[Path]:
-    """Expands folders into their *.jsonl files (sorted; `names.listed_results`); keeps files as given.
-    Raises ConfigError for a path that is missing, not a file or folder, named as the file system refuses
-    (`check_path_name`), or that cannot be looked at (a folder on its way not searchable), and for a folder
-    that cannot be listed (`reading`: glob would find no file in it and say nothing)."""
+def result_files(paths, command: str = "") -> list[Path]:
+    """Expands folders into their *.jsonl files (sorted; `names.listed_results`, its warnings led by the `command`
+    reading); keeps files as given. Raises ConfigError for a path that is missing, not a file or folder, named as
+    the file system refuses (`check_path_name`), or that cannot be looked at (a folder on its way not searchable),
+    and for a folder that cannot be listed (`reading`: glob would find no file in it and say nothing)."""
     out: list[Path] = []
     for p in map(Path, [paths] if isinstance(paths, (str, Path)) else paths):
         with reading(check_path_name(p, "results path"), "results path"):
             if p.is_dir():
                 with reading(p, "results folder", "listed"):
-                    out.extend(listed_results(p))   # a folder named *.jsonl skipped, with a warning
+                    out.extend(listed_results(p, command))   # a folder named *.jsonl skipped, with a warning
             elif p.is_file():
                 out.append(p)
             elif p.exists():
@@ -242,10 +230,10 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
-_WARNED: set[tuple[str, int]] = set()   # (file, line) of torn lines already warned about
+_WARNED: set[tuple[str, int]] = set()   # (absolute file, line) of torn lines already warned about
 
 
-def read_rows(paths, require_rows: bool = False) -> list[dict]:
+def read_rows(paths, require_rows: bool = False, command: str = "") -> list[dict]:
     """Reads result rows from JSONL files (or folders of them), in file order.
 
     A line that is not valid JSON (a torn line left by a killed run) is skipped
@@ -255,6 +243,7 @@ def read_rows(paths, require_rows: bool = False) -> list[dict]:
     Args:
         require_rows: when no complete row is read but a torn line is, raise (one line) instead
             of warning and returning nothing.
+        command: the command reading, which leads each line said (`errors.said_by`): 'gate --baseline'.
 
     Raises:
         ConfigError: a path does not exist, a file cannot be read or a folder listed (`reading`: the
@@ -262,17 +251,17 @@ def read_rows(paths, require_rows: bool = False) -> list[dict]:
             this code does not know (a newer one: upgrade treebench), or (with `require_rows`) the only result
             lines are torn.
     """
-    with paused_gc():
-        rows, torn = _read_lines(result_files(paths))
-    if require_rows and torn and not rows:
-        f, n, size = torn[0]
-        raise ConfigError(f"results file {f}:{n}: a torn result line ({size} characters, cut short by a killed "
-                          f"writer) and no complete row{f' ({len(torn)} torn lines)' if len(torn) > 1 else ''}; "
-                          "rerun the run, or give a file that holds rows")
+    with said_by(command), paused_gc():
+        rows, torn = _read_lines(result_files(paths, command))
+        if require_rows and torn and not rows:
+            f, n, size = torn[0]
+            raise ConfigError(f"results file {f}:{n}: a torn result line ({size} characters, cut short by a killed "
+                              f"writer) and no complete row{f' ({len(torn)} torn lines)' if len(torn) > 1 else ''}; "
+                              "rerun the run, or give a file that holds rows")
     for f, n, _ in torn:
-        if (str(f), n) not in _WARNED:   # files are often read twice (validate, then use)
-            _WARNED.add((str(f), n))
-            log.warning("%s:%d: skipping a torn or malformed result line", f, n)
+        if (key := (os.path.abspath(f), n)) not in _WARNED:   # files are often read twice (validate, then use)
+            _WARNED.add(key)
+            log.warning("%s%s:%d: skipping a torn or malformed result line", f"{command}: " if command else "", f, n)
     return rows
 
 

@@ -42,9 +42,10 @@ def is_torn_row(line: bytes) -> bool:
     return line.startswith(b'{"schema": ')
 
 
-def settle_tail(path: Path, fd: int) -> bytes:
+def settle_tail(path: Path, fd: int, command: str = "", named: Path | None = None) -> bytes:
     """Readies the end of the results file `path`, open on `fd` for appending under its lock, for
-    new rows; what to write before them.
+    new rows; what to write before them. Its warning line is led by `command`, the command appending,
+    and names the file as `named` (default `path`), the path as the user gave it.
 
     Returns:
         b"\\n" when its last line lacks only its newline (a whole JSON object, or blanks); b"" when
@@ -70,8 +71,8 @@ def settle_tail(path: Path, fd: int) -> bytes:
     except OSError as e:
         raise OSError(e.errno, e.strerror, str(side)) from e
     os.ftruncate(fd, start)
-    log.warning("%s ended in a torn line (%d bytes, a row cut short by a killed writer): moved to %s before "
-                "appending", path, len(last), side)
+    log.warning("%s%s ended in a torn line (%d bytes, a row cut short by a killed writer): moved to %s before "
+                "appending", f"{command}: " if command else "", named or path, len(last), torn_path(named or path))
     return b""
 
 

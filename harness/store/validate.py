@@ -296,7 +296,7 @@ def validated_rows(paths: Sequence[str], command: str, require_rows: bool = True
         ConfigError: as read_rows (with `require_rows`, its only lines torn, too), or a row lacks a
             required field (names file, line and field).
     """
-    rows = read_rows(paths, require_rows=require_rows)
+    rows = read_rows(paths, require_rows=require_rows, command=command)   # its lines led by `command`, as these are
     if all(row_problem(r) is None for r in rows):
         return rows
     bad = find_row(paths, lambda r: row_problem(r) is not None)   # where it is, for the message

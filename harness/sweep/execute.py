@@ -42,8 +42,8 @@ from treebench.harness.sweep.shard import (
     wait_for_ranks,
 )
 from treebench.harness.store.env import check_envs_beside, env_beside, env_fingerprint
-from treebench.harness.store.rows import read_rows, row_places, stored_keys
-from treebench.harness.sweep.resume import check_same_suite, every_row, warn_other_envs, with_stored
+from treebench.harness.store.rows import read_rows, row_places
+from treebench.harness.sweep.resume import check_same_suite, every_row, stored_keys, warn_other_envs, with_stored
 from treebench.harness.store.lock import hold_all
 
 log = logging.getLogger(__name__)
@@ -151,19 +151,23 @@ def _resume_skip(opts: SweepOptions, env_id: str, rank: Rank | None) -> frozense
     """
     if not opts.resume:
         return frozenset()
-    assert opts.out is not None  # SweepOptions: --resume needs --out
-    if rank is None and not opts.dry_run and rank_files(opts.out):
-        log.info("merged %d rows left in rank files into %s", len(merge_ranks(opts.out)), opts.named)
-    return frozenset(stored_keys([opts.out, *rank_files(opts.out)], env_id, keep=_stored(opts)))
+    named = opts.named   # read before the first pair: as given, as the lines name it
+    assert named is not None  # SweepOptions: --resume needs --out
+    if rank is None and not opts.dry_run and rank_files(named):
+        log.info("merged %d rows left in rank files into %s", len(merge_ranks(named)), named)
+    return frozenset(stored_keys([named, *rank_files(named)], env_id, keep=_stored(opts)))
 
 
-def _config(opts: SweepOptions, env: dict, device: str, store: Path | None, skip: frozenset,
-            quiet: bool, rank: Rank | None) -> RunConfig:
-    """The run request with what this process found: store, run and env ids, device, bandwidth, skips, and
-    on rank 0 of a launch of 2 ranks or more the wait for the others that follows its last pair."""
+def _config(opts: SweepOptions, env: dict, device: str, rank: Rank | None, skip: frozenset,
+            quiet: bool) -> RunConfig:
+    """The run request with what this process found: store (--out, or under torchrun its rank file; and
+    its name as given, for the lines), run and env ids, device, bandwidth, skips, and on rank 0 of a
+    launch of 2 ranks or more the wait for the others that follows its last pair."""
+    store, named = ((rank_path(p, rank) if rank and p else p) for p in (opts.out, opts.named))
     wait = f"waiting for {others(rank)}" if others(rank) else ""   # rank 0 of 2 or more
     return replace(opts.run, store_path=store, run_id=opts.run.run_id or shared_run_id() or new_run_id(), env_id=env["env_id"],
-                   device=device, peak_bytes_per_s=env["peak_bw_bytes_per_s"], quiet=quiet, skip=skip, wait_note=wait)
+                   device=device, peak_bytes_per_s=env["peak_bw_bytes_per_s"], quiet=quiet, skip=skip, wait_note=wait,
+                   store_named=named)
 
 
 def execute(cases, backends, opts: SweepOptions, console: Console | None = None) -> SweepResult:
@@ -194,30 +198,31 @@ def _written(opts: SweepOptions, rank: Rank | None) -> list[Path]:
 
 def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Console | None) -> SweepResult:
     """`execute` once this process holds the locks of the files it writes."""
-    if opts.resume and opts.out is not None:   # before any write: a file of another suite's rows is refused
-        check_same_suite(opts.out, opts.run.suite, {c.case_id for c in cases}, warn=rank is None or rank.primary,
-                         shown=opts.named, leftovers=[] if rank else rank_files(opts.out))   # merged in first
+    named = opts.named   # --out as given: what the reads before the first pair (no backend has moved yet) name
+    if opts.resume and named is not None:   # before any write: a file of another suite's rows is refused
+        check_same_suite(named, opts.run.suite, {c.case_id for c in cases}, warn=rank is None or rank.primary,
+                         leftovers=[] if rank else rank_files(named))   # merged in first
     device = rank_device(rank) if rank else str(default_device())
     mine = select_cases(cases, opts.shard, rank)
     env = env_fingerprint(device, measure_peak_bandwidth(device), peak_matmul_tflops=measure_matrix_rate(device))
-    if (named := opts.named) is not None:   # before any pair: an env file report, gate and merge could not read
+    if named is not None:   # before any pair: an env file report, gate and merge could not read
         check_envs_beside(named, env["env_id"])
     if opts.run.isolate:
         _release_cached(device)  # the probes' buffers would count against the workers' free memory
     skip = _resume_skip(opts, env["env_id"], rank)
     names = [getattr(b, "name", type(b).__name__) for b in backends]
-    if opts.resume and opts.out is not None and (rank is None or rank.primary):   # rows another env measured
-        warn_other_envs([opts.out, *rank_files(opts.out)], env, {(c.case_id, n) for c in select_cases(
-            cases, opts.shard, None) for n in names}, _stored(opts), opts.named or opts.out)
+    if opts.resume and named is not None and (rank is None or rank.primary):   # rows another env measured
+        warn_other_envs([named, *rank_files(named)], env, {(c.case_id, n) for c in select_cases(
+            cases, opts.shard, None) for n in names}, _stored(opts))
     planned = sum((c.case_id, n) not in skip for c in mine for n in names)
     result = SweepResult(planned=planned, resumed=len(mine) * len(names) - planned,
                          primary=rank is None or rank.primary, env_id=env["env_id"])
     if opts.dry_run:
+        found = str(named) if named is not None and Path(named).is_file() else None   # no file: no rows
+        stored = read_rows([named]) if found else []   # before a backend's supports() runs
         plan = plan_pairs(mine, backends, skip, opts.run, device)
         to_run, result.will_skip, result.will_skip_memory = plan.to_run, plan.skipped, plan.for_memory
         result.will_error, result.failing = plan.failed, "; ".join(f"{n}: {why}" for n, why in plan.failing.items())
-        found = str(opts.named) if opts.out is not None and Path(opts.out).is_file() else None   # no file: no rows
-        stored = read_rows([opts.out]) if found else []
         if to_run:   # nothing to run (all stored, or all to be skipped): no time to estimate, no pace to scale
             result.estimate = estimate([c for c, _ in to_run], opts.run.mode, device, stored, env["env_id"], found,
                                        [n for _, n in to_run], isolate=opts.run.isolate, ranks=opts.gpus or 1,
@@ -227,10 +232,10 @@ def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Co
             result.resumed, result.stored_note = None, _stored_note(opts, stored, env["env_id"], mine, names, runs,
                                                                     bool(plan.failed))
         return result
-    store = rank_path(opts.out, rank) if rank and opts.out else opts.out
-    config = _config(opts, env, device, store, skip, opts.run.quiet or not result.primary, rank)
+    config = _config(opts, env, device, rank, skip, opts.run.quiet or not result.primary)
+    store = config.store_path
     reports = result.primary and opts.out is not None and opts.run.report   # the summary's report line, the report
-    earlier = _row_count(opts.out) if reports and opts.out is not None else 0
+    earlier = _row_count(named) if reports and named is not None else 0
     with _env_written(opts, env, rank):   # taken back when stopped before the first row
         if rank:
             assert opts.out is not None  # _check_options: torchrun needs --out
@@ -246,7 +251,7 @@ def _execute(cases, backends, opts: SweepOptions, rank: Rank | None, console: Co
         result.rows = with_stored(opts.out, env["env_id"], shard_cases, names, result.rows, _stored(opts))
     if reports and opts.out is not None:
         result.earlier_rows = earlier
-        result.report_rows = every_row(opts.out) if opts.resume else None   # all of them, as `report OUT` shows
+        result.report_rows = every_row(opts.out, named) if opts.resume else None   # all of --out's, as `report OUT`
     return result
 
 
