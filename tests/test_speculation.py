@@ -415,7 +415,7 @@ def test_tree_search_refuses_an_axis_value_past_a_suites_limit_before_anything(t
     before = suite.read_bytes() if existing else None
     assert main([*args, option, value]) == 2
     out, err = capsys.readouterr()
-    assert not out and err.splitlines() == [f"treebench: error: {option} {value.split(',')[1]}: exceeds the limit "
+    assert not out and err.splitlines() == [f"treebench: error: tree-search {option} {value.split(',')[1]}: exceeds the limit "
                                             f"{limit} of a suite's {axis} axis; give values <= {limit}"]
     assert (suite.read_bytes() if suite.exists() else None) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == (["ts.toml"] if existing else [])
