@@ -49,6 +49,11 @@ class ResultsWriteError(HarnessError, OSError):
     back to the rows it held before. Built as OSError(errno, strerror, filename)."""
 
 
+def led_by(command: str) -> str:
+    """The lead of a warning line `command` says: 'report: ', or '' for no command (a library call)."""
+    return f"{command}: " if command else ""
+
+
 @contextlib.contextmanager
 def said_by(command: str) -> Iterator[None]:
     """A ConfigError of the block raised again with `command` in front: `report: ` + 'results file

@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from treebench.harness.errors import ConfigError
+from treebench.harness.errors import ConfigError, led_by
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ def listed_results(folder: Path, command: str = "") -> list[Path]:
                 else "not a regular file (a FIFO, socket or device); skipped")
         if (where := os.path.realpath(entry.path)) not in _SKIPPED:
             _SKIPPED.add(where)
-            log.warning("%sresults folder %s: %s is %s", f"{command}: " if command else "", folder, entry.path, what)
+            log.warning("%sresults folder %s: %s is %s", led_by(command), folder, entry.path, what)
     return found
 
 

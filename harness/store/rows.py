@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from treebench.harness.errors import ConfigError, ResultsWriteError, said_by
+from treebench.harness.errors import ConfigError, ResultsWriteError, led_by, said_by
 from treebench.harness.store.names import check_path_name, listed_results
 from treebench.harness.store.torn import settle_tail, write_synced
 
@@ -261,7 +261,7 @@ def read_rows(paths, require_rows: bool = False, command: str = "") -> list[dict
     for f, n, _ in torn:
         if (key := (os.path.abspath(f), n)) not in _WARNED:   # files are often read twice (validate, then use)
             _WARNED.add(key)
-            log.warning("%s%s:%d: skipping a torn or malformed result line", f"{command}: " if command else "", f, n)
+            log.warning("%s%s:%d: skipping a torn or malformed result line", led_by(command), f, n)
     return rows
 
 

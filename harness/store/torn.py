@@ -26,6 +26,8 @@ import logging
 import os
 from pathlib import Path
 
+from treebench.harness.errors import led_by
+
 log = logging.getLogger(__name__)
 
 TORN_SUFFIX = ".torn"   # the side file of `out`: `out` + this, where its torn last lines are kept
@@ -72,7 +74,7 @@ def settle_tail(path: Path, fd: int, command: str = "", named: Path | None = Non
         raise OSError(e.errno, e.strerror, str(side)) from e
     os.ftruncate(fd, start)
     log.warning("%s%s ended in a torn line (%d bytes, a row cut short by a killed writer): moved to %s before "
-                "appending", f"{command}: " if command else "", named or path, len(last), torn_path(named or path))
+                "appending", led_by(command), named or path, len(last), torn_path(named or path))
     return b""
 
 
