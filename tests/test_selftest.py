@@ -43,7 +43,7 @@ WITNESSES = {  # axis -> cases on that axis (run in order on one instance) that 
 
 @pytest.fixture(scope="module")
 def outcomes():
-    return {o.name: o for o in selftest(device="cpu")}
+    return {o.name: o for o in selftest(device="cpu", threads=1)}   # as `treebench selftest` runs on the CPU
 
 
 def test_the_table_names_shipped_mutants_and_their_axes():
@@ -135,15 +135,17 @@ def _replayed(monkeypatch, found) -> dict:
 
 def test_selftest_cli_kills_every_mutant_and_exits_0(outcomes, monkeypatch, capsys):
     """`treebench selftest --device cpu` makes the module fixture's call (every shipped backend, the
-    default check, cpu, no determinism) and prints its outcomes: one line per backend, then the
-    summary; exit 0. The outcomes are the fixture's, replayed, not a second full selftest: that one
-    ran in a subprocess for minutes and ran past its 600 s limit where several test processes
-    shared two cores."""
+    default check, cpu, no determinism, one torch thread: the CPU's default) and prints its outcomes:
+    one line per backend, then the summary; exit 0. The outcomes are the fixture's, replayed, not a
+    second full selftest: that one ran in a subprocess for minutes and ran past its 600 s limit where
+    several test processes shared two cores."""
     from treebench.harness.cli.main import main
 
     asked = _replayed(monkeypatch, outcomes.values())
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     assert main(["selftest", "--device", "cpu"]) == 0
-    assert {k: v for k, v in asked.items() if k != "on_outcome"} == {"determinism": False, "device": "cpu"}
+    assert {k: v for k, v in asked.items() if k != "on_outcome"} == {"determinism": False, "device": "cpu",
+                                                                     "threads": 1}
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == len(ALL_MUTANTS) + len(CORRECT) + 1          # one line per backend, then the summary
     assert not any(line.startswith("SURVIVED") for line in lines)

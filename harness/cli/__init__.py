@@ -114,6 +114,18 @@ def one_line(message: str, longest: int = 240) -> str:
                     f"{p[:keep]}…[{len(p) - 2 * keep} characters]…{p[-keep:]}") for i, p in enumerate(parts))
 
 
+def thread_count(text: str) -> int:
+    """argparse type: a count of torch threads, an integer >= 1 (`read_number`)."""
+    try:
+        v = int(read_number(text, integer=True))
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a thread count; give an integer >= 1 {NUMBER_RULE}, "
+                                         "e.g. --threads 2")
+    return v
+
+
 WRITE_CHUNK = 1 << 16   # characters per write to stdout: one pipe buffer
 
 

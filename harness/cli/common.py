@@ -21,9 +21,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from treebench.harness.cli import ChunkedFile, case_timeout, positive_seconds
+from treebench.harness.cli import ChunkedFile, case_timeout, positive_seconds, thread_count
 from treebench.harness.errors import ConfigError
-from treebench.harness.run.config import MAX_WAIT_S, MIN_CASE_TIMEOUT_S
+from treebench.harness.run.config import CPU_CHECK_THREADS, MAX_WAIT_S, MIN_CASE_TIMEOUT_S
 from treebench.harness.run.progress import TerminalConsole, plural
 from treebench.harness.store.names import check_path_name, new_run_id
 from treebench.harness.store.rows import timing_label
@@ -126,7 +126,17 @@ def add_sweep_options(p, timed: bool = True) -> None:
                    help=f"exit 0 even when no pair ran (every row skipped: backend unavailable here, case "
                         f"unsupported); without it such a run proves nothing and exits {NOTHING_RAN}")
     p.add_argument("--quiet", action="store_true", help="no progress bar, warnings only")
+    add_threads_option(p, "never the timed calls: the CPU's wall timer takes 1 thread" if timed else "")
     p.set_defaults(argv=None)   # main() puts the command line here: `spelling_used` reads it, --gpus relaunches it
+
+
+def add_threads_option(p, note: str = "") -> None:
+    """--threads, as run, check and selftest take it; `note` ends its help."""
+    p.add_argument("--threads", type=thread_count, default=None, metavar="N",
+                   help="torch intra-op threads of the correctness work: inputs, float64 reference, prepare, the "
+                        f"calls compared and the comparisons (default on the CPU: {CPU_CHECK_THREADS}, fastest where "
+                        "other work shares the cores; where OMP_NUM_THREADS is set, or on a GPU: torch's count)"
+                        + (f"; {note}" if note else ""))
 
 
 def claim_results(path: str | Path, run_id: str, dry_run: bool, what: str = "--out") -> Path:
@@ -163,17 +173,19 @@ def sweep_options(args, mode: str, report: bool = False):
         ConfigError: a bad --shard, --timer cuda_graph_loop with a cold L2, --resume without --out,
             --merge-timeout outside torchrun and `run --gpus N`, N >= 2 (it would do nothing).
     """
-    from treebench.harness.run.config import RunConfig
+    from treebench.harness.run.config import RunConfig, check_threads
+    from treebench.harness.run.runner import default_device
     from treebench.harness.sweep.execute import DEFAULT_MERGE_TIMEOUT_S, SweepOptions
     from treebench.harness.sweep.shard import parse_shard, torchrun_rank
 
     gpus = getattr(args, "gpus", None)
+    threads = check_threads(args.threads, default_device().type)
     if args.merge_timeout is not None and torchrun_rank() is None and not (gpus and gpus > 1):
         launch = "`run --gpus N` with N >= 2, or under torchrun" if mode == "run" else "under torchrun"
         raise ConfigError(f"--merge-timeout without a torchrun launch: it sets how long rank 0 waits for the other "
                           f"ranks ({launch}), and does nothing here; leave it out")
 
-    run = RunConfig(mode=mode, quiet=args.quiet, report=report, determinism=args.determinism,
+    run = RunConfig(mode=mode, quiet=args.quiet, report=report, determinism=args.determinism, threads=threads,
                     check_memory=not args.no_memory_check,
                     isolate=args.isolate or args.case_timeout is not None, case_timeout_s=args.case_timeout,
                     timing_mode=getattr(args, "timer", "auto"),          # run only: check times nothing

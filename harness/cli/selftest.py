@@ -8,14 +8,16 @@ coverage axis the check lacks); 2 on bad input.
 
 from __future__ import annotations
 
-# The time said: `treebench selftest` on a 2-core CPU (torch 2.13.0): 28 s of user time with one thread, 44 s of
-# wall time at load average 4.3 (OMP_NUM_THREADS=1); with torch's threads 4 min 47 s and 6 min 29 s at load average
-# 2.6-5 (the threads wait on cores that other work holds). The README gives 30 s on an idle one, both cores used.
+from treebench.harness.cli.common import add_threads_option
+
+# The time said: `treebench selftest` on a 2-core CPU (torch 2.13.0, one torch thread: `--threads 1`, the default on the
+# CPU) takes 62-67 s of CPU time: 96 s of wall time at load average 2-3, 9 min at load average 7-9 (four spinning
+# processes beside the other work); with torch's two threads (`--threads 2`) it had not finished after 10 min at load
+# average 2-4 nor after 25 min at load average 7-9 (the threads wait on cores that other work holds).
 DESCRIPTION = ("The default check's own power: runs it on broken variants of a dense PyTorch backend (mutants, each "
                "a known bug it must catch) and on correct variants (each of which it must pass); a line per variant, "
-               "then a summary. About 30 s on an idle 2-core CPU; minutes on a busy one (5-7 min at load average "
-               "3-5, 44 s there with OMP_NUM_THREADS=1). Exit 0 when every mutant is killed and every correct "
-               "variant passes, 1 otherwise, 2 on bad input.")
+               "then a summary. On a 2-core CPU about 1.5 min at load average 2-3, 9 min at load average 7-9. Exit 0 "
+               "when every mutant is killed and every correct variant passes, 1 otherwise, 2 on bad input.")
 
 
 def add_arguments(p) -> None:
@@ -24,6 +26,7 @@ def add_arguments(p) -> None:
     p.add_argument("--determinism", action="store_true",
                    help="run each prepared callable twice, as `check --determinism` does (a bitwise difference fails)")
     p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available, else cpu)")
+    add_threads_option(p)
 
 
 def _line(o) -> str:
@@ -45,11 +48,13 @@ def run(args) -> int:
             (checked before anything runs); the default check's suite cannot be read.
     """
     from treebench.harness.cli.common import plural
+    from treebench.harness.run.config import check_threads
     from treebench.harness.run.progress import TerminalConsole
-    from treebench.harness.selftest.power import selftest
+    from treebench.harness.selftest.power import selftest, selftest_device
 
     out = TerminalConsole(highlight=False, soft_wrap=True)
-    outcomes = selftest(determinism=args.determinism, device=args.device,
+    threads = check_threads(args.threads, selftest_device(args.device).type)
+    outcomes = selftest(determinism=args.determinism, device=args.device, threads=threads,
                         on_outcome=lambda o: out.print(_line(o), style="green" if o.ok else "bold red", markup=False))
     mutants = [o for o in outcomes if o.mutant]
     survivors = [o for o in mutants if not o.failed_check]

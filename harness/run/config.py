@@ -3,11 +3,14 @@
 It sits below the runner and the worker (treebench.harness.run.isolate), which
 both read it, and is validated once, when it is built. Beside it, `wait_s`: a time
 limit (--case-timeout, --merge-timeout) as the timeout multiprocessing takes, no limit
-past MAX_WAIT_S, for the worker pool, the prober and rank 0's wait for the others.
+past MAX_WAIT_S, for the worker pool, the prober and rank 0's wait for the others;
+and `check_threads`: the torch threads a pair's correctness work runs under by default
+(run, check and selftest's --threads).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +26,23 @@ MAX_WAIT_S = 2_147_483.0   # the longest timeout multiprocessing's wait() takes:
 # smallest case takes 0.1 s (check) to 0.2 s (run) so in a worker on a CPU; a limit under 1 s leaves a backend
 # next to nothing, and one far under it times every pair out, each in a fresh worker.
 MIN_CASE_TIMEOUT_S = 1.0
+
+# torch intra-op threads of a CPU pair's correctness work by default: with one per core (torch's default) the
+# threads of each op wait on cores that other work holds: on a 2-core CPU `check --backend torch_sdpa` took 9-12 s
+# at load average 1-2 and 3 min at 7-9, against 4-5 s and 51 s with one thread (README, CPU timings)
+CPU_CHECK_THREADS = 1
+
+
+def check_threads(threads: int | None, device_type: str) -> int | None:
+    """The torch intra-op threads a pair's correctness work runs under (RunConfig.threads) on a device of
+    `device_type` ("cpu", "cuda"): `threads` (--threads) when given; else None, torch's count as it stands,
+    where $OMP_NUM_THREADS is set (the user's choice, which torch read at start-up) or the device is not
+    the CPU; else CPU_CHECK_THREADS. Raises nothing (RunConfig checks the count)."""
+    if threads is not None:
+        return threads
+    if os.environ.get("OMP_NUM_THREADS") or device_type != "cpu":
+        return None
+    return CPU_CHECK_THREADS
 
 
 def wait_s(limit_s: float | None) -> float | None:
@@ -67,6 +87,10 @@ class RunConfig:
     skip: frozenset = frozenset()       # (case_id, backend) pairs not to run (already stored: --resume)
     check_axes: dict = field(default_factory=dict, hash=False)  # case_id -> {axis: value} of the default
     # check (treebench.harness.checking.default_check): each row's `check_axes`, its coverage table's source
+    threads: int | None = None          # torch intra-op threads of each pair's correctness work: building the
+                                        # inputs and the reference, prepare, the calls compared and the
+                                        # comparisons (never the timed calls: the wall timer takes
+                                        # CPU_TIMING_THREADS); None: torch's count as it stands (`check_threads`)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -78,6 +102,8 @@ class RunConfig:
         if self.timing_mode == "cuda_graph_loop" and self.flush_l2:
             raise ConfigError("--timer cuda_graph_loop times back-to-back calls, so it needs a warm L2: "
                               "add --l2 warm (flush_l2=False)")
+        if self.threads is not None and not (isinstance(self.threads, int) and self.threads >= 1):
+            raise ValueError(f"threads={self.threads!r}: must be an integer >= 1, or None for torch's count")
         if self.case_timeout_s is not None and not self.case_timeout_s >= MIN_CASE_TIMEOUT_S:
             raise ValueError(f"case_timeout_s={self.case_timeout_s!r}: must be at least MIN_CASE_TIMEOUT_S = "
                              f"{MIN_CASE_TIMEOUT_S:g} seconds (the harness's own work on a pair counts in it)")

@@ -22,6 +22,11 @@ treebench.harness.checking.default_check.FAILED_STEPS.
 
 A check (``RunConfig.mode == "check"``) also repeats and re-prepares: see
 treebench.harness.run.verify.check_pair.
+
+Threads: a pair's correctness work (inputs, reference, prepare, the calls compared, the
+comparisons) runs under ``RunConfig.threads`` torch intra-op threads where it is set
+(`treebench.harness.timing.wall.torch_threads`; the count before is restored after); the timed
+calls keep their timer's (the wall timer's CPU_TIMING_THREADS on the CPU).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
@@ -48,6 +54,7 @@ from treebench.harness.model.reference import reference_attention
 from treebench.harness.model.trees import TokenTree, from_parents
 from treebench.harness.store.rows import ROW_FIELDS, SCHEMA
 from treebench.harness.timing.timers import time_callable
+from treebench.harness.timing.wall import torch_threads
 
 if TYPE_CHECKING:
     from treebench.harness.run.config import RunConfig
@@ -143,6 +150,12 @@ def base_row(backend_name: str, case: Case, config: RunConfig) -> dict:
     return row
 
 
+def correctness_threads(config: RunConfig) -> AbstractContextManager:
+    """`torch_threads(config.threads)` around a pair's correctness work; where config.threads is None,
+    nothing: torch's count as it stands (OMP_NUM_THREADS, the caller's torch.set_num_threads)."""
+    return nullcontext() if config.threads is None else torch_threads(config.threads)
+
+
 def _time_row(row: dict, fn: Callable, inputs: BatchInputs, config: RunConfig) -> None:
     """Times `fn` and fills the timing and metric fields of `row`."""
     timing = time_callable(fn, device=inputs.device, mode=config.timing_mode, flush_l2=config.flush_l2)
@@ -163,24 +176,27 @@ def _run_one(backend, case: Case, data: CaseData, device: torch.device, config: 
         row.update(status="skipped", reason=str(reason))
         return
     if config.mode == "check":
-        check_pair(backend, data, device, mask_kind, row)
+        with correctness_threads(config):
+            check_pair(backend, data, device, mask_kind, row)
         return
     enter_step(row, FIRST_PREPARE)   # the step in progress: an exception the caller makes an error row keeps it
-    inputs, ref = data.get(device, mask_kind)
-    fn, out, check_inputs = prepared(backend, inputs, data, device)
-    row["kernel"] = kernel_name(fn, backend, inputs)
-    nondet = None
-    if config.determinism:
-        out, nondet = determinism(fn, out, inputs, row, returns_lse(backend),
-                                  declared=getattr(backend, "deterministic", True))
-        check_inputs()
-    rec, bad = compared(out, ref, inputs, data.lse(device, mask_kind))
+    with correctness_threads(config):
+        inputs, ref = data.get(device, mask_kind)
+        fn, out, check_inputs = prepared(backend, inputs, data, device)
+        row["kernel"] = kernel_name(fn, backend, inputs)
+        nondet = None
+        if config.determinism:
+            out, nondet = determinism(fn, out, inputs, row, returns_lse(backend),
+                                      declared=getattr(backend, "deterministic", True))
+            check_inputs()
+        rec, bad = compared(out, ref, inputs, data.lse(device, mask_kind))
     row.update(rec, status="mismatch" if bad else "pass", reason=join(bad, nondet))
     del out
     enter_step(row, TIMING)
     try:
-        _time_row(row, fn, inputs, config)
-        _compare_after_timing(backend, fn, inputs, data, device, mask_kind, row)
+        _time_row(row, fn, inputs, config)   # under the timer's threads, not config.threads
+        with correctness_threads(config):
+            _compare_after_timing(backend, fn, inputs, data, device, mask_kind, row)
     except BaseException as e:  # noqa: BLE001 -- a failure while timing is the backend's error row
         if signal_stop(e):
             raise

@@ -103,7 +103,7 @@ def check_backend(cls: type[Dense], cases_for: Callable[[object], Sequence[Case]
 def selftest(backends: Sequence[type[Dense]] = (*CORRECT, *ALL_MUTANTS),
              cases_for: Callable[[object], Sequence[Case]] = _default_cases,
              determinism: bool = False, device: str | None = None,
-             on_outcome: Callable[[Outcome], None] | None = None) -> list[Outcome]:
+             on_outcome: Callable[[Outcome], None] | None = None, threads: int | None = None) -> list[Outcome]:
     """The check's verdict on every backend class of `backends` (correct variants and mutants).
 
     Args:
@@ -113,13 +113,17 @@ def selftest(backends: Sequence[type[Dense]] = (*CORRECT, *ALL_MUTANTS),
             (`check --determinism`).
         device: torch device (`selftest_device`); None: cuda when available, else cpu.
         on_outcome: called with each outcome as soon as it is known (progress).
+        threads: torch intra-op threads of each pair's correctness work (RunConfig.threads; `selftest
+            --threads`); None: torch's count as it stands.
 
     Raises:
         ConfigError: a device the selftest cannot run on here (checked before anything runs), or
             the check's suite cannot be read.
+        ValueError: threads < 1.
     """
     dev = selftest_device(device)
-    config = RunConfig(mode="check", device=str(dev), quiet=True, determinism=determinism, check_memory=False)
+    config = RunConfig(mode="check", device=str(dev), quiet=True, determinism=determinism, check_memory=False,
+                       threads=threads)
     data: dict[str, CaseData] = {}
     out = []
     for cls in backends:
