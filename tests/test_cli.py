@@ -12,6 +12,7 @@ import pytest
 
 import treebench.harness as harness
 from treebench.harness.cli.main import main
+from treebench.harness.run.loading import registered_backends
 from treebench.harness.store.rows import read_rows
 from tests.cli_errors import one_line_error as _one_line_error
 
@@ -162,13 +163,13 @@ def test_run_names_each_backend_that_ran_nothing(tiny, tmp_path, caplog):
     (["tree", "random:8:-1", "--json"], "tree 'random:8:-1': random SEED must be >= 0, got -1"),
     (["run", "--suite", "no_such_suite"], "unknown suite"),
     (["run", "--suite", "missing/dir/s.toml"], "file not found"),
-    (["run", "--backends", "nope"], "unknown backend 'nope'"),
+    (["run", "--backends", "nope"], "--backends 'nope': unknown backend; known: "),
     (["run", "--backends", ","], "--backends is empty"),
     (["run", "--backends", "all,torch_sdpa"], "--backends: 'all' names every built-in backend and cannot be combined "
                                               "with other names; give --backends all alone, or list the names"),
     (["run", "--backends", "reference, all"], "'all' names every built-in backend and cannot be combined"),
     (["check"], "required: --backend"),
-    (["check", "--backend", "nope"], "unknown backend 'nope'"),
+    (["check", "--backend", "nope"], "--backend 'nope': unknown backend; known: "),
     (["check", "--backend", "no/such/file.py:X"], "not found"),
     (["check", "--backend", f"{BROKEN}:NoSuchClass"], "has no class NoSuchClass"),
     (["check", "--backend", "no_such_package_xyz:Cls"], "cannot import"),
@@ -187,6 +188,10 @@ def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
                                              ("check", "--backends")])
 @pytest.mark.parametrize("value, line", [
     ("missing.py:X", "{option} 'missing.py:X': file missing.py not found"),
+    ("nope", "{option} 'nope': unknown backend; known: {known} (or give path/file.py, path/file.py:Class or "
+             "package.module:Class)"),
+    ("torch_sdpa,nope", "{option} 'nope': unknown backend; known: {known} (or give path/file.py, "
+                        "path/file.py:Class or package.module:Class)"),
     ("{broken}:NoSuchClass", "{option} '{broken}:NoSuchClass': {broken} has no class NoSuchClass"),
     ("torch_sdpa,missing.py:X", "{option} 'missing.py:X': file missing.py not found"),
     ("all,torch_sdpa", "{option}: 'all' names every built-in backend and cannot be combined with other names; "
@@ -202,7 +207,8 @@ def test_a_backend_error_names_the_option_as_typed(tiny, tmp_path, capsys, comma
     if command == "check" and "," in value:
         line = f"check {option} {value}: check takes one backend; run one check per backend, or " \
                "`treebench run --backends a,b` for several"
-    assert _one_line_error(capsys) == "treebench: error: " + line.format(option=option, broken=BROKEN)
+    known = ", ".join(sorted(registered_backends()))
+    assert _one_line_error(capsys) == "treebench: error: " + line.format(option=option, broken=BROKEN, known=known)
     assert not (tmp_path / "r.jsonl").exists()
 
 

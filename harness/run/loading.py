@@ -217,8 +217,8 @@ def load_backend(spec: str) -> Backend:
         return REGISTRY[spec]()
     if _names_a_file(spec):
         return _instance(spec, _the_backend_class(spec, _load_file(spec, spec)))
-    raise ConfigError(f"unknown backend {spec!r}; known: {', '.join(sorted(REGISTRY))} "
-                      "(or give path/file.py, path/file.py:Class or package.module:Class)")
+    raise _SpecError(spec, f"unknown backend; known: {', '.join(sorted(REGISTRY))} "
+                           "(or give path/file.py, path/file.py:Class or package.module:Class)")
 
 
 def _instance(spec: str, cls: type) -> Backend:
