@@ -572,3 +572,22 @@ def test_plan_refusing_every_row_counts_them_by_reason_as_its_note_does(tmp_path
     assert main(["plan", "--results", str(rows), "--acceptance", str(shipped_models()[0])]) == 2
     assert capsys.readouterr().err == (f"treebench: error: plan --results {rows}: no result rows; give result files "
                                        "written by treebench run\n")
+
+
+@pytest.mark.parametrize("kept, said", [
+    (slice(8, None), "all 7 rows left out: 4 a context of several lengths (list:16,2048, ragged:16-2048), 1 a tree "
+                     "per request (tree_per_request mixed), 1 status other than pass (skipped), 1 untimed (as check's "
+                     "rows); plan reads timed status=pass rows of one context length and one tree size per batch"),
+    (slice(12, 13), "its one row left out: status other than pass (skipped); plan reads timed status=pass rows of "
+                    "one context length and one tree size per batch"),
+    (slice(0, 0), "no rows of it in the results"),
+])
+def test_plan_backends_without_a_usable_row_counts_its_rows_by_reason(tmp_path, capsys, kept, said):
+    """`plan --backends flat` where none of flat's rows is usable (steep's are): the one line counts flat's
+    rows by reason, as the refusal of results without a usable row does, or says the results hold none."""
+    steep = [r for r in _plan_rows() if r["backend"] == "steep"]
+    rows = _write(tmp_path, "".join(json.dumps(r) + "\n" for r in steep + _left_out_rows()[kept]), "r.jsonl")
+    assert main(["plan", "--results", str(rows), "--acceptance", str(shipped_models()[0]), "--backends",
+                 "steep,flat"]) == 2
+    out, err = capsys.readouterr()
+    assert not out and err == f"treebench: error: plan --backends flat: {said}; backends with usable rows: steep\n", err

@@ -255,7 +255,7 @@ def run_plan(args) -> int:
         if not names:
             raise ConfigError(f"--backends {args.backends!r} names no backend: give names such as a,b, or leave "
                               "it out for every backend in the results")
-        curves = only_backends(curves, names)
+        curves = only_backends(curves, rows, names)
         rows = [r for r in rows if r.get("backend") in names]
     verdicts = plan(curves, model, step, args.max_depth)
     note = left_out_note(rows, "plan")

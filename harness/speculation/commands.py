@@ -84,15 +84,21 @@ def suite_text(found: list[tuple[AcceptanceModel, list[SearchedTree]]], name: st
     return "\n".join(lines) + "\n"
 
 
-def only_backends(curves: dict, wanted: list[str]) -> dict:
-    """The verify curves (`cost.load_curves`: key with .backend -> curve) of the backends `wanted`.
+def only_backends(curves: dict, rows: list[dict], wanted: list[str], command: str = "plan") -> dict:
+    """The verify curves (`cost.load_curves`: key with .backend -> curve, built from `rows`) of the backends
+    `wanted`; `command`: the command that reads them, as its lines name it.
 
     Raises:
-        ConfigError: a wanted backend with no usable rows, naming the backends there are.
+        ConfigError: a wanted backend with no usable rows, naming the backends that have some: its rows counted
+            by reason, as the note above a plan's table counts them (`cost.left_out_note`), or, where the
+            results hold no row of it, that.
     """
+    from treebench.harness.speculation.cost import left_out_note   # the rows' readers: loaded by plan alone
+
     have = sorted({k.backend for k in curves})
     missing = [b for b in wanted if b not in have]
     if missing:
-        raise ConfigError(f"--backends {missing[0]}: no usable rows for it; backends in the results: "
-                          f"{', '.join(have)}")
+        its = [r for r in rows if r.get("backend") == missing[0]]
+        why = left_out_note(its, command, of_all=True) if its else "no rows of it in the results"
+        raise ConfigError(f"--backends {missing[0]}: {why}; backends with usable rows: {', '.join(have)}")
     return {k: c for k, c in curves.items() if k.backend in wanted}
