@@ -7,6 +7,7 @@ libraries of a report or the gate drop or turn into another error still stops th
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -728,6 +729,31 @@ def test_a_run_whose_report_failed_names_no_report(tmp_path, monkeypatch, capsys
     out, err = capsys.readouterr()
     assert "ERROR    report not written (RuntimeError: ); the rows are in r.jsonl" in err.splitlines(), err
     assert "rows: r.jsonl" in out.splitlines() and "report:" not in out and not Path("r.html").exists()
+
+
+@pytest.mark.parametrize("given", [True, False])
+def test_a_report_run_cannot_write_is_named_by_run_s_option(tmp_path, monkeypatch, capsys, given):
+    """A report that cannot be written (a full disk) names the option of the command that asked for it:
+    `--report` (or run's default) under `treebench run`, whose command line has no `report -o`; `-o` under
+    `treebench report`."""
+    import treebench.harness.analyze.report as report
+
+    def full_disk(path, *args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(report, "write_whole", full_disk)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny.toml").write_text(tiny_suite())
+    asked = ["--report", "r.html"] if given else []
+    assert main(["run", "--suite", "tiny.toml", "--backends", "torch_sdpa", "--out", "r.jsonl", "--quiet", *asked]) == 1
+    (line,) = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("ERROR ")]
+    run_id = read_rows(["r.jsonl"])[0]["run_id"]
+    named = "--report r.html" if given else f"run's default --report reports/local/tiny-{run_id}.html"
+    assert line == (f"ERROR    report not written (ConfigError: {named}: cannot write (No space left on device); "
+                    "choose another path); the rows are in r.jsonl"), line
+    assert main(["report", "r.jsonl", "-o", "x.html"]) == 2
+    assert capsys.readouterr().err == ("treebench: error: report -o x.html: cannot write (No space left on device); "
+                                       "choose another path\n")
 
 
 def test_a_run_stopped_after_its_report_says_it_was_written(tmp_path, monkeypatch, capsys):

@@ -301,7 +301,7 @@ def _environment() -> jinja2.Environment:
 def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, title: str = "treebench", *,
                  baseline: str | None = None, causal_backend: str = "causal_baseline", gate=None,
                  sources: Sequence[str] = (), sections: Sequence[str] = (), own: str | None = None,
-                 shown: Sequence[str] | None = None, named: str | Path | None = None) -> Path:
+                 shown: Sequence[str] | None = None, named: str | Path | None = None, flag: str = "report -o") -> Path:
     """Writes a self-contained HTML report of `rows` to `path`, whole or not at all
     (`treebench.harness.store.outputs.write_whole`), and returns it.
 
@@ -316,7 +316,8 @@ def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, titl
         sources: result paths, listed in the header and, made absolute, in its
             `<meta name="treebench-results">` tags (`store.names.report_results`).
         shown: the header's names of `sources` (default `sources`): the paths as the user gave them
-            where `sources` were made absolute; `named`, likewise, the line's name of `path`.
+            where `sources` were made absolute; `named`, likewise, the lines' name of `path`, and `flag`
+            the option that gave it, as typed ("report -o", "--report" of run), which a refusal names.
         sections: extra HTML fragments (each a complete <section>, already escaped), appended after
             the report's own sections; the CLI adds the speculation section this way.
         own: the backend the first table and the headline are about (default triton_tree where
@@ -324,7 +325,7 @@ def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, titl
             are never its rivals.
 
     Raises:
-        ConfigError: `baseline` or `own` has no timed rows.
+        ConfigError: `baseline` or `own` has no timed rows; `path` cannot be written (led by `flag`).
     """
     baseline = pick_baseline(rows, baseline, causal_backend)
     own = pick_own(rows, own)
@@ -382,7 +383,7 @@ def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, titl
         p.parent.mkdir(parents=True, exist_ok=True)
         write_whole(p, html)      # whole or not at all: an interrupt leaves an earlier report as it was
     except OSError as e:
-        raise ConfigError(f"report -o {named or p}: cannot write ({e.strerror}); choose another path") from None
+        raise ConfigError(f"{flag} {named or p}: cannot write ({e.strerror}); choose another path") from None
     log.info("report written to %s (%d rows, %.0f kB)", named or p, len(rows), len(html) / 1e3)
     return p
 

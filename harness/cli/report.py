@@ -128,7 +128,7 @@ def _write(args: argparse.Namespace) -> tuple[Path, list[str]]:
     sections = [_speculation(args, rows)] if args.acceptance is not None else []
     title = args.title or "treebench — " + ", ".join(Path(p).name for p in sources)
     path = write_report(rows, envs, out, title, baseline=args.baseline_backend, causal_backend=causal,
-                        gate=gate, sources=sources, sections=sections, own=args.own)
+                        gate=gate, sources=sources, sections=sections, own=args.own, flag=flag)
     return path, [text for _, text in missing_row_warnings(rows)]
 
 

@@ -51,6 +51,7 @@ from treebench.harness.errors import ConfigError
 log = logging.getLogger(__name__)
 
 
+DEFAULT_REPORT = "run's default --report"   # how errors name a report path that no --report gave
 SAFE_NAME_MAX = 64   # characters of a suite's name in a default file name: <name>-<run_id>.jsonl stays short
 
 
@@ -188,15 +189,15 @@ def _report_path(path: str | None, suite: str, out: str | Path | None = None, st
     if out is not None and os.path.realpath(p) == os.path.realpath(out):   # realpath: a link loop raises nothing
         raise ConfigError(f"--report {p}: is the --out results file; give a separate .html path")
     flag, fix = ("--report", "give a writable .html path") if path else (   # a default path: the user gave none
-        "run's default --report", "give --report or run from a writable folder")
+        DEFAULT_REPORT, "give --report or run from a writable folder")
     return check_html_writable(p, flag, f"reports/local/{suite}.html", probe=probe, fix=fix)
 
 
 def _write_report(rows: list[dict], out: Path, report: Path, title: str, shown: Path | None = None,
-                  report_shown: Path | None = None) -> bool:
+                  report_shown: Path | None = None, flag: str = "--report") -> bool:
     """Writes the HTML report from `rows` and the env files beside `out`; False (logged, naming the
-    results file as `shown`, default `out`) on failure. The line saying it is written names it as
-    `report_shown` (default `report`), the path as the user gave it.
+    results file as `shown`, default `out`) on failure. The lines name it as `report_shown` (default
+    `report`), the path as the user gave it, after `flag`, the option that gave it (or DEFAULT_REPORT).
 
     Raises:
         KeyboardInterrupt: Ctrl-C (or SIGTERM's Terminated) while the report's libraries load or the
@@ -210,7 +211,7 @@ def _write_report(rows: list[dict], out: Path, report: Path, title: str, shown: 
             from treebench.harness.analyze.report import write_report
 
             write_report(rows, read_envs([out]), report, title=title, sources=[str(out)],
-                         shown=[str(shown or out)], named=report_shown)
+                         shown=[str(shown or out)], named=report_shown, flag=flag)
         return True
     except Exception as e:  # noqa: BLE001 -- the rows are safe in the store; say so and fail
         log.error("report not written (%s: %s); the rows are in %s", type(e).__name__, e, shown or out)
@@ -350,7 +351,8 @@ def run(args) -> int:
         report_due(out, written_report, resume_flags, report)   # for the line after an interrupt: rows in, report next
         with after_pairs(CONSOLE, args.quiet, said=not others(rank)):   # the last line said rank 0's wait
             shown = result.rows if result.report_rows is None else result.report_rows   # --resume: all of --out's
-            written = _write_report(shown, written_out, written_report, f"treebench {suite.name}", out, report)
+            written = _write_report(shown, written_out, written_report, f"treebench {suite.name}", out, report,
+                                    "--report" if args.report else DEFAULT_REPORT)
         if not written:
             code = 1
     run_ids = ", ".join(note_run_ids(result.rows))   # a --resume's: earlier ones, as a failed write to stdout says
