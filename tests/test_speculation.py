@@ -448,8 +448,9 @@ def test_cli_tree_search_suite_out_creates_missing_folders(tmp_path, capsys):
     args = ["tree-search", "--acceptance", str(shipped_models()[0]), "--max-nodes", "4"]
     suite = tmp_path / "new" / "deeper" / "s.toml"
     assert main([*args, "--suite-out", str(suite)]) == 0
-    assert f"wrote {suite}: " in capsys.readouterr().err
-    assert {parse_tree(c.tree).size for c in load_suite(suite).cases} == {1, 2, 3, 4}
+    cases = load_suite(suite).cases
+    assert capsys.readouterr().err == f"tree-search: wrote {suite}: {len(cases)} cases\n"   # led as its other lines
+    assert {parse_tree(c.tree).size for c in cases} == {1, 2, 3, 4}
     (tmp_path / "a-file").write_text("x")
     assert main([*args, "--suite-out", str(tmp_path / "a-file" / "s.toml")]) == 2
     out, err = capsys.readouterr()

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from treebench.harness.cli import NUMBER_RULE, emit, integer_option, read_number
 from treebench.harness.cli.common import Command, comma_list, plural
-from treebench.harness.errors import ConfigError, said_by
+from treebench.harness.errors import ConfigError, led_by, said_by
 from treebench.harness.speculation.acceptance import shipped_names
 from treebench.harness.speculation.commands import AXIS_OPTIONS
 from treebench.harness.speculation.search import MAX_SEARCH_NODES
@@ -180,7 +180,7 @@ def run_tree_search(args) -> int:
         out += [f"T={t.size} E={t.expected:.4f} depth={t.depth} {choices_text(t.choices)}" for t in trees]
     emit("\n".join(out) + "\n")
     if suite is not None:
-        sys.stderr.write(f"wrote {suite.path}: {plural(len(suite.cases), 'case')}\n")
+        sys.stderr.write(f"{led_by('tree-search')}wrote {suite.path}: {plural(len(suite.cases), 'case')}\n")
     return 0
 
 
