@@ -419,6 +419,42 @@ def test_a_gate_whose_stdout_is_closed_keeps_its_verdict(tmp_path, candidate, ve
     assert summary.read_text(encoding="utf-8").startswith(f"## treebench gate: {'❌ FAIL' if verdict else '✅ PASS'}")
 
 
+# `treebench selftest --device cpu` on two of its backends, the dense one and a mutant that scales the scores by
+# 1/D, checked on one case (which kills the mutant) or on none (it survives): the command's own code path, its
+# output and exit code, in seconds instead of the minutes of every shipped variant on the default check.
+NARROWED_SELFTEST = """import functools, sys
+import treebench.harness.selftest.power as power
+from treebench.harness.cli.main import main
+from treebench.harness.model.cases import Case
+from treebench.harness.selftest.mutants_field import ALL_MUTANTS
+from treebench.harness.selftest.dense import Dense
+
+mutant = {m.name: m for m in ALL_MUTANTS}["broken_softmax_scale"]
+cases = [Case(batch_size=1, context_len=10, tree="full:2:1", num_q_heads=2, num_kv_heads=1, head_dim=64)]
+power.selftest = functools.partial(power.selftest, backends=(Dense, mutant),
+                                   cases_for=lambda backend: cases[:int(sys.argv[1])])
+sys.exit(main(["selftest", "--device", "cpu"]))
+"""
+
+
+@pytest.mark.parametrize("cases, verdict, said", [
+    (1, 0, "the default check (1 case) kills 1 of 1 mutant; 1 of 1 correct variant pass"),
+    (0, 1, "the default check (0 cases) kills 0 of 1 mutant; 1 of 1 correct variant pass; survivors: "
+           "broken_softmax_scale (needs any case)"),
+])
+def test_a_selftest_whose_stdout_is_closed_runs_on_to_its_verdict(tmp_path, cases, verdict, said):
+    """`treebench selftest | head -0`: the reader is gone before the first line; the selftest checks every
+    backend all the same and exits with its verdict (0 when every mutant is killed and every correct
+    variant passes), where it exited 1 at its first line whatever it would have found. Its summary, which
+    had nowhere to go, reaches stderr led by the command."""
+    proc = subprocess.Popen([sys.executable, "-c", NARROWED_SELFTEST, str(cases)], cwd=tmp_path, env=env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()   # the reader is gone before the first line (`| head -0`)
+    err = proc.stderr.read()
+    assert proc.wait(timeout=300) == verdict, err
+    assert err.splitlines() == [f"INFO     selftest: {said}"], err
+
+
 @pytest.mark.parametrize("argv", [("tree", "full:2:2"), ("tree", "random:1000:1", "--json"), ("list",)])
 def test_a_stdout_closed_before_the_command_is_taken_as_devnull(tmp_path, argv):
     """`treebench tree SPEC >&-`: Python starts with no sys.stdout; the output is dropped as `>&-` asks and the

@@ -23,8 +23,9 @@ Also here, as light as the parsers: `StdoutError`, what a failed write to standa
 (`stdout_errors`), so that main() names standard output and not a file treebench writes, and `emit`,
 which writes it in pieces so that a reader gone mid-output is noticed, `escape_unencodable` and
 `closed_stdout_to_devnull`, which main() calls first, so that no output meets an encoding that lacks one of
-its characters, or a standard output closed before the command began (`>&-`), with a traceback, and
-`one_line`, the line main() makes of a refusal.
+its characters, or a standard output closed before the command began (`>&-`), with a traceback,
+`stdout_to_devnull`, where output goes once its reader has left, and `one_line`, the line main() makes of a
+refusal.
 """
 
 from __future__ import annotations
@@ -176,6 +177,18 @@ def closed_stdout_to_devnull() -> None:
     command ends with its own exit code (the gate's verdict's), never with an AttributeError's traceback."""
     if sys.stdout is None:
         sys.stdout = open(os.devnull, "w", encoding="utf-8")   # open until the process exits, as stdout is
+
+
+def stdout_to_devnull() -> None:
+    """Points file descriptor 1 at /dev/null once its reader has gone (a BrokenPipeError): what is left of
+    stdout's buffer, and what the command prints after, is dropped there, so that neither a later print nor
+    the flush at exit raises BrokenPipeError again (Python would print it and exit 120). Raises nothing."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 class ChunkedFile:

@@ -20,8 +20,8 @@ command that writes no rows (gate, report, rm, tree-search, ...) whether each fi
 writes was written (each is written whole or not at all: treebench.harness.store.outputs); 139 (or 128 + another fatal
 signal) a crash, after a line naming the backend and case in flight; 141 stdout closed (a pipe's reader
 exited) before the output was written, except for run and check, which keep the exit code of their rows,
-and gate, which keeps its verdict's (a stdout closed before the command began, `>&-`, is /dev/null: the
-command's own code). Result files are only ever appended to (except by `rm`); a results file that a run or
+and gate and selftest, which keep their verdict's (selftest runs on to it: cli.selftest; a stdout closed
+before the command began, `>&-`, is /dev/null: the command's own code). Result files are only ever appended to (except by `rm`); a results file that a run or
 check created is removed again when it stops (an interrupt, an error) before its first row.
 """
 
@@ -33,14 +33,13 @@ import contextlib
 import errno
 import importlib
 import logging
-import os
 import signal
 import sys
 from pathlib import Path
 
 from treebench.harness.cli import (HELP_OPTIONS, PROG, TOP_OPTIONS, Parser, StdoutError, asks_help,
                                    closed_stdout_to_devnull, escape_unencodable, join_option_values, one_line,
-                                   stdout_errors)
+                                   stdout_errors, stdout_to_devnull)
 from treebench.harness.errors import ConfigError, ResultsWriteError
 
 FULL_DISK = (errno.ENOSPC, errno.EDQUOT)   # a write that found no space: one line, exit 2
@@ -205,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     while the start-up imports load torch is held until they end (`interrupts_held`); one after the command ended,
     while Python exits, is ignored (`_exit_ignores_interrupts`). A closed stdout (`treebench list | head -3`) sends
     the rest of the output to /dev/null and exits with the code the command had decided on (run, check: their rows';
-    gate: its verdict's), else 141; one closed before the command began (`>&-`) is /dev/null from the start.
+    gate: its verdict's; selftest runs on to its verdict: cli.selftest), else 141; one closed before the command
+    began (`>&-`) is /dev/null from the start.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     escape_unencodable()   # `PYTHONIOENCODING=ascii`: gate's ❌, --help's µs escaped, never a traceback
@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # --help
         return e.code if isinstance(e.code, int) else OK
     except BrokenPipeError:
-        _stdout_to_devnull()
+        stdout_to_devnull()
         return OUTCOME[0] if OUTCOME[0] is not None else BROKEN_PIPE
     except KeyboardInterrupt as e:   # a Ctrl-C after a SIGTERM whose raise was lost: terminated all the same
         return _interrupted(isinstance(e, Terminated) or STOP_REQUESTED[0] is not None, name)
@@ -341,7 +341,7 @@ def _stdout_failed(e: OSError, name: str | None) -> int:
     from treebench.harness.cli.common import ACTIVE_OUT, ACTIVE_RUN_IDS, OUTCOME
     from treebench.harness.store.outputs import outputs_note
 
-    _stdout_to_devnull()
+    stdout_to_devnull()
     out, run_id = ACTIVE_OUT[0], ", ".join(ACTIVE_RUN_IDS[0])
     if out is not None and OUTCOME[0] is None:
         return _not_written(e, "standard output")
@@ -374,17 +374,6 @@ def _not_written(e: OSError, what: str | None = None) -> int:
     with contextlib.suppress(OSError):
         sys.stderr.write(f"{PROG}: error: could not write {what}: {e.strerror or e}{where}\n")
     return BAD_INPUT
-
-
-def _stdout_to_devnull() -> None:
-    """Points file descriptor 1 at /dev/null, so that flushing what is left of stdout at exit
-    does not raise BrokenPipeError again (Python would print it and exit 120)."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError, AttributeError):
-        pass
 
 
 if __name__ == "__main__":

@@ -8,7 +8,11 @@ coverage axis the check lacks); 2 on bad input.
 
 from __future__ import annotations
 
+import logging
+
 from treebench.harness.cli.common import add_threads_option
+
+log = logging.getLogger(__name__)
 
 # The time said: `treebench selftest` on a 2-core CPU (torch 2.13.0, one torch thread: `--threads 1`, the default on the
 # CPU) takes 62-67 s of CPU time: 96 s of wall time at load average 2-3, 9 min at load average 7-9 (four spinning
@@ -40,8 +44,26 @@ def _line(o) -> str:
     return f"{verdict} {o.name:<32} {o.description}{' -- ' + o.evidence if o.evidence else ''}"
 
 
+def _console():
+    """selftest's console on stdout. Where its reader leaves mid-run (`treebench selftest | head -0`), the rest
+    goes to /dev/null and the selftest runs on to its verdict (rich's console would exit 1 there, a failure that
+    none was); its `reader_gone` then says so."""
+    from treebench.harness.cli import stdout_to_devnull
+    from treebench.harness.run.progress import TerminalConsole
+
+    class Lines(TerminalConsole):
+        reader_gone = False
+
+        def on_broken_pipe(self) -> None:
+            self.quiet = self.reader_gone = True   # nothing more is printed
+            stdout_to_devnull()
+
+    return Lines(highlight=False, soft_wrap=True)
+
+
 def run(args) -> int:
-    """`treebench selftest`: 0 when every mutant is killed and every correct variant passes, else 1.
+    """`treebench selftest`: 0 when every mutant is killed and every correct variant passes, else 1, also where
+    stdout's reader left before the end (the summary then goes to stderr, led by the command).
 
     Raises:
         ConfigError: a --device that is not a torch device, not cpu or cuda, or not available here
@@ -49,10 +71,9 @@ def run(args) -> int:
     """
     from treebench.harness.cli.common import plural
     from treebench.harness.run.config import check_threads
-    from treebench.harness.run.progress import TerminalConsole
     from treebench.harness.selftest.power import selftest, selftest_device
 
-    out = TerminalConsole(highlight=False, soft_wrap=True)
+    out = _console()
     threads = check_threads(args.threads, selftest_device(args.device).type)
     outcomes = selftest(determinism=args.determinism, device=args.device, threads=threads,
                         on_outcome=lambda o: out.print(_line(o), style="green" if o.ok else "bold red", markup=False))
@@ -60,12 +81,14 @@ def run(args) -> int:
     survivors = [o for o in mutants if not o.failed_check]
     broken = [o for o in outcomes if not o.mutant and o.failed_check]
     cases = max((o.cases for o in outcomes), default=0)
-    summary = (f"treebench selftest: the default check ({plural(cases, 'case')}) kills "
+    summary = (f"the default check ({plural(cases, 'case')}) kills "
                f"{len(mutants) - len(survivors)} of {plural(len(mutants), 'mutant')}; {len(outcomes) - len(mutants) - len(broken)} of "
                f"{plural(len(outcomes) - len(mutants), 'correct variant')} pass")
     if survivors:
         summary += "; survivors: " + ", ".join(f"{o.name} (needs {o.axis})" for o in survivors)
     if broken:
         summary += "; correct variants failed: " + ", ".join(o.name for o in broken)
-    out.print(summary, markup=False)
+    out.print(f"treebench selftest: {summary}", markup=False)
+    if out.reader_gone:   # the verdict is still said
+        log.info("selftest: %s", summary)
     return 1 if survivors or broken else 0
