@@ -37,7 +37,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from treebench.harness.errors import ConfigError
 from treebench.harness.run.config import MAX_WAIT_S, MIN_CASE_TIMEOUT_S
@@ -115,16 +115,22 @@ def one_line(message: str, longest: int = 240) -> str:
                     f"{p[:keep]}…[{len(p) - 2 * keep} characters]…{p[-keep:]}") for i, p in enumerate(parts))
 
 
-def thread_count(text: str) -> int:
-    """argparse type: a count of torch threads, an integer >= 1 (`read_number`)."""
-    try:
-        v = int(read_number(text, integer=True))
-    except ValueError:
-        v = 0
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a thread count; give an integer >= 1 {NUMBER_RULE}, "
-                                         "e.g. --threads 2")
-    return v
+def count_option(what: str, option: str) -> Callable[[str], int]:
+    """argparse type of `option`, a count of `what` ("thread", "GPU"): an integer >= 1 (`read_number`);
+    anything else refused with one line naming it."""
+    def count(text: str) -> int:
+        try:
+            v = int(read_number(text, integer=True))
+        except ValueError:
+            v = 0
+        if v < 1:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {what} count; give an integer >= 1 {NUMBER_RULE}, "
+                                             f"e.g. {option} 2")
+        return v
+    return count
+
+
+thread_count = count_option("thread", "--threads")   # --threads of run, check and selftest: torch threads
 
 
 WRITE_CHUNK = 1 << 16   # characters per write to stdout: one pipe buffer

@@ -9,7 +9,6 @@ torchrun (treebench.harness.sweep.shard.launch_torchrun).
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import logging
 import os
@@ -18,7 +17,7 @@ import shlex
 from dataclasses import replace
 from pathlib import Path
 
-from treebench.harness.cli import NUMBER_RULE, read_number
+from treebench.harness.cli import count_option
 from treebench.harness.cli.common import (
     CONSOLE,
     CREATED_OUT,
@@ -103,18 +102,6 @@ def warn_backends_that_ran_nothing(rows: list[dict]) -> None:
             log.warning("%s: no case ran: %s", name, rs[0].get("reason") or "skipped")
 
 
-def _gpu_count(text: str) -> int:
-    """argparse type: an integer >= 1 (`read_number`)."""
-    try:
-        v = int(read_number(text, integer=True))
-    except ValueError:
-        v = 0
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a GPU count; give an integer >= 1 {NUMBER_RULE}, "
-                                         "e.g. --gpus 2")
-    return v
-
-
 def _warn_wall_timer(args) -> None:
     """One warning, unless --quiet or --dry-run, where a CUDA timer is asked for and the sweep runs on the CPU,
     whose only timer is the wall clock (each row says so in timer_fallback too)."""
@@ -140,7 +127,7 @@ def add_arguments(p) -> None:
                         "-3, ... where an earlier run's is; with --resume, named after --out: "
                         "reports/local/<--out's name>.html, the first run's report for a default --out, or "
                         "<--out's name>-2.html, -3, ... where a report of other results is)")
-    p.add_argument("--gpus", type=_gpu_count, default=None, metavar="N",
+    p.add_argument("--gpus", type=count_option("GPU", "--gpus"), default=None, metavar="N",
                    help="spread the cases over N GPUs: relaunches this command under torchrun, one rank per GPU")
     p.add_argument("--timer", choices=TIMERS, default="auto",
                    help="auto (default) and cuda_graph: device time of each call inside a CUDA graph (CUDA events if "
