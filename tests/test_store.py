@@ -382,6 +382,50 @@ def test_env_records_cpu_and_threads_and_they_count_in_env_id(monkeypatch):
     assert env_fingerprint("cpu")["omp_num_threads"] is None
 
 
+@pytest.mark.parametrize("threads, shown", [(0, "0"), (-4, "-4"), (1.0, "1.0"), (2.5, "2.5"), (True, "true"),
+                                            ("16", "a string"), (None, "null"), ([16], "an array")])
+def test_an_env_file_whose_torch_threads_no_run_wrote_is_refused(tmp_path, threads, shown):
+    """torch_threads is torch.get_num_threads() as the run began: an integer >= 1, never null. Any other value
+    in an env file is refused by every reader of env files (`read_envs`), in one line naming the file and
+    the field, as a row's cpu_threads is."""
+    env = {**env_fingerprint("cpu"), "torch_threads": threads}
+    path = tmp_path / f"env-{env['env_id']}.json"
+    path.write_text(json.dumps(env))
+    with pytest.raises(ConfigError) as e:
+        read_envs([tmp_path])
+    assert str(e.value) == (f"env file {path}: field 'torch_threads' is {shown}, expected an integer >= 1 (torch's "
+                            "intra-op threads as the run began); remove or repair it (a run on the machine it "
+                            "describes writes it again beside its results)")
+
+
+@pytest.mark.parametrize("threads", [1, 2, 37, "absent"])
+def test_an_env_file_with_torch_threads_as_runs_write_it_is_read(tmp_path, threads):
+    """A thread count, or none at all (env files written before torch_threads was recorded), is read."""
+    env = {**env_fingerprint("cpu"), "torch_threads": threads}
+    if threads == "absent":
+        del env["torch_threads"]
+    (tmp_path / f"env-{env['env_id']}.json").write_text(json.dumps(env))
+    assert read_envs([tmp_path]) == {env["env_id"]: env}
+
+
+def test_report_and_gate_refuse_an_env_file_whose_torch_threads_no_run_wrote(tmp_path, capsys):
+    """One line, exit 2, nothing written: the report and the gate read each env file beside their rows."""
+    import shutil
+
+    from treebench.harness.cli.main import main
+
+    base = ROOT / "tests" / "data" / "results" / "h200-baseline"
+    cand = shutil.copytree(base, tmp_path / "cand")
+    (env_file,) = cand.glob("env-*.json")
+    env_file.write_text(json.dumps({**json.loads(env_file.read_text()), "torch_threads": -1}))
+    for argv in (["report", str(cand), "-o", str(tmp_path / "r.html")],
+                 ["gate", "--baseline", str(base), "--candidate", str(cand), "--junit", str(tmp_path / "g.xml")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"env file {env_file}: field 'torch_threads' is -1, expected" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cand"]
+
+
 def test_cpu_model_from_cpuinfo_else_platform(tmp_path, monkeypatch):
     info = tmp_path / "cpuinfo"
     info.write_text("processor\t: 0\nmodel name\t: Example CPU @ 2.0GHz\n")
@@ -436,14 +480,6 @@ def test_remove_rows_removes_exactly_the_matching_rows(tmp_path, filters, remove
 def test_describe_names_each_kind_and_its_values():
     assert describe(run_ids=["r2", "r1"], env_ids="e1") == "run_id 'r1' or 'r2' and env 'e1'"
     assert describe(backends=("torch_sdpa",)) == "backend 'torch_sdpa'"
-
-
-def test_remove_rows_compares_a_non_string_field_as_its_text(tmp_path):
-    """A row whose run_id is a number is named by that number's text, and removed by it."""
-    path = tmp_path / "r.jsonl"
-    lines = _store_of(path, [_row(0, run_id=7), *ROWS[:1]])
-    assert remove_rows(path, run_ids=["7"]) == 1
-    assert path.read_bytes() == lines[1]
 
 
 def test_remove_rows_keeps_a_torn_line_as_it_is(tmp_path):
@@ -627,17 +663,69 @@ def test_a_run_records_both_measured_peaks_in_its_env_file(tmp_path, monkeypatch
     assert (env["peak_bw_bytes_per_s"], env["peak_matmul_tflops"]) == (3.5e12, 701.0)
 
 
-def test_rm_removes_a_row_that_run_out_refuses_to_append_to(tmp_path):
-    """A row whose fields the readers refuse (status 'weird'): run --out and merge OUT refuse the
-    file, naming the line to edit or delete, and rm, which edits it in place, can take the row out."""
+@pytest.mark.parametrize("bad, said", [
+    ({"run_id": None}, "field 'run_id' is null, expected a string"),
+    ({"run_id": 7}, "field 'run_id' is a number, expected a string"),
+    ({"run_id": "r1 x"}, "field 'run_id' is \"r1 x\", expected a run id as treebench writes it"),
+    ({"status": "weird"}, "field 'status' is 'weird', expected one of pass, mismatch, error, skipped"),
+    ({"timer": "stopwatch"}, "field 'timer' is \"stopwatch\", expected one of "),
+    ({"cpu_threads": 0}, "field 'cpu_threads' is 0, expected an integer >= 1"),
+    ({"env": None}, "field 'env' is null, expected the run's env id"),
+    ({"backend": "a/b"}, "field 'backend' is \"a/b\", which holds \"/\""),
+    (b"\xff", "byte 0xff at column ")])
+@pytest.mark.parametrize("filters", [{"run_ids": ["r1"]}, {"backends": ["a"]}, {"run_ids": ["r3"]}])
+def test_rm_refuses_a_row_the_readers_refuse_and_removes_nothing(tmp_path, capsys, bad, said, filters):
+    """A row no run of treebench's could have written, which gate, report and merge refuse, is refused by rm
+    too, whether the filters select it or not: one line naming file, line and field, exit 2, the file left
+    byte for byte as it was (rm selects rows by fields the readers check: a run_id 7 is no run's)."""
+    from treebench.harness.cli.main import main
+
+    path = tmp_path / "r.jsonl"
+    _store_of(path, ROWS[:2])
+    line = (json.dumps({**ROWS[2], **bad}).encode() if isinstance(bad, dict) else   # a byte in the backend's name
+            json.dumps(ROWS[2]).encode().replace(b'"backend": "a"', b'"backend": "a' + bad + b'"'))
+    path.write_bytes(path.read_bytes() + line + b"\n" + json.dumps(ROWS[3]).encode() + b"\n")
+    before = path.read_bytes()
+    with pytest.raises(ConfigError) as e:
+        remove_rows(path, **filters)
+    assert str(e.value).startswith(f"rm {path}: line 3 is not a result row that treebench can read ({said}")
+    assert str(e.value).endswith(f"; nothing removed: edit or delete that line ({path}:3)")
+    argv = ["rm", str(path), *(["--run-id", *filters["run_ids"]] if "run_ids" in filters else
+                                ["--backend", *filters["backends"]])]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "line 3 is not a result row" in err and said in err, err
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl"]
+
+
+def test_run_out_refuses_a_row_that_is_not_utf8_as_the_readers_do(tmp_path):
+    """A row holding a byte that is not UTF-8 (rows are ASCII JSON: an edit) is refused by run --out and
+    merge OUT before they append, naming its line, as gate, report and merge refuse it."""
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(json.dumps(ROWS[0]).encode() + b"\n" + json.dumps(ROWS[1]).encode().replace(b'"b"', b'"b\xe9"')
+                     + b"\n")
+    before = path.read_bytes()
+    column = before.splitlines()[1].index(0xe9) + 1
+    with pytest.raises(ConfigError) as e:
+        check_writable(path)
+    assert str(e.value) == (f"--out {path}: line 2 is not a result row that treebench can read (byte 0xe9 at column "
+                            f"{column} is not UTF-8 text); give a new path, or edit or delete that line ({path}:2)")
+    with pytest.raises(ConfigError, match=f"results file {path}:2: byte 0xe9 at column"):
+        read_rows([path])
+    assert path.read_bytes() == before
+
+
+def test_rm_and_run_out_name_the_line_of_a_row_the_readers_refuse_each_with_its_fix(tmp_path):
+    """run --out and merge OUT are told to give a new path or edit the line; rm, which edits the file in
+    place, that nothing was removed."""
     path = tmp_path / "r.jsonl"
     _store_of(path, [ROWS[0], _row(9, run_id="bad", status="weird")])
     with pytest.raises(ConfigError, match="line 2 is not a result row that treebench can read .*'weird'") as e:
         check_writable(path)
     assert str(e.value).endswith(f"give a new path, or edit or delete that line ({path}:2)")
-    remove_rows(path, run_ids=["bad"])
-    check_writable(path)
-    assert [r["case_id"] for r in read_rows([path])] == ["c0"]
+    with pytest.raises(ConfigError, match="line 2 is not a result row that treebench can read .*'weird'") as e:
+        remove_rows(path, run_ids=["bad"])
+    assert str(e.value).endswith(f"nothing removed: edit or delete that line ({path}:2)")
 
 
 def test_rm_refuses_a_read_only_file_as_resume_and_merge_do(tmp_path, monkeypatch, capsys):

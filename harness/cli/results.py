@@ -66,8 +66,9 @@ def run_merge(args) -> int:
 def _warn_missing_env(out: Path, inputs: list[Path], rows: list[dict]) -> None:
     """Warns, in one line naming the env id and an input holding its rows, when rows of an env
     whose fingerprint file was beside no input (and is not beside OUT either) went into OUT: the
-    gate and `report --against` refuse such rows (`env.missing_env_line`), as they refused the input's."""
-    from treebench.harness.store.env import missing_env_line, read_envs
+    gate and `report --against` refuse such rows (`validate.missing_env_line`), as they refused the input's."""
+    from treebench.harness.store.env import read_envs
+    from treebench.harness.store.validate import missing_env_line
 
     line = missing_env_line(inputs, rows, read_envs([out]))   # OUT's folder now holds every env file copied
     if line:

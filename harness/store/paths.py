@@ -25,7 +25,7 @@ from pathlib import Path
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.env import ENV_FILE_RE
 from treebench.harness.store.names import NAME_ROOM, check_path_name
-from treebench.harness.store.rows import SCHEMA, is_known_schema, migrate_row, reading
+from treebench.harness.store.rows import SCHEMA, is_known_schema, migrate_row, reading, utf8_problem
 from treebench.harness.store.torn import is_torn_row
 from treebench.harness.store.validate import row_problem
 
@@ -140,18 +140,18 @@ def _create_results(path: Path, what: str) -> None:
 
 
 def check_results_file(path: str | Path, what: str, advice: str = "give a new path or a .jsonl results file",
-                       fields: bool = True) -> None:
+                       fix: str = "give a new path, or edit or delete that line") -> None:
     """Refuses an existing file that holds anything but result rows of a schema this code reads
-    (1 to SCHEMA), each with the fields report, gate and merge read (`validate.row_problem`;
-    blank lines and rows torn by a killed writer allowed); a missing or empty file passes.
+    (1 to SCHEMA), each with the fields report, gate and merge read (`validate.row_problem`), in UTF-8
+    as they decode it (`rows.file_lines`; blank lines and rows torn by a killed writer allowed); a
+    missing or empty file passes.
 
     Args:
         what: how the message names the path ("--out", "merge OUT", "rm").
-        advice: the message's last clause, what to do about it (a command that edits the file in
-            place has no use for a new path).
-        fields: also refuse a row whose fields report, gate and merge refuse (a file to append
-            to; the message then names that line, FILE:LINE, to edit or delete, in place of `advice`); False
-            for `treebench rm`, which may be what removes such a row.
+        advice: the last clause for a line that is no result row, what to do about it (a command that
+            edits the file in place has no use for a new path).
+        fix: the last clause for a row the readers refuse, before that line's FILE:LINE (`treebench rm`,
+            which edits the file in place: 'nothing removed: edit or delete that line').
 
     Raises:
         ConfigError: `path` holds something else (a suite, a report, a config, rows of another
@@ -170,21 +170,20 @@ def check_results_file(path: str | Path, what: str, advice: str = "give a new pa
             line = raw.strip()
             if not line:
                 continue
+            torn = False
             try:
                 row = json.loads(line)
             except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
-                if is_torn_row(line):
-                    continue
-                row = None
-            if not isinstance(row, dict) or not is_known_schema(row.get("schema")):
+                row, torn = None, is_torn_row(line)   # a torn row: readers skip it
+            if not torn and (not isinstance(row, dict) or not is_known_schema(row.get("schema"))):
                 got = ("not a result row" if not isinstance(row, dict) else "no schema field" if "schema" not in row
                        else f"schema {row['schema']!r}")
                 raise ConfigError(f"{what} {path}: not a treebench results file (line {n}: {got}; "
                                   f"JSON rows of schema 1 to {SCHEMA} expected); {advice}")
-            problem = row_problem(migrate_row(row)) if fields else None
+            problem = utf8_problem(raw, n) or (None if torn else row_problem(migrate_row(row)))
             if problem:   # readers would refuse the file; no rm --run-id: it removes the run's good rows too
                 raise ConfigError(f"{what} {path}: line {n} is not a result row that treebench can read "
-                                  f"({problem}); give a new path, or edit or delete that line ({path}:{n})")
+                                  f"({problem}); {fix} ({path}:{n})")
 
 
 def check_html_path(path: str | Path, flag: str, example: str) -> Path:

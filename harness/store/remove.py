@@ -14,7 +14,10 @@ file in the same folder, which is fsync'd and then renamed over the original
 (`os.replace`, atomic on POSIX), so a failure at any point leaves the original
 as it was. A line that is not a JSON row (one torn by a killed writer) matches
 nothing and is kept as it is, with a warning naming file and line (as report,
-merge and --resume give). Env fingerprint files beside the results are left
+merge and --resume give). A row the readers refuse (`validate.row_problem`: a field no run of treebench's
+writes, such as a null run_id or a run_id that is a number) is refused as they refuse it, in one line naming
+file, line and field, and nothing is removed (`paths.check_results_file`): rm selects rows by fields the
+readers check, and reads none that they would refuse. Env fingerprint files beside the results are left
 alone: other files may name the same env. A file whose mode keeps it from being written is
 refused, as `run --resume` and `merge` refuse it, though its folder would let it be replaced.
 Do not remove rows from a file that a run is still appending to: rows appended during the
@@ -57,7 +60,8 @@ def remove_rows(path: str | Path, *, run_ids: Iterable[str] = (), backends: Iter
         ConfigError: no value given at all; a file holding no row; a value that names no row of the file,
             or no row that the
             other kinds select; filters that no row matches together; `path` is missing, not a regular
-            file, not a .jsonl file, cannot be read, holds something other than result rows, cannot be
+            file, not a .jsonl file, cannot be read, holds something other than result rows or a row the
+            readers refuse (`validate.row_problem`, a line that is not UTF-8: naming it), cannot be
             written (a read-only file: its folder would let it be replaced, its mode says no), or cannot
             be rewritten (the file is then unchanged).
     """
@@ -67,7 +71,7 @@ def remove_rows(path: str | Path, *, run_ids: Iterable[str] = (), backends: Iter
         raise ConfigError(f"rm {path}: no run id, backend or env id given; name the rows to remove")
     if (why := not_results_file(path)) is not None:
         raise ConfigError(f"rm {path}: {why}")
-    check_results_file(path, "rm", "fix or remove that line first", fields=False)   # rm may remove a bad row
+    check_results_file(path, "rm", "fix or remove that line first", "nothing removed: edit or delete that line")
     if problem := write_problem(path):   # a read-only file: replacing it would get round its mode
         raise ConfigError(f"rm {path}: cannot write there ({problem}); nothing removed: make it writable first")
     with reading(path, "rm"):   # check_results_file read it: an error now is the disk's (EIO)
@@ -172,9 +176,8 @@ def _values(given: Iterable[str]) -> frozenset[str]:
 
 
 def _field(row: dict, field: str) -> str | None:
-    """The row's `field` as the text a filter value is compared with (None when absent or null)."""
-    value = row.get(field)
-    return None if value is None else str(value)
+    """The row's `field` (run_id, backend, env: a string in every row read, `validate.row_problem`), else None."""
+    return row.get(field)
 
 
 def _row(line: bytes) -> dict | None:
