@@ -81,11 +81,29 @@ def _required_problem(row: dict) -> str | None:
             return f"field {name!r} is missing"
         if not isinstance(row[name], typ):
             return f"field {name!r} is {_kind(row[name])}, expected {_wanted(typ)}"
-    if not row["backend"]:   # readers group and name rows by it
+    return id_problem(row, "backend")
+
+
+def id_problem(row: dict, name: str) -> str | None:
+    """What is wrong with the field `name` of `row`, one of those naming its backend, env file and run
+    ("backend", "env", "run_id": `treebench rm` selects rows by them), in `row_problem`'s words; None where
+    it is right, or absent and not required (env, run_id: rows written by hand lack them). `backend` is a
+    name a backend may have (`name_flaw`), `env` a non-empty string, `run_id` of the form treebench writes."""
+    if name not in row:
+        return f"field {name!r} is missing" if name in REQUIRED_FIELDS else None
+    x = row[name]
+    if name == "env" and not (isinstance(x, str) and x):   # a null env would escape the gate's env check
+        return f"field 'env' is {'an empty string' if x == '' else _kind(x)}, expected the run's env id (a string)"
+    if not isinstance(x, str):   # every run writes its id: a null one is an edit (drop_repeated_rows passes it over)
+        return f"field {name!r} is {_kind(x)}, expected a string"
+    if name == "backend" and not x:   # readers group and name rows by it
         return "field 'backend' is an empty string, expected the backend's name"
-    if (bad := name_flaw(row["backend"])) is not None:
-        return (f"field 'backend' is {json.dumps(row['backend'])}, which holds {json.dumps(bad)}: no backend of "
+    if name == "backend" and (bad := name_flaw(x)) is not None:
+        return (f"field 'backend' is {json.dumps(x)}, which holds {json.dumps(bad)}: no backend of "
                 "that name loads (a name is printable characters without '/')")
+    if name == "run_id" and not is_run_id(x):
+        return (f"field 'run_id' is {json.dumps(x)}, expected a run id as treebench writes it (ASCII letters, "
+                "digits, '-', '_' and '.', the first a letter or digit, such as 20260131T230402Z-3fa2c1)")
     return None
 
 
@@ -165,15 +183,8 @@ def _text_problem(row: dict) -> str | None:
         shown = _kind(stamp) if not isinstance(stamp, str) else json.dumps(stamp)
         return (f"field 'timestamp' is {shown}, expected a UTC time in ISO 8601 as treebench writes it, "
                 f"such as {TIMESTAMP_EXAMPLE}")
-    env = row.get("env")   # the id its env-ID.json names: a null one would escape the gate's env check
-    if "env" in row and not (isinstance(env, str) and env):
-        return f"field 'env' is {'an empty string' if env == '' else _kind(env)}, expected the run's env id (a string)"
-    run_id = row.get("run_id")   # every run writes its id: a null one is an edit (drop_repeated_rows passes it over)
-    if "run_id" in row and not isinstance(run_id, str):
-        return f"field 'run_id' is {_kind(run_id)}, expected a string"
-    if "run_id" in row and not is_run_id(run_id):
-        return (f"field 'run_id' is {json.dumps(run_id)}, expected a run id as treebench writes it (ASCII letters, "
-                "digits, '-', '_' and '.', the first a letter or digit, such as 20260131T230402Z-3fa2c1)")
+    if problem := id_problem(row, "env") or id_problem(row, "run_id"):   # the id its env-ID.json names, its run's
+        return problem
     for name in STRING_FIELDS:
         if (x := row.get(name)) is not None and not isinstance(x, str):
             return f"field {name!r} is {_kind(x)}, expected a string or null"
