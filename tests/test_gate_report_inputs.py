@@ -305,15 +305,17 @@ _OTHER_ID = "B2-L16-chain:3-same-H32x8-D128-P16-bfloat16-shuffled-"   # + the ha
     ({"cpu_threads": -2}, "field 'cpu_threads' is -2, expected an integer >= 1"),
     ({"run_id": ""}, "field 'run_id' is \"\", expected a run id as treebench writes it"),
     ({"run_id": "../r1"}, "field 'run_id' is \"../r1\", expected a run id as treebench writes it"),
+    ({"run_id": None}, "field 'run_id' is null, expected a string"),
     (b"\xff", "byte 0xff at column ")])
-@pytest.mark.parametrize("command", ["gate", "report", "merge", "plan", "run --resume", "check --resume"])
+@pytest.mark.parametrize("command", ["gate", "report", "merge", "plan", "run --resume", "check --resume", "rm"])
 def test_a_row_no_case_or_run_gives_is_refused_by_every_reader(tmp_path, capsys, change, said, command):
     """A case the suite loader refuses (an axis out of its range, an unknown dtype, a key that is no
     axis, an axis missing that would be read as its default), an empty backend, a negative n_samples,
     a timed row without samples, a case_id of another case, a timer no timer of treebench's is named,
-    a cpu_threads that is no thread count, a run id treebench could not have written, and a line that
-    is not UTF-8 (read as U+FFFD it would name another backend): each reader refuses it in one line
-    naming file:line and the field, exit 2, writing nothing."""
+    a cpu_threads that is no thread count, a run id treebench could not have written (null: every run
+    writes one), and a line that is not UTF-8 (read as U+FFFD it would name another backend): each reader
+    refuses it in one line naming file:line and the field, exit 2, writing nothing; rm too, which
+    would remove the first row (backend k) and rewrite the file."""
     from treebench.harness.speculation.acceptance import shipped_models
 
     good_id = Case(**_CASE).case_id
@@ -333,7 +335,8 @@ def test_a_row_no_case_or_run_gives_is_refused_by_every_reader(tmp_path, capsys,
             "merge": ["merge", str(tmp_path / "out.jsonl"), str(bad)],
             "plan": ["plan", "--results", str(bad), "--acceptance", str(shipped_models()[0])],
             "run --resume": ["run", "--backends", "torch_sdpa", *sweep],
-            "check --resume": ["check", "--backend", "torch_sdpa", *sweep]}[command]
+            "check --resume": ["check", "--backend", "torch_sdpa", *sweep],
+            "rm": ["rm", str(bad), "--backend", "k"]}[command]
     rc, out, err = _main(capsys, *argv)
     assert rc == 2 and out == "" and err.count("\n") == 1, err
     assert f"{bad}:2" in err and said in err and "Traceback" not in err, err
@@ -372,6 +375,7 @@ def test_a_case_without_an_axis_is_not_read_as_its_default(schema, axis):
     ({"cpu_threads": 1.0}, "field 'cpu_threads' is 1.0, expected an integer >= 1"),
     ({"cpu_threads": True}, "field 'cpu_threads' is true, expected an integer >= 1"),
     ({"cpu_threads": [1]}, "field 'cpu_threads' is an array, expected an integer >= 1"),
+    ({"run_id": None}, "field 'run_id' is null, expected a string"),   # every run writes its id
     ({"run_id": " "}, "field 'run_id' is \" \", expected a run id as treebench writes it (ASCII letters, digits, "
                       "'-', '_' and '.', the first a letter or digit, such as "),
     ({"run_id": "r 1"}, "field 'run_id' is \"r 1\", expected a run id"),
@@ -394,13 +398,13 @@ def test_a_field_treebench_could_not_have_written_is_refused(change, said):
 @pytest.mark.parametrize("change", [{"timer": t} for t in ("cuda_graph", "cuda_event", "host_inclusive",
                                                            "cuda_graph_loop", "wall")] +
                          [{"cpu_threads": None}, {"cpu_threads": 1}, {"cpu_threads": 37}] +
-                         [{"run_id": r} for r in (None, "r1", "2025-06-11-seed-3f1c2a9", "20261201T214637Z-b172dc",
+                         [{"run_id": r} for r in ("r1", "2025-06-11-seed-3f1c2a9", "20261201T214637Z-b172dc",
                                                   "x" * 100, "torchrun-" + "x" * 100, "job_7.2")] +
                          [{"case": Case(batch_size=1, context_len=16, tree="chain:3", logit_scale=1000.0).axes}])
 def test_fields_as_treebench_writes_them_are_read(change):
     """Every timer treebench records, a thread count or none, a run id of any form treebench writes (its
-    own, one given in $TREEBENCH_RUN_ID, torchrun's), and a case whose later axes are left out at their
-    defaults (or given, away from them) are read."""
+    own, one given in $TREEBENCH_RUN_ID, torchrun's; `_row` has none at all, as a row written by hand),
+    and a case whose later axes are left out at their defaults (or given, away from them) are read."""
     assert validate.row_problem({**_row(), **change}) is None
 
 
@@ -427,10 +431,14 @@ def test_a_row_written_before_its_tree_spelling_was_normalised_keeps_its_id():
 
 
 def test_every_committed_row_is_valid():
-    """Every results file the repository ships passes every reader's check."""
+    """Every results file the repository ships, and every env file beside them, passes every reader's check."""
+    from treebench.harness.store.env import read_envs
+
     root = Path(__file__).parent.parent
     files = [f for d in (root / "results", DATA) for f in sorted(d.rglob("*.jsonl"))]
     assert files and validate.validated_rows(files, "test") is not None
+    envs = sorted(f for d in (root / "results", DATA) for f in d.rglob("env-*.json"))
+    assert envs and len(read_envs(envs)) == len({f.name for f in envs})
 
 
 # ---- 4. unwritable outputs ---------------------------------------------------------------------

@@ -20,7 +20,7 @@ from treebench.harness.store import env as store_env
 from treebench.harness.store import rows as store
 from treebench.harness.store.env import env_fingerprint, env_id_of, read_envs, write_env
 from treebench.harness.store.paths import check_writable
-from treebench.harness.store.remove import describe, remove_rows
+from treebench.harness.store.remove import Removed, describe, remove_rows
 from treebench.harness.store import names as store_names
 from treebench.harness.store.names import new_run_id
 from treebench.harness.store.rows import SCHEMA, append_row, find_row, migrate_row, read_rows
@@ -382,6 +382,50 @@ def test_env_records_cpu_and_threads_and_they_count_in_env_id(monkeypatch):
     assert env_fingerprint("cpu")["omp_num_threads"] is None
 
 
+@pytest.mark.parametrize("threads, shown", [(0, "0"), (-4, "-4"), (1.0, "1.0"), (2.5, "2.5"), (True, "true"),
+                                            ("16", "a string"), (None, "null"), ([16], "an array")])
+def test_an_env_file_whose_torch_threads_no_run_wrote_is_refused(tmp_path, threads, shown):
+    """torch_threads is torch.get_num_threads() as the run began: an integer >= 1, never null. Any other value
+    in an env file is refused by every reader of env files (`read_envs`), in one line naming the file and
+    the field, as a row's cpu_threads is."""
+    env = {**env_fingerprint("cpu"), "torch_threads": threads}
+    path = tmp_path / f"env-{env['env_id']}.json"
+    path.write_text(json.dumps(env))
+    with pytest.raises(ConfigError) as e:
+        read_envs([tmp_path])
+    assert str(e.value) == (f"env file {path}: field 'torch_threads' is {shown}, expected an integer >= 1 (torch's "
+                            "intra-op threads as the run began); remove or repair it (a run on the machine it "
+                            "describes writes it again beside its results)")
+
+
+@pytest.mark.parametrize("threads", [1, 2, 37, "absent"])
+def test_an_env_file_with_torch_threads_as_runs_write_it_is_read(tmp_path, threads):
+    """A thread count, or none at all (env files written before torch_threads was recorded), is read."""
+    env = {**env_fingerprint("cpu"), "torch_threads": threads}
+    if threads == "absent":
+        del env["torch_threads"]
+    (tmp_path / f"env-{env['env_id']}.json").write_text(json.dumps(env))
+    assert read_envs([tmp_path]) == {env["env_id"]: env}
+
+
+def test_report_and_gate_refuse_an_env_file_whose_torch_threads_no_run_wrote(tmp_path, capsys):
+    """One line, exit 2, nothing written: the report and the gate read each env file beside their rows."""
+    import shutil
+
+    from treebench.harness.cli.main import main
+
+    base = ROOT / "tests" / "data" / "results" / "h200-baseline"
+    cand = shutil.copytree(base, tmp_path / "cand")
+    (env_file,) = cand.glob("env-*.json")
+    env_file.write_text(json.dumps({**json.loads(env_file.read_text()), "torch_threads": -1}))
+    for argv in (["report", str(cand), "-o", str(tmp_path / "r.html")],
+                 ["gate", "--baseline", str(base), "--candidate", str(cand), "--junit", str(tmp_path / "g.xml")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"env file {env_file}: field 'torch_threads' is -1, expected" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cand"]
+
+
 def test_cpu_model_from_cpuinfo_else_platform(tmp_path, monkeypatch):
     info = tmp_path / "cpuinfo"
     info.write_text("processor\t: 0\nmodel name\t: Example CPU @ 2.0GHz\n")
@@ -429,7 +473,7 @@ ROWS = [_row(0, run_id="r1", env="e1", backend="a"), _row(1, run_id="r2", env="e
 def test_remove_rows_removes_exactly_the_matching_rows(tmp_path, filters, removed):
     path = tmp_path / "r.jsonl"
     lines = _store_of(path, ROWS)
-    assert remove_rows(path, **filters) == len(removed)
+    assert remove_rows(path, **filters) == Removed(len(removed), ())
     assert path.read_bytes() == b"".join(line for i, line in enumerate(lines) if i not in removed)
 
 
@@ -438,20 +482,12 @@ def test_describe_names_each_kind_and_its_values():
     assert describe(backends=("torch_sdpa",)) == "backend 'torch_sdpa'"
 
 
-def test_remove_rows_compares_a_non_string_field_as_its_text(tmp_path):
-    """A row whose run_id is a number is named by that number's text, and removed by it."""
-    path = tmp_path / "r.jsonl"
-    lines = _store_of(path, [_row(0, run_id=7), *ROWS[:1]])
-    assert remove_rows(path, run_ids=["7"]) == 1
-    assert path.read_bytes() == lines[1]
-
-
 def test_remove_rows_keeps_a_torn_line_as_it_is(tmp_path):
     path = tmp_path / "r.jsonl"
     _store_of(path, ROWS[:2])
     with open(path, "ab") as f:
         f.write(b'{"schema": 2, "run_id": "r1", "backe')        # a writer killed mid-row
-    assert remove_rows(path, run_ids=["r1"]) == 1
+    assert remove_rows(path, run_ids=["r1"]) == Removed(1, ())
     assert path.read_bytes().endswith(b'\n{"schema": 2, "run_id": "r1", "backe')
     assert [r["case_id"] for r in read_rows([path])] == ["c1"]
 
@@ -467,7 +503,7 @@ def test_remove_rows_warns_of_the_torn_line_it_keeps(tmp_path, caplog):
         remove_rows(path, run_ids=["nosuch"])
     assert not caplog.records
     with caplog.at_level(logging.WARNING, logger="treebench"):
-        assert remove_rows(path, run_ids=["r1"]) == 1
+        assert remove_rows(path, run_ids=["r1"]) == Removed(1, ())
     assert [r.getMessage() for r in caplog.records] == [
         f"rm {path}:4: skipping a torn or malformed result line (kept in the file as it is)"]
     assert path.read_bytes().endswith(b'\n\n{"schema": 2, "run_id": "r1", "backe')
@@ -627,15 +663,165 @@ def test_a_run_records_both_measured_peaks_in_its_env_file(tmp_path, monkeypatch
     assert (env["peak_bw_bytes_per_s"], env["peak_matmul_tflops"]) == (3.5e12, 701.0)
 
 
+def _store_with_bad_row(path: Path, bad: dict | bytes) -> bytes:
+    """ROWS as lines 1, 2, 3, 4 of `path`, line 3 (ROWS[2]: run r2, backend a, env e2) changed by `bad`: its fields
+    replaced, or (bytes) the field `bad` names ending in a byte that is not UTF-8. The file's bytes."""
+    _store_of(path, ROWS[:2])
+    line = json.dumps({**ROWS[2], **bad}) if isinstance(bad, dict) else json.dumps(ROWS[2])
+    if isinstance(bad, bytes):   # b'backend=\xff': '"backend": "a"' -> '"backend": "a\xff"'
+        field, byte = bad.split(b"=")
+        value = json.dumps(ROWS[2][field.decode()]).encode()
+        line = line.encode().replace(b'"%s": %s' % (field, value), b'"%s": %s' % (field, value[:-1] + byte + b'"'))
+    path.write_bytes(path.read_bytes() + (line if isinstance(line, bytes) else line.encode()) + b"\n"
+                     + json.dumps(ROWS[3]).encode() + b"\n")
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("bad, filters, removed", [
+    ({"run_id": None}, {"backends": ["a"]}, [1, 3]),
+    ({"run_id": 7}, {"env_ids": ["e2"]}, [3, 4]),
+    ({"run_id": "r2 x"}, {"backends": ["a"], "env_ids": ["e2"]}, [3]),
+    ({"status": "weird"}, {"run_ids": ["r2"]}, [2, 3]),
+    ({"timer": "stopwatch"}, {"run_ids": ["r2"], "backends": ["a"]}, [3]),
+    ({"cpu_threads": 0}, {"env_ids": ["e2"]}, [3, 4]),
+    ({"env": None}, {"run_ids": ["r2"], "backends": ["a"]}, [3]),
+    ({"backend": "a/b"}, {"run_ids": ["r2"], "env_ids": ["e2"]}, [3]),
+    (b"backend=\xff", {"run_ids": ["r2"]}, [2, 3]),                  # a line that is not UTF-8 ...
+    (b"run_id=\xe9", {"backends": ["a"], "env_ids": ["e2"]}, [3]),   # ... by its other fields
+])
+def test_rm_removes_a_row_the_readers_refuse_that_its_well_formed_fields_select(tmp_path, bad, filters, removed):
+    """A row that gate, report and merge refuse is selected by its well-formed run_id, backend and env as any
+    row is, removed with the others, and counted apart (its line); the rewritten file is one they read."""
+    path = tmp_path / "r.jsonl"
+    lines = _store_with_bad_row(path, bad).splitlines(keepends=True)
+    assert remove_rows(path, **filters) == Removed(len(removed), (3,))
+    assert path.read_bytes() == b"".join(line for n, line in enumerate(lines, start=1) if n not in removed)
+    check_writable(path)
+    assert len(read_rows([path])) == 4 - len(removed)
+
+
+_FIXES = "nothing removed (rm rewrites no file that would keep such a row): "
+
+
+@pytest.mark.parametrize("bad, filters, said", [
+    ({"status": "weird"}, {"run_ids": ["r1"]},                                          # another run's rows
+     "(field 'status' is 'weird', expected one of pass, mismatch, error, skipped), which the filters do not select; "
+     f"{_FIXES}remove it first (--run-id r2 --backend a --env e2 selects it, with every row holding those values)"),
+    ({"cpu_threads": 0}, {"run_ids": ["r3"], "backends": ["c"]},
+     "(field 'cpu_threads' is 0, expected an integer >= 1 (the torch threads it was timed under) or null), which "
+     f"the filters do not select; {_FIXES}remove it first (--run-id r2 --backend a --env e2 selects it"),
+    ({"run_id": 7}, {"run_ids": ["7"]},                                                 # its run_id is no run's
+     f"(field 'run_id' is a number, expected a string), so --run-id cannot select it; {_FIXES}remove it first "
+     "(--backend a --env e2 selects it, with every row holding those values) or edit or delete that line"),
+    ({"run_id": None}, {"run_ids": ["r2"]},
+     f"(field 'run_id' is null, expected a string), so --run-id cannot select it; {_FIXES}remove it first "
+     "(--backend a --env e2 selects it"),
+    ({"backend": "a/b"}, {"backends": ["a/b"], "env_ids": ["e2"]},
+     "(field 'backend' is \"a/b\", which holds \"/\": no backend of that name loads (a name is printable characters "
+     f"without '/')), so --backend cannot select it; {_FIXES}remove it first (--run-id r2 --env e2 selects it"),
+    ({"status": "weird", "run_id": 7}, {"run_ids": ["r2"]},                             # the first problem is another
+     "(field 'status' is 'weird', expected one of pass, mismatch, error, skipped), and --run-id cannot select it "
+     f"(field 'run_id' is a number, expected a string); {_FIXES}remove it first (--backend a --env e2 selects it"),
+    (b"backend=\xff", {"backends": ["a"]},
+     "(byte 0xff at column {column} is not UTF-8 text), and --backend cannot select it (field 'backend' holds a byte "
+     f"that is not UTF-8 text); {_FIXES}remove it first (--run-id r2 --env e2 selects it"),
+    ({"run_id": None, "backend": "", "env": None}, {"backends": ["a"]},                # nothing well-formed selects it
+     f"(field 'backend' is an empty string, expected the backend's name), so --backend cannot select it; {_FIXES}edit "
+     "or delete that line"),
+])
+def test_rm_refuses_a_row_the_readers_refuse_that_it_would_keep(tmp_path, capsys, bad, filters, said):
+    """rm never rewrites a file keeping a row gate, report and merge refuse: where the filters do not select it,
+    or cannot (the field an option matches is malformed: --run-id 7 selects no row whose run_id is 7), it is
+    refused in one line naming file, line and field, with the options its well-formed fields give, exit 2,
+    and the file is left byte for byte as it was."""
+    from treebench.harness.cli.main import main
+
+    path = tmp_path / "r.jsonl"
+    before = _store_with_bad_row(path, bad)
+    said = said.replace("{column}", str(before.splitlines()[2].find(b"\xff") + 1))
+    with pytest.raises(ConfigError) as e:
+        remove_rows(path, **filters)
+    assert str(e.value).startswith(f"rm {path}: line 3 is not a result row that treebench can read {said}"), str(e.value)
+    assert str(e.value).endswith(f"edit or delete that line ({path}:3)")
+    argv = ["rm", str(path), *[x for kind, option in (("run_ids", "--run-id"), ("backends", "--backend"),
+                                                      ("env_ids", "--env")) if kind in filters
+                               for x in (option, *filters[kind])]]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and said in err, err
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl"]
+
+
+def test_rm_refuses_a_line_not_utf8_that_is_no_whole_row_as_before(tmp_path):
+    """A line that is not UTF-8 and no whole row (cut short) holds no field a filter could match: refused,
+    nothing removed, whatever the filters select, in the words the readers use."""
+    path = tmp_path / "r.jsonl"
+    _store_of(path, ROWS[:2])
+    path.write_bytes(path.read_bytes() + b'{"schema": 2, "run_id": "r1", "backend": "a\xff\n')
+    before = path.read_bytes()
+    column = before.splitlines()[2].index(0xff) + 1
+    with pytest.raises(ConfigError) as e:
+        remove_rows(path, run_ids=["r1"])
+    assert str(e.value) == (f"rm {path}: line 3 is not a result row that treebench can read (byte 0xff at column "
+                            f"{column} is not UTF-8 text); nothing removed: edit or delete that line ({path}:3)")
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("bad, argv, said", [
+    (3, ["--backend", "a"], "removed 2 rows from {path} (backend 'a'); 1 of them was a row that gate, report and "
+                            "merge refuse (line 3)"),
+    (3, ["--run-id", "r2", "--backend", "a"], "removed 1 row from {path} (run_id 'r2' and backend 'a'); it was a row "
+                                              "that gate, report and merge refuse (line 3)"),
+    (4, ["--run-id", "r2", "r3"], "removed 3 rows from {path} (run_id 'r2' or 'r3'); 2 of them were rows that gate, "
+                                  "report and merge refuse (lines 3, 4)"),
+    (4, ["--env", "e2"], "removed 2 rows from {path} (env 'e2'); all of them were rows that gate, report and merge "
+                         "refuse (lines 3, 4)"),
+    (0, ["--env", "e1"], "removed 2 rows from {path} (env 'e1')"),
+])
+def test_rm_says_how_many_of_the_rows_it_removed_the_readers_refuse(tmp_path, capsys, bad, argv, said):
+    """The summary counts the removed rows that gate, report and merge refuse, by line, so the user knows rm
+    took them out; a removal of good rows alone says nothing of them. `bad`: the last line of ROWS that
+    holds a field they refuse (a status or a timer no run writes), from line 3 on; 0: none."""
+    from treebench.harness.cli.main import main
+
+    path = tmp_path / "r.jsonl"
+    _store_of(path, ROWS[:2])
+    changes = [{"status": "weird"}, {"timer": "stopwatch"}]
+    for n, row in enumerate(ROWS[2:], start=3):
+        path.write_bytes(path.read_bytes() + json.dumps({**row, **(changes[n - 3] if n <= bad else {})}).encode()
+                         + b"\n")
+    assert main(["rm", str(path), *argv]) == 0
+    out, err = capsys.readouterr()
+    assert out == said.format(path=path) + "\n" and err == "", (out, err)
+
+
+def test_run_out_refuses_a_row_that_is_not_utf8_as_the_readers_do(tmp_path):
+    """A row holding a byte that is not UTF-8 (rows are ASCII JSON: an edit) is refused by run --out and
+    merge OUT before they append, naming its line, as gate, report and merge refuse it."""
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(json.dumps(ROWS[0]).encode() + b"\n" + json.dumps(ROWS[1]).encode().replace(b'"b"', b'"b\xe9"')
+                     + b"\n")
+    before = path.read_bytes()
+    column = before.splitlines()[1].index(0xe9) + 1
+    with pytest.raises(ConfigError) as e:
+        check_writable(path)
+    assert str(e.value) == (f"--out {path}: line 2 is not a result row that treebench can read (byte 0xe9 at column "
+                            f"{column} is not UTF-8 text); give a new path, or edit or delete that line ({path}:2)")
+    with pytest.raises(ConfigError, match=f"results file {path}:2: byte 0xe9 at column"):
+        read_rows([path])
+    assert path.read_bytes() == before
+
+
 def test_rm_removes_a_row_that_run_out_refuses_to_append_to(tmp_path):
     """A row whose fields the readers refuse (status 'weird'): run --out and merge OUT refuse the
-    file, naming the line to edit or delete, and rm, which edits it in place, can take the row out."""
+    file, naming the line to edit or delete, and rm, which edits it in place, can take the row out
+    (the filters select it by its well-formed run_id), saying that it was such a row."""
     path = tmp_path / "r.jsonl"
     _store_of(path, [ROWS[0], _row(9, run_id="bad", status="weird")])
     with pytest.raises(ConfigError, match="line 2 is not a result row that treebench can read .*'weird'") as e:
         check_writable(path)
     assert str(e.value).endswith(f"give a new path, or edit or delete that line ({path}:2)")
-    remove_rows(path, run_ids=["bad"])
+    assert remove_rows(path, run_ids=["bad"]) == Removed(rows=1, refused=(2,))
     check_writable(path)
     assert [r["case_id"] for r in read_rows([path])] == ["c0"]
 

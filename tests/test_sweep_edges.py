@@ -219,12 +219,13 @@ def test_a_folder_named_as_the_own_env_file_is_refused_before_any_pair(tmp_path,
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"env-{_env_id()}.json", "s.toml"]
 
 
-@pytest.mark.parametrize("text", ["{broken\n", "[1, 2]\n", "\xff\n"])
+@pytest.mark.parametrize("text", ["{broken\n", "[1, 2]\n", "\xff\n",
+                                  '{"env_id": "0123456789ab", "torch_threads": 0}\n'])
 @pytest.mark.parametrize("command", ["run", "check"])
 def test_a_run_refuses_an_env_file_beside_out_its_report_could_not_read_before_writing(tmp_path, monkeypatch, capsys,
                                                                                        text, command):
-    """Another env file beside --out that holds no fingerprint is refused in one line, exit 2, before any
-    pair runs (by check too: report, gate and merge read its rows with that folder's env files): no
+    """Another env file beside --out that holds no fingerprint (or a field no run writes) is refused in one
+    line, exit 2, before any pair runs (by check too: report, gate and merge read its rows with that folder's env files): no
     results file, env file, lock or report is left, and that file is kept as it was."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "s.toml").write_text(tiny_suite())

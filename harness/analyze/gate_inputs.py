@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import cast
 
 from treebench.harness.errors import ConfigError, said_by
-from treebench.harness.store.env import field_differences, missing_env_line
+from treebench.harness.store.env import field_differences
 from treebench.harness.store.rows import find_row, result_files
+from treebench.harness.store.validate import missing_env_line
 
 ENV_FIELDS = ("gpu_name", "sm_count", "driver", "cuda", "torch", "triton", "xformers", "flashinfer")
 # compared too when every env of both runs is a CPU's (no gpu_name): a CPU run's times follow the

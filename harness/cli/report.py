@@ -31,8 +31,8 @@ from treebench.harness.run.inflight import interrupts_noted
 from treebench.harness.store.outputs import will_write
 from treebench.harness.store.names import check_path_name, distinct_paths, kept_report
 from treebench.harness.store.paths import check_html_path, check_output_path
-from treebench.harness.store.validate import read_checked_rows
-from treebench.harness.store.env import missing_env_line, read_envs
+from treebench.harness.store.validate import missing_env_line, read_checked_rows
+from treebench.harness.store.env import read_envs
 
 if TYPE_CHECKING:   # the report's modules load pandas and matplotlib: imported where used, not for --help
     from treebench.harness.analyze.gate import GateResult

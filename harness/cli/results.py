@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from treebench.harness.cli.common import Command, console, plural
 from treebench.harness.errors import ConfigError, said_by
 from treebench.harness.store.names import NAME_ROOM, check_path_name
 from treebench.harness.store.rows import reading
+
+if TYPE_CHECKING:   # the store's modules are imported where used, not for --help
+    from treebench.harness.store.remove import Removed
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +70,9 @@ def run_merge(args) -> int:
 def _warn_missing_env(out: Path, inputs: list[Path], rows: list[dict]) -> None:
     """Warns, in one line naming the env id and an input holding its rows, when rows of an env
     whose fingerprint file was beside no input (and is not beside OUT either) went into OUT: the
-    gate and `report --against` refuse such rows (`env.missing_env_line`), as they refused the input's."""
-    from treebench.harness.store.env import missing_env_line, read_envs
+    gate and `report --against` refuse such rows (`validate.missing_env_line`), as they refused the input's."""
+    from treebench.harness.store.env import read_envs
+    from treebench.harness.store.validate import missing_env_line
 
     line = missing_env_line(inputs, rows, read_envs([out]))   # OUT's folder now holds every env file copied
     if line:
@@ -93,13 +98,14 @@ def add_rm_arguments(p) -> None:
 def run_rm(args) -> int:
     """`treebench rm RESULTS --run-id ID... --backend NAME... --env ENV...`: removes the rows that
     match every option given, each with one of its values (treebench.harness.store.remove.remove_rows),
-    and says how many and which.
+    and says how many and which, and how many of them the readers refuse (rm is how such a row is taken out).
 
     Raises:
         ConfigError: no filter (rm never empties a file by default), an empty value or one given
             twice, a value that names no row or none the other options select, options no row
-            matches together (nothing is removed then), a missing file, one that cannot be read, or one
-            named as the file system refuses (`names.check_path_name`), a file a run is writing.
+            matches together, a row the readers refuse that the options do not select (nothing is
+            removed then), a missing file, one that cannot be read, or one named as the file system
+            refuses (`names.check_path_name`), a file a run is writing.
     """
     filters = {"--run-id": args.run_ids, "--backend": args.backends, "--env": args.env_ids}
     if not any(filters.values()):
@@ -124,9 +130,21 @@ def run_rm(args) -> int:
                unchanged=f"no row was removed: {path} is left as it was")
     given = {"run_ids": tuple(args.run_ids), "backends": tuple(args.backends), "env_ids": tuple(args.env_ids)}
     with hold(path, "wait for it to finish, then remove the rows"):   # not while a run appends to it
-        n = remove_rows(path, **given)
-    _print(f"removed {plural(n, 'row')} from {path} ({describe(**given)})")
+        removed = remove_rows(path, **given)
+    _print(f"removed {plural(removed.rows, 'row')} from {path} ({describe(**given)}){_refused_note(removed)}")
     return 0
+
+
+def _refused_note(removed: Removed) -> str:
+    """The summary's note of the removed rows that gate, report and merge refuse (`remove.Removed.refused`),
+    by line (at most 5), where there are any: rm took them out, and the user is told."""
+    lines = removed.refused
+    if not lines:
+        return ""
+    which = "it" if removed.rows == 1 else "all of them" if len(lines) == removed.rows else f"{len(lines)} of them"
+    shown = ", ".join(map(str, lines[:5])) + (", ..." if len(lines) > 5 else "")
+    kind = "was a row" if len(lines) == 1 else "were rows"
+    return f"; {which} {kind} that gate, report and merge refuse (line{'s' if len(lines) > 1 else ''} {shown})"
 
 
 MERGE = Command(add_merge_arguments, run_merge)

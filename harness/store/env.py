@@ -2,10 +2,11 @@
 
 A run writes ``env-<env_id>.json`` beside its results file (`env_beside`: taken back when it
 stops before its first row, where it was not there before and no other rows or run there need
-it); every row names its env by ``env`` (`missing_env_line` names an env whose file was not
-copied along). `env_id_of` hashes the fingerprint's stable fields: two runs with the
-same env_id measured on the same GPU, driver, CPU, thread settings and software,
-so their timings compare. The peak bandwidth and the dense bf16 matrix rate are measured
+it); every row names its env by ``env`` (`validate.missing_env_line` names an env whose file was not
+copied along), and readers refuse a fingerprint field no run could have written
+(`validate.fingerprint_problem`). `env_id_of` hashes the fingerprint's stable fields: two runs with
+the same env_id measured on the same GPU, driver, CPU, thread settings and software, so their
+timings compare. The peak bandwidth and the dense bf16 matrix rate are measured
 by the caller (`treebench.harness.timing.bandwidth.measure_peak_bandwidth`,
 `measure_matrix_rate`) and handed in: the store records measurements, it never takes them.
 """
@@ -29,7 +30,8 @@ from typing import TYPE_CHECKING
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.lock import other_writer_beside
 from treebench.harness.store.outputs import ENV_NOTE
-from treebench.harness.store.rows import find_row, result_files
+from treebench.harness.store.rows import find_row
+from treebench.harness.store.validate import fingerprint_problem
 
 if TYPE_CHECKING:
     import torch  # imported where used: readers of env files (gate, report, merge) need no torch
@@ -212,9 +214,9 @@ def _refuse_non_file(path: Path, prefix: str = "") -> None:
 
 def _rewritable(path: Path, env: dict) -> bool:
     """True, with a warning, when the env file at `path` is there but holds no fingerprint of `env`'s id:
-    not JSON, not an object with an env_id (`read_fingerprint`), another env_id than its name's, or
-    fields that are not those the id hashes (`env_id_of`: `{"env_id": ID}` alone, fields missing or
-    changed). Its name is the env id, which hashes what the file should hold, so `env` written over it
+    not JSON, not an object with an env_id, a field no run writes (`read_fingerprint`), another env_id than
+    its name's, or fields that are not those the id hashes (`env_id_of`: `{"env_id": ID}` alone, fields
+    missing or changed). Its name is the env id, which hashes what the file should hold, so `env` written over it
     is what it should have held. False for the fingerprint of `env` (its measured peaks may differ:
     the first ones are kept), and for a file that cannot be read (left for the reader to name).
     Raises nothing."""
@@ -235,7 +237,8 @@ def _rewritable(path: Path, env: dict) -> bool:
 
 def read_fingerprint(path: Path) -> dict | str:
     """The env fingerprint in the env file at `path`, or why it holds none: 'not JSON
-    (JSONDecodeError: ...)' or 'no env_id field, so not a treebench env fingerprint'.
+    (JSONDecodeError: ...)', 'no env_id field, so not a treebench env fingerprint', or a field that no
+    run could have written (`validate.fingerprint_problem`: "field 'torch_threads' is 0, expected ...").
 
     Raises:
         OSError: the file cannot be read.
@@ -247,7 +250,7 @@ def read_fingerprint(path: Path) -> dict | str:
         return f"not JSON ({type(e).__name__}{': ' + detail[:120] if detail else ''})"
     if not isinstance(env, dict) or "env_id" not in env:
         return "no env_id field, so not a treebench env fingerprint"
-    return env
+    return fingerprint_problem(env) or env
 
 
 def check_envs_beside(results: str | Path, env_id: str, what: str = "--out") -> None:
@@ -352,7 +355,8 @@ def read_envs(paths) -> dict[str, dict]:
     """Env fingerprints by env_id, from env files, folders, or results files (their folder's env files).
 
     Raises:
-        ConfigError: an env file cannot be read, is not valid JSON or has no env_id (`read_fingerprint`).
+        ConfigError: an env file cannot be read, is not valid JSON, has no env_id or a field no run could
+            have written (`read_fingerprint`).
     """
     envs: dict[str, dict] = {}
     for f in dict.fromkeys(_env_files(paths)):
@@ -380,21 +384,3 @@ def field_differences(fields: Iterable[str], before: Sequence[dict],
             out.append((f, ", ".join(sorted(b)), ", ".join(sorted(a))))
     return out
 
-
-def missing_env_line(paths, rows, envs: dict[str, dict]) -> str | None:
-    """One line naming the first env id of `rows` whose env file is not among `envs` (env-<id>.json
-    not beside the rows) and a results file of `paths` holding a row of it (`find_row`), with how
-    many more env ids lack theirs; None when none does. A file not copied along is no fingerprint
-    difference: the gate and `report --against` refuse it in these words; with --allow-env-mismatch the report notes it.
-
-    Raises:
-        ConfigError: as result_files, for a path that does not exist.
-    """
-    missing = sorted({r["env"] for r in rows if r.get("env")} - envs.keys())
-    if not missing:
-        return None
-    env_id, more = missing[0], f" (and {len(missing) - 1} more env ids)" if len(missing) > 1 else ""
-    found = find_row(paths, lambda r: r.get("env") == env_id, containing=env_id)
-    holder = found.path if found else result_files(paths)[0]
-    return (f"the env file for env id {env_id} is missing next to {holder}{more} (env-{env_id}.json, "
-            "which the run wrote beside its rows)")

@@ -1,7 +1,7 @@
 """Every check of a path treebench writes to, made before anything is written.
 
-- results files (`check_writable`, `check_writable_made`, `check_results_file`): a .jsonl path that holds
-  nothing but result rows, whose folder takes the env fingerprint beside it;
+- results files (`check_writable`, `check_writable_made`, `check_results_file`, `refused_lines`): a .jsonl path
+  that holds nothing but result rows, whose folder takes the env fingerprint beside it;
 - outputs of the readers (`check_output_path`, `check_html_path`, `refuse_non_html`,
   `refuse_input_path`): a report or gate summary never lands on a folder, on a
   file that is not its kind, or on the results being read;
@@ -19,13 +19,13 @@ import errno
 import json
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.env import ENV_FILE_RE
 from treebench.harness.store.names import NAME_ROOM, check_path_name
-from treebench.harness.store.rows import SCHEMA, is_known_schema, migrate_row, reading
+from treebench.harness.store.rows import SCHEMA, is_known_schema, migrate_row, reading, utf8_problem
 from treebench.harness.store.torn import is_torn_row
 from treebench.harness.store.validate import row_problem
 
@@ -139,24 +139,34 @@ def _create_results(path: Path, what: str) -> None:
         raise ConfigError(f"{what} {path}: cannot write there ({e.strerror}); {_writable_advice(what)}") from None
 
 
-def check_results_file(path: str | Path, what: str, advice: str = "give a new path or a .jsonl results file",
-                       fields: bool = True) -> None:
-    """Refuses an existing file that holds anything but result rows of a schema this code reads
-    (1 to SCHEMA), each with the fields report, gate and merge read (`validate.row_problem`;
-    blank lines and rows torn by a killed writer allowed); a missing or empty file passes.
+UNREADABLE = "line {n} is not a result row that treebench can read ({problem})"   # a row the readers refuse
 
-    Args:
-        what: how the message names the path ("--out", "merge OUT", "rm").
-        advice: the message's last clause, what to do about it (a command that edits the file in
-            place has no use for a new path).
-        fields: also refuse a row whose fields report, gate and merge refuse (a file to append
-            to; the message then names that line, FILE:LINE, to edit or delete, in place of `advice`); False
-            for `treebench rm`, which may be what removes such a row.
+
+def check_results_file(path: str | Path, what: str) -> None:
+    """Refuses an existing file that holds anything but result rows of a schema this code reads (1 to
+    SCHEMA), each with the fields report, gate and merge read, in UTF-8 as they decode it (`refused_lines`);
+    a missing or empty file passes. `what` names the path ("--out", "merge OUT").
 
     Raises:
         ConfigError: `path` holds something else (a suite, a report, a config, rows of another
             schema, a row with a missing or mistyped field): appending to it would damage it,
             reading it would mislead; or it cannot be read (`rows.reading`: no read permission, EIO).
+    """
+    for n, problem in refused_lines(path, what, "give a new path or a .jsonl results file"):
+        raise ConfigError(f"{what} {path}: {UNREADABLE.format(n=n, problem=problem)}; give a new path, or edit or "
+                          f"delete that line ({path}:{n})")   # no rm --run-id: it removes the run's good rows too
+
+
+def refused_lines(path: str | Path, what: str, advice: str) -> Iterator[tuple[int, str]]:
+    """(line number, why) for each line of the results file `path` that report, gate and merge refuse, as it
+    is read: a row whose fields they refuse (`validate.row_problem`) or a line that is not UTF-8 as they
+    decode it (`rows.file_lines`); blank lines and rows torn by a killed writer pass, a missing file holds
+    none. `treebench rm` reads them all (it may be what removes such a row); `check_results_file` the first.
+
+    Raises:
+        ConfigError: as `check_results_file`, for a line that is no result row of a schema this code reads
+            (ending in `advice`: a command that edits the file in place has no use for a new path), and a
+            file that cannot be read (`what` names the path).
     """
     path = Path(path)
     with reading(path, what, fix="make it readable: treebench reads the rows a results file holds before it writes "
@@ -170,21 +180,18 @@ def check_results_file(path: str | Path, what: str, advice: str = "give a new pa
             line = raw.strip()
             if not line:
                 continue
+            torn = False
             try:
                 row = json.loads(line)
             except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
-                if is_torn_row(line):
-                    continue
-                row = None
-            if not isinstance(row, dict) or not is_known_schema(row.get("schema")):
+                row, torn = None, is_torn_row(line)   # a torn row: readers skip it
+            if not torn and (not isinstance(row, dict) or not is_known_schema(row.get("schema"))):
                 got = ("not a result row" if not isinstance(row, dict) else "no schema field" if "schema" not in row
                        else f"schema {row['schema']!r}")
                 raise ConfigError(f"{what} {path}: not a treebench results file (line {n}: {got}; "
                                   f"JSON rows of schema 1 to {SCHEMA} expected); {advice}")
-            problem = row_problem(migrate_row(row)) if fields else None
-            if problem:   # readers would refuse the file; no rm --run-id: it removes the run's good rows too
-                raise ConfigError(f"{what} {path}: line {n} is not a result row that treebench can read "
-                                  f"({problem}); give a new path, or edit or delete that line ({path}:{n})")
+            if problem := utf8_problem(raw, n) or (None if torn else row_problem(migrate_row(row))):
+                yield n, problem
 
 
 def check_html_path(path: str | Path, flag: str, example: str) -> Path:

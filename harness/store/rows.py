@@ -297,9 +297,19 @@ def file_lines(f: Path) -> Iterator[tuple[int, str]]:
         for n, raw in enumerate(fh, start=1):
             try:
                 yield n, raw.decode("utf-8-sig" if n == 1 else "utf-8")
-            except UnicodeDecodeError as e:
-                raise ConfigError(f"results file {f}:{n}: byte 0x{raw[e.start]:02x} at column {e.start + 1} is not "
-                                  "UTF-8 text; treebench writes UTF-8: edit or delete that line") from None
+            except UnicodeDecodeError:
+                raise ConfigError(f"results file {f}:{n}: {utf8_problem(raw, n)}; treebench writes UTF-8: edit or "
+                                  "delete that line") from None
+
+
+def utf8_problem(raw: bytes, n: int) -> str | None:
+    """Why line `n` (1-based) of a results file, `raw`, is not UTF-8 as `file_lines` decodes it ('byte 0xff at
+    column 12 is not UTF-8 text'), else None. treebench writes rows as ASCII JSON: such a byte is an edit."""
+    try:
+        raw.decode("utf-8-sig" if n == 1 else "utf-8")
+    except UnicodeDecodeError as e:
+        return f"byte 0x{raw[e.start]:02x} at column {e.start + 1} is not UTF-8 text"
+    return None
 
 
 def _checked_row(row: object, f: Path, n: int) -> dict:

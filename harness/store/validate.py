@@ -2,7 +2,9 @@
 rely on checked (`row_problem`), and (gate, report) a row read twice (a file given twice) kept once;
 two measurements under one run id (a reused id) are two rows, both kept; a file that another run is
 still writing is warned of (its rows may be partial). Of a pair's rows, readers take the latest
-(`latest_rows`): the gate, the report and a resumed run's summary."""
+(`latest_rows`): the gate, the report and a resumed run's summary. An env fingerprint beside the rows is
+checked as they are (`fingerprint_problem`, which `store.env` reads with), and rows whose env file is not
+beside them are named (`missing_env_line`)."""
 
 from __future__ import annotations
 
@@ -63,9 +65,10 @@ def row_problem(row: dict) -> str | None:
     included, every axis a row records (CASE_FIELDS_WRITTEN) there, `case.tree` a tree spec that parses (the
     report draws it) and a `timestamp` given one of the form treebench writes (TIMESTAMP: readers order a pair's
     rows by it). An `env` given is a string: a null one would leave the row out of the gate's env check; a
-    `run_id` given one of the form treebench writes (`names.is_run_id`). Each of STRING_FIELDS is a string
-    or null, a timed row (`median_us` given) names its `timer`, and a `timer` given is one of TIMERS (the
-    timers treebench times with); `cpu_threads` is null or an integer >= 1."""
+    `run_id` given one of the form treebench writes (`names.is_run_id`; every run writes one, so null is
+    refused). Each of STRING_FIELDS is a string or null, a timed row (`median_us` given) names its `timer`,
+    and a `timer` given is one of TIMERS (the timers treebench times with); `cpu_threads` is null or an
+    integer >= 1."""
     return (_required_problem(row) or _case_problem(row) or _text_problem(row) or _number_problem(row)
             or _case_id_problem(row))
 
@@ -78,11 +81,29 @@ def _required_problem(row: dict) -> str | None:
             return f"field {name!r} is missing"
         if not isinstance(row[name], typ):
             return f"field {name!r} is {_kind(row[name])}, expected {_wanted(typ)}"
-    if not row["backend"]:   # readers group and name rows by it
+    return id_problem(row, "backend")
+
+
+def id_problem(row: dict, name: str) -> str | None:
+    """What is wrong with the field `name` of `row`, one of those naming its backend, env file and run
+    ("backend", "env", "run_id": `treebench rm` selects rows by them), in `row_problem`'s words; None where
+    it is right, or absent and not required (env, run_id: rows written by hand lack them). `backend` is a
+    name a backend may have (`name_flaw`), `env` a non-empty string, `run_id` of the form treebench writes."""
+    if name not in row:
+        return f"field {name!r} is missing" if name in REQUIRED_FIELDS else None
+    x = row[name]
+    if name == "env" and not (isinstance(x, str) and x):   # a null env would escape the gate's env check
+        return f"field 'env' is {'an empty string' if x == '' else _kind(x)}, expected the run's env id (a string)"
+    if not isinstance(x, str):   # every run writes its id: a null one is an edit (drop_repeated_rows passes it over)
+        return f"field {name!r} is {_kind(x)}, expected a string"
+    if name == "backend" and not x:   # readers group and name rows by it
         return "field 'backend' is an empty string, expected the backend's name"
-    if (bad := name_flaw(row["backend"])) is not None:
-        return (f"field 'backend' is {json.dumps(row['backend'])}, which holds {json.dumps(bad)}: no backend of "
+    if name == "backend" and (bad := name_flaw(x)) is not None:
+        return (f"field 'backend' is {json.dumps(x)}, which holds {json.dumps(bad)}: no backend of "
                 "that name loads (a name is printable characters without '/')")
+    if name == "run_id" and not is_run_id(x):
+        return (f"field 'run_id' is {json.dumps(x)}, expected a run id as treebench writes it (ASCII letters, "
+                "digits, '-', '_' and '.', the first a letter or digit, such as 20260131T230402Z-3fa2c1)")
     return None
 
 
@@ -162,15 +183,8 @@ def _text_problem(row: dict) -> str | None:
         shown = _kind(stamp) if not isinstance(stamp, str) else json.dumps(stamp)
         return (f"field 'timestamp' is {shown}, expected a UTC time in ISO 8601 as treebench writes it, "
                 f"such as {TIMESTAMP_EXAMPLE}")
-    env = row.get("env")   # the id its env-ID.json names: a null one would escape the gate's env check
-    if "env" in row and not (isinstance(env, str) and env):
-        return f"field 'env' is {'an empty string' if env == '' else _kind(env)}, expected the run's env id (a string)"
-    run_id = row.get("run_id")
-    if run_id is not None and not isinstance(run_id, str):
-        return f"field 'run_id' is {_kind(run_id)}, expected a string"
-    if run_id is not None and not is_run_id(run_id):
-        return (f"field 'run_id' is {json.dumps(run_id)}, expected a run id as treebench writes it (ASCII letters, "
-                "digits, '-', '_' and '.', the first a letter or digit, such as 20260131T230402Z-3fa2c1)")
+    if problem := id_problem(row, "env") or id_problem(row, "run_id"):   # the id its env-ID.json names, its run's
+        return problem
     for name in STRING_FIELDS:
         if (x := row.get(name)) is not None and not isinstance(x, str):
             return f"field {name!r} is {_kind(x)}, expected a string or null"
@@ -191,11 +205,8 @@ def _number_problem(row: dict) -> str | None:
         return f"field 'timer' is {what}, expected the timer of a timed row (a string: median_us is given)"
     if row.get("timer") is not None and row["timer"] not in TIMERS:   # a string (_text_problem)
         return f"field 'timer' is {json.dumps(row['timer'])}, expected one of {', '.join(TIMERS)} or null"
-    threads = row.get("cpu_threads")   # torch's intra-op threads under the wall timer (timing.wall): 1 or more
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        shown = json.dumps(threads) if isinstance(threads, (int, float)) else _kind(threads)
-        return (f"field 'cpu_threads' is {shown}, expected an integer >= 1 (the torch threads it was timed under) "
-                "or null")
+    if threads := _threads_problem(row, "cpu_threads", "the torch threads it was timed under"):   # timing.wall
+        return threads
     if row.get("l2_flushed") is not None and not isinstance(row["l2_flushed"], bool):
         return f"field 'l2_flushed' is {_kind(row['l2_flushed'])}, expected true or false"
     for name in ("tree_sizes", "context_lens"):   # per request: T_b and L_b (the plan reads them)
@@ -217,6 +228,23 @@ def _number_problem(row: dict) -> str | None:
     if samples and not (all(map(_finite, samples)) and min(samples) >= 0):
         return "field 'samples_us' holds a value that is not a finite number >= 0"
     return None
+
+
+def _threads_problem(record: dict, name: str, meaning: str, null: bool = True) -> str | None:
+    """What is wrong with the thread count `record[name]`, where given: it is an integer >= 1 (torch runs
+    under one thread at least; a JSON true is no count), or null where `null`. `meaning` says what it counts."""
+    x = record.get(name)
+    if name not in record or (x is None and null) or (type(x) is int and x >= 1):
+        return None
+    shown = json.dumps(x) if isinstance(x, (int, float)) else _kind(x)
+    return f"field {name!r} is {shown}, expected an integer >= 1 ({meaning}){' or null' if null else ''}"
+
+
+def fingerprint_problem(env: dict) -> str | None:
+    """What is wrong with a field of the env fingerprint `env` (an env file's object, `store.env`) that
+    no run of treebench's could have written, else None: `torch_threads`, where given, is an integer >= 1
+    (`torch.get_num_threads()` as the run began; env files written before it was recorded lack it)."""
+    return _threads_problem(env, "torch_threads", "torch's intra-op threads as the run began", null=False)
 
 
 def _finite(x: float) -> bool:
@@ -345,3 +373,22 @@ def latest_rows(rows: Iterable[dict], by_timing: bool = False) -> dict[tuple, di
         if key not in out or row_time(r) >= row_time(out[key]):
             out[key] = r
     return out
+
+
+def missing_env_line(paths, rows, envs: dict[str, dict]) -> str | None:
+    """One line naming the first env id of `rows` whose env file is not among `envs` (env-<id>.json
+    not beside the rows) and a results file of `paths` holding a row of it (`find_row`), with how
+    many more env ids lack theirs; None when none does. A file not copied along is no fingerprint
+    difference: the gate and `report --against` refuse it in these words; with --allow-env-mismatch the report notes it.
+
+    Raises:
+        ConfigError: as result_files, for a path that does not exist.
+    """
+    missing = sorted({r["env"] for r in rows if r.get("env")} - envs.keys())
+    if not missing:
+        return None
+    env_id, more = missing[0], f" (and {len(missing) - 1} more env ids)" if len(missing) > 1 else ""
+    found = find_row(paths, lambda r: r.get("env") == env_id, containing=env_id)
+    holder = found.path if found else result_files(paths)[0]
+    return (f"the env file for env id {env_id} is missing next to {holder}{more} (env-{env_id}.json, "
+            "which the run wrote beside its rows)")
