@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import random
 
 import pytest
@@ -200,10 +201,23 @@ def test_vllm_choices_string_matches_vllms_expected_mask():
     assert tree.ancestor_mask.to(torch.int64).tolist() == expected
 
 
-def test_choices_with_rank_gaps_keep_their_order():
-    tree = parse_tree("[(0,), (2,), (2, 5), (2, 1)]")
+def test_choices_with_rank_gaps_keep_their_order(caplog):
+    with caplog.at_level(logging.WARNING):
+        tree = parse_tree("[(0,), (2,), (2, 5), (2, 1)]")
     assert tree.parents == (-1, 0, 0, 2, 2)
     assert tree.choices == ((0,), (1,), (1, 0), (1, 1))
+    # the ranks given are not kept: one warning says so, naming the first gap and counting the others ((2, 5)
+    # lacks (2, 4), (2, 1) lacks (2, 0))
+    [record] = caplog.records
+    assert "choices path (2,) has no sibling (1,) before it, so it is rank 1" in record.getMessage()
+    assert "(2 more paths alike)" in record.getMessage() and "expected acceptance" in record.getMessage()
+
+
+def test_choices_without_rank_gaps_warn_of_nothing(caplog):
+    with caplog.at_level(logging.WARNING):
+        parse_tree("[(0,), (1,), (0, 0), (1, 0), (1, 1)]")
+        parse_tree("medusa:mc_sim_7b_63")
+    assert caplog.records == []
 
 
 def test_spec_keeps_the_text_given_and_is_not_part_of_equality():

@@ -157,6 +157,9 @@ def from_choices(choices: Sequence[Sequence[int]], spec: str = "") -> TokenTree:
             the node's depth-(k+1) ancestor. The root is implicit; any order.
         spec: the text the list came from, kept as ``TokenTree.spec``.
 
+    Ranks are kept as sibling order: paths [(0,), (2,)] give the tree [(0,), (1,)]
+    (a warning says so, since the acceptance model reads a node's rank).
+
     Raises:
         TreeError: not a list of paths, an empty, duplicate or non-integer path,
             a negative index, a path whose prefix is missing, or more than
@@ -165,7 +168,16 @@ def from_choices(choices: Sequence[Sequence[int]], spec: str = "") -> TokenTree:
     paths = _check_choices(choices, spec)
     ordered = sorted(paths, key=lambda p: (len(p), p))  # (depth, path): canonical
     index = {(): 0} | {p: k + 1 for k, p in enumerate(ordered)}
-    return from_parents([-1] + [index[p[:-1]] for p in ordered], spec)
+    tree = from_parents([-1] + [index[p[:-1]] for p in ordered], spec)
+    gapped = [p for p in ordered if p[-1] > 0 and p[:-1] + (p[-1] - 1,) not in index]
+    if gapped:   # the tree keeps sibling order, not the numbers: say so where a rank was given that it drops
+        p = gapped[0]
+        more = f" ({len(gapped) - 1} more paths alike)" if len(gapped) > 1 else ""
+        log.warning("tree %r: choices path %s has no sibling %s before it, so it is rank %d of its siblings "
+                    "here%s: the mask is the same, but the expected acceptance (speculate, plan) reads each "
+                    "node's rank among its siblings", spec, p, p[:-1] + (p[-1] - 1,),
+                    tree.choices[index[p] - 1][-1], more)
+    return tree
 
 
 def _entry(p: object, i: int, spec: str) -> int:
