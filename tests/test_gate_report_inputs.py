@@ -942,7 +942,7 @@ def test_a_zero_median_does_not_break_the_report(tmp_path):
 def test_a_failing_row_with_only_the_required_fields_makes_a_report(tmp_path, capsys, status):
     """The failures table shows non-finite count and tolerances where a row has them; a row without
     them (written by hand, or an error row) is a report with those cells empty, not a traceback."""
-    row = {"schema": 2, "case_id": "c1", "backend": "k", "status": status, "reason": "boom",
+    row = {"schema": 2, "run_id": "r1", "case_id": "c1", "backend": "k", "status": status, "reason": "boom",
            "case": dict(_CASE)}
     f = _write(tmp_path / "bad.jsonl", [row])
     rc, _, err = _main(capsys, "report", str(f), "-o", str(tmp_path / "r.html"))
@@ -1059,7 +1059,8 @@ def test_merge_reads_a_file_named_twice_once_with_the_readers_warning(tmp_path, 
         again.symlink_to(a.name)
     out = tmp_path / "out" / "o.jsonl"
     rc, printed, _ = _main(capsys, "merge", str(out), str(a), str(again))
-    assert rc == 0 and "merged 3 rows" in printed and len(out.read_text().splitlines()) == 3
+    assert rc == 0 and len(out.read_text().splitlines()) == 3
+    assert printed == f"merged 3 rows into {out} (3 duplicates dropped, 3 of them read twice)\n", printed
     assert any(m.startswith("merge: 3 repeated rows dropped, one of each kept (the same row read twice: a results "
                             "file given twice") for m in caplog.messages), caplog.messages
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import json
 import logging
 import os
 import signal
@@ -434,11 +435,17 @@ def _reader_row(run_id: str, backend: str = "b") -> dict:
 @pytest.mark.parametrize("second, said", [
     (b'{"schema": 99, "backend": "b"}', "results file {f}:2: schema 99, newer than this treebench reads (2)"),
     (b'{"schema": 2, "backend": "\xff"}', "results file {f}:2: byte 0xff at column 27 is not UTF-8 text"),
+    (b"\xef\xbb\xbf" + json.dumps(_reader_row("r3")).encode(),   # a byte-order mark that only line 1 may hold
+     "results file {f}:2: a byte-order mark (U+FEFF) at the start of line 2, where JSON reads none (only one "
+     "before a file's first line is dropped); treebench writes UTF-8: edit or delete that line"),
+    (json.dumps({k: v for k, v in _reader_row("r3").items() if k != "run_id"}).encode(),   # as a null one
+     "results file {f}:2: field 'run_id' is missing; edit or delete that line"),
     (None, "results path {f}: not found"),
 ])
 def test_a_readers_refusal_of_a_results_file_is_led_by_the_command_that_read_it(tmp_path, capsys, reader, second,
                                                                                 said):
-    """A row of a newer schema, a line that is not UTF-8, a path that is not there: the one line names the
+    """A row of a newer schema, a line that is not UTF-8 or opens with a byte-order mark after line 1, a schema-2
+    row without a run_id, a path that is not there: the one line names the
     command (and the side, or the option) that read the file first, as that command's other lines do."""
     import json
 

@@ -549,10 +549,11 @@ def test_remove_rows_refuses_a_value_that_names_no_row(tmp_path, filters, match)
 
 @pytest.mark.parametrize("filters", [{"run_ids": ["r1"]}, {"run_ids": ["r1"], "backends": ["a"]}])
 def test_rm_by_run_id_of_rows_without_one_says_so_and_what_selects_them(tmp_path, filters):
-    """Rows that carry no run_id (written before rows had one): rm --run-id says so plainly and names
-    the options that select them, with the values the file holds, instead of "run_ids here: none"."""
+    """Rows that carry no run_id (schema 1, some written by hand; a newer row without one is refused): rm
+    --run-id says so plainly and names the options that select them, with the values the file holds, instead
+    of "run_ids here: none"."""
     path = tmp_path / "r.jsonl"
-    rows = [{k: v for k, v in r.items() if k != "run_id"} for r in ROWS]
+    rows = [{**{k: v for k, v in r.items() if k != "run_id"}, "schema": 1} for r in ROWS]
     _store_of(path, rows)
     before = path.read_bytes()
     with pytest.raises(ConfigError) as e:
@@ -663,11 +664,19 @@ def test_a_run_records_both_measured_peaks_in_its_env_file(tmp_path, monkeypatch
     assert (env["peak_bw_bytes_per_s"], env["peak_matmul_tflops"]) == (3.5e12, 701.0)
 
 
+_DROP = object()   # a field of `_store_with_bad_row`'s row left out
+_BOM = b"\xef\xbb\xbf"   # UTF-8 byte-order mark, as an editor saving "UTF-8 with BOM" writes it
+
+
 def _store_with_bad_row(path: Path, bad: dict | bytes) -> bytes:
     """ROWS as lines 1, 2, 3, 4 of `path`, line 3 (ROWS[2]: run r2, backend a, env e2) changed by `bad`: its fields
-    replaced, or (bytes) the field `bad` names ending in a byte that is not UTF-8. The file's bytes."""
+    replaced (left out where `_DROP`), or (bytes) the field `bad` names ending in a byte that is not UTF-8, or
+    (`_BOM`) a byte-order mark before it. The file's bytes."""
     _store_of(path, ROWS[:2])
-    line = json.dumps({**ROWS[2], **bad}) if isinstance(bad, dict) else json.dumps(ROWS[2])
+    line = (json.dumps({k: v for k, v in {**ROWS[2], **bad}.items() if v is not _DROP}) if isinstance(bad, dict)
+            else json.dumps(ROWS[2]))
+    if bad == _BOM:
+        line, bad = _BOM + line.encode(), {}
     if isinstance(bad, bytes):   # b'backend=\xff': '"backend": "a"' -> '"backend": "a\xff"'
         field, byte = bad.split(b"=")
         value = json.dumps(ROWS[2][field.decode()]).encode()
@@ -688,6 +697,8 @@ def _store_with_bad_row(path: Path, bad: dict | bytes) -> bytes:
     ({"backend": "a/b"}, {"run_ids": ["r2"], "env_ids": ["e2"]}, [3]),
     (b"backend=\xff", {"run_ids": ["r2"]}, [2, 3]),                  # a line that is not UTF-8 ...
     (b"run_id=\xe9", {"backends": ["a"], "env_ids": ["e2"]}, [3]),   # ... by its other fields
+    (_BOM, {"run_ids": ["r2"]}, [2, 3]),                             # a byte-order mark where JSON reads none
+    ({"run_id": _DROP}, {"backends": ["a"]}, [1, 3]),                # no run_id, as a null one
 ])
 def test_rm_removes_a_row_the_readers_refuse_that_its_well_formed_fields_select(tmp_path, bad, filters, removed):
     """A row that gate, report and merge refuse is selected by its well-formed run_id, backend and env as any
@@ -725,6 +736,12 @@ _FIXES = "nothing removed (rm rewrites no file that would keep such a row): "
     (b"backend=\xff", {"backends": ["a"]},
      "(byte 0xff at column {column} is not UTF-8 text), and --backend cannot select it (field 'backend' holds a byte "
      f"that is not UTF-8 text); {_FIXES}remove it first (--run-id r2 --env e2 selects it"),
+    (_BOM, {"run_ids": ["r1"]},
+     "(a byte-order mark (U+FEFF) at the start of line 3, where JSON reads none (only one before a file's first "
+     f"line is dropped)), which the filters do not select; {_FIXES}remove it first (--run-id r2 --backend a --env e2 selects it"),
+    ({"run_id": _DROP}, {"run_ids": ["r2"]},
+     f"(field 'run_id' is missing), which the filters do not select; {_FIXES}remove it first (--backend a --env e2 "
+     "selects it"),
     ({"run_id": None, "backend": "", "env": None}, {"backends": ["a"]},                # nothing well-formed selects it
      f"(field 'backend' is an empty string, expected the backend's name), so --backend cannot select it; {_FIXES}edit "
      "or delete that line"),
@@ -850,3 +867,19 @@ def test_rm_refuses_a_read_only_file_as_resume_and_merge_do(tmp_path, monkeypatc
         assert "\n" not in err and f"{argv[0]}{' OUT' if argv[0] == 'merge' else ''} {path}: cannot write there (" \
             in err, err
         assert path.read_bytes() == before and path.stat().st_mode & 0o777 == 0o444
+
+
+@pytest.mark.parametrize("marks, said", [(1, None), (2, 1)])
+def test_one_byte_order_mark_before_line_1_is_read_a_second_is_refused(tmp_path, marks, said):
+    """An editor's byte-order mark before the first row is dropped, as it opens the file; one more after it is a
+    character JSON does not read: the readers name it and its line, not "not a treebench results file"."""
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(_BOM * marks + json.dumps(ROWS[0]).encode() + b"\n" + json.dumps(ROWS[1]).encode() + b"\n")
+    if said is None:
+        assert [r["case_id"] for r in read_rows([path])] == ["c0", "c1"]
+        return
+    with pytest.raises(ConfigError) as e:
+        read_rows([path])
+    assert str(e.value) == (f"results file {path}:1: a byte-order mark (U+FEFF) at the start of line 1, where JSON "
+                            "reads none (only one before a file's first line is dropped); treebench writes UTF-8: "
+                            "edit or delete that line")

@@ -46,15 +46,16 @@ def run_merge(args) -> int:
             refuse (names file, line and field), a bad OUT file, an OUT that a run is writing.
     """
     from treebench.harness.store.lock import hold
-    from treebench.harness.store.merge import merge_results, merge_row_inputs, read_merge_inputs
+    from treebench.harness.store.merge import merge_results, merge_row_inputs
     from treebench.harness.store.outputs import will_write
-    from treebench.harness.store.validate import warn_live_writers
+    from treebench.harness.store.validate import drop_repeated_rows, validated_rows, warn_live_writers
 
     if not args.out.strip():
         raise ConfigError("merge OUT is empty: give a results file path such as results/merged.jsonl")
     out = check_path_name(args.out, "merge OUT", NAME_ROOM)
     inputs = [Path(p) for p in args.inputs]
-    rows = read_merge_inputs(inputs)   # checked as report and gate check them, before OUT is touched
+    read = validated_rows(merge_row_inputs(inputs), "merge")   # checked as report and gate check them, before OUT
+    rows = drop_repeated_rows(read, "merge")   # as `merge.read_merge_inputs`; the count below includes these
     warn_live_writers(merge_row_inputs(inputs), "merge")
     if not rows:
         raise ConfigError(f"merge {' '.join(args.inputs)}: no result rows; point it at .jsonl result files "
@@ -63,7 +64,9 @@ def run_merge(args) -> int:
     with hold(out if out.parent.is_dir() else None, "wait for it to finish or merge into another OUT"):
         added = merge_results(out, inputs, rows=rows)  # validates OUT before writing anything
     _warn_missing_env(out, merge_row_inputs(inputs), rows)
-    _print(f"merged {plural(len(added), 'row')} into {out} ({plural(len(rows) - len(added), 'duplicate')} dropped)")
+    twice = f", {len(read) - len(rows)} of them read twice" if len(read) > len(rows) else ""   # as warned above
+    _print(f"merged {plural(len(added), 'row')} into {out} ({plural(len(read) - len(added), 'duplicate')} "
+           f"dropped{twice})")
     return 0
 
 

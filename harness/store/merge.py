@@ -55,8 +55,8 @@ def merge_results(out: Path, inputs: Sequence[Path], with_run: bool = False,
     is read and validated before anything is written; env files beside the
     inputs are copied beside `out`. Stopped part-way (an interrupt, a failed write), it leaves `out`
     as it was: no row appended, no env file added, `out` and its folders removed where it made them.
-    `rows`: the inputs' rows when the caller has already read them (`read_merge_inputs(inputs)`, as
-    `treebench merge` does), so they are read once; without them the inputs are read with the same
+    `rows`: the inputs' rows when the caller has already read them (as `read_merge_inputs(inputs)`
+    reads them, as `treebench merge` does), so they are read once; without them the inputs are read with the same
     checks (`read_merge_inputs(inputs, require_rows=False)`:
     torchrun's rank files, where a rank killed in its first row leaves nothing but a torn line).
 

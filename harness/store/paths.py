@@ -25,7 +25,8 @@ from pathlib import Path
 from treebench.harness.errors import ConfigError
 from treebench.harness.store.env import ENV_FILE_RE
 from treebench.harness.store.names import NAME_ROOM, check_path_name
-from treebench.harness.store.rows import SCHEMA, is_known_schema, migrate_row, reading, utf8_problem
+from treebench.harness.store.rows import (SCHEMA, is_known_schema, migrate_row, reading, run_id_problem,
+                                         utf8_problem)
 from treebench.harness.store.torn import is_torn_row
 from treebench.harness.store.validate import row_problem
 
@@ -190,7 +191,8 @@ def refused_lines(path: str | Path, what: str, advice: str) -> Iterator[tuple[in
                        else f"schema {row['schema']!r}")
                 raise ConfigError(f"{what} {path}: not a treebench results file (line {n}: {got}; "
                                   f"JSON rows of schema 1 to {SCHEMA} expected); {advice}")
-            if problem := utf8_problem(raw, n) or (None if torn else row_problem(migrate_row(row))):
+            problem = utf8_problem(raw, n) or (None if torn else run_id_problem(row) or row_problem(migrate_row(row)))
+            if problem:
                 yield n, problem
 
 

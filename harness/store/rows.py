@@ -31,6 +31,7 @@ of a newer schema than this code knows.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import gc
 import json
@@ -296,15 +297,22 @@ def file_lines(f: Path) -> Iterator[tuple[int, str]]:
     with reading(f), open(f, "rb") as fh:
         for n, raw in enumerate(fh, start=1):
             try:
-                yield n, raw.decode("utf-8-sig" if n == 1 else "utf-8")
+                text = raw.decode("utf-8-sig" if n == 1 else "utf-8")
             except UnicodeDecodeError:
+                text = None
+            if text is None or text.startswith("\ufeff"):   # decoded once: a large file's lines are many
                 raise ConfigError(f"results file {f}:{n}: {utf8_problem(raw, n)}; treebench writes UTF-8: edit or "
-                                  "delete that line") from None
+                                  "delete that line")
+            yield n, text
 
 
 def utf8_problem(raw: bytes, n: int) -> str | None:
     """Why line `n` (1-based) of a results file, `raw`, is not UTF-8 as `file_lines` decodes it ('byte 0xff at
-    column 12 is not UTF-8 text'), else None. treebench writes rows as ASCII JSON: such a byte is an edit."""
+    column 12 is not UTF-8 text'), or begins with a byte-order mark where only the file's first line may (an
+    editor's BOM, dropped there; JSON reads none elsewhere), else None. treebench writes rows as ASCII JSON: such
+    a byte is an edit."""
+    if (raw[len(codecs.BOM_UTF8):] if n == 1 and raw.startswith(codecs.BOM_UTF8) else raw).startswith(codecs.BOM_UTF8):
+        return f"a byte-order mark (U+FEFF) at the start of line {n}, where JSON reads none (only one before a file's first line is dropped)"
     try:
         raw.decode("utf-8-sig" if n == 1 else "utf-8")
     except UnicodeDecodeError as e:
@@ -329,7 +337,16 @@ def _checked_row(row: object, f: Path, n: int) -> dict:
     if got > SCHEMA:
         raise ConfigError(f"results file {f}:{n}: schema {got}, newer than this treebench reads ({SCHEMA}); "
                           "upgrade treebench to read it")
+    if (problem := run_id_problem(row)) is not None:
+        raise ConfigError(f"results file {f}:{n}: {problem}; edit or delete that line")
     return migrate_row(row)
+
+
+def run_id_problem(row: dict) -> str | None:
+    """'field 'run_id' is missing' for a row of schema 2 on, as written (before `migrate_row`), that lacks
+    it, as `validate.row_problem` names a null one: every such row treebench writes names its run (rm and
+    the repeat check select rows by it); schema-1 rows, some written by hand, may lack it. Else None."""
+    return "field 'run_id' is missing" if row.get("schema") != 1 and "run_id" not in row else None
 
 
 class RowPlace(NamedTuple):

@@ -87,8 +87,9 @@ def _required_problem(row: dict) -> str | None:
 def id_problem(row: dict, name: str) -> str | None:
     """What is wrong with the field `name` of `row`, one of those naming its backend, env file and run
     ("backend", "env", "run_id": `treebench rm` selects rows by them), in `row_problem`'s words; None where
-    it is right, or absent and not required (env, run_id: rows written by hand lack them). `backend` is a
-    name a backend may have (`name_flaw`), `env` a non-empty string, `run_id` of the form treebench writes."""
+    it is right, or absent and not required (env; run_id, which `rows.run_id_problem` asks of schema-2 rows
+    as written). `backend` is a name a backend may have (`name_flaw`), `env` a non-empty string, `run_id` of
+    the form treebench writes."""
     if name not in row:
         return f"field {name!r} is missing" if name in REQUIRED_FIELDS else None
     x = row[name]
