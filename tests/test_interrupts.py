@@ -733,7 +733,8 @@ def test_a_run_whose_report_failed_names_no_report(tmp_path, monkeypatch, capsys
 
 @pytest.mark.parametrize("given", [True, False])
 def test_a_report_run_cannot_write_is_named_by_run_s_option(tmp_path, monkeypatch, capsys, given):
-    """A report that cannot be written (a full disk) names the option of the command that asked for it:
+    """A report that cannot be written (a full disk) is one line, exit 2 as any failed write, the rows kept; it
+    names the option of the command that asked for it:
     `--report` (or run's default) under `treebench run`, whose command line has no `report -o`; `-o` under
     `treebench report`."""
     import treebench.harness.analyze.report as report
@@ -745,15 +746,45 @@ def test_a_report_run_cannot_write_is_named_by_run_s_option(tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     (tmp_path / "tiny.toml").write_text(tiny_suite())
     asked = ["--report", "r.html"] if given else []
-    assert main(["run", "--suite", "tiny.toml", "--backends", "torch_sdpa", "--out", "r.jsonl", "--quiet", *asked]) == 1
+    assert main(["run", "--suite", "tiny.toml", "--backends", "torch_sdpa", "--out", "r.jsonl", "--quiet", *asked]) == 2
     (line,) = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("ERROR ")]
     run_id = read_rows(["r.jsonl"])[0]["run_id"]
     named = "--report r.html" if given else f"run's default --report reports/local/tiny-{run_id}.html"
-    assert line == (f"ERROR    report not written (ConfigError: {named}: cannot write (No space left on device); "
-                    "choose another path); the rows are in r.jsonl"), line
+    assert line == (f"ERROR    report not written: {named}: cannot write (No space left on device); "
+                    "choose another path; the rows are in r.jsonl"), line
     assert main(["report", "r.jsonl", "-o", "x.html"]) == 2
     assert capsys.readouterr().err == ("treebench: error: report -o x.html: cannot write (No space left on device); "
                                        "choose another path\n")
+
+
+def test_a_report_whose_folder_became_a_file_during_the_run_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    """--report sub/r.html where sub/ was a folder when the run began and is a plain file when the report is
+    written: one line that says so as the check before the run says it ("... is a file, not a folder"), exit 2
+    as any output that cannot be written, and the rows kept (not exit 1, which means a mismatch or an error)."""
+    from treebench.harness.run import inflight
+
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    due = inflight.report_due
+
+    def folder_to_file(*args):   # between the last row and the report
+        sub.rmdir()
+        sub.write_text("a file now\n")
+        return due(*args)
+    monkeypatch.setattr(inflight, "report_due", folder_to_file)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny.toml").write_text(tiny_suite())
+    argv = ["run", "--suite", "tiny.toml", "--backends", "torch_sdpa", "--out", "r.jsonl", "--report", "sub/r.html",
+            "--quiet"]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert [ln for ln in err.splitlines() if ln.startswith("ERROR ")] == [
+        f"ERROR    report not written: --report sub/r.html: cannot write ({sub} is a file, not a folder); choose "
+        "another path; the rows are in r.jsonl"], err
+    assert len(read_rows(["r.jsonl"])) == 1 and "report:" not in out and sub.read_text() == "a file now\n"
+    monkeypatch.setattr(inflight, "report_due", due)
+    assert main(argv) == 2   # the check before the run names the same problem in the same words
+    assert "(sub is a file, not a folder)" in capsys.readouterr().err
 
 
 def test_a_run_stopped_after_its_report_says_it_was_written(tmp_path, monkeypatch, capsys):

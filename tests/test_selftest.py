@@ -164,3 +164,27 @@ def test_selftest_cli_names_a_survivor_and_exits_1(outcomes, monkeypatch, capsys
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[:2] for line in lines if line.startswith("SURVIVED")] == [["SURVIVED", "mutant_mask_word_32"]]
     assert lines[-1].endswith("; survivors: mutant_mask_word_32 (needs mask words)"), lines[-1]
+
+
+@pytest.mark.parametrize("status", ["error", "mismatch"])
+def test_kills_are_not_the_checks_power_where_the_correct_variants_fail_too(status, monkeypatch, capsys):
+    """A check that fails every correct variant (a mismatch on each), or errors on one rather than finds it
+    wrong (a --threads torch could not take errored every pair), kills every mutant without telling one from a
+    correct backend: the summary says its kills are no evidence, never "kills N of N" as its power; exit 1."""
+    from treebench.harness.cli.main import main
+    from treebench.harness.selftest import power
+
+    def every_pair_fails(backend, case, *args):
+        return {"case_id": case.case_id, "status": status, "reason": "ValueError: Overflow"}
+    monkeypatch.setattr(power, "run_case_backend", every_pair_fails)
+    case = Case(batch_size=1, context_len=8, tree="chain:2", num_q_heads=2, num_kv_heads=1, head_dim=16)
+    found = power.selftest(backends=(*CORRECT[:2], *ALL_MUTANTS[:3]), cases_for=lambda b: [case], device="cpu")
+    assert all(o.failed_check and o.errored == (status == "error") for o in found)
+    _replayed(monkeypatch, found)
+    assert main(["selftest", "--device", "cpu"]) == 1
+    summary = capsys.readouterr().out.splitlines()[-1]
+    assert "kills 3 of 3" not in summary
+    assert summary.startswith(f"treebench selftest: the default check (1 case) "
+                              f"{'errored on' if status == 'error' else 'failed'} correct variants: its kills (3 of 3 "
+                              "mutants) are no evidence of its power, since correct variants fail too; 0 of 2 correct "
+                              "variants pass"), summary

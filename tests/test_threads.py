@@ -10,7 +10,8 @@ import pytest
 import torch
 from treebench.harness.cli.main import main
 from treebench.harness.run import pair
-from treebench.harness.run.config import CPU_CHECK_THREADS, RunConfig, check_threads
+from treebench.harness.cli import thread_count
+from treebench.harness.run.config import CPU_CHECK_THREADS, MAX_THREADS, RunConfig, check_threads
 from treebench.harness.timing.wall import CPU_TIMING_THREADS
 
 from tests.cli_errors import one_line_error
@@ -139,11 +140,26 @@ def test_bad_thread_counts_are_refused_in_one_line(command, value, tmp_path, mon
     assert not any(Path(tmp_path).iterdir())   # nothing written
 
 
+@pytest.mark.parametrize("command", [["check", "--backend", "torch_sdpa", "--dry-run"], ["run", "--dry-run"],
+                                     ["selftest"]])
+@pytest.mark.parametrize("value", [str(MAX_THREADS + 1), "100000", "99999999999999999999"])
+def test_thread_counts_past_the_most_taken_are_refused_in_one_line(command, value, tmp_path, monkeypatch, capsys):
+    """100000 threads crashed the float64 reference (SIGSEGV) and a count past a C long long errored every pair:
+    both are refused before anything runs, dry runs too, and MAX_THREADS itself is taken."""
+    monkeypatch.chdir(tmp_path)
+    assert main([*command, "--threads", value]) == 2
+    assert (f"argument --threads: {value!r} is more than {MAX_THREADS} threads, the most taken"
+            in one_line_error(capsys))
+    assert not any(Path(tmp_path).iterdir())   # nothing written
+    assert thread_count(str(MAX_THREADS)) == MAX_THREADS
+
+
 def test_the_default_applies_on_the_cpu_alone_and_the_config_refuses_bad_counts(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     assert (check_threads(None, "cpu"), check_threads(None, "cuda"), check_threads(4, "cuda")) == (1, None, 4)
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     assert (check_threads(None, "cpu"), check_threads(2, "cpu")) == (None, 2)
-    for bad in (0, -1, 2.0):
+    for bad in (0, -1, 2.0, MAX_THREADS + 1, 10**20):
         with pytest.raises(ValueError, match="threads="):
             RunConfig(threads=bad)
+    assert RunConfig(threads=MAX_THREADS).threads == MAX_THREADS

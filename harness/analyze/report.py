@@ -35,6 +35,7 @@ from treebench.harness.model.coverage import coverage_by_backend
 from treebench.harness.model.workload import device_peak, rates, row_work
 from treebench.harness.timing.stats import NOISE_RULE, geometric_mean, is_noisy
 from treebench.harness.store.outputs import write_whole
+from treebench.harness.store.paths import folder_problem
 from treebench.harness.store.rows import STATUSES, l2_label, row_l2_flushed, timing_label
 from treebench.harness.model.tree_specs import parse_tree
 
@@ -318,11 +319,9 @@ def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, titl
         shown: the header's names of `sources` (default `sources`): the paths as the user gave them
             where `sources` were made absolute; `named`, likewise, the lines' name of `path`, and `flag`
             the option that gave it, as typed ("report -o", "--report" of run), which a refusal names.
-        sections: extra HTML fragments (each a complete <section>, already escaped), appended after
-            the report's own sections; the CLI adds the speculation section this way.
-        own: the backend the first table and the headline are about (default triton_tree where
-            timed, `treebench.harness.analyze.headline.pick_own`); it and the rest of OWN_KERNELS
-            are never its rivals.
+        sections: extra HTML <section>s (already escaped) after the report's own: the CLI's speculation section.
+        own: the backend the first table and the headline are about (default triton_tree where timed,
+            `treebench.harness.analyze.headline.pick_own`); it and the rest of OWN_KERNELS are never its rivals.
 
     Raises:
         ConfigError: `baseline` or `own` has no timed rows; `path` cannot be written (led by `flag`).
@@ -383,7 +382,8 @@ def write_report(rows: list[dict], envs: dict[str, dict], path: str | Path, titl
         p.parent.mkdir(parents=True, exist_ok=True)
         write_whole(p, html)      # whole or not at all: an interrupt leaves an earlier report as it was
     except OSError as e:
-        raise ConfigError(f"{flag} {named or p}: cannot write ({e.strerror}); choose another path") from None
+        raise ConfigError(f"{flag} {named or p}: cannot write ({folder_problem(p) or e.strerror}); "
+                          "choose another path") from None
     log.info("report written to %s (%d rows, %.0f kB)", named or p, len(rows), len(html) / 1e3)
     return p
 

@@ -40,7 +40,7 @@ import sys
 from collections.abc import Callable, Iterator
 
 from treebench.harness.errors import ConfigError
-from treebench.harness.run.config import MAX_WAIT_S, MIN_CASE_TIMEOUT_S
+from treebench.harness.run.config import MAX_THREADS, MAX_WAIT_S, MIN_CASE_TIMEOUT_S
 
 PROG = "treebench"
 TOP_OPTIONS = ("-h", "--help", "--version")   # the only options before the command
@@ -115,9 +115,10 @@ def one_line(message: str, longest: int = 240) -> str:
                     f"{p[:keep]}…[{len(p) - 2 * keep} characters]…{p[-keep:]}") for i, p in enumerate(parts))
 
 
-def count_option(what: str, option: str) -> Callable[[str], int]:
-    """argparse type of `option`, a count of `what` ("thread", "GPU"): an integer >= 1 (`read_number`);
-    anything else refused with one line naming it."""
+def count_option(what: str, option: str, most: int | None = None, why: str = "") -> Callable[[str], int]:
+    """argparse type of `option`, a count of `what` ("thread", "GPU"): an integer >= 1 (`read_number`),
+    and at most `most` where given (`why` says what a larger count does); anything else refused with one
+    line naming it."""
     def count(text: str) -> int:
         try:
             v = int(read_number(text, integer=True))
@@ -126,11 +127,15 @@ def count_option(what: str, option: str) -> Callable[[str], int]:
         if v < 1:
             raise argparse.ArgumentTypeError(f"{text!r} is not a {what} count; give an integer >= 1 {NUMBER_RULE}, "
                                              f"e.g. {option} 2")
+        if most is not None and v > most:
+            raise argparse.ArgumentTypeError(f"{text!r} is more than {most} {what}s, the most taken ({why}); "
+                                             f"give an integer from 1 to {most}, e.g. {option} 2")
         return v
     return count
 
 
-thread_count = count_option("thread", "--threads")   # --threads of run, check and selftest: torch threads
+# --threads of run, check and selftest: torch threads, at most MAX_THREADS (`run.config`)
+thread_count = count_option("thread", "--threads", MAX_THREADS, "far more crash torch's thread pool")
 
 
 WRITE_CHUNK = 1 << 16   # characters per write to stdout: one pipe buffer

@@ -181,10 +181,12 @@ def _report_path(path: str | None, suite: str, out: str | Path | None = None, st
 
 
 def _write_report(rows: list[dict], out: Path, report: Path, title: str, shown: Path | None = None,
-                  report_shown: Path | None = None, flag: str = "--report") -> bool:
-    """Writes the HTML report from `rows` and the env files beside `out`; False (logged, naming the
-    results file as `shown`, default `out`) on failure. The lines name it as `report_shown` (default
-    `report`), the path as the user gave it, after `flag`, the option that gave it (or DEFAULT_REPORT).
+                  report_shown: Path | None = None, flag: str = "--report") -> int:
+    """Writes the HTML report from `rows` and the env files beside `out`; returns 0, or on failure (one
+    line naming the results file as `shown`, default `out`) the exit code it gives: 2 where the report
+    cannot be written (a ConfigError: a full disk, a file in place of its folder), as any failed write,
+    else 1. The lines name it as `report_shown` (default `report`), the path as the user gave it, after
+    `flag`, the option that gave it (or DEFAULT_REPORT).
 
     Raises:
         KeyboardInterrupt: Ctrl-C (or SIGTERM's Terminated) while the report's libraries load or the
@@ -199,10 +201,13 @@ def _write_report(rows: list[dict], out: Path, report: Path, title: str, shown: 
 
             write_report(rows, read_envs([out]), report, title=title, sources=[str(out)],
                          shown=[str(shown or out)], named=report_shown, flag=flag)
-        return True
+        return 0
+    except ConfigError as e:   # the path: the one line says what is wrong with it
+        log.error("report not written: %s; the rows are in %s", e, shown or out)
+        return 2   # bad input, as main() gives a ConfigError
     except Exception as e:  # noqa: BLE001 -- the rows are safe in the store; say so and fail
         log.error("report not written (%s: %s); the rows are in %s", type(e).__name__, e, shown or out)
-        return False
+        return 1
 
 
 def _check_gpus(n: int) -> None:
@@ -338,10 +343,9 @@ def run(args) -> int:
         report_due(out, written_report, resume_flags, report)   # for the line after an interrupt: rows in, report next
         with after_pairs(CONSOLE, args.quiet, said=not others(rank)):   # the last line said rank 0's wait
             shown = result.rows if result.report_rows is None else result.report_rows   # --resume: all of --out's
-            written = _write_report(shown, written_out, written_report, f"treebench {suite.name}", out, report,
-                                    "--report" if args.report else DEFAULT_REPORT)
-        if not written:
-            code = 1
+            failed = _write_report(shown, written_out, written_report, f"treebench {suite.name}", out, report,
+                                   "--report" if args.report else DEFAULT_REPORT)
+        written, code = not failed, failed or code
     run_ids = ", ".join(note_run_ids(result.rows))   # a --resume's: earlier ones, as a failed write to stdout says
     OUTCOME[0] = code   # the rows decide the exit code, whether or not stdout is still read
     if nothing_ran(result.rows) is None:

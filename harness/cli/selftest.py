@@ -44,6 +44,33 @@ def _line(o) -> str:
     return f"{verdict} {o.name:<32} {o.description}{' -- ' + o.evidence if o.evidence else ''}"
 
 
+def _summary(outcomes) -> str:
+    """The summary line: mutants killed, correct variants passed, survivors and failed variants by name.
+    Kills count as the check's power only where a correct variant passes and none errored: a check that
+    fails the correct variants too, or errors rather than finds a backend wrong (a --threads torch cannot
+    take once did: every pair errored), kills every mutant without telling it from a correct backend."""
+    from treebench.harness.cli.common import plural
+
+    mutants = [o for o in outcomes if o.mutant]
+    survivors = [o for o in mutants if not o.failed_check]
+    correct = [o for o in outcomes if not o.mutant]
+    broken = [o for o in correct if o.failed_check]
+    cases = plural(max((o.cases for o in outcomes), default=0), "case")
+    kills = f"{len(mutants) - len(survivors)} of {plural(len(mutants), 'mutant')}"
+    passed = f"{len(correct) - len(broken)} of {plural(len(correct), 'correct variant')} pass"
+    if correct and (len(broken) == len(correct) or any(o.errored for o in broken)):
+        why = "errored on" if any(o.errored for o in broken) else "failed"
+        summary = (f"the default check ({cases}) {why} correct variants: its kills ({kills}) are no evidence of "
+                   f"its power, since correct variants fail too; {passed}")
+    else:
+        summary = f"the default check ({cases}) kills {kills}; {passed}"
+    if survivors:
+        summary += "; survivors: " + ", ".join(f"{o.name} (needs {o.axis})" for o in survivors)
+    if broken:
+        summary += "; correct variants failed: " + ", ".join(o.name for o in broken)
+    return summary
+
+
 def _console():
     """selftest's console on stdout. Where its reader leaves mid-run (`treebench selftest | head -0`), the rest
     goes to /dev/null and the selftest runs on to its verdict (rich's console would exit 1 there, a failure that
@@ -69,7 +96,6 @@ def run(args) -> int:
         ConfigError: a --device that is not a torch device, not cpu or cuda, or not available here
             (checked before anything runs); the default check's suite cannot be read.
     """
-    from treebench.harness.cli.common import plural
     from treebench.harness.run.config import check_threads
     from treebench.harness.selftest.power import selftest, selftest_device
 
@@ -77,18 +103,8 @@ def run(args) -> int:
     threads = check_threads(args.threads, selftest_device(args.device).type)
     outcomes = selftest(determinism=args.determinism, device=args.device, threads=threads,
                         on_outcome=lambda o: out.print(_line(o), style="green" if o.ok else "bold red", markup=False))
-    mutants = [o for o in outcomes if o.mutant]
-    survivors = [o for o in mutants if not o.failed_check]
-    broken = [o for o in outcomes if not o.mutant and o.failed_check]
-    cases = max((o.cases for o in outcomes), default=0)
-    summary = (f"the default check ({plural(cases, 'case')}) kills "
-               f"{len(mutants) - len(survivors)} of {plural(len(mutants), 'mutant')}; {len(outcomes) - len(mutants) - len(broken)} of "
-               f"{plural(len(outcomes) - len(mutants), 'correct variant')} pass")
-    if survivors:
-        summary += "; survivors: " + ", ".join(f"{o.name} (needs {o.axis})" for o in survivors)
-    if broken:
-        summary += "; correct variants failed: " + ", ".join(o.name for o in broken)
+    summary = _summary(outcomes)
     out.print(f"treebench selftest: {summary}", markup=False)
     if out.reader_gone:   # the verdict is still said
         log.info("selftest: %s", summary)
-    return 1 if survivors or broken else 0
+    return 0 if all(o.ok for o in outcomes) else 1

@@ -77,7 +77,11 @@ def add_tree_search_arguments(p) -> None:
     p.add_argument("--sizes", type=_int_list, default=None, metavar="T,T,...",
                    help="print / write only these sizes (default: every size 1..N)")
     p.add_argument("--suite-out", default=None, metavar="FILE",
-                   help="write a suite TOML whose tree axis lists them (missing folders are created)")
+                   help="write a suite TOML whose tree axis lists them (missing folders are created); an existing "
+                        "FILE is refused (exit 2, left as it is) unless --force is given, and a file tree-search "
+                        "did not write is refused even then")
+    p.add_argument("--force", action="store_true",
+                   help="with --suite-out: replace an existing suite that tree-search wrote (edits to it are lost)")
     p.add_argument("--batch-sizes", type=_int_list, default=None, metavar="B,B,...",
                    help=f"with --suite-out: the suite's batch_size axis, each 1..{AXIS_OPTIONS['--batch-sizes'][1]} "
                         f"(default {_axis_text(BATCH_SIZES)})")
@@ -102,14 +106,14 @@ def _command_line(args) -> str:
 TREE_SEARCH_LINE = "treebench tree-search"   # how the command line a --suite-out file records begins
 
 
-def check_suite_out(path_text: str) -> Path:
-    """Checks a --suite-out path before the search: a new .toml file, or one that tree-search
-    wrote (its second line is `suite_text`'s GENERATED_BY and a TREE_SEARCH_LINE command line), which is
-    replaced; never another file.
+def check_suite_out(path_text: str, force: bool = False) -> Path:
+    """Checks a --suite-out path before the search: a new .toml file, or where `force` (--force) one that
+    tree-search wrote (its second line is `suite_text`'s GENERATED_BY and a TREE_SEARCH_LINE command line),
+    which is replaced; never another file.
 
     Raises:
         ConfigError: an empty path, not .toml, a folder, an existing file tree-search did not
-            write, or a path that cannot be written (`check_output_path`).
+            write, an existing file without `force`, or a path that cannot be written (`check_output_path`).
     """
     from treebench.harness.speculation.commands import GENERATED_BY
 
@@ -124,6 +128,9 @@ def check_suite_out(path_text: str) -> Path:
         if not head or not head[0].startswith(GENERATED_BY + TREE_SEARCH_LINE):
             raise ConfigError(f"--suite-out {path}: exists and was not written by tree-search; "
                               "choose a new path (it is left as it is)")
+        if not force:
+            raise ConfigError(f"--suite-out {path}: exists (it is left as it is, edits and all); choose a new path, "
+                              "or add --force to replace it")
     return path
 
 
@@ -155,7 +162,7 @@ def run_tree_search(args) -> int:
 
     Raises:
         ConfigError: a bad acceptance file or one given twice, --max-nodes / --max-depth / --sizes out of range,
-            --batch-sizes or --context-lens without --suite-out or past a suite's limits (`check_axis_options`),
+            --batch-sizes, --context-lens or --force without --suite-out, or those axes past a suite's limits (`check_axis_options`),
             a --suite-out that `check_suite_out` refuses or that cannot be written, or a suite that does not load
             (then not written).
     """
@@ -169,9 +176,12 @@ def run_tree_search(args) -> int:
         flags, what = " and ".join(given), "it sets an axis" if len(given) == 1 else "they set axes"
         raise ConfigError(f"tree-search {flags} without --suite-out: {what} of the suite that --suite-out FILE "
                           f"writes, and nothing else; give --suite-out, or leave {flags} out")
+    if args.force and args.suite_out is None:
+        raise ConfigError("tree-search --force without --suite-out: it lets --suite-out replace a suite tree-search "
+                          "wrote, and nothing else; give --suite-out, or leave --force out")
     check_axis_options({"--batch-sizes": args.batch_sizes, "--context-lens": args.context_lens})
     if args.suite_out is not None:                  # before the search: a bad path costs nothing
-        will_write(check_suite_out(args.suite_out), "--suite-out")
+        will_write(check_suite_out(args.suite_out, args.force), "--suite-out")
     found = searched(args.acceptance, args.max_nodes, args.max_depth, args.sizes)
     suite = None if args.suite_out is None else _write_suite(args, found)
     out = []

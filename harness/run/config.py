@@ -5,7 +5,7 @@ both read it, and is validated once, when it is built. Beside it, `wait_s`: a ti
 limit (--case-timeout, --merge-timeout) as the timeout multiprocessing takes, no limit
 past MAX_WAIT_S, for the worker pool, the prober and rank 0's wait for the others;
 and `check_threads`: the torch threads a pair's correctness work runs under by default
-(run, check and selftest's --threads).
+(run, check and selftest's --threads, at most MAX_THREADS).
 """
 
 from __future__ import annotations
@@ -31,6 +31,11 @@ MIN_CASE_TIMEOUT_S = 1.0
 # threads of each op wait on cores that other work holds: on a 2-core CPU `check --backend torch_sdpa` took 9-12 s
 # at load average 1-2 and 3 min at 7-9, against 4-5 s and 51 s with one thread (README, CPU timings)
 CPU_CHECK_THREADS = 1
+# The most torch intra-op threads taken (--threads, RunConfig.threads): 1024 and 8192 threads ran `check --backend
+# torch_sdpa` on a 2-core CPU, 100000 crashed the process (SIGSEGV in the float64 reference's einsum, OpenMP's
+# thread pool), and a count past a C long long failed every pair in torch.set_num_threads (OverflowError). 1024
+# is past any CPU's cores today and well under the count that crashed.
+MAX_THREADS = 1024
 
 
 def check_threads(threads: int | None, device_type: str) -> int | None:
@@ -57,8 +62,8 @@ class RunConfig:
     """How run_cases runs and where its rows go.
 
     Raises:
-        ValueError: unknown mode or timing mode, a case time limit under MIN_CASE_TIMEOUT_S, or a
-            report asked of a check.
+        ValueError: unknown mode or timing mode, a case time limit under MIN_CASE_TIMEOUT_S, threads
+            outside 1..MAX_THREADS, or a report asked of a check.
         ConfigError: the back-to-back timer (cuda_graph_loop) asked for with a flushed L2.
     """
 
@@ -102,8 +107,9 @@ class RunConfig:
         if self.timing_mode == "cuda_graph_loop" and self.flush_l2:
             raise ConfigError("--timer cuda_graph_loop times back-to-back calls, so it needs a warm L2: "
                               "add --l2 warm (flush_l2=False)")
-        if self.threads is not None and not (isinstance(self.threads, int) and self.threads >= 1):
-            raise ValueError(f"threads={self.threads!r}: must be an integer >= 1, or None for torch's count")
+        if self.threads is not None and not (isinstance(self.threads, int) and 1 <= self.threads <= MAX_THREADS):
+            raise ValueError(f"threads={self.threads!r}: must be an integer from 1 to MAX_THREADS = {MAX_THREADS}, "
+                             "or None for torch's count")
         if self.case_timeout_s is not None and not self.case_timeout_s >= MIN_CASE_TIMEOUT_S:
             raise ValueError(f"case_timeout_s={self.case_timeout_s!r}: must be at least MIN_CASE_TIMEOUT_S = "
                              f"{MIN_CASE_TIMEOUT_S:g} seconds (the harness's own work on a pair counts in it)")

@@ -71,6 +71,7 @@ class Outcome:
     failed_check: bool          # the check would exit 1 on this backend
     evidence: str               # the first failing row, "case_id: status: reason", or "" when none failed
     cases: int                  # cases the check ran on it
+    errored: bool = False       # that first failing row is an error (the pair raised), not a wrong answer
 
     @property
     def ok(self) -> bool:
@@ -92,12 +93,14 @@ def check_backend(cls: type[Dense], cases_for: Callable[[object], Sequence[Case]
     """Runs the check's cases on one fresh instance of `cls` (all cases, in order, as `check` does)."""
     backend = cls()
     cases = list(cases_for(backend))
-    evidence = ""
+    evidence, errored = "", False
     for case in cases:
         row = run_case_backend(backend, case, data.setdefault(case.case_id, CaseData(case)), None, device, config)
-        evidence = evidence or _failure(row, config.determinism)
+        if not evidence:
+            evidence, errored = _failure(row, config.determinism), row["status"] == "error"
     return Outcome(name=cls.name, mutant=cls.axis is not None, description=cls.description, axis=cls.axis,
-                   upstream=cls.upstream, failed_check=bool(evidence), evidence=evidence, cases=len(cases))
+                   upstream=cls.upstream, failed_check=bool(evidence), evidence=evidence, cases=len(cases),
+                   errored=errored)
 
 
 def selftest(backends: Sequence[type[Dense]] = (*CORRECT, *ALL_MUTANTS),
