@@ -46,16 +46,16 @@ def run_merge(args) -> int:
             refuse (names file, line and field), a bad OUT file, an OUT that a run is writing.
     """
     from treebench.harness.store.lock import hold
-    from treebench.harness.store.merge import merge_results, merge_row_inputs
+    from treebench.harness.store.merge import merge_results, merge_row_inputs, read_merge_rows
     from treebench.harness.store.outputs import will_write
-    from treebench.harness.store.validate import drop_repeated_rows, validated_rows, warn_live_writers
+    from treebench.harness.store.validate import drop_repeated_rows, warn_live_writers
 
     if not args.out.strip():
         raise ConfigError("merge OUT is empty: give a results file path such as results/merged.jsonl")
     out = check_path_name(args.out, "merge OUT", NAME_ROOM)
     inputs = [Path(p) for p in args.inputs]
-    read = validated_rows(merge_row_inputs(inputs), "merge")   # checked as report and gate check them, before OUT
-    rows = drop_repeated_rows(read, "merge")   # as `merge.read_merge_inputs`; the count below includes these
+    read = read_merge_rows(inputs)   # checked as report and gate check them, before OUT is touched
+    rows = drop_repeated_rows(read, "merge")   # `merge.read_merge_inputs`, its repeats counted below
     warn_live_writers(merge_row_inputs(inputs), "merge")
     if not rows:
         raise ConfigError(f"merge {' '.join(args.inputs)}: no result rows; point it at .jsonl result files "

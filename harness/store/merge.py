@@ -37,7 +37,17 @@ def read_merge_inputs(inputs: Sequence[Path], require_rows: bool = True) -> list
             inputs holding only torn lines, a row of an unknown schema or with a bad field (names
             file, line, field).
     """
-    return drop_repeated_rows(validated_rows(merge_row_inputs(inputs), "merge", require_rows=require_rows), "merge")
+    return drop_repeated_rows(read_merge_rows(inputs, require_rows), "merge")
+
+
+def read_merge_rows(inputs: Sequence[Path], require_rows: bool = True) -> list[dict]:
+    """`read_merge_inputs` before a row read twice is dropped: every row of `inputs` (env files left out),
+    read and checked (`validated_rows`), so that `treebench merge` can count the repeats it drops.
+
+    Raises:
+        ConfigError: as `read_merge_inputs`.
+    """
+    return validated_rows(merge_row_inputs(inputs), "merge", require_rows=require_rows)
 
 
 def merge_results(out: Path, inputs: Sequence[Path], with_run: bool = False,
