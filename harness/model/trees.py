@@ -173,7 +173,7 @@ def from_choices(choices: Sequence[Sequence[int]], spec: str = "") -> TokenTree:
     if gapped:   # the tree keeps sibling order, not the numbers: say so where a rank was given that it drops
         p = gapped[0]
         more = f" ({len(gapped) - 1} more paths alike)" if len(gapped) > 1 else ""
-        log.warning("tree %r: choices path %s has no sibling %s before it, so it is rank %d of its siblings "
+        log.warning("tree %r: choices path %s has no sibling %s before it, so it is rank %d (0-based) of its siblings "
                     "here%s: the mask is the same, but the expected acceptance (speculate, plan) reads each "
                     "node's rank among its siblings", spec, p, p[:-1] + (p[-1] - 1,),
                     tree.choices[index[p] - 1][-1], more)
